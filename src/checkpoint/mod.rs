@@ -1,0 +1,8 @@
+//! Checkpoint inspection from metadata alone: config.json, hf_quant_config.json and safetensors
+//! headers; per-module formats, lint findings, and predicted footprint and KV capacity.
+
+use serde::{Deserialize, Serialize};
+
+/// The result of inspecting one checkpoint (filled in by `rigbench inspect`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InspectReport {}

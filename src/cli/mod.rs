@@ -1,0 +1,101 @@
+//! The command line: clap derive, one file per subcommand. Each subcommand's `run` returns the
+//! [`ExitStatus`] to exit with; errors travel up as `anyhow` chains and are printed by `main`.
+
+use clap::{Parser, Subcommand};
+
+use crate::ExitStatus;
+
+pub mod compare;
+pub mod e2e;
+pub mod inspect;
+pub mod kernels;
+pub mod report;
+pub mod rig;
+pub mod serve;
+
+/// rigbench: benchmark and validate quantized LLM inference (BF16, FP8, NVFP4) on NVIDIA GPUs.
+///
+/// Exit codes: 0 ok; 1 error; 2 regression (compare); 3 baseline missing or incompatible
+/// (compare); 4 lint errors (inspect); 64 bad command line.
+#[derive(Debug, Parser)]
+#[command(name = "rigbench", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The user's verbs.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Probe the card and stack; print the format-capability table.
+    Rig(rig::RigArgs),
+    /// Microkernel benches: BF16, FP8 W8A8, W4A16 NVFP4, W4A4 NVFP4 over a suite's shapes and M.
+    Kernels(kernels::KernelsArgs),
+    /// Read a checkpoint's metadata (never its weights): formats, lint findings, KV capacity.
+    Inspect(inspect::InspectArgs),
+    /// Run the built-in minimal runtime behind an OpenAI-compatible HTTP server.
+    Serve(serve::ServeArgs),
+    /// Drive end-to-end runs against the built-in runtime or an OpenAI-compatible engine.
+    E2e(e2e::E2eArgs),
+    /// The main job: rig + kernels + e2e (+ inspect) into one rig report.
+    Report(report::ReportArgs),
+    /// Compare results with a baseline; statistical verdict per metric; exit code for CI.
+    Compare(compare::CompareArgs),
+}
+
+/// Parse the process arguments. On a bad command line, prints clap's message and returns
+/// [`ExitStatus::Usage`]; `--help` and `--version` print and return [`ExitStatus::Ok`].
+pub fn parse() -> Result<Cli, ExitStatus> {
+    parse_from(std::env::args_os())
+}
+
+/// [`parse`] over explicit arguments (the first is the program name).
+pub fn parse_from<I, T>(args: I) -> Result<Cli, ExitStatus>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    match Cli::try_parse_from(args) {
+        Ok(cli) => Ok(cli),
+        Err(e) => {
+            let _ = e.print();
+            Err(if e.use_stderr() {
+                ExitStatus::Usage
+            } else {
+                ExitStatus::Ok
+            })
+        }
+    }
+}
+
+/// Run a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
+    match cli.command {
+        Command::Rig(a) => rig::run(a),
+        Command::Kernels(a) => kernels::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Serve(a) => serve::run(a),
+        Command::E2e(a) => e2e::run(a),
+        Command::Report(a) => report::run(a),
+        Command::Compare(a) => compare::run(a),
+    }
+}
+
+/// Parse a comma-separated list flag (`--m 1,16,64`), naming the flag in the error.
+pub fn parse_list<T: std::str::FromStr>(flag: &str, raw: &str) -> Result<Vec<T>, crate::RigError>
+where
+    T::Err: std::fmt::Display,
+{
+    let mut out = Vec::new();
+    for part in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        out.push(
+            part.parse::<T>()
+                .map_err(|e| crate::RigError::flag(flag, format!("'{part}': {e}")))?,
+        );
+    }
+    if out.is_empty() {
+        return Err(crate::RigError::flag(flag, "empty list"));
+    }
+    Ok(out)
+}

@@ -1,0 +1,200 @@
+//! `rigbench rig`: probe the card and stack; print the facts and the format-capability table.
+
+use crate::report::redact::Redactor;
+use crate::report::table::{human_bytes, markdown_table};
+use crate::rig::{capability, RigFacts};
+use crate::ExitStatus;
+
+/// Arguments of `rigbench rig`.
+#[derive(Debug, clap::Args)]
+pub struct RigArgs {
+    /// Print JSON (the `rig` object of the results schema) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Also print the capability table for every compute capability from sm_75 to sm_121.
+    #[arg(long)]
+    pub all: bool,
+    /// Do not redact host name, user paths and IP addresses.
+    #[arg(long)]
+    pub no_redact: bool,
+}
+
+/// Run `rigbench rig`. Exits 0 with or without a GPU.
+pub fn run(args: RigArgs) -> anyhow::Result<ExitStatus> {
+    let facts = crate::rig::probe();
+    let redactor = Redactor::for_this_host(!args.no_redact);
+    if args.json {
+        let mut v = serde_json::to_value(&facts)?;
+        redactor.redact_json(&mut v);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", redactor.redact(&render(&facts, args.all)));
+    }
+    Ok(ExitStatus::Ok)
+}
+
+/// Render the rig facts and capability tables as Markdown.
+pub fn render(f: &RigFacts, all: bool) -> String {
+    let mut out = String::new();
+    out.push_str("## Rig\n\n");
+    let mut rows: Vec<Vec<String>> = vec![
+        vec!["host".into(), f.host.hostname.clone()],
+        vec![
+            "OS / kernel".into(),
+            format!("{} / {}", f.host.os, f.host.kernel),
+        ],
+        vec![
+            "CPU".into(),
+            format!(
+                "{} ({} logical cores, {})",
+                f.host.cpu_model, f.host.cpu_logical_cores, f.host.arch
+            ),
+        ],
+        vec!["RAM".into(), human_bytes(f.host.ram_bytes)],
+    ];
+    match &f.gpu {
+        Some(g) => {
+            rows.push(vec!["GPU".into(), g.name.clone()]);
+            rows.push(vec![
+                "compute capability".into(),
+                g.compute_capability
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "unknown".into()),
+            ]);
+            rows.push(vec!["SMs".into(), g.sm_count.to_string()]);
+            rows.push(vec!["memory".into(), human_bytes(g.memory_bytes)]);
+            rows.push(vec!["L2".into(), human_bytes(g.l2_bytes)]);
+            rows.push(vec![
+                "shared memory per block (opt-in)".into(),
+                human_bytes(g.max_shared_mem_per_block_optin),
+            ]);
+            if let Some(t) = &g.telemetry {
+                let mhz = |v: Option<u32>| {
+                    v.map(|x| format!("{x} MHz"))
+                        .unwrap_or_else(|| "n/a".into())
+                };
+                rows.push(vec![
+                    "SM clock (current / max)".into(),
+                    format!("{} / {}", mhz(t.sm_clock_mhz), mhz(t.sm_clock_max_mhz)),
+                ]);
+                rows.push(vec![
+                    "memory clock (current / max)".into(),
+                    format!("{} / {}", mhz(t.mem_clock_mhz), mhz(t.mem_clock_max_mhz)),
+                ]);
+                rows.push(vec![
+                    "power (draw / limit)".into(),
+                    format!(
+                        "{} / {}",
+                        t.power_draw_w
+                            .map(|w| format!("{w:.0} W"))
+                            .unwrap_or_else(|| "n/a".into()),
+                        t.power_limit_w
+                            .map(|w| format!("{w:.0} W"))
+                            .unwrap_or_else(|| "n/a".into())
+                    ),
+                ]);
+                rows.push(vec![
+                    "temperature".into(),
+                    t.temperature_c
+                        .map(|c| format!("{c} °C"))
+                        .unwrap_or_else(|| "n/a".into()),
+                ]);
+                rows.push(vec![
+                    "ECC".into(),
+                    t.ecc_enabled
+                        .map(|e| if e { "enabled" } else { "disabled" }.to_string())
+                        .unwrap_or_else(|| "n/a".into()),
+                ]);
+                rows.push(vec![
+                    "throttle reasons".into(),
+                    if t.throttle_reasons.is_empty() {
+                        "none".into()
+                    } else {
+                        t.throttle_reasons.join(", ")
+                    },
+                ]);
+                rows.push(vec!["telemetry source".into(), t.source.clone()]);
+            } else {
+                rows.push(vec![
+                    "telemetry".into(),
+                    "NVML and nvidia-smi unavailable".into(),
+                ]);
+            }
+        }
+        None => rows.push(vec![
+            "GPU".into(),
+            f.gpu_absent_reason.clone().unwrap_or_else(|| "none".into()),
+        ]),
+    }
+    for og in &f.other_gpus {
+        rows.push(vec!["other GPU (not benched)".into(), og.clone()]);
+    }
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "not found".into());
+    rows.push(vec!["NVIDIA driver".into(), opt(&f.stack.driver_version)]);
+    rows.push(vec![
+        "driver CUDA version".into(),
+        opt(&f.stack.driver_cuda_version),
+    ]);
+    rows.push(vec![
+        "rigbench built for CUDA".into(),
+        f.stack.built_for_cuda.clone(),
+    ]);
+    rows.push(vec!["NVRTC".into(), opt(&f.stack.nvrtc_version)]);
+    rows.push(vec!["cuBLASLt".into(), opt(&f.stack.cublaslt_version)]);
+    rows.push(vec!["CUDA headers".into(), opt(&f.stack.cuda_include_dir)]);
+    out.push_str(&markdown_table(&["fact", "value"], &rows));
+    if !f.stack.problems.is_empty() {
+        out.push_str("\nProblems with the GPU stack:\n\n");
+        for p in &f.stack.problems {
+            out.push_str(&format!("- {p}\n"));
+        }
+    }
+    out.push_str("\n## Format capability on this card\n\n");
+    match f.compute_capability() {
+        Some(cc) => {
+            let rows: Vec<Vec<String>> = f
+                .capabilities
+                .iter()
+                .map(|c| {
+                    vec![
+                        c.format.display_name().to_string(),
+                        c.support.to_string(),
+                        c.path.clone(),
+                        c.reason.clone(),
+                    ]
+                })
+                .collect();
+            out.push_str(&format!("Card: {cc}\n\n"));
+            out.push_str(&markdown_table(&["format", "support", "runs as", "reason"], &rows));
+        }
+        None => out.push_str(
+            "No GPU: no capability verdict for this machine (use `rigbench rig --all` for the table of every compute capability).\n",
+        ),
+    }
+    if all || f.gpu.is_none() {
+        out.push_str("\n## Format capability by compute capability\n\n");
+        let rows: Vec<Vec<String>> = capability::KNOWN
+            .iter()
+            .map(|(cc, arch)| {
+                let mut r = vec![cc.to_string(), arch.to_string()];
+                for c in capability::table(*cc) {
+                    r.push(c.support.to_string());
+                }
+                r
+            })
+            .collect();
+        out.push_str(&markdown_table(
+            &[
+                "cc",
+                "architecture",
+                "BF16",
+                "FP8 W8A8",
+                "W4A16 NVFP4",
+                "W4A4 NVFP4",
+            ],
+            &rows,
+        ));
+        out.push_str("\nFallback paths: BF16 on sm_75 runs as FP16; FP8 on sm_80–sm_87 runs weight-only (W8A16, Marlin-style); W4A4 NVFP4 below sm_100 runs as W4A16 (Marlin-style, weights only).\n");
+    }
+    out
+}

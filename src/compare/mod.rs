@@ -1,0 +1,1 @@
+//! Baselines and verdicts: compare results against a committed baseline per metric.

@@ -1,0 +1,9 @@
+//! The only module that imports cudarc: library probing (never a panic without CUDA), context
+//! and stream, NVRTC builds of `kernels/*.cu`, event timing, the L2 flush, and cuBLASLt.
+//!
+//! Rule: call [`libraries`] (which asks cudarc's `is_culib_present()` for each library) before
+//! any other cudarc call: cudarc's dynamic loading panics when a library is missing.
+
+pub mod probe;
+
+pub use probe::{libraries, probe_into, LibraryStatus, MIN_DRIVER_CUDA};

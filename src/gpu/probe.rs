@@ -1,0 +1,202 @@
+//! Probe the CUDA driver, NVRTC and cuBLASLt libraries and read device 0's facts.
+
+use crate::rig::{ComputeCapability, GpuFacts, RigFacts};
+
+/// The CUDA version rigbench's bindings are built for (cudarc feature `cuda-13000`): the driver
+/// must support at least this (`cuDriverGetVersion` ≥ 13000; NVIDIA driver 580 or newer).
+pub const MIN_DRIVER_CUDA: (i32, i32) = (13, 0);
+
+/// Which GPU libraries can be loaded on this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LibraryStatus {
+    /// `libcuda.so` (the driver).
+    pub driver: bool,
+    /// `libnvrtc.so` (run-time compiler).
+    pub nvrtc: bool,
+    /// `libcublasLt.so`.
+    pub cublaslt: bool,
+}
+
+/// Ask cudarc whether each library loads. Safe to call on any machine.
+pub fn libraries() -> LibraryStatus {
+    // SAFETY: these only try `dlopen` on candidate names; no symbol is called.
+    unsafe {
+        LibraryStatus {
+            driver: cudarc::driver::sys::is_culib_present(),
+            nvrtc: cudarc::nvrtc::sys::is_culib_present(),
+            cublaslt: cudarc::cublaslt::sys::is_culib_present(),
+        }
+    }
+}
+
+/// The CUDA version the driver supports, as (major, minor). Requires `libraries().driver`.
+pub fn driver_cuda_version() -> Result<(i32, i32), String> {
+    let mut v: std::ffi::c_int = 0;
+    // SAFETY: the driver library was found; cuDriverGetVersion only writes the int.
+    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+    if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+        return Err(format!("cuDriverGetVersion failed: {r:?}"));
+    }
+    Ok((v / 1000, (v % 1000) / 10))
+}
+
+/// Check that the driver is new enough for the pinned CUDA version; the error names both.
+pub fn check_driver_version() -> Result<(i32, i32), String> {
+    let v = driver_cuda_version()?;
+    if v < MIN_DRIVER_CUDA {
+        return Err(format!(
+            "the CUDA driver supports CUDA {}.{}, but rigbench is built for CUDA {}.{} (cudarc feature cuda-13000): install NVIDIA driver 580 or newer",
+            v.0, v.1, MIN_DRIVER_CUDA.0, MIN_DRIVER_CUDA.1
+        ));
+    }
+    Ok(v)
+}
+
+/// NVRTC version, when the library loads.
+pub fn nvrtc_version() -> Option<String> {
+    if !libraries().nvrtc {
+        return None;
+    }
+    let (mut a, mut b) = (0, 0);
+    // SAFETY: library present; the call writes two ints.
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut a, &mut b) };
+    (r == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then(|| format!("{a}.{b}"))
+}
+
+/// cuBLASLt version (e.g. "13.0.2"), when the library loads.
+pub fn cublaslt_version() -> Option<String> {
+    if !libraries().cublaslt {
+        return None;
+    }
+    // SAFETY: library present; the call takes no arguments.
+    let v = unsafe { cudarc::cublaslt::sys::cublasLtGetVersion() };
+    Some(format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100))
+}
+
+/// Find the CUDA include folder (for `cuda_bf16.h` etc.): `$CUDA_HOME/include`,
+/// `$CUDA_PATH/include`, `/usr/local/cuda/include`, then `/usr/local/cuda-*/include`.
+pub fn cuda_include_dir() -> Option<std::path::PathBuf> {
+    let mut candidates: Vec<std::path::PathBuf> = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] {
+        if let Some(v) = std::env::var_os(var) {
+            candidates.push(std::path::PathBuf::from(v).join("include"));
+        }
+    }
+    candidates.push("/usr/local/cuda/include".into());
+    if let Ok(rd) = std::fs::read_dir("/usr/local") {
+        let mut more: Vec<_> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .map(|n| n.to_string_lossy().starts_with("cuda-"))
+                    .unwrap_or(false)
+            })
+            .map(|p| p.join("include"))
+            .collect();
+        more.sort();
+        more.reverse();
+        candidates.extend(more);
+    }
+    candidates
+        .into_iter()
+        .find(|p| p.join("cuda_bf16.h").is_file())
+}
+
+fn attr(dev: cudarc::driver::sys::CUdevice, a: cudarc::driver::sys::CUdevice_attribute) -> i64 {
+    // SAFETY: driver initialised and `dev` valid; the call writes one int.
+    unsafe { cudarc::driver::result::device::get_attribute(dev, a) }
+        .map(|v| v as i64)
+        .unwrap_or(0)
+}
+
+/// Fill `facts.gpu`, `facts.stack` (or `facts.gpu_absent_reason`). Never panics.
+pub fn probe_into(facts: &mut RigFacts) {
+    let libs = libraries();
+    facts.stack.built_for_cuda = format!("{}.{}", MIN_DRIVER_CUDA.0, MIN_DRIVER_CUDA.1);
+    facts.stack.nvrtc_version = nvrtc_version();
+    facts.stack.cublaslt_version = cublaslt_version();
+    facts.stack.cuda_include_dir = cuda_include_dir().map(|p| p.display().to_string());
+    if !libs.nvrtc {
+        facts
+            .stack
+            .problems
+            .push("NVRTC (libnvrtc.so) not found: rigbench's own kernels cannot be built".into());
+    }
+    if !libs.cublaslt {
+        facts.stack.problems.push(
+            "cuBLASLt (libcublasLt.so) not found: the bf16 and fp8 benches cannot run".into(),
+        );
+    }
+    let telem_reader = crate::rig::telemetry::TelemetryReader::new(0);
+    let telemetry = telem_reader.read();
+    facts.stack.driver_version = telemetry.as_ref().and_then(|t| t.driver_version.clone());
+    if !libs.driver {
+        facts.gpu_absent_reason =
+            Some("no CUDA driver found (libcuda.so could not be loaded)".into());
+        return;
+    }
+    if let Err(e) = cudarc::driver::result::init() {
+        facts.gpu_absent_reason = Some(format!("the CUDA driver failed to initialise: {e:?}"));
+        return;
+    }
+    match driver_cuda_version() {
+        Ok(v) => facts.stack.driver_cuda_version = Some(format!("{}.{}", v.0, v.1)),
+        Err(e) => facts.stack.problems.push(e),
+    }
+    if let Err(e) = check_driver_version() {
+        facts.stack.problems.push(e);
+    }
+    let count = cudarc::driver::result::device::get_count().unwrap_or(0);
+    if count <= 0 {
+        facts.gpu_absent_reason = Some("the CUDA driver loaded but reports no GPU".into());
+        return;
+    }
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    for i in 0..count {
+        let Ok(dev) = cudarc::driver::result::device::get(i) else {
+            continue;
+        };
+        let name = cudarc::driver::result::device::get_name(dev).unwrap_or_default();
+        if i > 0 {
+            facts.other_gpus.push(format!("{i}: {name}"));
+            continue;
+        }
+        let major = attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) as u32;
+        let minor = attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) as u32;
+        // SAFETY: driver initialised, `dev` valid.
+        let mem = unsafe { cudarc::driver::result::device::total_mem(dev) }.unwrap_or(0);
+        facts.gpu = Some(GpuFacts {
+            index: 0,
+            name,
+            compute_capability: (major > 0).then(|| ComputeCapability::new(major, minor)),
+            sm_count: attr(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) as u32,
+            memory_bytes: mem as u64,
+            l2_bytes: attr(dev, A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) as u64,
+            max_shared_mem_per_block_optin: attr(
+                dev,
+                A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            ) as u64,
+            memory_bus_width_bits: attr(dev, A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH) as u32,
+            telemetry: telemetry.clone(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_never_panics_and_explains_absence() {
+        let mut f = RigFacts::default();
+        probe_into(&mut f);
+        if f.gpu.is_none() {
+            assert!(
+                f.gpu_absent_reason.is_some(),
+                "a missing GPU must carry a reason"
+            );
+        }
+        assert_eq!(f.stack.built_for_cuda, "13.0");
+    }
+}

@@ -1,0 +1,24 @@
+//! rigbench: a benchmark and validation harness for quantized LLM inference on NVIDIA GPUs.
+//!
+//! It answers, for one card ("rig") and one checkpoint: what the card executes for BF16, FP8 W8A8,
+//! W4A16 NVFP4 and W4A4 NVFP4, how fast, next to the card's limits; whether a checkpoint is
+//! quantized safely and how much KV cache it leaves; what an engine reaches end to end under
+//! stated conditions; and whether anything regressed against a committed baseline.
+//!
+//! Layout: see `ARCHITECTURE.md` of the project. Only [`gpu`] imports cudarc; every command runs
+//! without a GPU and says what it skipped and why.
+
+pub mod checkpoint;
+pub mod cli;
+pub mod compare;
+pub mod e2e;
+pub mod error;
+pub mod formats;
+pub mod gpu;
+pub mod kernels;
+pub mod report;
+pub mod rig;
+pub mod runtime;
+pub mod stats;
+
+pub use error::{ExitStatus, RigError};

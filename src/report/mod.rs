@@ -1,0 +1,9 @@
+//! Reports: the versioned result schema, exporters (JSON, CSV, Markdown), plots, redaction,
+//! and atomic, incremental writing.
+
+pub mod redact;
+pub mod schema;
+pub mod table;
+pub mod write;
+
+pub use schema::{Results, Skip, SCHEMA_VERSION};

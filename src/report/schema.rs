@@ -1,0 +1,138 @@
+//! The versioned results schema: one `results.json` per report, the file `compare` reads, and
+//! the format of committed baselines.
+//!
+//! Versioning: [`SCHEMA_VERSION`] goes up when a field changes meaning or is removed; adding an
+//! optional field does not change it (readers ignore unknown fields and default missing ones).
+
+use serde::{Deserialize, Serialize};
+
+use crate::rig::RigFacts;
+
+/// Current schema version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Everything a report holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    /// Schema version of this file.
+    pub schema_version: u32,
+    /// rigbench version that wrote it.
+    pub rigbench_version: String,
+    /// When the run started, UTC, RFC 3339.
+    pub created_utc: String,
+    /// Rig label (folder name under `reports/` and `baselines/`).
+    pub rig_label: String,
+    /// The command line that produced it (redacted).
+    pub command_line: String,
+    /// The rig.
+    pub rig: RigFacts,
+    /// Kernel benches.
+    #[serde(default)]
+    pub kernels: Option<crate::kernels::KernelResults>,
+    /// Checkpoint inspection (`report --checkpoint DIR`).
+    #[serde(default)]
+    pub checkpoint: Option<crate::checkpoint::InspectReport>,
+    /// End-to-end runs.
+    #[serde(default)]
+    pub e2e: Option<crate::e2e::E2eResults>,
+    /// Parts of the job not run, with the reason.
+    #[serde(default)]
+    pub skipped: Vec<Skip>,
+    /// Whether the run finished (false while in progress or after an interruption).
+    #[serde(default)]
+    pub complete: bool,
+}
+
+/// A part of the job not run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skip {
+    /// What (e.g. `kernels`, `e2e`, `kernels/w4a4`).
+    pub what: String,
+    /// Why, and what would make it run.
+    pub reason: String,
+}
+
+impl Results {
+    /// A new, empty result for this rig, stamped now.
+    pub fn new(rig: RigFacts, rig_label: String, command_line: String) -> Self {
+        Self {
+            schema_version: SCHEMA_VERSION,
+            rigbench_version: env!("CARGO_PKG_VERSION").to_string(),
+            created_utc: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            rig_label,
+            command_line,
+            rig,
+            kernels: None,
+            checkpoint: None,
+            e2e: None,
+            skipped: Vec::new(),
+            complete: false,
+        }
+    }
+
+    /// Read a results file, checking the schema version.
+    ///
+    /// # Errors
+    /// [`crate::RigError::BadFile`] when the file is missing, not JSON, or of another schema
+    /// version; the message says which.
+    pub fn load(path: &std::path::Path) -> Result<Self, crate::RigError> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| crate::RigError::file(path, format!("cannot read results file: {e}")))?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            crate::RigError::file(
+                path,
+                format!("not valid JSON ({e}); expected a rigbench results.json"),
+            )
+        })?;
+        let version = v.get("schema_version").and_then(|x| x.as_u64());
+        match version {
+            Some(x) if x == SCHEMA_VERSION as u64 => {}
+            Some(x) => {
+                return Err(crate::RigError::file(
+                    path,
+                    format!("results schema version {x}, but this rigbench reads version {SCHEMA_VERSION}; re-run the producing command with this version"),
+                ))
+            }
+            None => {
+                return Err(crate::RigError::file(
+                    path,
+                    "no schema_version field: not a rigbench results.json",
+                ))
+            }
+        }
+        serde_json::from_value(v).map_err(|e| {
+            crate::RigError::file(path, format!("does not match the results schema: {e}"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_version_check() {
+        let d = tempfile::tempdir().unwrap();
+        let r = Results::new(
+            RigFacts::default(),
+            "cpu-x86-64".into(),
+            "rigbench report".into(),
+        );
+        let p = d.path().join("results.json");
+        crate::report::write::atomic_write_json(&p, &r).unwrap();
+        assert_eq!(Results::load(&p).unwrap(), r);
+
+        let mut v = serde_json::to_value(&r).unwrap();
+        v["schema_version"] = 999.into();
+        std::fs::write(&p, v.to_string()).unwrap();
+        let e = Results::load(&p).unwrap_err().to_string();
+        assert!(e.contains("999") && e.contains("results.json"), "{e}");
+
+        std::fs::write(&p, b"{not json").unwrap();
+        assert!(Results::load(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("not valid JSON"));
+        assert!(Results::load(&d.path().join("missing.json")).is_err());
+    }
+}

@@ -1,0 +1,280 @@
+//! What a card executes for each GEMM format: native, a fallback (and through what), or
+//! nothing, with the reason, for every NVIDIA compute capability from sm_75 to sm_121.
+//!
+//! Sources: NVIDIA CUDA C++ Programming Guide, "Compute Capabilities" (tensor-core data types per
+//! architecture); PTX ISA 8.7–9.0 (`mma` with `e4m3` from sm_89, `tcgen05.mma` `kind::mxf4nvf4`
+//! on sm_100a/sm_103a/sm_110a, `mma.sync` `block_scale` FP4 on sm_120a/sm_121a); vLLM's
+//! `ModelOptNvFp4LinearMethod` / `Fp8LinearMethod` (Marlin weight-only fallbacks below those
+//! capabilities; Marlin needs sm_80). CUDA 13 renamed Thor's sm_101 to sm_110.
+
+use serde::{Deserialize, Serialize};
+
+use crate::formats::GemmFormat;
+
+/// A CUDA compute capability (`major.minor`, written `sm_XY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ComputeCapability {
+    /// Major version (e.g. 9 for Hopper).
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+impl ComputeCapability {
+    /// Build from major and minor.
+    pub const fn new(major: u32, minor: u32) -> Self {
+        Self { major, minor }
+    }
+
+    /// `major·10 + minor` (90 for sm_90).
+    pub fn as_int(self) -> u32 {
+        self.major * 10 + self.minor
+    }
+
+    /// The NVRTC `--gpu-architecture` value, e.g. `sm_90`.
+    pub fn arch_flag(self) -> String {
+        format!("sm_{}", self.as_int())
+    }
+}
+
+impl std::fmt::Display for ComputeCapability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sm_{}{}", self.major, self.minor)
+    }
+}
+
+impl std::str::FromStr for ComputeCapability {
+    type Err = String;
+    /// Accepts `sm_90`, `sm90`, `9.0` or `90`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim().to_ascii_lowercase();
+        let t = t.trim_start_matches("sm_").trim_start_matches("sm");
+        let bad = || format!("invalid compute capability '{s}'; expected e.g. sm_90 or 9.0");
+        if let Some((a, b)) = t.split_once('.') {
+            return Ok(Self::new(
+                a.parse().map_err(|_| bad())?,
+                b.parse().map_err(|_| bad())?,
+            ));
+        }
+        let v: u32 = t.parse().map_err(|_| bad())?;
+        if !(10..=999).contains(&v) {
+            return Err(bad());
+        }
+        Ok(Self::new(v / 10, v % 10))
+    }
+}
+
+/// How a card runs a format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Support {
+    /// The format's arithmetic runs on the card's own units as the format defines it.
+    Native,
+    /// Engines run it through a different path (named in [`Capability::path`]).
+    Fallback,
+    /// Nothing in the common engines runs it on this card.
+    Unsupported,
+}
+
+impl std::fmt::Display for Support {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Support::Native => "native",
+            Support::Fallback => "fallback",
+            Support::Unsupported => "unsupported",
+        })
+    }
+}
+
+/// One cell of the capability table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capability {
+    /// The format classified.
+    pub format: GemmFormat,
+    /// Native, fallback or unsupported.
+    pub support: Support,
+    /// What executes it (e.g. "W4A16 Marlin-style kernel: weights only").
+    pub path: String,
+    /// Why, in one sentence.
+    pub reason: String,
+}
+
+/// The compute capabilities the table covers, with their architecture and example cards.
+pub const KNOWN: &[(ComputeCapability, &str)] = &[
+    (ComputeCapability::new(7, 5), "Turing (T4, RTX 20xx)"),
+    (ComputeCapability::new(8, 0), "Ampere (A100, A30)"),
+    (ComputeCapability::new(8, 6), "Ampere (RTX 30xx, A10, A40)"),
+    (ComputeCapability::new(8, 7), "Ampere (Jetson Orin)"),
+    (ComputeCapability::new(8, 9), "Ada (L4, L40S, RTX 40xx)"),
+    (ComputeCapability::new(9, 0), "Hopper (H100, H200, GH200)"),
+    (ComputeCapability::new(10, 0), "Blackwell (B200, GB200)"),
+    (
+        ComputeCapability::new(10, 1),
+        "Blackwell (Jetson Thor, CUDA 12.x name; sm_110 from CUDA 13)",
+    ),
+    (
+        ComputeCapability::new(10, 3),
+        "Blackwell Ultra (B300, GB300)",
+    ),
+    (ComputeCapability::new(11, 0), "Blackwell (Jetson Thor)"),
+    (
+        ComputeCapability::new(12, 0),
+        "Blackwell (RTX 50xx, RTX PRO 6000)",
+    ),
+    (ComputeCapability::new(12, 1), "Blackwell (DGX Spark GB10)"),
+];
+
+fn has_bf16_tensor_cores(cc: ComputeCapability) -> bool {
+    cc.as_int() >= 80
+}
+
+fn has_fp8_tensor_cores(cc: ComputeCapability) -> bool {
+    cc.as_int() >= 89
+}
+
+/// FP4 (E2M1 with block scales) tensor cores: sm_100, sm_101, sm_103, sm_110, sm_120, sm_121
+/// and anything newer.
+pub fn has_fp4_tensor_cores(cc: ComputeCapability) -> bool {
+    cc.as_int() >= 100
+}
+
+/// Classify `format` on `cc`.
+pub fn capability(cc: ComputeCapability, format: GemmFormat) -> Capability {
+    let newer = if cc.as_int() > 121 {
+        " (newer than rigbench's table; classified like sm_121)"
+    } else {
+        ""
+    };
+    let (support, path, reason): (Support, &str, String) = match format {
+        GemmFormat::Bf16 if has_bf16_tensor_cores(cc) => (
+            Support::Native,
+            "BF16 tensor cores (mma.sync / wgmma / tcgen05), FP32 accumulate",
+            format!("{cc} has BF16 tensor cores{newer}"),
+        ),
+        GemmFormat::Bf16 => (
+            Support::Fallback,
+            "FP16 tensor cores after casting BF16 weights to FP16 (engines refuse --dtype bfloat16)",
+            format!("{cc} has FP16 but no BF16 tensor cores (BF16 mma needs sm_80)"),
+        ),
+        GemmFormat::Fp8 if has_fp8_tensor_cores(cc) => (
+            Support::Native,
+            "FP8 E4M3 tensor cores (mma e4m3 / wgmma / tcgen05), FP32 accumulate",
+            format!("{cc} has FP8 tensor cores (sm_89 and up){newer}"),
+        ),
+        GemmFormat::Fp8 if has_bf16_tensor_cores(cc) => (
+            Support::Fallback,
+            "W8A16 Marlin-style kernel: FP8 weights dequantized to BF16 in the kernel, activations stay BF16",
+            format!("{cc} has no FP8 tensor cores (they start at sm_89)"),
+        ),
+        GemmFormat::Fp8 => (
+            Support::Unsupported,
+            "none",
+            format!("{cc} has no FP8 tensor cores, and Marlin-style weight-only kernels need sm_80"),
+        ),
+        GemmFormat::W4a16 if has_bf16_tensor_cores(cc) => (
+            Support::Native,
+            "W4A16 Marlin-style kernel: E2M1 weights dequantized to BF16 in registers, BF16 tensor cores",
+            format!("W4A16 is a weight-only format; {cc} runs its BF16 arithmetic natively{newer}"),
+        ),
+        GemmFormat::W4a16 => (
+            Support::Unsupported,
+            "none",
+            format!("Marlin-style W4A16 kernels need BF16 tensor cores and cp.async (sm_80); {cc} has neither"),
+        ),
+        GemmFormat::W4a4 if has_fp4_tensor_cores(cc) => (
+            Support::Native,
+            if cc.major == 12 {
+                "FP4 tensor cores (mma.sync block_scale kind::mxf4nvf4, UE4M3 scales per 16)"
+            } else {
+                "FP4 tensor cores (tcgen05.mma kind::mxf4nvf4, UE4M3 scales per 16)"
+            },
+            format!("{cc} has FP4 tensor cores (sm_100 and up){newer}"),
+        ),
+        GemmFormat::W4a4 if has_bf16_tensor_cores(cc) => (
+            Support::Fallback,
+            "W4A16 Marlin-style path, weights only: E2M1 weights dequantized to BF16, activations stay BF16 (input_scale unused)",
+            format!("{cc} has no FP4 tensor cores (they start at sm_100)"),
+        ),
+        GemmFormat::W4a4 => (
+            Support::Unsupported,
+            "none",
+            format!("{cc} has no FP4 tensor cores, and the W4A16 fallback needs sm_80"),
+        ),
+    };
+    Capability {
+        format,
+        support,
+        path: path.to_string(),
+        reason,
+    }
+}
+
+/// The four formats on one card.
+pub fn table(cc: ComputeCapability) -> Vec<Capability> {
+    GemmFormat::ALL.iter().map(|f| capability(cc, *f)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sup(cc: &str, f: GemmFormat) -> Support {
+        capability(cc.parse().unwrap(), f).support
+    }
+
+    #[test]
+    fn parse_forms() {
+        for s in ["sm_90", "sm90", "9.0", "90", " SM_90 "] {
+            assert_eq!(
+                s.parse::<ComputeCapability>().unwrap(),
+                ComputeCapability::new(9, 0)
+            );
+        }
+        assert_eq!(
+            "12.1".parse::<ComputeCapability>().unwrap().to_string(),
+            "sm_121"
+        );
+        assert!("hopper".parse::<ComputeCapability>().is_err());
+        assert!("sm_".parse::<ComputeCapability>().is_err());
+    }
+
+    #[test]
+    fn fp4_tensor_cores_only_from_sm100() {
+        for cc in ["sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90"] {
+            assert_ne!(sup(cc, GemmFormat::W4a4), Support::Native, "{cc}");
+        }
+        for cc in ["sm_100", "sm_103", "sm_110", "sm_120", "sm_121"] {
+            assert_eq!(sup(cc, GemmFormat::W4a4), Support::Native, "{cc}");
+        }
+    }
+
+    #[test]
+    fn hopper_row() {
+        let t = table("sm_90".parse().unwrap());
+        assert_eq!(t[0].support, Support::Native);
+        assert_eq!(t[1].support, Support::Native);
+        assert_eq!(t[2].support, Support::Native);
+        assert_eq!(t[3].support, Support::Fallback);
+        assert!(t[3].path.contains("W4A16 Marlin-style"));
+        assert!(t[3].reason.contains("no FP4 tensor cores"));
+    }
+
+    #[test]
+    fn ampere_and_turing() {
+        assert_eq!(sup("sm_86", GemmFormat::Fp8), Support::Fallback);
+        assert_eq!(sup("sm_89", GemmFormat::Fp8), Support::Native);
+        assert_eq!(sup("sm_75", GemmFormat::Fp8), Support::Unsupported);
+        assert_eq!(sup("sm_75", GemmFormat::W4a16), Support::Unsupported);
+        assert_eq!(sup("sm_75", GemmFormat::Bf16), Support::Fallback);
+    }
+
+    #[test]
+    fn every_known_cc_has_a_reason_for_every_format() {
+        for (cc, _) in KNOWN {
+            for c in table(*cc) {
+                assert!(!c.reason.is_empty() && !c.path.is_empty());
+                assert!(c.reason.contains(&cc.to_string()), "{:?}", c);
+            }
+        }
+    }
+}
