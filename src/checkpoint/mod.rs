@@ -6,3 +6,8 @@ use serde::{Deserialize, Serialize};
 /// The result of inspecting one checkpoint (filled in by `rigbench inspect`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InspectReport {}
+
+/// Render an inspection as Markdown (terminal output and the report's checkpoint section).
+pub fn render_markdown(_report: &InspectReport) -> String {
+    String::new()
+}

@@ -1,6 +1,7 @@
 //! Reports: the versioned result schema, exporters (JSON, CSV, Markdown), plots, redaction,
 //! and atomic, incremental writing.
 
+pub mod output;
 pub mod redact;
 pub mod schema;
 pub mod table;
