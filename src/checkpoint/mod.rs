@@ -11,3 +11,15 @@ pub struct InspectReport {}
 pub fn render_markdown(_report: &InspectReport) -> String {
     String::new()
 }
+
+/// Options of an inspection (filled in by `rigbench inspect`).
+#[derive(Debug, Clone, Default)]
+pub struct InspectOptions {}
+
+/// Inspect the checkpoint folder `dir`.
+pub fn inspect(dir: &std::path::Path, _opts: &InspectOptions) -> anyhow::Result<InspectReport> {
+    anyhow::bail!(
+        "checkpoint inspection of {} is not implemented yet",
+        dir.display()
+    )
+}

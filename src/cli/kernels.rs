@@ -1,12 +1,171 @@
-//! `rigbench kernels`.
+//! `rigbench kernels`: microkernel benches over a suite's shapes and M sweep.
 
-use crate::ExitStatus;
+use std::path::PathBuf;
+
+use crate::cli::parse_list;
+use crate::formats::GemmFormat;
+use crate::kernels::bench::BenchOptions;
+use crate::kernels::peers::PeerMode;
+use crate::kernels::suite;
+use crate::stats::StoppingRule;
+use crate::{ExitStatus, RigError};
+
+/// Options shared by `kernels` and `report` that select and time the kernel cases.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KernelSelection {
+    /// Suite: a built-in name (qwen3.6-27b, smoke) or a path to a suite TOML file.
+    #[arg(long, default_value = suite::DEFAULT_SUITE)]
+    pub suite: String,
+    /// Formats to bench, comma-separated: bf16, fp8, w4a16, w4a4.
+    #[arg(long, default_value = "bf16,fp8,w4a16,w4a4")]
+    pub formats: String,
+    /// Only these shapes of the suite (comma-separated names).
+    #[arg(long)]
+    pub shapes: Option<String>,
+    /// Override the suite's M values (comma-separated positive integers).
+    #[arg(long)]
+    pub m: Option<String>,
+    /// Stop sampling a case after this many seconds.
+    #[arg(long, default_value_t = 0.25)]
+    pub max_time: f64,
+    /// Stop sampling once σ/mean of the samples is below this (nvbench's stdrel).
+    #[arg(long, default_value_t = 0.01)]
+    pub target_rel_std: f64,
+    /// Minimum samples per case.
+    #[arg(long, default_value_t = 10)]
+    pub min_samples: usize,
+    /// Maximum samples per case.
+    #[arg(long, default_value_t = 200)]
+    pub max_samples: usize,
+    /// Warm-up launches before sampling.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    /// Do not flush L2 before each sample (warm-cache figures; labelled in the report).
+    #[arg(long)]
+    pub warm_l2: bool,
+    /// Run each implementation several times on the same inputs and compare outputs bit for bit.
+    #[arg(long)]
+    pub check_determinism: bool,
+    /// Runs per determinism check.
+    #[arg(long, default_value_t = 5)]
+    pub determinism_runs: usize,
+    /// M values at which the determinism check runs (comma-separated).
+    #[arg(long, default_value = "1,16,64,1024")]
+    pub determinism_m: String,
+    /// Peer providers (scripts/peer_kernels.py: PyTorch cuBLAS, torch._scaled_mm, tinygemm INT4,
+    /// vLLM Marlin NVFP4 when importable).
+    #[arg(long, value_enum, default_value_t = PeerMode::Auto)]
+    pub peers: PeerMode,
+}
+
+impl KernelSelection {
+    /// Validate and resolve into bench options.
+    ///
+    /// # Errors
+    /// [`RigError::BadFlag`] / [`RigError::BadFile`] naming the flag or suite file.
+    pub fn resolve(&self) -> Result<BenchOptions, RigError> {
+        let mut s = suite::load(&self.suite)?;
+        if let Some(sh) = &self.shapes {
+            let names: Vec<String> = parse_list("--shapes", sh)?;
+            s.select_shapes(&names)?;
+        }
+        if let Some(m) = &self.m {
+            let ms: Vec<usize> = parse_list("--m", m)?;
+            if ms.contains(&0) {
+                return Err(RigError::flag("--m", "M must be positive"));
+            }
+            s.m = ms;
+        }
+        let formats: Vec<GemmFormat> = parse_list("--formats", &self.formats)?;
+        if !(self.max_time > 0.0 && self.max_time.is_finite()) {
+            return Err(RigError::flag(
+                "--max-time",
+                "must be a positive number of seconds",
+            ));
+        }
+        if !(self.target_rel_std >= 0.0 && self.target_rel_std < 1.0) {
+            return Err(RigError::flag(
+                "--target-rel-std",
+                "must be in [0, 1), e.g. 0.01 for 1%",
+            ));
+        }
+        if self.min_samples == 0 || self.max_samples < self.min_samples {
+            return Err(RigError::flag(
+                "--min-samples/--max-samples",
+                "need 1 ≤ min ≤ max",
+            ));
+        }
+        let det_m: Vec<usize> = parse_list("--determinism-m", &self.determinism_m)?;
+        Ok(BenchOptions {
+            suite: s,
+            formats,
+            stopping: StoppingRule {
+                min_samples: self.min_samples,
+                max_samples: self.max_samples,
+                target_rel_std: self.target_rel_std,
+                max_time_s: self.max_time,
+            },
+            warmup: self.warmup,
+            cold_l2: !self.warm_l2,
+            tune_samples: 5,
+            determinism_m: if self.check_determinism {
+                det_m
+            } else {
+                Vec::new()
+            },
+            determinism_runs: self.determinism_runs.max(2),
+            peers: self.peers,
+        })
+    }
+}
 
 /// Arguments of `rigbench kernels`.
 #[derive(Debug, clap::Args)]
-pub struct KernelsArgs {}
+pub struct KernelsArgs {
+    /// Case selection and timing.
+    #[command(flatten)]
+    pub sel: KernelSelection,
+    /// Write a report folder here (default: print tables only).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the kernel results as JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not redact host name, user paths and IP addresses.
+    #[arg(long)]
+    pub no_redact: bool,
+}
 
 /// Run `rigbench kernels`.
-pub fn run(_args: KernelsArgs) -> anyhow::Result<ExitStatus> {
-    anyhow::bail!("rigbench kernels is not implemented yet")
+pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
+    let opts = args.sel.resolve()?;
+    let job = crate::report::job::Job {
+        kernels: Some(opts),
+        accuracy: true,
+        checkpoint: None,
+        e2e: None,
+        out: args.out.clone(),
+        rig_label: None,
+        redact: !args.no_redact,
+        write_files: args.out.is_some(),
+    };
+    let results = crate::report::job::run(job)?;
+    if args.json {
+        let mut v = serde_json::to_value(&results.kernels)?;
+        crate::report::redact::Redactor::for_this_host(!args.no_redact).redact_json(&mut v);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        let mut md = String::new();
+        if let Some(k) = &results.kernels {
+            md.push_str(&crate::kernels::render::markdown(k, &[]));
+        }
+        for s in &results.skipped {
+            md.push_str(&format!("- skipped {}: {}\n", s.what, s.reason));
+        }
+        print!(
+            "{}",
+            crate::report::redact::Redactor::for_this_host(!args.no_redact).redact(&md)
+        );
+    }
+    Ok(ExitStatus::Ok)
 }

@@ -1,12 +1,103 @@
-//! `rigbench report`.
+//! `rigbench report`: the main job. Rig probe, the CPU accuracy study, the kernel suite (when a
+//! GPU is present), the checkpoint inspection (`--checkpoint DIR`) and the end-to-end runs against
+//! the built-in runtime, written to `reports/<rig-label>/<UTC timestamp>/`.
 
-use crate::ExitStatus;
+use std::path::PathBuf;
+
+use crate::cli::kernels::KernelSelection;
+use crate::report::job::{self, Job};
+use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench report`.
 #[derive(Debug, clap::Args)]
-pub struct ReportArgs {}
+pub struct ReportArgs {
+    /// Report folder (default: reports/<rig-label>/<UTC timestamp>/).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Rig label for the folder name and baselines (default: from the GPU, e.g. nvidia-h200-sm90).
+    #[arg(long)]
+    pub rig_label: Option<String>,
+    /// Kernel case selection and timing.
+    #[command(flatten)]
+    pub sel: KernelSelection,
+    /// Skip the kernel benches.
+    #[arg(long)]
+    pub no_kernels: bool,
+    /// Skip the end-to-end runs.
+    #[arg(long)]
+    pub no_e2e: bool,
+    /// Also inspect this checkpoint folder (config.json, quantization metadata, safetensors headers).
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    /// Do not redact host names, user paths and IP addresses.
+    #[arg(long)]
+    pub no_redact: bool,
+    /// Re-render report.md, kernels.csv and plots from an existing results.json (or its folder)
+    /// instead of measuring.
+    #[arg(long, value_name = "RESULTS")]
+    pub render: Option<PathBuf>,
+}
 
 /// Run `rigbench report`.
-pub fn run(_args: ReportArgs) -> anyhow::Result<ExitStatus> {
-    anyhow::bail!("rigbench report is not implemented yet")
+pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
+    if let Some(p) = &args.render {
+        let file = if p.is_dir() {
+            p.join("results.json")
+        } else {
+            p.clone()
+        };
+        let results = crate::report::Results::load(&file)?;
+        let dir = crate::report::output::ReportDir::create(
+            Some(file.parent().unwrap_or(std::path::Path::new("."))),
+            &results.rig_label,
+            !args.no_redact,
+        )?;
+        if let Some(k) = &results.kernels {
+            dir.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
+        }
+        job::render_into(&dir, &results)?;
+        eprintln!("rigbench: re-rendered {}", dir.path.display());
+        return Ok(ExitStatus::Ok);
+    }
+    if let Some(l) = &args.rig_label {
+        if l.is_empty() || l.contains(['/', '\\']) || l.starts_with('.') {
+            return Err(RigError::flag(
+                "--rig-label",
+                "use letters, digits, '-', '_' and '.'; no slashes",
+            )
+            .into());
+        }
+    }
+    if let Some(c) = &args.checkpoint {
+        if !c.is_dir() {
+            return Err(
+                RigError::flag("--checkpoint", format!("{} is not a folder", c.display())).into(),
+            );
+        }
+    }
+    let kernels = if args.no_kernels {
+        None
+    } else {
+        Some(args.sel.resolve()?)
+    };
+    let results = job::run(Job {
+        kernels,
+        accuracy: true,
+        checkpoint: args.checkpoint.clone().map(|p| (p, Default::default())),
+        e2e: if args.no_e2e {
+            None
+        } else {
+            Some(Default::default())
+        },
+        out: args.out.clone(),
+        rig_label: args.rig_label.clone(),
+        redact: !args.no_redact,
+        write_files: true,
+    })?;
+    let timed = results.kernels.as_ref().map(|k| k.cases.len()).unwrap_or(0);
+    eprintln!(
+        "rigbench: report complete: {timed} kernel cases timed, {} parts skipped (see report.md)",
+        results.skipped.len()
+    );
+    Ok(ExitStatus::Ok)
 }

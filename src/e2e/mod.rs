@@ -17,3 +17,12 @@ pub fn render_markdown(_results: &E2eResults) -> String {
 pub fn write_plots(_results: &E2eResults, _dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
     Ok(Vec::new())
 }
+
+/// Options of an end-to-end run for the report (filled in by `rigbench e2e`).
+#[derive(Debug, Clone, Default)]
+pub struct E2eOptions {}
+
+/// Run end-to-end measurements for `rigbench report`.
+pub fn run_for_report(_opts: &E2eOptions) -> anyhow::Result<E2eResults> {
+    anyhow::bail!("end-to-end runs are not implemented yet")
+}

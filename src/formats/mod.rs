@@ -8,6 +8,7 @@ pub mod e2m1;
 pub mod e4m3;
 pub mod fp8;
 pub mod nvfp4;
+pub mod w4a16_pack;
 
 use serde::{Deserialize, Serialize};
 

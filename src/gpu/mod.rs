@@ -7,3 +7,7 @@
 pub mod probe;
 
 pub use probe::{libraries, probe_into, LibraryStatus, MIN_DRIVER_CUDA};
+pub mod context;
+pub mod cublaslt;
+
+pub use context::{DevBuf, FuncAttrs, Gpu, KArg, L2Flusher, Module, Timer};

@@ -1,6 +1,122 @@
-//! GEMM implementations behind one trait, checked against a reference before they are timed,
-//! with the stopping rule, roofline figures and the determinism check.
+//! GEMM implementations behind one trait ([`GemmImpl`]), checked against a CPU reference before
+//! they are timed ([`bench`]), with the stopping rule, roofline figures and the determinism
+//! check; the CPU accuracy study of each format ([`accuracy`]); peers from other libraries run
+//! in the same session ([`peers`]); and the report section ([`render`]).
+//!
+//! Convention: `C[M, N] = A[M, K] · W[N, K]ᵀ`, all row-major with K contiguous; M tokens, N output
+//! features, K input features (ARCHITECTURE.md, "Terms").
 
+pub mod accuracy;
+pub mod bench;
+pub mod data;
+pub mod impls;
+pub mod peers;
+pub mod reference;
+pub mod render;
 pub mod schema;
+pub mod suite;
 
 pub use schema::KernelResults;
+
+use crate::formats::GemmFormat;
+use crate::gpu::cublaslt::Lt;
+use crate::gpu::{DevBuf, Gpu, Module};
+use crate::rig::ComputeCapability;
+use suite::Shape;
+
+/// The GPU objects an implementation may use.
+pub struct Env<'a> {
+    /// The device.
+    pub gpu: &'a Gpu,
+    /// cuBLASLt, when the library loads.
+    pub lt: Option<&'a Lt>,
+    /// `kernels/util.cu`.
+    pub util: &'a Module,
+    /// `kernels/w4a16.cu`, when it compiled.
+    pub w4: Option<&'a Module>,
+}
+
+/// Inputs and output for one (shape, M): BF16 activations `[m, k]` generated from `seed_a`
+/// (see [`data::bf16_uniform`] with scale 1), and the BF16 output `[m, n]`.
+pub struct MInputs {
+    /// Tokens.
+    pub m: usize,
+    /// Output features.
+    pub n: usize,
+    /// Input features.
+    pub k: usize,
+    /// Activations, BF16 `[m, k]`.
+    pub act: DevBuf,
+    /// Output, BF16 `[m, n]`.
+    pub out: DevBuf,
+    /// Seed of the activations.
+    pub seed_a: u32,
+}
+
+impl MInputs {
+    /// Activation row `row` as exact f64 values (CPU mirror of the GPU data).
+    pub fn act_row(&self, row: usize) -> Vec<f64> {
+        (0..self.k)
+            .map(|kk| data::bf16_uniform((row * self.k + kk) as u32, self.seed_a, 1.0) as f64)
+            .collect()
+    }
+}
+
+/// One GEMM implementation (rigbench's own or a library's).
+///
+/// Life cycle per shape: [`prepare_shape`](GemmImpl::prepare_shape) (weights to the GPU), then
+/// per M: [`prepare_m`](GemmImpl::prepare_m) (plans, buffers; returns how many launch
+/// configurations it offers), [`select`](GemmImpl::select), [`run`](GemmImpl::run) any number of
+/// times, and finally [`release_shape`](GemmImpl::release_shape).
+pub trait GemmImpl {
+    /// Implementation id (`bf16`, `fp8`, `w4a16`, `w4a4`).
+    fn id(&self) -> &'static str;
+    /// The format it computes.
+    fn format(&self) -> GemmFormat;
+    /// Why it cannot run on this card or shape, if so (recorded as a skip).
+    fn unsupported(&self, cc: ComputeCapability, shape: &Shape) -> Option<String>;
+    /// Generate and upload the weights of `shape`.
+    fn prepare_shape(&mut self, env: &Env, shape: &Shape) -> anyhow::Result<()>;
+    /// Free the shape's GPU buffers.
+    fn release_shape(&mut self);
+    /// Prepare for one M; returns the number of launch configurations (≥ 1) to choose from.
+    fn prepare_m(&mut self, env: &Env, inp: &MInputs) -> anyhow::Result<usize>;
+    /// Use configuration `i` (< the count `prepare_m` returned).
+    fn select(&mut self, i: usize);
+    /// Queue one GEMM writing `inp.out`.
+    fn run(&self, env: &Env, inp: &MInputs) -> anyhow::Result<()>;
+    /// What runs now (library and algorithm, or kernel variant and launch shape).
+    fn path(&self) -> String;
+    /// Separately timed parts (e.g. FP8 activation quantization).
+    fn extra_parts(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+    /// Queue one run of an extra part.
+    fn run_extra(&self, _env: &Env, _inp: &MInputs, _part: &str) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// CPU reference at the sampled (row, col) grid, row-major (see [`reference::sampled_gemm`]).
+    fn reference(
+        &self,
+        env: &Env,
+        inp: &MInputs,
+        rows: &[usize],
+        cols: &[usize],
+    ) -> anyhow::Result<Vec<f64>>;
+    /// Named tolerance on `rel_l2`.
+    fn tolerance(&self) -> (&'static str, f64);
+    /// Bytes of the weight stream for `shape` (elements plus scales).
+    fn weight_stream_bytes(&self, shape: &Shape) -> u64 {
+        self.format().weight_stream_bytes(shape.n, shape.k)
+    }
+    /// Kernel resource facts for the report (rigbench's own kernels only).
+    fn kernel_facts(&self, _env: &Env) -> Vec<schema::KernelFacts> {
+        Vec::new()
+    }
+}
+
+/// Launch geometry for a grid-stride kernel over `n` elements.
+pub fn grid_for(gpu: &Gpu, n: usize) -> (u32, u32, u32) {
+    let blocks = n.div_ceil(256).clamp(1, gpu.sm_count.max(1) as usize * 8);
+    (blocks as u32, 1, 1)
+}

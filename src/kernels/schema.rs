@@ -228,8 +228,9 @@ pub struct AccuracyCase {
     pub data: String,
     /// ‖C_format − C_exact‖₂ / ‖C_exact‖₂ where C_exact uses the unquantized f64 operands.
     pub rel_l2_vs_exact: f64,
-    /// The tolerance a kernel of this format is held to against its own dequantized reference.
-    pub kernel_tolerance: f64,
+    /// The tolerance a kernel of this format is held to against its own dequantized reference
+    /// (`None` for formats with no kernel on this build, e.g. emulated W4A4).
+    pub kernel_tolerance: Option<f64>,
     /// Name of that tolerance.
     pub kernel_tolerance_name: String,
 }

@@ -1,6 +1,8 @@
 //! Reports: the versioned result schema, exporters (JSON, CSV, Markdown), plots, redaction,
 //! and atomic, incremental writing.
 
+pub mod job;
+pub mod markdown;
 pub mod output;
 pub mod redact;
 pub mod schema;

@@ -1,0 +1,282 @@
+// rigbench W4A16 NVFP4 GEMM: C[M, N] = A[M, K] (BF16) · W[N, K]^T (NVFP4), BF16 out.
+//
+// Weights are in the layout written by src/formats/w4a16_pack.rs (read its module docs first):
+// per 16-row strip and 64-wide k tile, each lane loads 16 bytes holding its mma.m16n8k16 A
+// fragments for 4 k16 steps (two whole NVFP4 blocks: rows g and g+8, block 4*kt + t), with K
+// permuted inside the tile so that the activations of lane (g, t) are 16 contiguous BF16 values.
+// E2M1 -> BF16 is two integer ops per register (value * 2^-126), times the block scale re-encoded
+// as BF16 (scale * 2^119) in one bf16x2 multiply; the FP32 epilogue applies weight_scale_2 * 2^7.
+// This file mirrors formats::w4a16_pack::{extract_reg, scale_bf16_bits, emulate_warp_tile}.
+//
+// Small M (<= 64): w4a16_nt{NT}_w{WARPS}_n{WN}: weights stream from HBM with 16-byte
+// L1::no_allocate loads, one k-tile pair ahead; activations come through L1; split-K across CTAs
+// (grid.y) with a deterministic fixed-order reduction done by the last CTA of each column of
+// CTAs (threadfence reduction; counters reset themselves).
+// Large M: w4a16_dequant_bf16 writes W' = value*scale*2^-7 as BF16 for a cuBLASLt GEMM.
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#define REG_MASK 0x81C081C0u
+#define R3_MASK_A 0x00400040u
+#define R3_MASK_B 0x81808180u
+#define SCALE_BASE 0x70007000u
+
+__device__ __forceinline__ uint32_t rotl32(uint32_t x, int r) { return __funnelshift_l(x, x, r); }
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&a);
+  __nv_bfloat162 y = *reinterpret_cast<__nv_bfloat162*>(&b);
+  __nv_bfloat162 z = __hmul2(x, y);
+  return *reinterpret_cast<uint32_t*>(&z);
+}
+
+// Byte `b` of the scale word as a bf16x2 pair (scale * 2^119, twice).
+__device__ __forceinline__ uint32_t scale2(uint32_t word, int b) {
+  uint32_t y = __byte_perm(word, 0u, (uint32_t)(b | (4 << 4) | (b << 8) | (4 << 12)));
+  return (y << 4) | SCALE_BASE;
+}
+
+// One k16 step: four A registers from one 32-bit word. a[0], a[2]: row g; a[1], a[3]: row g+8.
+__device__ __forceinline__ void dequant_step(uint32_t q, uint32_t s_lo, uint32_t s_hi, uint32_t a[4]) {
+  uint32_t r0 = q & REG_MASK;
+  uint32_t r1 = rotl32(q, 4) & REG_MASK;
+  uint32_t r2 = rotl32(q, 10) & REG_MASK;
+  uint32_t r3 = (rotl32(q, 6) & R3_MASK_A) | (rotl32(q, 14) & R3_MASK_B);
+  a[0] = bf16x2_mul(r0, s_lo);
+  a[1] = bf16x2_mul(r1, s_hi);
+  a[2] = bf16x2_mul(r2, s_lo);
+  a[3] = bf16x2_mul(r3, s_hi);
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t u4get(const uint4& v, int j) {
+  return j == 0 ? v.x : (j == 1 ? v.y : (j == 2 ? v.z : v.w));
+}
+
+// 16 BF16 activations of token row `row` at k = kbase .. kbase+15, zero beyond K or for
+// absent tokens. K is a multiple of 16, so a 16-wide group is wholly in or out.
+__device__ __forceinline__ void load_act16(const __nv_bfloat16* __restrict__ row, bool valid, int kbase, int K, uint32_t b[8]) {
+  if (valid && kbase + 16 <= K) {
+    const uint4* p = reinterpret_cast<const uint4*>(row + kbase);
+    uint4 lo = __ldg(p);
+    uint4 hi = __ldg(p + 1);
+    b[0] = lo.x; b[1] = lo.y; b[2] = lo.z; b[3] = lo.w;
+    b[4] = hi.x; b[5] = hi.y; b[6] = hi.z; b[7] = hi.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) b[i] = 0u;
+  }
+}
+
+template <int NT, int WARPS, int WN>
+__device__ __forceinline__ void w4a16_body(
+    const uint4* __restrict__ wq, const uint32_t* __restrict__ sc, const __nv_bfloat16* __restrict__ act,
+    __nv_bfloat16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ counters,
+    int M, int N, int K, int strips, int kt_n, int splits, int pairs_per_split, float out_scale) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int strip0 = (blockIdx.x * WARPS + warp) * WN;
+  const int pairs = kt_n >> 1;
+  const int pair0 = blockIdx.y * pairs_per_split;
+  const int pair1 = min(pairs, pair0 + pairs_per_split);
+
+  float acc[WN][NT][4];
+#pragma unroll
+  for (int r = 0; r < WN; ++r)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.f;
+
+  const __nv_bfloat16* arow[NT];
+  bool aval[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    int m = nt * 8 + g;
+    aval[nt] = m < M;
+    arow[nt] = act + (size_t)(aval[nt] ? m : 0) * K;
+  }
+  bool sok[WN];
+#pragma unroll
+  for (int r = 0; r < WN; ++r) sok[r] = strip0 + r < strips;
+
+  // Register double buffer: one k-tile pair of weights and scales ahead.
+  uint4 wcur[WN][2], wnxt[WN][2];
+  uint32_t scur[WN], snxt[WN];
+  auto load_pair = [&](int pr, uint4 w[WN][2], uint32_t s[WN]) {
+#pragma unroll
+    for (int r = 0; r < WN; ++r) {
+      if (sok[r] && pr < pair1) {
+        const size_t strip = (size_t)(strip0 + r);
+        s[r] = __ldg(&sc[(strip * pairs + pr) * 32 + lane]);
+        w[r][0] = ld_stream(&wq[(strip * kt_n + 2 * pr) * 32 + lane]);
+        w[r][1] = ld_stream(&wq[(strip * kt_n + 2 * pr + 1) * 32 + lane]);
+      } else {
+        s[r] = 0u;
+        w[r][0] = make_uint4(0u, 0u, 0u, 0u);
+        w[r][1] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  };
+  load_pair(pair0, wcur, scur);
+  for (int pr = pair0; pr < pair1; ++pr) {
+    load_pair(pr + 1, wnxt, snxt);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int kbase = (2 * pr + h) * 64 + 16 * t;
+      uint32_t b[NT][8];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) load_act16(arow[nt], aval[nt], kbase, K, b[nt]);
+#pragma unroll
+      for (int r = 0; r < WN; ++r) {
+        const uint32_t s_lo = scale2(scur[r], 2 * h);
+        const uint32_t s_hi = scale2(scur[r], 2 * h + 1);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t a[4];
+          dequant_step(u4get(wcur[r][h], j), s_lo, s_hi, a);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[r][nt], a, b[nt][2 * j], b[nt][2 * j + 1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < WN; ++r) {
+      scur[r] = snxt[r];
+      wcur[r][0] = wnxt[r][0];
+      wcur[r][1] = wnxt[r][1];
+    }
+  }
+
+  if (gridDim.y == 1) {
+#pragma unroll
+    for (int r = 0; r < WN; ++r)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int n = (strip0 + r) * 16 + g + (i >= 2 ? 8 : 0);
+          const int m = nt * 8 + 2 * t + (i & 1);
+          if (sok[r] && n < N && m < M) out[(size_t)m * N + n] = __float2bfloat16_rn(acc[r][nt][i] * out_scale);
+        }
+    return;
+  }
+
+  float* wsp = ws + (size_t)blockIdx.y * M * N;
+#pragma unroll
+  for (int r = 0; r < WN; ++r)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int n = (strip0 + r) * 16 + g + (i >= 2 ? 8 : 0);
+        const int m = nt * 8 + 2 * t + (i & 1);
+        if (sok[r] && n < N && m < M) wsp[(size_t)m * N + n] = acc[r][nt][i];
+      }
+  __threadfence();
+  __syncthreads();
+  __shared__ unsigned s_last;
+  if (threadIdx.x == 0) {
+    unsigned prev = atomicAdd(&counters[blockIdx.x], 1u);
+    s_last = (prev == (unsigned)(splits - 1)) ? 1u : 0u;
+  }
+  __syncthreads();
+  if (s_last == 0u) return;
+  __threadfence();
+  const int n_lo = blockIdx.x * WARPS * WN * 16;
+  const int n_hi = min(N, n_lo + WARPS * WN * 16);
+  const int rows = n_hi - n_lo;
+  const int total = rows * M;
+  for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+    const int m = idx / rows;
+    const int n = n_lo + idx % rows;
+    float s = 0.f;
+    for (int sp = 0; sp < splits; ++sp) s += __ldcg(&ws[((size_t)sp * M + m) * N + n]);
+    out[(size_t)m * N + n] = __float2bfloat16_rn(s * out_scale);
+  }
+  if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
+}
+
+#define W4A16_KERNEL(NT, WARPS, WN)                                                                        \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32) w4a16_nt##NT##_w##WARPS##_n##WN(                \
+      const uint4* __restrict__ wq, const uint32_t* __restrict__ sc, const __nv_bfloat16* __restrict__ act, \
+      __nv_bfloat16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ counters, int M,       \
+      int N, int K, int strips, int kt_n, int splits, int pairs_per_split, float out_scale) {               \
+    w4a16_body<NT, WARPS, WN>(wq, sc, act, out, ws, counters, M, N, K, strips, kt_n, splits,              \
+                              pairs_per_split, out_scale);                                                 \
+  }
+
+W4A16_KERNEL(1, 4, 1)
+W4A16_KERNEL(1, 8, 1)
+W4A16_KERNEL(1, 4, 2)
+W4A16_KERNEL(1, 8, 2)
+W4A16_KERNEL(2, 4, 1)
+W4A16_KERNEL(2, 8, 1)
+W4A16_KERNEL(2, 4, 2)
+W4A16_KERNEL(2, 8, 2)
+W4A16_KERNEL(4, 4, 1)
+W4A16_KERNEL(4, 8, 1)
+W4A16_KERNEL(4, 4, 2)
+W4A16_KERNEL(4, 8, 2)
+W4A16_KERNEL(8, 4, 1)
+W4A16_KERNEL(8, 8, 1)
+W4A16_KERNEL(8, 4, 2)
+W4A16_KERNEL(8, 8, 2)
+
+// Large M: W'[N, K] = value * scale * 2^-7 (BF16, exact), one thread per (strip, k tile, lane).
+extern "C" __global__ void w4a16_dequant_bf16(const uint4* __restrict__ wq, const uint32_t* __restrict__ sc,
+                                              __nv_bfloat16* __restrict__ wout, int N, int K, int strips,
+                                              int kt_n) {
+  const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t total = (size_t)strips * kt_n * 32;
+  if (idx >= total) return;
+  const int lane = (int)(idx & 31);
+  const int kt = (int)((idx >> 5) % kt_n);
+  const int strip = (int)(idx / ((size_t)32 * kt_n));
+  const int g = lane >> 2, t = lane & 3;
+  const int k0 = kt * 64 + 16 * t;
+  if (k0 + 16 > K) return;
+  const uint4 w = __ldg(&wq[idx]);
+  const uint32_t sw = __ldg(&sc[((size_t)strip * (kt_n >> 1) + (kt >> 1)) * 32 + lane]);
+  const uint32_t s_lo = scale2(sw, 2 * (kt & 1));
+  const uint32_t s_hi = scale2(sw, 2 * (kt & 1) + 1);
+  uint32_t lo[8], hi[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint32_t a[4];
+    dequant_step(u4get(w, j), s_lo, s_hi, a);
+    lo[2 * j] = a[0];
+    lo[2 * j + 1] = a[2];
+    hi[2 * j] = a[1];
+    hi[2 * j + 1] = a[3];
+  }
+  const int row_lo = strip * 16 + g;
+  const int row_hi = row_lo + 8;
+  if (row_lo < N) {
+    uint4* p = reinterpret_cast<uint4*>(wout + (size_t)row_lo * K + k0);
+    p[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    p[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+  }
+  if (row_hi < N) {
+    uint4* p = reinterpret_cast<uint4*>(wout + (size_t)row_hi * K + k0);
+    p[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    p[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+  }
+}

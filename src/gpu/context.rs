@@ -1,0 +1,421 @@
+//! A CUDA context on device 0 with one stream, raw device buffers, NVRTC modules, event timing
+//! and the L2 flush. Opening it probes the libraries first, so it returns an error (never
+//! panics) on a machine without CUDA.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
+    LaunchConfig, PushKernelArg,
+};
+
+use super::probe::{check_driver_version, cuda_include_dir, libraries};
+use crate::rig::ComputeCapability;
+use crate::RigError;
+
+fn cuda_err(context: &str, e: impl std::fmt::Debug) -> RigError {
+    RigError::Cuda {
+        context: context.to_string(),
+        message: format!("{e:?}"),
+    }
+}
+
+/// An open GPU: context, one stream, and the device facts kernels need.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    /// Compute capability.
+    pub cc: ComputeCapability,
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// L2 size, bytes.
+    pub l2_bytes: u64,
+    /// Device name.
+    pub name: String,
+    /// CUDA include folder for NVRTC, if found.
+    pub include_dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gpu({} {})", self.name, self.cc)
+    }
+}
+
+/// A device allocation of `bytes` bytes (freed on drop).
+pub struct DevBuf {
+    _slice: CudaSlice<u8>,
+    ptr: u64,
+    bytes: usize,
+}
+
+impl DevBuf {
+    /// The raw device pointer (valid while `self` lives).
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Gpu {
+    /// Open device 0. Checks the driver, NVRTC and cuBLASLt libraries and the driver's CUDA
+    /// version before any other CUDA call.
+    ///
+    /// # Errors
+    /// [`RigError::NoGpu`] naming what is missing (driver, device, version).
+    pub fn open() -> Result<Self, RigError> {
+        let libs = libraries();
+        if !libs.driver {
+            return Err(RigError::NoGpu(
+                "no CUDA driver found (libcuda.so could not be loaded)".into(),
+            ));
+        }
+        cudarc::driver::result::init()
+            .map_err(|e| RigError::NoGpu(format!("cuInit failed: {e:?}")))?;
+        check_driver_version().map_err(RigError::NoGpu)?;
+        let n = cudarc::driver::result::device::get_count().unwrap_or(0);
+        if n <= 0 {
+            return Err(RigError::NoGpu("the CUDA driver reports no GPU".into()));
+        }
+        let ctx = CudaContext::new(0).map_err(|e| cuda_err("creating the CUDA context", e))?;
+        // One stream only: rigbench orders its own work, and the timing events must not have
+        // cudarc's tracking events recorded between them.
+        // SAFETY: all buffers are used on this one stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let attr = |a| ctx.attribute(a).unwrap_or(0);
+        let cc = ComputeCapability::new(
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) as u32,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) as u32,
+        );
+        Ok(Self {
+            sm_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) as u32,
+            l2_bytes: attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) as u64,
+            name: ctx.name().unwrap_or_default(),
+            include_dir: cuda_include_dir(),
+            cc,
+            ctx,
+            stream,
+        })
+    }
+
+    /// The stream all work runs on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Free and total device memory, bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize), RigError> {
+        self.ctx
+            .mem_get_info()
+            .map_err(|e| cuda_err("cuMemGetInfo", e))
+    }
+
+    /// Allocate `bytes` bytes (uninitialised).
+    pub fn alloc(&self, bytes: usize) -> Result<DevBuf, RigError> {
+        let bytes_alloc = bytes.max(1);
+        // SAFETY: the memory is written before it is read by every user of DevBuf.
+        let slice = unsafe { self.stream.alloc::<u8>(bytes_alloc) }
+            .map_err(|e| cuda_err(&format!("allocating {bytes} bytes"), e))?;
+        let ptr = slice.device_ptr(&self.stream).0;
+        Ok(DevBuf {
+            _slice: slice,
+            ptr,
+            bytes,
+        })
+    }
+
+    /// Allocate and copy `host` to the device.
+    pub fn upload<T: cudarc::driver::DeviceRepr>(&self, host: &[T]) -> Result<DevBuf, RigError> {
+        let bytes = std::mem::size_of_val(host);
+        let buf = self.alloc(bytes)?;
+        if bytes > 0 {
+            // SAFETY: `buf` holds at least `bytes` bytes; `host` is a valid slice of that size.
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(buf.ptr, host, self.stream.cu_stream())
+            }
+            .map_err(|e| cuda_err("host-to-device copy", e))?;
+        }
+        self.sync()?;
+        Ok(buf)
+    }
+
+    /// Copy `n` elements of `T` from `buf` (starting at element `offset`) to the host.
+    pub fn download<T: cudarc::driver::DeviceRepr + Default + Clone>(
+        &self,
+        buf: &DevBuf,
+        offset: usize,
+        n: usize,
+    ) -> Result<Vec<T>, RigError> {
+        let sz = std::mem::size_of::<T>();
+        if (offset + n) * sz > buf.bytes {
+            return Err(cuda_err("download", "range past the end of the buffer"));
+        }
+        let mut out = vec![T::default(); n];
+        if n > 0 {
+            // SAFETY: range checked above; `out` has room for n elements.
+            unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(
+                    &mut out,
+                    buf.ptr + (offset * sz) as u64,
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(|e| cuda_err("device-to-host copy", e))?;
+        }
+        self.sync()?;
+        Ok(out)
+    }
+
+    /// Fill `buf` with `byte` (asynchronous, on the stream).
+    pub fn memset(&self, buf: &DevBuf, byte: u8) -> Result<(), RigError> {
+        // SAFETY: writes exactly buf.bytes bytes of a live allocation.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                buf.ptr,
+                byte,
+                buf.bytes,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| cuda_err("memset", e))
+    }
+
+    /// Device-to-device copy of `bytes` bytes (asynchronous).
+    pub fn copy_d2d(&self, dst: &DevBuf, src: &DevBuf, bytes: usize) -> Result<(), RigError> {
+        if bytes > dst.bytes || bytes > src.bytes {
+            return Err(cuda_err("copy", "size larger than a buffer"));
+        }
+        // SAFETY: sizes checked.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                dst.ptr,
+                src.ptr,
+                bytes,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| cuda_err("device-to-device copy", e))
+    }
+
+    /// Wait for all queued work; surfaces asynchronous kernel errors.
+    pub fn sync(&self) -> Result<(), RigError> {
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda_err("stream synchronize", e))
+    }
+
+    /// Compile CUDA C++ `source` with NVRTC for this card and load the named kernels.
+    ///
+    /// # Errors
+    /// NVRTC missing, the CUDA headers not found, a compile error (with NVRTC's log), or a
+    /// kernel name not in the module.
+    pub fn compile(&self, name: &str, source: &str, kernels: &[&str]) -> Result<Module, RigError> {
+        if !libraries().nvrtc {
+            return Err(RigError::NoGpu(
+                "NVRTC (libnvrtc.so) not found: cannot build rigbench's kernels".into(),
+            ));
+        }
+        let include = self.include_dir.clone().ok_or_else(|| {
+            RigError::NoGpu(
+                "CUDA headers (cuda_bf16.h) not found: set CUDA_HOME to the CUDA toolkit folder"
+                    .into(),
+            )
+        })?;
+        let arch = format!("--gpu-architecture={}", self.cc.arch_flag());
+        let opts = cudarc::nvrtc::CompileOptions {
+            options: vec![arch.clone(), "--std=c++17".into(), "-lineinfo".into()],
+            include_paths: vec![include.display().to_string()],
+            name: Some(format!("{name}.cu")),
+            ..Default::default()
+        };
+        let started = std::time::Instant::now();
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
+            .map_err(|e| cuda_err(&format!("NVRTC compile of kernels/{name}.cu"), e))?;
+        let compile_s = started.elapsed().as_secs_f64();
+        let module = self
+            .ctx
+            .load_module(ptx)
+            .map_err(|e| cuda_err(&format!("loading module {name}"), e))?;
+        let mut funcs = HashMap::new();
+        for k in kernels {
+            let f = module
+                .load_function(k)
+                .map_err(|e| cuda_err(&format!("kernel {k} in kernels/{name}.cu"), e))?;
+            funcs.insert(k.to_string(), f);
+        }
+        Ok(Module {
+            _module: module,
+            funcs,
+            arch: self.cc.arch_flag(),
+            compile_s,
+        })
+    }
+
+    /// Create a pair of timing events (created with `CU_EVENT_DEFAULT`, so they record time).
+    pub fn timer(&self) -> Result<Timer, RigError> {
+        let mk = || {
+            self.ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| cuda_err("creating a timing event", e))
+        };
+        Ok(Timer {
+            start: mk()?,
+            end: mk()?,
+        })
+    }
+}
+
+/// A loaded NVRTC module and its kernels.
+pub struct Module {
+    _module: Arc<CudaModule>,
+    funcs: HashMap<String, CudaFunction>,
+    /// Architecture compiled for.
+    pub arch: String,
+    /// NVRTC compile time, seconds.
+    pub compile_s: f64,
+}
+
+/// Resource use of one kernel (`cuFuncGetAttribute`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FuncAttrs {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Local memory per thread, bytes.
+    pub local_bytes: u32,
+    /// Static shared memory, bytes.
+    pub static_shared_bytes: u32,
+    /// Max threads per block.
+    pub max_threads_per_block: u32,
+}
+
+impl Module {
+    /// A kernel by name.
+    pub fn func(&self, name: &str) -> Result<&CudaFunction, RigError> {
+        self.funcs
+            .get(name)
+            .ok_or_else(|| cuda_err("kernel lookup", format!("no kernel named {name}")))
+    }
+
+    /// Resource use of a kernel.
+    pub fn attrs(&self, name: &str) -> Result<FuncAttrs, RigError> {
+        let f = self.func(name)?;
+        let get = |a| f.get_attribute(a).map(|v| v as u32).unwrap_or(0);
+        Ok(FuncAttrs {
+            registers: get(CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS),
+            local_bytes: get(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+            static_shared_bytes: get(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+            max_threads_per_block: get(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+            ),
+        })
+    }
+
+    /// Launch kernel `name` on `gpu`'s stream with `args` (raw values: device pointers as u64,
+    /// ints, floats).
+    pub fn launch(
+        &self,
+        gpu: &Gpu,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+        args: &[KArg],
+    ) -> Result<(), RigError> {
+        let f = self.func(name)?;
+        let mut b = gpu.stream.launch_builder(f);
+        for a in args {
+            match a {
+                KArg::Ptr(p) => b.arg(p),
+                KArg::I32(v) => b.arg(v),
+                KArg::U32(v) => b.arg(v),
+                KArg::F32(v) => b.arg(v),
+                KArg::U64(v) => b.arg(v),
+            };
+        }
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: block,
+            shared_mem_bytes: shared_bytes,
+        };
+        // SAFETY: argument lists are built by the callers to match each kernel's signature in
+        // kernels/*.cu; pointers come from live DevBufs.
+        unsafe { b.launch(cfg) }.map_err(|e| cuda_err(&format!("launching {name}"), e))?;
+        Ok(())
+    }
+}
+
+/// A kernel argument.
+#[derive(Debug, Clone, Copy)]
+pub enum KArg {
+    /// Device pointer.
+    Ptr(u64),
+    /// `int`.
+    I32(i32),
+    /// `unsigned`.
+    U32(u32),
+    /// `float`.
+    F32(f32),
+    /// `unsigned long long`.
+    U64(u64),
+}
+
+/// Two CUDA events around a region of work on the stream.
+pub struct Timer {
+    start: CudaEvent,
+    end: CudaEvent,
+}
+
+impl Timer {
+    /// Record the start event.
+    pub fn start(&self, gpu: &Gpu) -> Result<(), RigError> {
+        self.start
+            .record(&gpu.stream)
+            .map_err(|e| cuda_err("event record", e))
+    }
+
+    /// Record the end event, wait for it, and return the elapsed time in seconds.
+    pub fn stop(&self, gpu: &Gpu) -> Result<f64, RigError> {
+        self.end
+            .record(&gpu.stream)
+            .map_err(|e| cuda_err("event record", e))?;
+        let ms = self
+            .start
+            .elapsed_ms(&self.end)
+            .map_err(|e| cuda_err("event elapsed time (a kernel may have failed)", e))?;
+        Ok(ms as f64 * 1e-3)
+    }
+}
+
+/// Evicts L2 before a cold sample by writing a buffer of at least twice the L2 size
+/// (nvbench's approach: `cudaMemsetAsync` over an L2-sized buffer).
+pub struct L2Flusher {
+    buf: DevBuf,
+}
+
+impl L2Flusher {
+    /// Allocate a flush buffer of `max(2·L2, 64 MiB)` bytes.
+    pub fn new(gpu: &Gpu) -> Result<Self, RigError> {
+        let bytes = (2 * gpu.l2_bytes as usize).max(64 << 20);
+        Ok(Self {
+            buf: gpu.alloc(bytes)?,
+        })
+    }
+
+    /// Bytes written per flush.
+    pub fn bytes(&self) -> u64 {
+        self.buf.bytes() as u64
+    }
+
+    /// Queue the flush on the stream.
+    pub fn flush(&self, gpu: &Gpu) -> Result<(), RigError> {
+        gpu.memset(&self.buf, 0)
+    }
+}

@@ -1,0 +1,423 @@
+//! `w4a16`: rigbench's own W4A16 NVFP4 GEMM (kernels/w4a16.cu): NVFP4 weights (ModelOpt layout,
+//! repacked offline by [`crate::formats::w4a16_pack`]), BF16 activations, BF16 output.
+//!
+//! Two paths, both holding only the 4-bit weights between calls:
+//! - fused (M ≤ 512): E2M1 → BF16 in registers and `mma.sync` BF16 with FP32 accumulation, split-K
+//!   across CTAs with a deterministic fixed-order reduction; M > 64 runs as chunks of 64 tokens;
+//! - dequant + GEMM (M ≥ 128): the weights are expanded to a BF16 scratch buffer and multiplied by
+//!   cuBLASLt, as vLLM's AWQ path does for large batches (`awq_dequantize` + matmul once the
+//!   token count reaches 256). Its time includes the expansion.
+//!
+//! Which path and launch configuration runs is chosen per (shape, M) by measurement among the
+//! candidates below (each checked against the reference first); the report names the choice.
+
+use anyhow::Context;
+
+use crate::formats::nvfp4::Nvfp4Weight;
+use crate::formats::w4a16_pack::{repack, W4a16Packed};
+use crate::formats::{e2m1, e4m3, GemmFormat};
+use crate::gpu::cublaslt::{LtGemm, LtKind};
+use crate::gpu::{DevBuf, KArg};
+use crate::kernels::data::{host_threads, nvfp4_weight};
+use crate::kernels::reference::{sampled_gemm, W4A16_GEMM_REL_L2};
+use crate::kernels::schema::KernelFacts;
+use crate::kernels::suite::Shape;
+use crate::kernels::{Env, GemmImpl, MInputs};
+use crate::rig::ComputeCapability;
+
+/// Seed of the NVFP4 weights.
+pub const SEED_W: u32 = 0x4A16_0001;
+/// Token-tile sizes (8 tokens each) the fused kernel is built for.
+pub const NT_VARIANTS: [usize; 4] = [1, 2, 4, 8];
+/// Warps per CTA variants.
+pub const WARP_VARIANTS: [usize; 2] = [4, 8];
+/// 16-row strips per warp variants.
+pub const WN_VARIANTS: [usize; 2] = [1, 2];
+/// Largest M the fused path is offered for (8 chunks of 64 tokens).
+pub const FUSED_MAX_M: usize = 512;
+/// Smallest M the dequant + GEMM path is offered for.
+pub const DEQUANT_MIN_M: usize = 128;
+
+/// All kernel names in kernels/w4a16.cu.
+pub fn kernel_names() -> Vec<String> {
+    let mut v = Vec::new();
+    for nt in NT_VARIANTS {
+        for w in WARP_VARIANTS {
+            for wn in WN_VARIANTS {
+                v.push(fused_name(nt, w, wn));
+            }
+        }
+    }
+    v.push("w4a16_dequant_bf16".into());
+    v
+}
+
+fn fused_name(nt: usize, warps: usize, wn: usize) -> String {
+    format!("w4a16_nt{nt}_w{warps}_n{wn}")
+}
+
+/// One launch configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Config {
+    /// The fused kernel.
+    Fused {
+        /// Token tiles of 8 per launch.
+        nt: usize,
+        /// Warps per CTA.
+        warps: usize,
+        /// Strips per warp.
+        wn: usize,
+        /// CTAs along K (split-K).
+        splits: usize,
+        /// k-tile pairs per split.
+        pairs_per_split: usize,
+        /// CTAs along N.
+        ctas_x: usize,
+        /// Tokens per launch (M is run as ⌈M / chunk⌉ launches).
+        chunk: usize,
+    },
+    /// Expand to BF16 scratch, then cuBLASLt.
+    DequantGemm,
+}
+
+/// The W4A16 implementation.
+#[derive(Default)]
+pub struct W4a16 {
+    host: Option<Nvfp4Weight>,
+    packed_meta: Option<(usize, usize, usize, usize, f32)>, // n_pad, k_pad, strips, kt_n, out_scale
+    wq: Option<DevBuf>,
+    sc: Option<DevBuf>,
+    scratch: Option<DevBuf>,
+    ws: Option<DevBuf>,
+    counters: Option<DevBuf>,
+    candidates: Vec<Config>,
+    chosen: usize,
+    gemm: Option<LtGemm>,
+    n: usize,
+    k: usize,
+}
+
+impl W4a16 {
+    fn meta(&self) -> anyhow::Result<(usize, usize, usize, usize, f32)> {
+        self.packed_meta.context("w4a16: prepare_shape not called")
+    }
+
+    fn fused_candidates(&self, m: usize, sm: usize) -> anyhow::Result<Vec<Config>> {
+        let (_, _, strips, kt_n, _) = self.meta()?;
+        let chunk = m.min(64);
+        let tiles = chunk.div_ceil(8);
+        let nt = *NT_VARIANTS.iter().find(|v| **v >= tiles).unwrap_or(&8);
+        let pairs = kt_n / 2;
+        let mut out = Vec::new();
+        for warps in WARP_VARIANTS {
+            for wn in WN_VARIANTS {
+                if nt == 8 && wn == 2 && warps == 8 {
+                    continue; // 256 threads × ~200 registers: one CTA per SM at best
+                }
+                let ctas_x = strips.div_ceil(warps * wn);
+                for target in [2 * sm, 6 * sm] {
+                    let splits = target.div_ceil(ctas_x).clamp(1, pairs);
+                    let pps = pairs.div_ceil(splits);
+                    let splits = pairs.div_ceil(pps);
+                    let c = Config::Fused {
+                        nt,
+                        warps,
+                        wn,
+                        splits,
+                        pairs_per_split: pps,
+                        ctas_x,
+                        chunk,
+                    };
+                    if !out.contains(&c) {
+                        out.push(c);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn config(&self) -> anyhow::Result<&Config> {
+        self.candidates
+            .get(self.chosen)
+            .context("w4a16: no configuration selected")
+    }
+}
+
+impl GemmImpl for W4a16 {
+    fn id(&self) -> &'static str {
+        "w4a16"
+    }
+    fn format(&self) -> GemmFormat {
+        GemmFormat::W4a16
+    }
+    fn unsupported(&self, cc: ComputeCapability, shape: &Shape) -> Option<String> {
+        if cc.as_int() < 80 {
+            return Some(format!(
+                "{cc} lacks BF16 mma.sync (sm_80 and up) that the W4A16 kernel uses"
+            ));
+        }
+        (shape.k % 16 != 0)
+            .then(|| format!("NVFP4 needs K to be a multiple of 16; K = {}", shape.k))
+    }
+    fn prepare_shape(&mut self, env: &Env, shape: &Shape) -> anyhow::Result<()> {
+        env.w4.context("kernels/w4a16.cu did not compile")?;
+        let w = nvfp4_weight(shape.n, shape.k, SEED_W, host_threads());
+        let p: W4a16Packed = repack(&w)?;
+        self.wq = Some(env.gpu.upload(&p.weights)?);
+        self.sc = Some(env.gpu.upload(&p.scales)?);
+        self.packed_meta = Some((p.n_pad, p.k_pad, p.strips(), p.k_tiles(), p.out_scale));
+        self.host = Some(w);
+        self.n = shape.n;
+        self.k = shape.k;
+        Ok(())
+    }
+    fn release_shape(&mut self) {
+        *self = Self::default();
+    }
+    fn prepare_m(&mut self, env: &Env, inp: &MInputs) -> anyhow::Result<usize> {
+        let sm = env.gpu.sm_count.max(1) as usize;
+        let mut cands = Vec::new();
+        if inp.m <= FUSED_MAX_M {
+            cands.extend(self.fused_candidates(inp.m, sm)?);
+        }
+        if inp.m >= DEQUANT_MIN_M && env.lt.is_some() {
+            cands.push(Config::DequantGemm);
+        }
+        anyhow::ensure!(
+            !cands.is_empty(),
+            "no W4A16 path for M = {} (cuBLASLt missing)",
+            inp.m
+        );
+        // Buffers for the largest candidate.
+        let mut ws_floats = 0usize;
+        let mut ctas = 0usize;
+        for c in &cands {
+            if let Config::Fused {
+                splits,
+                ctas_x,
+                chunk,
+                ..
+            } = c
+            {
+                if *splits > 1 {
+                    ws_floats = ws_floats.max(splits * chunk * inp.n);
+                }
+                ctas = ctas.max(*ctas_x);
+            }
+        }
+        if ws_floats > 0
+            && self
+                .ws
+                .as_ref()
+                .map(|b| b.bytes() < ws_floats * 4)
+                .unwrap_or(true)
+        {
+            self.ws = Some(env.gpu.alloc(ws_floats * 4)?);
+        }
+        if ctas > 0
+            && self
+                .counters
+                .as_ref()
+                .map(|b| b.bytes() < ctas * 4)
+                .unwrap_or(true)
+        {
+            let c = env.gpu.alloc(ctas * 4)?;
+            env.gpu.memset(&c, 0)?;
+            self.counters = Some(c);
+        }
+        if cands.contains(&Config::DequantGemm) {
+            if self.scratch.is_none() {
+                self.scratch = Some(env.gpu.alloc(self.n * self.k * 2)?);
+            }
+            let lt = env.lt.context("cuBLASLt is not available")?;
+            self.gemm = Some(LtGemm::plan(lt, LtKind::Bf16, inp.m, inp.n, inp.k)?);
+        }
+        self.candidates = cands;
+        self.chosen = 0;
+        Ok(self.candidates.len())
+    }
+    fn select(&mut self, i: usize) {
+        self.chosen = i.min(self.candidates.len().saturating_sub(1));
+    }
+    fn run(&self, env: &Env, inp: &MInputs) -> anyhow::Result<()> {
+        let w4 = env.w4.context("kernels/w4a16.cu did not compile")?;
+        let (_, _, strips, kt_n, out_scale) = self.meta()?;
+        let wq = self.wq.as_ref().context("w4a16: no weights")?;
+        let sc = self.sc.as_ref().context("w4a16: no scales")?;
+        match self.config()? {
+            Config::Fused {
+                nt,
+                warps,
+                wn,
+                splits,
+                pairs_per_split,
+                ctas_x,
+                chunk,
+            } => {
+                let name = fused_name(*nt, *warps, *wn);
+                let ws = self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0);
+                let counters = self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0);
+                let mut m0 = 0;
+                while m0 < inp.m {
+                    let mc = (*chunk).min(inp.m - m0);
+                    w4.launch(
+                        env.gpu,
+                        &name,
+                        (*ctas_x as u32, *splits as u32, 1),
+                        ((*warps * 32) as u32, 1, 1),
+                        0,
+                        &[
+                            KArg::Ptr(wq.ptr()),
+                            KArg::Ptr(sc.ptr()),
+                            KArg::Ptr(inp.act.ptr() + (m0 * inp.k * 2) as u64),
+                            KArg::Ptr(inp.out.ptr() + (m0 * inp.n * 2) as u64),
+                            KArg::Ptr(ws),
+                            KArg::Ptr(counters),
+                            KArg::I32(mc as i32),
+                            KArg::I32(inp.n as i32),
+                            KArg::I32(inp.k as i32),
+                            KArg::I32(strips as i32),
+                            KArg::I32(kt_n as i32),
+                            KArg::I32(*splits as i32),
+                            KArg::I32(*pairs_per_split as i32),
+                            KArg::F32(out_scale),
+                        ],
+                    )?;
+                    m0 += mc;
+                }
+            }
+            Config::DequantGemm => {
+                let scratch = self.scratch.as_ref().context("w4a16: no scratch")?;
+                let threads = strips * kt_n * 32;
+                w4.launch(
+                    env.gpu,
+                    "w4a16_dequant_bf16",
+                    (threads.div_ceil(256) as u32, 1, 1),
+                    (256, 1, 1),
+                    0,
+                    &[
+                        KArg::Ptr(wq.ptr()),
+                        KArg::Ptr(sc.ptr()),
+                        KArg::Ptr(scratch.ptr()),
+                        KArg::I32(inp.n as i32),
+                        KArg::I32(inp.k as i32),
+                        KArg::I32(strips as i32),
+                        KArg::I32(kt_n as i32),
+                    ],
+                )?;
+                let lt = env.lt.context("cuBLASLt is not available")?;
+                let g = self.gemm.as_ref().context("w4a16: no GEMM plan")?;
+                g.run(
+                    lt,
+                    env.gpu,
+                    out_scale,
+                    scratch.ptr(),
+                    inp.act.ptr(),
+                    inp.out.ptr(),
+                )?;
+            }
+        }
+        Ok(())
+    }
+    fn path(&self) -> String {
+        let n = self.candidates.len();
+        let tuned = if n > 1 {
+            format!("; fastest of {n} checked configurations on this card")
+        } else {
+            String::new()
+        };
+        match self.config() {
+            Ok(Config::Fused {
+                nt,
+                warps,
+                wn,
+                splits,
+                chunk,
+                ..
+            }) => format!(
+                "rigbench fused W4A16 (E2M1→BF16 in registers, mma.sync m16n8k16 BF16/FP32): {} tokens/launch, {warps} warps/CTA, {wn} strip(s)/warp, split-K {splits}{}{tuned}",
+                chunk.min(&(nt * 8)),
+                if *splits > 1 { " (deterministic fixed-order reduction)" } else { "" }
+            ),
+            Ok(Config::DequantGemm) => format!(
+                "rigbench dequant NVFP4→BF16 scratch + {}{tuned}",
+                self.gemm.as_ref().map(|g| g.description.as_str()).unwrap_or("cuBLASLt BF16")
+            ),
+            Err(_) => String::new(),
+        }
+    }
+    fn reference(
+        &self,
+        _env: &Env,
+        inp: &MInputs,
+        rows: &[usize],
+        cols: &[usize],
+    ) -> anyhow::Result<Vec<f64>> {
+        let w = self.host.as_ref().context("w4a16: no host weights")?;
+        let k = self.k;
+        let bpr = k / 16;
+        let g = w.global_scale as f64;
+        let w_row = |n: usize| -> Vec<f64> {
+            (0..k)
+                .map(|kk| {
+                    let s = e4m3::decode(w.block_scales[n * bpr + kk / 16]) as f64;
+                    e2m1::decode(w.code(n, kk)) as f64 * s * g
+                })
+                .collect()
+        };
+        Ok(sampled_gemm(rows, cols, k, &|m| inp.act_row(m), &w_row))
+    }
+    fn tolerance(&self) -> (&'static str, f64) {
+        ("W4A16_GEMM_REL_L2", W4A16_GEMM_REL_L2)
+    }
+    fn kernel_facts(&self, env: &Env) -> Vec<KernelFacts> {
+        let Some(w4) = env.w4 else { return Vec::new() };
+        kernel_names()
+            .iter()
+            .filter_map(|name| {
+                let a = w4.attrs(name).ok()?;
+                let threads = name
+                    .split("_w")
+                    .nth(1)
+                    .and_then(|s| s.split('_').next())
+                    .and_then(|w| w.parse::<u32>().ok())
+                    .map(|w| w * 32)
+                    .unwrap_or(256);
+                Some(KernelFacts {
+                    name: name.clone(),
+                    registers: a.registers,
+                    local_bytes: a.local_bytes,
+                    static_shared_bytes: a.static_shared_bytes,
+                    dynamic_shared_bytes: 0,
+                    threads_per_block: threads,
+                    max_threads_per_block: a.max_threads_per_block,
+                    arch: w4.arch.clone(),
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_match_the_cuda_source() {
+        let src = include_str!("../../../kernels/w4a16.cu");
+        for name in kernel_names() {
+            if let Some(rest) = name.strip_prefix("w4a16_nt") {
+                // W4A16_KERNEL(NT, WARPS, WN)
+                let parts: Vec<&str> = rest
+                    .split(['_', 'w', 'n'])
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                let inst = format!("W4A16_KERNEL({}, {}, {})", parts[0], parts[1], parts[2]);
+                assert!(src.contains(&inst), "{inst} missing from w4a16.cu");
+            } else {
+                assert!(src.contains(&name), "{name} missing");
+            }
+        }
+    }
+}

@@ -1,0 +1,846 @@
+//! The kernel section of a report: Markdown tables (per shape: rows M, columns implementations
+//! with time and speedup vs `bf16`), crossover points, the W4A16 targets, kernel facts,
+//! determinism, the CPU accuracy study, skips; `kernels.csv`; and SVG plots (plotters).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::schema::{KernelCase, KernelResults};
+use crate::report::table::{human_bytes, human_seconds, markdown_table};
+
+/// Column key of a case: `bf16`, or `torch:torch.matmul` for peers.
+fn col_key(c: &KernelCase) -> String {
+    if c.provider == "rigbench" {
+        c.implementation.clone()
+    } else {
+        format!("{}:{}", c.provider, c.implementation)
+    }
+}
+
+/// Shapes in suite order with their cases indexed by (column, M).
+type ShapeCases<'a> = Vec<(String, BTreeMap<(String, usize), &'a KernelCase>)>;
+
+fn by_shape(k: &KernelResults) -> ShapeCases<'_> {
+    let mut order: Vec<String> = Vec::new();
+    let mut map: BTreeMap<String, BTreeMap<(String, usize), &KernelCase>> = BTreeMap::new();
+    for c in &k.cases {
+        if !order.contains(&c.shape) {
+            order.push(c.shape.clone());
+        }
+        map.entry(c.shape.clone())
+            .or_default()
+            .insert((col_key(c), c.m), c);
+    }
+    order
+        .into_iter()
+        .map(|s| {
+            let m = map.remove(&s).unwrap_or_default();
+            (s, m)
+        })
+        .collect()
+}
+
+fn columns(cases: &BTreeMap<(String, usize), &KernelCase>) -> Vec<String> {
+    let rank = |c: &str| match c {
+        "bf16" => 0,
+        "fp8" => 1,
+        "w4a16" => 2,
+        "w4a4" => 3,
+        _ => 4,
+    };
+    let mut cols: Vec<String> = cases.keys().map(|(c, _)| c.clone()).collect();
+    cols.sort_by_key(|c| (rank(c), c.clone()));
+    cols.dedup();
+    cols
+}
+
+/// Intervals of M where `a` is faster than `b` (both measured), as text.
+pub fn crossover(a: &str, b: &str, points: &[(usize, f64, f64)]) -> Option<String> {
+    if points.is_empty() {
+        return None;
+    }
+    let mut segs: Vec<(bool, usize, usize)> = Vec::new();
+    for &(m, ta, tb) in points {
+        let faster = ta < tb;
+        match segs.last_mut() {
+            Some(s) if s.0 == faster => s.2 = m,
+            _ => segs.push((faster, m, m)),
+        }
+    }
+    let fmt = |s: &(bool, usize, usize)| {
+        if s.1 == s.2 {
+            format!("M = {}", s.1)
+        } else {
+            format!("M = {}…{}", s.1, s.2)
+        }
+    };
+    let wins: Vec<String> = segs.iter().filter(|s| s.0).map(fmt).collect();
+    Some(if wins.is_empty() {
+        format!("{a} is never faster than {b} here")
+    } else if segs.len() == 1 {
+        format!(
+            "{a} is faster than {b} at every M measured ({})",
+            fmt(&segs[0])
+        )
+    } else if segs[0].0 && segs.len() == 2 {
+        format!(
+            "{a} is faster than {b} up to M = {}; {b} is faster from M = {}",
+            segs[0].2, segs[1].1
+        )
+    } else {
+        format!("{a} is faster than {b} at {}", wins.join(", "))
+    })
+}
+
+fn cell(c: Option<&&KernelCase>) -> String {
+    match c {
+        None => "—".into(),
+        Some(c) => {
+            let mut s = human_seconds(c.timing.median_s);
+            if let Some(x) = c.derived.speedup_vs_bf16 {
+                s.push_str(&format!(" ({x:.2}×)"));
+            }
+            s
+        }
+    }
+}
+
+/// The kernel section as Markdown; `plots` are file names written next to report.md.
+pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
+    let mut o = String::new();
+    o.push_str(&format!("## Kernels: suite `{}`\n\n", k.suite.name));
+    if !k.suite.description.is_empty() {
+        o.push_str(&format!("{}\n\n", k.suite.description));
+    }
+    o.push_str("GEMM `C[M, N] = A[M, K] · W[N, K]ᵀ`, BF16 output. Times are medians of CUDA-event samples; the figure in parentheses is the speedup against rigbench's `bf16` (cuBLASLt) case of the same shape and M.\n\n");
+    if let Some(p) = &k.timing_policy {
+        o.push_str(&format!(
+            "Conditions: {}; warm-up {} launches; sampling stops at σ/mean ≤ {:.1}% (after ≥ {} samples), at {} samples, or after {:.2} s; timer: {}.\n",
+            if p.l2_flush_bytes > 0 {
+                format!("cold L2 (a {} write before every sample)", human_bytes(p.l2_flush_bytes))
+            } else {
+                "warm L2 (no flush)".into()
+            },
+            p.warmup_iters,
+            p.stopping.target_rel_std * 100.0,
+            p.stopping.min_samples,
+            p.stopping.max_samples,
+            p.stopping.max_time_s,
+            p.timer
+        ));
+    }
+    if let Some(c) = &k.copy_bandwidth {
+        o.push_str(&format!(
+            "Memory roofline measured in the same run: device-to-device copy of {} at {:.2} TB/s (bytes read + written over the median of {} copies).\n",
+            human_bytes(c.bytes),
+            c.bytes_per_s / 1e12,
+            c.samples
+        ));
+    }
+    o.push('\n');
+    if k.cases.is_empty() {
+        o.push_str("No kernel case was timed on this machine (see the skips below).\n\n");
+    }
+    o.push_str(&targets(k));
+    for (shape, cases) in by_shape(k) {
+        let any = cases.values().next().copied();
+        let (n, kk) = any.map(|c| (c.n, c.k)).unwrap_or((0, 0));
+        o.push_str(&format!("### `{shape}` (N = {n}, K = {kk})\n\n"));
+        let cols = columns(&cases);
+        let mut ms: Vec<usize> = cases.keys().map(|(_, m)| *m).collect();
+        ms.sort_unstable();
+        ms.dedup();
+        let mut headers: Vec<String> = vec!["M".into()];
+        headers.extend(cols.iter().cloned());
+        let has_fp8q = cases
+            .values()
+            .any(|c| c.implementation == "fp8" && !c.extra.is_empty());
+        if has_fp8q {
+            headers.push("fp8 act. quant".into());
+        }
+        headers.push("w4a16 % copy BW".into());
+        headers.push("fastest".into());
+        let mut rows = Vec::new();
+        for m in &ms {
+            let mut r = vec![m.to_string()];
+            for c in &cols {
+                r.push(cell(cases.get(&(c.clone(), *m))));
+            }
+            if has_fp8q {
+                r.push(
+                    cases
+                        .get(&("fp8".into(), *m))
+                        .and_then(|c| c.extra.first())
+                        .map(|e| human_seconds(e.timing.median_s))
+                        .unwrap_or_else(|| "—".into()),
+                );
+            }
+            r.push(
+                cases
+                    .get(&("w4a16".into(), *m))
+                    .and_then(|c| c.derived.pct_copy_bw)
+                    .map(|p| format!("{p:.0}%"))
+                    .unwrap_or_else(|| "—".into()),
+            );
+            let fastest = cols
+                .iter()
+                .filter_map(|c| cases.get(&(c.clone(), *m)).map(|x| (c, x.timing.median_s)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|(c, _)| c.clone())
+                .unwrap_or_default();
+            r.push(fastest);
+            rows.push(r);
+        }
+        let hdr: Vec<&str> = headers.iter().map(String::as_str).collect();
+        o.push_str(&markdown_table(&hdr, &rows));
+        o.push('\n');
+        let pairs = [("w4a16", "fp8"), ("w4a16", "bf16"), ("fp8", "bf16")];
+        let mut lines = Vec::new();
+        for (a, b) in pairs {
+            let pts: Vec<(usize, f64, f64)> = ms
+                .iter()
+                .filter_map(|m| {
+                    let ta = cases.get(&(a.to_string(), *m))?.timing.median_s;
+                    let tb = cases.get(&(b.to_string(), *m))?.timing.median_s;
+                    Some((*m, ta, tb))
+                })
+                .collect();
+            if let Some(t) = crossover(a, b, &pts) {
+                lines.push(format!("- {t}"));
+            }
+        }
+        if !lines.is_empty() {
+            o.push_str("Crossovers:\n\n");
+            o.push_str(&lines.join("\n"));
+            o.push_str("\n\n");
+        }
+        let plot = plot_name(&shape);
+        if plots.contains(&plot) {
+            o.push_str(&format!(
+                "![{shape}: time and weight bandwidth against M]({plot})\n\n"
+            ));
+        }
+    }
+    if plots.contains(&"kernels_fastest.svg".to_string()) {
+        o.push_str("### Fastest format at each M\n\n![fastest implementation per shape and M](kernels_fastest.svg)\n\n");
+    }
+    let paths: Vec<Vec<String>> = k
+        .cases
+        .iter()
+        .filter(|c| c.provider == "rigbench")
+        .map(|c| {
+            vec![
+                c.shape.clone(),
+                c.m.to_string(),
+                c.implementation.clone(),
+                c.path.clone(),
+            ]
+        })
+        .collect();
+    if !paths.is_empty() {
+        o.push_str("### What ran\n\n<details><summary>Path of every rigbench case</summary>\n\n");
+        o.push_str(&markdown_table(&["shape", "M", "impl", "path"], &paths));
+        o.push_str("\n</details>\n\n");
+    }
+    if !k.peers.is_empty() {
+        o.push_str("### Peers\n\nPeer rows (columns named `provider:implementation`) ran in the same session with the same shapes, M values, L2 flush and stopping rule; they are never mixed with rigbench's own rows.\n\n");
+        let rows: Vec<Vec<String>> = k
+            .peers
+            .iter()
+            .map(|p| {
+                vec![
+                    p.provider.clone(),
+                    p.implementations.join(", "),
+                    if p.available { "yes" } else { "no" }.into(),
+                    p.detail.clone(),
+                ]
+            })
+            .collect();
+        o.push_str(&markdown_table(
+            &["provider", "implementations", "ran", "detail"],
+            &rows,
+        ));
+        o.push('\n');
+    }
+    if !k.kernel_facts.is_empty() {
+        o.push_str("### Kernel facts\n\n");
+        let rows: Vec<Vec<String>> = k
+            .kernel_facts
+            .iter()
+            .map(|f| {
+                vec![
+                    f.name.clone(),
+                    f.arch.clone(),
+                    f.registers.to_string(),
+                    f.local_bytes.to_string(),
+                    f.static_shared_bytes.to_string(),
+                    f.threads_per_block.to_string(),
+                ]
+            })
+            .collect();
+        o.push_str(&markdown_table(
+            &[
+                "kernel",
+                "arch",
+                "registers/thread",
+                "local (spill) bytes/thread",
+                "static smem bytes",
+                "threads/block",
+            ],
+            &rows,
+        ));
+        o.push('\n');
+    }
+    if !k.determinism.is_empty() {
+        o.push_str("### Determinism\n\n");
+        let rows: Vec<Vec<String>> = k
+            .determinism
+            .iter()
+            .map(|d| {
+                vec![
+                    d.implementation.clone(),
+                    d.shape.clone(),
+                    d.m.to_string(),
+                    d.runs.to_string(),
+                    if d.bit_exact {
+                        "bit-exact".into()
+                    } else {
+                        format!("CHANGES between runs ({} elements)", d.differing_elements)
+                    },
+                ]
+            })
+            .collect();
+        o.push_str(&markdown_table(
+            &["implementation", "shape", "M", "runs", "outputs"],
+            &rows,
+        ));
+        o.push('\n');
+    }
+    if !k.reference_accuracy.is_empty() {
+        o.push_str("### Accuracy of each format (CPU reference, no GPU involved)\n\n");
+        o.push_str("Relative L2 error of the format's GEMM against the exact product of the unquantized operands. W4A4 here is emulated (quantize, dequantize, multiply): an accuracy figure, never a speed.\n\n");
+        let rows: Vec<Vec<String>> = k
+            .reference_accuracy
+            .iter()
+            .map(|a| {
+                vec![
+                    a.format.display_name().into(),
+                    a.shape.clone(),
+                    a.data.clone(),
+                    format!("{:.2e}", a.rel_l2_vs_exact),
+                ]
+            })
+            .collect();
+        o.push_str(&markdown_table(
+            &["format", "M×N×K", "data", "rel. L2 error vs exact"],
+            &rows,
+        ));
+        o.push('\n');
+    }
+    if !k.skipped.is_empty() {
+        o.push_str("### Skipped kernel cases\n\n");
+        let rows: Vec<Vec<String>> = k
+            .skipped
+            .iter()
+            .map(|s| {
+                vec![
+                    s.provider.clone(),
+                    s.implementation.clone(),
+                    s.shape.clone(),
+                    s.m.map(|m| m.to_string()).unwrap_or_else(|| "all".into()),
+                    s.reason.clone(),
+                ]
+            })
+            .collect();
+        o.push_str(&markdown_table(
+            &["provider", "impl", "shape", "M", "reason"],
+            &rows,
+        ));
+        o.push('\n');
+    }
+    if !k.notes.is_empty() {
+        o.push_str("### Notes\n\n");
+        for n in &k.notes {
+            o.push_str(&format!("- {n}\n"));
+        }
+        o.push('\n');
+    }
+    o
+}
+
+/// The W4A16 targets of issue 4, evaluated on whatever was measured.
+fn targets(k: &KernelResults) -> String {
+    let w: Vec<&KernelCase> = k
+        .cases
+        .iter()
+        .filter(|c| c.provider == "rigbench" && c.implementation == "w4a16")
+        .collect();
+    if w.is_empty() {
+        return String::new();
+    }
+    let find = |impl_: &str, shape: &str, m: usize| {
+        k.cases.iter().find(|c| {
+            c.provider == "rigbench" && c.implementation == impl_ && c.shape == shape && c.m == m
+        })
+    };
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut add = |name: &str, need: f64, vals: Vec<(String, f64)>, unit: &str| {
+        if vals.is_empty() {
+            return;
+        }
+        let (worst_at, worst) = vals
+            .iter()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .cloned()
+            .unwrap_or_default();
+        let met = vals.iter().filter(|v| v.1 >= need).count();
+        rows.push(vec![
+            name.to_string(),
+            format!("{need}{unit}"),
+            format!("{met}/{}", vals.len()),
+            format!("{worst:.2}{unit} ({worst_at})"),
+            if met == vals.len() {
+                "met".into()
+            } else {
+                "NOT met".into()
+            },
+        ]);
+    };
+    let bw: Vec<(String, f64)> = w
+        .iter()
+        .filter(|c| c.m <= 16 && (c.n as f64) * (c.k as f64) >= 25e6)
+        .filter_map(|c| Some((format!("{} M={}", c.shape, c.m), c.derived.pct_copy_bw?)))
+        .collect();
+    add(
+        "M ≤ 16, N·K ≥ 25·10⁶: weight stream ≥ 80% of copy bandwidth",
+        80.0,
+        bw,
+        "%",
+    );
+    let s1: Vec<(String, f64)> = w
+        .iter()
+        .filter(|c| c.m == 1)
+        .filter_map(|c| Some((c.shape.clone(), c.derived.speedup_vs_bf16?)))
+        .collect();
+    add("M = 1: ≥ 3.3× faster than bf16", 3.3, s1, "×");
+    let s2: Vec<(String, f64)> = w
+        .iter()
+        .filter(|c| c.m == 1)
+        .filter_map(|c| {
+            Some((
+                c.shape.clone(),
+                find("fp8", &c.shape, 1)?.timing.median_s / c.timing.median_s,
+            ))
+        })
+        .collect();
+    add("M = 1: ≥ 2.5× faster than fp8", 2.5, s2, "×");
+    let s3: Vec<(String, f64)> = w
+        .iter()
+        .filter(|c| c.m == 64)
+        .filter_map(|c| Some((c.shape.clone(), c.derived.speedup_vs_bf16?)))
+        .collect();
+    add("M = 64: ≥ 2× faster than bf16", 2.0, s3, "×");
+    let s4: Vec<(String, f64)> = w
+        .iter()
+        .filter(|c| c.m >= 1024)
+        .filter_map(|c| {
+            Some((
+                format!("{} M={}", c.shape, c.m),
+                100.0 * c.derived.tflops / find("bf16", &c.shape, c.m)?.derived.tflops,
+            ))
+        })
+        .collect();
+    add("M ≥ 1024: ≥ 80% of bf16 TFLOP/s", 80.0, s4, "%");
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from("### W4A16 targets\n\nEach ratio is measured within this run (same card, same conditions).\n\n");
+    o.push_str(&markdown_table(
+        &["target", "need", "cases meeting it", "worst", "verdict"],
+        &rows,
+    ));
+    o.push('\n');
+    o
+}
+
+/// `kernels.csv`: one row per timed case.
+///
+/// # Errors
+/// Only if the CSV writer fails (in memory).
+pub fn csv(k: &KernelResults) -> anyhow::Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "provider",
+        "implementation",
+        "format",
+        "shape",
+        "m",
+        "n",
+        "k",
+        "median_s",
+        "p10_s",
+        "p90_s",
+        "samples",
+        "rel_std",
+        "stop_reason",
+        "cold_l2",
+        "tflops",
+        "weight_bytes",
+        "weight_bytes_per_s",
+        "pct_copy_bw",
+        "speedup_vs_bf16",
+        "check_rel_l2",
+        "check_tolerance",
+        "sm_clock_mhz",
+        "path",
+    ])?;
+    for c in &k.cases {
+        let opt = |v: Option<f64>| v.map(|x| format!("{x}")).unwrap_or_default();
+        w.write_record([
+            c.provider.clone(),
+            c.implementation.clone(),
+            c.format.id().to_string(),
+            c.shape.clone(),
+            c.m.to_string(),
+            c.n.to_string(),
+            c.k.to_string(),
+            format!("{}", c.timing.median_s),
+            format!("{}", c.timing.p10_s),
+            format!("{}", c.timing.p90_s),
+            c.timing.samples_s.len().to_string(),
+            format!("{}", c.timing.rel_std),
+            c.timing
+                .stop_reason
+                .map(|r| format!("{r:?}"))
+                .unwrap_or_default(),
+            c.timing.cold_l2.to_string(),
+            format!("{}", c.derived.tflops),
+            c.derived.weight_bytes.to_string(),
+            format!("{}", c.derived.weight_bytes_per_s),
+            opt(c.derived.pct_copy_bw),
+            opt(c.derived.speedup_vs_bf16),
+            opt(c.check.as_ref().map(|x| x.value)),
+            opt(c.check.as_ref().map(|x| x.tolerance)),
+            c.sm_clock_mhz.map(|v| v.to_string()).unwrap_or_default(),
+            c.path.clone(),
+        ])?;
+    }
+    Ok(String::from_utf8(w.into_inner()?)?)
+}
+
+/// File name of a shape's plot.
+pub fn plot_name(shape: &str) -> String {
+    format!("kernels_{}.svg", crate::rig::slug(shape))
+}
+
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+/// Write one SVG per shape (time and weight bandwidth against M, with the copy roofline) and the
+/// fastest-format chart; returns the file names.
+///
+/// # Errors
+/// A plot cannot be drawn or written (the error names the file).
+pub fn write_plots(k: &KernelResults, dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let shapes = by_shape(k);
+    for (shape, cases) in &shapes {
+        let name = plot_name(shape);
+        let path = dir.join(&name);
+        draw_shape(
+            shape,
+            cases,
+            k.copy_bandwidth.as_ref().map(|c| c.bytes_per_s),
+            &path,
+        )
+        .map_err(|e| anyhow::anyhow!("cannot draw {}: {e}", path.display()))?;
+        out.push(name);
+    }
+    if !shapes.is_empty() {
+        let path = dir.join("kernels_fastest.svg");
+        draw_fastest(&shapes, &path)
+            .map_err(|e| anyhow::anyhow!("cannot draw {}: {e}", path.display()))?;
+        out.push("kernels_fastest.svg".into());
+    }
+    Ok(out)
+}
+
+type PlotResult = Result<(), Box<dyn std::error::Error>>;
+
+fn draw_shape(
+    shape: &str,
+    cases: &BTreeMap<(String, usize), &KernelCase>,
+    copy_bw: Option<f64>,
+    path: &Path,
+) -> PlotResult {
+    let root = SVGBackend::new(path, (1100, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (left, right) = root.split_horizontally(550);
+    let cols = columns(cases);
+    let ms: Vec<usize> = cases.keys().map(|(_, m)| *m).collect();
+    let (mmin, mmax) = (
+        *ms.iter().min().unwrap_or(&1) as f64,
+        (*ms.iter().max().unwrap_or(&2) as f64).max(2.0),
+    );
+    let times: Vec<f64> = cases
+        .values()
+        .map(|c| c.timing.median_s * 1e6)
+        .filter(|t| *t > 0.0)
+        .collect();
+    let (tmin, tmax) = (
+        times
+            .iter()
+            .cloned()
+            .fold(f64::INFINITY, f64::min)
+            .max(1e-3),
+        times.iter().cloned().fold(0.0, f64::max).max(1e-2),
+    );
+    let (n, kk) = cases.values().next().map(|c| (c.n, c.k)).unwrap_or((0, 0));
+    let mut ch = ChartBuilder::on(&left)
+        .caption(
+            format!("{shape} ({n}×{kk}): median time"),
+            ("sans-serif", 16),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(
+            (mmin..mmax).log_scale(),
+            (tmin * 0.8..tmax * 1.25).log_scale(),
+        )?;
+    ch.configure_mesh()
+        .x_desc("M (tokens)")
+        .y_desc("µs")
+        .draw()?;
+    for (i, col) in cols.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let mut pts: Vec<(f64, f64)> = cases
+            .iter()
+            .filter(|((c, _), _)| c == col)
+            .map(|((_, m), c)| (*m as f64, c.timing.median_s * 1e6))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        ch.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
+            .label(col.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 15, y)], color.stroke_width(2))
+            });
+        ch.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
+    }
+    ch.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+
+    let bws: Vec<f64> = cases
+        .values()
+        .map(|c| c.derived.weight_bytes_per_s / 1e12)
+        .collect();
+    let ymax = bws
+        .iter()
+        .cloned()
+        .fold(copy_bw.unwrap_or(0.0) / 1e12, f64::max)
+        .max(0.1)
+        * 1.15;
+    let mut ch = ChartBuilder::on(&right)
+        .caption(
+            "weight stream bandwidth (bytes of W / time)",
+            ("sans-serif", 16),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d((mmin..mmax).log_scale(), 0.0..ymax)?;
+    ch.configure_mesh()
+        .x_desc("M (tokens)")
+        .y_desc("TB/s")
+        .draw()?;
+    if let Some(bw) = copy_bw {
+        let y = bw / 1e12;
+        ch.draw_series(LineSeries::new(
+            vec![(mmin, y), (mmax, y)],
+            BLACK.stroke_width(1),
+        ))?
+        .label(format!("copy bandwidth {y:.2} TB/s"))
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], BLACK));
+    }
+    for (i, col) in cols.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let mut pts: Vec<(f64, f64)> = cases
+            .iter()
+            .filter(|((c, _), _)| c == col)
+            .map(|((_, m), c)| (*m as f64, c.derived.weight_bytes_per_s / 1e12))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        ch.draw_series(LineSeries::new(pts, color.stroke_width(2)))?;
+    }
+    ch.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn draw_fastest(shapes: &ShapeCases<'_>, path: &Path) -> PlotResult {
+    let mut all_ms: Vec<usize> = shapes
+        .iter()
+        .flat_map(|(_, c)| c.keys().map(|(_, m)| *m))
+        .collect();
+    all_ms.sort_unstable();
+    all_ms.dedup();
+    let mut impls: Vec<String> = Vec::new();
+    let mut grid: Vec<(usize, usize, String)> = Vec::new();
+    for (si, (_, cases)) in shapes.iter().enumerate() {
+        for (mi, m) in all_ms.iter().enumerate() {
+            if let Some((c, _)) = cases
+                .iter()
+                .filter(|((_, mm), _)| mm == m)
+                .map(|((c, _), x)| (c.clone(), x.timing.median_s))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+            {
+                if !impls.contains(&c) {
+                    impls.push(c.clone());
+                }
+                grid.push((si, mi, c));
+            }
+        }
+    }
+    let h = 80 + 40 * shapes.len() as u32;
+    let root = SVGBackend::new(path, (1000, h + 60)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut ch = ChartBuilder::on(&root)
+        .caption("fastest implementation per shape and M", ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(110)
+        .build_cartesian_2d(0f64..all_ms.len() as f64, 0f64..shapes.len() as f64)?;
+    let ms2 = all_ms.clone();
+    let names: Vec<String> = shapes.iter().map(|(s, _)| s.clone()).collect();
+    ch.configure_mesh()
+        .disable_mesh()
+        .x_labels(all_ms.len())
+        .y_labels(shapes.len())
+        .x_label_formatter(&move |x| {
+            ms2.get(x.floor() as usize)
+                .map(|m| m.to_string())
+                .unwrap_or_default()
+        })
+        .y_label_formatter(&move |y| names.get(y.floor() as usize).cloned().unwrap_or_default())
+        .x_desc("M")
+        .draw()?;
+    for (idx, imp) in impls.iter().enumerate() {
+        let color = PALETTE[idx % PALETTE.len()];
+        ch.draw_series(grid.iter().filter(|g| &g.2 == imp).map(|(si, mi, _)| {
+            Rectangle::new(
+                [
+                    (*mi as f64 + 0.05, *si as f64 + 0.1),
+                    (*mi as f64 + 0.95, *si as f64 + 0.9),
+                ],
+                color.filled(),
+            )
+        }))?
+        .label(imp.clone())
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+    }
+    ch.configure_series_labels()
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::GemmFormat;
+    use crate::kernels::schema::*;
+
+    fn case(imp: &str, shape: &str, m: usize, t: f64) -> KernelCase {
+        KernelCase {
+            provider: "rigbench".into(),
+            implementation: imp.into(),
+            format: imp.parse().unwrap_or(GemmFormat::Bf16),
+            shape: shape.into(),
+            m,
+            n: 64,
+            k: 128,
+            path: "test".into(),
+            check: None,
+            timing: Timing {
+                samples_s: vec![t],
+                median_s: t,
+                p10_s: t,
+                p90_s: t,
+                rel_std: 0.0,
+                stop_reason: None,
+                cold_l2: true,
+            },
+            extra: vec![],
+            derived: Derived {
+                weight_bytes_per_s: 1e12,
+                speedup_vs_bf16: Some(1.0),
+                ..Default::default()
+            },
+            sm_clock_mhz: None,
+            throttle: vec![],
+        }
+    }
+
+    #[test]
+    fn crossover_texts() {
+        let pts = vec![
+            (1, 1.0, 2.0),
+            (16, 1.0, 2.0),
+            (64, 3.0, 2.0),
+            (1024, 3.0, 2.0),
+        ];
+        assert_eq!(
+            crossover("w4a16", "fp8", &pts).unwrap(),
+            "w4a16 is faster than fp8 up to M = 16; fp8 is faster from M = 64"
+        );
+        assert!(crossover("a", "b", &[(1, 3.0, 2.0)])
+            .unwrap()
+            .contains("never"));
+        assert!(crossover("a", "b", &[(1, 1.0, 2.0), (2, 1.0, 2.0)])
+            .unwrap()
+            .contains("every M"));
+    }
+
+    #[test]
+    fn markdown_csv_and_plots_render() {
+        let k = KernelResults {
+            cases: vec![
+                case("bf16", "qkv", 1, 3e-5),
+                case("w4a16", "qkv", 1, 1e-5),
+                case("bf16", "qkv", 64, 4e-5),
+                case("w4a16", "qkv", 64, 2e-5),
+            ],
+            ..Default::default()
+        };
+        let md = markdown(&k, &["kernels_qkv.svg".into()]);
+        assert!(md.contains("### `qkv`") && md.contains("kernels_qkv.svg"));
+        assert!(md.contains("w4a16 is faster than bf16 at every M"));
+        let c = csv(&k).unwrap();
+        assert_eq!(c.lines().count(), 5);
+        let d = tempfile::tempdir().unwrap();
+        let files = write_plots(&k, d.path()).unwrap();
+        assert_eq!(files, vec!["kernels_qkv.svg", "kernels_fastest.svg"]);
+        let svg = std::fs::read_to_string(d.path().join("kernels_qkv.svg")).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("w4a16"));
+    }
+}

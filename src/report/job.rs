@@ -1,0 +1,153 @@
+//! The main job's orchestration, shared by `rigbench report` and `rigbench kernels`: probe the rig,
+//! run the requested parts, and write the report folder incrementally (results.json and
+//! kernels.csv after every case; report.md and plots at the end, or from a saved results.json
+//! with `rigbench report --render`).
+
+use std::path::PathBuf;
+
+use super::output::ReportDir;
+use super::schema::{Results, Skip};
+use crate::kernels::bench::BenchOptions;
+
+/// What to run.
+pub struct Job {
+    /// Kernel benches (run only with a GPU).
+    pub kernels: Option<BenchOptions>,
+    /// The CPU reference accuracy study of each format (runs everywhere).
+    pub accuracy: bool,
+    /// Checkpoint to inspect.
+    pub checkpoint: Option<(PathBuf, crate::checkpoint::InspectOptions)>,
+    /// End-to-end runs.
+    pub e2e: Option<crate::e2e::E2eOptions>,
+    /// Report folder (default `reports/<rig-label>/<timestamp>/`).
+    pub out: Option<PathBuf>,
+    /// Rig label override.
+    pub rig_label: Option<String>,
+    /// Redact host names, user paths and IPs.
+    pub redact: bool,
+    /// Write the report folder (false: results only returned).
+    pub write_files: bool,
+}
+
+/// Run the job; returns the results (also written to the folder when `write_files`).
+///
+/// # Errors
+/// Only for failures that lose the report (the folder cannot be written); failures of parts are
+/// recorded in `Results::skipped`.
+pub fn run(job: Job) -> anyhow::Result<Results> {
+    let rig = crate::rig::probe();
+    let label = job.rig_label.clone().unwrap_or_else(|| rig.label());
+    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    let mut results = Results::new(rig, label.clone(), command_line);
+    let dir = if job.write_files {
+        let d = ReportDir::create(job.out.as_deref(), &label, job.redact)?;
+        eprintln!(
+            "rigbench: writing report to {}",
+            d.redactor().redact(&d.path.display().to_string())
+        );
+        Some(d)
+    } else {
+        None
+    };
+    let save = |r: &Results| -> anyhow::Result<()> {
+        if let Some(d) = &dir {
+            d.write_results(r)?;
+            if let Some(k) = &r.kernels {
+                d.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
+            }
+        }
+        Ok(())
+    };
+    save(&results)?;
+
+    if job.accuracy {
+        let acc = crate::kernels::accuracy::study();
+        results
+            .kernels
+            .get_or_insert_with(Default::default)
+            .reference_accuracy = acc;
+        save(&results)?;
+    }
+
+    if let Some(opts) = &job.kernels {
+        if let Some(reason) = results.rig.gpu_absent_reason.clone() {
+            results.skipped.push(Skip {
+                what: "kernels".into(),
+                reason: format!("{reason}; GPU kernel benches need an NVIDIA GPU with driver ≥ 580 (CUDA 13). The CPU reference accuracy study ran instead."),
+            });
+        } else {
+            let accuracy = results
+                .kernels
+                .as_ref()
+                .map(|k| k.reference_accuracy.clone())
+                .unwrap_or_default();
+            let mut last_err = None;
+            let outcome = crate::kernels::bench::run(opts, |partial| {
+                let mut k = partial.clone();
+                k.reference_accuracy = accuracy.clone();
+                results.kernels = Some(k);
+                if let Err(e) = save(&results) {
+                    last_err = Some(e);
+                }
+            });
+            if let Some(e) = last_err {
+                return Err(e);
+            }
+            match outcome {
+                Ok(mut k) => {
+                    k.reference_accuracy = accuracy;
+                    crate::kernels::peers::run_into(opts, &mut k);
+                    results.kernels = Some(k);
+                }
+                Err(e) => results.skipped.push(Skip {
+                    what: "kernels".into(),
+                    reason: format!("the kernel bench stopped: {e:#} (cases measured before the error are kept)"),
+                }),
+            }
+            save(&results)?;
+        }
+    }
+
+    if let Some((path, opts)) = &job.checkpoint {
+        match crate::checkpoint::inspect(path, opts) {
+            Ok(r) => results.checkpoint = Some(r),
+            Err(e) => results.skipped.push(Skip {
+                what: "checkpoint".into(),
+                reason: format!("{e:#}"),
+            }),
+        }
+        save(&results)?;
+    }
+
+    if let Some(opts) = &job.e2e {
+        match crate::e2e::run_for_report(opts) {
+            Ok(r) => results.e2e = Some(r),
+            Err(e) => results.skipped.push(Skip {
+                what: "e2e".into(),
+                reason: format!("{e:#}"),
+            }),
+        }
+        save(&results)?;
+    }
+
+    results.complete = true;
+    save(&results)?;
+    if let Some(d) = &dir {
+        render_into(d, &results)?;
+    }
+    Ok(results)
+}
+
+/// Write report.md and the plots for `results` into `dir`.
+pub fn render_into(dir: &ReportDir, results: &Results) -> anyhow::Result<()> {
+    let mut plots = Vec::new();
+    if let Some(k) = &results.kernels {
+        plots.extend(crate::kernels::render::write_plots(k, &dir.path)?);
+    }
+    if let Some(e) = &results.e2e {
+        plots.extend(crate::e2e::write_plots(e, &dir.path)?);
+    }
+    let md = super::markdown::render(results, &plots);
+    dir.write_text("report.md", &md)?;
+    Ok(())
+}

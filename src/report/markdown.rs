@@ -1,0 +1,70 @@
+//! `report.md`: the rig report. Order: what this is and its conditions, the rig and its
+//! capability table, kernels, checkpoint, end to end, and everything skipped with its reason.
+
+use super::schema::Results;
+
+/// Render the whole report. `plots` are the file names written next to report.md.
+pub fn render(r: &Results, plots: &[String]) -> String {
+    let mut o = String::new();
+    o.push_str(&format!("# rigbench report: {}\n\n", r.rig_label));
+    o.push_str(&format!(
+        "rigbench {} · results schema v{} · started {} · {}\n\nCommand: `{}`\n\n",
+        r.rigbench_version,
+        r.schema_version,
+        r.created_utc,
+        if r.complete { "run complete" } else { "run INCOMPLETE (interrupted or still running): figures below are what was measured before it stopped" },
+        r.command_line
+    ));
+    o.push_str("Machine-readable: `results.json` (versioned schema, the file `rigbench compare` reads), `kernels.csv`.\n\n");
+    o.push_str(
+        &crate::cli::rig::render(&r.rig, false)
+            .replace("\n## ", "\n### ")
+            .replacen("## Rig", "## Rig", 1),
+    );
+    o.push('\n');
+    if let Some(k) = &r.kernels {
+        o.push_str(&crate::kernels::render::markdown(k, plots));
+    }
+    if let Some(c) = &r.checkpoint {
+        o.push_str("## Checkpoint\n\n");
+        o.push_str(&crate::checkpoint::render_markdown(c));
+        o.push('\n');
+    }
+    if let Some(e) = &r.e2e {
+        o.push_str(&crate::e2e::render_markdown(e));
+        o.push('\n');
+    }
+    if !r.skipped.is_empty() {
+        o.push_str("## Skipped\n\n");
+        for s in &r.skipped {
+            o.push_str(&format!("- **{}**: {}\n", s.what, s.reason));
+        }
+        o.push('\n');
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::schema::Skip;
+
+    #[test]
+    fn renders_skips_and_incomplete_runs() {
+        let mut r = Results::new(
+            Default::default(),
+            "cpu-x86-64".into(),
+            "rigbench report".into(),
+        );
+        r.skipped.push(Skip {
+            what: "kernels".into(),
+            reason: "no CUDA driver found".into(),
+        });
+        let md = render(&r, &[]);
+        assert!(md.contains("# rigbench report: cpu-x86-64"));
+        assert!(md.contains("INCOMPLETE"));
+        assert!(md.contains("**kernels**: no CUDA driver found"));
+        r.complete = true;
+        assert!(render(&r, &[]).contains("run complete"));
+    }
+}
