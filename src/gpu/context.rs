@@ -229,17 +229,7 @@ impl Gpu {
                     .into(),
             )
         })?;
-        let arch = format!("--gpu-architecture={}", self.cc.arch_flag());
-        let opts = cudarc::nvrtc::CompileOptions {
-            options: vec![arch.clone(), "--std=c++17".into(), "-lineinfo".into()],
-            include_paths: vec![include.display().to_string()],
-            name: Some(format!("{name}.cu")),
-            ..Default::default()
-        };
-        let started = std::time::Instant::now();
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
-            .map_err(|e| cuda_err(&format!("NVRTC compile of kernels/{name}.cu"), e))?;
-        let compile_s = started.elapsed().as_secs_f64();
+        let (ptx, compile_s) = nvrtc_compile(name, source, &self.cc.arch_flag(), &include)?;
         let module = self
             .ctx
             .load_module(ptx)
@@ -271,6 +261,36 @@ impl Gpu {
             end: mk()?,
         })
     }
+}
+
+/// Compile CUDA C++ `source` to PTX with NVRTC for `arch` (e.g. `sm_90`), with the CUDA headers
+/// in `include`. Needs only libnvrtc (no GPU). Returns the PTX and the compile time in seconds.
+///
+/// # Errors
+/// NVRTC missing, or a compile error carrying NVRTC's log.
+pub fn nvrtc_compile(
+    name: &str,
+    source: &str,
+    arch: &str,
+    include: &std::path::Path,
+) -> Result<(cudarc::nvrtc::Ptx, f64), RigError> {
+    if !libraries().nvrtc {
+        return Err(RigError::NoGpu("NVRTC (libnvrtc.so) not found".into()));
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        options: vec![
+            format!("--gpu-architecture={arch}"),
+            "--std=c++17".into(),
+            "-lineinfo".into(),
+        ],
+        include_paths: vec![include.display().to_string()],
+        name: Some(format!("{name}.cu")),
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
+        .map_err(|e| cuda_err(&format!("NVRTC compile of kernels/{name}.cu"), e))?;
+    Ok((ptx, started.elapsed().as_secs_f64()))
 }
 
 /// A loaded NVRTC module and its kernels.

@@ -558,3 +558,53 @@ fn determinism(
     }
     Ok((worst == 0, worst as usize))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Compiles both kernel files with NVRTC for sm_90 when libnvrtc and the CUDA headers are
+    /// present (no GPU needed); skips with a reason otherwise.
+    #[test]
+    fn kernels_compile_with_nvrtc_when_available() {
+        if !crate::gpu::libraries().nvrtc {
+            eprintln!("skipped: libnvrtc not found (set LD_LIBRARY_PATH to a CUDA 13 lib folder to run this test)");
+            return;
+        }
+        let Some(inc) = crate::gpu::probe::cuda_include_dir() else {
+            eprintln!("skipped: CUDA headers not found (set CUDA_HOME)");
+            return;
+        };
+        let (ptx, _) = crate::gpu::context::nvrtc_compile("util", UTIL_SRC, "sm_90", &inc)
+            .expect("util.cu compiles");
+        let text = ptx.to_src();
+        for k in UTIL_KERNELS {
+            assert!(text.contains(k), "{k} missing from PTX");
+        }
+        let (ptx, _) = crate::gpu::context::nvrtc_compile("w4a16", W4A16_SRC, "sm_90", &inc)
+            .expect("w4a16.cu compiles");
+        let text = ptx.to_src();
+        assert!(text.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+        assert!(text.contains("ld.global.nc.L1::no_allocate.v4.u32"));
+        for k in impls::w4a16::kernel_names() {
+            assert!(text.contains(&k), "{k} missing from PTX");
+        }
+    }
+}
+
+#[cfg(test)]
+mod dump {
+    /// Writes the PTX of both kernel files to $RIGBENCH_DUMP_PTX (developer aid; no-op when unset).
+    #[test]
+    fn dump_ptx_when_asked() {
+        let Ok(dir) = std::env::var("RIGBENCH_DUMP_PTX") else {
+            return;
+        };
+        let inc = crate::gpu::probe::cuda_include_dir().expect("CUDA headers");
+        for (name, src) in [("util", super::UTIL_SRC), ("w4a16", super::W4A16_SRC)] {
+            let (ptx, _) =
+                crate::gpu::context::nvrtc_compile(name, src, "sm_90", &inc).expect("compiles");
+            std::fs::write(format!("{dir}/{name}.ptx"), ptx.to_src()).expect("write");
+        }
+    }
+}

@@ -70,6 +70,12 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
     }
 
     if let Some(opts) = &job.kernels {
+        results.kernels.get_or_insert_with(Default::default).suite =
+            crate::kernels::schema::SuiteInfo {
+                name: opts.suite.name.clone(),
+                file: opts.suite.file.display().to_string(),
+                description: opts.suite.description.clone(),
+            };
         if let Some(reason) = results.rig.gpu_absent_reason.clone() {
             results.skipped.push(Skip {
                 what: "kernels".into(),
