@@ -112,3 +112,16 @@ extern "C" __global__ void gather_u16(const uint16_t* __restrict__ src, const un
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) dst[i] = src[idx[i]];
 }
+
+// L2 flush by reading a buffer of at least twice the L2 size: afterwards L2 holds only clean lines
+// of this buffer, so the timed kernel starts cold and pays no write-back of dirty lines (a memset
+// flush leaves up to a full L2 of dirty lines whose write-back lands in the timed kernel).
+extern "C" __global__ void l2_flush_read(const uint4* __restrict__ buf, unsigned long long n16, unsigned* __restrict__ sink) {
+  uint32_t x = 0u;
+  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    uint4 v = __ldcg(&buf[i]);
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x9e3779b9u) *sink = x;  // keeps the loads; practically never taken
+}

@@ -103,6 +103,8 @@ __device__ __forceinline__ void w4a16_body(
   const int pairs = kt_n >> 1;
   const int pair0 = blockIdx.y * pairs_per_split;
   const int pair1 = min(pairs, pair0 + pairs_per_split);
+  const int kt0 = 2 * pair0;
+  const int kt1 = 2 * pair1;
 
   float acc[WN][NT][4];
 #pragma unroll
@@ -124,30 +126,29 @@ __device__ __forceinline__ void w4a16_body(
 #pragma unroll
   for (int r = 0; r < WN; ++r) sok[r] = strip0 + r < strips;
 
-  // Register double buffer: one k-tile pair of weights and scales ahead.
-  uint4 wcur[WN][2], wnxt[WN][2];
+  // Register double buffer: the next k tile's weights (and the next pair's scales) are in
+  // flight while the current tile is multiplied.
+  uint4 wcur[WN], wnxt[WN];
   uint32_t scur[WN], snxt[WN];
-  auto load_pair = [&](int pr, uint4 w[WN][2], uint32_t s[WN]) {
+#pragma unroll
+  for (int r = 0; r < WN; ++r) {
+    const size_t strip = (size_t)(strip0 + r);
+    const bool ok = sok[r] && kt0 < kt1;
+    wcur[r] = ok ? ld_stream(&wq[(strip * kt_n + kt0) * 32 + lane]) : make_uint4(0u, 0u, 0u, 0u);
+    scur[r] = ok ? __ldg(&sc[(strip * pairs + pair0) * 32 + lane]) : 0u;
+    snxt[r] = 0u;
+  }
+  for (int kt = kt0; kt < kt1; ++kt) {
+    const int h = kt & 1;
 #pragma unroll
     for (int r = 0; r < WN; ++r) {
-      if (sok[r] && pr < pair1) {
-        const size_t strip = (size_t)(strip0 + r);
-        s[r] = __ldg(&sc[(strip * pairs + pr) * 32 + lane]);
-        w[r][0] = ld_stream(&wq[(strip * kt_n + 2 * pr) * 32 + lane]);
-        w[r][1] = ld_stream(&wq[(strip * kt_n + 2 * pr + 1) * 32 + lane]);
-      } else {
-        s[r] = 0u;
-        w[r][0] = make_uint4(0u, 0u, 0u, 0u);
-        w[r][1] = make_uint4(0u, 0u, 0u, 0u);
-      }
+      const size_t strip = (size_t)(strip0 + r);
+      const bool ok = sok[r] && kt + 1 < kt1;
+      wnxt[r] = ok ? ld_stream(&wq[(strip * kt_n + kt + 1) * 32 + lane]) : make_uint4(0u, 0u, 0u, 0u);
+      if (h == 1) snxt[r] = ok ? __ldg(&sc[(strip * pairs + (kt >> 1) + 1) * 32 + lane]) : 0u;
     }
-  };
-  load_pair(pair0, wcur, scur);
-  for (int pr = pair0; pr < pair1; ++pr) {
-    load_pair(pr + 1, wnxt, snxt);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int kbase = (2 * pr + h) * 64 + 16 * t;
+    const int kbase = kt * 64 + 16 * t;
+    if (NT <= 2) {
       uint32_t b[NT][8];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) load_act16(arow[nt], aval[nt], kbase, K, b[nt]);
@@ -158,17 +159,40 @@ __device__ __forceinline__ void w4a16_body(
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           uint32_t a[4];
-          dequant_step(u4get(wcur[r][h], j), s_lo, s_hi, a);
+          dequant_step(u4get(wcur[r], j), s_lo, s_hi, a);
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[r][nt], a, b[nt][2 * j], b[nt][2 * j + 1]);
+        }
+      }
+    } else {
+      // Many token tiles: activations per k16 step (8 bytes per tile) to keep registers for
+      // more strips per warp, which is what reuses each activation fragment.
+      uint32_t s_lo[WN], s_hi[WN];
+#pragma unroll
+      for (int r = 0; r < WN; ++r) {
+        s_lo[r] = scale2(scur[r], 2 * h);
+        s_hi[r] = scale2(scur[r], 2 * h + 1);
+      }
+      const bool in_k = kbase + 16 <= K;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint2 b[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          b[nt] = (aval[nt] && in_k) ? __ldg(reinterpret_cast<const uint2*>(arow[nt] + kbase + 4 * j)) : make_uint2(0u, 0u);
+#pragma unroll
+        for (int r = 0; r < WN; ++r) {
+          uint32_t a[4];
+          dequant_step(u4get(wcur[r], j), s_lo[r], s_hi[r], a);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[r][nt], a, b[nt].x, b[nt].y);
         }
       }
     }
 #pragma unroll
     for (int r = 0; r < WN; ++r) {
-      scur[r] = snxt[r];
-      wcur[r][0] = wnxt[r][0];
-      wcur[r][1] = wnxt[r][1];
+      wcur[r] = wnxt[r];
+      if (h == 1) scur[r] = snxt[r];
     }
   }
 
@@ -231,36 +255,46 @@ __device__ __forceinline__ void w4a16_body(
   }
 
 W4A16_KERNEL(1, 4, 1)
-W4A16_KERNEL(1, 8, 1)
 W4A16_KERNEL(1, 4, 2)
+W4A16_KERNEL(1, 4, 4)
+W4A16_KERNEL(1, 8, 1)
 W4A16_KERNEL(1, 8, 2)
+W4A16_KERNEL(1, 8, 4)
 W4A16_KERNEL(2, 4, 1)
-W4A16_KERNEL(2, 8, 1)
 W4A16_KERNEL(2, 4, 2)
+W4A16_KERNEL(2, 4, 4)
+W4A16_KERNEL(2, 8, 1)
 W4A16_KERNEL(2, 8, 2)
+W4A16_KERNEL(2, 8, 4)
 W4A16_KERNEL(4, 4, 1)
-W4A16_KERNEL(4, 8, 1)
 W4A16_KERNEL(4, 4, 2)
+W4A16_KERNEL(4, 4, 4)
+W4A16_KERNEL(4, 8, 1)
 W4A16_KERNEL(4, 8, 2)
+W4A16_KERNEL(4, 8, 4)
 W4A16_KERNEL(8, 4, 1)
-W4A16_KERNEL(8, 8, 1)
 W4A16_KERNEL(8, 4, 2)
+W4A16_KERNEL(8, 4, 4)
+W4A16_KERNEL(8, 8, 1)
 W4A16_KERNEL(8, 8, 2)
+W4A16_KERNEL(8, 8, 4)
 
-// Large M: W'[N, K] = value * scale * 2^-7 (BF16, exact), one thread per (strip, k tile, lane).
-extern "C" __global__ void w4a16_dequant_bf16(const uint4* __restrict__ wq, const uint32_t* __restrict__ sc,
-                                              __nv_bfloat16* __restrict__ wout, int N, int K, int strips,
-                                              int kt_n) {
-  const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const size_t total = (size_t)strips * kt_n * 32;
-  if (idx >= total) return;
-  const int lane = (int)(idx & 31);
-  const int kt = (int)((idx >> 5) % kt_n);
-  const int strip = (int)(idx / ((size_t)32 * kt_n));
+// Large M: W'[N, K] = value * scale * 2^-7 (BF16, exact). One warp per (strip, k tile): it
+// dequantizes the 16 x 64 tile into shared memory, then writes each row as 128 contiguous bytes.
+#define DQ_WARPS 8
+#define DQ_LD 72  // row stride of the smem tile in BF16 elements (64 + 8: 16-byte aligned, skewed banks)
+extern "C" __global__ void __launch_bounds__(DQ_WARPS * 32) w4a16_dequant_bf16(
+    const uint4* __restrict__ wq, const uint32_t* __restrict__ sc, __nv_bfloat16* __restrict__ wout, int N, int K,
+    int strips, int kt_n) {
+  __shared__ __align__(16) __nv_bfloat16 tile[DQ_WARPS][16 * DQ_LD];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const size_t unit = (size_t)blockIdx.x * DQ_WARPS + warp;
+  if (unit >= (size_t)strips * kt_n) return;
+  const int kt = (int)(unit % kt_n);
+  const int strip = (int)(unit / kt_n);
   const int g = lane >> 2, t = lane & 3;
-  const int k0 = kt * 64 + 16 * t;
-  if (k0 + 16 > K) return;
-  const uint4 w = __ldg(&wq[idx]);
+  const uint4 w = __ldg(&wq[unit * 32 + lane]);
   const uint32_t sw = __ldg(&sc[((size_t)strip * (kt_n >> 1) + (kt >> 1)) * 32 + lane]);
   const uint32_t s_lo = scale2(sw, 2 * (kt & 1));
   const uint32_t s_hi = scale2(sw, 2 * (kt & 1) + 1);
@@ -274,16 +308,22 @@ extern "C" __global__ void w4a16_dequant_bf16(const uint4* __restrict__ wq, cons
     hi[2 * j] = a[1];
     hi[2 * j + 1] = a[3];
   }
-  const int row_lo = strip * 16 + g;
-  const int row_hi = row_lo + 8;
-  if (row_lo < N) {
-    uint4* p = reinterpret_cast<uint4*>(wout + (size_t)row_lo * K + k0);
-    p[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-    p[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
-  }
-  if (row_hi < N) {
-    uint4* p = reinterpret_cast<uint4*>(wout + (size_t)row_hi * K + k0);
-    p[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    p[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+  __nv_bfloat16* tw = tile[warp];
+  uint4* plo = reinterpret_cast<uint4*>(tw + g * DQ_LD + 16 * t);
+  uint4* phi = reinterpret_cast<uint4*>(tw + (g + 8) * DQ_LD + 16 * t);
+  plo[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  plo[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+  phi[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+  phi[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = lane + 32 * i;  // 16 rows x 8 chunks of 8 BF16
+    const int row = c >> 3, chunk = c & 7;
+    const int n = strip * 16 + row;
+    const int k = kt * 64 + chunk * 8;
+    if (n < N && k + 8 <= K) {
+      *reinterpret_cast<uint4*>(wout + (size_t)n * K + k) = *reinterpret_cast<const uint4*>(tw + row * DQ_LD + chunk * 8);
+    }
   }
 }

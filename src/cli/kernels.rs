@@ -43,6 +43,10 @@ pub struct KernelSelection {
     /// Do not flush L2 before each sample (warm-cache figures; labelled in the report).
     #[arg(long)]
     pub warm_l2: bool,
+    /// How to flush L2 before each sample: read (default; leaves clean lines) or write (memset,
+    /// as nvbench; leaves dirty lines whose write-back is charged to the timed kernel).
+    #[arg(long, value_enum, default_value_t = crate::gpu::FlushMethod::Read)]
+    pub l2_flush: crate::gpu::FlushMethod,
     /// Run each implementation several times on the same inputs and compare outputs bit for bit.
     #[arg(long)]
     pub check_determinism: bool,
@@ -107,6 +111,7 @@ impl KernelSelection {
             },
             warmup: self.warmup,
             cold_l2: !self.warm_l2,
+            flush: self.l2_flush,
             tune_samples: 5,
             determinism_m: if self.check_determinism {
                 det_m

@@ -338,6 +338,14 @@ impl Module {
         })
     }
 
+    /// Resident blocks per SM for kernel `name` at `block` threads and no dynamic shared memory
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`).
+    pub fn occupancy(&self, name: &str, block: u32) -> Result<u32, RigError> {
+        self.func(name)?
+            .occupancy_max_active_blocks_per_multiprocessor(block, 0, None)
+            .map_err(|e| cuda_err(&format!("occupancy of {name}"), e))
+    }
+
     /// Launch kernel `name` on `gpu`'s stream with `args` (raw values: device pointers as u64,
     /// ints, floats).
     pub fn launch(
@@ -414,18 +422,38 @@ impl Timer {
     }
 }
 
-/// Evicts L2 before a cold sample by writing a buffer of at least twice the L2 size
-/// (nvbench's approach: `cudaMemsetAsync` over an L2-sized buffer).
+/// How L2 is flushed before a cold sample.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum FlushMethod {
+    /// Read a buffer of at least twice the L2 size (`l2_flush_read` in kernels/util.cu): L2 ends
+    /// up holding clean lines only.
+    Read,
+    /// Write it with `cudaMemsetAsync`, as nvbench does: L2 ends up full of dirty lines, whose
+    /// write-back lands inside the next (timed) kernel.
+    Write,
+}
+
+/// Evicts L2 before a cold sample with a buffer of at least twice the L2 size, by
+/// [`FlushMethod`].
 pub struct L2Flusher {
     buf: DevBuf,
+    sink: DevBuf,
+    method: FlushMethod,
 }
 
 impl L2Flusher {
     /// Allocate a flush buffer of `max(2·L2, 64 MiB)` bytes.
-    pub fn new(gpu: &Gpu) -> Result<Self, RigError> {
-        let bytes = (2 * gpu.l2_bytes as usize).max(64 << 20);
+    pub fn new(gpu: &Gpu, method: FlushMethod) -> Result<Self, RigError> {
+        let bytes = ((2 * gpu.l2_bytes as usize).max(64 << 20) / 16) * 16;
+        let buf = gpu.alloc(bytes)?;
+        gpu.memset(&buf, 0x11)?;
         Ok(Self {
-            buf: gpu.alloc(bytes)?,
+            buf,
+            sink: gpu.alloc(4)?,
+            method,
         })
     }
 
@@ -434,8 +462,24 @@ impl L2Flusher {
         self.buf.bytes() as u64
     }
 
-    /// Queue the flush on the stream.
-    pub fn flush(&self, gpu: &Gpu) -> Result<(), RigError> {
-        gpu.memset(&self.buf, 0)
+    /// Queue the flush on the stream (`util` is the module of kernels/util.cu).
+    pub fn flush(&self, gpu: &Gpu, util: &Module) -> Result<(), RigError> {
+        if self.method == FlushMethod::Write {
+            return gpu.memset(&self.buf, 0);
+        }
+        let n16 = (self.buf.bytes() / 16) as u64;
+        let blocks = (gpu.sm_count.max(1) * 4).max(1);
+        util.launch(
+            gpu,
+            "l2_flush_read",
+            (blocks, 1, 1),
+            (512, 1, 1),
+            0,
+            &[
+                KArg::Ptr(self.buf.ptr()),
+                KArg::U64(n16),
+                KArg::Ptr(self.sink.ptr()),
+            ],
+        )
     }
 }

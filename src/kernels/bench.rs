@@ -36,6 +36,7 @@ const UTIL_KERNELS: &[&str] = &[
     "count_nonfinite_bf16",
     "count_diff_u16",
     "gather_u16",
+    "l2_flush_read",
 ];
 
 /// Options of a kernel bench run.
@@ -51,6 +52,8 @@ pub struct BenchOptions {
     pub warmup: usize,
     /// Flush L2 before each sample.
     pub cold_l2: bool,
+    /// How L2 is flushed.
+    pub flush: crate::gpu::FlushMethod,
     /// Timed samples per configuration when choosing among several.
     pub tune_samples: usize,
     /// Run the determinism check (R runs, bit-for-bit) at these M values (empty = off).
@@ -115,7 +118,7 @@ pub fn run(
             None
         }
     };
-    let flusher = L2Flusher::new(&gpu)?;
+    let flusher = L2Flusher::new(&gpu, opts.flush)?;
     let rig = Rig {
         telem: TelemetryReader::new(0),
         flusher,
@@ -134,7 +137,15 @@ pub fn run(
         warmup_iters: opts.warmup,
         stopping: opts.stopping.clone(),
         l2_flush_bytes: if opts.cold_l2 { rig.flusher.bytes() } else { 0 },
-        timer: "CUDA events (CU_EVENT_DEFAULT) around each launch, one stream".into(),
+        timer: format!(
+            "CUDA events (CU_EVENT_DEFAULT) around each launch, one stream; L2 flush by {}",
+            match opts.flush {
+                crate::gpu::FlushMethod::Read =>
+                    "reading a 2×L2 buffer (L2 left with clean lines only)",
+                crate::gpu::FlushMethod::Write =>
+                    "writing a 2×L2 buffer with memset, as nvbench (L2 left dirty)",
+            }
+        ),
     });
     res.copy_bandwidth = Some(copy_bandwidth(&rig.gpu)?);
     on_update(&res);
@@ -368,7 +379,7 @@ fn time_it(
     let started = Instant::now();
     let reason = loop {
         if opts.cold_l2 {
-            rig.flusher.flush(&rig.gpu)?;
+            rig.flusher.flush(&rig.gpu, &rig.util)?;
         }
         timer.start(&rig.gpu)?;
         f()?;

@@ -32,7 +32,7 @@ pub const NT_VARIANTS: [usize; 4] = [1, 2, 4, 8];
 /// Warps per CTA variants.
 pub const WARP_VARIANTS: [usize; 2] = [4, 8];
 /// 16-row strips per warp variants.
-pub const WN_VARIANTS: [usize; 2] = [1, 2];
+pub const WN_VARIANTS: [usize; 3] = [1, 2, 4];
 /// Largest M the fused path is offered for (8 chunks of 64 tokens).
 pub const FUSED_MAX_M: usize = 512;
 /// Smallest M the dequant + GEMM path is offered for.
@@ -102,8 +102,13 @@ impl W4a16 {
         self.packed_meta.context("w4a16: prepare_shape not called")
     }
 
-    fn fused_candidates(&self, m: usize, sm: usize) -> anyhow::Result<Vec<Config>> {
+    /// Fused-kernel configurations for `m` tokens: every compiled variant for the token tile
+    /// that does not spill registers, each with split-K counts chosen from its occupancy so the
+    /// grid fills the resident CTA slots with little wave quantization.
+    fn fused_candidates(&self, env: &Env, m: usize) -> anyhow::Result<Vec<Config>> {
         let (_, _, strips, kt_n, _) = self.meta()?;
+        let w4 = env.w4.context("kernels/w4a16.cu did not compile")?;
+        let sm = env.gpu.sm_count.max(1) as usize;
         let chunk = m.min(64);
         let tiles = chunk.div_ceil(8);
         let nt = *NT_VARIANTS.iter().find(|v| **v >= tiles).unwrap_or(&8);
@@ -111,19 +116,40 @@ impl W4a16 {
         let mut out = Vec::new();
         for warps in WARP_VARIANTS {
             for wn in WN_VARIANTS {
-                if nt == 8 && wn == 2 && warps == 8 {
-                    continue; // 256 threads × ~200 registers: one CTA per SM at best
+                let name = fused_name(nt, warps, wn);
+                let attrs = w4.attrs(&name)?;
+                if attrs.local_bytes > 0 {
+                    continue; // spills registers to local memory
                 }
+                let occ = w4.occupancy(&name, (warps * 32) as u32)? as usize;
+                if occ == 0 {
+                    continue;
+                }
+                let slots = occ * sm;
                 let ctas_x = strips.div_ceil(warps * wn);
-                for target in [2 * sm, 6 * sm] {
-                    let splits = target.div_ceil(ctas_x).clamp(1, pairs);
-                    let pps = pairs.div_ceil(splits);
-                    let splits = pairs.div_ceil(pps);
+                let total = |s: usize| ctas_x * pairs.div_ceil(pairs.div_ceil(s));
+                let eff = |s: usize| {
+                    let t = total(s);
+                    t as f64 / (t.div_ceil(slots) * slots) as f64
+                };
+                let fill = slots.div_ceil(ctas_x).clamp(1, pairs);
+                let mut splits = vec![fill];
+                if let Some(best) =
+                    (1..=pairs.min(4 * fill)).find(|s| total(*s) >= slots / 2 && eff(*s) >= 0.95)
+                {
+                    splits.push(best);
+                }
+                if ctas_x >= slots / 2 {
+                    splits.push(1);
+                }
+                for sp in splits {
+                    let pps = pairs.div_ceil(sp);
+                    let sp = pairs.div_ceil(pps);
                     let c = Config::Fused {
                         nt,
                         warps,
                         wn,
-                        splits,
+                        splits: sp,
                         pairs_per_split: pps,
                         ctas_x,
                         chunk,
@@ -176,10 +202,9 @@ impl GemmImpl for W4a16 {
         *self = Self::default();
     }
     fn prepare_m(&mut self, env: &Env, inp: &MInputs) -> anyhow::Result<usize> {
-        let sm = env.gpu.sm_count.max(1) as usize;
         let mut cands = Vec::new();
         if inp.m <= FUSED_MAX_M {
-            cands.extend(self.fused_candidates(inp.m, sm)?);
+            cands.extend(self.fused_candidates(env, inp.m)?);
         }
         if inp.m >= DEQUANT_MIN_M && env.lt.is_some() {
             cands.push(Config::DequantGemm);
