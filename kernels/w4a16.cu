@@ -9,7 +9,7 @@
 // This file mirrors formats::w4a16_pack::{extract_reg, scale_bf16_bits, emulate_warp_tile}.
 //
 // Small M (<= 64): w4a16_nt{NT}_w{WARPS}_n{WN}: weights stream from HBM with 16-byte
-// L1::no_allocate loads, one k-tile pair ahead; activations come through L1; split-K across CTAs
+// L1::no_allocate loads through a 4-tile register ring; activations come through L1; split-K across CTAs
 // (grid.y) with a deterministic fixed-order reduction done by the last CTA of each column of
 // CTAs (threadfence reduction; counters reset themselves).
 // Large M: w4a16_dequant_bf16 writes W' = value*scale*2^-7 as BF16 for a cuBLASLt GEMM.
@@ -126,73 +126,86 @@ __device__ __forceinline__ void w4a16_body(
 #pragma unroll
   for (int r = 0; r < WN; ++r) sok[r] = strip0 + r < strips;
 
-  // Register double buffer: the next k tile's weights (and the next pair's scales) are in
-  // flight while the current tile is multiplied.
-  uint4 wcur[WN], wnxt[WN];
-  uint32_t scur[WN], snxt[WN];
-#pragma unroll
-  for (int r = 0; r < WN; ++r) {
-    const size_t strip = (size_t)(strip0 + r);
-    const bool ok = sok[r] && kt0 < kt1;
-    wcur[r] = ok ? ld_stream(&wq[(strip * kt_n + kt0) * 32 + lane]) : make_uint4(0u, 0u, 0u, 0u);
-    scur[r] = ok ? __ldg(&sc[(strip * pairs + pair0) * 32 + lane]) : 0u;
-    snxt[r] = 0u;
-  }
-  for (int kt = kt0; kt < kt1; ++kt) {
-    const int h = kt & 1;
+  // Register ring, D tiles deep: tile kt+d lives in slot d while D-1 later tiles are in flight
+  // (Little's law: one tile per warp in flight left the H200 at ~2.4 TB/s). D is even, so a
+  // k-tile pair (one scale word) occupies slots (2i, 2i+1).
+  constexpr int D = 4;
+  uint4 wb[D][WN];
+  uint32_t sb[D / 2][WN];
+  uint32_t ab[(NT <= 2) ? D : 1][(NT <= 2) ? NT : 1][8];
+  auto load_tile = [&](int kt, int d) {
 #pragma unroll
     for (int r = 0; r < WN; ++r) {
       const size_t strip = (size_t)(strip0 + r);
-      const bool ok = sok[r] && kt + 1 < kt1;
-      wnxt[r] = ok ? ld_stream(&wq[(strip * kt_n + kt + 1) * 32 + lane]) : make_uint4(0u, 0u, 0u, 0u);
-      if (h == 1) snxt[r] = ok ? __ldg(&sc[(strip * pairs + (kt >> 1) + 1) * 32 + lane]) : 0u;
+      const bool ok = sok[r] && kt < kt1;
+      wb[d][r] = ok ? ld_stream(&wq[(strip * kt_n + kt) * 32 + lane]) : make_uint4(0u, 0u, 0u, 0u);
+      // The scale word serves both tiles of a pair: it is refilled only after the pair's second
+      // (odd) slot has been consumed, so it is loaded with the odd tile.
+      if ((d & 1) == 1) sb[d / 2][r] = (sok[r] && kt - 1 < kt1) ? __ldg(&sc[(strip * pairs + (kt >> 1)) * 32 + lane]) : 0u;
     }
-    const int kbase = kt * 64 + 16 * t;
     if (NT <= 2) {
-      uint32_t b[NT][8];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) load_act16(arow[nt], aval[nt], kbase, K, b[nt]);
-#pragma unroll
-      for (int r = 0; r < WN; ++r) {
-        const uint32_t s_lo = scale2(scur[r], 2 * h);
-        const uint32_t s_hi = scale2(scur[r], 2 * h + 1);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t a[4];
-          dequant_step(u4get(wcur[r], j), s_lo, s_hi, a);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[r][nt], a, b[nt][2 * j], b[nt][2 * j + 1]);
-        }
-      }
-    } else {
-      // Many token tiles: activations per k16 step (8 bytes per tile) to keep registers for
-      // more strips per warp, which is what reuses each activation fragment.
-      uint32_t s_lo[WN], s_hi[WN];
-#pragma unroll
-      for (int r = 0; r < WN; ++r) {
-        s_lo[r] = scale2(scur[r], 2 * h);
-        s_hi[r] = scale2(scur[r], 2 * h + 1);
-      }
-      const bool in_k = kbase + 16 <= K;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint2 b[NT];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          b[nt] = (aval[nt] && in_k) ? __ldg(reinterpret_cast<const uint2*>(arow[nt] + kbase + 4 * j)) : make_uint2(0u, 0u);
-#pragma unroll
-        for (int r = 0; r < WN; ++r) {
-          uint32_t a[4];
-          dequant_step(u4get(wcur[r], j), s_lo[r], s_hi[r], a);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[r][nt], a, b[nt].x, b[nt].y);
-        }
-      }
+      for (int nt = 0; nt < ((NT <= 2) ? NT : 1); ++nt)
+        load_act16(arow[nt], aval[nt] && kt < kt1, kt * 64 + 16 * t, K, ab[(NT <= 2) ? d : 0][nt]);
     }
+  };
 #pragma unroll
-    for (int r = 0; r < WN; ++r) {
-      wcur[r] = wnxt[r];
-      if (h == 1) scur[r] = snxt[r];
+  for (int d = 0; d < D; ++d) load_tile(kt0 + d, d);
+
+  for (int kt = kt0; kt < kt1; kt += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      if (kt + d < kt1) {
+        const int h = d & 1;
+        if (NT <= 2) {
+#pragma unroll
+          for (int r = 0; r < WN; ++r) {
+            const uint32_t s_lo = scale2(sb[d / 2][r], 2 * h);
+            const uint32_t s_hi = scale2(sb[d / 2][r], 2 * h + 1);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              uint32_t a[4];
+              dequant_step(u4get(wb[d][r], j), s_lo, s_hi, a);
+#pragma unroll
+              for (int nt = 0; nt < ((NT <= 2) ? NT : 1); ++nt)
+                mma_bf16_16816(acc[r][nt], a, ab[(NT <= 2) ? d : 0][nt][2 * j], ab[(NT <= 2) ? d : 0][nt][2 * j + 1]);
+            }
+          }
+        } else {
+          // Many token tiles: activations per k16 step (8 bytes per tile), one step ahead.
+          uint32_t s_lo[WN], s_hi[WN];
+#pragma unroll
+          for (int r = 0; r < WN; ++r) {
+            s_lo[r] = scale2(sb[d / 2][r], 2 * h);
+            s_hi[r] = scale2(sb[d / 2][r], 2 * h + 1);
+          }
+          const int kbase = (kt + d) * 64 + 16 * t;
+          const bool in_k = kbase + 16 <= K;
+          uint2 bcur[NT], bnxt[NT];
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            bcur[nt] = (aval[nt] && in_k) ? __ldg(reinterpret_cast<const uint2*>(arow[nt] + kbase)) : make_uint2(0u, 0u);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            if (j < 3) {
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt)
+                bnxt[nt] = (aval[nt] && in_k) ? __ldg(reinterpret_cast<const uint2*>(arow[nt] + kbase + 4 * (j + 1)))
+                                              : make_uint2(0u, 0u);
+            }
+#pragma unroll
+            for (int r = 0; r < WN; ++r) {
+              uint32_t a[4];
+              dequant_step(u4get(wb[d][r], j), s_lo[r], s_hi[r], a);
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[r][nt], a, bcur[nt].x, bcur[nt].y);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) bcur[nt] = bnxt[nt];
+          }
+        }
+      }
+      load_tile(kt + d + D, d);
     }
   }
 
