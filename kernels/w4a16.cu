@@ -63,11 +63,28 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Weight loads. W4_LOAD selects the flavour (compiled as separate modules by rigbench and chosen
+// by measurement): 0 = ld.global.nc.L1::no_allocate (default), 1 = the same with an L2 256-byte
+// prefetch hint, 2 = ld.global.cs (evict-first streaming), 3 = plain ld.global.
+#ifndef W4_LOAD
+#define W4_LOAD 0
+#endif
+#ifndef W4_RING
+#define W4_RING 4
+#endif
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   uint4 v;
+#if W4_LOAD == 1
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#elif W4_LOAD == 2
+  asm volatile("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#elif W4_LOAD == 3
+  asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#else
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#endif
   return v;
 }
 
@@ -129,7 +146,7 @@ __device__ __forceinline__ void w4a16_body(
   // Register ring, D tiles deep: tile kt+d lives in slot d while D-1 later tiles are in flight
   // (Little's law: one tile per warp in flight left the H200 at ~2.4 TB/s). D is even, so a
   // k-tile pair (one scale word) occupies slots (2i, 2i+1).
-  constexpr int D = 4;
+  constexpr int D = W4_RING;
   uint4 wb[D][WN];
   uint32_t sb[D / 2][WN];
   uint32_t ab[(NT <= 2) ? D : 1][(NT <= 2) ? NT : 1][8];

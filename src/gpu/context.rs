@@ -218,6 +218,11 @@ impl Gpu {
     /// NVRTC missing, the CUDA headers not found, a compile error (with NVRTC's log), or a
     /// kernel name not in the module.
     pub fn compile(&self, name: &str, source: &str, kernels: &[&str]) -> Result<Module, RigError> {
+        self.compile_with(name, source, kernels, &[])
+    }
+
+    /// [`Gpu::compile`] with extra NVRTC options (e.g. `-DW4_LOAD=1`).
+    pub fn compile_with(&self, name: &str, source: &str, kernels: &[&str], extra: &[String]) -> Result<Module, RigError> {
         if !libraries().nvrtc {
             return Err(RigError::NoGpu(
                 "NVRTC (libnvrtc.so) not found: cannot build rigbench's kernels".into(),
@@ -229,7 +234,7 @@ impl Gpu {
                     .into(),
             )
         })?;
-        let (ptx, compile_s) = nvrtc_compile(name, source, &self.cc.arch_flag(), &include)?;
+        let (ptx, compile_s) = nvrtc_compile_with(name, source, &self.cc.arch_flag(), &include, extra)?;
         let module = self
             .ctx
             .load_module(ptx)
@@ -274,15 +279,30 @@ pub fn nvrtc_compile(
     arch: &str,
     include: &std::path::Path,
 ) -> Result<(cudarc::nvrtc::Ptx, f64), RigError> {
+    nvrtc_compile_with(name, source, arch, include, &[])
+}
+
+/// [`nvrtc_compile`] with extra NVRTC options.
+pub fn nvrtc_compile_with(
+    name: &str,
+    source: &str,
+    arch: &str,
+    include: &std::path::Path,
+    extra: &[String],
+) -> Result<(cudarc::nvrtc::Ptx, f64), RigError> {
     if !libraries().nvrtc {
         return Err(RigError::NoGpu("NVRTC (libnvrtc.so) not found".into()));
     }
     let opts = cudarc::nvrtc::CompileOptions {
-        options: vec![
-            format!("--gpu-architecture={arch}"),
-            "--std=c++17".into(),
-            "-lineinfo".into(),
-        ],
+        options: [
+            vec![
+                format!("--gpu-architecture={arch}"),
+                "--std=c++17".into(),
+                "-lineinfo".into(),
+            ],
+            extra.to_vec(),
+        ]
+        .concat(),
         include_paths: vec![include.display().to_string()],
         name: Some(format!("{name}.cu")),
         ..Default::default()

@@ -69,7 +69,7 @@ struct Rig {
     gpu: Gpu,
     lt: Option<Lt>,
     util: crate::gpu::Module,
-    w4: Option<crate::gpu::Module>,
+    w4: Vec<super::W4Module>,
     flusher: L2Flusher,
     telem: TelemetryReader,
 }
@@ -104,20 +104,26 @@ pub fn run(
     };
     let names = impls::w4a16::kernel_names();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let w4 = match gpu.compile("w4a16", W4A16_SRC, &refs) {
-        Ok(m) => {
-            res.notes.push(format!(
-                "kernels/w4a16.cu compiled by NVRTC for {} in {:.2} s",
-                m.arch, m.compile_s
-            ));
-            Some(m)
+    let mut w4 = Vec::new();
+    for (flavor, defines) in super::W4A16_FLAVORS {
+        let defines: Vec<String> = defines.iter().map(|d| d.to_string()).collect();
+        match gpu.compile_with("w4a16", W4A16_SRC, &refs, &defines) {
+            Ok(m) => {
+                res.notes.push(format!(
+                    "kernels/w4a16.cu flavour '{flavor}' ({}) compiled by NVRTC for {} in {:.2} s",
+                    defines.join(" "),
+                    m.arch,
+                    m.compile_s
+                ));
+                w4.push(super::W4Module {
+                    flavor: flavor.to_string(),
+                    defines,
+                    module: m,
+                });
+            }
+            Err(e) => res.notes.push(format!("kernels/w4a16.cu flavour '{flavor}' failed to build: {e}")),
         }
-        Err(e) => {
-            res.notes
-                .push(format!("kernels/w4a16.cu failed to build: {e}"));
-            None
-        }
-    };
+    }
     let flusher = L2Flusher::new(&gpu, opts.flush)?;
     let rig = Rig {
         telem: TelemetryReader::new(0),
@@ -131,7 +137,7 @@ pub fn run(
         gpu: &rig.gpu,
         lt: rig.lt.as_ref(),
         util: &rig.util,
-        w4: rig.w4.as_ref(),
+        w4: &rig.w4,
     };
     res.timing_policy = Some(TimingPolicy {
         warmup_iters: opts.warmup,
@@ -431,6 +437,9 @@ fn run_case(
             }
             let imr: &dyn GemmImpl = im;
             let t = time_it(rig, opts, &quick, &|| imr.run(env, inp))?;
+            if std::env::var_os("RIGBENCH_TUNE_LOG").is_some() {
+                eprintln!("tune {} M={} {:.1} us  {}", imr.id(), inp.m, t.median_s * 1e6, imr.path());
+            }
             if t.median_s < best {
                 best = t.median_s;
                 chosen = c;

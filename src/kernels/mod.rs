@@ -32,9 +32,28 @@ pub struct Env<'a> {
     pub lt: Option<&'a Lt>,
     /// `kernels/util.cu`.
     pub util: &'a Module,
-    /// `kernels/w4a16.cu`, when it compiled.
-    pub w4: Option<&'a Module>,
+    /// `kernels/w4a16.cu`, compiled once per flavour (load instruction, ring depth); empty when
+    /// it did not compile.
+    pub w4: &'a [W4Module],
 }
+
+/// One compiled flavour of kernels/w4a16.cu.
+pub struct W4Module {
+    /// Flavour name (e.g. `nc`, `nc-l2p256`).
+    pub flavor: String,
+    /// The NVRTC defines that make it.
+    pub defines: Vec<String>,
+    /// The module.
+    pub module: Module,
+}
+
+/// The W4A16 kernel flavours rigbench compiles: name and NVRTC defines (see kernels/w4a16.cu).
+pub const W4A16_FLAVORS: &[(&str, &[&str])] = &[
+    ("nc", &["-DW4_LOAD=0", "-DW4_RING=4"]),
+    ("nc-l2p256", &["-DW4_LOAD=1", "-DW4_RING=4"]),
+    ("cs", &["-DW4_LOAD=2", "-DW4_RING=4"]),
+    ("nc-ring8", &["-DW4_LOAD=0", "-DW4_RING=8"]),
+];
 
 /// Inputs and output for one (shape, M): BF16 activations `[m, k]` generated from `seed_a`
 /// (see [`data::bf16_uniform`] with scale 1), and the BF16 output `[m, n]`.

@@ -61,6 +61,8 @@ fn fused_name(nt: usize, warps: usize, wn: usize) -> String {
 pub enum Config {
     /// The fused kernel.
     Fused {
+        /// Index into [`Env::w4`] (the compiled flavour).
+        flavor: usize,
         /// Token tiles of 8 per launch.
         nt: usize,
         /// Warps per CTA.
@@ -95,6 +97,7 @@ pub struct W4a16 {
     gemm: Option<LtGemm>,
     n: usize,
     k: usize,
+    flavor_names: Vec<String>,
 }
 
 impl W4a16 {
@@ -107,13 +110,15 @@ impl W4a16 {
     /// grid fills the resident CTA slots with little wave quantization.
     fn fused_candidates(&self, env: &Env, m: usize) -> anyhow::Result<Vec<Config>> {
         let (_, _, strips, kt_n, _) = self.meta()?;
-        let w4 = env.w4.context("kernels/w4a16.cu did not compile")?;
+        anyhow::ensure!(!env.w4.is_empty(), "kernels/w4a16.cu did not compile");
         let sm = env.gpu.sm_count.max(1) as usize;
         let chunk = m.min(64);
         let tiles = chunk.div_ceil(8);
         let nt = *NT_VARIANTS.iter().find(|v| **v >= tiles).unwrap_or(&8);
         let pairs = kt_n / 2;
         let mut out = Vec::new();
+        for (flavor, fm) in env.w4.iter().enumerate() {
+        let w4 = &fm.module;
         for warps in WARP_VARIANTS {
             for wn in WN_VARIANTS {
                 let name = fused_name(nt, warps, wn);
@@ -146,6 +151,7 @@ impl W4a16 {
                     let pps = pairs.div_ceil(sp);
                     let sp = pairs.div_ceil(pps);
                     let c = Config::Fused {
+                        flavor,
                         nt,
                         warps,
                         wn,
@@ -159,6 +165,7 @@ impl W4a16 {
                     }
                 }
             }
+        }
         }
         Ok(out)
     }
@@ -187,7 +194,7 @@ impl GemmImpl for W4a16 {
             .then(|| format!("NVFP4 needs K to be a multiple of 16; K = {}", shape.k))
     }
     fn prepare_shape(&mut self, env: &Env, shape: &Shape) -> anyhow::Result<()> {
-        env.w4.context("kernels/w4a16.cu did not compile")?;
+        anyhow::ensure!(!env.w4.is_empty(), "kernels/w4a16.cu did not compile");
         let w = nvfp4_weight(shape.n, shape.k, SEED_W, host_threads());
         let p: W4a16Packed = repack(&w)?;
         self.wq = Some(env.gpu.upload(&p.weights)?);
@@ -260,18 +267,20 @@ impl GemmImpl for W4a16 {
         }
         self.candidates = cands;
         self.chosen = 0;
+        self.flavor_names = env.w4.iter().map(|f| f.flavor.clone()).collect();
         Ok(self.candidates.len())
     }
     fn select(&mut self, i: usize) {
         self.chosen = i.min(self.candidates.len().saturating_sub(1));
     }
     fn run(&self, env: &Env, inp: &MInputs) -> anyhow::Result<()> {
-        let w4 = env.w4.context("kernels/w4a16.cu did not compile")?;
+        let first = env.w4.first().context("kernels/w4a16.cu did not compile")?;
         let (_, _, strips, kt_n, out_scale) = self.meta()?;
         let wq = self.wq.as_ref().context("w4a16: no weights")?;
         let sc = self.sc.as_ref().context("w4a16: no scales")?;
         match self.config()? {
             Config::Fused {
+                flavor,
                 nt,
                 warps,
                 wn,
@@ -280,6 +289,7 @@ impl GemmImpl for W4a16 {
                 ctas_x,
                 chunk,
             } => {
+                let w4 = &env.w4.get(*flavor).context("w4a16: flavour index out of range")?.module;
                 let name = fused_name(*nt, *warps, *wn);
                 let ws = self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0);
                 let counters = self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0);
@@ -314,11 +324,11 @@ impl GemmImpl for W4a16 {
             }
             Config::DequantGemm => {
                 let scratch = self.scratch.as_ref().context("w4a16: no scratch")?;
-                let threads = strips * kt_n * 32;
-                w4.launch(
+                let units = strips * kt_n;
+                first.module.launch(
                     env.gpu,
                     "w4a16_dequant_bf16",
-                    (threads.div_ceil(256) as u32, 1, 1),
+                    (units.div_ceil(8) as u32, 1, 1),
                     (256, 1, 1),
                     0,
                     &[
@@ -354,6 +364,7 @@ impl GemmImpl for W4a16 {
         };
         match self.config() {
             Ok(Config::Fused {
+                flavor,
                 nt,
                 warps,
                 wn,
@@ -361,7 +372,8 @@ impl GemmImpl for W4a16 {
                 chunk,
                 ..
             }) => format!(
-                "rigbench fused W4A16 (E2M1→BF16 in registers, mma.sync m16n8k16 BF16/FP32): {} tokens/launch, {warps} warps/CTA, {wn} strip(s)/warp, split-K {splits}{}{tuned}",
+                "rigbench fused W4A16 (E2M1→BF16 in registers, mma.sync m16n8k16 BF16/FP32), flavour '{}': {} tokens/launch, {warps} warps/CTA, {wn} strip(s)/warp, split-K {splits}{}{tuned}",
+                self.flavor_names.get(*flavor).map(String::as_str).unwrap_or("?"),
                 chunk.min(&(nt * 8)),
                 if *splits > 1 { " (deterministic fixed-order reduction)" } else { "" }
             ),
@@ -397,8 +409,10 @@ impl GemmImpl for W4a16 {
         ("W4A16_GEMM_REL_L2", W4A16_GEMM_REL_L2)
     }
     fn kernel_facts(&self, env: &Env) -> Vec<KernelFacts> {
-        let Some(w4) = env.w4 else { return Vec::new() };
-        kernel_names()
+        let mut out = Vec::new();
+        for fm in env.w4 {
+        let w4 = &fm.module;
+        out.extend(kernel_names()
             .iter()
             .filter_map(|name| {
                 let a = w4.attrs(name).ok()?;
@@ -410,7 +424,7 @@ impl GemmImpl for W4a16 {
                     .map(|w| w * 32)
                     .unwrap_or(256);
                 Some(KernelFacts {
-                    name: name.clone(),
+                    name: format!("{name} [{}]", fm.flavor),
                     registers: a.registers,
                     local_bytes: a.local_bytes,
                     static_shared_bytes: a.static_shared_bytes,
@@ -419,8 +433,9 @@ impl GemmImpl for W4a16 {
                     max_threads_per_block: a.max_threads_per_block,
                     arch: w4.arch.clone(),
                 })
-            })
-            .collect()
+            }));
+        }
+        out
     }
 }
 
