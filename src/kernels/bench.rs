@@ -105,7 +105,7 @@ pub fn run(
     let names = impls::w4a16::kernel_names();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut w4 = Vec::new();
-    for (flavor, defines) in super::W4A16_FLAVORS {
+    for (flavor, defines) in super::w4a16_flavors() {
         let defines: Vec<String> = defines.iter().map(|d| d.to_string()).collect();
         match gpu.compile_with("w4a16", W4A16_SRC, &refs, &defines) {
             Ok(m) => {

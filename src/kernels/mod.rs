@@ -48,12 +48,26 @@ pub struct W4Module {
 }
 
 /// The W4A16 kernel flavours rigbench compiles: name and NVRTC defines (see kernels/w4a16.cu).
+/// Each flavour multiplies the configurations the tuner times; docs/w4a16-notes.md records why
+/// only `nc` is compiled by default (the load hints measured equal on the H200, a ring of 8
+/// slower at M = 64). Set `RIGBENCH_W4A16_FLAVORS=all` to compile every flavour.
 pub const W4A16_FLAVORS: &[(&str, &[&str])] = &[
     ("nc", &["-DW4_LOAD=0", "-DW4_RING=4"]),
     ("nc-l2p256", &["-DW4_LOAD=1", "-DW4_RING=4"]),
     ("cs", &["-DW4_LOAD=2", "-DW4_RING=4"]),
     ("nc-ring8", &["-DW4_LOAD=0", "-DW4_RING=8"]),
 ];
+
+/// The flavours to compile in this run: `nc` unless `RIGBENCH_W4A16_FLAVORS` is `all` or a
+/// comma-separated list of names.
+pub fn w4a16_flavors() -> Vec<(&'static str, &'static [&'static str])> {
+    let want = std::env::var("RIGBENCH_W4A16_FLAVORS").unwrap_or_else(|_| "nc".into());
+    W4A16_FLAVORS
+        .iter()
+        .filter(|(n, _)| want == "all" || want.split(',').any(|w| w.trim() == *n))
+        .copied()
+        .collect()
+}
 
 /// Inputs and output for one (shape, M): BF16 activations `[m, k]` generated from `seed_a`
 /// (see [`data::bf16_uniform`] with scale 1), and the BF16 output `[m, n]`.
