@@ -335,8 +335,8 @@ pub(crate) fn predict(
                 ));
             } else if p.facts_ok_for_tokens() {
                 let per_tok = p.kv_bytes_per_token.unwrap_or(0);
-                if per_tok > 0 {
-                    p.kv_tokens = Some((budget as u64 - state) / per_tok);
+                if let Some(tokens) = (budget as u64 - state).checked_div(per_tok) {
+                    p.kv_tokens = Some(tokens);
                     if let Some(l) = max_len {
                         let per_seq = l as f64 * per_tok as f64 + state as f64;
                         p.max_concurrency = Some(budget as f64 / per_seq);

@@ -281,15 +281,16 @@ pub(crate) struct Rec {
 /// Are a declared format and a tensor-derived one the same kind of thing?
 fn compatible(declared: &ModuleFormat, tensor: &ModuleFormat) -> bool {
     use ModuleFormat::*;
-    match (declared, tensor) {
-        (Bf16 | F16 | F32, Bf16 | F16 | F32) => true,
-        (Fp8 { .. }, Fp8 { .. }) => true,
-        (Nvfp4 { .. }, Nvfp4 { .. }) => true,
-        (Mxfp4, Mxfp4) | (Int8, Int8) => true,
-        (Int4 { .. }, Int4 { .. }) => true,
-        (Other { .. }, _) => true,
-        _ => false,
-    }
+    matches!(
+        (declared, tensor),
+        (Bf16 | F16 | F32, Bf16 | F16 | F32)
+            | (Fp8 { .. }, Fp8 { .. })
+            | (Nvfp4 { .. }, Nvfp4 { .. })
+            | (Mxfp4, Mxfp4)
+            | (Int8, Int8)
+            | (Int4 { .. }, Int4 { .. })
+            | (Other { .. }, _)
+    )
 }
 
 fn unquantized(why: &str) -> Declared {
@@ -533,7 +534,7 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     }
     if other_count > 0 {
         report.other_tensors = Some(format!(
-            "{other_count} tensor(s) that are not GEMM weights (norms, biases, gates' and recurrence parameters, KV scales), {}",
+            "{other_count} tensor(s) that are not GEMM weights (norms, biases, recurrence parameters such as A_log and dt_bias, KV scales), {}",
             crate::report::table::human_bytes(other_bytes)
         ));
     }
@@ -624,7 +625,7 @@ fn group_rows(recs: &[Rec], facts: &ModelFacts) -> Vec<ModuleRow> {
             )
         })
         .collect();
-    rows.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    rows.sort_by_key(|r| (r.0, r.1));
     rows.into_iter().map(|r| r.2).collect()
 }
 
@@ -642,7 +643,7 @@ fn describe_layers(
     if decoder {
         if let Some(n) = f.num_hidden_layers {
             let all: BTreeSet<u32> = (0..n as u32).collect();
-            if *layers == all {
+            if *layers == all && n > 1 {
                 return format!("all {n} layers");
             }
             if !f.layer_types.is_empty() {
@@ -654,7 +655,7 @@ fn describe_layers(
                         .filter(|(_, t)| t.as_str() == ty)
                         .map(|(i, _)| i as u32)
                         .collect();
-                    if !of.is_empty() && *layers == of {
+                    if of.len() > 1 && *layers == of {
                         return format!("all {} {ty} layers", of.len());
                     }
                 }

@@ -165,9 +165,11 @@ pub(crate) fn classify(name: &str, facts: &ModelFacts) -> (LayerKind, ModClass) 
     let last = name.rsplit('.').next().unwrap_or(name);
     let kind = if name.contains("visual") || name.contains("vision") || name.starts_with("vit.") {
         LayerKind::Vision
-    } else if name.starts_with("mtp.") || name.contains(".mtp.") || name.starts_with("mtp_") {
-        LayerKind::Mtp
-    } else if is_deepseek_mtp(name, facts) {
+    } else if name.starts_with("mtp.")
+        || name.contains(".mtp.")
+        || name.starts_with("mtp_")
+        || is_deepseek_mtp(name, facts)
+    {
         LayerKind::Mtp
     } else if last == "lm_head" || name.ends_with(".lm_head") {
         LayerKind::LmHead

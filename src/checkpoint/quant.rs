@@ -233,6 +233,12 @@ pub(crate) fn glob_to_regex(glob: &str) -> String {
     out
 }
 
+/// `quantized_layers` entries: module name → (format, algo as written, group size as written).
+pub(crate) type LayerMap = HashMap<String, LayerEntry>;
+
+/// One `quantized_layers` entry: (format, algo as written, group size as written).
+pub(crate) type LayerEntry = (ModuleFormat, String, Option<u64>);
+
 /// A config group rule.
 #[derive(Debug, Clone)]
 pub(crate) struct GroupRule {
@@ -250,7 +256,7 @@ pub(crate) struct Rules {
     pub global: Option<ModuleFormat>,
     pub algo: Option<String>,
     /// `quantized_layers`: name → (format, algo as written, group size as written).
-    pub layers: HashMap<String, (ModuleFormat, String, Option<u64>)>,
+    pub layers: LayerMap,
     pub groups: Vec<GroupRule>,
     pub exclude: Vec<Pattern>,
     pub kv: Option<String>,
@@ -353,7 +359,7 @@ impl Rules {
 
     /// A `quantized_layers` entry for `name` or one of its parents, also trying the
     /// `model.language_model.` ↔ `language_model.model.` spelling (vLLM's candidates).
-    fn lookup_layer(&self, name: &str) -> Option<(String, &(ModuleFormat, String, Option<u64>))> {
+    fn lookup_layer(&self, name: &str) -> Option<(String, &LayerEntry)> {
         if self.layers.is_empty() {
             return None;
         }
@@ -463,11 +469,7 @@ fn producer_of(o: &Map<String, Value>) -> Option<String> {
 }
 
 /// Parse `quantized_layers` (name → {quant_algo, group_size}).
-fn parse_layers(
-    o: &Map<String, Value>,
-    where_: &str,
-    path: &Path,
-) -> Result<HashMap<String, (ModuleFormat, String, Option<u64>)>, RigError> {
+fn parse_layers(o: &Map<String, Value>, where_: &str, path: &Path) -> Result<LayerMap, RigError> {
     let mut out = HashMap::new();
     if let Some(ql) = obj(o, "quantized_layers", where_, path)? {
         for (name, v) in ql {

@@ -321,7 +321,13 @@ pub fn render_markdown(r: &InspectReport) -> String {
         vec![
             "KV bytes per token".into(),
             c.kv_bytes_per_token
-                .map(|b| format!("{} B ({})", thousands(b), human_bytes(b)))
+                .map(|b| {
+                    if b >= 1024 {
+                        format!("{} B ({})", thousands(b), human_bytes(b))
+                    } else {
+                        format!("{b} B")
+                    }
+                })
                 .unwrap_or_else(|| "unknown".into()),
             format!("{} full-attention layers", opt(&c.full_attention_layers)),
         ],

@@ -45,7 +45,7 @@ pub struct InspectArgs {
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 fn gib_bytes(flag: &str, v: f64) -> Result<u64, RigError> {
-    if !(v.is_finite() && v >= 0.0 && v < 1e9) {
+    if !(0.0..1e9).contains(&v) {
         return Err(RigError::flag(flag, format!("{v} is not a size in GiB")));
     }
     Ok((v * GIB).round() as u64)
