@@ -137,26 +137,28 @@ pub struct CapacityPrediction {
 /// layouts: NVFP4 n·k/2 + n·k/16 E4M3 + FP32 scalars; FP8 n·k + FP32 scales; INT4 n·k/2 +
 /// BF16 scale per group).
 pub(crate) fn weight_bytes(fmt: &ModuleFormat, n: u64, k: u64, model_dtype_bytes: u64) -> u64 {
-    let e = n * k;
+    let e = n.saturating_mul(k);
     match fmt {
-        ModuleFormat::Bf16 | ModuleFormat::F16 => 2 * e,
-        ModuleFormat::F32 => 4 * e,
-        ModuleFormat::Fp8 { scaling, .. } => {
-            e + if scaling == "per-tensor" {
-                8
-            } else if scaling.starts_with("block") {
-                4 * n.div_ceil(128) * k.div_ceil(128)
-            } else {
-                4 * n
-            }
+        ModuleFormat::Bf16 | ModuleFormat::F16 => e.saturating_mul(2),
+        ModuleFormat::F32 => e.saturating_mul(4),
+        ModuleFormat::Fp8 { scaling, .. } => e.saturating_add(if scaling == "per-tensor" {
+            8
+        } else if scaling.starts_with("block") {
+            n.div_ceil(128)
+                .saturating_mul(k.div_ceil(128))
+                .saturating_mul(4)
+        } else {
+            n.saturating_mul(4)
+        }),
+        ModuleFormat::Nvfp4 { group_size, .. } => {
+            (e / 2).saturating_add(e / (*group_size).max(1) as u64) + 8
         }
-        ModuleFormat::Nvfp4 { group_size, .. } => e / 2 + e / (*group_size).max(1) as u64 + 8,
-        ModuleFormat::Mxfp4 => e / 2 + e / 32,
+        ModuleFormat::Mxfp4 => (e / 2).saturating_add(e / 32),
         ModuleFormat::Int4 { group_size } => {
-            e / 2 + 2 * e / group_size.unwrap_or(128).max(1) as u64
+            (e / 2).saturating_add((e / group_size.unwrap_or(128).max(1) as u64).saturating_mul(2))
         }
-        ModuleFormat::Int8 => e + 4 * n,
-        ModuleFormat::Other { .. } => model_dtype_bytes * e,
+        ModuleFormat::Int8 => e.saturating_add(n.saturating_mul(4)),
+        ModuleFormat::Other { .. } => e.saturating_mul(model_dtype_bytes),
     }
 }
 
@@ -258,7 +260,15 @@ pub(crate) fn predict(
         kv,
     ) {
         (Some(l), Some(h), Some(d), Some(b)) => {
-            p.kv_bytes_per_token = Some(l * 2 * h * d * b.bytes());
+            p.kv_bytes_per_token = l
+                .checked_mul(2)
+                .and_then(|x| x.checked_mul(h))
+                .and_then(|x| x.checked_mul(d))
+                .and_then(|x| x.checked_mul(b.bytes()));
+            if p.kv_bytes_per_token.is_none() {
+                p.not_computed
+                    .push("KV bytes per token: config.json dimensions overflow 64 bits".into());
+            }
         }
         _ => p.not_computed.push(
             "KV bytes per token: config.json lacks layers, KV heads or head_dim, or the KV dtype is unknown"
@@ -276,22 +286,32 @@ pub(crate) fn predict(
         ) {
             (Some(nk), Some(nv), Some(dk), Some(dv)) => {
                 let ck = la.conv_kernel.unwrap_or(4);
-                let conv_dim = 2 * nk * dk + nv * dv;
+                let conv_dim = nk
+                    .saturating_mul(dk)
+                    .saturating_mul(2)
+                    .saturating_add(nv.saturating_mul(dv));
                 let ssm = la
                     .ssm_dtype
                     .as_deref()
                     .and_then(KvCacheDtype::from_torch)
                     .unwrap_or(model_dtype);
-                let per_layer = conv_dim * ck.saturating_sub(1) * model_dtype.bytes()
-                    + nv * dv * dk * ssm.bytes();
-                p.state_bytes_per_sequence = Some(per_layer * facts.linear_attention_layers);
+                let per_layer = conv_dim
+                    .saturating_mul(ck.saturating_sub(1))
+                    .saturating_mul(model_dtype.bytes())
+                    .saturating_add(
+                        nv.saturating_mul(dv)
+                            .saturating_mul(dk)
+                            .saturating_mul(ssm.bytes()),
+                    );
+                p.state_bytes_per_sequence =
+                    Some(per_layer.saturating_mul(facts.linear_attention_layers));
                 p.assumptions.push(format!(
                     "Gated-DeltaNet state per sequence = {} layers × (conv {conv_dim} × {} × {} B + SSM {nv} × {dv} × {dk} × {} B) = {} (vLLM MambaStateShapeCalculator.gated_delta_net_state_shape; conv state in the model dtype, SSM state in {}{}); it does not grow with tokens",
                     facts.linear_attention_layers,
                     ck.saturating_sub(1),
                     model_dtype.bytes(),
                     ssm.bytes(),
-                    human_bytes(per_layer * facts.linear_attention_layers),
+                    human_bytes(per_layer.saturating_mul(facts.linear_attention_layers)),
                     ssm.name(),
                     if la.ssm_dtype.is_some() { " per config mamba_ssm_dtype" } else { ", the model dtype (config names no mamba_ssm_dtype)" },
                 ));

@@ -289,6 +289,26 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
         max_position_embeddings: num("max_position_embeddings")?,
         ..Default::default()
     };
+    // Bounds that keep every later loop and product sane on hostile input.
+    for (name, v, max) in [
+        ("num_hidden_layers", f.num_hidden_layers, 100_000u64),
+        ("num_experts", f.num_experts, 1_000_000),
+        ("hidden_size", f.hidden_size, 1 << 24),
+        ("num_attention_heads", f.num_attention_heads, 1 << 20),
+        ("num_key_value_heads", f.num_key_value_heads, 1 << 20),
+        ("head_dim", f.head_dim, 1 << 20),
+        ("vocab_size", f.vocab_size, 1 << 30),
+        ("intermediate_size", f.intermediate_size, 1 << 26),
+        ("moe_intermediate_size", f.moe_intermediate_size, 1 << 26),
+    ] {
+        if let Some(v) = v.filter(|v| *v > max) {
+            return Err(RigError::file(
+                path,
+                format!("field {pre}{name} = {v} is implausible (more than {max}); is this a model config?"),
+            )
+            .into());
+        }
+    }
     f.tie_word_embeddings = match opt_bool(lm, "tie_word_embeddings", pre, path)? {
         Some(b) => Some(b),
         None => opt_bool(root, "tie_word_embeddings", "", path)?,
@@ -404,6 +424,13 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
 
     for key in ["mtp_num_hidden_layers", "num_nextn_predict_layers"] {
         if let Some(n) = num(key)? {
+            if n > 1000 {
+                return Err(RigError::file(
+                    path,
+                    format!("field {pre}{key} = {n} is implausible (more than 1000)"),
+                )
+                .into());
+            }
             f.mtp_layers = Some(n);
             f.mtp_field = Some(key.to_string());
             break;
@@ -412,14 +439,25 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
 
     if let Some(Value::Object(v)) = root.get("vision_config") {
         let vp = "vision_config.";
-        f.vision = Some(VisionFacts {
+        let vf = VisionFacts {
             depth: match opt_u64(v, "depth", vp, path)? {
                 Some(d) => Some(d),
                 None => opt_u64(v, "num_hidden_layers", vp, path)?,
             },
             hidden_size: opt_u64(v, "hidden_size", vp, path)?,
             intermediate_size: opt_u64(v, "intermediate_size", vp, path)?,
-        });
+        };
+        if vf.depth.unwrap_or(0) > 10_000
+            || vf.hidden_size.unwrap_or(0) > 1 << 24
+            || vf.intermediate_size.unwrap_or(0) > 1 << 26
+        {
+            return Err(RigError::file(
+                path,
+                "vision_config dimensions are implausible (depth above 10,000 or sizes above 2^24/2^26)",
+            )
+            .into());
+        }
+        f.vision = Some(vf);
     }
 
     for key in [
@@ -507,5 +545,8 @@ mod tests {
         assert!(e.to_string().contains("layer_types"), "{e}");
         let e = facts(r#"{"text_config":[1]}"#).unwrap_err();
         assert!(e.to_string().contains("text_config"), "{e}");
+        let e = facts(r#"{"num_hidden_layers":1000000000000,"full_attention_interval":4,"linear_num_value_heads":2}"#)
+            .unwrap_err();
+        assert!(e.to_string().contains("implausible"), "{e}");
     }
 }

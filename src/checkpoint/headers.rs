@@ -384,6 +384,33 @@ mod tests {
     }
 
     #[test]
+    fn garbage_never_panics() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = 0x9e3779b97f4a7c15u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for i in 0..300 {
+            let len = (next() % 64) as usize;
+            let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if i % 2 == 0 && len >= 8 {
+                // A plausible length prefix over random JSON-ish text.
+                let n = (len - 8) as u64;
+                bytes[..8].copy_from_slice(&n.to_le_bytes());
+                let alphabet: &[u8] = b"{}[]\":,0123456789abcdtype shape data_offsets";
+                for b in bytes[8..].iter_mut() {
+                    *b = alphabet[(*b as usize) % alphabet.len()];
+                }
+            }
+            let p = write(d.path(), "g.safetensors", &bytes);
+            let _ = read_header(&p, "g.safetensors");
+        }
+    }
+
+    #[test]
     fn index_naming_a_missing_shard() {
         let d = tempfile::tempdir().unwrap();
         write(

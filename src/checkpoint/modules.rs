@@ -128,6 +128,9 @@ fn split_name(name: &str) -> (String, String) {
     }
     match name.rsplit_once('.') {
         Some((m, s)) if SUFFIXES.contains(&s) => (m.to_string(), s.to_string()),
+        // Fused expert parameters stored without a `.weight` suffix
+        // (transformers v5: `mlp.experts.gate_up_proj` [E, 2I, H]).
+        Some((_, last)) if last.ends_with("_proj") => (name.to_string(), "weight".to_string()),
         _ => (name.to_string(), String::new()),
     }
 }
@@ -541,7 +544,7 @@ pub(crate) fn evidence(m: &Module) -> Option<TensorEvidence> {
                         (1, _) => "per-tensor".to_string(),
                         (_, Some((sn, 1))) if sn == n => "per-channel".to_string(),
                         (c, None) if c == n => "per-channel".to_string(),
-                        (_, Some((sn, sk))) if sn > 0 && sk > 0 => {
+                        (_, Some((sn, sk))) if sn > 0 && sk > 0 && n > 0 && k > 0 => {
                             let bn = n.div_ceil(sn);
                             let bk = k.div_ceil(sk);
                             if n.div_ceil(bn) == sn && k.div_ceil(bk) == sk {
@@ -654,9 +657,24 @@ pub(crate) fn modules_from_config(facts: &ModelFacts, prefix: &str) -> Result<Ve
     let fused_gdn = mt.starts_with("qwen3_next");
     let attn = |p: &str, push: &mut dyn FnMut(String, Option<(u64, u64)>, u64, u64)| {
         push(format!("{p}.self_attn.q_proj"), Some((q_rows, h)), 1, 0);
-        push(format!("{p}.self_attn.k_proj"), Some((kv * hd, h)), 1, 0);
-        push(format!("{p}.self_attn.v_proj"), Some((kv * hd, h)), 1, 0);
-        push(format!("{p}.self_attn.o_proj"), Some((h, heads * hd)), 1, 0);
+        push(
+            format!("{p}.self_attn.k_proj"),
+            Some((kv.saturating_mul(hd), h)),
+            1,
+            0,
+        );
+        push(
+            format!("{p}.self_attn.v_proj"),
+            Some((kv.saturating_mul(hd), h)),
+            1,
+            0,
+        );
+        push(
+            format!("{p}.self_attn.o_proj"),
+            Some((h, heads.saturating_mul(hd))),
+            1,
+            0,
+        );
     };
     let mlp = |p: &str, push: &mut dyn FnMut(String, Option<(u64, u64)>, u64, u64)| {
         if moe {
@@ -708,12 +726,12 @@ pub(crate) fn modules_from_config(facts: &ModelFacts, prefix: &str) -> Result<Ve
             let dk = need(la.key_head_dim, "linear_key_head_dim")?;
             let dv = need(la.value_head_dim, "linear_value_head_dim")?;
             let ck = la.conv_kernel.unwrap_or(4);
-            let key_dim = nk * dk;
-            let value_dim = nv * dv;
+            let key_dim = nk.saturating_mul(dk);
+            let value_dim = nv.saturating_mul(dv);
             if fused_gdn {
                 push(
                     format!("{p}.linear_attn.in_proj_qkvz"),
-                    Some((2 * key_dim + 2 * value_dim, h)),
+                    Some((key_dim.saturating_add(value_dim).saturating_mul(2), h)),
                     1,
                     0,
                 );
@@ -726,7 +744,7 @@ pub(crate) fn modules_from_config(facts: &ModelFacts, prefix: &str) -> Result<Ve
             } else {
                 push(
                     format!("{p}.linear_attn.in_proj_qkv"),
-                    Some((2 * key_dim + value_dim, h)),
+                    Some((key_dim.saturating_mul(2).saturating_add(value_dim), h)),
                     1,
                     0,
                 );
@@ -743,7 +761,10 @@ pub(crate) fn modules_from_config(facts: &ModelFacts, prefix: &str) -> Result<Ve
                 format!("{p}.linear_attn.conv1d"),
                 None,
                 1,
-                (2 * key_dim + value_dim) * ck,
+                key_dim
+                    .saturating_mul(2)
+                    .saturating_add(value_dim)
+                    .saturating_mul(ck),
             );
             push(
                 format!("{p}.linear_attn.out_proj"),
@@ -761,7 +782,7 @@ pub(crate) fn modules_from_config(facts: &ModelFacts, prefix: &str) -> Result<Ve
     }
     if let Some(n) = facts.mtp_layers.filter(|n| *n > 0) {
         if facts.mtp_field.as_deref() == Some("mtp_num_hidden_layers") {
-            push("mtp.fc".into(), Some((h, 2 * h)), 1, 0);
+            push("mtp.fc".into(), Some((h, h.saturating_mul(2))), 1, 0);
             for i in 0..n {
                 let p = format!("mtp.layers.{i}");
                 attn(&p, &mut push);
@@ -773,7 +794,12 @@ pub(crate) fn modules_from_config(facts: &ModelFacts, prefix: &str) -> Result<Ve
         if let (Some(d), Some(vh), Some(vi)) = (v.depth, v.hidden_size, v.intermediate_size) {
             for b in 0..d {
                 let p = format!("model.visual.blocks.{b}");
-                push(format!("{p}.attn.qkv"), Some((3 * vh, vh)), 1, 0);
+                push(
+                    format!("{p}.attn.qkv"),
+                    Some((vh.saturating_mul(3), vh)),
+                    1,
+                    0,
+                );
                 push(format!("{p}.attn.proj"), Some((vh, vh)), 1, 0);
                 push(format!("{p}.mlp.linear_fc1"), Some((vi, vh)), 1, 0);
                 push(format!("{p}.mlp.linear_fc2"), Some((vh, vi)), 1, 0);
@@ -951,6 +977,48 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn degenerate_shapes_do_not_panic() {
+        for (w, sc) in [
+            (
+                t("l.weight", "F8_E4M3", &[0, 0]),
+                t("l.weight_scale", "F32", &[0, 0]),
+            ),
+            (
+                t("l.weight", "F8_E4M3", &[4]),
+                t("l.weight_scale", "F32", &[3, 2]),
+            ),
+            (
+                t("l.weight", "U8", &[0, 0]),
+                t("l.weight_scale", "F8_E4M3", &[0, 0]),
+            ),
+            (
+                t("l.weight", "U8", &[5]),
+                t("l.weight_scale", "F8_E4M3", &[]),
+            ),
+        ] {
+            let m = module(vec![w, sc]);
+            let _ = evidence(&m);
+        }
+        let m = module(vec![
+            t("l.weight_packed", "U8", &[0, 0]),
+            t("l.weight_scale", "F8_E4M3", &[0, 0]),
+        ]);
+        let _ = evidence(&m);
+        let m = module(vec![
+            t("l.weight_packed", "I32", &[4]),
+            t("l.weight_scale", "BF16", &[]),
+        ]);
+        let _ = evidence(&m);
+        assert_eq!(
+            split_name("model.layers.0.mlp.experts.gate_up_proj"),
+            (
+                "model.layers.0.mlp.experts.gate_up_proj".into(),
+                "weight".into()
+            )
+        );
     }
 
     #[test]
