@@ -194,7 +194,7 @@ pub(crate) fn predict(
     match headers {
         Some(h) => {
             p.weight_bytes = Some(h.tensors.iter().map(|t| t.bytes).sum());
-            p.weight_source = "exact: sum of tensor sizes in the safetensors headers (vision tower and MTP weights included; engines load them even when unused)".into();
+            p.weight_source = "exact: sum of every tensor in the safetensors headers (any vision tower and MTP weights included: engines load them even when unused)".into();
         }
         None if !recs.is_empty() => {
             let mut total = 0u64;

@@ -450,3 +450,60 @@ fn bad_inputs_name_the_file() {
     };
     assert!(inspect(d.path(), &bad).is_err());
 }
+
+#[test]
+fn unsupported_card_unknown_method_and_bad_pattern() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+        "vocab_size": 256, "torch_dtype": "bfloat16",
+        "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    });
+    std::fs::write(d.path().join("config.json"), cfg.to_string()).unwrap();
+    // FP8 on Turing: no FP8 tensor cores and no Marlin-style fallback below sm_80.
+    let r = inspect(d.path(), &opts_sm("sm_75")).unwrap();
+    let u = r.findings_of("format-unsupported-on-card");
+    assert_eq!(u.len(), 1, "{:#?}", r.findings);
+    assert_eq!(u[0].severity, Severity::Error);
+    assert!(r.has_errors());
+    // On Ampere it is a fallback (W8A16), on Hopper native.
+    let r = inspect(d.path(), &opts_sm("sm_86")).unwrap();
+    assert_eq!(r.findings_of("format-fallback-on-card").len(), 1);
+    assert!(!r.has_errors());
+
+    let cfg = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+        "vocab_size": 256,
+        "quantization_config": {"quant_method": "hqq-like-something"}
+    });
+    std::fs::write(d.path().join("config.json"), cfg.to_string()).unwrap();
+    let r = inspect(d.path(), &opts_sm("sm_90")).unwrap();
+    assert_eq!(
+        r.findings_of("unknown-quant-method").len(),
+        1,
+        "{:#?}",
+        r.findings
+    );
+
+    let cfg = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+        "vocab_size": 256,
+        "quantization_config": {"quant_method": "compressed-tensors", "ignore": ["re:(unclosed"],
+            "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}
+    });
+    std::fs::write(d.path().join("config.json"), cfg.to_string()).unwrap();
+    let r = inspect(d.path(), &opts_sm("sm_90")).unwrap();
+    assert_eq!(r.findings_of("bad-pattern").len(), 1, "{:#?}", r.findings);
+    // Weight-only FP8 (no input_activations) has no GEMM format: described, not classified.
+    let v = r
+        .card
+        .verdicts
+        .iter()
+        .find(|v| v.format.contains("W8A16"))
+        .unwrap();
+    assert_eq!(v.support, None);
+    assert!(v.path.contains("weight-only FP8"));
+}
