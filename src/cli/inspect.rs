@@ -1,12 +1,138 @@
-//! `rigbench inspect`: see the module docs of `crate::checkpoint` for what it does.
+//! `rigbench inspect DIR`: see the module docs of `crate::checkpoint` for what it does.
+//!
+//! Exit codes: 0 no error-severity finding; 4 ([`ExitStatus::LintErrors`]) at least one;
+//! 1 bad input (missing folder or config.json, malformed metadata or headers).
 
-use crate::ExitStatus;
+use std::path::PathBuf;
+
+use crate::checkpoint::{self, InspectOptions, KvCacheDtype};
+use crate::report::redact::Redactor;
+use crate::rig::ComputeCapability;
+use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench inspect`.
 #[derive(Debug, clap::Args)]
-pub struct InspectArgs {}
+pub struct InspectArgs {
+    /// The checkpoint folder (config.json, optional hf_quant_config.json and safetensors).
+    pub dir: PathBuf,
+    /// Print JSON (the `checkpoint` object of the results schema) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Classify formats for this compute capability (e.g. sm_90, 12.0) instead of the probed GPU.
+    #[arg(long, value_name = "CC")]
+    pub cc: Option<String>,
+    /// GPU memory for the capacity prediction, GiB (default: the probed GPU's memory).
+    #[arg(long, value_name = "GIB")]
+    pub gpu_mem_gib: Option<f64>,
+    /// Fraction of GPU memory the engine may use (vLLM --gpu-memory-utilization).
+    #[arg(long, default_value_t = 0.9, value_name = "F")]
+    pub gpu_memory_utilization: f64,
+    /// Tokens per request for the concurrency figure (default: config max_position_embeddings).
+    #[arg(long, value_name = "N")]
+    pub max_model_len: Option<u64>,
+    /// KV-cache dtype for the prediction: auto (the checkpoint's declaration, else the model
+    /// dtype), bf16, fp16, fp8 or fp32.
+    #[arg(long, default_value = "auto", value_name = "DTYPE")]
+    pub kv_cache_dtype: String,
+    /// Memory assumed for activations, the CUDA-graph pool and the CUDA context, GiB.
+    #[arg(long, default_value_t = 1.5, value_name = "GIB")]
+    pub reserve_gib: f64,
+    /// Do not redact host name, user paths and IP addresses.
+    #[arg(long)]
+    pub no_redact: bool,
+}
 
-/// Run `rigbench inspect`.
-pub fn run(_args: InspectArgs) -> anyhow::Result<ExitStatus> {
-    anyhow::bail!("rigbench inspect is not implemented yet")
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+fn gib_bytes(flag: &str, v: f64) -> Result<u64, RigError> {
+    if !(0.0..1e9).contains(&v) {
+        return Err(RigError::flag(flag, format!("{v} is not a size in GiB")));
+    }
+    Ok((v * GIB).round() as u64)
+}
+
+/// Build [`InspectOptions`] from the flags, probing the GPU only when `--cc` or
+/// `--gpu-mem-gib` leaves something to find out.
+pub fn options(args: &InspectArgs) -> Result<InspectOptions, RigError> {
+    let mut o = InspectOptions::default();
+    if !(args.gpu_memory_utilization > 0.0 && args.gpu_memory_utilization <= 1.0) {
+        return Err(RigError::flag(
+            "--gpu-memory-utilization",
+            format!("{} is not in (0, 1]", args.gpu_memory_utilization),
+        ));
+    }
+    o.gpu_memory_utilization = args.gpu_memory_utilization;
+    o.reserve_bytes = gib_bytes("--reserve-gib", args.reserve_gib)?;
+    if let Some(l) = args.max_model_len {
+        if l == 0 {
+            return Err(RigError::flag("--max-model-len", "must be at least 1"));
+        }
+        o.max_model_len = Some(l);
+    }
+    o.kv_cache_dtype = match args.kv_cache_dtype.trim().to_ascii_lowercase().as_str() {
+        "auto" => None,
+        other => Some(
+            other
+                .parse::<KvCacheDtype>()
+                .map_err(|e| RigError::flag("--kv-cache-dtype", e))?,
+        ),
+    };
+    let cc = match &args.cc {
+        Some(s) => Some(
+            s.parse::<ComputeCapability>()
+                .map_err(|e| RigError::flag("--cc", e))?,
+        ),
+        None => None,
+    };
+    let mem = match args.gpu_mem_gib {
+        Some(g) => {
+            let b = gib_bytes("--gpu-mem-gib", g)?;
+            if b == 0 {
+                return Err(RigError::flag("--gpu-mem-gib", "must be above 0"));
+            }
+            Some(b)
+        }
+        None => None,
+    };
+    if cc.is_none() || mem.is_none() {
+        let probed = InspectOptions::from_rig(&crate::rig::probe());
+        if cc.is_none() {
+            o.cc = probed.cc;
+            o.card = probed.card.clone();
+            o.no_card_reason = probed.no_card_reason.clone();
+        }
+        if mem.is_none() {
+            o.gpu_memory_bytes = probed.gpu_memory_bytes;
+            o.gpu_memory_source = probed.gpu_memory_source;
+        }
+    }
+    if let Some(c) = cc {
+        o.cc = Some(c);
+        o.card = Some("--cc".into());
+        o.no_card_reason = None;
+    }
+    if let Some(b) = mem {
+        o.gpu_memory_bytes = Some(b);
+        o.gpu_memory_source = Some("--gpu-mem-gib".into());
+    }
+    Ok(o)
+}
+
+/// Run `rigbench inspect`: 0 without lint errors, 4 with, an error (exit 1) on bad input.
+pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
+    let opts = options(&args)?;
+    let report = checkpoint::inspect(&args.dir, &opts)?;
+    let redactor = Redactor::for_this_host(!args.no_redact);
+    if args.json {
+        let mut v = serde_json::to_value(&report)?;
+        redactor.redact_json(&mut v);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", redactor.redact(&checkpoint::render_markdown(&report)));
+    }
+    Ok(if report.has_errors() {
+        ExitStatus::LintErrors
+    } else {
+        ExitStatus::Ok
+    })
 }

@@ -1,0 +1,454 @@
+//! Predicted footprint and KV capacity, from metadata (a prediction, never a measurement).
+//!
+//! Formulas:
+//! - KV bytes per token = full-attention layers × 2 (K and V) × KV heads × head_dim × KV dtype
+//!   bytes (vLLM `AttentionSpec.page_size_bytes` per token, tensor parallelism 1).
+//! - Gated-DeltaNet state per sequence = linear-attention layers × (conv_dim × (conv_kernel − 1)
+//!   × conv dtype bytes + value_heads × value_head_dim × key_head_dim × SSM dtype bytes), with
+//!   conv_dim = 2 × key_heads × key_head_dim + value_heads × value_head_dim (vLLM
+//!   `MambaStateShapeCalculator.gated_delta_net_state_shape`). It is fixed per sequence and
+//!   does not grow with tokens.
+//! - KV budget = GPU memory × utilization − weights − reserve (vLLM's `Available KV cache
+//!   memory`; the reserve stands for what vLLM measures by profiling: peak activations, the
+//!   CUDA-graph pool, the CUDA context).
+//! - KV tokens = (budget − one sequence's state) / KV bytes per token; maximum concurrency at
+//!   `max_model_len` L = budget / (L × KV bytes per token + state per sequence) (vLLM's
+//!   "Maximum concurrency for L tokens per request").
+
+use serde::{Deserialize, Serialize};
+
+use super::config::ModelFacts;
+use super::format::ModuleFormat;
+use super::headers::Headers;
+use super::quant::Rules;
+use super::{InspectOptions, Rec};
+use crate::report::table::human_bytes;
+
+/// KV-cache dtype for the prediction (vLLM `--kv-cache-dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvCacheDtype {
+    /// BF16 (2 bytes).
+    Bf16,
+    /// FP16 (2 bytes).
+    F16,
+    /// FP8 E4M3 or E5M2 (1 byte).
+    Fp8,
+    /// FP32 (4 bytes).
+    F32,
+}
+
+impl KvCacheDtype {
+    /// Bytes per element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Self::Bf16 | Self::F16 => 2,
+            Self::Fp8 => 1,
+            Self::F32 => 4,
+        }
+    }
+
+    /// Name for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Bf16 => "BF16",
+            Self::F16 => "FP16",
+            Self::Fp8 => "FP8",
+            Self::F32 => "FP32",
+        }
+    }
+
+    /// From a torch/config dtype string (`bfloat16`, `float16`, `float32`, ...).
+    pub fn from_torch(s: &str) -> Option<Self> {
+        match s
+            .trim()
+            .trim_start_matches("torch.")
+            .to_ascii_lowercase()
+            .as_str()
+        {
+            "bfloat16" | "bf16" => Some(Self::Bf16),
+            "float16" | "fp16" | "half" => Some(Self::F16),
+            "float32" | "fp32" | "float" => Some(Self::F32),
+            "fp8" | "fp8_e4m3" | "fp8_e5m2" | "float8_e4m3fn" => Some(Self::Fp8),
+            _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for KvCacheDtype {
+    type Err = String;
+    /// `bf16`/`bfloat16`, `fp16`/`float16`/`half`, `fp8`/`fp8_e4m3`/`fp8_e5m2`, `fp32`/`float32`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::from_torch(s).ok_or_else(|| {
+            format!("unknown KV-cache dtype '{s}'; expected auto, bf16, fp16, fp8 or fp32")
+        })
+    }
+}
+
+/// The capacity prediction with its inputs and assumptions. Unknown figures stay `None`, with
+/// the reason in `not_computed`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapacityPrediction {
+    /// Always `prediction`: these figures come from metadata, not from an engine.
+    pub kind: String,
+    /// Weight bytes on the GPU.
+    pub weight_bytes: Option<u64>,
+    /// How `weight_bytes` was obtained (exact from headers, or an estimate).
+    pub weight_source: String,
+    /// KV-cache dtype used.
+    pub kv_dtype: Option<String>,
+    /// Why that dtype.
+    pub kv_dtype_source: String,
+    /// Layers with a per-token KV cache.
+    pub full_attention_layers: Option<u64>,
+    /// KV-cache bytes per token (all layers).
+    pub kv_bytes_per_token: Option<u64>,
+    /// Gated-DeltaNet layers (fixed state per sequence).
+    pub linear_attention_layers: u64,
+    /// Recurrent + convolution state bytes per sequence (all linear-attention layers).
+    pub state_bytes_per_sequence: Option<u64>,
+    /// GPU memory used for the prediction, bytes.
+    pub gpu_memory_bytes: Option<u64>,
+    /// Where it came from.
+    pub gpu_memory_source: Option<String>,
+    /// `--gpu-memory-utilization`.
+    pub gpu_memory_utilization: f64,
+    /// Reserve assumed for activations, CUDA graphs and context, bytes.
+    pub reserve_bytes: u64,
+    /// Memory left for the KV cache and states, bytes (negative: the weights do not fit).
+    pub kv_budget_bytes: Option<i64>,
+    /// Whether the weights plus one sequence's state fit.
+    pub fits: Option<bool>,
+    /// Predicted KV-cache tokens (one sequence's state reserved).
+    pub kv_tokens: Option<u64>,
+    /// Tokens per request for the concurrency figure.
+    pub max_model_len: Option<u64>,
+    /// Where it came from (`--max-model-len` or config `max_position_embeddings`).
+    pub max_model_len_source: Option<String>,
+    /// Requests of `max_model_len` tokens that fit at once.
+    pub max_concurrency: Option<f64>,
+    /// Figures not computed, and why.
+    pub not_computed: Vec<String>,
+    /// Assumptions behind the figures.
+    pub assumptions: Vec<String>,
+}
+
+/// Bytes of one `[n, k]` weight in `fmt`, scales included (ModelOpt / compressed-tensors
+/// layouts: NVFP4 n·k/2 + n·k/16 E4M3 + FP32 scalars; FP8 n·k + FP32 scales; INT4 n·k/2 +
+/// BF16 scale per group).
+pub(crate) fn weight_bytes(fmt: &ModuleFormat, n: u64, k: u64, model_dtype_bytes: u64) -> u64 {
+    let e = n.saturating_mul(k);
+    match fmt {
+        ModuleFormat::Bf16 | ModuleFormat::F16 => e.saturating_mul(2),
+        ModuleFormat::F32 => e.saturating_mul(4),
+        ModuleFormat::Fp8 { scaling, .. } => e.saturating_add(if scaling == "per-tensor" {
+            8
+        } else if scaling.starts_with("block") {
+            n.div_ceil(128)
+                .saturating_mul(k.div_ceil(128))
+                .saturating_mul(4)
+        } else {
+            n.saturating_mul(4)
+        }),
+        ModuleFormat::Nvfp4 { group_size, .. } => {
+            (e / 2).saturating_add(e / (*group_size).max(1) as u64) + 8
+        }
+        ModuleFormat::Mxfp4 => (e / 2).saturating_add(e / 32),
+        ModuleFormat::Int4 { group_size } => {
+            (e / 2).saturating_add((e / group_size.unwrap_or(128).max(1) as u64).saturating_mul(2))
+        }
+        ModuleFormat::Int8 => e.saturating_add(n.saturating_mul(4)),
+        ModuleFormat::Other { .. } => e.saturating_mul(model_dtype_bytes),
+    }
+}
+
+/// Predict the footprint and capacity.
+pub(crate) fn predict(
+    facts: &ModelFacts,
+    recs: &[Rec],
+    followed: Option<&Rules>,
+    other: Option<&Rules>,
+    headers: Option<&Headers>,
+    opts: &InspectOptions,
+) -> CapacityPrediction {
+    let mut p = CapacityPrediction {
+        kind: "prediction".into(),
+        gpu_memory_utilization: opts.gpu_memory_utilization,
+        reserve_bytes: opts.reserve_bytes,
+        linear_attention_layers: facts.linear_attention_layers,
+        full_attention_layers: facts.full_attention_layers,
+        ..Default::default()
+    };
+    let model_dtype = facts
+        .dtype
+        .as_deref()
+        .and_then(KvCacheDtype::from_torch)
+        .unwrap_or(KvCacheDtype::Bf16);
+    let model_dtype_note = if facts.dtype.is_some() {
+        format!("model dtype {}", model_dtype.name())
+    } else {
+        "model dtype unstated, BF16 assumed".into()
+    };
+
+    // Weights.
+    match headers {
+        Some(h) => {
+            p.weight_bytes = Some(h.tensors.iter().map(|t| t.bytes).sum());
+            p.weight_source = "exact: sum of every tensor in the safetensors headers (any vision tower and MTP weights included: engines load them even when unused)".into();
+        }
+        None if !recs.is_empty() => {
+            let mut total = 0u64;
+            for r in recs {
+                if let Some((n, k)) = r.m.est_nk {
+                    total += weight_bytes(&r.effective, n, k, model_dtype.bytes())
+                        * r.m.multiplicity.max(1);
+                }
+                total += r.m.est_params * model_dtype.bytes();
+            }
+            p.weight_bytes = Some(total);
+            p.weight_source = "estimate (no safetensors headers): config.json dimensions × the declared format of each module, scales included; norms and biases left out, vision tower approximated".into();
+        }
+        None => {
+            p.weight_source = "unknown: no safetensors headers and module shapes of this architecture are not modelled".into();
+            p.not_computed
+                .push("weight bytes: no safetensors headers to read them from".into());
+        }
+    }
+
+    // KV dtype.
+    let declared_kv = |r: Option<&Rules>| r.and_then(|r| r.kv.clone().map(|k| (r.file.clone(), k)));
+    let kv = match opts.kv_cache_dtype {
+        Some(d) => {
+            p.kv_dtype_source = "--kv-cache-dtype".into();
+            Some(d)
+        }
+        None => match declared_kv(followed) {
+            Some((file, k)) => match KvCacheDtype::from_torch(&k) {
+                Some(d) => {
+                    p.kv_dtype_source = format!("{file} declares {k} KV cache");
+                    Some(d)
+                }
+                None => {
+                    p.kv_dtype_source =
+                        format!("{file} declares a {k} KV cache, which rigbench does not size");
+                    None
+                }
+            },
+            None => {
+                let mut s = format!(
+                    "no KV-cache quantization in {}: {model_dtype_note} (vLLM --kv-cache-dtype auto)",
+                    followed
+                        .map(|r| r.file.as_str())
+                        .unwrap_or("the metadata")
+                );
+                if let Some((file, k)) = declared_kv(other) {
+                    s.push_str(&format!(
+                        "; {file} declares {k}, which vLLM does not read when config.json has a quantization_config: pass --kv-cache-dtype fp8 to predict for it"
+                    ));
+                }
+                p.kv_dtype_source = s;
+                Some(model_dtype)
+            }
+        },
+    };
+    p.kv_dtype = kv.map(|d| d.name().to_string());
+
+    match (
+        facts.full_attention_layers,
+        facts.num_key_value_heads,
+        facts.head_dim,
+        kv,
+    ) {
+        (Some(l), Some(h), Some(d), Some(b)) => {
+            p.kv_bytes_per_token = l
+                .checked_mul(2)
+                .and_then(|x| x.checked_mul(h))
+                .and_then(|x| x.checked_mul(d))
+                .and_then(|x| x.checked_mul(b.bytes()));
+            if p.kv_bytes_per_token.is_none() {
+                p.not_computed
+                    .push("KV bytes per token: config.json dimensions overflow 64 bits".into());
+            }
+        }
+        _ => p.not_computed.push(
+            "KV bytes per token: config.json lacks layers, KV heads or head_dim, or the KV dtype is unknown"
+                .into(),
+        ),
+    }
+
+    if facts.linear_attention_layers > 0 {
+        let la = facts.linear_attention.clone().unwrap_or_default();
+        match (
+            la.num_key_heads,
+            la.num_value_heads,
+            la.key_head_dim,
+            la.value_head_dim,
+        ) {
+            (Some(nk), Some(nv), Some(dk), Some(dv)) => {
+                let ck = la.conv_kernel.unwrap_or(4);
+                let conv_dim = nk
+                    .saturating_mul(dk)
+                    .saturating_mul(2)
+                    .saturating_add(nv.saturating_mul(dv));
+                let ssm = la
+                    .ssm_dtype
+                    .as_deref()
+                    .and_then(KvCacheDtype::from_torch)
+                    .unwrap_or(model_dtype);
+                let per_layer = conv_dim
+                    .saturating_mul(ck.saturating_sub(1))
+                    .saturating_mul(model_dtype.bytes())
+                    .saturating_add(
+                        nv.saturating_mul(dv)
+                            .saturating_mul(dk)
+                            .saturating_mul(ssm.bytes()),
+                    );
+                p.state_bytes_per_sequence =
+                    Some(per_layer.saturating_mul(facts.linear_attention_layers));
+                p.assumptions.push(format!(
+                    "Gated-DeltaNet state per sequence = {} layers × (conv {conv_dim} × {} × {} B + SSM {nv} × {dv} × {dk} × {} B) = {} (vLLM MambaStateShapeCalculator.gated_delta_net_state_shape; conv state in the model dtype, SSM state in {}{}); it does not grow with tokens",
+                    facts.linear_attention_layers,
+                    ck.saturating_sub(1),
+                    model_dtype.bytes(),
+                    ssm.bytes(),
+                    human_bytes(per_layer.saturating_mul(facts.linear_attention_layers)),
+                    ssm.name(),
+                    if la.ssm_dtype.is_some() { " per config mamba_ssm_dtype" } else { ", the model dtype (config names no mamba_ssm_dtype)" },
+                ));
+                p.assumptions.push("vLLM's hybrid allocator pads attention and state pages to one page size and may keep extra states for prefix caching, so engines can report fewer tokens than predicted here for hybrid models".into());
+            }
+            _ => p.not_computed.push(
+                "Gated-DeltaNet state: config.json lacks linear_num_*_heads or linear_*_head_dim"
+                    .into(),
+            ),
+        }
+    }
+
+    p.gpu_memory_bytes = opts.gpu_memory_bytes;
+    p.gpu_memory_source = opts.gpu_memory_source.clone();
+    let (max_len, src) = match (opts.max_model_len, facts.max_position_embeddings) {
+        (Some(l), _) => (Some(l), Some("--max-model-len".to_string())),
+        (None, Some(l)) => (
+            Some(l),
+            Some("config.json max_position_embeddings (vLLM's default max_model_len)".to_string()),
+        ),
+        (None, None) => (None, None),
+    };
+    p.max_model_len = max_len;
+    p.max_model_len_source = src;
+
+    let state = p.state_bytes_per_sequence.unwrap_or(0);
+    match (opts.gpu_memory_bytes, p.weight_bytes) {
+        (Some(mem), Some(w)) => {
+            let usable = (mem as f64 * opts.gpu_memory_utilization).floor() as i128;
+            let budget = usable - w as i128 - opts.reserve_bytes as i128;
+            let budget = budget.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+            p.kv_budget_bytes = Some(budget);
+            let fits = budget > state as i64;
+            p.fits = Some(fits);
+            if !fits {
+                p.not_computed.push(format!(
+                    "KV tokens: the weights ({}) and reserve do not leave room for even one sequence in {} × {}",
+                    human_bytes(w),
+                    human_bytes(mem),
+                    opts.gpu_memory_utilization
+                ));
+            } else if p.facts_ok_for_tokens() {
+                let per_tok = p.kv_bytes_per_token.unwrap_or(0);
+                if let Some(tokens) = (budget as u64 - state).checked_div(per_tok) {
+                    p.kv_tokens = Some(tokens);
+                    if let Some(l) = max_len {
+                        let per_seq = l as f64 * per_tok as f64 + state as f64;
+                        p.max_concurrency = Some(budget as f64 / per_seq);
+                    }
+                } else if state > 0 {
+                    p.max_concurrency = Some(budget as f64 / state as f64);
+                }
+            }
+        }
+        (None, _) => p.not_computed.push(
+            "KV tokens and concurrency: need a GPU memory size (no GPU found; pass --gpu-mem-gib)"
+                .into(),
+        ),
+        (Some(_), None) => p
+            .not_computed
+            .push("KV tokens and concurrency: need the weight bytes".into()),
+    }
+    if max_len.is_none() && p.kv_tokens.is_some() {
+        p.not_computed.push(
+            "maximum concurrency: config.json has no max_position_embeddings; pass --max-model-len"
+                .into(),
+        );
+    }
+
+    let mut a = vec![
+        "a prediction from metadata, not a measurement: the engine reports the real figure at startup (vLLM: 'GPU KV cache size: N tokens', 'Maximum concurrency for L tokens per request')".to_string(),
+        format!(
+            "KV budget = GPU memory × {} − weights − reserve {}; the reserve is an assumption for peak activations at the prefill chunk, the CUDA-graph pool and the CUDA context (vLLM measures it by profiling; set it with --reserve-gib)",
+            opts.gpu_memory_utilization,
+            human_bytes(opts.reserve_bytes)
+        ),
+        "KV bytes per token = full-attention layers × 2 (K and V) × KV heads × head_dim × KV dtype bytes; per-tensor FP8 KV scales are negligible and not counted; one GPU (tensor parallelism 1)".to_string(),
+    ];
+    if facts.mtp_layers.unwrap_or(0) > 0 {
+        a.push(format!(
+            "the {} MTP layer(s) are not counted in KV per token: engines allocate their KV only when MTP speculative decoding is on (add one full-attention layer each)",
+            facts.mtp_layers.unwrap_or(0)
+        ));
+    }
+    if !facts.attention_extras.is_empty() {
+        a.push(format!(
+            "config.json has attention fields the generic formula ignores ({}): this architecture's KV layout differs (latent/compressed/sliding attention), so the per-token figure may be far off",
+            facts.attention_extras.join(", ")
+        ));
+    }
+    if facts.layer_types.iter().any(|t| t == "sliding_attention") {
+        a.push(
+            "sliding-window layers are counted as full attention (an upper bound on their KV)"
+                .into(),
+        );
+    }
+    a.append(&mut p.assumptions);
+    p.assumptions = a;
+    p
+}
+
+impl CapacityPrediction {
+    fn facts_ok_for_tokens(&self) -> bool {
+        self.kv_bytes_per_token.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_names() {
+        assert_eq!("fp8".parse::<KvCacheDtype>().unwrap().bytes(), 1);
+        assert_eq!(
+            "bfloat16".parse::<KvCacheDtype>().unwrap(),
+            KvCacheDtype::Bf16
+        );
+        assert_eq!(
+            KvCacheDtype::from_torch("torch.float32"),
+            Some(KvCacheDtype::F32)
+        );
+        assert!("int3".parse::<KvCacheDtype>().is_err());
+    }
+
+    #[test]
+    fn weight_byte_formulas() {
+        let nv = ModuleFormat::Nvfp4 {
+            activations_4bit: false,
+            group_size: 16,
+        };
+        assert_eq!(weight_bytes(&nv, 64, 64, 2), 2048 + 256 + 8);
+        assert_eq!(weight_bytes(&ModuleFormat::Bf16, 64, 64, 2), 8192);
+        let fp8 = ModuleFormat::Fp8 {
+            scaling: "per-tensor".into(),
+            activations: "static".into(),
+        };
+        assert_eq!(weight_bytes(&fp8, 64, 64, 2), 4096 + 8);
+    }
+}

@@ -1,0 +1,405 @@
+//! Markdown rendering of an inspection: the terminal output of `rigbench inspect` and the
+//! checkpoint section of `rigbench report --checkpoint DIR`.
+
+use super::{InspectReport, Severity};
+use crate::report::table::{human_bytes, markdown_table, thousands};
+
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map(|x| x.to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Render an inspection as Markdown (sections at level `##`/`###`).
+pub fn render_markdown(r: &InspectReport) -> String {
+    let mut o = String::new();
+    o.push_str(&format!("## Checkpoint: {}\n\n", r.checkpoint));
+    o.push_str(&format!("Files read: {}.\n\n", r.files_read.join(", ")));
+
+    // Model
+    let m = &r.model;
+    o.push_str("### Model (config.json)\n\n");
+    let mut rows: Vec<Vec<String>> = vec![
+        vec![
+            "architecture".into(),
+            if m.architectures.is_empty() {
+                "unknown".into()
+            } else {
+                m.architectures.join(", ")
+            },
+        ],
+        vec![
+            "model_type".into(),
+            match (&m.model_type, &m.text_model_type) {
+                (Some(a), Some(b)) => format!("{a} (text_config: {b})"),
+                (a, _) => opt(a),
+            },
+        ],
+        vec!["layers".into(), opt(&m.num_hidden_layers)],
+        vec!["hidden size".into(), opt(&m.hidden_size)],
+        vec![
+            "attention heads / KV heads".into(),
+            format!(
+                "{} / {}",
+                opt(&m.num_attention_heads),
+                opt(&m.num_key_value_heads)
+            ),
+        ],
+        vec![
+            "head_dim".into(),
+            format!(
+                "{}{}",
+                opt(&m.head_dim),
+                if m.head_dim_derived {
+                    " (hidden / heads)"
+                } else {
+                    ""
+                }
+            ),
+        ],
+    ];
+    if m.intermediate_size.is_some() {
+        rows.push(vec!["intermediate size".into(), opt(&m.intermediate_size)]);
+    }
+    if m.num_experts.is_some() {
+        rows.push(vec![
+            "experts".into(),
+            format!(
+                "{} routed, {} per token, expert intermediate {}{}",
+                opt(&m.num_experts),
+                opt(&m.num_experts_per_tok),
+                opt(&m.moe_intermediate_size),
+                m.shared_expert_intermediate_size
+                    .map(|s| format!(", shared expert intermediate {s}"))
+                    .unwrap_or_default()
+            ),
+        ]);
+    }
+    rows.push(vec!["vocab".into(), opt(&m.vocab_size)]);
+    rows.push(vec!["tied embeddings".into(), opt(&m.tie_word_embeddings)]);
+    rows.push(vec!["dtype".into(), opt(&m.dtype)]);
+    if m.linear_attention_layers > 0 || !m.layer_types.is_empty() {
+        rows.push(vec![
+            "layer types".into(),
+            format!(
+                "{} full attention, {} linear attention (Gated-DeltaNet){}",
+                opt(&m.full_attention_layers),
+                m.linear_attention_layers,
+                m.layer_types_source
+                    .as_deref()
+                    .map(|s| format!(" [from {s}]"))
+                    .unwrap_or_default()
+            ),
+        ]);
+    }
+    if let Some(la) = &m.linear_attention {
+        rows.push(vec![
+            "Gated-DeltaNet dims".into(),
+            format!(
+                "key heads {} × {}, value heads {} × {}, conv kernel {}",
+                opt(&la.num_key_heads),
+                opt(&la.key_head_dim),
+                opt(&la.num_value_heads),
+                opt(&la.value_head_dim),
+                opt(&la.conv_kernel)
+            ),
+        ]);
+    }
+    rows.push(vec![
+        "MTP layers".into(),
+        match (&m.mtp_layers, &m.mtp_field) {
+            (Some(n), Some(f)) => format!("{n} ({f})"),
+            _ => "none declared".into(),
+        },
+    ]);
+    if m.from_text_config {
+        rows.push(vec![
+            "nested text_config".into(),
+            "yes (multimodal wrapper)".into(),
+        ]);
+    }
+    if m.vision.is_some() {
+        rows.push(vec!["vision tower".into(), "yes (vision_config)".into()]);
+    }
+    o.push_str(&markdown_table(&["fact", "value"], &rows));
+    o.push('\n');
+
+    // Quantization metadata
+    o.push_str("### Quantization metadata\n\n");
+    if r.quantization.facts.is_empty() {
+        o.push_str(&format!("{}\n\n", r.quantization.followed_why));
+    } else {
+        let rows: Vec<Vec<String>> = r
+            .quantization
+            .facts
+            .iter()
+            .map(|f| vec![f.fact.clone(), f.value.clone(), f.source.clone()])
+            .collect();
+        o.push_str(&markdown_table(&["fact", "value", "source"], &rows));
+        o.push_str(&format!(
+            "\nWhich file engines follow: {}\n\n",
+            r.quantization.followed_why
+        ));
+    }
+
+    // Tensors
+    o.push_str("### safetensors headers\n\n");
+    if let Some(reason) = &r.tensors.skipped_reason {
+        o.push_str(&format!("{reason}.\n\n"));
+    } else {
+        let by: Vec<String> = r
+            .tensors
+            .bytes_by_dtype
+            .iter()
+            .map(|(d, b)| format!("{d} {}", human_bytes(*b)))
+            .collect();
+        o.push_str(&format!(
+            "{} tensors, {} in {} file(s){}; by dtype: {}.\n\n",
+            thousands(r.tensors.tensor_count as u64),
+            human_bytes(r.tensors.total_bytes),
+            r.tensors.files.len(),
+            if r.tensors.from_index {
+                " (via model.safetensors.index.json)"
+            } else {
+                ""
+            },
+            by.join(", ")
+        ));
+    }
+
+    // Modules
+    o.push_str("### Modules by layer kind\n\n");
+    o.push_str(&format!("Module list: {}.\n\n", r.module_source));
+    if r.modules.is_empty() {
+        o.push_str("No modules to show.\n\n");
+    } else {
+        let rows: Vec<Vec<String>> = r
+            .modules
+            .iter()
+            .map(|row| {
+                vec![
+                    row.kind.label().to_string(),
+                    row.module.clone(),
+                    row.layers.clone(),
+                    if row.count > 0 {
+                        thousands(row.count)
+                    } else {
+                        "-".into()
+                    },
+                    row.format.to_string(),
+                    row.declared.clone(),
+                    row.evidence.clone(),
+                ]
+            })
+            .collect();
+        o.push_str(&markdown_table(
+            &[
+                "kind",
+                "module",
+                "layers",
+                "count",
+                "format",
+                "declared by",
+                "evidence",
+            ],
+            &rows,
+        ));
+        o.push('\n');
+    }
+    if let Some(t) = &r.other_tensors {
+        o.push_str(&format!("Also: {t}.\n\n"));
+    }
+
+    // Findings
+    let (e, w, i) = r
+        .findings
+        .iter()
+        .fold((0, 0, 0), |(e, w, i), f| match f.severity {
+            Severity::Error => (e + 1, w, i),
+            Severity::Warning => (e, w + 1, i),
+            Severity::Info => (e, w, i + 1),
+        });
+    o.push_str(&format!(
+        "### Findings: {e} error(s), {w} warning(s), {i} info\n\n"
+    ));
+    if r.findings.is_empty() {
+        o.push_str("None.\n\n");
+    } else {
+        let rows: Vec<Vec<String>> = r
+            .findings
+            .iter()
+            .map(|f| {
+                let mut mods: Vec<String> = f.modules.iter().take(4).cloned().collect();
+                if f.modules.len() > 4 {
+                    mods.push(format!("… {} patterns", f.modules.len()));
+                }
+                vec![
+                    f.severity.to_string(),
+                    f.rule.clone(),
+                    f.why.clone(),
+                    f.detail.clone(),
+                    if f.module_count > 0 {
+                        format!(
+                            "{} ({} modules)",
+                            mods.join("; "),
+                            thousands(f.module_count)
+                        )
+                    } else {
+                        "-".into()
+                    },
+                ]
+            })
+            .collect();
+        o.push_str(&markdown_table(
+            &["severity", "rule", "why", "found", "modules"],
+            &rows,
+        ));
+        o.push('\n');
+    }
+
+    // Card
+    match (&r.card.cc, &r.card.skipped) {
+        (Some(cc), _) => {
+            o.push_str(&format!(
+                "### Formats on this card: {cc}{}\n\n",
+                r.card
+                    .card
+                    .as_deref()
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default()
+            ));
+            if r.card.verdicts.is_empty() {
+                o.push_str("No modules to classify.\n\n");
+            } else {
+                let rows: Vec<Vec<String>> = r
+                    .card
+                    .verdicts
+                    .iter()
+                    .map(|v| {
+                        vec![
+                            v.format.clone(),
+                            if v.modules > 0 {
+                                thousands(v.modules)
+                            } else {
+                                "-".into()
+                            },
+                            v.support
+                                .map(|s| s.to_string())
+                                .unwrap_or_else(|| "not classified".into()),
+                            v.path.clone(),
+                            v.reason.clone(),
+                        ]
+                    })
+                    .collect();
+                o.push_str(&markdown_table(
+                    &["format", "modules", "verdict", "runs as", "why"],
+                    &rows,
+                ));
+                o.push('\n');
+            }
+        }
+        (None, Some(why)) => o.push_str(&format!("### Formats on this card\n\n{why}.\n\n")),
+        (None, None) => {}
+    }
+
+    // Capacity
+    let c = &r.capacity;
+    o.push_str("### Capacity (prediction)\n\n");
+    let mut rows: Vec<Vec<String>> = vec![
+        vec![
+            "weights".into(),
+            c.weight_bytes
+                .map(human_bytes)
+                .unwrap_or_else(|| "unknown".into()),
+            c.weight_source.clone(),
+        ],
+        vec![
+            "KV dtype".into(),
+            c.kv_dtype.clone().unwrap_or_else(|| "unknown".into()),
+            c.kv_dtype_source.clone(),
+        ],
+        vec![
+            "KV bytes per token".into(),
+            c.kv_bytes_per_token
+                .map(|b| {
+                    if b >= 1024 {
+                        format!("{} B ({})", thousands(b), human_bytes(b))
+                    } else {
+                        format!("{b} B")
+                    }
+                })
+                .unwrap_or_else(|| "unknown".into()),
+            format!("{} full-attention layers", opt(&c.full_attention_layers)),
+        ],
+    ];
+    if c.linear_attention_layers > 0 {
+        rows.push(vec![
+            "recurrent state per sequence".into(),
+            c.state_bytes_per_sequence
+                .map(human_bytes)
+                .unwrap_or_else(|| "unknown".into()),
+            format!(
+                "{} Gated-DeltaNet layers, fixed per sequence",
+                c.linear_attention_layers
+            ),
+        ]);
+    }
+    rows.push(vec![
+        "GPU memory".into(),
+        c.gpu_memory_bytes
+            .map(human_bytes)
+            .unwrap_or_else(|| "unknown".into()),
+        format!(
+            "{}; utilization {}",
+            c.gpu_memory_source
+                .as_deref()
+                .unwrap_or("no GPU and no --gpu-mem-gib"),
+            c.gpu_memory_utilization
+        ),
+    ]);
+    if let Some(b) = c.kv_budget_bytes {
+        rows.push(vec![
+            "KV budget".into(),
+            if b >= 0 {
+                human_bytes(b as u64)
+            } else {
+                format!("−{}", human_bytes(b.unsigned_abs()))
+            },
+            format!(
+                "memory × utilization − weights − reserve {}",
+                human_bytes(c.reserve_bytes)
+            ),
+        ]);
+    }
+    rows.push(vec![
+        "predicted KV tokens".into(),
+        c.kv_tokens
+            .map(thousands)
+            .unwrap_or_else(|| "not computed".into()),
+        if c.linear_attention_layers > 0 {
+            "KV budget less one sequence's recurrent state, / KV bytes per token".into()
+        } else {
+            "KV budget / KV bytes per token".into()
+        },
+    ]);
+    rows.push(vec![
+        "predicted max concurrency".into(),
+        c.max_concurrency
+            .map(|x| format!("{x:.2}x"))
+            .unwrap_or_else(|| "not computed".into()),
+        match (c.max_model_len, &c.max_model_len_source) {
+            (Some(l), Some(s)) => format!("at {} tokens per request ({s})", thousands(l)),
+            _ => "no max_model_len".into(),
+        },
+    ]);
+    o.push_str(&markdown_table(&["figure", "value", "basis"], &rows));
+    o.push('\n');
+    for n in &c.not_computed {
+        o.push_str(&format!("- not computed: {n}\n"));
+    }
+    for a in &c.assumptions {
+        o.push_str(&format!("- assumption: {a}\n"));
+    }
+    o.push('\n');
+    o
+}
