@@ -1,6 +1,9 @@
 //! End-to-end engine runs: OpenAI streaming client, executors, workloads, Prometheus scrape,
 //! engine boot-log parsing, engine launcher.
 
+pub mod bootlog;
+pub mod prometheus;
+
 use serde::{Deserialize, Serialize};
 
 /// End-to-end results (filled in by `rigbench e2e`).
