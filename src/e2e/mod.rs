@@ -2,7 +2,12 @@
 //! engine boot-log parsing, engine launcher.
 
 pub mod bootlog;
+pub mod client;
+pub mod executor;
+pub mod metrics;
 pub mod prometheus;
+pub mod prompts;
+pub mod workload;
 
 use serde::{Deserialize, Serialize};
 
