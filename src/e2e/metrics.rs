@@ -97,6 +97,8 @@ pub struct RequestRecord {
     pub itl_s: Vec<f64>,
     /// Input length the workload asked for, tokens.
     pub input_tokens_requested: Option<u64>,
+    /// Input length counted by the tokenizer when the prompt was built.
+    pub input_tokens_counted: Option<u64>,
     /// Prompt tokens the engine reported (template included for chat).
     pub prompt_tokens: Option<u64>,
     /// `max_tokens` sent.
