@@ -65,18 +65,39 @@ async fn metrics(State(m): State<Arc<Mock>>) -> String {
     let c = m.c.lock().unwrap();
     let mut s = String::new();
     s.push_str("# TYPE vllm:prefix_cache_queries counter\n");
-    s.push_str(&format!("vllm:prefix_cache_queries_total{{model_name=\"mock\"}} {}\n", c.queries));
-    s.push_str(&format!("vllm:prefix_cache_hits_total{{model_name=\"mock\"}} {}\n", c.hits));
+    s.push_str(&format!(
+        "vllm:prefix_cache_queries_total{{model_name=\"mock\"}} {}\n",
+        c.queries
+    ));
+    s.push_str(&format!(
+        "vllm:prefix_cache_hits_total{{model_name=\"mock\"}} {}\n",
+        c.hits
+    ));
     s.push_str("vllm:prefix_cache_hits_created{model_name=\"mock\"} 1700000000.5\n");
     s.push_str("vllm:num_preemptions_total{model_name=\"mock\"} 0\n");
-    s.push_str(&format!("vllm:num_requests_running{{model_name=\"mock\"}} {}\n", c.running));
+    s.push_str(&format!(
+        "vllm:num_requests_running{{model_name=\"mock\"}} {}\n",
+        c.running
+    ));
     s.push_str("vllm:num_requests_waiting{model_name=\"mock\"} 0\n");
-    s.push_str(&format!("vllm:kv_cache_usage_perc{{model_name=\"mock\"}} {}\n", c.running as f64 * 0.1));
+    s.push_str(&format!(
+        "vllm:kv_cache_usage_perc{{model_name=\"mock\"}} {}\n",
+        c.running as f64 * 0.1
+    ));
     s.push_str("vllm:cache_config_info{block_size=\"16\",model_name=\"mock\",num_gpu_blocks=\"512\"} 1.0\n");
     if m.cfg.spec_k > 0 {
-        s.push_str(&format!("vllm:spec_decode_num_drafts_total{{model_name=\"mock\"}} {}\n", c.drafts));
-        s.push_str(&format!("vllm:spec_decode_num_draft_tokens_total{{model_name=\"mock\"}} {}\n", c.draft_tokens));
-        s.push_str(&format!("vllm:spec_decode_num_accepted_tokens_total{{model_name=\"mock\"}} {}\n", c.accepted));
+        s.push_str(&format!(
+            "vllm:spec_decode_num_drafts_total{{model_name=\"mock\"}} {}\n",
+            c.drafts
+        ));
+        s.push_str(&format!(
+            "vllm:spec_decode_num_draft_tokens_total{{model_name=\"mock\"}} {}\n",
+            c.draft_tokens
+        ));
+        s.push_str(&format!(
+            "vllm:spec_decode_num_accepted_tokens_total{{model_name=\"mock\"}} {}\n",
+            c.accepted
+        ));
         for (i, v) in c.per_pos.iter().enumerate() {
             s.push_str(&format!(
                 "vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name=\"mock\",position=\"{i}\"}} {v}\n"
@@ -92,9 +113,15 @@ async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Respon
     }
     let chat = body.get("messages").is_some();
     let prompt = if chat {
-        body.pointer("/messages/0/content").and_then(Value::as_str).unwrap_or("").to_string()
+        body.pointer("/messages/0/content")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
     } else {
-        body.get("prompt").and_then(Value::as_str).unwrap_or("").to_string()
+        body.get("prompt")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
     };
     let max_tokens = body.get("max_tokens").and_then(Value::as_u64).unwrap_or(16);
     {
@@ -153,11 +180,17 @@ async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Respon
                 1
             };
             step += 1;
-            let text: String = (produced..produced + n).map(|i| format!("tok{i} ")).collect();
+            let text: String = (produced..produced + n)
+                .map(|i| format!("tok{i} "))
+                .collect();
             let is_reasoning = produced < reasoning_tokens;
             produced += n;
             let usage = (cfg.spec_k > 0 && !cfg.no_usage).then_some(produced);
-            if tx.send(send(delta(&text, is_reasoning, usage))).await.is_err() {
+            if tx
+                .send(send(delta(&text, is_reasoning, usage)))
+                .await
+                .is_err()
+            {
                 ok = false;
                 break; // client went away
             }
@@ -199,8 +232,14 @@ async fn start(cfg: Cfg) -> (String, Arc<Mock>) {
     });
     let app = Router::new()
         .route("/health", get(|| async { "ok" }))
-        .route("/version", get(|| async { Json(json!({"engine": "mock", "version": "9.9"})) }))
-        .route("/v1/models", get(|| async { Json(json!({"data": [{"id": "mock", "owned_by": "tests"}]})) }))
+        .route(
+            "/version",
+            get(|| async { Json(json!({"engine": "mock", "version": "9.9"})) }),
+        )
+        .route(
+            "/v1/models",
+            get(|| async { Json(json!({"data": [{"id": "mock", "owned_by": "tests"}]})) }),
+        )
         .route(
             "/tokenize",
             post(|Json(b): Json<Value>| async move {
@@ -246,7 +285,9 @@ const FIXED: &str = "kind = 'fixed'\ninput_tokens = 48\noutput_tokens = 12\nigno
 
 fn options(url: &str, suite: Suite) -> E2eOptions {
     let mut o = E2eOptions::with_suite(suite);
-    o.engine = EngineChoice::Url { url: url.to_string() };
+    o.engine = EngineChoice::Url {
+        url: url.to_string(),
+    };
     o.progress = false;
     o.handle_ctrl_c = false;
     o.metrics_interval = Duration::from_millis(10);
@@ -255,12 +296,18 @@ fn options(url: &str, suite: Suite) -> E2eOptions {
 }
 
 async fn session(o: &E2eOptions) -> E2eResults {
-    run_session(o, StopSignal::new(), &mut |_| {}).await.expect("session")
+    run_session(o, StopSignal::new(), &mut |_| {})
+        .await
+        .expect("session")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_sweep_cold_cache_and_conditions() {
-    let (url, _m) = start(Cfg { delay_ms: 1, ..Default::default() }).await;
+    let (url, _m) = start(Cfg {
+        delay_ms: 1,
+        ..Default::default()
+    })
+    .await;
     let r = session(&options(&url, suite("concurrency = [1, 3]", FIXED))).await;
     assert_eq!(r.runs.len(), 2, "{r:#?}");
     for run in &r.runs {
@@ -275,7 +322,10 @@ async fn closed_loop_sweep_cold_cache_and_conditions() {
         assert_eq!(c.cache.reset, Some(true));
         assert_eq!(c.kv.capacity_tokens.as_ref().unwrap().value, 16 * 512);
         assert_eq!(c.lengths.input_exact, Some(true));
-        assert_eq!((c.lengths.output_min, c.lengths.output_max), (Some(12), Some(12)));
+        assert_eq!(
+            (c.lengths.output_min, c.lengths.output_max),
+            (Some(12), Some(12))
+        );
         assert_eq!(c.token_sources, vec![TokenSource::Usage]);
         assert_eq!(c.thinking.sent, Some(false));
         assert!(c.kv.peak_usage.is_some());
@@ -288,14 +338,19 @@ async fn closed_loop_sweep_cold_cache_and_conditions() {
             assert!(ttft > 0.0 && ttft <= q.e2e_s.unwrap());
             assert!(q.tpot_s.unwrap() > 0.0);
         }
-        let t = run.presented_throughput().expect("valid runs present throughput");
+        let t = run
+            .presented_throughput()
+            .expect("valid runs present throughput");
         assert_eq!(t.output_tokens, 72);
         assert!(t.output_tok_per_s > 0.0);
         assert!(run.latency.itl.as_ref().unwrap().n >= 6 * 11);
     }
     let md = rigbench::e2e::render_markdown(&r);
     let cond = md.find("### Conditions").unwrap();
-    assert!(cond < md.find("### Latency").unwrap() && md.find("### Latency").unwrap() < md.find("### Throughput").unwrap());
+    assert!(
+        cond < md.find("### Latency").unwrap()
+            && md.find("### Latency").unwrap() < md.find("### Throughput").unwrap()
+    );
     let dir = tempfile::tempdir().unwrap();
     let plots = rigbench::e2e::write_plots(&r, dir.path()).unwrap();
     assert_eq!(plots, vec!["e2e_latency.svg"]);
@@ -309,7 +364,11 @@ async fn closed_loop_sweep_cold_cache_and_conditions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spec_decoding_multi_token_chunks_and_acceptance() {
-    let (url, _m) = start(Cfg { spec_k: 3, ..Default::default() }).await;
+    let (url, _m) = start(Cfg {
+        spec_k: 3,
+        ..Default::default()
+    })
+    .await;
     let mut s = suite("concurrency = [2]", FIXED);
     s.workload.output_tokens = 20;
     let r = session(&options(&url, s)).await;
@@ -317,12 +376,25 @@ async fn spec_decoding_multi_token_chunks_and_acceptance() {
     let c = &run.conditions;
     assert_eq!(c.spec.state, SpecState::On);
     assert_eq!(c.spec.k.as_ref().unwrap().value, 3);
-    let (drafts, dt, acc) = (c.spec.drafts.unwrap(), c.spec.draft_tokens.unwrap(), c.spec.accepted_tokens.unwrap());
+    let (drafts, dt, acc) = (
+        c.spec.drafts.unwrap(),
+        c.spec.draft_tokens.unwrap(),
+        c.spec.accepted_tokens.unwrap(),
+    );
     assert_eq!(dt, 3 * drafts);
-    assert_eq!(acc + drafts, 6 * 20, "each draft step emits 1 + accepted tokens");
-    assert!((c.spec.mean_acceptance_length.unwrap() - (1.0 + acc as f64 / drafts as f64)).abs() < 1e-12);
+    assert_eq!(
+        acc + drafts,
+        6 * 20,
+        "each draft step emits 1 + accepted tokens"
+    );
+    assert!(
+        (c.spec.mean_acceptance_length.unwrap() - (1.0 + acc as f64 / drafts as f64)).abs() < 1e-12
+    );
     assert_eq!(c.spec.per_position.len(), 3);
-    assert!(c.spec.per_position[0] >= c.spec.per_position[1] && c.spec.per_position[1] >= c.spec.per_position[2]);
+    assert!(
+        c.spec.per_position[0] >= c.spec.per_position[1]
+            && c.spec.per_position[1] >= c.spec.per_position[2]
+    );
     // Chunks carry several tokens: counted by tokens (continuous usage), not chunks.
     for q in &run.requests {
         assert_eq!(q.output_tokens, Some(20));
@@ -331,11 +403,20 @@ async fn spec_decoding_multi_token_chunks_and_acceptance() {
     }
     // Without a method the spec condition is incomplete → invalid.
     assert!(!run.validity.valid);
-    assert!(run.validity.missing_conditions.iter().any(|m| m.contains("speculative method")), "{:?}", run.validity);
+    assert!(
+        run.validity
+            .missing_conditions
+            .iter()
+            .any(|m| m.contains("speculative method")),
+        "{:?}",
+        run.validity
+    );
     assert!(run.throughput.is_none() && run.throughput_invalid.is_some());
     let md = rigbench::e2e::render_markdown(&r);
     assert!(md.contains("acceptance by draft position"), "{md}");
-    if std::env::var("E2E_SHOW").is_ok() { eprintln!("{md}"); }
+    if std::env::var("E2E_SHOW").is_ok() {
+        eprintln!("{md}");
+    }
 
     // Stated method: complete.
     let mut s = suite("concurrency = [2]", FIXED);
@@ -344,7 +425,14 @@ async fn spec_decoding_multi_token_chunks_and_acceptance() {
     o.spec_method = Some("ngram".into());
     let r = session(&o).await;
     assert!(r.runs[0].validity.valid, "{:?}", r.runs[0].validity);
-    assert!(r.runs[0].conditions.spec.method.as_ref().unwrap().source.contains("stated"));
+    assert!(r.runs[0]
+        .conditions
+        .spec
+        .method
+        .as_ref()
+        .unwrap()
+        .source
+        .contains("stated"));
     let dir = tempfile::tempdir().unwrap();
     let plots = rigbench::e2e::write_plots(&r, dir.path()).unwrap();
     assert!(plots.contains(&"e2e_acceptance_by_position.svg".to_string()));
@@ -352,14 +440,28 @@ async fn spec_decoding_multi_token_chunks_and_acceptance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reasoning_with_thinking_off_is_flagged_and_ttfc_follows_reasoning() {
-    let (url, _m) = start(Cfg { reasoning: true, delay_ms: 2, ..Default::default() }).await;
+    let (url, _m) = start(Cfg {
+        reasoning: true,
+        delay_ms: 2,
+        ..Default::default()
+    })
+    .await;
     let r = session(&options(&url, suite("concurrency = [2]", FIXED))).await;
     let run = &r.runs[0];
     assert_eq!(run.conditions.thinking.requests_with_reasoning, 6);
-    assert!(run.conditions.thinking.flag.as_ref().unwrap().contains("thinking off"));
+    assert!(run
+        .conditions
+        .thinking
+        .flag
+        .as_ref()
+        .unwrap()
+        .contains("thinking off"));
     assert!(!run.validity.valid);
     for q in &run.requests {
-        assert!(q.ttfc_s.unwrap() > q.ttft_s.unwrap(), "content comes after the reasoning");
+        assert!(
+            q.ttfc_s.unwrap() > q.ttft_s.unwrap(),
+            "content comes after the reasoning"
+        );
         assert!(q.reasoning_chars > 0);
     }
     // Thinking on: no flag.
@@ -372,20 +474,35 @@ async fn reasoning_with_thinking_off_is_flagged_and_ttfc_follows_reasoning() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_replay_measures_hits_and_tokenizer_counts_without_usage() {
-    let (url, _m) = start(Cfg { no_usage: true, ..Default::default() }).await;
-    let r = session(&options(&url, suite("concurrency = [2]\ncache = 'warm'", FIXED))).await;
+    let (url, _m) = start(Cfg {
+        no_usage: true,
+        ..Default::default()
+    })
+    .await;
+    let r = session(&options(
+        &url,
+        suite("concurrency = [2]\ncache = 'warm'", FIXED),
+    ))
+    .await;
     let c = &r.runs[0].conditions;
     assert_eq!(c.cache.verified, Some(true), "{}", c.cache.note);
     assert!(c.cache.hit_rate.unwrap() > 0.5);
     // No usage: counts come from the engine's /tokenize (bytes in the mock), source recorded.
     assert_eq!(c.token_sources, vec![TokenSource::EngineTokenizer]);
     let q = &r.runs[0].requests[0];
-    assert_eq!(q.output_tokens, Some("tok0 ".len() as u64 * 10 + "tok10 tok11 ".len() as u64));
+    assert_eq!(
+        q.output_tokens,
+        Some("tok0 ".len() as u64 * 10 + "tok10 tok11 ".len() as u64)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_loop_records_late_arrivals() {
-    let (url, _m) = start(Cfg { delay_ms: 5, ..Default::default() }).await;
+    let (url, _m) = start(Cfg {
+        delay_ms: 5,
+        ..Default::default()
+    })
+    .await;
     // 200 req/s with one request in flight at a time: most arrivals must wait.
     let r = session(&options(
         &url,
@@ -396,26 +513,49 @@ async fn open_loop_records_late_arrivals() {
     let l = run.lateness.as_ref().expect("open loop records lateness");
     assert_eq!(l.arrivals, 6);
     assert!(l.late >= 3, "{l:?}");
-    assert!(run.requests.iter().all(|q| q.scheduled_s.is_some() && q.lateness_s.is_some()));
-    assert!(run.validity.valid, "lateness is data, not a failure: {:?}", run.validity);
+    assert!(run
+        .requests
+        .iter()
+        .all(|q| q.scheduled_s.is_some() && q.lateness_s.is_some()));
+    assert!(
+        run.validity.valid,
+        "lateness is data, not a failure: {:?}",
+        run.validity
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_sse_fails_the_request_and_the_run() {
-    let (url, _m) = start(Cfg { malformed_after: Some(4), ..Default::default() }).await;
+    let (url, _m) = start(Cfg {
+        malformed_after: Some(4),
+        ..Default::default()
+    })
+    .await;
     let mut s = suite("concurrency = [1]", FIXED);
     s.load.warmup = 0;
     let r = session(&options(&url, s)).await;
     let run = &r.runs[0];
     assert!(run.requests.iter().all(|q| !q.ok));
-    assert!(run.requests[0].error.as_ref().unwrap().contains("malformed SSE"), "{:?}", run.requests[0].error);
+    assert!(
+        run.requests[0]
+            .error
+            .as_ref()
+            .unwrap()
+            .contains("malformed SSE"),
+        "{:?}",
+        run.requests[0].error
+    );
     assert!(!run.validity.valid);
     assert!(run.presented_throughput().is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupt_keeps_what_was_measured() {
-    let (url, _m) = start(Cfg { delay_ms: 20, ..Default::default() }).await;
+    let (url, _m) = start(Cfg {
+        delay_ms: 20,
+        ..Default::default()
+    })
+    .await;
     let mut s = suite("concurrency = [2, 4]", FIXED);
     s.load.warmup = 0;
     s.load.requests = 40;
@@ -435,24 +575,90 @@ async fn interrupt_keeps_what_was_measured() {
     let ok = run.requests.iter().filter(|q| q.ok).count();
     let cancelled = run.requests.iter().filter(|q| q.cancelled).count();
     assert!(ok >= 2, "completed requests are kept ({ok})");
-    assert!(cancelled >= 1 && cancelled <= 2, "{cancelled}");
+    assert!((1..=2).contains(&cancelled), "{cancelled}");
     assert!(!run.validity.valid);
-    assert!(run.latency.ttft.is_some(), "what was measured is summarized");
+    assert!(
+        run.latency.ttft.is_some(),
+        "what was measured is summarized"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_that_dies_ends_the_session_with_completed_requests_kept() {
-    let (url, _m) = start(Cfg { delay_ms: 2, die_after: Some(4), ..Default::default() }).await;
+    let (url, _m) = start(Cfg {
+        delay_ms: 2,
+        die_after: Some(4),
+        ..Default::default()
+    })
+    .await;
     let mut s = suite("concurrency = [1, 2]", FIXED);
     s.load.warmup = 0;
     s.load.requests = 12;
     let r = session(&options(&url, s)).await;
     assert_eq!(r.runs.len(), 1, "{:#?}", r.skipped);
     let run = &r.runs[0];
-    assert!(matches!(run.stop, ExecStop::EngineFailed(_)), "{:?}", run.stop);
+    assert!(
+        matches!(run.stop, ExecStop::EngineFailed(_)),
+        "{:?}",
+        run.stop
+    );
     assert_eq!(run.requests.iter().filter(|q| q.ok).count(), 4);
     assert!(run.requests.iter().any(|q| !q.ok));
-    assert!(r.failure.as_ref().unwrap().contains("unreachable"), "{:?}", r.failure);
+    assert!(
+        r.failure.as_ref().unwrap().contains("unreachable"),
+        "{:?}",
+        r.failure
+    );
     assert_eq!(r.skipped.len(), 1);
     assert!(!run.validity.valid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_writes_a_report_folder() {
+    let (url, _m) = start(Cfg::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("rep");
+    let out2 = out.clone();
+    let status = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rigbench"))
+            .args([
+                "e2e",
+                "--url",
+                &url,
+                "--no-progress",
+                "--requests",
+                "3",
+                "--concurrency",
+                "1,2",
+                "--out",
+            ])
+            .arg(&out2)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&status.stderr);
+    assert!(status.status.success(), "{stderr}");
+    for f in [
+        "report.md",
+        "results.json",
+        "e2e_runs.csv",
+        "e2e_requests.csv",
+        "e2e_latency.svg",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing; {stderr}");
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("### Conditions") && md.contains("### Throughput"),
+        "{md}"
+    );
+    let r = rigbench::report::Results::load(&out.join("results.json")).unwrap();
+    assert!(r.complete);
+    let e = r.e2e.unwrap();
+    assert_eq!(e.runs.len(), 2);
+    assert!(e.runs.iter().all(|r| r.validity.valid));
+    let csv = std::fs::read_to_string(out.join("e2e_requests.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 6);
 }

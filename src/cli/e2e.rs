@@ -23,9 +23,9 @@ use crate::{ExitStatus, RigError};
 /// The built-in engine's flag for the quantization to apply at load.
 pub const SERVE_QUANTIZE_FLAG: &str = "--quantize";
 /// The built-in engine's flag for the speculative method.
-pub const SERVE_SPEC_METHOD_FLAG: &str = "--spec-method";
+pub const SERVE_SPEC_METHOD_FLAG: &str = "--speculative-method";
 /// The built-in engine's flag for the number of draft tokens.
-pub const SERVE_SPEC_K_FLAG: &str = "--spec-k";
+pub const SERVE_SPEC_K_FLAG: &str = "--num-speculative-tokens";
 
 /// Which engine to drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -51,10 +51,27 @@ pub enum Thinking {
 
 /// Arguments of `rigbench e2e`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Built-in suites: tiny (default), fixed-1k-256, narrative, code, shared-prefix, open-loop.\n\
+#[command(
+    after_help = "Built-in suites: tiny (default), fixed-1k-256, narrative, code, shared-prefix, open-loop.\n\
 Examples:\n  rigbench e2e\n  rigbench e2e --suite fixed-1k-256 --url http://127.0.0.1:8000\n  \
-rigbench e2e --engine-cmd 'vllm serve Qwen/Qwen3-8B --port 8000' --url http://127.0.0.1:8000 --suite code")]
+rigbench e2e --engine-cmd 'vllm serve Qwen/Qwen3-8B --port 8000' --url http://127.0.0.1:8000 --suite code"
+)]
 pub struct E2eArgs {
+    /// The flags (boxed: they are many, and the subcommand enum stays small).
+    #[command(flatten)]
+    pub flags: Box<E2eFlags>,
+}
+
+impl std::ops::Deref for E2eArgs {
+    type Target = E2eFlags;
+    fn deref(&self) -> &E2eFlags {
+        &self.flags
+    }
+}
+
+/// The flags of `rigbench e2e`.
+#[derive(Debug, clap::Args)]
+pub struct E2eFlags {
     /// Engine: builtin (default), cmd (with --engine-cmd) or url (with --url). Implied by
     /// --engine-cmd / --url when not given.
     #[arg(long, value_enum)]
@@ -167,11 +184,14 @@ fn positive(flag: &str, v: f64) -> Result<f64, RigError> {
     if v.is_finite() && v > 0.0 {
         Ok(v)
     } else {
-        Err(RigError::flag(flag, format!("{v} must be a positive number")))
+        Err(RigError::flag(
+            flag,
+            format!("{v} must be a positive number"),
+        ))
     }
 }
 
-impl E2eArgs {
+impl E2eFlags {
     /// Turn the flags into session options (suite loaded and overridden, engine chosen).
     ///
     /// # Errors
@@ -267,13 +287,15 @@ impl E2eArgs {
                     args.extend([SERVE_SPEC_K_FLAG.to_string(), k.to_string()]);
                 }
                 args.extend(self.serve_args.iter().cloned());
-                EngineChoice::Builtin { program: None, args }
+                EngineChoice::Builtin {
+                    program: None,
+                    args,
+                }
             }
             EngineKind::Cmd => {
-                let command = self
-                    .engine_cmd
-                    .clone()
-                    .ok_or_else(|| RigError::flag("--engine", "cmd needs --engine-cmd \"COMMAND\""))?;
+                let command = self.engine_cmd.clone().ok_or_else(|| {
+                    RigError::flag("--engine", "cmd needs --engine-cmd \"COMMAND\"")
+                })?;
                 let url = match (&self.url, self.port) {
                     (Some(u), _) => u.clone(),
                     (None, Some(p)) => format!("http://127.0.0.1:{p}"),
@@ -287,10 +309,9 @@ impl E2eArgs {
                 EngineChoice::Command { command, url }
             }
             EngineKind::Url => {
-                let url = self
-                    .url
-                    .clone()
-                    .ok_or_else(|| RigError::flag("--engine", "url needs --url http://HOST:PORT"))?;
+                let url = self.url.clone().ok_or_else(|| {
+                    RigError::flag("--engine", "url needs --url http://HOST:PORT")
+                })?;
                 EngineChoice::Url { url }
             }
         };
@@ -299,7 +320,10 @@ impl E2eArgs {
             _ => None,
         } {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
-                return Err(RigError::flag("--url", format!("'{u}' must start with http://")));
+                return Err(RigError::flag(
+                    "--url",
+                    format!("'{u}' must start with http://"),
+                ));
             }
         }
         if kind != EngineKind::Builtin && (self.quantize.is_some() || !self.serve_args.is_empty()) {
@@ -320,7 +344,8 @@ impl E2eArgs {
         o.tokenizer = self.tokenizer.clone();
         o.spec_method = self.spec_method.clone();
         o.spec_k = self.spec_k;
-        o.request_timeout = Duration::from_secs_f64(positive("--request-timeout", self.request_timeout)?);
+        o.request_timeout =
+            Duration::from_secs_f64(positive("--request-timeout", self.request_timeout)?);
         o.startup_timeout = Duration::from_secs_f64(match self.startup_timeout {
             Some(t) => positive("--startup-timeout", t)?,
             None if kind == EngineKind::Builtin => 120.0,
@@ -338,7 +363,11 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     let label = rig.label();
     let dir = ReportDir::create(args.out.as_deref(), &label, !args.no_redact)?;
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
-    let results = Arc::new(std::sync::Mutex::new(Results::new(rig, label, command_line)));
+    let results = Arc::new(std::sync::Mutex::new(Results::new(
+        rig,
+        label,
+        command_line,
+    )));
     let write_err: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
     let (res_cb, dir_cb, err_cb) = (results.clone(), dir.clone(), write_err.clone());
     let mut on_update = move |e: &crate::e2e::E2eResults| {
@@ -365,7 +394,10 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     if e2e.runs.is_empty() {
         results.skipped.push(crate::report::Skip {
             what: "e2e".into(),
-            reason: e2e.failure.clone().unwrap_or_else(|| "no sweep point ran".into()),
+            reason: e2e
+                .failure
+                .clone()
+                .unwrap_or_else(|| "no sweep point ran".into()),
         });
     }
     dir.write_results(&results)?;
@@ -385,7 +417,11 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
         "Report: {} (report.md, results.json, e2e_runs.csv, e2e_requests.csv{}{})",
         dir.path.display(),
         plots.iter().map(|p| format!(", {p}")).collect::<String>(),
-        if e2e.engine_log.is_some() { ", engine.log" } else { "" }
+        if e2e.engine_log.is_some() {
+            ", engine.log"
+        } else {
+            ""
+        }
     );
     if e2e.interrupted {
         eprintln!("rigbench e2e: interrupted; the report holds what was measured");
@@ -424,13 +460,24 @@ mod tests {
         let o = opts(&[]).unwrap();
         assert_eq!(o.suite.name, "tiny");
         match o.engine {
-            EngineChoice::Builtin { args, .. } => assert_eq!(args, vec!["--model", "synthetic:tiny"]),
+            EngineChoice::Builtin { args, .. } => {
+                assert_eq!(args, vec!["--model", "synthetic:tiny"])
+            }
             e => panic!("{e:?}"),
         }
-        let o = opts(&["--spec-method", "ngram", "--spec-k", "3", "--serve-arg=--x=1"]).unwrap();
+        let o = opts(&[
+            "--spec-method",
+            "ngram",
+            "--spec-k",
+            "3",
+            "--serve-arg=--x=1",
+        ])
+        .unwrap();
         match o.engine {
             EngineChoice::Builtin { args, .. } => {
-                assert!(args.windows(2).any(|w| w == [SERVE_SPEC_METHOD_FLAG, "ngram"]));
+                assert!(args
+                    .windows(2)
+                    .any(|w| w == [SERVE_SPEC_METHOD_FLAG, "ngram"]));
                 assert_eq!(args.last().map(String::as_str), Some("--x=1"));
             }
             e => panic!("{e:?}"),
@@ -439,7 +486,17 @@ mod tests {
 
     #[test]
     fn overrides_and_engine_choice() {
-        let o = opts(&["--rate", "1,2", "--requests", "5", "--cache", "warm", "--thinking", "unset"]).unwrap();
+        let o = opts(&[
+            "--rate",
+            "1,2",
+            "--requests",
+            "5",
+            "--cache",
+            "warm",
+            "--thinking",
+            "unset",
+        ])
+        .unwrap();
         assert_eq!(o.suite.load.mode, LoadMode::Open);
         assert_eq!(o.suite.load.rates, vec![1.0, 2.0]);
         assert_eq!(o.suite.load.cache, CacheTemp::Warm);
@@ -447,7 +504,9 @@ mod tests {
         let o = opts(&["--url", "http://127.0.0.1:8000"]).unwrap();
         assert!(matches!(o.engine, EngineChoice::Url { .. }));
         let o = opts(&["--engine-cmd", "vllm serve m", "--port", "8000"]).unwrap();
-        assert!(matches!(o.engine, EngineChoice::Command { ref url, .. } if url == "http://127.0.0.1:8000"));
+        assert!(
+            matches!(o.engine, EngineChoice::Command { ref url, .. } if url == "http://127.0.0.1:8000")
+        );
         let o = opts(&["--api", "completions"]).unwrap();
         assert_eq!(o.suite.sampling.thinking, None);
     }

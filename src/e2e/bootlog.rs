@@ -318,7 +318,11 @@ impl BootLog {
         Ok(Self::parse(&String::from_utf8_lossy(&bytes)))
     }
 
-    fn current_kv(&mut self, line: usize, field_taken: impl Fn(&KvReport) -> bool) -> &mut KvReport {
+    fn current_kv(
+        &mut self,
+        line: usize,
+        field_taken: impl Fn(&KvReport) -> bool,
+    ) -> &mut KvReport {
         let need_new = match self.kv.last() {
             None => true,
             Some(k) => field_taken(k),
@@ -397,7 +401,11 @@ impl BootLog {
                 }
             }
         }
-        if let Some(c) = p.avail_kv.captures(rest).or_else(|| p.v0_profile_kv.captures(rest)) {
+        if let Some(c) = p
+            .avail_kv
+            .captures(rest)
+            .or_else(|| p.v0_profile_kv.captures(rest))
+        {
             if let Some(b) = fnum(&c["v"]).and_then(|v| to_bytes(v, &c["u"])) {
                 let k = self.current_kv(line_no, |k| k.available_kv_memory_bytes.is_some());
                 k.available_kv_memory_bytes = Some(b);
@@ -406,7 +414,9 @@ impl BootLog {
 
         // Marlin FP4 fallback: one finding over ranks and call sites.
         if rest.contains("does not have native support for FP4 computation") {
-            let f = self.marlin_fp4_fallback.get_or_insert_with(Default::default);
+            let f = self
+                .marlin_fp4_fallback
+                .get_or_insert_with(Default::default);
             f.occurrences += 1;
             if let Some(rank) = proc_name.as_deref().and_then(rank_of) {
                 f.ranks.insert(rank);
@@ -427,12 +437,20 @@ impl BootLog {
             || rest.contains("with config:")
             || rest.contains("speculative_config");
         if is_config {
-            if let Some(c) = p.quant_dict.captures(rest).or_else(|| p.quant_cfg.captures(rest)) {
+            if let Some(c) = p
+                .quant_dict
+                .captures(rest)
+                .or_else(|| p.quant_cfg.captures(rest))
+            {
                 if c["q"] != *"None" {
                     self.quantization = Some(c["q"].to_string());
                 }
             }
-            if let Some(c) = p.kvdtype_dict.captures(rest).or_else(|| p.kvdtype_cfg.captures(rest)) {
+            if let Some(c) = p
+                .kvdtype_dict
+                .captures(rest)
+                .or_else(|| p.kvdtype_cfg.captures(rest))
+            {
                 self.kv_cache_dtype = Some(c["q"].to_string());
             }
             if let Some(pos) = rest.find("speculative_config") {
@@ -605,7 +623,10 @@ fn parse_spec_line(line_no: usize, rest: &str) -> Option<SpecLogLine> {
     let mut per_position = Vec::new();
     let mut body = body.to_string();
     if let Some(c) = p.per_position.captures(&body.clone()) {
-        per_position = c["l"].split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        per_position = c["l"]
+            .split(',')
+            .filter_map(|x| x.trim().parse().ok())
+            .collect();
         body = body.replace(c.get(0).map_or("", |m| m.as_str()), "");
     }
     let mut kv: BTreeMap<String, String> = BTreeMap::new();
@@ -663,12 +684,15 @@ pub fn pool_spec(lines: &[SpecLogLine]) -> Option<SpecPooled> {
     // Per-line contributions (interval deltas): cumulative lines contribute only the last line
     // of each non-decreasing run.
     let mut contrib: Vec<&SpecLogLine> = Vec::new();
-    let cumulative: Vec<&SpecLogLine> = lines.iter().filter(|l| l.generation.cumulative()).collect();
+    let cumulative: Vec<&SpecLogLine> =
+        lines.iter().filter(|l| l.generation.cumulative()).collect();
     for (i, l) in cumulative.iter().enumerate() {
         let next_resets = match cumulative.get(i + 1) {
             None => true,
-            Some(n) => n.drafted.unwrap_or(0) < l.drafted.unwrap_or(0)
-                || n.accepted.unwrap_or(0) < l.accepted.unwrap_or(0),
+            Some(n) => {
+                n.drafted.unwrap_or(0) < l.drafted.unwrap_or(0)
+                    || n.accepted.unwrap_or(0) < l.accepted.unwrap_or(0)
+            }
         };
         if next_resets {
             contrib.push(l);
@@ -718,7 +742,11 @@ pub fn pool_spec(lines: &[SpecLogLine]) -> Option<SpecPooled> {
         } else {
             Vec::new()
         },
-        k: if ks.len() == 1 { ks.into_iter().next() } else { None },
+        k: if ks.len() == 1 {
+            ks.into_iter().next()
+        } else {
+            None
+        },
     })
 }
 
@@ -727,7 +755,10 @@ mod tests {
     use super::*;
 
     fn fixture(prefix: &str) -> Option<String> {
-        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/logs"));
+        let dir = std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/fixtures/logs"
+        ));
         let rd = match std::fs::read_dir(dir) {
             Ok(rd) => rd,
             Err(e) => {
@@ -798,7 +829,11 @@ mod tests {
         assert_eq!(l.kv_cache_dtype.as_deref(), Some("fp8"));
         let args = l.non_default_args.as_deref().expect("args");
         assert!(args.contains("'enable_prefix_caching': True"));
-        assert!(l.errors.is_empty(), "unknown env var warnings are not errors: {:?}", l.errors);
+        assert!(
+            l.errors.is_empty(),
+            "unknown env var warnings are not errors: {:?}",
+            l.errors
+        );
         assert!(l.kv_scale_warnings.is_empty());
         assert!(l.marlin_fp4_fallback.is_none());
     }
@@ -812,7 +847,10 @@ mod tests {
         assert_eq!(m.occurrences, 3);
         assert_eq!(
             m.call_sites,
-            BTreeSet::from(["marlin_utils_fp4.py:257".to_string(), "nvfp4_utils.py:144".to_string()])
+            BTreeSet::from([
+                "marlin_utils_fp4.py:257".to_string(),
+                "nvfp4_utils.py:144".to_string()
+            ])
         );
         assert!(l.errors.is_empty());
     }
@@ -822,8 +860,14 @@ mod tests {
         let Some(t) = fixture("08_") else { return };
         let l = BootLog::parse(&t);
         assert_eq!(l.spec_lines.len(), 2);
-        assert!(l.spec_lines.iter().all(|s| s.generation == SpecLogGeneration::V1));
-        assert_eq!(l.spec_lines[0].per_position, vec![0.763, 0.623, 0.459, 0.396]);
+        assert!(l
+            .spec_lines
+            .iter()
+            .all(|s| s.generation == SpecLogGeneration::V1));
+        assert_eq!(
+            l.spec_lines[0].per_position,
+            vec![0.763, 0.623, 0.459, 0.396]
+        );
         assert!(close(l.spec_lines[0].acceptance_rate.unwrap(), 0.56));
         let p = l.spec_pooled().unwrap();
         assert_eq!((p.accepted, p.drafted, p.k), (692, 1384, Some(4)));
@@ -832,7 +876,10 @@ mod tests {
         assert!((p.acceptance_rate.unwrap() - 0.485).abs() > 0.01);
         // drafts = 828/4 + 556/4 = 346 → 1 + 692/346 = 3.0
         assert!(close(p.mean_acceptance_length.unwrap(), 3.0));
-        assert!(close(p.per_position[0], (0.763 * 207.0 + 0.669 * 139.0) / 346.0));
+        assert!(close(
+            p.per_position[0],
+            (0.763 * 207.0 + 0.669 * 139.0) / 346.0
+        ));
     }
 
     #[test]
@@ -841,7 +888,17 @@ mod tests {
         let l = BootLog::parse(&t);
         use SpecLogGeneration::*;
         let gens: Vec<_> = l.spec_lines.iter().map(|s| s.generation).collect();
-        assert_eq!(gens, vec![V0Cumulative, V0Cumulative, V0Cumulative, V1EarlySpeculative, V1Early, V1]);
+        assert_eq!(
+            gens,
+            vec![
+                V0Cumulative,
+                V0Cumulative,
+                V0Cumulative,
+                V1EarlySpeculative,
+                V1Early,
+                V1
+            ]
+        );
         assert_eq!(l.spec_lines[0].k, Some(3));
         assert_eq!(l.spec_lines[0].accepted, Some(8547));
         assert_eq!(l.spec_lines[4].acceptance_rate, Some(1.0));
@@ -865,11 +922,20 @@ mod tests {
         let kinds: Vec<String> = l
             .errors
             .iter()
-            .map(|e| serde_json::to_value(e).unwrap()["kind"].as_str().unwrap().to_string())
+            .map(|e| {
+                serde_json::to_value(e).unwrap()["kind"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
             .collect();
         assert_eq!(
             &kinds[..3],
-            &["kv_too_small_for_max_len", "kv_too_small_for_max_len", "out_of_memory"],
+            &[
+                "kv_too_small_for_max_len",
+                "kv_too_small_for_max_len",
+                "out_of_memory"
+            ],
             "{:?}",
             l.errors
         );
@@ -917,7 +983,10 @@ mod tests {
             .collect();
         assert_eq!(
             quant,
-            vec![(Some("mxfp4".to_string()), Some(100), Some(86)), (None, Some(80), Some(75))]
+            vec![
+                (Some("mxfp4".to_string()), Some(100), Some(86)),
+                (None, Some(80), Some(75))
+            ]
         );
         // Traceback lines are not separate errors.
         assert!(!l.errors.iter().any(|e| matches!(e, StartupError::Other { message, .. } if message.starts_with("Traceback") || message.starts_with("File"))));
@@ -932,12 +1001,18 @@ mod tests {
              WARNING 01-01 00:00:01 [kv_cache.py:9] Using KV cache scaling factor 1.0 for fp8_e4m3. Please make sure k/v_scale scaling factors are available in the fp8 checkpoint.\n",
         );
         let k = &l.kv[0];
-        assert_eq!((k.kv_cache_tokens, k.gpu_blocks, k.block_size), (Some(1_234_560), Some(77_160), Some(16)));
+        assert_eq!(
+            (k.kv_cache_tokens, k.gpu_blocks, k.block_size),
+            (Some(1_234_560), Some(77_160), Some(16))
+        );
         assert_eq!(k.max_concurrency, Some((32_768, 37.7)));
         assert_eq!(l.engine_version.as_deref(), Some("0.10.1.1"));
         assert_eq!(l.quantization.as_deref(), Some("fp8"));
         assert_eq!(l.kv_cache_dtype.as_deref(), Some("auto"));
-        assert_eq!((l.spec_method.as_deref(), l.spec_k), (Some("ngram"), Some(5)));
+        assert_eq!(
+            (l.spec_method.as_deref(), l.spec_k),
+            (Some("ngram"), Some(5))
+        );
         assert_eq!(l.kv_scale_warnings.len(), 1);
     }
 
@@ -957,8 +1032,12 @@ mod tests {
             let l = BootLog::parse(t);
             assert!(l.kv.iter().all(|k| k.kv_cache_tokens != Some(0)));
         }
-        let l = BootLog::parse("(Worker_TP pid=1) WARNING does not have native support for FP4 computation");
+        let l = BootLog::parse(
+            "(Worker_TP pid=1) WARNING does not have native support for FP4 computation",
+        );
         assert_eq!(l.marlin_fp4_fallback.unwrap().ranks.len(), 0);
-        assert!(BootLog::parse("SpecDecoding metrics:").spec_lines.is_empty());
+        assert!(BootLog::parse("SpecDecoding metrics:")
+            .spec_lines
+            .is_empty());
     }
 }

@@ -354,7 +354,10 @@ impl EngineClient {
         if !r.status().is_success() {
             return Ok(None);
         }
-        let text = r.text().await.with_context(|| format!("GET {path}: body"))?;
+        let text = r
+            .text()
+            .await
+            .with_context(|| format!("GET {path}: body"))?;
         Ok(serde_json::from_str(&text).ok())
     }
 
@@ -374,7 +377,9 @@ impl EngineClient {
                     .filter_map(|m| {
                         Some((
                             m.get("id")?.as_str()?.to_string(),
-                            m.get("owned_by").and_then(Value::as_str).map(str::to_string),
+                            m.get("owned_by")
+                                .and_then(Value::as_str)
+                                .map(str::to_string),
                         ))
                     })
                     .collect()
@@ -527,7 +532,10 @@ impl EngineClient {
                 )
             })?;
             let at = sent.elapsed();
-            for data in dec.push(&chunk).map_err(|e| format!("malformed SSE: {e}"))? {
+            for data in dec
+                .push(&chunk)
+                .map_err(|e| format!("malformed SSE: {e}"))?
+            {
                 out.apply(at, &data)?;
             }
             if out.done {
@@ -568,7 +576,8 @@ mod tests {
         assert!(d.push(b"data: {\"a\"").unwrap().is_empty());
         assert_eq!(d.push(b":1}\r\n\r\n").unwrap(), vec!["{\"a\":1}"]);
         assert_eq!(
-            d.push(b": keep-alive\n\ndata:x\ndata: y\nevent: e\n\ndata: [DONE]\n\n").unwrap(),
+            d.push(b": keep-alive\n\ndata:x\ndata: y\nevent: e\n\ndata: [DONE]\n\n")
+                .unwrap(),
             vec!["x\ny", "[DONE]"]
         );
         assert!(d.push(b"data: tail").unwrap().is_empty());
@@ -580,11 +589,25 @@ mod tests {
     fn chunks_reasoning_usage_and_errors() {
         let mut o = StreamOutcome::default();
         let t = Duration::from_millis;
-        o.apply(t(1), r#"{"choices":[{"delta":{"role":"assistant"}}]}"#).unwrap();
-        o.apply(t(2), r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#).unwrap();
-        o.apply(t(3), r#"{"choices":[{"delta":{"reasoning":"ok"}}]}"#).unwrap();
-        o.apply(t(4), r#"{"choices":[{"delta":{"content":"Hi there"}}],"usage":{"completion_tokens":5}}"#).unwrap();
-        o.apply(t(5), r#"{"choices":[{"delta":{},"finish_reason":"length"}]}"#).unwrap();
+        o.apply(t(1), r#"{"choices":[{"delta":{"role":"assistant"}}]}"#)
+            .unwrap();
+        o.apply(
+            t(2),
+            r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#,
+        )
+        .unwrap();
+        o.apply(t(3), r#"{"choices":[{"delta":{"reasoning":"ok"}}]}"#)
+            .unwrap();
+        o.apply(
+            t(4),
+            r#"{"choices":[{"delta":{"content":"Hi there"}}],"usage":{"completion_tokens":5}}"#,
+        )
+        .unwrap();
+        o.apply(
+            t(5),
+            r#"{"choices":[{"delta":{},"finish_reason":"length"}]}"#,
+        )
+        .unwrap();
         o.apply(t(6), r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":6,"completion_tokens_details":{"reasoning_tokens":2}}}"#).unwrap();
         o.apply(t(7), "[DONE]").unwrap();
         assert_eq!(o.events.len(), 3);
@@ -594,15 +617,23 @@ mod tests {
         assert_eq!(o.finish_reason.as_deref(), Some("length"));
         assert_eq!(
             o.usage,
-            Some(Usage { prompt_tokens: Some(7), completion_tokens: Some(6), reasoning_tokens: Some(2) })
+            Some(Usage {
+                prompt_tokens: Some(7),
+                completion_tokens: Some(6),
+                reasoning_tokens: Some(2)
+            })
         );
         assert!(o.done);
         assert!(o.apply(t(8), "{}").is_err(), "data after [DONE]");
 
         let mut c = StreamOutcome::default();
-        c.apply(t(1), r#"{"choices":[{"text":"abc","index":0}]}"#).unwrap();
+        c.apply(t(1), r#"{"choices":[{"text":"abc","index":0}]}"#)
+            .unwrap();
         assert_eq!(c.content, "abc");
-        assert!(c.apply(t(2), "{not json").unwrap_err().contains("malformed SSE data"));
+        assert!(c
+            .apply(t(2), "{not json")
+            .unwrap_err()
+            .contains("malformed SSE data"));
         assert!(c
             .apply(t(2), r#"{"error":{"message":"boom"}}"#)
             .unwrap_err()

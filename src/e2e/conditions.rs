@@ -292,7 +292,10 @@ pub fn spec_condition(
         .iter()
         .filter_map(|(p, v)| {
             let p: u32 = p.parse().ok()?;
-            Some((p, v - pos_before.get(&p.to_string()).copied().unwrap_or(0.0)))
+            Some((
+                p,
+                v - pos_before.get(&p.to_string()).copied().unwrap_or(0.0),
+            ))
         })
         .collect();
     positions.sort_by_key(|x| x.0);
@@ -319,7 +322,8 @@ pub fn spec_condition(
             c.per_position = positions.iter().map(|(_, v)| v / n as f64).collect();
         }
         None => {
-            c.evidence = "speculative counters present but unreadable before or after the run".into();
+            c.evidence =
+                "speculative counters present but unreadable before or after the run".into();
         }
     }
     c
@@ -330,11 +334,18 @@ pub fn kv_capacity(e: Option<&Exposition>, boot: Option<&BootLog>) -> KvConditio
     let mut k = KvCondition::default();
     if let Some(e) = e {
         if let Some(l) = e.labels_of("vllm:cache_config_info") {
-            let get = |n: &str| l.get(n).and_then(|v| v.parse::<f64>().ok()).map(|v| v as u64);
+            let get = |n: &str| {
+                l.get(n)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .map(|v| v as u64)
+            };
             k.block_size = get("block_size");
             k.num_blocks = get("num_gpu_blocks");
             if let Some(t) = get("kv_cache_size_tokens") {
-                k.capacity_tokens = Some(Sourced::new(t, "/metrics cache_config_info kv_cache_size_tokens"));
+                k.capacity_tokens = Some(Sourced::new(
+                    t,
+                    "/metrics cache_config_info kv_cache_size_tokens",
+                ));
             } else if let (Some(b), Some(n)) = (k.block_size, k.num_blocks) {
                 k.capacity_tokens = Some(Sourced::new(
                     b * n,
@@ -344,7 +355,10 @@ pub fn kv_capacity(e: Option<&Exposition>, boot: Option<&BootLog>) -> KvConditio
         }
         if k.capacity_tokens.is_none() {
             if let Some(t) = e.max("sglang:max_total_num_tokens") {
-                k.capacity_tokens = Some(Sourced::new(t as u64, "/metrics sglang:max_total_num_tokens"));
+                k.capacity_tokens = Some(Sourced::new(
+                    t as u64,
+                    "/metrics sglang:max_total_num_tokens",
+                ));
             }
         }
     }
@@ -354,12 +368,18 @@ pub fn kv_capacity(e: Option<&Exposition>, boot: Option<&BootLog>) -> KvConditio
                 k.capacity_tokens = Some(Sourced::new(t, format!("engine log line {}", rep.line)));
                 k.block_size = k.block_size.or(rep.block_size);
                 k.num_blocks = k.num_blocks.or(rep.gpu_blocks);
-            } else if let (Some(bs), Some(rep)) = (k.block_size, b.kv.iter().rev().find(|r| r.gpu_blocks.is_some())) {
+            } else if let (Some(bs), Some(rep)) = (
+                k.block_size,
+                b.kv.iter().rev().find(|r| r.gpu_blocks.is_some()),
+            ) {
                 // V0 logs give blocks only; the block size came from /metrics.
                 if let Some(g) = rep.gpu_blocks {
                     k.capacity_tokens = Some(Sourced::new(
                         g * bs,
-                        format!("engine log line {} GPU blocks × /metrics block_size", rep.line),
+                        format!(
+                            "engine log line {} GPU blocks × /metrics block_size",
+                            rep.line
+                        ),
                     ));
                 }
             }
@@ -398,9 +418,15 @@ pub fn cache_condition(
         ),
         (CacheTemp::Cold, Some(h)) if exp.hits_allowed == 0 => {
             if h == 0 {
-                (Some(true), "cold: 0 prefix-cache hits during the run".into())
+                (
+                    Some(true),
+                    "cold: 0 prefix-cache hits during the run".into(),
+                )
             } else {
-                (Some(false), format!("NOT cold: {h} prefix-cache hit tokens during the run"))
+                (
+                    Some(false),
+                    format!("NOT cold: {h} prefix-cache hit tokens during the run"),
+                )
             }
         }
         (CacheTemp::Cold, Some(h)) => {
@@ -424,9 +450,15 @@ pub fn cache_condition(
         }
         (CacheTemp::Warm, Some(h)) => {
             if h > 0 {
-                (Some(true), "warm: replayed prompts hit the prefix cache".into())
+                (
+                    Some(true),
+                    "warm: replayed prompts hit the prefix cache".into(),
+                )
             } else {
-                (Some(false), "NOT warm: replayed prompts got 0 prefix-cache hits".into())
+                (
+                    Some(false),
+                    "NOT warm: replayed prompts got 0 prefix-cache hits".into(),
+                )
             }
         }
     };
@@ -444,7 +476,12 @@ pub fn cache_condition(
 }
 
 /// Thinking: what was sent and what came back.
-pub fn thinking_condition(api: Api, sent: Option<bool>, records: &[RequestRecord], texts: &[(String, String)]) -> ThinkingCondition {
+pub fn thinking_condition(
+    api: Api,
+    sent: Option<bool>,
+    records: &[RequestRecord],
+    texts: &[(String, String)],
+) -> ThinkingCondition {
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
     let with_reasoning = ok.iter().filter(|r| r.reasoning_chars > 0).count();
     let with_tags = texts
@@ -479,16 +516,28 @@ pub fn thinking_condition(api: Api, sent: Option<bool>, records: &[RequestRecord
 }
 
 /// Lengths requested vs produced.
-pub fn length_condition(records: &[RequestRecord], output_requested: u32, output_fixed: bool, input_requested: Option<u64>) -> LengthCondition {
+pub fn length_condition(
+    records: &[RequestRecord],
+    output_requested: u32,
+    output_fixed: bool,
+    input_requested: Option<u64>,
+) -> LengthCondition {
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
     let outs: Vec<u64> = ok.iter().filter_map(|r| r.output_tokens).collect();
-    let prompts: Vec<f64> = ok.iter().filter_map(|r| r.prompt_tokens.map(|p| p as f64)).collect();
+    let prompts: Vec<f64> = ok
+        .iter()
+        .filter_map(|r| r.prompt_tokens.map(|p| p as f64))
+        .collect();
     let exact = match input_requested {
-        Some(_) if !records.is_empty() && records.iter().all(|r| r.input_tokens_counted.is_some()) => Some(
-            records
-                .iter()
-                .all(|r| r.input_tokens_counted == r.input_tokens_requested),
-        ),
+        Some(_)
+            if !records.is_empty() && records.iter().all(|r| r.input_tokens_counted.is_some()) =>
+        {
+            Some(
+                records
+                    .iter()
+                    .all(|r| r.input_tokens_counted == r.input_tokens_requested),
+            )
+        }
         _ => None,
     };
     LengthCondition {
@@ -529,17 +578,31 @@ mod tests {
         );
         let c = spec_condition(Some(&b), Some(&a), &EngineFacts::default());
         assert_eq!(c.state, SpecState::On);
-        assert_eq!((c.drafts, c.draft_tokens, c.accepted_tokens), (Some(20), Some(60), Some(30)));
+        assert_eq!(
+            (c.drafts, c.draft_tokens, c.accepted_tokens),
+            (Some(20), Some(60), Some(30))
+        );
         assert_eq!(c.acceptance_rate, Some(0.5));
         assert_eq!(c.mean_acceptance_length, Some(2.5));
         assert_eq!(c.per_position, vec![0.8, 0.5, 0.2]);
         assert_eq!(c.k.unwrap().value, 3);
 
-        let off = spec_condition(None, Some(&expo("vllm:num_requests_running 0\n")), &EngineFacts::default());
+        let off = spec_condition(
+            None,
+            Some(&expo("vllm:num_requests_running 0\n")),
+            &EngineFacts::default(),
+        );
         assert_eq!(off.state, SpecState::Off);
-        let unk = spec_condition(None, Some(&expo("other_metric 1\n")), &EngineFacts::default());
+        let unk = spec_condition(
+            None,
+            Some(&expo("other_metric 1\n")),
+            &EngineFacts::default(),
+        );
         assert_eq!(unk.state, SpecState::Unknown);
-        assert_eq!(spec_condition(None, None, &EngineFacts::default()).state, SpecState::Unknown);
+        assert_eq!(
+            spec_condition(None, None, &EngineFacts::default()).state,
+            SpecState::Unknown
+        );
     }
 
     #[test]
@@ -547,9 +610,16 @@ mod tests {
         let b = expo("vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 40\n");
         let cold = expo("vllm:prefix_cache_queries_total 300\nvllm:prefix_cache_hits_total 40\n");
         let warm = expo("vllm:prefix_cache_queries_total 300\nvllm:prefix_cache_hits_total 140\n");
-        let e = |t, allowed| CacheExpectation { temperature: t, reset: Some(true), hits_allowed: allowed };
+        let e = |t, allowed| CacheExpectation {
+            temperature: t,
+            reset: Some(true),
+            hits_allowed: allowed,
+        };
         let c = cache_condition(Some(&b), Some(&cold), e(CacheTemp::Cold, 0));
-        assert_eq!((c.verified, c.hits, c.hit_rate), (Some(true), Some(0), Some(0.0)));
+        assert_eq!(
+            (c.verified, c.hits, c.hit_rate),
+            (Some(true), Some(0), Some(0.0))
+        );
         let c = cache_condition(Some(&b), Some(&warm), e(CacheTemp::Cold, 0));
         assert_eq!(c.verified, Some(false));
         assert!(c.note.contains("NOT cold"));
@@ -570,15 +640,25 @@ mod tests {
         let k = kv_capacity(Some(&e), None);
         assert_eq!(k.capacity_tokens.unwrap().value, 16000);
         let e = expo("vllm:cache_config_info{kv_cache_size_tokens=\"5000\",block_size=\"16\"} 1\n");
-        assert_eq!(kv_capacity(Some(&e), None).capacity_tokens.unwrap().value, 5000);
-        let boot = BootLog::parse("INFO x [kv_cache_utils.py:1] GPU KV cache size: 652,144 tokens\n");
+        assert_eq!(
+            kv_capacity(Some(&e), None).capacity_tokens.unwrap().value,
+            5000
+        );
+        let boot =
+            BootLog::parse("INFO x [kv_cache_utils.py:1] GPU KV cache size: 652,144 tokens\n");
         let k = kv_capacity(None, Some(&boot));
         assert_eq!(k.capacity_tokens.as_ref().unwrap().value, 652_144);
         assert!(k.capacity_tokens.unwrap().source.contains("log"));
         // V0: blocks from the log, block size from /metrics.
         let boot = BootLog::parse("# GPU blocks: 1478, # CPU blocks: 2048\n");
         let e = expo("vllm:cache_config_info{block_size=\"16\"} 1\n");
-        assert_eq!(kv_capacity(Some(&e), Some(&boot)).capacity_tokens.unwrap().value, 23648);
+        assert_eq!(
+            kv_capacity(Some(&e), Some(&boot))
+                .capacity_tokens
+                .unwrap()
+                .value,
+            23648
+        );
         assert!(kv_capacity(None, None).capacity_tokens.is_none());
     }
 
@@ -590,8 +670,16 @@ mod tests {
             ..Default::default()
         };
         let t = thinking_condition(Api::Chat, Some(false), &[r(0), r(5)], &[]);
-        assert!(t.flag.unwrap().contains("reasoning output with thinking off"));
-        let t = thinking_condition(Api::Chat, Some(false), &[r(0)], &[("<think>x</think>y".into(), String::new())]);
+        assert!(t
+            .flag
+            .unwrap()
+            .contains("reasoning output with thinking off"));
+        let t = thinking_condition(
+            Api::Chat,
+            Some(false),
+            &[r(0)],
+            &[("<think>x</think>y".into(), String::new())],
+        );
         assert!(t.flag.unwrap().contains("<think>"));
         let t = thinking_condition(Api::Chat, Some(true), &[r(3)], &[]);
         assert_eq!((t.flag, t.requests_with_reasoning), (None, 1));

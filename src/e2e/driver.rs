@@ -16,15 +16,21 @@ use serde_json::Value;
 use super::bootlog::BootLog;
 use super::client::{Api, EngineClient};
 use super::conditions::{
-    cache_condition, kv_capacity, length_condition, spec_condition, thinking_condition, CacheExpectation, Conditions,
-    EngineFacts, PollStats, Sourced,
+    cache_condition, kv_capacity, length_condition, spec_condition, thinking_condition,
+    CacheExpectation, Conditions, EngineFacts, PollStats, Sourced,
 };
-use super::executor::{execute, ExecConfig, ExecOutcome, ExecStop, LoadPoint, RawRecord, StopCause, StopSignal};
+use super::executor::{
+    execute, ExecConfig, ExecOutcome, ExecStop, LoadPoint, RawRecord, StopCause, StopSignal,
+};
 use super::launcher::{EngineChoice, EngineHandle};
-use super::metrics::{latencies, split_tokens, Lateness, LatencySummary, RequestRecord, Throughput, TokenSource};
+use super::metrics::{
+    latencies, split_tokens, LatencySummary, Lateness, RequestRecord, Throughput, TokenSource,
+};
 use super::prometheus::Exposition;
 use super::validity::{assess, output_flags, Validity};
-use super::workload::{prepare, CacheTemp, LoadMode, PreparedRequest, Suite, TokenCounter, WorkloadKind};
+use super::workload::{
+    prepare, CacheTemp, LoadMode, PreparedRequest, Suite, TokenCounter, WorkloadKind,
+};
 use super::{E2eResults, EngineSummary};
 
 /// Everything a session needs.
@@ -158,11 +164,19 @@ fn sweep(suite: &Suite) -> Vec<LoadPoint> {
 }
 
 /// Engine name and version from `/version`, the metric names, `/v1/models` and the log.
-async fn engine_facts(client: &EngineClient, opts: &E2eOptions, boot: &BootLog) -> anyhow::Result<EngineFacts> {
+async fn engine_facts(
+    client: &EngineClient,
+    opts: &E2eOptions,
+    boot: &BootLog,
+) -> anyhow::Result<EngineFacts> {
     let mut f = EngineFacts::default();
     let version: Option<Value> = client.version().await.unwrap_or(None);
     if let Some(v) = &version {
-        if let Some(n) = v.get("engine").or_else(|| v.get("name")).and_then(Value::as_str) {
+        if let Some(n) = v
+            .get("engine")
+            .or_else(|| v.get("name"))
+            .and_then(Value::as_str)
+        {
             f.name = Some(Sourced::new(n.to_string(), "/version"));
         }
         if let Some(n) = v.get("version").and_then(Value::as_str) {
@@ -179,7 +193,10 @@ async fn engine_facts(client: &EngineClient, opts: &E2eOptions, boot: &BootLog) 
                 .find(|p| m.samples.iter().any(|s| s.name.starts_with(*p)))
                 .map(|p| p.trim_end_matches(':').to_string())
         });
-        let owned = models.first().and_then(|m| m.1.clone()).filter(|o| !o.is_empty() && o != "organization-owner");
+        let owned = models
+            .first()
+            .and_then(|m| m.1.clone())
+            .filter(|o| !o.is_empty() && o != "organization-owner");
         f.name = match (prefix, owned) {
             (_, Some(o)) => Some(Sourced::new(o, "/v1/models owned_by")),
             (Some(p), None) => Some(Sourced::new(p, "/metrics name prefix")),
@@ -193,14 +210,19 @@ async fn engine_facts(client: &EngineClient, opts: &E2eOptions, boot: &BootLog) 
     }
     f.model = match &opts.served_model {
         Some(m) => Some(Sourced::new(m.clone(), "stated (--served-model)")),
-        None => models.first().map(|m| Sourced::new(m.0.clone(), "/v1/models")),
+        None => models
+            .first()
+            .map(|m| Sourced::new(m.0.clone(), "/v1/models")),
     };
     // Speculative method: what rigbench passed to its own engine, the engine's log, or stated.
     let builtin = matches!(opts.engine, EngineChoice::Builtin { .. });
     f.spec_method = match (&opts.spec_method, &boot.spec_method) {
         (Some(m), _) if builtin => Some(Sourced::new(m.clone(), "passed to rigbench serve")),
         (_, Some(m)) => Some(Sourced::new(m.clone(), "engine log (config)")),
-        (Some(m), None) => Some(Sourced::new(m.clone(), "stated (--spec-method), not verified")),
+        (Some(m), None) => Some(Sourced::new(
+            m.clone(),
+            "stated (--spec-method), not verified",
+        )),
         (None, None) => None,
     };
     f.spec_k = match (opts.spec_k, boot.spec_k) {
@@ -230,7 +252,9 @@ fn progress_bar(enabled: bool, n: usize, label: &str) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let pb = ProgressBar::new(n as u64);
-    if let Ok(style) = ProgressStyle::with_template("{prefix:>14} [{bar:30}] {pos}/{len} requests {elapsed_precise} {msg}") {
+    if let Ok(style) = ProgressStyle::with_template(
+        "{prefix:>14} [{bar:30}] {pos}/{len} requests {elapsed_precise} {msg}",
+    ) {
         pb.set_style(style.progress_chars("=> "));
     }
     pb.set_prefix(label.to_string());
@@ -274,11 +298,20 @@ async fn finish_records(
         }
         let reasoning_tokens = match usage.reasoning_tokens {
             Some(n) => Some(n),
-            None if ok && !o.reasoning.is_empty() => counter.count(&o.reasoning).await.ok().flatten().map(|n| n as u64),
+            None if ok && !o.reasoning.is_empty() => counter
+                .count(&o.reasoning)
+                .await
+                .ok()
+                .flatten()
+                .map(|n| n as u64),
             None => None,
         };
         let (tokens, split) = split_tokens(&o.events, output_tokens);
-        let (ttft, ttfc, tpot, itl) = if ok { latencies(o, &tokens, output_tokens) } else { (None, None, None, Vec::new()) };
+        let (ttft, ttfc, tpot, itl) = if ok {
+            latencies(o, &tokens, output_tokens)
+        } else {
+            (None, None, None, Vec::new())
+        };
         let itl_p = super::metrics::Percentiles::of(&itl);
         let mut rec = RequestRecord {
             index: r.index,
@@ -287,11 +320,17 @@ async fn finish_records(
             lateness_s: r.scheduled.map(|s| r.sent.as_secs_f64() - s.as_secs_f64()),
             ok,
             cancelled: o.cancelled,
-            error: if ok { None } else { o.error.clone().or_else(|| Some("stream ended without [DONE]".into())) },
+            error: if ok {
+                None
+            } else {
+                o.error
+                    .clone()
+                    .or_else(|| Some("stream ended without [DONE]".into()))
+            },
             http_status: o.http_status,
             ttft_s: ttft,
             ttfc_s: ttfc,
-            e2e_s: ok.then(|| o.end.as_secs_f64()),
+            e2e_s: ok.then_some(o.end.as_secs_f64()),
             tpot_s: tpot,
             itl_mean_s: itl_p.as_ref().map(|p| p.mean),
             itl_max_s: itl_p.as_ref().map(|p| p.max),
@@ -331,7 +370,11 @@ struct Session<'a> {
 
 impl Session<'_> {
     fn model(&self) -> String {
-        self.facts.model.as_ref().map(|m| m.value.clone()).unwrap_or_else(|| "default".into())
+        self.facts
+            .model
+            .as_ref()
+            .map(|m| m.value.clone())
+            .unwrap_or_else(|| "default".into())
     }
 
     async fn run_point(&self, point: &LoadPoint, boot: &BootLog) -> anyhow::Result<RunResult> {
@@ -339,30 +382,53 @@ impl Session<'_> {
         let model = self.model();
         let nonce: String = {
             let mut rng = rand::rng();
-            (0..8).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+            (0..8)
+                .map(|_| format!("{:x}", rng.random_range(0..16u8)))
+                .collect()
         };
         let conc = point.concurrency().unwrap_or(1).max(1);
         // Warm-up: its own prompts, never measured.
         let warm_n = suite.load.warmup as usize;
         if warm_n > 0 {
-            let w = prepare(suite, &self.counter, &model, &format!("w{nonce}"), warm_n, self.facts.max_model_len).await?;
+            let w = prepare(
+                suite,
+                &self.counter,
+                &model,
+                &format!("w{nonce}"),
+                warm_n,
+                self.facts.max_model_len,
+            )
+            .await?;
             let out = execute(
                 &self.client,
-                &LoadPoint::Closed { concurrency: conc.min(warm_n as u32) },
+                &LoadPoint::Closed {
+                    concurrency: conc.min(warm_n as u32),
+                },
                 Arc::new(w),
                 &self.exec_cfg,
                 &self.stop,
                 ProgressBar::hidden(),
             )
             .await;
-            let errs: Vec<&str> = out.records.iter().filter_map(|r| r.outcome.error.as_deref()).collect();
+            let errs: Vec<&str> = out
+                .records
+                .iter()
+                .filter_map(|r| r.outcome.error.as_deref())
+                .collect();
             if !errs.is_empty() && errs.len() == out.records.len() && !self.stop.is_stopped() {
                 anyhow::bail!("every warm-up request failed (first: {})", errs[0]);
             }
         }
         let prepared = Arc::new(
-            prepare(suite, &self.counter, &model, &nonce, suite.load.requests as usize, self.facts.max_model_len)
-                .await?,
+            prepare(
+                suite,
+                &self.counter,
+                &model,
+                &nonce,
+                suite.load.requests as usize,
+                self.facts.max_model_len,
+            )
+            .await?,
         );
         // Cache temperature.
         let reset = self.client.reset_prefix_cache().await.unwrap_or(None);
@@ -405,8 +471,19 @@ impl Session<'_> {
             stats
         });
         let pb = progress_bar(self.opts.progress, prepared.len(), &point.label());
-        let ExecOutcome { records, duration, stop } =
-            execute(&self.client, point, prepared.clone(), &self.exec_cfg, &self.stop, pb.clone()).await;
+        let ExecOutcome {
+            records,
+            duration,
+            stop,
+        } = execute(
+            &self.client,
+            point,
+            prepared.clone(),
+            &self.exec_cfg,
+            &self.stop,
+            pb.clone(),
+        )
+        .await;
         pb.finish_and_clear();
         let _ = poll_stop_tx.send(());
         let mut polls = poller.await.unwrap_or_default();
@@ -415,19 +492,30 @@ impl Session<'_> {
             polls.add(a);
         }
         let judge_repetition = !model.starts_with("synthetic:");
-        let (requests, texts) =
-            finish_records(records, &prepared, &self.counter, suite.output_fixed(), judge_repetition).await;
+        let (requests, texts) = finish_records(
+            records,
+            &prepared,
+            &self.counter,
+            suite.output_fixed(),
+            judge_repetition,
+        )
+        .await;
 
         let hits_allowed = match (suite.workload.kind, suite.workload.shared_prefix_tokens) {
-            (WorkloadKind::SharedPrefix, Some(p)) => u64::from(p) * (requests.len().saturating_sub(1) as u64),
+            (WorkloadKind::SharedPrefix, Some(p)) => {
+                u64::from(p) * (requests.len().saturating_sub(1) as u64)
+            }
             _ => 0,
         };
         let mut kv = kv_capacity(after.as_ref().or(before.as_ref()), Some(boot));
         kv.peak_usage = polls.peak_kv_usage;
         kv.max_running = polls.max_running;
         kv.max_waiting = polls.max_waiting;
-        kv.preemptions = super::conditions::delta(before.as_ref(), after.as_ref(), "vllm:num_preemptions").map(|x| x.round() as u64);
-        let mut token_sources: Vec<TokenSource> = requests.iter().filter_map(|r| r.token_source).collect();
+        kv.preemptions =
+            super::conditions::delta(before.as_ref(), after.as_ref(), "vllm:num_preemptions")
+                .map(|x| x.round() as u64);
+        let mut token_sources: Vec<TokenSource> =
+            requests.iter().filter_map(|r| r.token_source).collect();
         token_sources.sort_by_key(|s| *s as u8);
         token_sources.dedup();
         let mut chunk_splits: Vec<_> = requests.iter().filter_map(|r| r.chunk_split).collect();
@@ -441,7 +529,11 @@ impl Session<'_> {
             temperature: suite.sampling.temperature,
             thinking: thinking_condition(
                 suite.workload.api,
-                if suite.workload.api == Api::Chat { suite.sampling.thinking } else { None },
+                if suite.workload.api == Api::Chat {
+                    suite.sampling.thinking
+                } else {
+                    None
+                },
                 &requests,
                 &texts,
             ),
@@ -449,26 +541,38 @@ impl Session<'_> {
             cache: cache_condition(
                 before.as_ref(),
                 after.as_ref(),
-                CacheExpectation { temperature: suite.load.cache, reset, hits_allowed },
+                CacheExpectation {
+                    temperature: suite.load.cache,
+                    reset,
+                    hits_allowed,
+                },
             ),
             kv,
             lengths: length_condition(
                 &requests,
                 suite.workload.output_tokens,
                 suite.output_fixed(),
-                suite.workload.input_tokens.filter(|_| suite.workload.kind != WorkloadKind::Prompts).map(u64::from),
+                suite
+                    .workload
+                    .input_tokens
+                    .filter(|_| suite.workload.kind != WorkloadKind::Prompts)
+                    .map(u64::from),
             ),
             token_sources,
             chunk_splits,
         };
         let mut validity = assess(&requests, &conditions, &stop);
         if !judge_repetition {
-            validity
-                .notes
-                .push("output repetition not judged: the model has synthetic (random) weights".into());
+            validity.notes.push(
+                "output repetition not judged: the model has synthetic (random) weights".into(),
+            );
         }
         let measured = Throughput::of(&requests, duration.as_secs_f64());
-        let (throughput, throughput_invalid) = if validity.valid { (measured, None) } else { (None, measured) };
+        let (throughput, throughput_invalid) = if validity.valid {
+            (measured, None)
+        } else {
+            (None, measured)
+        };
         Ok(RunResult {
             label: point.label(),
             load: point.clone(),
@@ -498,13 +602,17 @@ pub async fn run_session(
     stop: StopSignal,
     on_update: &mut (dyn FnMut(&E2eResults) + Send),
 ) -> anyhow::Result<E2eResults> {
-    opts.suite.validate().map_err(|m| anyhow::anyhow!("suite '{}': {m}", opts.suite.name))?;
+    opts.suite
+        .validate()
+        .map_err(|m| anyhow::anyhow!("suite '{}': {m}", opts.suite.name))?;
     let mut results = E2eResults {
         suite: Some(opts.suite.clone()),
         engine: EngineSummary {
             kind: opts.engine.kind().to_string(),
             command: match &opts.engine {
-                EngineChoice::Builtin { args, .. } => Some(format!("rigbench serve {}", args.join(" "))),
+                EngineChoice::Builtin { args, .. } => {
+                    Some(format!("rigbench serve {}", args.join(" ")))
+                }
                 EngineChoice::Command { command, .. } => Some(command.clone()),
                 EngineChoice::Url { .. } => None,
             },
@@ -522,9 +630,13 @@ pub async fn run_session(
         });
     }
     let extra_log = match &opts.engine_log {
-        Some(p) => Some(std::fs::read(p).map(|b| String::from_utf8_lossy(&b).into_owned()).map_err(|e| {
-            crate::RigError::file(p, format!("cannot read engine log (--engine-log): {e}"))
-        })?),
+        Some(p) => Some(
+            std::fs::read(p)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .map_err(|e| {
+                    crate::RigError::file(p, format!("cannot read engine log (--engine-log): {e}"))
+                })?,
+        ),
         None => None,
     };
     let mut engine = EngineHandle::start(&opts.engine, opts.startup_timeout, &stop).await?;
@@ -535,7 +647,11 @@ pub async fn run_session(
     let counter = if facts.tokenize {
         TokenCounter::Engine {
             client: client.clone(),
-            model: facts.model.as_ref().map(|m| m.value.clone()).unwrap_or_default(),
+            model: facts
+                .model
+                .as_ref()
+                .map(|m| m.value.clone())
+                .unwrap_or_default(),
         }
     } else if let Some(t) = &opts.tokenizer {
         TokenCounter::local(t)?
@@ -563,7 +679,9 @@ pub async fn run_session(
     for (i, point) in points.iter().enumerate() {
         if let Some(cause) = stop.cause() {
             for p in &points[i..] {
-                results.skipped.push(format!("{}: not run ({})", p.label(), cause_text(&cause)));
+                results
+                    .skipped
+                    .push(format!("{}: not run ({})", p.label(), cause_text(&cause)));
             }
             break;
         }
@@ -578,7 +696,10 @@ pub async fn run_session(
             Err(e) => {
                 results.failure = Some(format!("{}: {e:#}", point.label()));
                 for p in &points[i + 1..] {
-                    results.skipped.push(format!("{}: not run (the previous point failed)", p.label()));
+                    results.skipped.push(format!(
+                        "{}: not run (the previous point failed)",
+                        p.label()
+                    ));
                 }
                 on_update(&results);
                 break;
@@ -635,7 +756,9 @@ fn one_line(r: &RunResult) -> String {
         )
     };
     let ms = |p: &Option<super::metrics::Percentiles>| {
-        p.as_ref().map(|p| format!("{:.1} ms", p.p50 * 1e3)).unwrap_or_else(|| "n/a".into())
+        p.as_ref()
+            .map(|p| format!("{:.1} ms", p.p50 * 1e3))
+            .unwrap_or_else(|| "n/a".into())
     };
     match r.presented_throughput() {
         Some(t) => format!(

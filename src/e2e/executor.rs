@@ -76,6 +76,21 @@ impl StopSignal {
         self.tx.borrow().is_some()
     }
 
+    /// Resolves once stopped as [`StopCause::Interrupted`] (requests in flight are then
+    /// aborted; after an engine failure they end on their own, with the engine's error).
+    pub fn interrupted(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.tx.subscribe();
+        async move {
+            if rx
+                .wait_for(|c| matches!(c, Some(StopCause::Interrupted)))
+                .await
+                .is_err()
+            {
+                futures::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// Resolves once stopped.
     pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut rx = self.tx.subscribe();
@@ -141,7 +156,13 @@ impl LoadPoint {
 
 /// Arrival offsets from the start, seconds: `n` arrivals, the first at 0, inter-arrival times
 /// exponential with mean 1/rate (Poisson) or gamma with shape `burstiness` and the same mean.
-pub fn arrival_offsets(n: usize, rate: f64, kind: ArrivalKind, burstiness: f64, seed: u64) -> Vec<f64> {
+pub fn arrival_offsets(
+    n: usize,
+    rate: f64,
+    kind: ArrivalKind,
+    burstiness: f64,
+    seed: u64,
+) -> Vec<f64> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut t = 0.0;
     let mut out = Vec::with_capacity(n);
@@ -225,7 +246,7 @@ impl Shared {
         let req = &self.reqs[index].req;
         let (sent, outcome) = self
             .client
-            .stream(req, self.cfg.request_timeout, self.stop.stopped())
+            .stream(req, self.cfg.request_timeout, self.stop.interrupted())
             .await;
         match &outcome.error {
             Some(e) if is_connect_error(e) => {

@@ -84,7 +84,10 @@ impl LogBuffer {
     pub fn text(&self) -> String {
         let mut s = self.head.join("\n");
         if self.dropped > 0 {
-            s.push_str(&format!("\n[rigbench: {} log lines not kept]", self.dropped));
+            s.push_str(&format!(
+                "\n[rigbench: {} log lines not kept]",
+                self.dropped
+            ));
         }
         for l in &self.tail {
             s.push('\n');
@@ -97,7 +100,10 @@ impl LogBuffer {
     /// The last `n` lines.
     pub fn last_lines(&self, n: usize) -> Vec<String> {
         let all: Vec<&String> = self.head.iter().chain(self.tail.iter()).collect();
-        all[all.len().saturating_sub(n)..].iter().map(|s| s.to_string()).collect()
+        all[all.len().saturating_sub(n)..]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
     }
 }
 
@@ -160,7 +166,11 @@ impl EngineHandle {
     /// The engine cannot be started, exits before it is healthy, or is not healthy within
     /// `startup_timeout`; the message carries the tail of its log and any startup errors found
     /// in it.
-    pub async fn start(choice: &EngineChoice, startup_timeout: Duration, stop: &StopSignal) -> anyhow::Result<Self> {
+    pub async fn start(
+        choice: &EngineChoice,
+        startup_timeout: Duration,
+        stop: &StopSignal,
+    ) -> anyhow::Result<Self> {
         let log = Arc::new(Mutex::new(LogBuffer::default()));
         let (mut cmd, url_known) = match choice {
             EngineChoice::Url { url } => {
@@ -183,10 +193,13 @@ impl EngineHandle {
             EngineChoice::Builtin { program, args } => {
                 let program = match program {
                     Some(p) => p.clone(),
-                    None => std::env::current_exe().context("cannot find the rigbench executable to start `rigbench serve`")?,
+                    None => std::env::current_exe()
+                        .context("cannot find the rigbench executable to start `rigbench serve`")?,
                 };
                 let mut c = tokio::process::Command::new(&program);
-                c.arg("serve").args(["--host", "127.0.0.1", "--port", "0"]).args(args);
+                c.arg("serve")
+                    .args(["--host", "127.0.0.1", "--port", "0"])
+                    .args(args);
                 (c, None)
             }
             EngineChoice::Command { command, url } => {
@@ -334,7 +347,10 @@ impl EngineHandle {
         if !log.errors.is_empty() {
             msg.push_str("\n  startup errors found in its log:");
             for e in &log.errors {
-                msg.push_str(&format!("\n    {}", serde_json::to_string(e).unwrap_or_default()));
+                msg.push_str(&format!(
+                    "\n    {}",
+                    serde_json::to_string(e).unwrap_or_default()
+                ));
             }
         }
         if !tail.is_empty() {
@@ -348,7 +364,8 @@ impl EngineHandle {
         if let Some(tx) = self.kill_tx.take() {
             let _ = tx.send(());
             if let Some(mut rx) = self.exit_rx.clone() {
-                let _ = tokio::time::timeout(Duration::from_secs(15), rx.wait_for(|e| e.is_some())).await;
+                let _ = tokio::time::timeout(Duration::from_secs(15), rx.wait_for(|e| e.is_some()))
+                    .await;
             }
         }
         // Let the log readers reach the end of the pipes.
@@ -396,7 +413,13 @@ mod tests {
         assert!(t.starts_with("l0\n"));
         assert!(t.contains("10 log lines not kept"));
         assert!(t.trim_end().ends_with(&format!("l{}", HEAD + TAIL + 9)));
-        assert_eq!(b.last_lines(2), vec![format!("l{}", HEAD + TAIL + 8), format!("l{}", HEAD + TAIL + 9)]);
+        assert_eq!(
+            b.last_lines(2),
+            vec![
+                format!("l{}", HEAD + TAIL + 8),
+                format!("l{}", HEAD + TAIL + 9)
+            ]
+        );
     }
 
     #[tokio::test]
@@ -418,10 +441,16 @@ mod tests {
     #[tokio::test]
     async fn url_without_engine_is_a_flag_error() {
         let stop = StopSignal::new();
-        let e = EngineHandle::start(&EngineChoice::Url { url: "http://127.0.0.1:9".into() }, Duration::from_secs(5), &stop)
-            .await
-            .unwrap_err()
-            .to_string();
+        let e = EngineHandle::start(
+            &EngineChoice::Url {
+                url: "http://127.0.0.1:9".into(),
+            },
+            Duration::from_secs(5),
+            &stop,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("--url"), "{e}");
     }
 }

@@ -164,7 +164,10 @@ pub fn split_tokens(events: &[TextEvent], total: Option<u64>) -> (Vec<u64>, Chun
     let rest = total - floor_each * n as u64;
     let wsum: f64 = weights.iter().sum();
     let shares: Vec<f64> = weights.iter().map(|w| w / wsum * rest as f64).collect();
-    let mut out: Vec<u64> = shares.iter().map(|s| floor_each + s.floor() as u64).collect();
+    let mut out: Vec<u64> = shares
+        .iter()
+        .map(|s| floor_each + s.floor() as u64)
+        .collect();
     let mut left = total - out.iter().sum::<u64>();
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&a, &b| {
@@ -312,10 +315,7 @@ impl Throughput {
             return None;
         }
         let output_tokens: u64 = ok.iter().filter_map(|r| r.output_tokens).sum();
-        let input_tokens = ok
-            .iter()
-            .map(|r| r.prompt_tokens)
-            .sum::<Option<u64>>();
+        let input_tokens = ok.iter().map(|r| r.prompt_tokens).sum::<Option<u64>>();
         Some(Self {
             duration_s,
             completed: ok.len(),
@@ -376,7 +376,11 @@ mod tests {
     #[test]
     fn multi_token_chunks_count_as_tokens() {
         // Continuous usage: 1, then 3 tokens in one chunk (speculative decoding), then 1.
-        let e = vec![ev(100, 2, Some(1)), ev(130, 9, Some(4)), ev(150, 3, Some(5))];
+        let e = vec![
+            ev(100, 2, Some(1)),
+            ev(130, 9, Some(4)),
+            ev(150, 3, Some(5)),
+        ];
         let (t, how) = split_tokens(&e, Some(5));
         assert_eq!((t.clone(), how), (vec![1, 3, 1], ChunkSplit::UsagePerChunk));
         let o = StreamOutcome {
@@ -395,7 +399,10 @@ mod tests {
     #[test]
     fn split_without_per_chunk_usage() {
         let e = vec![ev(1, 1, None), ev(2, 1, None), ev(3, 1, None)];
-        assert_eq!(split_tokens(&e, Some(3)), (vec![1, 1, 1], ChunkSplit::OnePerChunk));
+        assert_eq!(
+            split_tokens(&e, Some(3)),
+            (vec![1, 1, 1], ChunkSplit::OnePerChunk)
+        );
         let e = vec![ev(1, 1, None), ev(2, 8, None), ev(3, 1, None)];
         let (t, how) = split_tokens(&e, Some(7));
         assert_eq!(how, ChunkSplit::Estimated);
@@ -439,8 +446,14 @@ mod tests {
             })
             .collect();
         let t = Throughput::of(&recs, 2.0).unwrap();
-        assert_eq!((t.completed, t.failed, t.cancelled, t.output_tokens), (3, 0, 1, 30));
-        assert_eq!((t.output_tok_per_s, t.requests_per_s, t.input_tokens), (15.0, 1.5, Some(15)));
+        assert_eq!(
+            (t.completed, t.failed, t.cancelled, t.output_tokens),
+            (3, 0, 1, 30)
+        );
+        assert_eq!(
+            (t.output_tok_per_s, t.requests_per_s, t.input_tokens),
+            (15.0, 1.5, Some(15))
+        );
         let l = LatencySummary::of(&recs);
         assert_eq!(l.ttft.as_ref().unwrap().n, 3);
         assert!((l.ttft.unwrap().p50 - 0.2).abs() < 1e-12);

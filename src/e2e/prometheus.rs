@@ -87,7 +87,9 @@ impl Exposition {
                 continue;
             }
             let parsed = match line.rsplit_once('|') {
-                Some((series, value)) if !series.contains('"') || series.trim_end().ends_with('}') => {
+                Some((series, value))
+                    if !series.contains('"') || series.trim_end().ends_with('}') =>
+                {
                     parse_series(series.trim()).and_then(|(name, labels)| {
                         parse_value(value.trim())
                             .map(|v| (name, labels, v))
@@ -147,7 +149,8 @@ impl Exposition {
     /// Whether the family is known at all (announced by HELP/TYPE, or sampled).
     pub fn has_family(&self, name: &str) -> bool {
         let want = canonical_name(name);
-        self.families.keys().any(|k| canonical_name(k) == want) || self.matching(name).next().is_some()
+        self.families.keys().any(|k| canonical_name(k) == want)
+            || self.matching(name).next().is_some()
     }
 
     /// Sum of `name` over all label sets; `None` when there is no (finite) sample ("no data").
@@ -371,7 +374,11 @@ mod tests {
     use super::*;
 
     fn fixture(name: &str) -> Option<String> {
-        let p = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/metrics")).join(name);
+        let p = std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/fixtures/metrics"
+        ))
+        .join(name);
         match std::fs::read_to_string(&p) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -401,7 +408,9 @@ mod tests {
         assert_eq!(by.get("0"), Some(&7.0));
         assert_eq!(by.get("1"), Some(&1.0));
         assert_eq!(
-            e.labels_of("vllm:cache_config_info").and_then(|l| l.get("num_gpu_blocks")).map(String::as_str),
+            e.labels_of("vllm:cache_config_info")
+                .and_then(|l| l.get("num_gpu_blocks"))
+                .map(String::as_str),
             Some("100")
         );
         // Announced but never sampled: known family, no data.
@@ -424,7 +433,9 @@ mod tests {
 
     #[test]
     fn fixture_query_table_dp8() {
-        let Some(text) = fixture("02_vllm_specdecode-dp8-per-engine_promql-table__vllm-pr-24049.txt") else {
+        let Some(text) =
+            fixture("02_vllm_specdecode-dp8-per-engine_promql-table__vllm-pr-24049.txt")
+        else {
             return;
         };
         let e = Exposition::parse(&text);
@@ -437,18 +448,23 @@ mod tests {
         assert_eq!(e.created.len(), 8);
         assert_eq!(e.sum("vllm:spec_decode_num_accepted_tokens"), None);
         assert_eq!(
-            e.sum_by("vllm:spec_decode_num_accepted_tokens_per_pos", "position").get("0"),
+            e.sum_by("vllm:spec_decode_num_accepted_tokens_per_pos", "position")
+                .get("0"),
             Some(&7.0)
         );
         assert_eq!(
-            e.labels_of("vllm:spec_decode_num_drafts").and_then(|l| l.get("model_name")).map(String::as_str),
+            e.labels_of("vllm:spec_decode_num_drafts")
+                .and_then(|l| l.get("model_name"))
+                .map(String::as_str),
             Some("/home/models/Qwen3-0.6B")
         );
     }
 
     #[test]
     fn fixture_help_type_without_samples_is_no_data() {
-        let Some(text) = fixture("03_vllm-v0_metrics-help-type-without-samples__functionary-pr-263.prom") else {
+        let Some(text) =
+            fixture("03_vllm-v0_metrics-help-type-without-samples__functionary-pr-263.prom")
+        else {
             return;
         };
         let e = Exposition::parse(&text);
@@ -468,13 +484,24 @@ mod tests {
 
     #[test]
     fn fixture_histogram_sum_first_and_ellipsis() {
-        let Some(text) = fixture("04_vllm-docs_metrics-endpoint-example_histogram__docs.vllm.ai-usage-metrics.prom") else {
+        let Some(text) = fixture(
+            "04_vllm-docs_metrics-endpoint-example_histogram__docs.vllm.ai-usage-metrics.prom",
+        ) else {
             return;
         };
         let e = Exposition::parse(&text);
-        assert!(!e.warnings.is_empty(), "the literal '...' line must be reported");
-        assert!(e.warnings.iter().any(|w| w.contains("...")), "{:?}", e.warnings);
-        let h = e.histogram("vllm:iteration_tokens_total").expect("histogram");
+        assert!(
+            !e.warnings.is_empty(),
+            "the literal '...' line must be reported"
+        );
+        assert!(
+            e.warnings.iter().any(|w| w.contains("...")),
+            "{:?}",
+            e.warnings
+        );
+        let h = e
+            .histogram("vllm:iteration_tokens_total")
+            .expect("histogram");
         assert_eq!(h.sum, Some(0.0));
         assert_eq!(h.buckets.len(), 8, "{:?}", h.buckets);
         assert!(h.buckets.windows(2).all(|w| w[0].0 < w[1].0));

@@ -120,7 +120,9 @@ impl PromptSet {
 pub fn filler_words(offset: usize, min_words: usize) -> Vec<&'static str> {
     let words: Vec<&'static str> = FILLER.split_whitespace().collect();
     let n = words.len();
-    (0..min_words.max(1)).map(|i| words[(offset + i) % n]).collect()
+    (0..min_words.max(1))
+        .map(|i| words[(offset + i) % n])
+        .collect()
 }
 
 #[cfg(test)]

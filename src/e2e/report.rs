@@ -36,7 +36,8 @@ fn ms(x: f64) -> String {
 }
 
 fn pct(x: Option<f64>) -> String {
-    x.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "unknown".into())
+    x.map(|v| format!("{:.1}%", v * 100.0))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn same<T: PartialEq + Clone>(runs: &[RunResult], f: impl Fn(&RunResult) -> T) -> Option<T> {
@@ -52,15 +53,23 @@ pub fn render_markdown(res: &E2eResults) -> String {
     let _ = writeln!(
         o,
         "Engine: {} ({}){}.",
-        eng.command.as_deref().unwrap_or("an engine already running"),
+        eng.command
+            .as_deref()
+            .unwrap_or("an engine already running"),
         eng.kind,
-        eng.url.as_deref().map(|u| format!(" at {u}")).unwrap_or_default()
+        eng.url
+            .as_deref()
+            .map(|u| format!(" at {u}"))
+            .unwrap_or_default()
     );
     if let Some(s) = &res.suite {
         let _ = writeln!(o, "Suite: `{}` — {}.", s.name, s.description);
     }
     if res.interrupted {
-        let _ = writeln!(o, "\n**Interrupted (Ctrl-C): the runs below are what was measured before the stop.**");
+        let _ = writeln!(
+            o,
+            "\n**Interrupted (Ctrl-C): the runs below are what was measured before the stop.**"
+        );
     }
     if let Some(f) = &res.failure {
         let _ = writeln!(o, "\n**Failure:** {f}");
@@ -92,10 +101,15 @@ pub fn render_markdown(res: &E2eResults) -> String {
     if let Some(s) = &res.suite {
         rows.push(vec![
             "workload".into(),
-            format!("{:?} ({}), {} API", s.workload.kind, s.workload.prompt_set.name(), match s.workload.api {
-                super::client::Api::Chat => "chat",
-                super::client::Api::Completions => "completions",
-            })
+            format!(
+                "{:?} ({}), {} API",
+                s.workload.kind,
+                s.workload.prompt_set.name(),
+                match s.workload.api {
+                    super::client::Api::Chat => "chat",
+                    super::client::Api::Completions => "completions",
+                }
+            )
             .to_lowercase(),
             "suite".into(),
         ]);
@@ -110,8 +124,14 @@ pub fn render_markdown(res: &E2eResults) -> String {
         },
         "request (chat_template_kwargs)".into(),
     ]);
-    let reasoning: usize = runs.iter().map(|r| r.conditions.thinking.requests_with_reasoning).sum();
-    let tags: usize = runs.iter().map(|r| r.conditions.thinking.requests_with_think_tags).sum();
+    let reasoning: usize = runs
+        .iter()
+        .map(|r| r.conditions.thinking.requests_with_reasoning)
+        .sum();
+    let tags: usize = runs
+        .iter()
+        .map(|r| r.conditions.thinking.requests_with_think_tags)
+        .sum();
     rows.push(vec![
         "reasoning observed".into(),
         format!("{reasoning} requests with reasoning text, {tags} with <think> tags in content"),
@@ -162,7 +182,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
             ),
             None => "unknown".into(),
         },
-        kv.capacity_tokens.as_ref().map(|c| c.source.clone()).unwrap_or_else(|| "—".into()),
+        kv.capacity_tokens
+            .as_ref()
+            .map(|c| c.source.clone())
+            .unwrap_or_else(|| "—".into()),
     ]);
     let l = &c0.lengths;
     rows.push(vec![
@@ -178,22 +201,41 @@ pub fn render_markdown(res: &E2eResults) -> String {
     rows.push(vec![
         "output length requested".into(),
         if l.output_fixed {
-            format!("{} tokens, fixed (max_tokens + ignore_eos)", l.output_requested)
+            format!(
+                "{} tokens, fixed (max_tokens + ignore_eos)",
+                l.output_requested
+            )
         } else {
-            format!("up to {} tokens (max_tokens), natural end", l.output_requested)
+            format!(
+                "up to {} tokens (max_tokens), natural end",
+                l.output_requested
+            )
         },
         "request".into(),
     ]);
-    rows.push(vec!["temperature".into(), format!("{}", c0.temperature), "request".into()]);
+    rows.push(vec![
+        "temperature".into(),
+        format!("{}", c0.temperature),
+        "request".into(),
+    ]);
     let mut sources: Vec<String> = runs
         .iter()
-        .flat_map(|r| r.conditions.token_sources.iter().map(|s| s.label().to_string()))
+        .flat_map(|r| {
+            r.conditions
+                .token_sources
+                .iter()
+                .map(|s| s.label().to_string())
+        })
         .collect();
     sources.sort();
     sources.dedup();
     rows.push(vec![
         "token counts from".into(),
-        if sources.is_empty() { "unknown".into() } else { sources.join(", ") },
+        if sources.is_empty() {
+            "unknown".into()
+        } else {
+            sources.join(", ")
+        },
         "per request".into(),
     ]);
     o.push_str(&markdown_table(&["condition", "value", "source"], &rows));
@@ -216,23 +258,36 @@ pub fn render_markdown(res: &E2eResults) -> String {
             SpecState::On => format!(
                 "{} accepted, mean length {}",
                 pct(c.spec.acceptance_rate),
-                c.spec.mean_acceptance_length.map(|m| format!("{m:.2}")).unwrap_or_else(|| "unknown".into())
+                c.spec
+                    .mean_acceptance_length
+                    .map(|m| format!("{m:.2}"))
+                    .unwrap_or_else(|| "unknown".into())
             ),
             SpecState::Off => "off".into(),
             SpecState::Unknown => "unknown".into(),
         };
-        let out = match (c.lengths.output_min, c.lengths.output_mean, c.lengths.output_max) {
+        let out = match (
+            c.lengths.output_min,
+            c.lengths.output_mean,
+            c.lengths.output_max,
+        ) {
             (Some(a), Some(m), Some(b)) => format!("{a} / {m:.1} / {b}"),
             _ => "unknown".into(),
         };
         rows.push(vec![
             r.label.clone(),
-            if r.validity.valid { "yes".into() } else { "**no**".into() },
+            if r.validity.valid {
+                "yes".into()
+            } else {
+                "**no**".into()
+            },
             cache,
             pct(c.cache.hit_rate),
             spec,
             pct(c.kv.peak_usage),
-            c.kv.preemptions.map(|p| p.to_string()).unwrap_or_else(|| "unknown".into()),
+            c.kv.preemptions
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "unknown".into()),
             out,
             c.thinking.flag.clone().unwrap_or_else(|| "—".into()),
         ]);
@@ -276,10 +331,23 @@ pub fn render_markdown(res: &E2eResults) -> String {
     let mut rows = Vec::new();
     for r in runs {
         let l = &r.latency;
-        for (name, p) in [("TTFT", &l.ttft), ("TTFC", &l.ttfc), ("ITL", &l.itl), ("TPOT", &l.tpot), ("E2E", &l.e2e)] {
+        for (name, p) in [
+            ("TTFT", &l.ttft),
+            ("TTFC", &l.ttfc),
+            ("ITL", &l.itl),
+            ("TPOT", &l.tpot),
+            ("E2E", &l.e2e),
+        ] {
             let mut row = vec![r.label.clone(), name.to_string()];
             match p {
-                Some(p) => row.extend([p.n.to_string(), ms(p.p50), ms(p.p90), ms(p.p95), ms(p.p99), ms(p.mean)]),
+                Some(p) => row.extend([
+                    p.n.to_string(),
+                    ms(p.p50),
+                    ms(p.p90),
+                    ms(p.p95),
+                    ms(p.p99),
+                    ms(p.mean),
+                ]),
                 None => row.extend(std::iter::repeat_n("n/a".to_string(), 6)),
             }
             if !r.validity.valid {
@@ -288,7 +356,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
             rows.push(row);
         }
     }
-    o.push_str(&markdown_table(&["run", "metric", "n", "p50", "p90", "p95", "p99", "mean"], &rows));
+    o.push_str(&markdown_table(
+        &["run", "metric", "n", "p50", "p90", "p95", "p99", "mean"],
+        &rows,
+    ));
     o.push('\n');
 
     // Throughput.
@@ -315,7 +386,9 @@ pub fn render_markdown(res: &E2eResults) -> String {
                 format!("{:.2} s", t.duration_s),
                 format!("{:.1}", t.output_tok_per_s),
                 format!("{:.3}", t.requests_per_s),
-                t.input_tokens.map(thousands).unwrap_or_else(|| "unknown".into()),
+                t.input_tokens
+                    .map(thousands)
+                    .unwrap_or_else(|| "unknown".into()),
                 thousands(t.output_tokens),
                 late,
                 stop_text(&r.stop),
@@ -350,11 +423,26 @@ pub fn render_markdown(res: &E2eResults) -> String {
     o.push('\n');
 
     // Acceptance by position.
-    let spec_runs: Vec<&RunResult> = runs.iter().filter(|r| !r.conditions.spec.per_position.is_empty()).collect();
+    let spec_runs: Vec<&RunResult> = runs
+        .iter()
+        .filter(|r| !r.conditions.spec.per_position.is_empty())
+        .collect();
     if !spec_runs.is_empty() {
-        let k = spec_runs.iter().map(|r| r.conditions.spec.per_position.len()).max().unwrap_or(0);
-        let _ = writeln!(o, "### Speculative acceptance by draft position (/metrics deltas)\n");
-        let mut headers: Vec<String> = vec!["run".into(), "drafts".into(), "acceptance".into(), "mean length".into()];
+        let k = spec_runs
+            .iter()
+            .map(|r| r.conditions.spec.per_position.len())
+            .max()
+            .unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "### Speculative acceptance by draft position (/metrics deltas)\n"
+        );
+        let mut headers: Vec<String> = vec![
+            "run".into(),
+            "drafts".into(),
+            "acceptance".into(),
+            "mean length".into(),
+        ];
         headers.extend((1..=k).map(|i| format!("pos {i}")));
         let h: Vec<&str> = headers.iter().map(String::as_str).collect();
         let rows: Vec<Vec<String>> = spec_runs
@@ -365,9 +453,16 @@ pub fn render_markdown(res: &E2eResults) -> String {
                     r.label.clone(),
                     s.drafts.map(thousands).unwrap_or_else(|| "unknown".into()),
                     pct(s.acceptance_rate),
-                    s.mean_acceptance_length.map(|m| format!("{m:.2}")).unwrap_or_else(|| "unknown".into()),
+                    s.mean_acceptance_length
+                        .map(|m| format!("{m:.2}"))
+                        .unwrap_or_else(|| "unknown".into()),
                 ];
-                row.extend((0..k).map(|i| s.per_position.get(i).map(|v| format!("{:.3}", v)).unwrap_or_default()));
+                row.extend((0..k).map(|i| {
+                    s.per_position
+                        .get(i)
+                        .map(|v| format!("{:.3}", v))
+                        .unwrap_or_default()
+                }));
                 row
             })
             .collect();
@@ -420,7 +515,10 @@ fn render_bootlog(o: &mut String, b: Option<&BootLog>) {
         if let Some(m) = k.available_kv_memory_bytes {
             parts.push(format!("{} available for KV", human_bytes(m)));
         }
-        rows.push(vec![format!("KV cache (line {})", k.line), parts.join(", ")]);
+        rows.push(vec![
+            format!("KV cache (line {})", k.line),
+            parts.join(", "),
+        ]);
     }
     if let Some(q) = &b.quantization {
         rows.push(vec!["quantization".into(), q.clone()]);
@@ -447,13 +545,18 @@ fn render_bootlog(o: &mut String, b: Option<&BootLog>) {
     }
     if let Some(p) = b.spec_pooled() {
         rows.push(vec![
-            format!("speculative metrics ({} log lines, pooled)", b.spec_lines.len()),
+            format!(
+                "speculative metrics ({} log lines, pooled)",
+                b.spec_lines.len()
+            ),
             format!(
                 "acceptance {} ({} of {} drafted), mean length {}",
                 pct(p.acceptance_rate),
                 p.accepted,
                 p.drafted,
-                p.mean_acceptance_length.map(|m| format!("{m:.2}")).unwrap_or_else(|| "unknown".into())
+                p.mean_acceptance_length
+                    .map(|m| format!("{m:.2}"))
+                    .unwrap_or_else(|| "unknown".into())
             ),
         ]);
     }
@@ -575,7 +678,8 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
     let (pts, xname) = latency_points(res);
     if !pts.is_empty() {
         type Getter = fn(&RunResult) -> Option<&Percentiles>;
-        let series: [(&str, Getter, fn(&Percentiles) -> f64); 6] = [
+        type Pick = fn(&Percentiles) -> f64;
+        let series: [(&str, Getter, Pick); 6] = [
             ("TTFT p50", |r| r.latency.ttft.as_ref(), |p| p.p50),
             ("TTFT p99", |r| r.latency.ttft.as_ref(), |p| p.p99),
             ("TPOT p50", |r| r.latency.tpot.as_ref(), |p| p.p50),
@@ -627,7 +731,9 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
                     .draw_series(LineSeries::new(v.iter().copied(), color.stroke_width(2)))
                     .map_err(perr)?
                     .label(*name)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                    });
                 chart
                     .draw_series(v.iter().map(|p| Circle::new(*p, 3, color.filled())))
                     .map_err(perr)?;
@@ -642,7 +748,8 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
             root.present().map_err(perr)?;
         }
         let p = dir.join(LATENCY_PLOT);
-        atomic_write(&p, svg.as_bytes()).with_context(|| format!("cannot write {}", p.display()))?;
+        atomic_write(&p, svg.as_bytes())
+            .with_context(|| format!("cannot write {}", p.display()))?;
         written.push(LATENCY_PLOT.to_string());
     }
     let spec: Vec<&RunResult> = res
@@ -651,13 +758,20 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
         .filter(|r| r.validity.valid && !r.conditions.spec.per_position.is_empty())
         .collect();
     if !spec.is_empty() {
-        let k = spec.iter().map(|r| r.conditions.spec.per_position.len()).max().unwrap_or(1);
+        let k = spec
+            .iter()
+            .map(|r| r.conditions.spec.per_position.len())
+            .max()
+            .unwrap_or(1);
         let mut svg = String::new();
         {
             let root = SVGBackend::with_string(&mut svg, (860, 500)).into_drawing_area();
             root.fill(&WHITE).map_err(perr)?;
             let mut chart = ChartBuilder::on(&root)
-                .caption("Speculative acceptance by draft position", ("sans-serif", 20))
+                .caption(
+                    "Speculative acceptance by draft position",
+                    ("sans-serif", 20),
+                )
                 .margin(12)
                 .x_label_area_size(45)
                 .y_label_area_size(65)
@@ -684,7 +798,9 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
                     .draw_series(LineSeries::new(v.clone(), color.stroke_width(2)))
                     .map_err(perr)?
                     .label(r.label.clone())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                    });
                 chart
                     .draw_series(v.iter().map(|p| Circle::new(*p, 3, color.filled())))
                     .map_err(perr)?;
@@ -699,7 +815,8 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
             root.present().map_err(perr)?;
         }
         let p = dir.join(ACCEPTANCE_PLOT);
-        atomic_write(&p, svg.as_bytes()).with_context(|| format!("cannot write {}", p.display()))?;
+        atomic_write(&p, svg.as_bytes())
+            .with_context(|| format!("cannot write {}", p.display()))?;
         written.push(ACCEPTANCE_PLOT.to_string());
     }
     Ok(written)
@@ -717,19 +834,56 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 pub fn write_csv(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
-        "run", "valid", "mode", "concurrency", "rate", "completed", "failed", "cancelled", "duration_s",
-        "output_tok_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "ttfc_p50_s", "itl_p50_s", "itl_p99_s",
-        "tpot_p50_s", "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "cache", "cache_verified", "prefix_hit_rate",
-        "spec_state", "spec_method", "spec_k", "acceptance_rate", "mean_acceptance_length", "kv_capacity_tokens",
-        "peak_kv_usage", "preemptions", "output_requested", "output_mean", "thinking_sent", "reasoning_requests",
-        "engine", "engine_version", "model", "invalid_reasons",
+        "run",
+        "valid",
+        "mode",
+        "concurrency",
+        "rate",
+        "completed",
+        "failed",
+        "cancelled",
+        "duration_s",
+        "output_tok_per_s",
+        "requests_per_s",
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "ttfc_p50_s",
+        "itl_p50_s",
+        "itl_p99_s",
+        "tpot_p50_s",
+        "tpot_p99_s",
+        "e2e_p50_s",
+        "e2e_p99_s",
+        "cache",
+        "cache_verified",
+        "prefix_hit_rate",
+        "spec_state",
+        "spec_method",
+        "spec_k",
+        "acceptance_rate",
+        "mean_acceptance_length",
+        "kv_capacity_tokens",
+        "peak_kv_usage",
+        "preemptions",
+        "output_requested",
+        "output_mean",
+        "thinking_sent",
+        "reasoning_requests",
+        "engine",
+        "engine_version",
+        "model",
+        "invalid_reasons",
     ])?;
     for r in &res.runs {
         let c = &r.conditions;
         let t = r.presented_throughput();
         let (mode, conc, rate) = match &r.load {
             LoadPoint::Closed { concurrency } => ("closed", concurrency.to_string(), String::new()),
-            LoadPoint::Open { rate, max_concurrency, .. } => ("open", opt(*max_concurrency), rate.to_string()),
+            LoadPoint::Open {
+                rate,
+                max_concurrency,
+                ..
+            } => ("open", opt(*max_concurrency), rate.to_string()),
         };
         let p = |x: &Option<Percentiles>, f: fn(&Percentiles) -> f64| opt(x.as_ref().map(f));
         let ok = r.requests.iter().filter(|q| q.ok).count();
@@ -785,10 +939,30 @@ pub fn write_csv(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> {
     let runs_csv = w.into_inner().context("csv buffer")?;
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
-        "run", "index", "ok", "cancelled", "error", "scheduled_s", "sent_s", "lateness_s", "ttft_s", "ttfc_s",
-        "e2e_s", "tpot_s", "itl_mean_s", "itl_max_s", "input_tokens_requested", "input_tokens_counted",
-        "prompt_tokens", "output_tokens_requested", "output_tokens", "token_source", "reasoning_tokens", "chunks",
-        "finish_reason", "flags",
+        "run",
+        "index",
+        "ok",
+        "cancelled",
+        "error",
+        "scheduled_s",
+        "sent_s",
+        "lateness_s",
+        "ttft_s",
+        "ttfc_s",
+        "e2e_s",
+        "tpot_s",
+        "itl_mean_s",
+        "itl_max_s",
+        "input_tokens_requested",
+        "input_tokens_counted",
+        "prompt_tokens",
+        "output_tokens_requested",
+        "output_tokens",
+        "token_source",
+        "reasoning_tokens",
+        "chunks",
+        "finish_reason",
+        "flags",
     ])?;
     for r in &res.runs {
         for q in &r.requests {

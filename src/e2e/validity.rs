@@ -56,10 +56,7 @@ pub fn degenerate(text: &str) -> Option<String> {
     }
     let words: Vec<&str> = text.split_whitespace().collect();
     if words.len() >= 40 {
-        let tri: Vec<(&str, &str, &str)> = words
-            .windows(3)
-            .map(|x| (x[0], x[1], x[2]))
-            .collect();
+        let tri: Vec<(&str, &str, &str)> = words.windows(3).map(|x| (x[0], x[1], x[2])).collect();
         let mut d = tri.clone();
         d.sort_unstable();
         d.dedup();
@@ -75,7 +72,12 @@ pub fn degenerate(text: &str) -> Option<String> {
 }
 
 /// Flags for one completed request: `empty`, `degenerate: ...`, `short: ...`.
-pub fn output_flags(r: &RequestRecord, text: &str, output_fixed: bool, judge_repetition: bool) -> Vec<String> {
+pub fn output_flags(
+    r: &RequestRecord,
+    text: &str,
+    output_fixed: bool,
+    judge_repetition: bool,
+) -> Vec<String> {
     let mut f = Vec::new();
     if !r.ok {
         return f;
@@ -92,7 +94,10 @@ pub fn output_flags(r: &RequestRecord, text: &str, output_fixed: bool, judge_rep
     if output_fixed {
         if let Some(n) = r.output_tokens {
             if n * 2 < u64::from(r.output_tokens_requested) {
-                f.push(format!("short: {n} of {} tokens", r.output_tokens_requested));
+                f.push(format!(
+                    "short: {n} of {} tokens",
+                    r.output_tokens_requested
+                ));
             }
         }
     }
@@ -108,9 +113,9 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             records.iter().filter(|r| r.cancelled).count()
         )),
         ExecStop::EngineFailed(m) => v.reasons.push(format!("engine failed during the run: {m}")),
-        ExecStop::DurationLimit => v
-            .notes
-            .push("the duration limit stopped new requests before all prepared ones were sent".into()),
+        ExecStop::DurationLimit => v.notes.push(
+            "the duration limit stopped new requests before all prepared ones were sent".into(),
+        ),
         ExecStop::Completed => {}
     }
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
@@ -126,10 +131,17 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             first.error.as_deref().unwrap_or("unknown error")
         ));
     }
-    let count = |p: &str| ok.iter().filter(|r| r.flags.iter().any(|f| f.starts_with(p))).count();
+    let count = |p: &str| {
+        ok.iter()
+            .filter(|r| r.flags.iter().any(|f| f.starts_with(p)))
+            .count()
+    };
     let empty = count("empty");
     if empty > 0 {
-        v.reasons.push(format!("{empty} of {} completed requests returned empty output", ok.len()));
+        v.reasons.push(format!(
+            "{empty} of {} completed requests returned empty output",
+            ok.len()
+        ));
     }
     let degen = count("degenerate");
     if degen > 0 {
@@ -163,8 +175,12 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
     }
     match c.cache.verified {
         Some(true) => {}
-        Some(false) => v.reasons.push(format!("cache temperature contradicted: {}", c.cache.note)),
-        None => v.missing_conditions.push(format!("cache temperature ({})", c.cache.note)),
+        Some(false) => v
+            .reasons
+            .push(format!("cache temperature contradicted: {}", c.cache.note)),
+        None => v
+            .missing_conditions
+            .push(format!("cache temperature ({})", c.cache.note)),
     }
     if c.engine.is_none() {
         v.missing_conditions.push("engine name".into());
@@ -185,8 +201,9 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
         _ => {}
     }
     if c.kv.capacity_tokens.is_none() {
-        v.missing_conditions
-            .push("KV capacity (no cache_config_info on /metrics and none in the engine log)".into());
+        v.missing_conditions.push(
+            "KV capacity (no cache_config_info on /metrics and none in the engine log)".into(),
+        );
     }
     if !ok.is_empty() && c.token_sources.contains(&TokenSource::Chunks) {
         v.missing_conditions.push(
@@ -198,7 +215,12 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
     }
     if c.lengths.output_fixed {
         if let (Some(lo), Some(hi)) = (c.lengths.output_min, c.lengths.output_max) {
-            if (lo, hi) != (u64::from(c.lengths.output_requested), u64::from(c.lengths.output_requested)) {
+            if (lo, hi)
+                != (
+                    u64::from(c.lengths.output_requested),
+                    u64::from(c.lengths.output_requested),
+                )
+            {
                 v.notes.push(format!(
                     "output length not exact: {lo}..{hi} tokens for {} requested",
                     c.lengths.output_requested
@@ -218,7 +240,11 @@ mod tests {
     fn repetition_detector() {
         assert!(degenerate("the the the the the the the the the the the the the").is_some());
         assert!(degenerate(&"abc".repeat(40)).is_some());
-        assert!(degenerate(&format!("A fine start to the story. {}", "Go on. ".repeat(30))).is_some());
+        assert!(degenerate(&format!(
+            "A fine start to the story. {}",
+            "Go on. ".repeat(30)
+        ))
+        .is_some());
         let prose = "The harbor town woke each morning to the sound of gulls arguing over the fish market \
                      roofs. Before the sun cleared the breakwater, the net menders were already at their \
                      benches, and the smell of tar and coffee drifted up the narrow streets toward the \
@@ -241,9 +267,15 @@ mod tests {
             output_tokens_requested: 32,
             ..Default::default()
         };
-        assert_eq!(output_flags(&r, "0123456789", true, true), vec!["short: 3 of 32 tokens"]);
+        assert_eq!(
+            output_flags(&r, "0123456789", true, true),
+            vec!["short: 3 of 32 tokens"]
+        );
         assert!(output_flags(&r, "0123456789", false, true).is_empty());
-        let e = RequestRecord { ok: true, ..Default::default() };
+        let e = RequestRecord {
+            ok: true,
+            ..Default::default()
+        };
         assert_eq!(output_flags(&e, "", false, true), vec!["empty"]);
     }
 }

@@ -33,10 +33,16 @@ use crate::RigError;
 /// Suites shipped with rigbench, by name: `(name, TOML text)`.
 pub const BUILTIN_SUITES: &[(&str, &str)] = &[
     ("tiny", include_str!("../../suites/e2e/tiny.toml")),
-    ("fixed-1k-256", include_str!("../../suites/e2e/fixed-1k-256.toml")),
+    (
+        "fixed-1k-256",
+        include_str!("../../suites/e2e/fixed-1k-256.toml"),
+    ),
     ("narrative", include_str!("../../suites/e2e/narrative.toml")),
     ("code", include_str!("../../suites/e2e/code.toml")),
-    ("shared-prefix", include_str!("../../suites/e2e/shared-prefix.toml")),
+    (
+        "shared-prefix",
+        include_str!("../../suites/e2e/shared-prefix.toml"),
+    ),
     ("open-loop", include_str!("../../suites/e2e/open-loop.toml")),
 ];
 
@@ -242,14 +248,20 @@ impl Suite {
         match w.kind {
             WorkloadKind::Fixed | WorkloadKind::SharedPrefix => match w.input_tokens {
                 Some(n) if n >= 4 => {}
-                _ => return Err("workload.input_tokens must be set (≥ 4) for fixed and shared_prefix workloads".into()),
+                _ => return Err(
+                    "workload.input_tokens must be set (≥ 4) for fixed and shared_prefix workloads"
+                        .into(),
+                ),
             },
             WorkloadKind::Prompts => {}
         }
         if w.kind == WorkloadKind::SharedPrefix {
             match (w.shared_prefix_tokens, w.input_tokens) {
                 (Some(p), Some(n)) if p >= 1 && p + 4 <= n => {}
-                _ => return Err("workload.shared_prefix_tokens must be set and at least 4 below input_tokens".into()),
+                _ => return Err(
+                    "workload.shared_prefix_tokens must be set and at least 4 below input_tokens"
+                        .into(),
+                ),
             }
         }
         if l.requests == 0 {
@@ -258,12 +270,16 @@ impl Suite {
         match l.mode {
             LoadMode::Closed => {
                 if l.concurrency.is_empty() || l.concurrency.contains(&0) {
-                    return Err("load.concurrency must list concurrencies ≥ 1 for a closed loop".into());
+                    return Err(
+                        "load.concurrency must list concurrencies ≥ 1 for a closed loop".into(),
+                    );
                 }
             }
             LoadMode::Open => {
                 if l.rates.is_empty() || l.rates.iter().any(|r| !r.is_finite() || *r <= 0.0) {
-                    return Err("load.rates must list rates > 0 (requests/s) for an open loop".into());
+                    return Err(
+                        "load.rates must list rates > 0 (requests/s) for an open loop".into(),
+                    );
                 }
                 if !(l.burstiness.is_finite() && l.burstiness > 0.0) {
                     return Err("load.burstiness must be > 0".into());
@@ -469,10 +485,17 @@ async fn fit(
     if best_c < target && lo < len {
         let next = words[lo];
         let sep = if lo == 0 { "" } else { " " };
-        for (k, _) in next.char_indices().skip(1).chain(std::iter::once((next.len(), ' '))) {
+        for (k, _) in next
+            .char_indices()
+            .skip(1)
+            .chain(std::iter::once((next.len(), ' ')))
+        {
             let cand = format!("{best}{sep}{}", &next[..k]);
             calls += 1;
-            let c = counter.count(&cand).await?.context("tokenizer disappeared")?;
+            let c = counter
+                .count(&cand)
+                .await?
+                .context("tokenizer disappeared")?;
             if c <= target && c > best_c {
                 best = cand;
                 best_c = c;
@@ -487,7 +510,10 @@ async fn fit(
         tries += 1;
         let cand = format!("{best}.");
         calls += 1;
-        let c = counter.count(&cand).await?.context("tokenizer disappeared")?;
+        let c = counter
+            .count(&cand)
+            .await?
+            .context("tokenizer disappeared")?;
         if c > target {
             break;
         }
@@ -590,7 +616,10 @@ mod tests {
             let s = Suite::load(n).unwrap_or_else(|e| panic!("{n}: {e}"));
             assert_eq!(&s.name, n);
         }
-        assert!(Suite::load("no-such-suite").unwrap_err().to_string().contains("--suite"));
+        assert!(Suite::load("no-such-suite")
+            .unwrap_err()
+            .to_string()
+            .contains("--suite"));
     }
 
     #[test]
@@ -598,16 +627,27 @@ mod tests {
         let p = Path::new("x.toml");
         let base = "name='x'\n[workload]\nkind='fixed'\ninput_tokens=16\noutput_tokens=8\n[load]\nconcurrency=[1]\nrequests=2\n";
         assert!(Suite::from_toml(base, p).is_ok());
-        let e = Suite::from_toml(&base.replace("input_tokens=16\n", ""), p).unwrap_err().to_string();
+        let e = Suite::from_toml(&base.replace("input_tokens=16\n", ""), p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("input_tokens") && e.contains("x.toml"), "{e}");
-        let e = Suite::from_toml(&base.replace("concurrency=[1]", "concurrency=[0]"), p).unwrap_err().to_string();
+        let e = Suite::from_toml(&base.replace("concurrency=[1]", "concurrency=[0]"), p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("load.concurrency"), "{e}");
-        let e = Suite::from_toml(&format!("{base}bogus=1\n"), p).unwrap_err().to_string();
+        let e = Suite::from_toml(&format!("{base}bogus=1\n"), p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("bogus"), "{e}");
-        let e = Suite::from_toml(&base.replace("'fixed'", "'weird'"), p).unwrap_err().to_string();
+        let e = Suite::from_toml(&base.replace("'fixed'", "'weird'"), p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("weird") || e.contains("kind"), "{e}");
         let open = base.replace("concurrency=[1]", "mode='open'\nrates=[-1.0]");
-        assert!(Suite::from_toml(&open, p).unwrap_err().to_string().contains("load.rates"));
+        assert!(Suite::from_toml(&open, p)
+            .unwrap_err()
+            .to_string()
+            .contains("load.rates"));
     }
 
     /// A whitespace "tokenizer": one token per word plus one per period, to test fitting.
@@ -634,7 +674,12 @@ mod tests {
         let reqs = prepare(&s, &c, "m", "abc", 5, Some(4096)).await.unwrap();
         assert_eq!(reqs.len(), 5);
         for r in &reqs {
-            assert_eq!(c.count(&r.req.prompt).await.unwrap(), Some(40), "{}", r.req.prompt);
+            assert_eq!(
+                c.count(&r.req.prompt).await.unwrap(),
+                Some(40),
+                "{}",
+                r.req.prompt
+            );
             assert_eq!(r.input_tokens_counted, Some(40));
         }
         let mut p: Vec<_> = reqs.iter().map(|r| r.req.prompt.clone()).collect();
@@ -642,7 +687,10 @@ mod tests {
         p.dedup();
         assert_eq!(p.len(), 5, "salted prompts are unique");
         // Too long for the context: a clear error.
-        let e = prepare(&s, &c, "m", "abc", 1, Some(50)).await.unwrap_err().to_string();
+        let e = prepare(&s, &c, "m", "abc", 1, Some(50))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("context"), "{e}");
     }
 
