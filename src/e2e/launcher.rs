@@ -308,6 +308,9 @@ impl EngineHandle {
                 _ = exit.wait_for(|e| e.is_some()) => {
                     return Err(handle.startup_failure("exited during startup").await);
                 }
+                _ = stop.stopped() => {
+                    return Err(handle.startup_failure("was stopped during startup (interrupted)").await);
+                }
             };
             handle.url = url;
         }
@@ -319,6 +322,11 @@ impl EngineHandle {
             }
             if client.health(Duration::from_secs(2)).await {
                 break;
+            }
+            if matches!(stop.cause(), Some(StopCause::Interrupted)) {
+                return Err(handle
+                    .startup_failure("was stopped during startup (interrupted)")
+                    .await);
             }
             if Instant::now() >= deadline {
                 return Err(handle
