@@ -395,7 +395,8 @@ pub struct CacheExpectation {
     pub temperature: CacheTemp,
     /// Reset result.
     pub reset: Option<bool>,
-    /// Hits the workload can explain (shared prefix × (requests − 1)).
+    /// Hits the workload can explain: shared prefix × (requests − 1), plus the chat-template
+    /// tokens of every request (they may precede the salt).
     pub hits_allowed: u64,
 }
 
@@ -433,16 +434,20 @@ pub fn cache_condition(
             if h <= exp.hits_allowed {
                 (
                     Some(true),
-                    format!(
-                        "cold start: {h} hit tokens, all explainable by the shared prefix within the run (≤ {})",
-                        exp.hits_allowed
-                    ),
+                    if h == 0 {
+                        "cold: 0 prefix-cache hits during the run".to_string()
+                    } else {
+                        format!(
+                            "cold: {h} hit tokens, within what the workload shares (shared prefix within the run, chat-template tokens before the salt: ≤ {})",
+                            exp.hits_allowed
+                        )
+                    },
                 )
             } else {
                 (
                     Some(false),
                     format!(
-                        "NOT cold: {h} hit tokens exceed the {} the shared prefix explains",
+                        "NOT cold: {h} hit tokens exceed the {} the workload's shared tokens explain",
                         exp.hits_allowed
                     ),
                 )
@@ -475,17 +480,20 @@ pub fn cache_condition(
     }
 }
 
-/// Thinking: what was sent and what came back.
+/// Thinking: what was sent and what came back. `judge_tags`: look for `<think>` tags in the
+/// content (off for synthetic weights, whose random output may hold the tag token by chance).
 pub fn thinking_condition(
     api: Api,
     sent: Option<bool>,
     records: &[RequestRecord],
     texts: &[(String, String)],
+    judge_tags: bool,
 ) -> ThinkingCondition {
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
     let with_reasoning = ok.iter().filter(|r| r.reasoning_chars > 0).count();
     let with_tags = texts
         .iter()
+        .filter(|_| judge_tags)
         .filter(|(content, _)| content.contains("<think>") || content.contains("</think>"))
         .count();
     let reasoning_tokens = {
@@ -669,7 +677,7 @@ mod tests {
             reasoning_chars: reasoning,
             ..Default::default()
         };
-        let t = thinking_condition(Api::Chat, Some(false), &[r(0), r(5)], &[]);
+        let t = thinking_condition(Api::Chat, Some(false), &[r(0), r(5)], &[], true);
         assert!(t
             .flag
             .unwrap()
@@ -679,9 +687,10 @@ mod tests {
             Some(false),
             &[r(0)],
             &[("<think>x</think>y".into(), String::new())],
+            true,
         );
         assert!(t.flag.unwrap().contains("<think>"));
-        let t = thinking_condition(Api::Chat, Some(true), &[r(3)], &[]);
+        let t = thinking_condition(Api::Chat, Some(true), &[r(3)], &[], true);
         assert_eq!((t.flag, t.requests_with_reasoning), (None, 1));
     }
 }

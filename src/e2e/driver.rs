@@ -203,6 +203,19 @@ async fn engine_facts(
             _ => None,
         };
     }
+    // `rigbench serve` states its speculative configuration in /version.
+    let version_spec = version
+        .as_ref()
+        .and_then(|v| v.get("speculative"))
+        .filter(|s| s.is_object());
+    let version_method = version_spec
+        .and_then(|s| s.get("method"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let version_k = version_spec
+        .and_then(|s| s.get("num_speculative_tokens"))
+        .and_then(Value::as_u64)
+        .map(|k| k as u32);
     if f.version.is_none() {
         if let Some(v) = &boot.engine_version {
             f.version = Some(Sourced::new(v.clone(), "engine log"));
@@ -216,20 +229,39 @@ async fn engine_facts(
     };
     // Speculative method: what rigbench passed to its own engine, the engine's log, or stated.
     let builtin = matches!(opts.engine, EngineChoice::Builtin { .. });
-    f.spec_method = match (&opts.spec_method, &boot.spec_method) {
-        (Some(m), _) if builtin => Some(Sourced::new(m.clone(), "passed to rigbench serve")),
-        (_, Some(m)) => Some(Sourced::new(m.clone(), "engine log (config)")),
-        (Some(m), None) => Some(Sourced::new(
-            m.clone(),
-            "stated (--spec-method), not verified",
-        )),
-        (None, None) => None,
+    // Speculative config: the engine's own word (/version, its log) first, then what rigbench
+    // passed to its own engine, then a statement.
+    f.spec_method = if let Some(m) = version_method {
+        Some(Sourced::new(m, "/version"))
+    } else if let Some(m) = &boot.spec_method {
+        Some(Sourced::new(m.clone(), "engine log (config)"))
+    } else {
+        opts.spec_method.as_ref().map(|m| {
+            Sourced::new(
+                m.clone(),
+                if builtin {
+                    "passed to rigbench serve"
+                } else {
+                    "stated (--spec-method), not verified"
+                },
+            )
+        })
     };
-    f.spec_k = match (opts.spec_k, boot.spec_k) {
-        (Some(k), _) if builtin => Some(Sourced::new(k, "passed to rigbench serve")),
-        (_, Some(k)) => Some(Sourced::new(k, "engine log (config)")),
-        (Some(k), None) => Some(Sourced::new(k, "stated (--spec-k), not verified")),
-        (None, None) => None,
+    f.spec_k = if let Some(k) = version_k {
+        Some(Sourced::new(k, "/version"))
+    } else if let Some(k) = boot.spec_k {
+        Some(Sourced::new(k, "engine log (config)"))
+    } else {
+        opts.spec_k.map(|k| {
+            Sourced::new(
+                k,
+                if builtin {
+                    "passed to rigbench serve"
+                } else {
+                    "stated (--spec-k), not verified"
+                },
+            )
+        })
     };
     if let Some(m) = &f.model {
         match client.tokenize(&m.value, "rigbench").await {
@@ -536,6 +568,7 @@ impl Session<'_> {
                 },
                 &requests,
                 &texts,
+                judge_repetition,
             ),
             spec: spec_condition(before.as_ref(), after.as_ref(), &self.facts),
             cache: cache_condition(
@@ -564,7 +597,7 @@ impl Session<'_> {
         let mut validity = assess(&requests, &conditions, &stop);
         if !judge_repetition {
             validity.notes.push(
-                "output repetition not judged: the model has synthetic (random) weights".into(),
+                "output text not judged for repetition or <think> tags: the model has synthetic (random) weights".into(),
             );
         }
         let measured = Throughput::of(&requests, duration.as_secs_f64());

@@ -36,8 +36,11 @@ fn ms(x: f64) -> String {
 }
 
 fn pct(x: Option<f64>) -> String {
-    x.map(|v| format!("{:.1}%", v * 100.0))
-        .unwrap_or_else(|| "unknown".into())
+    match x {
+        Some(v) if v > 0.0 && v < 0.001 => format!("{:.4}%", v * 100.0),
+        Some(v) => format!("{:.1}%", v * 100.0),
+        None => "unknown".into(),
+    }
 }
 
 fn same<T: PartialEq + Clone>(runs: &[RunResult], f: impl Fn(&RunResult) -> T) -> Option<T> {

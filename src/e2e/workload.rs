@@ -9,9 +9,10 @@
 //! - `shared_prefix`: every prompt starts with the same `shared_prefix_tokens`-token prefix and
 //!   is `input_tokens` long in all, to measure prefix caching.
 //!
-//! Every prompt starts with a salt unique to the run and the request, so no request can hit a
-//! prefix cached before the run (the `cold` condition); the shared-prefix workload shares its
-//! salted prefix within a run only.
+//! Every prompt starts with a salt unique to the run and the request (`[index:nonce] `), so no
+//! request can hit a prefix cached before the run (the `cold` condition), except the fixed part of
+//! a chat template that precedes the user message; the shared-prefix workload shares its salted
+//! prefix within a run only.
 //!
 //! Token-exact means: the prompt text (the user message for chat, the prompt for completions)
 //! tokenizes to the target count with the engine's own tokenizer and default special tokens. For
@@ -560,7 +561,9 @@ pub async fn prepare(
         _ => None,
     };
     for i in 0..count {
-        let salt = format!("[{nonce}-{i}] ");
+        // The request index comes first so that the first KV block after any chat-template
+        // prefix already differs between requests of one run.
+        let salt = format!("[{i}:{nonce}] ");
         let (prompt, counted, requested) = match w.kind {
             WorkloadKind::Fixed => {
                 let target = w.input_tokens.unwrap_or(0) as usize;
