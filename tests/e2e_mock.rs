@@ -40,6 +40,8 @@ struct Cfg {
     die_after: Option<u64>,
     /// No usage at all (token counts from /tokenize).
     no_usage: bool,
+    /// A chat template of this many tokens before the user message (shared by all requests).
+    template_tokens: u64,
 }
 
 #[derive(Default)]
@@ -52,6 +54,7 @@ struct Counters {
     per_pos: Vec<u64>,
     seen: HashSet<String>,
     running: u64,
+    template_seen: bool,
 }
 
 struct Mock {
@@ -132,6 +135,14 @@ async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Respon
         if !c.seen.insert(key) {
             c.hits += len / 16 * 16;
         }
+        let t = m.cfg.template_tokens;
+        if t > 0 {
+            c.queries += t;
+            if c.template_seen {
+                c.hits += t / 16 * 16;
+            }
+            c.template_seen = true;
+        }
         c.running += 1;
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<String>(64);
@@ -150,7 +161,7 @@ async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Respon
                 json!({"choices":[{"index":0,"text": text}]})
             };
             if let Some(u) = usage {
-                v["usage"] = json!({"prompt_tokens": prompt.len(), "completion_tokens": u});
+                v["usage"] = json!({"prompt_tokens": prompt.len() as u64 + cfg.template_tokens, "completion_tokens": u});
             }
             v
         };
@@ -205,7 +216,7 @@ async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Respon
             let _ = tx.send(send(fin)).await;
             if !cfg.no_usage {
                 let _ = tx
-                    .send(send(json!({"choices": [], "usage": {"prompt_tokens": prompt.len(), "completion_tokens": produced}})))
+                    .send(send(json!({"choices": [], "usage": {"prompt_tokens": prompt.len() as u64 + cfg.template_tokens, "completion_tokens": produced}})))
                     .await;
             }
             let _ = tx.send("data: [DONE]\n\n".to_string()).await;
@@ -250,7 +261,9 @@ async fn start(cfg: Cfg) -> (String, Arc<Mock>) {
         .route(
             "/reset_prefix_cache",
             post(|State(m): State<Arc<Mock>>| async move {
-                m.c.lock().unwrap().seen.clear();
+                let mut c = m.c.lock().unwrap();
+                c.seen.clear();
+                c.template_seen = false;
                 "ok"
             }),
         )
@@ -661,4 +674,56 @@ async fn cli_writes_a_report_folder() {
     assert!(e.runs.iter().all(|r| r.validity.valid));
     let csv = std::fs::read_to_string(out.join("e2e_requests.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_template_prefix_hits_are_allowed_but_bounded() {
+    // A 40-token template before every user message: its two full blocks hit on every request
+    // after the first, which a cold run must tolerate (and only that).
+    let (url, _m) = start(Cfg {
+        template_tokens: 40,
+        ..Default::default()
+    })
+    .await;
+    let r = session(&options(&url, suite("concurrency = [2]", FIXED))).await;
+    let c = &r.runs[0].conditions.cache;
+    assert_eq!(c.hits, Some(5 * 32), "{}", c.note);
+    assert_eq!(c.hits_allowed, 6 * 40);
+    assert_eq!(c.verified, Some(true), "{}", c.note);
+    assert!(c.note.contains("within"), "{}", c.note);
+    assert!(r.runs[0].validity.valid, "{:?}", r.runs[0].validity);
+    // The completions API has no template: the same hits contradict a cold run.
+    let mut s = suite("concurrency = [2]", FIXED);
+    s.workload.api = rigbench::e2e::client::Api::Completions;
+    s.sampling.thinking = None;
+    let r = session(&options(&url, s)).await;
+    let c = &r.runs[0].conditions.cache;
+    assert_eq!(c.verified, Some(false), "{}", c.note);
+    assert!(!r.runs[0].validity.valid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_limit_stops_new_requests() {
+    let (url, _m) = start(Cfg {
+        delay_ms: 10,
+        ..Default::default()
+    })
+    .await;
+    let mut s = suite("concurrency = [2]\nduration_s = 0.3", FIXED);
+    s.load.requests = 100;
+    s.load.warmup = 0;
+    let r = session(&options(&url, s)).await;
+    let run = &r.runs[0];
+    assert_eq!(run.stop, ExecStop::DurationLimit);
+    let n = run.requests.len();
+    assert!((2..20).contains(&n), "{n} requests sent in 0.3 s");
+    assert!(
+        run.requests.iter().all(|q| q.ok),
+        "requests in flight finish"
+    );
+    assert!(run
+        .validity
+        .notes
+        .iter()
+        .any(|n| n.contains("duration limit")));
 }

@@ -117,6 +117,9 @@ pub struct E2eFlags {
     /// Prompt length in tokens (overrides the suite).
     #[arg(long)]
     pub input_tokens: Option<u32>,
+    /// Shared-prefix workloads: tokens shared by every prompt of a run (overrides the suite).
+    #[arg(long)]
+    pub shared_prefix_tokens: Option<u32>,
     /// Output length in tokens: max_tokens (overrides the suite).
     #[arg(long)]
     pub output_tokens: Option<u32>,
@@ -204,6 +207,9 @@ impl E2eFlags {
         }
         if let Some(n) = self.input_tokens {
             w.input_tokens = Some(n);
+        }
+        if let Some(n) = self.shared_prefix_tokens {
+            w.shared_prefix_tokens = Some(n);
         }
         if let Some(n) = self.output_tokens {
             w.output_tokens = n;

@@ -533,12 +533,24 @@ impl Session<'_> {
         )
         .await;
 
-        let hits_allowed = match (suite.workload.kind, suite.workload.shared_prefix_tokens) {
+        // Hits the workload itself explains: the shared prefix within the run, and for chat the
+        // template tokens around the user message (prompt tokens reported − tokens counted in
+        // the message), which may precede the salt.
+        let shared = match (suite.workload.kind, suite.workload.shared_prefix_tokens) {
             (WorkloadKind::SharedPrefix, Some(p)) => {
                 u64::from(p) * (requests.len().saturating_sub(1) as u64)
             }
             _ => 0,
         };
+        let template: u64 = if suite.workload.api == Api::Chat {
+            requests
+                .iter()
+                .filter_map(|r| Some(r.prompt_tokens?.saturating_sub(r.input_tokens_counted?)))
+                .sum()
+        } else {
+            0
+        };
+        let hits_allowed = shared + template;
         let mut kv = kv_capacity(after.as_ref().or(before.as_ref()), Some(boot));
         kv.peak_usage = polls.peak_kv_usage;
         kv.max_running = polls.max_running;
