@@ -632,22 +632,35 @@ async fn cli_writes_a_report_folder() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("rep");
     let out2 = out.clone();
+    // A real vLLM log given with --engine-log (skipped when the fixtures are absent).
+    let log = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/logs"
+    ))
+    .join("03_vllm-v0.24_qwen3.6-35b-a3b-nvfp4-modelopt_rtx5090_kv-pool__club3090-issue-612.log");
+    let log = log.is_file().then_some(log);
+    if log.is_none() {
+        eprintln!("SKIP (--engine-log part): shared fixtures not found");
+    }
+    let log2 = log.clone();
     let status = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_rigbench"))
-            .args([
-                "e2e",
-                "--url",
-                &url,
-                "--no-progress",
-                "--requests",
-                "3",
-                "--concurrency",
-                "1,2",
-                "--out",
-            ])
-            .arg(&out2)
-            .output()
-            .unwrap()
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rigbench"));
+        cmd.args([
+            "e2e",
+            "--url",
+            &url,
+            "--no-progress",
+            "--requests",
+            "3",
+            "--concurrency",
+            "1,2",
+            "--out",
+        ])
+        .arg(&out2);
+        if let Some(l) = &log2 {
+            cmd.arg("--engine-log").arg(l);
+        }
+        cmd.output().unwrap()
     })
     .await
     .unwrap();
@@ -667,6 +680,14 @@ async fn cli_writes_a_report_folder() {
         md.contains("### Conditions") && md.contains("### Throughput"),
         "{md}"
     );
+    if log.is_some() {
+        assert!(
+            md.contains("Engine log findings")
+                && md.contains("567,978 tokens")
+                && md.contains("modelopt"),
+            "{md}"
+        );
+    }
     let r = rigbench::report::Results::load(&out.join("results.json")).unwrap();
     assert!(r.complete);
     let e = r.e2e.unwrap();
