@@ -549,7 +549,9 @@ impl Engine {
         let (arrival, last, num_prompt, num_output) =
             (r.arrival, r.last_token_at, r.num_prompt, r.num_output);
         r.last_token_at = Some(now);
-        let sent = r.tx.send(out).is_ok();
+        let tx = r.tx.clone();
+        // Metrics and the block pool are updated before the client hears of the output, so a
+        // client that scrapes /metrics right after its response sees its request counted.
         self.metrics.update(|m| {
             m.generation_tokens += produced as u64;
             if first {
@@ -573,7 +575,10 @@ impl Engine {
         if finish.is_some() {
             self.scheduler.remove(id);
             self.reqs.remove(&id);
-        } else if !sent {
+            self.publish_gauges();
+        }
+        let sent = tx.send(out).is_ok();
+        if finish.is_none() && !sent {
             // The client is gone.
             self.abort(id);
         }

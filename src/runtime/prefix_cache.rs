@@ -17,7 +17,7 @@ pub struct BlockHash(pub u64);
 /// Hash of a block given its parent's hash (None for the first block) and its tokens.
 pub fn hash_block(parent: Option<BlockHash>, tokens: &[u32]) -> BlockHash {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    parent.map(|p| p.0).unwrap_or(0x5EED_0F_B10C).hash(&mut h);
+    parent.map(|p| p.0).unwrap_or(0x0005_EED0_FB10).hash(&mut h);
     tokens.hash(&mut h);
     BlockHash(h.finish())
 }

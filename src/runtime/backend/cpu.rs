@@ -79,7 +79,7 @@ pub fn matmul(x: &[f32], m: usize, w: &Linear, threads: usize) -> Vec<f32> {
             .collect()
     });
     for (j0, local) in parts {
-        let len = if m == 0 { 0 } else { local.len() / m };
+        let len = local.len().checked_div(m).unwrap_or(0);
         for i in 0..m {
             out[i * n + j0..i * n + j0 + len].copy_from_slice(&local[i * len..(i + 1) * len]);
         }
