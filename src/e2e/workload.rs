@@ -418,14 +418,12 @@ async fn fit(
         return Ok((s.trim_end().to_string(), None));
     }
     let mut cache: HashMap<usize, usize> = HashMap::new();
-    let mut calls = 0usize;
     macro_rules! count_w {
         ($w:expr) => {{
             let w: usize = $w;
             match cache.get(&w) {
                 Some(c) => *c,
                 None => {
-                    calls += 1;
                     let c = counter
                         .count(&make(w))
                         .await?
@@ -492,7 +490,6 @@ async fn fit(
             .chain(std::iter::once((next.len(), ' ')))
         {
             let cand = format!("{best}{sep}{}", &next[..k]);
-            calls += 1;
             let c = counter
                 .count(&cand)
                 .await?
@@ -510,7 +507,6 @@ async fn fit(
     while best_c < target && tries < 8 {
         tries += 1;
         let cand = format!("{best}.");
-        calls += 1;
         let c = counter
             .count(&cand)
             .await?
@@ -521,7 +517,6 @@ async fn fit(
         best = cand;
         best_c = c;
     }
-    let _ = calls;
     Ok((best, Some(best_c)))
 }
 
