@@ -367,6 +367,7 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     let opts = args.options()?;
     let rig = crate::rig::probe();
     let label = rig.label();
+    let existed = args.out.as_deref().is_some_and(|p| p.exists());
     let dir = ReportDir::create(args.out.as_deref(), &label, !args.no_redact)?;
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
     let results = Arc::new(std::sync::Mutex::new(Results::new(
@@ -387,7 +388,16 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
         }
     };
     eprintln!("rigbench e2e: report folder {}", dir.path.display());
-    let e2e = crate::e2e::driver::run_blocking(&opts, &mut on_update)?;
+    let e2e = match crate::e2e::driver::run_blocking(&opts, &mut on_update) {
+        Ok(e) => e,
+        Err(e) => {
+            // Nothing was measured: leave no empty report folder behind.
+            if !existed && std::fs::read_dir(&dir.path).is_ok_and(|mut d| d.next().is_none()) {
+                let _ = std::fs::remove_dir(&dir.path);
+            }
+            return Err(e);
+        }
+    };
     if let Ok(Some(w)) = write_err.lock().map(|w| w.clone()) {
         anyhow::bail!("cannot write results.json: {w}");
     }
