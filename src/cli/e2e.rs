@@ -424,7 +424,7 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     }
     let section = crate::e2e::render_markdown(&e2e);
     let md = format!(
-        "# rigbench e2e report\n\nRig: `{}` · rigbench {} · {} UTC\n\nCommand: `{}`\n\n{section}",
+        "# rigbench e2e report\n\nRig: `{}` · rigbench {} · {}\n\nCommand: `{}`\n\n{section}",
         results.rig_label, results.rigbench_version, results.created_utc, results.command_line
     );
     dir.write_text("report.md", &md)?;
