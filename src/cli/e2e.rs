@@ -1,12 +1,543 @@
 //! `rigbench e2e`: see the module docs of `crate::e2e` for what it does.
+//!
+//! Writes a report folder (`reports/<rig>/<UTC time>/` or `--out`): `results.json` (the
+//! versioned schema, with `e2e` filled in; rewritten after every sweep point), `report.md`,
+//! `e2e_runs.csv`, `e2e_requests.csv`, SVG plots and `engine.log` (when rigbench started the
+//! engine). Exit status: 0 when at least one run is valid; 1 on an error, an interruption, an
+//! engine failure, or when no run is valid.
 
-use crate::ExitStatus;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::e2e::client::Api;
+use crate::e2e::launcher::EngineChoice;
+use crate::e2e::workload::{ArrivalKind, CacheTemp, LoadMode, Suite};
+use crate::e2e::E2eOptions;
+use crate::report::output::ReportDir;
+use crate::report::Results;
+use crate::{ExitStatus, RigError};
+
+/// The built-in engine's flag for the quantization to apply at load.
+pub const SERVE_QUANTIZE_FLAG: &str = "--quantize";
+/// The built-in engine's flag for the speculative method.
+pub const SERVE_SPEC_METHOD_FLAG: &str = "--speculative-method";
+/// The built-in engine's flag for the number of draft tokens.
+pub const SERVE_SPEC_K_FLAG: &str = "--num-speculative-tokens";
+
+/// Which engine to drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineKind {
+    /// Start `rigbench serve` (the built-in runtime) on a free loopback port.
+    Builtin,
+    /// Start the command given with `--engine-cmd`.
+    Cmd,
+    /// Use the engine already running at `--url`.
+    Url,
+}
+
+/// `enable_thinking` to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Thinking {
+    /// `enable_thinking: true`.
+    On,
+    /// `enable_thinking: false`.
+    Off,
+    /// Send nothing (the engine's default applies).
+    Unset,
+}
 
 /// Arguments of `rigbench e2e`.
 #[derive(Debug, clap::Args)]
-pub struct E2eArgs {}
+#[command(
+    after_help = "Built-in suites: tiny (default), fixed-1k-256, narrative, code, shared-prefix, open-loop.\n\
+Examples:\n  rigbench e2e\n  rigbench e2e --suite fixed-1k-256 --url http://127.0.0.1:8000\n  \
+rigbench e2e --engine-cmd 'vllm serve Qwen/Qwen3-8B --port 8000' --url http://127.0.0.1:8000 --suite code"
+)]
+pub struct E2eArgs {
+    /// The flags (boxed: they are many, and the subcommand enum stays small).
+    #[command(flatten)]
+    pub flags: Box<E2eFlags>,
+}
+
+impl std::ops::Deref for E2eArgs {
+    type Target = E2eFlags;
+    fn deref(&self) -> &E2eFlags {
+        &self.flags
+    }
+}
+
+/// The flags of `rigbench e2e`.
+#[derive(Debug, clap::Args)]
+pub struct E2eFlags {
+    /// Engine: builtin (default), cmd (with --engine-cmd) or url (with --url). Implied by
+    /// --engine-cmd / --url when not given.
+    #[arg(long, value_enum)]
+    pub engine: Option<EngineKind>,
+    /// Start this engine command (run through `sh -c`), capture its log, wait for /health.
+    /// Needs --url or --port to reach it.
+    #[arg(long, value_name = "COMMAND")]
+    pub engine_cmd: Option<String>,
+    /// Base URL of the engine (`http://host:port`); alone, uses an engine already running.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Port on 127.0.0.1 where --engine-cmd will listen (instead of --url).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Parse this engine log too (e.g. the vLLM log of a server started elsewhere).
+    #[arg(long, value_name = "FILE")]
+    pub engine_log: Option<PathBuf>,
+    /// Built-in engine: the model to serve (`synthetic:tiny`, a preset, or a checkpoint folder).
+    #[arg(long, default_value = "synthetic:tiny")]
+    pub model: String,
+    /// Built-in engine: quantize the weights at load (passed to `rigbench serve`).
+    #[arg(long)]
+    pub quantize: Option<String>,
+    /// Speculative method: passed to the built-in engine; for other engines a statement used
+    /// when their log does not say (marked "stated, not verified").
+    #[arg(long)]
+    pub spec_method: Option<String>,
+    /// Draft tokens per step (k): passed to the built-in engine; stated for others.
+    #[arg(long)]
+    pub spec_k: Option<u32>,
+    /// Extra argument for `rigbench serve` (repeatable), e.g. --serve-arg=--kv-cache-memory=1GiB.
+    #[arg(long = "serve-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub serve_args: Vec<String>,
+    /// The `model` field sent with requests (default: the first id of /v1/models).
+    #[arg(long)]
+    pub served_model: Option<String>,
+    /// Suite: a built-in name or a TOML file.
+    #[arg(long, default_value = "tiny")]
+    pub suite: String,
+    /// API: chat or completions (overrides the suite).
+    #[arg(long, value_enum)]
+    pub api: Option<Api>,
+    /// Prompt length in tokens (overrides the suite).
+    #[arg(long)]
+    pub input_tokens: Option<u32>,
+    /// Shared-prefix workloads: tokens shared by every prompt of a run (overrides the suite).
+    #[arg(long)]
+    pub shared_prefix_tokens: Option<u32>,
+    /// Output length in tokens: max_tokens (overrides the suite).
+    #[arg(long)]
+    pub output_tokens: Option<u32>,
+    /// Send ignore_eos so the output is exactly --output-tokens long (overrides the suite).
+    #[arg(long)]
+    pub ignore_eos: Option<bool>,
+    /// Closed-loop concurrency sweep, e.g. 1,4,16.
+    #[arg(long, conflicts_with = "rate")]
+    pub concurrency: Option<String>,
+    /// Open-loop rate sweep in requests/s, e.g. 0.5,1,2.
+    #[arg(long)]
+    pub rate: Option<String>,
+    /// Open-loop arrival process.
+    #[arg(long, value_enum)]
+    pub arrival: Option<ArrivalKind>,
+    /// Gamma shape for --arrival gamma (1 = Poisson; below 1 is burstier).
+    #[arg(long)]
+    pub burstiness: Option<f64>,
+    /// Open loop: most requests in flight; later arrivals wait and are recorded as late.
+    #[arg(long)]
+    pub max_concurrency: Option<u32>,
+    /// Requests per sweep point.
+    #[arg(long)]
+    pub requests: Option<u32>,
+    /// Stop sending new requests after this many seconds per sweep point.
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Unmeasured warm-up requests before each sweep point.
+    #[arg(long)]
+    pub warmup: Option<u32>,
+    /// Prefix-cache temperature: cold (unique salted prompts, cache reset, hits verified 0) or
+    /// warm (replay, hit rate measured).
+    #[arg(long, value_enum)]
+    pub cache: Option<CacheTemp>,
+    /// Thinking: on, off or unset (chat API).
+    #[arg(long, value_enum)]
+    pub thinking: Option<Thinking>,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Sampling seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// A tokenizer.json (or a folder with one) for engines without POST /tokenize.
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
+    /// Report folder (default: reports/<rig>/<UTC time>/).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Do not redact host names, paths and IPs in the report.
+    #[arg(long)]
+    pub no_redact: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Seconds to wait for the engine to answer /health.
+    #[arg(long, value_name = "SECONDS")]
+    pub startup_timeout: Option<f64>,
+    /// Per-request timeout, seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+    pub request_timeout: f64,
+}
+
+fn positive(flag: &str, v: f64) -> Result<f64, RigError> {
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(RigError::flag(
+            flag,
+            format!("{v} must be a positive number"),
+        ))
+    }
+}
+
+impl E2eFlags {
+    /// Turn the flags into session options (suite loaded and overridden, engine chosen).
+    ///
+    /// # Errors
+    /// [`RigError::BadFlag`] / [`RigError::BadFile`] for bad values, naming the flag or file.
+    pub fn options(&self) -> Result<E2eOptions, RigError> {
+        let mut suite = Suite::load(&self.suite)?;
+        let w = &mut suite.workload;
+        if let Some(a) = self.api {
+            w.api = a;
+        }
+        if let Some(n) = self.input_tokens {
+            w.input_tokens = Some(n);
+        }
+        if let Some(n) = self.shared_prefix_tokens {
+            w.shared_prefix_tokens = Some(n);
+        }
+        if let Some(n) = self.output_tokens {
+            w.output_tokens = n;
+        }
+        if let Some(b) = self.ignore_eos {
+            w.ignore_eos = b;
+        }
+        let l = &mut suite.load;
+        if let Some(c) = &self.concurrency {
+            l.mode = LoadMode::Closed;
+            l.concurrency = crate::cli::parse_list("--concurrency", c)?;
+        }
+        if let Some(r) = &self.rate {
+            l.mode = LoadMode::Open;
+            l.rates = crate::cli::parse_list("--rate", r)?;
+        }
+        if let Some(a) = self.arrival {
+            l.arrival = a;
+        }
+        if let Some(b) = self.burstiness {
+            l.burstiness = positive("--burstiness", b)?;
+        }
+        if self.max_concurrency.is_some() {
+            l.max_concurrency = self.max_concurrency;
+        }
+        if let Some(n) = self.requests {
+            l.requests = n;
+        }
+        if let Some(d) = self.duration {
+            l.duration_s = Some(positive("--duration", d)?);
+        }
+        if let Some(n) = self.warmup {
+            l.warmup = n;
+        }
+        if let Some(c) = self.cache {
+            l.cache = c;
+        }
+        let s = &mut suite.sampling;
+        if let Some(t) = self.thinking {
+            s.thinking = match t {
+                Thinking::On => Some(true),
+                Thinking::Off => Some(false),
+                Thinking::Unset => None,
+            };
+        }
+        if suite.workload.api == Api::Completions && self.thinking.is_none() {
+            suite.sampling.thinking = None;
+        }
+        if let Some(t) = self.temperature {
+            suite.sampling.temperature = t;
+        }
+        if let Some(seed) = self.seed {
+            suite.sampling.seed = Some(seed);
+        }
+        suite
+            .validate()
+            .map_err(|m| RigError::flag("--suite and its overrides", m))?;
+
+        let kind = match (self.engine, &self.engine_cmd, &self.url) {
+            (Some(k), _, _) => k,
+            (None, Some(_), _) => EngineKind::Cmd,
+            (None, None, Some(_)) => EngineKind::Url,
+            (None, None, None) => EngineKind::Builtin,
+        };
+        let engine = match kind {
+            EngineKind::Builtin => {
+                if self.engine_cmd.is_some() || self.url.is_some() {
+                    return Err(RigError::flag(
+                        "--engine",
+                        "builtin starts its own server; drop --engine-cmd / --url",
+                    ));
+                }
+                let mut args = vec!["--model".to_string(), self.model.clone()];
+                if let Some(q) = &self.quantize {
+                    args.extend([SERVE_QUANTIZE_FLAG.to_string(), q.clone()]);
+                }
+                if let Some(m) = &self.spec_method {
+                    args.extend([SERVE_SPEC_METHOD_FLAG.to_string(), m.clone()]);
+                }
+                if let Some(k) = self.spec_k {
+                    args.extend([SERVE_SPEC_K_FLAG.to_string(), k.to_string()]);
+                }
+                args.extend(self.serve_args.iter().cloned());
+                EngineChoice::Builtin {
+                    program: None,
+                    args,
+                }
+            }
+            EngineKind::Cmd => {
+                let command = self.engine_cmd.clone().ok_or_else(|| {
+                    RigError::flag("--engine", "cmd needs --engine-cmd \"COMMAND\"")
+                })?;
+                let url = match (&self.url, self.port) {
+                    (Some(u), _) => u.clone(),
+                    (None, Some(p)) => format!("http://127.0.0.1:{p}"),
+                    (None, None) => {
+                        return Err(RigError::flag(
+                            "--engine-cmd",
+                            "say where the engine will listen with --url http://HOST:PORT or --port PORT",
+                        ))
+                    }
+                };
+                EngineChoice::Command { command, url }
+            }
+            EngineKind::Url => {
+                let url = self.url.clone().ok_or_else(|| {
+                    RigError::flag("--engine", "url needs --url http://HOST:PORT")
+                })?;
+                EngineChoice::Url { url }
+            }
+        };
+        if let Some(u) = match &engine {
+            EngineChoice::Command { url, .. } | EngineChoice::Url { url } => Some(url),
+            _ => None,
+        } {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err(RigError::flag(
+                    "--url",
+                    format!("'{u}' must start with http://"),
+                ));
+            }
+        }
+        if kind != EngineKind::Builtin && (self.quantize.is_some() || !self.serve_args.is_empty()) {
+            return Err(RigError::flag(
+                "--quantize/--serve-arg",
+                "these configure the built-in engine only; configure other engines in their own command",
+            ));
+        }
+        if let Some(p) = &self.engine_log {
+            if !p.is_file() {
+                return Err(RigError::file(p, "engine log (--engine-log) not found"));
+            }
+        }
+        let mut o = E2eOptions::with_suite(suite);
+        o.engine = engine;
+        o.engine_log = self.engine_log.clone();
+        o.served_model = self.served_model.clone();
+        o.tokenizer = self.tokenizer.clone();
+        o.spec_method = self.spec_method.clone();
+        o.spec_k = self.spec_k;
+        o.request_timeout =
+            Duration::from_secs_f64(positive("--request-timeout", self.request_timeout)?);
+        o.startup_timeout = Duration::from_secs_f64(match self.startup_timeout {
+            Some(t) => positive("--startup-timeout", t)?,
+            None if kind == EngineKind::Builtin => 120.0,
+            None => 1800.0,
+        });
+        o.progress = !self.no_progress;
+        Ok(o)
+    }
+}
 
 /// Run `rigbench e2e`.
-pub fn run(_args: E2eArgs) -> anyhow::Result<ExitStatus> {
-    anyhow::bail!("rigbench e2e is not implemented yet")
+pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
+    let opts = args.options()?;
+    let rig = crate::rig::probe();
+    let label = rig.label();
+    let existed = args.out.as_deref().is_some_and(|p| p.exists());
+    let dir = ReportDir::create(args.out.as_deref(), &label, !args.no_redact)?;
+    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    let results = Arc::new(std::sync::Mutex::new(Results::new(
+        rig,
+        label,
+        command_line,
+    )));
+    let write_err: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let (res_cb, dir_cb, err_cb) = (results.clone(), dir.clone(), write_err.clone());
+    let mut on_update = move |e: &crate::e2e::E2eResults| {
+        if let Ok(mut r) = res_cb.lock() {
+            r.e2e = Some(e.clone());
+            if let Err(err) = dir_cb.write_results(&r) {
+                if let Ok(mut w) = err_cb.lock() {
+                    *w = Some(format!("{err:#}"));
+                }
+            }
+        }
+    };
+    eprintln!("rigbench e2e: report folder {}", dir.path.display());
+    let e2e = match crate::e2e::driver::run_blocking(&opts, &mut on_update) {
+        Ok(e) => e,
+        Err(e) => {
+            // Nothing was measured: leave no empty report folder behind.
+            if !existed && std::fs::read_dir(&dir.path).is_ok_and(|mut d| d.next().is_none()) {
+                let _ = std::fs::remove_dir(&dir.path);
+            }
+            return Err(e);
+        }
+    };
+    if let Ok(Some(w)) = write_err.lock().map(|w| w.clone()) {
+        anyhow::bail!("cannot write results.json: {w}");
+    }
+    let mut results = results
+        .lock()
+        .map_err(|_| anyhow::anyhow!("results lock poisoned"))?
+        .clone();
+    results.e2e = Some(e2e.clone());
+    results.complete = !e2e.interrupted;
+    if e2e.runs.is_empty() {
+        results.skipped.push(crate::report::Skip {
+            what: "e2e".into(),
+            reason: e2e
+                .failure
+                .clone()
+                .unwrap_or_else(|| "no sweep point ran".into()),
+        });
+    }
+    dir.write_results(&results)?;
+    let plots = crate::e2e::write_plots(&e2e, &dir.path).context("cannot write the e2e plots")?;
+    crate::e2e::report::write_csv(&e2e, &dir.path).context("cannot write the e2e CSV files")?;
+    if let Some(log) = &e2e.engine_log {
+        dir.write_text("engine.log", log)?;
+    }
+    let section = crate::e2e::render_markdown(&e2e);
+    let md = format!(
+        "# rigbench e2e report\n\nRig: `{}` · rigbench {} · {}\n\nCommand: `{}`\n\n{section}",
+        results.rig_label, results.rigbench_version, results.created_utc, results.command_line
+    );
+    dir.write_text("report.md", &md)?;
+    println!("{}", dir.redactor().redact(&section));
+    println!(
+        "Report: {} (report.md, results.json, e2e_runs.csv, e2e_requests.csv{}{})",
+        dir.path.display(),
+        plots.iter().map(|p| format!(", {p}")).collect::<String>(),
+        if e2e.engine_log.is_some() {
+            ", engine.log"
+        } else {
+            ""
+        }
+    );
+    if e2e.interrupted {
+        eprintln!("rigbench e2e: interrupted; the report holds what was measured");
+        return Ok(ExitStatus::Error);
+    }
+    if let Some(f) = &e2e.failure {
+        eprintln!("rigbench e2e: {f}");
+        return Ok(ExitStatus::Error);
+    }
+    if !e2e.any_valid() {
+        eprintln!("rigbench e2e: no valid run (see the Validity section of the report)");
+        return Ok(ExitStatus::Error);
+    }
+    Ok(ExitStatus::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, clap::Parser)]
+    struct T {
+        #[command(flatten)]
+        a: E2eArgs,
+    }
+
+    fn opts(args: &[&str]) -> Result<E2eOptions, RigError> {
+        let mut v = vec!["x"];
+        v.extend_from_slice(args);
+        T::try_parse_from(v).expect("clap").a.options()
+    }
+
+    #[test]
+    fn defaults_run_the_builtin_engine_with_tiny() {
+        let o = opts(&[]).unwrap();
+        assert_eq!(o.suite.name, "tiny");
+        match o.engine {
+            EngineChoice::Builtin { args, .. } => {
+                assert_eq!(args, vec!["--model", "synthetic:tiny"])
+            }
+            e => panic!("{e:?}"),
+        }
+        let o = opts(&[
+            "--spec-method",
+            "ngram",
+            "--spec-k",
+            "3",
+            "--serve-arg=--x=1",
+        ])
+        .unwrap();
+        match o.engine {
+            EngineChoice::Builtin { args, .. } => {
+                assert!(args
+                    .windows(2)
+                    .any(|w| w == [SERVE_SPEC_METHOD_FLAG, "ngram"]));
+                assert_eq!(args.last().map(String::as_str), Some("--x=1"));
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn overrides_and_engine_choice() {
+        let o = opts(&[
+            "--rate",
+            "1,2",
+            "--requests",
+            "5",
+            "--cache",
+            "warm",
+            "--thinking",
+            "unset",
+        ])
+        .unwrap();
+        assert_eq!(o.suite.load.mode, LoadMode::Open);
+        assert_eq!(o.suite.load.rates, vec![1.0, 2.0]);
+        assert_eq!(o.suite.load.cache, CacheTemp::Warm);
+        assert_eq!(o.suite.sampling.thinking, None);
+        let o = opts(&["--url", "http://127.0.0.1:8000"]).unwrap();
+        assert!(matches!(o.engine, EngineChoice::Url { .. }));
+        let o = opts(&["--engine-cmd", "vllm serve m", "--port", "8000"]).unwrap();
+        assert!(
+            matches!(o.engine, EngineChoice::Command { ref url, .. } if url == "http://127.0.0.1:8000")
+        );
+        let o = opts(&["--api", "completions"]).unwrap();
+        assert_eq!(o.suite.sampling.thinking, None);
+    }
+
+    #[test]
+    fn bad_flags_name_themselves() {
+        let e = |a: &[&str]| opts(a).unwrap_err().to_string();
+        assert!(e(&["--engine-cmd", "x"]).contains("--engine-cmd"));
+        assert!(e(&["--concurrency", "0"]).contains("concurrency"));
+        assert!(e(&["--concurrency", "a"]).contains("--concurrency"));
+        assert!(e(&["--url", "localhost:8000"]).contains("--url"));
+        assert!(e(&["--suite", "nope"]).contains("--suite"));
+        assert!(e(&["--duration=-1"]).contains("--duration"));
+        assert!(e(&["--url", "http://h:1", "--quantize", "fp8"]).contains("--quantize"));
+        assert!(e(&["--api", "completions", "--thinking", "on"]).contains("thinking"));
+        assert!(e(&["--engine-log", "/no/such/file"]).contains("/no/such/file"));
+    }
 }

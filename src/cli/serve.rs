@@ -1,12 +1,272 @@
-//! `rigbench serve`: see the module docs of `crate::runtime` for what it does.
+//! `rigbench serve`: the built-in minimal runtime behind an OpenAI-compatible HTTP server; see
+//! the module docs of `crate::runtime` for what it does.
+//!
+//! At start it prints one KV line (`KV cache: N tokens (B blocks × S); max concurrency at L
+//! tokens: X.Yx`) and then `rigbench serve: listening on http://HOST:PORT` on stdout, flushed;
+//! launchers parse the latter to find the port. It serves until Ctrl-C (or SIGTERM).
 
-use crate::ExitStatus;
+use std::io::Write;
+
+use crate::runtime::config::{parse_size, KvCacheDtype, ServeConfig, SpecConfig, WeightFormat};
+use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench serve`.
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {}
+pub struct ServeArgs {
+    /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b` (seeded weights at the real
+    /// dimensions), or a local checkpoint directory (config.json + *.safetensors).
+    #[arg(long, default_value = "synthetic:tiny")]
+    pub model: String,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to bind; 0 picks a free port (printed at start).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Quantize BF16 weights at load: bf16, fp8 (W8A8, E4M3 per-tensor) or nvfp4 (W4A16,
+    /// ModelOpt layout). Weights stay in that format and are dequantized in the matmul.
+    #[arg(long)]
+    pub quantize: Option<WeightFormat>,
+    /// Seed of synthesized weights and of requests without a seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Keep only the first N decoder layers (run real-dimension presets on a small machine).
+    #[arg(long)]
+    pub num_layers: Option<usize>,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// KV cache budget: bytes or a human size (256MiB, 1.5GiB, 512MB).
+    #[arg(long, default_value = "512MiB", value_parser = parse_size)]
+    pub kv_cache_memory: u64,
+    /// KV cache element type: bf16 or fp8 (E4M3 with per-layer scales).
+    #[arg(long, default_value = "bf16")]
+    pub kv_cache_dtype: KvCacheDtype,
+    /// Most requests running at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_num_seqs: usize,
+    /// Token budget of one engine step (prefill chunks + decode tokens; chunked prefill).
+    #[arg(long, default_value_t = 2048)]
+    pub max_num_batched_tokens: usize,
+    /// Longest prompt + output (default: the model's max_position_embeddings).
+    #[arg(long)]
+    pub max_model_len: Option<usize>,
+    /// Speculative decoding method: `ngram` (prompt lookup). Off by default.
+    #[arg(long)]
+    pub speculative_method: Option<String>,
+    /// k: draft tokens per step (with --speculative-method).
+    #[arg(long)]
+    pub num_speculative_tokens: Option<usize>,
+    /// Shortest n-gram the prompt-lookup drafter matches.
+    #[arg(long, default_value_t = 1)]
+    pub prompt_lookup_min: usize,
+    /// Longest n-gram the prompt-lookup drafter tries first.
+    #[arg(long, default_value_t = 4)]
+    pub prompt_lookup_max: usize,
+    /// Turn prefix caching off.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+    /// Model name served in /v1/models and accepted in requests (default: --model).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// CPU threads for the matmul (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
 
-/// Run `rigbench serve`.
-pub fn run(_args: ServeArgs) -> anyhow::Result<ExitStatus> {
-    anyhow::bail!("rigbench serve is not implemented yet")
+impl ServeArgs {
+    /// The [`ServeConfig`] these flags describe.
+    ///
+    /// # Errors
+    /// [`RigError::BadFlag`] for inconsistent speculative-decoding flags or out-of-range values.
+    pub fn to_config(&self) -> Result<ServeConfig, RigError> {
+        let speculative = match (
+            self.speculative_method.as_deref(),
+            self.num_speculative_tokens,
+        ) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(RigError::flag(
+                    "--num-speculative-tokens",
+                    "needs --speculative-method ngram",
+                ))
+            }
+            (Some(m), k) => {
+                if !m.eq_ignore_ascii_case("ngram") {
+                    return Err(RigError::flag(
+                        "--speculative-method",
+                        format!("'{m}' is not available in the built-in runtime; use ngram"),
+                    ));
+                }
+                let k = k.ok_or_else(|| {
+                    RigError::flag(
+                        "--num-speculative-tokens",
+                        "required with --speculative-method",
+                    )
+                })?;
+                Some(SpecConfig {
+                    num_speculative_tokens: k,
+                    prompt_lookup_min: self.prompt_lookup_min,
+                    prompt_lookup_max: self.prompt_lookup_max,
+                })
+            }
+        };
+        let c = ServeConfig {
+            model: self.model.clone(),
+            served_model_name: self.served_model_name.clone(),
+            host: self.host.clone(),
+            port: self.port,
+            quantize: self.quantize,
+            seed: self.seed,
+            num_layers: self.num_layers,
+            block_size: self.block_size,
+            kv_cache_memory: self.kv_cache_memory,
+            kv_cache_dtype: self.kv_cache_dtype,
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_model_len: self.max_model_len,
+            speculative,
+            enable_prefix_caching: !self.no_prefix_caching,
+            num_threads: self.threads,
+        };
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// Run `rigbench serve` until Ctrl-C or SIGTERM.
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitStatus> {
+    let config = args.to_config()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        eprintln!("rigbench serve: loading {} ...", config.model);
+        let handle = crate::runtime::server::start(config).await?;
+        let i = handle.info();
+        eprintln!(
+            "rigbench serve: {} backend, {} layers, hidden {}, vocab {}, {} weights ({}), tokenizer {}, chat template {}",
+            i.backend,
+            i.model_config.num_layers,
+            i.model_config.hidden_size,
+            i.model_config.vocab_size,
+            i.weight_format.id(),
+            crate::report::table::human_bytes(i.weight_bytes),
+            i.tokenizer_source,
+            i.template_source,
+        );
+        {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", handle.kv_line())?;
+            writeln!(out, "rigbench serve: listening on {}", handle.url())?;
+            out.flush()?;
+        }
+        shutdown_signal().await;
+        eprintln!("rigbench serve: shutting down");
+        handle.shutdown().await;
+        Ok::<_, anyhow::Error>(ExitStatus::Ok)
+    })
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ServeConfig, String> {
+        let mut v = vec!["t"];
+        v.extend_from_slice(args);
+        T::try_parse_from(v)
+            .map_err(|e| e.to_string())?
+            .a
+            .to_config()
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn flags_map_to_config() {
+        let c = parse(&[
+            "--model",
+            "synthetic:qwen3-8b",
+            "--num-layers",
+            "2",
+            "--port",
+            "0",
+            "--quantize",
+            "nvfp4",
+            "--kv-cache-memory",
+            "256MiB",
+            "--kv-cache-dtype",
+            "fp8",
+            "--speculative-method",
+            "ngram",
+            "--num-speculative-tokens",
+            "3",
+            "--no-prefix-caching",
+            "--served-model-name",
+            "q",
+        ])
+        .unwrap();
+        assert_eq!(c.kv_cache_memory, 256 << 20);
+        assert_eq!(c.quantize, Some(WeightFormat::Nvfp4));
+        assert_eq!(c.kv_cache_dtype, KvCacheDtype::Fp8);
+        assert_eq!(c.speculative.as_ref().unwrap().num_speculative_tokens, 3);
+        assert!(!c.enable_prefix_caching);
+        assert_eq!(c.served_name(), "q");
+        assert_eq!(c.num_layers, Some(2));
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        assert!(parse(&["--kv-cache-memory", "lots"])
+            .unwrap_err()
+            .contains("256MiB"));
+        assert!(parse(&["--quantize", "int3"]).unwrap_err().contains("bf16"));
+        assert!(parse(&["--num-speculative-tokens", "3"])
+            .unwrap_err()
+            .contains("--speculative-method"));
+        assert!(parse(&[
+            "--speculative-method",
+            "eagle",
+            "--num-speculative-tokens",
+            "3"
+        ])
+        .unwrap_err()
+        .contains("ngram"));
+        assert!(parse(&["--speculative-method", "ngram"])
+            .unwrap_err()
+            .contains("--num-speculative-tokens"));
+        assert!(parse(&["--block-size", "0"])
+            .unwrap_err()
+            .contains("--block-size"));
+    }
 }

@@ -1,21 +1,103 @@
 //! End-to-end engine runs: OpenAI streaming client, executors, workloads, Prometheus scrape,
-//! engine boot-log parsing, engine launcher.
+//! engine boot-log parsing, engine launcher, conditions, validity guard and report.
+//!
+//! A session ([`driver::run_session`]) starts or reaches an engine (the built-in `rigbench
+//! serve` by default, any command with `--engine-cmd`, or a running server with `--url`), reads
+//! its facts (`/version`, `/v1/models`, `/tokenize`, `/metrics`, its log), then runs each sweep
+//! point of a suite (`suites/e2e/*.toml`) and records, with every figure, the conditions it was
+//! measured under. A run whose output is broken or whose conditions are unknown is marked invalid
+//! and its throughput is not presented.
+//!
+//! Module map: [`client`] (HTTP + SSE), [`executor`] (closed/open loop), [`workload`] (suites,
+//! token-exact prompts), [`prompts`] (prompt sets), [`metrics`] (TTFT, TTFC, ITL, TPOT, E2E),
+//! [`prometheus`] (`/metrics` parser), [`bootlog`] (engine logs), [`conditions`], [`validity`],
+//! [`launcher`], [`driver`], [`report`].
+
+pub mod bootlog;
+pub mod client;
+pub mod conditions;
+pub mod driver;
+pub mod executor;
+pub mod launcher;
+pub mod metrics;
+pub mod prometheus;
+pub mod prompts;
+pub mod report;
+pub mod validity;
+pub mod workload;
 
 use serde::{Deserialize, Serialize};
 
-/// End-to-end results (filled in by `rigbench e2e`).
+pub use driver::{run_session, E2eOptions, RunResult};
+
+/// The engine a session drove.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct E2eResults {}
+pub struct EngineSummary {
+    /// `builtin`, `command` or `url`.
+    pub kind: String,
+    /// The command started, if any.
+    pub command: Option<String>,
+    /// Its base URL.
+    pub url: Option<String>,
+    /// What it said about itself.
+    pub facts: conditions::EngineFacts,
+    /// How it exited, when rigbench stopped it (or it died).
+    pub exit: Option<String>,
+}
+
+/// End-to-end results (filled in by `rigbench e2e` and `rigbench report`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct E2eResults {
+    /// The engine.
+    pub engine: EngineSummary,
+    /// The suite as run (after command-line overrides).
+    pub suite: Option<workload::Suite>,
+    /// One result per sweep point run.
+    pub runs: Vec<RunResult>,
+    /// Findings from the engine's log (captured, plus `--engine-log`).
+    pub boot_log: Option<bootlog::BootLog>,
+    /// Sweep points not run, with the reason.
+    pub skipped: Vec<String>,
+    /// What ended the session early, if anything (engine failure, a point that could not run).
+    pub failure: Option<String>,
+    /// Ctrl-C stopped the session (what was measured is kept).
+    pub interrupted: bool,
+    /// Session-level notes.
+    pub notes: Vec<String>,
+    /// The captured engine log (written as `engine.log`, not into results.json).
+    #[serde(skip)]
+    pub engine_log: Option<String>,
+}
+
+impl E2eResults {
+    /// Whether at least one run is valid.
+    pub fn any_valid(&self) -> bool {
+        self.runs.iter().any(|r| r.validity.valid)
+    }
+}
 
 /// Render end-to-end results as Markdown (the report's e2e section: conditions first, then
 /// latency and throughput tables, with links to the plots written by [`write_plots`]).
-pub fn render_markdown(_results: &E2eResults) -> String {
-    String::new()
+pub fn render_markdown(results: &E2eResults) -> String {
+    report::render_markdown(results)
 }
 
 /// Write the e2e plots (SVG) into `dir`; returns the file names written (relative to `dir`).
-pub fn write_plots(_results: &E2eResults, _dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
-    Ok(Vec::new())
+///
+/// # Errors
+/// Drawing or writing a plot failed.
+pub fn write_plots(results: &E2eResults, dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    report::write_plots(results, dir)
+}
+
+/// Run an e2e session synchronously for `rigbench report` (builds its own tokio runtime).
+/// Use [`E2eOptions::default_for_report`] for the short default against the built-in engine.
+///
+/// # Errors
+/// The engine cannot be started or the workload prepared; failures during runs are recorded in
+/// the results instead.
+pub fn run_for_report(opts: &E2eOptions) -> anyhow::Result<E2eResults> {
+    driver::run_blocking(opts, &mut |_| {})
 }
 
 /// Options of an end-to-end run for the report (filled in by `rigbench e2e`).

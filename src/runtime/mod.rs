@@ -1,3 +1,33 @@
 //! The built-in minimal runtime: model, weights, backends, paged KV cache, prefix cache,
 //! scheduler, sampler, speculative decoding and the OpenAI-compatible server.
 //! The runtime core never imports cudarc.
+//!
+//! Map:
+//! - [`config`]: model shape (`config.json` or a preset) and [`ServeConfig`];
+//! - [`weights`]: BF16 / FP8 / NVFP4 linear weights, safetensors loading, seeded synthesis;
+//! - [`tokenizer`], [`template`]: `tokenizer.json` or byte-level; Jinja chat templates;
+//! - [`model`]: the decoder's math (RMSNorm, RoPE, SwiGLU, attention);
+//! - [`backend`]: the device interface ([`backend::Backend`]) and the CPU backend;
+//! - [`kv_cache`], [`prefix_cache`]: paged KV blocks, capacity, hashing of full blocks;
+//! - [`scheduler`], [`sampler`], [`spec`]: continuous batching with chunked prefill and
+//!   preemption; sampling; n-gram speculative decoding;
+//! - [`engine`]: the engine thread; [`metrics`]: Prometheus text with vLLM's names;
+//! - [`server`]: the HTTP server, [`server::start`] and [`server::ServerHandle`].
+
+pub mod backend;
+pub mod config;
+pub mod engine;
+pub mod kv_cache;
+pub mod metrics;
+pub mod model;
+pub mod prefix_cache;
+pub mod sampler;
+pub mod scheduler;
+pub mod server;
+pub mod spec;
+pub mod template;
+pub mod tokenizer;
+pub mod weights;
+
+pub use config::{KvCacheDtype, ModelConfig, ServeConfig, SpecConfig, WeightFormat};
+pub use server::{start, ServerHandle};

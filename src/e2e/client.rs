@@ -1,0 +1,667 @@
+//! The OpenAI-compatible HTTP client: streaming chat and completions requests over
+//! Server-Sent Events, and the engine's side endpoints (`/health`, `/version`, `/v1/models`,
+//! `/metrics`, `/tokenize`, `/reset_prefix_cache`).
+//!
+//! SSE framing follows the WHATWG HTML "server-sent events" grammar (fields `data:` with one
+//! optional space, events end at a blank line, `\n` or `\r\n` line ends, `:` comments). Chunk
+//! contents follow OpenAI's streaming schema with the extensions vLLM and SGLang use:
+//! `delta.reasoning_content` (vLLM ≤ 0.10, SGLang, `rigbench serve`) or `delta.reasoning`
+//! (newer vLLM) for reasoning text, a final chunk carrying `usage`
+//! (`stream_options.include_usage`), and optionally `usage` on every chunk
+//! (`stream_options.continuous_usage_stats`, vLLM), which lets a chunk that carries several
+//! tokens (speculative decoding) be counted exactly.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::prometheus::Exposition;
+
+/// Which OpenAI API a workload uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// `POST /v1/chat/completions` (the chat template applies; thinking can be toggled).
+    #[default]
+    Chat,
+    /// `POST /v1/completions` (raw prompt; token-exact input).
+    Completions,
+}
+
+impl Api {
+    /// The endpoint path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Completions => "/v1/completions",
+        }
+    }
+}
+
+/// One generation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenRequest {
+    /// The API.
+    pub api: Api,
+    /// The `model` field.
+    pub model: String,
+    /// The user message (chat) or the prompt (completions).
+    pub prompt: String,
+    /// `max_tokens`.
+    pub max_tokens: u32,
+    /// `ignore_eos` (vLLM/SGLang extension): generate exactly `max_tokens`.
+    pub ignore_eos: bool,
+    /// `temperature` (0 = greedy).
+    pub temperature: f64,
+    /// `seed`.
+    pub seed: Option<u64>,
+    /// `chat_template_kwargs.enable_thinking` (chat only); `None` sends nothing.
+    pub thinking: Option<bool>,
+}
+
+impl GenRequest {
+    /// The JSON body, with `stream: true` and usage reporting requested.
+    pub fn body(&self) -> Value {
+        let mut b = json!({
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "stream": true,
+            "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+            "temperature": self.temperature,
+        });
+        match self.api {
+            Api::Chat => {
+                b["messages"] = json!([{"role": "user", "content": self.prompt}]);
+                if let Some(t) = self.thinking {
+                    b["chat_template_kwargs"] = json!({ "enable_thinking": t });
+                }
+            }
+            Api::Completions => b["prompt"] = json!(self.prompt),
+        }
+        if self.ignore_eos {
+            b["ignore_eos"] = json!(true);
+        }
+        if let Some(s) = self.seed {
+            b["seed"] = json!(s);
+        }
+        b
+    }
+}
+
+/// An incremental SSE decoder: feed bytes, get the `data` payload of each complete event.
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    buf: Vec<u8>,
+    data: Option<String>,
+}
+
+impl SseDecoder {
+    /// Feed bytes; returns the data of every event completed by them.
+    ///
+    /// # Errors
+    /// A line that is not UTF-8.
+    pub fn push(&mut self, bytes: &[u8]) -> anyhow::Result<Vec<String>> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(nl) = self.buf.iter().position(|b| *b == b'\n') {
+            let mut line: Vec<u8> = self.buf.drain(..=nl).collect();
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            let line = String::from_utf8(line).context("SSE line is not UTF-8")?;
+            if let Some(ev) = self.line(&line) {
+                out.push(ev);
+            }
+        }
+        Ok(out)
+    }
+
+    fn line(&mut self, line: &str) -> Option<String> {
+        if line.is_empty() {
+            return self.data.take();
+        }
+        if line.starts_with(':') {
+            return None;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        if field == "data" {
+            match &mut self.data {
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(value);
+                }
+                None => self.data = Some(value.to_string()),
+            }
+        }
+        None
+    }
+
+    /// End of stream: the data of an event left without its closing blank line, if any
+    /// (tolerated; the caller notes it).
+    pub fn finish(&mut self) -> Option<String> {
+        let rest = std::mem::take(&mut self.buf);
+        if !rest.is_empty() {
+            if let Ok(s) = String::from_utf8(rest) {
+                let s = s.trim_end_matches('\r').to_string();
+                if let Some(ev) = self.line(&s) {
+                    return Some(ev);
+                }
+            }
+        }
+        self.data.take()
+    }
+}
+
+/// One chunk that carried generated text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextEvent {
+    /// Arrival time since the request was sent.
+    pub at: Duration,
+    /// Characters of content text in the chunk.
+    pub content_chars: usize,
+    /// Characters of reasoning text in the chunk.
+    pub reasoning_chars: usize,
+    /// `usage.completion_tokens` carried by this chunk (continuous usage stats), if any.
+    pub usage_completion_tokens: Option<u64>,
+}
+
+/// `usage` as the engine reported it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// `prompt_tokens`.
+    pub prompt_tokens: Option<u64>,
+    /// `completion_tokens` (reasoning included).
+    pub completion_tokens: Option<u64>,
+    /// `completion_tokens_details.reasoning_tokens`, when given.
+    pub reasoning_tokens: Option<u64>,
+}
+
+/// Everything observed about one streamed request.
+#[derive(Debug, Clone, Default)]
+pub struct StreamOutcome {
+    /// HTTP status, when a response arrived.
+    pub http_status: Option<u16>,
+    /// Chunks with text, in arrival order.
+    pub events: Vec<TextEvent>,
+    /// Content text.
+    pub content: String,
+    /// Reasoning text.
+    pub reasoning: String,
+    /// The last `usage` seen.
+    pub usage: Option<Usage>,
+    /// The `finish_reason` of the last choice that had one.
+    pub finish_reason: Option<String>,
+    /// Whether `data: [DONE]` arrived.
+    pub done: bool,
+    /// Time from send to the end of the stream (or the error).
+    pub end: Duration,
+    /// Why the request failed, if it did.
+    pub error: Option<String>,
+    /// The request was cancelled by the client (Ctrl-C, abort).
+    pub cancelled: bool,
+    /// Chunks seen (with or without text).
+    pub chunks: usize,
+}
+
+impl StreamOutcome {
+    /// Apply one SSE data payload. Returns `Err(why)` for a payload that makes the stream
+    /// unusable (malformed JSON, an error object).
+    pub fn apply(&mut self, at: Duration, data: &str) -> Result<(), String> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        if self.done {
+            return Err("data after [DONE]".into());
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| {
+            format!(
+                "malformed SSE data (not JSON: {e}): {}",
+                data.chars().take(80).collect::<String>()
+            )
+        })?;
+        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+            let msg = err
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| err.to_string());
+            return Err(format!("engine error in stream: {msg}"));
+        }
+        self.chunks += 1;
+        let usage = v.get("usage").filter(|u| u.is_object()).map(|u| Usage {
+            prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64),
+            completion_tokens: u.get("completion_tokens").and_then(Value::as_u64),
+            reasoning_tokens: u
+                .pointer("/completion_tokens_details/reasoning_tokens")
+                .and_then(Value::as_u64),
+        });
+        if usage.is_some() {
+            self.usage = usage;
+        }
+        let choices = match v.get("choices") {
+            Some(Value::Array(a)) => a.as_slice(),
+            Some(Value::Null) | None => &[],
+            Some(_) => return Err("malformed chunk: `choices` is not an array".into()),
+        };
+        let mut content_chars = 0;
+        let mut reasoning_chars = 0;
+        for c in choices {
+            let text = |p: &str| c.pointer(p).and_then(Value::as_str).unwrap_or("");
+            let content = if c.get("delta").is_some() {
+                text("/delta/content")
+            } else {
+                text("/text")
+            };
+            let reasoning = match text("/delta/reasoning_content") {
+                "" => text("/delta/reasoning"),
+                r => r,
+            };
+            content_chars += content.chars().count();
+            reasoning_chars += reasoning.chars().count();
+            self.content.push_str(content);
+            self.reasoning.push_str(reasoning);
+            if let Some(f) = c.get("finish_reason").and_then(Value::as_str) {
+                self.finish_reason = Some(f.to_string());
+            }
+        }
+        if content_chars + reasoning_chars > 0 {
+            self.events.push(TextEvent {
+                at,
+                content_chars,
+                reasoning_chars,
+                usage_completion_tokens: usage.and_then(|u| u.completion_tokens),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A connection-level failure (refused, reset): the engine may be gone.
+pub fn is_connect_error(msg: &str) -> bool {
+    msg.starts_with("connection failed")
+}
+
+/// The engine's HTTP endpoints.
+#[derive(Debug, Clone)]
+pub struct EngineClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+/// `POST /tokenize` answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tokenized {
+    /// Token count.
+    pub count: usize,
+    /// The engine's context length, when given.
+    pub max_model_len: Option<u64>,
+}
+
+impl EngineClient {
+    /// A client for the engine at `base` (`http://host:port`; a trailing `/` or `/v1` is
+    /// removed).
+    ///
+    /// # Errors
+    /// The HTTP client cannot be built.
+    pub fn new(base: &str) -> anyhow::Result<Self> {
+        let mut b = base.trim_end_matches('/').to_string();
+        if let Some(s) = b.strip_suffix("/v1") {
+            b = s.to_string();
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(1024)
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Self { base: b, http })
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// `GET /health` answered 2xx within `timeout`.
+    pub async fn health(&self, timeout: Duration) -> bool {
+        matches!(
+            self.http.get(self.url("/health")).timeout(timeout).send().await,
+            Ok(r) if r.status().is_success()
+        )
+    }
+
+    async fn get_json(&self, path: &str) -> anyhow::Result<Option<Value>> {
+        let r = self
+            .http
+            .get(self.url(path))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        if !r.status().is_success() {
+            return Ok(None);
+        }
+        let text = r
+            .text()
+            .await
+            .with_context(|| format!("GET {path}: body"))?;
+        Ok(serde_json::from_str(&text).ok())
+    }
+
+    /// `GET /version` as JSON; `None` when absent or not JSON.
+    pub async fn version(&self) -> anyhow::Result<Option<Value>> {
+        self.get_json("/version").await
+    }
+
+    /// `GET /v1/models`: `(id, owned_by)` pairs.
+    pub async fn models(&self) -> anyhow::Result<Vec<(String, Option<String>)>> {
+        let v = self.get_json("/v1/models").await?;
+        Ok(v.as_ref()
+            .and_then(|v| v.get("data"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| {
+                        Some((
+                            m.get("id")?.as_str()?.to_string(),
+                            m.get("owned_by")
+                                .and_then(Value::as_str)
+                                .map(str::to_string),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// `GET /metrics` parsed; `None` when the engine has no such endpoint.
+    pub async fn metrics(&self) -> anyhow::Result<Option<Exposition>> {
+        let r = self
+            .http
+            .get(self.url("/metrics"))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .context("GET /metrics")?;
+        if !r.status().is_success() {
+            return Ok(None);
+        }
+        let text = r.text().await.context("GET /metrics: body")?;
+        Ok(Some(Exposition::parse(&text)))
+    }
+
+    /// `POST /tokenize {"model", "prompt"}`; `None` when the engine has no such endpoint.
+    pub async fn tokenize(&self, model: &str, text: &str) -> anyhow::Result<Option<Tokenized>> {
+        let r = self
+            .http
+            .post(self.url("/tokenize"))
+            .json(&json!({"model": model, "prompt": text, "add_special_tokens": false}))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .context("POST /tokenize")?;
+        if matches!(r.status().as_u16(), 404 | 405 | 501) {
+            return Ok(None);
+        }
+        let status = r.status();
+        let v: Value = r.json().await.context("POST /tokenize: body is not JSON")?;
+        if !status.is_success() {
+            bail!("POST /tokenize answered {status}: {v}");
+        }
+        let count = v
+            .get("count")
+            .and_then(Value::as_u64)
+            .map(|c| c as usize)
+            .or_else(|| v.get("tokens").and_then(Value::as_array).map(Vec::len))
+            .context("POST /tokenize: answer has neither `count` nor `tokens`")?;
+        Ok(Some(Tokenized {
+            count,
+            max_model_len: v.get("max_model_len").and_then(Value::as_u64),
+        }))
+    }
+
+    /// `POST /reset_prefix_cache`: `Some(true)` when done, `Some(false)` when refused,
+    /// `None` when the engine does not offer it (404/405).
+    pub async fn reset_prefix_cache(&self) -> anyhow::Result<Option<bool>> {
+        let r = self
+            .http
+            .post(self.url("/reset_prefix_cache"))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .context("POST /reset_prefix_cache")?;
+        Ok(match r.status().as_u16() {
+            404 | 405 | 501 => None,
+            s => Some((200..300).contains(&s)),
+        })
+    }
+
+    /// Send one streaming request and read it to the end, or until `stop` resolves (then the
+    /// connection is dropped, which aborts the request on the engine), or until `timeout`.
+    /// Returns the send instant and the outcome; never fails: problems land in
+    /// [`StreamOutcome::error`].
+    pub async fn stream(
+        &self,
+        req: &GenRequest,
+        timeout: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> (Instant, StreamOutcome) {
+        let sent = Instant::now();
+        let mut out = StreamOutcome::default();
+        let res = {
+            let work = self.stream_inner(req, sent, &mut out);
+            tokio::select! {
+                r = tokio::time::timeout(timeout, work) => match r {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some((e, false)),
+                    Err(_) => Some((format!("timed out after {:.0} s", timeout.as_secs_f64()), false)),
+                },
+                _ = stop => Some(("cancelled by the client".to_string(), true)),
+            }
+        };
+        if let Some((e, cancelled)) = res {
+            out.error = Some(e);
+            out.cancelled = cancelled;
+        }
+        out.end = sent.elapsed();
+        (sent, out)
+    }
+
+    async fn stream_inner(
+        &self,
+        req: &GenRequest,
+        sent: Instant,
+        out: &mut StreamOutcome,
+    ) -> Result<(), String> {
+        let resp = self
+            .http
+            .post(self.url(req.api.path()))
+            .header("Accept", "text/event-stream")
+            .json(&req.body())
+            .send()
+            .await
+            .map_err(|e| format!("connection failed: {}", error_chain(&e)))?;
+        let status = resp.status();
+        out.http_status = Some(status.as_u16());
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            let msg = serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| {
+                    v.pointer("/error/message")
+                        .or_else(|| v.get("message"))
+                        .or_else(|| v.get("detail"))
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| body.chars().take(200).collect());
+            return Err(format!("HTTP {status}: {msg}"));
+        }
+        let ctype = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        if !ctype.starts_with("text/event-stream") {
+            return Err(format!(
+                "expected a stream (text/event-stream), got content type '{ctype}'"
+            ));
+        }
+        let mut dec = SseDecoder::default();
+        let mut body = resp.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| {
+                format!(
+                    "stream broke after {} chunks: {}",
+                    out.chunks,
+                    error_chain(&e)
+                )
+            })?;
+            let at = sent.elapsed();
+            for data in dec
+                .push(&chunk)
+                .map_err(|e| format!("malformed SSE: {e}"))?
+            {
+                out.apply(at, &data)?;
+            }
+            if out.done {
+                return Ok(());
+            }
+        }
+        if let Some(data) = dec.finish() {
+            out.apply(sent.elapsed(), &data)?;
+        }
+        if !out.done {
+            return Err(format!(
+                "stream ended before [DONE] after {} chunks (the engine closed the connection)",
+                out.chunks
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_framing() {
+        let mut d = SseDecoder::default();
+        assert!(d.push(b"data: {\"a\"").unwrap().is_empty());
+        assert_eq!(d.push(b":1}\r\n\r\n").unwrap(), vec!["{\"a\":1}"]);
+        assert_eq!(
+            d.push(b": keep-alive\n\ndata:x\ndata: y\nevent: e\n\ndata: [DONE]\n\n")
+                .unwrap(),
+            vec!["x\ny", "[DONE]"]
+        );
+        assert!(d.push(b"data: tail").unwrap().is_empty());
+        assert_eq!(d.finish().as_deref(), Some("tail"));
+        assert!(SseDecoder::default().push(b"data: \xff\xfe\n\n").is_err());
+    }
+
+    #[test]
+    fn chunks_reasoning_usage_and_errors() {
+        let mut o = StreamOutcome::default();
+        let t = Duration::from_millis;
+        o.apply(t(1), r#"{"choices":[{"delta":{"role":"assistant"}}]}"#)
+            .unwrap();
+        o.apply(
+            t(2),
+            r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#,
+        )
+        .unwrap();
+        o.apply(t(3), r#"{"choices":[{"delta":{"reasoning":"ok"}}]}"#)
+            .unwrap();
+        o.apply(
+            t(4),
+            r#"{"choices":[{"delta":{"content":"Hi there"}}],"usage":{"completion_tokens":5}}"#,
+        )
+        .unwrap();
+        o.apply(
+            t(5),
+            r#"{"choices":[{"delta":{},"finish_reason":"length"}]}"#,
+        )
+        .unwrap();
+        o.apply(t(6), r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":6,"completion_tokens_details":{"reasoning_tokens":2}}}"#).unwrap();
+        o.apply(t(7), "[DONE]").unwrap();
+        assert_eq!(o.events.len(), 3);
+        assert_eq!(o.reasoning, "hmok");
+        assert_eq!(o.content, "Hi there");
+        assert_eq!(o.events[2].usage_completion_tokens, Some(5));
+        assert_eq!(o.finish_reason.as_deref(), Some("length"));
+        assert_eq!(
+            o.usage,
+            Some(Usage {
+                prompt_tokens: Some(7),
+                completion_tokens: Some(6),
+                reasoning_tokens: Some(2)
+            })
+        );
+        assert!(o.done);
+        assert!(o.apply(t(8), "{}").is_err(), "data after [DONE]");
+
+        let mut c = StreamOutcome::default();
+        c.apply(t(1), r#"{"choices":[{"text":"abc","index":0}]}"#)
+            .unwrap();
+        assert_eq!(c.content, "abc");
+        assert!(c
+            .apply(t(2), "{not json")
+            .unwrap_err()
+            .contains("malformed SSE data"));
+        assert!(c
+            .apply(t(2), r#"{"error":{"message":"boom"}}"#)
+            .unwrap_err()
+            .contains("boom"));
+        assert!(c.apply(t(2), r#"{"choices":5}"#).is_err());
+    }
+
+    #[test]
+    fn request_bodies() {
+        let mut r = GenRequest {
+            api: Api::Chat,
+            model: "m".into(),
+            prompt: "p".into(),
+            max_tokens: 8,
+            ignore_eos: true,
+            temperature: 0.0,
+            seed: Some(3),
+            thinking: Some(false),
+        };
+        let b = r.body();
+        assert_eq!(b["messages"][0]["content"], "p");
+        assert_eq!(b["chat_template_kwargs"]["enable_thinking"], false);
+        assert_eq!(b["ignore_eos"], true);
+        assert_eq!(b["stream_options"]["include_usage"], true);
+        r.api = Api::Completions;
+        r.thinking = None;
+        let b = r.body();
+        assert_eq!(b["prompt"], "p");
+        assert!(b.get("messages").is_none() && b.get("chat_template_kwargs").is_none());
+    }
+}

@@ -1,0 +1,696 @@
+//! The conditions of a run, read from the engine wherever possible rather than trusted from
+//! flags: engine and version, model, thinking, speculative decoding, prefix-cache temperature,
+//! KV capacity and pressure, input and output lengths, and where token counts came from.
+//!
+//! Speculative decoding (vLLM V1 metric names and definitions): from `/metrics` counter deltas
+//! across the run, acceptance rate = Δaccepted_tokens / Δdraft_tokens, mean acceptance length =
+//! 1 + Δaccepted_tokens / Δdrafts, per-position acceptance = Δaccepted_tokens_per_pos[i] /
+//! Δdrafts.
+//!
+//! Prefix cache (vLLM V1 `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits`, in tokens):
+//! hit rate = Δhits / Δqueries over the run.
+//!
+//! KV capacity: `vllm:cache_config_info` `num_gpu_blocks` × `block_size` (or a
+//! `kv_cache_size_tokens` label), SGLang's `sglang:max_total_num_tokens`, else the engine's boot
+//! log.
+
+use serde::{Deserialize, Serialize};
+
+use super::bootlog::BootLog;
+use super::client::Api;
+use super::metrics::{ChunkSplit, RequestRecord, TokenSource};
+use super::prometheus::Exposition;
+use super::workload::{CacheTemp, WorkloadKind};
+
+/// A value with the place it was read from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sourced<T> {
+    /// The value.
+    pub value: T,
+    /// Where it came from (`/version`, `/metrics`, `boot log`, `stated by --spec-method`, ...).
+    pub source: String,
+}
+
+impl<T> Sourced<T> {
+    /// Shorthand.
+    pub fn new(value: T, source: impl Into<String>) -> Self {
+        Self {
+            value,
+            source: source.into(),
+        }
+    }
+}
+
+/// Facts about the engine, gathered once per session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineFacts {
+    /// Engine name (`rigbench`, `vllm`, `sglang`, `llama.cpp`).
+    pub name: Option<Sourced<String>>,
+    /// Engine version.
+    pub version: Option<Sourced<String>>,
+    /// Model id sent with requests.
+    pub model: Option<Sourced<String>>,
+    /// Whether `POST /tokenize` works.
+    pub tokenize: bool,
+    /// The engine's context length (`/tokenize`'s `max_model_len`).
+    pub max_model_len: Option<u64>,
+    /// Whether `GET /metrics` answered.
+    pub metrics: bool,
+    /// Speculative method, if known (boot log, the flags rigbench passed, or stated).
+    pub spec_method: Option<Sourced<String>>,
+    /// Speculative k, if stated or configured (the metrics' position count is preferred).
+    pub spec_k: Option<Sourced<u32>>,
+}
+
+/// Whether speculative decoding was on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpecState {
+    /// Off: the engine's vLLM-style metrics carry no speculative-decoding counters, or no drafts.
+    Off,
+    /// On: drafts were counted during the run.
+    On,
+    /// Cannot tell (no `/metrics`, or names that are not vLLM's).
+    Unknown,
+}
+
+/// Speculative decoding during a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpecCondition {
+    /// On, off or unknown.
+    pub state: SpecState,
+    /// How the state was established.
+    pub evidence: String,
+    /// Method.
+    pub method: Option<Sourced<String>>,
+    /// Draft tokens per step.
+    pub k: Option<Sourced<u32>>,
+    /// Δ drafts.
+    pub drafts: Option<u64>,
+    /// Δ draft tokens.
+    pub draft_tokens: Option<u64>,
+    /// Δ accepted tokens.
+    pub accepted_tokens: Option<u64>,
+    /// Δaccepted / Δdraft tokens.
+    pub acceptance_rate: Option<f64>,
+    /// 1 + Δaccepted / Δdrafts.
+    pub mean_acceptance_length: Option<f64>,
+    /// Δaccepted_per_pos[i] / Δdrafts.
+    pub per_position: Vec<f64>,
+}
+
+/// Prefix-cache temperature of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheCondition {
+    /// Requested temperature.
+    pub temperature: CacheTemp,
+    /// `POST /reset_prefix_cache` before the run: `Some(true)` done, `Some(false)` refused,
+    /// `None` not offered by the engine.
+    pub reset: Option<bool>,
+    /// Prompts carry a salt unique to the run.
+    pub salted: bool,
+    /// Δ prefix-cache queries, tokens.
+    pub queries: Option<u64>,
+    /// Δ prefix-cache hits, tokens.
+    pub hits: Option<u64>,
+    /// Δhits / Δqueries.
+    pub hit_rate: Option<f64>,
+    /// Most hits the workload itself can explain (shared prefixes within the run), tokens.
+    pub hits_allowed: u64,
+    /// Whether the requested temperature is confirmed by the counters (`None` = cannot tell).
+    pub verified: Option<bool>,
+    /// Human-readable verdict.
+    pub note: String,
+}
+
+/// KV cache capacity and pressure.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KvCondition {
+    /// Tokens the KV cache holds.
+    pub capacity_tokens: Option<Sourced<u64>>,
+    /// Tokens per block.
+    pub block_size: Option<u64>,
+    /// Blocks.
+    pub num_blocks: Option<u64>,
+    /// Largest `kv_cache_usage_perc` seen during the run (0..1).
+    pub peak_usage: Option<f64>,
+    /// Δ preemptions.
+    pub preemptions: Option<u64>,
+    /// Most requests running at once (sampled).
+    pub max_running: Option<f64>,
+    /// Most requests waiting at once (sampled).
+    pub max_waiting: Option<f64>,
+}
+
+/// Input and output lengths.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LengthCondition {
+    /// Prompt tokens asked for (fixed and shared-prefix workloads).
+    pub input_requested: Option<u64>,
+    /// Whether every prompt was token-exact (`None` without a tokenizer).
+    pub input_exact: Option<bool>,
+    /// Mean prompt tokens the engine reported (chat template included).
+    pub input_reported_mean: Option<f64>,
+    /// `max_tokens` sent.
+    pub output_requested: u32,
+    /// `ignore_eos` sent (the output length is fixed).
+    pub output_fixed: bool,
+    /// Output tokens produced: smallest.
+    pub output_min: Option<u64>,
+    /// Output tokens produced: mean.
+    pub output_mean: Option<f64>,
+    /// Output tokens produced: largest.
+    pub output_max: Option<u64>,
+}
+
+/// Thinking (reasoning) condition.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThinkingCondition {
+    /// The API: thinking applies to chat only.
+    pub api: Api,
+    /// `enable_thinking` sent (`None`: not sent).
+    pub sent: Option<bool>,
+    /// Requests that produced reasoning text (in `reasoning_content`/`reasoning`).
+    pub requests_with_reasoning: usize,
+    /// Requests whose content holds `<think>` tags (no reasoning parser on the engine).
+    pub requests_with_think_tags: usize,
+    /// Σ reasoning tokens, when the engine reported them.
+    pub reasoning_tokens: Option<u64>,
+    /// A contradiction between what was sent and what came back.
+    pub flag: Option<String>,
+}
+
+/// Everything recorded about the conditions of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Conditions {
+    /// Engine name.
+    pub engine: Option<Sourced<String>>,
+    /// Engine version.
+    pub engine_version: Option<Sourced<String>>,
+    /// Model id.
+    pub model: Option<Sourced<String>>,
+    /// Workload kind.
+    pub workload: WorkloadKind,
+    /// Temperature sent.
+    pub temperature: f64,
+    /// Thinking.
+    pub thinking: ThinkingCondition,
+    /// Speculative decoding.
+    pub spec: SpecCondition,
+    /// Prefix cache.
+    pub cache: CacheCondition,
+    /// KV cache.
+    pub kv: KvCondition,
+    /// Lengths.
+    pub lengths: LengthCondition,
+    /// Where output token counts came from (per request; the set over the run).
+    pub token_sources: Vec<TokenSource>,
+    /// How tokens were assigned to chunks (the set over the run).
+    pub chunk_splits: Vec<ChunkSplit>,
+}
+
+/// Counter delta `after − before` (None when either side lacks data; negative = reset → None).
+pub fn delta(before: Option<&Exposition>, after: Option<&Exposition>, name: &str) -> Option<f64> {
+    let b = before?.sum(name)?;
+    let a = after?.sum(name)?;
+    (a >= b).then_some(a - b)
+}
+
+/// Gauge samples gathered while a run was going.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PollStats {
+    /// Largest KV usage (0..1).
+    pub peak_kv_usage: Option<f64>,
+    /// Most requests running.
+    pub max_running: Option<f64>,
+    /// Most requests waiting.
+    pub max_waiting: Option<f64>,
+    /// Scrapes taken.
+    pub polls: usize,
+}
+
+fn fmax(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+impl PollStats {
+    /// Fold one scrape in (vLLM V1 `kv_cache_usage_perc`, V0 `gpu_cache_usage_perc`).
+    pub fn add(&mut self, e: &Exposition) {
+        self.polls += 1;
+        let kv = e
+            .max("vllm:kv_cache_usage_perc")
+            .or_else(|| e.max("vllm:gpu_cache_usage_perc"));
+        self.peak_kv_usage = fmax(self.peak_kv_usage, kv);
+        self.max_running = fmax(self.max_running, e.max("vllm:num_requests_running"));
+        self.max_waiting = fmax(self.max_waiting, e.max("vllm:num_requests_waiting"));
+    }
+}
+
+/// Speculative decoding from counter deltas.
+pub fn spec_condition(
+    before: Option<&Exposition>,
+    after: Option<&Exposition>,
+    facts: &EngineFacts,
+) -> SpecCondition {
+    let mut c = SpecCondition {
+        state: SpecState::Unknown,
+        evidence: "no /metrics".into(),
+        method: facts.spec_method.clone(),
+        k: facts.spec_k.clone(),
+        drafts: None,
+        draft_tokens: None,
+        accepted_tokens: None,
+        acceptance_rate: None,
+        mean_acceptance_length: None,
+        per_position: Vec::new(),
+    };
+    let Some(a) = after else { return c };
+    let vllm_names = a.samples.iter().any(|s| s.name.starts_with("vllm:"));
+    let has_spec = a.has_family("vllm:spec_decode_num_drafts");
+    if !has_spec {
+        if vllm_names {
+            c.state = SpecState::Off;
+            c.evidence = "off: /metrics has vLLM names but no speculative-decoding counters".into();
+        } else {
+            c.evidence = "/metrics has no vLLM-named counters: speculative state unknown".into();
+        }
+        return c;
+    }
+    let d = |n: &str| delta(before, after, n).map(|x| x.round() as u64);
+    c.drafts = d("vllm:spec_decode_num_drafts");
+    c.draft_tokens = d("vllm:spec_decode_num_draft_tokens");
+    c.accepted_tokens = d("vllm:spec_decode_num_accepted_tokens");
+    let pos_after = a.sum_by("vllm:spec_decode_num_accepted_tokens_per_pos", "position");
+    let pos_before = before
+        .map(|b| b.sum_by("vllm:spec_decode_num_accepted_tokens_per_pos", "position"))
+        .unwrap_or_default();
+    let mut positions: Vec<(u32, f64)> = pos_after
+        .iter()
+        .filter_map(|(p, v)| {
+            let p: u32 = p.parse().ok()?;
+            Some((
+                p,
+                v - pos_before.get(&p.to_string()).copied().unwrap_or(0.0),
+            ))
+        })
+        .collect();
+    positions.sort_by_key(|x| x.0);
+    if !positions.is_empty() {
+        c.k = Some(Sourced::new(
+            positions.len() as u32,
+            "/metrics (accepted-per-position series)",
+        ));
+    }
+    match c.drafts {
+        Some(0) => {
+            c.state = SpecState::Off;
+            c.evidence = "configured, but 0 drafts during the run".into();
+        }
+        Some(n) => {
+            c.state = SpecState::On;
+            c.evidence = format!("{n} drafts during the run (/metrics deltas)");
+            if let (Some(acc), Some(dt)) = (c.accepted_tokens, c.draft_tokens) {
+                if dt > 0 {
+                    c.acceptance_rate = Some(acc as f64 / dt as f64);
+                }
+                c.mean_acceptance_length = Some(1.0 + acc as f64 / n as f64);
+            }
+            c.per_position = positions.iter().map(|(_, v)| v / n as f64).collect();
+        }
+        None => {
+            c.evidence =
+                "speculative counters present but unreadable before or after the run".into();
+        }
+    }
+    c
+}
+
+/// KV capacity: metrics first, then the boot log.
+pub fn kv_capacity(e: Option<&Exposition>, boot: Option<&BootLog>) -> KvCondition {
+    let mut k = KvCondition::default();
+    if let Some(e) = e {
+        if let Some(l) = e.labels_of("vllm:cache_config_info") {
+            let get = |n: &str| {
+                l.get(n)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .map(|v| v as u64)
+            };
+            k.block_size = get("block_size");
+            k.num_blocks = get("num_gpu_blocks");
+            if let Some(t) = get("kv_cache_size_tokens") {
+                k.capacity_tokens = Some(Sourced::new(
+                    t,
+                    "/metrics cache_config_info kv_cache_size_tokens",
+                ));
+            } else if let (Some(b), Some(n)) = (k.block_size, k.num_blocks) {
+                k.capacity_tokens = Some(Sourced::new(
+                    b * n,
+                    "/metrics cache_config_info num_gpu_blocks × block_size",
+                ));
+            }
+        }
+        if k.capacity_tokens.is_none() {
+            if let Some(t) = e.max("sglang:max_total_num_tokens") {
+                k.capacity_tokens = Some(Sourced::new(
+                    t as u64,
+                    "/metrics sglang:max_total_num_tokens",
+                ));
+            }
+        }
+    }
+    if k.capacity_tokens.is_none() {
+        if let Some(b) = boot {
+            if let Some((t, rep)) = b.kv_capacity() {
+                k.capacity_tokens = Some(Sourced::new(t, format!("engine log line {}", rep.line)));
+                k.block_size = k.block_size.or(rep.block_size);
+                k.num_blocks = k.num_blocks.or(rep.gpu_blocks);
+            } else if let (Some(bs), Some(rep)) = (
+                k.block_size,
+                b.kv.iter().rev().find(|r| r.gpu_blocks.is_some()),
+            ) {
+                // V0 logs give blocks only; the block size came from /metrics.
+                if let Some(g) = rep.gpu_blocks {
+                    k.capacity_tokens = Some(Sourced::new(
+                        g * bs,
+                        format!(
+                            "engine log line {} GPU blocks × /metrics block_size",
+                            rep.line
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    k
+}
+
+/// What the workload implies for the cache check.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheExpectation {
+    /// Requested temperature.
+    pub temperature: CacheTemp,
+    /// Reset result.
+    pub reset: Option<bool>,
+    /// Hits the workload can explain: shared prefix × (requests − 1), plus the chat-template
+    /// tokens of every request (they may precede the salt).
+    pub hits_allowed: u64,
+}
+
+/// The prefix-cache verdict from counter deltas.
+pub fn cache_condition(
+    before: Option<&Exposition>,
+    after: Option<&Exposition>,
+    exp: CacheExpectation,
+) -> CacheCondition {
+    let q = delta(before, after, "vllm:prefix_cache_queries").map(|x| x.round() as u64);
+    let h = delta(before, after, "vllm:prefix_cache_hits").map(|x| x.round() as u64);
+    let hit_rate = match (q, h) {
+        (Some(q), Some(h)) if q > 0 => Some(h as f64 / q as f64),
+        _ => None,
+    };
+    let (verified, note) = match (exp.temperature, h) {
+        (_, None) => (
+            None,
+            "cannot verify: no prefix-cache hit counters on /metrics".to_string(),
+        ),
+        (CacheTemp::Cold, Some(h)) if exp.hits_allowed == 0 => {
+            if h == 0 {
+                (
+                    Some(true),
+                    "cold: 0 prefix-cache hits during the run".into(),
+                )
+            } else {
+                (
+                    Some(false),
+                    format!("NOT cold: {h} prefix-cache hit tokens during the run"),
+                )
+            }
+        }
+        (CacheTemp::Cold, Some(h)) => {
+            if h <= exp.hits_allowed {
+                (
+                    Some(true),
+                    if h == 0 {
+                        "cold: 0 prefix-cache hits during the run".to_string()
+                    } else {
+                        format!(
+                            "cold: {h} hit tokens, within what the workload shares (shared prefix within the run, chat-template tokens before the salt: ≤ {})",
+                            exp.hits_allowed
+                        )
+                    },
+                )
+            } else {
+                (
+                    Some(false),
+                    format!(
+                        "NOT cold: {h} hit tokens exceed the {} the workload's shared tokens explain",
+                        exp.hits_allowed
+                    ),
+                )
+            }
+        }
+        (CacheTemp::Warm, Some(h)) => {
+            if h > 0 {
+                (
+                    Some(true),
+                    "warm: replayed prompts hit the prefix cache".into(),
+                )
+            } else {
+                (
+                    Some(false),
+                    "NOT warm: replayed prompts got 0 prefix-cache hits".into(),
+                )
+            }
+        }
+    };
+    CacheCondition {
+        temperature: exp.temperature,
+        reset: exp.reset,
+        salted: true,
+        queries: q,
+        hits: h,
+        hit_rate,
+        hits_allowed: exp.hits_allowed,
+        verified,
+        note,
+    }
+}
+
+/// Thinking: what was sent and what came back. `judge_tags`: look for `<think>` tags in the
+/// content (off for synthetic weights, whose random output may hold the tag token by chance).
+pub fn thinking_condition(
+    api: Api,
+    sent: Option<bool>,
+    records: &[RequestRecord],
+    texts: &[(String, String)],
+    judge_tags: bool,
+) -> ThinkingCondition {
+    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
+    let with_reasoning = ok.iter().filter(|r| r.reasoning_chars > 0).count();
+    let with_tags = texts
+        .iter()
+        .filter(|_| judge_tags)
+        .filter(|(content, _)| content.contains("<think>") || content.contains("</think>"))
+        .count();
+    let reasoning_tokens = {
+        let v: Vec<u64> = ok.iter().filter_map(|r| r.reasoning_tokens).collect();
+        (!v.is_empty()).then(|| v.iter().sum())
+    };
+    let flag = match sent {
+        Some(false) if with_reasoning > 0 => Some(format!(
+            "reasoning output with thinking off: {with_reasoning} of {} requests produced reasoning text",
+            ok.len()
+        )),
+        Some(false) if with_tags > 0 => Some(format!(
+            "<think> tags in the content with thinking off ({with_tags} requests)"
+        )),
+        Some(true) if with_reasoning == 0 && with_tags == 0 && !ok.is_empty() => Some(
+            "thinking on, but no reasoning output observed (the model or template may ignore enable_thinking)".into(),
+        ),
+        _ => None,
+    };
+    ThinkingCondition {
+        api,
+        sent,
+        requests_with_reasoning: with_reasoning,
+        requests_with_think_tags: with_tags,
+        reasoning_tokens,
+        flag,
+    }
+}
+
+/// Lengths requested vs produced.
+pub fn length_condition(
+    records: &[RequestRecord],
+    output_requested: u32,
+    output_fixed: bool,
+    input_requested: Option<u64>,
+) -> LengthCondition {
+    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
+    let outs: Vec<u64> = ok.iter().filter_map(|r| r.output_tokens).collect();
+    let prompts: Vec<f64> = ok
+        .iter()
+        .filter_map(|r| r.prompt_tokens.map(|p| p as f64))
+        .collect();
+    let exact = match input_requested {
+        Some(_)
+            if !records.is_empty() && records.iter().all(|r| r.input_tokens_counted.is_some()) =>
+        {
+            Some(
+                records
+                    .iter()
+                    .all(|r| r.input_tokens_counted == r.input_tokens_requested),
+            )
+        }
+        _ => None,
+    };
+    LengthCondition {
+        input_requested,
+        input_exact: exact,
+        input_reported_mean: crate::stats::mean(&prompts),
+        output_requested,
+        output_fixed,
+        output_min: outs.iter().copied().min(),
+        output_mean: crate::stats::mean(&outs.iter().map(|x| *x as f64).collect::<Vec<_>>()),
+        output_max: outs.iter().copied().max(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expo(s: &str) -> Exposition {
+        Exposition::parse(s)
+    }
+
+    #[test]
+    fn spec_from_counter_deltas() {
+        let b = expo(
+            "vllm:spec_decode_num_drafts_total 10\nvllm:spec_decode_num_draft_tokens_total 30\n\
+             vllm:spec_decode_num_accepted_tokens_total 12\n\
+             vllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 6\n\
+             vllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"} 4\n\
+             vllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"2\"} 2\n",
+        );
+        let a = expo(
+            "vllm:spec_decode_num_drafts_total 30\nvllm:spec_decode_num_draft_tokens_total 90\n\
+             vllm:spec_decode_num_accepted_tokens_total 42\n\
+             vllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 22\n\
+             vllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"} 14\n\
+             vllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"2\"} 6\n",
+        );
+        let c = spec_condition(Some(&b), Some(&a), &EngineFacts::default());
+        assert_eq!(c.state, SpecState::On);
+        assert_eq!(
+            (c.drafts, c.draft_tokens, c.accepted_tokens),
+            (Some(20), Some(60), Some(30))
+        );
+        assert_eq!(c.acceptance_rate, Some(0.5));
+        assert_eq!(c.mean_acceptance_length, Some(2.5));
+        assert_eq!(c.per_position, vec![0.8, 0.5, 0.2]);
+        assert_eq!(c.k.unwrap().value, 3);
+
+        let off = spec_condition(
+            None,
+            Some(&expo("vllm:num_requests_running 0\n")),
+            &EngineFacts::default(),
+        );
+        assert_eq!(off.state, SpecState::Off);
+        let unk = spec_condition(
+            None,
+            Some(&expo("other_metric 1\n")),
+            &EngineFacts::default(),
+        );
+        assert_eq!(unk.state, SpecState::Unknown);
+        assert_eq!(
+            spec_condition(None, None, &EngineFacts::default()).state,
+            SpecState::Unknown
+        );
+    }
+
+    #[test]
+    fn cache_verdicts() {
+        let b = expo("vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 40\n");
+        let cold = expo("vllm:prefix_cache_queries_total 300\nvllm:prefix_cache_hits_total 40\n");
+        let warm = expo("vllm:prefix_cache_queries_total 300\nvllm:prefix_cache_hits_total 140\n");
+        let e = |t, allowed| CacheExpectation {
+            temperature: t,
+            reset: Some(true),
+            hits_allowed: allowed,
+        };
+        let c = cache_condition(Some(&b), Some(&cold), e(CacheTemp::Cold, 0));
+        assert_eq!(
+            (c.verified, c.hits, c.hit_rate),
+            (Some(true), Some(0), Some(0.0))
+        );
+        let c = cache_condition(Some(&b), Some(&warm), e(CacheTemp::Cold, 0));
+        assert_eq!(c.verified, Some(false));
+        assert!(c.note.contains("NOT cold"));
+        let c = cache_condition(Some(&b), Some(&warm), e(CacheTemp::Cold, 100));
+        assert_eq!(c.verified, Some(true));
+        let c = cache_condition(Some(&b), Some(&warm), e(CacheTemp::Warm, 0));
+        assert_eq!((c.verified, c.hit_rate), (Some(true), Some(0.5)));
+        let c = cache_condition(Some(&b), Some(&cold), e(CacheTemp::Warm, 0));
+        assert_eq!(c.verified, Some(false));
+        // Counters absent: no verdict, never "0 hits".
+        let c = cache_condition(None, Some(&cold), e(CacheTemp::Cold, 0));
+        assert_eq!((c.verified, c.hits), (None, None));
+    }
+
+    #[test]
+    fn kv_capacity_sources() {
+        let e = expo("vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1000\"} 1\n");
+        let k = kv_capacity(Some(&e), None);
+        assert_eq!(k.capacity_tokens.unwrap().value, 16000);
+        let e = expo("vllm:cache_config_info{kv_cache_size_tokens=\"5000\",block_size=\"16\"} 1\n");
+        assert_eq!(
+            kv_capacity(Some(&e), None).capacity_tokens.unwrap().value,
+            5000
+        );
+        let boot =
+            BootLog::parse("INFO x [kv_cache_utils.py:1] GPU KV cache size: 652,144 tokens\n");
+        let k = kv_capacity(None, Some(&boot));
+        assert_eq!(k.capacity_tokens.as_ref().unwrap().value, 652_144);
+        assert!(k.capacity_tokens.unwrap().source.contains("log"));
+        // V0: blocks from the log, block size from /metrics.
+        let boot = BootLog::parse("# GPU blocks: 1478, # CPU blocks: 2048\n");
+        let e = expo("vllm:cache_config_info{block_size=\"16\"} 1\n");
+        assert_eq!(
+            kv_capacity(Some(&e), Some(&boot))
+                .capacity_tokens
+                .unwrap()
+                .value,
+            23648
+        );
+        assert!(kv_capacity(None, None).capacity_tokens.is_none());
+    }
+
+    #[test]
+    fn thinking_flags() {
+        let r = |reasoning: usize| RequestRecord {
+            ok: true,
+            reasoning_chars: reasoning,
+            ..Default::default()
+        };
+        let t = thinking_condition(Api::Chat, Some(false), &[r(0), r(5)], &[], true);
+        assert!(t
+            .flag
+            .unwrap()
+            .contains("reasoning output with thinking off"));
+        let t = thinking_condition(
+            Api::Chat,
+            Some(false),
+            &[r(0)],
+            &[("<think>x</think>y".into(), String::new())],
+            true,
+        );
+        assert!(t.flag.unwrap().contains("<think>"));
+        let t = thinking_condition(Api::Chat, Some(true), &[r(3)], &[], true);
+        assert_eq!((t.flag, t.requests_with_reasoning), (None, 1));
+    }
+}

@@ -1,0 +1,836 @@
+//! The e2e session: start or reach the engine, read its facts, then for each sweep point:
+//! warm up, prepare unique prompts, set the cache temperature, scrape `/metrics`, run the load
+//! while sampling gauges, scrape again, and turn what came back into a [`RunResult`] with its
+//! conditions and validity.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::bootlog::BootLog;
+use super::client::{Api, EngineClient};
+use super::conditions::{
+    cache_condition, kv_capacity, length_condition, spec_condition, thinking_condition,
+    CacheExpectation, Conditions, EngineFacts, PollStats, Sourced,
+};
+use super::executor::{
+    execute, ExecConfig, ExecOutcome, ExecStop, LoadPoint, RawRecord, StopCause, StopSignal,
+};
+use super::launcher::{EngineChoice, EngineHandle};
+use super::metrics::{
+    latencies, split_tokens, LatencySummary, Lateness, RequestRecord, Throughput, TokenSource,
+};
+use super::prometheus::Exposition;
+use super::validity::{assess, output_flags, Validity};
+use super::workload::{
+    prepare, CacheTemp, LoadMode, PreparedRequest, Suite, TokenCounter, WorkloadKind,
+};
+use super::{E2eResults, EngineSummary};
+
+/// Everything a session needs.
+#[derive(Debug, Clone)]
+pub struct E2eOptions {
+    /// The engine.
+    pub engine: EngineChoice,
+    /// An engine log to parse in addition to the captured one (`--engine-log`).
+    pub engine_log: Option<PathBuf>,
+    /// The workload and load.
+    pub suite: Suite,
+    /// The `model` field to send (default: the first id of `/v1/models`).
+    pub served_model: Option<String>,
+    /// A local tokenizer for engines without `/tokenize`.
+    pub tokenizer: Option<PathBuf>,
+    /// Speculative method, as stated (or passed to the built-in engine).
+    pub spec_method: Option<String>,
+    /// Speculative k, as stated.
+    pub spec_k: Option<u32>,
+    /// Per-request timeout.
+    pub request_timeout: Duration,
+    /// Engine startup timeout.
+    pub startup_timeout: Duration,
+    /// `/metrics` sampling interval during a run.
+    pub metrics_interval: Duration,
+    /// Show a progress bar (on a terminal).
+    pub progress: bool,
+    /// Stop cleanly on Ctrl-C, keeping what was measured.
+    pub handle_ctrl_c: bool,
+    /// An open-loop arrival counts as late beyond this.
+    pub lateness_tolerance: Duration,
+}
+
+impl E2eOptions {
+    /// Defaults around `suite` with the built-in engine (`synthetic:tiny`).
+    pub fn with_suite(suite: Suite) -> Self {
+        Self {
+            engine: EngineChoice::Builtin {
+                program: None,
+                args: vec!["--model".into(), "synthetic:tiny".into()],
+            },
+            engine_log: None,
+            suite,
+            served_model: None,
+            tokenizer: None,
+            spec_method: None,
+            spec_k: None,
+            request_timeout: Duration::from_secs(600),
+            startup_timeout: Duration::from_secs(120),
+            metrics_interval: Duration::from_millis(250),
+            progress: true,
+            handle_ctrl_c: true,
+            lateness_tolerance: Duration::from_millis(10),
+        }
+    }
+
+    /// The short default `rigbench report` runs: the built-in engine with `synthetic:tiny`, the
+    /// `tiny` suite (fixed 64-token prompts, 32 output tokens with `ignore_eos`, concurrency
+    /// 1/2/4, 8 requests each, cold cache, thinking off). Finishes well under a minute on a
+    /// 2-core CPU.
+    pub fn default_for_report() -> Self {
+        let suite = Suite::load("tiny").expect("the built-in tiny suite parses (tested)");
+        let mut o = Self::with_suite(suite);
+        o.progress = false;
+        o.request_timeout = Duration::from_secs(120);
+        o
+    }
+}
+
+/// One sweep point's results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// Label (`c=4`, `2.00 req/s`).
+    pub label: String,
+    /// The load.
+    pub load: LoadPoint,
+    /// Conditions.
+    pub conditions: Conditions,
+    /// The verdict.
+    pub validity: Validity,
+    /// Latency percentiles of completed requests.
+    pub latency: LatencySummary,
+    /// Throughput, present only when the run is valid.
+    pub throughput: Option<Throughput>,
+    /// Throughput as measured on an invalid run: diagnostics, not a result.
+    pub throughput_invalid: Option<Throughput>,
+    /// Open-loop punctuality.
+    pub lateness: Option<Lateness>,
+    /// How the run ended.
+    pub stop: ExecStop,
+    /// Warm-up requests sent before it (unmeasured).
+    pub warmup_requests: usize,
+    /// Gauge samples during the run.
+    pub polls: PollStats,
+    /// Per-request records.
+    pub requests: Vec<RequestRecord>,
+}
+
+impl RunResult {
+    /// The throughput to present, `None` for an invalid run.
+    pub fn presented_throughput(&self) -> Option<&Throughput> {
+        if self.validity.valid {
+            self.throughput.as_ref()
+        } else {
+            None
+        }
+    }
+}
+
+fn sweep(suite: &Suite) -> Vec<LoadPoint> {
+    let l = &suite.load;
+    match l.mode {
+        LoadMode::Closed => l
+            .concurrency
+            .iter()
+            .map(|&c| LoadPoint::Closed { concurrency: c })
+            .collect(),
+        LoadMode::Open => l
+            .rates
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| LoadPoint::Open {
+                rate: r,
+                arrival: l.arrival,
+                burstiness: l.burstiness,
+                max_concurrency: l.max_concurrency,
+                seed: suite.sampling.seed.unwrap_or(0).wrapping_add(i as u64),
+            })
+            .collect(),
+    }
+}
+
+/// Engine name and version from `/version`, the metric names, `/v1/models` and the log.
+async fn engine_facts(
+    client: &EngineClient,
+    opts: &E2eOptions,
+    boot: &BootLog,
+) -> anyhow::Result<EngineFacts> {
+    let mut f = EngineFacts::default();
+    let version: Option<Value> = client.version().await.unwrap_or(None);
+    if let Some(v) = &version {
+        if let Some(n) = v
+            .get("engine")
+            .or_else(|| v.get("name"))
+            .and_then(Value::as_str)
+        {
+            f.name = Some(Sourced::new(n.to_string(), "/version"));
+        }
+        if let Some(n) = v.get("version").and_then(Value::as_str) {
+            f.version = Some(Sourced::new(n.to_string(), "/version"));
+        }
+    }
+    let models = client.models().await.unwrap_or_default();
+    let metrics = client.metrics().await.unwrap_or(None);
+    f.metrics = metrics.is_some();
+    if f.name.is_none() {
+        let prefix = metrics.as_ref().and_then(|m| {
+            ["vllm:", "sglang:", "llamacpp:"]
+                .iter()
+                .find(|p| m.samples.iter().any(|s| s.name.starts_with(*p)))
+                .map(|p| p.trim_end_matches(':').to_string())
+        });
+        let owned = models
+            .first()
+            .and_then(|m| m.1.clone())
+            .filter(|o| !o.is_empty() && o != "organization-owner");
+        f.name = match (prefix, owned) {
+            (_, Some(o)) => Some(Sourced::new(o, "/v1/models owned_by")),
+            (Some(p), None) => Some(Sourced::new(p, "/metrics name prefix")),
+            _ => None,
+        };
+    }
+    // `rigbench serve` states its speculative configuration in /version.
+    let version_spec = version
+        .as_ref()
+        .and_then(|v| v.get("speculative"))
+        .filter(|s| s.is_object());
+    let version_method = version_spec
+        .and_then(|s| s.get("method"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let version_k = version_spec
+        .and_then(|s| s.get("num_speculative_tokens"))
+        .and_then(Value::as_u64)
+        .map(|k| k as u32);
+    if f.version.is_none() {
+        if let Some(v) = &boot.engine_version {
+            f.version = Some(Sourced::new(v.clone(), "engine log"));
+        }
+    }
+    f.model = match &opts.served_model {
+        Some(m) => Some(Sourced::new(m.clone(), "stated (--served-model)")),
+        None => models
+            .first()
+            .map(|m| Sourced::new(m.0.clone(), "/v1/models")),
+    };
+    // Speculative method: what rigbench passed to its own engine, the engine's log, or stated.
+    let builtin = matches!(opts.engine, EngineChoice::Builtin { .. });
+    // Speculative config: the engine's own word (/version, its log) first, then what rigbench
+    // passed to its own engine, then a statement.
+    f.spec_method = if let Some(m) = version_method {
+        Some(Sourced::new(m, "/version"))
+    } else if let Some(m) = &boot.spec_method {
+        Some(Sourced::new(m.clone(), "engine log (config)"))
+    } else {
+        opts.spec_method.as_ref().map(|m| {
+            Sourced::new(
+                m.clone(),
+                if builtin {
+                    "passed to rigbench serve"
+                } else {
+                    "stated (--spec-method), not verified"
+                },
+            )
+        })
+    };
+    f.spec_k = if let Some(k) = version_k {
+        Some(Sourced::new(k, "/version"))
+    } else if let Some(k) = boot.spec_k {
+        Some(Sourced::new(k, "engine log (config)"))
+    } else {
+        opts.spec_k.map(|k| {
+            Sourced::new(
+                k,
+                if builtin {
+                    "passed to rigbench serve"
+                } else {
+                    "stated (--spec-k), not verified"
+                },
+            )
+        })
+    };
+    if let Some(m) = &f.model {
+        match client.tokenize(&m.value, "rigbench").await {
+            Ok(Some(t)) => {
+                f.tokenize = true;
+                f.max_model_len = t.max_model_len;
+            }
+            Ok(None) | Err(_) => f.tokenize = false,
+        }
+    }
+    Ok(f)
+}
+
+async fn scrape(client: &EngineClient) -> Option<Exposition> {
+    client.metrics().await.ok().flatten()
+}
+
+fn progress_bar(enabled: bool, n: usize, label: &str) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(n as u64);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{prefix:>14} [{bar:30}] {pos}/{len} requests {elapsed_precise} {msg}",
+    ) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_prefix(label.to_string());
+    pb
+}
+
+/// Turn raw records into request records (token counts, latencies, flags); returns them with
+/// the texts (content, reasoning) for the thinking check.
+async fn finish_records(
+    raw: Vec<RawRecord>,
+    prepared: &[PreparedRequest],
+    counter: &TokenCounter,
+    output_fixed: bool,
+    judge_repetition: bool,
+) -> (Vec<RequestRecord>, Vec<(String, String)>) {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut texts = Vec::new();
+    let mut raw = raw;
+    raw.sort_by_key(|r| r.index);
+    for r in raw {
+        let o = &r.outcome;
+        let p = &prepared[r.index];
+        let ok = o.error.is_none() && o.done;
+        let usage = o.usage.unwrap_or_default();
+        let mut token_source = None;
+        let mut output_tokens = None;
+        if ok {
+            if let Some(n) = usage.completion_tokens {
+                output_tokens = Some(n);
+                token_source = Some(TokenSource::Usage);
+            } else {
+                let text = format!("{}{}", o.reasoning, o.content);
+                if let Ok(Some(n)) = counter.count(&text).await {
+                    output_tokens = Some(n as u64);
+                    token_source = counter.source();
+                } else {
+                    output_tokens = Some(o.events.len() as u64);
+                    token_source = Some(TokenSource::Chunks);
+                }
+            }
+        }
+        let reasoning_tokens = match usage.reasoning_tokens {
+            Some(n) => Some(n),
+            None if ok && !o.reasoning.is_empty() => counter
+                .count(&o.reasoning)
+                .await
+                .ok()
+                .flatten()
+                .map(|n| n as u64),
+            None => None,
+        };
+        let (tokens, split) = split_tokens(&o.events, output_tokens);
+        let (ttft, ttfc, tpot, itl) = if ok {
+            latencies(o, &tokens, output_tokens)
+        } else {
+            (None, None, None, Vec::new())
+        };
+        let itl_p = super::metrics::Percentiles::of(&itl);
+        let mut rec = RequestRecord {
+            index: r.index,
+            scheduled_s: r.scheduled.map(|d| d.as_secs_f64()),
+            sent_s: r.sent.as_secs_f64(),
+            lateness_s: r.scheduled.map(|s| r.sent.as_secs_f64() - s.as_secs_f64()),
+            ok,
+            cancelled: o.cancelled,
+            error: if ok {
+                None
+            } else {
+                o.error
+                    .clone()
+                    .or_else(|| Some("stream ended without [DONE]".into()))
+            },
+            http_status: o.http_status,
+            ttft_s: ttft,
+            ttfc_s: ttfc,
+            e2e_s: ok.then_some(o.end.as_secs_f64()),
+            tpot_s: tpot,
+            itl_mean_s: itl_p.as_ref().map(|p| p.mean),
+            itl_max_s: itl_p.as_ref().map(|p| p.max),
+            itl_s: itl,
+            input_tokens_requested: p.input_tokens_requested,
+            input_tokens_counted: p.input_tokens_counted,
+            prompt_tokens: usage.prompt_tokens,
+            output_tokens_requested: p.req.max_tokens,
+            output_tokens,
+            token_source,
+            reasoning_tokens,
+            chunk_split: (!o.events.is_empty()).then_some(split),
+            chunks: o.chunks,
+            content_chars: o.content.chars().count(),
+            reasoning_chars: o.reasoning.chars().count(),
+            finish_reason: o.finish_reason.clone(),
+            flags: Vec::new(),
+        };
+        let text = format!("{}{}", o.reasoning, o.content);
+        rec.flags = output_flags(&rec, &text, output_fixed, judge_repetition);
+        if ok {
+            texts.push((o.content.clone(), o.reasoning.clone()));
+        }
+        out.push(rec);
+    }
+    (out, texts)
+}
+
+struct Session<'a> {
+    opts: &'a E2eOptions,
+    client: EngineClient,
+    facts: EngineFacts,
+    counter: TokenCounter,
+    stop: StopSignal,
+    exec_cfg: ExecConfig,
+}
+
+impl Session<'_> {
+    fn model(&self) -> String {
+        self.facts
+            .model
+            .as_ref()
+            .map(|m| m.value.clone())
+            .unwrap_or_else(|| "default".into())
+    }
+
+    async fn run_point(&self, point: &LoadPoint, boot: &BootLog) -> anyhow::Result<RunResult> {
+        let suite = &self.opts.suite;
+        let model = self.model();
+        let nonce: String = {
+            let mut rng = rand::rng();
+            (0..8)
+                .map(|_| format!("{:x}", rng.random_range(0..16u8)))
+                .collect()
+        };
+        let conc = point.concurrency().unwrap_or(1).max(1);
+        // Warm-up: its own prompts, never measured.
+        let warm_n = suite.load.warmup as usize;
+        if warm_n > 0 {
+            let w = prepare(
+                suite,
+                &self.counter,
+                &model,
+                &format!("w{nonce}"),
+                warm_n,
+                self.facts.max_model_len,
+            )
+            .await?;
+            let out = execute(
+                &self.client,
+                &LoadPoint::Closed {
+                    concurrency: conc.min(warm_n as u32),
+                },
+                Arc::new(w),
+                &self.exec_cfg,
+                &self.stop,
+                ProgressBar::hidden(),
+            )
+            .await;
+            let errs: Vec<&str> = out
+                .records
+                .iter()
+                .filter_map(|r| r.outcome.error.as_deref())
+                .collect();
+            if !errs.is_empty() && errs.len() == out.records.len() && !self.stop.is_stopped() {
+                anyhow::bail!("every warm-up request failed (first: {})", errs[0]);
+            }
+        }
+        let prepared = Arc::new(
+            prepare(
+                suite,
+                &self.counter,
+                &model,
+                &nonce,
+                suite.load.requests as usize,
+                self.facts.max_model_len,
+            )
+            .await?,
+        );
+        // Cache temperature.
+        let reset = self.client.reset_prefix_cache().await.unwrap_or(None);
+        if suite.load.cache == CacheTemp::Warm {
+            let primed: Vec<PreparedRequest> = prepared
+                .iter()
+                .map(|p| {
+                    let mut p = p.clone();
+                    p.req.max_tokens = 1;
+                    p.req.ignore_eos = false;
+                    p
+                })
+                .collect();
+            let _ = execute(
+                &self.client,
+                &LoadPoint::Closed { concurrency: conc },
+                Arc::new(primed),
+                &self.exec_cfg,
+                &self.stop,
+                ProgressBar::hidden(),
+            )
+            .await;
+        }
+        let before = scrape(&self.client).await;
+        // Sample gauges while the run goes.
+        let (poll_stop_tx, mut poll_stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let poll_client = self.client.clone();
+        let interval = self.opts.metrics_interval;
+        let poller = tokio::spawn(async move {
+            let mut stats = PollStats::default();
+            loop {
+                if let Some(e) = scrape(&poll_client).await {
+                    stats.add(&e);
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = &mut poll_stop_rx => break,
+                }
+            }
+            stats
+        });
+        let pb = progress_bar(self.opts.progress, prepared.len(), &point.label());
+        let ExecOutcome {
+            records,
+            duration,
+            stop,
+        } = execute(
+            &self.client,
+            point,
+            prepared.clone(),
+            &self.exec_cfg,
+            &self.stop,
+            pb.clone(),
+        )
+        .await;
+        pb.finish_and_clear();
+        let _ = poll_stop_tx.send(());
+        let mut polls = poller.await.unwrap_or_default();
+        let after = scrape(&self.client).await;
+        if let Some(a) = &after {
+            polls.add(a);
+        }
+        let judge_repetition = !model.starts_with("synthetic:");
+        let (requests, texts) = finish_records(
+            records,
+            &prepared,
+            &self.counter,
+            suite.output_fixed(),
+            judge_repetition,
+        )
+        .await;
+
+        // Hits the workload itself explains: the shared prefix within the run, and for chat the
+        // template tokens around the user message (prompt tokens reported − tokens counted in
+        // the message), which may precede the salt.
+        let shared = match (suite.workload.kind, suite.workload.shared_prefix_tokens) {
+            (WorkloadKind::SharedPrefix, Some(p)) => {
+                u64::from(p) * (requests.len().saturating_sub(1) as u64)
+            }
+            _ => 0,
+        };
+        let template: u64 = if suite.workload.api == Api::Chat {
+            requests
+                .iter()
+                .filter_map(|r| Some(r.prompt_tokens?.saturating_sub(r.input_tokens_counted?)))
+                .sum()
+        } else {
+            0
+        };
+        let hits_allowed = shared + template;
+        let mut kv = kv_capacity(after.as_ref().or(before.as_ref()), Some(boot));
+        kv.peak_usage = polls.peak_kv_usage;
+        kv.max_running = polls.max_running;
+        kv.max_waiting = polls.max_waiting;
+        kv.preemptions =
+            super::conditions::delta(before.as_ref(), after.as_ref(), "vllm:num_preemptions")
+                .map(|x| x.round() as u64);
+        let mut token_sources: Vec<TokenSource> =
+            requests.iter().filter_map(|r| r.token_source).collect();
+        token_sources.sort_by_key(|s| *s as u8);
+        token_sources.dedup();
+        let mut chunk_splits: Vec<_> = requests.iter().filter_map(|r| r.chunk_split).collect();
+        chunk_splits.sort_by_key(|s| *s as u8);
+        chunk_splits.dedup();
+        let conditions = Conditions {
+            engine: self.facts.name.clone(),
+            engine_version: self.facts.version.clone(),
+            model: self.facts.model.clone(),
+            workload: suite.workload.kind,
+            temperature: suite.sampling.temperature,
+            thinking: thinking_condition(
+                suite.workload.api,
+                if suite.workload.api == Api::Chat {
+                    suite.sampling.thinking
+                } else {
+                    None
+                },
+                &requests,
+                &texts,
+                judge_repetition,
+            ),
+            spec: spec_condition(before.as_ref(), after.as_ref(), &self.facts),
+            cache: cache_condition(
+                before.as_ref(),
+                after.as_ref(),
+                CacheExpectation {
+                    temperature: suite.load.cache,
+                    reset,
+                    hits_allowed,
+                },
+            ),
+            kv,
+            lengths: length_condition(
+                &requests,
+                suite.workload.output_tokens,
+                suite.output_fixed(),
+                suite
+                    .workload
+                    .input_tokens
+                    .filter(|_| suite.workload.kind != WorkloadKind::Prompts)
+                    .map(u64::from),
+            ),
+            token_sources,
+            chunk_splits,
+        };
+        let mut validity = assess(&requests, &conditions, &stop);
+        if !judge_repetition {
+            validity.notes.push(
+                "output text not judged for repetition or <think> tags: the model has synthetic (random) weights".into(),
+            );
+        }
+        let measured = Throughput::of(&requests, duration.as_secs_f64());
+        let (throughput, throughput_invalid) = if validity.valid {
+            (measured, None)
+        } else {
+            (None, measured)
+        };
+        Ok(RunResult {
+            label: point.label(),
+            load: point.clone(),
+            latency: LatencySummary::of(&requests),
+            lateness: Lateness::of(&requests, self.opts.lateness_tolerance.as_secs_f64()),
+            conditions,
+            validity,
+            throughput,
+            throughput_invalid,
+            stop,
+            warmup_requests: warm_n,
+            polls,
+            requests,
+        })
+    }
+}
+
+/// Run a whole session. `on_update` is called after each sweep point with the results so far
+/// (for incremental report writing). Ctrl-C (when enabled) or an engine failure ends the
+/// session early with what was measured kept.
+///
+/// # Errors
+/// The engine cannot be started or reached, or the workload cannot be prepared (bad lengths,
+/// tokenizer failure). Failures during runs are recorded in the results instead.
+pub async fn run_session(
+    opts: &E2eOptions,
+    stop: StopSignal,
+    on_update: &mut (dyn FnMut(&E2eResults) + Send),
+) -> anyhow::Result<E2eResults> {
+    opts.suite
+        .validate()
+        .map_err(|m| anyhow::anyhow!("suite '{}': {m}", opts.suite.name))?;
+    let mut results = E2eResults {
+        suite: Some(opts.suite.clone()),
+        engine: EngineSummary {
+            kind: opts.engine.kind().to_string(),
+            command: match &opts.engine {
+                EngineChoice::Builtin { args, .. } => {
+                    Some(format!("rigbench serve {}", args.join(" ")))
+                }
+                EngineChoice::Command { command, .. } => Some(command.clone()),
+                EngineChoice::Url { .. } => None,
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    if opts.handle_ctrl_c {
+        let s = stop.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\nrigbench e2e: Ctrl-C, stopping; what was measured is kept");
+                s.trigger(StopCause::Interrupted);
+            }
+        });
+    }
+    let extra_log = match &opts.engine_log {
+        Some(p) => Some(
+            std::fs::read(p)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .map_err(|e| {
+                    crate::RigError::file(p, format!("cannot read engine log (--engine-log): {e}"))
+                })?,
+        ),
+        None => None,
+    };
+    let mut engine = EngineHandle::start(&opts.engine, opts.startup_timeout, &stop).await?;
+    results.engine.url = Some(engine.url.clone());
+    let boot = boot_of(&engine, &extra_log);
+    let client = EngineClient::new(&engine.url)?;
+    let facts = engine_facts(&client, opts, &boot).await?;
+    let counter = if facts.tokenize {
+        TokenCounter::Engine {
+            client: client.clone(),
+            model: facts
+                .model
+                .as_ref()
+                .map(|m| m.value.clone())
+                .unwrap_or_default(),
+        }
+    } else if let Some(t) = &opts.tokenizer {
+        TokenCounter::local(t)?
+    } else {
+        results.notes.push(
+            "the engine has no POST /tokenize and no --tokenizer was given: prompt lengths are approximate".into(),
+        );
+        TokenCounter::None
+    };
+    results.engine.facts = facts.clone();
+    let session = Session {
+        opts,
+        client,
+        facts,
+        counter,
+        stop: stop.clone(),
+        exec_cfg: ExecConfig {
+            request_timeout: opts.request_timeout,
+            duration: opts.suite.load.duration_s.map(Duration::from_secs_f64),
+            connect_failure_limit: 3,
+        },
+    };
+    on_update(&results);
+    let points = sweep(&opts.suite);
+    for (i, point) in points.iter().enumerate() {
+        if let Some(cause) = stop.cause() {
+            for p in &points[i..] {
+                results
+                    .skipped
+                    .push(format!("{}: not run ({})", p.label(), cause_text(&cause)));
+            }
+            break;
+        }
+        let boot = boot_of(&engine, &extra_log);
+        match session.run_point(point, &boot).await {
+            Ok(r) => {
+                if opts.progress {
+                    eprintln!("{}", one_line(&r));
+                }
+                results.runs.push(r);
+            }
+            Err(e) => {
+                results.failure = Some(format!("{}: {e:#}", point.label()));
+                for p in &points[i + 1..] {
+                    results.skipped.push(format!(
+                        "{}: not run (the previous point failed)",
+                        p.label()
+                    ));
+                }
+                on_update(&results);
+                break;
+            }
+        }
+        on_update(&results);
+    }
+    match stop.cause() {
+        Some(StopCause::Interrupted) => results.interrupted = true,
+        Some(StopCause::EngineFailed(m)) => {
+            results.failure.get_or_insert(m);
+        }
+        None => {}
+    }
+    engine.stop().await;
+    results.engine.exit = engine.exit_status();
+    let boot = boot_of(&engine, &extra_log);
+    results.engine_log = Some(engine.log_text()).filter(|t| !t.trim().is_empty());
+    results.boot_log = (!boot.is_empty()).then_some(boot);
+    on_update(&results);
+    Ok(results)
+}
+
+/// The captured engine log plus `--engine-log`, parsed.
+fn boot_of(engine: &EngineHandle, extra: &Option<String>) -> BootLog {
+    let mut text = engine.log_text();
+    if let Some(x) = extra {
+        text.push('\n');
+        text.push_str(x);
+    }
+    BootLog::parse(&text)
+}
+
+fn cause_text(c: &StopCause) -> String {
+    match c {
+        StopCause::Interrupted => "interrupted".into(),
+        StopCause::EngineFailed(m) => format!("engine failed: {m}"),
+    }
+}
+
+fn one_line(r: &RunResult) -> String {
+    let verdict = if r.validity.valid {
+        "valid".to_string()
+    } else {
+        format!(
+            "INVALID: {}",
+            r.validity
+                .reasons
+                .iter()
+                .chain(r.validity.missing_conditions.iter().map(|m| m as &String))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    };
+    let ms = |p: &Option<super::metrics::Percentiles>| {
+        p.as_ref()
+            .map(|p| format!("{:.1} ms", p.p50 * 1e3))
+            .unwrap_or_else(|| "n/a".into())
+    };
+    match r.presented_throughput() {
+        Some(t) => format!(
+            "{:>14}: {:.1} output tok/s, {:.2} req/s, TTFT p50 {}, TPOT p50 {} ({verdict})",
+            r.label,
+            t.output_tok_per_s,
+            t.requests_per_s,
+            ms(&r.latency.ttft),
+            ms(&r.latency.tpot)
+        ),
+        None => format!("{:>14}: {verdict}", r.label),
+    }
+}
+
+/// Synchronous wrapper: builds its own tokio runtime and runs a session (Ctrl-C handled when
+/// `opts.handle_ctrl_c`).
+///
+/// # Errors
+/// As [`run_session`], or the runtime cannot be built.
+pub fn run_blocking(
+    opts: &E2eOptions,
+    on_update: &mut (dyn FnMut(&E2eResults) + Send),
+) -> anyhow::Result<E2eResults> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .worker_threads(2)
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(run_session(opts, StopSignal::new(), on_update))
+}

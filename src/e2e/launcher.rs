@@ -1,0 +1,464 @@
+//! Engine launcher: start the built-in server (`rigbench serve`) or any engine command, capture
+//! its log, wait for `GET /health`, watch it while it runs, and stop it afterwards (also on error
+//! and Ctrl-C: the handle kills the engine's whole process group when dropped).
+//!
+//! The built-in server is started as `<rigbench> serve --model M --host 127.0.0.1 --port 0 ...`;
+//! it prints `rigbench serve: listening on http://127.0.0.1:PORT` on stdout once bound.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::{oneshot, watch};
+
+use super::bootlog::BootLog;
+use super::client::EngineClient;
+use super::executor::{StopCause, StopSignal};
+
+/// Which engine to drive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EngineChoice {
+    /// `rigbench serve`, started by rigbench.
+    Builtin {
+        /// The rigbench binary (default: the running executable).
+        program: Option<PathBuf>,
+        /// Arguments after `serve` besides `--host`/`--port` (model, quantization, spec flags).
+        args: Vec<String>,
+    },
+    /// Any engine command, run through `sh -c`.
+    Command {
+        /// The command line.
+        command: String,
+        /// Where it will listen.
+        url: String,
+    },
+    /// An engine already running.
+    Url {
+        /// Its base URL.
+        url: String,
+    },
+}
+
+impl EngineChoice {
+    /// `builtin`, `command` or `url`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EngineChoice::Builtin { .. } => "builtin",
+            EngineChoice::Command { .. } => "command",
+            EngineChoice::Url { .. } => "url",
+        }
+    }
+}
+
+/// The first `HEAD` lines and the last `TAIL` lines of an engine's output.
+#[derive(Debug, Default)]
+pub struct LogBuffer {
+    head: Vec<String>,
+    tail: VecDeque<String>,
+    dropped: usize,
+}
+
+const HEAD: usize = 5000;
+const TAIL: usize = 5000;
+
+impl LogBuffer {
+    fn push(&mut self, line: String) {
+        if self.head.len() < HEAD {
+            self.head.push(line);
+            return;
+        }
+        if self.tail.len() == TAIL {
+            self.tail.pop_front();
+            self.dropped += 1;
+        }
+        self.tail.push_back(line);
+    }
+
+    /// The captured text (with a marker where lines were dropped).
+    pub fn text(&self) -> String {
+        let mut s = self.head.join("\n");
+        if self.dropped > 0 {
+            s.push_str(&format!(
+                "\n[rigbench: {} log lines not kept]",
+                self.dropped
+            ));
+        }
+        for l in &self.tail {
+            s.push('\n');
+            s.push_str(l);
+        }
+        s.push('\n');
+        s
+    }
+
+    /// The last `n` lines.
+    pub fn last_lines(&self, n: usize) -> Vec<String> {
+        let all: Vec<&String> = self.head.iter().chain(self.tail.iter()).collect();
+        all[all.len().saturating_sub(n)..]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+}
+
+/// A running (or reachable) engine.
+pub struct EngineHandle {
+    /// Base URL.
+    pub url: String,
+    /// What was started.
+    pub choice: EngineChoice,
+    log: Arc<Mutex<LogBuffer>>,
+    pid: Option<u32>,
+    kill_tx: Option<oneshot::Sender<()>>,
+    exit_rx: Option<watch::Receiver<Option<String>>>,
+}
+
+impl std::fmt::Debug for EngineHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineHandle")
+            .field("url", &self.url)
+            .field("pid", &self.pid)
+            .finish()
+    }
+}
+
+fn signal_group(pid: u32, sig: &str) {
+    // The engine leads its own process group (process_group(0)), so `kill -SIG -PID` reaches
+    // its workers too (vLLM spawns engine-core and worker processes).
+    let _ = std::process::Command::new("kill")
+        .args([sig, "--", &format!("-{pid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+impl EngineHandle {
+    /// The captured log so far (empty for `--url`).
+    pub fn log_text(&self) -> String {
+        self.log.lock().map(|l| l.text()).unwrap_or_default()
+    }
+
+    /// Parse the captured log so far.
+    pub fn boot_log(&self) -> BootLog {
+        BootLog::parse(&self.log_text())
+    }
+
+    /// The process id of the engine (leader of its process group), when rigbench started it.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// How the engine exited, if it has.
+    pub fn exit_status(&self) -> Option<String> {
+        self.exit_rx.as_ref().and_then(|r| r.borrow().clone())
+    }
+
+    /// Start (or reach) the engine and wait until `GET /health` answers. An unexpected exit
+    /// later triggers `stop` with [`StopCause::EngineFailed`].
+    ///
+    /// # Errors
+    /// The engine cannot be started, exits before it is healthy, or is not healthy within
+    /// `startup_timeout`; the message carries the tail of its log and any startup errors found
+    /// in it.
+    pub async fn start(
+        choice: &EngineChoice,
+        startup_timeout: Duration,
+        stop: &StopSignal,
+    ) -> anyhow::Result<Self> {
+        let log = Arc::new(Mutex::new(LogBuffer::default()));
+        let (mut cmd, url_known) = match choice {
+            EngineChoice::Url { url } => {
+                let client = EngineClient::new(url)?;
+                if !client.health(Duration::from_secs(10)).await {
+                    bail!(crate::RigError::flag(
+                        "--url",
+                        format!("no engine answers GET {}/health; start it first, or leave out --url to use the built-in engine", client.base())
+                    ));
+                }
+                return Ok(Self {
+                    url: client.base().to_string(),
+                    choice: choice.clone(),
+                    log,
+                    pid: None,
+                    kill_tx: None,
+                    exit_rx: None,
+                });
+            }
+            EngineChoice::Builtin { program, args } => {
+                let program = match program {
+                    Some(p) => p.clone(),
+                    None => std::env::current_exe()
+                        .context("cannot find the rigbench executable to start `rigbench serve`")?,
+                };
+                let mut c = tokio::process::Command::new(&program);
+                c.arg("serve")
+                    .args(["--host", "127.0.0.1", "--port", "0"])
+                    .args(args);
+                (c, None)
+            }
+            EngineChoice::Command { command, url } => {
+                let mut c = tokio::process::Command::new("sh");
+                c.arg("-c").arg(command);
+                (c, Some(url.clone()))
+            }
+        };
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        cmd.process_group(0);
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start the engine ({})", describe(choice)))?;
+        let pid = child.id();
+        let (url_tx, url_rx) = oneshot::channel::<String>();
+        let mut url_tx = Some(url_tx);
+        if let Some(out) = child.stdout.take() {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(out).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    if let Some(rest) = l.split("listening on ").nth(1) {
+                        if l.contains("rigbench serve") {
+                            if let Some(tx) = url_tx.take() {
+                                let _ = tx.send(rest.trim().to_string());
+                            }
+                        }
+                    }
+                    if let Ok(mut b) = log.lock() {
+                        b.push(l);
+                    }
+                }
+            });
+        }
+        if let Some(err) = child.stderr.take() {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(err).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    if let Ok(mut b) = log.lock() {
+                        b.push(l);
+                    }
+                }
+            });
+        }
+        // Watcher: owns the child; reports its exit; kills the group on request.
+        let (kill_tx, mut kill_rx) = oneshot::channel::<()>();
+        let (exit_tx, exit_rx) = watch::channel::<Option<String>>(None);
+        let stop_w = stop.clone();
+        let log_w = log.clone();
+        tokio::spawn(async move {
+            let expected;
+            let status = tokio::select! {
+                s = child.wait() => { expected = false; s }
+                _ = &mut kill_rx => {
+                    expected = true;
+                    if let Some(pid) = pid { signal_group(pid, "-TERM"); } else { let _ = child.start_kill(); }
+                    match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+                        Ok(s) => s,
+                        Err(_) => {
+                            if let Some(pid) = pid { signal_group(pid, "-KILL"); }
+                            let _ = child.start_kill();
+                            child.wait().await
+                        }
+                    }
+                }
+            };
+            let desc = match status {
+                Ok(s) => format!("exited with {s}"),
+                Err(e) => format!("could not be waited for: {e}"),
+            };
+            if !expected {
+                // Give the log readers a moment to drain the last lines.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let tail = log_w
+                    .lock()
+                    .map(|l| l.last_lines(3).join(" | "))
+                    .unwrap_or_default();
+                stop_w.trigger(StopCause::EngineFailed(format!(
+                    "the engine process {desc} (last log lines: {tail})"
+                )));
+            }
+            let _ = exit_tx.send(Some(desc));
+        });
+        let mut handle = Self {
+            url: url_known.clone().unwrap_or_default(),
+            choice: choice.clone(),
+            log,
+            pid,
+            kill_tx: Some(kill_tx),
+            exit_rx: Some(exit_rx),
+        };
+        let deadline = Instant::now() + startup_timeout;
+        if url_known.is_none() {
+            let mut exit = handle.exit_rx.clone().context("exit channel")?;
+            let url = tokio::select! {
+                u = tokio::time::timeout(startup_timeout, url_rx) => match u {
+                    Ok(Ok(u)) => u,
+                    Ok(Err(_)) => return Err(handle.startup_failure("closed its output before printing `listening on`").await),
+                    Err(_) => return Err(handle.startup_failure("printed no `listening on` line in time").await),
+                },
+                _ = exit.wait_for(|e| e.is_some()) => {
+                    return Err(handle.startup_failure("exited during startup").await);
+                }
+                _ = stop.stopped() => {
+                    return Err(handle.startup_failure("was stopped during startup (interrupted)").await);
+                }
+            };
+            handle.url = url;
+        }
+        let client = EngineClient::new(&handle.url)?;
+        handle.url = client.base().to_string();
+        loop {
+            if handle.exit_status().is_some() {
+                return Err(handle.startup_failure("exited during startup").await);
+            }
+            if client.health(Duration::from_secs(2)).await {
+                break;
+            }
+            if matches!(stop.cause(), Some(StopCause::Interrupted)) {
+                return Err(handle
+                    .startup_failure("was stopped during startup (interrupted)")
+                    .await);
+            }
+            if Instant::now() >= deadline {
+                return Err(handle
+                    .startup_failure(&format!(
+                        "did not answer GET {}/health within {:.0} s",
+                        handle.url,
+                        startup_timeout.as_secs_f64()
+                    ))
+                    .await);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(handle)
+    }
+
+    async fn startup_failure(&mut self, what: &str) -> anyhow::Error {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let log = self.boot_log();
+        let tail = self
+            .log
+            .lock()
+            .map(|l| l.last_lines(15).join("\n    "))
+            .unwrap_or_default();
+        self.stop().await;
+        let mut msg = format!("the engine ({}) {what}", describe(&self.choice));
+        if !log.errors.is_empty() {
+            msg.push_str("\n  startup errors found in its log:");
+            for e in &log.errors {
+                msg.push_str(&format!(
+                    "\n    {}",
+                    serde_json::to_string(e).unwrap_or_default()
+                ));
+            }
+        }
+        if !tail.is_empty() {
+            msg.push_str(&format!("\n  last log lines:\n    {tail}"));
+        }
+        anyhow::anyhow!(msg)
+    }
+
+    /// Stop the engine (SIGTERM to its process group, SIGKILL after 10 s) and wait for it.
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.kill_tx.take() {
+            let _ = tx.send(());
+            if let Some(mut rx) = self.exit_rx.clone() {
+                let _ = tokio::time::timeout(Duration::from_secs(15), rx.wait_for(|e| e.is_some()))
+                    .await;
+            }
+        }
+        // Let the log readers reach the end of the pipes.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    /// Kill the engine abruptly (SIGKILL to its process group), as a crash would.
+    pub fn kill(&self) {
+        if let Some(pid) = self.pid {
+            signal_group(pid, "-KILL");
+        }
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        if self.kill_tx.is_some() && self.exit_status().is_none() {
+            if let Some(pid) = self.pid {
+                signal_group(pid, "-KILL");
+            }
+        }
+    }
+}
+
+/// One line describing the engine (for messages).
+pub fn describe(choice: &EngineChoice) -> String {
+    match choice {
+        EngineChoice::Builtin { args, .. } => format!("rigbench serve {}", args.join(" ")),
+        EngineChoice::Command { command, .. } => command.clone(),
+        EngineChoice::Url { url } => url.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_buffer_keeps_head_and_tail() {
+        let mut b = LogBuffer::default();
+        for i in 0..(HEAD + TAIL + 10) {
+            b.push(format!("l{i}"));
+        }
+        let t = b.text();
+        assert!(t.starts_with("l0\n"));
+        assert!(t.contains("10 log lines not kept"));
+        assert!(t.trim_end().ends_with(&format!("l{}", HEAD + TAIL + 9)));
+        assert_eq!(
+            b.last_lines(2),
+            vec![
+                format!("l{}", HEAD + TAIL + 8),
+                format!("l{}", HEAD + TAIL + 9)
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn command_that_exits_reports_its_log() {
+        let stop = StopSignal::new();
+        let choice = EngineChoice::Command {
+            command: "echo 'ERROR 01-01 00:00:00 [x.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'; exit 3".into(),
+            url: "http://127.0.0.1:9".into(),
+        };
+        let e = EngineHandle::start(&choice, Duration::from_secs(20), &stop)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exited during startup"), "{e}");
+        assert!(e.contains("out_of_memory"), "{e}");
+        assert!(!stop.is_stopped() || matches!(stop.cause(), Some(StopCause::EngineFailed(_))));
+    }
+
+    #[tokio::test]
+    async fn url_without_engine_is_a_flag_error() {
+        let stop = StopSignal::new();
+        let e = EngineHandle::start(
+            &EngineChoice::Url {
+                url: "http://127.0.0.1:9".into(),
+            },
+            Duration::from_secs(5),
+            &stop,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--url"), "{e}");
+    }
+}

@@ -1,0 +1,1004 @@
+//! The e2e section of a report: Markdown (conditions first, then latency and throughput),
+//! CSV rows (one per run, one per request) and SVG plots (plotters' SVG backend: latency
+//! percentiles against concurrency or rate; acceptance by draft position).
+//!
+//! An invalid run's throughput is never shown as a figure: its cells say `invalid` and the
+//! reasons are listed.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use plotters::prelude::*;
+
+use super::bootlog::{BootLog, StartupError};
+use super::conditions::{Sourced, SpecState};
+use super::driver::RunResult;
+use super::executor::{ExecStop, LoadPoint};
+use super::metrics::Percentiles;
+use super::E2eResults;
+use crate::report::table::{human_bytes, markdown_table, thousands};
+use crate::report::write::atomic_write;
+
+fn src<T: std::fmt::Display>(s: &Option<Sourced<T>>) -> (String, String) {
+    match s {
+        Some(s) => (s.value.to_string(), s.source.clone()),
+        None => ("unknown".into(), "—".into()),
+    }
+}
+
+fn ms(x: f64) -> String {
+    if x < 10.0e-3 {
+        format!("{:.2}", x * 1e3)
+    } else {
+        format!("{:.1}", x * 1e3)
+    }
+}
+
+fn pct(x: Option<f64>) -> String {
+    match x {
+        Some(v) if v > 0.0 && v < 0.001 => format!("{:.4}%", v * 100.0),
+        Some(v) => format!("{:.1}%", v * 100.0),
+        None => "unknown".into(),
+    }
+}
+
+fn same<T: PartialEq + Clone>(runs: &[RunResult], f: impl Fn(&RunResult) -> T) -> Option<T> {
+    let first = f(runs.first()?);
+    runs.iter().all(|r| f(r) == first).then_some(first)
+}
+
+/// Render the e2e section.
+pub fn render_markdown(res: &E2eResults) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "## End to end\n");
+    let eng = &res.engine;
+    let _ = writeln!(
+        o,
+        "Engine: {} ({}){}.",
+        eng.command
+            .as_deref()
+            .unwrap_or("an engine already running"),
+        eng.kind,
+        eng.url
+            .as_deref()
+            .map(|u| format!(" at {u}"))
+            .unwrap_or_default()
+    );
+    if let Some(s) = &res.suite {
+        let _ = writeln!(o, "Suite: `{}` — {}.", s.name, s.description);
+    }
+    if res.interrupted {
+        let _ = writeln!(
+            o,
+            "\n**Interrupted (Ctrl-C): the runs below are what was measured before the stop.**"
+        );
+    }
+    if let Some(f) = &res.failure {
+        let _ = writeln!(o, "\n**Failure:** {f}");
+    }
+    for s in &res.skipped {
+        let _ = writeln!(o, "- skipped {s}");
+    }
+    for n in &res.notes {
+        let _ = writeln!(o, "- note: {n}");
+    }
+    o.push('\n');
+    if res.runs.is_empty() {
+        let _ = writeln!(o, "No run completed.\n");
+        render_bootlog(&mut o, res.boot_log.as_ref());
+        return o;
+    }
+    let runs = &res.runs;
+
+    // Conditions shared by every run.
+    let _ = writeln!(o, "### Conditions\n");
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let c0 = &runs[0].conditions;
+    let (v, s) = src(&c0.engine);
+    rows.push(vec!["engine".into(), v, s]);
+    let (v, s) = src(&c0.engine_version);
+    rows.push(vec!["engine version".into(), v, s]);
+    let (v, s) = src(&c0.model);
+    rows.push(vec!["model".into(), v, s]);
+    if let Some(s) = &res.suite {
+        rows.push(vec![
+            "workload".into(),
+            format!(
+                "{:?} ({}), {} API",
+                s.workload.kind,
+                s.workload.prompt_set.name(),
+                match s.workload.api {
+                    super::client::Api::Chat => "chat",
+                    super::client::Api::Completions => "completions",
+                }
+            )
+            .to_lowercase(),
+            "suite".into(),
+        ]);
+    }
+    let t = &c0.thinking;
+    rows.push(vec![
+        "thinking".into(),
+        match (t.api, t.sent) {
+            (super::client::Api::Completions, _) => "n/a (completions API)".into(),
+            (_, None) => "not sent (engine default)".into(),
+            (_, Some(b)) => format!("enable_thinking={b}"),
+        },
+        "request (chat_template_kwargs)".into(),
+    ]);
+    let reasoning: usize = runs
+        .iter()
+        .map(|r| r.conditions.thinking.requests_with_reasoning)
+        .sum();
+    let tags: usize = runs
+        .iter()
+        .map(|r| r.conditions.thinking.requests_with_think_tags)
+        .sum();
+    rows.push(vec![
+        "reasoning observed".into(),
+        format!("{reasoning} requests with reasoning text, {tags} with <think> tags in content"),
+        "responses".into(),
+    ]);
+    let spec_state = same(runs, |r| r.conditions.spec.state);
+    rows.push(vec![
+        "speculative decoding".into(),
+        match spec_state {
+            Some(SpecState::On) => "on".into(),
+            Some(SpecState::Off) => "off".into(),
+            Some(SpecState::Unknown) => "unknown".into(),
+            None => "varies by run".into(),
+        },
+        c0.spec.evidence.clone(),
+    ]);
+    if spec_state != Some(SpecState::Off) {
+        let (v, s) = src(&c0.spec.method);
+        rows.push(vec!["speculative method".into(), v, s]);
+        let (v, s) = src(&c0.spec.k);
+        rows.push(vec!["speculative k".into(), v, s]);
+    }
+    rows.push(vec![
+        "cache temperature".into(),
+        format!(
+            "{:?}; prompts salted per run; /reset_prefix_cache: {}",
+            c0.cache.temperature,
+            match c0.cache.reset {
+                Some(true) => "done",
+                Some(false) => "refused",
+                None => "not offered",
+            }
+        )
+        .to_lowercase(),
+        "verified per run below (hit counters)".into(),
+    ]);
+    let kv = &c0.kv;
+    rows.push(vec![
+        "KV capacity".into(),
+        match &kv.capacity_tokens {
+            Some(c) => format!(
+                "{} tokens{}",
+                thousands(c.value),
+                match (kv.num_blocks, kv.block_size) {
+                    (Some(n), Some(b)) => format!(" ({} blocks × {b})", thousands(n)),
+                    _ => String::new(),
+                }
+            ),
+            None => "unknown".into(),
+        },
+        kv.capacity_tokens
+            .as_ref()
+            .map(|c| c.source.clone())
+            .unwrap_or_else(|| "—".into()),
+    ]);
+    let l = &c0.lengths;
+    rows.push(vec![
+        "input length".into(),
+        match (l.input_requested, l.input_exact) {
+            (Some(n), Some(true)) => format!("{n} tokens, token-exact"),
+            (Some(n), Some(false)) => format!("{n} tokens requested, not all exact"),
+            (Some(n), None) => format!("~{n} tokens (no tokenizer: approximate)"),
+            (None, _) => "natural (prompt set)".into(),
+        },
+        "tokenizer at preparation".into(),
+    ]);
+    rows.push(vec![
+        "output length requested".into(),
+        if l.output_fixed {
+            format!(
+                "{} tokens, fixed (max_tokens + ignore_eos)",
+                l.output_requested
+            )
+        } else {
+            format!(
+                "up to {} tokens (max_tokens), natural end",
+                l.output_requested
+            )
+        },
+        "request".into(),
+    ]);
+    rows.push(vec![
+        "temperature".into(),
+        format!("{}", c0.temperature),
+        "request".into(),
+    ]);
+    let mut sources: Vec<String> = runs
+        .iter()
+        .flat_map(|r| {
+            r.conditions
+                .token_sources
+                .iter()
+                .map(|s| s.label().to_string())
+        })
+        .collect();
+    sources.sort();
+    sources.dedup();
+    rows.push(vec![
+        "token counts from".into(),
+        if sources.is_empty() {
+            "unknown".into()
+        } else {
+            sources.join(", ")
+        },
+        "per request".into(),
+    ]);
+    o.push_str(&markdown_table(&["condition", "value", "source"], &rows));
+    o.push('\n');
+
+    // Per-run conditions.
+    let mut rows = Vec::new();
+    for r in runs {
+        let c = &r.conditions;
+        let cache = format!(
+            "{}{}",
+            match c.cache.verified {
+                Some(true) => "verified: ",
+                Some(false) => "CONTRADICTED: ",
+                None => "unverified: ",
+            },
+            c.cache.note
+        );
+        let spec = match c.spec.state {
+            SpecState::On => format!(
+                "{} accepted, mean length {}",
+                pct(c.spec.acceptance_rate),
+                c.spec
+                    .mean_acceptance_length
+                    .map(|m| format!("{m:.2}"))
+                    .unwrap_or_else(|| "unknown".into())
+            ),
+            SpecState::Off => "off".into(),
+            SpecState::Unknown => "unknown".into(),
+        };
+        let out = match (
+            c.lengths.output_min,
+            c.lengths.output_mean,
+            c.lengths.output_max,
+        ) {
+            (Some(a), Some(m), Some(b)) => format!("{a} / {m:.1} / {b}"),
+            _ => "unknown".into(),
+        };
+        rows.push(vec![
+            r.label.clone(),
+            if r.validity.valid {
+                "yes".into()
+            } else {
+                "**no**".into()
+            },
+            cache,
+            pct(c.cache.hit_rate),
+            spec,
+            pct(c.kv.peak_usage),
+            c.kv.preemptions
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "unknown".into()),
+            out,
+            c.thinking.flag.clone().unwrap_or_else(|| "—".into()),
+        ]);
+    }
+    o.push_str(&markdown_table(
+        &[
+            "run",
+            "valid",
+            "cache temperature",
+            "prefix hit rate",
+            "speculative",
+            "peak KV usage",
+            "preemptions",
+            "output tokens min / mean / max",
+            "thinking check",
+        ],
+        &rows,
+    ));
+    o.push('\n');
+
+    // Validity.
+    let invalid: Vec<&RunResult> = runs.iter().filter(|r| !r.validity.valid).collect();
+    if !invalid.is_empty() || runs.iter().any(|r| !r.validity.notes.is_empty()) {
+        let _ = writeln!(o, "### Validity\n");
+        for r in runs {
+            for why in r.validity.reasons.iter() {
+                let _ = writeln!(o, "- {}: invalid: {why}", r.label);
+            }
+            for m in &r.validity.missing_conditions {
+                let _ = writeln!(o, "- {}: invalid: condition unknown: {m}", r.label);
+            }
+            for n in &r.validity.notes {
+                let _ = writeln!(o, "- {}: note: {n}", r.label);
+            }
+        }
+        o.push('\n');
+    }
+
+    // Latency.
+    let _ = writeln!(o, "### Latency (ms, completed requests)\n");
+    let mut rows = Vec::new();
+    for r in runs {
+        let l = &r.latency;
+        for (name, p) in [
+            ("TTFT", &l.ttft),
+            ("TTFC", &l.ttfc),
+            ("ITL", &l.itl),
+            ("TPOT", &l.tpot),
+            ("E2E", &l.e2e),
+        ] {
+            let mut row = vec![r.label.clone(), name.to_string()];
+            match p {
+                Some(p) => row.extend([
+                    p.n.to_string(),
+                    ms(p.p50),
+                    ms(p.p90),
+                    ms(p.p95),
+                    ms(p.p99),
+                    ms(p.mean),
+                ]),
+                None => row.extend(std::iter::repeat_n("n/a".to_string(), 6)),
+            }
+            if !r.validity.valid {
+                row[1] = format!("{name} (invalid run)");
+            }
+            rows.push(row);
+        }
+    }
+    o.push_str(&markdown_table(
+        &["run", "metric", "n", "p50", "p90", "p95", "p99", "mean"],
+        &rows,
+    ));
+    o.push('\n');
+
+    // Throughput.
+    let _ = writeln!(o, "### Throughput\n");
+    let mut rows = Vec::new();
+    for r in runs {
+        let measured = r.throughput.as_ref().or(r.throughput_invalid.as_ref());
+        let counts = measured
+            .map(|t| format!("{} / {} / {}", t.completed, t.failed, t.cancelled))
+            .unwrap_or_else(|| {
+                let ok = r.requests.iter().filter(|q| q.ok).count();
+                let c = r.requests.iter().filter(|q| q.cancelled).count();
+                format!("{ok} / {} / {c}", r.requests.len() - ok - c)
+            });
+        let late = r
+            .lateness
+            .as_ref()
+            .map(|l| format!("{} of {} (max {} ms)", l.late, l.arrivals, ms(l.max_s)))
+            .unwrap_or_else(|| "—".into());
+        match r.presented_throughput() {
+            Some(t) => rows.push(vec![
+                r.label.clone(),
+                counts,
+                format!("{:.2} s", t.duration_s),
+                format!("{:.1}", t.output_tok_per_s),
+                format!("{:.3}", t.requests_per_s),
+                t.input_tokens
+                    .map(thousands)
+                    .unwrap_or_else(|| "unknown".into()),
+                thousands(t.output_tokens),
+                late,
+                stop_text(&r.stop),
+            ]),
+            None => rows.push(vec![
+                r.label.clone(),
+                counts,
+                "—".into(),
+                "invalid".into(),
+                "invalid".into(),
+                "—".into(),
+                "—".into(),
+                late,
+                stop_text(&r.stop),
+            ]),
+        }
+    }
+    o.push_str(&markdown_table(
+        &[
+            "run",
+            "completed / failed / cancelled",
+            "duration",
+            "output tok/s",
+            "req/s",
+            "input tokens",
+            "output tokens",
+            "late arrivals",
+            "ended",
+        ],
+        &rows,
+    ));
+    o.push('\n');
+
+    // Acceptance by position.
+    let spec_runs: Vec<&RunResult> = runs
+        .iter()
+        .filter(|r| !r.conditions.spec.per_position.is_empty())
+        .collect();
+    if !spec_runs.is_empty() {
+        let k = spec_runs
+            .iter()
+            .map(|r| r.conditions.spec.per_position.len())
+            .max()
+            .unwrap_or(0);
+        let _ = writeln!(
+            o,
+            "### Speculative acceptance by draft position (/metrics deltas)\n"
+        );
+        let mut headers: Vec<String> = vec![
+            "run".into(),
+            "drafts".into(),
+            "acceptance".into(),
+            "mean length".into(),
+        ];
+        headers.extend((1..=k).map(|i| format!("pos {i}")));
+        let h: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let rows: Vec<Vec<String>> = spec_runs
+            .iter()
+            .map(|r| {
+                let s = &r.conditions.spec;
+                let mut row = vec![
+                    r.label.clone(),
+                    s.drafts.map(thousands).unwrap_or_else(|| "unknown".into()),
+                    pct(s.acceptance_rate),
+                    s.mean_acceptance_length
+                        .map(|m| format!("{m:.2}"))
+                        .unwrap_or_else(|| "unknown".into()),
+                ];
+                row.extend((0..k).map(|i| {
+                    s.per_position
+                        .get(i)
+                        .map(|v| format!("{:.3}", v))
+                        .unwrap_or_default()
+                }));
+                row
+            })
+            .collect();
+        o.push_str(&markdown_table(&h, &rows));
+        o.push('\n');
+    }
+
+    let plots = plot_names(res);
+    if !plots.is_empty() {
+        let _ = writeln!(o, "### Plots\n");
+        for p in plots {
+            let _ = writeln!(o, "![{p}]({p})");
+        }
+        o.push('\n');
+    }
+    render_bootlog(&mut o, res.boot_log.as_ref());
+    o
+}
+
+fn stop_text(s: &ExecStop) -> String {
+    match s {
+        ExecStop::Completed => "all sent".into(),
+        ExecStop::DurationLimit => "duration limit".into(),
+        ExecStop::Interrupted => "interrupted".into(),
+        ExecStop::EngineFailed(_) => "engine failed".into(),
+    }
+}
+
+fn render_bootlog(o: &mut String, b: Option<&BootLog>) {
+    let Some(b) = b else { return };
+    let _ = writeln!(o, "### Engine log findings\n");
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    if let Some(v) = &b.engine_version {
+        rows.push(vec!["engine version".into(), v.clone()]);
+    }
+    for k in &b.kv {
+        let mut parts = Vec::new();
+        if let Some(t) = k.kv_cache_tokens {
+            parts.push(format!("{} tokens", thousands(t)));
+        }
+        if let Some(g) = k.gpu_blocks {
+            parts.push(format!("{} GPU blocks", thousands(g)));
+        }
+        if let Some(bs) = k.block_size {
+            parts.push(format!("block size {bs}"));
+        }
+        if let Some((l, x)) = k.max_concurrency {
+            parts.push(format!("max concurrency {x}x at {} tokens", thousands(l)));
+        }
+        if let Some(m) = k.available_kv_memory_bytes {
+            parts.push(format!("{} available for KV", human_bytes(m)));
+        }
+        rows.push(vec![
+            format!("KV cache (line {})", k.line),
+            parts.join(", "),
+        ]);
+    }
+    if let Some(q) = &b.quantization {
+        rows.push(vec!["quantization".into(), q.clone()]);
+    }
+    if let Some(q) = &b.kv_cache_dtype {
+        rows.push(vec!["KV cache dtype".into(), q.clone()]);
+    }
+    if let Some(m) = &b.marlin_fp4_fallback {
+        rows.push(vec![
+            "Marlin FP4 fallback (W4A16: no native FP4)".into(),
+            format!(
+                "ranks {:?}, {} lines from {}",
+                m.ranks,
+                m.occurrences,
+                m.call_sites.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ]);
+    }
+    if let (Some(m), k) = (&b.spec_method, b.spec_k) {
+        rows.push(vec![
+            "speculative config".into(),
+            format!("{m}{}", k.map(|k| format!(", k = {k}")).unwrap_or_default()),
+        ]);
+    }
+    if let Some(p) = b.spec_pooled() {
+        rows.push(vec![
+            format!(
+                "speculative metrics ({} log lines, pooled)",
+                b.spec_lines.len()
+            ),
+            format!(
+                "acceptance {} ({} of {} drafted), mean length {}",
+                pct(p.acceptance_rate),
+                p.accepted,
+                p.drafted,
+                p.mean_acceptance_length
+                    .map(|m| format!("{m:.2}"))
+                    .unwrap_or_else(|| "unknown".into())
+            ),
+        ]);
+    }
+    for w in &b.kv_scale_warnings {
+        rows.push(vec!["KV-scale warning".into(), w.clone()]);
+    }
+    if let Some(a) = &b.non_default_args {
+        rows.push(vec!["non-default args".into(), a.clone()]);
+    }
+    for e in &b.errors {
+        rows.push(vec!["error".into(), startup_error_text(e)]);
+    }
+    if rows.is_empty() {
+        let _ = writeln!(o, "Nothing recognized in the engine log.\n");
+    } else {
+        o.push_str(&markdown_table(&["finding", "value"], &rows));
+        o.push('\n');
+    }
+}
+
+/// One line per startup error.
+pub fn startup_error_text(e: &StartupError) -> String {
+    match e {
+        StartupError::KvTooSmallForMaxLen {
+            max_model_len,
+            kv_cache_tokens,
+            needed_gib,
+            available_gib,
+            estimated_max_model_len,
+            line,
+        } => {
+            let mut s = format!("line {line}: KV cache too small for max_model_len {}", thousands(*max_model_len));
+            if let Some(t) = kv_cache_tokens {
+                s.push_str(&format!(" (KV holds {} tokens)", thousands(*t)));
+            }
+            if let (Some(n), Some(a)) = (needed_gib, available_gib) {
+                s.push_str(&format!(" ({n} GiB needed, {a} GiB available)"));
+            }
+            if let Some(m) = estimated_max_model_len {
+                s.push_str(&format!("; the engine estimates max length {}", thousands(*m)));
+            }
+            s
+        }
+        StartupError::OutOfMemory { tried_to_allocate, line } => format!(
+            "line {line}: CUDA out of memory{}",
+            tried_to_allocate.as_ref().map(|t| format!(" (tried to allocate {t})")).unwrap_or_default()
+        ),
+        StartupError::QuantizationUnsupported {
+            method,
+            min_capability,
+            current_capability,
+            line,
+        } => format!(
+            "line {line}: quantization {} unsupported on this card (needs capability {}, card has {})",
+            method.as_deref().unwrap_or("scheme"),
+            min_capability.map(|c| c.to_string()).unwrap_or_else(|| "?".into()),
+            current_capability.map(|c| c.to_string()).unwrap_or_else(|| "?".into())
+        ),
+        StartupError::Other { message, line } => format!("line {line}: {message}"),
+    }
+}
+
+const LATENCY_PLOT: &str = "e2e_latency.svg";
+const ACCEPTANCE_PLOT: &str = "e2e_acceptance_by_position.svg";
+
+/// `(x, run)` pairs of valid runs for the latency plot, and the x-axis name.
+fn latency_points(res: &E2eResults) -> (Vec<(f64, &RunResult)>, &'static str) {
+    let mut closed: Vec<(f64, &RunResult)> = Vec::new();
+    let mut open: Vec<(f64, &RunResult)> = Vec::new();
+    for r in res.runs.iter().filter(|r| r.validity.valid) {
+        match &r.load {
+            LoadPoint::Closed { concurrency } => closed.push((f64::from(*concurrency), r)),
+            LoadPoint::Open { rate, .. } => open.push((*rate, r)),
+        }
+    }
+    let (mut v, name) = if closed.len() >= open.len() {
+        (closed, "concurrency (requests in flight)")
+    } else {
+        (open, "arrival rate (requests/s)")
+    };
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (v, name)
+}
+
+fn plot_names(res: &E2eResults) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if !latency_points(res).0.is_empty() {
+        v.push(LATENCY_PLOT);
+    }
+    if res
+        .runs
+        .iter()
+        .any(|r| r.validity.valid && !r.conditions.spec.per_position.is_empty())
+    {
+        v.push(ACCEPTANCE_PLOT);
+    }
+    v
+}
+
+fn perr<E: std::fmt::Display>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("plot drawing failed: {e}")
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// Write the plots into `dir`; returns the file names written. Only valid runs are plotted.
+///
+/// # Errors
+/// Drawing or writing failed (the error names the file).
+pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut written = Vec::new();
+    let (pts, xname) = latency_points(res);
+    if !pts.is_empty() {
+        type Getter = fn(&RunResult) -> Option<&Percentiles>;
+        type Pick = fn(&Percentiles) -> f64;
+        let series: [(&str, Getter, Pick); 6] = [
+            ("TTFT p50", |r| r.latency.ttft.as_ref(), |p| p.p50),
+            ("TTFT p99", |r| r.latency.ttft.as_ref(), |p| p.p99),
+            ("TPOT p50", |r| r.latency.tpot.as_ref(), |p| p.p50),
+            ("TPOT p99", |r| r.latency.tpot.as_ref(), |p| p.p99),
+            ("ITL p50", |r| r.latency.itl.as_ref(), |p| p.p50),
+            ("ITL p99", |r| r.latency.itl.as_ref(), |p| p.p99),
+        ];
+        let data: Vec<(&str, Vec<(f64, f64)>)> = series
+            .iter()
+            .map(|(name, get, pick)| {
+                (
+                    *name,
+                    pts.iter()
+                        .filter_map(|(x, r)| get(r).map(|p| (*x, pick(p) * 1e3)))
+                        .collect(),
+                )
+            })
+            .collect();
+        let xmax = pts.iter().map(|p| p.0).fold(0.0, f64::max) * 1.1 + 0.1;
+        let ymax = data
+            .iter()
+            .flat_map(|(_, v)| v.iter().map(|p| p.1))
+            .fold(0.0, f64::max)
+            * 1.15
+            + 1e-3;
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, (860, 500)).into_drawing_area();
+            root.fill(&WHITE).map_err(perr)?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption("Latency percentiles (valid runs)", ("sans-serif", 20))
+                .margin(12)
+                .x_label_area_size(45)
+                .y_label_area_size(65)
+                .build_cartesian_2d(0.0..xmax, 0.0..ymax)
+                .map_err(perr)?;
+            chart
+                .configure_mesh()
+                .x_desc(xname)
+                .y_desc("milliseconds")
+                .draw()
+                .map_err(perr)?;
+            for (i, (name, v)) in data.iter().enumerate() {
+                if v.is_empty() {
+                    continue;
+                }
+                let color = COLORS[i % COLORS.len()];
+                chart
+                    .draw_series(LineSeries::new(v.iter().copied(), color.stroke_width(2)))
+                    .map_err(perr)?
+                    .label(*name)
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                    });
+                chart
+                    .draw_series(v.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                    .map_err(perr)?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(perr)?;
+            root.present().map_err(perr)?;
+        }
+        let p = dir.join(LATENCY_PLOT);
+        atomic_write(&p, svg.as_bytes())
+            .with_context(|| format!("cannot write {}", p.display()))?;
+        written.push(LATENCY_PLOT.to_string());
+    }
+    let spec: Vec<&RunResult> = res
+        .runs
+        .iter()
+        .filter(|r| r.validity.valid && !r.conditions.spec.per_position.is_empty())
+        .collect();
+    if !spec.is_empty() {
+        let k = spec
+            .iter()
+            .map(|r| r.conditions.spec.per_position.len())
+            .max()
+            .unwrap_or(1);
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, (860, 500)).into_drawing_area();
+            root.fill(&WHITE).map_err(perr)?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption(
+                    "Speculative acceptance by draft position",
+                    ("sans-serif", 20),
+                )
+                .margin(12)
+                .x_label_area_size(45)
+                .y_label_area_size(65)
+                .build_cartesian_2d(0.5..(k as f64 + 0.5), 0.0..1.05)
+                .map_err(perr)?;
+            chart
+                .configure_mesh()
+                .x_desc("draft position")
+                .y_desc("accepted / drafts")
+                .x_labels(k.min(16))
+                .draw()
+                .map_err(perr)?;
+            for (i, r) in spec.iter().enumerate() {
+                let color = COLORS[i % COLORS.len()];
+                let v: Vec<(f64, f64)> = r
+                    .conditions
+                    .spec
+                    .per_position
+                    .iter()
+                    .enumerate()
+                    .map(|(j, a)| ((j + 1) as f64, *a))
+                    .collect();
+                chart
+                    .draw_series(LineSeries::new(v.clone(), color.stroke_width(2)))
+                    .map_err(perr)?
+                    .label(r.label.clone())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                    });
+                chart
+                    .draw_series(v.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                    .map_err(perr)?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(perr)?;
+            root.present().map_err(perr)?;
+        }
+        let p = dir.join(ACCEPTANCE_PLOT);
+        atomic_write(&p, svg.as_bytes())
+            .with_context(|| format!("cannot write {}", p.display()))?;
+        written.push(ACCEPTANCE_PLOT.to_string());
+    }
+    Ok(written)
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_default()
+}
+
+/// Write `e2e_runs.csv` (one row per run) and `e2e_requests.csv` (one row per request) into
+/// `dir`; returns the names written. Throughput columns are empty for invalid runs.
+///
+/// # Errors
+/// Writing failed.
+pub fn write_csv(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "run",
+        "valid",
+        "mode",
+        "concurrency",
+        "rate",
+        "completed",
+        "failed",
+        "cancelled",
+        "duration_s",
+        "output_tok_per_s",
+        "requests_per_s",
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "ttfc_p50_s",
+        "itl_p50_s",
+        "itl_p99_s",
+        "tpot_p50_s",
+        "tpot_p99_s",
+        "e2e_p50_s",
+        "e2e_p99_s",
+        "cache",
+        "cache_verified",
+        "prefix_hit_rate",
+        "spec_state",
+        "spec_method",
+        "spec_k",
+        "acceptance_rate",
+        "mean_acceptance_length",
+        "kv_capacity_tokens",
+        "peak_kv_usage",
+        "preemptions",
+        "output_requested",
+        "output_mean",
+        "thinking_sent",
+        "reasoning_requests",
+        "engine",
+        "engine_version",
+        "model",
+        "invalid_reasons",
+    ])?;
+    for r in &res.runs {
+        let c = &r.conditions;
+        let t = r.presented_throughput();
+        let (mode, conc, rate) = match &r.load {
+            LoadPoint::Closed { concurrency } => ("closed", concurrency.to_string(), String::new()),
+            LoadPoint::Open {
+                rate,
+                max_concurrency,
+                ..
+            } => ("open", opt(*max_concurrency), rate.to_string()),
+        };
+        let p = |x: &Option<Percentiles>, f: fn(&Percentiles) -> f64| opt(x.as_ref().map(f));
+        let ok = r.requests.iter().filter(|q| q.ok).count();
+        let cancelled = r.requests.iter().filter(|q| q.cancelled).count();
+        w.write_record([
+            r.label.clone(),
+            r.validity.valid.to_string(),
+            mode.into(),
+            conc,
+            rate,
+            ok.to_string(),
+            (r.requests.len() - ok - cancelled).to_string(),
+            cancelled.to_string(),
+            opt(t.map(|t| t.duration_s)),
+            opt(t.map(|t| t.output_tok_per_s)),
+            opt(t.map(|t| t.requests_per_s)),
+            p(&r.latency.ttft, |p| p.p50),
+            p(&r.latency.ttft, |p| p.p99),
+            p(&r.latency.ttfc, |p| p.p50),
+            p(&r.latency.itl, |p| p.p50),
+            p(&r.latency.itl, |p| p.p99),
+            p(&r.latency.tpot, |p| p.p50),
+            p(&r.latency.tpot, |p| p.p99),
+            p(&r.latency.e2e, |p| p.p50),
+            p(&r.latency.e2e, |p| p.p99),
+            format!("{:?}", c.cache.temperature).to_lowercase(),
+            opt(c.cache.verified),
+            opt(c.cache.hit_rate),
+            format!("{:?}", c.spec.state).to_lowercase(),
+            opt(c.spec.method.as_ref().map(|m| m.value.clone())),
+            opt(c.spec.k.as_ref().map(|k| k.value)),
+            opt(c.spec.acceptance_rate),
+            opt(c.spec.mean_acceptance_length),
+            opt(c.kv.capacity_tokens.as_ref().map(|k| k.value)),
+            opt(c.kv.peak_usage),
+            opt(c.kv.preemptions),
+            c.lengths.output_requested.to_string(),
+            opt(c.lengths.output_mean),
+            opt(c.thinking.sent),
+            c.thinking.requests_with_reasoning.to_string(),
+            opt(c.engine.as_ref().map(|e| e.value.clone())),
+            opt(c.engine_version.as_ref().map(|e| e.value.clone())),
+            opt(c.model.as_ref().map(|e| e.value.clone())),
+            r.validity
+                .reasons
+                .iter()
+                .chain(r.validity.missing_conditions.iter())
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; "),
+        ])?;
+    }
+    let runs_csv = w.into_inner().context("csv buffer")?;
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "run",
+        "index",
+        "ok",
+        "cancelled",
+        "error",
+        "scheduled_s",
+        "sent_s",
+        "lateness_s",
+        "ttft_s",
+        "ttfc_s",
+        "e2e_s",
+        "tpot_s",
+        "itl_mean_s",
+        "itl_max_s",
+        "input_tokens_requested",
+        "input_tokens_counted",
+        "prompt_tokens",
+        "output_tokens_requested",
+        "output_tokens",
+        "token_source",
+        "reasoning_tokens",
+        "chunks",
+        "finish_reason",
+        "flags",
+    ])?;
+    for r in &res.runs {
+        for q in &r.requests {
+            w.write_record([
+                r.label.clone(),
+                q.index.to_string(),
+                q.ok.to_string(),
+                q.cancelled.to_string(),
+                q.error.clone().unwrap_or_default(),
+                opt(q.scheduled_s),
+                q.sent_s.to_string(),
+                opt(q.lateness_s),
+                opt(q.ttft_s),
+                opt(q.ttfc_s),
+                opt(q.e2e_s),
+                opt(q.tpot_s),
+                opt(q.itl_mean_s),
+                opt(q.itl_max_s),
+                opt(q.input_tokens_requested),
+                opt(q.input_tokens_counted),
+                opt(q.prompt_tokens),
+                q.output_tokens_requested.to_string(),
+                opt(q.output_tokens),
+                opt(q.token_source.map(|s| s.label())),
+                opt(q.reasoning_tokens),
+                q.chunks.to_string(),
+                q.finish_reason.clone().unwrap_or_default(),
+                q.flags.join("; "),
+            ])?;
+        }
+    }
+    let req_csv = w.into_inner().context("csv buffer")?;
+    atomic_write(&dir.join("e2e_runs.csv"), &runs_csv)?;
+    atomic_write(&dir.join("e2e_requests.csv"), &req_csv)?;
+    Ok(vec!["e2e_runs.csv".into(), "e2e_requests.csv".into()])
+}

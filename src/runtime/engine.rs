@@ -1,0 +1,1164 @@
+//! The engine: one thread that owns the backend and the scheduler and runs steps while there is
+//! work; requests arrive and are aborted through a channel, and each request's outputs (text
+//! deltas split into reasoning and content, token counts, finish reason) go back on its own
+//! channel. Detokenization, stop strings, EOS, `max_tokens` and metrics live here too.
+//!
+//! [`load`] builds everything from a [`ServeConfig`]: weights (synthesized or read), tokenizer,
+//! chat template, KV capacity; [`spawn`] starts the thread and returns an [`EngineHandle`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{mpsc as tmpsc, oneshot};
+
+use super::backend::cpu::CpuBackend;
+use super::backend::{Backend, KvCacheSpec};
+use super::config::{ModelConfig, ModelSource, ServeConfig, SpecConfig, WeightFormat};
+use super::kv_cache::{BlockPool, KvCapacity};
+use super::metrics::{CacheInfo, FinishedLabel, Metrics};
+use super::sampler::{Sampler, SamplingParams};
+use super::scheduler::{Scheduler, SchedulerConfig, Seq};
+use super::spec::{self, NgramDrafter, SpecStats};
+use super::template::ChatTemplate;
+use super::tokenizer::{IncrementalDecoder, Tokenizer};
+use crate::RigError;
+
+/// How generated text is split into reasoning and content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasoningMode {
+    /// Everything is content (completions; chat with thinking off).
+    Off,
+    /// The prompt left a `<think>` block open: text up to `</think>` is reasoning.
+    InThink,
+    /// Reasoning only if the output starts with `<think>` (templates that do not open it).
+    Detect,
+}
+
+/// A generation request for the engine.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    /// Prompt token ids (non-empty).
+    pub prompt: Vec<u32>,
+    /// Sampling settings.
+    pub params: SamplingParams,
+    /// Most tokens to generate (≥ 1).
+    pub max_tokens: usize,
+    /// Keep generating through EOS.
+    pub ignore_eos: bool,
+    /// Stop strings (matched in the generated text; excluded from the output).
+    pub stop: Vec<String>,
+    /// Reasoning split.
+    pub reasoning: ReasoningMode,
+    /// When the request arrived (TTFT and E2E are measured from here).
+    pub arrival: Instant,
+}
+
+/// Why a request finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// EOS or a stop string (OpenAI `"stop"`).
+    Stop,
+    /// `max_tokens` or the context length (OpenAI `"length"`).
+    Length,
+    /// Aborted by the server.
+    Abort,
+    /// The engine failed on this request.
+    Error(String),
+}
+
+impl FinishReason {
+    /// The OpenAI `finish_reason` string.
+    pub fn as_openai(&self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+            FinishReason::Error(_) => "error",
+        }
+    }
+}
+
+/// One step's output for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestOutput {
+    /// New content text.
+    pub content: String,
+    /// New reasoning text.
+    pub reasoning: String,
+    /// Tokens generated in this step.
+    pub new_tokens: usize,
+    /// Set on the last output.
+    pub finish: Option<FinishReason>,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: usize,
+    /// Tokens generated so far.
+    pub completion_tokens: usize,
+}
+
+/// Engine settings derived from a [`ServeConfig`].
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Scheduler limits.
+    pub scheduler: SchedulerConfig,
+    /// KV blocks and their layout.
+    pub kv: KvCacheSpec,
+    /// Longest prompt + output.
+    pub max_model_len: usize,
+    /// Prefix caching on.
+    pub enable_prefix_caching: bool,
+    /// Speculative decoding.
+    pub spec: Option<SpecConfig>,
+    /// Seed for requests without one.
+    pub seed: u64,
+}
+
+/// Facts about a loaded engine, for logs and endpoints.
+#[derive(Debug, Clone)]
+pub struct EngineInfo {
+    /// Name clients use.
+    pub served_model_name: String,
+    /// The `--model` value.
+    pub model: String,
+    /// Backend name.
+    pub backend: String,
+    /// Model shape.
+    pub model_config: ModelConfig,
+    /// Linear-layer weight format.
+    pub weight_format: WeightFormat,
+    /// Weight bytes as stored.
+    pub weight_bytes: u64,
+    /// KV capacity.
+    pub capacity: KvCapacity,
+    /// KV layout.
+    pub kv: KvCacheSpec,
+    /// Prefix caching on.
+    pub enable_prefix_caching: bool,
+    /// Speculative decoding.
+    pub spec: Option<SpecConfig>,
+    /// Tokenizer source.
+    pub tokenizer_source: String,
+    /// Chat template source.
+    pub template_source: String,
+}
+
+struct TextChannel {
+    dec: IncrementalDecoder,
+    pending: String,
+}
+
+impl TextChannel {
+    fn new() -> Self {
+        TextChannel {
+            dec: IncrementalDecoder::new(),
+            pending: String::new(),
+        }
+    }
+
+    /// Add decoded text; returns (text to emit, stop string matched).
+    fn push(&mut self, text: &str, stops: &[String], hold: usize, last: bool) -> (String, bool) {
+        self.pending.push_str(text);
+        let found = stops
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| self.pending.find(s.as_str()))
+            .min();
+        if let Some(i) = found {
+            let out = self.pending[..i].to_string();
+            self.pending.clear();
+            return (out, true);
+        }
+        let mut cut = if last {
+            self.pending.len()
+        } else {
+            self.pending.len().saturating_sub(hold)
+        };
+        while !self.pending.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let out: String = self.pending.drain(..cut).collect();
+        (out, false)
+    }
+}
+
+struct TextState {
+    mode_reasoning: bool,
+    detect: bool,
+    first: bool,
+    think_start: Option<u32>,
+    think_end: Option<u32>,
+    reasoning: TextChannel,
+    content: TextChannel,
+    stops: Vec<String>,
+    hold: usize,
+}
+
+#[derive(Default)]
+struct Delta {
+    reasoning: String,
+    content: String,
+    stopped: bool,
+}
+
+impl TextState {
+    fn new(mode: ReasoningMode, tok: &Tokenizer, stops: Vec<String>) -> Self {
+        let hold = stops
+            .iter()
+            .map(|s| s.len())
+            .max()
+            .unwrap_or(1)
+            .saturating_sub(1);
+        let usable = tok.think_end.is_some();
+        TextState {
+            mode_reasoning: usable && mode == ReasoningMode::InThink,
+            detect: usable && mode == ReasoningMode::Detect,
+            first: true,
+            think_start: tok.think_start,
+            think_end: tok.think_end,
+            reasoning: TextChannel::new(),
+            content: TextChannel::new(),
+            stops,
+            hold,
+        }
+    }
+
+    fn push(&mut self, tok: &Tokenizer, id: u32, d: &mut Delta) {
+        let first = std::mem::replace(&mut self.first, false);
+        if first && self.detect && Some(id) == self.think_start {
+            self.mode_reasoning = true;
+            return;
+        }
+        if self.mode_reasoning {
+            if Some(id) == self.think_end {
+                let tail = self.reasoning.dec.flush(tok);
+                let (out, stopped) = self.reasoning.push(&tail, &self.stops, self.hold, true);
+                d.reasoning.push_str(&out);
+                d.stopped |= stopped;
+                self.mode_reasoning = false;
+                return;
+            }
+            let t = self.reasoning.dec.step(tok, id);
+            let (out, stopped) = self.reasoning.push(&t, &self.stops, self.hold, false);
+            d.reasoning.push_str(&out);
+            d.stopped |= stopped;
+        } else {
+            let t = self.content.dec.step(tok, id);
+            let (out, stopped) = self.content.push(&t, &self.stops, self.hold, false);
+            d.content.push_str(&out);
+            d.stopped |= stopped;
+        }
+    }
+
+    fn finish(&mut self, tok: &Tokenizer, d: &mut Delta) {
+        for (ch, out) in [
+            (&mut self.reasoning, &mut d.reasoning),
+            (&mut self.content, &mut d.content),
+        ] {
+            let tail = ch.dec.flush(tok);
+            let (o, _) = ch.push(&tail, &self.stops, self.hold, true);
+            out.push_str(&o);
+        }
+    }
+}
+
+struct ReqState {
+    tx: tmpsc::UnboundedSender<RequestOutput>,
+    sampler: Sampler,
+    max_tokens: usize,
+    ignore_eos: bool,
+    text: TextState,
+    arrival: Instant,
+    last_token_at: Option<Instant>,
+    num_prompt: usize,
+    num_output: usize,
+    cached_tokens: usize,
+}
+
+/// Commands to the engine thread.
+enum Command {
+    Add(
+        u64,
+        Box<GenerateRequest>,
+        tmpsc::UnboundedSender<RequestOutput>,
+    ),
+    Abort(u64),
+    ResetPrefixCache(oneshot::Sender<()>),
+    Shutdown,
+}
+
+/// The engine (runs on its own thread after [`spawn`]; usable synchronously in tests).
+pub struct Engine {
+    backend: Box<dyn Backend>,
+    scheduler: Scheduler,
+    tokenizer: Arc<Tokenizer>,
+    eos: HashSet<u32>,
+    reqs: HashMap<u64, ReqState>,
+    drafter: Option<NgramDrafter>,
+    spec_stats: SpecStats,
+    metrics: Arc<Metrics>,
+    config: EngineConfig,
+}
+
+impl Engine {
+    /// An engine over a backend whose KV cache it initializes from `config.kv`.
+    ///
+    /// # Errors
+    /// When the backend cannot allocate the KV cache.
+    pub fn new(
+        mut backend: Box<dyn Backend>,
+        tokenizer: Arc<Tokenizer>,
+        config: EngineConfig,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        backend.init_kv_cache(config.kv)?;
+        let pool = BlockPool::new(
+            config.kv.num_blocks,
+            config.kv.block_size,
+            config.enable_prefix_caching,
+        );
+        let drafter = config.spec.as_ref().map(|s| NgramDrafter {
+            k: s.num_speculative_tokens,
+            min_n: s.prompt_lookup_min,
+            max_n: s.prompt_lookup_max,
+        });
+        Ok(Engine {
+            backend,
+            scheduler: Scheduler::new(config.scheduler, pool),
+            eos: tokenizer.eos_ids.iter().copied().collect(),
+            tokenizer,
+            reqs: HashMap::new(),
+            spec_stats: SpecStats::new(drafter.map_or(0, |d| d.k)),
+            drafter,
+            metrics,
+            config,
+        })
+    }
+
+    /// Queue a request under `id`; outputs go to `tx`.
+    pub fn add(
+        &mut self,
+        id: u64,
+        req: GenerateRequest,
+        tx: tmpsc::UnboundedSender<RequestOutput>,
+    ) {
+        let num_prompt = req.prompt.len();
+        let text = TextState::new(req.reasoning, &self.tokenizer, req.stop.clone());
+        let fallback = self.config.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.reqs.insert(
+            id,
+            ReqState {
+                tx,
+                sampler: Sampler::new(req.params, fallback),
+                max_tokens: req.max_tokens.max(1),
+                ignore_eos: req.ignore_eos,
+                text,
+                arrival: req.arrival,
+                last_token_at: None,
+                num_prompt,
+                num_output: 0,
+                cached_tokens: 0,
+            },
+        );
+        self.scheduler.add(Seq::new(id, req.prompt));
+        self.publish_gauges();
+    }
+
+    /// Abort a request and free its blocks (no output is sent).
+    pub fn abort(&mut self, id: u64) {
+        if self.scheduler.remove(id).is_some() {
+            self.metrics
+                .update(|m| m.finished[FinishedLabel::Abort as usize] += 1);
+        }
+        self.reqs.remove(&id);
+        self.publish_gauges();
+    }
+
+    /// Forget all cached prefixes.
+    pub fn reset_prefix_cache(&mut self) {
+        self.scheduler.reset_prefix_cache();
+    }
+
+    /// Whether requests are queued or running.
+    pub fn has_work(&self) -> bool {
+        self.scheduler.has_work()
+    }
+
+    /// The scheduler (for inspection in tests).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    fn publish_gauges(&self) {
+        let (running, waiting, usage) = (
+            self.scheduler.running().len(),
+            self.scheduler.num_waiting(),
+            self.scheduler.pool().usage(),
+        );
+        let (prefix, pre) = (self.scheduler.prefix_stats, self.scheduler.num_preemptions);
+        let spec = self.drafter.is_some().then(|| self.spec_stats.clone());
+        self.metrics.update(|m| {
+            m.running = running;
+            m.waiting = waiting;
+            m.kv_usage = usage;
+            m.prefix = prefix;
+            m.preemptions = pre;
+            if spec.is_some() {
+                m.spec = spec;
+            }
+        });
+    }
+
+    fn fail(&mut self, id: u64, msg: &str) {
+        self.scheduler.remove(id);
+        if let Some(r) = self.reqs.remove(&id) {
+            let _ = r.tx.send(RequestOutput {
+                content: String::new(),
+                reasoning: String::new(),
+                new_tokens: 0,
+                finish: Some(FinishReason::Error(msg.to_string())),
+                prompt_tokens: r.num_prompt,
+                cached_tokens: r.cached_tokens,
+                completion_tokens: r.num_output,
+            });
+            self.metrics
+                .update(|m| m.finished[FinishedLabel::Abort as usize] += 1);
+        }
+    }
+
+    /// Run one step. Returns whether anything was computed.
+    ///
+    /// # Errors
+    /// Never for request-level failures (those finish the request with an error); only for
+    /// a broken engine invariant.
+    pub fn step(&mut self) -> anyhow::Result<bool> {
+        let plan = self.scheduler.schedule();
+        if plan.is_empty() {
+            if self.scheduler.running().is_empty() && self.scheduler.num_waiting() > 0 {
+                // Cannot happen when one max_model_len request fits (checked at load); fail the
+                // head of the queue rather than spin.
+                let head = self.reqs.keys().copied().min();
+                if let Some(id) = head {
+                    self.fail(id, "the request does not fit in the KV cache");
+                }
+            }
+            self.publish_gauges();
+            return Ok(false);
+        }
+        let batch = self.scheduler.batch(&plan);
+        let logits = match self.backend.forward(&batch) {
+            Ok(l) => l,
+            Err(e) => {
+                let msg = format!("forward pass failed: {e:#}");
+                for p in &plan {
+                    self.fail(p.id, &msg);
+                }
+                self.publish_gauges();
+                return Ok(true);
+            }
+        };
+        let now = Instant::now();
+        let mut row = 0;
+        for p in &plan {
+            if !p.samples {
+                self.scheduler.commit(p.id, p.num_tokens, &[]);
+                continue;
+            }
+            let Some(r) = self.reqs.get_mut(&p.id) else {
+                row += 1 + p.drafts.len();
+                continue;
+            };
+            let v = spec::verify(&logits, row, &p.drafts, &mut r.sampler);
+            row += 1 + p.drafts.len();
+            if self.drafter.is_some() {
+                self.spec_stats.record(p.drafts.len(), v.accepted);
+            }
+            self.scheduler
+                .commit(p.id, p.num_tokens + v.accepted, &v.tokens);
+            let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
+            let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
+            self.process(p.id, &v.tokens, total_len, cached, now);
+        }
+        // Drafts for the next step.
+        if let Some(d) = self.drafter {
+            let max_len = self.config.max_model_len;
+            for s in self.scheduler.running_mut() {
+                if !s.is_decoding() {
+                    continue;
+                }
+                let Some(r) = self.reqs.get(&s.id) else {
+                    continue;
+                };
+                // Room for k drafts + the bonus token within max_tokens and max_model_len.
+                let left_out = r.max_tokens.saturating_sub(r.num_output);
+                let left_ctx = max_len.saturating_sub(s.tokens.len());
+                let limit = left_out.min(left_ctx).saturating_sub(1);
+                s.drafts = d.propose(&s.tokens, limit);
+            }
+        }
+        self.publish_gauges();
+        Ok(true)
+    }
+
+    /// Turn a sequence's new tokens into text and outputs; finish it when due.
+    fn process(&mut self, id: u64, tokens: &[u32], total_len: usize, cached: usize, now: Instant) {
+        let Some(r) = self.reqs.get_mut(&id) else {
+            return;
+        };
+        r.cached_tokens = cached;
+        let first = r.num_output == 0;
+        let mut d = Delta::default();
+        let mut finish = None;
+        let mut produced = 0;
+        // total_len counts all new tokens; find the length before them.
+        let base_len = total_len - tokens.len();
+        for (i, &t) in tokens.iter().enumerate() {
+            produced += 1;
+            r.num_output += 1;
+            if !r.ignore_eos && self.eos.contains(&t) {
+                finish = Some(FinishReason::Stop);
+                break;
+            }
+            r.text.push(&self.tokenizer, t, &mut d);
+            if d.stopped {
+                finish = Some(FinishReason::Stop);
+                break;
+            }
+            if r.num_output >= r.max_tokens || base_len + i + 1 >= self.config.max_model_len {
+                finish = Some(FinishReason::Length);
+                break;
+            }
+        }
+        if matches!(finish, Some(FinishReason::Length))
+            || (finish == Some(FinishReason::Stop) && !d.stopped)
+        {
+            r.text.finish(&self.tokenizer, &mut d);
+        }
+        let out = RequestOutput {
+            content: d.content,
+            reasoning: d.reasoning,
+            new_tokens: produced,
+            finish: finish.clone(),
+            prompt_tokens: r.num_prompt,
+            cached_tokens: cached,
+            completion_tokens: r.num_output,
+        };
+        let (arrival, last, num_prompt, num_output) =
+            (r.arrival, r.last_token_at, r.num_prompt, r.num_output);
+        r.last_token_at = Some(now);
+        let tx = r.tx.clone();
+        // Metrics and the block pool are updated before the client hears of the output, so a
+        // client that scrapes /metrics right after its response sees its request counted.
+        self.metrics.update(|m| {
+            m.generation_tokens += produced as u64;
+            if first {
+                m.prompt_tokens += num_prompt as u64;
+                m.ttft.observe(now.duration_since(arrival).as_secs_f64());
+            } else if let Some(l) = last {
+                m.itl.observe(now.duration_since(l).as_secs_f64());
+            }
+            if let Some(f) = &finish {
+                m.e2e.observe(now.duration_since(arrival).as_secs_f64());
+                m.prompt_len.observe(num_prompt as f64);
+                m.gen_len.observe(num_output as f64);
+                let label = match f {
+                    FinishReason::Stop => FinishedLabel::Stop,
+                    FinishReason::Length => FinishedLabel::Length,
+                    _ => FinishedLabel::Abort,
+                };
+                m.finished[label as usize] += 1;
+            }
+        });
+        if finish.is_some() {
+            self.scheduler.remove(id);
+            self.reqs.remove(&id);
+            self.publish_gauges();
+        }
+        let sent = tx.send(out).is_ok();
+        if finish.is_none() && !sent {
+            // The client is gone.
+            self.abort(id);
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) -> bool {
+        match cmd {
+            Command::Add(id, req, tx) => self.add(id, *req, tx),
+            Command::Abort(id) => self.abort(id),
+            Command::ResetPrefixCache(done) => {
+                self.reset_prefix_cache();
+                let _ = done.send(());
+            }
+            Command::Shutdown => return false,
+        }
+        true
+    }
+
+    fn run(mut self, rx: mpsc::Receiver<Command>) {
+        'outer: loop {
+            if !self.has_work() {
+                match rx.recv() {
+                    Ok(c) => {
+                        if !self.handle(c) {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(c) => {
+                        if !self.handle(c) {
+                            break 'outer;
+                        }
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => break 'outer,
+                }
+            }
+            if self.has_work() {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step()));
+                let failure = match r {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(e)) => Some(format!("{e:#}")),
+                    Err(p) => Some(
+                        p.downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "engine panic".into()),
+                    ),
+                };
+                if let Some(msg) = failure {
+                    eprintln!("rigbench serve: engine step failed: {msg}");
+                    let ids: Vec<u64> = self.reqs.keys().copied().collect();
+                    for id in ids {
+                        self.fail(id, &msg);
+                    }
+                    self.publish_gauges();
+                }
+            }
+        }
+    }
+}
+
+/// A handle to the engine thread (cheap to clone).
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::Sender<Command>,
+    next_id: Arc<AtomicU64>,
+    /// Metrics the engine updates.
+    pub metrics: Arc<Metrics>,
+    /// Facts about the engine.
+    pub info: Arc<EngineInfo>,
+    /// The tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+    /// The chat template.
+    pub template: Arc<ChatTemplate>,
+}
+
+impl std::fmt::Debug for EngineHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineHandle")
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+impl EngineHandle {
+    /// Submit a request; returns its id and the receiver of its outputs.
+    ///
+    /// # Errors
+    /// When the engine thread has stopped.
+    pub fn submit(
+        &self,
+        req: GenerateRequest,
+    ) -> anyhow::Result<(u64, tmpsc::UnboundedReceiver<RequestOutput>)> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tmpsc::unbounded_channel();
+        self.tx
+            .send(Command::Add(id, Box::new(req), tx))
+            .map_err(|_| anyhow::anyhow!("the engine has stopped"))?;
+        Ok((id, rx))
+    }
+
+    /// Abort a request (a no-op if it already finished).
+    pub fn abort(&self, id: u64) {
+        let _ = self.tx.send(Command::Abort(id));
+    }
+
+    /// Forget all cached prefixes; resolves once done.
+    ///
+    /// # Errors
+    /// When the engine thread has stopped.
+    pub async fn reset_prefix_cache(&self) -> anyhow::Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::ResetPrefixCache(tx))
+            .map_err(|_| anyhow::anyhow!("the engine has stopped"))?;
+        rx.await
+            .map_err(|_| anyhow::anyhow!("the engine has stopped"))
+    }
+
+    /// Ask the engine thread to stop.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Command::Shutdown);
+    }
+}
+
+/// Everything [`load`] builds.
+pub struct Loaded {
+    /// The engine, not yet running.
+    pub engine: Engine,
+    /// Facts.
+    pub info: EngineInfo,
+    /// Tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+    /// Chat template.
+    pub template: Arc<ChatTemplate>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+fn read_generation_eos(dir: &std::path::Path) -> anyhow::Result<Vec<u32>> {
+    let p = dir.join("generation_config.json");
+    if !p.is_file() {
+        return Ok(Vec::new());
+    }
+    let text =
+        std::fs::read_to_string(&p).map_err(|e| RigError::file(&p, format!("cannot read: {e}")))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| RigError::file(&p, format!("not valid JSON: {e}")))?;
+    Ok(match v.get("eos_token_id") {
+        Some(serde_json::Value::Number(n)) => {
+            n.as_u64().map(|x| vec![x as u32]).unwrap_or_default()
+        }
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_u64().map(|x| x as u32))
+            .collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// Load weights, tokenizer and template for `config`, size the KV cache and build the engine.
+///
+/// # Errors
+/// [`RigError::BadFlag`] / [`RigError::BadFile`] naming the flag or file at fault (unknown
+/// preset, missing checkpoint files, a KV budget too small for `max_model_len`, ...).
+pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
+    config.validate()?;
+    let source = config.source()?;
+    let (weights, tokenizer, template) = match &source {
+        ModelSource::Synthetic(name) => {
+            let mut mc = ModelConfig::preset(name)
+                .ok_or_else(|| RigError::flag("--model", format!("unknown preset {name}")))?;
+            if let Some(n) = config.num_layers {
+                mc.num_layers = mc.num_layers.min(n);
+            }
+            let w = super::weights::synthesize(&mc, config.seed);
+            let tok = Tokenizer::bytes(mc.vocab_size, &[])?;
+            (w, tok, ChatTemplate::builtin())
+        }
+        ModelSource::Dir(dir) => {
+            let mut mc = ModelConfig::from_hf_file(&dir.join("config.json"))?;
+            if let Some(n) = config.num_layers {
+                mc.num_layers = mc.num_layers.min(n);
+            }
+            let w = super::weights::load_dir(dir, &mc)?;
+            let mut eos = mc.eos_token_ids.clone();
+            eos.extend(read_generation_eos(dir)?);
+            let tok = if dir.join("tokenizer.json").is_file() {
+                Tokenizer::from_dir(dir, &eos)?
+            } else {
+                Tokenizer::bytes(mc.vocab_size, &eos).map_err(|e| {
+                    RigError::file(
+                        dir.join("config.json"),
+                        format!(
+                            "no tokenizer.json, and the byte-level fallback cannot be used: {e}"
+                        ),
+                    )
+                })?
+            };
+            let tmpl = ChatTemplate::from_dir(dir, tok.bos_token.clone(), tok.eos_token.clone())?
+                .unwrap_or_else(ChatTemplate::builtin);
+            (w, tok, tmpl)
+        }
+    };
+    let mut weights = weights;
+    if let Some(fmt) = config.quantize {
+        let stored = weights.linear_format();
+        if stored != WeightFormat::Bf16 && stored != fmt {
+            return Err(RigError::flag(
+                "--quantize",
+                format!(
+                    "the checkpoint is already {}; only BF16 weights can be quantized at load",
+                    stored.id()
+                ),
+            )
+            .into());
+        }
+        weights.quantize(fmt)?;
+    }
+    let mc = weights.config.clone();
+    let max_model_len = config.max_model_len.unwrap_or(mc.max_position_embeddings);
+    if max_model_len > mc.max_position_embeddings {
+        return Err(RigError::flag(
+            "--max-model-len",
+            format!(
+                "{max_model_len} exceeds the model's max_position_embeddings ({})",
+                mc.max_position_embeddings
+            ),
+        )
+        .into());
+    }
+    let capacity = KvCapacity::from_budget(
+        &mc,
+        config.block_size,
+        config.kv_cache_dtype,
+        config.kv_cache_memory,
+        max_model_len,
+    )
+    .map_err(|e| RigError::flag("--kv-cache-memory", e))?;
+    let threads = config
+        .num_threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let backend = CpuBackend::new(weights, threads);
+    let kv = KvCacheSpec {
+        num_blocks: capacity.num_blocks,
+        block_size: config.block_size,
+        dtype: config.kv_cache_dtype,
+    };
+    let info = EngineInfo {
+        served_model_name: config.served_name().to_string(),
+        model: config.model.clone(),
+        backend: backend.name().to_string(),
+        model_config: mc.clone(),
+        weight_format: backend.weight_format(),
+        weight_bytes: backend.weight_bytes(),
+        capacity,
+        kv,
+        enable_prefix_caching: config.enable_prefix_caching,
+        spec: config.speculative.clone(),
+        tokenizer_source: tokenizer.source.clone(),
+        template_source: template.source.clone(),
+    };
+    let metrics = Arc::new(Metrics::new(
+        config.served_name(),
+        CacheInfo {
+            block_size: config.block_size,
+            num_gpu_blocks: capacity.num_blocks,
+            cache_dtype: config.kv_cache_dtype.vllm_name().into(),
+            enable_prefix_caching: config.enable_prefix_caching,
+        },
+        max_model_len,
+        config
+            .speculative
+            .as_ref()
+            .map(|s| s.num_speculative_tokens),
+    ));
+    let tokenizer = Arc::new(tokenizer);
+    let engine = Engine::new(
+        Box::new(backend),
+        tokenizer.clone(),
+        EngineConfig {
+            scheduler: SchedulerConfig {
+                max_num_seqs: config.max_num_seqs,
+                max_num_batched_tokens: config.max_num_batched_tokens,
+            },
+            kv,
+            max_model_len,
+            enable_prefix_caching: config.enable_prefix_caching,
+            spec: config.speculative.clone(),
+            seed: config.seed,
+        },
+        metrics.clone(),
+    )?;
+    Ok(Loaded {
+        engine,
+        info,
+        tokenizer,
+        template: Arc::new(template),
+        metrics,
+    })
+}
+
+/// Start the engine thread.
+///
+/// # Errors
+/// When the thread cannot be spawned.
+pub fn spawn(loaded: Loaded) -> anyhow::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = mpsc::channel();
+    let Loaded {
+        engine,
+        info,
+        tokenizer,
+        template,
+        metrics,
+    } = loaded;
+    let join = std::thread::Builder::new()
+        .name("rigbench-engine".into())
+        .spawn(move || engine.run(rx))?;
+    Ok((
+        EngineHandle {
+            tx,
+            next_id: Arc::new(AtomicU64::new(1)),
+            metrics,
+            info: Arc::new(info),
+            tokenizer,
+            template,
+        },
+        join,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::config::ServeConfig;
+
+    fn engine(cfg: &ServeConfig) -> Loaded {
+        load(cfg).unwrap()
+    }
+
+    fn req(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
+        GenerateRequest {
+            prompt,
+            params: SamplingParams {
+                temperature: 0.0,
+                ..Default::default()
+            },
+            max_tokens,
+            ignore_eos: true,
+            stop: Vec::new(),
+            reasoning: ReasoningMode::Off,
+            arrival: Instant::now(),
+        }
+    }
+
+    /// Run requests to completion; returns each one's generated text and token count.
+    fn run(e: &mut Engine, reqs: Vec<GenerateRequest>) -> Vec<(String, usize, FinishReason)> {
+        let mut rxs = Vec::new();
+        for (i, r) in reqs.into_iter().enumerate() {
+            let (tx, rx) = tmpsc::unbounded_channel();
+            e.add(i as u64 + 1, r, tx);
+            rxs.push(rx);
+        }
+        let mut steps = 0;
+        while e.has_work() {
+            e.step().unwrap();
+            steps += 1;
+            assert!(steps < 100_000);
+        }
+        rxs.into_iter()
+            .map(|mut rx| {
+                let mut text = String::new();
+                let mut n = 0;
+                let mut fin = None;
+                while let Ok(o) = rx.try_recv() {
+                    text.push_str(&o.reasoning);
+                    text.push_str(&o.content);
+                    n = o.completion_tokens;
+                    if o.finish.is_some() {
+                        fin = o.finish;
+                    }
+                }
+                (text, n, fin.expect("finished"))
+            })
+            .collect()
+    }
+
+    fn prompt(l: &Loaded, text: &str) -> Vec<u32> {
+        l.tokenizer.encode(text, false).unwrap()
+    }
+
+    #[test]
+    fn speculative_greedy_equals_plain_greedy() {
+        let plain_cfg = ServeConfig::tiny();
+        let mut spec_cfg = ServeConfig::tiny();
+        spec_cfg.speculative = Some(SpecConfig {
+            num_speculative_tokens: 4,
+            prompt_lookup_min: 1,
+            prompt_lookup_max: 3,
+        });
+        let mut plain = engine(&plain_cfg);
+        let mut spec = engine(&spec_cfg);
+        let prompts = [
+            "the cat sat on the mat; the cat sat on the",
+            "abcabcabcabc",
+            "hi",
+        ];
+        let mk = |l: &Loaded| {
+            prompts
+                .iter()
+                .map(|p| req(prompt(l, p), 48))
+                .collect::<Vec<_>>()
+        };
+        let reqs = mk(&plain);
+        let a = run(&mut plain.engine, reqs);
+        let reqs = mk(&spec);
+        let b = run(&mut spec.engine, reqs);
+        assert_eq!(a, b);
+        let s = spec.metrics.snapshot().spec.unwrap();
+        assert!(s.num_drafts > 0 && s.num_draft_tokens >= s.num_drafts);
+        assert!(
+            s.num_accepted_tokens > 0,
+            "a repetitive greedy model accepts some drafts: {s:?}"
+        );
+        assert!(s.accepted_per_pos.iter().sum::<u64>() == s.num_accepted_tokens);
+        assert!(plain.metrics.snapshot().spec.is_none());
+        for (_, n, f) in &a {
+            assert_eq!((*n, f), (48, &FinishReason::Length));
+        }
+    }
+
+    #[test]
+    fn preemption_and_chunking_do_not_change_greedy_output() {
+        let base = ServeConfig::tiny();
+        let mut tight = ServeConfig::tiny();
+        // 12 blocks of 16 tokens for 4 requests of ~60 tokens each: preemption is certain.
+        tight.kv_cache_memory = 12
+            * crate::runtime::kv_cache::kv_bytes_per_block(
+                &ModelConfig::tiny(),
+                16,
+                tight.kv_cache_dtype,
+            );
+        tight.max_model_len = Some(128);
+        tight.max_num_batched_tokens = 7;
+        let mut a = engine(&base);
+        let mut b = engine(&tight);
+        let prompts = [
+            "one two three",
+            "four five six seven",
+            "eight",
+            "nine ten eleven twelve thirteen",
+        ];
+        let mk = |l: &Loaded| {
+            prompts
+                .iter()
+                .map(|p| req(prompt(l, p), 40))
+                .collect::<Vec<_>>()
+        };
+        let (qa, qb) = (mk(&a), mk(&b));
+        let ra = run(&mut a.engine, qa);
+        let rb = run(&mut b.engine, qb);
+        assert_eq!(ra, rb);
+        let m = b.metrics.snapshot();
+        assert!(m.preemptions > 0, "expected preemptions");
+        assert_eq!(m.kv_usage, 0.0);
+        assert_eq!(m.finished[FinishedLabel::Length as usize], 4);
+        assert_eq!(b.engine.scheduler().pool().num_free(), 12);
+    }
+
+    #[test]
+    fn prefix_cache_hits_give_identical_output() {
+        let mut l = engine(&ServeConfig::tiny());
+        let p = prompt(&l, &"a long shared system prompt. ".repeat(4));
+        let first = run(&mut l.engine, vec![req(p.clone(), 16)]);
+        let before = l.metrics.snapshot().prefix;
+        let second = run(&mut l.engine, vec![req(p.clone(), 16)]);
+        let after = l.metrics.snapshot().prefix;
+        assert_eq!(first, second);
+        assert_eq!(after.queries - before.queries, p.len() as u64);
+        let full_blocks = ((p.len() - 1) / 16 * 16) as u64;
+        assert_eq!(after.hits - before.hits, full_blocks);
+        assert!(full_blocks > 0);
+        l.engine.reset_prefix_cache();
+        run(&mut l.engine, vec![req(p, 16)]);
+        assert_eq!(
+            l.metrics.snapshot().prefix.hits,
+            after.hits,
+            "no hits after reset"
+        );
+    }
+
+    #[test]
+    fn eos_stop_strings_and_reasoning_split() {
+        let mut l = engine(&ServeConfig::tiny());
+        let p = prompt(
+            &l,
+            "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n<think>\n",
+        );
+        let plain = run(&mut l.engine, vec![req(p.clone(), 30)]);
+        let text = plain[0].0.clone();
+        assert!(!text.is_empty());
+        // A stop string taken from the middle of the greedy output cuts it there.
+        let chars: Vec<char> = text.chars().collect();
+        if chars.len() > 6 {
+            let stop: String = chars[3..5].iter().collect();
+            let mut r = req(p.clone(), 30);
+            r.stop = vec![stop.clone()];
+            let out = run(&mut l.engine, vec![r]);
+            assert_eq!(out[0].2, FinishReason::Stop);
+            let idx = text.find(&stop).unwrap();
+            assert_eq!(out[0].0, text[..idx]);
+        }
+        // With the think block open, everything before </think> is reasoning.
+        let (tx, mut rx) = tmpsc::unbounded_channel();
+        let mut r = req(p.clone(), 30);
+        r.reasoning = ReasoningMode::InThink;
+        l.engine.add(99, r, tx);
+        while l.engine.has_work() {
+            l.engine.step().unwrap();
+        }
+        let (mut reasoning, mut content) = (String::new(), String::new());
+        while let Ok(o) = rx.try_recv() {
+            reasoning.push_str(&o.reasoning);
+            content.push_str(&o.content);
+        }
+        assert_eq!(
+            format!("{reasoning}{content}"),
+            text.replacen("</think>", "", 1)
+        );
+        assert!(!reasoning.is_empty());
+        // EOS ends a request unless ignore_eos.
+        let mut r = req(p, 200);
+        r.ignore_eos = false;
+        let out = run(&mut l.engine, vec![r]);
+        assert!(matches!(
+            out[0].2,
+            FinishReason::Stop | FinishReason::Length
+        ));
+    }
+
+    #[test]
+    fn load_errors_name_flags_and_files() {
+        let mut c = ServeConfig::tiny();
+        c.kv_cache_memory = 1024;
+        let e = load(&c).err().unwrap().to_string();
+        assert!(e.contains("--kv-cache-memory"), "{e}");
+        let mut c = ServeConfig::tiny();
+        c.max_model_len = Some(1 << 20);
+        let e = load(&c).err().unwrap().to_string();
+        assert!(e.contains("--max-model-len"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = ServeConfig::tiny();
+        c.model = dir.path().display().to_string();
+        let e = load(&c).err().unwrap().to_string();
+        assert!(e.contains("config.json"), "{e}");
+    }
+
+    #[test]
+    fn loads_a_checkpoint_directory_and_quantizes() {
+        let w = crate::runtime::weights::synthesize(&ModelConfig::tiny(), 0);
+        let dir = tempfile::tempdir().unwrap();
+        crate::runtime::weights::tests::write_checkpoint(dir.path(), &w);
+        let mut c = ServeConfig::tiny();
+        c.model = dir.path().display().to_string();
+        c.max_model_len = Some(512);
+        let mut from_dir = engine(&c);
+        let mut synth = engine(&ServeConfig::tiny());
+        let p = prompt(&synth, "same weights, same output");
+        assert_eq!(
+            run(&mut from_dir.engine, vec![req(p.clone(), 12)]),
+            run(&mut synth.engine, vec![req(p.clone(), 12)])
+        );
+        c.quantize = Some(WeightFormat::Fp8);
+        let q = engine(&c);
+        assert_eq!(q.info.weight_format, WeightFormat::Fp8);
+        assert_eq!(q.tokenizer.source, "byte-level");
+    }
+}

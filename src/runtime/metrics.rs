@@ -1,0 +1,472 @@
+//! Prometheus metrics with vLLM V1's names, so that the e2e driver reads rigbench and vLLM the
+//! same way. Text exposition format 0.0.4, as Python's `prometheus_client` writes it: counters
+//! carry the `_total` suffix (also on their HELP/TYPE lines), histograms have cumulative
+//! `_bucket{le=...}` series with `+Inf`, then `_sum` and `_count`; every series carries
+//! `model_name`. Bucket bounds are vLLM's (`vllm/v1/metrics/loggers.py`).
+//!
+//! Speculative-decoding series exist only when speculation is on (as in vLLM), so a scrape tells
+//! "no data" from zero.
+
+use std::fmt::Write as _;
+use std::sync::Mutex;
+
+use super::prefix_cache::PrefixCacheStats;
+use super::spec::SpecStats;
+
+/// vLLM's `vllm:time_to_first_token_seconds` buckets.
+pub const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// vLLM's `vllm:inter_token_latency_seconds` buckets.
+pub const ITL_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+/// vLLM's request latency buckets (`vllm:e2e_request_latency_seconds`).
+pub const E2E_BUCKETS: &[f64] = &[
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// vLLM's `build_1_2_5_buckets(max)`: 1, 2, 5, 10, 20, 50, ... up to `max`.
+pub fn buckets_1_2_5(max: usize) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut exp = 1.0;
+    loop {
+        for m in [1.0, 2.0, 5.0] {
+            let v = m * exp;
+            if v > max as f64 {
+                return out;
+            }
+            out.push(v);
+        }
+        exp *= 10.0;
+    }
+}
+
+/// A cumulative histogram.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    bounds: Vec<f64>,
+    counts: Vec<u64>,
+    /// Sum of observations.
+    pub sum: f64,
+    /// Number of observations.
+    pub count: u64,
+}
+
+impl Histogram {
+    /// Empty, with upper bounds `bounds` (ascending; `+Inf` is implicit).
+    pub fn new(bounds: &[f64]) -> Self {
+        Histogram {
+            bounds: bounds.to_vec(),
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    /// Record one value.
+    pub fn observe(&mut self, v: f64) {
+        for (b, c) in self.bounds.iter().zip(self.counts.iter_mut()) {
+            if v <= *b {
+                *c += 1;
+            }
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+}
+
+/// Why a request finished (vLLM's `finished_reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishedLabel {
+    /// EOS or a stop string.
+    Stop,
+    /// `max_tokens` or the context length.
+    Length,
+    /// Aborted (client gone) or failed.
+    Abort,
+}
+
+/// The mutable state behind `/metrics`.
+#[derive(Debug, Clone)]
+pub struct MetricsState {
+    /// Prompt tokens of requests that produced a first token.
+    pub prompt_tokens: u64,
+    /// Generated tokens.
+    pub generation_tokens: u64,
+    /// Prefix-cache counters (tokens).
+    pub prefix: PrefixCacheStats,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Speculative decoding counters (None when off).
+    pub spec: Option<SpecStats>,
+    /// Running requests.
+    pub running: usize,
+    /// Waiting requests.
+    pub waiting: usize,
+    /// Fraction of KV blocks in use, 0..1.
+    pub kv_usage: f64,
+    /// Finished requests by reason (stop, length, abort).
+    pub finished: [u64; 3],
+    /// TTFT (s).
+    pub ttft: Histogram,
+    /// ITL (s).
+    pub itl: Histogram,
+    /// E2E latency (s).
+    pub e2e: Histogram,
+    /// Prompt length per request.
+    pub prompt_len: Histogram,
+    /// Generated length per request.
+    pub gen_len: Histogram,
+}
+
+/// Static facts shown in `vllm:cache_config_info`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheInfo {
+    /// Tokens per block.
+    pub block_size: usize,
+    /// Blocks.
+    pub num_gpu_blocks: usize,
+    /// `bfloat16` or `fp8_e4m3`.
+    pub cache_dtype: String,
+    /// Prefix caching on.
+    pub enable_prefix_caching: bool,
+}
+
+/// The metrics registry.
+#[derive(Debug)]
+pub struct Metrics {
+    model_name: String,
+    cache: CacheInfo,
+    state: Mutex<MetricsState>,
+}
+
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Float as Python's `repr` writes it in prometheus_client output (`12.0`, `0.25`).
+fn num(v: f64) -> String {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.1}")
+    } else {
+        format!("{v}")
+    }
+}
+
+impl Metrics {
+    /// A registry for `model_name`; `spec_k` is Some(k) when speculation is on.
+    pub fn new(
+        model_name: &str,
+        cache: CacheInfo,
+        max_model_len: usize,
+        spec_k: Option<usize>,
+    ) -> Self {
+        let lens = buckets_1_2_5(max_model_len);
+        Metrics {
+            model_name: model_name.to_string(),
+            cache,
+            state: Mutex::new(MetricsState {
+                prompt_tokens: 0,
+                generation_tokens: 0,
+                prefix: PrefixCacheStats::default(),
+                preemptions: 0,
+                spec: spec_k.map(SpecStats::new),
+                running: 0,
+                waiting: 0,
+                kv_usage: 0.0,
+                finished: [0; 3],
+                ttft: Histogram::new(TTFT_BUCKETS),
+                itl: Histogram::new(ITL_BUCKETS),
+                e2e: Histogram::new(E2E_BUCKETS),
+                prompt_len: Histogram::new(&lens),
+                gen_len: Histogram::new(&lens),
+            }),
+        }
+    }
+
+    /// Update the state under the lock.
+    pub fn update<R>(&self, f: impl FnOnce(&mut MetricsState) -> R) -> R {
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut g)
+    }
+
+    /// A copy of the state.
+    pub fn snapshot(&self) -> MetricsState {
+        self.update(|s| s.clone())
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let s = self.snapshot();
+        let m = format!("model_name=\"{}\"", esc(&self.model_name));
+        let mut o = String::new();
+        let mut head = |o: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(o, "# HELP {name} {help}");
+            let _ = writeln!(o, "# TYPE {name} {kind}");
+        };
+        let gauge = |o: &mut String,
+                     name: &str,
+                     help: &str,
+                     v: f64,
+                     head: &mut dyn FnMut(&mut String, &str, &str, &str)| {
+            head(o, name, "gauge", help);
+            let _ = writeln!(o, "{name}{{{m}}} {}", num(v));
+        };
+        gauge(
+            &mut o,
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            s.running as f64,
+            &mut head,
+        );
+        gauge(
+            &mut o,
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            s.waiting as f64,
+            &mut head,
+        );
+        gauge(
+            &mut o,
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            s.kv_usage,
+            &mut head,
+        );
+        head(
+            &mut o,
+            "vllm:cache_config_info",
+            "gauge",
+            "Information of the LLMEngine CacheConfig",
+        );
+        let _ = writeln!(
+            o,
+            "vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"{}\",enable_prefix_caching=\"{}\",{m},num_gpu_blocks=\"{}\"}} 1.0",
+            self.cache.block_size,
+            esc(&self.cache.cache_dtype),
+            if self.cache.enable_prefix_caching { "True" } else { "False" },
+            self.cache.num_gpu_blocks
+        );
+        let counter = |o: &mut String,
+                       name: &str,
+                       help: &str,
+                       v: u64,
+                       head: &mut dyn FnMut(&mut String, &str, &str, &str)| {
+            head(o, name, "counter", help);
+            let _ = writeln!(o, "{name}{{{m}}} {}", num(v as f64));
+        };
+        counter(
+            &mut o,
+            "vllm:num_preemptions_total",
+            "Cumulative number of preemption from the engine.",
+            s.preemptions,
+            &mut head,
+        );
+        counter(
+            &mut o,
+            "vllm:prompt_tokens_total",
+            "Number of prefill tokens processed.",
+            s.prompt_tokens,
+            &mut head,
+        );
+        counter(
+            &mut o,
+            "vllm:generation_tokens_total",
+            "Number of generation tokens processed.",
+            s.generation_tokens,
+            &mut head,
+        );
+        counter(
+            &mut o,
+            "vllm:prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            s.prefix.queries,
+            &mut head,
+        );
+        counter(
+            &mut o,
+            "vllm:prefix_cache_hits_total",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            s.prefix.hits,
+            &mut head,
+        );
+        head(
+            &mut o,
+            "vllm:request_success_total",
+            "counter",
+            "Count of successfully processed requests.",
+        );
+        for (i, label) in ["stop", "length", "abort"].iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "vllm:request_success_total{{finished_reason=\"{label}\",{m}}} {}",
+                num(s.finished[i] as f64)
+            );
+        }
+        if let Some(sp) = &s.spec {
+            counter(
+                &mut o,
+                "vllm:spec_decode_num_drafts_total",
+                "Number of spec decoding drafts.",
+                sp.num_drafts,
+                &mut head,
+            );
+            counter(
+                &mut o,
+                "vllm:spec_decode_num_draft_tokens_total",
+                "Number of draft tokens.",
+                sp.num_draft_tokens,
+                &mut head,
+            );
+            counter(
+                &mut o,
+                "vllm:spec_decode_num_accepted_tokens_total",
+                "Number of accepted tokens.",
+                sp.num_accepted_tokens,
+                &mut head,
+            );
+            head(
+                &mut o,
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                "counter",
+                "Accepted tokens per draft position.",
+            );
+            for (i, v) in sp.accepted_per_pos.iter().enumerate() {
+                let _ = writeln!(
+                    o,
+                    "vllm:spec_decode_num_accepted_tokens_per_pos_total{{{m},position=\"{i}\"}} {}",
+                    num(*v as f64)
+                );
+            }
+        }
+        let hist = |o: &mut String,
+                    name: &str,
+                    help: &str,
+                    h: &Histogram,
+                    head: &mut dyn FnMut(&mut String, &str, &str, &str)| {
+            head(o, name, "histogram", help);
+            for (b, c) in h.bounds.iter().zip(&h.counts) {
+                let _ = writeln!(
+                    o,
+                    "{name}_bucket{{le=\"{}\",{m}}} {}",
+                    num(*b),
+                    num(*c as f64)
+                );
+            }
+            let _ = writeln!(
+                o,
+                "{name}_bucket{{le=\"+Inf\",{m}}} {}",
+                num(h.count as f64)
+            );
+            let _ = writeln!(o, "{name}_count{{{m}}} {}", num(h.count as f64));
+            let _ = writeln!(o, "{name}_sum{{{m}}} {}", num(h.sum));
+        };
+        hist(
+            &mut o,
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            &s.ttft,
+            &mut head,
+        );
+        hist(
+            &mut o,
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            &s.itl,
+            &mut head,
+        );
+        hist(
+            &mut o,
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            &s.e2e,
+            &mut head,
+        );
+        hist(
+            &mut o,
+            "vllm:request_prompt_tokens",
+            "Number of prefill tokens processed.",
+            &s.prompt_len,
+            &mut head,
+        );
+        hist(
+            &mut o,
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            &s.gen_len,
+            &mut head,
+        );
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(spec: Option<usize>) -> Metrics {
+        Metrics::new(
+            "m\"x",
+            CacheInfo {
+                block_size: 16,
+                num_gpu_blocks: 100,
+                cache_dtype: "bfloat16".into(),
+                enable_prefix_caching: true,
+            },
+            100,
+            spec,
+        )
+    }
+
+    #[test]
+    fn buckets() {
+        assert_eq!(
+            buckets_1_2_5(100),
+            vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+        );
+        let mut h = Histogram::new(&[1.0, 2.0]);
+        h.observe(0.5);
+        h.observe(1.5);
+        h.observe(9.0);
+        assert_eq!(h.counts, vec![1, 2]);
+        assert_eq!(h.count, 3);
+    }
+
+    #[test]
+    fn exposition_names_labels_and_values() {
+        let m = metrics(None);
+        m.update(|s| {
+            s.prompt_tokens = 12;
+            s.kv_usage = 0.25;
+            s.ttft.observe(0.003);
+        });
+        let t = m.render();
+        assert!(t.contains("# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"m\\\"x\"} 12.0\n"), "{t}");
+        assert!(t.contains("vllm:kv_cache_usage_perc{model_name=\"m\\\"x\"} 0.25\n"));
+        assert!(t.contains("vllm:cache_config_info{block_size=\"16\",cache_dtype=\"bfloat16\",enable_prefix_caching=\"True\",model_name=\"m\\\"x\",num_gpu_blocks=\"100\"} 1.0"));
+        assert!(t.contains(
+            "vllm:time_to_first_token_seconds_bucket{le=\"0.001\",model_name=\"m\\\"x\"} 0.0\n"
+        ));
+        assert!(t.contains(
+            "vllm:time_to_first_token_seconds_bucket{le=\"0.005\",model_name=\"m\\\"x\"} 1.0\n"
+        ));
+        assert!(t.contains("vllm:time_to_first_token_seconds_count{model_name=\"m\\\"x\"} 1.0\n"));
+        assert!(
+            !t.contains("spec_decode"),
+            "no spec series when speculation is off"
+        );
+        // Every sample line carries model_name.
+        for line in t.lines().filter(|l| !l.starts_with('#')) {
+            assert!(line.contains("model_name="), "{line}");
+        }
+        let t = metrics(Some(3)).render();
+        assert!(t.contains("vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\\\"x\",position=\"2\"} 0.0"));
+        assert!(t.contains("# TYPE vllm:spec_decode_num_drafts_total counter"));
+    }
+}

@@ -1,0 +1,927 @@
+//! The OpenAI-compatible HTTP server (axum on tokio), shaped like vLLM's so that clients and the
+//! e2e driver treat rigbench and vLLM alike.
+//!
+//! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (SSE streaming or not,
+//! `usage`, `stream_options.include_usage`, `chat_template_kwargs`, reasoning split into
+//! `reasoning_content`), `GET /v1/models`, `GET /health`, `GET /version`, `GET /metrics`,
+//! `POST /reset_prefix_cache`, `POST /tokenize`, `POST /detokenize`.
+//!
+//! Bad requests get HTTP 400 with OpenAI's error body `{"error": {"message", "type", "param",
+//! "code"}}`. A client that disconnects aborts its request (its KV blocks are freed). Requests
+//! that do not fit are queued, never dropped.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc as tmpsc;
+
+pub use super::config::ServeConfig;
+use super::engine::{
+    self, EngineHandle, EngineInfo, FinishReason, GenerateRequest, ReasoningMode, RequestOutput,
+};
+use super::sampler::SamplingParams;
+use crate::RigError;
+
+/// A running server.
+#[derive(Debug)]
+pub struct ServerHandle {
+    addr: SocketAddr,
+    engine: EngineHandle,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    engine_thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// The bound address (the real port when started with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR` (no trailing slash).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The startup KV line (`KV cache: N tokens (B blocks × S); max concurrency at L tokens:
+    /// X.Yx`).
+    pub fn kv_line(&self) -> String {
+        self.engine.info.capacity.line()
+    }
+
+    /// Facts about the loaded engine.
+    pub fn info(&self) -> &EngineInfo {
+        &self.engine.info
+    }
+
+    /// Stop accepting connections, stop the engine (in-flight streams end), and wait for both
+    /// (at most 10 s for open connections).
+    pub async fn shutdown(mut self) {
+        self.stop().await;
+    }
+
+    /// Wait until the server stops (e.g. after [`Self::shutdown`] from elsewhere or a fatal
+    /// error).
+    pub async fn wait(&mut self) {
+        if let Some(t) = self.task.as_mut() {
+            let _ = t.await;
+            self.task = None;
+        }
+    }
+
+    async fn stop(&mut self) {
+        self.engine.shutdown();
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let abort = t.abort_handle();
+            if tokio::time::timeout(std::time::Duration::from_secs(10), t)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        if let Some(j) = self.engine_thread.take() {
+            let _ = tokio::task::spawn_blocking(move || j.join()).await;
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.engine.shutdown();
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Load the model, bind `host:port` and serve in the background.
+///
+/// # Errors
+/// Loading errors (naming the flag or file at fault) and bind errors naming `--host`/`--port`.
+pub async fn start(config: ServeConfig) -> anyhow::Result<ServerHandle> {
+    let cfg = config.clone();
+    let loaded = tokio::task::spawn_blocking(move || engine::load(&cfg))
+        .await
+        .map_err(|e| anyhow::anyhow!("model loading panicked: {e}"))??;
+    let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
+        .await
+        .map_err(|e| {
+            RigError::flag(
+                "--host/--port",
+                format!("cannot listen on {}:{}: {e}", config.host, config.port),
+            )
+        })?;
+    let addr = listener.local_addr()?;
+    let (engine, engine_thread) = engine::spawn(loaded)?;
+    let app = Arc::new(App {
+        engine: engine.clone(),
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    });
+    let router = router(app);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let r = axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await;
+        if let Err(e) = r {
+            eprintln!("rigbench serve: server error: {e}");
+        }
+    });
+    Ok(ServerHandle {
+        addr,
+        engine,
+        shutdown: Some(tx),
+        task: Some(task),
+        engine_thread: Some(engine_thread),
+    })
+}
+
+struct App {
+    engine: EngineHandle,
+    created: u64,
+}
+
+type AppState = Arc<App>;
+
+fn router(app: AppState) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/version", get(version))
+        .route("/metrics", get(metrics))
+        .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .fallback(not_found)
+        .with_state(app)
+}
+
+/// An OpenAI-style error response.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    message: String,
+    param: Option<&'static str>,
+}
+
+impl ApiError {
+    fn bad(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    fn param(mut self, p: &'static str) -> Self {
+        self.param = Some(p);
+        self
+    }
+
+    fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    fn body(&self) -> Value {
+        let kind = match self.status {
+            StatusCode::BAD_REQUEST => "BadRequestError",
+            StatusCode::NOT_FOUND => "NotFoundError",
+            _ => "InternalServerError",
+        };
+        json!({"error": {"message": self.message, "type": kind, "param": self.param, "code": self.status.as_u16()}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body())).into_response()
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: "no such endpoint".into(),
+        param: None,
+    }
+}
+
+fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad(format!("Invalid JSON body: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad("the request body must be a JSON object"));
+    }
+    serde_json::from_value(v).map_err(|e| ApiError::bad(format!("Invalid request: {e}")))
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+}
+
+/// Fields shared by chat and completions requests.
+#[derive(Debug, Deserialize, Default)]
+struct Common {
+    model: Option<String>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    max_tokens: Option<Value>,
+    max_completion_tokens: Option<Value>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    seed: Option<i64>,
+    ignore_eos: Option<bool>,
+    stop: Option<Value>,
+    n: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    #[serde(flatten)]
+    common: Common,
+    messages: Option<Value>,
+    chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    add_generation_prompt: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionRequest {
+    #[serde(flatten)]
+    common: Common,
+    prompt: Option<Value>,
+    echo: Option<bool>,
+}
+
+impl App {
+    fn check_model(&self, model: &Option<String>) -> Result<(), ApiError> {
+        match model {
+            None => Ok(()),
+            Some(m) if *m == self.engine.info.served_model_name || *m == self.engine.info.model => {
+                Ok(())
+            }
+            Some(m) => Err(ApiError::bad(format!(
+                "The model `{m}` does not exist; this server serves `{}`",
+                self.engine.info.served_model_name
+            ))
+            .param("model")),
+        }
+    }
+
+    fn max_model_len(&self) -> usize {
+        self.engine.info.capacity.max_model_len
+    }
+}
+
+/// Validated generation settings.
+struct Gen {
+    params: SamplingParams,
+    max_tokens: usize,
+    ignore_eos: bool,
+    stop: Vec<String>,
+    stream: bool,
+    include_usage: bool,
+}
+
+fn int_field(v: &Value, name: &'static str) -> Result<i64, ApiError> {
+    v.as_i64()
+        .or_else(|| v.as_u64().map(|_| i64::MAX))
+        .ok_or_else(|| ApiError::bad(format!("{name} must be an integer, got {v}")).param(name))
+}
+
+fn validate(
+    c: &Common,
+    prompt_len: usize,
+    max_model_len: usize,
+    default_max: Option<usize>,
+) -> Result<Gen, ApiError> {
+    if let Some(n) = c.n {
+        if n != 1 {
+            return Err(ApiError::bad(format!("n = {n} is not supported; only n = 1")).param("n"));
+        }
+    }
+    let temperature = c.temperature.unwrap_or(1.0);
+    if !(temperature.is_finite() && temperature >= 0.0) {
+        return Err(ApiError::bad(format!(
+            "temperature must be a number >= 0, got {temperature}"
+        ))
+        .param("temperature"));
+    }
+    let top_p = c.top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::bad(format!("top_p must be in (0, 1], got {top_p}")).param("top_p"));
+    }
+    let top_k = match c.top_k {
+        None | Some(-1) | Some(0) => 0,
+        Some(k) if k > 0 => k as usize,
+        Some(k) => {
+            return Err(
+                ApiError::bad(format!("top_k must be -1 (off) or at least 1, got {k}"))
+                    .param("top_k"),
+            )
+        }
+    };
+    let stop = match &c.stop {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| x.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                ApiError::bad("stop must be a string or a list of strings").param("stop")
+            })?,
+        Some(_) => {
+            return Err(ApiError::bad("stop must be a string or a list of strings").param("stop"))
+        }
+    };
+    if prompt_len >= max_model_len {
+        return Err(ApiError::bad(format!(
+            "This model's maximum context length is {max_model_len} tokens. However, your request has {prompt_len} input tokens. Please reduce the length of the input."
+        )));
+    }
+    let room = max_model_len - prompt_len;
+    let requested = match (&c.max_completion_tokens, &c.max_tokens) {
+        (Some(v), _) if !v.is_null() => Some((
+            int_field(v, "max_completion_tokens")?,
+            "max_completion_tokens",
+        )),
+        (_, Some(v)) if !v.is_null() => Some((int_field(v, "max_tokens")?, "max_tokens")),
+        _ => None,
+    };
+    let max_tokens = match requested {
+        Some((m, name)) => {
+            if m < 1 {
+                return Err(
+                    ApiError::bad(format!("{name} must be at least 1, got {m}")).param(
+                        if name == "max_tokens" {
+                            "max_tokens"
+                        } else {
+                            "max_completion_tokens"
+                        },
+                    ),
+                );
+            }
+            if m as u64 > room as u64 {
+                return Err(ApiError::bad(format!(
+                    "This model's maximum context length is {max_model_len} tokens. However, you requested {} tokens ({prompt_len} in the input, {m} in the completion). Please reduce the length of the input or the completion.",
+                    (prompt_len as u128) + (m as u128)
+                ))
+                .param(if name == "max_tokens" { "max_tokens" } else { "max_completion_tokens" }));
+            }
+            m as usize
+        }
+        None => default_max.unwrap_or(room).min(room),
+    };
+    Ok(Gen {
+        params: SamplingParams {
+            temperature: temperature as f32,
+            top_p: top_p as f32,
+            top_k,
+            seed: c.seed.map(|s| s as u64),
+        },
+        max_tokens,
+        ignore_eos: c.ignore_eos.unwrap_or(false),
+        stop,
+        stream: c.stream.unwrap_or(false),
+        include_usage: c
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
+    })
+}
+
+fn render_chat(
+    app: &App,
+    messages: &Option<Value>,
+    kwargs: &serde_json::Map<String, Value>,
+    add_generation_prompt: bool,
+) -> Result<(Vec<u32>, String), ApiError> {
+    let msgs = match messages {
+        None | Some(Value::Null) => {
+            return Err(ApiError::bad("'messages' is required").param("messages"))
+        }
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err(ApiError::bad("'messages' must not be empty").param("messages"))
+        }
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err(ApiError::bad("'messages' must be a list of messages").param("messages"))
+        }
+    };
+    for (i, m) in msgs.iter().enumerate() {
+        if !m.get("role").is_some_and(Value::is_string) {
+            return Err(
+                ApiError::bad(format!("messages[{i}] needs a string 'role'")).param("messages"),
+            );
+        }
+    }
+    let text = app
+        .engine
+        .template
+        .render(msgs, add_generation_prompt, kwargs)
+        .map_err(ApiError::bad)?;
+    let ids = app
+        .engine
+        .tokenizer
+        .encode(&text, false)
+        .map_err(|e| ApiError::bad(e.to_string()))?;
+    Ok((ids, text))
+}
+
+fn reasoning_mode(
+    app: &App,
+    kwargs: &serde_json::Map<String, Value>,
+    prompt: &[u32],
+) -> ReasoningMode {
+    if kwargs.get("enable_thinking").and_then(Value::as_bool) == Some(false) {
+        return ReasoningMode::Off;
+    }
+    let tok = &app.engine.tokenizer;
+    let (Some(start), Some(end)) = (tok.think_start, tok.think_end) else {
+        return ReasoningMode::Off;
+    };
+    let last_start = prompt.iter().rposition(|t| *t == start);
+    let last_end = prompt.iter().rposition(|t| *t == end);
+    match (last_start, last_end) {
+        (Some(_), None) => ReasoningMode::InThink,
+        (Some(s), Some(e)) if s > e => ReasoningMode::InThink,
+        _ => ReasoningMode::Detect,
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn new_id(prefix: &str) -> String {
+    format!(
+        "{prefix}-{:016x}{:08x}",
+        rand::random::<u64>(),
+        rand::random::<u32>()
+    )
+}
+
+/// Aborts the engine request when dropped before it finished (client gone).
+struct AbortGuard {
+    engine: EngineHandle,
+    id: u64,
+    done: bool,
+}
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.engine.abort(self.id);
+        }
+    }
+}
+
+fn usage_json(o: &RequestOutput) -> Value {
+    json!({
+        "prompt_tokens": o.prompt_tokens,
+        "completion_tokens": o.completion_tokens,
+        "total_tokens": o.prompt_tokens + o.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": o.cached_tokens},
+    })
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Chat,
+    Completion,
+}
+
+async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Response {
+    match chat_inner(app, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn chat_inner(app: AppState, body: Bytes) -> Result<Response, ApiError> {
+    let arrival = Instant::now();
+    let req: ChatRequest = parse_body(&body)?;
+    app.check_model(&req.common.model)?;
+    let kwargs = req.chat_template_kwargs.clone().unwrap_or_default();
+    let (prompt, _) = render_chat(
+        &app,
+        &req.messages,
+        &kwargs,
+        req.add_generation_prompt.unwrap_or(true),
+    )?;
+    let gen = validate(&req.common, prompt.len(), app.max_model_len(), None)?;
+    let mode = reasoning_mode(&app, &kwargs, &prompt);
+    run_generation(
+        app,
+        Kind::Chat,
+        prompt,
+        gen,
+        mode,
+        arrival,
+        req.common.model.clone(),
+    )
+    .await
+}
+
+async fn completions(State(app): State<AppState>, body: Bytes) -> Response {
+    match completions_inner(app, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn completions_inner(app: AppState, body: Bytes) -> Result<Response, ApiError> {
+    let arrival = Instant::now();
+    let req: CompletionRequest = parse_body(&body)?;
+    app.check_model(&req.common.model)?;
+    if req.echo == Some(true) {
+        return Err(ApiError::bad("echo is not supported").param("echo"));
+    }
+    let vocab = app.engine.info.model_config.vocab_size;
+    let ids_of = |a: &[Value]| -> Result<Vec<u32>, ApiError> {
+        a.iter()
+            .map(|x| {
+                x.as_u64()
+                    .filter(|t| (*t as usize) < vocab)
+                    .map(|t| t as u32)
+                    .ok_or_else(|| {
+                        ApiError::bad(format!(
+                            "prompt token {x} is not an id below the vocabulary size {vocab}"
+                        ))
+                        .param("prompt")
+                    })
+            })
+            .collect()
+    };
+    let prompt: Vec<u32> = match &req.prompt {
+        None | Some(Value::Null) => return Err(ApiError::bad("'prompt' is required").param("prompt")),
+        Some(Value::String(s)) => app.engine.tokenizer.encode(s, true).map_err(|e| ApiError::bad(e.to_string()))?,
+        Some(Value::Array(a)) if a.iter().all(Value::is_number) && !a.is_empty() => ids_of(a)?,
+        Some(Value::Array(a)) if a.len() == 1 => match &a[0] {
+            Value::String(s) => app.engine.tokenizer.encode(s, true).map_err(|e| ApiError::bad(e.to_string()))?,
+            Value::Array(inner) => ids_of(inner)?,
+            _ => return Err(ApiError::bad("prompt must be a string, a list of token ids, or a one-element list of either").param("prompt")),
+        },
+        Some(_) => {
+            return Err(ApiError::bad("prompt must be a string, a list of token ids, or a one-element list of either (batched prompts are not supported)").param("prompt"))
+        }
+    };
+    if prompt.is_empty() {
+        return Err(ApiError::bad("the prompt is empty after tokenization").param("prompt"));
+    }
+    // OpenAI's and vLLM's default for completions.
+    let gen = validate(&req.common, prompt.len(), app.max_model_len(), Some(16))?;
+    run_generation(
+        app,
+        Kind::Completion,
+        prompt,
+        gen,
+        ReasoningMode::Off,
+        arrival,
+        req.common.model.clone(),
+    )
+    .await
+}
+
+async fn run_generation(
+    app: AppState,
+    kind: Kind,
+    prompt: Vec<u32>,
+    gen: Gen,
+    mode: ReasoningMode,
+    arrival: Instant,
+    model: Option<String>,
+) -> Result<Response, ApiError> {
+    let model = model.unwrap_or_else(|| app.engine.info.served_model_name.clone());
+    let (id, rx) = app
+        .engine
+        .submit(GenerateRequest {
+            prompt,
+            params: gen.params.clone(),
+            max_tokens: gen.max_tokens,
+            ignore_eos: gen.ignore_eos,
+            stop: gen.stop.clone(),
+            reasoning: mode,
+            arrival,
+        })
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let guard = AbortGuard {
+        engine: app.engine.clone(),
+        id,
+        done: false,
+    };
+    let rid = new_id(if kind == Kind::Chat {
+        "chatcmpl"
+    } else {
+        "cmpl"
+    });
+    let created = now_secs();
+    if gen.stream {
+        let st = StreamState {
+            rx,
+            guard,
+            kind,
+            id: rid,
+            created,
+            model,
+            include_usage: gen.include_usage,
+            started: false,
+            finished: false,
+        };
+        let stream = futures::stream::unfold(st, next_events)
+            .flat_map(|v| futures::stream::iter(v.into_iter().map(Ok::<Event, Infallible>)));
+        return Ok(Sse::new(stream).into_response());
+    }
+    collect(rx, guard, kind, rid, created, model).await
+}
+
+async fn collect(
+    mut rx: tmpsc::UnboundedReceiver<RequestOutput>,
+    mut guard: AbortGuard,
+    kind: Kind,
+    rid: String,
+    created: u64,
+    model: String,
+) -> Result<Response, ApiError> {
+    let (mut content, mut reasoning) = (String::new(), String::new());
+    loop {
+        let Some(o) = rx.recv().await else {
+            guard.done = true;
+            return Err(ApiError::internal(
+                "the engine stopped before the request finished",
+            ));
+        };
+        content.push_str(&o.content);
+        reasoning.push_str(&o.reasoning);
+        let Some(f) = &o.finish else { continue };
+        guard.done = true;
+        if let FinishReason::Error(msg) = f {
+            return Err(ApiError::internal(msg.clone()));
+        }
+        let usage = usage_json(&o);
+        let body = match kind {
+            Kind::Chat => {
+                let mut message = json!({"role": "assistant", "content": content});
+                if !reasoning.is_empty() {
+                    message["reasoning_content"] = Value::String(reasoning);
+                }
+                json!({
+                    "id": rid, "object": "chat.completion", "created": created, "model": model,
+                    "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": f.as_openai()}],
+                    "usage": usage,
+                })
+            }
+            Kind::Completion => json!({
+                "id": rid, "object": "text_completion", "created": created, "model": model,
+                "choices": [{"index": 0, "text": content, "logprobs": null, "finish_reason": f.as_openai()}],
+                "usage": usage,
+            }),
+        };
+        return Ok(Json(body).into_response());
+    }
+}
+
+struct StreamState {
+    rx: tmpsc::UnboundedReceiver<RequestOutput>,
+    guard: AbortGuard,
+    kind: Kind,
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+    started: bool,
+    finished: bool,
+}
+
+impl StreamState {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Event {
+        let body = match self.kind {
+            Kind::Chat => json!({
+                "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+            }),
+            Kind::Completion => json!({
+                "id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "text": delta.get("content").and_then(Value::as_str).unwrap_or(""), "logprobs": null, "finish_reason": finish}],
+            }),
+        };
+        Event::default().data(body.to_string())
+    }
+}
+
+async fn next_events(mut st: StreamState) -> Option<(Vec<Event>, StreamState)> {
+    if st.finished {
+        return None;
+    }
+    if st.kind == Kind::Chat && !st.started {
+        st.started = true;
+        let ev = st.chunk(json!({"role": "assistant", "content": ""}), None);
+        return Some((vec![ev], st));
+    }
+    let mut evs = Vec::new();
+    loop {
+        let Some(o) = st.rx.recv().await else {
+            st.finished = true;
+            st.guard.done = true;
+            let err = ApiError::internal("the engine stopped before the request finished");
+            evs.push(Event::default().data(err.body().to_string()));
+            evs.push(Event::default().data("[DONE]"));
+            return Some((evs, st));
+        };
+        if let Some(FinishReason::Error(msg)) = &o.finish {
+            st.finished = true;
+            st.guard.done = true;
+            evs.push(Event::default().data(ApiError::internal(msg.clone()).body().to_string()));
+            evs.push(Event::default().data("[DONE]"));
+            return Some((evs, st));
+        }
+        if !o.reasoning.is_empty() {
+            if st.kind == Kind::Chat {
+                evs.push(st.chunk(json!({"reasoning_content": o.reasoning}), None));
+            } else {
+                evs.push(st.chunk(json!({"content": o.reasoning}), None));
+            }
+        }
+        let finish = o.finish.as_ref().map(FinishReason::as_openai);
+        if !o.content.is_empty() {
+            evs.push(st.chunk(json!({"content": o.content}), finish));
+        } else if finish.is_some() {
+            evs.push(st.chunk(json!({}), finish));
+        }
+        if finish.is_some() {
+            st.finished = true;
+            st.guard.done = true;
+            if st.include_usage {
+                let body = json!({
+                    "id": st.id,
+                    "object": if st.kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" },
+                    "created": st.created, "model": st.model, "choices": [], "usage": usage_json(&o),
+                });
+                evs.push(Event::default().data(body.to_string()));
+            }
+            evs.push(Event::default().data("[DONE]"));
+        }
+        if !evs.is_empty() {
+            return Some((evs, st));
+        }
+    }
+}
+
+async fn models(State(app): State<AppState>) -> Json<Value> {
+    let i = &app.engine.info;
+    Json(json!({"object": "list", "data": [{
+        "id": i.served_model_name, "object": "model", "created": app.created, "owned_by": "rigbench",
+        "root": i.model, "parent": null, "max_model_len": i.capacity.max_model_len,
+    }]}))
+}
+
+async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+async fn version(State(app): State<AppState>) -> Json<Value> {
+    let i = &app.engine.info;
+    Json(json!({
+        "engine": "rigbench",
+        "version": env!("CARGO_PKG_VERSION"),
+        "backend": i.backend,
+        "model": i.served_model_name,
+        "weight_format": i.weight_format.id(),
+        "kv_cache_dtype": i.kv.dtype.vllm_name(),
+        "block_size": i.kv.block_size,
+        "num_gpu_blocks": i.kv.num_blocks,
+        "kv_cache_tokens": i.capacity.tokens(),
+        "max_model_len": i.capacity.max_model_len,
+        "enable_prefix_caching": i.enable_prefix_caching,
+        "speculative": i.spec.as_ref().map(|s| json!({
+            "method": "ngram", "num_speculative_tokens": s.num_speculative_tokens,
+            "prompt_lookup_min": s.prompt_lookup_min, "prompt_lookup_max": s.prompt_lookup_max,
+        })),
+    }))
+}
+
+async fn metrics(State(app): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        app.engine.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn reset_prefix_cache(State(app): State<AppState>) -> Response {
+    match app.engine.reset_prefix_cache().await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct TokenizeRequest {
+    model: Option<String>,
+    prompt: Option<String>,
+    messages: Option<Value>,
+    add_special_tokens: Option<bool>,
+    add_generation_prompt: Option<bool>,
+    chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+}
+
+async fn tokenize(State(app): State<AppState>, body: Bytes) -> Response {
+    let r = (|| -> Result<Value, ApiError> {
+        let req: TokenizeRequest = parse_body(&body)?;
+        app.check_model(&req.model)?;
+        let tokens = match (&req.prompt, &req.messages) {
+            (Some(p), None) => app
+                .engine
+                .tokenizer
+                .encode(p, req.add_special_tokens.unwrap_or(true))
+                .map_err(|e| ApiError::bad(e.to_string()))?,
+            (None, Some(_)) => {
+                let kwargs = req.chat_template_kwargs.clone().unwrap_or_default();
+                render_chat(
+                    &app,
+                    &req.messages,
+                    &kwargs,
+                    req.add_generation_prompt.unwrap_or(true),
+                )?
+                .0
+            }
+            _ => return Err(ApiError::bad("give exactly one of 'prompt' or 'messages'")),
+        };
+        Ok(
+            json!({"count": tokens.len(), "max_model_len": app.max_model_len(), "tokens": tokens, "token_strs": null}),
+        )
+    })();
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct DetokenizeRequest {
+    model: Option<String>,
+    tokens: Option<Vec<i64>>,
+}
+
+async fn detokenize(State(app): State<AppState>, body: Bytes) -> Response {
+    let r = (|| -> Result<Value, ApiError> {
+        let req: DetokenizeRequest = parse_body(&body)?;
+        app.check_model(&req.model)?;
+        let vocab = app.engine.info.model_config.vocab_size as i64;
+        let toks = req
+            .tokens
+            .ok_or_else(|| ApiError::bad("'tokens' is required").param("tokens"))?;
+        let ids: Vec<u32> = toks
+            .iter()
+            .map(|t| {
+                if (0..vocab).contains(t) {
+                    Ok(*t as u32)
+                } else {
+                    Err(
+                        ApiError::bad(format!("token {t} is outside the vocabulary (0..{vocab})"))
+                            .param("tokens"),
+                    )
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(json!({"prompt": app.engine.tokenizer.decode(&ids, false)}))
+    })();
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}

@@ -1,0 +1,1034 @@
+//! Model weights: linear layers stored in BF16, FP8 or NVFP4 (dequantized on the fly by the
+//! backend's matmul), loaded from a local safetensors checkpoint or synthesized from a seed.
+//!
+//! Tensor names follow Hugging Face transformers (`model.layers.{i}.self_attn.q_proj.weight`,
+//! ...). Quantized layouts follow NVIDIA ModelOpt exports as vLLM reads them:
+//! - FP8: `weight` F8_E4M3 `[N, K]`, `weight_scale` F32 (scalar per tensor, or `[N]`/`[N, 1]`
+//!   per channel), optional `input_scale` F32 scalar (static activation scale);
+//! - NVFP4: `weight` U8 `[N, K/2]`, `weight_scale` F8_E4M3 `[N, K/16]`, `weight_scale_2` F32,
+//!   see [`crate::formats::nvfp4`];
+//! - FP8 KV cache scales: `self_attn.k_proj.k_scale` / `self_attn.v_proj.v_scale` (ModelOpt) or
+//!   `self_attn.k_scale` / `self_attn.v_scale` (vLLM, compressed-tensors).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use safetensors::{Dtype, SafeTensors};
+
+use super::config::{ModelConfig, WeightFormat};
+use crate::formats::fp8::{self, Fp8Granularity, Fp8Tensor};
+use crate::formats::nvfp4::{self, Nvfp4Weight, NVFP4_BLOCK};
+use crate::formats::{e2m1, e4m3};
+use crate::RigError;
+
+/// A linear layer's weight `[N, K]` (row-major, K contiguous), kept in its stored format.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Linear {
+    /// BF16 bit patterns, `n·k` of them.
+    Bf16 {
+        /// Rows N (output features).
+        n: usize,
+        /// Columns K (input features).
+        k: usize,
+        /// BF16 bits, row-major.
+        data: Vec<u16>,
+    },
+    /// FP8 E4M3 weight with its scale(s).
+    Fp8 {
+        /// The weight.
+        w: Fp8Tensor,
+        /// Static per-tensor activation scale (`input_scale`); `None` = dynamic per-token
+        /// (`amax(|x_row|) / 448`).
+        input_scale: Option<f32>,
+    },
+    /// NVFP4 weight (ModelOpt layout), BF16/f32 activations (W4A16).
+    Nvfp4(Nvfp4Weight),
+}
+
+impl Linear {
+    /// `(N, K)`.
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            Linear::Bf16 { n, k, .. } => (*n, *k),
+            Linear::Fp8 { w, .. } => (w.rows, w.cols),
+            Linear::Nvfp4(w) => (w.n, w.k),
+        }
+    }
+
+    /// The stored format.
+    pub fn format(&self) -> WeightFormat {
+        match self {
+            Linear::Bf16 { .. } => WeightFormat::Bf16,
+            Linear::Fp8 { .. } => WeightFormat::Fp8,
+            Linear::Nvfp4(_) => WeightFormat::Nvfp4,
+        }
+    }
+
+    /// Bytes the weight occupies as stored (elements and scales).
+    pub fn stored_bytes(&self) -> usize {
+        match self {
+            Linear::Bf16 { data, .. } => data.len() * 2,
+            Linear::Fp8 { w, .. } => w.data.len() + 4 * w.scales.len(),
+            Linear::Nvfp4(w) => w.stream_bytes(),
+        }
+    }
+
+    /// Dequantize row `row` (K values) into `out` (exactly K long): `bf16 → f32` exactly,
+    /// `e4m3(q)·s` for FP8, `e2m1(q)·e4m3(block scale)·global scale` for NVFP4.
+    #[inline]
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        match self {
+            Linear::Bf16 { k, data, .. } => {
+                for (o, b) in out.iter_mut().zip(&data[row * k..(row + 1) * k]) {
+                    *o = f32::from_bits((*b as u32) << 16);
+                }
+            }
+            Linear::Fp8 { w, .. } => {
+                let s = w.row_scale(row);
+                for (o, q) in out
+                    .iter_mut()
+                    .zip(&w.data[row * w.cols..(row + 1) * w.cols])
+                {
+                    *o = e4m3::decode(*q) * s;
+                }
+            }
+            Linear::Nvfp4(w) => {
+                let bpr = w.k / NVFP4_BLOCK;
+                for b in 0..bpr {
+                    let s = e4m3::decode(w.block_scales[row * bpr + b]) * w.global_scale;
+                    let base = (row * w.k + b * NVFP4_BLOCK) / 2;
+                    let dst = &mut out[b * NVFP4_BLOCK..(b + 1) * NVFP4_BLOCK];
+                    for (j, byte) in w.packed[base..base + NVFP4_BLOCK / 2].iter().enumerate() {
+                        dst[2 * j] = e2m1::decode(byte & 0xF) * s;
+                        dst[2 * j + 1] = e2m1::decode(byte >> 4) * s;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The whole weight dequantized to row-major f32 `[N, K]`.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let (n, k) = self.shape();
+        let mut out = vec![0f32; n * k];
+        for r in 0..n {
+            self.dequantize_row(r, &mut out[r * k..(r + 1) * k]);
+        }
+        out
+    }
+
+    /// Quantize a BF16 weight to `format` (FP8 per-tensor with dynamic per-token activations,
+    /// or NVFP4 with ModelOpt's math); other formats are returned unchanged.
+    ///
+    /// # Errors
+    /// A shape error from `formats` (NVFP4 needs K to be a multiple of 16).
+    pub fn quantized(self, format: WeightFormat) -> anyhow::Result<Linear> {
+        let Linear::Bf16 { n, k, .. } = &self else {
+            return Ok(self);
+        };
+        let (n, k) = (*n, *k);
+        match format {
+            WeightFormat::Bf16 => Ok(self),
+            WeightFormat::Fp8 => {
+                let w = fp8::quantize(&self.dequantize(), n, k, Fp8Granularity::PerTensor)?;
+                Ok(Linear::Fp8 {
+                    w,
+                    input_scale: None,
+                })
+            }
+            WeightFormat::Nvfp4 => Ok(Linear::Nvfp4(nvfp4::quantize(&self.dequantize(), n, k)?)),
+        }
+    }
+
+    /// Build a BF16 weight from f32 values (rounded to nearest even).
+    pub fn bf16_from_f32(n: usize, k: usize, values: &[f32]) -> Linear {
+        Linear::Bf16 {
+            n,
+            k,
+            data: crate::formats::to_bf16_bits(values),
+        }
+    }
+}
+
+/// One decoder layer's weights.
+#[derive(Debug, Clone)]
+pub struct LayerWeights {
+    /// `input_layernorm.weight`, H.
+    pub input_norm: Vec<f32>,
+    /// `q_proj`, `[num_heads·head_dim, H]`.
+    pub q: Linear,
+    /// `k_proj`, `[num_kv_heads·head_dim, H]`.
+    pub k: Linear,
+    /// `v_proj`, `[num_kv_heads·head_dim, H]`.
+    pub v: Linear,
+    /// `o_proj`, `[H, num_heads·head_dim]`.
+    pub o: Linear,
+    /// Qwen3 `q_norm.weight`, head_dim (None for Llama).
+    pub q_norm: Option<Vec<f32>>,
+    /// Qwen3 `k_norm.weight`, head_dim (None for Llama).
+    pub k_norm: Option<Vec<f32>>,
+    /// `post_attention_layernorm.weight`, H.
+    pub post_norm: Vec<f32>,
+    /// `mlp.gate_proj`, `[I, H]`.
+    pub gate: Linear,
+    /// `mlp.up_proj`, `[I, H]`.
+    pub up: Linear,
+    /// `mlp.down_proj`, `[H, I]`.
+    pub down: Linear,
+    /// FP8 KV cache scale for K (checkpoint `k_scale`), if the checkpoint has one.
+    pub k_scale: Option<f32>,
+    /// FP8 KV cache scale for V (checkpoint `v_scale`), if the checkpoint has one.
+    pub v_scale: Option<f32>,
+}
+
+/// A whole decoder's weights.
+#[derive(Debug, Clone)]
+pub struct ModelWeights {
+    /// The shape (after `--num-layers` truncation).
+    pub config: ModelConfig,
+    /// `embed_tokens`, BF16 `[vocab, H]` (also the lm_head when tied).
+    pub embed: Linear,
+    /// Decoder layers.
+    pub layers: Vec<LayerWeights>,
+    /// Final `norm.weight`, H.
+    pub norm: Vec<f32>,
+    /// `lm_head`, `[vocab, H]`; `None` when tied to `embed`.
+    pub lm_head: Option<Linear>,
+}
+
+impl ModelWeights {
+    /// The lm_head (the embedding when tied).
+    pub fn lm_head(&self) -> &Linear {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// The format of the decoder's linear layers: the first layer's q_proj (mixed checkpoints
+    /// report their attention format).
+    pub fn linear_format(&self) -> WeightFormat {
+        self.layers
+            .first()
+            .map(|l| l.q.format())
+            .unwrap_or(WeightFormat::Bf16)
+    }
+
+    /// Bytes of all weights as stored.
+    pub fn stored_bytes(&self) -> usize {
+        let mut b = self.embed.stored_bytes() + 4 * self.norm.len();
+        if let Some(h) = &self.lm_head {
+            b += h.stored_bytes();
+        }
+        for l in &self.layers {
+            for w in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
+                b += w.stored_bytes();
+            }
+        }
+        b
+    }
+
+    /// Quantize every decoder linear layer stored in BF16 to `format` (embedding and lm_head stay
+    /// BF16, as ModelOpt exports leave them by default).
+    ///
+    /// # Errors
+    /// A shape error when a K is not a multiple of 16 for NVFP4.
+    pub fn quantize(&mut self, format: WeightFormat) -> anyhow::Result<()> {
+        if format == WeightFormat::Bf16 {
+            return Ok(());
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let mut slots: Vec<&mut Linear> = vec![
+                &mut l.q,
+                &mut l.k,
+                &mut l.v,
+                &mut l.o,
+                &mut l.gate,
+                &mut l.up,
+                &mut l.down,
+            ];
+            let results: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
+                let chunk = slots.len().div_ceil(threads.max(1));
+                let handles: Vec<_> = slots
+                    .chunks_mut(chunk.max(1))
+                    .map(|group| {
+                        s.spawn(move || -> anyhow::Result<()> {
+                            for w in group.iter_mut() {
+                                let owned = std::mem::replace(
+                                    &mut **w,
+                                    Linear::Bf16 {
+                                        n: 0,
+                                        k: 0,
+                                        data: Vec::new(),
+                                    },
+                                );
+                                **w = owned.quantized(format)?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(anyhow::anyhow!("quantizer thread panicked")))
+                    })
+                    .collect()
+            });
+            for r in results {
+                r.with_context(|| format!("quantizing layer {i} to {}", format.id()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Deterministic normal generator for synthesized weights: SplitMix64 (Steele, Lea and Flood,
+/// "Fast splittable pseudorandom number generators", OOPSLA 2014) feeding Box-Muller. Written
+/// here rather than taken from `rand` so that a seed gives the same weights across crate
+/// versions and thread counts.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    /// Next 64 random bits.
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1].
+    #[inline]
+    fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    }
+
+    /// Two independent standard normals (Box-Muller).
+    #[inline]
+    pub fn normal_pair(&mut self) -> (f32, f32) {
+        let r = (-2.0 * self.unit().ln()).sqrt();
+        let t = 2.0 * std::f64::consts::PI * self.unit();
+        ((r * t.cos()) as f32, (r * t.sin()) as f32)
+    }
+}
+
+fn mix(a: u64, b: u64) -> u64 {
+    SplitMix64::new(a ^ b.wrapping_mul(0xD6E8_FEB8_6659_FD93)).next_u64()
+}
+
+/// Elements generated per independently seeded chunk (so results do not depend on threads).
+const SYNTH_CHUNK: usize = 1 << 16;
+
+/// `len` BF16 values `~ N(mean, std²)` from `(seed, tensor_id)`, generated in parallel.
+fn synth_bf16(seed: u64, tensor_id: u64, len: usize, mean: f32, std: f32) -> Vec<u16> {
+    let mut out = vec![0u16; len];
+    let base = mix(seed, tensor_id);
+    let fill = |ci: usize, chunk: &mut [u16]| {
+        let mut rng = SplitMix64::new(mix(base, ci as u64));
+        let mut i = 0;
+        while i < chunk.len() {
+            let (a, b) = rng.normal_pair();
+            chunk[i] = half::bf16::from_f32(mean + std * a).to_bits();
+            if i + 1 < chunk.len() {
+                chunk[i + 1] = half::bf16::from_f32(mean + std * b).to_bits();
+            }
+            i += 2;
+        }
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunks: Vec<(usize, &mut [u16])> = out.chunks_mut(SYNTH_CHUNK).enumerate().collect();
+    if threads <= 1 || chunks.len() <= 1 {
+        for (ci, c) in chunks {
+            fill(ci, c);
+        }
+    } else {
+        let per = chunks.len().div_ceil(threads);
+        let mut groups: Vec<Vec<(usize, &mut [u16])>> = Vec::new();
+        let mut it = chunks.into_iter().peekable();
+        while it.peek().is_some() {
+            groups.push(it.by_ref().take(per).collect());
+        }
+        std::thread::scope(|s| {
+            for g in groups {
+                s.spawn(move || {
+                    for (ci, c) in g {
+                        fill(ci, c);
+                    }
+                });
+            }
+        });
+    }
+    out
+}
+
+fn synth_linear(seed: u64, id: u64, n: usize, k: usize, std: f32) -> Linear {
+    Linear::Bf16 {
+        n,
+        k,
+        data: synth_bf16(seed, id, n * k, 0.0, std),
+    }
+}
+
+fn synth_norm(seed: u64, id: u64, len: usize) -> Vec<f32> {
+    crate::formats::from_bf16_bits(&synth_bf16(seed, id, len, 1.0, SYNTH_NORM_JITTER))
+}
+
+/// Standard deviation of the jitter around 1.0 of synthesized RMSNorm weights: non-unit so that
+/// a forward pass that forgot to apply a norm weight differs from the reference.
+pub const SYNTH_NORM_JITTER: f32 = 0.1;
+
+/// Logit spread targeted by synthesized embedding/lm_head weights: with a unit-RMS final hidden
+/// state, `std(logit) ≈ sqrt(H) · std(w) = SYNTH_LOGIT_STD`, so sampling is neither uniform nor
+/// one-hot.
+pub const SYNTH_LOGIT_STD: f32 = 2.5;
+
+/// Synthesize BF16 weights for `config` from `seed`: linear weights `~ N(0, 1/fan_in)` (so
+/// activations keep unit scale through each projection), RMSNorm weights `~ N(1, 0.1²)`,
+/// embedding and lm_head `~ N(0, (2.5/sqrt(H))²)`. Every tensor has its own stream, so a
+/// truncated model (`--num-layers`) shares its layers with the full one.
+pub fn synthesize(config: &ModelConfig, seed: u64) -> ModelWeights {
+    let h = config.hidden_size;
+    let inv = |fan_in: usize| 1.0 / (fan_in as f32).sqrt();
+    let emb_std = SYNTH_LOGIT_STD / (h as f32).sqrt();
+    let mut layers = Vec::with_capacity(config.num_layers);
+    for i in 0..config.num_layers {
+        let id = |j: u64| 1000 + 100 * i as u64 + j;
+        layers.push(LayerWeights {
+            input_norm: synth_norm(seed, id(0), h),
+            q: synth_linear(seed, id(1), config.q_dim(), h, inv(h)),
+            k: synth_linear(seed, id(2), config.kv_dim(), h, inv(h)),
+            v: synth_linear(seed, id(3), config.kv_dim(), h, inv(h)),
+            o: synth_linear(seed, id(4), h, config.q_dim(), inv(config.q_dim())),
+            q_norm: config
+                .has_qk_norm()
+                .then(|| synth_norm(seed, id(5), config.head_dim)),
+            k_norm: config
+                .has_qk_norm()
+                .then(|| synth_norm(seed, id(6), config.head_dim)),
+            post_norm: synth_norm(seed, id(7), h),
+            gate: synth_linear(seed, id(8), config.intermediate_size, h, inv(h)),
+            up: synth_linear(seed, id(9), config.intermediate_size, h, inv(h)),
+            down: synth_linear(
+                seed,
+                id(10),
+                h,
+                config.intermediate_size,
+                inv(config.intermediate_size),
+            ),
+            k_scale: None,
+            v_scale: None,
+        });
+    }
+    ModelWeights {
+        config: config.clone(),
+        embed: synth_linear(seed, 1, config.vocab_size, h, emb_std),
+        layers,
+        norm: synth_norm(seed, 2, h),
+        lm_head: (!config.tie_word_embeddings)
+            .then(|| synth_linear(seed, 3, config.vocab_size, h, emb_std)),
+    }
+}
+
+/// An owned tensor read from a safetensors file.
+#[derive(Debug)]
+struct RawTensor {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+    file: PathBuf,
+}
+
+/// The tensors of a checkpoint directory, by name.
+struct TensorStore {
+    tensors: HashMap<String, RawTensor>,
+    dir: PathBuf,
+}
+
+impl TensorStore {
+    fn open(dir: &Path, keep: impl Fn(&str) -> bool) -> anyhow::Result<Self> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| RigError::file(dir, format!("cannot list the checkpoint directory: {e}")))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(
+                RigError::file(dir, "no *.safetensors files in the checkpoint directory").into(),
+            );
+        }
+        let mut tensors = HashMap::new();
+        for f in files {
+            let bytes =
+                std::fs::read(&f).map_err(|e| RigError::file(&f, format!("cannot read: {e}")))?;
+            let st = SafeTensors::deserialize(&bytes)
+                .map_err(|e| RigError::file(&f, format!("not a valid safetensors file: {e}")))?;
+            for (name, view) in st.iter() {
+                if !keep(name) {
+                    continue;
+                }
+                tensors.insert(
+                    name.to_string(),
+                    RawTensor {
+                        dtype: view.dtype(),
+                        shape: view.shape().to_vec(),
+                        data: view.data().to_vec(),
+                        file: f.clone(),
+                    },
+                );
+            }
+        }
+        Ok(TensorStore {
+            tensors,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    fn missing(&self, name: &str) -> anyhow::Error {
+        RigError::file(
+            &self.dir,
+            format!("tensor '{name}' is missing from the checkpoint's safetensors files"),
+        )
+        .into()
+    }
+
+    fn bad(&self, t: &RawTensor, name: &str, msg: String) -> anyhow::Error {
+        RigError::file(&t.file, format!("tensor '{name}': {msg}")).into()
+    }
+
+    /// A float tensor (BF16, F16, F32) as f32, checking its element count.
+    fn floats(&mut self, name: &str, len: usize) -> anyhow::Result<Vec<f32>> {
+        let t = self
+            .tensors
+            .remove(name)
+            .ok_or_else(|| self.missing(name))?;
+        let n: usize = t.shape.iter().product();
+        if n != len {
+            return Err(self.bad(
+                &t,
+                name,
+                format!("shape {:?} has {n} elements; expected {len}", t.shape),
+            ));
+        }
+        let v = match t.dtype {
+            Dtype::BF16 => t
+                .data
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Dtype::F16 => t
+                .data
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Dtype::F32 => t
+                .data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            other => {
+                return Err(self.bad(
+                    &t,
+                    name,
+                    format!("dtype {other} where BF16/F16/F32 was expected"),
+                ))
+            }
+        };
+        Ok(v)
+    }
+
+    fn scalar(&mut self, name: &str) -> anyhow::Result<Option<f32>> {
+        if !self.tensors.contains_key(name) {
+            return Ok(None);
+        }
+        let v = self.floats(name, 1)?;
+        let s = v[0];
+        if !(s > 0.0 && s.is_finite()) {
+            return Err(RigError::file(
+                &self.dir,
+                format!("scale '{name}' = {s}; expected a positive finite value"),
+            )
+            .into());
+        }
+        Ok(Some(s))
+    }
+
+    /// A linear weight `[n, k]` named `{prefix}.weight`, in whichever format it is stored.
+    fn linear(&mut self, prefix: &str, n: usize, k: usize) -> anyhow::Result<Linear> {
+        let name = format!("{prefix}.weight");
+        let dtype = self
+            .tensors
+            .get(&name)
+            .map(|t| t.dtype)
+            .ok_or_else(|| self.missing(&name))?;
+        match dtype {
+            Dtype::BF16 | Dtype::F16 | Dtype::F32 => {
+                if dtype == Dtype::BF16 {
+                    let t = self
+                        .tensors
+                        .remove(&name)
+                        .ok_or_else(|| self.missing(&name))?;
+                    if t.shape != [n, k] {
+                        return Err(self.bad(
+                            &t,
+                            &name,
+                            format!("shape {:?}; expected [{n}, {k}]", t.shape),
+                        ));
+                    }
+                    let data = t
+                        .data
+                        .chunks_exact(2)
+                        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                        .collect();
+                    return Ok(Linear::Bf16 { n, k, data });
+                }
+                let v = self.floats(&name, n * k)?;
+                Ok(Linear::bf16_from_f32(n, k, &v))
+            }
+            Dtype::F8_E4M3 => {
+                let t = self
+                    .tensors
+                    .remove(&name)
+                    .ok_or_else(|| self.missing(&name))?;
+                if t.shape != [n, k] {
+                    return Err(self.bad(
+                        &t,
+                        &name,
+                        format!("FP8 shape {:?}; expected [{n}, {k}]", t.shape),
+                    ));
+                }
+                let sname = format!("{prefix}.weight_scale");
+                let st = self
+                    .tensors
+                    .get(&sname)
+                    .ok_or_else(|| self.missing(&sname))?;
+                let count: usize = st.shape.iter().product();
+                let (granularity, len) = if count == 1 {
+                    (Fp8Granularity::PerTensor, 1)
+                } else if count == n {
+                    (Fp8Granularity::PerChannel, n)
+                } else {
+                    return Err(RigError::file(
+                        &st.file,
+                        format!(
+                            "tensor '{sname}': {count} scales; FP8 needs 1 (per tensor) or {n} (per channel). Block-wise FP8 is not supported by the built-in runtime"
+                        ),
+                    )
+                    .into());
+                };
+                let scales = self.floats(&sname, len)?;
+                if scales.iter().any(|s| !(*s > 0.0 && s.is_finite())) {
+                    return Err(RigError::file(
+                        &self.dir,
+                        format!("'{sname}' has a non-positive or non-finite scale"),
+                    )
+                    .into());
+                }
+                let input_scale = self.scalar(&format!("{prefix}.input_scale"))?;
+                Ok(Linear::Fp8 {
+                    w: Fp8Tensor {
+                        rows: n,
+                        cols: k,
+                        data: t.data,
+                        scales,
+                        granularity,
+                    },
+                    input_scale,
+                })
+            }
+            Dtype::U8 => {
+                let t = self
+                    .tensors
+                    .remove(&name)
+                    .ok_or_else(|| self.missing(&name))?;
+                if k % NVFP4_BLOCK != 0 || t.shape != [n, k / 2] {
+                    return Err(self.bad(
+                        &t,
+                        &name,
+                        format!(
+                            "NVFP4 packed shape {:?}; expected [{n}, {}]",
+                            t.shape,
+                            k / 2
+                        ),
+                    ));
+                }
+                let sname = format!("{prefix}.weight_scale");
+                let st = self
+                    .tensors
+                    .remove(&sname)
+                    .ok_or_else(|| self.missing(&sname))?;
+                if st.dtype != Dtype::F8_E4M3 || st.shape != [n, k / NVFP4_BLOCK] {
+                    return Err(self.bad(
+                        &st,
+                        &sname,
+                        format!(
+                            "{} {:?}; NVFP4 needs F8_E4M3 [{n}, {}]",
+                            st.dtype,
+                            st.shape,
+                            k / NVFP4_BLOCK
+                        ),
+                    ));
+                }
+                let gname = format!("{prefix}.weight_scale_2");
+                let global = self.scalar(&gname)?.ok_or_else(|| self.missing(&gname))?;
+                let w = Nvfp4Weight::from_parts(n, k, t.data, st.data, global)
+                    .map_err(|e| RigError::file(&self.dir, format!("{prefix}: {e}")))?;
+                // W4A16: the activation scale of a W4A4 export is not used.
+                let _ = self.tensors.remove(&format!("{prefix}.input_scale"));
+                Ok(Linear::Nvfp4(w))
+            }
+            other => {
+                let t = self
+                    .tensors
+                    .remove(&name)
+                    .ok_or_else(|| self.missing(&name))?;
+                Err(self.bad(
+                    &t,
+                    &name,
+                    format!(
+                        "dtype {other} is not a supported weight format (BF16, FP8 E4M3, NVFP4 U8)"
+                    ),
+                ))
+            }
+        }
+    }
+
+    fn first_scalar(&mut self, names: &[String]) -> anyhow::Result<Option<f32>> {
+        for n in names {
+            if let Some(s) = self.scalar(n)? {
+                return Ok(Some(s));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Load a checkpoint directory's weights (all `*.safetensors` files in it) for `config`,
+/// keeping the first `config.num_layers` layers.
+///
+/// # Errors
+/// [`RigError::BadFile`] naming the file or tensor that is missing, of the wrong shape or of an
+/// unsupported dtype.
+pub fn load_dir(dir: &Path, config: &ModelConfig) -> anyhow::Result<ModelWeights> {
+    let nl = config.num_layers;
+    let keep = |name: &str| match name.strip_prefix("model.layers.") {
+        Some(rest) => rest
+            .split('.')
+            .next()
+            .and_then(|i| i.parse::<usize>().ok())
+            .is_some_and(|i| i < nl),
+        None => true,
+    };
+    let mut st = TensorStore::open(dir, keep)?;
+    let h = config.hidden_size;
+    let embed = st.linear("model.embed_tokens", config.vocab_size, h)?;
+    let mut layers = Vec::with_capacity(nl);
+    for i in 0..nl {
+        let p = format!("model.layers.{i}");
+        let (q_norm, k_norm) = if config.has_qk_norm() {
+            (
+                Some(st.floats(&format!("{p}.self_attn.q_norm.weight"), config.head_dim)?),
+                Some(st.floats(&format!("{p}.self_attn.k_norm.weight"), config.head_dim)?),
+            )
+        } else {
+            (None, None)
+        };
+        layers.push(LayerWeights {
+            input_norm: st.floats(&format!("{p}.input_layernorm.weight"), h)?,
+            q: st.linear(&format!("{p}.self_attn.q_proj"), config.q_dim(), h)?,
+            k: st.linear(&format!("{p}.self_attn.k_proj"), config.kv_dim(), h)?,
+            v: st.linear(&format!("{p}.self_attn.v_proj"), config.kv_dim(), h)?,
+            o: st.linear(&format!("{p}.self_attn.o_proj"), h, config.q_dim())?,
+            q_norm,
+            k_norm,
+            post_norm: st.floats(&format!("{p}.post_attention_layernorm.weight"), h)?,
+            gate: st.linear(&format!("{p}.mlp.gate_proj"), config.intermediate_size, h)?,
+            up: st.linear(&format!("{p}.mlp.up_proj"), config.intermediate_size, h)?,
+            down: st.linear(&format!("{p}.mlp.down_proj"), h, config.intermediate_size)?,
+            k_scale: st.first_scalar(&[
+                format!("{p}.self_attn.k_proj.k_scale"),
+                format!("{p}.self_attn.k_scale"),
+                format!("{p}.self_attn.attn.k_scale"),
+            ])?,
+            v_scale: st.first_scalar(&[
+                format!("{p}.self_attn.v_proj.v_scale"),
+                format!("{p}.self_attn.v_scale"),
+                format!("{p}.self_attn.attn.v_scale"),
+            ])?,
+        });
+    }
+    let norm = st.floats("model.norm.weight", h)?;
+    let lm_head = if config.tie_word_embeddings && !st.tensors.contains_key("lm_head.weight") {
+        None
+    } else {
+        Some(st.linear("lm_head", config.vocab_size, h)?)
+    };
+    let mut config = config.clone();
+    if lm_head.is_some() {
+        config.tie_word_embeddings = false;
+    }
+    Ok(ModelWeights {
+        config,
+        embed: match st_embed_to_bf16(embed) {
+            Ok(e) => e,
+            Err(fmt) => {
+                return Err(RigError::file(
+                    dir,
+                    format!("model.embed_tokens.weight is stored as {}; the runtime needs a BF16/F16/F32 embedding", fmt.id()),
+                )
+                .into())
+            }
+        },
+        layers,
+        norm,
+        lm_head,
+    })
+}
+
+fn st_embed_to_bf16(e: Linear) -> Result<Linear, WeightFormat> {
+    match e {
+        Linear::Bf16 { .. } => Ok(e),
+        other => Err(other.format()),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use safetensors::tensor::TensorView;
+
+    /// Write `weights` as a ModelOpt-style safetensors checkpoint with its config.json into
+    /// `dir` (used by loader tests here and in the backend tests).
+    pub(crate) fn write_checkpoint(dir: &Path, w: &ModelWeights) {
+        let mut bufs: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let lin = |name: &str, l: &Linear, bufs: &mut Vec<(String, Dtype, Vec<usize>, Vec<u8>)>| {
+            match l {
+                Linear::Bf16 { n, k, data } => bufs.push((
+                    format!("{name}.weight"),
+                    Dtype::BF16,
+                    vec![*n, *k],
+                    data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                )),
+                Linear::Fp8 { w, input_scale } => {
+                    bufs.push((
+                        format!("{name}.weight"),
+                        Dtype::F8_E4M3,
+                        vec![w.rows, w.cols],
+                        w.data.clone(),
+                    ));
+                    bufs.push((
+                        format!("{name}.weight_scale"),
+                        Dtype::F32,
+                        vec![],
+                        f32s(&w.scales),
+                    ));
+                    if let Some(s) = input_scale {
+                        bufs.push((
+                            format!("{name}.input_scale"),
+                            Dtype::F32,
+                            vec![],
+                            f32s(&[*s]),
+                        ));
+                    }
+                }
+                Linear::Nvfp4(w) => {
+                    bufs.push((
+                        format!("{name}.weight"),
+                        Dtype::U8,
+                        vec![w.n, w.k / 2],
+                        w.packed.clone(),
+                    ));
+                    bufs.push((
+                        format!("{name}.weight_scale"),
+                        Dtype::F8_E4M3,
+                        vec![w.n, w.k / 16],
+                        w.block_scales.clone(),
+                    ));
+                    bufs.push((
+                        format!("{name}.weight_scale_2"),
+                        Dtype::F32,
+                        vec![],
+                        f32s(&[w.global_scale]),
+                    ));
+                }
+            }
+        };
+        lin("model.embed_tokens", &w.embed, &mut bufs);
+        if let Some(h) = &w.lm_head {
+            lin("lm_head", h, &mut bufs);
+        }
+        bufs.push((
+            "model.norm.weight".into(),
+            Dtype::F32,
+            vec![w.norm.len()],
+            f32s(&w.norm),
+        ));
+        for (i, l) in w.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            for (n, x) in [
+                ("self_attn.q_proj", &l.q),
+                ("self_attn.k_proj", &l.k),
+                ("self_attn.v_proj", &l.v),
+                ("self_attn.o_proj", &l.o),
+                ("mlp.gate_proj", &l.gate),
+                ("mlp.up_proj", &l.up),
+                ("mlp.down_proj", &l.down),
+            ] {
+                lin(&format!("{p}.{n}"), x, &mut bufs);
+            }
+            bufs.push((
+                format!("{p}.input_layernorm.weight"),
+                Dtype::F32,
+                vec![l.input_norm.len()],
+                f32s(&l.input_norm),
+            ));
+            bufs.push((
+                format!("{p}.post_attention_layernorm.weight"),
+                Dtype::F32,
+                vec![l.post_norm.len()],
+                f32s(&l.post_norm),
+            ));
+            if let (Some(q), Some(k)) = (&l.q_norm, &l.k_norm) {
+                bufs.push((
+                    format!("{p}.self_attn.q_norm.weight"),
+                    Dtype::F32,
+                    vec![q.len()],
+                    f32s(q),
+                ));
+                bufs.push((
+                    format!("{p}.self_attn.k_norm.weight"),
+                    Dtype::F32,
+                    vec![k.len()],
+                    f32s(k),
+                ));
+            }
+            if let Some(s) = l.k_scale {
+                bufs.push((
+                    format!("{p}.self_attn.k_proj.k_scale"),
+                    Dtype::F32,
+                    vec![],
+                    f32s(&[s]),
+                ));
+            }
+            if let Some(s) = l.v_scale {
+                bufs.push((
+                    format!("{p}.self_attn.v_proj.v_scale"),
+                    Dtype::F32,
+                    vec![],
+                    f32s(&[s]),
+                ));
+            }
+        }
+        let views: Vec<(String, TensorView)> = bufs
+            .iter()
+            .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
+            .collect();
+        let bytes = safetensors::serialize(views, None).unwrap();
+        std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
+        let c = &w.config;
+        let cfg = serde_json::json!({
+            "model_type": "qwen3", "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
+            "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
+            "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim, "vocab_size": c.vocab_size,
+            "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta,
+            "max_position_embeddings": c.max_position_embeddings,
+            "tie_word_embeddings": c.tie_word_embeddings, "eos_token_id": c.eos_token_ids,
+        });
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    }
+
+    #[test]
+    fn synthesis_is_deterministic_and_scaled() {
+        let c = ModelConfig::tiny();
+        let a = synthesize(&c, 7);
+        let b = synthesize(&c, 7);
+        let d = synthesize(&c, 8);
+        assert_eq!(a.layers[1].q, b.layers[1].q);
+        assert_ne!(a.layers[1].q, d.layers[1].q);
+        let q = a.layers[0].gate.dequantize();
+        let var = q.iter().map(|x| x * x).sum::<f32>() / q.len() as f32;
+        let want = 1.0 / c.hidden_size as f32;
+        assert!((var / want - 1.0).abs() < 0.1, "variance {var} vs {want}");
+        // A truncated model shares its layers with the full one.
+        let mut c1 = c.clone();
+        c1.num_layers = 1;
+        assert_eq!(synthesize(&c1, 7).layers[0].down, a.layers[0].down);
+    }
+
+    #[test]
+    fn quantize_keeps_shapes_and_changes_values() {
+        let mut w = synthesize(&ModelConfig::tiny(), 1);
+        let before = w.layers[0].up.dequantize();
+        w.quantize(WeightFormat::Nvfp4).unwrap();
+        assert_eq!(w.linear_format(), WeightFormat::Nvfp4);
+        assert_eq!(w.embed.format(), WeightFormat::Bf16);
+        let after = w.layers[0].up.dequantize();
+        assert_eq!(before.len(), after.len());
+        assert_ne!(before, after);
+        assert!(w.stored_bytes() < synthesize(&ModelConfig::tiny(), 1).stored_bytes());
+    }
+
+    #[test]
+    fn checkpoint_round_trip_all_formats() {
+        for fmt in [WeightFormat::Bf16, WeightFormat::Fp8, WeightFormat::Nvfp4] {
+            let mut w = synthesize(&ModelConfig::tiny(), 3);
+            w.quantize(fmt).unwrap();
+            w.layers[1].k_scale = Some(0.5);
+            let dir = tempfile::tempdir().unwrap();
+            write_checkpoint(dir.path(), &w);
+            let cfg = ModelConfig::from_hf_file(&dir.path().join("config.json")).unwrap();
+            let back = load_dir(dir.path(), &cfg).unwrap();
+            assert_eq!(back.layers.len(), 2);
+            assert_eq!(back.layers[1].down, w.layers[1].down, "{fmt:?}");
+            assert_eq!(back.layers[1].k_scale, Some(0.5));
+            assert_eq!(back.layers[0].k_scale, None);
+            assert_eq!(back.embed, w.embed);
+            assert!(back.lm_head.is_none());
+            // --num-layers 1 reads only the first layer.
+            let mut c1 = cfg.clone();
+            c1.num_layers = 1;
+            assert_eq!(load_dir(dir.path(), &c1).unwrap().layers.len(), 1);
+        }
+    }
+
+    #[test]
+    fn loader_errors_name_the_tensor() {
+        let w = synthesize(&ModelConfig::tiny(), 3);
+        let dir = tempfile::tempdir().unwrap();
+        write_checkpoint(dir.path(), &w);
+        let mut cfg = ModelConfig::from_hf_file(&dir.path().join("config.json")).unwrap();
+        cfg.hidden_size = 32;
+        let e = load_dir(dir.path(), &cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("model.embed_tokens.weight") && e.contains("shape"),
+            "{e}"
+        );
+        let mut cfg3 = ModelConfig::tiny();
+        cfg3.num_layers = 3;
+        let e = load_dir(dir.path(), &cfg3).unwrap_err().to_string();
+        assert!(e.contains("model.layers.2"), "{e}");
+        std::fs::write(dir.path().join("model.safetensors"), b"garbage").unwrap();
+        let e = load_dir(dir.path(), &ModelConfig::tiny())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("model.safetensors") && e.contains("safetensors"),
+            "{e}"
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let e = load_dir(empty.path(), &ModelConfig::tiny())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no *.safetensors"), "{e}");
+    }
+}
