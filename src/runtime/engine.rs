@@ -440,7 +440,7 @@ impl Engine {
             if self.scheduler.running().is_empty() && self.scheduler.num_waiting() > 0 {
                 // Cannot happen when one max_model_len request fits (checked at load); fail the
                 // head of the queue rather than spin.
-                let head = self.reqs.keys().copied().min();
+                let head = self.scheduler.first_waiting();
                 if let Some(id) = head {
                     self.fail(id, "the request does not fit in the KV cache");
                 }

@@ -155,6 +155,11 @@ impl Scheduler {
         self.waiting.len()
     }
 
+    /// Id of the sequence at the head of the queue.
+    pub fn first_waiting(&self) -> Option<u64> {
+        self.waiting.front().map(|s| s.id)
+    }
+
     /// Whether there is anything to do.
     pub fn has_work(&self) -> bool {
         !self.running.is_empty() || !self.waiting.is_empty()

@@ -175,6 +175,8 @@ fn router(app: AppState) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .fallback(not_found)
+        // Prompts up to a long context fit; axum's default limit is 2 MiB.
+        .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
         .with_state(app)
 }
 

@@ -780,6 +780,51 @@ mod tests {
     }
 
     #[test]
+    fn prefix_cache_hit_gives_identical_logits() {
+        // Sequence A computes an 8-token prefix (2 blocks of 4) and its own tail; sequence B
+        // shares A's two prefix blocks, as a prefix-cache hit does, and computes only its tail.
+        // B's logits equal B computed from scratch in its own blocks, bit for bit.
+        let w = synthesize(&ModelConfig::tiny(), 4);
+        let prefix = &PROMPT[..8];
+        let b_tokens: Vec<u32> = prefix.iter().copied().chain([72, 73, 74]).collect();
+        let scratch = run_backend(&w, &b_tokens, vec![0, 1, 2], KvCacheDtype::Bf16, 1);
+        let mut b = CpuBackend::new(w, 1);
+        b.init_kv_cache(KvCacheSpec {
+            num_blocks: 16,
+            block_size: 4,
+            dtype: KvCacheDtype::Bf16,
+        })
+        .unwrap();
+        let a_tokens: Vec<u32> = prefix.iter().copied().chain([40, 41]).collect();
+        b.forward(&ForwardBatch {
+            token_ids: a_tokens.clone(),
+            seqs: vec![SeqSegment {
+                start: 0,
+                len: 10,
+                first_pos: 0,
+                block_table: vec![6, 9, 2],
+                num_logits: 1,
+            }],
+        })
+        .unwrap();
+        let hit = b
+            .forward(&ForwardBatch {
+                token_ids: b_tokens[8..].to_vec(),
+                seqs: vec![SeqSegment {
+                    start: 0,
+                    len: 3,
+                    first_pos: 8,
+                    block_table: vec![6, 9, 11],
+                    num_logits: 3,
+                }],
+            })
+            .unwrap();
+        for r in 0..3 {
+            assert_eq!(hit.row(r), scratch.row(8 + r), "row {r}");
+        }
+    }
+
+    #[test]
     fn bad_batches_are_errors_not_panics() {
         let w = synthesize(&ModelConfig::tiny(), 2);
         let mut b = CpuBackend::new(w, 1);
