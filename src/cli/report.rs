@@ -83,11 +83,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     let results = job::run(Job {
         kernels,
         accuracy: true,
-        checkpoint: args.checkpoint.clone().map(|p| (p, Default::default())),
+        checkpoint: args.checkpoint.clone(),
         e2e: if args.no_e2e {
             None
         } else {
-            Some(Default::default())
+            Some(crate::e2e::E2eOptions::default_for_report())
         },
         out: args.out.clone(),
         rig_label: args.rig_label.clone(),

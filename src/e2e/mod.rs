@@ -99,12 +99,3 @@ pub fn write_plots(results: &E2eResults, dir: &std::path::Path) -> anyhow::Resul
 pub fn run_for_report(opts: &E2eOptions) -> anyhow::Result<E2eResults> {
     driver::run_blocking(opts, &mut |_| {})
 }
-
-/// Options of an end-to-end run for the report (filled in by `rigbench e2e`).
-#[derive(Debug, Clone, Default)]
-pub struct E2eOptions {}
-
-/// Run end-to-end measurements for `rigbench report`.
-pub fn run_for_report(_opts: &E2eOptions) -> anyhow::Result<E2eResults> {
-    anyhow::bail!("end-to-end runs are not implemented yet")
-}

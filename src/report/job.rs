@@ -15,8 +15,8 @@ pub struct Job {
     pub kernels: Option<BenchOptions>,
     /// The CPU reference accuracy study of each format (runs everywhere).
     pub accuracy: bool,
-    /// Checkpoint to inspect.
-    pub checkpoint: Option<(PathBuf, crate::checkpoint::InspectOptions)>,
+    /// Checkpoint to inspect (card and memory taken from the rig probe).
+    pub checkpoint: Option<PathBuf>,
     /// End-to-end runs.
     pub e2e: Option<crate::e2e::E2eOptions>,
     /// Report folder (default `reports/<rig-label>/<timestamp>/`).
@@ -114,8 +114,9 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
         }
     }
 
-    if let Some((path, opts)) = &job.checkpoint {
-        match crate::checkpoint::inspect(path, opts) {
+    if let Some(path) = &job.checkpoint {
+        let opts = crate::checkpoint::InspectOptions::from_rig(&results.rig);
+        match crate::checkpoint::inspect(path, &opts) {
             Ok(r) => results.checkpoint = Some(r),
             Err(e) => results.skipped.push(Skip {
                 what: "checkpoint".into(),
@@ -127,7 +128,15 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
 
     if let Some(opts) = &job.e2e {
         match crate::e2e::run_for_report(opts) {
-            Ok(r) => results.e2e = Some(r),
+            Ok(r) => {
+                if let Some(d) = &dir {
+                    crate::e2e::report::write_csv(&r, &d.path)?;
+                    if let Some(log) = &r.engine_log {
+                        d.write_text("engine.log", log)?;
+                    }
+                }
+                results.e2e = Some(r)
+            }
             Err(e) => results.skipped.push(Skip {
                 what: "e2e".into(),
                 reason: format!("{e:#}"),
