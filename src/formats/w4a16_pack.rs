@@ -159,7 +159,7 @@ pub fn extract_reg(q: u32, r: usize) -> u32 {
 /// negative scales before this).
 pub fn scale_code(e4m3_byte: u8) -> Result<u8, FormatError> {
     let s = e4m3::decode(e4m3_byte);
-    if !(s > 0.0) {
+    if s.is_nan() || s <= 0.0 {
         return Err(FormatError::InvalidScale(format!(
             "block scale {s} (E4M3 {e4m3_byte:#04x}) cannot be re-encoded"
         )));
@@ -372,6 +372,7 @@ pub fn emulate_warp_tile(
 }
 
 #[cfg(test)]
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
     use crate::formats::{e2m1, nvfp4};

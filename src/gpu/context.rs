@@ -222,7 +222,13 @@ impl Gpu {
     }
 
     /// [`Gpu::compile`] with extra NVRTC options (e.g. `-DW4_LOAD=1`).
-    pub fn compile_with(&self, name: &str, source: &str, kernels: &[&str], extra: &[String]) -> Result<Module, RigError> {
+    pub fn compile_with(
+        &self,
+        name: &str,
+        source: &str,
+        kernels: &[&str],
+        extra: &[String],
+    ) -> Result<Module, RigError> {
         if !libraries().nvrtc {
             return Err(RigError::NoGpu(
                 "NVRTC (libnvrtc.so) not found: cannot build rigbench's kernels".into(),
@@ -234,7 +240,8 @@ impl Gpu {
                     .into(),
             )
         })?;
-        let (ptx, compile_s) = nvrtc_compile_with(name, source, &self.cc.arch_flag(), &include, extra)?;
+        let (ptx, compile_s) =
+            nvrtc_compile_with(name, source, &self.cc.arch_flag(), &include, extra)?;
         let module = self
             .ctx
             .load_module(ptx)

@@ -121,7 +121,9 @@ pub fn run(
                     module: m,
                 });
             }
-            Err(e) => res.notes.push(format!("kernels/w4a16.cu flavour '{flavor}' failed to build: {e}")),
+            Err(e) => res.notes.push(format!(
+                "kernels/w4a16.cu flavour '{flavor}' failed to build: {e}"
+            )),
         }
     }
     let flusher = L2Flusher::new(&gpu, opts.flush)?;
@@ -432,13 +434,19 @@ fn run_case(
             im.select(c);
             im.run(env, inp)?;
             let err = rel_l2(&gather(env, inp, rows, cols)?, &want);
-            if !(err <= tol) {
+            if err.is_nan() || err > tol {
                 continue;
             }
             let imr: &dyn GemmImpl = im;
             let t = time_it(rig, opts, &quick, &|| imr.run(env, inp))?;
             if std::env::var_os("RIGBENCH_TUNE_LOG").is_some() {
-                eprintln!("tune {} M={} {:.1} us  {}", imr.id(), inp.m, t.median_s * 1e6, imr.path());
+                eprintln!(
+                    "tune {} M={} {:.1} us  {}",
+                    imr.id(),
+                    inp.m,
+                    t.median_s * 1e6,
+                    imr.path()
+                );
             }
             if t.median_s < best {
                 best = t.median_s;

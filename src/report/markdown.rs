@@ -16,11 +16,7 @@ pub fn render(r: &Results, plots: &[String]) -> String {
         r.command_line
     ));
     o.push_str("Machine-readable: `results.json` (versioned schema, the file `rigbench compare` reads), `kernels.csv`.\n\n");
-    o.push_str(
-        &crate::cli::rig::render(&r.rig, false)
-            .replace("\n## ", "\n### ")
-            .replacen("## Rig", "## Rig", 1),
-    );
+    o.push_str(&crate::cli::rig::render(&r.rig, false).replace("\n## ", "\n### "));
     o.push('\n');
     if let Some(k) = &r.kernels {
         o.push_str(&crate::kernels::render::markdown(k, plots));

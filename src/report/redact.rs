@@ -39,7 +39,7 @@ impl Redactor {
         // Short literals (e.g. a one-letter user name, "/", "root" as a path) would shred
         // ordinary text; keep only ones long enough to be identifying.
         literals.retain(|(s, _)| !s.is_empty() && s != "/" && s != "root");
-        literals.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        literals.sort_by_key(|l| std::cmp::Reverse(l.0.len()));
         literals.dedup_by(|a, b| a.0 == b.0);
         Self {
             literals,

@@ -153,7 +153,7 @@ impl StoppingRule {
                 }
             }
         }
-        if elapsed_s >= self.max_time_s && n >= self.min_samples.min(3).max(1) {
+        if elapsed_s >= self.max_time_s && n >= self.min_samples.clamp(1, 3) {
             return Some(StopReason::TimeCap);
         }
         None

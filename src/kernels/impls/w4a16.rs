@@ -118,54 +118,54 @@ impl W4a16 {
         let pairs = kt_n / 2;
         let mut out = Vec::new();
         for (flavor, fm) in env.w4.iter().enumerate() {
-        let w4 = &fm.module;
-        for warps in WARP_VARIANTS {
-            for wn in WN_VARIANTS {
-                let name = fused_name(nt, warps, wn);
-                let attrs = w4.attrs(&name)?;
-                if attrs.local_bytes > 0 {
-                    continue; // spills registers to local memory
-                }
-                let occ = w4.occupancy(&name, (warps * 32) as u32)? as usize;
-                if occ == 0 {
-                    continue;
-                }
-                let slots = occ * sm;
-                let ctas_x = strips.div_ceil(warps * wn);
-                let total = |s: usize| ctas_x * pairs.div_ceil(pairs.div_ceil(s));
-                let eff = |s: usize| {
-                    let t = total(s);
-                    t as f64 / (t.div_ceil(slots) * slots) as f64
-                };
-                let fill = slots.div_ceil(ctas_x).clamp(1, pairs);
-                let mut splits = vec![fill];
-                if let Some(best) =
-                    (1..=pairs.min(4 * fill)).find(|s| total(*s) >= slots / 2 && eff(*s) >= 0.95)
-                {
-                    splits.push(best);
-                }
-                if ctas_x >= slots / 2 {
-                    splits.push(1);
-                }
-                for sp in splits {
-                    let pps = pairs.div_ceil(sp);
-                    let sp = pairs.div_ceil(pps);
-                    let c = Config::Fused {
-                        flavor,
-                        nt,
-                        warps,
-                        wn,
-                        splits: sp,
-                        pairs_per_split: pps,
-                        ctas_x,
-                        chunk,
+            let w4 = &fm.module;
+            for warps in WARP_VARIANTS {
+                for wn in WN_VARIANTS {
+                    let name = fused_name(nt, warps, wn);
+                    let attrs = w4.attrs(&name)?;
+                    if attrs.local_bytes > 0 {
+                        continue; // spills registers to local memory
+                    }
+                    let occ = w4.occupancy(&name, (warps * 32) as u32)? as usize;
+                    if occ == 0 {
+                        continue;
+                    }
+                    let slots = occ * sm;
+                    let ctas_x = strips.div_ceil(warps * wn);
+                    let total = |s: usize| ctas_x * pairs.div_ceil(pairs.div_ceil(s));
+                    let eff = |s: usize| {
+                        let t = total(s);
+                        t as f64 / (t.div_ceil(slots) * slots) as f64
                     };
-                    if !out.contains(&c) {
-                        out.push(c);
+                    let fill = slots.div_ceil(ctas_x).clamp(1, pairs);
+                    let mut splits = vec![fill];
+                    if let Some(best) = (1..=pairs.min(4 * fill))
+                        .find(|s| total(*s) >= slots / 2 && eff(*s) >= 0.95)
+                    {
+                        splits.push(best);
+                    }
+                    if ctas_x >= slots / 2 {
+                        splits.push(1);
+                    }
+                    for sp in splits {
+                        let pps = pairs.div_ceil(sp);
+                        let sp = pairs.div_ceil(pps);
+                        let c = Config::Fused {
+                            flavor,
+                            nt,
+                            warps,
+                            wn,
+                            splits: sp,
+                            pairs_per_split: pps,
+                            ctas_x,
+                            chunk,
+                        };
+                        if !out.contains(&c) {
+                            out.push(c);
+                        }
                     }
                 }
             }
-        }
         }
         Ok(out)
     }
@@ -289,7 +289,11 @@ impl GemmImpl for W4a16 {
                 ctas_x,
                 chunk,
             } => {
-                let w4 = &env.w4.get(*flavor).context("w4a16: flavour index out of range")?.module;
+                let w4 = &env
+                    .w4
+                    .get(*flavor)
+                    .context("w4a16: flavour index out of range")?
+                    .module;
                 let name = fused_name(*nt, *warps, *wn);
                 let ws = self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0);
                 let counters = self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0);
@@ -411,10 +415,8 @@ impl GemmImpl for W4a16 {
     fn kernel_facts(&self, env: &Env) -> Vec<KernelFacts> {
         let mut out = Vec::new();
         for fm in env.w4 {
-        let w4 = &fm.module;
-        out.extend(kernel_names()
-            .iter()
-            .filter_map(|name| {
+            let w4 = &fm.module;
+            out.extend(kernel_names().iter().filter_map(|name| {
                 let a = w4.attrs(name).ok()?;
                 let threads = name
                     .split("_w")
