@@ -309,6 +309,149 @@ W4A16_KERNEL(8, 8, 1)
 W4A16_KERNEL(8, 8, 2)
 W4A16_KERNEL(8, 8, 4)
 
+// Persistent small-M kernel (stream-K style): the grid is the resident CTA slots; warp gw
+// streams the flat tiles [gw*per, (gw+1)*per) of the (strip, k tile) space, strip-major, with the
+// register ring running across strip boundaries (one DRAM ramp per warp instead of one per CTA
+// wave). A strip split between warps gets one FP32 partial per contributor; the last contributor
+// to arrive (atomic counter per strip, self-resetting) sums them in contributor order, so the
+// result is deterministic.
+template <int NT>
+__device__ __forceinline__ void w4a16p_emit(long strip, const float (&acc)[NT][4], long gw, long per, int kt_n,
+                                            int max_contrib, int M, int N, int g, int t, int lane,
+                                            float* __restrict__ ws, unsigned* __restrict__ counters,
+                                            __nv_bfloat16* __restrict__ out, float out_scale) {
+  const long s0 = strip * kt_n;
+  const long first = s0 / per;
+  const long last = (s0 + kt_n - 1) / per;
+  const int count = (int)(last - first + 1);
+  if (count == 1) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int n = (int)strip * 16 + g + (i >= 2 ? 8 : 0);
+        const int m = nt * 8 + 2 * t + (i & 1);
+        if (n < N && m < M) out[(size_t)m * N + n] = __float2bfloat16_rn(acc[nt][i] * out_scale);
+      }
+    return;
+  }
+  const int j = (int)(gw - first);
+  float* slot = ws + ((size_t)strip * max_contrib + j) * 16 * M;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + (i >= 2 ? 8 : 0);
+      const int m = nt * 8 + 2 * t + (i & 1);
+      if (m < M) slot[row * M + m] = acc[nt][i];
+    }
+  __threadfence();
+  unsigned prev = 0u;
+  if (lane == 0) prev = atomicAdd(&counters[strip], 1u);
+  prev = __shfl_sync(0xffffffffu, prev, 0);
+  if (prev != (unsigned)(count - 1)) return;
+  __threadfence();
+  const float* base = ws + (size_t)strip * max_contrib * 16 * M;
+  for (int idx = lane; idx < 16 * M; idx += 32) {
+    const int row = idx / M, m = idx % M;
+    const int n = (int)strip * 16 + row;
+    float sum = 0.f;
+    for (int jj = 0; jj < count; ++jj) sum += __ldcg(&base[(size_t)jj * 16 * M + idx]);
+    if (n < N) out[(size_t)m * N + n] = __float2bfloat16_rn(sum * out_scale);
+  }
+  if (lane == 0) counters[strip] = 0u;
+}
+
+template <int NT, int WARPS>
+__device__ __forceinline__ void w4a16p_body(const uint4* __restrict__ wq, const uint32_t* __restrict__ sc,
+                                            const __nv_bfloat16* __restrict__ act, __nv_bfloat16* __restrict__ out,
+                                            float* __restrict__ ws, unsigned* __restrict__ counters, int M, int N,
+                                            int K, int strips, int kt_n, long per, int max_contrib,
+                                            float out_scale) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const long gw = (long)blockIdx.x * WARPS + (threadIdx.x >> 5);
+  const long total = (long)strips * kt_n;
+  const long f0 = gw * per;
+  const long f1 = min(total, f0 + per);
+  if (f0 >= f1) return;
+  const int pairs = kt_n >> 1;
+  const __nv_bfloat16* arow[NT];
+  bool aval[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int m = nt * 8 + g;
+    aval[nt] = m < M;
+    arow[nt] = act + (size_t)(aval[nt] ? m : 0) * K;
+  }
+  constexpr int D = W4_RING;
+  uint4 wb[D];
+  uint32_t sb[D];
+  uint32_t ab[D][NT][8];
+  auto load_tile = [&](long f, int d) {
+    const bool ok = f < f1;
+    const long strip = f / kt_n;
+    const int kt = (int)(f - strip * kt_n);
+    wb[d] = ok ? ld_stream(&wq[f * 32 + lane]) : make_uint4(0u, 0u, 0u, 0u);
+    sb[d] = ok ? __ldg(&sc[(strip * pairs + (kt >> 1)) * 32 + lane]) : 0u;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) load_act16(arow[nt], aval[nt] && ok, kt * 64 + 16 * t, K, ab[d][nt]);
+  };
+#pragma unroll
+  for (int d = 0; d < D; ++d) load_tile(f0 + d, d);
+  float acc[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.f;
+  long cur = f0 / kt_n;
+  for (long f = f0; f < f1; f += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const long ff = f + d;
+      if (ff < f1) {
+        const long strip = ff / kt_n;
+        const int kt = (int)(ff - strip * kt_n);
+        if (strip != cur) {
+          w4a16p_emit<NT>(cur, acc, gw, per, kt_n, max_contrib, M, N, g, t, lane, ws, counters, out, out_scale);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[nt][i] = 0.f;
+          cur = strip;
+        }
+        const int h = kt & 1;
+        const uint32_t s_lo = scale2(sb[d], 2 * h);
+        const uint32_t s_hi = scale2(sb[d], 2 * h + 1);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t a[4];
+          dequant_step(u4get(wb[d], j), s_lo, s_hi, a);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[nt], a, ab[d][nt][2 * j], ab[d][nt][2 * j + 1]);
+        }
+      }
+      load_tile(f + d + D, d);
+    }
+  }
+  w4a16p_emit<NT>(cur, acc, gw, per, kt_n, max_contrib, M, N, g, t, lane, ws, counters, out, out_scale);
+}
+
+#define W4A16P_KERNEL(NT, WARPS)                                                                          \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32) w4a16p_nt##NT##_w##WARPS(                       \
+      const uint4* __restrict__ wq, const uint32_t* __restrict__ sc, const __nv_bfloat16* __restrict__ act, \
+      __nv_bfloat16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ counters, int M,       \
+      int N, int K, int strips, int kt_n, long long per, int max_contrib, float out_scale) {                \
+    w4a16p_body<NT, WARPS>(wq, sc, act, out, ws, counters, M, N, K, strips, kt_n, (long)per, max_contrib,  \
+                           out_scale);                                                                     \
+  }
+
+W4A16P_KERNEL(1, 4)
+W4A16P_KERNEL(1, 8)
+W4A16P_KERNEL(2, 4)
+W4A16P_KERNEL(2, 8)
+
 // Large M: W'[N, K] = value * scale * 2^-7 (BF16, exact). One warp per (strip, k tile): it
 // dequantizes the 16 x 64 tile into shared memory, then writes each row as 128 contiguous bytes.
 #define DQ_WARPS 8
