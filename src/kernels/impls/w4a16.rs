@@ -48,20 +48,8 @@ pub fn kernel_names() -> Vec<String> {
             }
         }
     }
-    for nt in PERSISTENT_NT {
-        for w in WARP_VARIANTS {
-            v.push(persistent_name(nt, w));
-        }
-    }
     v.push("w4a16_dequant_bf16".into());
     v
-}
-
-/// Token tiles the persistent kernel is built for (M ≤ 16).
-pub const PERSISTENT_NT: [usize; 2] = [1, 2];
-
-fn persistent_name(nt: usize, warps: usize) -> String {
-    format!("w4a16p_nt{nt}_w{warps}")
 }
 
 fn fused_name(nt: usize, warps: usize, wn: usize) -> String {
@@ -89,21 +77,6 @@ pub enum Config {
         ctas_x: usize,
         /// Tokens per launch (M is run as ⌈M / chunk⌉ launches).
         chunk: usize,
-    },
-    /// The persistent (stream-K style) kernel for M ≤ 16.
-    Persistent {
-        /// Index into [`Env::w4`].
-        flavor: usize,
-        /// Token tiles of 8.
-        nt: usize,
-        /// Warps per CTA.
-        warps: usize,
-        /// CTAs (the resident slots).
-        grid: usize,
-        /// Flat (strip, k tile) tiles per warp.
-        per: usize,
-        /// Upper bound on warps sharing one strip (workspace slots per strip).
-        max_contrib: usize,
     },
     /// Expand to BF16 scratch, then cuBLASLt.
     DequantGemm,
@@ -197,41 +170,6 @@ impl W4a16 {
         Ok(out)
     }
 
-    /// Persistent-kernel configurations for `m ≤ 16` tokens: every warp count whose compiled
-    /// form does not spill, with the grid set to the resident CTA slots and at least 8 tiles per
-    /// warp.
-    fn persistent_candidates(&self, env: &Env, m: usize) -> anyhow::Result<Vec<Config>> {
-        let (_, _, strips, kt_n, _) = self.meta()?;
-        let sm = env.gpu.sm_count.max(1) as usize;
-        let nt = if m <= 8 { 1 } else { 2 };
-        let total = strips * kt_n;
-        let mut out = Vec::new();
-        for (flavor, fm) in env.w4.iter().enumerate() {
-            for warps in WARP_VARIANTS {
-                let name = persistent_name(nt, warps);
-                if fm.module.attrs(&name)?.local_bytes > 0 {
-                    continue;
-                }
-                let occ = fm.module.occupancy(&name, (warps * 32) as u32)? as usize;
-                if occ == 0 {
-                    continue;
-                }
-                let warps_total = (occ * sm * warps).min(total.div_ceil(8)).max(1);
-                let per = total.div_ceil(warps_total);
-                let grid = total.div_ceil(per).div_ceil(warps);
-                out.push(Config::Persistent {
-                    flavor,
-                    nt,
-                    warps,
-                    grid,
-                    per,
-                    max_contrib: kt_n.div_ceil(per) + 1,
-                });
-            }
-        }
-        Ok(out)
-    }
-
     fn config(&self) -> anyhow::Result<&Config> {
         self.candidates
             .get(self.chosen)
@@ -272,9 +210,6 @@ impl GemmImpl for W4a16 {
     }
     fn prepare_m(&mut self, env: &Env, inp: &MInputs) -> anyhow::Result<usize> {
         let mut cands = Vec::new();
-        if inp.m <= 16 {
-            cands.extend(self.persistent_candidates(env, inp.m)?);
-        }
         if inp.m <= FUSED_MAX_M {
             cands.extend(self.fused_candidates(env, inp.m)?);
         }
@@ -391,43 +326,6 @@ impl GemmImpl for W4a16 {
                     m0 += mc;
                 }
             }
-            Config::Persistent {
-                flavor,
-                nt,
-                warps,
-                grid,
-                per,
-                max_contrib,
-            } => {
-                let w4 = &env
-                    .w4
-                    .get(*flavor)
-                    .context("w4a16: flavour index out of range")?
-                    .module;
-                w4.launch(
-                    env.gpu,
-                    &persistent_name(*nt, *warps),
-                    (*grid as u32, 1, 1),
-                    ((*warps * 32) as u32, 1, 1),
-                    0,
-                    &[
-                        KArg::Ptr(wq.ptr()),
-                        KArg::Ptr(sc.ptr()),
-                        KArg::Ptr(inp.act.ptr()),
-                        KArg::Ptr(inp.out.ptr()),
-                        KArg::Ptr(self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0)),
-                        KArg::Ptr(self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0)),
-                        KArg::I32(inp.m as i32),
-                        KArg::I32(inp.n as i32),
-                        KArg::I32(inp.k as i32),
-                        KArg::I32(strips as i32),
-                        KArg::I32(kt_n as i32),
-                        KArg::U64(*per as u64),
-                        KArg::I32(*max_contrib as i32),
-                        KArg::F32(out_scale),
-                    ],
-                )?;
-            }
             Config::DequantGemm => {
                 let scratch = self.scratch.as_ref().context("w4a16: no scratch")?;
                 let units = strips * kt_n;
@@ -482,10 +380,6 @@ impl GemmImpl for W4a16 {
                 self.flavor_names.get(*flavor).map(String::as_str).unwrap_or("?"),
                 chunk.min(&(nt * 8)),
                 if *splits > 1 { " (deterministic fixed-order reduction)" } else { "" }
-            ),
-            Ok(Config::Persistent { flavor, warps, grid, per, .. }) => format!(
-                "rigbench persistent W4A16 (stream-K style; E2M1→BF16 in registers, mma.sync m16n8k16 BF16/FP32), flavour '{}': {grid} CTAs × {warps} warps, {per} k-tiles per warp (deterministic reduction of split strips){tuned}",
-                self.flavor_names.get(*flavor).map(String::as_str).unwrap_or("?"),
             ),
             Ok(Config::DequantGemm) => format!(
                 "rigbench dequant NVFP4→BF16 scratch + {}{tuned}",
@@ -555,11 +449,7 @@ mod tests {
     fn kernel_names_match_the_cuda_source() {
         let src = include_str!("../../../kernels/w4a16.cu");
         for name in kernel_names() {
-            if let Some(rest) = name.strip_prefix("w4a16p_nt") {
-                let parts: Vec<&str> = rest.split("_w").collect();
-                let inst = format!("W4A16P_KERNEL({}, {})", parts[0], parts[1]);
-                assert!(src.contains(&inst), "{inst} missing from w4a16.cu");
-            } else if let Some(rest) = name.strip_prefix("w4a16_nt") {
+            if let Some(rest) = name.strip_prefix("w4a16_nt") {
                 // W4A16_KERNEL(NT, WARPS, WN)
                 let parts: Vec<&str> = rest
                     .split(['_', 'w', 'n'])
