@@ -43,7 +43,17 @@ fn resamples_arg(s: &str) -> Result<usize, String> {
 
 /// Arguments of `rigbench compare`.
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("baseline_source").required(true).args(["baseline", "baseline_dir"])))]
+#[command(
+    group(clap::ArgGroup::new("baseline_source").required(true).args(["baseline", "baseline_dir"])),
+    after_help = "Timings: two-sample percentile-bootstrap interval (Efron & Tibshirani 1993) of the \
+relative change of the median; Regressed/Improved only when the whole interval lies beyond the \
+noise threshold, Same when it lies within it, Ambiguous otherwise. Values are compared against \
+their own tolerance, labels exactly or by rank.\n\n\
+Exit codes: 0 no regression; 2 a metric regressed, or a baseline metric is missing from RESULTS \
+(a vanished metric usually means a case now fails or is skipped); 3 baseline missing or unusable \
+(unreadable, other schema version, other suite, rig mismatch without --allow-rig-mismatch); \
+1 error; 64 bad command line."
+)]
 pub struct CompareArgs {
     /// The results to judge: a results.json, or a report folder that holds one.
     #[arg(value_name = "RESULTS")]
