@@ -1,4 +1,5 @@
-//! Rendering a [`Comparison`]: Markdown for terminals and CI job summaries, JSON for machines.
+//! Rendering a [`Comparison`] as Markdown, for terminals and CI job summaries (the JSON form is
+//! the serde serialization of [`Comparison`]).
 
 use crate::report::table::{human_bytes, human_seconds, markdown_table, thousands};
 
@@ -195,12 +196,4 @@ pub fn markdown(c: &Comparison) -> String {
         100.0 * s.threshold_e2e,
     ));
     out
-}
-
-/// Pretty JSON of the whole comparison (rows, counts, rig check, settings, exit code).
-///
-/// # Errors
-/// Serialization failure (not expected for finite data; non-finite numbers become `null`).
-pub fn json(c: &Comparison) -> anyhow::Result<String> {
-    Ok(serde_json::to_string_pretty(c)?)
 }
