@@ -1,12 +1,256 @@
-//! `rigbench compare`: see the module docs of `crate::compare` for what it does.
+//! `rigbench compare`: see the module docs of [`crate::compare`] for what it does.
+//!
+//! Output: the Markdown table on stdout (or JSON with `--json`), also written to `--markdown
+//! FILE` and appended to `$GITHUB_STEP_SUMMARY` when that variable is set; a one-line summary
+//! on stderr. Exit codes: 0 no regression, 2 regression or missing metric, 3 baseline missing
+//! or unusable, 1 error.
 
-use crate::ExitStatus;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::compare::verdict::{parse_percent, DEFAULT_RESAMPLES, DEFAULT_SEED};
+use crate::compare::{self, render, Comparison, MetricThreshold, RunInfo, Settings};
+use crate::report::redact::Redactor;
+use crate::report::Results;
+use crate::{ExitStatus, RigError};
+
+fn percent_arg(s: &str) -> Result<f64, String> {
+    parse_percent(s)
+}
+
+fn confidence_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a percentage (e.g. 99)"))?;
+    if !(50.0..100.0).contains(&v) {
+        return Err(format!(
+            "'{s}': confidence must be at least 50 and below 100 percent"
+        ));
+    }
+    Ok(v / 100.0)
+}
+
+fn resamples_arg(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (100..=1_000_000).contains(&n) => Ok(n),
+        _ => Err(format!("'{s}': use a whole number from 100 to 1000000")),
+    }
+}
 
 /// Arguments of `rigbench compare`.
 #[derive(Debug, clap::Args)]
-pub struct CompareArgs {}
+#[command(
+    group(clap::ArgGroup::new("baseline_source").required(true).args(["baseline", "baseline_dir"])),
+    after_help = "Timings: two-sample percentile-bootstrap interval (Efron & Tibshirani 1993) of the \
+relative change of the median; Regressed/Improved only when the whole interval lies beyond the \
+noise threshold, Same when it lies within it, Ambiguous otherwise. Values are compared against \
+their own tolerance, labels exactly or by rank.\n\n\
+Exit codes: 0 no regression; 2 a metric regressed, or a baseline metric is missing from RESULTS \
+(a vanished metric usually means a case now fails or is skipped); 3 baseline missing or unusable \
+(unreadable, other schema version, other suite, rig mismatch without --allow-rig-mismatch); \
+1 error; 64 bad command line."
+)]
+pub struct CompareArgs {
+    /// The results to judge: a results.json, or a report folder that holds one.
+    #[arg(value_name = "RESULTS")]
+    pub results: PathBuf,
+    /// The baseline: a results.json in the results schema (e.g. baselines/<rig>/<suite>.json).
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// A folder of baselines: picks DIR/<rig label of RESULTS>/<suite>.json.
+    #[arg(long, value_name = "DIR")]
+    pub baseline_dir: Option<PathBuf>,
+    /// Suite whose baseline --baseline-dir picks (default: the suite recorded in RESULTS).
+    #[arg(long, value_name = "NAME", requires = "baseline_dir")]
+    pub suite: Option<String>,
+    /// Noise threshold of kernel timings, in percent.
+    #[arg(long, value_name = "PERCENT", default_value = "2", value_parser = percent_arg)]
+    pub threshold_kernels: f64,
+    /// Noise threshold of end-to-end (all non-kernel) timings, in percent.
+    #[arg(long, value_name = "PERCENT", default_value = "5", value_parser = percent_arg)]
+    pub threshold_e2e: f64,
+    /// Threshold for the timing metrics whose id matches GLOB (`*` any characters, `?` one),
+    /// in percent; repeatable, the last match wins. E.g. `kernels/*/w4a4/*=5`.
+    #[arg(long = "metric-threshold", value_name = "GLOB=PERCENT")]
+    pub metric_threshold: Vec<MetricThreshold>,
+    /// Two-sided confidence of the bootstrap interval, in percent.
+    #[arg(long, value_name = "PERCENT", default_value = "99", value_parser = confidence_arg)]
+    pub confidence: f64,
+    /// Bootstrap resamples per timing metric.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_RESAMPLES,
+          value_parser = resamples_arg)]
+    pub resamples: usize,
+    /// Base seed of the bootstrap (the verdicts are deterministic for a given seed).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Compute verdicts even when the rigs differ in GPU, compute capability or driver major
+    /// version (the mismatch is still shown); without it a mismatch exits 3.
+    #[arg(long)]
+    pub allow_rig_mismatch: bool,
+    /// Print JSON (every row, counts, rig check, settings, exit code) instead of Markdown.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the Markdown to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// Do not redact host name, user paths and IP addresses in the output.
+    #[arg(long)]
+    pub no_redact: bool,
+}
+
+/// `path` itself, or `path/results.json` when `path` is a folder.
+fn results_file(path: &Path) -> Result<PathBuf, RigError> {
+    if path.is_dir() {
+        let f = path.join("results.json");
+        if f.is_file() {
+            Ok(f)
+        } else {
+            Err(RigError::file(
+                path,
+                "is a folder without a results.json; pass a report folder or its results.json",
+            ))
+        }
+    } else if path.is_file() {
+        Ok(path.to_path_buf())
+    } else {
+        Err(RigError::file(
+            path,
+            "no such file or folder; pass a results.json or a report folder",
+        ))
+    }
+}
 
 /// Run `rigbench compare`.
-pub fn run(_args: CompareArgs) -> anyhow::Result<ExitStatus> {
-    anyhow::bail!("rigbench compare is not implemented yet")
+///
+/// # Errors
+/// The results cannot be read (exit 1), the suite cannot be told, or an output cannot be
+/// written. A missing or unusable baseline is not an error: it is reported and exits 3.
+pub fn run(args: CompareArgs) -> anyhow::Result<ExitStatus> {
+    let settings = Settings {
+        threshold_kernels: args.threshold_kernels,
+        threshold_e2e: args.threshold_e2e,
+        metric_thresholds: args.metric_threshold.clone(),
+        confidence: args.confidence,
+        resamples: args.resamples,
+        seed: args.seed,
+    };
+    let results_path = results_file(&args.results)?;
+    let current = Results::load(&results_path).context("cannot read the results to compare")?;
+    let cinfo = RunInfo::of(&current, &results_path);
+
+    let comparison = match baseline_file(&args, &current)? {
+        Err(problem) => Comparison::unusable(cinfo, None, &settings, problem),
+        Ok(bpath) => match Results::load(&bpath) {
+            Err(e) => Comparison::unusable(
+                cinfo,
+                None,
+                &settings,
+                format!("the baseline cannot be used: {e}"),
+            ),
+            Ok(baseline) => compare::compare(
+                &baseline,
+                &bpath,
+                &current,
+                &results_path,
+                &settings,
+                args.allow_rig_mismatch,
+            ),
+        },
+    };
+    emit(&args, &comparison)?;
+    Ok(comparison.status())
+}
+
+/// The baseline file to read: `Ok(Ok(path))`, or `Ok(Err(problem))` when it is missing (exit 3).
+fn baseline_file(args: &CompareArgs, current: &Results) -> anyhow::Result<Result<PathBuf, String>> {
+    if let Some(f) = &args.baseline {
+        return Ok(if f.is_file() {
+            Ok(f.clone())
+        } else {
+            Err(format!(
+                "baseline {} does not exist; create one with `rigbench report --save-baseline`",
+                f.display()
+            ))
+        });
+    }
+    let Some(dir) = &args.baseline_dir else {
+        // clap's argument group makes one of the two required.
+        return Err(
+            RigError::flag("--baseline", "pass --baseline FILE or --baseline-dir DIR").into(),
+        );
+    };
+    let suite = match (&args.suite, compare::results_suite(current)) {
+        (Some(s), _) => s.clone(),
+        (None, Some(s)) => s,
+        (None, None) => return Err(RigError::flag(
+            "--suite",
+            "the results record no suite (no kernels section with a suite name); pass --suite NAME",
+        )
+        .into()),
+    };
+    let expected = compare::baseline_path(dir, &current.rig_label, &suite)?;
+    Ok(
+        match compare::find_baseline(dir, &current.rig_label, &suite)? {
+            Some(p) => Ok(p),
+            None => {
+                let present = compare::list_baselines(dir);
+                Err(format!(
+                "no baseline for rig '{}' and suite '{suite}': expected {}; baselines present under {}: {}. Create one on this rig with `rigbench report --save-baseline`",
+                current.rig_label,
+                expected.display(),
+                dir.display(),
+                if present.is_empty() {
+                    "none".to_string()
+                } else {
+                    present.join(", ")
+                }
+            ))
+            }
+        },
+    )
+}
+
+/// Print and write the outputs.
+fn emit(args: &CompareArgs, c: &Comparison) -> anyhow::Result<()> {
+    let redactor = if args.no_redact {
+        Redactor::disabled()
+    } else {
+        Redactor::for_this_host(true)
+    };
+    let md = redactor.redact(&render::markdown(c));
+    if args.json {
+        let mut v = serde_json::to_value(c).context("cannot serialize the comparison")?;
+        redactor.redact_json(&mut v);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{md}");
+    }
+    eprintln!(
+        "rigbench compare: {} (exit {})",
+        c.summary_line(),
+        c.status().code()
+    );
+    if let Some(f) = &args.markdown {
+        crate::report::write::atomic_write(f, md.as_bytes())
+            .with_context(|| format!("cannot write --markdown {}", f.display()))?;
+    }
+    if let Some(summary) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|s| !s.is_empty()) {
+        let path = PathBuf::from(summary);
+        let res = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(format!("{md}\n").as_bytes()));
+        if let Err(e) = res {
+            eprintln!(
+                "warning: cannot append to $GITHUB_STEP_SUMMARY ({}): {e}",
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }

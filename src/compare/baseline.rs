@@ -1,0 +1,336 @@
+//! Baselines: committed results files at `baselines/<rig-label>/<suite>.json`, in the results
+//! schema ([`Results`]), so a baseline carries the rig facts it was measured on; and the rig
+//! compatibility check run before any verdict.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::report::redact::Redactor;
+use crate::report::Results;
+use crate::rig::RigFacts;
+use crate::RigError;
+
+/// Check that `name` can be one path component of a baseline (`what` names it in the error):
+/// ASCII letters, digits, `.`, `_` and `-`, not starting with `.`, at most 128 characters.
+///
+/// # Errors
+/// A message naming the offending value and the rule.
+pub fn check_component(what: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} '{name}' cannot name a baseline file: use ASCII letters, digits, '.', '_' and '-' (not starting with '.')"
+        ))
+    }
+}
+
+/// `<baselines_dir>/<rig_label>/<suite>.json`.
+///
+/// # Errors
+/// [`RigError::BadFlag`] when `rig_label` or `suite` is not a safe path component (see
+/// [`check_component`]).
+pub fn baseline_path(
+    baselines_dir: &Path,
+    rig_label: &str,
+    suite: &str,
+) -> Result<PathBuf, RigError> {
+    check_component("rig label", rig_label).map_err(|m| RigError::flag("rig label", m))?;
+    check_component("suite", suite).map_err(|m| RigError::flag("--suite", m))?;
+    Ok(baselines_dir.join(rig_label).join(format!("{suite}.json")))
+}
+
+/// The baseline of `suite` for the rig `rig_label` under `baselines_dir`, if that file exists.
+///
+/// # Errors
+/// An unsafe rig label or suite name (see [`baseline_path`]).
+pub fn find_baseline(
+    baselines_dir: &Path,
+    rig_label: &str,
+    suite: &str,
+) -> Result<Option<PathBuf>, RigError> {
+    let p = baseline_path(baselines_dir, rig_label, suite)?;
+    Ok(p.is_file().then_some(p))
+}
+
+/// Baselines present under `baselines_dir`, as `<rig-label>/<suite>.json`, sorted (empty when
+/// the folder is missing or unreadable). Used to make a "baseline missing" message useful.
+pub fn list_baselines(baselines_dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(rigs) = std::fs::read_dir(baselines_dir) else {
+        return out;
+    };
+    for rig in rigs.flatten() {
+        let Ok(files) = std::fs::read_dir(rig.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let name = f.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".json") && !name.starts_with('.') {
+                out.push(format!("{}/{name}", rig.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Save `results` as the baseline of `suite` for its rig: `<baselines_dir>/<rig_label>/<suite>.json`,
+/// in the results schema (so it records the rig facts it was measured on), written atomically
+/// ([`crate::report::write::atomic_write_json`]) and redacted (host name, user, home and working
+/// directory, IP addresses), since baselines are committed. Returns the path written.
+///
+/// `rigbench report --save-baseline` calls this after the run has finished.
+///
+/// # Errors
+/// The results are incomplete (`complete == false`: an interrupted run must not become the
+/// contract), the rig label or suite is not a safe file name, or the file cannot be written.
+pub fn save_baseline(
+    results: &Results,
+    baselines_dir: &Path,
+    suite: &str,
+) -> anyhow::Result<PathBuf> {
+    if !results.complete {
+        anyhow::bail!(
+            "refusing to save an incomplete run as the baseline of suite '{suite}' (the run was interrupted or is still in progress); re-run it to completion first"
+        );
+    }
+    let path = baseline_path(baselines_dir, &results.rig_label, suite)?;
+    let mut v = serde_json::to_value(results).context("cannot serialize the results")?;
+    Redactor::for_this_host(true).redact_json(&mut v);
+    crate::report::write::atomic_write_json(&path, &v)
+        .with_context(|| format!("cannot write baseline {}", path.display()))?;
+    Ok(path)
+}
+
+/// The outcome of comparing the rig of a baseline with the rig of the results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RigCheck {
+    /// Differences that make timings incomparable: GPU name, compute capability, driver major
+    /// version (or a GPU on one side only). Non-empty = rig mismatch.
+    pub mismatches: Vec<String>,
+    /// Other differences worth knowing (driver minor version, CUDA, NVRTC, cuBLASLt, CPU),
+    /// which do not block the comparison.
+    pub differences: Vec<String>,
+}
+
+impl RigCheck {
+    /// Whether the rigs match on GPU name, compute capability and driver major version.
+    pub fn compatible(&self) -> bool {
+        self.mismatches.is_empty()
+    }
+}
+
+/// Major version of an NVIDIA driver version string (`580.159.04` → 580).
+pub fn driver_major(v: &str) -> Option<u32> {
+    v.trim().split('.').next()?.parse().ok()
+}
+
+fn or_unknown(v: Option<&str>) -> &str {
+    v.unwrap_or("unknown")
+}
+
+/// Compare the rig of the baseline (`b`) with that of the results (`c`).
+///
+/// A mismatch is a different GPU name, compute capability or driver major version, or a GPU on
+/// one side only. A driver version known on one side and unknown on the other is a mismatch
+/// (sameness cannot be confirmed); unknown on both sides is listed as a difference.
+pub fn check_rig(b: &RigFacts, c: &RigFacts) -> RigCheck {
+    let mut r = RigCheck::default();
+    match (&b.gpu, &c.gpu) {
+        (None, None) => {
+            if b.host.arch != c.host.arch {
+                r.differences.push(format!(
+                    "CPU architecture: {} (baseline) vs {} (results)",
+                    b.host.arch, c.host.arch
+                ));
+            }
+        }
+        (Some(g), None) => r.mismatches.push(format!(
+            "GPU: {} in the baseline, none in the results ({})",
+            g.name,
+            or_unknown(c.gpu_absent_reason.as_deref())
+        )),
+        (None, Some(g)) => r.mismatches.push(format!(
+            "GPU: none in the baseline, {} in the results",
+            g.name
+        )),
+        (Some(bg), Some(cg)) => {
+            if bg.name != cg.name {
+                r.mismatches.push(format!(
+                    "GPU: {} (baseline) vs {} (results)",
+                    bg.name, cg.name
+                ));
+            }
+            if bg.compute_capability != cg.compute_capability {
+                let cc = |x: Option<crate::rig::ComputeCapability>| {
+                    x.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into())
+                };
+                r.mismatches.push(format!(
+                    "compute capability: {} (baseline) vs {} (results)",
+                    cc(bg.compute_capability),
+                    cc(cg.compute_capability)
+                ));
+            }
+            let (bd, cd) = (
+                b.stack.driver_version.as_deref(),
+                c.stack.driver_version.as_deref(),
+            );
+            let (bm, cm) = (bd.and_then(driver_major), cd.and_then(driver_major));
+            match (bm, cm) {
+                (Some(x), Some(y)) if x != y => r.mismatches.push(format!(
+                    "driver major version: {x} (baseline {}) vs {y} (results {})",
+                    or_unknown(bd),
+                    or_unknown(cd)
+                )),
+                (Some(_), Some(_)) => {
+                    if bd != cd {
+                        r.differences.push(format!(
+                            "driver: {} (baseline) vs {} (results), same major version",
+                            or_unknown(bd),
+                            or_unknown(cd)
+                        ));
+                    }
+                }
+                (None, None) => r
+                    .differences
+                    .push("driver version unknown in both baseline and results".into()),
+                _ => r.mismatches.push(format!(
+                    "driver version: {} (baseline) vs {} (results); cannot confirm the same major version",
+                    or_unknown(bd),
+                    or_unknown(cd)
+                )),
+            }
+        }
+    }
+    let mut soft = |what: &str, x: Option<&str>, y: Option<&str>| {
+        if x != y {
+            r.differences.push(format!(
+                "{what}: {} (baseline) vs {} (results)",
+                or_unknown(x),
+                or_unknown(y)
+            ));
+        }
+    };
+    soft(
+        "driver CUDA version",
+        b.stack.driver_cuda_version.as_deref(),
+        c.stack.driver_cuda_version.as_deref(),
+    );
+    soft(
+        "NVRTC",
+        b.stack.nvrtc_version.as_deref(),
+        c.stack.nvrtc_version.as_deref(),
+    );
+    soft(
+        "cuBLASLt",
+        b.stack.cublaslt_version.as_deref(),
+        c.stack.cublaslt_version.as_deref(),
+    );
+    soft(
+        "built for CUDA",
+        Some(b.stack.built_for_cuda.as_str()).filter(|s| !s.is_empty()),
+        Some(c.stack.built_for_cuda.as_str()).filter(|s| !s.is_empty()),
+    );
+    soft(
+        "CPU",
+        Some(b.host.cpu_model.as_str()).filter(|s| !s.is_empty()),
+        Some(c.host.cpu_model.as_str()).filter(|s| !s.is_empty()),
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rig::{ComputeCapability, GpuFacts};
+
+    fn gpu(name: &str, cc: (u32, u32), driver: Option<&str>) -> RigFacts {
+        let mut f = RigFacts::default();
+        f.host.arch = "x86_64".into();
+        f.gpu = Some(GpuFacts {
+            name: name.into(),
+            compute_capability: Some(ComputeCapability::new(cc.0, cc.1)),
+            ..Default::default()
+        });
+        f.stack.driver_version = driver.map(String::from);
+        f
+    }
+
+    #[test]
+    fn rig_checks() {
+        let h200 = gpu("NVIDIA H200", (9, 0), Some("580.159.04"));
+        assert!(check_rig(&h200, &h200).compatible());
+        let minor = gpu("NVIDIA H200", (9, 0), Some("580.65.06"));
+        let r = check_rig(&h200, &minor);
+        assert!(r.compatible(), "{r:?}");
+        assert!(r.differences[0].contains("same major"), "{r:?}");
+        let major = gpu("NVIDIA H200", (9, 0), Some("570.86.15"));
+        let r = check_rig(&h200, &major);
+        assert!(
+            !r.compatible() && r.mismatches[0].contains("580") && r.mismatches[0].contains("570")
+        );
+        let h100 = gpu("NVIDIA H100 80GB HBM3", (9, 0), Some("580.159.04"));
+        assert!(check_rig(&h200, &h100).mismatches[0].contains("H100"));
+        let ada = gpu("NVIDIA H200", (8, 9), Some("580.159.04"));
+        assert!(check_rig(&h200, &ada).mismatches[0].contains("sm_89"));
+        let unknown = gpu("NVIDIA H200", (9, 0), None);
+        assert!(!check_rig(&h200, &unknown).compatible());
+        let mut cpu = RigFacts::default();
+        cpu.host.arch = "x86_64".into();
+        assert!(check_rig(&cpu, &cpu).compatible());
+        assert!(!check_rig(&h200, &cpu).compatible());
+        assert_eq!(driver_major("580.159.04"), Some(580));
+        assert_eq!(driver_major("n/a"), None);
+    }
+
+    #[test]
+    fn names_and_paths() {
+        let d = Path::new("baselines");
+        assert_eq!(
+            baseline_path(d, "nvidia-h200-sm90", "qwen3.6-27b").unwrap(),
+            PathBuf::from("baselines/nvidia-h200-sm90/qwen3.6-27b.json")
+        );
+        for bad in ["", "../x", "a/b", ".hidden", "a b"] {
+            assert!(baseline_path(d, "rig", bad).is_err(), "{bad}");
+            assert!(baseline_path(d, bad, "suite").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn save_find_and_refuse_incomplete() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = Results::new(
+            RigFacts::default(),
+            "cpu-x86-64".into(),
+            "rigbench report".into(),
+        );
+        assert!(save_baseline(&r, d.path(), "ci")
+            .unwrap_err()
+            .to_string()
+            .contains("incomplete"));
+        assert_eq!(find_baseline(d.path(), "cpu-x86-64", "ci").unwrap(), None);
+        r.complete = true;
+        let p = save_baseline(&r, d.path(), "ci").unwrap();
+        assert_eq!(p, d.path().join("cpu-x86-64/ci.json"));
+        assert_eq!(
+            find_baseline(d.path(), "cpu-x86-64", "ci").unwrap(),
+            Some(p.clone())
+        );
+        assert_eq!(Results::load(&p).unwrap().rig_label, "cpu-x86-64");
+        assert_eq!(
+            list_baselines(d.path()),
+            vec!["cpu-x86-64/ci.json".to_string()]
+        );
+        r.rig_label = "../escape".into();
+        assert!(save_baseline(&r, d.path(), "ci").is_err());
+    }
+}

@@ -1,0 +1,199 @@
+//! Rendering a [`Comparison`] as Markdown, for terminals and CI job summaries (the JSON form is
+//! the serde serialization of [`Comparison`]).
+
+use crate::report::table::{human_bytes, human_seconds, markdown_table, thousands};
+
+use super::metric::Unit;
+use super::verdict::{Row, Side, Verdict};
+use super::Comparison;
+
+fn number(unit: Unit, v: f64) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    let int = v.fract() == 0.0 && v.abs() < 9.0e15;
+    match unit {
+        Unit::Seconds => human_seconds(v),
+        Unit::Ratio => format!("{v:.3e}"),
+        Unit::Tokens | Unit::Count if int && v >= 0.0 => thousands(v as u64),
+        Unit::Bytes if int && v >= 0.0 => human_bytes(v as u64),
+        Unit::TokensPerSecond => format!("{v:.1} tok/s"),
+        _ => format!("{v}"),
+    }
+}
+
+fn side(unit: Unit, s: &Option<Side>) -> String {
+    match s {
+        None => "—".into(),
+        Some(Side::Samples { n, median }) => match median {
+            Some(m) => format!("{} (n={n})", number(unit, *m)),
+            None => format!("invalid (n={n})"),
+        },
+        Some(Side::Value { value }) => number(unit, *value),
+        Some(Side::Label { value }) => value.clone(),
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:+.2}%", 100.0 * x)
+}
+
+fn row_cells(r: &Row) -> Vec<String> {
+    let change = r.change.map(pct).unwrap_or_else(|| "—".into());
+    let interval = match (&r.interval, r.threshold) {
+        (Some(ci), Some(t)) => format!("[{}, {}] vs ±{:.1}%", pct(ci.lo), pct(ci.hi), 100.0 * t),
+        (Some(ci), None) => format!("[{}, {}]", pct(ci.lo), pct(ci.hi)),
+        (None, _) => "—".into(),
+    };
+    let verdict = match r.verdict {
+        Verdict::Regressed | Verdict::Missing => format!("**{}**", r.verdict),
+        v => v.to_string(),
+    };
+    vec![
+        format!("`{}`", r.id),
+        side(r.unit, &r.baseline),
+        side(r.unit, &r.current),
+        change,
+        interval,
+        verdict,
+    ]
+}
+
+/// Markdown: header, verdict counts, rig check, the table (metric, baseline, current, change,
+/// interval, verdict; failures first), notes, and the method.
+pub fn markdown(c: &Comparison) -> String {
+    let mut out = String::new();
+    let suite = c
+        .results
+        .suite
+        .clone()
+        .or_else(|| c.baseline.as_ref().and_then(|b| b.suite.clone()))
+        .unwrap_or_else(|| "unknown".into());
+    out.push_str(&format!(
+        "## rigbench compare: suite `{suite}`, rig `{}`\n\n",
+        c.results.rig_label
+    ));
+    let b = c.baseline.as_ref();
+    let pick = |f: &dyn Fn(&super::RunInfo) -> String| b.map(f).unwrap_or_else(|| "—".into());
+    let files = markdown_table(
+        &["", "baseline", "results"],
+        &[
+            vec![
+                "file".to_string(),
+                pick(&|i| i.path.clone()),
+                c.results.path.clone(),
+            ],
+            vec![
+                "rig label".to_string(),
+                pick(&|i| i.rig_label.clone()),
+                c.results.rig_label.clone(),
+            ],
+            vec![
+                "created (UTC)".to_string(),
+                pick(&|i| i.created_utc.clone()),
+                c.results.created_utc.clone(),
+            ],
+            vec![
+                "rigbench".to_string(),
+                pick(&|i| i.rigbench_version.clone()),
+                c.results.rigbench_version.clone(),
+            ],
+        ],
+    );
+    out.push_str(&files);
+    out.push('\n');
+
+    if let Some(p) = &c.problem {
+        out.push_str(&format!(
+            "**No comparison: {p}** (exit {})\n\n",
+            c.exit_code
+        ));
+    } else {
+        let k = &c.counts;
+        let head = if k.regressed + k.missing > 0 {
+            format!("**{} regressed, {} missing**", k.regressed, k.missing)
+        } else {
+            "**No regression**".to_string()
+        };
+        out.push_str(&format!(
+            "{head}: {} ambiguous, {} improved, {} new, {} same (exit {})\n\n",
+            k.ambiguous, k.improved, k.new, k.same, c.exit_code
+        ));
+    }
+
+    if let Some(rig) = &c.rig {
+        if rig.compatible() {
+            out.push_str("Rig: same GPU, compute capability and driver major version.\n");
+        } else {
+            out.push_str(if c.rig_mismatch_allowed {
+                "**Rig mismatch** (allowed by --allow-rig-mismatch; verdicts below compare different rigs):\n"
+            } else {
+                "**Rig mismatch** (not a regression verdict):\n"
+            });
+            for m in &rig.mismatches {
+                out.push_str(&format!("- {m}\n"));
+            }
+        }
+        if !rig.differences.is_empty() {
+            out.push_str("Other rig differences (not blocking):\n");
+            for d in &rig.differences {
+                out.push_str(&format!("- {d}\n"));
+            }
+        }
+        out.push('\n');
+    }
+    for w in &c.warnings {
+        out.push_str(&format!("Warning: {w}\n"));
+    }
+    if !c.warnings.is_empty() {
+        out.push('\n');
+    }
+
+    if !c.rows.is_empty() {
+        let mut rows: Vec<&Row> = c.rows.iter().collect();
+        rows.sort_by_key(|r| r.verdict); // stable: failures first, metric order within
+        let cells: Vec<Vec<String>> = rows.iter().map(|r| row_cells(r)).collect();
+        out.push_str(&markdown_table(
+            &[
+                "metric", "baseline", "current", "change", "interval", "verdict",
+            ],
+            &cells,
+        ));
+        let noted: Vec<&&Row> = rows
+            .iter()
+            .filter(|r| !r.notes.is_empty() && r.verdict != Verdict::New)
+            .collect();
+        if !noted.is_empty() {
+            out.push_str("\nNotes:\n");
+            for r in noted {
+                out.push_str(&format!(
+                    "- `{}` ({}): {}\n",
+                    r.id,
+                    r.verdict,
+                    r.notes.join("; ")
+                ));
+            }
+        }
+        out.push('\n');
+    }
+
+    let s = &c.settings;
+    let mut overrides = String::new();
+    for m in &s.metric_thresholds {
+        overrides.push_str(&format!(", `{}` ±{:.1}%", m.glob, 100.0 * m.threshold));
+    }
+    out.push_str(&format!(
+        "Method: timings compare medians; the interval is a two-sample percentile bootstrap \
+         (Efron & Tibshirani 1993) of the relative change of the median at {:.1}% confidence \
+         ({} resamples, seed {:#x}). Noise thresholds: kernels ±{:.1}%, end-to-end ±{:.1}%{overrides}. \
+         Regressed or Improved only when the whole interval lies beyond the threshold, Same when it \
+         lies within it, Ambiguous otherwise. Values are compared against their own tolerance, \
+         labels exactly or by rank. Missing metrics fail the comparison (exit 2).\n",
+        100.0 * s.confidence,
+        s.resamples,
+        s.seed,
+        100.0 * s.threshold_kernels,
+        100.0 * s.threshold_e2e,
+    ));
+    out
+}

@@ -1,0 +1,656 @@
+//! Per-metric verdicts: a baseline [`Metric`] against the current one.
+//!
+//! Timing samples ([`MetricValue::Samples`]): the bootstrap interval of the relative change of
+//! the median (see [`super::bootstrap`]) at confidence `c` is set against a noise threshold `t`.
+//! For a lower-is-better metric (a time):
+//!
+//! - **Regressed** when the whole interval lies above `+t`;
+//! - **Improved** when the whole interval lies below `−t`;
+//! - **Same** when the whole interval lies within `[−t, +t]`;
+//! - **Ambiguous** otherwise (the data cannot tell), and when either side has too few or
+//!   invalid samples.
+//!
+//! (Mirrored for higher-is-better.) Under no real change beyond the threshold, a two-sided
+//! interval at confidence `c` lies wholly above `+t` with probability at most `(1 − c)/2` when
+//! the interval is calibrated; the default `c = 0.99` keeps that under 0.5% per metric even at
+//! `t = 0`. With many metrics the expected number of false calls is at most
+//! `metrics × (1 − c)/2` (no multiplicity correction is applied; the threshold is what keeps the
+//! real rate far lower, see the tests).
+//!
+//! Deterministic values ([`MetricValue::Value`]) are compared against their own tolerance, and
+//! labels ([`MetricValue::Label`]) exactly or by their rank.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::bootstrap::{median_change_interval, ChangeInterval};
+use super::metric::{Direction, Group, Metric, MetricValue, Tolerance, Unit};
+
+/// Default noise threshold of kernel timings: 2%.
+pub const DEFAULT_THRESHOLD_KERNELS: f64 = 0.02;
+/// Default noise threshold of end-to-end (and any other non-kernel) timings: 5%.
+pub const DEFAULT_THRESHOLD_E2E: f64 = 0.05;
+/// Default two-sided confidence of the bootstrap interval.
+pub const DEFAULT_CONFIDENCE: f64 = 0.99;
+/// Default bootstrap resamples.
+pub const DEFAULT_RESAMPLES: usize = 2000;
+/// Default base seed of the bootstrap (each metric mixes in a hash of its id).
+pub const DEFAULT_SEED: u64 = 0x5249_4742_454e_4348; // "RIGBENCH"
+
+/// The outcome for one metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Worse beyond the noise threshold (or past its tolerance), with the stated confidence.
+    Regressed,
+    /// In the baseline, absent from the results.
+    Missing,
+    /// The data cannot tell (interval straddles the threshold, too few samples, conditions
+    /// differ).
+    Ambiguous,
+    /// Better beyond the noise threshold, with the stated confidence.
+    Improved,
+    /// In the results, absent from the baseline.
+    New,
+    /// Within the noise threshold (or equal within its tolerance).
+    Same,
+}
+
+impl Verdict {
+    /// Whether this verdict fails a CI gate (exit code 2): regressed or missing.
+    pub fn is_failure(self) -> bool {
+        matches!(self, Verdict::Regressed | Verdict::Missing)
+    }
+
+    /// Display name (`Regressed`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Regressed => "Regressed",
+            Verdict::Missing => "Missing",
+            Verdict::Ambiguous => "Ambiguous",
+            Verdict::Improved => "Improved",
+            Verdict::New => "New",
+            Verdict::Same => "Same",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A per-metric threshold override: `GLOB=PERCENT` (e.g. `kernels/*/w4a4/*=5`).
+///
+/// The glob matches the whole metric id; `*` matches any run of characters (including `/`) and
+/// `?` one character. The value is in percent (a trailing `%` is allowed).
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricThreshold {
+    /// The glob as given.
+    pub glob: String,
+    /// Threshold as a fraction (0.05 = 5%).
+    pub threshold: f64,
+    #[serde(skip)]
+    regex: regex::Regex,
+}
+
+impl MetricThreshold {
+    /// Build from a glob and a threshold fraction.
+    ///
+    /// # Errors
+    /// An empty glob.
+    pub fn new(glob: &str, threshold: f64) -> Result<Self, String> {
+        if glob.is_empty() {
+            return Err("empty glob".into());
+        }
+        let mut re = String::from("^");
+        for ch in glob.chars() {
+            match ch {
+                '*' => re.push_str(".*"),
+                '?' => re.push('.'),
+                c => re.push_str(&regex::escape(&c.to_string())),
+            }
+        }
+        re.push('$');
+        let regex = regex::Regex::new(&re).map_err(|e| format!("bad glob '{glob}': {e}"))?;
+        Ok(Self {
+            glob: glob.to_string(),
+            threshold,
+            regex,
+        })
+    }
+
+    /// Whether the glob matches the whole of `id`.
+    pub fn matches(&self, id: &str) -> bool {
+        self.regex.is_match(id)
+    }
+}
+
+impl FromStr for MetricThreshold {
+    type Err = String;
+    /// Parse `GLOB=PERCENT`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (glob, value) = s
+            .rsplit_once('=')
+            .ok_or_else(|| format!("'{s}' is not GLOB=PERCENT (e.g. 'kernels/*/w4a4/*=5')"))?;
+        Self::new(glob.trim(), parse_percent(value)?)
+    }
+}
+
+/// Parse a threshold in percent (`2`, `2.5`, `2%`) into a fraction; must be finite, ≥ 0 and
+/// < 1000.
+pub fn parse_percent(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_end_matches('%').trim();
+    let v: f64 = t
+        .parse()
+        .map_err(|_| format!("'{s}' is not a percentage (e.g. 2 or 2.5%)"))?;
+    if !v.is_finite() || !(0.0..1000.0).contains(&v) {
+        return Err(format!(
+            "'{s}': a threshold must be between 0 and 1000 percent"
+        ));
+    }
+    Ok(v / 100.0)
+}
+
+/// How timings are judged.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    /// Noise threshold of `kernels/*` timing metrics, as a fraction.
+    pub threshold_kernels: f64,
+    /// Noise threshold of every other timing metric (end-to-end), as a fraction.
+    pub threshold_e2e: f64,
+    /// Per-metric overrides; the last one whose glob matches wins.
+    pub metric_thresholds: Vec<MetricThreshold>,
+    /// Two-sided confidence of the bootstrap interval, in (0, 1).
+    pub confidence: f64,
+    /// Bootstrap resamples per metric.
+    pub resamples: usize,
+    /// Base seed (each metric mixes in the FNV-1a hash of its id).
+    pub seed: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            threshold_kernels: DEFAULT_THRESHOLD_KERNELS,
+            threshold_e2e: DEFAULT_THRESHOLD_E2E,
+            metric_thresholds: Vec::new(),
+            confidence: DEFAULT_CONFIDENCE,
+            resamples: DEFAULT_RESAMPLES,
+            seed: DEFAULT_SEED,
+        }
+    }
+}
+
+impl Settings {
+    /// The noise threshold (fraction) for a timing metric.
+    pub fn threshold_for(&self, id: &str, group: Group) -> f64 {
+        self.metric_thresholds
+            .iter()
+            .rev()
+            .find(|m| m.matches(id))
+            .map(|m| m.threshold)
+            .unwrap_or(match group {
+                Group::Kernels => self.threshold_kernels,
+                _ => self.threshold_e2e,
+            })
+    }
+
+    /// The bootstrap seed of metric `id`: the base seed XOR the FNV-1a 64-bit hash of the id, so
+    /// a metric's interval does not depend on which other metrics are present.
+    pub fn seed_for(&self, id: &str) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in id.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.seed ^ h
+    }
+}
+
+/// What one side showed, for display and JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Side {
+    /// Samples: count and median.
+    Samples {
+        /// Sample count.
+        n: usize,
+        /// Median (`None` when there are no valid samples).
+        median: Option<f64>,
+    },
+    /// A single value.
+    Value {
+        /// The value.
+        value: f64,
+    },
+    /// A label.
+    Label {
+        /// The label.
+        value: String,
+    },
+}
+
+impl Side {
+    fn of(v: &MetricValue) -> Self {
+        match v {
+            MetricValue::Samples { samples } => Side::Samples {
+                n: samples.len(),
+                median: crate::stats::percentile(samples, 50.0),
+            },
+            MetricValue::Value { value, .. } => Side::Value { value: *value },
+            MetricValue::Label { value, .. } => Side::Label {
+                value: value.clone(),
+            },
+        }
+    }
+
+    /// The side as a number, when it is one (a median or a value).
+    pub fn number(&self) -> Option<f64> {
+        match self {
+            Side::Samples { median, .. } => *median,
+            Side::Value { value } => Some(*value),
+            Side::Label { .. } => None,
+        }
+    }
+}
+
+/// The comparison of one metric.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// Metric id.
+    pub id: String,
+    /// Unit.
+    pub unit: Unit,
+    /// Which way is better.
+    pub direction: Direction,
+    /// Baseline side (absent for a new metric).
+    pub baseline: Option<Side>,
+    /// Current side (absent for a missing metric).
+    pub current: Option<Side>,
+    /// Relative change `current / baseline − 1` (of the median for samples), when defined.
+    pub change: Option<f64>,
+    /// Bootstrap interval of the relative change (timings only).
+    pub interval: Option<ChangeInterval>,
+    /// Noise threshold applied (timings only), as a fraction.
+    pub threshold: Option<f64>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why, when the verdict needs a reason, and context that changed.
+    pub notes: Vec<String>,
+}
+
+fn relative(b: f64, c: f64) -> Option<f64> {
+    (b != 0.0 && b.is_finite() && c.is_finite()).then(|| c / b - 1.0)
+}
+
+/// A row for a metric only in the baseline. `reason` says why the results lack it, if known.
+pub fn missing_row(b: &Metric, reason: Option<String>) -> Row {
+    Row {
+        id: b.id.clone(),
+        unit: b.unit,
+        direction: b.direction,
+        baseline: Some(Side::of(&b.value)),
+        current: None,
+        change: None,
+        interval: None,
+        threshold: None,
+        verdict: Verdict::Missing,
+        notes: vec![reason.unwrap_or_else(|| "not in the results".into())],
+    }
+}
+
+/// A row for a metric only in the results.
+pub fn new_row(c: &Metric) -> Row {
+    Row {
+        id: c.id.clone(),
+        unit: c.unit,
+        direction: c.direction,
+        baseline: None,
+        current: Some(Side::of(&c.value)),
+        change: None,
+        interval: None,
+        threshold: None,
+        verdict: Verdict::New,
+        notes: vec!["not in the baseline".into()],
+    }
+}
+
+/// Differences between two string maps, as `key: a → b` lines.
+fn map_diff(b: &BTreeMap<String, String>, c: &BTreeMap<String, String>) -> Vec<String> {
+    let mut keys: Vec<&String> = b.keys().chain(c.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter_map(|k| {
+            let (x, y) = (b.get(k), c.get(k));
+            (x != y).then(|| {
+                format!(
+                    "{k}: {} → {}",
+                    x.map(String::as_str).unwrap_or("(none)"),
+                    y.map(String::as_str).unwrap_or("(none)")
+                )
+            })
+        })
+        .collect()
+}
+
+/// Compare the same metric from the baseline (`b`) and the results (`c`).
+pub fn compare_metric(b: &Metric, c: &Metric, s: &Settings) -> Row {
+    let mut row = Row {
+        id: c.id.clone(),
+        unit: c.unit,
+        direction: c.direction,
+        baseline: Some(Side::of(&b.value)),
+        current: Some(Side::of(&c.value)),
+        change: None,
+        interval: None,
+        threshold: None,
+        verdict: Verdict::Ambiguous,
+        notes: Vec::new(),
+    };
+    if let (Some(x), Some(y)) = (
+        row.baseline.as_ref().and_then(Side::number),
+        row.current.as_ref().and_then(Side::number),
+    ) {
+        row.change = relative(x, y);
+    }
+    let cond = map_diff(&b.conditions, &c.conditions);
+    if !cond.is_empty() {
+        row.notes.push(format!(
+            "conditions differ, not comparable: {}",
+            cond.join("; ")
+        ));
+        return row;
+    }
+    let ctx = map_diff(&b.context, &c.context);
+    match (&b.value, &c.value) {
+        (MetricValue::Samples { samples: bs }, MetricValue::Samples { samples: cs }) => {
+            let t = s.threshold_for(&c.id, c.group);
+            row.threshold = Some(t);
+            match median_change_interval(bs, cs, s.confidence, s.resamples, s.seed_for(&c.id)) {
+                Ok(ci) => {
+                    row.change = Some(ci.point);
+                    row.interval = Some(ci);
+                    row.verdict = timing_verdict(ci, t, c.direction);
+                }
+                Err(e) => row.notes.push(e.to_string()),
+            }
+        }
+        (
+            MetricValue::Value {
+                value: bv,
+                tolerance: bt,
+            },
+            MetricValue::Value {
+                value: cv,
+                tolerance: ct,
+            },
+        ) => {
+            let (v, note) = value_verdict(*bv, bt, *cv, ct, c.direction);
+            row.verdict = v;
+            row.notes.extend(note);
+        }
+        (MetricValue::Label { value: bl, .. }, MetricValue::Label { value: cl, scale }) => {
+            let (v, note) = label_verdict(bl, cl, scale, c.direction);
+            row.verdict = v;
+            row.notes.extend(note);
+        }
+        (bv, cv) => row.notes.push(format!(
+            "metric kind changed from {} to {}; not comparable",
+            bv.kind_name(),
+            cv.kind_name()
+        )),
+    }
+    row.notes.extend(ctx);
+    row
+}
+
+/// The verdict of a timing interval against threshold `t` (see the module docs).
+pub fn timing_verdict(ci: ChangeInterval, t: f64, direction: Direction) -> Verdict {
+    let (lo, hi) = (ci.lo, ci.hi);
+    if lo >= -t && hi <= t {
+        return Verdict::Same;
+    }
+    let above = lo > t;
+    let below = hi < -t;
+    match (direction, above, below) {
+        (Direction::LowerIsBetter, true, _) => Verdict::Regressed,
+        (Direction::LowerIsBetter, _, true) => Verdict::Improved,
+        (Direction::HigherIsBetter, true, _) => Verdict::Improved,
+        (Direction::HigherIsBetter, _, true) => Verdict::Regressed,
+        (Direction::MustMatch, true, _) | (Direction::MustMatch, _, true) => Verdict::Regressed,
+        _ => Verdict::Ambiguous,
+    }
+}
+
+fn value_verdict(
+    b: f64,
+    bt: &Tolerance,
+    c: f64,
+    ct: &Tolerance,
+    direction: Direction,
+) -> (Verdict, Option<String>) {
+    if b.is_nan() || c.is_nan() {
+        return (Verdict::Ambiguous, Some("a value is not a number".into()));
+    }
+    // `worse(x, y)`: x is worse than y in this direction.
+    let worse = |x: f64, y: f64| match direction {
+        Direction::LowerIsBetter => x > y,
+        Direction::HigherIsBetter => x < y,
+        Direction::MustMatch => x != y,
+    };
+    // For must-match metrics any difference is "worse".
+    let by_order = |b: f64, c: f64| {
+        if b == c {
+            Verdict::Same
+        } else if worse(c, b) {
+            Verdict::Regressed
+        } else {
+            Verdict::Improved
+        }
+    };
+    match ct {
+        Tolerance::Bound { limit, name } => {
+            let within = |x: f64, lim: f64| !worse(x, lim);
+            let blim = match bt {
+                Tolerance::Bound { limit, .. } => *limit,
+                Tolerance::Relative { .. } => *limit,
+            };
+            let (bok, cok) = (within(b, blim), within(c, *limit));
+            let mut note = None;
+            if blim != *limit {
+                note = Some(format!("tolerance {name} changed: {blim:e} → {limit:e}"));
+            }
+            let v = match (bok, cok) {
+                (true, true) => Verdict::Same,
+                (true, false) => {
+                    note = Some(format!("outside its tolerance {name} = {limit:e}"));
+                    Verdict::Regressed
+                }
+                (false, true) => {
+                    note = Some(format!("now within its tolerance {name} = {limit:e}"));
+                    Verdict::Improved
+                }
+                (false, false) => {
+                    note = Some(format!(
+                        "outside its tolerance {name} = {limit:e} in baseline and results"
+                    ));
+                    by_order(b, c)
+                }
+            };
+            (v, note)
+        }
+        Tolerance::Relative { rel } => {
+            if (c - b).abs() <= rel * b.abs() {
+                (Verdict::Same, None)
+            } else {
+                (
+                    by_order(b, c),
+                    Some(format!("differs by more than {rel:e} relative")),
+                )
+            }
+        }
+    }
+}
+
+fn label_verdict(
+    b: &str,
+    c: &str,
+    scale: &[String],
+    direction: Direction,
+) -> (Verdict, Option<String>) {
+    if b == c {
+        return (Verdict::Same, None);
+    }
+    let change = format!("{b} → {c}");
+    if scale.is_empty() || direction == Direction::MustMatch {
+        return (Verdict::Regressed, Some(format!("must match: {change}")));
+    }
+    let rank = |x: &str| scale.iter().position(|s| s == x);
+    match (rank(b), rank(c)) {
+        // The scale is best-first: a larger index is worse.
+        (Some(rb), Some(rc)) if rc > rb => (Verdict::Regressed, Some(change)),
+        (Some(_), Some(_)) => (Verdict::Improved, Some(change)),
+        _ => (
+            Verdict::Ambiguous,
+            Some(format!(
+                "{change}: label not on the known scale ({})",
+                scale.join(" > ")
+            )),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ci(lo: f64, hi: f64) -> ChangeInterval {
+        ChangeInterval {
+            point: 0.5 * (lo + hi),
+            lo,
+            hi,
+            confidence: 0.99,
+            resamples: 1000,
+        }
+    }
+
+    #[test]
+    fn timing_verdict_rules() {
+        let t = 0.02;
+        let l = Direction::LowerIsBetter;
+        assert_eq!(timing_verdict(ci(0.03, 0.05), t, l), Verdict::Regressed);
+        assert_eq!(timing_verdict(ci(-0.05, -0.03), t, l), Verdict::Improved);
+        assert_eq!(timing_verdict(ci(-0.01, 0.015), t, l), Verdict::Same);
+        assert_eq!(timing_verdict(ci(0.01, 0.05), t, l), Verdict::Ambiguous);
+        assert_eq!(timing_verdict(ci(-0.05, 0.05), t, l), Verdict::Ambiguous);
+        let h = Direction::HigherIsBetter;
+        assert_eq!(timing_verdict(ci(0.03, 0.05), t, h), Verdict::Improved);
+        assert_eq!(timing_verdict(ci(-0.05, -0.03), t, h), Verdict::Regressed);
+    }
+
+    #[test]
+    fn percent_and_globs() {
+        assert_eq!(parse_percent("2").unwrap(), 0.02);
+        assert_eq!(parse_percent(" 2.5% ").unwrap(), 0.025);
+        assert!(parse_percent("-1").is_err());
+        assert!(parse_percent("abc").is_err());
+        assert!(parse_percent("NaN").is_err());
+        let m: MetricThreshold = "kernels/*/w4a4/*=5".parse().unwrap();
+        assert_eq!(m.threshold, 0.05);
+        assert!(m.matches("kernels/rigbench/w4a4/gate_up/m=1/time_s"));
+        assert!(!m.matches("kernels/rigbench/w4a16/gate_up/m=1/time_s"));
+        assert!("no-equals".parse::<MetricThreshold>().is_err());
+        assert!("=5".parse::<MetricThreshold>().is_err());
+        let dot: MetricThreshold = "a.b=1".parse().unwrap();
+        assert!(dot.matches("a.b") && !dot.matches("axb"), "'.' is literal");
+
+        let s = Settings {
+            metric_thresholds: vec![
+                "kernels/*=3".parse().unwrap(),
+                "kernels/*/m=1/*=7".parse().unwrap(),
+            ],
+            ..Settings::default()
+        };
+        assert_eq!(
+            s.threshold_for("kernels/a/b/c/m=1/time_s", Group::Kernels),
+            0.07
+        );
+        assert_eq!(
+            s.threshold_for("kernels/a/b/c/m=2/time_s", Group::Kernels),
+            0.03
+        );
+        assert_eq!(s.threshold_for("e2e/x", Group::E2e), DEFAULT_THRESHOLD_E2E);
+    }
+
+    #[test]
+    fn values_against_their_tolerance() {
+        let bound = |l: f64| Tolerance::Bound {
+            limit: l,
+            name: "TOL".into(),
+        };
+        let l = Direction::LowerIsBetter;
+        assert_eq!(
+            value_verdict(1e-3, &bound(1e-2), 5e-3, &bound(1e-2), l).0,
+            Verdict::Same
+        );
+        let (v, n) = value_verdict(1e-3, &bound(1e-2), 2e-2, &bound(1e-2), l);
+        assert_eq!(v, Verdict::Regressed);
+        assert!(n.unwrap().contains("TOL"));
+        assert_eq!(
+            value_verdict(2e-2, &bound(1e-2), 1e-3, &bound(1e-2), l).0,
+            Verdict::Improved
+        );
+        assert_eq!(
+            value_verdict(2e-2, &bound(1e-2), 3e-2, &bound(1e-2), l).0,
+            Verdict::Regressed
+        );
+        let rel = Tolerance::Relative { rel: 1e-6 };
+        assert_eq!(
+            value_verdict(0.1, &rel, 0.1 * (1.0 + 1e-9), &rel, l).0,
+            Verdict::Same
+        );
+        assert_eq!(
+            value_verdict(0.1, &rel, 0.11, &rel, l).0,
+            Verdict::Regressed
+        );
+        assert_eq!(value_verdict(0.1, &rel, 0.09, &rel, l).0, Verdict::Improved);
+        assert_eq!(
+            value_verdict(100.0, &rel, 101.0, &rel, Direction::MustMatch).0,
+            Verdict::Regressed
+        );
+        assert_eq!(
+            value_verdict(f64::NAN, &rel, 1.0, &rel, l).0,
+            Verdict::Ambiguous
+        );
+    }
+
+    #[test]
+    fn labels_by_rank_or_exact() {
+        let scale: Vec<String> = ["native", "fallback", "unsupported"]
+            .map(String::from)
+            .to_vec();
+        let h = Direction::HigherIsBetter;
+        assert_eq!(
+            label_verdict("native", "fallback", &scale, h).0,
+            Verdict::Regressed
+        );
+        assert_eq!(
+            label_verdict("unsupported", "native", &scale, h).0,
+            Verdict::Improved
+        );
+        assert_eq!(
+            label_verdict("native", "native", &scale, h).0,
+            Verdict::Same
+        );
+        assert_eq!(
+            label_verdict("native", "weird", &scale, h).0,
+            Verdict::Ambiguous
+        );
+        assert_eq!(label_verdict("a", "b", &[], h).0, Verdict::Regressed);
+    }
+}
