@@ -32,6 +32,13 @@ pub struct ReportArgs {
     /// Do not redact host names, user paths and IP addresses.
     #[arg(long)]
     pub no_redact: bool,
+    /// Also save the results as the baseline for this rig and suite
+    /// (`<baselines-dir>/<rig-label>/<suite>.json`), the file `rigbench compare --baseline-dir` reads.
+    #[arg(long)]
+    pub save_baseline: bool,
+    /// Folder of baselines for `--save-baseline`.
+    #[arg(long, default_value = "baselines")]
+    pub baselines_dir: PathBuf,
     /// Re-render report.md, kernels.csv and plots from an existing results.json (or its folder)
     /// instead of measuring.
     #[arg(long, value_name = "RESULTS")]
@@ -94,6 +101,16 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         redact: !args.no_redact,
         write_files: true,
     })?;
+    if args.save_baseline {
+        let suite = results
+            .kernels
+            .as_ref()
+            .map(|k| k.suite.name.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "no-kernels".into());
+        let path = crate::compare::save_baseline(&results, &args.baselines_dir, &suite)?;
+        eprintln!("rigbench: baseline saved to {}", path.display());
+    }
     let timed = results.kernels.as_ref().map(|k| k.cases.len()).unwrap_or(0);
     eprintln!(
         "rigbench: report complete: {timed} kernel cases timed, {} parts skipped (see report.md)",
