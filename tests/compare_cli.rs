@@ -99,7 +99,7 @@ fn results(seed: u64, slow: f64) -> Results {
             shape: "16x256x512".into(),
             data: "normal(0,1) seed 1".into(),
             rel_l2_vs_exact: 0.0712,
-            kernel_tolerance: 1e-2,
+            kernel_tolerance: Some(1e-2),
             kernel_tolerance_name: "BF16_OUTPUT_REL_L2".into(),
         }],
         ..Default::default()
