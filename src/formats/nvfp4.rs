@@ -377,3 +377,111 @@ mod tests {
         assert!(global_scale_from_compressed_tensors(0.0).is_err());
     }
 }
+
+/// Byte offset of block scale `(row, kb)` in the interleaved layout cuBLASLt reads for
+/// `CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3` (NVIDIA cuBLAS docs, "1D Block Scaling Factors
+/// Layout"; the same as vLLM's `swizzle_blockscale`): the `[rows, K/16]` scale matrix is padded to
+/// multiples of 128 rows and 4 columns and cut into 128×4 tiles of 512 bytes, tiles in row-major
+/// order; inside a tile, element `(r, c)` sits at `(r % 32)·16 + (r / 32)·4 + c`.
+/// `kb_padded` is `K/16` rounded up to 4.
+pub fn swizzled_scale_offset(row: usize, kb: usize, kb_padded: usize) -> usize {
+    let tile = (row / 128) * (kb_padded / 4) + kb / 4;
+    tile * 512 + (row % 32) * 16 + ((row / 32) % 4) * 4 + (kb % 4)
+}
+
+/// Block scales `[rows, k_blocks]` (row-major, E4M3 bytes) in cuBLASLt's interleaved layout, padded
+/// with zero bytes to `round_up(rows, 128) × round_up(k_blocks, 4)` (see
+/// [`swizzled_scale_offset`]).
+///
+/// # Errors
+/// [`FormatError::Shape`] when `scales.len() != rows · k_blocks`.
+pub fn swizzle_block_scales(
+    scales: &[u8],
+    rows: usize,
+    k_blocks: usize,
+) -> Result<Vec<u8>, FormatError> {
+    if scales.len() != rows * k_blocks {
+        return Err(FormatError::Shape(format!(
+            "{} block scales; [rows, K/16] = [{rows}, {k_blocks}] needs {}",
+            scales.len(),
+            rows * k_blocks
+        )));
+    }
+    let rp = rows.div_ceil(128) * 128;
+    let kp = k_blocks.div_ceil(4) * 4;
+    let mut out = vec![0u8; rp * kp];
+    for r in 0..rows {
+        for c in 0..k_blocks {
+            out[swizzled_scale_offset(r, c, kp)] = scales[r * k_blocks + c];
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod swizzle_tests {
+    use super::*;
+
+    /// The layout as a reshape/permute, written independently: padded `[R/128, 4, 32, Kp/4, 4]`
+    /// permuted to `[R/128, Kp/4, 32, 4, 4]` (vLLM `swizzle_blockscale`).
+    fn by_permutation(scales: &[u8], rows: usize, kb: usize) -> Vec<u8> {
+        let rp = rows.div_ceil(128) * 128;
+        let kp = kb.div_ceil(4) * 4;
+        let src = |r: usize, c: usize| {
+            if r < rows && c < kb {
+                scales[r * kb + c]
+            } else {
+                0
+            }
+        };
+        let mut out = Vec::with_capacity(rp * kp);
+        for mt in 0..rp / 128 {
+            for kt in 0..kp / 4 {
+                for r32 in 0..32 {
+                    for r4 in 0..4 {
+                        for c4 in 0..4 {
+                            out.push(src(mt * 128 + r4 * 32 + r32, kt * 4 + c4));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn swizzle_matches_the_reshape_permute_definition() {
+        for (rows, kb) in [(128, 4), (256, 8), (96, 320), (130, 5), (1, 1)] {
+            let s: Vec<u8> = (0..rows * kb).map(|i| (i * 7 % 251) as u8 + 1).collect();
+            assert_eq!(
+                swizzle_block_scales(&s, rows, kb).unwrap(),
+                by_permutation(&s, rows, kb),
+                "{rows}×{kb}"
+            );
+        }
+    }
+
+    #[test]
+    fn swizzle_is_a_bijection_and_pads_with_zero() {
+        let (rows, kb) = (200, 6);
+        let kp = 8;
+        let mut seen = std::collections::HashSet::new();
+        for r in 0..256 {
+            for c in 0..kp {
+                assert!(seen.insert(swizzled_scale_offset(r, c, kp)));
+            }
+        }
+        assert_eq!(seen.len(), 256 * kp);
+        let s = vec![9u8; rows * kb];
+        let out = swizzle_block_scales(&s, rows, kb).unwrap();
+        assert_eq!(out.len(), 256 * 8);
+        assert_eq!(out.iter().filter(|b| **b == 9).count(), rows * kb);
+        assert!(swizzle_block_scales(&s, rows, kb + 1).is_err());
+        // First tile: row 33, column 2 → (33 % 32)·16 + (33 / 32)·4 + 2.
+        assert_eq!(swizzled_scale_offset(33, 2, 8), 16 + 4 + 2);
+        // Second tile along K.
+        assert_eq!(swizzled_scale_offset(0, 4, 8), 512);
+        // Second row tile.
+        assert_eq!(swizzled_scale_offset(128, 0, 8), 1024);
+    }
+}

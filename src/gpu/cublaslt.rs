@@ -67,6 +67,93 @@ pub enum LtKind {
         /// Scale of the activations (cuBLASLt's B).
         a_scale_ptr: u64,
     },
+    /// NVFP4 × NVFP4 → BF16 (sm_100 and up): E2M1 operands packed two per byte (low nibble
+    /// first, the ModelOpt layout), UE4M3 block scales per 16 elements in cuBLASLt's interleaved
+    /// layout ([`crate::formats::nvfp4::swizzle_block_scales`]); the two FP32 per-tensor scales go
+    /// into `alpha`.
+    Nvfp4 {
+        /// Swizzled block scales of W (cuBLASLt's A).
+        w_block_scales_ptr: u64,
+        /// Swizzled block scales of the activations (cuBLASLt's B).
+        a_block_scales_ptr: u64,
+    },
+}
+
+/// The descriptor values a [`LtKind`] sets, as plain data (so they can be checked without a GPU).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GemmSpec {
+    /// Data type of W and the activations.
+    pub ab_type: sys::cudaDataType,
+    /// Name for reports.
+    pub name: &'static str,
+    /// `(attribute, value)` pairs set on the matmul descriptor, in order.
+    pub desc_attrs: Vec<(sys::cublasLtMatmulDescAttributes_t, AttrValue)>,
+}
+
+/// A descriptor attribute value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AttrValue {
+    /// An `int32_t` (operations, scale modes).
+    I32(i32),
+    /// A device pointer.
+    Ptr(u64),
+}
+
+impl LtKind {
+    /// The descriptor values of this kind: TN operations, then scale pointers and modes.
+    pub fn spec(&self) -> GemmSpec {
+        use sys::cublasLtMatmulDescAttributes_t as D;
+        let op_t = 1; // CUBLAS_OP_T
+        let op_n = 0; // CUBLAS_OP_N
+        let mut desc_attrs = vec![
+            (D::CUBLASLT_MATMUL_DESC_TRANSA, AttrValue::I32(op_t)),
+            (D::CUBLASLT_MATMUL_DESC_TRANSB, AttrValue::I32(op_n)),
+        ];
+        let (ab_type, name) = match *self {
+            LtKind::Bf16 => (sys::cudaDataType::CUDA_R_16BF, "BF16"),
+            LtKind::Fp8 {
+                w_scale_ptr,
+                a_scale_ptr,
+            } => {
+                desc_attrs.push((
+                    D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                    AttrValue::Ptr(w_scale_ptr),
+                ));
+                desc_attrs.push((
+                    D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                    AttrValue::Ptr(a_scale_ptr),
+                ));
+                (sys::cudaDataType::CUDA_R_8F_E4M3, "FP8 E4M3")
+            }
+            LtKind::Nvfp4 {
+                w_block_scales_ptr,
+                a_block_scales_ptr,
+            } => {
+                let vec16 =
+                    sys::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3
+                        as i32;
+                desc_attrs.push((D::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, AttrValue::I32(vec16)));
+                desc_attrs.push((D::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, AttrValue::I32(vec16)));
+                desc_attrs.push((
+                    D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                    AttrValue::Ptr(w_block_scales_ptr),
+                ));
+                desc_attrs.push((
+                    D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                    AttrValue::Ptr(a_block_scales_ptr),
+                ));
+                (
+                    sys::cudaDataType::CUDA_R_4F_E2M1,
+                    "NVFP4 (E2M1, UE4M3 scales per 16)",
+                )
+            }
+        };
+        GemmSpec {
+            ab_type,
+            name,
+            desc_attrs,
+        }
+    }
 }
 
 /// A planned GEMM for fixed M, N, K.
@@ -87,10 +174,8 @@ impl LtGemm {
     /// # Errors
     /// cuBLASLt rejects the layout (e.g. FP8 with K not a multiple of 16) or has no algorithm.
     pub fn plan(handle: &Lt, kind: LtKind, m: usize, n: usize, k: usize) -> Result<Self, RigError> {
-        let (ab_type, name) = match kind {
-            LtKind::Bf16 => (sys::cudaDataType::CUDA_R_16BF, "BF16"),
-            LtKind::Fp8 { .. } => (sys::cudaDataType::CUDA_R_8F_E4M3, "FP8 E4M3"),
-        };
+        let spec = kind.spec();
+        let (ab_type, name) = (spec.ab_type, spec.name);
         let desc = lt::create_matmul_desc(
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             sys::cudaDataType::CUDA_R_32F,
@@ -106,35 +191,14 @@ impl LtGemm {
             ws_size: 0,
             description: String::new(),
         };
-        let op_t: i32 = 1; // CUBLAS_OP_T
-        let op_n: i32 = 0; // CUBLAS_OP_N
-                           // SAFETY: attribute buffers are plain values of the documented types and sizes.
-        unsafe {
-            set_attr(
-                me.desc,
-                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
-                &op_t,
-            )?;
-            set_attr(
-                me.desc,
-                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
-                &op_n,
-            )?;
-            if let LtKind::Fp8 {
-                w_scale_ptr,
-                a_scale_ptr,
-            } = kind
-            {
-                set_attr(
-                    me.desc,
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                    &w_scale_ptr,
-                )?;
-                set_attr(
-                    me.desc,
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                    &a_scale_ptr,
-                )?;
+        for (attr, value) in &spec.desc_attrs {
+            // SAFETY: attribute buffers are plain values of the documented types and sizes
+            // (int32 for operations and scale modes, a device pointer for scale pointers).
+            unsafe {
+                match value {
+                    AttrValue::I32(v) => set_attr(me.desc, *attr, v)?,
+                    AttrValue::Ptr(p) => set_attr(me.desc, *attr, p)?,
+                }
             }
         }
         me.la = lt::create_matrix_layout(ab_type, k as u64, n as u64, k as i64)
@@ -252,5 +316,60 @@ impl Drop for LtGemm {
             }
             let _ = lt::destroy_matmul_desc(self.desc);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sys::cublasLtMatmulDescAttributes_t as D;
+
+    #[test]
+    fn specs_set_tn_and_the_right_scale_attributes() {
+        let bf = LtKind::Bf16.spec();
+        assert_eq!(bf.ab_type, sys::cudaDataType::CUDA_R_16BF);
+        assert_eq!(
+            bf.desc_attrs,
+            vec![
+                (D::CUBLASLT_MATMUL_DESC_TRANSA, AttrValue::I32(1)),
+                (D::CUBLASLT_MATMUL_DESC_TRANSB, AttrValue::I32(0))
+            ]
+        );
+        let f8 = LtKind::Fp8 {
+            w_scale_ptr: 16,
+            a_scale_ptr: 32,
+        }
+        .spec();
+        assert_eq!(f8.ab_type, sys::cudaDataType::CUDA_R_8F_E4M3);
+        assert!(f8
+            .desc_attrs
+            .contains(&(D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, AttrValue::Ptr(16))));
+        assert!(f8
+            .desc_attrs
+            .contains(&(D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, AttrValue::Ptr(32))));
+        let f4 = LtKind::Nvfp4 {
+            w_block_scales_ptr: 48,
+            a_block_scales_ptr: 64,
+        }
+        .spec();
+        assert_eq!(f4.ab_type, sys::cudaDataType::CUDA_R_4F_E2M1);
+        // Scale modes are set before the pointers, and both operands use 16-element UE4M3 blocks.
+        let pos = |a| f4.desc_attrs.iter().position(|(x, _)| *x == a).unwrap();
+        assert!(
+            pos(D::CUBLASLT_MATMUL_DESC_A_SCALE_MODE)
+                < pos(D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER)
+        );
+        assert_eq!(
+            f4.desc_attrs[pos(D::CUBLASLT_MATMUL_DESC_A_SCALE_MODE)].1,
+            AttrValue::I32(1)
+        );
+        assert_eq!(
+            f4.desc_attrs[pos(D::CUBLASLT_MATMUL_DESC_B_SCALE_MODE)].1,
+            AttrValue::I32(1)
+        );
+        assert_eq!(
+            f4.desc_attrs[pos(D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER)].1,
+            AttrValue::Ptr(64)
+        );
     }
 }

@@ -15,6 +15,6 @@ pub fn make(format: GemmFormat) -> Box<dyn GemmImpl> {
         GemmFormat::Bf16 => Box::new(bf16::Bf16::default()),
         GemmFormat::Fp8 => Box::new(fp8::Fp8::default()),
         GemmFormat::W4a16 => Box::new(w4a16::W4a16::default()),
-        GemmFormat::W4a4 => Box::new(w4a4::W4a4),
+        GemmFormat::W4a4 => Box::new(w4a4::W4a4::default()),
     }
 }
