@@ -119,7 +119,7 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
         o.push_str(&format!(
             "Conditions: {}; warm-up {} launches; sampling stops at σ/mean ≤ {:.1}% (after ≥ {} samples), at {} samples, or after {:.2} s; timer: {}.\n",
             if p.l2_flush_bytes > 0 {
-                format!("cold L2 (a {} write before every sample)", human_bytes(p.l2_flush_bytes))
+                format!("cold L2 (a {} L2 flush before every sample)", human_bytes(p.l2_flush_bytes))
             } else {
                 "warm L2 (no flush)".into()
             },
