@@ -718,48 +718,61 @@ fn draw_fastest(shapes: &ShapeCases<'_>, path: &Path) -> PlotResult {
             }
         }
     }
-    let h = 80 + 40 * shapes.len() as u32;
-    let root = SVGBackend::new(path, (1000, h + 60)).into_drawing_area();
+    let h = 90 + 40 * shapes.len() as u32;
+    let root = SVGBackend::new(path, (1200, h)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut ch = ChartBuilder::on(&root)
+    let (chart_area, legend_area) = root.split_horizontally(960);
+    let mut ch = ChartBuilder::on(&chart_area)
         .caption("fastest implementation per shape and M", ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(110)
-        .build_cartesian_2d(0f64..all_ms.len() as f64, 0f64..shapes.len() as f64)?;
+        .build_cartesian_2d(
+            (0..all_ms.len().saturating_sub(1)).into_segmented(),
+            (0..shapes.len().saturating_sub(1)).into_segmented(),
+        )?;
     let ms2 = all_ms.clone();
     let names: Vec<String> = shapes.iter().map(|(s, _)| s.clone()).collect();
+    let label = |v: &SegmentValue<usize>, list: &dyn Fn(usize) -> String| match v {
+        SegmentValue::CenterOf(i) => list(*i),
+        _ => String::new(),
+    };
     ch.configure_mesh()
         .disable_mesh()
-        .x_labels(all_ms.len())
-        .y_labels(shapes.len())
-        .x_label_formatter(&move |x| {
-            ms2.get(x.floor() as usize)
-                .map(|m| m.to_string())
-                .unwrap_or_default()
+        .x_labels(all_ms.len() + 1)
+        .y_labels(shapes.len() + 1)
+        .x_label_formatter(&|v| {
+            label(v, &|i| {
+                ms2.get(i).map(|m| m.to_string()).unwrap_or_default()
+            })
         })
-        .y_label_formatter(&move |y| names.get(y.floor() as usize).cloned().unwrap_or_default())
-        .x_desc("M")
+        .y_label_formatter(&|v| label(v, &|i| names.get(i).cloned().unwrap_or_default()))
+        .x_desc("M (tokens)")
         .draw()?;
     for (idx, imp) in impls.iter().enumerate() {
         let color = PALETTE[idx % PALETTE.len()];
         ch.draw_series(grid.iter().filter(|g| &g.2 == imp).map(|(si, mi, _)| {
             Rectangle::new(
                 [
-                    (*mi as f64 + 0.05, *si as f64 + 0.1),
-                    (*mi as f64 + 0.95, *si as f64 + 0.9),
+                    (SegmentValue::Exact(*mi), SegmentValue::Exact(*si)),
+                    (SegmentValue::Exact(mi + 1), SegmentValue::Exact(si + 1)),
                 ],
                 color.filled(),
             )
-        }))?
-        .label(imp.clone())
-        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+        }))?;
+        ch.draw_series(grid.iter().filter(|g| &g.2 == imp).map(|(si, mi, _)| {
+            Rectangle::new(
+                [
+                    (SegmentValue::Exact(*mi), SegmentValue::Exact(*si)),
+                    (SegmentValue::Exact(mi + 1), SegmentValue::Exact(si + 1)),
+                ],
+                WHITE.stroke_width(3),
+            )
+        }))?;
+        let y = 50 + 24 * idx as i32;
+        legend_area.draw(&Rectangle::new([(10, y - 7), (24, y + 7)], color.filled()))?;
+        legend_area.draw(&Text::new(imp.clone(), (32, y - 7), ("sans-serif", 14)))?;
     }
-    ch.configure_series_labels()
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
     root.present()?;
     Ok(())
 }
