@@ -495,7 +495,11 @@ fn value_verdict(
             } else {
                 (
                     by_order(b, c),
-                    Some(format!("differs by more than {rel:e} relative")),
+                    Some(if *rel == 0.0 {
+                        "differs (must be exactly equal)".to_string()
+                    } else {
+                        format!("differs by more than {rel:e} relative")
+                    }),
                 )
             }
         }
