@@ -98,6 +98,7 @@ fn results(seed: u64, slow: f64) -> Results {
             format: GemmFormat::W4a16,
             shape: "16x256x512".into(),
             data: "normal(0,1) seed 1".into(),
+            data_id: "plain".into(),
             rel_l2_vs_exact: 0.0712,
             kernel_tolerance: Some(1e-2),
             kernel_tolerance_name: "BF16_OUTPUT_REL_L2".into(),
@@ -420,4 +421,257 @@ fn errors_and_bad_flags() {
     }
     // One of --baseline / --baseline-dir is required.
     assert_eq!(rigbench(&["compare", s(&c)]).status.code(), Some(64));
+}
+
+#[test]
+fn deterministic_only_skips_timings_without_calling_them_missing() {
+    let d = tempfile::tempdir().unwrap();
+    let b = write(d.path(), "base.json", &results(1, 1.0));
+    // A 10% slowdown is a timing verdict: not compared.
+    let c = write(d.path(), "cur.json", &results(101, 1.10));
+    let o = rigbench(&[
+        "compare",
+        "--deterministic-only",
+        "--baseline",
+        s(&b),
+        s(&c),
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    assert!(
+        out.contains("Not compared (timing; --deterministic-only): 3 timing metrics"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("| `kernels/rigbench/w4a16/gate_up/m=1/time_s`"),
+        "{out}"
+    );
+    assert!(
+        out.contains("check/rel_l2") && out.contains("bit_exact"),
+        "{out}"
+    );
+    assert!(err.contains("3 timing metrics not compared"), "{err}");
+    // Timings absent from the results are not missing either; a vanished check still is.
+    let mut cur = results(101, 1.0);
+    let k = cur.kernels.as_mut().unwrap();
+    k.cases.retain(|c| c.m != 16);
+    let c = write(d.path(), "fewer.json", &cur);
+    let o = rigbench(&[
+        "compare",
+        "--deterministic-only",
+        "--baseline",
+        s(&b),
+        s(&c),
+    ]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(out.contains("**0 regressed, 1 missing**"), "{out}");
+    assert!(out.contains("m=16/check/rel_l2` (Missing)"), "{out}");
+    // JSON lists every metric left out.
+    let o = rigbench(&[
+        "compare",
+        "--deterministic-only",
+        "--json",
+        "--baseline",
+        s(&b),
+        s(&c),
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["settings"]["deterministic_only"], true);
+    assert_eq!(v["counts"]["not_compared"], 3);
+    assert_eq!(v["not_compared"].as_array().unwrap().len(), 3);
+}
+
+/// The committed CPU baseline that `.ci/run` gates on.
+const CI_BASELINE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/baselines/ci-cpu/qwen3.6-27b.json"
+);
+
+fn ci_baseline() -> serde_json::Value {
+    let text = std::fs::read_to_string(CI_BASELINE).expect("the committed CI baseline");
+    serde_json::from_str(&text).expect("the CI baseline is JSON")
+}
+
+fn write_json(dir: &Path, name: &str, v: &serde_json::Value) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, serde_json::to_string_pretty(v).unwrap()).unwrap();
+    p
+}
+
+/// Compare `current` with `baseline` (deterministic metrics only): exit code and stdout.
+fn gate(dir: &Path, baseline: &serde_json::Value, current: &serde_json::Value) -> (i32, String) {
+    let b = write_json(dir, "gate-baseline.json", baseline);
+    let c = write_json(dir, "gate-results.json", current);
+    let o = rigbench(&[
+        "compare",
+        "--deterministic-only",
+        "--baseline",
+        s(&b),
+        s(&c),
+    ]);
+    (o.status.code().unwrap_or(-1), text(&o).0)
+}
+
+fn row<'a>(out: &'a str, id: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(&format!("| `{id}`")))
+        .unwrap_or_else(|| panic!("no row {id} in {out}"))
+}
+
+#[test]
+fn ci_baseline_passes_on_itself_and_fails_when_perturbed() {
+    let d = tempfile::tempdir().unwrap();
+    let base = ci_baseline();
+    let suite = base["kernels"]["suite"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(suite, "qwen3.6-27b", "the file name .ci/run passes");
+    assert!(base["rig"]["gpu"].is_null(), "a CPU-only baseline");
+
+    let (code, out) = gate(d.path(), &base, &base);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("**No regression**"), "{out}");
+    assert!(
+        out.contains("Not compared (timing; --deterministic-only)"),
+        "{out}"
+    );
+    for id in [
+        "e2e/tiny/c=1/kv/capacity_tokens",
+        "e2e/tiny/c=4/output_tokens/produced",
+        "e2e/tiny/c=2/validity",
+        "kernels/reference_accuracy/w4a16/16×256×2048/plain/rel_l2_vs_exact",
+        "kernels/reference_accuracy/w4a16/16×256×2048/outliers/rel_l2_vs_exact",
+        "checkpoint/qwen36-mixed-clean/lint/gdn-ab-quantized",
+        "checkpoint/qwen36-mixed-clean/lint/errors",
+        "checkpoint/qwen36-mixed-clean/capacity/kv_bytes_per_token",
+    ] {
+        assert!(row(&out, id).contains("| Same"), "{id}: {out}");
+    }
+    assert!(!out.contains("tok_per_s") && !out.contains("throughput"));
+
+    // Another CPU-only host (other CPU, architecture, RAM, kernel, host name): still comparable.
+    let mut other_host = base.clone();
+    other_host["rig"]["host"] = serde_json::json!({
+        "arch": "aarch64",
+        "cpu_logical_cores": 64,
+        "cpu_model": "Neoverse-V2",
+        "hostname": "ci-runner-7",
+        "kernel": "6.1.0",
+        "os": "Linux (Ubuntu 24.04)",
+        "ram_bytes": 1u64 << 37
+    });
+    let (code, out) = gate(d.path(), &base, &other_host);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Other rig differences (not blocking)") && out.contains("aarch64"));
+
+    // A perturbed baseline: more KV capacity than the runtime now reports.
+    let mut b = base.clone();
+    let cap = &mut b["e2e"]["runs"][0]["conditions"]["kv"]["capacity_tokens"]["value"];
+    *cap = (cap.as_u64().unwrap() + 16).into();
+    let (code, out) = gate(d.path(), &b, &base);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        row(&out, "e2e/tiny/c=1/kv/capacity_tokens").contains("**Regressed**"),
+        "{out}"
+    );
+
+    // A perturbed baseline: a reference accuracy 1% better than the code now computes.
+    let mut b = base.clone();
+    let acc = b["kernels"]["reference_accuracy"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|a| a["format"] == "w4a16" && a["data_id"] == "plain")
+        .unwrap();
+    acc["rel_l2_vs_exact"] = (acc["rel_l2_vs_exact"].as_f64().unwrap() * 0.99).into();
+    let (code, out) = gate(d.path(), &b, &base);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        row(
+            &out,
+            "kernels/reference_accuracy/w4a16/16×256×2048/plain/rel_l2_vs_exact"
+        )
+        .contains("**Regressed**"),
+        "{out}"
+    );
+
+    // A perturbed baseline: another format in the module table.
+    let mut b = base.clone();
+    let m = b["checkpoint"]["modules"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|m| {
+            m["module"]
+                .as_str()
+                .unwrap()
+                .ends_with("linear_attn.in_proj_a")
+        })
+        .unwrap();
+    assert_eq!(m["format"]["kind"], "bf16");
+    m["format"] = serde_json::json!({"kind": "f16"});
+    let (code, out) = gate(d.path(), &b, &base);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("must match: FP16 ×1 [layers 0] → BF16 ×1 [layers 0]"),
+        "{out}"
+    );
+
+    // Results with a new lint error: the rule's label and the error count regress.
+    let mut c = base.clone();
+    c["checkpoint"]["findings"] = serde_json::json!([{
+        "rule": "gdn-ab-quantized",
+        "severity": "error",
+        "why": "test",
+        "detail": "test",
+        "modules": [],
+        "module_count": 1
+    }]);
+    let (code, out) = gate(d.path(), &base, &c);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("**2 regressed, 0 missing**"), "{out}");
+    assert!(
+        row(&out, "checkpoint/qwen36-mixed-clean/lint/gdn-ab-quantized").contains("| absent")
+            && row(&out, "checkpoint/qwen36-mixed-clean/lint/gdn-ab-quantized").contains("| error"),
+        "{out}"
+    );
+
+    // Results whose run turned invalid, with a request fewer produced.
+    let mut c = base.clone();
+    c["e2e"]["runs"][1]["validity"]["valid"] = false.into();
+    c["e2e"]["runs"][1]["validity"]["reasons"] = serde_json::json!(["planted by the test"]);
+    c["e2e"]["runs"][1]["requests"][0]["ok"] = false.into();
+    c["e2e"]["runs"][1]["requests"][0]["error"] = "planted".into();
+    let (code, out) = gate(d.path(), &base, &c);
+    assert_eq!(code, 2, "{out}");
+    for id in [
+        "e2e/tiny/c=2/validity",
+        "e2e/tiny/c=2/requests/completed",
+        "e2e/tiny/c=2/requests/failed",
+        "e2e/tiny/c=2/output_tokens/produced",
+    ] {
+        assert!(row(&out, id).contains("**Regressed**"), "{id}: {out}");
+    }
+    // Without --deterministic-only the invalid run's timings are missing, with the reason.
+    let b = write_json(d.path(), "b.json", &base);
+    let cur = write_json(d.path(), "c.json", &c);
+    let o = rigbench(&["compare", "--baseline", s(&b), s(&cur)]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        row(&out, "e2e/tiny/c=2/ttft_s").contains("**Missing**"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "run c=2 is invalid (planted by the test); timings of invalid runs are not compared"
+        ),
+        "{out}"
+    );
+    // ... and the valid runs' timings are compared (identical samples: no regression; with 8
+    // requests the bootstrap interval is wide, so Same or Ambiguous).
+    let r = row(&out, "e2e/tiny/c=1/tpot_s");
+    assert!(r.contains("| Same") || r.contains("| Ambiguous"), "{r}");
 }

@@ -31,6 +31,31 @@ use super::quant::{Method, Pattern, Rules};
 use super::{CardSection, Finding, Rec, Severity};
 use crate::rig::Support;
 
+/// Every rule id this module can emit, in the order of the table above. `rigbench compare`
+/// gives each one a label (`absent` when it did not fire) so that a rule firing where it did not
+/// before is a regression rather than a new metric.
+pub const RULES: &[&str] = &[
+    "gdn-ab-quantized",
+    "mtp-4bit",
+    "mtp-not-excluded",
+    "mtp-fp8",
+    "mtp-weights-absent",
+    "kv-fp8-no-scales",
+    "metadata-tensor-mismatch",
+    "nvfp4-group-size",
+    "safetensors-truncated",
+    "index-mismatch",
+    "lm-head-quantized",
+    "embedding-quantized",
+    "vision-quantized",
+    "config-disagreement",
+    "format-unsupported-on-card",
+    "format-fallback-on-card",
+    "unknown-quant-method",
+    "bad-pattern",
+    "no-safetensors",
+];
+
 pub(crate) struct LintInput<'a> {
     pub facts: &'a ModelFacts,
     pub recs: &'a [Rec],
@@ -800,5 +825,43 @@ fn same_format(a: &ModuleFormat, b: &ModuleFormat) -> bool {
             eq(s1, s2) && eq(a1, a2)
         }
         _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod rules_tests {
+    use super::RULES;
+
+    /// `RULES` lists exactly the rule ids this file emits: every literal passed as the first
+    /// argument of `finding(` is listed, and every listed id appears as a literal in the code.
+    #[test]
+    fn rules_list_matches_the_code() {
+        let src = include_str!("lint.rs");
+        let code = src
+            .split("pub(crate) struct LintInput")
+            .nth(1)
+            .unwrap_or_default();
+        let re = regex::Regex::new(r#"finding\(\s*"([a-z0-9-]+)""#).unwrap();
+        let emitted: std::collections::BTreeSet<&str> = re
+            .captures_iter(code)
+            .map(|c| c.get(1).unwrap().as_str())
+            .collect();
+        assert!(emitted.len() > 10, "{emitted:?}");
+        for r in &emitted {
+            assert!(
+                RULES.contains(r),
+                "rule '{r}' is emitted but missing from RULES"
+            );
+        }
+        for r in RULES {
+            assert!(
+                code.contains(&format!("\"{r}\"")),
+                "RULES lists '{r}' but the code never emits it"
+            );
+        }
+        let mut sorted = RULES.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), RULES.len(), "duplicate rule ids");
     }
 }

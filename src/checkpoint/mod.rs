@@ -31,6 +31,7 @@ pub use capacity::{CapacityPrediction, KvCacheDtype};
 pub use config::ModelFacts;
 pub use format::ModuleFormat;
 pub use headers::{ShardInfo, TensorMeta};
+pub use lint::RULES as LINT_RULES;
 pub use modules::LayerKind;
 pub use quant::{QuantFact, QuantGroup, QuantSource, QuantSummary};
 pub use render::render_markdown;

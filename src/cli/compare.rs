@@ -48,7 +48,8 @@ fn resamples_arg(s: &str) -> Result<usize, String> {
     after_help = "Timings: two-sample percentile-bootstrap interval (Efron & Tibshirani 1993) of the \
 relative change of the median; Regressed/Improved only when the whole interval lies beyond the \
 noise threshold, Same when it lies within it, Ambiguous otherwise. Values are compared against \
-their own tolerance, labels exactly or by rank.\n\n\
+their own tolerance, labels exactly or by rank. --deterministic-only compares values and labels \
+only.\n\n\
 Exit codes: 0 no regression; 2 a metric regressed, or a baseline metric is missing from RESULTS \
 (a vanished metric usually means a case now fails or is skipped); 3 baseline missing or unusable \
 (unreadable, other schema version, other suite, rig mismatch without --allow-rig-mismatch); \
@@ -91,6 +92,12 @@ pub struct CompareArgs {
     /// version (the mismatch is still shown); without it a mismatch exits 3.
     #[arg(long)]
     pub allow_rig_mismatch: bool,
+    /// Compare only metrics whose verdict does not depend on timing (values and labels:
+    /// correctness errors, reference accuracy, lint findings, module formats, KV capacity,
+    /// request and token counts, validity); timing metrics are listed once as not compared,
+    /// never as missing. For CI on a host other than the baseline's (e.g. a CPU-only runner).
+    #[arg(long)]
+    pub deterministic_only: bool,
     /// Print JSON (every row, counts, rig check, settings, exit code) instead of Markdown.
     #[arg(long)]
     pub json: bool,
@@ -137,6 +144,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitStatus> {
         confidence: args.confidence,
         resamples: args.resamples,
         seed: args.seed,
+        deterministic_only: args.deterministic_only,
     };
     let results_path = results_file(&args.results)?;
     let current = Results::load(&results_path).context("cannot read the results to compare")?;

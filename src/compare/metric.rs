@@ -11,17 +11,31 @@
 //! | `kernels/<provider>/<implementation>/<shape>/m=<M>/<extra>/time_s` | timing samples (e.g. `activation_quant`) |
 //! | `kernels/<provider>/<implementation>/<shape>/m=<M>/check/<metric>` | value bounded by the check's tolerance |
 //! | `kernels/<provider>/<implementation>/<shape>/m=<M>/bit_exact` | label: `true` > `false` |
-//! | `kernels/reference_accuracy/<format>/<m×n×k>/rel_l2_vs_exact` | value, equal within 1e-6 relative |
+//! | `kernels/reference_accuracy/<format>/<m×n×k>/<data_id>/rel_l2_vs_exact` | value, equal within 1e-6 relative |
+//! | `checkpoint/<name>/lint/<rule>` | label: `absent` > `info` > `warning` > `error` |
+//! | `checkpoint/<name>/lint/errors` | value, exact, must not increase |
+//! | `checkpoint/<name>/modules/<kind>/<module pattern>` | label, must match |
+//! | `checkpoint/<name>/capacity/{kv_tokens,kv_bytes_per_token,weight_bytes}` | value, exact, must match |
+//! | `e2e/<suite>/<point>/validity` | label: `valid` > `invalid` |
+//! | `e2e/<suite>/<point>/requests/{completed,failed}` | value, exact |
+//! | `e2e/<suite>/<point>/output_tokens/{requested,produced}` | value, exact, must match |
+//! | `e2e/<suite>/<point>/kv/{capacity_tokens,preemptions}` | value, exact |
+//! | `e2e/<suite>/<point>/{ttft_s,tpot_s,itl_mean_s,e2e_latency_s}` | timing samples, seconds (valid runs) |
 //!
-//! Adding a part (e.g. end-to-end latency, lint findings, KV capacity) is one `impl MetricSource`
-//! that pushes [`Metric`]s, plus one line in [`metrics_of`].
+//! See the `MetricSource` impls for the details of each part. Adding a part is one
+//! `impl MetricSource` that pushes [`Metric`]s, plus one line in [`metrics_of`].
+//!
+//! Metrics whose verdict does not depend on timing ([`Metric::is_deterministic`]: values and
+//! labels) are what `rigbench compare --deterministic-only` compares.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::InspectReport;
-use crate::e2e::E2eResults;
+use crate::e2e::executor::LoadPoint;
+use crate::e2e::workload::ArrivalKind;
+use crate::e2e::{E2eResults, RunResult};
 use crate::kernels::schema::{KernelCase, Timing};
 use crate::kernels::KernelResults;
 use crate::report::Results;
@@ -153,6 +167,14 @@ pub struct Metric {
     /// path that ran, the SM clock, throttle reasons); never changes the verdict.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub context: BTreeMap<String, String>,
+}
+
+impl Metric {
+    /// Whether the verdict on this metric does not depend on timing: a value or a label (not
+    /// timing samples). `rigbench compare --deterministic-only` compares only these.
+    pub fn is_deterministic(&self) -> bool {
+        !matches!(self.value, MetricValue::Samples { .. })
+    }
 }
 
 /// A part of the results schema that yields metrics.
@@ -366,11 +388,22 @@ impl MetricSource for KernelResults {
         }
         for a in &self.reference_accuracy {
             out.push(Metric {
-                id: format!(
-                    "kernels/reference_accuracy/{}/{}/rel_l2_vs_exact",
-                    a.format.id(),
-                    a.shape
-                ),
+                // `<data_id>` tells the data sets apart; results written before it existed
+                // have none (their second data set then gets the `#2` suffix).
+                id: if a.data_id.is_empty() {
+                    format!(
+                        "kernels/reference_accuracy/{}/{}/rel_l2_vs_exact",
+                        a.format.id(),
+                        a.shape
+                    )
+                } else {
+                    format!(
+                        "kernels/reference_accuracy/{}/{}/{}/rel_l2_vs_exact",
+                        a.format.id(),
+                        a.shape,
+                        segment(&a.data_id)
+                    )
+                },
                 group: Group::Kernels,
                 unit: Unit::Ratio,
                 direction: Direction::LowerIsBetter,
@@ -406,16 +439,491 @@ impl MetricSource for KernelResults {
     }
 }
 
+/// The serde name of a unit-like enum value (`cold`, `fp8`, ...), for ids and conditions.
+fn serde_name<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Make `s` usable as one `/`-separated id segment (slashes and whitespace become `_`).
+fn segment(s: &str) -> String {
+    let t: String = s
+        .trim()
+        .chars()
+        .map(|c| {
+            if c == '/' || c.is_whitespace() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    if t.is_empty() {
+        "unknown".into()
+    } else {
+        t
+    }
+}
+
+/// An exact deterministic value (`Tolerance::Relative { rel: 0 }`).
+fn exact_value(id: String, group: Group, unit: Unit, direction: Direction, value: f64) -> Metric {
+    Metric {
+        id,
+        group,
+        unit,
+        direction,
+        value: MetricValue::Value {
+            value,
+            tolerance: Tolerance::Relative { rel: 0.0 },
+        },
+        conditions: BTreeMap::new(),
+        context: BTreeMap::new(),
+    }
+}
+
+/// Lint severities from best to worst, the scale of `checkpoint/<name>/lint/<rule>` labels.
+pub const LINT_SCALE: [&str; 4] = ["absent", "info", "warning", "error"];
+
+/// The name a checkpoint's metrics are filed under: the folder name of
+/// [`InspectReport::checkpoint`], else the model type, else `checkpoint`.
+pub fn checkpoint_name(r: &InspectReport) -> String {
+    std::path::Path::new(&r.checkpoint)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty() && n != "." && n != "..")
+        .or_else(|| r.model.model_type.clone())
+        .map(|n| segment(&n))
+        .unwrap_or_else(|| "checkpoint".into())
+}
+
 impl MetricSource for InspectReport {
-    /// The checkpoint inspection has no comparable fields yet; the lead adds its metrics (lint
-    /// findings as labels, predicted KV capacity as a value) when the inspect schema lands.
-    fn metrics(&self, _out: &mut Vec<Metric>) {}
+    /// Under `checkpoint/<name>` ([`checkpoint_name`]), all deterministic (from metadata alone):
+    ///
+    /// | id | kind |
+    /// |---|---|
+    /// | `lint/<rule>` | label per rule of [`crate::checkpoint::LINT_RULES`] (and any other rule found): its most severe finding, ranked `absent` > `info` > `warning` > `error` |
+    /// | `lint/errors` | value, error findings; must not increase |
+    /// | `modules/<kind>/<module pattern>` | label: `<format> ×<count> [layers <layers>]` of each table row of that pattern, joined by `; `; must match |
+    /// | `capacity/kv_tokens` | value, predicted KV tokens, exact, when computed (conditions: GPU memory, utilization, reserve, max_model_len) |
+    /// | `capacity/kv_bytes_per_token` | value, exact, when computed |
+    /// | `capacity/weight_bytes` | value, exact, when known |
+    fn metrics(&self, out: &mut Vec<Metric>) {
+        let p = format!("checkpoint/{}", checkpoint_name(self));
+        let scale: Vec<String> = LINT_SCALE.iter().map(|s| s.to_string()).collect();
+        let mut rules: Vec<String> = crate::checkpoint::LINT_RULES
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        for f in &self.findings {
+            if !rules.contains(&f.rule) {
+                rules.push(f.rule.clone());
+            }
+        }
+        for rule in rules {
+            let hits: Vec<&crate::checkpoint::Finding> =
+                self.findings.iter().filter(|f| f.rule == rule).collect();
+            // `Severity` orders Error < Warning < Info: the minimum is the most severe.
+            let worst = hits.iter().map(|f| f.severity).min();
+            let mut context = BTreeMap::new();
+            if !hits.is_empty() {
+                context.insert(
+                    "modules".to_string(),
+                    hits.iter().map(|f| f.module_count).sum::<u64>().to_string(),
+                );
+            }
+            out.push(Metric {
+                id: format!("{p}/lint/{}", segment(&rule)),
+                group: Group::Checkpoint,
+                unit: Unit::Label,
+                direction: Direction::HigherIsBetter,
+                value: MetricValue::Label {
+                    value: worst.map_or_else(|| "absent".to_string(), |s| s.to_string()),
+                    scale: scale.clone(),
+                },
+                conditions: BTreeMap::new(),
+                context,
+            });
+        }
+        let errors = self
+            .findings
+            .iter()
+            .filter(|f| f.severity == crate::checkpoint::Severity::Error)
+            .count();
+        out.push(exact_value(
+            format!("{p}/lint/errors"),
+            Group::Checkpoint,
+            Unit::Count,
+            Direction::LowerIsBetter,
+            errors as f64,
+        ));
+
+        // The module table: one label per (kind, pattern), rows in table order.
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for row in &self.modules {
+            let key = format!("{}/{}", serde_name(&row.kind), segment(&row.module));
+            let cell = format!("{} ×{} [layers {}]", row.format, row.count, row.layers);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, v)) => v.push(cell),
+                None => groups.push((key, vec![cell])),
+            }
+        }
+        for (key, cells) in groups {
+            out.push(Metric {
+                id: format!("{p}/modules/{key}"),
+                group: Group::Checkpoint,
+                unit: Unit::Label,
+                direction: Direction::MustMatch,
+                value: MetricValue::Label {
+                    value: cells.join("; "),
+                    scale: Vec::new(),
+                },
+                conditions: BTreeMap::new(),
+                context: BTreeMap::new(),
+            });
+        }
+
+        // Capacity prediction: a function of metadata and the stated memory, so exact. A
+        // change means the predictor (or the checkpoint) changed: must match.
+        let cap = &self.capacity;
+        if let Some(t) = cap.kv_tokens {
+            let mut m = exact_value(
+                format!("{p}/capacity/kv_tokens"),
+                Group::Checkpoint,
+                Unit::Tokens,
+                Direction::MustMatch,
+                t as f64,
+            );
+            m.conditions = BTreeMap::from([
+                (
+                    "gpu_memory_bytes".to_string(),
+                    cap.gpu_memory_bytes
+                        .map_or_else(|| "unknown".into(), |b| b.to_string()),
+                ),
+                (
+                    "gpu_memory_utilization".to_string(),
+                    cap.gpu_memory_utilization.to_string(),
+                ),
+                ("reserve_bytes".to_string(), cap.reserve_bytes.to_string()),
+                (
+                    "max_model_len".to_string(),
+                    cap.max_model_len
+                        .map_or_else(|| "unknown".into(), |b| b.to_string()),
+                ),
+            ]);
+            if let Some(d) = &cap.kv_dtype {
+                m.context.insert("kv_dtype".into(), d.clone());
+            }
+            out.push(m);
+        }
+        if let Some(b) = cap.kv_bytes_per_token {
+            out.push(exact_value(
+                format!("{p}/capacity/kv_bytes_per_token"),
+                Group::Checkpoint,
+                Unit::Bytes,
+                Direction::MustMatch,
+                b as f64,
+            ));
+        }
+        if let Some(b) = cap.weight_bytes {
+            out.push(exact_value(
+                format!("{p}/capacity/weight_bytes"),
+                Group::Checkpoint,
+                Unit::Bytes,
+                Direction::MustMatch,
+                b as f64,
+            ));
+        }
+    }
+}
+
+/// The id segment of a sweep point: `c=<concurrency>` (closed loop) or `rate=<req/s>`, with
+/// `-gamma<shape>` for gamma arrivals and `-max_c=<cap>` for a concurrency cap (open loop).
+pub fn point_id(p: &LoadPoint) -> String {
+    match p {
+        LoadPoint::Closed { concurrency } => format!("c={concurrency}"),
+        LoadPoint::Open {
+            rate,
+            arrival,
+            burstiness,
+            max_concurrency,
+            ..
+        } => {
+            let mut s = format!("rate={rate:.2}");
+            if *arrival == ArrivalKind::Gamma {
+                s.push_str(&format!("-gamma{burstiness}"));
+            }
+            if let Some(c) = max_concurrency {
+                s.push_str(&format!("-max_c={c}"));
+            }
+            s
+        }
+    }
+}
+
+/// `e2e/<suite>`, the prefix of every end-to-end metric of `r`.
+fn e2e_prefix(r: &E2eResults) -> String {
+    format!(
+        "e2e/{}",
+        segment(r.suite.as_ref().map_or("unknown", |s| s.name.as_str()))
+    )
+}
+
+/// The conditions under which an end-to-end run's timings are comparable.
+fn e2e_conditions(run: &RunResult) -> BTreeMap<String, String> {
+    let c = &run.conditions;
+    let spec = match (&c.spec.method, &c.spec.k) {
+        (Some(m), Some(k)) => format!("{} {} k={}", serde_name(&c.spec.state), m.value, k.value),
+        (Some(m), None) => format!("{} {}", serde_name(&c.spec.state), m.value),
+        _ => serde_name(&c.spec.state),
+    };
+    BTreeMap::from([
+        (
+            "model".to_string(),
+            c.model
+                .as_ref()
+                .map_or_else(|| "unknown".into(), |m| m.value.clone()),
+        ),
+        (
+            "input_tokens".to_string(),
+            c.lengths
+                .input_requested
+                .map_or_else(|| "unknown".into(), |n| n.to_string()),
+        ),
+        (
+            "output_tokens".to_string(),
+            c.lengths.output_requested.to_string(),
+        ),
+        ("cache".to_string(), serde_name(&c.cache.temperature)),
+        ("spec".to_string(), spec),
+        (
+            "thinking".to_string(),
+            match c.thinking.sent {
+                Some(true) => "on".into(),
+                Some(false) => "off".into(),
+                None => "unknown".into(),
+            },
+        ),
+    ])
 }
 
 impl MetricSource for E2eResults {
-    /// The end-to-end results have no comparable fields yet; the lead adds their metrics (TTFT,
-    /// ITL and TPOT samples, token agreement, measured KV capacity) when the e2e schema lands.
-    fn metrics(&self, _out: &mut Vec<Metric>) {}
+    /// Per run, under `e2e/<suite>/<point>` ([`point_id`]):
+    ///
+    /// | id | kind |
+    /// |---|---|
+    /// | `validity` | label: `valid` > `invalid` |
+    /// | `requests/completed`, `requests/failed` | values, exact (more completed / fewer failed is better) |
+    /// | `output_tokens/requested` | value, Σ `max_tokens` sent, must match |
+    /// | `output_tokens/produced` | value, Σ output tokens of completed requests, must match; only when the suite fixes the output length (`ignore_eos`), else it depends on sampling |
+    /// | `kv/capacity_tokens` | value, the KV capacity the engine reported, exact (more is better) |
+    /// | `kv/preemptions` | value, preemptions during the run, exact (fewer is better) |
+    /// | `ttft_s`, `tpot_s`, `itl_mean_s`, `e2e_latency_s` | timing samples, one per completed request (`itl_mean_s`: each request's mean ITL, since per-token ITLs are not stored), valid runs only |
+    ///
+    /// Throughput (output tok/s, req/s) is not a metric: a run yields one figure, not samples,
+    /// so a change cannot be told from noise; and an invalid run's throughput is never
+    /// presented ([`RunResult::presented_throughput`]). Timings of an invalid run are left out
+    /// too (its `validity` label carries the regression).
+    fn metrics(&self, out: &mut Vec<Metric>) {
+        let prefix = e2e_prefix(self);
+        for run in &self.runs {
+            let p = format!("{prefix}/{}", point_id(&run.load));
+            let g = Group::E2e;
+            let mut v = Metric {
+                id: format!("{p}/validity"),
+                group: g,
+                unit: Unit::Label,
+                direction: Direction::HigherIsBetter,
+                value: MetricValue::Label {
+                    value: if run.validity.valid {
+                        "valid"
+                    } else {
+                        "invalid"
+                    }
+                    .into(),
+                    scale: vec!["valid".into(), "invalid".into()],
+                },
+                conditions: BTreeMap::new(),
+                context: BTreeMap::new(),
+            };
+            if !run.validity.valid {
+                v.context.insert(
+                    "reasons".into(),
+                    run.validity
+                        .reasons
+                        .iter()
+                        .chain(run.validity.missing_conditions.iter())
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                );
+            }
+            out.push(v);
+            let reqs = &run.requests;
+            let completed = reqs.iter().filter(|r| r.ok).count();
+            let failed = reqs.iter().filter(|r| !r.ok && !r.cancelled).count();
+            out.push(exact_value(
+                format!("{p}/requests/completed"),
+                g,
+                Unit::Count,
+                Direction::HigherIsBetter,
+                completed as f64,
+            ));
+            out.push(exact_value(
+                format!("{p}/requests/failed"),
+                g,
+                Unit::Count,
+                Direction::LowerIsBetter,
+                failed as f64,
+            ));
+            out.push(exact_value(
+                format!("{p}/output_tokens/requested"),
+                g,
+                Unit::Tokens,
+                Direction::MustMatch,
+                reqs.iter()
+                    .map(|r| u64::from(r.output_tokens_requested))
+                    .sum::<u64>() as f64,
+            ));
+            if run.conditions.lengths.output_fixed {
+                let produced: u64 = reqs
+                    .iter()
+                    .filter(|r| r.ok)
+                    .filter_map(|r| r.output_tokens)
+                    .sum();
+                let mut m = exact_value(
+                    format!("{p}/output_tokens/produced"),
+                    g,
+                    Unit::Tokens,
+                    Direction::MustMatch,
+                    produced as f64,
+                );
+                let mut sources: Vec<&str> = run
+                    .conditions
+                    .token_sources
+                    .iter()
+                    .map(|s| s.label())
+                    .collect();
+                sources.dedup();
+                m.context.insert("token_source".into(), sources.join(", "));
+                out.push(m);
+            }
+            let kv = &run.conditions.kv;
+            if let Some(cap) = &kv.capacity_tokens {
+                let mut m = exact_value(
+                    format!("{p}/kv/capacity_tokens"),
+                    g,
+                    Unit::Tokens,
+                    Direction::HigherIsBetter,
+                    cap.value as f64,
+                );
+                m.context.insert("source".into(), cap.source.clone());
+                out.push(m);
+            }
+            if let Some(n) = kv.preemptions {
+                out.push(exact_value(
+                    format!("{p}/kv/preemptions"),
+                    g,
+                    Unit::Count,
+                    Direction::LowerIsBetter,
+                    n as f64,
+                ));
+            }
+            if !run.validity.valid {
+                continue;
+            }
+            let conditions = e2e_conditions(run);
+            let mut context = BTreeMap::new();
+            if let Some(e) = &run.conditions.engine {
+                context.insert("engine".to_string(), e.value.clone());
+            }
+            if let Some(v) = &run.conditions.engine_version {
+                context.insert("engine_version".to_string(), v.value.clone());
+            }
+            let ok: Vec<&crate::e2e::metrics::RequestRecord> =
+                reqs.iter().filter(|r| r.ok).collect();
+            type Pick = fn(&crate::e2e::metrics::RequestRecord) -> Option<f64>;
+            let timings: [(&str, Pick); 4] = [
+                ("ttft_s", |r| r.ttft_s),
+                ("tpot_s", |r| r.tpot_s),
+                ("itl_mean_s", |r| r.itl_mean_s),
+                ("e2e_latency_s", |r| r.e2e_s),
+            ];
+            for (name, pick) in timings {
+                let samples: Vec<f64> = ok.iter().filter_map(|r| pick(r)).collect();
+                if samples.is_empty() {
+                    continue;
+                }
+                out.push(Metric {
+                    id: format!("{p}/{name}"),
+                    group: g,
+                    unit: Unit::Seconds,
+                    direction: Direction::LowerIsBetter,
+                    value: MetricValue::Samples { samples },
+                    conditions: conditions.clone(),
+                    context: context.clone(),
+                });
+            }
+        }
+    }
+
+    /// For `e2e/<suite>/<point>/...`: the run's invalidity (its timings are not metrics), the
+    /// point's entry in [`E2eResults::skipped`], or what ended the session.
+    fn missing_reason(&self, id: &str) -> Option<String> {
+        let prefix = format!("{}/", e2e_prefix(self));
+        let rest = id.strip_prefix(&prefix)?;
+        let point = rest.split('/').next()?;
+        if let Some(run) = self.runs.iter().find(|r| point_id(&r.load) == point) {
+            if !run.validity.valid {
+                let why: Vec<&str> = run
+                    .validity
+                    .reasons
+                    .iter()
+                    .chain(run.validity.missing_conditions.iter())
+                    .map(String::as_str)
+                    .collect();
+                return Some(format!(
+                    "run {} is invalid ({}); timings of invalid runs are not compared",
+                    run.label,
+                    why.join("; ")
+                ));
+            }
+            return None;
+        }
+        if let Some(s) = self.skipped.iter().find(|s| {
+            s.split_once(':')
+                .is_some_and(|(label, _)| label_point_id(label) == point)
+        }) {
+            return Some(format!("skipped: {s}"));
+        }
+        if let Some(f) = &self.failure {
+            return Some(format!("the e2e session ended early: {f}"));
+        }
+        self.interrupted
+            .then(|| "the e2e session was interrupted".to_string())
+    }
+}
+
+/// [`point_id`] from a sweep point's label ([`LoadPoint::label`]: `c=4`, `2.00 req/s`,
+/// `2.00 req/s γ2`); the cap of an open loop is not in the label, so such points match only
+/// through [`E2eResults::failure`].
+fn label_point_id(label: &str) -> String {
+    let label = label.trim();
+    if label.starts_with("c=") {
+        return label.to_string();
+    }
+    let mut words = label.split_whitespace();
+    match (words.next(), words.next(), words.next()) {
+        (Some(rate), Some("req/s"), gamma) => {
+            let mut s = format!("rate={rate}");
+            if let Some(g) = gamma.and_then(|g| g.strip_prefix('γ')) {
+                s.push_str(&format!("-gamma{g}"));
+            }
+            s
+        }
+        _ => segment(label),
+    }
 }
 
 #[cfg(test)]
@@ -474,11 +982,153 @@ mod tests {
         assert_eq!(t.context["throttle"], "hw_slowdown");
         let mut seen = std::collections::BTreeSet::new();
         assert!(ids.iter().all(|i| seen.insert(*i)), "ids unique");
-        // Stubs add nothing.
+        // No runs, no e2e metrics.
         let mut out = Vec::new();
-        InspectReport::default().metrics(&mut out);
         E2eResults::default().metrics(&mut out);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn reference_accuracy_ids_name_the_data_set() {
+        let mut r = Results::new(RigFacts::default(), "ci-cpu".into(), "t".into());
+        r.kernels = Some(KernelResults {
+            reference_accuracy: crate::kernels::accuracy::study(),
+            ..Default::default()
+        });
+        let ms = metrics_of(&r);
+        let ids: Vec<&str> = ms.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids.len(), 8, "{ids:?}");
+        assert!(
+            ids.iter().all(|i| !i.contains('#')),
+            "no #2 suffixes: {ids:?}"
+        );
+        assert!(ids.contains(&"kernels/reference_accuracy/w4a16/16×256×2048/plain/rel_l2_vs_exact"));
+        assert!(
+            ids.contains(&"kernels/reference_accuracy/w4a16/16×256×2048/outliers/rel_l2_vs_exact")
+        );
+        assert!(ms.iter().all(Metric::is_deterministic));
+    }
+
+    fn finding(rule: &str, severity: crate::checkpoint::Severity) -> crate::checkpoint::Finding {
+        crate::checkpoint::Finding {
+            rule: rule.into(),
+            severity,
+            why: String::new(),
+            detail: String::new(),
+            modules: Vec::new(),
+            module_count: 2,
+        }
+    }
+
+    #[test]
+    fn inspect_metrics_rank_lint_findings_and_label_the_module_table() {
+        use crate::checkpoint::{LayerKind, ModuleFormat, ModuleRow, Severity};
+        let mut rep = InspectReport {
+            checkpoint: "/models/Qwen3.6-27B-NVFP4/".into(),
+            ..Default::default()
+        };
+        let row = |module: &str, layers: &str, format: ModuleFormat| ModuleRow {
+            kind: LayerKind::LinearAttention,
+            module: module.into(),
+            layers: layers.into(),
+            count: 1,
+            format,
+            declared: String::new(),
+            evidence: String::new(),
+        };
+        rep.modules = vec![
+            row("layers.*.linear_attn.in_proj_a", "0-2", ModuleFormat::Bf16),
+            row("layers.*.linear_attn.in_proj_a", "3", ModuleFormat::Mxfp4),
+        ];
+        rep.findings = vec![
+            finding("vision-quantized", Severity::Info),
+            finding("vision-quantized", Severity::Warning),
+            finding("gdn-ab-quantized", Severity::Error),
+            finding("some-future-rule", Severity::Info),
+        ];
+        rep.capacity.kv_tokens = Some(1000);
+        let mut out = Vec::new();
+        rep.metrics(&mut out);
+        let get = |id: &str| {
+            out.iter().find(|m| m.id == id).unwrap_or_else(|| {
+                panic!(
+                    "{id} not in {:?}",
+                    out.iter().map(|m| &m.id).collect::<Vec<_>>()
+                )
+            })
+        };
+        let label = |id: &str| match &get(id).value {
+            MetricValue::Label { value, .. } => value.clone(),
+            v => panic!("{v:?}"),
+        };
+        let p = "checkpoint/Qwen3.6-27B-NVFP4";
+        assert_eq!(label(&format!("{p}/lint/vision-quantized")), "warning");
+        assert_eq!(label(&format!("{p}/lint/gdn-ab-quantized")), "error");
+        assert_eq!(label(&format!("{p}/lint/mtp-4bit")), "absent");
+        assert_eq!(label(&format!("{p}/lint/some-future-rule")), "info");
+        assert_eq!(
+            get(&format!("{p}/lint/errors")).value,
+            MetricValue::Value {
+                value: 1.0,
+                tolerance: Tolerance::Relative { rel: 0.0 }
+            }
+        );
+        assert_eq!(
+            label(&format!(
+                "{p}/modules/linear_attention/layers.*.linear_attn.in_proj_a"
+            )),
+            "BF16 ×1 [layers 0-2]; MXFP4 (group 32) ×1 [layers 3]"
+        );
+        assert_eq!(
+            get(&format!("{p}/capacity/kv_tokens")).direction,
+            Direction::MustMatch
+        );
+        // A rule firing where it did not is a regression; a milder severity an improvement.
+        let s = crate::compare::Settings::default();
+        let mut before = get(&format!("{p}/lint/mtp-4bit")).clone();
+        let mut after = before.clone();
+        after.value = MetricValue::Label {
+            value: "error".into(),
+            scale: LINT_SCALE.iter().map(|x| x.to_string()).collect(),
+        };
+        let v = crate::compare::compare_metric(&before, &after, &s).verdict;
+        assert_eq!(v, crate::compare::Verdict::Regressed);
+        std::mem::swap(&mut before, &mut after);
+        let v = crate::compare::compare_metric(&before, &after, &s).verdict;
+        assert_eq!(v, crate::compare::Verdict::Improved);
+        // Names.
+        assert_eq!(checkpoint_name(&InspectReport::default()), "checkpoint");
+        let dot = InspectReport {
+            checkpoint: ".".into(),
+            ..Default::default()
+        };
+        assert_eq!(checkpoint_name(&dot), "checkpoint");
+    }
+
+    #[test]
+    fn sweep_point_ids() {
+        use crate::e2e::executor::LoadPoint;
+        assert_eq!(point_id(&LoadPoint::Closed { concurrency: 4 }), "c=4");
+        let open = |arrival, max| LoadPoint::Open {
+            rate: 2.0,
+            arrival,
+            burstiness: 0.5,
+            max_concurrency: max,
+            seed: 0,
+        };
+        assert_eq!(point_id(&open(ArrivalKind::Poisson, None)), "rate=2.00");
+        assert_eq!(
+            point_id(&open(ArrivalKind::Gamma, Some(8))),
+            "rate=2.00-gamma0.5-max_c=8"
+        );
+        for p in [
+            LoadPoint::Closed { concurrency: 4 },
+            open(ArrivalKind::Poisson, None),
+            open(ArrivalKind::Gamma, None),
+        ] {
+            assert_eq!(label_point_id(&p.label()), point_id(&p), "{}", p.label());
+            assert!(!point_id(&p).contains('/'));
+        }
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub use baseline::{
 };
 pub use bootstrap::{median_change_interval, ChangeInterval, MIN_SAMPLES};
 pub use metric::{
-    metrics_of, Direction, Group, Metric, MetricSource, MetricValue, Tolerance, Unit,
+    metrics_of, point_id, Direction, Group, Metric, MetricSource, MetricValue, Tolerance, Unit,
 };
 pub use verdict::{compare_metric, MetricThreshold, Row, Settings, Side, Verdict};
 
@@ -114,6 +114,10 @@ pub struct Counts {
     pub new: usize,
     /// Unchanged metrics.
     pub same: usize,
+    /// Timing metrics left out by `--deterministic-only` (listed in
+    /// [`Comparison::not_compared`]).
+    #[serde(default)]
+    pub not_compared: usize,
 }
 
 impl Counts {
@@ -152,6 +156,10 @@ pub struct Comparison {
     pub warnings: Vec<String>,
     /// Per-metric comparisons: baseline order, then new metrics.
     pub rows: Vec<Row>,
+    /// Ids of the timing metrics (in the baseline or the results) not compared because of
+    /// `--deterministic-only`: baseline order, then those only in the results.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_compared: Vec<String>,
     /// Verdict counts.
     pub counts: Counts,
     /// The process exit code this outcome maps to.
@@ -175,6 +183,7 @@ impl Comparison {
             problem: Some(problem),
             warnings: Vec::new(),
             rows: Vec::new(),
+            not_compared: Vec::new(),
             counts: Counts::default(),
             exit_code: ExitStatus::BaselineUnusable.code(),
         }
@@ -197,36 +206,77 @@ impl Comparison {
             return format!("baseline unusable: {p}");
         }
         let c = &self.counts;
-        format!(
+        let mut line = format!(
             "{} regressed, {} missing, {} ambiguous, {} improved, {} new, {} same",
             c.regressed, c.missing, c.ambiguous, c.improved, c.new, c.same
-        )
+        );
+        if c.not_compared > 0 {
+            line.push_str(&format!(
+                ", {} timing metrics not compared (--deterministic-only)",
+                c.not_compared
+            ));
+        }
+        line
     }
 }
 
 /// Compare every metric of `baseline` with the same metric of `current`: rows in baseline
-/// order, then metrics new in `current`.
+/// order, then metrics new in `current`. With [`Settings::deterministic_only`], timing metrics
+/// are left out (see [`compare_metrics`] for their list).
 pub fn compare_results(baseline: &Results, current: &Results, settings: &Settings) -> Vec<Row> {
-    let bm = metrics_of(baseline);
-    let cm = metrics_of(current);
-    let by_id: BTreeMap<&str, &Metric> = cm.iter().map(|m| (m.id.as_str(), m)).collect();
-    let mut rows = Vec::with_capacity(bm.len().max(cm.len()));
-    for b in &bm {
-        match by_id.get(b.id.as_str()) {
-            Some(c) => rows.push(compare_metric(b, c, settings)),
-            None => rows.push(verdict::missing_row(
-                b,
-                metric::missing_reason(current, &b.id),
-            )),
-        }
-    }
-    let base_ids: std::collections::BTreeSet<&str> = bm.iter().map(|m| m.id.as_str()).collect();
-    for c in &cm {
-        if !base_ids.contains(c.id.as_str()) {
-            rows.push(verdict::new_row(c));
-        }
-    }
+    let (mut rows, _) = compare_metrics(&metrics_of(baseline), &metrics_of(current), settings);
+    explain_missing(&mut rows, current);
     rows
+}
+
+/// Replace the note of each missing row by why `current` lacks that metric, when recorded.
+fn explain_missing(rows: &mut [Row], current: &Results) {
+    for r in rows.iter_mut().filter(|r| r.verdict == Verdict::Missing) {
+        if let Some(why) = metric::missing_reason(current, &r.id) {
+            r.notes = vec![why];
+        }
+    }
+}
+
+/// Compare the metrics `bm` of the baseline with the metrics `cm` of the results: the rows
+/// (baseline order, then metrics only in `cm`) and, with [`Settings::deterministic_only`], the
+/// ids of the timing metrics left out (a metric is left out when it is timing samples on either
+/// side; it is then neither missing nor new).
+pub fn compare_metrics(
+    bm: &[Metric],
+    cm: &[Metric],
+    settings: &Settings,
+) -> (Vec<Row>, Vec<String>) {
+    let by_id: BTreeMap<&str, &Metric> = cm.iter().map(|m| (m.id.as_str(), m)).collect();
+    let base_ids: BTreeMap<&str, &Metric> = bm.iter().map(|m| (m.id.as_str(), m)).collect();
+    let skip = |m: &Metric, other: Option<&&Metric>| {
+        settings.deterministic_only
+            && (!m.is_deterministic() || other.is_some_and(|o| !o.is_deterministic()))
+    };
+    let mut rows = Vec::with_capacity(bm.len().max(cm.len()));
+    let mut not_compared = Vec::new();
+    for b in bm {
+        let c = by_id.get(b.id.as_str());
+        if skip(b, c) {
+            not_compared.push(b.id.clone());
+            continue;
+        }
+        match c {
+            Some(c) => rows.push(compare_metric(b, c, settings)),
+            None => rows.push(verdict::missing_row(b, None)),
+        }
+    }
+    for c in cm {
+        let b = base_ids.get(c.id.as_str());
+        if b.is_none() {
+            if skip(c, None) {
+                not_compared.push(c.id.clone());
+            } else {
+                rows.push(verdict::new_row(c));
+            }
+        }
+    }
+    (rows, not_compared)
 }
 
 /// Compare `current` (read from `current_path`) with `baseline` (read from `baseline_path`):
@@ -281,8 +331,14 @@ pub fn compare(
             "the results record an incomplete run (interrupted or in progress); missing metrics may be cases not reached".to_string(),
         );
     }
-    let rows = compare_results(baseline, current, settings);
-    for mt in &settings.metric_thresholds {
+    let (mut rows, not_compared) =
+        compare_metrics(&metrics_of(baseline), &metrics_of(current), settings);
+    explain_missing(&mut rows, current);
+    for mt in settings
+        .metric_thresholds
+        .iter()
+        .filter(|_| !settings.deterministic_only)
+    {
         if !rows
             .iter()
             .any(|r| r.threshold.is_some() && mt.matches(&r.id))
@@ -301,8 +357,12 @@ pub fn compare(
         rig: Some(rig),
         problem: None,
         warnings,
-        counts: Counts::of(&rows),
+        counts: Counts {
+            not_compared: not_compared.len(),
+            ..Counts::of(&rows)
+        },
         rows,
+        not_compared,
         exit_code: 0,
     };
     c.exit_code = c.status().code();

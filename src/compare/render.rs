@@ -121,6 +121,24 @@ pub fn markdown(c: &Comparison) -> String {
         ));
     }
 
+    if !c.not_compared.is_empty() {
+        const SHOWN: usize = 4;
+        let mut ids: Vec<String> = c
+            .not_compared
+            .iter()
+            .take(SHOWN)
+            .map(|i| format!("`{i}`"))
+            .collect();
+        if c.not_compared.len() > SHOWN {
+            ids.push(format!("and {} more", c.not_compared.len() - SHOWN));
+        }
+        out.push_str(&format!(
+            "Not compared (timing; --deterministic-only): {} timing metrics ({}).\n\n",
+            c.not_compared.len(),
+            ids.join(", ")
+        ));
+    }
+
     if let Some(rig) = &c.rig {
         if rig.compatible() {
             out.push_str("Rig: same GPU, compute capability and driver major version.\n");
@@ -178,6 +196,14 @@ pub fn markdown(c: &Comparison) -> String {
     }
 
     let s = &c.settings;
+    if s.deterministic_only {
+        out.push_str(
+            "Method: --deterministic-only: values are compared against their own tolerance, \
+             labels exactly or by rank; timing metrics are not compared. Missing metrics fail \
+             the comparison (exit 2).\n",
+        );
+        return out;
+    }
     let mut overrides = String::new();
     for m in &s.metric_thresholds {
         overrides.push_str(&format!(", `{}` ±{:.1}%", m.glob, 100.0 * m.threshold));

@@ -170,6 +170,10 @@ pub struct Settings {
     pub resamples: usize,
     /// Base seed (each metric mixes in the FNV-1a hash of its id).
     pub seed: u64,
+    /// Compare only metrics whose verdict does not depend on timing (values and labels, see
+    /// [`super::Metric::is_deterministic`]); timing metrics are listed as not compared, never
+    /// as missing (`rigbench compare --deterministic-only`, what CI runs on a CPU-only host).
+    pub deterministic_only: bool,
 }
 
 impl Default for Settings {
@@ -181,6 +185,7 @@ impl Default for Settings {
             confidence: DEFAULT_CONFIDENCE,
             resamples: DEFAULT_RESAMPLES,
             seed: DEFAULT_SEED,
+            deterministic_only: false,
         }
     }
 }
@@ -490,7 +495,11 @@ fn value_verdict(
             } else {
                 (
                     by_order(b, c),
-                    Some(format!("differs by more than {rel:e} relative")),
+                    Some(if *rel == 0.0 {
+                        "differs (must be exactly equal)".to_string()
+                    } else {
+                        format!("differs by more than {rel:e} relative")
+                    }),
                 )
             }
         }

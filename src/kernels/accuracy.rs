@@ -3,7 +3,7 @@
 //! no GPU, and so serves CI baselines. W4A4 here is emulated (quantize, dequantize, multiply in
 //! f64): an accuracy figure only, never a throughput.
 //!
-//! Data sets: weights normal(0, 0.02) (a typical LLM init scale); activations normal(0, 1), and the
+//! Data sets (ids `plain` and `outliers`): weights normal(0, 0.02) (a typical LLM init scale); activations normal(0, 1), and the
 //! same with 1% of K channels scaled ×30 (the outlier channels that make activation quantization
 //! hard, cf. Dettmers et al., "LLM.int8()", 2022). Normal values come from Box–Muller on the
 //! generator's uniform hash values ([`super::data::uniform_pm1`]).
@@ -78,12 +78,14 @@ pub fn study() -> Vec<AccuracyCase> {
         }
     }
     let mut out = Vec::new();
-    for (label, a) in [
+    for (data_id, label, a) in [
         (
+            "plain",
             "weights normal(0,0.02) seed 101; activations normal(0,1) seed 202",
             &a_plain,
         ),
         (
+            "outliers",
             "as above, activations with 1% of channels ×30 (outliers)",
             &a_out,
         ),
@@ -102,6 +104,7 @@ pub fn study() -> Vec<AccuracyCase> {
                 format: f,
                 shape: format!("{M}×{N}×{K}"),
                 data: label.into(),
+                data_id: data_id.into(),
                 rel_l2_vs_exact: err,
                 kernel_tolerance: tol,
                 kernel_tolerance_name: tn.into(),
@@ -154,6 +157,15 @@ mod tests {
             assert!(err(GemmFormat::Bf16, set) < 1e-2);
             assert!(err(GemmFormat::W4a4, set) < 0.5);
         }
+        // Each (format, data set) has its own stable data-set id.
+        let mut keys: Vec<(GemmFormat, &str)> =
+            a.iter().map(|c| (c.format, c.data_id.as_str())).collect();
+        keys.sort_by_key(|(f, d)| (f.id(), d.to_string()));
+        keys.dedup();
+        assert_eq!(keys.len(), a.len());
+        assert!(a
+            .iter()
+            .all(|c| ["plain", "outliers"].contains(&c.data_id.as_str())));
         // Outlier channels hurt per-tensor FP8 activations more than block-16 NVFP4 ones.
         assert!(err(GemmFormat::Fp8, 1) > err(GemmFormat::Fp8, 0));
     }

@@ -226,6 +226,11 @@ pub struct AccuracyCase {
     pub shape: String,
     /// Data distribution and seed (e.g. `normal(0,1) seed 1`).
     pub data: String,
+    /// Short stable id of the data set (`plain`, `outliers`), used in metric ids
+    /// (`kernels/reference_accuracy/<format>/<shape>/<data_id>/rel_l2_vs_exact`); empty in
+    /// results written before it existed.
+    #[serde(default)]
+    pub data_id: String,
     /// ‖C_format − C_exact‖₂ / ‖C_exact‖₂ where C_exact uses the unquantized f64 operands.
     pub rel_l2_vs_exact: f64,
     /// The tolerance a kernel of this format is held to against its own dequantized reference
