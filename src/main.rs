@@ -14,7 +14,18 @@ fn main() -> ExitCode {
             for cause in err.chain().skip(1) {
                 eprintln!("  caused by: {cause}");
             }
-            rigbench::ExitStatus::Error.into()
+            // A value rigbench rejected for a flag is a bad command line, like one clap rejects.
+            let usage = err.chain().any(|c| {
+                matches!(
+                    c.downcast_ref::<rigbench::RigError>(),
+                    Some(rigbench::RigError::BadFlag { .. })
+                )
+            });
+            if usage {
+                rigbench::ExitStatus::Usage.into()
+            } else {
+                rigbench::ExitStatus::Error.into()
+            }
         }
     }
 }

@@ -290,6 +290,15 @@ pub fn is_connect_error(msg: &str) -> bool {
     msg.starts_with("connection failed")
 }
 
+/// Whether a request failed at the transport level (connection refused or reset, or a stream
+/// cut off before `[DONE]`): consecutive ones mean the engine is gone, whatever the order in which
+/// in-flight and new requests notice it.
+pub fn is_transport_error(msg: &str) -> bool {
+    is_connect_error(msg)
+        || msg.starts_with("stream broke")
+        || msg.starts_with("stream ended before")
+}
+
 /// The engine's HTTP endpoints.
 #[derive(Debug, Clone)]
 pub struct EngineClient {

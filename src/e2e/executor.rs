@@ -21,7 +21,7 @@ use rand_distr::Distribution;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::client::{is_connect_error, EngineClient, StreamOutcome};
+use super::client::{is_transport_error, EngineClient, StreamOutcome};
 use super::workload::{ArrivalKind, PreparedRequest};
 
 /// Why a session was stopped from outside.
@@ -249,11 +249,11 @@ impl Shared {
             .stream(req, self.cfg.request_timeout, self.stop.interrupted())
             .await;
         match &outcome.error {
-            Some(e) if is_connect_error(e) => {
+            Some(e) if is_transport_error(e) => {
                 let n = self.conn_failures.fetch_add(1, Ordering::SeqCst) + 1;
                 if n >= self.cfg.connect_failure_limit {
                     self.stop.trigger(StopCause::EngineFailed(format!(
-                        "engine unreachable: {n} consecutive connection failures (last: {e})"
+                        "engine unreachable: {n} consecutive transport failures (last: {e})"
                     )));
                 }
             }

@@ -138,6 +138,13 @@ pub async fn start(config: ServeConfig) -> anyhow::Result<ServerHandle> {
     let router = router(app);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
+        // TCP_NODELAY: without it Nagle's algorithm holds small SSE chunks back until the
+        // client's delayed ACK (~40 ms), which e2e timings would then measure instead of the
+        // engine.
+        use axum::serve::ListenerExt;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let r = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 let _ = rx.await;

@@ -157,6 +157,30 @@ impl Backend for CpuBackend {
             "KV cache of {} blocks is too large for host memory",
             spec.num_blocks
         );
+        // K and V for every layer, in host memory: refuse what cannot be allocated instead of
+        // letting the allocator abort the process.
+        let elem_bytes: u128 = match spec.dtype {
+            crate::runtime::config::KvCacheDtype::Bf16 => 2,
+            crate::runtime::config::KvCacheDtype::Fp8 => 1,
+        };
+        let bytes = elems * 2 * c.num_layers as u128 * elem_bytes;
+        let available = sysinfo::System::new_with_specifics(
+            sysinfo::RefreshKind::nothing()
+                .with_memory(sysinfo::MemoryRefreshKind::nothing().with_ram()),
+        )
+        .map(|s| s.available_memory() as u128)
+        .unwrap_or(u128::MAX);
+        if bytes > available {
+            return Err(crate::RigError::flag(
+                "--kv-cache-memory",
+                format!(
+                    "the CPU backend's KV cache needs {} of host memory but only {} is available; choose a smaller --kv-cache-memory",
+                    crate::report::table::human_bytes(bytes.min(u64::MAX as u128) as u64),
+                    crate::report::table::human_bytes(available.min(u64::MAX as u128) as u64)
+                ),
+            )
+            .into());
+        }
         self.kv = Some(PagedKvStore::new(
             c.num_layers,
             c.kv_dim(),
