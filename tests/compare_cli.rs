@@ -88,6 +88,7 @@ fn results(seed: u64, slow: f64) -> Results {
         determinism: vec![DeterminismResult {
             provider: "rigbench".into(),
             implementation: "w4a16".into(),
+            path: "test".into(),
             shape: "gate_up".into(),
             m: 1,
             runs: 5,

@@ -1097,7 +1097,10 @@ fn binary_json_and_flags() {
         let mut args = vec!["inspect", "tests/fixtures/checkpoints/llama-bf16"];
         args.extend(bad.iter());
         let (rc, _, err) = rigbench(&args);
-        assert_eq!(rc, 1, "{bad:?}: {err}");
+        assert_eq!(
+            rc, 64,
+            "a bad flag value is a bad command line: {bad:?}: {err}"
+        );
         let flag = bad[0].split('=').next().unwrap();
         assert!(err.contains(flag), "{bad:?}: {err}");
     }

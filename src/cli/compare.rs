@@ -59,7 +59,8 @@ pub struct CompareArgs {
     /// The results to judge: a results.json, or a report folder that holds one.
     #[arg(value_name = "RESULTS")]
     pub results: PathBuf,
-    /// The baseline: a results.json in the results schema (e.g. baselines/<rig>/<suite>.json).
+    /// The baseline: a results.json in the results schema (e.g. baselines/<rig>/<suite>.json), or
+    /// a report folder that holds one.
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
     /// A folder of baselines: picks DIR/<rig label of RESULTS>/<suite>.json.
@@ -176,8 +177,13 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitStatus> {
 /// The baseline file to read: `Ok(Ok(path))`, or `Ok(Err(problem))` when it is missing (exit 3).
 fn baseline_file(args: &CompareArgs, current: &Results) -> anyhow::Result<Result<PathBuf, String>> {
     if let Some(f) = &args.baseline {
+        let f = if f.is_dir() && f.join("results.json").is_file() {
+            f.join("results.json")
+        } else {
+            f.clone()
+        };
         return Ok(if f.is_file() {
-            Ok(f.clone())
+            Ok(f)
         } else {
             Err(format!(
                 "baseline {} does not exist; create one with `rigbench report --save-baseline`",
@@ -237,15 +243,15 @@ fn emit(args: &CompareArgs, c: &Comparison) -> anyhow::Result<()> {
     } else {
         print!("{md}");
     }
+    if let Some(f) = &args.markdown {
+        crate::report::write::atomic_write(f, md.as_bytes())
+            .with_context(|| format!("cannot write --markdown {}", f.display()))?;
+    }
     eprintln!(
         "rigbench compare: {} (exit {})",
         c.summary_line(),
         c.status().code()
     );
-    if let Some(f) = &args.markdown {
-        crate::report::write::atomic_write(f, md.as_bytes())
-            .with_context(|| format!("cannot write --markdown {}", f.display()))?;
-    }
     if let Some(summary) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|s| !s.is_empty()) {
         let path = PathBuf::from(summary);
         let res = std::fs::OpenOptions::new()

@@ -118,7 +118,7 @@ pub fn options(args: &InspectArgs) -> Result<InspectOptions, RigError> {
     Ok(o)
 }
 
-/// Run `rigbench inspect`: 0 without lint errors, 4 with, an error (exit 1) on bad input.
+/// Run `rigbench inspect`: 0 without lint errors, 4 with, 1 on bad input, 64 on a bad flag value.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     let opts = options(&args)?;
     let report = checkpoint::inspect(&args.dir, &opts)?;

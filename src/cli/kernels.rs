@@ -153,6 +153,7 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         rig_label: None,
         redact: !args.no_redact,
         write_files: args.out.is_some(),
+        disabled: Vec::new(),
     };
     let results = crate::report::job::run(job)?;
     if args.json {

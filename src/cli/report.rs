@@ -54,11 +54,24 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             p.clone()
         };
         let results = crate::report::Results::load(&file)?;
-        let dir = crate::report::output::ReportDir::create(
-            Some(file.parent().unwrap_or(std::path::Path::new("."))),
-            &results.rig_label,
-            !args.no_redact,
-        )?;
+        let source = file
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .to_path_buf();
+        let target = args.out.clone().unwrap_or_else(|| source.clone());
+        let same = target.canonicalize().ok() == source.canonicalize().ok();
+        let dir = if same {
+            // In place: keep results.json (creating the folder afresh would clear it).
+            crate::report::output::ReportDir::existing(&target, !args.no_redact)
+        } else {
+            let d = crate::report::output::ReportDir::create(
+                Some(&target),
+                &results.rig_label,
+                !args.no_redact,
+            )?;
+            d.write_results(&results)?;
+            d
+        };
         if let Some(k) = &results.kernels {
             dir.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
         }
@@ -87,6 +100,18 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     } else {
         Some(args.sel.resolve()?)
     };
+    if args.save_baseline {
+        // Refuse a baseline name that cannot be written before measuring anything.
+        let suite = kernels
+            .as_ref()
+            .map(|k| k.suite.name.clone())
+            .unwrap_or_else(|| "no-kernels".into());
+        crate::compare::baseline_path(
+            &args.baselines_dir,
+            args.rig_label.as_deref().unwrap_or("rig"),
+            &suite,
+        )?;
+    }
     let results = job::run(Job {
         kernels,
         accuracy: true,
@@ -100,6 +125,17 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         rig_label: args.rig_label.clone(),
         redact: !args.no_redact,
         write_files: true,
+        disabled: [
+            (args.no_kernels, "kernels", "--no-kernels"),
+            (args.no_e2e, "e2e", "--no-e2e"),
+        ]
+        .iter()
+        .filter(|(off, _, _)| *off)
+        .map(|(_, what, flag)| crate::report::Skip {
+            what: what.to_string(),
+            reason: format!("not requested ({flag})"),
+        })
+        .collect(),
     })?;
     if args.save_baseline {
         let suite = results
@@ -112,8 +148,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         eprintln!("rigbench: baseline saved to {}", path.display());
     }
     let timed = results.kernels.as_ref().map(|k| k.cases.len()).unwrap_or(0);
+    let lint = results
+        .checkpoint
+        .as_ref()
+        .filter(|c| c.has_errors())
+        .map(|_| "; the checkpoint has lint errors (see its findings; `rigbench inspect` exits 4 on them)")
+        .unwrap_or("");
     eprintln!(
-        "rigbench: report complete: {timed} kernel cases timed, {} parts skipped (see report.md)",
+        "rigbench: report complete: {timed} kernel cases timed, {} parts skipped (see report.md){lint}",
         results.skipped.len()
     );
     Ok(ExitStatus::Ok)

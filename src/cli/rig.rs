@@ -25,20 +25,36 @@ pub fn run(args: RigArgs) -> anyhow::Result<ExitStatus> {
     let redactor = Redactor::for_this_host(!args.no_redact);
     if args.json {
         let mut v = serde_json::to_value(&facts)?;
+        if args.all {
+            v["capabilities_by_compute_capability"] = serde_json::to_value(
+                capability::KNOWN
+                    .iter()
+                    .map(|(cc, arch)| {
+                        serde_json::json!({"compute_capability": cc.to_string(), "architecture": arch, "capabilities": capability::table(*cc)})
+                    })
+                    .collect::<Vec<_>>(),
+            )?;
+        }
         redactor.redact_json(&mut v);
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{}", redactor.redact(&render(&facts, args.all)));
+        print!("{}", redactor.redact(&render(&facts, args.all, &redactor)));
     }
     Ok(ExitStatus::Ok)
 }
 
 /// Render the rig facts and capability tables as Markdown.
-pub fn render(f: &RigFacts, all: bool) -> String {
+pub fn render(f: &RigFacts, all: bool, redactor: &Redactor) -> String {
     let mut out = String::new();
     out.push_str("## Rig\n\n");
+    // Redact before the table is laid out, so the columns stay aligned.
+    let host = if redactor.enabled() && !f.host.hostname.is_empty() {
+        "<host>".to_string()
+    } else {
+        f.host.hostname.clone()
+    };
     let mut rows: Vec<Vec<String>> = vec![
-        vec!["host".into(), f.host.hostname.clone()],
+        vec!["host".into(), host],
         vec![
             "OS / kernel".into(),
             format!("{} / {}", f.host.os, f.host.kernel),
@@ -168,7 +184,7 @@ pub fn render(f: &RigFacts, all: bool) -> String {
             out.push_str(&markdown_table(&["format", "support", "runs as", "reason"], &rows));
         }
         None => out.push_str(
-            "No GPU: no capability verdict for this machine (use `rigbench rig --all` for the table of every compute capability).\n",
+            "No GPU: no capability verdict for this machine; the table of every compute capability follows.\n",
         ),
     }
     if all || f.gpu.is_none() {

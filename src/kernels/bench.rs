@@ -232,7 +232,8 @@ pub fn run(
                     match determinism(&env, im.as_ref(), &inp, opts.determinism_runs) {
                         Ok((bit_exact, differing)) => res.determinism.push(DeterminismResult {
                             provider: "rigbench".into(),
-                            implementation: format!("{} [{}]", im.id(), im.path()),
+                            implementation: im.id().into(),
+                            path: im.path(),
                             shape: shape.name.clone(),
                             m,
                             runs: opts.determinism_runs,

@@ -300,7 +300,11 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
             .iter()
             .map(|d| {
                 vec![
-                    d.implementation.clone(),
+                    if d.path.is_empty() {
+                        d.implementation.clone()
+                    } else {
+                        format!("{} [{}]", d.implementation, d.path)
+                    },
                     d.shape.clone(),
                     d.m.to_string(),
                     d.runs.to_string(),

@@ -203,8 +203,11 @@ pub struct KernelFacts {
 pub struct DeterminismResult {
     /// Provider.
     pub provider: String,
-    /// Implementation id and variant.
+    /// Implementation id.
     pub implementation: String,
+    /// What ran (library and algorithm, or kernel variant).
+    #[serde(default)]
+    pub path: String,
     /// Shape name.
     pub shape: String,
     /// M.

@@ -27,6 +27,8 @@ pub struct Job {
     pub redact: bool,
     /// Write the report folder (false: results only returned).
     pub write_files: bool,
+    /// Parts the user turned off, recorded as skipped with the flag that did it.
+    pub disabled: Vec<Skip>,
 }
 
 /// Run the job; returns the results (also written to the folder when `write_files`).
@@ -41,10 +43,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
     let mut results = Results::new(rig, label.clone(), command_line);
     let dir = if job.write_files {
         let d = ReportDir::create(job.out.as_deref(), &label, job.redact)?;
-        eprintln!(
-            "rigbench: writing report to {}",
-            d.redactor().redact(&d.path.display().to_string())
-        );
+        eprintln!("rigbench: writing report to {}", d.path.display());
         Some(d)
     } else {
         None
@@ -60,6 +59,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
     };
     save(&results)?;
 
+    results.skipped.extend(job.disabled.iter().cloned());
     if job.accuracy {
         let acc = crate::kernels::accuracy::study();
         results
@@ -162,7 +162,7 @@ pub fn render_into(dir: &ReportDir, results: &Results) -> anyhow::Result<()> {
     if let Some(e) = &results.e2e {
         plots.extend(crate::e2e::write_plots(e, &dir.path)?);
     }
-    let md = super::markdown::render(results, &plots);
+    let md = super::markdown::render(results, &plots, dir.redactor());
     dir.write_text("report.md", &md)?;
     Ok(())
 }

@@ -4,7 +4,7 @@
 use super::schema::Results;
 
 /// Render the whole report. `plots` are the file names written next to report.md.
-pub fn render(r: &Results, plots: &[String]) -> String {
+pub fn render(r: &Results, plots: &[String], redactor: &crate::report::redact::Redactor) -> String {
     let mut o = String::new();
     o.push_str(&format!("# rigbench report: {}\n\n", r.rig_label));
     o.push_str(&format!(
@@ -15,8 +15,18 @@ pub fn render(r: &Results, plots: &[String]) -> String {
         if r.complete { "run complete" } else { "run INCOMPLETE (interrupted or still running): figures below are what was measured before it stopped" },
         r.command_line
     ));
-    o.push_str("Machine-readable: `results.json` (versioned schema, the file `rigbench compare` reads), `kernels.csv`.\n\n");
-    o.push_str(&crate::cli::rig::render(&r.rig, false).replace("\n## ", "\n### "));
+    let mut files = vec!["`results.json` (versioned schema, the file `rigbench compare` reads)"];
+    if r.kernels
+        .as_ref()
+        .is_some_and(|k| !k.cases.is_empty() || !k.reference_accuracy.is_empty())
+    {
+        files.push("`kernels.csv`");
+    }
+    if r.e2e.is_some() {
+        files.push("`e2e_runs.csv`, `e2e_requests.csv`, `engine.log`");
+    }
+    o.push_str(&format!("Machine-readable: {}.\n\n", files.join(", ")));
+    o.push_str(&crate::cli::rig::render(&r.rig, false, redactor).replace("\n## ", "\n### "));
     o.push('\n');
     if let Some(k) = &r.kernels {
         o.push_str(&crate::kernels::render::markdown(k, plots));
@@ -56,11 +66,13 @@ mod tests {
             what: "kernels".into(),
             reason: "no CUDA driver found".into(),
         });
-        let md = render(&r, &[]);
+        let md = render(&r, &[], &crate::report::redact::Redactor::disabled());
         assert!(md.contains("# rigbench report: cpu-x86-64"));
         assert!(md.contains("INCOMPLETE"));
         assert!(md.contains("**kernels**: no CUDA driver found"));
         r.complete = true;
-        assert!(render(&r, &[]).contains("run complete"));
+        assert!(
+            render(&r, &[], &crate::report::redact::Redactor::disabled()).contains("run complete")
+        );
     }
 }

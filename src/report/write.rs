@@ -26,6 +26,14 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     tmp.write_all(bytes)
         .and_then(|_| tmp.as_file().sync_all())
         .with_context(|| format!("cannot write {}", path.display()))?;
+    // Temporary files are created 0600; a report is meant to be read by others too.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = tmp
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
     tmp.persist(path)
         .map_err(|e| e.error)
         .with_context(|| format!("cannot move the new file into place at {}", path.display()))?;
