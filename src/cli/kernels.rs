@@ -78,6 +78,11 @@ impl KernelSelection {
             if ms.contains(&0) {
                 return Err(RigError::flag("--m", "M must be positive"));
             }
+            let mut sorted = ms.clone();
+            sorted.sort_unstable();
+            if sorted.windows(2).any(|w| w[0] == w[1]) {
+                return Err(RigError::flag("--m", "a value is listed twice"));
+            }
             s.m = ms;
         }
         let formats: Vec<GemmFormat> = parse_list("--formats", &self.formats)?;
@@ -100,6 +105,12 @@ impl KernelSelection {
             ));
         }
         let det_m: Vec<usize> = parse_list("--determinism-m", &self.determinism_m)?;
+        if self.determinism_runs < 2 {
+            return Err(RigError::flag(
+                "--determinism-runs",
+                "needs at least 2 runs to compare",
+            ));
+        }
         Ok(BenchOptions {
             suite: s,
             formats,
@@ -118,7 +129,7 @@ impl KernelSelection {
             } else {
                 Vec::new()
             },
-            determinism_runs: self.determinism_runs.max(2),
+            determinism_runs: self.determinism_runs,
             peers: self.peers,
         })
     }

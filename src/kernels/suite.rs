@@ -111,6 +111,17 @@ pub fn parse(text: &str, path: &Path) -> Result<Suite, RigError> {
             "`m` must be a non-empty list of positive integers",
         ));
     }
+    let mut sorted = s.m.clone();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return Err(RigError::file(path, "`m` lists a value twice"));
+    }
+    if s.name.trim().is_empty() || s.name.contains(['/', '\\']) {
+        return Err(RigError::file(
+            path,
+            "`name` must be a non-empty name without slashes",
+        ));
+    }
     if s.shapes.is_empty() {
         return Err(RigError::file(path, "no [[shapes]] entries"));
     }
@@ -210,6 +221,19 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("cannot read"));
+    }
+
+    #[test]
+    fn duplicate_m_and_empty_names_are_rejected() {
+        let p = Path::new("x.toml");
+        let e = parse("name='x'\nm=[1,1]\n[[shapes]]\nname='q'\nn=1\nk=16", p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("twice"), "{e}");
+        let e = parse("name=''\nm=[1]\n[[shapes]]\nname='q'\nn=1\nk=16", p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`name`"), "{e}");
     }
 
     #[test]
