@@ -75,14 +75,7 @@ impl KernelSelection {
         }
         if let Some(m) = &self.m {
             let ms: Vec<usize> = parse_list("--m", m)?;
-            if ms.contains(&0) {
-                return Err(RigError::flag("--m", "M must be positive"));
-            }
-            let mut sorted = ms.clone();
-            sorted.sort_unstable();
-            if sorted.windows(2).any(|w| w[0] == w[1]) {
-                return Err(RigError::flag("--m", "a value is listed twice"));
-            }
+            suite::check_m(&ms).map_err(|e| RigError::flag("--m", e))?;
             s.m = ms;
         }
         let formats: Vec<GemmFormat> = parse_list("--formats", &self.formats)?;

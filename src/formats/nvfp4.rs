@@ -188,6 +188,16 @@ impl Nvfp4Weight {
         e2m1::decode(self.code(row, col)) * s
     }
 
+    /// The dequantized value of element `(row, col)` computed exactly in f64
+    /// (`e2m1 · e4m3 · weight_scale_2` has at most 2 + 4 + 24 significant bits): the reference the
+    /// kernel checks use.
+    #[inline]
+    pub fn value_f64(&self, row: usize, col: usize) -> f64 {
+        let s = e4m3::decode(self.block_scales[row * (self.k / NVFP4_BLOCK) + col / NVFP4_BLOCK])
+            as f64;
+        e2m1::decode(self.code(row, col)) as f64 * s * self.global_scale as f64
+    }
+
     /// Dequantize to a row-major `[n, k]` f32 matrix.
     pub fn dequantize(&self) -> Vec<f32> {
         let mut out = Vec::with_capacity(self.n * self.k);
@@ -257,15 +267,9 @@ pub fn unpack_codes(packed: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    fn lcg(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
+    fn lcg(seed: u32, n: usize) -> Vec<f32> {
+        (0..n as u32)
+            .map(|i| crate::kernels::data::uniform_pm1(i, seed))
             .collect()
     }
 

@@ -433,22 +433,10 @@ mod tests {
         assert!(scale_code(0xB8).is_err(), "negative");
     }
 
-    fn seeded(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
+    fn seeded(seed: u32, n: usize) -> Vec<f32> {
+        (0..n as u32)
+            .map(|i| crate::kernels::data::uniform_pm1(i, seed))
             .collect()
-    }
-
-    /// Exact (f64) dequantized value of element (row, col).
-    fn exact(w: &Nvfp4Weight, row: usize, col: usize) -> f64 {
-        let s = e4m3::decode(w.block_scales[row * (w.k / 16) + col / 16]) as f64;
-        e2m1::decode(w.code(row, col)) as f64 * s * w.global_scale as f64
     }
 
     fn check_emulation(n: usize, k: usize, tokens: usize) {
@@ -482,7 +470,7 @@ mod tests {
                         continue;
                     }
                     let want: f64 = (0..k)
-                        .map(|kk| exact(&w, row, kk) * act[m * p.k_pad + kk] as f64)
+                        .map(|kk| w.value_f64(row, kk) * act[m * p.k_pad + kk] as f64)
                         .sum();
                     assert!(
                         (got - want).abs() <= 1e-9 * (1.0 + want.abs()),
@@ -519,7 +507,7 @@ mod tests {
         for kt in 0..p.k_tiles() {
             acc += emulate_warp_tile(&p, 0, kt, &act, 1)[0][0];
         }
-        let want: f64 = (0..k).map(|i| exact(&w, 0, i) * act[i] as f64).sum();
+        let want: f64 = (0..k).map(|i| w.value_f64(0, i) * act[i] as f64).sum();
         assert!((acc * p.out_scale as f64 - want).abs() < 1e-9 * (1.0 + want.abs()));
         let mut bad = w.clone();
         bad.block_scales[2] = 0x7F;

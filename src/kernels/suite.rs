@@ -62,6 +62,22 @@ const BUILTIN: &[(&str, &str)] = &[
 /// The default suite name.
 pub const DEFAULT_SUITE: &str = "qwen3.6-27b";
 
+/// Check an M list: non-empty, positive, no value twice.
+///
+/// # Errors
+/// A sentence saying what is wrong.
+pub fn check_m(m: &[usize]) -> Result<(), String> {
+    if m.is_empty() || m.contains(&0) {
+        return Err("M must be a non-empty list of positive integers".into());
+    }
+    let mut sorted = m.to_vec();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return Err("M lists a value twice".into());
+    }
+    Ok(())
+}
+
 /// Load a suite by path (`suites/kernels/x.toml`) or by built-in name (`qwen3.6-27b`).
 ///
 /// # Errors
@@ -105,17 +121,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Suite, RigError> {
     let mut s: Suite = toml::from_str(text)
         .map_err(|e| RigError::file(path, format!("malformed suite TOML: {e}")))?;
     s.file = path.to_path_buf();
-    if s.m.is_empty() || s.m.contains(&0) {
-        return Err(RigError::file(
-            path,
-            "`m` must be a non-empty list of positive integers",
-        ));
-    }
-    let mut sorted = s.m.clone();
-    sorted.sort_unstable();
-    if sorted.windows(2).any(|w| w[0] == w[1]) {
-        return Err(RigError::file(path, "`m` lists a value twice"));
-    }
+    check_m(&s.m).map_err(|e| RigError::file(path, format!("`m`: {e}")))?;
     if s.name.trim().is_empty() || s.name.contains(['/', '\\']) {
         return Err(RigError::file(
             path,

@@ -15,7 +15,7 @@ use anyhow::Context;
 
 use crate::formats::nvfp4::Nvfp4Weight;
 use crate::formats::w4a16_pack::{repack, W4a16Packed};
-use crate::formats::{e2m1, e4m3, GemmFormat};
+use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::{LtGemm, LtKind};
 use crate::gpu::{DevBuf, KArg};
 use crate::kernels::data::{host_threads, nvfp4_weight};
@@ -397,16 +397,7 @@ impl GemmImpl for W4a16 {
     ) -> anyhow::Result<Vec<f64>> {
         let w = self.host.as_ref().context("w4a16: no host weights")?;
         let k = self.k;
-        let bpr = k / 16;
-        let g = w.global_scale as f64;
-        let w_row = |n: usize| -> Vec<f64> {
-            (0..k)
-                .map(|kk| {
-                    let s = e4m3::decode(w.block_scales[n * bpr + kk / 16]) as f64;
-                    e2m1::decode(w.code(n, kk)) as f64 * s * g
-                })
-                .collect()
-        };
+        let w_row = |n: usize| -> Vec<f64> { (0..k).map(|kk| w.value_f64(n, kk)).collect() };
         Ok(sampled_gemm(rows, cols, k, &|m| inp.act_row(m), &w_row))
     }
     fn tolerance(&self) -> (&'static str, f64) {

@@ -12,7 +12,7 @@
 use anyhow::Context;
 
 use crate::formats::nvfp4::{self, swizzle_block_scales, Nvfp4Weight};
-use crate::formats::{e2m1, e4m3, GemmFormat};
+use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::{LtGemm, LtKind};
 use crate::gpu::DevBuf;
 use crate::kernels::data::{host_threads, nvfp4_weight};
@@ -38,11 +38,6 @@ pub struct W4a4 {
     a_packed: Option<DevBuf>,
     a_scales: Option<DevBuf>,
     gemm: Option<LtGemm>,
-}
-
-fn exact(t: &Nvfp4Weight, row: usize, col: usize) -> f64 {
-    let s = e4m3::decode(t.block_scales[row * (t.k / 16) + col / 16]) as f64;
-    e2m1::decode(t.code(row, col)) as f64 * s * t.global_scale as f64
 }
 
 impl GemmImpl for W4a4 {
@@ -152,8 +147,8 @@ impl GemmImpl for W4a4 {
             rows,
             cols,
             k,
-            &|m| (0..k).map(|kk| exact(a, m, kk)).collect(),
-            &|n| (0..k).map(|kk| exact(w, n, kk)).collect(),
+            &|m| (0..k).map(|kk| a.value_f64(m, kk)).collect(),
+            &|n| (0..k).map(|kk| w.value_f64(n, kk)).collect(),
         ))
     }
     fn tolerance(&self) -> (&'static str, f64) {
