@@ -8,6 +8,8 @@
 //! Layout: see `ARCHITECTURE.md` of the project. Only [`gpu`] imports cudarc; every command runs
 //! without a GPU and says what it skipped and why.
 
+#![warn(missing_docs)]
+
 pub mod checkpoint;
 pub mod cli;
 pub mod compare;
