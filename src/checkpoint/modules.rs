@@ -284,6 +284,32 @@ pub(crate) struct TensorEvidence {
     pub group_size: Option<u64>,
 }
 
+/// The NVFP4 verdict once the weight's evidence is collected: W4A4 when the activation scale
+/// tensor `act_scale` (ModelOpt `input_scale`, compressed-tensors `input_global_scale`) is present,
+/// W4A16 otherwise.
+fn nvfp4_evidence(
+    a4: bool,
+    act_scale: &str,
+    mut parts: Vec<String>,
+    problems: Vec<String>,
+    gs: Option<u64>,
+) -> TensorEvidence {
+    parts.push(if a4 {
+        format!("{act_scale} present")
+    } else {
+        format!("no {act_scale}")
+    });
+    TensorEvidence {
+        format: ModuleFormat::Nvfp4 {
+            activations_4bit: a4,
+            group_size: gs.unwrap_or(16).min(u32::MAX as u64) as u32,
+        },
+        evidence: parts.join(" + "),
+        problems,
+        group_size: gs,
+    }
+}
+
 fn shape_str(s: &[u64]) -> String {
     format!(
         "[{}]",
@@ -393,21 +419,13 @@ pub(crate) fn evidence(m: &Module) -> Option<TensorEvidence> {
                 Some(g) => parts.push(desc("weight_global_scale", g)),
                 None => problems.push("NVFP4 weight without weight_global_scale".into()),
             }
-            let a4 = has("input_global_scale");
-            parts.push(if a4 {
-                "input_global_scale present".into()
-            } else {
-                "no input_global_scale".into()
-            });
-            return Some(TensorEvidence {
-                format: ModuleFormat::Nvfp4 {
-                    activations_4bit: a4,
-                    group_size: gs.unwrap_or(16).min(u32::MAX as u64) as u32,
-                },
-                evidence: parts.join(" + "),
+            return Some(nvfp4_evidence(
+                has("input_global_scale"),
+                "input_global_scale",
+                parts,
                 problems,
-                group_size: gs,
-            });
+                gs,
+            ));
         }
         // INT4 pack-quantized: I32 words of 8 nibbles.
         let gs = match (scale.and_then(last2), last2(p)) {
@@ -510,21 +528,13 @@ pub(crate) fn evidence(m: &Module) -> Option<TensorEvidence> {
                     problems.push("NVFP4 weight without weight_scale_2 (per-tensor scale)".into())
                 }
             }
-            let a4 = has("input_scale");
-            parts.push(if a4 {
-                "input_scale present".into()
-            } else {
-                "no input_scale".into()
-            });
-            return Some(TensorEvidence {
-                format: ModuleFormat::Nvfp4 {
-                    activations_4bit: a4,
-                    group_size: gs.unwrap_or(16).min(u32::MAX as u64) as u32,
-                },
-                evidence: parts.join(" + "),
+            return Some(nvfp4_evidence(
+                has("input_scale"),
+                "input_scale",
+                parts,
                 problems,
-                group_size: gs,
-            });
+                gs,
+            ));
         }
         "F8_E4M3" | "F8_E5M2" | "F8_E4M3FNUZ" => {
             let scale = t

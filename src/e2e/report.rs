@@ -730,16 +730,7 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
                     continue;
                 }
                 let color = COLORS[i % COLORS.len()];
-                chart
-                    .draw_series(LineSeries::new(v.iter().copied(), color.stroke_width(2)))
-                    .map_err(perr)?
-                    .label(*name)
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                    });
-                chart
-                    .draw_series(v.iter().map(|p| Circle::new(*p, 3, color.filled())))
-                    .map_err(perr)?;
+                crate::report::plot::line_with_points(&mut chart, v, color, name)?;
             }
             chart
                 .configure_series_labels()
@@ -797,16 +788,7 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
                     .enumerate()
                     .map(|(j, a)| ((j + 1) as f64, *a))
                     .collect();
-                chart
-                    .draw_series(LineSeries::new(v.clone(), color.stroke_width(2)))
-                    .map_err(perr)?
-                    .label(r.label.clone())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                    });
-                chart
-                    .draw_series(v.iter().map(|p| Circle::new(*p, 3, color.filled())))
-                    .map_err(perr)?;
+                crate::report::plot::line_with_points(&mut chart, &v, color, &r.label)?;
             }
             chart
                 .configure_series_labels()

@@ -634,12 +634,7 @@ fn draw_shape(
             .map(|((_, m), c)| (*m as f64, c.timing.median_s * 1e6))
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        ch.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
-            .label(col.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 15, y)], color.stroke_width(2))
-            });
-        ch.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
+        crate::report::plot::line_with_points(&mut ch, &pts, color, col)?;
     }
     ch.configure_series_labels()
         .background_style(WHITE.mix(0.8))

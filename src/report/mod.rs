@@ -4,6 +4,7 @@
 pub mod job;
 pub mod markdown;
 pub mod output;
+pub mod plot;
 pub mod redact;
 pub mod schema;
 pub mod table;

@@ -505,6 +505,23 @@ impl TensorStore {
         RigError::file(&t.file, format!("tensor '{name}': {msg}")).into()
     }
 
+    /// Remove tensor `name`, checking that its shape is `[n, k]` (`what` names the format in the
+    /// error, e.g. "FP8 ").
+    fn take_nk(&mut self, name: &str, n: usize, k: usize, what: &str) -> anyhow::Result<RawTensor> {
+        let t = self
+            .tensors
+            .remove(name)
+            .ok_or_else(|| self.missing(name))?;
+        if t.shape != [n, k] {
+            return Err(self.bad(
+                &t,
+                name,
+                format!("{what}shape {:?}; expected [{n}, {k}]", t.shape),
+            ));
+        }
+        Ok(t)
+    }
+
     /// A float tensor (BF16, F16, F32) as f32, checking its element count.
     fn floats(&mut self, name: &str, len: usize) -> anyhow::Result<Vec<f32>> {
         let t = self
@@ -573,17 +590,7 @@ impl TensorStore {
         match dtype {
             Dtype::BF16 | Dtype::F16 | Dtype::F32 => {
                 if dtype == Dtype::BF16 {
-                    let t = self
-                        .tensors
-                        .remove(&name)
-                        .ok_or_else(|| self.missing(&name))?;
-                    if t.shape != [n, k] {
-                        return Err(self.bad(
-                            &t,
-                            &name,
-                            format!("shape {:?}; expected [{n}, {k}]", t.shape),
-                        ));
-                    }
+                    let t = self.take_nk(&name, n, k, "")?;
                     let data = t
                         .data
                         .chunks_exact(2)
@@ -595,17 +602,7 @@ impl TensorStore {
                 Ok(Linear::bf16_from_f32(n, k, &v))
             }
             Dtype::F8_E4M3 => {
-                let t = self
-                    .tensors
-                    .remove(&name)
-                    .ok_or_else(|| self.missing(&name))?;
-                if t.shape != [n, k] {
-                    return Err(self.bad(
-                        &t,
-                        &name,
-                        format!("FP8 shape {:?}; expected [{n}, {k}]", t.shape),
-                    ));
-                }
+                let t = self.take_nk(&name, n, k, "FP8 ")?;
                 let sname = format!("{prefix}.weight_scale");
                 let st = self
                     .tensors
