@@ -672,7 +672,10 @@ fn ci_baseline_passes_on_itself_and_fails_when_perturbed() {
         "{out}"
     );
     // ... and the valid runs' timings are compared (identical samples: no regression; with 8
-    // requests the bootstrap interval is wide, so Same or Ambiguous).
+    // requests the interval is wide, so Same, Ambiguous or Not enough samples).
     let r = row(&out, "e2e/tiny/c=1/tpot_s");
-    assert!(r.contains("| Same") || r.contains("| Ambiguous"), "{r}");
+    assert!(
+        r.contains("| Same") || r.contains("| Ambiguous") || r.contains("| Not enough samples"),
+        "{r}"
+    );
 }

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::compare::verdict::{parse_percent, DEFAULT_RESAMPLES, DEFAULT_SEED};
+use crate::compare::confirm::DEFAULT_CONFIRM_REPEATS;
+use crate::compare::verdict::{parse_percent, Plant};
 use crate::compare::{self, render, Comparison, MetricThreshold, RunInfo, Settings};
 use crate::report::redact::Redactor;
 use crate::report::Results;
@@ -34,22 +35,29 @@ fn confidence_arg(s: &str) -> Result<f64, String> {
     Ok(v / 100.0)
 }
 
-fn resamples_arg(s: &str) -> Result<usize, String> {
+fn repeats_arg(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
-        Ok(n) if (100..=1_000_000).contains(&n) => Ok(n),
-        _ => Err(format!("'{s}': use a whole number from 100 to 1000000")),
+        Ok(n) if (1..=100).contains(&n) => Ok(n),
+        _ => Err(format!("'{s}': use a whole number from 1 to 100")),
     }
 }
+
+/// The environment variable that allows the test hooks (`--plant`).
+pub const TEST_HOOKS_ENV: &str = "RIGBENCH_TEST_HOOKS";
 
 /// Arguments of `rigbench compare`.
 #[derive(Debug, clap::Args)]
 #[command(
     group(clap::ArgGroup::new("baseline_source").required(true).args(["baseline", "baseline_dir"])),
-    after_help = "Timings: two-sample percentile-bootstrap interval (Efron & Tibshirani 1993) of the \
-relative change of the median; Regressed/Improved only when the whole interval lies beyond the \
-noise threshold, Same when it lies within it, Ambiguous otherwise. Values are compared against \
-their own tolerance, labels exactly or by rank. --deterministic-only compares values and labels \
-only.\n\n\
+    after_help = "Timings: the repeat is the unit (report --repeats R): the change is the ratio of \
+the geometric means of the repeats' medians, its interval uses their between-run variance \
+(moderated across the metric's family) and each interval is built at 1 − α/m over the m timing \
+metrics (Bonferroni; α = 1 − --confidence, family-wise). Regressed/Improved only when the whole \
+interval lies beyond the noise threshold, Same when it lies within it, Not enough samples when it \
+is wider, Ambiguous otherwise. --confirm re-measures the regressed kernel cases with this binary \
+and keeps a regression only when it reproduces. Values are compared against their own tolerance, \
+labels exactly or by rank. --deterministic-only compares values and labels only. See \
+docs/gate.md.\n\n\
 Exit codes: 0 no regression; 2 a metric regressed, or a baseline metric is missing from RESULTS \
 (a vanished metric usually means a case now fails or is skipped); 3 baseline missing or unusable \
 (unreadable, other schema version, other suite, rig mismatch without --allow-rig-mismatch); \
@@ -79,16 +87,23 @@ pub struct CompareArgs {
     /// in percent; repeatable, the last match wins. E.g. `kernels/*/w4a4/*=5`.
     #[arg(long = "metric-threshold", value_name = "GLOB=PERCENT")]
     pub metric_threshold: Vec<MetricThreshold>,
-    /// Two-sided confidence of the bootstrap interval, in percent.
-    #[arg(long, value_name = "PERCENT", default_value = "99", value_parser = confidence_arg)]
+    /// Family-wise confidence, in percent: the chance that every timing interval of the
+    /// comparison covers its true change (each is built at 1 − (1 − confidence)/m).
+    #[arg(long, value_name = "PERCENT", default_value = "95", value_parser = confidence_arg)]
     pub confidence: f64,
-    /// Bootstrap resamples per timing metric.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_RESAMPLES,
-          value_parser = resamples_arg)]
-    pub resamples: usize,
-    /// Base seed of the bootstrap (the verdicts are deterministic for a given seed).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED)]
-    pub seed: u64,
+    /// Re-measure the kernel cases that regressed with this binary (needs the GPU the results
+    /// came from) and keep a regression only when it reproduces.
+    #[arg(long)]
+    pub confirm: bool,
+    /// Repeats of the --confirm re-measurement.
+    #[arg(long, value_name = "R", default_value_t = DEFAULT_CONFIRM_REPEATS,
+          value_parser = repeats_arg, requires = "confirm")]
+    pub confirm_repeats: usize,
+    /// Test hook for measuring the gate's detection rate: multiply the samples of the results'
+    /// timing metrics matching GLOB by 1 + PERCENT/100 (and their --confirm re-measurements).
+    /// Refused unless RIGBENCH_TEST_HOOKS=1; the output says it was used.
+    #[arg(long, value_name = "GLOB=PERCENT", hide = true)]
+    pub plant: Vec<Plant>,
     /// Compute verdicts even when the rigs differ in GPU, compute capability or driver major
     /// version (the mismatch is still shown); without it a mismatch exits 3.
     #[arg(long)]
@@ -143,10 +158,16 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitStatus> {
         threshold_e2e: args.threshold_e2e,
         metric_thresholds: args.metric_threshold.clone(),
         confidence: args.confidence,
-        resamples: args.resamples,
-        seed: args.seed,
         deterministic_only: args.deterministic_only,
+        plants: args.plant.clone(),
     };
+    if !settings.plants.is_empty() && std::env::var(TEST_HOOKS_ENV).as_deref() != Ok("1") {
+        return Err(RigError::flag(
+            "--plant",
+            format!("a test hook for measuring the gate (it changes the results' samples); set {TEST_HOOKS_ENV}=1 to use it"),
+        )
+        .into());
+    }
     let results_path = results_file(&args.results)?;
     let current = Results::load(&results_path).context("cannot read the results to compare")?;
     let cinfo = RunInfo::of(&current, &results_path);
@@ -160,14 +181,27 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitStatus> {
                 &settings,
                 format!("the baseline cannot be used: {e}"),
             ),
-            Ok(baseline) => compare::compare(
-                &baseline,
-                &bpath,
-                &current,
-                &results_path,
-                &settings,
-                args.allow_rig_mismatch,
-            ),
+            Ok(baseline) => {
+                let mut c = compare::compare(
+                    &baseline,
+                    &bpath,
+                    &current,
+                    &results_path,
+                    &settings,
+                    args.allow_rig_mismatch,
+                );
+                if args.confirm && c.problem.is_none() {
+                    compare::confirm::confirm(
+                        &mut c,
+                        &baseline,
+                        &current,
+                        &settings,
+                        args.confirm_repeats,
+                        &mut compare::confirm::gpu_measure,
+                    );
+                }
+                c
+            }
         },
     };
     emit(&args, &comparison)?;

@@ -112,10 +112,18 @@ pub enum Tolerance {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum MetricValue {
-    /// Repeated measurements (timings); compared with a bootstrap interval and a noise threshold.
+    /// Repeated measurements (timings); compared with an interval (see [`super::gate`]) and a
+    /// noise threshold.
     Samples {
-        /// Every sample, in the metric's unit.
+        /// Every sample, in the metric's unit (all repeats, in repeat order).
         samples: Vec<f64>,
+        /// Samples per repeat (`report --repeats R`), summing to `samples.len()`; empty for one
+        /// run.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        repeats: Vec<usize>,
+        /// The between-run spread stored with a baseline for this metric, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        between_run: Option<super::gate::RunSpread>,
     },
     /// One deterministic value with its own tolerance.
     Value {
@@ -211,6 +219,13 @@ pub fn metrics_of(results: &Results) -> Vec<Metric> {
             m.id = format!("{}#{}", m.id, n);
         }
     }
+    if let Some(spread) = &results.between_run {
+        for m in &mut out {
+            if let MetricValue::Samples { between_run, .. } = &mut m.value {
+                *between_run = spread.metrics.get(&m.id).copied();
+            }
+        }
+    }
     out
 }
 
@@ -287,7 +302,7 @@ fn case_prefix(c: &KernelCase) -> String {
     )
 }
 
-fn timing_metric(id: String, t: &Timing, case: &KernelCase) -> Metric {
+fn timing_metric(id: String, t: &Timing, case: &KernelCase, repeats: Vec<usize>) -> Metric {
     let conditions = BTreeMap::from([
         ("format".to_string(), case.format.id().to_string()),
         ("n".to_string(), case.n.to_string()),
@@ -322,6 +337,8 @@ fn timing_metric(id: String, t: &Timing, case: &KernelCase) -> Metric {
         direction: Direction::LowerIsBetter,
         value: MetricValue::Samples {
             samples: t.samples_s.clone(),
+            repeats,
+            between_run: None,
         },
         conditions,
         context,
@@ -332,14 +349,26 @@ impl MetricSource for KernelResults {
     /// Per timed case: the GEMM time, each extra timing, and the correctness check; per
     /// determinism record: `bit_exact`; per reference-accuracy case: `rel_l2_vs_exact`.
     fn metrics(&self, out: &mut Vec<Metric>) {
+        let sizes = |c: &KernelCase, part: Option<&str>| -> Vec<usize> {
+            self.repeats
+                .as_ref()
+                .and_then(|r| r.sizes_of(c, part))
+                .unwrap_or_default()
+        };
         for c in &self.cases {
             let p = case_prefix(c);
-            out.push(timing_metric(format!("{p}/time_s"), &c.timing, c));
+            out.push(timing_metric(
+                format!("{p}/time_s"),
+                &c.timing,
+                c,
+                sizes(c, None),
+            ));
             for e in &c.extra {
                 out.push(timing_metric(
                     format!("{p}/{}/time_s", e.name),
                     &e.timing,
                     c,
+                    sizes(c, Some(&e.name)),
                 ));
             }
             if let Some(chk) = &c.check {
@@ -860,7 +889,11 @@ impl MetricSource for E2eResults {
                     group: g,
                     unit: Unit::Seconds,
                     direction: Direction::LowerIsBetter,
-                    value: MetricValue::Samples { samples },
+                    value: MetricValue::Samples {
+                        samples,
+                        repeats: Vec::new(),
+                        between_run: None,
+                    },
                     conditions: conditions.clone(),
                     context: context.clone(),
                 });

@@ -11,18 +11,21 @@
 //!    and metrics with the same id are compared ([`compare_metric`]).
 //!
 //! # Statistics
-//! Timing samples: a two-sample percentile-bootstrap interval of the relative change of the
-//! median (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13), seeded and
-//! deterministic, at 99% confidence by default, set against a noise threshold (kernels 2%,
-//! end-to-end 5% by default). Regressed / Improved only when the whole interval lies beyond the
-//! threshold, Same when it lies within ±threshold, Ambiguous otherwise; see [`verdict`] and
-//! [`bootstrap`] for the rules and their error rates. Deterministic values are compared against
-//! their own tolerance, labels exactly or by rank.
+//! Timing metrics ([`gate`]): the repeat is the unit. Each repeat of a case (`report --repeats
+//! R`) gives one `ln median`; the change is the difference of their means between the sides; its
+//! variance is the between-run variance of the repeats, moderated across the metric's family
+//! (empirical Bayes, Smyth 2004) and floored by the family's empirical null (Efron 2004); each
+//! interval is built at `1 − α/m` over the `m` timing metrics of the comparison (Bonferroni), so
+//! the family-wise error is at most `α` (default 5%). Regressed / Improved only when the whole
+//! interval lies beyond the noise threshold (kernels 2%, end-to-end 5% by default), Same when it
+//! lies within ±threshold, Not enough samples when it is wider than ±threshold, Ambiguous
+//! otherwise ([`verdict`]). Per (provider, implementation, shape) a derived `all_m` metric
+//! judges the shape as a whole. `docs/gate.md` is the long form, with the false-alarm and
+//! detection rates measured on the H200. Deterministic values are compared against their own
+//! tolerance, labels exactly or by rank.
 //!
-//! The comparator's own tests (`tests/compare_stats.rs`) check, over 200+ seeded trials at the
-//! kernel bench's smallest reported sample count ([`DEFAULT_SAMPLE_COUNT`]): an A/A
-//! false-regression rate ≤ 1%, a planted 10% slowdown called Regressed in ≥ 95% of trials, and
-//! a 0.5% change never called Regressed at a 2% threshold.
+//! `--confirm` ([`confirm`]) re-measures the kernel cases that regressed, with the current
+//! binary, and keeps a regression only when it reproduces.
 //!
 //! # Exit codes
 //! 0 no regression; 2 a metric regressed **or a baseline metric is missing from the results**
@@ -32,7 +35,8 @@
 //! 1 any other error (the results file unreadable, a write failing).
 
 pub mod baseline;
-pub mod bootstrap;
+pub mod confirm;
+pub mod gate;
 pub mod metric;
 pub mod render;
 pub mod verdict;
@@ -45,11 +49,13 @@ use serde::{Deserialize, Serialize};
 pub use baseline::{
     baseline_path, check_rig, find_baseline, list_baselines, save_baseline, RigCheck,
 };
-pub use bootstrap::{median_change_interval, ChangeInterval, MIN_SAMPLES};
+pub use gate::{ChangeInterval, RunSpread, MIN_SAMPLES};
 pub use metric::{
     metrics_of, point_id, Direction, Group, Metric, MetricSource, MetricValue, Tolerance, Unit,
 };
 pub use verdict::{compare_metric, MetricThreshold, Row, Settings, Side, Verdict};
+
+use verdict::Pending;
 
 use crate::report::Results;
 use crate::ExitStatus;
@@ -106,8 +112,15 @@ pub struct Counts {
     pub regressed: usize,
     /// Baseline metrics missing from the results.
     pub missing: usize,
-    /// Metrics the data cannot decide.
+    /// Metrics the data cannot decide (interval straddles the threshold, conditions differ).
     pub ambiguous: usize,
+    /// Timing metrics whose interval is wider than the threshold (more samples or repeats
+    /// needed).
+    #[serde(default)]
+    pub not_enough_samples: usize,
+    /// Regressions that `--confirm` did not reproduce.
+    #[serde(default)]
+    pub not_reproduced: usize,
     /// Improved metrics.
     pub improved: usize,
     /// Metrics only in the results.
@@ -121,13 +134,16 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn of(rows: &[Row]) -> Self {
+    /// Count the verdicts of `rows`.
+    pub fn of(rows: &[Row]) -> Self {
         let mut c = Counts::default();
         for r in rows {
             *match r.verdict {
                 Verdict::Regressed => &mut c.regressed,
                 Verdict::Missing => &mut c.missing,
                 Verdict::Ambiguous => &mut c.ambiguous,
+                Verdict::NotEnoughSamples => &mut c.not_enough_samples,
+                Verdict::NotReproduced => &mut c.not_reproduced,
                 Verdict::Improved => &mut c.improved,
                 Verdict::New => &mut c.new,
                 Verdict::Same => &mut c.same,
@@ -162,9 +178,21 @@ pub struct Comparison {
     pub not_compared: Vec<String>,
     /// Verdict counts.
     pub counts: Counts,
+    /// What `--confirm` re-measured and found, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<confirm::ConfirmOutcome>,
+    /// Ids of the results' metrics changed by a planted change (test hook).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub planted: Vec<String>,
     /// The process exit code this outcome maps to.
     pub exit_code: u8,
+    /// The family priors the timing verdicts used (for `--confirm`).
+    #[serde(skip)]
+    pub priors: Priors,
 }
+
+/// Family → prior of the between-run variance (see [`gate::family_prior`]).
+pub type Priors = BTreeMap<String, Option<gate::Prior>>;
 
 impl Comparison {
     /// A comparison that could not be made: `problem` says why (exit 3).
@@ -185,7 +213,10 @@ impl Comparison {
             rows: Vec::new(),
             not_compared: Vec::new(),
             counts: Counts::default(),
+            confirm: None,
+            planted: Vec::new(),
             exit_code: ExitStatus::BaselineUnusable.code(),
+            priors: Priors::new(),
         }
     }
 
@@ -207,9 +238,15 @@ impl Comparison {
         }
         let c = &self.counts;
         let mut line = format!(
-            "{} regressed, {} missing, {} ambiguous, {} improved, {} new, {} same",
-            c.regressed, c.missing, c.ambiguous, c.improved, c.new, c.same
+            "{} regressed, {} missing, {} ambiguous, {} not enough samples, {} improved, {} new, {} same",
+            c.regressed, c.missing, c.ambiguous, c.not_enough_samples, c.improved, c.new, c.same
         );
+        if c.not_reproduced > 0 {
+            line.push_str(&format!(
+                ", {} not reproduced (--confirm)",
+                c.not_reproduced
+            ));
+        }
         if c.not_compared > 0 {
             line.push_str(&format!(
                 ", {} timing metrics not compared (--deterministic-only)",
@@ -224,7 +261,9 @@ impl Comparison {
 /// order, then metrics new in `current`. With [`Settings::deterministic_only`], timing metrics
 /// are left out (see [`compare_metrics`] for their list).
 pub fn compare_results(baseline: &Results, current: &Results, settings: &Settings) -> Vec<Row> {
-    let (mut rows, _) = compare_metrics(&metrics_of(baseline), &metrics_of(current), settings);
+    let mut cm = metrics_of(current);
+    verdict::apply_plants(&mut cm, &settings.plants);
+    let (mut rows, _) = compare_metrics(&metrics_of(baseline), &cm, settings);
     explain_missing(&mut rows, current);
     rows
 }
@@ -239,21 +278,36 @@ fn explain_missing(rows: &mut [Row], current: &Results) {
 }
 
 /// Compare the metrics `bm` of the baseline with the metrics `cm` of the results: the rows
-/// (baseline order, then metrics only in `cm`) and, with [`Settings::deterministic_only`], the
-/// ids of the timing metrics left out (a metric is left out when it is timing samples on either
-/// side; it is then neither missing nor new).
+/// (baseline order, then the derived shape aggregates, then metrics only in `cm`) and, with
+/// [`Settings::deterministic_only`], the ids of the timing metrics left out (a metric is left
+/// out when it is timing samples on either side; it is then neither missing nor new).
+///
+/// Timing rows are decided together: each metric's family prior comes from the other metrics of
+/// its family, and the Bonferroni level from their number (see [`gate`]).
 pub fn compare_metrics(
     bm: &[Metric],
     cm: &[Metric],
     settings: &Settings,
 ) -> (Vec<Row>, Vec<String>) {
+    let (rows, not_compared, _) = compare_metrics_with(bm, cm, settings, None);
+    (rows, not_compared)
+}
+
+/// [`compare_metrics`], with the family priors of an earlier comparison of the same metrics
+/// standing in for those this one would estimate (families it lacks), and the priors it used.
+pub fn compare_metrics_with(
+    bm: &[Metric],
+    cm: &[Metric],
+    settings: &Settings,
+    known: Option<&Priors>,
+) -> (Vec<Row>, Vec<String>, Priors) {
     let by_id: BTreeMap<&str, &Metric> = cm.iter().map(|m| (m.id.as_str(), m)).collect();
     let base_ids: BTreeMap<&str, &Metric> = bm.iter().map(|m| (m.id.as_str(), m)).collect();
     let skip = |m: &Metric, other: Option<&&Metric>| {
         settings.deterministic_only
             && (!m.is_deterministic() || other.is_some_and(|o| !o.is_deterministic()))
     };
-    let mut rows = Vec::with_capacity(bm.len().max(cm.len()));
+    let mut pending: Vec<Pending> = Vec::with_capacity(bm.len().max(cm.len()));
     let mut not_compared = Vec::new();
     for b in bm {
         let c = by_id.get(b.id.as_str());
@@ -262,10 +316,12 @@ pub fn compare_metrics(
             continue;
         }
         match c {
-            Some(c) => rows.push(compare_metric(b, c, settings)),
-            None => rows.push(verdict::missing_row(b, None)),
+            Some(c) => pending.push(verdict::begin_metric(b, c, settings)),
+            None => pending.push(Pending::Done(verdict::missing_row(b, None))),
         }
     }
+    pending.extend(aggregates(&pending, settings));
+    let (mut rows, priors) = decide(pending, settings, known);
     for c in cm {
         let b = base_ids.get(c.id.as_str());
         if b.is_none() {
@@ -276,7 +332,189 @@ pub fn compare_metrics(
             }
         }
     }
-    (rows, not_compared)
+    (rows, not_compared, priors)
+}
+
+/// The family of a timing metric: its id with the shape and M (kernels) or the sweep point
+/// (end-to-end) replaced by `*`. Metrics of one family share a prior.
+pub fn family_of(id: &str) -> String {
+    let mut segs: Vec<&str> = id.split('/').collect();
+    match segs.first().copied() {
+        Some("kernels") if segs.len() >= 6 => {
+            segs[3] = "*";
+            if segs[4].starts_with("m=") {
+                segs[4] = "m=*";
+            }
+        }
+        Some("e2e") if segs.len() >= 4 => segs[2] = "*",
+        _ => {}
+    }
+    segs.join("/")
+}
+
+/// Decide every pending row: family priors (`known` ones first), then intervals at `1 − α/m`.
+fn decide(
+    pending: Vec<Pending>,
+    settings: &Settings,
+    known: Option<&Priors>,
+) -> (Vec<Row>, Priors) {
+    let timing: Vec<(usize, &gate::Paired, String)> = pending
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match p {
+            Pending::Timing { row, paired, .. } => Some((i, paired, family_of(&row.id))),
+            Pending::Done(_) => None,
+        })
+        .collect();
+    let m = timing.len();
+    let mut families: BTreeMap<&str, Vec<&gate::Paired>> = BTreeMap::new();
+    for (_, p, f) in &timing {
+        families.entry(f.as_str()).or_default().push(p);
+    }
+    let priors: Priors = families
+        .iter()
+        .map(|(f, members)| {
+            let known = known.and_then(|k| k.get(*f)).copied().flatten();
+            (f.to_string(), known.or_else(|| gate::family_prior(members)))
+        })
+        .collect();
+    let rows = pending
+        .into_iter()
+        .map(|p| match p {
+            Pending::Done(r) => r,
+            Pending::Timing {
+                row,
+                paired,
+                context,
+            } => {
+                let prior = priors.get(&family_of(&row.id)).copied().flatten();
+                verdict::finish_timing(row, &paired, prior, settings, m, context)
+            }
+        })
+        .collect();
+    (rows, priors)
+}
+
+/// The shape aggregates: per (kernels provider, implementation, shape, part), the mean over M
+/// of the repeats' `ln median`, when every M of the group is a timing on both sides with the
+/// same repeat counts (see [`gate`], "Shape aggregates").
+fn aggregates(pending: &[Pending], settings: &Settings) -> Vec<Pending> {
+    // key: (provider/impl/shape, part) → [(M, row, paired)]
+    let mut groups: BTreeMap<(String, String), Vec<(&Row, &gate::Paired)>> = BTreeMap::new();
+    let mut order: Vec<(String, String)> = Vec::new();
+    for p in pending {
+        let Pending::Timing { row, paired, .. } = p else {
+            continue;
+        };
+        let segs: Vec<&str> = row.id.split('/').collect();
+        if segs.len() < 6 || segs[0] != "kernels" || !segs[4].starts_with("m=") {
+            continue;
+        }
+        if segs.last() != Some(&"time_s") || row.id.contains('#') {
+            continue;
+        }
+        let key = (segs[1..4].join("/"), segs[5..segs.len() - 1].join("/"));
+        if !groups.contains_key(&key) {
+            order.push(key.clone());
+        }
+        groups.entry(key).or_default().push((row, paired));
+    }
+    let mut out = Vec::new();
+    for key in order {
+        let members = &groups[&key];
+        if members.len() < 2 {
+            continue;
+        }
+        let (rb, rc) = (members[0].1.b.repeats(), members[0].1.c.repeats());
+        if members
+            .iter()
+            .any(|(_, p)| p.b.repeats() != rb || p.c.repeats() != rc)
+        {
+            continue;
+        }
+        // Without repeats or a stored spread on any member there is no between-run information;
+        // a mean over M would then look precise while hiding run-to-run drift.
+        if rb < 2 && rc < 2 && members.iter().all(|(_, p)| p.b_stored.is_none()) {
+            continue;
+        }
+        let k = members.len() as f64;
+        let side = |f: &dyn Fn(&gate::Paired) -> &gate::SideStats, r: usize| gate::SideStats {
+            y: (0..r)
+                .map(|i| members.iter().map(|(_, p)| f(p).y[i]).sum::<f64>() / k)
+                .collect(),
+            within: (0..r)
+                .map(|i| {
+                    members
+                        .iter()
+                        .map(|(_, p)| f(p).within[i])
+                        .sum::<Option<f64>>()
+                        .map(|w| w / (k * k))
+                })
+                .collect(),
+            n: members.iter().map(|(_, p)| f(p).n).sum(),
+            pooled_median: (members
+                .iter()
+                .map(|(_, p)| f(p).pooled_median.ln())
+                .sum::<f64>()
+                / k)
+                .exp(),
+        };
+        let b = side(&|p| &p.b, rb);
+        let c = side(&|p| &p.c, rc);
+        // A stored spread for the aggregate: from the members' stored spreads, as the spread of
+        // a mean of independent repeats (conservative when the members move together).
+        let b_stored = members
+            .iter()
+            .map(|(_, p)| p.b_stored)
+            .collect::<Option<Vec<_>>>()
+            .map(|v| gate::RunSpread {
+                sd_log: (v.iter().map(|s| s.sd_log * s.sd_log).sum::<f64>() / k).sqrt(),
+                df: v.iter().map(|s| s.df).min().unwrap_or(0),
+            });
+        let ms: Vec<String> = members
+            .iter()
+            .filter_map(|(r, _)| {
+                r.id.split('/')
+                    .nth(4)
+                    .map(|s| s.trim_start_matches("m=").to_string())
+            })
+            .collect();
+        let id = if key.1.is_empty() {
+            format!("kernels/{}/all_m/time_s", key.0)
+        } else {
+            format!("kernels/{}/all_m/{}/time_s", key.0, key.1)
+        };
+        let first = members[0].0;
+        let row = Row {
+            id: id.clone(),
+            unit: first.unit,
+            direction: first.direction,
+            baseline: Some(Side::Samples {
+                n: b.n,
+                median: Some(b.pooled_median),
+                repeats: rb,
+            }),
+            current: Some(Side::Samples {
+                n: c.n,
+                median: Some(c.pooled_median),
+                repeats: rc,
+            }),
+            change: None,
+            interval: None,
+            threshold: Some(settings.threshold_for(&id, Group::Kernels)),
+            verdict: Verdict::Ambiguous,
+            notes: vec![format!(
+                "derived: geometric mean over M = {} (medians shown are geometric means)",
+                ms.join(", ")
+            )],
+        };
+        out.push(Pending::Timing {
+            row,
+            paired: gate::Paired { b, c, b_stored },
+            context: Vec::new(),
+        });
+    }
+    out
 }
 
 /// Compare `current` (read from `current_path`) with `baseline` (read from `baseline_path`):
@@ -331,9 +569,33 @@ pub fn compare(
             "the results record an incomplete run (interrupted or in progress); missing metrics may be cases not reached".to_string(),
         );
     }
-    let (mut rows, not_compared) =
-        compare_metrics(&metrics_of(baseline), &metrics_of(current), settings);
+    let mut cm = metrics_of(current);
+    let planted = verdict::apply_plants(&mut cm, &settings.plants);
+    if !settings.plants.is_empty() {
+        warnings.push(format!(
+            "TEST HOOK: planted changes ({}) scaled the samples of {} metrics of the results; these verdicts do not describe the measured run",
+            settings
+                .plants
+                .iter()
+                .map(|p| format!("{} {:+.1}%", p.glob, 100.0 * p.change))
+                .collect::<Vec<_>>()
+                .join(", "),
+            planted.len()
+        ));
+    }
+    let (mut rows, not_compared, priors) =
+        compare_metrics_with(&metrics_of(baseline), &cm, settings, None);
     explain_missing(&mut rows, current);
+    let single = rows.iter().any(|r| {
+        r.interval
+            .is_some_and(|ci| ci.basis == gate::Basis::WithinRun)
+            && r.id.starts_with("kernels/")
+    });
+    if single {
+        warnings.push(
+            "some kernel timings have no between-run information (one repeat on each side and no spread stored in the baseline): their intervals reflect within-run noise only and will flag ordinary run-to-run drift; make the baseline and the results with `report --repeats 2` or more".into(),
+        );
+    }
     for mt in settings
         .metric_thresholds
         .iter()
@@ -363,7 +625,10 @@ pub fn compare(
         },
         rows,
         not_compared,
+        confirm: None,
+        planted,
         exit_code: 0,
+        priors,
     };
     c.exit_code = c.status().code();
     c

@@ -25,10 +25,17 @@ fn number(unit: Unit, v: f64) -> String {
 fn side(unit: Unit, s: &Option<Side>) -> String {
     match s {
         None => "—".into(),
-        Some(Side::Samples { n, median }) => match median {
-            Some(m) => format!("{} (n={n})", number(unit, *m)),
-            None => format!("invalid (n={n})"),
-        },
+        Some(Side::Samples { n, median, repeats }) => {
+            let n = if *repeats > 1 {
+                format!("n={n}, R={repeats}")
+            } else {
+                format!("n={n}")
+            };
+            match median {
+                Some(m) => format!("{} ({n})", number(unit, *m)),
+                None => format!("invalid ({n})"),
+            }
+        }
         Some(Side::Value { value }) => number(unit, *value),
         Some(Side::Label { value }) => value.clone(),
     }
@@ -116,9 +123,34 @@ pub fn markdown(c: &Comparison) -> String {
             "**No regression**".to_string()
         };
         out.push_str(&format!(
-            "{head}: {} ambiguous, {} improved, {} new, {} same (exit {})\n\n",
-            k.ambiguous, k.improved, k.new, k.same, c.exit_code
+            "{head}: {} ambiguous, {} not enough samples, {} improved, {} new, {} same{} (exit {})\n\n",
+            k.ambiguous,
+            k.not_enough_samples,
+            k.improved,
+            k.new,
+            k.same,
+            if k.not_reproduced > 0 {
+                format!(", {} not reproduced by --confirm", k.not_reproduced)
+            } else {
+                String::new()
+            },
+            c.exit_code
         ));
+        if let Some(cf) = &c.confirm {
+            out.push_str(&match &cf.problem {
+                Some(p) => format!(
+                    "--confirm: could not re-measure ({p}); {} regressions stand unconfirmed.\n\n",
+                    cf.rejudged.len()
+                ),
+                None if cf.rejudged.is_empty() => {
+                    "--confirm: no kernel regression to re-measure.\n\n".to_string()
+                }
+                None => format!(
+                    "--confirm: re-measured {} cases ({} repeats) behind {} regressed metrics: {} reproduced, {} not reproduced.\n\n",
+                    cf.cases, cf.repeats, cf.rejudged.len(), cf.reproduced, cf.not_reproduced
+                ),
+            });
+        }
     }
 
     if !c.not_compared.is_empty() {
@@ -208,16 +240,22 @@ pub fn markdown(c: &Comparison) -> String {
     for m in &s.metric_thresholds {
         overrides.push_str(&format!(", `{}` ±{:.1}%", m.glob, 100.0 * m.threshold));
     }
+    let m = c.rows.iter().filter(|r| r.interval.is_some()).count();
     out.push_str(&format!(
-        "Method: timings compare medians; the interval is a two-sample percentile bootstrap \
-         (Efron & Tibshirani 1993) of the relative change of the median at {:.1}% confidence \
-         ({} resamples, seed {:#x}). Noise thresholds: kernels ±{:.1}%, end-to-end ±{:.1}%{overrides}. \
-         Regressed or Improved only when the whole interval lies beyond the threshold, Same when it \
-         lies within it, Ambiguous otherwise. Values are compared against their own tolerance, \
-         labels exactly or by rank. Missing metrics fail the comparison (exit 2).\n",
+        "Method: the repeat is the unit: each repeat of a timing gives the log of its median; the \
+         change is the ratio of the geometric means of the repeats' medians. Its interval uses the \
+         between-run variance of the repeats, moderated across the metric's family (empirical \
+         Bayes, Smyth 2004) and floored by the family's empirical null (Efron 2004); without \
+         repeats or a stored spread, only the within-run noise of the medians (McKean–Schrader). \
+         Each of the {m} timing intervals is built at {:.4}% confidence (Bonferroni: {:.1}% \
+         family-wise). Noise thresholds: kernels ±{:.1}%, end-to-end ±{:.1}%{overrides}. \
+         Regressed or Improved only when the whole interval lies beyond the threshold, Same when \
+         it lies within it, Not enough samples when it is wider than the threshold, Ambiguous \
+         otherwise; `all_m` rows judge a shape over its M values. Values are compared against \
+         their own tolerance, labels exactly or by rank. Missing metrics fail the comparison \
+         (exit 2). See docs/gate.md.\n",
+        100.0 * (1.0 - s.alpha() / m.max(1) as f64),
         100.0 * s.confidence,
-        s.resamples,
-        s.seed,
         100.0 * s.threshold_kernels,
         100.0 * s.threshold_e2e,
     ));

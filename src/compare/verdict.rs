@@ -1,21 +1,19 @@
 //! Per-metric verdicts: a baseline [`Metric`] against the current one.
 //!
-//! Timing samples ([`MetricValue::Samples`]): the bootstrap interval of the relative change of
-//! the median (see [`super::bootstrap`]) at confidence `c` is set against a noise threshold `t`.
-//! For a lower-is-better metric (a time):
+//! Timing samples ([`MetricValue::Samples`]): the interval of the relative change (see
+//! [`super::gate`]: repeats, between-run variance, Bonferroni over the `m` timing metrics of the
+//! comparison) is set against a noise threshold `t`. For a lower-is-better metric (a time):
 //!
 //! - **Regressed** when the whole interval lies above `+t`;
 //! - **Improved** when the whole interval lies below `−t`;
 //! - **Same** when the whole interval lies within `[−t, +t]`;
-//! - **Ambiguous** otherwise (the data cannot tell), and when either side has too few or
-//!   invalid samples.
+//! - **Not enough samples** when the interval is wider than `±t` (the data cannot decide at
+//!   this threshold: more requests, samples or repeats would; the note says about how many);
+//! - **Ambiguous** otherwise (the interval straddles the threshold), when either side has too
+//!   few or invalid samples, or when the conditions differ.
 //!
-//! (Mirrored for higher-is-better.) Under no real change beyond the threshold, a two-sided
-//! interval at confidence `c` lies wholly above `+t` with probability at most `(1 − c)/2` when
-//! the interval is calibrated; the default `c = 0.99` keeps that under 0.5% per metric even at
-//! `t = 0`. With many metrics the expected number of false calls is at most
-//! `metrics × (1 − c)/2` (no multiplicity correction is applied; the threshold is what keeps the
-//! real rate far lower, see the tests).
+//! (Mirrored for higher-is-better.) `rigbench compare --confirm` turns a Regressed kernel
+//! timing that does not reproduce on re-measurement into **Not reproduced**.
 //!
 //! Deterministic values ([`MetricValue::Value`]) are compared against their own tolerance, and
 //! labels ([`MetricValue::Label`]) exactly or by their rank.
@@ -25,19 +23,16 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::bootstrap::{median_change_interval, ChangeInterval};
+use super::gate::{self, Basis, ChangeInterval, Paired, Prior, SideStats};
 use super::metric::{Direction, Group, Metric, MetricValue, Tolerance, Unit};
 
 /// Default noise threshold of kernel timings: 2%.
 pub const DEFAULT_THRESHOLD_KERNELS: f64 = 0.02;
 /// Default noise threshold of end-to-end (and any other non-kernel) timings: 5%.
 pub const DEFAULT_THRESHOLD_E2E: f64 = 0.05;
-/// Default two-sided confidence of the bootstrap interval.
-pub const DEFAULT_CONFIDENCE: f64 = 0.99;
-/// Default bootstrap resamples.
-pub const DEFAULT_RESAMPLES: usize = 2000;
-/// Default base seed of the bootstrap (each metric mixes in a hash of its id).
-pub const DEFAULT_SEED: u64 = 0x5249_4742_454e_4348; // "RIGBENCH"
+/// Default family-wise confidence: the probability that every timing interval of a comparison
+/// covers its true change (Bonferroni over the comparison's timing metrics).
+pub const DEFAULT_CONFIDENCE: f64 = 0.95;
 
 /// The outcome for one metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -50,6 +45,12 @@ pub enum Verdict {
     /// The data cannot tell (interval straddles the threshold, too few samples, conditions
     /// differ).
     Ambiguous,
+    /// Flagged as regressed, but `--confirm` re-measured it and the slowdown did not reproduce
+    /// (not a failure).
+    NotReproduced,
+    /// The interval is wider than the noise threshold: the data cannot decide at this
+    /// threshold (more samples, requests or repeats would); not a failure.
+    NotEnoughSamples,
     /// Better beyond the noise threshold, with the stated confidence.
     Improved,
     /// In the results, absent from the baseline.
@@ -70,6 +71,8 @@ impl Verdict {
             Verdict::Regressed => "Regressed",
             Verdict::Missing => "Missing",
             Verdict::Ambiguous => "Ambiguous",
+            Verdict::NotReproduced => "Not reproduced",
+            Verdict::NotEnoughSamples => "Not enough samples",
             Verdict::Improved => "Improved",
             Verdict::New => "New",
             Verdict::Same => "Same",
@@ -140,6 +143,63 @@ impl FromStr for MetricThreshold {
     }
 }
 
+/// A planted change, for measuring the gate's detection rate only (`rigbench compare --plant
+/// GLOB=PERCENT`, refused unless `RIGBENCH_TEST_HOOKS=1`): every sample of the timing metrics
+/// of the *results* whose id matches GLOB (and of their `--confirm` re-measurements) is
+/// multiplied by `1 + PERCENT/100` before comparing, as a code change making them that much
+/// slower would. The comparison records it in its settings and says so at the top.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plant {
+    /// The glob as given.
+    pub glob: String,
+    /// The change, as a fraction (0.10 = 10% slower).
+    pub change: f64,
+    #[serde(skip)]
+    target: MetricThreshold,
+}
+
+impl FromStr for Plant {
+    type Err = String;
+    /// Parse `GLOB=PERCENT` (the percent may be negative: a speed-up).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (glob, value) = s.rsplit_once('=').ok_or_else(|| {
+            format!("'{s}' is not GLOB=PERCENT (e.g. 'kernels/rigbench/w4a16/gate_up/*=10')")
+        })?;
+        let v: f64 = value
+            .trim()
+            .trim_end_matches('%')
+            .parse()
+            .map_err(|_| format!("'{value}' is not a percentage"))?;
+        if !v.is_finite() || v <= -100.0 || v > 1000.0 {
+            return Err(format!(
+                "'{value}': a planted change must be in (-100, 1000] percent"
+            ));
+        }
+        Ok(Plant {
+            glob: glob.trim().to_string(),
+            change: v / 100.0,
+            target: MetricThreshold::new(glob.trim(), v / 100.0)?,
+        })
+    }
+}
+
+/// Apply `plants` to `metrics` (see [`Plant`]); returns the ids changed.
+pub fn apply_plants(metrics: &mut [Metric], plants: &[Plant]) -> Vec<String> {
+    let mut changed = Vec::new();
+    for m in metrics.iter_mut() {
+        let Some(p) = plants.iter().rev().find(|p| p.target.matches(&m.id)) else {
+            continue;
+        };
+        if let MetricValue::Samples { samples, .. } = &mut m.value {
+            for x in samples.iter_mut() {
+                *x *= 1.0 + p.change;
+            }
+            changed.push(m.id.clone());
+        }
+    }
+    changed
+}
+
 /// Parse a threshold in percent (`2`, `2.5`, `2%`) into a fraction; must be finite, ≥ 0 and
 /// < 1000.
 pub fn parse_percent(s: &str) -> Result<f64, String> {
@@ -164,16 +224,16 @@ pub struct Settings {
     pub threshold_e2e: f64,
     /// Per-metric overrides; the last one whose glob matches wins.
     pub metric_thresholds: Vec<MetricThreshold>,
-    /// Two-sided confidence of the bootstrap interval, in (0, 1).
+    /// Family-wise confidence in (0, 1): each of the `m` timing intervals of a comparison is
+    /// built at `1 − (1 − confidence)/m` (Bonferroni).
     pub confidence: f64,
-    /// Bootstrap resamples per metric.
-    pub resamples: usize,
-    /// Base seed (each metric mixes in the FNV-1a hash of its id).
-    pub seed: u64,
     /// Compare only metrics whose verdict does not depend on timing (values and labels, see
     /// [`super::Metric::is_deterministic`]); timing metrics are listed as not compared, never
     /// as missing (`rigbench compare --deterministic-only`, what CI runs on a CPU-only host).
     pub deterministic_only: bool,
+    /// Planted changes (test hook, see [`Plant`]); empty in real use.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plants: Vec<Plant>,
 }
 
 impl Default for Settings {
@@ -183,9 +243,8 @@ impl Default for Settings {
             threshold_e2e: DEFAULT_THRESHOLD_E2E,
             metric_thresholds: Vec::new(),
             confidence: DEFAULT_CONFIDENCE,
-            resamples: DEFAULT_RESAMPLES,
-            seed: DEFAULT_SEED,
             deterministic_only: false,
+            plants: Vec::new(),
         }
     }
 }
@@ -204,16 +263,14 @@ impl Settings {
             })
     }
 
-    /// The bootstrap seed of metric `id`: the base seed XOR the FNV-1a 64-bit hash of the id, so
-    /// a metric's interval does not depend on which other metrics are present.
-    pub fn seed_for(&self, id: &str) -> u64 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in id.bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        self.seed ^ h
+    /// `α = 1 − confidence`, the family-wise error rate.
+    pub fn alpha(&self) -> f64 {
+        1.0 - self.confidence
     }
+}
+
+fn one() -> usize {
+    1
 }
 
 /// What one side showed, for display and JSON.
@@ -222,10 +279,14 @@ impl Settings {
 pub enum Side {
     /// Samples: count and median.
     Samples {
-        /// Sample count.
+        /// Sample count (all repeats).
         n: usize,
-        /// Median (`None` when there are no valid samples).
+        /// Median of all samples (`None` when there are no valid samples); for a shape aggregate,
+        /// the geometric mean of the medians over M.
         median: Option<f64>,
+        /// Repeats the samples came from.
+        #[serde(default = "one")]
+        repeats: usize,
     },
     /// A single value.
     Value {
@@ -242,9 +303,12 @@ pub enum Side {
 impl Side {
     fn of(v: &MetricValue) -> Self {
         match v {
-            MetricValue::Samples { samples } => Side::Samples {
+            MetricValue::Samples {
+                samples, repeats, ..
+            } => Side::Samples {
                 n: samples.len(),
                 median: crate::stats::percentile(samples, 50.0),
+                repeats: gate::split_repeats(samples, repeats).len(),
             },
             MetricValue::Value { value, .. } => Side::Value { value: *value },
             MetricValue::Label { value, .. } => Side::Label {
@@ -278,7 +342,7 @@ pub struct Row {
     pub current: Option<Side>,
     /// Relative change `current / baseline − 1` (of the median for samples), when defined.
     pub change: Option<f64>,
-    /// Bootstrap interval of the relative change (timings only).
+    /// Interval of the relative change (timings only; see [`super::gate`]).
     pub interval: Option<ChangeInterval>,
     /// Noise threshold applied (timings only), as a fraction.
     pub threshold: Option<f64>,
@@ -343,8 +407,26 @@ fn map_diff(b: &BTreeMap<String, String>, c: &BTreeMap<String, String>) -> Vec<S
         .collect()
 }
 
-/// Compare the same metric from the baseline (`b`) and the results (`c`).
-pub fn compare_metric(b: &Metric, c: &Metric, s: &Settings) -> Row {
+/// A comparison row still waiting for its timing verdict (which needs the other metrics: the
+/// family prior and the number of timing metrics `m`).
+#[derive(Debug, Clone)]
+pub enum Pending {
+    /// Already decided (values, labels, conditions that differ, bad samples).
+    Done(Row),
+    /// Timing samples on both sides, at the run level.
+    Timing {
+        /// The row so far.
+        row: Row,
+        /// Both sides.
+        paired: Paired,
+        /// Context differences to append to the notes.
+        context: Vec<String>,
+    },
+}
+
+/// Compare the same metric from the baseline (`b`) and the results (`c`) up to the point where a
+/// timing verdict needs the other metrics (see [`finish_timing`]).
+pub fn begin_metric(b: &Metric, c: &Metric, s: &Settings) -> Pending {
     let mut row = Row {
         id: c.id.clone(),
         unit: c.unit,
@@ -369,18 +451,36 @@ pub fn compare_metric(b: &Metric, c: &Metric, s: &Settings) -> Row {
             "conditions differ, not comparable: {}",
             cond.join("; ")
         ));
-        return row;
+        return Pending::Done(row);
     }
     let ctx = map_diff(&b.context, &c.context);
     match (&b.value, &c.value) {
-        (MetricValue::Samples { samples: bs }, MetricValue::Samples { samples: cs }) => {
-            let t = s.threshold_for(&c.id, c.group);
-            row.threshold = Some(t);
-            match median_change_interval(bs, cs, s.confidence, s.resamples, s.seed_for(&c.id)) {
-                Ok(ci) => {
-                    row.change = Some(ci.point);
-                    row.interval = Some(ci);
-                    row.verdict = timing_verdict(ci, t, c.direction);
+        (
+            MetricValue::Samples {
+                samples: bs,
+                repeats: br,
+                between_run,
+            },
+            MetricValue::Samples {
+                samples: cs,
+                repeats: cr,
+                ..
+            },
+        ) => {
+            row.threshold = Some(s.threshold_for(&c.id, c.group));
+            let sides = SideStats::of(bs, br, "baseline")
+                .and_then(|b| SideStats::of(cs, cr, "current").map(|c| (b, c)));
+            match sides {
+                Ok((bst, cst)) => {
+                    return Pending::Timing {
+                        row,
+                        paired: Paired {
+                            b: bst,
+                            c: cst,
+                            b_stored: *between_run,
+                        },
+                        context: ctx,
+                    }
                 }
                 Err(e) => row.notes.push(e.to_string()),
             }
@@ -411,7 +511,88 @@ pub fn compare_metric(b: &Metric, c: &Metric, s: &Settings) -> Row {
         )),
     }
     row.notes.extend(ctx);
+    Pending::Done(row)
+}
+
+/// Decide a timing row: the interval at `1 − α/m` from `paired` and the family `prior`, set
+/// against the row's threshold. `m` is the number of timing metrics of the comparison.
+pub fn finish_timing(
+    mut row: Row,
+    paired: &Paired,
+    prior: Option<Prior>,
+    s: &Settings,
+    m: usize,
+    context: Vec<String>,
+) -> Row {
+    let t = row.threshold.unwrap_or(0.0);
+    match gate::interval(paired, prior, s.alpha(), m) {
+        Ok(ci) => {
+            row.change = Some(ci.point);
+            row.interval = Some(ci);
+            row.verdict = timing_verdict(ci, t, row.direction);
+            if row.verdict == Verdict::NotEnoughSamples {
+                row.notes.push(not_enough_note(&ci, t, paired));
+            }
+            if ci.basis == Basis::WithinRun && paired.b.repeats() == 1 && paired.c.repeats() == 1 {
+                row.notes.push(
+                    "between-run spread unknown (one repeat per side, no stored spread): the interval reflects within-run noise only".into(),
+                );
+            }
+        }
+        Err(e) => row.notes.push(e.to_string()),
+    }
+    row.notes.extend(context);
     row
+}
+
+/// Why a timing cannot be decided, and about how much more data would decide it.
+fn not_enough_note(ci: &ChangeInterval, t: f64, p: &Paired) -> String {
+    let half = 0.5 * (ci.hi - ci.lo);
+    let (rb, rc) = (p.b.repeats(), p.c.repeats());
+    // The half-width scales with the standard error; aim at 80% of the threshold.
+    let factor = (half / (0.8 * t.max(1e-9))).powi(2);
+    match ci.basis {
+        Basis::WithinRun => {
+            let n = p.b.n.min(p.c.n);
+            format!(
+                "not enough samples (n = {} and {}) to decide at ±{:.1}%: the interval is ±{:.1}%; about {} per side would decide",
+                p.b.n,
+                p.c.n,
+                100.0 * t,
+                100.0 * half,
+                ((n as f64 * factor).ceil() as u64).max(n as u64 + 1)
+            )
+        }
+        Basis::BetweenRun { .. } => {
+            // se² ∝ 1/R_b + 1/R_c; R per side on both sides such that 2/R = (1/R_b + 1/R_c)/factor.
+            let now = 1.0 / rb as f64 + 1.0 / rc as f64;
+            let r = ((2.0 * factor / now).ceil() as u64).max(rb.max(rc) as u64 + 1);
+            format!(
+                "not enough repeats (R = {rb} and {rc}, n = {} and {}) to decide at ±{:.1}%: between runs this metric varies by about {:.1}%, the interval is ±{:.1}%; about R = {r} per side would decide (report --repeats)",
+                p.b.n,
+                p.c.n,
+                100.0 * t,
+                100.0 * match ci.basis {
+                    Basis::BetweenRun { sd_log, .. } => sd_log,
+                    Basis::WithinRun => 0.0,
+                },
+                100.0 * half,
+            )
+        }
+    }
+}
+
+/// Compare the same metric from the baseline (`b`) and the results (`c`) on its own: a timing
+/// interval at the full family-wise confidence (`m = 1`, no family prior).
+pub fn compare_metric(b: &Metric, c: &Metric, s: &Settings) -> Row {
+    match begin_metric(b, c, s) {
+        Pending::Done(r) => r,
+        Pending::Timing {
+            row,
+            paired,
+            context,
+        } => finish_timing(row, &paired, None, s, 1, context),
+    }
 }
 
 /// The verdict of a timing interval against threshold `t` (see the module docs).
@@ -428,6 +609,7 @@ pub fn timing_verdict(ci: ChangeInterval, t: f64, direction: Direction) -> Verdi
         (Direction::HigherIsBetter, true, _) => Verdict::Improved,
         (Direction::HigherIsBetter, _, true) => Verdict::Regressed,
         (Direction::MustMatch, true, _) | (Direction::MustMatch, _, true) => Verdict::Regressed,
+        _ if 0.5 * (hi - lo) > t => Verdict::NotEnoughSamples,
         _ => Verdict::Ambiguous,
     }
 }
@@ -544,7 +726,9 @@ mod tests {
             lo,
             hi,
             confidence: 0.99,
-            resamples: 1000,
+            df: None,
+            se_log: 0.01,
+            basis: Basis::WithinRun,
         }
     }
 
@@ -556,7 +740,11 @@ mod tests {
         assert_eq!(timing_verdict(ci(-0.05, -0.03), t, l), Verdict::Improved);
         assert_eq!(timing_verdict(ci(-0.01, 0.015), t, l), Verdict::Same);
         assert_eq!(timing_verdict(ci(0.01, 0.05), t, l), Verdict::Ambiguous);
-        assert_eq!(timing_verdict(ci(-0.05, 0.05), t, l), Verdict::Ambiguous);
+        assert_eq!(timing_verdict(ci(-0.01, 0.03), t, l), Verdict::Ambiguous);
+        assert_eq!(
+            timing_verdict(ci(-0.05, 0.05), t, l),
+            Verdict::NotEnoughSamples
+        );
         let h = Direction::HigherIsBetter;
         assert_eq!(timing_verdict(ci(0.03, 0.05), t, h), Verdict::Improved);
         assert_eq!(timing_verdict(ci(-0.05, -0.03), t, h), Verdict::Regressed);

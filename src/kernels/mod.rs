@@ -13,6 +13,7 @@ pub mod impls;
 pub mod peers;
 pub mod reference;
 pub mod render;
+pub mod repeats;
 pub mod schema;
 pub mod suite;
 

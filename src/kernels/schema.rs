@@ -30,6 +30,11 @@ pub struct KernelResults {
     pub peers: Vec<PeerStatus>,
     /// Notes and warnings about the run (throttling seen, caps hit).
     pub notes: Vec<String>,
+    /// How the suite was repeated (`--repeats R` with R ≥ 2): each case's samples are the
+    /// repeats' samples in repeat order, and this says how many came from each repeat. Absent
+    /// for one run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<SuiteRepeats>,
 }
 
 /// Identity of a suite.
@@ -254,4 +259,51 @@ pub struct PeerStatus {
     pub available: bool,
     /// Version or the reason it was not available.
     pub detail: String,
+}
+
+/// How a suite was repeated (`--repeats R`): see [`crate::kernels::repeats`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SuiteRepeats {
+    /// Repeats run.
+    pub count: usize,
+    /// The implementation order of each repeat (rotated from one repeat to the next, so that no
+    /// implementation always runs first after a shape's weights are prepared).
+    pub order: Vec<Vec<String>>,
+    /// Samples per repeat of every timed case and extra part.
+    pub cases: Vec<CaseRepeats>,
+}
+
+/// The repeats of one timed case (or one extra timed part of it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaseRepeats {
+    /// Provider.
+    pub provider: String,
+    /// Implementation id.
+    pub implementation: String,
+    /// Shape name.
+    pub shape: String,
+    /// M.
+    pub m: usize,
+    /// The extra part (`activation_quant`), or `None` for the GEMM itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<String>,
+    /// Samples taken in each repeat that timed the case, in repeat order (they add up to the
+    /// case's `samples_s`).
+    pub sizes: Vec<usize>,
+}
+
+impl SuiteRepeats {
+    /// The sizes recorded for `case` (and `part`), if any.
+    pub fn sizes_of(&self, case: &KernelCase, part: Option<&str>) -> Option<Vec<usize>> {
+        self.cases
+            .iter()
+            .find(|r| {
+                r.provider == case.provider
+                    && r.implementation == case.implementation
+                    && r.shape == case.shape
+                    && r.m == case.m
+                    && r.part.as_deref() == part
+            })
+            .map(|r| r.sizes.clone())
+    }
 }

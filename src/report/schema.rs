@@ -41,6 +41,21 @@ pub struct Results {
     /// Whether the run finished (false while in progress or after an interruption).
     #[serde(default)]
     pub complete: bool,
+    /// Each timing metric's between-run spread, stored when the results are saved as a baseline
+    /// from a repeated run (`report --repeats R --save-baseline`, R ≥ 2); `compare` uses it for
+    /// the baseline side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub between_run: Option<BetweenRun>,
+}
+
+/// The between-run spread of every timing metric of a results file (see
+/// [`crate::compare::gate`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BetweenRun {
+    /// Repeats the spread was measured over.
+    pub repeats: usize,
+    /// Metric id → standard deviation of the repeats' `ln median` and its degrees of freedom.
+    pub metrics: std::collections::BTreeMap<String, crate::compare::gate::RunSpread>,
 }
 
 /// A part of the job not run.
@@ -67,6 +82,7 @@ impl Results {
             e2e: None,
             skipped: Vec::new(),
             complete: false,
+            between_run: None,
         }
     }
 
