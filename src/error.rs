@@ -20,6 +20,8 @@ pub enum ExitStatus {
     BaselineUnusable,
     /// 4: `inspect` found lint errors in the checkpoint.
     LintErrors,
+    /// 5: asked to time kernel cases and timed none (`kernels`; `report` with a GPU present).
+    NothingTimed,
     /// 64: a bad command line (unknown flag, bad value).
     Usage,
 }
@@ -33,6 +35,7 @@ impl ExitStatus {
             ExitStatus::Regression => 2,
             ExitStatus::BaselineUnusable => 3,
             ExitStatus::LintErrors => 4,
+            ExitStatus::NothingTimed => 5,
             ExitStatus::Usage => 64,
         }
     }

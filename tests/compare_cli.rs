@@ -254,8 +254,9 @@ fn missing_baseline_exits_3_and_says_where_it_looked() {
 fn baseline_dir_picks_the_saved_baseline_and_results_folder_works() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().join("baselines");
-    let saved = rigbench::compare::save_baseline(&results(1, 1.0), &dir, "test-suite").unwrap();
-    assert_eq!(saved, dir.join("nvidia-h200-sm90/test-suite.json"));
+    let saved =
+        rigbench::compare::save_baseline(&results(1, 1.0), &dir, "test-suite", false).unwrap();
+    assert_eq!(saved.path, dir.join("nvidia-h200-sm90/test-suite.json"));
     let report = d.path().join("reports/run1");
     write(&report, "results.json", &results(101, 1.0));
     let o = rigbench(&["compare", "--baseline-dir", s(&dir), s(&report)]);

@@ -143,9 +143,15 @@ pub struct KernelsArgs {
     /// Do not redact host name, user paths and IP addresses.
     #[arg(long)]
     pub no_redact: bool,
+    /// Run the suite R times, implementations interleaved (see `rigbench report --repeats`).
+    #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeats: u32,
 }
 
 /// Run `rigbench kernels`.
+///
+/// Exit codes: as `main`; 5 when no case was timed (no GPU, or every case failed its check or
+/// was skipped): the reasons are in the output (`skipped` and `notes` of the JSON).
 pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
     let opts = args.sel.resolve()?;
     let job = crate::report::job::Job {
@@ -158,6 +164,7 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         redact: !args.no_redact,
         write_files: args.out.is_some(),
         disabled: Vec::new(),
+        repeats: args.repeats as usize,
     };
     let results = crate::report::job::run(job)?;
     if args.json {
@@ -176,6 +183,22 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
             "{}",
             crate::report::redact::Redactor::for_this_host(!args.no_redact).redact(&md)
         );
+    }
+    let timed = results.kernels.as_ref().map_or(0, |k| k.cases.len());
+    if timed == 0 {
+        eprintln!(
+            "rigbench kernels: no case was timed ({}); exit {}",
+            results
+                .skipped
+                .iter()
+                .map(|s| format!("{}: {}", s.what, s.reason))
+                .next()
+                .unwrap_or_else(
+                    || "every case failed its check or was skipped; see the output".into()
+                ),
+            ExitStatus::NothingTimed.code()
+        );
+        return Ok(ExitStatus::NothingTimed);
     }
     Ok(ExitStatus::Ok)
 }

@@ -36,16 +36,74 @@ pub struct ReportArgs {
     /// (`<baselines-dir>/<rig-label>/<suite>.json`), the file `rigbench compare --baseline-dir` reads.
     #[arg(long)]
     pub save_baseline: bool,
-    /// Folder of baselines for `--save-baseline`.
+    /// Folder of baselines for `--save-baseline` (checked for writing before anything is
+    /// measured).
     #[arg(long, default_value = "baselines")]
     pub baselines_dir: PathBuf,
+    /// With --save-baseline: replace a baseline even when the new results lack a whole section
+    /// the old one gates on (kernel timings, e2e, checkpoint, ...).
+    #[arg(long, requires = "save_baseline")]
+    pub force: bool,
+    /// Run the kernel suite R times in this process, implementations interleaved (order rotated
+    /// per repeat): the repeat is the unit of `compare`'s statistics, and a baseline saved from R
+    /// ≥ 2 repeats stores each metric's between-run spread. See docs/gate.md.
+    #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeats: u32,
+    /// Requests per sweep point of the end-to-end runs (default: the suite's, 8 for `tiny`);
+    /// `compare` names the count that would decide at its threshold when a point has too few.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100000))]
+    pub e2e_requests: Option<u32>,
     /// Re-render report.md, kernels.csv and plots from an existing results.json (or its folder)
     /// instead of measuring.
     #[arg(long, value_name = "RESULTS")]
     pub render: Option<PathBuf>,
 }
 
+/// The suite name a baseline of `results` is filed under.
+fn baseline_suite(results: &crate::report::Results) -> String {
+    results
+        .kernels
+        .as_ref()
+        .map(|k| k.suite.name.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "no-kernels".into())
+}
+
+/// Save `results` as a baseline and say what it replaced.
+fn save(args: &ReportArgs, results: &crate::report::Results) -> anyhow::Result<()> {
+    let saved = crate::compare::save_baseline(
+        results,
+        &args.baselines_dir,
+        &baseline_suite(results),
+        args.force,
+    )?;
+    match &saved.replaced {
+        Some(r) => eprintln!(
+            "rigbench: baseline {} replaced: {}{}",
+            saved.path.display(),
+            r.summary(),
+            if r.dropped.is_empty() {
+                String::new()
+            } else {
+                format!(" (dropped with --force: {})", r.dropped.join(", "))
+            }
+        ),
+        None => eprintln!("rigbench: baseline saved to {}", saved.path.display()),
+    }
+    if let Some(b) = crate::compare::baseline::between_run_of(results) {
+        eprintln!(
+            "rigbench: the baseline stores the between-run spread of {} timing metrics ({} repeats)",
+            b.metrics.len(),
+            b.repeats
+        );
+    }
+    Ok(())
+}
+
 /// Run `rigbench report`.
+///
+/// Exit codes: as `main`; 5 when a GPU was present, kernel cases were asked for, and none was
+/// timed (every case failed its check or was skipped).
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     if let Some(p) = &args.render {
         let file = if p.is_dir() {
@@ -54,6 +112,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             p.clone()
         };
         let results = crate::report::Results::load(&file)?;
+        if args.save_baseline {
+            crate::compare::baseline::check_writable(&args.baselines_dir)?;
+        }
         let source = file
             .parent()
             .unwrap_or(std::path::Path::new("."))
@@ -77,6 +138,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         }
         job::render_into(&dir, &results)?;
         eprintln!("rigbench: re-rendered {}", dir.path.display());
+        if args.save_baseline {
+            save(&args, &results)?;
+        }
         return Ok(ExitStatus::Ok);
     }
     if let Some(l) = &args.rig_label {
@@ -100,29 +164,61 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     } else {
         Some(args.sel.resolve()?)
     };
+    let mut rig_label = args.rig_label.clone();
     if args.save_baseline {
-        // Refuse a baseline name that cannot be written before measuring anything.
+        // Refuse a baseline that cannot be written, or that would drop a section of the one it
+        // replaces, before measuring anything.
         let suite = kernels
             .as_ref()
             .map(|k| k.suite.name.clone())
             .unwrap_or_else(|| "no-kernels".into());
-        crate::compare::baseline_path(
-            &args.baselines_dir,
-            args.rig_label.as_deref().unwrap_or("rig"),
-            &suite,
-        )?;
+        let label = rig_label
+            .clone()
+            .unwrap_or_else(|| crate::rig::probe().label());
+        let path = crate::compare::baseline_path(&args.baselines_dir, &label, &suite)?;
+        crate::compare::baseline::check_writable(&args.baselines_dir)?;
+        if let (Ok(old), false) = (crate::report::Results::load(&path), args.force) {
+            let have = crate::compare::baseline::sections(&old);
+            let off: Vec<(&str, &str)> = [
+                (args.no_e2e, "e2e", "--no-e2e"),
+                (args.no_kernels, "kernel timings", "--no-kernels"),
+                (args.checkpoint.is_none(), "checkpoint", "no --checkpoint"),
+            ]
+            .into_iter()
+            .filter(|(off, sec, _)| *off && have.get(sec).is_some_and(|n| *n > 0))
+            .map(|(_, sec, flag)| (sec, flag))
+            .collect();
+            if !off.is_empty() {
+                return Err(RigError::flag(
+                    "--save-baseline",
+                    format!(
+                        "the baseline {} gates on {}, which this run would not measure ({}); a later full run would compare them as new and pass. Run those parts, or pass --force to drop them",
+                        path.display(),
+                        off.iter().map(|x| x.0).collect::<Vec<_>>().join(", "),
+                        off.iter().map(|x| x.1).collect::<Vec<_>>().join(", ")
+                    ),
+                )
+                .into());
+            }
+        }
+        rig_label = Some(label);
     }
+    let e2e = if args.no_e2e {
+        None
+    } else {
+        let mut o = crate::e2e::E2eOptions::default_for_report();
+        if let Some(n) = args.e2e_requests {
+            o.suite.load.requests = n;
+        }
+        Some(o)
+    };
     let results = job::run(Job {
         kernels,
         accuracy: true,
         checkpoint: args.checkpoint.clone(),
-        e2e: if args.no_e2e {
-            None
-        } else {
-            Some(crate::e2e::E2eOptions::default_for_report())
-        },
+        e2e,
         out: args.out.clone(),
-        rig_label: args.rig_label.clone(),
+        rig_label,
         redact: !args.no_redact,
         write_files: true,
         disabled: [
@@ -136,16 +232,15 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             reason: format!("not requested ({flag})"),
         })
         .collect(),
+        repeats: args.repeats as usize,
     })?;
     if args.save_baseline {
-        let suite = results
-            .kernels
-            .as_ref()
-            .map(|k| k.suite.name.clone())
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "no-kernels".into());
-        let path = crate::compare::save_baseline(&results, &args.baselines_dir, &suite)?;
-        eprintln!("rigbench: baseline saved to {}", path.display());
+        if let Err(e) = save(&args, &results) {
+            return Err(e.context(format!(
+                "the report was written; once the cause is fixed, `rigbench report --render <its folder> --save-baseline` saves it without measuring again (baselines folder {})",
+                args.baselines_dir.display()
+            )));
+        }
     }
     let timed = results.kernels.as_ref().map(|k| k.cases.len()).unwrap_or(0);
     let lint = results
@@ -158,5 +253,12 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         "rigbench: report complete: {timed} kernel cases timed, {} parts skipped (see report.md){lint}",
         results.skipped.len()
     );
+    if !args.no_kernels && timed == 0 && results.rig.gpu_absent_reason.is_none() {
+        eprintln!(
+            "rigbench: a GPU was found and kernel cases were asked for, but none was timed (see the skipped cases in report.md); exit {}",
+            ExitStatus::NothingTimed.code()
+        );
+        return Ok(ExitStatus::NothingTimed);
+    }
     Ok(ExitStatus::Ok)
 }

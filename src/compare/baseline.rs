@@ -83,32 +83,181 @@ pub fn list_baselines(baselines_dir: &Path) -> Vec<String> {
     out
 }
 
+/// The between-run spread of every timing metric of `results` measured in at least two repeats
+/// (see [`crate::compare::gate::RunSpread`]); `None` when nothing was repeated.
+pub fn between_run_of(results: &Results) -> Option<crate::report::schema::BetweenRun> {
+    let mut out = crate::report::schema::BetweenRun::default();
+    for m in crate::compare::metrics_of(results) {
+        if let crate::compare::MetricValue::Samples {
+            samples, repeats, ..
+        } = &m.value
+        {
+            let Ok(st) = crate::compare::gate::SideStats::of(samples, repeats, "baseline") else {
+                continue;
+            };
+            if let Some(sp) = st.spread() {
+                out.repeats = out.repeats.max(st.repeats());
+                out.metrics.insert(m.id.clone(), sp);
+            }
+        }
+    }
+    (!out.metrics.is_empty()).then_some(out)
+}
+
+/// The sections of a results file a baseline gates on, with their metric counts: `rig
+/// capability`, `kernel timings`, `kernel checks`, `reference accuracy`, `checkpoint`, `e2e`.
+pub fn sections(results: &Results) -> std::collections::BTreeMap<&'static str, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for m in crate::compare::metrics_of(results) {
+        let sec = match m.id.split('/').next().unwrap_or_default() {
+            "rig" => "rig capability",
+            "kernels" if m.id.starts_with("kernels/reference_accuracy/") => "reference accuracy",
+            "kernels" if !m.is_deterministic() => "kernel timings",
+            "kernels" => "kernel checks",
+            "checkpoint" => "checkpoint",
+            "e2e" => "e2e",
+            _ => "other",
+        };
+        *out.entry(sec).or_insert(0) += 1;
+    }
+    out
+}
+
+/// What replacing a baseline changes: metric counts per section before and after, and the
+/// sections the new one lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replacement {
+    /// Per section: (before, after) metric counts.
+    pub sections: Vec<(String, usize, usize)>,
+    /// Sections with metrics before and none after.
+    pub dropped: Vec<String>,
+}
+
+impl Replacement {
+    /// Compare the sections of the baseline on disk (`old`) and the new one.
+    pub fn of(old: &Results, new: &Results) -> Self {
+        let (a, b) = (sections(old), sections(new));
+        let mut keys: Vec<&&str> = a.keys().chain(b.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        let sections: Vec<(String, usize, usize)> = keys
+            .iter()
+            .map(|k| {
+                (
+                    k.to_string(),
+                    a.get(**k).copied().unwrap_or(0),
+                    b.get(**k).copied().unwrap_or(0),
+                )
+            })
+            .collect();
+        let dropped = sections
+            .iter()
+            .filter(|(_, x, y)| *x > 0 && *y == 0)
+            .map(|(k, _, _)| k.clone())
+            .collect();
+        Self { sections, dropped }
+    }
+
+    /// One line: `metrics 1,412 → 1,380 (kernel timings 1,300 → 1,300, e2e 60 → 0, ...)`.
+    pub fn summary(&self) -> String {
+        let tot =
+            |f: fn(&(String, usize, usize)) -> usize| self.sections.iter().map(f).sum::<usize>();
+        let parts: Vec<String> = self
+            .sections
+            .iter()
+            .map(|(k, x, y)| format!("{k} {x} → {y}"))
+            .collect();
+        format!(
+            "metrics {} → {} ({})",
+            tot(|s| s.1),
+            tot(|s| s.2),
+            parts.join(", ")
+        )
+    }
+}
+
+/// The outcome of [`save_baseline`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saved {
+    /// The file written.
+    pub path: PathBuf,
+    /// What it replaced, when a baseline was there.
+    pub replaced: Option<Replacement>,
+}
+
+/// Check before measuring that a baseline can be saved under `baselines_dir`: the folder can be
+/// created and written (a temporary file is created and removed).
+///
+/// # Errors
+/// [`RigError::BadFlag`] naming `--baselines-dir` and why.
+pub fn check_writable(baselines_dir: &Path) -> Result<(), RigError> {
+    std::fs::create_dir_all(baselines_dir)
+        .and_then(|_| tempfile::NamedTempFile::new_in(baselines_dir).map(drop))
+        .map_err(|e| {
+            RigError::flag(
+                "--baselines-dir",
+                format!(
+                    "{} cannot be written ({e}); pick a writable folder before measuring",
+                    baselines_dir.display()
+                ),
+            )
+        })
+}
+
 /// Save `results` as the baseline of `suite` for its rig: `<baselines_dir>/<rig_label>/<suite>.json`,
-/// in the results schema (so it records the rig facts it was measured on), written atomically
-/// ([`crate::report::write::atomic_write_json`]) and redacted (host name, user, home and working
-/// directory, IP addresses), since baselines are committed. Returns the path written.
+/// in the results schema (so it records the rig facts it was measured on), with each timing
+/// metric's between-run spread when the run was repeated ([`between_run_of`]), written
+/// atomically ([`crate::report::write::atomic_write_json`]) and redacted (host name, user, home
+/// and working directory, IP addresses), since baselines are committed.
+///
+/// Replacing a baseline: the outcome says what changed (metric counts per section); a new
+/// baseline that lacks a whole section the old one had (e.g. a `--no-e2e` refresh, or one made
+/// without a GPU) is refused unless `force`, since every later run would then compare that
+/// section as "new" and pass.
 ///
 /// `rigbench report --save-baseline` calls this after the run has finished.
 ///
 /// # Errors
 /// The results are incomplete (`complete == false`: an interrupted run must not become the
-/// contract), the rig label or suite is not a safe file name, or the file cannot be written.
+/// contract), the rig label or suite is not a safe file name, a section would be dropped without
+/// `force`, or the file cannot be written.
 pub fn save_baseline(
     results: &Results,
     baselines_dir: &Path,
     suite: &str,
-) -> anyhow::Result<PathBuf> {
+    force: bool,
+) -> anyhow::Result<Saved> {
     if !results.complete {
         anyhow::bail!(
             "refusing to save an incomplete run as the baseline of suite '{suite}' (the run was interrupted or is still in progress); re-run it to completion first"
         );
     }
     let path = baseline_path(baselines_dir, &results.rig_label, suite)?;
-    let mut v = serde_json::to_value(results).context("cannot serialize the results")?;
+    let mut results = results.clone();
+    results.between_run = between_run_of(&results);
+    let replaced = if path.is_file() {
+        match Results::load(&path) {
+            Ok(old) => Some(Replacement::of(&old, &results)),
+            Err(_) => None,
+        }
+    } else {
+        None
+    };
+    if let Some(r) = &replaced {
+        if !r.dropped.is_empty() && !force {
+            anyhow::bail!(
+                "refusing to replace baseline {}: the new results have no {} metrics, which the old baseline gates on ({}); a later full run would compare them as new and pass. Re-run with those parts, or pass --force to drop them",
+                path.display(),
+                r.dropped.join(", "),
+                r.summary()
+            );
+        }
+    }
+    let mut v = serde_json::to_value(&results).context("cannot serialize the results")?;
     Redactor::for_this_host(true).redact_json(&mut v);
     crate::report::write::atomic_write_json(&path, &v)
         .with_context(|| format!("cannot write baseline {}", path.display()))?;
-    Ok(path)
+    Ok(Saved { path, replaced })
 }
 
 /// The outcome of comparing the rig of a baseline with the rig of the results.
@@ -313,13 +462,15 @@ mod tests {
             "cpu-x86-64".into(),
             "rigbench report".into(),
         );
-        assert!(save_baseline(&r, d.path(), "ci")
+        assert!(save_baseline(&r, d.path(), "ci", false)
             .unwrap_err()
             .to_string()
             .contains("incomplete"));
         assert_eq!(find_baseline(d.path(), "cpu-x86-64", "ci").unwrap(), None);
         r.complete = true;
-        let p = save_baseline(&r, d.path(), "ci").unwrap();
+        let saved = save_baseline(&r, d.path(), "ci", false).unwrap();
+        assert_eq!(saved.replaced, None);
+        let p = saved.path;
         assert_eq!(p, d.path().join("cpu-x86-64/ci.json"));
         assert_eq!(
             find_baseline(d.path(), "cpu-x86-64", "ci").unwrap(),
@@ -331,6 +482,131 @@ mod tests {
             vec!["cpu-x86-64/ci.json".to_string()]
         );
         r.rig_label = "../escape".into();
-        assert!(save_baseline(&r, d.path(), "ci").is_err());
+        assert!(save_baseline(&r, d.path(), "ci", false).is_err());
+    }
+
+    fn with_e2e_and_repeats() -> Results {
+        use crate::kernels::schema::{CaseRepeats, KernelCase, SuiteRepeats, Timing};
+        let mut r = Results::new(RigFacts::default(), "cpu-x86-64".into(), "t".into());
+        r.complete = true;
+        let case = KernelCase {
+            provider: "rigbench".into(),
+            implementation: "bf16".into(),
+            format: crate::formats::GemmFormat::Bf16,
+            shape: "qkv".into(),
+            m: 1,
+            n: 8,
+            k: 8,
+            path: "p".into(),
+            check: None,
+            timing: Timing {
+                samples_s: vec![1.0, 1.0, 1.0, 1.1, 1.1, 1.1],
+                ..Default::default()
+            },
+            extra: Vec::new(),
+            derived: Default::default(),
+            sm_clock_mhz: None,
+            throttle: Vec::new(),
+        };
+        r.kernels = Some(crate::kernels::KernelResults {
+            repeats: Some(SuiteRepeats {
+                count: 2,
+                order: Vec::new(),
+                cases: vec![CaseRepeats {
+                    provider: "rigbench".into(),
+                    implementation: "bf16".into(),
+                    shape: "qkv".into(),
+                    m: 1,
+                    part: None,
+                    sizes: vec![3, 3],
+                }],
+            }),
+            cases: vec![case],
+            ..Default::default()
+        });
+        r.e2e = Some(crate::e2e::E2eResults {
+            suite: Some(crate::e2e::workload::Suite::load("tiny").unwrap()),
+            runs: Vec::new(),
+            ..Default::default()
+        });
+        r
+    }
+
+    #[test]
+    fn baselines_store_the_between_run_spread() {
+        let d = tempfile::tempdir().unwrap();
+        let r = with_e2e_and_repeats();
+        let saved = save_baseline(&r, d.path(), "ci", false).unwrap();
+        let b = Results::load(&saved.path).unwrap();
+        let spread = b.between_run.clone().expect("stored");
+        assert_eq!(spread.repeats, 2);
+        let s = spread.metrics["kernels/rigbench/bf16/qkv/m=1/time_s"];
+        assert_eq!(s.df, 1);
+        // ln 1.1 − ln 1.0 between two repeats: sd = 0.0953 / √2.
+        assert!(
+            (s.sd_log - 1.1f64.ln() / 2f64.sqrt()).abs() < 1e-12,
+            "{s:?}"
+        );
+        // And compare reads it back into the metric.
+        let m = crate::compare::metrics_of(&b)
+            .into_iter()
+            .find(|m| m.id.ends_with("qkv/m=1/time_s"))
+            .unwrap();
+        assert!(matches!(
+            m.value,
+            crate::compare::MetricValue::Samples {
+                between_run: Some(_),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn replacing_a_baseline_says_what_changed_and_refuses_to_drop_a_section() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = with_e2e_and_repeats();
+        r.rig.capabilities =
+            crate::rig::capability::table(crate::rig::ComputeCapability::new(9, 0));
+        save_baseline(&r, d.path(), "ci", false).unwrap();
+        // The same again: replaced, nothing dropped.
+        let again = save_baseline(&r, d.path(), "ci", false).unwrap();
+        let rep = again.replaced.expect("replaced");
+        assert!(rep.dropped.is_empty());
+        assert!(
+            rep.summary().contains("kernel timings 1 → 1"),
+            "{}",
+            rep.summary()
+        );
+        // Without the kernel timings (e.g. a refresh on a host without a GPU): refused.
+        let mut no_k = r.clone();
+        no_k.kernels = None;
+        let e = save_baseline(&no_k, d.path(), "ci", false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no kernel timings metrics") && e.contains("--force"),
+            "{e}"
+        );
+        // The file was not touched.
+        assert!(Results::load(&d.path().join("cpu-x86-64/ci.json"))
+            .unwrap()
+            .kernels
+            .is_some());
+        // --force replaces, and says what was dropped.
+        let forced = save_baseline(&no_k, d.path(), "ci", true).unwrap();
+        assert_eq!(
+            forced.replaced.unwrap().dropped,
+            vec!["kernel timings".to_string()]
+        );
+    }
+
+    #[test]
+    fn writability_is_checked_up_front() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(check_writable(&d.path().join("new/sub")).is_ok());
+        let file = d.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let e = check_writable(&file.join("x")).unwrap_err().to_string();
+        assert!(e.contains("--baselines-dir"), "{e}");
     }
 }

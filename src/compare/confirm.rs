@@ -341,3 +341,214 @@ pub fn gpu_measure(req: &ConfirmRequest) -> anyhow::Result<KernelResults> {
     }
     crate::kernels::repeats::run_repeated(&opts, req.repeats, false, |_| {})
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::GemmFormat;
+    use crate::kernels::schema::{CaseRepeats, KernelCase, SuiteRepeats, Timing};
+    use rand::{rngs::StdRng, SeedableRng};
+    use rand_distr::{Distribution, LogNormal, Normal};
+
+    const SHAPES: [&str; 4] = ["qkv", "o_proj", "gate_up", "down"];
+    const MS: [usize; 4] = [1, 16, 256, 2048];
+
+    /// Kernel results of `repeats` repeats: 3 implementations × 4 shapes × 4 M, 1% between-run
+    /// and 2% within-run noise; `slow` cases 10% slower.
+    fn kernels(seed: u64, repeats: usize, slow: &dyn Fn(&str, &str) -> bool) -> KernelResults {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let run = Normal::new(0.0, 0.01).unwrap();
+        let within = LogNormal::new(0.0, 0.02).unwrap();
+        let mut cases = Vec::new();
+        let mut reps = Vec::new();
+        for (ii, imp) in ["bf16", "fp8", "w4a16"].into_iter().enumerate() {
+            for sh in SHAPES {
+                for m in MS {
+                    let t = 1e-5 * (1 + ii) as f64 * (1.0 + m as f64 / 100.0);
+                    let s = if slow(imp, sh) { 1.1 } else { 1.0 };
+                    let mut samples = Vec::new();
+                    for _ in 0..repeats {
+                        let u: f64 = run.sample(&mut rng);
+                        samples.extend((0..15).map(|_| t * s * u.exp() * within.sample(&mut rng)));
+                    }
+                    cases.push(KernelCase {
+                        provider: "rigbench".into(),
+                        implementation: imp.into(),
+                        format: imp.parse::<GemmFormat>().unwrap(),
+                        shape: sh.into(),
+                        m,
+                        n: 64,
+                        k: 64,
+                        path: "p".into(),
+                        check: None,
+                        timing: Timing {
+                            samples_s: samples,
+                            ..Default::default()
+                        },
+                        extra: Vec::new(),
+                        derived: Default::default(),
+                        sm_clock_mhz: None,
+                        throttle: Vec::new(),
+                    });
+                    reps.push(CaseRepeats {
+                        provider: "rigbench".into(),
+                        implementation: imp.into(),
+                        shape: sh.into(),
+                        m,
+                        part: None,
+                        sizes: vec![15; repeats],
+                    });
+                }
+            }
+        }
+        KernelResults {
+            cases,
+            repeats: Some(SuiteRepeats {
+                count: repeats,
+                order: Vec::new(),
+                cases: reps,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn results(k: KernelResults) -> Results {
+        let mut r = Results::new(Default::default(), "rig".into(), "t".into());
+        r.complete = true;
+        r.kernels = Some(k);
+        r
+    }
+
+    fn first_comparison(slow_now: bool) -> (Results, Results, Comparison) {
+        let base = results(kernels(1, 4, &|_, _| false));
+        let cur = results(kernels(2, 2, &|i, s| {
+            slow_now && i == "fp8" && s == "gate_up"
+        }));
+        let c = crate::compare::compare(
+            &base,
+            std::path::Path::new("b"),
+            &cur,
+            std::path::Path::new("c"),
+            &Settings::default(),
+            false,
+        );
+        (base, cur, c)
+    }
+
+    #[test]
+    fn a_regression_that_does_not_reproduce_passes_and_one_that_does_stays() {
+        let (base, cur, c) = first_comparison(true);
+        assert_eq!(c.exit_code, 2, "{:?}", c.counts);
+        let (cases, ids, peers) = flagged(&c, &cur);
+        assert!(peers.is_empty());
+        assert!(ids.iter().all(|i| i.contains("/fp8/gate_up/")), "{ids:?}");
+        assert!(cases
+            .iter()
+            .all(|k| k.implementation == "fp8" && k.shape == "gate_up"));
+        // The aggregate stands for every M.
+        if ids.iter().any(|i| i.contains("all_m")) {
+            assert_eq!(cases.len(), MS.len());
+        }
+
+        // Re-measured at the old speed: a transient, not reproduced.
+        let mut asked = None;
+        let mut transient = c.clone();
+        confirm(
+            &mut transient,
+            &base,
+            &cur,
+            &Settings::default(),
+            3,
+            &mut |req| {
+                asked = Some(req.clone());
+                Ok(kernels(3, req.repeats, &|_, _| false))
+            },
+        );
+        let req = asked.unwrap();
+        assert_eq!(req.repeats, 3);
+        assert_eq!(req.cases, cases);
+        assert_eq!(transient.exit_code, 0, "{:?}", transient.counts);
+        assert_eq!(transient.counts.regressed, 0);
+        let cf = transient.confirm.as_ref().unwrap();
+        assert_eq!((cf.reproduced, cf.not_reproduced), (0, ids.len()));
+        let r = transient.rows.iter().find(|r| r.id == ids[0]).unwrap();
+        assert_eq!(r.verdict, Verdict::NotReproduced);
+        assert!(
+            r.notes.iter().any(|n| n.contains("not reproduced")),
+            "{r:?}"
+        );
+
+        // Re-measured still slow: confirmed.
+        let mut real = c.clone();
+        confirm(
+            &mut real,
+            &base,
+            &cur,
+            &Settings::default(),
+            3,
+            &mut |req| {
+                Ok(kernels(4, req.repeats, &|i, s| {
+                    i == "fp8" && s == "gate_up"
+                }))
+            },
+        );
+        assert_eq!(real.exit_code, 2);
+        assert!(real.confirm.as_ref().unwrap().reproduced >= 1);
+        assert!(real
+            .rows
+            .iter()
+            .filter(|r| r.verdict == Verdict::Regressed)
+            .all(|r| r.notes.iter().any(|n| n.contains("confirmed"))));
+
+        // No GPU: the regressions stand, and the comparison says why.
+        let mut none = c.clone();
+        confirm(&mut none, &base, &cur, &Settings::default(), 3, &mut |_| {
+            anyhow::bail!("no GPU on this machine (test)")
+        });
+        assert_eq!(none.exit_code, 2);
+        assert!(none.warnings.iter().any(|w| w.contains("unconfirmed")));
+        assert_eq!(
+            none.confirm.as_ref().unwrap().problem.as_deref(),
+            Some("no GPU on this machine (test)")
+        );
+    }
+
+    #[test]
+    fn nothing_flagged_measures_nothing() {
+        let (base, cur, mut c) = first_comparison(false);
+        assert_eq!(c.exit_code, 0, "{:?}", c.counts);
+        confirm(&mut c, &base, &cur, &Settings::default(), 3, &mut |_| {
+            panic!("nothing to re-measure")
+        });
+        assert_eq!(c.confirm.unwrap().cases, 0);
+    }
+
+    #[test]
+    fn plants_apply_to_the_re_measurement_too() {
+        let (base, _, _) = first_comparison(false);
+        let cur = results(kernels(2, 2, &|_, _| false));
+        let s = Settings {
+            plants: vec!["kernels/rigbench/w4a16/down/*=10".parse().unwrap()],
+            ..Settings::default()
+        };
+        let mut c = crate::compare::compare(
+            &base,
+            std::path::Path::new("b"),
+            &cur,
+            std::path::Path::new("c"),
+            &s,
+            false,
+        );
+        assert_eq!(c.exit_code, 2, "{:?}", c.counts);
+        assert_eq!(c.planted.len(), MS.len());
+        assert!(c.warnings.iter().any(|w| w.contains("TEST HOOK")));
+        confirm(&mut c, &base, &cur, &s, 3, &mut |req| {
+            Ok(kernels(5, req.repeats, &|_, _| false))
+        });
+        assert_eq!(
+            c.exit_code, 2,
+            "the planted slowdown reproduces: {:?}",
+            c.counts
+        );
+    }
+}

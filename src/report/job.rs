@@ -29,6 +29,8 @@ pub struct Job {
     pub write_files: bool,
     /// Parts the user turned off, recorded as skipped with the flag that did it.
     pub disabled: Vec<Skip>,
+    /// Repeats of the kernel suite (`--repeats R`; see [`crate::kernels::repeats`]).
+    pub repeats: usize,
 }
 
 /// Run the job; returns the results (also written to the folder when `write_files`).
@@ -77,10 +79,26 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
                 description: opts.suite.description.clone(),
             };
         if let Some(reason) = results.rig.gpu_absent_reason.clone() {
+            let why = format!("{reason}; GPU kernel benches need an NVIDIA GPU with driver ≥ 580 (CUDA 13). The CPU reference accuracy study ran instead.");
             results.skipped.push(Skip {
                 what: "kernels".into(),
-                reason: format!("{reason}; GPU kernel benches need an NVIDIA GPU with driver ≥ 580 (CUDA 13). The CPU reference accuracy study ran instead."),
+                reason: why.clone(),
             });
+            // The kernel section says it too (its JSON and tables are read on their own).
+            let k = results.kernels.get_or_insert_with(Default::default);
+            k.skipped.push(crate::kernels::schema::SkippedCase {
+                provider: "rigbench".into(),
+                implementation: "*".into(),
+                shape: "*".into(),
+                m: None,
+                reason: why.clone(),
+            });
+            k.notes.push(format!("no kernel case was timed: {why}"));
+            if opts.peers == crate::kernels::peers::PeerMode::On {
+                k.notes.push(format!(
+                    "peers were requested (--peers on) but did not run: {reason}"
+                ));
+            }
         } else {
             let accuracy = results
                 .kernels
@@ -88,21 +106,21 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
                 .map(|k| k.reference_accuracy.clone())
                 .unwrap_or_default();
             let mut last_err = None;
-            let outcome = crate::kernels::bench::run(opts, |partial| {
-                let mut k = partial.clone();
-                k.reference_accuracy = accuracy.clone();
-                results.kernels = Some(k);
-                if let Err(e) = save(&results) {
-                    last_err = Some(e);
-                }
-            });
+            let outcome =
+                crate::kernels::repeats::run_repeated(opts, job.repeats, true, |partial| {
+                    let mut k = partial.clone();
+                    k.reference_accuracy = accuracy.clone();
+                    results.kernels = Some(k);
+                    if let Err(e) = save(&results) {
+                        last_err = Some(e);
+                    }
+                });
             if let Some(e) = last_err {
                 return Err(e);
             }
             match outcome {
                 Ok(mut k) => {
                     k.reference_accuracy = accuracy;
-                    crate::kernels::peers::run_into(opts, &mut k);
                     results.kernels = Some(k);
                 }
                 Err(e) => results.skipped.push(Skip {
