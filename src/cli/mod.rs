@@ -16,8 +16,8 @@ pub mod serve;
 /// rigbench: benchmark and validate quantized LLM inference (BF16, FP8, NVFP4) on NVIDIA GPUs.
 ///
 /// Exit codes: 0 ok; 1 error; 2 regression (compare); 3 baseline missing or incompatible
-/// (compare); 4 lint errors (inspect); 64 bad command line (an unknown flag or a value rigbench
-/// rejects).
+/// (compare); 4 lint errors (inspect); 5 asked to time kernel cases and timed none (kernels;
+/// report with a GPU); 64 bad command line (an unknown flag or a value rigbench rejects).
 #[derive(Debug, Parser)]
 #[command(name = "rigbench", version, about, long_about = None, propagate_version = true)]
 pub struct Cli {
