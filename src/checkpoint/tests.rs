@@ -1,27 +1,32 @@
 //! Tests on the real configs in `../shared/fixtures/configs/` (copied into a temporary
 //! checkpoint folder at test time, never into the project), with the values a person reading
-//! them extracts. They skip, saying why, when the shared folder is absent.
+//! them extracts. They fail, saying where they looked, when the shared folder is absent.
 
 use std::path::{Path, PathBuf};
 
 use super::*;
 
-fn fixtures() -> Option<PathBuf> {
+fn fixtures() -> PathBuf {
     let p = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../shared/fixtures/configs"
     ));
-    if p.is_dir() {
-        Some(p.to_path_buf())
-    } else {
-        eprintln!("skipping: shared fixtures not found at {}", p.display());
-        None
-    }
+    assert!(
+        p.is_dir(),
+        "shared fixtures not found at {} (the tests need the project's shared folder next to the crate: ../shared/fixtures)",
+        p.display()
+    );
+    p.to_path_buf()
 }
 
 /// A temp checkpoint folder holding `<stem>__config.json` (and `__hf_quant_config.json`).
-fn folder(stem: &str) -> Option<tempfile::TempDir> {
-    let src = fixtures()?;
+fn folder(stem: &str) -> tempfile::TempDir {
+    let src = fixtures();
+    assert!(
+        src.join(format!("{stem}__config.json")).is_file(),
+        "fixture {stem}__config.json missing from {}",
+        src.display()
+    );
     let d = tempfile::tempdir().unwrap();
     for f in ["config.json", "hf_quant_config.json"] {
         let p = src.join(format!("{stem}__{f}"));
@@ -29,7 +34,7 @@ fn folder(stem: &str) -> Option<tempfile::TempDir> {
             std::fs::copy(&p, d.path().join(f)).unwrap();
         }
     }
-    Some(d)
+    d
 }
 
 fn row<'a>(r: &'a InspectReport, module_suffix: &str) -> Vec<&'a ModuleRow> {
@@ -76,9 +81,7 @@ fn opts_sm(cc: &str) -> InspectOptions {
 
 #[test]
 fn qwen36_mixed_precision() {
-    let Some(d) = folder("nvidia--Qwen3.6-35B-A3B-NVFP4") else {
-        return;
-    };
+    let d = folder("nvidia--Qwen3.6-35B-A3B-NVFP4");
     let r = inspect(d.path(), &opts_sm("sm_90")).unwrap();
     let m = &r.model;
     assert_eq!(m.architectures, vec!["Qwen3_5MoeForConditionalGeneration"]);
@@ -245,9 +248,7 @@ fn qwen36_mixed_precision() {
 
 #[test]
 fn qwen35_nvfp4_with_exclude_list() {
-    let Some(d) = folder("nvidia--Qwen3.5-122B-A10B-NVFP4") else {
-        return;
-    };
+    let d = folder("nvidia--Qwen3.5-122B-A10B-NVFP4");
     let r = inspect(d.path(), &opts_sm("sm_90")).unwrap();
     assert_eq!(r.model.num_hidden_layers, Some(48));
     assert_eq!(r.model.hidden_size, Some(3072));
@@ -300,9 +301,7 @@ fn qwen35_nvfp4_with_exclude_list() {
 
 #[test]
 fn llama_fp8_metadata_only_in_hf_quant_config() {
-    let Some(d) = folder("nvidia--Llama-3.1-70B-Instruct-FP8") else {
-        return;
-    };
+    let d = folder("nvidia--Llama-3.1-70B-Instruct-FP8");
     let r = inspect(d.path(), &InspectOptions::default()).unwrap();
     assert_eq!(r.model.num_hidden_layers, Some(80));
     assert_eq!(r.model.num_key_value_heads, Some(8));
@@ -341,9 +340,7 @@ fn llama_fp8_metadata_only_in_hf_quant_config() {
 
 #[test]
 fn deepseek_v4_compressed_tensors() {
-    let Some(d) = folder("RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8") else {
-        return;
-    };
+    let d = folder("RedHatAI--DeepSeek-V4-Flash-NVFP4-FP8");
     let r = inspect(d.path(), &opts_sm("sm_100")).unwrap();
     assert_eq!(r.model.num_hidden_layers, Some(43));
     assert_eq!(r.model.num_experts, Some(256));
@@ -387,9 +384,7 @@ fn deepseek_v4_compressed_tensors() {
 
 #[test]
 fn render_covers_every_section() {
-    let Some(d) = folder("nvidia--Qwen3.6-35B-A3B-NVFP4") else {
-        return;
-    };
+    let d = folder("nvidia--Qwen3.6-35B-A3B-NVFP4");
     let r = inspect(d.path(), &opts_sm("sm_90")).unwrap();
     let md = render_markdown(&r);
     for s in [

@@ -754,25 +754,25 @@ pub fn pool_spec(lines: &[SpecLogLine]) -> Option<SpecPooled> {
 mod tests {
     use super::*;
 
-    fn fixture(prefix: &str) -> Option<String> {
+    /// The shared fixture log whose name starts with `prefix`; fails when it is absent.
+    fn fixture(prefix: &str) -> String {
         let dir = std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../shared/fixtures/logs"
         ));
-        let rd = match std::fs::read_dir(dir) {
-            Ok(rd) => rd,
-            Err(e) => {
-                eprintln!("SKIP: fixtures folder {} not readable ({e})", dir.display());
-                return None;
-            }
-        };
+        let rd = std::fs::read_dir(dir).unwrap_or_else(|e| {
+            panic!(
+                "fixtures folder {} not readable ({e}); the tests need ../shared/fixtures",
+                dir.display()
+            )
+        });
         for e in rd.flatten() {
             if e.file_name().to_string_lossy().starts_with(prefix) {
-                return std::fs::read_to_string(e.path()).ok();
+                return std::fs::read_to_string(e.path())
+                    .unwrap_or_else(|err| panic!("{}: {err}", e.path().display()));
             }
         }
-        eprintln!("SKIP: no fixture log starting with {prefix}");
-        None
+        panic!("no fixture log starting with {prefix} in {}", dir.display())
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -781,7 +781,7 @@ mod tests {
 
     #[test]
     fn log01_v0_two_boots_and_maxlen_error() {
-        let Some(t) = fixture("01_") else { return };
+        let t = fixture("01_");
         let l = BootLog::parse(&t);
         assert_eq!(l.kv.len(), 2, "{:?}", l.kv);
         assert_eq!(l.kv[0].gpu_blocks, Some(1952));
@@ -807,7 +807,7 @@ mod tests {
 
     #[test]
     fn log02_v1_kv_size_with_separators() {
-        let Some(t) = fixture("02_") else { return };
+        let t = fixture("02_");
         let l = BootLog::parse(&t);
         assert_eq!(l.kv.len(), 1, "{:?}", l.kv);
         let k = &l.kv[0];
@@ -820,7 +820,7 @@ mod tests {
 
     #[test]
     fn log03_nvfp4_args_once_and_warnings_not_errors() {
-        let Some(t) = fixture("03_") else { return };
+        let t = fixture("03_");
         let l = BootLog::parse(&t);
         assert_eq!(l.kv_capacity().map(|x| x.0), Some(567_978));
         assert_eq!(l.kv[0].max_concurrency, Some((131_072, 4.33)));
@@ -840,7 +840,7 @@ mod tests {
 
     #[test]
     fn log06_marlin_fallback_one_finding_two_ranks() {
-        let Some(t) = fixture("06_") else { return };
+        let t = fixture("06_");
         let l = BootLog::parse(&t);
         let m = l.marlin_fp4_fallback.expect("finding");
         assert_eq!(m.ranks, BTreeSet::from([0, 1]));
@@ -857,7 +857,7 @@ mod tests {
 
     #[test]
     fn log08_pooled_acceptance_is_ratio_of_sums() {
-        let Some(t) = fixture("08_") else { return };
+        let t = fixture("08_");
         let l = BootLog::parse(&t);
         assert_eq!(l.spec_lines.len(), 2);
         assert!(l
@@ -884,7 +884,7 @@ mod tests {
 
     #[test]
     fn log10_four_generations_and_v0_cumulative() {
-        let Some(t) = fixture("10_") else { return };
+        let t = fixture("10_");
         let l = BootLog::parse(&t);
         use SpecLogGeneration::*;
         let gens: Vec<_> = l.spec_lines.iter().map(|s| s.generation).collect();
@@ -917,7 +917,7 @@ mod tests {
 
     #[test]
     fn log12_startup_errors() {
-        let Some(t) = fixture("12_") else { return };
+        let t = fixture("12_");
         let l = BootLog::parse(&t);
         let kinds: Vec<String> = l
             .errors

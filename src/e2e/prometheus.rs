@@ -373,19 +373,19 @@ fn parse_series(series: &str) -> Result<(String, BTreeMap<String, String>), Stri
 mod tests {
     use super::*;
 
-    fn fixture(name: &str) -> Option<String> {
+    /// The shared fixture `name`; fails when it is absent.
+    fn fixture(name: &str) -> String {
         let p = std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../shared/fixtures/metrics"
         ))
         .join(name);
-        match std::fs::read_to_string(&p) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("SKIP: fixture {} not readable ({e})", p.display());
-                None
-            }
-        }
+        std::fs::read_to_string(&p).unwrap_or_else(|e| {
+            panic!(
+                "fixture {} not readable ({e}); the tests need ../shared/fixtures",
+                p.display()
+            )
+        })
     }
 
     #[test]
@@ -433,11 +433,7 @@ mod tests {
 
     #[test]
     fn fixture_query_table_dp8() {
-        let Some(text) =
-            fixture("02_vllm_specdecode-dp8-per-engine_promql-table__vllm-pr-24049.txt")
-        else {
-            return;
-        };
+        let text = fixture("02_vllm_specdecode-dp8-per-engine_promql-table__vllm-pr-24049.txt");
         let e = Exposition::parse(&text);
         assert!(e.warnings.is_empty(), "{:?}", e.warnings);
         let per_engine = e.sum_by("vllm:spec_decode_num_drafts", "engine");
@@ -462,11 +458,7 @@ mod tests {
 
     #[test]
     fn fixture_help_type_without_samples_is_no_data() {
-        let Some(text) =
-            fixture("03_vllm-v0_metrics-help-type-without-samples__functionary-pr-263.prom")
-        else {
-            return;
-        };
+        let text = fixture("03_vllm-v0_metrics-help-type-without-samples__functionary-pr-263.prom");
         let e = Exposition::parse(&text);
         assert!(e.samples.is_empty());
         assert!(e.warnings.is_empty(), "{:?}", e.warnings);
@@ -484,11 +476,9 @@ mod tests {
 
     #[test]
     fn fixture_histogram_sum_first_and_ellipsis() {
-        let Some(text) = fixture(
+        let text = fixture(
             "04_vllm-docs_metrics-endpoint-example_histogram__docs.vllm.ai-usage-metrics.prom",
-        ) else {
-            return;
-        };
+        );
         let e = Exposition::parse(&text);
         assert!(
             !e.warnings.is_empty(),
