@@ -301,6 +301,8 @@ pub struct Engine {
     spec_stats: SpecStats,
     metrics: Arc<Metrics>,
     config: EngineConfig,
+    /// Ids never sampled for `ignore_eos` requests (special and invisible tokens).
+    suppress_ignore_eos: Arc<Vec<u32>>,
 }
 
 impl Engine {
@@ -329,6 +331,7 @@ impl Engine {
             backend,
             scheduler: Scheduler::new(config.scheduler, pool),
             eos: tokenizer.eos_ids.iter().copied().collect(),
+            suppress_ignore_eos: Arc::new(tokenizer.suppressed_under_ignore_eos()),
             tokenizer,
             reqs: HashMap::new(),
             spec_stats: SpecStats::new(drafter.map_or(0, |d| d.k)),
@@ -352,7 +355,15 @@ impl Engine {
             id,
             ReqState {
                 tx,
-                sampler: Sampler::new(req.params, fallback),
+                sampler: if req.ignore_eos {
+                    // Under ignore_eos an EOS or another special token would be emitted as
+                    // invisible output; never sample them (nor, for the byte tokenizer, bytes
+                    // that are not printable text).
+                    Sampler::new(req.params, fallback)
+                        .with_suppressed(self.suppress_ignore_eos.clone())
+                } else {
+                    Sampler::new(req.params, fallback)
+                },
                 max_tokens: req.max_tokens.max(1),
                 ignore_eos: req.ignore_eos,
                 text,
@@ -403,7 +414,7 @@ impl Engine {
         self.metrics.update(|m| {
             m.running = running;
             m.waiting = waiting;
-            m.kv_usage = usage;
+            m.set_kv_usage(usage);
             m.prefix = prefix;
             m.preemptions = pre;
             if spec.is_some() {
@@ -973,6 +984,43 @@ mod tests {
 
     fn prompt(l: &Loaded, text: &str) -> Vec<u32> {
         l.tokenizer.encode(text, false).unwrap()
+    }
+
+    #[test]
+    fn ignore_eos_output_is_always_visible_text() {
+        // Synthetic weights lock greedy decoding onto one token per prompt; when that token was
+        // a special one, a whole fixed-length answer decoded to nothing and the e2e validity
+        // guard called the run invalid ("empty output") at random (issue 13).
+        let mut l = engine(&ServeConfig::tiny());
+        let suppressed = l.tokenizer.suppressed_under_ignore_eos();
+        for id in [256, 257, 258, 259, 260, 0x80, 0xff, 0x00] {
+            assert!(suppressed.contains(&id), "{id}");
+        }
+        assert!(!suppressed.contains(&u32::from(b'a')) && !suppressed.contains(&261));
+        let mut reqs = Vec::new();
+        for i in 0..48 {
+            let mut r = req(
+                prompt(&l, &format!("prompt {i}: {}", "xyz ".repeat(i % 7))),
+                24,
+            );
+            if i % 2 == 1 {
+                r.params = SamplingParams {
+                    temperature: 1.0,
+                    seed: Some(i as u64),
+                    ..Default::default()
+                };
+            }
+            reqs.push(r);
+        }
+        for (i, (text, n, fin)) in run(&mut l.engine, reqs).into_iter().enumerate() {
+            assert_eq!((n, fin), (24, FinishReason::Length), "request {i}");
+            assert!(!text.trim().is_empty(), "request {i}: empty output");
+            assert!(
+                !text.contains('\u{fffd}') && !text.contains("<|") && !text.contains("think>"),
+                "request {i}: {text:?}"
+            );
+            assert!(text.chars().count() >= 24, "request {i}: {text:?}");
+        }
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub struct MetricsState {
     pub waiting: usize,
     /// Fraction of KV blocks in use, 0..1.
     pub kv_usage: f64,
+    /// The largest `kv_usage` since start or the last [`MetricsState::reset_peaks`]: a
+    /// high-water mark, exact where polling `kv_usage` misses short peaks.
+    pub kv_usage_peak: f64,
     /// Finished requests by reason (stop, length, abort).
     pub finished: [u64; 3],
     /// TTFT (s).
@@ -121,6 +124,20 @@ pub struct MetricsState {
     pub prompt_len: Histogram,
     /// Generated length per request.
     pub gen_len: Histogram,
+}
+
+impl MetricsState {
+    /// Set the KV usage, raising the high-water mark.
+    pub fn set_kv_usage(&mut self, usage: f64) {
+        self.kv_usage = usage;
+        self.kv_usage_peak = self.kv_usage_peak.max(usage);
+    }
+
+    /// Restart the high-water marks from the current values (`POST /rigbench/reset_peaks`,
+    /// which the e2e driver sends before each run).
+    pub fn reset_peaks(&mut self) {
+        self.kv_usage_peak = self.kv_usage;
+    }
 }
 
 /// Static facts shown in `vllm:cache_config_info`.
@@ -180,6 +197,7 @@ impl Metrics {
                 running: 0,
                 waiting: 0,
                 kv_usage: 0.0,
+                kv_usage_peak: 0.0,
                 finished: [0; 3],
                 ttft: Histogram::new(TTFT_BUCKETS),
                 itl: Histogram::new(ITL_BUCKETS),
@@ -237,6 +255,13 @@ impl Metrics {
             "vllm:kv_cache_usage_perc",
             "KV-cache usage. 1 means 100 percent usage.",
             s.kv_usage,
+            &mut head,
+        );
+        gauge(
+            &mut o,
+            "rigbench:kv_cache_usage_peak_perc",
+            "Largest KV-cache usage since start or the last POST /rigbench/reset_peaks (a high-water mark). 1 means 100 percent usage.",
+            s.kv_usage_peak,
             &mut head,
         );
         head(
@@ -422,6 +447,23 @@ mod tests {
             100,
             spec,
         )
+    }
+
+    #[test]
+    fn kv_peak_is_a_high_water_mark() {
+        let m = metrics(None);
+        m.update(|s| {
+            s.set_kv_usage(0.5);
+            s.set_kv_usage(0.1);
+        });
+        let t = m.render();
+        assert!(
+            t.contains("rigbench:kv_cache_usage_peak_perc{model_name=\"m\\\"x\"} 0.5\n"),
+            "{t}"
+        );
+        assert!(t.contains("vllm:kv_cache_usage_perc{model_name=\"m\\\"x\"} 0.1\n"));
+        m.update(|s| s.reset_peaks());
+        assert_eq!(m.snapshot().kv_usage_peak, 0.1);
     }
 
     #[test]

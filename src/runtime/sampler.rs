@@ -45,6 +45,8 @@ impl SamplingParams {
 pub struct Sampler {
     params: SamplingParams,
     rng: StdRng,
+    /// Ids never sampled (their logits count as −∞), e.g. special tokens under `ignore_eos`.
+    suppressed: Option<std::sync::Arc<Vec<u32>>>,
 }
 
 /// Index of the largest value (lowest index on ties; NaN never wins).
@@ -67,7 +69,40 @@ impl Sampler {
         Sampler {
             params,
             rng: StdRng::seed_from_u64(seed),
+            suppressed: None,
         }
+    }
+
+    /// Never sample the ids in `ids` (see
+    /// [`crate::runtime::tokenizer::Tokenizer::suppressed_under_ignore_eos`]).
+    pub fn with_suppressed(mut self, ids: std::sync::Arc<Vec<u32>>) -> Self {
+        self.suppressed = (!ids.is_empty()).then_some(ids);
+        self
+    }
+
+    /// `logits` with the suppressed ids at −∞ (borrowed when nothing is suppressed).
+    pub fn masked<'a>(&self, logits: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        match &self.suppressed {
+            None => std::borrow::Cow::Borrowed(logits),
+            Some(ids) => {
+                let mut v = logits.to_vec();
+                for &i in ids.iter() {
+                    if let Some(x) = v.get_mut(i as usize) {
+                        *x = f32::NEG_INFINITY;
+                    }
+                }
+                // Everything suppressed (cannot happen with a real vocabulary): fall back.
+                if v.iter().all(|x| *x == f32::NEG_INFINITY) {
+                    return std::borrow::Cow::Borrowed(logits);
+                }
+                std::borrow::Cow::Owned(v)
+            }
+        }
+    }
+
+    /// The greedy choice among the ids not suppressed.
+    pub fn greedy(&self, logits: &[f32]) -> u32 {
+        argmax(&self.masked(logits))
     }
 
     /// The settings.
@@ -80,6 +115,7 @@ impl Sampler {
         if self.params.is_greedy() {
             return None;
         }
+        let logits: &[f32] = &self.masked(logits);
         let t = self.params.temperature;
         let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
         let mut p: Vec<f32> = logits.iter().map(|l| ((l - max) / t).exp()).collect();
@@ -141,7 +177,7 @@ impl Sampler {
     /// Sample one token from logits.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         match self.distribution(logits) {
-            None => argmax(logits),
+            None => self.greedy(logits),
             Some(p) => self.draw(&p),
         }
     }

@@ -179,6 +179,7 @@ fn router(app: AppState) -> Router {
         .route("/version", get(version))
         .route("/metrics", get(metrics))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .route("/rigbench/reset_peaks", post(reset_peaks))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .fallback(not_found)
@@ -849,6 +850,13 @@ async fn metrics(State(app): State<AppState>) -> Response {
         app.engine.metrics.render(),
     )
         .into_response()
+}
+
+/// `POST /rigbench/reset_peaks`: restart the high-water marks of `/metrics`
+/// (`rigbench:kv_cache_usage_peak_perc`) from the current values.
+async fn reset_peaks(State(app): State<AppState>) -> Response {
+    app.engine.metrics.update(|m| m.reset_peaks());
+    StatusCode::OK.into_response()
 }
 
 async fn reset_prefix_cache(State(app): State<AppState>) -> Response {

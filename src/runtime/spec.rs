@@ -12,7 +12,7 @@
 //! exactly the output without speculation.
 
 use super::backend::Logits;
-use super::sampler::{argmax, Sampler};
+use super::sampler::Sampler;
 
 /// The prompt-lookup drafter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +77,7 @@ pub fn verify(
         let row = logits.row(first_row + i);
         match sampler.distribution(row) {
             None => {
-                let t = argmax(row);
+                let t = sampler.greedy(row);
                 if t == d {
                     tokens.push(d);
                 } else {
@@ -101,7 +101,7 @@ pub fn verify(
                         p.iter_mut().for_each(|v| *v /= z);
                         sampler.draw(&p)
                     } else {
-                        argmax(row)
+                        sampler.greedy(row)
                     };
                     tokens.push(t);
                     return Verified {

@@ -252,6 +252,47 @@ impl Tokenizer {
         }
     }
 
+    /// Ids a request with `ignore_eos` must never produce: special tokens (EOS and the other
+    /// control tokens, `<think>`/`</think>`) and tokens that decode to no visible text. For the
+    /// byte-level tokenizer that is also every byte that is not printable ASCII or whitespace
+    /// (bytes ≥ 0x80 alone are not UTF-8), so synthetic weights always yield visible text; for a
+    /// `tokenizer.json`, the added tokens marked special and the ids that decode to nothing
+    /// (multi-byte pieces stay allowed: real text needs them).
+    pub fn suppressed_under_ignore_eos(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = match &self.kind {
+            Kind::Bytes(b) => (0..b.vocab_size() as u32)
+                .filter(|&id| match id {
+                    0..=255 => {
+                        let c = id as u8;
+                        !(c.is_ascii_graphic() || c == b' ' || c == b'\n' || c == b'\t')
+                    }
+                    256..=260 => true,
+                    _ => false,
+                })
+                .collect(),
+            Kind::Hf(t) => {
+                let mut ids: Vec<u32> = t
+                    .get_added_tokens_decoder()
+                    .iter()
+                    .filter(|(_, tok)| tok.special)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in 0..t.get_vocab_size(true) as u32 {
+                    if t.decode(&[id], true).map(|s| s.is_empty()).unwrap_or(true) {
+                        ids.push(id);
+                    }
+                }
+                ids
+            }
+        };
+        out.extend(self.eos_ids.iter().copied());
+        out.extend(self.think_start);
+        out.extend(self.think_end);
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Ids the tokenizer knows (with added tokens).
     pub fn vocab_size(&self) -> usize {
         match &self.kind {
