@@ -64,8 +64,14 @@ async fn start_engine(extra: &[&str]) -> (EngineHandle, StopSignal) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builtin_session_fills_every_condition() {
-    let r = session(&options(builtin(&[]), tiny(&[1, 2], 4))).await;
+    let mut o = options(builtin(&[]), tiny(&[1, 2], 4));
+    o.check_determinism = true;
+    let r = session(&o).await;
     assert!(r.failure.is_none(), "{:?}", r.failure);
+    // The built-in runtime is deterministic at temperature 0.
+    let d = r.determinism.as_ref().expect("--check-determinism ran");
+    assert!(d.deterministic(), "{}", d.summary());
+    assert_eq!((d.prompts, d.identical), (4, 4));
     assert_eq!(r.runs.len(), 2);
     let boot = r
         .boot_log
@@ -92,7 +98,17 @@ async fn builtin_session_fills_every_condition() {
         let kv = c.kv.capacity_tokens.as_ref().unwrap();
         assert!(kv.source.contains("cache_config_info"), "{}", kv.source);
         assert_eq!(kv.value, log_kv);
-        assert!(c.kv.peak_usage.unwrap() > 0.0);
+        // The peak comes from the server's high-water mark, not from polling (which read 0.0%
+        // on short runs under --release).
+        assert!(c.kv.peak_usage.unwrap() > 0.0, "{:?}", c.kv);
+        assert!(
+            c.kv.peak_usage_source
+                .as_deref()
+                .unwrap()
+                .starts_with("high-water mark"),
+            "{:?}",
+            c.kv.peak_usage_source
+        );
         assert_eq!(c.kv.preemptions, Some(0));
         assert_eq!(c.lengths.input_exact, Some(true));
         assert_eq!(

@@ -181,6 +181,10 @@ pub struct E2eFlags {
     /// Per-request timeout, seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
     pub request_timeout: f64,
+    /// Before the sweep, send the same seeded prompts twice at temperature 0 and compare the
+    /// outputs' hashes; nondeterminism is reported ahead of every speed or quality figure.
+    #[arg(long)]
+    pub check_determinism: bool,
 }
 
 fn positive(flag: &str, v: f64) -> Result<f64, RigError> {
@@ -358,6 +362,7 @@ impl E2eFlags {
             None => 1800.0,
         });
         o.progress = !self.no_progress;
+        o.check_determinism = self.check_determinism;
         Ok(o)
     }
 }

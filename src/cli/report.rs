@@ -210,6 +210,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         if let Some(n) = args.e2e_requests {
             o.suite.load.requests = n;
         }
+        // --check-determinism covers the end-to-end runs too.
+        o.check_determinism = args.sel.check_determinism;
         Some(o)
     };
     let results = job::run(Job {

@@ -742,13 +742,14 @@ impl MetricSource for E2eResults {
     ///
     /// | id | kind |
     /// |---|---|
+    /// | `determinism` (per suite, `--check-determinism`) | label: `deterministic` > `nondeterministic` |
     /// | `validity` | label: `valid` > `invalid` |
     /// | `requests/completed`, `requests/failed` | values, exact (more completed / fewer failed is better) |
     /// | `output_tokens/requested` | value, Σ `max_tokens` sent, must match |
     /// | `output_tokens/produced` | value, Σ output tokens of completed requests, must match; only when the suite fixes the output length (`ignore_eos`), else it depends on sampling |
     /// | `kv/capacity_tokens` | value, the KV capacity the engine reported, exact (more is better) |
     /// | `kv/preemptions` | value, preemptions during the run, exact (fewer is better) |
-    /// | `ttft_s`, `tpot_s`, `itl_mean_s`, `e2e_latency_s` | timing samples, one per completed request (`itl_mean_s`: each request's mean ITL, since per-token ITLs are not stored), valid runs only |
+    /// | `ttft_s`, `tpot_s`, `itl_mean_s`, `e2e_latency_s` | timing samples, one per completed request outside a closed loop's opening wave (`itl_mean_s`: each request's mean ITL, since per-token ITLs are not stored), valid runs only |
     ///
     /// Throughput (output tok/s, req/s) is not a metric: a run yields one figure, not samples,
     /// so a change cannot be told from noise; and an invalid run's throughput is never
@@ -756,6 +757,30 @@ impl MetricSource for E2eResults {
     /// too (its `validity` label carries the regression).
     fn metrics(&self, out: &mut Vec<Metric>) {
         let prefix = e2e_prefix(self);
+        if let Some(d) = &self.determinism {
+            if d.identical + d.differing.len() > 0 {
+                out.push(Metric {
+                    id: format!("{prefix}/determinism"),
+                    group: Group::E2e,
+                    unit: Unit::Label,
+                    direction: Direction::HigherIsBetter,
+                    value: MetricValue::Label {
+                        value: if d.deterministic() {
+                            "deterministic"
+                        } else {
+                            "nondeterministic"
+                        }
+                        .into(),
+                        scale: vec!["deterministic".into(), "nondeterministic".into()],
+                    },
+                    conditions: BTreeMap::from([
+                        ("prompts".to_string(), d.prompts.to_string()),
+                        ("max_tokens".to_string(), d.max_tokens.to_string()),
+                    ]),
+                    context: BTreeMap::new(),
+                });
+            }
+        }
         for run in &self.runs {
             let p = format!("{prefix}/{}", point_id(&run.load));
             let g = Group::E2e;
@@ -870,8 +895,9 @@ impl MetricSource for E2eResults {
             if let Some(v) = &run.conditions.engine_version {
                 context.insert("engine_version".to_string(), v.value.clone());
             }
+            // The opening wave of a closed loop is left out, as in the report's statistics.
             let ok: Vec<&crate::e2e::metrics::RequestRecord> =
-                reqs.iter().filter(|r| r.ok).collect();
+                reqs.iter().filter(|r| r.ok && !r.opening_wave).collect();
             type Pick = fn(&crate::e2e::metrics::RequestRecord) -> Option<f64>;
             let timings: [(&str, Pick); 4] = [
                 ("ttft_s", |r| r.ttft_s),

@@ -458,6 +458,22 @@ impl EngineClient {
         })
     }
 
+    /// `POST /rigbench/reset_peaks` (`rigbench serve`: restart its high-water marks):
+    /// `Some(true)` when done, `None` when the engine does not offer it.
+    pub async fn reset_peaks(&self) -> anyhow::Result<Option<bool>> {
+        let r = self
+            .http
+            .post(self.url("/rigbench/reset_peaks"))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .context("POST /rigbench/reset_peaks")?;
+        Ok(match r.status().as_u16() {
+            404 | 405 | 501 => None,
+            s => Some((200..300).contains(&s)),
+        })
+    }
+
     /// Send one streaming request and read it to the end, or until `stop` resolves (then the
     /// connection is dropped, which aborts the request on the engine), or until `timeout`.
     /// Returns the send instant and the outcome; never fails: problems land in

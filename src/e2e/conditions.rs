@@ -132,8 +132,12 @@ pub struct KvCondition {
     pub block_size: Option<u64>,
     /// Blocks.
     pub num_blocks: Option<u64>,
-    /// Largest `kv_cache_usage_perc` seen during the run (0..1).
+    /// Largest KV-cache usage during the run (0..1): the engine's high-water mark when it keeps
+    /// one (`rigbench serve`), else the largest `kv_cache_usage_perc` of the scrapes.
     pub peak_usage: Option<f64>,
+    /// How `peak_usage` was obtained (high-water mark, or sampled with the scrape count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_usage_source: Option<String>,
     /// Δ preemptions.
     pub preemptions: Option<u64>,
     /// Most requests running at once (sampled).
@@ -151,6 +155,10 @@ pub struct LengthCondition {
     pub input_exact: Option<bool>,
     /// Mean prompt tokens the engine reported (chat template included).
     pub input_reported_mean: Option<f64>,
+    /// Mean of (prompt tokens the engine reported − content tokens counted at preparation): the
+    /// tokens the chat template adds around the user message (0 for completions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_tokens_mean: Option<f64>,
     /// `max_tokens` sent.
     pub output_requested: u32,
     /// `ignore_eos` sent (the output length is fixed).
@@ -207,6 +215,25 @@ pub struct Conditions {
     pub token_sources: Vec<TokenSource>,
     /// How tokens were assigned to chunks (the set over the run).
     pub chunk_splits: Vec<ChunkSplit>,
+    /// The cross-check of `usage` against a re-tokenized count, when made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_check: Option<TokenCheck>,
+}
+
+/// The cross-check of the engine's `usage` output counts against the received text re-counted
+/// by a tokenizer (the whole text at once, no special tokens added).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenCheck {
+    /// The tokenizer used (`engine /tokenize`, `local tokenizer`), or why none was.
+    pub source: String,
+    /// Requests cross-checked.
+    pub checked: usize,
+    /// Requests whose counts differ by more than the tolerance.
+    pub disagreeing: usize,
+    /// Largest |re-counted − usage| / usage seen.
+    pub max_rel_diff: f64,
+    /// Tolerance, relative (0.02 = 2%).
+    pub tolerance: f64,
 }
 
 /// Counter delta `after − before` (None when either side lacks data; negative = reset → None).
@@ -536,6 +563,10 @@ pub fn length_condition(
         .iter()
         .filter_map(|r| r.prompt_tokens.map(|p| p as f64))
         .collect();
+    let template: Vec<f64> = ok
+        .iter()
+        .filter_map(|r| Some(r.prompt_tokens? as f64 - r.input_tokens_counted? as f64))
+        .collect();
     let exact = match input_requested {
         Some(_)
             if !records.is_empty() && records.iter().all(|r| r.input_tokens_counted.is_some()) =>
@@ -552,6 +583,7 @@ pub fn length_condition(
         input_requested,
         input_exact: exact,
         input_reported_mean: crate::stats::mean(&prompts),
+        template_tokens_mean: crate::stats::mean(&template),
         output_requested,
         output_fixed,
         output_min: outs.iter().copied().min(),

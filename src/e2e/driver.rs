@@ -62,6 +62,9 @@ pub struct E2eOptions {
     pub handle_ctrl_c: bool,
     /// An open-loop arrival counts as late beyond this.
     pub lateness_tolerance: Duration,
+    /// Before the sweep, send the same seeded prompts twice at temperature 0 and compare the
+    /// outputs (`--check-determinism`; see [`super::checks::determinism_check`]).
+    pub check_determinism: bool,
 }
 
 impl E2eOptions {
@@ -84,6 +87,7 @@ impl E2eOptions {
             progress: true,
             handle_ctrl_c: true,
             lateness_tolerance: Duration::from_millis(10),
+            check_determinism: false,
         }
     }
 
@@ -380,9 +384,18 @@ async fn finish_records(
             reasoning_chars: o.reasoning.chars().count(),
             finish_reason: o.finish_reason.clone(),
             flags: Vec::new(),
+            opening_wave: false,
+            output_tokens_retokenized: None,
         };
         let text = format!("{}{}", o.reasoning, o.content);
         rec.flags = output_flags(&rec, &text, output_fixed, judge_repetition);
+        if ok && o.events.len() < 2 && output_tokens.unwrap_or(0) >= 2 {
+            rec.flags.push(format!(
+                "{}: {} tokens arrived in one chunk (TPOT and ITL not observable)",
+                super::metrics::SINGLE_CHUNK_FLAG,
+                output_tokens.unwrap_or(0)
+            ));
+        }
         if ok {
             texts.push((o.content.clone(), o.reasoning.clone()));
         }
@@ -484,6 +497,8 @@ impl Session<'_> {
             )
             .await;
         }
+        // The engine's high-water marks (rigbench serve) restart here.
+        let peaks_reset = self.client.reset_peaks().await.ok().flatten() == Some(true);
         let before = scrape(&self.client).await;
         // Sample gauges while the run goes.
         let (poll_stop_tx, mut poll_stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -524,12 +539,31 @@ impl Session<'_> {
             polls.add(a);
         }
         let judge_repetition = !model.starts_with("synthetic:");
-        let (requests, texts) = finish_records(
+        let raw_texts: std::collections::BTreeMap<usize, String> = records
+            .iter()
+            .map(|r| {
+                (
+                    r.index,
+                    format!("{}{}", r.outcome.reasoning, r.outcome.content),
+                )
+            })
+            .collect();
+        let (mut requests, texts) = finish_records(
             records,
             &prepared,
             &self.counter,
             suite.output_fixed(),
             judge_repetition,
+        )
+        .await;
+        let wave_note = super::checks::mark_opening_wave(point, &mut requests);
+        let token_check = super::checks::cross_check_tokens(
+            &mut requests,
+            &raw_texts,
+            &self.counter,
+            (!judge_repetition).then_some(
+                "synthetic weights (their random tokens do not survive a decode/encode round trip)",
+            ),
         )
         .await;
 
@@ -553,6 +587,22 @@ impl Session<'_> {
         let hits_allowed = shared + template;
         let mut kv = kv_capacity(after.as_ref().or(before.as_ref()), Some(boot));
         kv.peak_usage = polls.peak_kv_usage;
+        let mark = after
+            .as_ref()
+            .filter(|_| peaks_reset)
+            .and_then(|a| a.max("rigbench:kv_cache_usage_peak_perc"));
+        kv.peak_usage_source = match (mark, polls.peak_kv_usage) {
+            (Some(m), _) => {
+                kv.peak_usage = Some(m);
+                Some("high-water mark kept by the engine (rigbench:kv_cache_usage_peak_perc)".into())
+            }
+            (None, Some(_)) => Some(format!(
+                "sampled: the largest of {} /metrics scrapes every {} ms (peaks between scrapes are missed)",
+                polls.polls,
+                self.opts.metrics_interval.as_millis()
+            )),
+            (None, None) => None,
+        };
         kv.max_running = polls.max_running;
         kv.max_waiting = polls.max_waiting;
         kv.preemptions =
@@ -605,8 +655,10 @@ impl Session<'_> {
             ),
             token_sources,
             chunk_splits,
+            token_check,
         };
         let mut validity = assess(&requests, &conditions, &stop);
+        validity.notes.extend(wave_note);
         if !judge_repetition {
             validity.notes.push(
                 "output text not judged for repetition or <think> tags: the model has synthetic (random) weights".into(),
@@ -684,6 +736,11 @@ pub async fn run_session(
         ),
         None => None,
     };
+    results.engine.env = match &opts.engine {
+        EngineChoice::Builtin { .. } => super::checks::kernel_env(None),
+        EngineChoice::Command { command, .. } => super::checks::kernel_env(Some(command)),
+        EngineChoice::Url { .. } => Default::default(),
+    };
     let mut engine = EngineHandle::start(&opts.engine, opts.startup_timeout, &stop).await?;
     results.engine.url = Some(engine.url.clone());
     let boot = boot_of(&engine, &extra_log);
@@ -720,6 +777,41 @@ pub async fn run_session(
         },
     };
     on_update(&results);
+    if opts.check_determinism {
+        let conc = opts
+            .suite
+            .load
+            .concurrency
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(1);
+        let n = (opts.suite.load.requests as usize).clamp(2, 8);
+        match super::checks::determinism_check(
+            &session.client,
+            &opts.suite,
+            &session.counter,
+            &session.model(),
+            session.facts.max_model_len,
+            n,
+            conc.min(n as u32),
+            &session.exec_cfg,
+            &stop,
+        )
+        .await
+        {
+            Ok(d) => {
+                if opts.progress {
+                    eprintln!("{}", d.summary());
+                }
+                results.determinism = Some(d);
+            }
+            Err(e) => results
+                .notes
+                .push(format!("the determinism check could not run: {e:#}")),
+        }
+        on_update(&results);
+    }
     let points = sweep(&opts.suite);
     for (i, point) in points.iter().enumerate() {
         if let Some(cause) = stop.cause() {

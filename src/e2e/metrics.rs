@@ -5,10 +5,15 @@
 //! - TTFT: request sent → first generated token, reasoning included;
 //! - TTFC: request sent → first content (non-reasoning) token;
 //! - E2E: request sent → end of the stream;
-//! - TPOT = (E2E − TTFT) / (output tokens − 1), for requests with at least two output tokens;
+//! - TPOT = (E2E − TTFT) / (output tokens − 1), for requests with at least two output tokens
+//!   that arrived in at least two chunks: when every token arrived in one chunk the decode time
+//!   cannot be observed, and TPOT and ITL are "not observable" (not a tiny number);
 //! - ITL: gaps between successive tokens. A chunk that carries n tokens (speculative decoding)
 //!   contributes n gaps, each 1/n of the time since the previous chunk, so tokens are counted as
 //!   tokens, not chunks;
+//! - closed loop: the requests of the opening wave (the first `concurrency` requests, released
+//!   together once the warm-up has finished) queue behind each other and are left out of the
+//!   latency statistics ([`RequestRecord::opening_wave`]); throughput covers the whole run;
 //! - output tok/s = Σ output tokens of completed requests / run duration; request/s = completed
 //!   requests / run duration; the run lasts from the first send (closed loop) or the schedule's
 //!   start (open loop) to the last completion.
@@ -119,9 +124,22 @@ pub struct RequestRecord {
     pub reasoning_chars: usize,
     /// `finish_reason`.
     pub finish_reason: Option<String>,
-    /// Output problems found by the validity guard (`empty`, `degenerate`, `short`, ...).
+    /// Output problems found by the validity guard (`empty`, `degenerate`, `truncated`, ...)
+    /// and observations (`token count`, `decode not observable`).
     pub flags: Vec<String>,
+    /// Closed loop: one of the first `concurrency` requests, released together after the
+    /// warm-up; left out of the latency statistics (its queueing is the burst's, not the
+    /// steady state's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub opening_wave: bool,
+    /// Output tokens counted again by the tokenizer on the whole received text (no special
+    /// tokens added), when `output_tokens` came from `usage` and a tokenizer was available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens_retokenized: Option<u64>,
 }
+
+/// The flag of a request whose tokens all arrived in one chunk.
+pub const SINGLE_CHUNK_FLAG: &str = "decode not observable";
 
 /// Tokens per text event, and how they were found. `total` is the request's output token count
 /// when known.
@@ -199,8 +217,9 @@ pub fn latencies(
         .find(|e| e.content_chars > 0)
         .map(|e| e.at.as_secs_f64());
     let e2e = o.end.as_secs_f64();
+    // One chunk: the time between the first token and the end of the stream is not decode time.
     let tpot = match (ttft, output_tokens) {
-        (Some(t), Some(n)) if n >= 2 => Some((e2e - t) / (n - 1) as f64),
+        (Some(t), Some(n)) if n >= 2 && o.events.len() >= 2 => Some((e2e - t) / (n - 1) as f64),
         _ => None,
     };
     let mut itl = Vec::new();
@@ -265,12 +284,24 @@ pub struct LatencySummary {
     pub tpot: Option<Percentiles>,
     /// E2E latency.
     pub e2e: Option<Percentiles>,
+    /// Completed requests with two or more tokens that all arrived in one chunk (TPOT and ITL
+    /// not observable for them).
+    #[serde(default)]
+    pub decode_not_observable: usize,
+    /// Closed-loop opening-wave requests left out of these statistics.
+    #[serde(default)]
+    pub opening_wave_excluded: usize,
 }
 
 impl LatencySummary {
-    /// Summarize the completed requests among `records`.
+    /// Summarize the completed requests among `records`, leaving out the opening wave (unless
+    /// no other request completed, e.g. an interrupted run: then what was measured is shown).
     pub fn of(records: &[RequestRecord]) -> Self {
-        let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
+        let steady = records.iter().any(|r| r.ok && !r.opening_wave);
+        let ok: Vec<&RequestRecord> = records
+            .iter()
+            .filter(|r| r.ok && (!r.opening_wave || !steady))
+            .collect();
         let pick = |f: &dyn Fn(&RequestRecord) -> Option<f64>| {
             Percentiles::of(&ok.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
         };
@@ -281,6 +312,15 @@ impl LatencySummary {
             itl: Percentiles::of(&itl),
             tpot: pick(&|r| r.tpot_s),
             e2e: pick(&|r| r.e2e_s),
+            decode_not_observable: ok
+                .iter()
+                .filter(|r| r.flags.iter().any(|f| f.starts_with(SINGLE_CHUNK_FLAG)))
+                .count(),
+            opening_wave_excluded: if steady {
+                records.iter().filter(|r| r.ok && r.opening_wave).count()
+            } else {
+                0
+            },
         }
     }
 }
@@ -429,6 +469,15 @@ mod tests {
         assert!((tpot.unwrap() - 0.04).abs() < 1e-12);
         let (_, _, tpot, _) = latencies(&o, &[1], Some(1));
         assert_eq!(tpot, None, "TPOT needs two output tokens");
+        // Two tokens in one chunk: the decode time is not observable.
+        let one = StreamOutcome {
+            events: vec![ev(50, 6, None)],
+            end: Duration::from_millis(51),
+            ..Default::default()
+        };
+        let (ttft, _, tpot, itl) = latencies(&one, &[2], Some(2));
+        assert_eq!((ttft, tpot), (Some(0.05), None));
+        assert!(itl.is_empty());
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! [`launcher`], [`driver`], [`report`].
 
 pub mod bootlog;
+pub mod checks;
 pub mod client;
 pub mod conditions;
 pub mod driver;
@@ -43,6 +44,10 @@ pub struct EngineSummary {
     pub facts: conditions::EngineFacts,
     /// How it exited, when rigbench stopped it (or it died).
     pub exit: Option<String>,
+    /// Environment variables that change kernels, as the engine got them, when rigbench
+    /// started it (see [`checks::kernel_env`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// End-to-end results (filled in by `rigbench e2e` and `rigbench report`).
@@ -64,6 +69,9 @@ pub struct E2eResults {
     pub interrupted: bool,
     /// Session-level notes.
     pub notes: Vec<String>,
+    /// The determinism check (`e2e --check-determinism`), made before the sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub determinism: Option<checks::DeterminismCheck>,
     /// The captured engine log (written as `engine.log`, not into results.json).
     #[serde(skip)]
     pub engine_log: Option<String>,

@@ -48,6 +48,43 @@ fn same<T: PartialEq + Clone>(runs: &[RunResult], f: impl Fn(&RunResult) -> T) -
     runs.iter().all(|r| f(r) == first).then_some(first)
 }
 
+/// The derivation shown after a KV capacity, only when it holds: `(N blocks × B)` when
+/// N × B is the capacity shown; otherwise the block facts are said to be separate.
+fn kv_derivation(kv: &super::conditions::KvCondition, capacity: u64) -> String {
+    match (kv.num_blocks, kv.block_size) {
+        (Some(n), Some(b)) if n.checked_mul(b) == Some(capacity) => {
+            format!(" ({} blocks × {b})", thousands(n))
+        }
+        (Some(n), Some(b)) => format!(
+            " (stated by the engine; it also reports {} blocks of {b} tokens, which make {} tokens: not this figure's derivation)",
+            thousands(n),
+            thousands(n.saturating_mul(b))
+        ),
+        _ => String::new(),
+    }
+}
+
+/// The input-length cell: what the prompts hold (content tokens, exact or not) and, for chat,
+/// the prompt tokens the engine counted with its chat template.
+fn input_length(l: &super::conditions::LengthCondition, chat: bool) -> String {
+    let content = match (l.input_requested, l.input_exact) {
+        (Some(n), Some(true)) => format!("{n} content tokens per request, token-exact"),
+        (Some(n), Some(false)) => format!("{n} content tokens requested, not all exact"),
+        (Some(n), None) => format!("~{n} content tokens (no tokenizer: approximate)"),
+        (None, _) => "natural (prompt set)".into(),
+    };
+    match (l.input_reported_mean, l.template_tokens_mean) {
+        (Some(p), Some(t)) if chat && t.abs() >= 0.5 => format!(
+            "{content}; the engine counted {p:.0} prompt tokens per request: its chat template adds {t:.0}"
+        ),
+        (Some(p), _) => format!("{content}; the engine counted {p:.0} prompt tokens per request"),
+        (None, _) if chat => format!(
+            "{content} (the engine also sees its chat template's tokens; it reported no prompt counts)"
+        ),
+        (None, _) => content,
+    }
+}
+
 /// Render the e2e section.
 pub fn render_markdown(res: &E2eResults) -> String {
     let mut o = String::new();
@@ -76,6 +113,14 @@ pub fn render_markdown(res: &E2eResults) -> String {
     }
     if let Some(f) = &res.failure {
         let _ = writeln!(o, "\n**Failure:** {f}");
+    }
+    if let Some(d) = &res.determinism {
+        // Ahead of every figure: a nondeterministic engine's figures are not reproducible.
+        let _ = writeln!(
+            o,
+            "\n**Determinism ({} prompts sent twice at temperature {}, max_tokens {}, {} in flight):** {}",
+            d.prompts, d.temperature, d.max_tokens, d.concurrency, d.summary()
+        );
     }
     for s in &res.skipped {
         let _ = writeln!(o, "- skipped {s}");
@@ -178,10 +223,7 @@ pub fn render_markdown(res: &E2eResults) -> String {
             Some(c) => format!(
                 "{} tokens{}",
                 thousands(c.value),
-                match (kv.num_blocks, kv.block_size) {
-                    (Some(n), Some(b)) => format!(" ({} blocks × {b})", thousands(n)),
-                    _ => String::new(),
-                }
+                kv_derivation(kv, c.value)
             ),
             None => "unknown".into(),
         },
@@ -191,15 +233,14 @@ pub fn render_markdown(res: &E2eResults) -> String {
             .unwrap_or_else(|| "—".into()),
     ]);
     let l = &c0.lengths;
+    let chat = res
+        .suite
+        .as_ref()
+        .is_some_and(|s| s.workload.api == super::client::Api::Chat);
     rows.push(vec![
         "input length".into(),
-        match (l.input_requested, l.input_exact) {
-            (Some(n), Some(true)) => format!("{n} tokens, token-exact"),
-            (Some(n), Some(false)) => format!("{n} tokens requested, not all exact"),
-            (Some(n), None) => format!("~{n} tokens (no tokenizer: approximate)"),
-            (None, _) => "natural (prompt set)".into(),
-        },
-        "tokenizer at preparation".into(),
+        input_length(l, chat),
+        "tokenizer at preparation; prompt tokens from the engine's usage".into(),
     ]);
     rows.push(vec![
         "output length requested".into(),
@@ -241,6 +282,46 @@ pub fn render_markdown(res: &E2eResults) -> String {
         },
         "per request".into(),
     ]);
+    let checks: Vec<&super::conditions::TokenCheck> = runs
+        .iter()
+        .filter_map(|r| r.conditions.token_check.as_ref())
+        .collect();
+    if let Some(first) = checks.first() {
+        let checked: usize = checks.iter().map(|c| c.checked).sum();
+        let bad: usize = checks.iter().map(|c| c.disagreeing).sum();
+        let max = checks.iter().map(|c| c.max_rel_diff).fold(0.0, f64::max);
+        rows.push(vec![
+            "usage cross-check".into(),
+            if checked == 0 {
+                first.source.clone()
+            } else if bad == 0 {
+                format!(
+                    "{checked} requests re-counted: all within {:.0}% (largest difference {:.1}%)",
+                    100.0 * first.tolerance,
+                    100.0 * max
+                )
+            } else {
+                format!(
+                    "**{bad} of {checked} requests disagree by more than {:.0}%** (largest {:.1}%): usage and the re-counted output differ",
+                    100.0 * first.tolerance,
+                    100.0 * max
+                )
+            },
+            format!("{} on the whole received text, no special tokens", first.source),
+        ]);
+    }
+    if !res.engine.env.is_empty() {
+        rows.push(vec![
+            "engine environment".into(),
+            res.engine
+                .env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            "variables that change kernels, as the engine rigbench started got them".into(),
+        ]);
+    }
     o.push_str(&markdown_table(&["condition", "value", "source"], &rows));
     o.push('\n');
 
@@ -287,7 +368,17 @@ pub fn render_markdown(res: &E2eResults) -> String {
             cache,
             pct(c.cache.hit_rate),
             spec,
-            pct(c.kv.peak_usage),
+            match (&c.kv.peak_usage, &c.kv.peak_usage_source) {
+                (Some(_), Some(src)) if src.starts_with("high-water") => {
+                    format!("{} (high-water mark)", pct(c.kv.peak_usage))
+                }
+                (Some(_), Some(_)) => format!(
+                    "{} (sampled, {} scrapes)",
+                    pct(c.kv.peak_usage),
+                    r.polls.polls
+                ),
+                _ => pct(c.kv.peak_usage),
+            },
             c.kv.preemptions
                 .map(|p| p.to_string())
                 .unwrap_or_else(|| "unknown".into()),
@@ -342,6 +433,7 @@ pub fn render_markdown(res: &E2eResults) -> String {
             ("E2E", &l.e2e),
         ] {
             let mut row = vec![r.label.clone(), name.to_string()];
+            let decode = matches!(name, "ITL" | "TPOT");
             match p {
                 Some(p) => row.extend([
                     p.n.to_string(),
@@ -351,7 +443,21 @@ pub fn render_markdown(res: &E2eResults) -> String {
                     ms(p.p99),
                     ms(p.mean),
                 ]),
+                None if decode && l.decode_not_observable > 0 => {
+                    row.push("0".into());
+                    row.push(format!(
+                        "not observable: {} requests arrived in one chunk",
+                        l.decode_not_observable
+                    ));
+                    row.extend(std::iter::repeat_n("—".to_string(), 4));
+                }
                 None => row.extend(std::iter::repeat_n("n/a".to_string(), 6)),
+            }
+            if decode && p.is_some() && l.decode_not_observable > 0 {
+                row[1] = format!(
+                    "{name} ({} single-chunk requests not observable)",
+                    l.decode_not_observable
+                );
             }
             if !r.validity.valid {
                 row[1] = format!("{name} (invalid run)");
@@ -363,6 +469,18 @@ pub fn render_markdown(res: &E2eResults) -> String {
         &["run", "metric", "n", "p50", "p90", "p95", "p99", "mean"],
         &rows,
     ));
+    let excluded: Vec<String> = runs
+        .iter()
+        .filter(|r| r.latency.opening_wave_excluded > 0)
+        .map(|r| format!("{}: {}", r.label, r.latency.opening_wave_excluded))
+        .collect();
+    if !excluded.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nClosed loop: the opening wave (requests released together after the warm-up) is left out of these statistics ({}); throughput below covers every request.",
+            excluded.join(", ")
+        );
+    }
     o.push('\n');
 
     // Throughput.

@@ -9,8 +9,11 @@
 //! - more than 10% of completed requests are degenerate: the last ≤ 512 characters repeat a
 //!   pattern of period p at least 4 times with ≤ 2% mismatches, or fewer than 25% of the word
 //!   trigrams are distinct (over ≥ 40 words);
-//! - with a fixed output length (`ignore_eos`), any request produced less than half the
-//!   requested tokens;
+//! - with a fixed output length (`ignore_eos`), any request is truncated: it produced fewer
+//!   tokens than requested (exactly counted by `usage`; within 2% when re-counted by a
+//!   tokenizer), or ended for another reason than the length (`finish_reason` not `length`).
+//!   Its throughput would count a shorter answer as the requested one, so the run's throughput
+//!   is not presented;
 //! - reasoning output came back with thinking off;
 //! - the cache temperature is contradicted by the hit counters, or cannot be verified;
 //! - a required condition is unknown: engine name or version, model, speculative state (and the
@@ -71,7 +74,11 @@ pub fn degenerate(text: &str) -> Option<String> {
     None
 }
 
-/// Flags for one completed request: `empty`, `degenerate: ...`, `short: ...`.
+/// Relative tolerance of an output length re-counted by a tokenizer (a decode/encode round trip
+/// may merge or split a token), and of the cross-check of `usage` against such a count.
+pub const TOKEN_COUNT_TOLERANCE: f64 = 0.02;
+
+/// Flags for one completed request: `empty`, `degenerate: ...`, `truncated: ...`.
 pub fn output_flags(
     r: &RequestRecord,
     text: &str,
@@ -92,12 +99,27 @@ pub fn output_flags(
         }
     }
     if output_fixed {
-        if let Some(n) = r.output_tokens {
-            if n * 2 < u64::from(r.output_tokens_requested) {
+        let want = u64::from(r.output_tokens_requested);
+        let exact = matches!(r.token_source, Some(TokenSource::Usage) | None);
+        match r.output_tokens {
+            Some(n) if exact && n < want => f.push(format!("truncated: {n} of {want} tokens")),
+            Some(n)
+                if !exact
+                    && r.token_source != Some(TokenSource::Chunks)
+                    && (n as f64) < want as f64 * (1.0 - TOKEN_COUNT_TOLERANCE) =>
+            {
                 f.push(format!(
-                    "short: {n} of {} tokens",
-                    r.output_tokens_requested
-                ));
+                    "truncated: {n} of {want} tokens (re-counted by a tokenizer)"
+                ))
+            }
+            _ => {
+                if let Some(fr) = r.finish_reason.as_deref().filter(|fr| *fr != "length") {
+                    f.push(format!(
+                        "truncated: finish_reason '{fr}' with ignore_eos ({} of {want} tokens)",
+                        r.output_tokens
+                            .map_or_else(|| "?".to_string(), |n| n.to_string())
+                    ));
+                }
             }
         }
     }
@@ -158,12 +180,32 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             v.notes.push(msg);
         }
     }
-    let short = count("short");
-    if short > 0 {
+    let truncated = count("truncated");
+    if truncated > 0 {
+        let example = ok
+            .iter()
+            .flat_map(|r| r.flags.iter())
+            .find(|f| f.starts_with("truncated"))
+            .cloned()
+            .unwrap_or_default();
         v.reasons.push(format!(
-            "{short} of {} outputs much shorter than the fixed length requested ({} tokens)",
+            "{truncated} of {} outputs truncated: shorter than the fixed length requested ({} tokens, ignore_eos; e.g. {example}); throughput not presented",
             ok.len(),
             c.lengths.output_requested
+        ));
+    }
+    let mismatched = count("token count");
+    if mismatched > 0 {
+        let example = ok
+            .iter()
+            .flat_map(|r| r.flags.iter())
+            .find(|f| f.starts_with("token count"))
+            .cloned()
+            .unwrap_or_default();
+        v.notes.push(format!(
+            "{mismatched} of {} requests: the engine's usage disagrees by more than {:.0}% with the output re-counted by the tokenizer (e.g. {example}); which one is right is not known",
+            ok.len(),
+            100.0 * TOKEN_COUNT_TOLERANCE
         ));
     }
     if let Some(flag) = &c.thinking.flag {
@@ -269,8 +311,40 @@ mod tests {
         };
         assert_eq!(
             output_flags(&r, "0123456789", true, true),
-            vec!["short: 3 of 32 tokens"]
+            vec!["truncated: 3 of 32 tokens"]
         );
+        // Any shortfall is truncation, not only below half (issue 13: 600 of 1024 passed).
+        let r600 = RequestRecord {
+            output_tokens: Some(600),
+            output_tokens_requested: 1024,
+            token_source: Some(TokenSource::Usage),
+            finish_reason: Some("length".into()),
+            ..r.clone()
+        };
+        assert_eq!(
+            output_flags(&r600, "0123456789", true, true),
+            vec!["truncated: 600 of 1024 tokens"]
+        );
+        let full = RequestRecord {
+            output_tokens: Some(1024),
+            ..r600.clone()
+        };
+        assert!(output_flags(&full, "0123456789", true, true).is_empty());
+        // A stop for another reason than the length.
+        let stopped = RequestRecord {
+            finish_reason: Some("stop".into()),
+            ..full.clone()
+        };
+        assert!(
+            output_flags(&stopped, "0123456789", true, true)[0].contains("finish_reason 'stop'")
+        );
+        // Re-counted by a tokenizer: within 2% is not truncation.
+        let recount = RequestRecord {
+            output_tokens: Some(1010),
+            token_source: Some(TokenSource::EngineTokenizer),
+            ..full.clone()
+        };
+        assert!(output_flags(&recount, "0123456789", true, true).is_empty());
         assert!(output_flags(&r, "0123456789", false, true).is_empty());
         let e = RequestRecord {
             ok: true,

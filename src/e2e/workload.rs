@@ -361,7 +361,7 @@ impl TokenCounter {
         }
     }
 
-    /// Token count of `text`; `None` without a tokenizer.
+    /// Token count of `text` (no special tokens added); `None` without a tokenizer.
     ///
     /// # Errors
     /// The engine's tokenizer failed.
@@ -371,8 +371,10 @@ impl TokenCounter {
                 Ok(client.tokenize(model, text).await?.map(|t| t.count))
             }
             TokenCounter::Local(t) => {
+                // No special tokens, as the engine's /tokenize is asked: a BOS would add one
+                // token per count (per piece, when a text is counted in pieces).
                 let enc = t
-                    .encode(text, true)
+                    .encode(text, false)
                     .map_err(|e| anyhow::anyhow!("local tokenizer failed: {e}"))?;
                 Ok(Some(enc.len()))
             }
