@@ -587,13 +587,17 @@ pub fn compare(
         compare_metrics_with(&metrics_of(baseline), &cm, settings, None);
     explain_missing(&mut rows, current);
     let single = rows.iter().any(|r| {
-        r.interval
-            .is_some_and(|ci| ci.basis == gate::Basis::WithinRun)
-            && r.id.starts_with("kernels/")
+        r.id.starts_with("kernels/")
+            && r.interval.is_some_and(|ci| {
+                matches!(
+                    ci.basis,
+                    gate::Basis::WithinRun | gate::Basis::BetweenRun { own_df: 0, .. }
+                )
+            })
     });
     if single {
         warnings.push(
-            "some kernel timings have no between-run information (one repeat on each side and no spread stored in the baseline): their intervals reflect within-run noise only and will flag ordinary run-to-run drift; make the baseline and the results with `report --repeats 2` or more".into(),
+            "some kernel timings have no between-run information of their own (one repeat on each side and no spread stored in the baseline): their intervals rest on within-run noise and the spread of their family, and will flag cases that drift more than their family between runs; make the baseline and the results with `report --repeats 2` or more".into(),
         );
     }
     for mt in settings

@@ -533,10 +533,14 @@ pub fn finish_timing(
             if row.verdict == Verdict::NotEnoughSamples {
                 row.notes.push(not_enough_note(&ci, t, paired));
             }
-            if ci.basis == Basis::WithinRun && paired.b.repeats() == 1 && paired.c.repeats() == 1 {
-                row.notes.push(
+            match ci.basis {
+                Basis::WithinRun => row.notes.push(
                     "between-run spread unknown (one repeat per side, no stored spread): the interval reflects within-run noise only".into(),
-                );
+                ),
+                Basis::BetweenRun { own_df: 0, .. } => row.notes.push(
+                    "no between-run spread of its own (one repeat per side, no stored spread): the interval uses its family's".into(),
+                ),
+                Basis::BetweenRun { .. } => {}
             }
         }
         Err(e) => row.notes.push(e.to_string()),
