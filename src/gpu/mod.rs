@@ -10,4 +10,4 @@ pub use probe::{libraries, probe_into, LibraryStatus, MIN_DRIVER_CUDA};
 pub mod context;
 pub mod cublaslt;
 
-pub use context::{DevBuf, FlushMethod, FuncAttrs, Gpu, KArg, L2Flusher, Module, Timer};
+pub use context::{DevBuf, FlushMethod, FuncAttrs, Gpu, Graph, KArg, L2Flusher, Module, Timer};

@@ -526,7 +526,12 @@ pub fn fill_derived(c: &mut KernelCase, copy_bytes_per_s: Option<f64>, bf16_medi
 
 /// Device-to-device copy of 1 GiB (or a quarter of free memory), warm, 20 samples: the bytes
 /// read plus written over the median time.
-fn copy_bandwidth(gpu: &Gpu) -> anyhow::Result<CopyBandwidth> {
+/// Device-to-device copy bandwidth (1 GiB or a quarter of free memory; 20 timed copies;
+/// read + written bytes over the median time): the memory roofline of a run.
+///
+/// # Errors
+/// A device failure.
+pub fn copy_bandwidth(gpu: &Gpu) -> anyhow::Result<CopyBandwidth> {
     let (free, _) = gpu.mem_info()?;
     let bytes = (1usize << 30).min(free / 4).max(64 << 20);
     let a = gpu.alloc(bytes)?;
