@@ -70,6 +70,16 @@ impl Gpu {
     /// # Errors
     /// [`RigError::NoGpu`] naming what is missing (driver, device, version).
     pub fn open() -> Result<Self, RigError> {
+        Self::open_device(0)
+    }
+
+    /// Open CUDA device `index` (an ordinal as the driver numbers the visible devices, i.e.
+    /// after `CUDA_VISIBLE_DEVICES`), with its own context and stream. Checks as [`Gpu::open`].
+    ///
+    /// # Errors
+    /// [`RigError::NoGpu`] naming what is missing (driver, device, version, or an index past the
+    /// devices the driver reports).
+    pub fn open_device(index: usize) -> Result<Self, RigError> {
         let libs = libraries();
         if !libs.driver {
             return Err(RigError::NoGpu(
@@ -83,7 +93,14 @@ impl Gpu {
         if n <= 0 {
             return Err(RigError::NoGpu("the CUDA driver reports no GPU".into()));
         }
-        let ctx = CudaContext::new(0).map_err(|e| cuda_err("creating the CUDA context", e))?;
+        if index >= n as usize {
+            return Err(RigError::NoGpu(format!(
+                "no CUDA device {index}: the driver reports {n} (devices 0 to {})",
+                n - 1
+            )));
+        }
+        let ctx = CudaContext::new(index)
+            .map_err(|e| cuda_err(&format!("creating the CUDA context on device {index}"), e))?;
         // One stream only: rigbench orders its own work, and the timing events must not have
         // cudarc's tracking events recorded between them.
         // SAFETY: all buffers are used on this one stream.
