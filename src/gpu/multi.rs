@@ -272,7 +272,7 @@ pub fn measure_p2p(devices: &[usize], opts: &P2pOptions) -> Result<P2pResults, R
     let mut res = P2pResults {
         bytes: bytes as u64,
         method: format!(
-            "cuMemcpyPeerAsync of {} MiB on the source GPU's stream, {} warm-up copies, then {} copies each between CUDA events (timing enabled) on that stream; bandwidth = bytes / median time (each byte counted once). Both-ways figure: the two copies started together (the second stream waits on the first's start event) and timed until both finished; bandwidth = 2 × bytes / median time",
+            "cuMemcpyPeerAsync of {} MiB on the source GPU's stream, checked once (the first and last 4 KiB of the destination must hold the source's bytes), {} warm-up copies, then {} copies each between CUDA events (timing enabled) on that stream; bandwidth = bytes / median time (each byte counted once). Both-ways figure: the two copies started together (the second stream waits on the first's start event) and timed until both finished; bandwidth = 2 × bytes / median time",
             bytes >> 20,
             opts.warmup,
             opts.samples
@@ -350,6 +350,31 @@ fn time_copy(
     bytes: usize,
     opts: &P2pOptions,
 ) -> Result<OpTiming, RigError> {
+    // The check: the destination must hold the source's bytes (0x5A) after one copy.
+    dst.bind()?;
+    // SAFETY: writes exactly the first `bytes` bytes of the destination buffer.
+    unsafe { cudarc::driver::result::memset_d8_sync(dbuf.ptr, 0, bytes) }
+        .map_err(|e| cuda_err("memset", e))?;
+    peer_copy(src, (dst, dbuf), (src, sbuf), bytes)?;
+    src.sync()?;
+    let probe = 4096.min(bytes);
+    for at in [0, bytes - probe] {
+        let mut got = vec![0u8; probe];
+        dst.bind()?;
+        // SAFETY: reads `probe` bytes inside the buffer.
+        unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut got, dbuf.ptr + at as u64) }
+            .map_err(|e| cuda_err("reading back a copy", e))?;
+        if let Some(i) = got.iter().position(|b| *b != 0x5A) {
+            return Err(cuda_err(
+                &format!("check of the copy GPU{} → GPU{}", src.index, dst.index),
+                format!(
+                    "byte {} is {:#04x}, expected 0x5a: not timed",
+                    at + i,
+                    got[i]
+                ),
+            ));
+        }
+    }
     for _ in 0..opts.warmup {
         peer_copy(src, (dst, dbuf), (src, sbuf), bytes)?;
     }

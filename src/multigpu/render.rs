@@ -19,7 +19,8 @@ pub fn agreement(ours: f64, theirs: f64) -> Option<(f64, bool)> {
         return None;
     }
     let d = ours / theirs - 1.0;
-    Some((d * 100.0, d.abs() <= PEER_AGREEMENT))
+    // A hair of slack so that exactly 10% counts as within (110/100 − 1 is 0.10000000000000009).
+    Some((d * 100.0, d.abs() <= PEER_AGREEMENT + 1e-12))
 }
 
 fn agree_cell(ours: f64, theirs: Option<f64>) -> String {
@@ -370,7 +371,7 @@ pub fn markdown(mg: &MultiGpuResults, rig: &RigFacts) -> String {
             "**All-reduce time per decode step**: {per_step} all-reduces per step (2 per layer × layers), each of hidden size × M × 2 bytes, at the measured median time.\n\n"
         ));
         let mut headers: Vec<String> = vec!["M".into(), "message".into()];
-        headers.extend(tps.iter().map(|t| format!("TP={t}: per step (one)")));
+        headers.extend(tps.iter().map(|t| format!("TP={t}: per step (each)")));
         let rows: Vec<Vec<String>> = ms
             .iter()
             .map(|&m| {
@@ -468,4 +469,237 @@ pub fn markdown(mg: &MultiGpuResults, rig: &RigFacts) -> String {
         o.push('\n');
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::multigpu::schema::*;
+
+    fn t(s: f64) -> OpTiming {
+        OpTiming {
+            median_s: s,
+            p10_s: s * 0.98,
+            p90_s: s * 1.03,
+            samples_s: vec![s],
+        }
+    }
+
+    /// Synthetic figures of the shape a 2-GPU run produces (not measurements).
+    fn two_gpus() -> (MultiGpuResults, RigFacts) {
+        let mut rig = RigFacts::default();
+        for i in 0..2 {
+            rig.gpus.push(crate::rig::GpuFacts {
+                index: i,
+                name: "NVIDIA H200".into(),
+                ..Default::default()
+            });
+        }
+        let mg = MultiGpuResults {
+            devices: vec![0, 1],
+            spread: Some(SpreadReport {
+                devices: vec![
+                    DeviceSummary {
+                        device: 0,
+                        name: "NVIDIA H200".into(),
+                        cases: 1,
+                        geomean_vs_fastest: Some(1.0),
+                        median_sm_clock_mhz: Some(1980),
+                        throttle: vec![],
+                    },
+                    DeviceSummary {
+                        device: 1,
+                        name: "NVIDIA H200".into(),
+                        cases: 1,
+                        geomean_vs_fastest: Some(1.08),
+                        median_sm_clock_mhz: Some(1980),
+                        throttle: vec![],
+                    },
+                ],
+                rows: vec![SpreadRow {
+                    implementation: "bf16".into(),
+                    shape: "o_proj".into(),
+                    m: 1,
+                    medians: vec![(0, 20e-6), (1, 21.6e-6)],
+                    spread_pct: 8.0,
+                }],
+                findings: vec![Finding {
+                    id: "multigpu/slower-at-same-clocks".into(),
+                    severity: "warning".into(),
+                    device: 1,
+                    message: "GPU1 is slower".into(),
+                }],
+            }),
+            p2p: Some(P2pResults {
+                bytes: 256 << 20,
+                method: "m".into(),
+                copies: vec![
+                    P2pCopy {
+                        src: 0,
+                        dst: 1,
+                        peer_access: true,
+                        timing: t(1e-3),
+                        bytes_per_s: 400e9,
+                    },
+                    P2pCopy {
+                        src: 1,
+                        dst: 0,
+                        peer_access: true,
+                        timing: t(1e-3),
+                        bytes_per_s: 300e9,
+                    },
+                ],
+                bidirectional: vec![P2pBidir {
+                    a: 0,
+                    b: 1,
+                    timing: t(1e-3),
+                    bytes_per_s: 700e9,
+                }],
+                notes: vec![],
+            }),
+            allreduce: Some(AllReduceResults {
+                nccl_version: "2.28.9".into(),
+                library: "libnccl.so.2".into(),
+                env: vec!["NCCL_NVLS_ENABLE=0".into()],
+                op: "BF16 sum".into(),
+                method: "nccl-tests".into(),
+                worlds: vec![AllReduceWorld {
+                    devices: vec![0, 1],
+                    check: "c".into(),
+                    check_passed: true,
+                    points: vec![AllReducePoint {
+                        bytes: 10_240,
+                        m: Some(1),
+                        iters: 100,
+                        timing: t(10e-6),
+                        algbw: 1.024e9,
+                        busbw: 1.024e9,
+                    }],
+                    error: None,
+                }],
+            }),
+            allreduce_per_step: vec![AllReducePerStep {
+                tp: 2,
+                m: 1,
+                bytes: 10_240,
+                allreduce_s: 10e-6,
+                per_step: 128,
+                step_s: 1.28e-3,
+            }],
+            tp: Some(TpPrediction {
+                composite_source: "synthetic".into(),
+                hidden_size: 5120,
+                layers: 64,
+                allreduces_per_layer: 2,
+                rows: crate::multigpu::tp::predict(
+                    &[crate::multigpu::tp::CompositePoint {
+                        label: "bf16".into(),
+                        m: 1,
+                        seconds: 13.9e-3,
+                    }],
+                    &[AllReducePerStep {
+                        tp: 2,
+                        m: 1,
+                        bytes: 10_240,
+                        allreduce_s: 10e-6,
+                        per_step: 128,
+                        step_s: 1.28e-3,
+                    }],
+                ),
+                leaves_out: vec!["attention".into()],
+            }),
+            peers: Some(MultiPeers {
+                status: vec![crate::kernels::schema::PeerStatus {
+                    provider: "torch".into(),
+                    implementations: vec!["tensor.to".into()],
+                    available: true,
+                    detail: "torch 2.11".into(),
+                }],
+                p2p: vec![
+                    PeerCopy {
+                        src: 0,
+                        dst: 1,
+                        bytes: 256 << 20,
+                        timing: t(1e-3),
+                        bytes_per_s: 390e9,
+                    },
+                    PeerCopy {
+                        src: 1,
+                        dst: 0,
+                        bytes: 256 << 20,
+                        timing: t(1e-3),
+                        bytes_per_s: 400e9,
+                    },
+                ],
+                allreduce: vec![PeerAllReduce {
+                    devices: vec![0, 1],
+                    bytes: 10_240,
+                    timing: t(10.5e-6),
+                    algbw: 0.97e9,
+                    busbw: 0.97e9,
+                }],
+                notes: vec![],
+            }),
+            ..Default::default()
+        };
+        (mg, rig)
+    }
+
+    #[test]
+    fn agreement_is_ten_percent_either_way() {
+        assert_eq!(agreement(110.0, 100.0).map(|a| a.1), Some(true));
+        assert_eq!(agreement(111.0, 100.0).map(|a| a.1), Some(false));
+        assert_eq!(agreement(90.0, 100.0).map(|a| a.1), Some(true));
+        assert_eq!(agreement(1.0, 0.0), None);
+        assert_eq!(agreement(f64::NAN, 1.0), None);
+    }
+
+    #[test]
+    fn section_shows_rows_peers_disagreements_and_the_prediction() {
+        let (mg, rig) = two_gpus();
+        let md = markdown(&mg, &rig);
+        for want in [
+            "## Multi-GPU",
+            "### Kernels on every GPU",
+            "| GPU1 | NVIDIA H200 | 1",
+            "+8.0%",
+            "`multigpu/slower-at-same-clocks`",
+            "| bf16           | o_proj | 1   | 20.0 µs | 21.6 µs | 8.0%",
+            "400.0 GB/s; torch 390.0 GB/s (+2.6% ✓)",
+            "300.0 GB/s; torch 400.0 GB/s (-25.0% ✗)",
+            "GPU0 ⇄ GPU1",
+            "NCCL 2.28.9",
+            "NCCL_NVLS_ENABLE=0",
+            "10.0 KiB",
+            "-4.8% ✓",
+            "copy GPU1 → GPU0: rigbench 300.0 GB/s vs torch 400.0 GB/s (-25.0%): the methods differ",
+            "**All-reduce time per decode step**: 128 all-reduces",
+            "| 1   | 10.0 KiB | 1.28 ms (10.0 µs)",
+            "### Tensor-parallel prediction (not a measurement)",
+            "8.23 ms (6.95 ms + 1.28 ms, 1.69×)",
+            "What it leaves out:",
+        ] {
+            assert!(md.contains(want), "missing {want:?} in:\n{md}");
+        }
+        assert!(!md.contains("Every rigbench figure above is within"));
+    }
+
+    #[test]
+    fn agreeing_figures_say_so() {
+        let (mut mg, rig) = two_gpus();
+        mg.p2p.as_mut().unwrap().copies[1].bytes_per_s = 395e9;
+        let md = markdown(&mg, &rig);
+        assert!(
+            md.contains("Every rigbench figure above is within 10% of PyTorch's."),
+            "{md}"
+        );
+        // Without peers and measurements the section is short and says nothing false.
+        let bare = MultiGpuResults {
+            devices: vec![0, 1],
+            ..Default::default()
+        };
+        let md = markdown(&bare, &rig);
+        assert!(md.contains("GPU0 (NVIDIA H200), GPU1 (NVIDIA H200)"));
+        assert!(!md.contains("Interconnect") && !md.contains("within"));
+    }
 }

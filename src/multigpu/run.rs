@@ -258,7 +258,14 @@ pub fn tp_prediction(results: &Results, model: Option<&ModelInfo>) -> Result<TpP
     if mg.allreduce_per_step.is_empty() {
         return Err("no all-reduce was measured at the decode-step sizes".into());
     }
-    let (source, composite) = super::tp::decode_composite_placeholder(results)?;
+    let (source, mut composite) = super::tp::decode_composite(results)?;
+    // Only the decode batches whose all-reduce was measured (M ≤ 256).
+    composite.retain(|c| mg.allreduce_per_step.iter().any(|r| r.m == c.m));
+    if composite.is_empty() {
+        return Err(
+            "the composite has no M at which the all-reduce was measured (decode M = 1…256)".into(),
+        );
+    }
     Ok(TpPrediction {
         composite_source: source,
         hidden_size: model.hidden_size,

@@ -10,7 +10,8 @@
 //!
 //! `T(M, t) = C(M) / t + 2 · layers · AR_t(hidden · M · 2 bytes)` (and `T(M, 1) = C(M)`),
 //!
-//! with `AR_t` the all-reduce time measured over t GPUs in the same run.
+//! with `AR_t` the all-reduce time measured over t GPUs in the same run, and `C(M)` the decode-step
+//! composite of the same run ([`decode_composite`]).
 
 use super::schema::{AllReducePerStep, AllReduceWorld, TpRow};
 use crate::kernels::suite::ModelInfo;
@@ -101,23 +102,106 @@ pub fn predict(composite: &[CompositePoint], per_step: &[AllReducePerStep]) -> V
     rows
 }
 
-/// The decode-step composite the prediction starts from, read from `results`, with a sentence
-/// naming its source.
+/// Why there is no composite to start from.
+pub const NO_COMPOSITE: &str = "the kernel results have no decode-step composite (per implementation and M, the summed GEMM time of one decode step, from the suite's per-step shape counts); the prediction starts from it";
+
+/// The decode-step composite the prediction starts from, read from `results.kernels`, with a
+/// sentence naming its source.
 ///
-/// PLACEHOLDER: the decode-step composite (issue 11: per format and M, the summed GEMM time of
-/// one decode step, with shape counts per step from the suite TOML) is not in this build's
-/// results yet. Until it is, this returns the reason, the TP prediction is skipped with it, and
-/// the all-reduce time per step is still reported. Wiring: map the composite rows of
-/// `results.kernels` to [`CompositePoint`]s here (FP8 with its activation quantization, labelled
-/// so); nothing else changes.
+/// The composite is issue 11's (`kernels.composite`: `step.complete`, `step.description`, and
+/// rows of `provider`, `implementation`, `m`, `timing` (`cold` / `graph`), `median_s`,
+/// `act_quant_included`). It is read through the results' JSON form so that this module does not
+/// depend on the composite's Rust types; see [`composite_points`].
 ///
 /// # Errors
-/// The reason no composite is available.
-pub fn decode_composite_placeholder(
+/// The reason no composite is available ([`NO_COMPOSITE`] when the results have none).
+pub fn decode_composite(
     results: &crate::report::Results,
 ) -> Result<(String, Vec<CompositePoint>), String> {
-    let _ = results;
-    Err("the decode-step composite (per format and M, the summed GEMM time of one decode step) is not in this build's kernel results; the prediction starts from it".into())
+    let k = results
+        .kernels
+        .as_ref()
+        .ok_or("no kernel results in this run")?;
+    let v = serde_json::to_value(k).map_err(|e| format!("kernel results: {e}"))?;
+    composite_points(&v)
+}
+
+/// [`decode_composite`] over the JSON of a `KernelResults`: rigbench's own rows, in cold timing
+/// when there are any (else graph timing), labelled by implementation, FP8 marked when its
+/// activation quantization is included.
+///
+/// # Errors
+/// [`NO_COMPOSITE`], or a sentence saying which field is missing.
+pub fn composite_points(
+    kernels: &serde_json::Value,
+) -> Result<(String, Vec<CompositePoint>), String> {
+    let c = kernels
+        .get("composite")
+        .filter(|c| !c.is_null())
+        .ok_or(NO_COMPOSITE)?;
+    let rows = c
+        .get("rows")
+        .and_then(|r| r.as_array())
+        .ok_or("the composite has no rows")?;
+    let own: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| r.get("provider").and_then(|p| p.as_str()) == Some("rigbench"))
+        .collect();
+    let mode = if own
+        .iter()
+        .any(|r| r.get("timing").and_then(|t| t.as_str()) == Some("cold"))
+    {
+        "cold"
+    } else {
+        "graph"
+    };
+    let mut points = Vec::new();
+    for r in own
+        .iter()
+        .filter(|r| r.get("timing").and_then(|t| t.as_str()) == Some(mode))
+    {
+        let (Some(imp), Some(m), Some(s)) = (
+            r.get("implementation").and_then(|x| x.as_str()),
+            r.get("m").and_then(|x| x.as_u64()),
+            r.get("median_s").and_then(|x| x.as_f64()),
+        ) else {
+            return Err("a composite row lacks implementation, m or median_s".into());
+        };
+        let quant = r
+            .get("act_quant_included")
+            .and_then(|x| x.as_bool())
+            .unwrap_or(false);
+        points.push(CompositePoint {
+            label: if quant {
+                format!("{imp} (incl. activation quantization)")
+            } else {
+                imp.to_string()
+            },
+            m: m as usize,
+            seconds: s,
+        });
+    }
+    if points.is_empty() {
+        return Err("the composite has no rows of rigbench's own implementations".into());
+    }
+    let step = c.get("step");
+    let complete = step
+        .and_then(|s| s.get("complete"))
+        .and_then(|x| x.as_bool())
+        .unwrap_or(false);
+    let description = step
+        .and_then(|s| s.get("description"))
+        .and_then(|x| x.as_str())
+        .unwrap_or("");
+    let source = format!(
+        "this run's decode-step composite on the first GPU ({mode} timing; {description}){}",
+        if complete {
+            String::new()
+        } else {
+            "; the suite covers only PART of the step's linear layers, so the composite and the prediction are of that part".into()
+        }
+    );
+    Ok((source, points))
 }
 
 #[cfg(test)]
@@ -228,9 +312,42 @@ mod tests {
     }
 
     #[test]
-    fn the_placeholder_says_why() {
+    fn composite_rows_are_read_from_the_results() {
         let r = crate::report::Results::new(Default::default(), "x".into(), "c".into());
-        let e = decode_composite_placeholder(&r).unwrap_err();
-        assert!(e.contains("decode-step composite"));
+        assert!(decode_composite(&r)
+            .unwrap_err()
+            .contains("no kernel results"));
+        let mut r = r;
+        r.kernels = Some(Default::default());
+        assert_eq!(decode_composite(&r).unwrap_err(), NO_COMPOSITE);
+        // The composite's JSON form (issue 11's schema), abridged.
+        let k = serde_json::json!({"composite": {
+        "step": {"description": "one Qwen3.6-27B decode step", "complete": true, "shapes": []},
+        "rows": [
+            {"provider": "rigbench", "implementation": "bf16", "m": 1, "timing": "cold", "median_s": 13.9e-3, "act_quant_included": false},
+            {"provider": "rigbench", "implementation": "fp8", "m": 1, "timing": "cold", "median_s": 7.97e-3, "act_quant_included": true},
+            {"provider": "rigbench", "implementation": "bf16", "m": 1, "timing": "graph", "median_s": 13.0e-3, "act_quant_included": false},
+            {"provider": "torch", "implementation": "torch.matmul", "m": 1, "timing": "cold", "median_s": 14e-3, "act_quant_included": false}
+        ]}});
+        let (src, pts) = composite_points(&k).unwrap();
+        assert!(
+            src.contains("cold timing") && !src.contains("PART"),
+            "{src}"
+        );
+        assert_eq!(pts.len(), 2, "rigbench's own cold rows only");
+        assert_eq!(pts[1].label, "fp8 (incl. activation quantization)");
+        assert_eq!((pts[0].m, pts[0].seconds), (1, 13.9e-3));
+        // A partial step says so; graph timing is used when there is no cold row.
+        let k = serde_json::json!({"composite": {
+            "step": {"description": "part", "complete": false},
+            "rows": [{"provider": "rigbench", "implementation": "w4a16", "m": 16, "timing": "graph", "median_s": 1e-3}]}});
+        let (src, pts) = composite_points(&k).unwrap();
+        assert!(
+            src.contains("graph timing") && src.contains("PART"),
+            "{src}"
+        );
+        assert_eq!(pts[0].label, "w4a16");
+        let k = serde_json::json!({"composite": {"rows": [{"provider": "rigbench", "timing": "cold"}]}});
+        assert!(composite_points(&k).unwrap_err().contains("lacks"));
     }
 }

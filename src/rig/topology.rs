@@ -37,7 +37,8 @@ pub struct TopoGpu {
     pub nvml_index: Option<u32>,
     /// PCI bus id, `dddd:bb:dd.f` (lower case).
     pub pci_bus_id: Option<String>,
-    /// NUMA node of the GPU's PCIe root (`None`: unknown or the machine has one node).
+    /// NUMA node of the GPU's PCIe root (-1: the kernel assigns none, as on one-node machines;
+    /// `None`: unknown).
     pub numa_node: Option<i64>,
     /// CPUs close to the GPU (`0-31`), from sysfs `local_cpulist` or `nvidia-smi topo -m`.
     pub cpu_affinity: Option<String>,
@@ -96,7 +97,12 @@ impl Topology {
                 )
             })
             .collect();
-        let mut nodes: Vec<i64> = self.gpus.iter().filter_map(|g| g.numa_node).collect();
+        let mut nodes: Vec<i64> = self
+            .gpus
+            .iter()
+            .filter_map(|g| g.numa_node)
+            .filter(|n| *n >= 0)
+            .collect();
         nodes.sort_unstable();
         nodes.dedup();
         match nodes.len() {
@@ -449,14 +455,13 @@ pub fn probe_nvml(bus_ids: &[Option<String>]) -> Option<Topology> {
 /// Links per GPU that NVML numbers (`NVML_NVLINK_MAX_LINKS` in nvml.h).
 const NVML_NVLINK_MAX_LINKS: u32 = 18;
 
-/// NUMA node and local CPU list of a PCI device from sysfs (`numa_node` is -1 on one-node
-/// machines: reported as `None`).
+/// NUMA node and local CPU list of a PCI device from sysfs (`numa_node` is -1 when the kernel
+/// assigns none, as on one-node machines).
 fn sysfs_numa(bus_id: &str) -> (Option<i64>, Option<String>) {
     let dir = std::path::Path::new("/sys/bus/pci/devices").join(bus_id);
     let numa = std::fs::read_to_string(dir.join("numa_node"))
         .ok()
-        .and_then(|s| s.trim().parse::<i64>().ok())
-        .filter(|n| *n >= 0);
+        .and_then(|s| s.trim().parse::<i64>().ok());
     let cpus = std::fs::read_to_string(dir.join("local_cpulist"))
         .ok()
         .map(|s| s.trim().to_string())
@@ -515,11 +520,11 @@ pub fn render(t: &Topology) -> String {
                 }
             });
         }
-        r.push(
-            g.numa_node
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "n/a".into()),
-        );
+        r.push(match g.numa_node {
+            Some(v) if v >= 0 => v.to_string(),
+            Some(_) => "none".into(),
+            None => "n/a".into(),
+        });
         r.push(g.cpu_affinity.clone().unwrap_or_else(|| "n/a".into()));
         r.push(match (g.pcie_gen, g.pcie_width) {
             (Some((gc, gm)), Some((wc, wm))) => format!("Gen{gc} x{wc} / Gen{gm} x{wm}"),
