@@ -110,6 +110,14 @@ impl Dev {
         self.stream.cu_stream()
     }
 
+    /// Wait for all work of this device's context (any stream, including the legacy one that
+    /// the synchronous memset and copy calls use).
+    pub(crate) fn ctx_sync(&self) -> Result<(), RigError> {
+        self.ctx
+            .synchronize()
+            .map_err(|e| cuda_err(&format!("synchronizing device {}", self.index), e))
+    }
+
     /// Wait for this device's stream.
     pub(crate) fn sync(&self) -> Result<(), RigError> {
         self.stream
@@ -149,6 +157,9 @@ impl RawBuf {
         // SAFETY: writes exactly the allocation.
         unsafe { cudarc::driver::result::memset_d8_sync(ptr, byte, bytes.max(1)) }
             .map_err(|e| cuda_err("memset", e))?;
+        // cuMemsetD8 on device memory may return before it is done, on the legacy stream, which
+        // rigbench's non-blocking streams do not wait for.
+        dev.ctx_sync()?;
         Ok(b)
     }
 }
@@ -355,6 +366,7 @@ fn time_copy(
     // SAFETY: writes exactly the first `bytes` bytes of the destination buffer.
     unsafe { cudarc::driver::result::memset_d8_sync(dbuf.ptr, 0, bytes) }
         .map_err(|e| cuda_err("memset", e))?;
+    dst.ctx_sync()?;
     peer_copy(src, (dst, dbuf), (src, sbuf), bytes)?;
     src.sync()?;
     let probe = 4096.min(bytes);

@@ -355,6 +355,8 @@ pub fn measure_allreduce(
                 message: format!("{e:?}"),
             }
         })?;
+        // The DMA of a pageable upload may still run after the call returns.
+        d.ctx_sync()?;
     }
     all_reduce_once(a, &comms, &devs, &bufs, count)?;
     sync_all(&devs)?;

@@ -197,29 +197,20 @@ fn findings(group: &[DeviceSummary]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::GemmFormat;
-    use crate::kernels::schema::{KernelCase, Timing};
+    use crate::kernels::schema::KernelCase;
 
+    /// Built from JSON, so that fields added to the schema with defaults need no change here.
     fn case(imp: &str, shape: &str, m: usize, s: f64, mhz: Option<u32>) -> KernelCase {
-        KernelCase {
-            provider: "rigbench".into(),
-            implementation: imp.into(),
-            format: GemmFormat::Bf16,
-            shape: shape.into(),
-            m,
-            n: 1,
-            k: 1,
-            path: String::new(),
-            check: None,
-            timing: Timing {
-                median_s: s,
-                ..Default::default()
-            },
-            extra: vec![],
-            derived: Default::default(),
-            sm_clock_mhz: mhz,
-            throttle: vec![],
-        }
+        serde_json::from_value(serde_json::json!({
+            "provider": "rigbench", "implementation": imp, "format": "bf16", "shape": shape,
+            "m": m, "n": 1, "k": 1, "path": "", "check": null,
+            "timing": {"samples_s": [s], "median_s": s, "p10_s": s, "p90_s": s, "rel_std": 0.0,
+                       "stop_reason": null, "cold_l2": true},
+            "extra": [], "derived": {"tflops": 0.0, "weight_bytes": 0, "weight_bytes_per_s": 0.0,
+                                     "pct_copy_bw": null, "speedup_vs_bf16": null},
+            "sm_clock_mhz": mhz, "throttle": []
+        }))
+        .expect("a KernelCase")
     }
 
     fn results(scale: f64, mhz: Option<u32>) -> KernelResults {
