@@ -466,6 +466,15 @@ mod tests {
 
     #[test]
     fn missing_nccl_is_a_reason_not_a_panic() {
+        // With RIGBENCH_NCCL_LIB naming a real library, loading and binding must succeed (no GPU
+        // is needed for that); e.g. libnccl.so.2 from the nvidia-nccl-cu13 wheel.
+        if let Ok(p) = std::env::var("RIGBENCH_NCCL_LIB") {
+            if std::path::Path::new(&p).is_file() {
+                let (v, lib) = probe().expect("the library named by RIGBENCH_NCCL_LIB loads");
+                assert_eq!(lib, p);
+                eprintln!("NCCL {v} from {lib}");
+            }
+        }
         match probe() {
             Ok((v, lib)) => {
                 assert!(v.starts_with("2."), "{v}");
