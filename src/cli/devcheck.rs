@@ -106,7 +106,7 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
         out.flush()?;
     }
     if a.preset != "none" && part("speed") {
-        let gpu = crate::gpu::Gpu::open_device(a.device, false)?;
+        let gpu = crate::gpu::Gpu::open_device(a.device)?;
         let bw = crate::kernels::bench::copy_bandwidth(&gpu)?.bytes_per_s;
         drop(gpu);
         writeln!(out, "copy bandwidth {:.2} TB/s", bw / 1e12)?;

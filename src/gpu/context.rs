@@ -70,16 +70,26 @@ impl Gpu {
     /// # Errors
     /// [`RigError::NoGpu`] naming what is missing (driver, device, version).
     pub fn open() -> Result<Self, RigError> {
-        Self::open_device(0, false)
+        Self::open_device(0)
     }
 
-    /// Open device `ordinal`. With `own_stream`, work runs on a new (non-default) stream, which
-    /// CUDA graph capture requires; otherwise on the context's default stream.
+    /// Open CUDA device `index` (an ordinal as the driver numbers the visible devices, i.e.
+    /// after `CUDA_VISIBLE_DEVICES`), with its own context, on the context's default stream.
+    /// Checks as [`Gpu::open`].
     ///
     /// # Errors
-    /// [`RigError::NoGpu`] naming what is missing (driver, device, version), or a device ordinal
-    /// beyond the devices the driver reports.
-    pub fn open_device(ordinal: usize, own_stream: bool) -> Result<Self, RigError> {
+    /// [`RigError::NoGpu`] naming what is missing (driver, device, version, or an index past the
+    /// devices the driver reports).
+    pub fn open_device(index: usize) -> Result<Self, RigError> {
+        Self::open_device_stream(index, false)
+    }
+
+    /// [`Gpu::open_device`]; with `own_stream`, work runs on a new (non-default) stream, which
+    /// CUDA graph capture requires.
+    ///
+    /// # Errors
+    /// As [`Gpu::open_device`].
+    pub fn open_device_stream(index: usize, own_stream: bool) -> Result<Self, RigError> {
         let libs = libraries();
         if !libs.driver {
             return Err(RigError::NoGpu(
@@ -93,14 +103,14 @@ impl Gpu {
         if n <= 0 {
             return Err(RigError::NoGpu("the CUDA driver reports no GPU".into()));
         }
-        if ordinal >= n as usize {
+        if index >= n as usize {
             return Err(RigError::NoGpu(format!(
-                "cuda:{ordinal} does not exist: the driver reports {n} GPU(s) (cuda:0..cuda:{})",
+                "no CUDA device {index}: the driver reports {n} (devices 0 to {})",
                 n - 1
             )));
         }
-        let ctx =
-            CudaContext::new(ordinal).map_err(|e| cuda_err("creating the CUDA context", e))?;
+        let ctx = CudaContext::new(index)
+            .map_err(|e| cuda_err(&format!("creating the CUDA context on device {index}"), e))?;
         // One stream only: rigbench orders its own work, and the timing events must not have
         // cudarc's tracking events recorded between them.
         // SAFETY: all buffers are used on this one stream.

@@ -81,9 +81,22 @@ struct Rig {
 /// single implementations or cases are recorded as skips, not errors.
 pub fn run(
     opts: &BenchOptions,
+    on_update: impl FnMut(&KernelResults),
+) -> anyhow::Result<KernelResults> {
+    run_on_device(0, opts, on_update)
+}
+
+/// [`run`] on CUDA device `device`, with its own context and stream (several devices may run at
+/// once, each on its own thread). Telemetry is read from the same GPU (matched by PCI bus id).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_on_device(
+    device: usize,
+    opts: &BenchOptions,
     mut on_update: impl FnMut(&KernelResults),
 ) -> anyhow::Result<KernelResults> {
-    let gpu = Gpu::open()?;
+    let gpu = Gpu::open_device(device)?;
     let mut res = KernelResults {
         suite: SuiteInfo {
             name: opts.suite.name.clone(),
@@ -128,7 +141,10 @@ pub fn run(
     }
     let flusher = L2Flusher::new(&gpu, opts.flush)?;
     let rig = Rig {
-        telem: TelemetryReader::new(0),
+        telem: TelemetryReader::for_pci_bus_id(
+            crate::gpu::multi::pci_bus_id(device).as_deref(),
+            device as u32,
+        ),
         flusher,
         gpu,
         lt,

@@ -398,7 +398,7 @@ impl CudaBackend {
     /// # Errors
     /// As [`CudaBackend::load`].
     pub fn load_with(spec: CudaLoadSpec, opts: CudaOptions) -> anyhow::Result<Self> {
-        let gpu = Gpu::open_device(spec.device, true)?;
+        let gpu = Gpu::open_device_stream(spec.device, true)?;
         anyhow::ensure!(
             gpu.cc.as_int() >= 80,
             RigError::NoGpu(format!(
