@@ -235,6 +235,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         })
         .collect(),
         repeats: args.repeats as usize,
+        devices: args.sel.devices.clone(),
+        interconnect: true,
     })?;
     if args.save_baseline {
         if let Err(e) = save(&args, &results) {

@@ -24,9 +24,9 @@ pub fn rotated(formats: &[GemmFormat], repeat: usize) -> Vec<GemmFormat> {
     f
 }
 
-/// Run the suite of `opts` `repeats` times (implementation order rotated per repeat, the
-/// determinism check in the first repeat only; peers after each repeat when `with_peers`) and
-/// merge the repeats. `on_update` sees the merged results after every case.
+/// Run the suite of `opts` `repeats` times on GPU 0 (implementation order rotated per repeat,
+/// the determinism check in the first repeat only; peers after each repeat when `with_peers`)
+/// and merge the repeats. `on_update` sees the merged results after every case.
 ///
 /// # Errors
 /// The first repeat failed to start (no GPU, NVRTC): as [`super::bench::run`]. A later repeat
@@ -35,6 +35,29 @@ pub fn run_repeated(
     opts: &super::bench::BenchOptions,
     repeats: usize,
     with_peers: bool,
+    on_update: impl FnMut(&KernelResults),
+) -> anyhow::Result<KernelResults> {
+    run_repeated_with(
+        opts,
+        repeats,
+        with_peers,
+        |o, upd| super::bench::run(o, upd),
+        on_update,
+    )
+}
+
+/// [`run_repeated`] with the bench of one repeat given (e.g. on another CUDA device).
+///
+/// # Errors
+/// As [`run_repeated`].
+pub fn run_repeated_with(
+    opts: &super::bench::BenchOptions,
+    repeats: usize,
+    with_peers: bool,
+    mut bench: impl FnMut(
+        &super::bench::BenchOptions,
+        &mut dyn FnMut(&KernelResults),
+    ) -> anyhow::Result<KernelResults>,
     mut on_update: impl FnMut(&KernelResults),
 ) -> anyhow::Result<KernelResults> {
     let repeats = repeats.max(1);
@@ -54,7 +77,7 @@ pub fn run_repeated(
             ords.push(order.clone());
             on_update(&merge(&all, &ords));
         };
-        match super::bench::run(&o, &mut with_current) {
+        match bench(&o, &mut with_current) {
             Ok(mut k) => {
                 if with_peers {
                     super::peers::run_into(&o, &mut k);
