@@ -28,7 +28,8 @@ use crate::stats::{StoppingRule, Summary};
 pub const UTIL_SRC: &str = include_str!("../../kernels/util.cu");
 /// Source of rigbench's W4A16 kernels.
 pub const W4A16_SRC: &str = include_str!("../../kernels/w4a16.cu");
-const UTIL_KERNELS: &[&str] = &[
+/// Kernels of kernels/util.cu.
+pub const UTIL_KERNELS: &[&str] = &[
     "fill_uniform_bf16",
     "fill_fp8_codes",
     "fp8_amax_bf16",
@@ -70,6 +71,7 @@ struct Rig {
     lt: Option<Lt>,
     util: crate::gpu::Module,
     w4: Vec<super::W4Module>,
+    w4v2: Option<crate::gpu::Module>,
     flusher: L2Flusher,
     telem: TelemetryReader,
 }
@@ -139,6 +141,22 @@ pub fn run_on_device(
             )),
         }
     }
+    let v2_names = impls::w4a16::v2_kernel_names();
+    let v2_refs: Vec<&str> = v2_names.iter().map(String::as_str).collect();
+    let w4v2 = match gpu.compile("w4a16_v2", impls::w4a16::V2_SRC, &v2_refs) {
+        Ok(m) => {
+            res.notes.push(format!(
+                "kernels/w4a16_v2.cu compiled by NVRTC for {} in {:.2} s",
+                m.arch, m.compile_s
+            ));
+            Some(m)
+        }
+        Err(e) => {
+            res.notes
+                .push(format!("kernels/w4a16_v2.cu failed to build: {e}"));
+            None
+        }
+    };
     let flusher = L2Flusher::new(&gpu, opts.flush)?;
     let rig = Rig {
         telem: TelemetryReader::for_pci_bus_id(
@@ -150,12 +168,14 @@ pub fn run_on_device(
         lt,
         util,
         w4,
+        w4v2,
     };
     let env = Env {
         gpu: &rig.gpu,
         lt: rig.lt.as_ref(),
         util: &rig.util,
         w4: &rig.w4,
+        w4v2: rig.w4v2.as_ref(),
     };
     res.timing_policy = Some(TimingPolicy {
         warmup_iters: opts.warmup,

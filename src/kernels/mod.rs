@@ -7,6 +7,7 @@
 //! features, K input features (ARCHITECTURE.md, "Terms").
 
 pub mod accuracy;
+pub mod anatomy;
 pub mod bench;
 pub mod data;
 pub mod impls;
@@ -35,6 +36,8 @@ pub struct Env<'a> {
     /// `kernels/w4a16.cu`, compiled once per flavour (load instruction, ring depth); empty when
     /// it did not compile.
     pub w4: &'a [W4Module],
+    /// `kernels/w4a16_v2.cu`, when it compiled.
+    pub w4v2: Option<&'a Module>,
 }
 
 /// One compiled flavour of kernels/w4a16.cu.
