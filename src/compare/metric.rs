@@ -955,6 +955,9 @@ mod tests {
             derived: Default::default(),
             sm_clock_mhz: None,
             throttle: vec!["hw_slowdown".into()],
+            graph: None,
+            graph_skip: None,
+            clocks: None,
         }
     }
 

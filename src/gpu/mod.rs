@@ -9,5 +9,6 @@ pub mod probe;
 pub use probe::{libraries, probe_into, LibraryStatus, MIN_DRIVER_CUDA};
 pub mod context;
 pub mod cublaslt;
+pub mod graph;
 
 pub use context::{DevBuf, FlushMethod, FuncAttrs, Gpu, KArg, L2Flusher, Module, Timer};
