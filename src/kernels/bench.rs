@@ -230,7 +230,11 @@ pub fn run(
     res.timing_policy = Some(TimingPolicy {
         warmup_iters: opts.warmup,
         stopping: opts.stopping.clone(),
-        l2_flush_bytes: if opts.cold_l2 { rig.flusher.bytes() } else { 0 },
+        l2_flush_bytes: if opts.cold_l2 && opts.timing.cold() {
+            rig.flusher.bytes()
+        } else {
+            0
+        },
         timer: format!(
             "CUDA events (CU_EVENT_DEFAULT) around each launch, one stream; L2 flush by {}",
             match opts.flush {
@@ -870,6 +874,74 @@ fn determinism(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn graph_plans_exceed_four_l2_sizes() {
+        let l2 = 60 << 20; // H200: 60 MiB
+        let min_total = GRAPH_L2_FACTOR * l2;
+        // in_proj_ba in NVFP4: 96 × 5120 weights, 276,484 stream bytes.
+        let ba = crate::formats::GemmFormat::W4a16.weight_stream_bytes(96, 5120);
+        let (c, l) = graph_plan(ba, min_total, GRAPH_MIN_LAUNCHES);
+        assert!(c as u64 * ba > min_total && (c - 1) as u64 * ba <= min_total);
+        assert_eq!(l, c, "more copies than the minimum launches: one launch per copy");
+        // lm_head in BF16 (2.5 GB) is larger than 4 × L2 alone: still two copies, 8 launches.
+        let lm = crate::formats::GemmFormat::Bf16.weight_stream_bytes(248320, 5120);
+        assert_eq!(graph_plan(lm, min_total, GRAPH_MIN_LAUNCHES), (2, 8));
+        // o_proj in BF16 is exactly 60 MiB: four copies only equal 4 × L2, so five, and ten
+        // launches (the first multiple of five ≥ 8).
+        let o = crate::formats::GemmFormat::Bf16.weight_stream_bytes(5120, 6144);
+        assert_eq!(o, 60 << 20);
+        assert_eq!(graph_plan(o, min_total, GRAPH_MIN_LAUNCHES), (5, 10));
+    }
+
+    #[test]
+    fn time_cap_never_stops_below_min_samples() {
+        let rule = StoppingRule {
+            min_samples: 10,
+            max_samples: 200,
+            target_rel_std: 0.01,
+            max_time_s: 0.25,
+        };
+        // Noisy samples and a clock that is always past the cap: stops at exactly min_samples.
+        let mut i = 0;
+        let (s, r) = sample_loop(&rule, &|| 99.0, &mut || {
+            i += 1;
+            Ok(if i % 2 == 0 { 1.0 } else { 2.0 })
+        })
+        .unwrap();
+        assert_eq!((s.len(), r), (10, StopReason::TimeCap));
+        // Steady samples converge at min_samples; the sample cap still holds.
+        let (s, r) = sample_loop(&rule, &|| 0.0, &mut || Ok(5e-6)).unwrap();
+        assert_eq!((s.len(), r), (10, StopReason::Converged));
+        let mut j = 0;
+        let (s, r) = sample_loop(&rule, &|| 0.0, &mut || {
+            j += 1;
+            Ok(if j % 2 == 0 { 1.0 } else { 3.0 })
+        })
+        .unwrap();
+        assert_eq!((s.len(), r), (200, StopReason::SampleCap));
+        let t = timing_of(s, r, true, None).unwrap();
+        assert_eq!(t.stop_reason, Some(StopReason::SampleCap));
+        assert!(sample_loop(&rule, &|| 0.0, &mut || anyhow::bail!("launch failed")).is_err());
+    }
+
+    #[test]
+    fn throttle_note_names_cases_and_the_lowest_clock() {
+        let mut a = crate::kernels::composite::tests::case_for_tests("bf16", 1e-5);
+        a.throttle = vec!["sw_power_cap".into()];
+        a.clocks = Some(ClockStats {
+            readings: 3,
+            min_mhz: Some(1410),
+            median_mhz: Some(1755),
+            max_mhz: Some(1980),
+            throttle_seen: vec!["sw_power_cap".into()],
+            source: "nvml".into(),
+        });
+        let b = crate::kernels::composite::tests::case_for_tests("fp8", 1e-5);
+        let n = throttle_note(&[a, b.clone()], "qkv", 16).unwrap();
+        assert!(n.contains("qkv M=16 (bf16)") && n.contains("sw_power_cap") && n.contains("1410 MHz"), "{n}");
+        assert!(throttle_note(&[b], "qkv", 16).is_none());
+    }
 
     /// Compiles both kernel files with NVRTC for sm_90 when libnvrtc and the CUDA headers are
     /// present (no GPU needed); skips with a reason otherwise.

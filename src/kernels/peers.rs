@@ -370,7 +370,88 @@ mod tests {
     }
 
     #[test]
+    fn peer_rows_use_rigbench_bf16_and_keep_stop_reasons_and_graph_timings() {
+        let text = r#"{"peers":[],"skipped":[],"cases":[
+          {"provider":"torch","implementation":"torch.matmul","format":"bf16","shape":"q","m":1,"n":16,"k":32,"path":"p",
+           "check":{"reference":"r","metric":"rel_l2","value":0.001,"tolerance_name":"PEER_REL_L2","tolerance":0.005,"passed":true},
+           "samples_s":[2e-5,2e-5,2e-5],"stop_reason":"time_cap","weight_bytes":1024,
+           "graph":{"samples_s":[1.9e-5,1.9e-5],"stop_reason":"converged","launches":8,"weight_copies":4,"weight_bytes_total":4096,"extra":[]},
+           "t_start":100.0,"t_end":101.0},
+          {"provider":"torch","implementation":"torch._scaled_mm","format":"fp8","shape":"q","m":1,"n":16,"k":32,"path":"p",
+           "check":{"reference":"r","metric":"rel_l2","value":0.001,"tolerance_name":"PEER_REL_L2","tolerance":0.005,"passed":true},
+           "samples_s":[1e-5],"extra":[{"name":"activation_quant","samples_s":[4e-6],"stop_reason":"sample_cap"}]},
+          {"provider":"gemlite","implementation":"gemlite.A16W4_INT_g128","format":"w4a16","shape":"q","m":1,"n":16,"k":128,"path":"p",
+           "check":{"reference":"r","metric":"rel_l2","value":0.001,"tolerance_name":"PEER_REL_L2","tolerance":0.005,"passed":true},
+           "samples_s":[],"graph":{"samples_s":[5e-6],"stop_reason":"sample_cap","launches":16,"weight_copies":16,"weight_bytes_total":16},
+           "graph_skip":null}]}"#;
+        let o: PeerOut = serde_json::from_str(text).unwrap();
+        let mut own = crate::kernels::composite::tests::case_for_tests("bf16", 1e-5);
+        own.timing.median_s = 1e-5;
+        let cases = to_cases(o.cases, &[own], true, Some(1e12), None);
+        assert_eq!(cases.len(), 3);
+        let mm = &cases[0];
+        // One denominator: rigbench's bf16 (10 µs) over the peer's 20 µs.
+        assert_eq!(mm.derived.speedup_vs_bf16, Some(0.5));
+        assert_eq!(mm.timing.stop_reason, Some(StopReason::TimeCap));
+        assert_eq!(mm.derived.weight_bytes, 1024);
+        let g = mm.graph.as_ref().unwrap();
+        assert_eq!(g.timing.graph.as_ref().unwrap().weight_copies, 4);
+        assert_eq!(g.timing.stop_reason, Some(StopReason::Converged));
+        assert!(!g.timing.cold_l2);
+        let sm = &cases[1];
+        assert!((sm.total_s() - 1.4e-5).abs() < 1e-15, "GEMM + activation quantization");
+        assert_eq!(sm.timing.stop_reason, None, "an older script reports no reason");
+        assert_eq!(sm.derived.weight_bytes, peer_weight_bytes("torch._scaled_mm", 16, 32));
+        // Graph only: the graph timing is the primary one.
+        let gl = &cases[2];
+        assert!(gl.graph.is_none() && gl.timing.graph.is_some());
+        assert_eq!(gl.cold_timing(), None);
+        assert_eq!(gl.derived.speedup_vs_bf16, Some(2.0));
+    }
+
+    #[test]
+    fn spec_carries_timing_modes_and_peer_folders() {
+        let opts = BenchOptions {
+            suite: crate::kernels::suite::load("smoke").unwrap(),
+            formats: vec![],
+            stopping: crate::stats::StoppingRule::default(),
+            warmup: 3,
+            cold_l2: true,
+            flush: crate::gpu::FlushMethod::Read,
+            tune_samples: 5,
+            determinism_m: vec![],
+            determinism_runs: 5,
+            peers: PeerMode::On,
+            timing: TimingModes::Both,
+        };
+        let k = KernelResults {
+            timing_policy: Some(TimingPolicy {
+                warmup_iters: 3,
+                stopping: opts.stopping.clone(),
+                l2_flush_bytes: 120 << 20,
+                timer: String::new(),
+                modes: TimingModes::Both,
+                graph: Some(GraphPolicy {
+                    min_total_weight_bytes: 240 << 20,
+                    min_launches: 8,
+                    description: String::new(),
+                }),
+            }),
+            ..Default::default()
+        };
+        let v = spec(&opts, &k, &[PathBuf::from("/x/.peers")]);
+        assert_eq!(v["timing"]["cold"], true);
+        assert_eq!(v["timing"]["graph"], true);
+        assert_eq!(v["timing"]["graph_min_total_bytes"], 240u64 << 20);
+        assert_eq!(v["sys_path"][0], "/x/.peers");
+        assert_eq!(v["stopping"]["min_samples"], opts.stopping.min_samples);
+    }
+
+    #[test]
     fn the_script_is_embedded() {
         assert!(SCRIPT.contains("_weight_int4pack_mm") && SCRIPT.contains("--spec"));
+        assert!(SCRIPT.contains("gemlite") && SCRIPT.contains("CUDAGraph"));
+        // The script's copy rule is rigbench's.
+        assert!(SCRIPT.contains("copies = max(2, min_total // max(1, nbytes) + 1)"));
     }
 }

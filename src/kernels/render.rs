@@ -130,12 +130,27 @@ fn cell(c: Option<&&KernelCase>, base: Option<f64>, target: Option<f64>) -> Stri
 
 /// The column header: FP8 columns with a timed activation quantization say they include it.
 fn col_header(cases: &BTreeMap<(String, usize), &KernelCase>, col: &str) -> String {
+    let fp8 = cases
+        .iter()
+        .any(|((c, _), x)| c == col && x.format == crate::formats::GemmFormat::Fp8);
     if has_quant(cases, col) {
         format!("{col} (+ act. quant)")
+    } else if fp8 {
+        format!("{col} (GEMM only: act. quant not timed)")
     } else {
         col.to_string()
     }
 }
+
+/// Serde name of a stop reason (`converged`, `sample_cap`, `time_cap`).
+fn stop_name(r: Option<crate::stats::StopReason>) -> String {
+    r.and_then(|r| serde_json::to_value(r).ok())
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "not recorded".into())
+}
+
+/// How many flagged cases the footnote under a table names before it counts the rest.
+const FLAGGED_SHOWN: usize = 4;
 
 /// One line on the SM clock polled while the cases were sampled.
 fn clock_line(k: &KernelResults) -> Option<String> {
@@ -175,7 +190,9 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
     if let Some(p) = &k.timing_policy {
         o.push_str(&format!(
             "Conditions: {}; warm-up {} launches; sampling stops at σ/mean ≤ {:.1}% (after ≥ {} samples), at {} samples, or after {:.2} s once {} samples are in; timer: {}.\n",
-            if p.l2_flush_bytes > 0 {
+            if p.modes == TimingModes::Graph {
+                "graph timing (no flush: the launches rotate over weight copies larger than 4× L2)".to_string()
+            } else if p.l2_flush_bytes > 0 {
                 format!("cold L2 (a {} L2 flush before every sample)", human_bytes(p.l2_flush_bytes))
             } else {
                 "warm L2 (no flush)".into()
@@ -249,13 +266,10 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
                 if let (Some(x), Some(t)) = (x, target) {
                     if noisy(x, t) {
                         flagged.push(format!(
-                            "{c} M = {m}: σ/mean {:.1}% over {} samples (stopped: {})",
+                            "{c} M = {m}: σ/mean {:.1}% over {} samples (stop: {})",
                             x.timing.rel_std * 100.0,
                             x.timing.samples_s.len(),
-                            x.timing
-                                .stop_reason
-                                .map(|r| format!("{r:?}"))
-                                .unwrap_or_else(|| "not recorded".into())
+                            stop_name(x.timing.stop_reason)
                         ));
                     }
                 }
@@ -290,10 +304,17 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
         o.push_str(&markdown_table(&hdr, &rows));
         o.push('\n');
         if !flagged.is_empty() {
+            let more = flagged.len().saturating_sub(FLAGGED_SHOWN);
+            flagged.truncate(FLAGGED_SHOWN);
             o.push_str(&format!(
-                "‡ spread far above the stopping target ({:.1}%): {}.\n\n",
+                "‡ σ/mean more than {NOISY_FACTOR}× the stopping target ({:.1}%): {}{}.\n\n",
                 target.unwrap_or(0.0) * 100.0,
-                flagged.join("; ")
+                flagged.join("; "),
+                if more > 0 {
+                    format!("; and {more} more (kernels.csv: rel_std, stop_reason)")
+                } else {
+                    String::new()
+                }
             ));
         }
         let pairs = [("w4a16", "fp8"), ("w4a16", "bf16"), ("fp8", "bf16")];
@@ -336,12 +357,20 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
                 c.m.to_string(),
                 c.implementation.clone(),
                 c.path.clone(),
+                c.clocks
+                    .as_ref()
+                    .and_then(|x| Some(format!("{}–{}", x.min_mhz?, x.max_mhz?)))
+                    .unwrap_or_else(|| "—".into()),
+                stop_name(c.timing.stop_reason),
             ]
         })
         .collect();
     if !paths.is_empty() {
-        o.push_str("### What ran\n\n<details><summary>Path of every rigbench case</summary>\n\n");
-        o.push_str(&markdown_table(&["shape", "M", "impl", "path"], &paths));
+        o.push_str("### What ran\n\n<details><summary>Path of every rigbench case, the SM clock polled while it was sampled, and why sampling stopped</summary>\n\n");
+        o.push_str(&markdown_table(
+            &["shape", "M", "impl", "path", "SM clock (MHz)", "stop"],
+            &paths,
+        ));
         o.push_str("\n</details>\n\n");
     }
     if !k.peers.is_empty() {
@@ -936,5 +965,133 @@ mod tests {
         assert_eq!(files, vec!["kernels_qkv.svg", "kernels_fastest.svg"]);
         let svg = std::fs::read_to_string(d.path().join("kernels_qkv.svg")).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("w4a16"));
+    }
+
+    fn with_quant(mut c: KernelCase, q: f64) -> KernelCase {
+        c.extra.push(NamedTiming {
+            name: ACT_QUANT.into(),
+            timing: Timing {
+                samples_s: vec![q],
+                median_s: q,
+                ..Default::default()
+            },
+        });
+        c
+    }
+
+    fn step_results() -> KernelResults {
+        let mut cases = Vec::new();
+        for (shape, f) in [("a", 1.0), ("b", 2.0)] {
+            for m in [1usize, 16] {
+                cases.push(case("bf16", shape, m, 20e-6 * f));
+                // FP8's GEMM alone is the fastest, but not with its activation quantization.
+                cases.push(with_quant(case("fp8", shape, m, 8e-6 * f), 8e-6));
+                cases.push(case("w4a16", shape, m, 10e-6 * f));
+                let mut p = case("torch._scaled_mm", shape, m, 7e-6 * f);
+                p.provider = "torch".into();
+                p.format = GemmFormat::Fp8;
+                cases.push(p);
+            }
+        }
+        for c in &mut cases {
+            c.derived.weight_bytes = if c.shape == "a" { 1_000_000 } else { 3_000_000 };
+        }
+        // A noisy case.
+        cases[2].timing.rel_std = 0.2;
+        KernelResults {
+            suite: SuiteInfo {
+                name: "t".into(),
+                decode_step: Some(DecodeStep {
+                    description: "a test step".into(),
+                    complete: true,
+                    shapes: vec![
+                        StepShape {
+                            shape: "a".into(),
+                            n: 64,
+                            k: 128,
+                            count: 2,
+                        },
+                        StepShape {
+                            shape: "b".into(),
+                            n: 64,
+                            k: 128,
+                            count: 3,
+                        },
+                    ],
+                }),
+                ..Default::default()
+            },
+            timing_policy: Some(TimingPolicy {
+                warmup_iters: 3,
+                stopping: crate::stats::StoppingRule::default(),
+                l2_flush_bytes: 1 << 20,
+                timer: "events".into(),
+                modes: TimingModes::Cold,
+                graph: None,
+            }),
+            copy_bandwidth: Some(CopyBandwidth {
+                bytes: 1 << 30,
+                median_s: 5e-4,
+                bytes_per_s: 4.2e12,
+                samples: 20,
+            }),
+            cases,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn one_denominator_quant_in_fastest_and_noisy_flags() {
+        let k = step_results();
+        let md = markdown(&k, &[]);
+        // rigbench's fp8 column says it includes the quantization; the peer's says it does not.
+        assert!(md.contains("fp8 (+ act. quant)"), "{md}");
+        assert!(md.contains("torch:torch._scaled_mm (GEMM only: act. quant not timed)"));
+        // fp8 total 16 µs against bf16's 20: 1.25×, and w4a16 (10 µs) is the fastest of
+        // rigbench's rows once quantization is counted (the peer's GEMM alone is 7 µs).
+        assert!(md.contains("16.0 µs (1.25×)"), "{md}");
+        assert!(md.contains("7.0 µs (2.86×)"), "the peer's speedup uses rigbench's bf16: {md}");
+        assert!(md.contains("w4a16 is faster than fp8 at every M"), "{md}");
+        assert!(md.contains(" ‡") && md.contains("w4a16 M = 1: σ/mean 20.0%"), "{md}");
+        // The composite, the fits and the goals are there.
+        assert!(md.contains("### Decode-step composite: a test step"));
+        assert!(md.contains("fp8 (incl. act. quant)"));
+        assert!(md.contains("### Fixed cost and streaming rate"));
+        assert!(md.contains("### rigbench's kernel goals"));
+        assert!(!md.contains("### Timing modes"), "no graph timing asked for");
+        let d = tempfile::tempdir().unwrap();
+        let files = write_plots(&k, d.path()).unwrap();
+        assert!(files.contains(&COMPOSITE_PLOT.to_string()));
+        let svg = std::fs::read_to_string(d.path().join(COMPOSITE_PLOT)).unwrap();
+        assert!(svg.contains("NVFP4 byte floor"), "{svg}");
+        assert!(svg.contains("w4a16") && svg.contains("torch:torch._scaled_mm"));
+        let csv_text = csv(&k).unwrap();
+        let header = csv_text.lines().next().unwrap();
+        assert!(header.ends_with("throttle_seen") && header.contains(",total_s,"));
+        let fp8_row = csv_text.lines().find(|l| l.starts_with("rigbench,fp8,fp8,a,1,")).unwrap();
+        assert!(
+            fp8_row.contains(&format!(",{},", 8e-6f64 + 8e-6)),
+            "total_s = GEMM + quantization: {fp8_row}"
+        );
+    }
+
+    #[test]
+    fn graph_mode_is_said_in_the_conditions() {
+        let mut k = step_results();
+        if let Some(p) = k.timing_policy.as_mut() {
+            p.modes = TimingModes::Graph;
+        }
+        let md = markdown(&k, &[]);
+        assert!(md.contains("Timing mode: **graph**"), "{md}");
+    }
+
+    #[test]
+    fn h200_report_renders_the_composite_rows() {
+        let k = crate::kernels::composite::tests::h200_run();
+        let md = markdown(&k, &[COMPOSITE_PLOT.to_string()]);
+        assert!(md.contains("| 1    | 13.92 ms (1.00×)"), "{md}");
+        assert!(md.contains("w4a16 is faster than bf16 up to M = 16; bf16 is faster from M = 32"));
+        assert!(md.contains("![decode-step composite"));
+        assert!(md.contains("| NVFP4   | 14.41 GB       | 3.40 ms"), "{md}");
     }
 }
