@@ -528,7 +528,10 @@ fn composite_metrics(
         let mut conditions = BTreeMap::from([
             ("format".to_string(), r.format.id().to_string()),
             ("step".to_string(), step.clone()),
-            ("act_quant_included".to_string(), r.act_quant_included.to_string()),
+            (
+                "act_quant_included".to_string(),
+                r.act_quant_included.to_string(),
+            ),
         ]);
         if r.timing == StepTiming::Cold {
             conditions.insert("cold_l2".into(), cold_l2.to_string());
@@ -1290,11 +1293,21 @@ mod tests {
         crate::kernels::composite::refresh(&mut k);
         r.kernels = Some(k);
         let ms = metrics_of(&r);
-        let get = |id: &str| ms.iter().find(|m| m.id == id).unwrap_or_else(|| panic!("{id}"));
+        let get = |id: &str| {
+            ms.iter()
+                .find(|m| m.id == id)
+                .unwrap_or_else(|| panic!("{id}"))
+        };
         let cold = get("kernels/rigbench/fp8/qkv/m=1/time_s");
-        assert!(!cold.conditions.contains_key("timing"), "cold figures keep old baselines comparable");
+        assert!(
+            !cold.conditions.contains_key("timing"),
+            "cold figures keep old baselines comparable"
+        );
         let gm = get("kernels/rigbench/fp8/qkv/m=1/graph/time_s");
-        assert_eq!(gm.conditions.get("timing").map(String::as_str), Some("graph"));
+        assert_eq!(
+            gm.conditions.get("timing").map(String::as_str),
+            Some("graph")
+        );
         get("kernels/rigbench/fp8/qkv/m=1/graph/activation_quant/time_s");
         let primary_graph = get("kernels/rigbench/fp8/qkv/m=16/time_s");
         assert_eq!(
@@ -1331,8 +1344,7 @@ mod tests {
             }
             crate::kernels::composite::refresh(k2);
         }
-        let why =
-            missing_reason(&r2, "kernels/composite/rigbench/fp8/m=16/graph/time_s").unwrap();
+        let why = missing_reason(&r2, "kernels/composite/rigbench/fp8/m=16/graph/time_s").unwrap();
         assert!(
             why.contains("left out of the composite") && why.contains("no timed case for o_proj"),
             "{why}"
@@ -1340,9 +1352,11 @@ mod tests {
         if let Some(k2) = r2.kernels.as_mut() {
             k2.composite = None;
         }
-        assert!(missing_reason(&r2, "kernels/composite/rigbench/fp8/m=1/time_s")
-            .unwrap()
-            .contains("no decode-step composite"));
+        assert!(
+            missing_reason(&r2, "kernels/composite/rigbench/fp8/m=1/time_s")
+                .unwrap()
+                .contains("no decode-step composite")
+        );
     }
 
     #[test]

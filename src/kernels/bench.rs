@@ -576,7 +576,18 @@ fn graph_timing(
     }
     im.prepare_weight_copies(env, copies)
         .map_err(|e| format!("{e:#}"))?;
-    let out = graph_timing_with_copies(rig, cap, env, opts, im, inp, rows, cols, want, (copies, launches, total));
+    let out = graph_timing_with_copies(
+        rig,
+        cap,
+        env,
+        opts,
+        im,
+        inp,
+        rows,
+        cols,
+        want,
+        (copies, launches, total),
+    );
     im.release_weight_copies();
     out
 }
@@ -625,7 +636,7 @@ fn graph_timing_with_copies(
     let nonfinite = count_nonfinite(env, inp).map_err(|e| err("check", e))?;
     let got = gather(env, inp, rows, cols).map_err(|e| err("check", e))?;
     let e = rel_l2(&got, want);
-    if nonfinite > 0 || !(e <= tol) {
+    if nonfinite > 0 || e.is_nan() || e > tol {
         return Err(format!(
             "the graph's output failed the correctness check (rel_l2 = {e:.3e}, tolerance {tol_name} = {tol:.0e}, {nonfinite} non-finite): graph timing discarded"
         ));
@@ -764,9 +775,9 @@ fn run_case(
         (None, Some(g)) => (g.timing, g.extra, None),
         (None, None) => {
             return Ok(Outcome::Failed(format!(
-                "graph timing (--timing graph) could not run: {}; --timing both times it cold as well",
-                graph_skip.unwrap_or_default()
-            )))
+            "graph timing (--timing graph) could not run: {}; --timing both times it cold as well",
+            graph_skip.unwrap_or_default()
+        )))
         }
     };
     Ok(Outcome::Case(Box::new(KernelCase {
@@ -883,7 +894,10 @@ mod tests {
         let ba = crate::formats::GemmFormat::W4a16.weight_stream_bytes(96, 5120);
         let (c, l) = graph_plan(ba, min_total, GRAPH_MIN_LAUNCHES);
         assert!(c as u64 * ba > min_total && (c - 1) as u64 * ba <= min_total);
-        assert_eq!(l, c, "more copies than the minimum launches: one launch per copy");
+        assert_eq!(
+            l, c,
+            "more copies than the minimum launches: one launch per copy"
+        );
         // lm_head in BF16 (2.5 GB) is larger than 4 × L2 alone: still two copies, 8 launches.
         let lm = crate::formats::GemmFormat::Bf16.weight_stream_bytes(248320, 5120);
         assert_eq!(graph_plan(lm, min_total, GRAPH_MIN_LAUNCHES), (2, 8));
@@ -939,7 +953,10 @@ mod tests {
         });
         let b = crate::kernels::composite::tests::case_for_tests("fp8", 1e-5);
         let n = throttle_note(&[a, b.clone()], "qkv", 16).unwrap();
-        assert!(n.contains("qkv M=16 (bf16)") && n.contains("sw_power_cap") && n.contains("1410 MHz"), "{n}");
+        assert!(
+            n.contains("qkv M=16 (bf16)") && n.contains("sw_power_cap") && n.contains("1410 MHz"),
+            "{n}"
+        );
         assert!(throttle_note(&[b], "qkv", 16).is_none());
     }
 

@@ -24,8 +24,8 @@ use crate::stats::percentile;
 
 /// Quantiles (percent) summed into a composite's `samples_s`; the middle one is the median.
 pub const QUANTILES: [f64; 19] = [
-    5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 45.0, 50.0, 55.0, 60.0, 65.0, 70.0, 75.0,
-    80.0, 85.0, 90.0, 95.0,
+    5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 45.0, 50.0, 55.0, 60.0, 65.0, 70.0, 75.0, 80.0,
+    85.0, 90.0, 95.0,
 ];
 
 /// Which timing a composite row sums.
@@ -214,7 +214,8 @@ pub fn compute_for(k: &KernelResults, step: &DecodeStep) -> Option<Composite> {
                     median_s += cnt * (t.median_s + q.map_or(0.0, |q| q.median_s));
                     for (i, p) in QUANTILES.iter().enumerate() {
                         let tq = percentile(&t.samples_s, *p).unwrap_or(t.median_s);
-                        let qq = q.map_or(0.0, |q| percentile(&q.samples_s, *p).unwrap_or(q.median_s));
+                        let qq =
+                            q.map_or(0.0, |q| percentile(&q.samples_s, *p).unwrap_or(q.median_s));
                         samples_s[i] += cnt * (tq + qq);
                     }
                     weight_bytes += *count as u64 * case.derived.weight_bytes;
@@ -471,7 +472,14 @@ pub(crate) mod tests {
 
     /// A rigbench case of `imp` at shape `q`, M = 1, for other modules' tests.
     pub(crate) fn case_for_tests(imp: &str, t: f64) -> KernelCase {
-        case("rigbench", imp, imp.parse().unwrap_or(GemmFormat::Bf16), "q", 1, t)
+        case(
+            "rigbench",
+            imp,
+            imp.parse().unwrap_or(GemmFormat::Bf16),
+            "q",
+            1,
+            t,
+        )
     }
 
     fn case(provider: &str, imp: &str, f: GemmFormat, shape: &str, m: usize, t: f64) -> KernelCase {
@@ -546,7 +554,10 @@ pub(crate) mod tests {
         let c = compute_for(&k, &step()).unwrap();
         let bf = c.rows.iter().find(|r| r.implementation == "bf16").unwrap();
         assert!((bf.median_s - (3.0 * 10e-6 + 2.0 * 20e-6)).abs() < 1e-15);
-        assert_eq!(bf.samples_s[9], bf.median_s, "the middle quantile sum is the median");
+        assert_eq!(
+            bf.samples_s[9], bf.median_s,
+            "the middle quantile sum is the median"
+        );
         assert!(bf.samples_s[0] < bf.median_s && bf.samples_s[18] > bf.median_s);
         assert!(!bf.act_quant_included);
         assert_eq!(bf.weight_bytes, 5000);
@@ -557,7 +568,10 @@ pub(crate) mod tests {
         assert!(f8.act_quant_included);
         // The peer lacks shape b: left out, with the gap named.
         assert!(c.rows.iter().all(|r| r.provider == "rigbench"));
-        assert!(c.gaps.iter().any(|g| g.contains("torch:torch.matmul") && g.contains("b")));
+        assert!(c
+            .gaps
+            .iter()
+            .any(|g| g.contains("torch:torch.matmul") && g.contains("b")));
         // No graph timings: no graph rows.
         assert!(c.rows.iter().all(|r| r.timing == StepTiming::Cold));
     }
@@ -621,7 +635,11 @@ pub(crate) mod tests {
                 .unwrap()
         };
         let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
-        assert!(close(ms("bf16", 1), 13.915920093655586), "{}", ms("bf16", 1));
+        assert!(
+            close(ms("bf16", 1), 13.915920093655586),
+            "{}",
+            ms("bf16", 1)
+        );
         assert!(close(ms("bf16", 16), 14.071072056889534));
         assert!(close(ms("bf16", 64), 14.45422388613224));
         assert!(close(ms("w4a16", 1), 6.75412793457508));
@@ -642,7 +660,10 @@ pub(crate) mod tests {
         assert!((pct("bf16") - 86.9).abs() < 0.5, "{}", pct("bf16"));
         assert!((pct("w4a16") - 50.3).abs() < 0.5, "{}", pct("w4a16"));
         // Peers that cover every shape are in it.
-        assert!(c.rows.iter().any(|r| r.implementation == "torch._weight_int4pack_mm"));
+        assert!(c
+            .rows
+            .iter()
+            .any(|r| r.implementation == "torch._weight_int4pack_mm"));
     }
 
     #[test]
@@ -656,7 +677,10 @@ pub(crate) mod tests {
         assert!((b.t0_s * 1e6 - 4.915971540237559).abs() < 1e-6, "{b:?}");
         assert!((b.bytes_per_s.unwrap() / 1e12 - 4.120941725188988).abs() < 1e-6);
         let md = crate::kernels::fit::markdown(&k);
-        assert!(md.contains("at M = 1") && md.contains("8.4 µs") && md.contains("3.51 TB/s"), "{md}");
+        assert!(
+            md.contains("at M = 1") && md.contains("8.4 µs") && md.contains("3.51 TB/s"),
+            "{md}"
+        );
     }
 
     #[test]
@@ -674,9 +698,14 @@ pub(crate) mod tests {
         assert_eq!(find("M = 64:").measured, "0.36×");
         assert_eq!(find("correctness").verdict, Verdict::Met);
         let det = find("determinism");
-        assert_eq!((det.verdict.clone(), det.measured.as_str()), (Verdict::Met, "32/32 bit-exact"));
+        assert_eq!(
+            (det.verdict.clone(), det.measured.as_str()),
+            (Verdict::Met, "32/32 bit-exact")
+        );
         assert_eq!(find("N ≤ 128").verdict, Verdict::NotMet);
         let md = crate::kernels::goals::markdown(&k, c.as_ref());
-        assert!(md.contains("rigbench's kernel goals") && md.contains("not a property of the card"));
+        assert!(
+            md.contains("rigbench's kernel goals") && md.contains("not a property of the card")
+        );
     }
 }

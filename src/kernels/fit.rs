@@ -217,7 +217,10 @@ mod tests {
     #[test]
     fn degenerate_inputs() {
         assert!(fit_line(&[(1.0, 1.0)]).is_none());
-        assert!(fit_line(&[(1.0, 1.0), (1.0, 2.0)]).is_none(), "one byte count");
+        assert!(
+            fit_line(&[(1.0, 1.0), (1.0, 2.0)]).is_none(),
+            "one byte count"
+        );
         let f = fit_line(&[(1.0, 2.0), (2.0, 1.0)]).unwrap();
         assert_eq!(f.bytes_per_s, None, "time falling with bytes has no rate");
         assert!(f.predict(3.0).is_none());

@@ -102,10 +102,21 @@ fn judge(goal: String, need: f64, higher: bool, unit: &str, vals: Vec<(String, f
     }
 }
 
+/// Say why a composite goal has nothing to evaluate.
+fn explain(mut g: Goal, composite: Option<&Composite>) -> Goal {
+    if let Verdict::NotMeasured(why) = &mut g.verdict {
+        *why = match composite {
+            None => "no decode-step composite: the suite gives no per_step counts, or no implementation covered every shape".into(),
+            Some(_) => "w4a16 or its baseline has no composite row at that M (see the composite's gaps)".into(),
+        };
+    }
+    g
+}
+
 fn row<'a>(c: &'a Composite, imp: &str, m: usize, t: StepTiming) -> Option<&'a CompositeRow> {
-    c.rows.iter().find(|r| {
-        r.provider == "rigbench" && r.implementation == imp && r.m == m && r.timing == t
-    })
+    c.rows
+        .iter()
+        .find(|r| r.provider == "rigbench" && r.implementation == imp && r.m == m && r.timing == t)
 }
 
 /// Evaluate every goal on `k` (with its composite, if any).
@@ -147,7 +158,7 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
             },
             _ => vec![],
         };
-        out.push(judge(goal, need, true, "×", vals));
+        out.push(explain(judge(goal, need, true, "×", vals), composite));
     }
     let big: Vec<(String, f64)> = match (composite, timing) {
         (Some(c), Some(t)) => c
@@ -166,12 +177,15 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
             .collect(),
         _ => vec![],
     };
-    out.push(judge(
-        "decode-step composite, every M ≥ 1024: w4a16 at least 90% of bf16's speed".into(),
-        0.9,
-        true,
-        "×",
-        big,
+    out.push(explain(
+        judge(
+            "decode-step composite, every M ≥ 1024: w4a16 at least 90% of bf16's speed".into(),
+            0.9,
+            true,
+            "×",
+            big,
+        ),
+        composite,
     ));
     // Per shape, M ≤ 16: the BF16 line.
     let mut line = Vec::new();
@@ -206,7 +220,10 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
                     && b.shape == c.shape
                     && b.m == c.m
             })?;
-            Some((format!("{} M = {}", c.shape, c.m), b.total_s() / c.total_s()))
+            Some((
+                format!("{} M = {}", c.shape, c.m),
+                b.total_s() / c.total_s(),
+            ))
         })
         .collect();
     out.push(judge(
@@ -322,5 +339,21 @@ mod tests {
         assert_eq!(g.measured, "0.90");
         let g = judge("g".into(), 1.0, false, "", vec![]);
         assert!(matches!(g.verdict, Verdict::NotMeasured(_)));
+    }
+
+    #[test]
+    fn without_a_composite_the_goals_say_why() {
+        let mut k = crate::kernels::composite::tests::h200_run();
+        k.suite.decode_step = None;
+        let g = evaluate(&k, None);
+        let m1 = &g[0];
+        match &m1.verdict {
+            Verdict::NotMeasured(why) => assert!(why.contains("per_step"), "{why}"),
+            v => panic!("{v:?}"),
+        }
+        // The per-shape goals still evaluate from the rows.
+        assert!(g
+            .iter()
+            .any(|x| x.goal.contains("M ≤ 16") && x.verdict == Verdict::NotMet));
     }
 }

@@ -123,7 +123,13 @@ fn peer_timing(
     graph: Option<GraphSetup>,
 ) -> Option<Timing> {
     // timing_of needs a reason; keep the script's, or none.
-    let mut t = timing_of(samples, reason.unwrap_or(StopReason::SampleCap), cold_l2, graph).ok()?;
+    let mut t = timing_of(
+        samples,
+        reason.unwrap_or(StopReason::SampleCap),
+        cold_l2,
+        graph,
+    )
+    .ok()?;
     t.stop_reason = reason;
     Some(t)
 }
@@ -235,7 +241,11 @@ pub fn peer_dirs() -> Vec<PathBuf> {
     }
     v.push(PathBuf::from(".peers"));
     if let Ok(exe) = std::env::current_exe() {
-        if let Some(root) = exe.parent().and_then(|p| p.parent()).and_then(|p| p.parent()) {
+        if let Some(root) = exe
+            .parent()
+            .and_then(|p| p.parent())
+            .and_then(|p| p.parent())
+        {
             v.push(root.join(".peers"));
         }
     }
@@ -399,9 +409,18 @@ mod tests {
         assert_eq!(g.timing.stop_reason, Some(StopReason::Converged));
         assert!(!g.timing.cold_l2);
         let sm = &cases[1];
-        assert!((sm.total_s() - 1.4e-5).abs() < 1e-15, "GEMM + activation quantization");
-        assert_eq!(sm.timing.stop_reason, None, "an older script reports no reason");
-        assert_eq!(sm.derived.weight_bytes, peer_weight_bytes("torch._scaled_mm", 16, 32));
+        assert!(
+            (sm.total_s() - 1.4e-5).abs() < 1e-15,
+            "GEMM + activation quantization"
+        );
+        assert_eq!(
+            sm.timing.stop_reason, None,
+            "an older script reports no reason"
+        );
+        assert_eq!(
+            sm.derived.weight_bytes,
+            peer_weight_bytes("torch._scaled_mm", 16, 32)
+        );
         // Graph only: the graph timing is the primary one.
         let gl = &cases[2];
         assert!(gl.graph.is_none() && gl.timing.graph.is_some());

@@ -495,8 +495,11 @@ fn peer_section(k: &KernelResults) -> String {
         .peers
         .iter()
         .map(|p| {
-            let mine: Vec<&KernelCase> =
-                k.cases.iter().filter(|c| c.provider == p.provider).collect();
+            let mine: Vec<&KernelCase> = k
+                .cases
+                .iter()
+                .filter(|c| c.provider == p.provider)
+                .collect();
             let skips: Vec<_> = k
                 .skipped
                 .iter()
@@ -1050,15 +1053,24 @@ mod tests {
         // fp8 total 16 µs against bf16's 20: 1.25×, and w4a16 (10 µs) is the fastest of
         // rigbench's rows once quantization is counted (the peer's GEMM alone is 7 µs).
         assert!(md.contains("16.0 µs (1.25×)"), "{md}");
-        assert!(md.contains("7.0 µs (2.86×)"), "the peer's speedup uses rigbench's bf16: {md}");
+        assert!(
+            md.contains("7.0 µs (2.86×)"),
+            "the peer's speedup uses rigbench's bf16: {md}"
+        );
         assert!(md.contains("w4a16 is faster than fp8 at every M"), "{md}");
-        assert!(md.contains(" ‡") && md.contains("w4a16 M = 1: σ/mean 20.0%"), "{md}");
+        assert!(
+            md.contains(" ‡") && md.contains("w4a16 M = 1: σ/mean 20.0%"),
+            "{md}"
+        );
         // The composite, the fits and the goals are there.
         assert!(md.contains("### Decode-step composite: a test step"));
         assert!(md.contains("fp8 (incl. act. quant)"));
         assert!(md.contains("### Fixed cost and streaming rate"));
         assert!(md.contains("### rigbench's kernel goals"));
-        assert!(!md.contains("### Timing modes"), "no graph timing asked for");
+        assert!(
+            !md.contains("### Timing modes"),
+            "no graph timing asked for"
+        );
         let d = tempfile::tempdir().unwrap();
         let files = write_plots(&k, d.path()).unwrap();
         assert!(files.contains(&COMPOSITE_PLOT.to_string()));
@@ -1068,7 +1080,10 @@ mod tests {
         let csv_text = csv(&k).unwrap();
         let header = csv_text.lines().next().unwrap();
         assert!(header.ends_with("throttle_seen") && header.contains(",total_s,"));
-        let fp8_row = csv_text.lines().find(|l| l.starts_with("rigbench,fp8,fp8,a,1,")).unwrap();
+        let fp8_row = csv_text
+            .lines()
+            .find(|l| l.starts_with("rigbench,fp8,fp8,a,1,"))
+            .unwrap();
         assert!(
             fp8_row.contains(&format!(",{},", 8e-6f64 + 8e-6)),
             "total_s = GEMM + quantization: {fp8_row}"

@@ -98,9 +98,7 @@ pub struct TimingPolicy {
 }
 
 /// The timing modes of a run (`--timing`; ARCHITECTURE.md, "Timing modes").
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum TimingModes {
     /// One launch between CUDA events after an L2 flush (unless `--warm-l2`).
@@ -249,7 +247,10 @@ impl KernelCase {
 
     /// The activation-quantization part of `extra`, if timed.
     pub fn act_quant(extra: &[NamedTiming]) -> Option<&Timing> {
-        extra.iter().find(|e| e.name == ACT_QUANT).map(|e| &e.timing)
+        extra
+            .iter()
+            .find(|e| e.name == ACT_QUANT)
+            .map(|e| &e.timing)
     }
 
     /// What one GEMM of this implementation costs in the primary timing, seconds: the GEMM's

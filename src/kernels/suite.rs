@@ -320,16 +320,26 @@ mod tests {
         // 16 full-attention layers, 48 Gated-DeltaNet layers, 64 MLPs, one LM head.
         assert_eq!((count("qkv"), count("o_proj")), (16, 16));
         assert_eq!(
-            (count("in_proj_qkvz"), count("in_proj_ba"), count("out_proj")),
+            (
+                count("in_proj_qkvz"),
+                count("in_proj_ba"),
+                count("out_proj")
+            ),
             (48, 48, 48)
         );
-        assert_eq!((count("gate_up"), count("down"), count("lm_head")), (64, 64, 1));
+        assert_eq!(
+            (count("gate_up"), count("down"), count("lm_head")),
+            (64, 64, 1)
+        );
         let smoke = load("smoke").unwrap().decode_step().unwrap();
         assert!(!smoke.complete, "the smoke suite is a part of the step");
         assert_eq!(smoke.shapes.len(), 3);
         let mut f = load("qwen3.6-27b").unwrap();
         f.select_shapes(&["qkv".into()]).unwrap();
-        assert!(!f.decode_step().unwrap().complete, "--shapes makes it partial");
+        assert!(
+            !f.decode_step().unwrap().complete,
+            "--shapes makes it partial"
+        );
 
         let p = Path::new("x.toml");
         let e = parse(
@@ -339,9 +349,12 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("no per_step") && e.contains("x.toml"), "{e}");
-        let e = parse("name='a'\nm=[1]\n[[shapes]]\nname='q'\nn=1\nk=16\nper_step=2", p)
-            .unwrap_err()
-            .to_string();
+        let e = parse(
+            "name='a'\nm=[1]\n[[shapes]]\nname='q'\nn=1\nk=16\nper_step=2",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("[decode_step]"), "{e}");
         let e = parse(
             "name='a'\nm=[1]\n[decode_step]\ndescription='d'\ncomplete=true\n[[shapes]]\nname='q'\nn=1\nk=16\nper_step=0",

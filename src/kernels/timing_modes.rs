@@ -67,10 +67,8 @@ pub fn agreements(k: &KernelResults) -> Vec<Agreement> {
                 .iter()
                 .filter_map(|c| Some((c.shape.clone(), c.m, ratio(c)?)))
                 .collect();
-            let mut not_run: Vec<String> = cases
-                .iter()
-                .filter_map(|c| c.graph_skip.clone())
-                .collect();
+            let mut not_run: Vec<String> =
+                cases.iter().filter_map(|c| c.graph_skip.clone()).collect();
             not_run.sort();
             not_run.dedup();
             let within = ratios
@@ -144,7 +142,11 @@ pub fn markdown(k: &KernelResults) -> String {
                 if a.not_run.is_empty() {
                     verdict(a)
                 } else {
-                    format!("{}; not run for some cases: {}", verdict(a), a.not_run.join("; "))
+                    format!(
+                        "{}; not run for some cases: {}",
+                        verdict(a),
+                        a.not_run.join("; ")
+                    )
                 },
             ]
         })
@@ -277,7 +279,10 @@ mod tests {
         assert_eq!((a[0].compared, a[0].within), (2, 1));
         let v = verdict(&a[0]);
         assert!(
-            v.contains("1 of 2") && v.contains("-6%") && v.contains("faster") && v.contains("o_proj M = 1"),
+            v.contains("1 of 2")
+                && v.contains("-6%")
+                && v.contains("faster")
+                && v.contains("o_proj M = 1"),
             "{v}"
         );
         assert_eq!((a[1].compared, a[1].within), (2, 2));

@@ -57,7 +57,10 @@ pub const PALETTE: [RGBColor; 8] = [
 ///
 /// # Errors
 /// The chart cannot be drawn or the file written.
-pub fn composite_chart(c: &crate::kernels::composite::Composite, path: &Path) -> anyhow::Result<()> {
+pub fn composite_chart(
+    c: &crate::kernels::composite::Composite,
+    path: &Path,
+) -> anyhow::Result<()> {
     use crate::kernels::composite::{column_rank, StepTiming};
     let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("composite chart: {e}");
     let mut cols: Vec<String> = c.rows.iter().map(|r| r.column()).collect();
