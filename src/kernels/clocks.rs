@@ -121,10 +121,15 @@ impl ClockMonitor {
         }
     }
 
-    /// A monitor over the card's telemetry: NVML every [`NVML_INTERVAL`], or `nvidia-smi` every
-    /// [`SMI_INTERVAL`] when NVML cannot be loaded.
+    /// A monitor over the telemetry of GPU `index` (NVML's numbering; see
+    /// [`ClockMonitor::for_reader`]).
     pub fn for_gpu(index: u32) -> Self {
-        let reader = crate::rig::telemetry::TelemetryReader::new(index);
+        Self::for_reader(crate::rig::telemetry::TelemetryReader::new(index))
+    }
+
+    /// A monitor over `reader`: NVML every [`NVML_INTERVAL`], or `nvidia-smi` every
+    /// [`SMI_INTERVAL`] when NVML cannot be loaded.
+    pub fn for_reader(reader: crate::rig::telemetry::TelemetryReader) -> Self {
         let (interval, source) = if reader.has_nvml() {
             (NVML_INTERVAL, "nvml")
         } else {

@@ -708,4 +708,27 @@ pub(crate) mod tests {
             md.contains("rigbench's kernel goals") && md.contains("not a property of the card")
         );
     }
+
+    /// The multi-GPU tensor-parallel prediction reads the composite through its JSON form
+    /// (`crate::multigpu::tp::composite_points`): this schema must keep feeding it.
+    #[test]
+    fn the_multi_gpu_prediction_reads_this_schema() {
+        let mut k = h200_run();
+        refresh(&mut k);
+        let v = serde_json::to_value(&k).unwrap();
+        let (src, pts) = crate::multigpu::tp::composite_points(&v).unwrap();
+        assert!(
+            src.contains("cold timing") && !src.contains("PART"),
+            "{src}"
+        );
+        let fp8 = pts
+            .iter()
+            .find(|p| p.label == "fp8 (incl. activation quantization)" && p.m == 1)
+            .unwrap();
+        assert!((fp8.seconds * 1e3 - 10.179055807879195).abs() < 1e-9);
+        assert!(
+            pts.iter().all(|p| !p.label.starts_with("torch")),
+            "rigbench's rows only"
+        );
+    }
 }

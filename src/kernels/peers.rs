@@ -267,7 +267,11 @@ pub fn run_into(opts: &BenchOptions, k: &mut KernelResults) {
         return;
     }
     let started = std::time::Instant::now();
-    let clocks = ClockMonitor::for_gpu(0);
+    // Peers run on CUDA device 0; its telemetry is matched by PCI bus id.
+    let clocks = ClockMonitor::for_reader(crate::rig::telemetry::TelemetryReader::for_pci_bus_id(
+        crate::gpu::multi::pci_bus_id(0).as_deref(),
+        0,
+    ));
     let result = run_script(opts, k);
     match result {
         Ok(out) => {
@@ -335,7 +339,7 @@ fn run_script(opts: &BenchOptions, k: &KernelResults) -> anyhow::Result<PeerOut>
     let spec_path = dir.path().join("spec.json");
     std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
     let out_path = dir.path().join("peers.json");
-    let status = Command::new("python3")
+    let status = crate::gpu::nccl::apply_child_env(&mut Command::new("python3"))
         .arg(&script)
         .arg("--spec")
         .arg(&spec_path)
