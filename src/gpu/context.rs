@@ -692,3 +692,28 @@ impl L2Flusher {
         )
     }
 }
+
+impl Gpu {
+    /// The same device and context with its work on a new non-blocking stream (CUDA graph
+    /// capture, [`super::graph`], cannot run on the legacy default stream this `Gpu` uses).
+    /// Work on the two streams is not ordered: call [`Gpu::sync`] on the one that queued work
+    /// before the other uses its results.
+    ///
+    /// # Errors
+    /// The driver cannot create a stream.
+    pub fn on_new_stream(&self) -> Result<Gpu, RigError> {
+        let stream = self
+            .ctx
+            .new_stream()
+            .map_err(|e| cuda_err("creating a stream", e))?;
+        Ok(Gpu {
+            ctx: self.ctx.clone(),
+            stream,
+            cc: self.cc,
+            sm_count: self.sm_count,
+            l2_bytes: self.l2_bytes,
+            name: self.name.clone(),
+            include_dir: self.include_dir.clone(),
+        })
+    }
+}

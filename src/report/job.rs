@@ -99,6 +99,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
                 name: opts.suite.name.clone(),
                 file: opts.suite.file.display().to_string(),
                 description: opts.suite.description.clone(),
+                decode_step: opts.suite.decode_step(),
             };
         if let Some(reason) = results.rig.gpu_absent_reason.clone() {
             results.skipped.push(Skip {
