@@ -507,6 +507,9 @@ mod tests {
             derived: Default::default(),
             sm_clock_mhz: None,
             throttle: Vec::new(),
+            graph: None,
+            graph_skip: None,
+            clocks: None,
         };
         r.kernels = Some(crate::kernels::KernelResults {
             repeats: Some(SuiteRepeats {

@@ -113,6 +113,7 @@ pub fn flagged(c: &Comparison, current: &Results) -> (Vec<CaseKey>, Vec<String>,
     {
         let Some(k) = parse_id(&r.id) else { continue };
         if k.provider != "rigbench" {
+            // Peer rows (PyTorch) and derived rows (the decode-step composite) stand.
             peers.push(r.id.clone());
             continue;
         }
@@ -171,8 +172,10 @@ pub fn confirm(
         ..Default::default()
     };
     for r in c.rows.iter_mut().filter(|r| peers.contains(&r.id)) {
-        r.notes
-            .push("--confirm: peer rows are not re-measured; the verdict stands".into());
+        r.notes.push(
+            "--confirm: peer and decode-step composite rows are not re-measured; the verdict stands"
+                .into(),
+        );
     }
     if cases.is_empty() {
         c.confirm = Some(outcome);
@@ -334,6 +337,7 @@ pub fn gpu_measure(req: &ConfirmRequest) -> anyhow::Result<KernelResults> {
         determinism_m: Vec::new(),
         determinism_runs: 2,
         peers: crate::kernels::peers::PeerMode::Off,
+        timing: policy.as_ref().map(|p| p.modes).unwrap_or_default(),
     };
     let rig = crate::rig::probe();
     if let Some(reason) = rig.gpu_absent_reason {
@@ -389,6 +393,9 @@ mod tests {
                         derived: Default::default(),
                         sm_clock_mhz: None,
                         throttle: Vec::new(),
+                        graph: None,
+                        graph_skip: None,
+                        clocks: None,
                     });
                     reps.push(CaseRepeats {
                         provider: "rigbench".into(),

@@ -407,7 +407,11 @@ fn aggregates(pending: &[Pending], settings: &Settings) -> Vec<Pending> {
             continue;
         };
         let segs: Vec<&str> = row.id.split('/').collect();
-        if segs.len() < 6 || segs[0] != "kernels" || !segs[4].starts_with("m=") {
+        if segs.len() < 6
+            || segs[0] != "kernels"
+            || segs[1] == "composite"
+            || !segs[4].starts_with("m=")
+        {
             continue;
         }
         if segs.last() != Some(&"time_s") || row.id.contains('#') {

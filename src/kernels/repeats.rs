@@ -206,6 +206,54 @@ pub fn merge(runs: &[KernelResults], orders: &[Vec<String>]) -> KernelResults {
                 sizes: parts.iter().map(|t| t.samples_s.len()).collect(),
             });
         }
+        if c.graph.is_some() {
+            let graphs: Vec<&super::schema::GraphTimings> =
+                group.iter().filter_map(|(_, g)| g.graph.as_ref()).collect();
+            let part = |name: &str, ts: &[&Timing]| CaseRepeats {
+                provider: c.provider.clone(),
+                implementation: c.implementation.clone(),
+                shape: c.shape.clone(),
+                m: c.m,
+                part: Some(name.to_string()),
+                sizes: ts.iter().map(|t| t.samples_s.len()).collect(),
+            };
+            let ts: Vec<&Timing> = graphs.iter().map(|g| &g.timing).collect();
+            reps.cases.push(part("graph", &ts));
+            if let Some(g) = c.graph.as_mut() {
+                g.timing = pooled(&ts);
+                for e in g.extra.iter_mut() {
+                    let parts: Vec<&Timing> = graphs
+                        .iter()
+                        .filter_map(|x| x.extra.iter().find(|y| y.name == e.name))
+                        .map(|y| &y.timing)
+                        .collect();
+                    e.timing = pooled(&parts);
+                    reps.cases.push(part(&format!("graph/{}", e.name), &parts));
+                }
+            }
+        }
+        let clocks: Vec<&super::schema::ClockStats> = group
+            .iter()
+            .filter_map(|(_, g)| g.clocks.as_ref())
+            .collect();
+        if !clocks.is_empty() {
+            let mut medians: Vec<u32> = clocks.iter().filter_map(|k| k.median_mhz).collect();
+            medians.sort_unstable();
+            let mut seen: Vec<String> = clocks
+                .iter()
+                .flat_map(|k| k.throttle_seen.iter().cloned())
+                .collect();
+            seen.sort();
+            seen.dedup();
+            c.clocks = Some(super::schema::ClockStats {
+                readings: clocks.iter().map(|k| k.readings).sum(),
+                min_mhz: clocks.iter().filter_map(|k| k.min_mhz).min(),
+                median_mhz: medians.get(medians.len() / 2).copied(),
+                max_mhz: clocks.iter().filter_map(|k| k.max_mhz).max(),
+                throttle_seen: seen,
+                source: format!("{} (over {} repeats)", clocks[0].source, clocks.len()),
+            });
+        }
         c.check = group
             .iter()
             .filter_map(|(_, g)| g.check.clone())
@@ -250,24 +298,16 @@ pub fn merge(runs: &[KernelResults], orders: &[Vec<String>]) -> KernelResults {
     }
     // Derived figures from the pooled medians.
     let copy = out.copy_bandwidth.as_ref().map(|b| b.bytes_per_s);
-    let bf16: BTreeMap<(String, String, usize), f64> = out
+    // One denominator for every provider: rigbench's bf16 at the same shape and M.
+    let bf16: BTreeMap<(String, usize), f64> = out
         .cases
         .iter()
-        .filter(|c| c.implementation == "bf16")
-        .map(|c| {
-            (
-                (c.provider.clone(), c.shape.clone(), c.m),
-                c.timing.median_s,
-            )
-        })
+        .filter(|c| c.provider == "rigbench" && c.implementation == "bf16")
+        .map(|c| ((c.shape.clone(), c.m), c.timing.median_s))
         .collect();
     for c in out.cases.iter_mut() {
-        let b = bf16
-            .get(&(c.provider.clone(), c.shape.clone(), c.m))
-            .copied();
-        if c.provider == "rigbench" {
-            super::bench::fill_derived(c, copy, b);
-        }
+        let b = bf16.get(&(c.shape.clone(), c.m)).copied();
+        super::bench::fill_derived(c, copy, b);
     }
     for (r, run) in runs.iter().enumerate() {
         for s in &run.skipped {
@@ -292,6 +332,8 @@ pub fn merge(runs: &[KernelResults], orders: &[Vec<String>]) -> KernelResults {
         out.determinism.extend(run.determinism.iter().cloned());
     }
     out.repeats = Some(reps);
+    // The decode-step composite from the pooled cases.
+    super::composite::refresh(&mut out);
     out
 }
 
@@ -334,6 +376,9 @@ mod tests {
             derived: Default::default(),
             sm_clock_mhz: Some(1980),
             throttle: Vec::new(),
+            graph: None,
+            graph_skip: None,
+            clocks: None,
         }
     }
 

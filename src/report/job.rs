@@ -102,6 +102,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
                 name: opts.suite.name.clone(),
                 file: opts.suite.file.display().to_string(),
                 description: opts.suite.description.clone(),
+                decode_step: opts.suite.decode_step(),
             };
         if let Some(reason) = results.rig.gpu_absent_reason.clone() {
             let why = format!("{reason}; GPU kernel benches need an NVIDIA GPU with driver ≥ 580 (CUDA 13). The CPU reference accuracy study ran instead.");
