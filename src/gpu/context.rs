@@ -712,6 +712,7 @@ impl Gpu {
             cc: self.cc,
             sm_count: self.sm_count,
             l2_bytes: self.l2_bytes,
+            max_smem_optin: self.max_smem_optin,
             name: self.name.clone(),
             include_dir: self.include_dir.clone(),
         })

@@ -42,7 +42,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Time `f` `reps` times with an L2 flush before each, return the median.
-fn cold(gpu: &Gpu, util: &Module, fl: &L2Flusher, reps: usize, f: &dyn Fn() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+fn cold(
+    gpu: &Gpu,
+    util: &Module,
+    fl: &L2Flusher,
+    reps: usize,
+    f: &dyn Fn() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
     let t = gpu.timer()?;
     f()?;
     let mut v = Vec::with_capacity(reps);
@@ -61,7 +67,11 @@ fn cold(gpu: &Gpu, util: &Module, fl: &L2Flusher, reps: usize, f: &dyn Fn() -> a
 /// A device or compile failure.
 pub fn run(device: usize, shapes: &[(usize, usize)], m: usize) -> anyhow::Result<Vec<Anatomy>> {
     let gpu = Gpu::open_device(device)?;
-    let util = gpu.compile("util", crate::kernels::bench::UTIL_SRC, crate::kernels::bench::UTIL_KERNELS)?;
+    let util = gpu.compile(
+        "util",
+        crate::kernels::bench::UTIL_SRC,
+        crate::kernels::bench::UTIL_KERNELS,
+    )?;
     let names = w4::v2_kernel_names();
     let mut refs: Vec<&str> = names.iter().map(String::as_str).collect();
     refs.push("w4v2_empty");
@@ -99,7 +109,21 @@ pub fn run(device: usize, shapes: &[(usize, usize)], m: usize) -> anyhow::Result
         let counters = gpu.alloc(ctr.max(1) * 4)?;
         gpu.memset(&counters, 0)?;
         let launch = |module: &Module, c: &Config| -> anyhow::Result<()> {
-            w4::launch_view(&gpu, &[], Some(module), None, &view, c, act.ptr(), outb.ptr(), m, ws.ptr(), counters.ptr(), 0, None)
+            w4::launch_view(
+                &gpu,
+                &[],
+                Some(module),
+                None,
+                &view,
+                c,
+                act.ptr(),
+                outb.ptr(),
+                m,
+                ws.ptr(),
+                counters.ptr(),
+                0,
+                None,
+            )
         };
         let mut best: Option<(f64, Config)> = None;
         for c in &cands {
@@ -119,7 +143,14 @@ pub fn run(device: usize, shapes: &[(usize, usize)], m: usize) -> anyhow::Result
         };
         let sink = gpu.alloc(ctas * 4)?;
         let empty = cold(&gpu, &util, &fl, 15, &|| {
-            Ok(m0.launch(&gpu, "w4v2_empty", (ctas as u32, 1, 1), ((warps * 32) as u32, 1, 1), 0, &[KArg::Ptr(sink.ptr()), KArg::I32(0)])?)
+            Ok(m0.launch(
+                &gpu,
+                "w4v2_empty",
+                (ctas as u32, 1, 1),
+                ((warps * 32) as u32, 1, 1),
+                0,
+                &[KArg::Ptr(sink.ptr()), KArg::I32(0)],
+            )?)
         })?;
         out.push(Anatomy {
             n,

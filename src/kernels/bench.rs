@@ -647,6 +647,7 @@ fn graph_timing_with_copies(
         lt: env.lt,
         util: env.util,
         w4: env.w4,
+        w4v2: env.w4v2,
     };
     let err = |what: &str, e: anyhow::Error| format!("{what}: {e:#}");
     rig.gpu.sync().map_err(|e| err("sync", e.into()))?;

@@ -143,7 +143,10 @@ pub fn v2_candidates(
         return Ok(Vec::new());
     }
     let tiles = m.div_ceil(8);
-    let nt = *[1usize, 2, 4, 8, 16].iter().find(|v| **v >= tiles).unwrap_or(&16);
+    let nt = *[1usize, 2, 4, 8, 16]
+        .iter()
+        .find(|v| **v >= tiles)
+        .unwrap_or(&16);
     let sm = gpu.sm_count.max(1) as usize;
     let mut out = Vec::new();
     for &(vnt, warps, wn) in V2_VARIANTS {
@@ -251,6 +254,8 @@ pub struct W4a16 {
     n: usize,
     k: usize,
     flavor_names: Vec<String>,
+    /// Extra copies of (codes, scales) for graph timing over rotating weights.
+    copies: Vec<(DevBuf, DevBuf)>,
 }
 
 /// Fused-kernel configurations for `m` tokens of a weight with `strips` 16-row strips and `kt_n`
@@ -513,7 +518,11 @@ pub fn launch_view(
             smem,
         } => {
             let module = v2.context("kernels/w4a16_v2.cu did not compile")?;
-            anyhow::ensure!(m <= nt * 8, "w4a16 v2: M = {m} exceeds the token tile {}", nt * 8);
+            anyhow::ensure!(
+                m <= nt * 8,
+                "w4a16 v2: M = {m} exceeds the token tile {}",
+                nt * 8
+            );
             module.launch(
                 gpu,
                 &v2_name(*nt, *warps, *wn),
@@ -567,6 +576,35 @@ pub fn launch_view(
 }
 
 impl W4a16 {
+    fn run_with(&self, env: &Env, inp: &MInputs, wq: &DevBuf, sc: &DevBuf) -> anyhow::Result<()> {
+        let (_, _, strips, kt_n, out_scale) = self.meta()?;
+        // A borrowed view of the shape's buffers (no copy): the launch reads pointers only.
+        let view = W4a16View {
+            wq: wq.ptr(),
+            sc: sc.ptr(),
+            n: inp.n,
+            k: inp.k,
+            strips,
+            kt_n,
+            out_scale,
+        };
+        launch_view(
+            env.gpu,
+            env.w4,
+            env.w4v2,
+            env.lt,
+            &view,
+            self.config()?,
+            inp.act.ptr(),
+            inp.out.ptr(),
+            inp.m,
+            self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.scratch.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.gemm.as_ref(),
+        )
+    }
+
     fn meta(&self) -> anyhow::Result<(usize, usize, usize, usize, f32)> {
         self.packed_meta.context("w4a16: prepare_shape not called")
     }
@@ -670,35 +708,36 @@ impl GemmImpl for W4a16 {
         self.chosen = i.min(self.candidates.len().saturating_sub(1));
     }
     fn run(&self, env: &Env, inp: &MInputs) -> anyhow::Result<()> {
-        let (n_pad, k_pad, strips, kt_n, out_scale) = self.meta()?;
-        let _ = (n_pad, k_pad);
         let wq = self.wq.as_ref().context("w4a16: no weights")?;
         let sc = self.sc.as_ref().context("w4a16: no scales")?;
-        // A borrowed view of the shape's buffers (no copy): the launch reads pointers only.
-        let view = W4a16View {
-            wq: wq.ptr(),
-            sc: sc.ptr(),
-            n: inp.n,
-            k: inp.k,
-            strips,
-            kt_n,
-            out_scale,
-        };
-        launch_view(
-            env.gpu,
-            env.w4,
-            env.w4v2,
-            env.lt,
-            &view,
-            self.config()?,
-            inp.act.ptr(),
-            inp.out.ptr(),
-            inp.m,
-            self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0),
-            self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0),
-            self.scratch.as_ref().map(|b| b.ptr()).unwrap_or(0),
-            self.gemm.as_ref(),
-        )
+        self.run_with(env, inp, wq, sc)
+    }
+    fn prepare_weight_copies(&mut self, env: &Env, count: usize) -> anyhow::Result<()> {
+        let wq = self
+            .wq
+            .as_ref()
+            .context("w4a16: prepare_shape not called")?;
+        let sc = self
+            .sc
+            .as_ref()
+            .context("w4a16: prepare_shape not called")?;
+        let qs = super::weight_copies(env, wq, count)?;
+        let ss = super::weight_copies(env, sc, count)?;
+        self.copies = qs.into_iter().zip(ss).collect();
+        Ok(())
+    }
+    fn run_on_copy(&self, env: &Env, inp: &MInputs, copy: usize) -> anyhow::Result<()> {
+        if copy == 0 {
+            return self.run(env, inp);
+        }
+        let (wq, sc) = self
+            .copies
+            .get(copy - 1)
+            .with_context(|| format!("w4a16: weight copy {copy} was not made"))?;
+        self.run_with(env, inp, wq, sc)
+    }
+    fn release_weight_copies(&mut self) {
+        self.copies.clear();
     }
     fn path(&self) -> String {
         let n = self.candidates.len();
@@ -819,7 +858,13 @@ mod tests {
         }
         // Stripes: every unit has exactly one owner, owners are contiguous and in order, and
         // max_slices counts the CTAs that share a group.
-        for (groups, kt_n, ctas) in [(40, 96, 132), (1, 80, 80), (272, 80, 264), (3, 2, 5), (7, 3, 1)] {
+        for (groups, kt_n, ctas) in [
+            (40, 96, 132),
+            (1, 80, 80),
+            (272, 80, 264),
+            (3, 2, 5),
+            (7, 3, 1),
+        ] {
             let units = groups * kt_n;
             let mut counts = vec![0usize; ctas];
             let mut prev = 0;
@@ -832,7 +877,10 @@ mod tests {
                 assert!(o * units / ctas <= u && u < (o + 1) * units / ctas);
             }
             let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
-            assert!(hi - lo <= 1, "stripes differ by at most one unit: {lo}..{hi}");
+            assert!(
+                hi - lo <= 1,
+                "stripes differ by at most one unit: {lo}..{hi}"
+            );
             let ms = v2_max_slices(groups, kt_n, ctas);
             let want = (0..groups)
                 .map(|g| {
