@@ -764,7 +764,11 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
             (w, tok, ChatTemplate::builtin())
         }
         ModelSource::Dir(dir) => {
-            let mut mc = ModelConfig::from_hf_file(&dir.join("config.json"))?;
+            let hf = ModelConfig::read_hf_config(&dir.join("config.json"))?;
+            for w in &hf.warnings {
+                eprintln!("rigbench serve: {}: {w}", dir.join("config.json").display());
+            }
+            let mut mc = hf.config;
             if let Some(n) = config.num_layers {
                 mc.num_layers = mc.num_layers.min(n);
             }

@@ -11,11 +11,15 @@
 //! - [`kv_cache`], [`prefix_cache`]: paged KV blocks, capacity, hashing of full blocks;
 //! - [`scheduler`], [`sampler`], [`spec`]: continuous batching with chunked prefill and
 //!   preemption; sampling; n-gram speculative decoding;
+//! - [`direct`]: a backend driven without the scheduler; [`check`]: reference, parity and
+//!   fidelity checks over any backend;
 //! - [`engine`]: the engine thread; [`metrics`]: Prometheus text with vLLM's names;
 //! - [`server`]: the HTTP server, [`server::start`] and [`server::ServerHandle`].
 
 pub mod backend;
+pub mod check;
 pub mod config;
+pub mod direct;
 pub mod engine;
 pub mod kv_cache;
 pub mod metrics;

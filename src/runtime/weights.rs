@@ -983,7 +983,9 @@ pub(crate) mod tests {
             w.layers[1].k_scale = Some(0.5);
             let dir = tempfile::tempdir().unwrap();
             write_checkpoint(dir.path(), &w);
-            let cfg = ModelConfig::from_hf_file(&dir.path().join("config.json")).unwrap();
+            let cfg = ModelConfig::read_hf_config(&dir.path().join("config.json"))
+                .unwrap()
+                .config;
             let back = load_dir(dir.path(), &cfg).unwrap();
             assert_eq!(back.layers.len(), 2);
             assert_eq!(back.layers[1].down, w.layers[1].down, "{fmt:?}");
@@ -1003,7 +1005,9 @@ pub(crate) mod tests {
         let w = synthesize(&ModelConfig::tiny(), 3);
         let dir = tempfile::tempdir().unwrap();
         write_checkpoint(dir.path(), &w);
-        let mut cfg = ModelConfig::from_hf_file(&dir.path().join("config.json")).unwrap();
+        let mut cfg = ModelConfig::read_hf_config(&dir.path().join("config.json"))
+            .unwrap()
+            .config;
         cfg.hidden_size = 32;
         let e = load_dir(dir.path(), &cfg).unwrap_err().to_string();
         assert!(
