@@ -341,10 +341,21 @@ impl ModelConfig {
         if root.get("hidden_size").is_none()
             && root.get("text_config").is_some_and(|v| !v.is_null())
         {
+            let inner = root
+                .get("text_config")
+                .and_then(|t| t.get("model_type"))
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            let outer = root
+                .get("model_type")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
             anyhow::bail!(
-                "this is a multimodal/wrapper config (fields under text_config); the runtime runs \
-                 dense Qwen3/Llama text decoders only (model_type {})",
-                SUPPORTED_MODEL_TYPES.join(", ")
+                "model_type '{outer}' (text_config.model_type '{inner}') is a multimodal/wrapper \
+                 config; the built-in runtime runs dense text decoders of model_type {} \
+                 (architectures {})",
+                SUPPORTED_MODEL_TYPES.join(", "),
+                SUPPORTED_ARCHITECTURES.join(", ")
             );
         }
         let model_type = match root.get("model_type") {
@@ -640,7 +651,7 @@ impl ModelConfig {
 }
 
 /// How linear-layer weights are stored (and dequantized on the fly in the matmul).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
     /// BF16 weights, f32 activations and accumulation.
     Bf16,
