@@ -763,8 +763,14 @@ pub struct ServeConfig {
     pub num_layers: Option<usize>,
     /// Tokens per KV block.
     pub block_size: usize,
-    /// KV cache budget in bytes.
-    pub kv_cache_memory: u64,
+    /// Where the runtime runs (`--device`; resolved: see `crate::runtime::device`).
+    pub device: super::backend::Device,
+    /// Fraction of GPU memory the engine may use (`--gpu-memory-utilization`, (0, 1]); `None`
+    /// = 0.9. The KV cache gets what is left of it after weights, activations and workspace.
+    pub gpu_memory_utilization: Option<f64>,
+    /// Explicit KV cache budget in bytes (`--kv-cache-memory`; wins over the utilization); `None`
+    /// = from the utilization on a GPU, 512 MiB on the CPU.
+    pub kv_cache_memory: Option<u64>,
     /// KV cache element type.
     pub kv_cache_dtype: KvCacheDtype,
     /// Most requests running at once.
@@ -782,7 +788,7 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
-    /// `synthetic:tiny` on 127.0.0.1 with a free port, seed 0, block 16, 64 MiB of BF16 KV,
+    /// `synthetic:tiny` on the CPU, 127.0.0.1 with a free port, seed 0, block 16, 64 MiB of BF16 KV,
     /// 16 sequences, 512 batched tokens, max_model_len 2048, prefix caching on, no speculation.
     pub fn tiny() -> Self {
         ServeConfig {
@@ -794,7 +800,9 @@ impl ServeConfig {
             seed: 0,
             num_layers: None,
             block_size: 16,
-            kv_cache_memory: 64 << 20,
+            device: super::backend::Device::Cpu,
+            gpu_memory_utilization: None,
+            kv_cache_memory: Some(64 << 20),
             kv_cache_dtype: KvCacheDtype::Bf16,
             max_num_seqs: 16,
             max_num_batched_tokens: 512,
@@ -835,6 +843,14 @@ impl ServeConfig {
         }
         if self.num_layers == Some(0) {
             return Err(RigError::flag("--num-layers", "must be at least 1"));
+        }
+        if let Some(u) = self.gpu_memory_utilization {
+            if !(u > 0.0 && u <= 1.0) {
+                return Err(RigError::flag(
+                    "--gpu-memory-utilization",
+                    format!("{u} is not in (0, 1]"),
+                ));
+            }
         }
         if self.num_threads == Some(0) {
             return Err(RigError::flag("--threads", "must be at least 1"));
@@ -891,6 +907,44 @@ impl ServeConfig {
             ));
         }
         Ok(ModelSource::Dir(dir))
+    }
+}
+
+/// Where a running model's weights came from: a condition of every figure measured on it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModelProvenance {
+    /// Seeded synthetic weights ([`crate::runtime::weights::synthesize`]).
+    Synthetic {
+        /// The preset (`qwen3-8b`, ...).
+        preset: String,
+        /// The seed.
+        seed: u64,
+        /// Decoder layers kept (`--num-layers`).
+        num_layers: usize,
+    },
+    /// A checkpoint directory.
+    Checkpoint {
+        /// The directory as given.
+        path: String,
+        /// `MappedCheckpoint::content_hash` (a hash of the shard headers and sizes).
+        content_hash: String,
+    },
+}
+
+impl ModelProvenance {
+    /// One line: `synthetic:qwen3-8b seed 0 (36 layers)` or `checkpoint DIR (fnv1a64:...)`.
+    pub fn describe(&self) -> String {
+        match self {
+            ModelProvenance::Synthetic {
+                preset,
+                seed,
+                num_layers,
+            } => format!("synthetic:{preset} seed {seed} ({num_layers} layers)"),
+            ModelProvenance::Checkpoint { path, content_hash } => {
+                format!("checkpoint {path} ({content_hash})")
+            }
+        }
     }
 }
 

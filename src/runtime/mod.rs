@@ -9,6 +9,7 @@
 //! - [`model`]: the decoder's math (RMSNorm, RoPE, SwiGLU, attention);
 //! - [`backend`]: the device interface ([`backend::Backend`]) and the CPU backend;
 //! - [`kv_cache`], [`prefix_cache`]: paged KV blocks, capacity, hashing of full blocks;
+//! - [`device`]: `--device` resolution; [`memory`]: the memory planner (weights fit, KV budget);
 //! - [`scheduler`], [`sampler`], [`spec`]: continuous batching with chunked prefill and
 //!   preemption; sampling; n-gram speculative decoding;
 //! - [`direct`]: a backend driven without the scheduler; [`check`]: reference, parity and
@@ -19,9 +20,11 @@
 pub mod backend;
 pub mod check;
 pub mod config;
+pub mod device;
 pub mod direct;
 pub mod engine;
 pub mod kv_cache;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod prefix_cache;
