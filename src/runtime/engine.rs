@@ -353,6 +353,11 @@ impl Engine {
         })
     }
 
+    /// Stop the engine and hand its backend back (the runtime benchmarks reuse it).
+    pub fn into_backend(self) -> Box<dyn Backend> {
+        self.backend
+    }
+
     /// Queue a request under `id`; outputs go to `tx`.
     pub fn add(
         &mut self,

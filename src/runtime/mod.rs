@@ -14,10 +14,12 @@
 //!   preemption; sampling; n-gram speculative decoding;
 //! - [`direct`]: a backend driven without the scheduler; [`check`]: reference, parity and
 //!   fidelity checks over any backend;
+//! - [`bench`]: runtime benchmarks (batch-1 and batched decode, prefill, decode bound);
 //! - [`engine`]: the engine thread; [`metrics`]: Prometheus text with vLLM's names;
 //! - [`server`]: the HTTP server, [`server::start`] and [`server::ServerHandle`].
 
 pub mod backend;
+pub mod bench;
 pub mod check;
 pub mod config;
 pub mod device;
