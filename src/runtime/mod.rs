@@ -16,6 +16,7 @@
 //!   fidelity checks over any backend;
 //! - [`bench`]: runtime benchmarks (batch-1 and batched decode, prefill, decode bound);
 //! - [`engine`]: the engine thread; [`metrics`]: Prometheus text with vLLM's names;
+//! - [`report`]: the GPU runtime's part of `rigbench report`;
 //! - [`server`]: the HTTP server, [`server::start`] and [`server::ServerHandle`].
 
 pub mod backend;
@@ -30,6 +31,7 @@ pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod prefix_cache;
+pub mod report;
 pub mod sampler;
 pub mod scheduler;
 pub mod server;
