@@ -39,6 +39,10 @@ pub struct Results {
     /// The built-in runtime on the GPU: parity, per-format e2e and benchmarks, fidelity.
     #[serde(default)]
     pub runtime: Option<crate::runtime::report::RuntimeSection>,
+    /// Multi-GPU parts: other GPUs' kernel rows and their spread, the interconnect, the
+    /// tensor-parallel prediction (`--devices` with two or more GPUs).
+    #[serde(default)]
+    pub multi_gpu: Option<crate::multigpu::MultiGpuResults>,
     /// Parts of the job not run, with the reason.
     #[serde(default)]
     pub skipped: Vec<Skip>,
@@ -70,6 +74,7 @@ impl Results {
             checkpoint: None,
             e2e: None,
             runtime: None,
+            multi_gpu: None,
             skipped: Vec::new(),
             complete: false,
         }
