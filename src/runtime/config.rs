@@ -98,6 +98,10 @@ pub struct HfConfig {
     pub dtype: Option<String>,
 }
 
+/// Reads an optional number field of a JSON object (object, key, path prefix for messages).
+type FloatField =
+    dyn Fn(&serde_json::Map<String, serde_json::Value>, &str, &str) -> anyhow::Result<Option<f64>>;
+
 /// RoPE base and scaling from `rope_parameters` (transformers 5) or `rope_theta` +
 /// `rope_scaling` (older). Both forms present and disagreeing is an error; neither giving a base
 /// takes transformers' default 10,000 with a warning.
@@ -105,11 +109,7 @@ fn parse_rope(
     root: &serde_json::Map<String, serde_json::Value>,
     family: &str,
     warnings: &mut Vec<String>,
-    float: &dyn Fn(
-        &serde_json::Map<String, serde_json::Value>,
-        &str,
-        &str,
-    ) -> anyhow::Result<Option<f64>>,
+    float: &FloatField,
 ) -> anyhow::Result<(f32, RopeScaling)> {
     use serde_json::Value;
     let obj = |key: &str| -> anyhow::Result<Option<&serde_json::Map<String, Value>>> {
