@@ -200,8 +200,6 @@ pub fn run_gpu(
     let (bw, peak) = kernels
         .map(super::bench::roofline_of)
         .unwrap_or((None, None));
-    // BF16 reference, kept loaded for the fidelity comparisons.
-    let mut reference: Option<CudaBackend> = None;
     let tok = super::tokenizer::Tokenizer::bytes(config.vocab_size, &[]).ok();
     let prompts: Vec<Vec<u32>> = tok
         .map(|t| {
@@ -245,15 +243,30 @@ pub fn run_gpu(
             Ok(b) => {
                 let mut b: Box<dyn Backend> = Box::new(b);
                 if fmt != WeightFormat::Bf16 {
-                    if let Some(r) = reference.as_mut() {
-                        match super::check::fidelity(r, b.as_mut(), &prompts, FIDELITY_TOKENS) {
-                            Ok(f) => s.fidelity.push(f),
-                            Err(e) => s.skipped.push(format!("fidelity of {}: {e:#}", fmt.id())),
+                    // The BF16 reference on identical weights, loaded only for the comparison
+                    // (so that no e2e session shares the GPU with it).
+                    match load_cuda(o, &config, None) {
+                        Ok(mut r) => {
+                            match super::check::fidelity(
+                                &mut r,
+                                b.as_mut(),
+                                &prompts,
+                                FIDELITY_TOKENS,
+                            ) {
+                                Ok(f) => s.fidelity.push(f),
+                                Err(e) => {
+                                    s.skipped.push(format!("fidelity of {}: {e:#}", fmt.id()))
+                                }
+                            }
                         }
+                        Err(e) => s.skipped.push(format!(
+                            "fidelity of {}: the BF16 reference did not load: {e:#}",
+                            fmt.id()
+                        )),
                     }
                 }
                 match super::bench::run(b, o.bench, KvCacheDtype::Bf16, &model_desc) {
-                    Ok((mut bench, back)) => {
+                    Ok((mut bench, _back)) => {
                         bench.attach_roofline(bw, peak.clone());
                         let allocated = run
                             .e2e
@@ -281,17 +294,6 @@ pub fn run_gpu(
                             }
                         }
                         run.bench = Some(bench);
-                        if fmt == WeightFormat::Bf16 {
-                            // Keep the BF16 backend as the fidelity reference.
-                            reference = None;
-                            drop(back);
-                            match load_cuda(o, &config, None) {
-                                Ok(r) => reference = Some(r),
-                                Err(e) => s.skipped.push(format!(
-                                    "fidelity: the BF16 reference did not load: {e:#}"
-                                )),
-                            }
-                        }
                     }
                     Err(e) => run.error = Some(format!("benchmarks: {e:#}")),
                 }
