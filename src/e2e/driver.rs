@@ -187,6 +187,9 @@ async fn engine_facts(
             f.version = Some(Sourced::new(n.to_string(), "/version"));
         }
     }
+    f.runtime = version
+        .as_ref()
+        .and_then(super::runtime_facts::from_version);
     let models = client.models().await.unwrap_or_default();
     let metrics = client.metrics().await.unwrap_or(None);
     f.metrics = metrics.is_some();

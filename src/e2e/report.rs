@@ -88,7 +88,18 @@ fn input_length(l: &super::conditions::LengthCondition, chat: bool) -> String {
 /// Render the e2e section.
 pub fn render_markdown(res: &E2eResults) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "## End to end\n");
+    match &res.self_test {
+        Some(label) => {
+            let _ = writeln!(o, "## End to end: {label}\n");
+            let _ = writeln!(
+                o,
+                "These runs exercise the harness on the host CPU; they say nothing about the GPU and are kept out of rig baselines.\n"
+            );
+        }
+        None => {
+            let _ = writeln!(o, "## End to end\n");
+        }
+    }
     let eng = &res.engine;
     let _ = writeln!(
         o,
@@ -146,6 +157,18 @@ pub fn render_markdown(res: &E2eResults) -> String {
     rows.push(vec!["engine version".into(), v, s]);
     let (v, s) = src(&c0.model);
     rows.push(vec!["model".into(), v, s]);
+    if let Some(rt) = &res.engine.facts.runtime {
+        for (name, f) in [
+            ("backend", &rt.backend),
+            ("device", &rt.device),
+            ("model provenance", &rt.model_provenance),
+            ("weight format", &rt.weight_format),
+            ("KV cache dtype", &rt.kv_cache_dtype),
+        ] {
+            let (v, s) = src(f);
+            rows.push(vec![name.into(), v, s]);
+        }
+    }
     if let Some(s) = &res.suite {
         rows.push(vec![
             "workload".into(),
