@@ -79,6 +79,10 @@ if [ "${AA_SKIP_MEASURE:-0}" != 1 ]; then
         rc=$?
         RUN_S[$i]=$(( $(date +%s) - s ))
         say "run $i: exit $rc in ${RUN_S[$i]} s"
+        if [ "$i" -eq 2 ]; then
+            projected=$(( RUN_S[1] + (RUNS - 1) * RUN_S[2] ))
+            say "projected measuring time: ${projected} s (target about 240 s; if far above, lower M_LIST or REPEATS)"
+        fi
         if [ "$rc" -ne 0 ]; then
             say "run $i failed (see $dir.log); stopping"
             tail -20 "$dir.log" | tee -a "$LOG" >&2
