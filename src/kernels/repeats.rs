@@ -122,7 +122,10 @@ fn pooled(parts: &[&Timing]) -> Timing {
     }
 }
 
-fn key(c: &KernelCase) -> (String, String, String, usize) {
+/// (provider, implementation, shape, M): a case's identity across repeats.
+type CaseKey = (String, String, String, usize);
+
+fn key(c: &KernelCase) -> CaseKey {
     (
         c.provider.clone(),
         c.implementation.clone(),
@@ -157,9 +160,8 @@ pub fn merge(runs: &[KernelResults], orders: &[Vec<String>]) -> KernelResults {
         ..first.clone()
     };
     // Cases in order of first appearance.
-    let mut order: Vec<(String, String, String, usize)> = Vec::new();
-    let mut by_key: BTreeMap<(String, String, String, usize), Vec<(usize, &KernelCase)>> =
-        BTreeMap::new();
+    let mut order: Vec<CaseKey> = Vec::new();
+    let mut by_key: BTreeMap<CaseKey, Vec<(usize, &KernelCase)>> = BTreeMap::new();
     for (r, run) in runs.iter().enumerate() {
         for c in &run.cases {
             let k = key(c);
