@@ -112,7 +112,15 @@ async fn metrics(State(m): State<Arc<Mock>>) -> String {
 
 async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Response {
     if m.dead.load(Ordering::SeqCst) {
-        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "dead").into_response();
+        // A dying engine's connections go away: close this one, so the next request must
+        // connect again (and is refused once the server has stopped accepting), whatever the
+        // client's connection reuse and however fast the requests come.
+        return (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONNECTION, "close")],
+            "dead",
+        )
+            .into_response();
     }
     let chat = body.get("messages").is_some();
     let prompt = if chat {
