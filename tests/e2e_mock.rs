@@ -112,15 +112,15 @@ async fn metrics(State(m): State<Arc<Mock>>) -> String {
 
 async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Response {
     if m.dead.load(Ordering::SeqCst) {
-        // A dying engine's connections go away: close this one, so the next request must
-        // connect again (and is refused once the server has stopped accepting), whatever the
-        // client's connection reuse and however fast the requests come.
-        return (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            [(header::CONNECTION, "close")],
-            "dead",
-        )
-            .into_response();
+        // A dying engine drops its streams: an event stream that ends at once, without
+        // [DONE], on a connection that is then closed. (A 503 on a kept-alive connection
+        // would be an HTTP error, not a dead engine, and the test would race the moment the
+        // server stops accepting.)
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CONNECTION, "close")
+            .body(Body::empty())
+            .unwrap();
     }
     let chat = body.get("messages").is_some();
     let prompt = if chat {
