@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use crate::ExitStatus;
 
 pub mod compare;
+pub mod diagnose;
 pub mod e2e;
 pub mod inspect;
 pub mod kernels;
@@ -16,8 +17,8 @@ pub mod serve;
 /// rigbench: benchmark and validate quantized LLM inference (BF16, FP8, NVFP4) on NVIDIA GPUs.
 ///
 /// Exit codes: 0 ok; 1 error; 2 regression (compare); 3 baseline missing or incompatible
-/// (compare); 4 lint errors (inspect); 64 bad command line (an unknown flag or a value rigbench
-/// rejects).
+/// (compare); 4 error-level findings (inspect, diagnose); 64 bad command line (an unknown flag
+/// or a value rigbench rejects).
 #[derive(Debug, Parser)]
 #[command(name = "rigbench", version, about, long_about = None, propagate_version = true)]
 pub struct Cli {
@@ -43,6 +44,8 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Compare results with a baseline; statistical verdict per metric; exit code for CI.
     Compare(compare::CompareArgs),
+    /// Explain an engine's logs and /metrics against the checkpoint and the card.
+    Diagnose(diagnose::DiagnoseArgs),
 }
 
 /// Parse the process arguments. On a bad command line, prints clap's message and returns
@@ -80,6 +83,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::E2e(a) => e2e::run(a),
         Command::Report(a) => report::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::Diagnose(a) => diagnose::run(a),
     }
 }
 

@@ -370,7 +370,7 @@ pub fn kv_capacity(e: Option<&Exposition>, boot: Option<&BootLog>) -> KvConditio
                 k.num_blocks = k.num_blocks.or(rep.gpu_blocks);
             } else if let (Some(bs), Some(rep)) = (
                 k.block_size,
-                b.kv.iter().rev().find(|r| r.gpu_blocks.is_some()),
+                b.boots.iter().rev().find(|r| r.gpu_blocks.is_some()),
             ) {
                 // V0 logs give blocks only; the block size came from /metrics.
                 if let Some(g) = rep.gpu_blocks {
