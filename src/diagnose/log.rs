@@ -46,6 +46,7 @@ pub enum BootStatus {
 
 /// One engine start found in a log.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Boot {
     /// 1-based index in the log.
     pub index: usize,
@@ -123,6 +124,7 @@ impl Boot {
 
 /// An error message with everything under it (its traceback), deduplicated over ranks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ErrorGroup {
     /// First line (1-based).
     pub line: usize,
@@ -209,8 +211,10 @@ impl KernelChoice {
     }
 }
 
-/// A warning about KV-cache scales (missing k/v scales, defaults of 1.0).
+/// A warning about KV-cache scales (missing k/v scales, defaults of 1.0). Results written
+/// before this struct held the message alone; those read back with line 0.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "ScaleWarningRepr")]
 pub struct ScaleWarning {
     /// The message.
     pub message: String,
@@ -218,8 +222,25 @@ pub struct ScaleWarning {
     pub line: usize,
 }
 
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ScaleWarningRepr {
+    Full { message: String, line: usize },
+    Message(String),
+}
+
+impl From<ScaleWarningRepr> for ScaleWarning {
+    fn from(r: ScaleWarningRepr) -> Self {
+        match r {
+            ScaleWarningRepr::Full { message, line } => ScaleWarning { message, line },
+            ScaleWarningRepr::Message(message) => ScaleWarning { message, line: 0 },
+        }
+    }
+}
+
 /// Speculative decoding as the engine's configuration states it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SpecConfig {
     /// Method (`ngram`, `mtp`, `eagle`, `EAGLE`, `draft_model`).
     pub method: Option<String>,
@@ -249,8 +270,10 @@ pub struct RequestTiming {
     pub generation_ms: Option<f64>,
 }
 
-/// Everything found in one engine log.
+/// Everything found in one engine log. Every field has a default, so results.json files
+/// written by older versions (a `kv` list instead of `boots`) still read back.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct EngineLog {
     /// The engine that wrote it (`vllm`, `sglang`, `llama.cpp`, `rigbench`), from its line forms.
     pub engine: Option<String>,
