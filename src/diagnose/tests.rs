@@ -706,10 +706,17 @@ fn results_written_by_older_versions_read_back() {
         "kv_scale_warnings": ["Using KV cache scaling factor 1.0"], "lines_read": 5,
         "marlin_fp4_fallback": null, "spec_k": null, "spec_lines": [], "spec_method": null}"#;
     let l: EngineLog = serde_json::from_str(old).expect("old boot_log reads");
-    assert_eq!(l.kv_scale_warnings[0].message, "Using KV cache scaling factor 1.0");
-    for f in ["baselines/ci-cpu/qwen3.6-27b.json", "baselines/nvidia-h200-sm90/qwen3.6-27b.json"] {
+    assert_eq!(
+        l.kv_scale_warnings[0].message,
+        "Using KV cache scaling factor 1.0"
+    );
+    for f in [
+        "baselines/ci-cpu/qwen3.6-27b.json",
+        "baselines/nvidia-h200-sm90/qwen3.6-27b.json",
+    ] {
         let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(f);
         let text = std::fs::read_to_string(&p).unwrap();
-        let _: crate::report::Results = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let _: crate::report::Results =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
     }
 }
