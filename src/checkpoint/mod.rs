@@ -16,6 +16,7 @@ pub mod capacity;
 pub mod config;
 pub mod format;
 pub mod headers;
+pub mod hub;
 mod lint;
 pub mod modules;
 pub mod quant;
