@@ -35,7 +35,7 @@ pub struct DiagnoseArgs {
     #[arg(long = "sse", value_name = "FILE")]
     pub sse: Vec<PathBuf>,
     /// The checkpoint folder (config.json, hf_quant_config.json, and the safetensors headers or
-    /// index when present), to explain fallbacks and KV scales.
+    /// index when present), or hf://ORG/NAME[@REV], to explain fallbacks and KV scales.
     #[arg(long, value_name = "DIR")]
     pub checkpoint: Option<PathBuf>,
     /// The card's compute capability (sm_90, sm_100, 12.0, ...).
@@ -161,11 +161,14 @@ pub fn diagnose(args: &DiagnoseArgs) -> anyhow::Result<Diagnosis> {
             .push(parse_sse(&name_of(p), &String::from_utf8_lossy(&bytes)));
     }
     if let Some(dir) = &args.checkpoint {
-        d.checkpoint = Some(
-            checkpoint_facts(dir, d.card.as_ref().map(|c| c.cc)).with_context(|| {
-                format!("reading the checkpoint {} (--checkpoint)", dir.display())
-            })?,
-        );
+        let hub = super::inspect::fetch_hub(dir)?;
+        let local = hub.as_ref().map_or(dir.as_path(), |(t, _)| t.path());
+        let mut facts = checkpoint_facts(local, d.card.as_ref().map(|c| c.cc))
+            .with_context(|| format!("reading the checkpoint {} (--checkpoint)", dir.display()))?;
+        if let Some((_, r)) = &hub {
+            facts.dir = r.to_string();
+        }
+        d.checkpoint = Some(facts);
     }
     d.findings = build_findings(&d);
     Ok(d)
