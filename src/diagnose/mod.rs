@@ -1215,7 +1215,14 @@ fn explain_marlin(
     );
     let mut parts = Vec::new();
     if !expected_part.is_empty() {
-        parts.push(format!("expected for part of it: {expected_part}"));
+        parts.push(format!(
+            "expected{}: {expected_part}",
+            if w4a4.is_empty() {
+                ""
+            } else {
+                " for part of it"
+            }
+        ));
     }
     let sev;
     if w4a4.is_empty() {
@@ -1228,15 +1235,20 @@ fn explain_marlin(
             no_native.join("; ")
         ));
     } else if log.kernel_choices.is_empty() {
-        sev = if w4a16.is_empty() {
-            Severity::Warning
+        let look = "the engine's 'Using … for NVFP4 GEMM' / 'NvFp4 MoE backend' lines (at INFO, or with VLLM_LOGGING_LEVEL=DEBUG) name the kernel per layer kind";
+        if w4a16.is_empty() {
+            sev = Severity::Warning;
+            parts.push(format!(
+                "every NVFP4 layer of the checkpoint is W4A4 ({}), so the warning means some of them have no native path in {engine} on this card: {why_12x}; {look}",
+                list(&w4a4)
+            ));
         } else {
-            Severity::Info
-        };
-        parts.push(format!(
-            "the log does not say which of the W4A4 layers ({}) fell back too: {why_12x}. Rerun with VLLM_LOGGING_LEVEL=DEBUG, or look for 'Using … for NVFP4 GEMM' / 'NvFp4 MoE backend' lines, to see the kernel per layer kind",
-            list(&w4a4)
-        ));
+            sev = Severity::Info;
+            parts.push(format!(
+                "the log does not say whether the W4A4 layers ({}) fell back as well: {why_12x}; {look}",
+                list(&w4a4)
+            ));
+        }
     } else {
         sev = Severity::Info;
         parts.push(format!(

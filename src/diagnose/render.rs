@@ -94,7 +94,10 @@ pub fn render_markdown(d: &Diagnosis) -> String {
                     match b.status {
                         Some(BootStatus::Ready) => "ready".into(),
                         Some(BootStatus::Failed) => "failed".into(),
-                        Some(BootStatus::Incomplete) => "startup incomplete".into(),
+                        Some(BootStatus::Incomplete) if b.available_kv_memory_bytes.is_some() => {
+                            "startup incomplete".into()
+                        }
+                        Some(BootStatus::Incomplete) => "only its start logged".into(),
                         None => "-".into(),
                     },
                     b.capacity_tokens()

@@ -720,3 +720,131 @@ fn results_written_by_older_versions_read_back() {
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
     }
 }
+
+/// A checkpoint folder from the Qwen3.6-35B-A3B ModelOpt fixture; with `w4a4_experts` the routed
+/// experts become W4A4 NVFP4 (the shared expert and lm_head stay W4A16).
+fn qwen36_checkpoint(w4a4_experts: bool) -> tempfile::TempDir {
+    let c = fixtures().join("configs");
+    let d = tempfile::tempdir().unwrap();
+    // hf_quant_config.json carries the per-layer algorithms; config.json's copy is dropped so
+    // that it is the one followed.
+    let mut cfg: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(c.join("nvidia--Qwen3.6-35B-A3B-NVFP4__config.json")).unwrap(),
+    )
+    .unwrap();
+    cfg.as_object_mut().unwrap().remove("quantization_config");
+    std::fs::write(d.path().join("config.json"), cfg.to_string()).unwrap();
+    let mut q: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(c.join("nvidia--Qwen3.6-35B-A3B-NVFP4__hf_quant_config.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    if w4a4_experts {
+        let layers = q["quantization"]["quantized_layers"]
+            .as_object_mut()
+            .unwrap();
+        for (k, v) in layers.iter_mut() {
+            if k.ends_with("mlp.experts") {
+                v["quant_algo"] = "NVFP4".into();
+            }
+        }
+    }
+    std::fs::write(d.path().join("hf_quant_config.json"), q.to_string()).unwrap();
+    d
+}
+
+fn diag_with(log_text: &str, ck: Option<&std::path::Path>, cc: Option<&str>) -> Diagnosis {
+    let card = cc.map(|c| Card {
+        cc: c.parse().unwrap(),
+        source: "--cc".into(),
+    });
+    let mut d = Diagnosis {
+        logs: vec![LogInput {
+            name: "engine.log".into(),
+            log: EngineLog::parse(log_text),
+        }],
+        checkpoint: ck.map(|p| checkpoint_facts(p, card.as_ref().map(|c| c.cc)).unwrap()),
+        card,
+        ..Default::default()
+    };
+    d.findings = build_findings(&d);
+    d
+}
+
+#[test]
+fn marlin_fallback_explained_by_checkpoint_and_card() {
+    let (_, log06) = fixture("logs", "06_");
+    // W4A16 MLP (experts, shared expert, lm_head) and W4A4 experts on sm_100.
+    let mixed = qwen36_checkpoint(true);
+    let d = diag_with(&log06, Some(mixed.path()), Some("sm_100"));
+    let f = d.findings_of("marlin-fp4-fallback")[0];
+    assert_eq!(f.severity, Severity::Info);
+    assert!(
+        f.detail
+            .contains("expected: these layers are weights-only NVFP4"),
+        "{}",
+        f.detail
+    );
+    assert!(f.detail.contains("which run on Marlin on every card"));
+    assert!(
+        f.detail
+            .contains("the W4A4 layers (MoE routed experts) run natively"),
+        "{}",
+        f.detail
+    );
+    // All W4A16: expected on any card.
+    let w4a16 = qwen36_checkpoint(false);
+    let d = diag_with(&log06, Some(w4a16.path()), Some("sm_120"));
+    let f = d.findings_of("marlin-fp4-fallback")[0];
+    assert_eq!(f.severity, Severity::Info, "{}", f.detail);
+    assert!(f.detail.contains("nothing native is lost"));
+    // sm_120 with the MoE backend line: the W4A4 experts have no native path in this engine.
+    let log = format!(
+        "{log06}\n(EngineCore pid=274) INFO 06-12 08:49:30 [nvfp4.py:222] Using 'MARLIN' NvFp4 MoE backend out of potential backends: ['FLASHINFER_CUTLASS', 'VLLM_CUTLASS', 'MARLIN']\n"
+    );
+    let d = diag_with(&log, Some(mixed.path()), Some("sm_120"));
+    let f = d.findings_of("marlin-fp4-fallback")[0];
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(
+        f.detail.contains("no native path") && f.detail.contains("MoE routed experts"),
+        "{}",
+        f.detail
+    );
+    // Below sm_100: expected, the W4A4 layers lose their 4-bit activations.
+    let d = diag_with(&log06, Some(mixed.path()), Some("sm_89"));
+    let f = d.findings_of("marlin-fp4-fallback")[0];
+    assert!(
+        f.title.contains("expected on sm_89") && f.detail.contains("lose their 4-bit activations")
+    );
+    // Without a checkpoint: what would settle it.
+    let d = diag_with(&log06, None, Some("sm_100"));
+    assert!(d.findings_of("marlin-fp4-fallback")[0]
+        .detail
+        .contains("--checkpoint"));
+}
+
+#[test]
+fn fp8_kv_at_scale_one_explained() {
+    let log = "(EngineCore pid=1) WARNING 07-02 22:00:59 [kv_cache.py:148] Using KV cache scaling factor 1.0 for fp8_e4m3. If this is unintended, verify that k/v_scale scaling factors are properly set in the checkpoint.\n";
+    // No checkpoint: say what would settle it.
+    let d = diag_with(log, None, None);
+    let f = d.findings_of("kv-fp8-scale-1")[0];
+    assert!(f.detail.contains("--checkpoint"));
+    // The checkpoint declares no KV quantization: expected, nobody's fault.
+    let llama = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/checkpoints/llama-ct-nvfp4");
+    let d = diag_with(log, Some(&llama), None);
+    let f = d.findings_of("kv-fp8-scale-1")[0];
+    assert!(
+        f.detail.contains("declares no KV-cache quantization"),
+        "{}",
+        f.detail
+    );
+    // FP8 KV declared, no k/v scale tensors: the checkpoint's fault.
+    let noscale = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/checkpoints/llama-fp8-kv-no-scales");
+    let d = diag_with(log, Some(&noscale), None);
+    let f = d.findings_of("kv-fp8-scale-1")[0];
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(f.detail.contains("the checkpoint's fault"), "{}", f.detail);
+}
