@@ -14,7 +14,11 @@ fn rigbench(args: &[&str]) -> Output {
 
 fn log(prefix: &str) -> String {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/logs");
-    assert!(dir.is_dir(), "{} is missing (see the project README)", dir.display());
+    assert!(
+        dir.is_dir(),
+        "{} is missing (see the project README)",
+        dir.display()
+    );
     let p: PathBuf = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
@@ -45,7 +49,13 @@ fn exit_codes_follow_the_findings() {
         ("12_", 4, "CUDA out of memory"),
     ] {
         let o = rigbench(&["diagnose", "--log", &log(prefix)]);
-        assert_eq!(o.status.code(), Some(code), "{prefix}: {}{}", out(&o), err(&o));
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "{prefix}: {}{}",
+            out(&o),
+            err(&o)
+        );
         assert!(out(&o).contains(needle), "{prefix}: {}", out(&o));
         assert!(!err(&o).contains("panicked"));
     }
@@ -68,13 +78,26 @@ fn json_out_and_rig() {
     assert_eq!(v["logs"][0]["log"]["boots"].as_array().unwrap().len(), 2);
     assert!(dir.join("diagnose.md").is_file() && dir.join("diagnose.json").is_file());
     // --rig: the card from a results.json (here a committed H200 report).
-    let rig = Path::new(env!("CARGO_MANIFEST_DIR")).join("baselines/nvidia-h200-sm90/qwen3.6-27b.json");
-    let o = rigbench(&["diagnose", "--log", &log("06_"), "--rig", rig.to_str().unwrap()]);
+    let rig =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("baselines/nvidia-h200-sm90/qwen3.6-27b.json");
+    let o = rigbench(&[
+        "diagnose",
+        "--log",
+        &log("06_"),
+        "--rig",
+        rig.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(out(&o).contains("expected on sm_90"), "{}", out(&o));
     // A CPU-only results.json has no card: say so.
     let cpu = Path::new(env!("CARGO_MANIFEST_DIR")).join("baselines/ci-cpu/qwen3.6-27b.json");
-    let o = rigbench(&["diagnose", "--log", &log("06_"), "--rig", cpu.to_str().unwrap()]);
+    let o = rigbench(&[
+        "diagnose",
+        "--log",
+        &log("06_"),
+        "--rig",
+        cpu.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("--cc"), "{}", err(&o));
 }
@@ -86,7 +109,9 @@ fn bad_input_is_named_never_a_panic() {
     for args in [
         vec!["diagnose"],
         vec!["diagnose", "--log", "x.log", "--cc", "sm_banana"],
-        vec!["diagnose", "--log", "x.log", "--cc", "sm_90", "--rig", "r.json"],
+        vec![
+            "diagnose", "--log", "x.log", "--cc", "sm_90", "--rig", "r.json",
+        ],
     ] {
         let o = rigbench(&args);
         assert_eq!(o.status.code(), Some(64), "{args:?}: {}", err(&o));
@@ -100,13 +125,25 @@ fn bad_input_is_named_never_a_panic() {
     assert!(err(&o).contains("is a folder"), "{}", err(&o));
     // Binary and garbage: a note, exit 0.
     let bin = d.path().join("weights.bin");
-    std::fs::write(&bin, (0..4096u32).map(|i| (i * 7 % 256) as u8).collect::<Vec<_>>()).unwrap();
+    std::fs::write(
+        &bin,
+        (0..4096u32)
+            .map(|i| (i * 7 % 256) as u8)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
     let junk = d.path().join("junk.txt");
     std::fs::write(&junk, "hello\nnothing to see\n").unwrap();
     for f in [&bin, &junk] {
         for flag in ["--log", "--metrics", "--sse"] {
             let o = rigbench(&["diagnose", flag, f.to_str().unwrap()]);
-            assert_eq!(o.status.code(), Some(0), "{flag} {}: {}", f.display(), err(&o));
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{flag} {}: {}",
+                f.display(),
+                err(&o)
+            );
             assert!(
                 out(&o).contains("nothing recognised") || out(&o).contains("no SSE data"),
                 "{flag} {}: {}",
@@ -118,7 +155,13 @@ fn bad_input_is_named_never_a_panic() {
     }
     // A malformed checkpoint: named.
     std::fs::write(d.path().join("config.json"), "{not json").unwrap();
-    let o = rigbench(&["diagnose", "--log", &log("06_"), "--checkpoint", d.path().to_str().unwrap()]);
+    let o = rigbench(&[
+        "diagnose",
+        "--log",
+        &log("06_"),
+        "--checkpoint",
+        d.path().to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("config.json"), "{}", err(&o));
 }

@@ -300,7 +300,7 @@ pub async fn fetch_metadata(
             ));
         }
         let n = u64::from_le_bytes(len_bytes[..8].try_into().expect("8 bytes"));
-        if n < 2 || n > MAX_HEADER_BYTES {
+        if !(2..=MAX_HEADER_BYTES).contains(&n) {
             bail!(RigError::file(
                 hub.url(&shard),
                 format!("safetensors header length {n} is not plausible: not a safetensors file")

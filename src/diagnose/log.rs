@@ -426,7 +426,7 @@ fn to_bytes(v: f64, unit: &str) -> Option<u64> {
         _ => return None,
     };
     let b = v * mult;
-    (b.is_finite() && b >= 0.0 && b < 1e19).then(|| b.round() as u64)
+    (b.is_finite() && (0.0..1e19).contains(&b)).then(|| b.round() as u64)
 }
 
 /// Generic wrappers that name no cause of their own.

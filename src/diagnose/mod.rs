@@ -652,7 +652,7 @@ fn log_findings(l: &LogInput, out: &mut Vec<Finding>) {
     }
     // Speculative decoding.
     spec_findings(
-        &format!("{name}"),
+        name,
         log.spec_pooled(),
         log.spec_on(),
         &log.spec_config,

@@ -192,7 +192,7 @@ pub fn parse_spec_line(line_no: usize, msg: &str) -> Option<SpecLogLine> {
     let mut per_position = Vec::new();
     let mut body = body.to_string();
     if let Some(c) = p.per_position.captures(&body.clone()) {
-        per_position = c["l"].split(',').filter_map(|x| fnum(x)).collect();
+        per_position = c["l"].split(',').filter_map(fnum).collect();
         body = body.replace(c.get(0).map_or("", |m| m.as_str()), "");
     }
     let mut kv: BTreeMap<String, String> = BTreeMap::new();
@@ -491,7 +491,7 @@ pub fn k_from_counts(draft_tokens: f64, drafts: f64) -> Option<u32> {
     }
     let k = draft_tokens / drafts;
     let r = k.round();
-    ((k - r).abs() < 1e-6 && r >= 1.0 && r < 1e6).then_some(r as u32)
+    ((k - r).abs() < 1e-6 && (1.0..1e6).contains(&r)).then_some(r as u32)
 }
 
 #[cfg(test)]

@@ -340,7 +340,7 @@ mod tests {
             &mut p,
             &serde_json::json!({"version": "0.4.6", "speculative_algorithm": null}),
         );
-        assert_eq!(p.spec_on.unwrap().value, false);
+        assert!(!p.spec_on.unwrap().value);
         let mut p = EngineProbe::default();
         apply_llamacpp(
             &mut p,
