@@ -848,3 +848,31 @@ fn fp8_kv_at_scale_one_explained() {
     assert_eq!(f.severity, Severity::Warning);
     assert!(f.detail.contains("the checkpoint's fault"), "{}", f.detail);
 }
+
+#[test]
+fn metrics_scrapes_k_from_counts_and_deltas() {
+    let a = "vllm:spec_decode_num_drafts_total 100\nvllm:spec_decode_num_draft_tokens_total 300\nvllm:spec_decode_num_accepted_tokens_total 150\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1000\"} 1\n";
+    let b = "vllm:spec_decode_num_drafts_total 200\nvllm:spec_decode_num_draft_tokens_total 600\nvllm:spec_decode_num_accepted_tokens_total 160\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1000\"} 1\n";
+    let ma = parse_metrics("a.prom", a.as_bytes());
+    let s = ma.facts.spec.clone().unwrap();
+    assert_eq!((s.k, s.drafts), (Some(3), Some(100)));
+    assert_eq!(
+        s.k_source.as_deref(),
+        Some("/metrics draft_tokens / drafts")
+    );
+    assert_eq!(ma.facts.kv_capacity.as_ref().unwrap().0, 16_000);
+    let mut d = Diagnosis {
+        metrics: vec![ma, parse_metrics("b.prom", b.as_bytes())],
+        ..Default::default()
+    };
+    d.findings = build_findings(&d);
+    // Between the scrapes: 10 of 300 accepted = 3.3% → the drafter accepts almost nothing.
+    let f = d.findings_of("spec-accepts-nothing");
+    assert_eq!(f.len(), 1, "{:#?}", d.findings);
+    assert!(f[0].source.contains("a.prom → b.prom"), "{}", f[0].source);
+    assert!(
+        f[0].title.contains("3.33%") && f[0].title.contains("k = 3"),
+        "{}",
+        f[0].title
+    );
+}
