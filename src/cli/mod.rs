@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use crate::ExitStatus;
 
 pub mod compare;
+pub mod devcheck;
 pub mod diagnose;
 pub mod e2e;
 pub mod inspect;
@@ -46,6 +47,9 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Explain an engine's logs and /metrics against the checkpoint and the card.
     Diagnose(diagnose::DiagnoseArgs),
+    /// Developer checks of the CUDA runtime (parity with the CPU, kernel checks, speed).
+    #[command(hide = true)]
+    Devcheck(devcheck::DevcheckArgs),
 }
 
 /// Parse the process arguments. On a bad command line, prints clap's message and returns
@@ -81,6 +85,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Inspect(a) => inspect::run(a),
         Command::Serve(a) => serve::run(a),
         Command::E2e(a) => e2e::run(a),
+        Command::Devcheck(a) => devcheck::run(a),
         Command::Report(a) => report::run(a),
         Command::Compare(a) => compare::run(a),
         Command::Diagnose(a) => diagnose::run(a),
