@@ -328,8 +328,14 @@ pub fn render_markdown(r: &InspectReport) -> String {
                         format!("{b} B")
                     }
                 })
-                .unwrap_or_else(|| "unknown".into()),
-            format!("{} full-attention layers", opt(&c.full_attention_layers)),
+                .unwrap_or_else(|| match &c.kv_not_modelled {
+                    Some(_) => "not modelled".into(),
+                    None => "unknown".into(),
+                }),
+            match &c.kv_not_modelled {
+                Some(why) => why.clone(),
+                None => format!("{} full-attention layers", opt(&c.full_attention_layers)),
+            },
         ],
     ];
     if c.linear_attention_layers > 0 {

@@ -127,6 +127,10 @@ pub struct RequestRecord {
     /// Output problems found by the validity guard (`empty`, `degenerate`, `truncated`, ...)
     /// and observations (`token count`, `decode not observable`).
     pub flags: Vec<String>,
+    /// The engine's per-request speculative-decoding counts (newer vLLM's last chunk,
+    /// llama.cpp's `timings`), when it sent them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<crate::diagnose::spec::RequestSpec>,
     /// Closed loop: one of the first `concurrency` requests, released together after the
     /// warm-up; left out of the latency statistics (its queueing is the burst's, not the
     /// steady state's).

@@ -18,6 +18,7 @@ pub mod checks;
 pub mod client;
 pub mod conditions;
 pub mod driver;
+pub mod engines;
 pub mod executor;
 pub mod launcher;
 pub mod metrics;

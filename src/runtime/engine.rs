@@ -18,6 +18,7 @@ use anyhow::Context;
 
 use super::backend::cpu::CpuBackend;
 use super::backend::cuda::{CudaBackend, CudaLoadSpec, WeightSource};
+use super::backend::RowSampling;
 use super::backend::{Backend, Device, KvCacheSpec};
 use super::config::{
     ModelConfig, ModelProvenance, ModelSource, ServeConfig, SpecConfig, WeightFormat,
@@ -318,6 +319,9 @@ pub struct Engine {
     config: EngineConfig,
     /// Ids never sampled for `ignore_eos` requests (special and invisible tokens).
     suppress_ignore_eos: Arc<Vec<u32>>,
+    /// The visible token (`a`) that replaces a suppressed one sampled on the device for an
+    /// `ignore_eos` request: the device sampler takes no mask, the host sampler masks.
+    ignore_eos_fallback: u32,
 }
 
 impl Engine {
@@ -346,6 +350,16 @@ impl Engine {
             backend,
             scheduler: Scheduler::new(config.scheduler, pool),
             eos: tokenizer.eos_ids.iter().copied().collect(),
+            ignore_eos_fallback: {
+                let banned = tokenizer.suppressed_under_ignore_eos();
+                tokenizer
+                    .encode("a", false)
+                    .ok()
+                    .and_then(|v| v.first().copied())
+                    .filter(|t| !banned.contains(t))
+                    .or_else(|| (0u32..).take(1 << 20).find(|t| !banned.contains(t)))
+                    .unwrap_or(0)
+            },
             suppress_ignore_eos: Arc::new(tokenizer.suppressed_under_ignore_eos()),
             tokenizer,
             reqs: HashMap::new(),
@@ -480,39 +494,100 @@ impl Engine {
             return Ok(false);
         }
         let batch = self.scheduler.batch(&plan);
-        let logits = match self.backend.forward(&batch) {
-            Ok(l) => l,
-            Err(e) => {
-                let msg = format!("forward pass failed: {e:#}");
-                for p in &plan {
-                    self.fail(p.id, &msg);
+        let now;
+        if self.backend.samples_on_device() && plan.iter().all(|p| p.drafts.is_empty()) {
+            // Sample on the device: only token ids cross to the host.
+            let mut rows = Vec::new();
+            for p in plan.iter().filter(|p| p.samples) {
+                rows.push(match self.reqs.get(&p.id) {
+                    Some(r) => {
+                        let sp = r.sampler.params();
+                        RowSampling {
+                            temperature: sp.temperature,
+                            top_p: sp.top_p,
+                            top_k: sp.top_k.min(i32::MAX as usize) as i32,
+                            seed: r.sampler.seed(),
+                            draw: r.num_output as u64,
+                        }
+                    }
+                    None => RowSampling {
+                        temperature: 0.0,
+                        top_p: 1.0,
+                        top_k: 0,
+                        seed: 0,
+                        draw: 0,
+                    },
+                });
+            }
+            let tokens = match self.backend.forward_sampled(&batch, &rows) {
+                Ok(t) => t,
+                Err(e) => {
+                    let msg = format!("forward pass failed: {e:#}");
+                    for p in &plan {
+                        self.fail(p.id, &msg);
+                    }
+                    self.publish_gauges();
+                    return Ok(true);
                 }
-                self.publish_gauges();
-                return Ok(true);
-            }
-        };
-        let now = Instant::now();
-        let mut row = 0;
-        for p in &plan {
-            if !p.samples {
-                self.scheduler.commit(p.id, p.num_tokens, &[]);
-                continue;
-            }
-            let Some(r) = self.reqs.get_mut(&p.id) else {
-                row += 1 + p.drafts.len();
-                continue;
             };
-            let v = spec::verify(&logits, row, &p.drafts, &mut r.sampler);
-            row += 1 + p.drafts.len();
-            if self.drafter.is_some() {
-                self.spec_stats.record(p.drafts.len(), v.accepted);
+            now = Instant::now();
+            let mut row = 0;
+            for p in &plan {
+                if !p.samples {
+                    self.scheduler.commit(p.id, p.num_tokens, &[]);
+                    continue;
+                }
+                let t = tokens.get(row).copied();
+                row += 1;
+                let (Some(mut t), Some(r)) = (t, self.reqs.get(&p.id)) else {
+                    continue;
+                };
+                // The device sampler cannot mask: a special or invisible token sampled for an
+                // ignore_eos request is replaced by a visible one before it is committed.
+                if r.ignore_eos && self.suppress_ignore_eos.binary_search(&t).is_ok() {
+                    t = self.ignore_eos_fallback;
+                }
+                self.scheduler.commit(p.id, p.num_tokens, &[t]);
+                let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
+                let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
+                self.process(p.id, &[t], total_len, cached, now);
             }
-            self.scheduler
-                .commit(p.id, p.num_tokens + v.accepted, &v.tokens);
-            let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
-            let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
-            self.process(p.id, &v.tokens, total_len, cached, now);
+        } else {
+            let logits = match self.backend.forward(&batch) {
+                Ok(l) => l,
+                Err(e) => {
+                    let msg = format!("forward pass failed: {e:#}");
+                    for p in &plan {
+                        self.fail(p.id, &msg);
+                    }
+                    self.publish_gauges();
+                    return Ok(true);
+                }
+            };
+            now = Instant::now();
+            let mut row = 0;
+            for p in &plan {
+                if !p.samples {
+                    self.scheduler.commit(p.id, p.num_tokens, &[]);
+                    continue;
+                }
+                let Some(r) = self.reqs.get_mut(&p.id) else {
+                    row += 1 + p.drafts.len();
+                    continue;
+                };
+                let v = spec::verify(&logits, row, &p.drafts, &mut r.sampler);
+                row += 1 + p.drafts.len();
+                if self.drafter.is_some() {
+                    self.spec_stats.record(p.drafts.len(), v.accepted);
+                }
+                self.scheduler
+                    .commit(p.id, p.num_tokens + v.accepted, &v.tokens);
+                let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
+                let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
+                self.process(p.id, &v.tokens, total_len, cached, now);
+            }
         }
+        let _ = now;
         // Drafts for the next step.
         if let Some(d) = self.drafter {
             let max_len = self.config.max_model_len;
@@ -1042,6 +1117,7 @@ pub fn spawn(loaded: Loaded) -> anyhow::Result<(EngineHandle, std::thread::JoinH
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::backend::{ForwardBatch, Logits};
     use crate::runtime::config::ServeConfig;
 
     fn engine(cfg: &ServeConfig) -> Loaded {
@@ -1097,6 +1173,107 @@ mod tests {
 
     fn prompt(l: &Loaded, text: &str) -> Vec<u32> {
         l.tokenizer.encode(text, false).unwrap()
+    }
+
+    /// A backend that "samples on the device" (the CUDA backend's engine path) by running the
+    /// CPU backend and taking the argmax: the mock device of the engine's device-sampling path.
+    struct DeviceSamplingMock(Box<dyn Backend>);
+
+    impl Backend for DeviceSamplingMock {
+        fn name(&self) -> &str {
+            "mock-device"
+        }
+        fn config(&self) -> &ModelConfig {
+            self.0.config()
+        }
+        fn weight_format(&self) -> WeightFormat {
+            self.0.weight_format()
+        }
+        fn weight_bytes(&self) -> u64 {
+            self.0.weight_bytes()
+        }
+        fn init_kv_cache(&mut self, spec: KvCacheSpec) -> anyhow::Result<()> {
+            self.0.init_kv_cache(spec)
+        }
+        fn forward(&mut self, batch: &ForwardBatch) -> anyhow::Result<Logits> {
+            self.0.forward(batch)
+        }
+        fn samples_on_device(&self) -> bool {
+            true
+        }
+        fn forward_sampled(
+            &mut self,
+            batch: &ForwardBatch,
+            rows: &[RowSampling],
+        ) -> anyhow::Result<Vec<u32>> {
+            let l = self.0.forward(batch)?;
+            anyhow::ensure!(
+                rows.len() == l.rows(),
+                "{} rows for {} logit rows",
+                rows.len(),
+                l.rows()
+            );
+            Ok((0..l.rows())
+                .map(|i| {
+                    assert!(rows[i].temperature < 1e-5, "the test sends greedy requests");
+                    super::super::sampler::argmax(l.row(i))
+                })
+                .collect())
+        }
+    }
+
+    #[test]
+    fn device_sampling_path_gives_the_host_sampling_output() {
+        let cfg = ServeConfig::tiny();
+        let mut host = engine(&cfg);
+        let dev = engine(&cfg);
+        let kv = dev.engine.config.kv;
+        let econf = dev.engine.config.clone();
+        let backend = dev.engine.into_backend();
+        let mut mocked = Engine::new(
+            Box::new(DeviceSamplingMock(backend)),
+            dev.tokenizer.clone(),
+            econf,
+            dev.metrics.clone(),
+        )
+        .unwrap();
+        let _ = kv;
+        let prompts = ["the cat sat on the mat", "abcabc", "hi"];
+        let mk = |l: &Loaded| {
+            prompts
+                .iter()
+                .map(|p| req(prompt(l, p), 24))
+                .collect::<Vec<_>>()
+        };
+        // Without ignore_eos both paths take the plain argmax (with it the host masks special
+        // tokens and the device path replaces them: see the next test).
+        let plain = |l: &Loaded| {
+            mk(l)
+                .into_iter()
+                .map(|mut r| {
+                    r.ignore_eos = false;
+                    r
+                })
+                .collect::<Vec<_>>()
+        };
+        let (ra, rb) = (plain(&host), plain(&host));
+        let a = run(&mut host.engine, ra);
+        let b = run(&mut mocked, rb);
+        assert_eq!(a, b);
+        // With ignore_eos the device path never emits a special or invisible token either.
+        let reqs: Vec<GenerateRequest> = (0..24)
+            .map(|i| req(prompt(&host, &format!("p{i} {}", "q".repeat(i))), 16))
+            .collect();
+        for (i, (text, n, _)) in run(&mut mocked, reqs).into_iter().enumerate() {
+            assert_eq!(n, 16);
+            assert!(
+                !text.trim().is_empty()
+                    && !text.contains('\u{fffd}')
+                    && !text.contains("<|")
+                    && !text.contains("think>"),
+                "request {i}: {text:?}"
+            );
+        }
     }
 
     #[test]

@@ -45,6 +45,7 @@ impl SamplingParams {
 pub struct Sampler {
     params: SamplingParams,
     rng: StdRng,
+    seed: u64,
     /// Ids never sampled (their logits count as −∞), e.g. special tokens under `ignore_eos`.
     suppressed: Option<std::sync::Arc<Vec<u32>>>,
 }
@@ -69,6 +70,7 @@ impl Sampler {
         Sampler {
             params,
             rng: StdRng::seed_from_u64(seed),
+            seed,
             suppressed: None,
         }
     }
@@ -103,6 +105,11 @@ impl Sampler {
     /// The greedy choice among the ids not suppressed.
     pub fn greedy(&self, logits: &[f32]) -> u32 {
         argmax(&self.masked(logits))
+    }
+
+    /// The seed of this request's generator (its own, or the fallback).
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     /// The settings.
