@@ -6,6 +6,9 @@ use std::path::PathBuf;
 
 use crate::cli::kernels::KernelSelection;
 use crate::report::job::{self, Job};
+use anyhow::Context;
+
+use crate::report::output::ReportDir;
 use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench report`.
@@ -39,11 +42,23 @@ pub struct ReportArgs {
     /// Folder of baselines for `--save-baseline`.
     #[arg(long, default_value = "baselines")]
     pub baselines_dir: PathBuf,
-    /// Re-render report.md, kernels.csv and plots from an existing results.json (or its folder)
-    /// instead of measuring.
-    #[arg(long, value_name = "RESULTS")]
+    /// Re-render report.md, the CSV files and plots from an existing results.json (or its
+    /// folder) instead of measuring (only --out and --no-redact go with it).
+    #[arg(long, value_name = "RESULTS", conflicts_with_all = RENDER_CONFLICTS)]
     pub render: Option<PathBuf>,
 }
+
+/// The flags that measure or choose what to measure: `--render` measures nothing, so it refuses
+/// them (clap ids; `KernelSelection` is the group of every kernel-selection flag).
+const RENDER_CONFLICTS: [&str; 7] = [
+    "KernelSelection",
+    "rig_label",
+    "no_kernels",
+    "no_e2e",
+    "checkpoint",
+    "save_baseline",
+    "baselines_dir",
+];
 
 /// Run `rigbench report`.
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
@@ -75,18 +90,24 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         if let Some(k) = &results.kernels {
             dir.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
         }
+        if let Some(e) = &results.e2e {
+            crate::e2e::report::write_csv(e, &dir.path)?;
+            // engine.log is not in results.json: carry it over from the source folder.
+            let log = source.join("engine.log");
+            if !same && log.is_file() {
+                let text = std::fs::read_to_string(&log)
+                    .with_context(|| format!("cannot read {}", log.display()))?;
+                dir.write_text("engine.log", &text)?;
+            }
+        }
         job::render_into(&dir, &results)?;
         eprintln!("rigbench: re-rendered {}", dir.path.display());
+        print_summary(&dir, &results);
         return Ok(ExitStatus::Ok);
     }
     if let Some(l) = &args.rig_label {
-        if l.is_empty() || l.contains(['/', '\\']) || l.starts_with('.') {
-            return Err(RigError::flag(
-                "--rig-label",
-                "use letters, digits, '-', '_' and '.'; no slashes",
-            )
-            .into());
-        }
+        crate::compare::baseline::check_component("rig label", l)
+            .map_err(|m| RigError::flag("--rig-label", m))?;
     }
     if let Some(c) = &args.checkpoint {
         if !c.is_dir() {
@@ -112,7 +133,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             &suite,
         )?;
     }
-    let results = job::run(Job {
+    let (results, dir) = job::run_with_dir(Job {
         kernels,
         accuracy: true,
         checkpoint: args.checkpoint.clone(),
@@ -155,8 +176,31 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         .map(|_| "; the checkpoint has lint errors (see its findings; `rigbench inspect` exits 4 on them)")
         .unwrap_or("");
     eprintln!(
-        "rigbench: report complete: {timed} kernel cases timed, {} parts skipped (see report.md){lint}",
-        results.skipped.len()
+        "rigbench: report complete: {}, {} skipped (see report.md){lint}",
+        plural(timed, "kernel case timed", "kernel cases timed"),
+        plural(results.skipped.len(), "part", "parts"),
     );
+    if let Some(dir) = &dir {
+        print_summary(dir, &results);
+    }
     Ok(ExitStatus::Ok)
+}
+
+/// `1 part`, `2 parts`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!(
+        "{} {}",
+        crate::report::table::thousands(n as u64),
+        if n == 1 { one } else { many }
+    )
+}
+
+/// The short summary on stdout: where report.md is, and the verdict.
+fn print_summary(dir: &ReportDir, results: &crate::report::Results) {
+    let text = format!(
+        "Report: {}\n\nVerdict:\n{}",
+        dir.path.join("report.md").display(),
+        crate::report::verdict::text(results)
+    );
+    print!("{}", dir.redactor().redact(&text));
 }

@@ -182,6 +182,9 @@ async fn engine_facts(
         if let Some(n) = v.get("version").and_then(Value::as_str) {
             f.version = Some(Sourced::new(n.to_string(), "/version"));
         }
+        if let Some(b) = v.get("backend").and_then(Value::as_str) {
+            f.backend = Some(Sourced::new(b.to_string(), "/version"));
+        }
     }
     let models = client.models().await.unwrap_or_default();
     let metrics = client.metrics().await.unwrap_or(None);

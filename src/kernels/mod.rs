@@ -10,11 +10,13 @@ pub mod accuracy;
 pub mod bench;
 pub mod data;
 pub mod impls;
+pub mod peak;
 pub mod peers;
 pub mod reference;
 pub mod render;
 pub mod schema;
 pub mod suite;
+pub mod wording;
 
 pub use schema::KernelResults;
 

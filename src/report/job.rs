@@ -37,6 +37,14 @@ pub struct Job {
 /// Only for failures that lose the report (the folder cannot be written); failures of parts are
 /// recorded in `Results::skipped`.
 pub fn run(job: Job) -> anyhow::Result<Results> {
+    run_with_dir(job).map(|(r, _)| r)
+}
+
+/// [`run`], also returning the report folder written (`None` without `write_files`).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     let rig = crate::rig::probe();
     let label = job.rig_label.clone().unwrap_or_else(|| rig.label());
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
@@ -150,7 +158,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
     if let Some(d) = &dir {
         render_into(d, &results)?;
     }
-    Ok(results)
+    Ok((results, dir))
 }
 
 /// Write report.md and the plots for `results` into `dir`.
@@ -162,7 +170,15 @@ pub fn render_into(dir: &ReportDir, results: &Results) -> anyhow::Result<()> {
     if let Some(e) = &results.e2e {
         plots.extend(crate::e2e::write_plots(e, &dir.path)?);
     }
-    let md = super::markdown::render(results, &plots, dir.redactor());
+    let files: Vec<String> = std::fs::read_dir(&dir.path)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.path().is_file())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let md = super::markdown::render(results, &plots, &files, dir.redactor());
     dir.write_text("report.md", &md)?;
     Ok(())
 }

@@ -8,6 +8,7 @@ pub mod plot;
 pub mod redact;
 pub mod schema;
 pub mod table;
+pub mod verdict;
 pub mod write;
 
 pub use schema::{Results, Skip, SCHEMA_VERSION};
