@@ -385,9 +385,9 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     let module_list: Vec<Module> = match &hdrs {
         Some(h) => {
             report.module_source = format!(
-                "safetensors headers ({} tensors in {} file(s))",
-                h.tensors.len(),
-                h.shards.len()
+                "safetensors headers ({} in {})",
+                crate::report::table::plural(h.tensors.len() as u64, "tensor", "tensors"),
+                crate::report::table::plural(h.shards.len() as u64, "file", "files")
             );
             modules::modules_from_tensors(&h.tensors, &facts)
         }
@@ -535,7 +535,9 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     }
     if other_count > 0 {
         report.other_tensors = Some(format!(
-            "{other_count} tensor(s) that are not GEMM weights (norms, biases, recurrence parameters such as A_log and dt_bias, KV scales), {}",
+            "{} that {} not GEMM weights (norms, biases, recurrence parameters such as A_log and dt_bias, KV scales), {}",
+            crate::report::table::plural(other_count as u64, "tensor", "tensors"),
+            if other_count == 1 { "is" } else { "are" },
             crate::report::table::human_bytes(other_bytes)
         ));
     }

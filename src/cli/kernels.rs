@@ -167,7 +167,11 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
     } else {
         let mut md = String::new();
         if let Some(k) = &results.kernels {
-            md.push_str(&crate::kernels::render::markdown(k, &[]));
+            md.push_str(&crate::kernels::render::markdown_for(
+                k,
+                &[],
+                &results.rig.capabilities,
+            ));
         }
         for s in &results.skipped {
             md.push_str(&format!("- skipped {}: {}\n", s.what, s.reason));

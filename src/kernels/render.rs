@@ -8,7 +8,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::schema::{KernelCase, KernelResults};
-use crate::report::table::{human_bytes, human_seconds, markdown_table};
+use crate::report::table::{human_bytes, human_seconds, markdown_table, thousands};
 
 /// Column key of a case: `bf16`, or `torch:torch.matmul` for peers.
 fn col_key(c: &KernelCase) -> String {
@@ -71,9 +71,9 @@ pub fn crossover(a: &str, b: &str, points: &[(usize, f64, f64)]) -> Option<Strin
     }
     let fmt = |s: &(bool, usize, usize)| {
         if s.1 == s.2 {
-            format!("M = {}", s.1)
+            format!("M = {}", thousands(s.1 as u64))
         } else {
-            format!("M = {}…{}", s.1, s.2)
+            format!("M = {}…{}", thousands(s.1 as u64), thousands(s.2 as u64))
         }
     };
     let wins: Vec<String> = segs.iter().filter(|s| s.0).map(fmt).collect();
@@ -87,7 +87,8 @@ pub fn crossover(a: &str, b: &str, points: &[(usize, f64, f64)]) -> Option<Strin
     } else if segs[0].0 && segs.len() == 2 {
         format!(
             "{a} is faster than {b} up to M = {}; {b} is faster from M = {}",
-            segs[0].2, segs[1].1
+            thousands(segs[0].2 as u64),
+            thousands(segs[1].1 as u64)
         )
     } else {
         format!("{a} is faster than {b} at {}", wins.join(", "))
@@ -109,13 +110,25 @@ fn cell(c: Option<&&KernelCase>) -> String {
 
 /// The kernel section as Markdown; `plots` are file names written next to report.md.
 pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
+    markdown_for(k, plots, &[])
+}
+
+/// [`markdown`] on a card whose capability table is `caps`: skip reasons then use the table's
+/// word for each format ([`super::wording::skip_reason`]).
+pub fn markdown_for(
+    k: &KernelResults,
+    plots: &[String],
+    caps: &[crate::rig::Capability],
+) -> String {
     let mut o = String::new();
     o.push_str(&format!("## Kernels: suite `{}`\n\n", k.suite.name));
     if !k.suite.description.is_empty() {
         o.push_str(&format!("{}\n\n", k.suite.description));
     }
-    o.push_str("GEMM `C[M, N] = A[M, K] · W[N, K]ᵀ`, BF16 output. Times are medians of CUDA-event samples; the figure in parentheses is the speedup against rigbench's `bf16` (cuBLASLt) case of the same shape and M.\n\n");
-    if let Some(p) = &k.timing_policy {
+    if !k.cases.is_empty() {
+        o.push_str("GEMM `C[M, N] = A[M, K] · W[N, K]ᵀ`, BF16 output. Times are medians of CUDA-event samples; the figure in parentheses is the speedup against rigbench's `bf16` (cuBLASLt) case of the same shape and M.\n\n");
+    }
+    if let Some(p) = k.timing_policy.as_ref().filter(|_| !k.cases.is_empty()) {
         o.push_str(&format!(
             "Conditions: {}; warm-up {} launches; sampling stops at σ/mean ≤ {:.1}% (after ≥ {} samples), at {} samples, or after {:.2} s; timer: {}.\n",
             if p.l2_flush_bytes > 0 {
@@ -131,7 +144,7 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
             p.timer
         ));
     }
-    if let Some(c) = &k.copy_bandwidth {
+    if let Some(c) = k.copy_bandwidth.as_ref().filter(|_| !k.cases.is_empty()) {
         o.push_str(&format!(
             "Memory roofline measured in the same run: device-to-device copy of {} at {:.2} TB/s (bytes read + written over the median of {} copies).\n",
             human_bytes(c.bytes),
@@ -139,15 +152,20 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
             c.samples
         ));
     }
-    o.push('\n');
     if k.cases.is_empty() {
         o.push_str("No kernel case was timed on this machine (see the skips below).\n\n");
+    } else {
+        o.push('\n');
     }
     o.push_str(&targets(k));
     for (shape, cases) in by_shape(k) {
         let any = cases.values().next().copied();
         let (n, kk) = any.map(|c| (c.n, c.k)).unwrap_or((0, 0));
-        o.push_str(&format!("### `{shape}` (N = {n}, K = {kk})\n\n"));
+        o.push_str(&format!(
+            "### `{shape}` (N = {}, K = {})\n\n",
+            thousands(n as u64),
+            thousands(kk as u64)
+        ));
         let cols = columns(&cases);
         let mut ms: Vec<usize> = cases.keys().map(|(_, m)| *m).collect();
         ms.sort_unstable();
@@ -164,7 +182,7 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
         headers.push("fastest".into());
         let mut rows = Vec::new();
         for m in &ms {
-            let mut r = vec![m.to_string()];
+            let mut r = vec![thousands(*m as u64)];
             for c in &cols {
                 r.push(cell(cases.get(&(c.clone(), *m))));
             }
@@ -196,19 +214,43 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
         let hdr: Vec<&str> = headers.iter().map(String::as_str).collect();
         o.push_str(&markdown_table(&hdr, &rows));
         o.push('\n');
-        let pairs = [("w4a16", "fp8"), ("w4a16", "bf16"), ("fp8", "bf16")];
+        // FP8 lines say whether its activation quantization (timed separately) is counted.
+        let with_quant = |c: &KernelCase| {
+            c.timing.median_s + c.extra.iter().map(|e| e.timing.median_s).sum::<f64>()
+        };
+        let plain = |c: &KernelCase| c.timing.median_s;
+        let excl = "FP8 excluding activation quantization: ";
+        let incl = "FP8 including activation quantization: ";
+        type Time = fn(&KernelCase) -> f64;
+        let mut pairs: Vec<(&str, &str, &str, Time)> = vec![
+            ("w4a16", "fp8", if has_fp8q { excl } else { "" }, plain),
+            ("w4a16", "bf16", "", plain),
+            ("fp8", "bf16", if has_fp8q { excl } else { "" }, plain),
+        ];
+        if has_fp8q {
+            pairs.insert(1, ("w4a16", "fp8", incl, with_quant));
+            pairs.push(("fp8", "bf16", incl, with_quant));
+        }
         let mut lines = Vec::new();
-        for (a, b) in pairs {
+        for (a, b, label, time) in pairs {
+            // `time` applies to the FP8 side only.
+            let t = |c: &KernelCase| {
+                if c.implementation == "fp8" {
+                    time(c)
+                } else {
+                    plain(c)
+                }
+            };
             let pts: Vec<(usize, f64, f64)> = ms
                 .iter()
                 .filter_map(|m| {
-                    let ta = cases.get(&(a.to_string(), *m))?.timing.median_s;
-                    let tb = cases.get(&(b.to_string(), *m))?.timing.median_s;
+                    let ta = t(cases.get(&(a.to_string(), *m))?);
+                    let tb = t(cases.get(&(b.to_string(), *m))?);
                     Some((*m, ta, tb))
                 })
                 .collect();
             if let Some(t) = crossover(a, b, &pts) {
-                lines.push(format!("- {t}"));
+                lines.push(format!("- {label}{t}"));
             }
         }
         if !lines.is_empty() {
@@ -226,6 +268,7 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
     if plots.contains(&"kernels_fastest.svg".to_string()) {
         o.push_str("### Fastest format at each M\n\n![fastest implementation per shape and M](kernels_fastest.svg)\n\n");
     }
+    o.push_str(&super::peak::markdown(k));
     let paths: Vec<Vec<String>> = k
         .cases
         .iter()
@@ -325,37 +368,82 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
     if !k.reference_accuracy.is_empty() {
         o.push_str("### Accuracy of each format (CPU reference, no GPU involved)\n\n");
         o.push_str("Relative L2 error of the format's GEMM against the exact product of the unquantized operands. W4A4 here is emulated (quantize, dequantize, multiply): an accuracy figure, never a speed.\n\n");
+        let split = k
+            .reference_accuracy
+            .iter()
+            .any(|a| a.rel_l2_non_outlier.is_some());
         let rows: Vec<Vec<String>> = k
             .reference_accuracy
             .iter()
             .map(|a| {
-                vec![
+                let mut r = vec![
                     a.format.display_name().into(),
                     a.shape.clone(),
                     a.data.clone(),
                     format!("{:.2e}", a.rel_l2_vs_exact),
-                ]
+                ];
+                if split {
+                    r.push(match a.rel_l2_non_outlier {
+                        // Flag the case where the overall figure hides a worse error on the
+                        // ordinary channels (W4A4: the outlier is exact, the rest of its block
+                        // loses precision).
+                        Some(e) if e > 1.2 * a.rel_l2_vs_exact => {
+                            format!("**{e:.2e}** (worse than overall)")
+                        }
+                        Some(e) => format!("{e:.2e}"),
+                        None => "—".into(),
+                    });
+                }
+                r
             })
             .collect();
-        o.push_str(&markdown_table(
-            &["format", "M×N×K", "data", "rel. L2 error vs exact"],
-            &rows,
-        ));
+        let mut headers = vec!["format", "M×N×K", "data", "rel. L2 error vs exact"];
+        if split {
+            headers.push("same, non-outlier channels only");
+        }
+        o.push_str(&markdown_table(&headers, &rows));
         o.push('\n');
+        if split {
+            o.push_str("With outlier channels, the outliers dominate the norm of the product and are represented almost exactly (each is the largest value of its block), so the overall error can look no worse than on plain data; the last column is the error of the product over the other channels, which is what the outliers cost them.\n\n");
+        }
     }
     if !k.skipped.is_empty() {
         o.push_str("### Skipped kernel cases\n\n");
-        let rows: Vec<Vec<String>> = k
-            .skipped
-            .iter()
-            .map(|s| {
-                vec![
+        // One row per (provider, implementation, M, reason), the shapes it covers joined.
+        let mut groups: Vec<(String, String, String, String, Vec<String>)> = Vec::new();
+        for s in &k.skipped {
+            let m = s.m.map(|m| m.to_string()).unwrap_or_else(|| "all".into());
+            let reason = super::wording::skip_reason(&s.implementation, &s.reason, caps);
+            match groups
+                .iter_mut()
+                .find(|g| g.0 == s.provider && g.1 == s.implementation && g.2 == m && g.3 == reason)
+            {
+                Some(g) => g.4.push(s.shape.clone()),
+                None => groups.push((
                     s.provider.clone(),
                     s.implementation.clone(),
-                    s.shape.clone(),
-                    s.m.map(|m| m.to_string()).unwrap_or_else(|| "all".into()),
-                    s.reason.clone(),
-                ]
+                    m,
+                    reason,
+                    vec![s.shape.clone()],
+                )),
+            }
+        }
+        let all_shapes = by_shape(k).len().max(
+            k.skipped
+                .iter()
+                .map(|s| s.shape.as_str())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+        );
+        let rows: Vec<Vec<String>> = groups
+            .into_iter()
+            .map(|(p, i, m, reason, shapes)| {
+                let shape = if shapes.len() > 1 && shapes.len() == all_shapes {
+                    format!("all {} shapes", shapes.len())
+                } else {
+                    shapes.join(", ")
+                };
+                vec![p, i, shape, m, reason]
             })
             .collect();
         o.push_str(&markdown_table(
@@ -406,9 +494,9 @@ fn targets(k: &KernelResults) -> String {
             format!("{met}/{}", vals.len()),
             format!("{worst:.2}{unit} ({worst_at})"),
             if met == vals.len() {
-                "met".into()
+                "meets it".into()
             } else {
-                "NOT met".into()
+                "falls short".into()
             },
         ]);
     };
@@ -460,9 +548,15 @@ fn targets(k: &KernelResults) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let mut o = String::from("### W4A16 targets\n\nEach ratio is measured within this run (same card, same conditions).\n\n");
+    let mut o = String::from("### rigbench's kernel goals (W4A16)\n\nGoals rigbench sets for its own W4A16 kernel, not properties of the card: \"falls short\" means rigbench's kernel falls short of the goal on this card. Each ratio is measured within this run (same card, same conditions).\n\n");
     o.push_str(&markdown_table(
-        &["target", "need", "cases meeting it", "worst", "verdict"],
+        &[
+            "goal",
+            "need",
+            "cases meeting it",
+            "worst",
+            "rigbench's kernel",
+        ],
         &rows,
     ));
     o.push('\n');
@@ -612,12 +706,16 @@ fn draw_shape(
     let (n, kk) = cases.values().next().map(|c| (c.n, c.k)).unwrap_or((0, 0));
     let mut ch = ChartBuilder::on(&left)
         .caption(
-            format!("{shape} ({n}×{kk}): median time"),
+            format!(
+                "{shape} ({}×{}): median time",
+                thousands(n as u64),
+                thousands(kk as u64)
+            ),
             ("sans-serif", 16),
         )
         .margin(10)
         .x_label_area_size(35)
-        .y_label_area_size(55)
+        .y_label_area_size(70)
         .build_cartesian_2d(
             (mmin..mmax).log_scale(),
             (tmin * 0.8..tmax * 1.25).log_scale(),
@@ -625,6 +723,8 @@ fn draw_shape(
     ch.configure_mesh()
         .x_desc("M (tokens)")
         .y_desc("µs")
+        .x_label_formatter(&crate::report::axis::count_tick)
+        .y_label_formatter(&crate::report::axis::tick)
         .draw()?;
     for (i, col) in cols.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
@@ -664,6 +764,8 @@ fn draw_shape(
     ch.configure_mesh()
         .x_desc("M (tokens)")
         .y_desc("TB/s")
+        .x_label_formatter(&crate::report::axis::count_tick)
+        .y_label_formatter(&crate::report::axis::tick)
         .draw()?;
     if let Some(bw) = copy_bw {
         let y = bw / 1e12;
@@ -742,7 +844,7 @@ fn draw_fastest(shapes: &ShapeCases<'_>, path: &Path) -> PlotResult {
         .y_labels(shapes.len() + 1)
         .x_label_formatter(&|v| {
             label(v, &|i| {
-                ms2.get(i).map(|m| m.to_string()).unwrap_or_default()
+                ms2.get(i).map(|m| thousands(*m as u64)).unwrap_or_default()
             })
         })
         .y_label_formatter(&|v| label(v, &|i| names.get(i).cloned().unwrap_or_default()))

@@ -43,7 +43,11 @@ pub fn render(
     o.push_str(&crate::cli::rig::render(&r.rig, false, redactor).replace("\n## ", "\n### "));
     o.push('\n');
     if let Some(k) = &r.kernels {
-        o.push_str(&crate::kernels::render::markdown(k, plots));
+        o.push_str(&crate::kernels::render::markdown_for(
+            k,
+            plots,
+            &r.rig.capabilities,
+        ));
     }
     if let Some(c) = &r.checkpoint {
         // render_markdown opens with its own "## Checkpoint: DIR" heading.
