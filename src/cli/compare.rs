@@ -53,7 +53,11 @@ only.\n\n\
 Exit codes: 0 no regression; 2 a metric regressed, or a baseline metric is missing from RESULTS \
 (a vanished metric usually means a case now fails or is skipped); 3 baseline missing or unusable \
 (unreadable, other schema version, other suite, rig mismatch without --allow-rig-mismatch); \
-1 error; 64 bad command line."
+1 error; 64 bad command line.\n\n\
+Examples:\n  \
+rigbench compare --baseline-dir baselines reports/<rig>/<time>\n  \
+rigbench compare --baseline reports/<rig>/<time-a> reports/<rig>/<time-b>\n  \
+rigbench compare --deterministic-only --baseline b.json target/ci-report"
 )]
 pub struct CompareArgs {
     /// The results to judge: a results.json, or a report folder that holds one.
@@ -64,7 +68,7 @@ pub struct CompareArgs {
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
     /// A folder of baselines: picks DIR/<rig label of RESULTS>/<suite>.json.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, alias = "baselines-dir", value_name = "DIR")]
     pub baseline_dir: Option<PathBuf>,
     /// Suite whose baseline --baseline-dir picks (default: the suite recorded in RESULTS).
     #[arg(long, value_name = "NAME", requires = "baseline_dir")]

@@ -7,6 +7,7 @@ use crate::ExitStatus;
 
 pub mod compare;
 pub mod e2e;
+pub mod help;
 pub mod inspect;
 pub mod kernels;
 pub mod report;
@@ -19,7 +20,8 @@ pub mod serve;
 /// (compare); 4 lint errors (inspect); 64 bad command line (an unknown flag or a value rigbench
 /// rejects).
 #[derive(Debug, Parser)]
-#[command(name = "rigbench", version, about, long_about = None, propagate_version = true)]
+#[command(name = "rigbench", version, about, long_about = None, propagate_version = true,
+          after_help = help::TOP)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -13,6 +13,7 @@ use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench report`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::help::REPORT)]
 pub struct ReportArgs {
     /// Report folder (default: reports/<rig-label>/<UTC timestamp>/).
     #[arg(long)]
@@ -36,11 +37,16 @@ pub struct ReportArgs {
     #[arg(long)]
     pub no_redact: bool,
     /// Also save the results as the baseline for this rig and suite
-    /// (`<baselines-dir>/<rig-label>/<suite>.json`), the file `rigbench compare --baseline-dir` reads.
+    /// (`<baseline-dir>/<rig-label>/<suite>.json`), the file `rigbench compare --baseline-dir` reads.
     #[arg(long)]
     pub save_baseline: bool,
     /// Folder of baselines for `--save-baseline`.
-    #[arg(long, default_value = "baselines")]
+    #[arg(
+        long = "baseline-dir",
+        alias = "baselines-dir",
+        value_name = "DIR",
+        default_value = "baselines"
+    )]
     pub baselines_dir: PathBuf,
     /// Re-render report.md, the CSV files and plots from an existing results.json (or its
     /// folder) instead of measuring (only --out and --no-redact go with it).

@@ -7,6 +7,7 @@ use crate::ExitStatus;
 
 /// Arguments of `rigbench rig`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::help::RIG)]
 pub struct RigArgs {
     /// Print JSON (the `rig` object of the results schema) instead of tables.
     #[arg(long)]

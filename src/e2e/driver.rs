@@ -225,7 +225,7 @@ async fn engine_facts(
         }
     }
     f.model = match &opts.served_model {
-        Some(m) => Some(Sourced::new(m.clone(), "stated (--served-model)")),
+        Some(m) => Some(Sourced::new(m.clone(), "stated (--served-model-name)")),
         None => models
             .first()
             .map(|m| Sourced::new(m.0.clone(), "/v1/models")),

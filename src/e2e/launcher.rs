@@ -176,10 +176,11 @@ impl EngineHandle {
             EngineChoice::Url { url } => {
                 let client = EngineClient::new(url)?;
                 if !client.health(Duration::from_secs(10)).await {
-                    bail!(crate::RigError::flag(
-                        "--url",
-                        format!("no engine answers GET {}/health; start it first, or leave out --url to use the built-in engine", client.base())
-                    ));
+                    // The environment (nothing listening there), not the command line: exit 1.
+                    bail!(
+                        "--url: no engine answers GET {}/health; start it first, or leave out --url to use the built-in engine",
+                        client.base()
+                    );
                 }
                 return Ok(Self {
                     url: client.base().to_string(),
