@@ -734,11 +734,17 @@ pub async fn run_session(
             break;
         }
         let boot = boot_of(&engine, &extra_log);
+        // Plain lines on stderr, with or without a terminal (the bar needs one).
+        eprintln!(
+            "rigbench e2e: sweep point {}/{}: {} ({} requests)",
+            i + 1,
+            points.len(),
+            point.label(),
+            opts.suite.load.requests
+        );
         match session.run_point(point, &boot).await {
             Ok(r) => {
-                if opts.progress {
-                    eprintln!("{}", one_line(&r));
-                }
+                eprintln!("{}", one_line(&r));
                 results.runs.push(r);
             }
             Err(e) => {

@@ -69,6 +69,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
 
     results.skipped.extend(job.disabled.iter().cloned());
     if job.accuracy {
+        eprintln!("rigbench: CPU accuracy study of each format");
         let acc = crate::kernels::accuracy::study();
         results
             .kernels
@@ -90,6 +91,13 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 reason: format!("{reason}; GPU kernel benches need an NVIDIA GPU with driver ≥ 580 (CUDA 13). The CPU reference accuracy study ran instead."),
             });
         } else {
+            eprintln!(
+                "rigbench: kernels: suite {}, {} × {} × {} cases (a progress bar shows on a terminal)",
+                opts.suite.name,
+                crate::report::table::plural(opts.suite.shapes.len() as u64, "shape", "shapes"),
+                crate::report::table::plural(opts.suite.m.len() as u64, "M value", "M values"),
+                crate::report::table::plural(opts.formats.len() as u64, "format", "formats"),
+            );
             let accuracy = results
                 .kernels
                 .as_ref()
@@ -123,6 +131,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     }
 
     if let Some(path) = &job.checkpoint {
+        eprintln!("rigbench: inspecting checkpoint {}", path.display());
         let opts = crate::checkpoint::InspectOptions::from_rig(&results.rig);
         match crate::checkpoint::inspect(path, &opts) {
             Ok(r) => results.checkpoint = Some(r),
@@ -135,6 +144,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     }
 
     if let Some(opts) = &job.e2e {
+        eprintln!("rigbench: end-to-end runs (suite {})", opts.suite.name);
         match crate::e2e::run_for_report(opts) {
             Ok(r) => {
                 if let Some(d) = &dir {

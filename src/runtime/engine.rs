@@ -759,7 +759,21 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
             if let Some(n) = config.num_layers {
                 mc.num_layers = mc.num_layers.min(n);
             }
-            let w = super::weights::synthesize(&mc, config.seed);
+            // Large presets take minutes on a CPU: say how far synthesis is, as plain lines on
+            // stderr (a terminal is not needed), at most every 2 s.
+            let start = std::time::Instant::now();
+            let mut last = start;
+            let mut report = |done: usize, total: usize| {
+                let now = std::time::Instant::now();
+                if done > 0 && (now - last).as_secs_f64() >= 2.0 {
+                    last = now;
+                    eprintln!(
+                        "rigbench serve: synthesizing {name} weights: layer {done}/{total} ({:.0} s)",
+                        (now - start).as_secs_f64()
+                    );
+                }
+            };
+            let w = super::weights::synthesize_with_progress(&mc, config.seed, &mut report);
             let tok = Tokenizer::bytes(mc.vocab_size, &[])?;
             (w, tok, ChatTemplate::builtin())
         }
