@@ -569,6 +569,10 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
         inventory_error: inventory_error.as_deref(),
         card: &report.card,
     });
+    if let Some(f) = lint::does_not_fit(&report.capacity) {
+        // Errors come first.
+        report.findings.insert(0, f);
+    }
     report.model = facts;
     Ok(report)
 }

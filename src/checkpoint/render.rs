@@ -369,10 +369,10 @@ pub fn render_markdown(r: &InspectReport) -> String {
     if let Some(b) = c.kv_budget_bytes {
         rows.push(vec![
             "KV budget".into(),
-            if b >= 0 {
-                human_bytes(b as u64)
-            } else {
-                format!("−{}", human_bytes(b.unsigned_abs()))
+            match (b >= 0, c.fits) {
+                (true, Some(false)) => format!("{} (does not fit)", human_bytes(b as u64)),
+                (true, _) => human_bytes(b as u64),
+                (false, _) => format!("−{} (does not fit)", human_bytes(b.unsigned_abs())),
             },
             format!(
                 "memory × utilization − weights − reserve {}",

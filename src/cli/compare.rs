@@ -151,6 +151,24 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitStatus> {
         seed: args.seed,
         deterministic_only: args.deterministic_only,
     };
+    if let Some(f) = &args.markdown {
+        // A typo in the folder must not create a tree of folders silently; checked before the
+        // comparison so nothing computed is lost to it.
+        let parent = f
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !parent.is_dir() {
+            return Err(RigError::file(
+                parent,
+                format!(
+                    "the folder of --markdown {} does not exist; create it first or choose another path",
+                    f.display()
+                ),
+            )
+            .into());
+        }
+    }
     let results_path = results_file(&args.results)?;
     let current = Results::load(&results_path).context("cannot read the results to compare")?;
     let cinfo = RunInfo::of(&current, &results_path);

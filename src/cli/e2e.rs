@@ -348,9 +348,20 @@ impl E2eFlags {
             ));
         }
         if let Some(p) = &self.engine_log {
-            if !p.is_file() {
-                return Err(RigError::file(p, "engine log (--engine-log) not found"));
-            }
+            check_engine_log(p)?;
+        }
+        if let Some(t) = &self.tokenizer {
+            // Loaded now, so a wrong path fails before any engine starts, whether or not the
+            // engine turns out to count tokens itself.
+            crate::e2e::workload::TokenCounter::local(t).map_err(|e| match e {
+                RigError::BadFile { path, message } => RigError::file(
+                    path,
+                    format!(
+                        "--tokenizer: {message} (give a tokenizer.json or a folder that holds one)"
+                    ),
+                ),
+                other => other,
+            })?;
         }
         let mut o = E2eOptions::with_suite(suite);
         o.engine = engine;
@@ -392,6 +403,33 @@ pub fn reset_notice(o: &E2eOptions) -> Option<String> {
             " (cold runs then check for 0 hits)"
         }
     ))
+}
+
+/// `--engine-log FILE` must be a readable regular file: "not found" only when it is missing.
+///
+/// # Errors
+/// [`RigError::BadFile`] naming the file: missing, not a regular file (a folder, `/dev/null`, a
+/// pipe), or unreadable.
+pub fn check_engine_log(p: &std::path::Path) -> Result<(), RigError> {
+    match std::fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(RigError::file(p, "engine log (--engine-log) not found"))
+        }
+        Err(e) => Err(RigError::file(
+            p,
+            format!("engine log (--engine-log) cannot be read: {e}"),
+        )),
+        Ok(m) if !m.is_file() => Err(RigError::file(
+            p,
+            format!(
+                "engine log (--engine-log) is not a regular file ({}); give the file the engine's log was saved to",
+                if m.is_dir() { "a folder" } else { "a device, pipe or socket" }
+            ),
+        )),
+        Ok(_) => std::fs::File::open(p).map(|_| ()).map_err(|e| {
+            RigError::file(p, format!("engine log (--engine-log) cannot be read: {e}"))
+        }),
+    }
 }
 
 /// Run `rigbench e2e`.

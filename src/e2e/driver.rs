@@ -692,6 +692,12 @@ pub async fn run_session(
     let boot = boot_of(&engine, &extra_log);
     let client = EngineClient::new(&engine.url)?;
     let facts = engine_facts(&client, opts, &boot).await?;
+    if facts.tokenize && opts.tokenizer.is_some() {
+        results.notes.push(
+            "token counts from the engine's POST /tokenize; --tokenizer was loaded but not needed"
+                .into(),
+        );
+    }
     let counter = if facts.tokenize {
         TokenCounter::Engine {
             client: client.clone(),

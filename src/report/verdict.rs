@@ -523,19 +523,24 @@ fn e2e_line(r: &Results) -> Option<String> {
             format!("{name}{ver}{model}")
         }
     };
-    let backend = f.backend.as_ref().map(|b| b.value.to_ascii_lowercase());
+    let backend = f.backend.as_ref().map(|b| b.value.to_ascii_uppercase());
+    let not_here = |what: &str| {
+        match &gpu_name {
+        Some(g) => format!(
+            "on the **{what} backend**, **not on {g}**: a harness self-test, not a figure of this card"
+        ),
+        None => format!("on the **{what} backend** (this machine has no GPU)"),
+    }
+    };
     let where_ = match (e.engine.kind.as_str(), backend.as_deref()) {
-        (_, Some(b)) if b.contains("cuda") || b.contains("gpu") => match &gpu_name {
+        (_, Some(b)) if b.contains("CUDA") || b.contains("GPU") => match &gpu_name {
             Some(g) => format!("on this GPU ({g}, {b} backend)"),
             None => format!("on the {b} backend"),
         },
-        (_, Some(b)) => format!(
-            "on the **{b} backend, not on {}**: a harness self-test, not a figure of this card",
-            gpu_name.as_deref().unwrap_or("a GPU")
-        ),
+        (_, Some(b)) => not_here(b),
         ("builtin", None) => format!(
-            "on the **CPU backend** (not recorded in these results; the built-in runtime had no other backend when they were written), **not on {}**: a harness self-test, not a figure of this card",
-            gpu_name.as_deref().unwrap_or("a GPU")
+            "{} (the backend is not recorded in these results; the built-in runtime had no other when they were written)",
+            not_here("CPU")
         ),
         (_, None) => "on a device the engine does not report (rigbench cannot tell whether it used this GPU)".to_string(),
     };
@@ -884,10 +889,23 @@ mod tests {
         r.e2e = Some(e.clone());
         let l = e2e_line(&r).unwrap();
         assert!(
-            l.contains("**CPU backend**") && l.contains("not on NVIDIA H200"),
+            l.contains("**CPU backend**") && l.contains("**not on NVIDIA H200**"),
             "{l}"
         );
-        assert!(l.contains("0 of 0 runs valid"), "{l}");
+        assert!(
+            l.contains("not recorded") && l.contains("0 of 0 runs valid"),
+            "{l}"
+        );
+        e.engine.facts.backend = Some(crate::e2e::conditions::Sourced::new(
+            "cpu".to_string(),
+            "/version",
+        ));
+        r.e2e = Some(e.clone());
+        let l = e2e_line(&r).unwrap();
+        assert!(
+            l.contains("**CPU backend**") && !l.contains("not recorded"),
+            "{l}"
+        );
         e.engine.facts.backend = Some(crate::e2e::conditions::Sourced::new(
             "cuda".to_string(),
             "/version",
@@ -895,7 +913,7 @@ mod tests {
         r.e2e = Some(e.clone());
         assert!(e2e_line(&r)
             .unwrap()
-            .contains("on this GPU (NVIDIA H200, cuda backend)"));
+            .contains("on this GPU (NVIDIA H200, CUDA backend)"));
         e.engine.kind = "url".into();
         e.engine.facts.backend = None;
         r.e2e = Some(e);
