@@ -389,3 +389,32 @@ fn report_prints_its_verdict_and_render_lists_only_files_present() {
     heads.dedup();
     assert_eq!(heads.len(), n, "duplicate headings in {md2}");
 }
+
+#[test]
+fn compare_finds_a_no_kernels_baseline_by_the_name_save_baseline_gives_it() {
+    let d = tempfile::tempdir().unwrap();
+    let r = cpu_results(d.path());
+    let bl = d.path().join("bl");
+    // No baseline yet: exit 3 naming the file it looked for (not 64 "no suite").
+    let o = rigbench(&["compare", "--baseline-dir", s(&bl), s(&r)]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("first-hour/no-kernels.json"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::create_dir_all(bl.join("first-hour")).unwrap();
+    std::fs::copy(
+        r.join("results.json"),
+        bl.join("first-hour/no-kernels.json"),
+    )
+    .unwrap();
+    let o = rigbench(&[
+        "compare",
+        "--baseline-dir",
+        s(&bl),
+        "--deterministic-only",
+        s(&r),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

@@ -222,11 +222,8 @@ fn baseline_file(args: &CompareArgs, current: &Results) -> anyhow::Result<Result
     let suite = match (&args.suite, compare::results_suite(current)) {
         (Some(s), _) => s.clone(),
         (None, Some(s)) => s,
-        (None, None) => return Err(RigError::flag(
-            "--suite",
-            "the results record no suite (no kernels section with a suite name); pass --suite NAME",
-        )
-        .into()),
+        // `report --no-kernels --save-baseline` saves under this name: find it the same way.
+        (None, None) => "no-kernels".to_string(),
     };
     let expected = compare::baseline_path(dir, &current.rig_label, &suite)?;
     Ok(

@@ -97,7 +97,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             dir.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
         }
         if let Some(e) = &results.e2e {
-            crate::e2e::report::write_csv(e, &dir.path)?;
+            // In place, the CSV files the run wrote are kept as they are (a rewrite from
+            // results.json can differ in the last digit of a float).
+            if !same || !dir.path.join("e2e_runs.csv").is_file() {
+                crate::e2e::report::write_csv(e, &dir.path)?;
+            }
             // engine.log is not in results.json: carry it over from the source folder.
             let log = source.join("engine.log");
             if !same && log.is_file() {

@@ -91,7 +91,7 @@ pub fn render(f: &RigFacts, all: bool, redactor: &Redactor) -> String {
                         .unwrap_or_else(|| "n/a".into())
                 };
                 rows.push(vec![
-                    "SM clock (current / max)".into(),
+                    "SM clock at probe time (current / max)".into(),
                     format!("{} / {}", mhz(t.sm_clock_mhz), mhz(t.sm_clock_max_mhz)),
                 ]);
                 rows.push(vec![

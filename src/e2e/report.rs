@@ -134,6 +134,12 @@ pub fn render_markdown(res: &E2eResults) -> String {
     rows.push(vec!["engine".into(), v, s]);
     let (v, s) = src(&c0.engine_version);
     rows.push(vec!["engine version".into(), v, s]);
+    // Where the engine computed: a CPU figure is never a GPU figure.
+    let (v, s) = match &res.engine.facts.backend {
+        Some(b) => (b.value.clone(), b.source.clone()),
+        None => ("not reported".into(), "—".into()),
+    };
+    rows.push(vec!["backend".into(), v, s]);
     let (v, s) = src(&c0.model);
     rows.push(vec!["model".into(), v, s]);
     if let Some(s) = &res.suite {

@@ -936,6 +936,74 @@ mod tests {
     }
 
     #[test]
+    fn wording_of_the_kernel_section() {
+        // Nothing timed: no sentence about CUDA-event timing.
+        let empty = KernelResults {
+            timing_policy: None,
+            ..Default::default()
+        };
+        let md = markdown(&empty, &[]);
+        assert!(
+            !md.contains("CUDA-event") && md.contains("No kernel case was timed"),
+            "{md}"
+        );
+        // FP8 with its activation quantization timed apart: both crossover lines, labelled.
+        let mut fp8 = case("fp8", "qkv", 1, 0.9e-5);
+        fp8.extra.push(NamedTiming {
+            name: "activation_quant".into(),
+            timing: Timing {
+                median_s: 0.5e-5,
+                ..fp8.timing.clone()
+            },
+        });
+        let k = KernelResults {
+            cases: vec![
+                case("bf16", "qkv", 1, 3e-5),
+                fp8,
+                case("w4a16", "qkv", 1, 1e-5),
+            ],
+            skipped: ["qkv", "o_proj"]
+                .iter()
+                .map(|s| SkippedCase {
+                    provider: "rigbench".into(),
+                    implementation: "w4a4".into(),
+                    shape: s.to_string(),
+                    m: None,
+                    reason: "unsupported on this card: sm_90 has no FP4 tensor cores".into(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let caps = crate::rig::capability::table("sm_90".parse().unwrap());
+        let md = markdown_for(&k, &[], &caps);
+        assert!(md.contains("CUDA-event"), "{md}");
+        assert!(
+            md.contains("- FP8 excluding activation quantization: w4a16 is never faster than fp8"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- FP8 including activation quantization: w4a16 is faster than fp8 at every M"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("### rigbench's kernel goals (W4A16)"), "{md}");
+        assert!(
+            md.contains("not properties of the card") && md.contains("falls short"),
+            "{md}"
+        );
+        // One row for the W4A4 skip on both shapes, with the capability table's word.
+        assert!(
+            md.contains("| qkv, o_proj ") || md.contains("all 2 shapes"),
+            "{md}"
+        );
+        assert!(
+            md.contains("fallback on this card") && !md.contains("unsupported"),
+            "{md}"
+        );
+    }
+
+    #[test]
     fn markdown_csv_and_plots_render() {
         let k = KernelResults {
             cases: vec![

@@ -674,10 +674,20 @@ fn skipped_line(r: &Results) -> String {
                 None => groups.push((who, reason, vec![what])),
             }
         }
+        let mut shapes: Vec<&str> = k
+            .cases
+            .iter()
+            .map(|c| c.shape.as_str())
+            .chain(k.skipped.iter().map(|s| s.shape.as_str()))
+            .collect();
+        shapes.sort_unstable();
+        shapes.dedup();
         for (who, reason, cases) in groups {
             let n = cases.len();
             let which = if n == 1 {
                 cases[0].clone()
+            } else if n == shapes.len() && cases.iter().all(|c| !c.contains(" M=")) {
+                format!("all {n} shapes")
             } else {
                 format!("{n} cases")
             };
@@ -845,7 +855,7 @@ mod tests {
         assert!(all.contains("**Decode-step composite:** not in these results"));
         // One word for W4A4: the stored legacy reason is shown as a fallback.
         assert!(
-            all.contains("w4a4 (2 cases): fallback on this card"),
+            all.contains("w4a4 (all 2 shapes): fallback on this card"),
             "{all}"
         );
         assert!(!all.contains("unsupported"), "{all}");
