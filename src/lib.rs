@@ -18,6 +18,7 @@ pub mod error;
 pub mod formats;
 pub mod gpu;
 pub mod kernels;
+pub mod multigpu;
 pub mod report;
 pub mod rig;
 pub mod runtime;

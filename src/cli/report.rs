@@ -167,6 +167,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             reason: format!("not requested ({flag})"),
         })
         .collect(),
+        devices: args.sel.devices.clone(),
+        interconnect: true,
     })?;
     if args.save_baseline {
         let suite = results
