@@ -63,6 +63,9 @@ fn case(implementation: &str, format: GemmFormat, m: usize, seed: u64, scale: f6
         derived: Default::default(),
         sm_clock_mhz: Some(1980),
         throttle: Vec::new(),
+        graph: None,
+        graph_skip: None,
+        clocks: None,
     }
 }
 
@@ -79,6 +82,7 @@ fn results(seed: u64, slow: f64) -> Results {
             name: "test-suite".into(),
             file: "suites/kernels/test-suite.toml".into(),
             description: "test".into(),
+            decode_step: None,
         },
         cases: vec![
             case("bf16", GemmFormat::Bf16, 1, seed, 1.0),

@@ -25,7 +25,7 @@ pub struct DevcheckArgs {
     /// Greedy steps per prompt.
     #[arg(long, default_value_t = 64)]
     pub steps: usize,
-    /// Run only these parts: kernels, parity, speed (default: all).
+    /// Run only these parts: kernels, parity, anatomy, speed (default: all).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }
@@ -104,6 +104,37 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
             }
         }
         out.flush()?;
+    }
+    if part("anatomy") {
+        let shapes = [(5120, 6144), (34816, 5120), (5120, 17408), (96, 5120)];
+        for m in [1usize, 16] {
+            match crate::kernels::anatomy::run(a.device, &shapes, m) {
+                Ok(rows) => {
+                    for r in rows {
+                        writeln!(
+                            out,
+                            "anatomy {}x{} M={}: bytes {:.1} MB; bf16 {:.1} us; v2 {:.1} us ({:.2} TB/s) [no reduce {:.1}, no mma {:.1}, empty grid {:.1}] {}",
+                            r.n,
+                            r.k,
+                            r.m,
+                            r.bytes as f64 / 1e6,
+                            r.bf16 * 1e6,
+                            r.v2 * 1e6,
+                            r.bytes as f64 / r.v2 / 1e12,
+                            r.v2_no_reduce * 1e6,
+                            r.v2_no_mma * 1e6,
+                            r.empty * 1e6,
+                            r.v2_config
+                        )?;
+                    }
+                }
+                Err(e) => {
+                    failed = true;
+                    writeln!(out, "FAIL anatomy M={m}: {e:#}")?;
+                }
+            }
+            out.flush()?;
+        }
     }
     if a.preset != "none" && part("speed") {
         let gpu = crate::gpu::Gpu::open_device(a.device)?;

@@ -66,9 +66,14 @@ pub struct KernelSelection {
     #[arg(long, default_value = "1,16,64,1024")]
     pub determinism_m: String,
     /// Peer providers (scripts/peer_kernels.py: PyTorch cuBLAS, torch._scaled_mm, tinygemm INT4,
-    /// vLLM Marlin NVFP4 when importable).
+    /// gemlite INT4 W4A16 when `.peers/gemlite` is there, vLLM Marlin NVFP4 when importable).
     #[arg(long, value_enum, default_value_t = PeerMode::Auto)]
     pub peers: PeerMode,
+    /// Timing mode: cold (one launch between CUDA events after an L2 flush), graph
+    /// (back-to-back launches over rotating weight copies larger than 4× L2, captured in a CUDA
+    /// graph), or both (cold, with graph beside it and whether they agree).
+    #[arg(long, value_enum, default_value_t = crate::kernels::schema::TimingModes::Cold)]
+    pub timing: crate::kernels::schema::TimingModes,
 }
 
 fn parse_devices(s: &str) -> Result<crate::multigpu::DeviceSelection, String> {
@@ -140,6 +145,7 @@ impl KernelSelection {
             determinism_m: det_m,
             determinism_runs: self.determinism_runs,
             peers: self.peers,
+            timing: self.timing,
         })
     }
 }

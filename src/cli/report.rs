@@ -93,12 +93,16 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             d.write_results(&results)?;
             d
         };
-        if let Some(k) = &results.kernels {
+        // In place, the CSV files the run wrote are kept as they are (a rewrite from
+        // results.json can differ in columns or in the last digit of a float).
+        if let Some(k) = results
+            .kernels
+            .as_ref()
+            .filter(|_| !same || !dir.path.join("kernels.csv").is_file())
+        {
             dir.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
         }
         if let Some(e) = &results.e2e {
-            // In place, the CSV files the run wrote are kept as they are (a rewrite from
-            // results.json can differ in the last digit of a float).
             if !same || !dir.path.join("e2e_runs.csv").is_file() {
                 crate::e2e::report::write_csv(e, &dir.path)?;
             }

@@ -198,6 +198,9 @@ mod tests {
             },
             sm_clock_mhz: None,
             throttle: vec![],
+            graph: None,
+            graph_skip: None,
+            clocks: None,
         }
     }
 

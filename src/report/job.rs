@@ -108,6 +108,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 name: opts.suite.name.clone(),
                 file: opts.suite.file.display().to_string(),
                 description: opts.suite.description.clone(),
+                decode_step: opts.suite.decode_step(),
             };
         if let Some(reason) = results.rig.gpu_absent_reason.clone() {
             results.skipped.push(Skip {

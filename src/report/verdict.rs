@@ -27,10 +27,10 @@ use crate::rig::Support;
 
 /// One point of the decode-step composite: the summed GEMM time of every linear layer of one
 /// decode step of the suite's model at `m`, for one format (FP8 including its activation
-/// quantization). See ARCHITECTURE.md, "Terms".
+/// quantization). See ARCHITECTURE.md, "Terms", and [`crate::kernels::composite`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepPoint {
-    /// The format (`BF16`, `FP8 W8A8`, `W4A16 NVFP4`, or a peer's column name).
+    /// The format (`BF16`, `FP8`, `W4A16`, `W4A4`).
     pub format: String,
     /// Tokens in flight.
     pub m: usize,
@@ -38,14 +38,37 @@ pub struct StepPoint {
     pub time_s: f64,
 }
 
-/// The decode-step composite recorded in `k`, as [`StepPoint`]s.
-///
-/// Results schema v1 as written by this version carries no composite (it needs each shape's
-/// count per decode step, which the suite files do not give yet), so this returns nothing and
-/// the verdict says the composite is not in the results. When the composite lands in
-/// [`KernelResults`], map it here; [`composite_line`] does the rest.
-pub fn composite_points(_k: &KernelResults) -> Vec<StepPoint> {
-    Vec::new()
+/// The decode-step composite of rigbench's own implementations in `k` (recorded, or computed
+/// from the suite's per-step counts), in its cold timing (graph timing when the run had only
+/// that); with whether the shapes cover the whole step. Empty when the results carry no
+/// per-step counts (results written before the composite existed).
+pub fn composite_points(k: &KernelResults) -> (Vec<StepPoint>, bool) {
+    use crate::kernels::composite::StepTiming;
+    let Some(c) = k
+        .composite
+        .clone()
+        .or_else(|| crate::kernels::composite::compute(k))
+    else {
+        return (Vec::new(), false);
+    };
+    let own = |t: StepTiming| -> Vec<StepPoint> {
+        c.rows
+            .iter()
+            .filter(|r| r.provider == "rigbench" && r.timing == t && r.median_s > 0.0)
+            .map(|r| StepPoint {
+                format: short_name(r.format).to_string(),
+                m: r.m,
+                time_s: r.median_s,
+            })
+            .collect()
+    };
+    let cold = own(StepTiming::Cold);
+    let points = if cold.is_empty() {
+        own(StepTiming::Graph)
+    } else {
+        cold
+    };
+    (points, c.step.complete)
 }
 
 /// The verdict's lines (Markdown inline: `**bold**` lead-ins and backticks).
@@ -58,7 +81,8 @@ pub fn lines(r: &Results) -> Vec<String> {
     if let Some(k) = &r.kernels {
         let own = own_cases(k);
         if !own.is_empty() {
-            if let Some(l) = fastest_line(&own) {
+            let step = composite_points(k).0;
+            if let Some(l) = fastest_by_composite(&step).or_else(|| fastest_line(&own)) {
                 out.push(l);
             }
             if let Some(l) = crossover_line(&own) {
@@ -67,7 +91,12 @@ pub fn lines(r: &Results) -> Vec<String> {
             if let Some(l) = limits_line(r, k) {
                 out.push(l);
             }
-            out.push(composite_line(&composite_points(k)));
+            let (points, complete) = composite_points(k);
+            let mut l = composite_line(&points);
+            if !points.is_empty() && !complete {
+                l.push_str(" These shapes are only part of a decode step: the sums are a part of its linear-layer time.");
+            }
+            out.push(l);
         }
     }
     if let Some(l) = e2e_line(r) {
@@ -270,6 +299,38 @@ fn fastest_line(cases: &[&KernelCase]) -> Option<String> {
     ))
 }
 
+/// The fastest format by M range from the decode-step composite, when the results have one.
+fn fastest_by_composite(points: &[StepPoint]) -> Option<String> {
+    let mut ms: Vec<usize> = points.iter().map(|p| p.m).collect();
+    ms.sort_unstable();
+    ms.dedup();
+    let mut segs: Vec<(String, usize, usize)> = Vec::new();
+    for m in ms {
+        let here: Vec<&StepPoint> = points.iter().filter(|p| p.m == m).collect();
+        if here.len() < 2 {
+            continue;
+        }
+        let Some(best) = here.iter().min_by(|a, b| a.time_s.total_cmp(&b.time_s)) else {
+            continue;
+        };
+        match segs.last_mut() {
+            Some(s) if s.0 == best.format => s.2 = m,
+            _ => segs.push((best.format.clone(), m, m)),
+        }
+    }
+    if segs.is_empty() {
+        return None;
+    }
+    let text: Vec<String> = segs
+        .iter()
+        .map(|(w, a, b)| format!("**{w}** at {}", m_range(*a, *b)))
+        .collect();
+    Some(format!(
+        "**Fastest format by M** (rigbench's kernels over one decode step, the composite below; FP8 including its activation quantization): {}.",
+        text.join(", ")
+    ))
+}
+
 /// How `a` compares with `b` on one shape over M.
 #[derive(Debug, Clone, PartialEq)]
 enum Cross {
@@ -464,12 +525,18 @@ pub fn composite_line(points: &[StepPoint]) -> String {
                 )
             })
             .collect();
+        // Every sequence in flight gains one token per step: M / time.
         let bound = v
             .first()
             .map(|p| {
                 format!(
-                    " (≤ {} tok/s per sequence from the linear layers)",
-                    thousands((1.0 / p.time_s).round() as u64)
+                    " (≤ {} tok/s{} from the linear layers alone)",
+                    thousands((m as f64 / p.time_s).round() as u64),
+                    if m == 1 {
+                        String::new()
+                    } else {
+                        format!(" over the {m} sequences")
+                    }
                 )
             })
             .unwrap_or_default();
@@ -725,6 +792,7 @@ mod tests {
             rel_std: 0.0,
             stop_reason: None,
             cold_l2: true,
+            graph: None,
         }
     }
 
@@ -742,7 +810,7 @@ mod tests {
             timing: t(secs),
             extra: if quant > 0.0 {
                 vec![NamedTiming {
-                    name: "activation_quant".into(),
+                    name: crate::kernels::schema::ACT_QUANT.into(),
                     timing: t(quant),
                 }]
             } else {
@@ -754,6 +822,9 @@ mod tests {
             },
             sm_clock_mhz: Some(1980),
             throttle: vec![],
+            graph: None,
+            graph_skip: None,
+            clocks: None,
         }
     }
 
@@ -957,6 +1028,53 @@ mod tests {
         assert!(l.contains("1,234,567 tokens"), "{l}");
         r.checkpoint.as_mut().unwrap().capacity.fits = Some(false);
         assert!(checkpoint_line(&r).unwrap().contains("**do not fit**"));
+    }
+
+    #[test]
+    fn with_a_decode_step_the_fastest_line_and_headline_come_from_the_composite() {
+        use crate::kernels::schema::{DecodeStep, StepShape};
+        let mut r = results();
+        let k = r.kernels.as_mut().unwrap();
+        k.suite.decode_step = Some(DecodeStep {
+            description: "test step".into(),
+            complete: true,
+            shapes: vec![
+                StepShape {
+                    shape: "a".into(),
+                    n: 1024,
+                    k: 1024,
+                    count: 2,
+                },
+                StepShape {
+                    shape: "b".into(),
+                    n: 1024,
+                    k: 1024,
+                    count: 1,
+                },
+            ],
+        });
+        // M = 1: W4A16 2·10 + 10 = 30 µs; FP8 2·(20 + 7) + (9 + 7) = 70 µs; BF16 120 µs.
+        // M = 16: W4A16 90 µs; FP8 81 µs.
+        let (p, complete) = composite_points(r.kernels.as_ref().unwrap());
+        assert!(complete);
+        let t = |f: &str, m: usize| p.iter().find(|x| x.format == f && x.m == m).unwrap().time_s;
+        assert!((t("W4A16", 1) - 30e-6).abs() < 1e-12);
+        assert!((t("FP8", 1) - 70e-6).abs() < 1e-12);
+        let all = lines(&r).join("\n");
+        assert!(
+            all.contains("over one decode step")
+                && all.contains("**W4A16** at M = 1, **FP8** at M = 16…1,024"),
+            "{all}"
+        );
+        assert!(
+            all.contains("at M = 1: W4A16 30.0 µs < FP8 70.0 µs < BF16 120.0 µs (≤ 33,333 tok/s from the linear layers alone)"),
+            "{all}"
+        );
+        assert!(
+            all.contains("at M = 16: FP8 81.0 µs < W4A16 90.0 µs"),
+            "{all}"
+        );
+        assert!(all.contains("over the 16 sequences"), "{all}");
     }
 
     #[test]

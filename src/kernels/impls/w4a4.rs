@@ -175,6 +175,7 @@ mod tests {
             n: 128,
             k: 5120,
             note: String::new(),
+            per_step: None,
         };
         let r = W4a4::default()
             .unsupported(ComputeCapability::new(9, 0), &shape)

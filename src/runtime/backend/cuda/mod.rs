@@ -317,6 +317,7 @@ pub struct CudaBackend {
     lt: Lt,
     rt: Module,
     w4m: Vec<W4Module>,
+    w4v2: Option<Module>,
     config: ModelConfig,
     format: WeightFormat,
     weights: DWeights,
@@ -461,6 +462,16 @@ impl CudaBackend {
                 });
             }
         }
+        let w4v2 = if format == WeightFormat::Nvfp4 {
+            let names = w4::v2_kernel_names();
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            Some(
+                gpu.compile("w4a16_v2", w4::V2_SRC, &refs)
+                    .context("building kernels/w4a16_v2.cu")?,
+            )
+        } else {
+            None
+        };
         let lt = Lt::new(&gpu)?;
         let loader = Loader { gpu: &gpu, rt: &rt };
         let weights = match spec.weights {
@@ -492,6 +503,7 @@ impl CudaBackend {
             lt,
             rt,
             w4m,
+            w4v2,
             format: weights
                 .layers
                 .first()
@@ -702,6 +714,7 @@ impl CudaBackend {
                 w4::launch_view(
                     &self.gpu,
                     &self.w4m,
+                    self.w4v2.as_ref(),
                     Some(&self.lt),
                     &view,
                     &cfg,
@@ -787,6 +800,9 @@ impl CudaBackend {
                     (dev.view(), dev.strips, dev.kt_n)
                 };
                 let mut cands = w4::fused_candidates(&self.gpu, &self.w4m, strips, kt_n, b)?;
+                if let Some(v2) = &self.w4v2 {
+                    cands.extend(w4::v2_candidates(&self.gpu, v2, strips, kt_n, b)?);
+                }
                 if b >= w4::DEQUANT_MIN_M {
                     cands.push(W4Config::DequantGemm);
                 }
@@ -803,6 +819,7 @@ impl CudaBackend {
                 w4::launch_view(
                     &self.gpu,
                     &self.w4m,
+                    self.w4v2.as_ref(),
                     Some(&self.lt),
                     &view,
                     &W4Config::DequantGemm,
@@ -823,6 +840,7 @@ impl CudaBackend {
                         w4::launch_view(
                             &me.gpu,
                             &me.w4m,
+                            me.w4v2.as_ref(),
                             Some(&me.lt),
                             &view,
                             c,
