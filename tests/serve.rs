@@ -368,7 +368,7 @@ async fn client_disconnect_aborts_and_frees_blocks() {
 async fn more_requests_than_fit_are_queued_not_dropped() {
     let mut cfg = ServeConfig::tiny();
     // 10 blocks of 16 = 160 KV tokens for 8 requests of about 70 tokens each.
-    cfg.kv_cache_memory = 10 * 16 * 256;
+    cfg.kv_cache_memory = Some(10 * 16 * 256);
     cfg.max_model_len = Some(128);
     cfg.max_num_seqs = 3;
     let s = start(cfg).await.unwrap();
@@ -408,7 +408,7 @@ async fn metrics_move_with_requests_and_prefix_cache() {
         .await
         .unwrap();
     assert!(t.contains("# TYPE vllm:prefix_cache_queries_total counter"));
-    assert!(t.contains("vllm:cache_config_info{block_size=\"16\",cache_dtype=\"bfloat16\",enable_prefix_caching=\"True\",model_name=\"synthetic:tiny\",num_gpu_blocks=\"16384\"} 1.0"));
+    assert!(t.contains("vllm:cache_config_info{block_size=\"16\",cache_dtype=\"bfloat16\",device=\"cpu\",enable_prefix_caching=\"True\",kv_cache_size_tokens=\"262144\",model_name=\"synthetic:tiny\"} 1.0"), "{t}");
     assert!(
         !t.contains("spec_decode"),
         "no speculative series when it is off"

@@ -162,6 +162,30 @@ pub(crate) fn weight_bytes(fmt: &ModuleFormat, n: u64, k: u64, model_dtype_bytes
     }
 }
 
+/// `inspect`'s KV budget: `floor(GPU memory × utilization) − weights − reserve` (bytes; negative
+/// when the weights do not fit).
+pub fn kv_budget(gpu_memory: u64, utilization: f64, weights: u64, reserve: u64) -> i64 {
+    let usable = (gpu_memory as f64 * utilization).floor() as i128;
+    let budget = usable - weights as i128 - reserve as i128;
+    budget.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
+/// `inspect`'s KV-token prediction for a dense model (no recurrent state): the
+/// [`kv_budget`] divided by the KV bytes per token; `None` when nothing fits. The runtime
+/// benchmarks compare what the engine allocates with this figure.
+pub fn predict_kv_tokens(
+    gpu_memory: u64,
+    utilization: f64,
+    weights: u64,
+    reserve: u64,
+    kv_bytes_per_token: u64,
+) -> Option<u64> {
+    let b = kv_budget(gpu_memory, utilization, weights, reserve);
+    (b > 0)
+        .then(|| (b as u64).checked_div(kv_bytes_per_token))
+        .flatten()
+}
+
 /// Predict the footprint and capacity.
 pub(crate) fn predict(
     facts: &ModelFacts,
@@ -340,9 +364,7 @@ pub(crate) fn predict(
     let state = p.state_bytes_per_sequence.unwrap_or(0);
     match (opts.gpu_memory_bytes, p.weight_bytes) {
         (Some(mem), Some(w)) => {
-            let usable = (mem as f64 * opts.gpu_memory_utilization).floor() as i128;
-            let budget = usable - w as i128 - opts.reserve_bytes as i128;
-            let budget = budget.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+            let budget = kv_budget(mem, opts.gpu_memory_utilization, w, opts.reserve_bytes);
             p.kv_budget_bytes = Some(budget);
             let fits = budget > state as i64;
             p.fits = Some(fits);

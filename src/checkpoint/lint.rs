@@ -20,6 +20,7 @@
 //! | `format-unsupported-on-card` / `format-fallback-on-card` | error / warning |
 //! | `unknown-quant-method`, `bad-pattern` | warning |
 //! | `no-safetensors` | info: tensor-level checks skipped |
+//! | `runtime-unsupported` | info: rigbench's built-in runtime cannot run it (see `super::runtime`) |
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -54,6 +55,7 @@ pub const RULES: &[&str] = &[
     "unknown-quant-method",
     "bad-pattern",
     "no-safetensors",
+    "runtime-unsupported",
     "capacity-does-not-fit",
 ];
 
@@ -65,6 +67,8 @@ pub(crate) struct LintInput<'a> {
     pub headers: Option<&'a Headers>,
     pub inventory_error: Option<&'a str>,
     pub card: &'a CardSection,
+    /// Why the built-in runtime will not run the checkpoint (`super::runtime::support`).
+    pub runtime: Option<&'a super::runtime::RuntimeRefusal>,
 }
 
 /// Module names → patterns with their layers, and the count (experts one by one).
@@ -615,6 +619,16 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             Severity::Info,
             "no safetensors headers were found, so the formats come from the metadata alone and tensor-level checks were skipped",
             detail,
+            None,
+        ));
+    }
+
+    if let Some(r) = inp.runtime {
+        out.push(finding(
+            "runtime-unsupported",
+            Severity::Info,
+            "rigbench's built-in runtime (serve/e2e/report --model DIR) refuses this checkpoint with this finding id; external engines may run it",
+            r.detail.clone(),
             None,
         ));
     }

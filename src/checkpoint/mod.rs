@@ -20,6 +20,7 @@ mod lint;
 pub mod modules;
 pub mod quant;
 mod render;
+pub mod runtime;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -560,6 +561,7 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     };
     report.card = card_section(&formats, opts);
     report.capacity = capacity::predict(&facts, &recs, followed, other, hdrs.as_ref(), opts);
+    let runtime_refusal = runtime::support(&root, &report.modules).err();
     report.findings = lint::run(&lint::LintInput {
         facts: &facts,
         recs: &recs,
@@ -568,6 +570,7 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
         headers: hdrs.as_ref(),
         inventory_error: inventory_error.as_deref(),
         card: &report.card,
+        runtime: runtime_refusal.as_ref(),
     });
     if let Some(f) = lint::does_not_fit(&report.capacity) {
         // Errors come first.

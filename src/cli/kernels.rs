@@ -176,6 +176,8 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         accuracy: true,
         checkpoint: None,
         e2e: None,
+        runtime_model: String::new(),
+        runtime_device: crate::runtime::backend::Device::Cpu,
         out: args.out.clone(),
         rig_label: None,
         redact: !args.no_redact,

@@ -33,6 +33,21 @@ pub struct ReportArgs {
     /// Also inspect this checkpoint folder (config.json, quantization metadata, safetensors headers).
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
+    /// The model of the end-to-end runs on the GPU runtime (BF16, FP8 and W4A16 on identical
+    /// weights): a synthetic preset or a checkpoint folder. Without a GPU the e2e runs use
+    /// synthetic:tiny on the CPU.
+    #[arg(long, default_value = "synthetic:qwen3-8b")]
+    pub model: String,
+    /// Where the built-in runtime's e2e runs go: cuda[:N] or cpu (default: cuda:0 with a GPU,
+    /// else cpu). A CPU run on a GPU rig is a harness self-test, kept out of baselines.
+    #[arg(long)]
+    pub runtime_device: Option<crate::runtime::backend::Device>,
+    /// Drive an engine already running at this URL instead of the built-in runtime.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Start this engine command (through `sh -c`) instead of the built-in runtime; needs --url.
+    #[arg(long, value_name = "COMMAND")]
+    pub engine_cmd: Option<String>,
     /// Do not redact host names, user paths and IP addresses.
     #[arg(long)]
     pub no_redact: bool,
@@ -130,6 +145,47 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             );
         }
     }
+    let external = match (&args.engine_cmd, &args.url) {
+        (Some(c), Some(u)) => Some(crate::e2e::launcher::EngineChoice::Command {
+            command: c.clone(),
+            url: u.clone(),
+        }),
+        (Some(_), None) => {
+            return Err(RigError::flag(
+                "--engine-cmd",
+                "say where the engine will listen with --url http://HOST:PORT",
+            )
+            .into())
+        }
+        (None, Some(u)) => Some(crate::e2e::launcher::EngineChoice::Url { url: u.clone() }),
+        (None, None) => None,
+    };
+    if let Some(u) = &args.url {
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
+            return Err(RigError::flag("--url", format!("'{u}' is not an http(s) URL")).into());
+        }
+    }
+    let runtime_device = crate::runtime::device::resolve_device(
+        args.runtime_device,
+        &match args.runtime_device {
+            Some(crate::runtime::backend::Device::Cpu) => Default::default(),
+            _ => crate::runtime::device::probe_gpus(),
+        },
+    )
+    .map_err(|e| match e {
+        RigError::BadFlag { message, .. } => RigError::flag("--runtime-device", message),
+        other => other,
+    })?;
+    if !args.model.starts_with("synthetic:") && !std::path::Path::new(&args.model).is_dir() {
+        return Err(RigError::flag(
+            "--model",
+            format!(
+                "{} is neither a synthetic:PRESET nor a checkpoint folder",
+                args.model
+            ),
+        )
+        .into());
+    }
     let kernels = if args.no_kernels {
         None
     } else {
@@ -154,8 +210,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         e2e: if args.no_e2e {
             None
         } else {
-            Some(crate::e2e::E2eOptions::default_for_report())
+            let mut o = crate::e2e::E2eOptions::default_for_report();
+            if let Some(e) = external {
+                o.engine = e;
+            }
+            Some(o)
         },
+        runtime_model: args.model.clone(),
+        runtime_device,
         out: args.out.clone(),
         rig_label: args.rig_label.clone(),
         redact: !args.no_redact,

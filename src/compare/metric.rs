@@ -204,8 +204,21 @@ pub fn metrics_of(results: &Results) -> Vec<Metric> {
     if let Some(c) = &results.checkpoint {
         c.metrics(&mut out);
     }
-    if let Some(e) = &results.e2e {
+    // A harness self-test (the CPU backend on a GPU rig) is no rig figure.
+    if let Some(e) = results.e2e.as_ref().filter(|e| e.self_test.is_none()) {
         e.metrics(&mut out);
+    }
+    if let Some(rt) = &results.runtime {
+        for f in &rt.formats {
+            if let Some(e) = &f.e2e {
+                let mut part = Vec::new();
+                e.metrics(&mut part);
+                for mut m in part {
+                    m.id = format!("runtime/{}/{}", f.format, m.id);
+                    out.push(m);
+                }
+            }
+        }
     }
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for m in &mut out {

@@ -22,7 +22,9 @@ use serde::{Deserialize, Serialize};
 /// One report of the KV cache's size (an engine boot prints one; a log may hold several boots).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct KvReport {
-    /// `GPU KV cache size: N tokens` (V1) or rigbench's `KV cache: N tokens`.
+    /// `GPU KV cache size: N tokens` (vLLM V1 and `rigbench serve` on a GPU), `CPU KV cache
+    /// size: N tokens` (`rigbench serve` on its CPU backend) or rigbench's older `KV cache: N
+    /// tokens`.
     pub kv_cache_tokens: Option<u64>,
     /// `# GPU blocks: N` (V0) or rigbench's block count.
     pub gpu_blocks: Option<u64>,
@@ -232,7 +234,7 @@ fn patterns() -> &'static Patterns {
         let r = |s: &str| Regex::new(s).expect("static regex");
         Patterns {
             prefix: r(r"^\((?P<proc>[^\s()]+) pid=\d+\)\s?"),
-            kv_tokens: r(r"GPU KV cache size:\s*(?P<n>\d+(?:,\d{3})*)\s*tokens"),
+            kv_tokens: r(r"(?:GPU|CPU) KV cache size:\s*(?P<n>\d+(?:,\d{3})*)\s*tokens"),
             max_conc: r(
                 r"(?i)Maximum concurrency for\s*(?P<len>\d+(?:,\d{3})*)\s*tokens per request:\s*(?P<x>\d+(?:,\d{3})*(?:\.\d+)?)\s*x",
             ),
@@ -1014,6 +1016,17 @@ mod tests {
             (Some("ngram"), Some(5))
         );
         assert_eq!(l.kv_scale_warnings.len(), 1);
+    }
+
+    #[test]
+    fn rigbench_cpu_backend_kv_lines() {
+        let l = BootLog::parse(
+            "Available KV cache memory: 0.50 GiB (CPU backend default; set --kv-cache-memory)\n\
+             CPU KV cache size: 2,097,152 tokens\n\
+             Maximum concurrency for 2,048 tokens per request: 1024.00x\n",
+        );
+        let (t, _) = l.kv_capacity().unwrap();
+        assert_eq!(t, 2_097_152);
     }
 
     #[test]

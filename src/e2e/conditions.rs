@@ -60,10 +60,10 @@ pub struct EngineFacts {
     pub spec_method: Option<Sourced<String>>,
     /// Speculative k, if stated or configured (the metrics' position count is preferred).
     pub spec_k: Option<Sourced<u32>>,
-    /// Where the engine computes (`cpu`, `cuda`, ...), when it says (`rigbench serve`'s
-    /// `/version` field `backend`); `None` when the engine does not report it.
+    /// Backend, device, model provenance, weight format and KV dtype, as the built-in runtime
+    /// states them in `/version` (unknown for other engines).
     #[serde(default)]
-    pub backend: Option<Sourced<String>>,
+    pub runtime: Option<super::runtime_facts::RuntimeFacts>,
 }
 
 /// Whether speculative decoding was on.

@@ -182,10 +182,10 @@ async fn engine_facts(
         if let Some(n) = v.get("version").and_then(Value::as_str) {
             f.version = Some(Sourced::new(n.to_string(), "/version"));
         }
-        if let Some(b) = v.get("backend").and_then(Value::as_str) {
-            f.backend = Some(Sourced::new(b.to_string(), "/version"));
-        }
     }
+    f.runtime = version
+        .as_ref()
+        .and_then(super::runtime_facts::from_version);
     let models = client.models().await.unwrap_or_default();
     let metrics = client.metrics().await.unwrap_or(None);
     f.metrics = metrics.is_some();

@@ -86,7 +86,18 @@ fn same<T: PartialEq + Clone>(runs: &[RunResult], f: impl Fn(&RunResult) -> T) -
 /// Render the e2e section.
 pub fn render_markdown(res: &E2eResults) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "## End to end\n");
+    match &res.self_test {
+        Some(label) => {
+            let _ = writeln!(o, "## End to end: {label}\n");
+            let _ = writeln!(
+                o,
+                "These runs exercise the harness on the host CPU; they say nothing about the GPU and are kept out of rig baselines.\n"
+            );
+        }
+        None => {
+            let _ = writeln!(o, "## End to end\n");
+        }
+    }
     let eng = &res.engine;
     let _ = writeln!(
         o,
@@ -134,14 +145,20 @@ pub fn render_markdown(res: &E2eResults) -> String {
     rows.push(vec!["engine".into(), v, s]);
     let (v, s) = src(&c0.engine_version);
     rows.push(vec!["engine version".into(), v, s]);
-    // Where the engine computed: a CPU figure is never a GPU figure.
-    let (v, s) = match &res.engine.facts.backend {
-        Some(b) => (b.value.clone(), b.source.clone()),
-        None => ("not reported".into(), "—".into()),
-    };
-    rows.push(vec!["backend".into(), v, s]);
     let (v, s) = src(&c0.model);
     rows.push(vec!["model".into(), v, s]);
+    if let Some(rt) = &res.engine.facts.runtime {
+        for (name, f) in [
+            ("backend", &rt.backend),
+            ("device", &rt.device),
+            ("model provenance", &rt.model_provenance),
+            ("weight format", &rt.weight_format),
+            ("KV cache dtype", &rt.kv_cache_dtype),
+        ] {
+            let (v, s) = src(f);
+            rows.push(vec![name.into(), v, s]);
+        }
+    }
     if let Some(s) = &res.suite {
         rows.push(vec![
             "workload".into(),

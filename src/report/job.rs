@@ -17,8 +17,12 @@ pub struct Job {
     pub accuracy: bool,
     /// Checkpoint to inspect (card and memory taken from the rig probe).
     pub checkpoint: Option<PathBuf>,
-    /// End-to-end runs.
+    /// End-to-end runs (the engine in it: the built-in runtime, or an external one).
     pub e2e: Option<crate::e2e::E2eOptions>,
+    /// The model of the GPU runtime's runs (`synthetic:qwen3-8b` by default).
+    pub runtime_model: String,
+    /// Where the built-in runtime runs (resolved `--runtime-device`).
+    pub runtime_device: crate::runtime::backend::Device,
     /// Report folder (default `reports/<rig-label>/<timestamp>/`).
     pub out: Option<PathBuf>,
     /// Rig label override.
@@ -248,7 +252,52 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
 
     if let Some(opts) = &job.e2e {
         eprintln!("rigbench: end-to-end runs (suite {})", opts.suite.name);
-        match crate::e2e::run_for_report(opts) {
+    }
+    let builtin = job
+        .e2e
+        .as_ref()
+        .is_some_and(|o| matches!(o.engine, crate::e2e::launcher::EngineChoice::Builtin { .. }));
+    let gpu_rig = results.rig.gpu.is_some();
+    if let (Some(opts), true, crate::runtime::backend::Device::Cuda(device)) =
+        (&job.e2e, builtin, job.runtime_device)
+    {
+        // The built-in runtime on the GPU: parity first, then BF16, FP8 and W4A16.
+        let o = crate::runtime::report::RuntimeReportOptions {
+            model: job.runtime_model.clone(),
+            device,
+            seed: 0,
+            e2e: opts.clone(),
+            bench: crate::runtime::bench::RuntimeBenchSpec::issue_targets(),
+            gpu_memory_bytes: results.rig.gpu.as_ref().map(|g| g.memory_bytes),
+        };
+        let section = crate::runtime::report::run_gpu(&o, results.kernels.as_ref());
+        if let Some(d) = &dir {
+            for f in &section.formats {
+                if let Some(e) = &f.e2e {
+                    let sub = d.path.join(format!("e2e-{}", f.format));
+                    std::fs::create_dir_all(&sub)?;
+                    crate::e2e::report::write_csv(e, &sub)?;
+                    if let Some(log) = &e.engine_log {
+                        d.write_text(&format!("e2e-{}/engine.log", f.format), log)?;
+                    }
+                }
+            }
+        }
+        results.runtime = Some(section);
+        save(&results)?;
+    } else if let Some(opts) = &job.e2e {
+        let mut opts = opts.clone();
+        if let crate::e2e::launcher::EngineChoice::Builtin { args, .. } = &mut opts.engine {
+            // The CPU backend, stated, so that a GPU rig's default does not apply.
+            args.extend(["--device".to_string(), "cpu".to_string()]);
+        }
+        let outcome = crate::e2e::run_for_report(&opts).map(|mut r| {
+            if builtin && gpu_rig {
+                r.self_test = Some("harness self-test (CPU)".into());
+            }
+            r
+        });
+        match outcome {
             Ok(mut r) => {
                 crate::e2e::parallel::annotate(&mut r, &results.rig, None);
                 if let Some(d) = &dir {

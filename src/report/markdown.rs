@@ -57,6 +57,10 @@ pub fn render(
         o.push_str(&crate::checkpoint::render_markdown(c));
         o.push('\n');
     }
+    if let Some(rt) = &r.runtime {
+        o.push_str(&crate::runtime::report::render_markdown(rt));
+        o.push('\n');
+    }
     if let Some(e) = &r.e2e {
         o.push_str(&crate::e2e::render_markdown(e));
         o.push('\n');

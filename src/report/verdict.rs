@@ -99,6 +99,9 @@ pub fn lines(r: &Results) -> Vec<String> {
             out.push(l);
         }
     }
+    if let Some(l) = runtime_line(r) {
+        out.push(l);
+    }
     if let Some(l) = e2e_line(r) {
         out.push(l);
     }
@@ -590,7 +593,10 @@ fn e2e_line(r: &Results) -> Option<String> {
             format!("{name}{ver}{model}")
         }
     };
-    let backend = f.backend.as_ref().map(|b| b.value.to_ascii_uppercase());
+    let rt = f.runtime.as_ref();
+    let backend = rt
+        .and_then(|r| r.backend.as_ref())
+        .map(|b| b.value.to_ascii_uppercase());
     let not_here = |what: &str| {
         match &gpu_name {
         Some(g) => format!(
@@ -600,10 +606,14 @@ fn e2e_line(r: &Results) -> Option<String> {
     }
     };
     let where_ = match (e.engine.kind.as_str(), backend.as_deref()) {
-        (_, Some(b)) if b.contains("CUDA") || b.contains("GPU") => match &gpu_name {
-            Some(g) => format!("on this GPU ({g}, {b} backend)"),
-            None => format!("on the {b} backend"),
-        },
+        (_, Some(b)) if b.contains("CUDA") || b.contains("GPU") => {
+            let dev = rt
+                .and_then(|r| r.device.as_ref())
+                .map(|d| d.value.clone())
+                .or_else(|| gpu_name.clone())
+                .unwrap_or_default();
+            format!("on the GPU: {dev}, {b} backend")
+        }
         (_, Some(b)) => not_here(b),
         ("builtin", None) => format!(
             "{} (the backend is not recorded in these results; the built-in runtime had no other when they were written)",
@@ -625,6 +635,64 @@ fn e2e_line(r: &Results) -> Option<String> {
     }
     s.push('.');
     Some(s)
+}
+
+/// The built-in runtime on the GPU, one run per weight format (`results.runtime`).
+fn runtime_line(r: &Results) -> Option<String> {
+    let rt = r.runtime.as_ref()?;
+    let mut parts: Vec<String> = Vec::new();
+    for f in &rt.formats {
+        let name = match f.format.as_str() {
+            "nvfp4" => "W4A16".to_string(),
+            other => other.to_ascii_uppercase(),
+        };
+        match (&f.bench, &f.error) {
+            (Some(b), _) => parts.push(format!(
+                "{name} {} tok/s at batch 1, {} tok/s at batch {}",
+                crate::report::table::grouped(b.batch1.tok_per_s, 0),
+                crate::report::table::grouped(b.batched.tok_per_s, 0),
+                b.batched.batch
+            )),
+            (None, Some(e)) => parts.push(format!("{name} failed: {}", first_clause(e))),
+            (None, None) => {
+                let valid = f
+                    .e2e
+                    .as_ref()
+                    .map(|e| e.runs.iter().filter(|x| x.validity.valid).count())
+                    .unwrap_or(0);
+                parts.push(format!("{name}: {valid} valid e2e runs"))
+            }
+        }
+    }
+    let parity = match &rt.parity {
+        Some(p) if p.passed => "; parity with the CPU reference passed".to_string(),
+        Some(_) => {
+            "; **parity with the CPU reference FAILED** (see the runtime section)".to_string()
+        }
+        None => String::new(),
+    };
+    let skipped = if rt.skipped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; not run: {}",
+            rt.skipped
+                .iter()
+                .map(|s| first_clause(s))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    };
+    Some(format!(
+        "**Built-in runtime on this GPU** (`{}` on {}, decode of the synthetic or given model, conditions in its section): {}{parity}{skipped}.",
+        rt.model,
+        rt.device,
+        if parts.is_empty() {
+            "no format ran".to_string()
+        } else {
+            parts.join("; ")
+        }
+    ))
 }
 
 fn checkpoint_line(r: &Results) -> Option<String> {
@@ -977,26 +1045,24 @@ mod tests {
             l.contains("not recorded") && l.contains("0 of 0 runs valid"),
             "{l}"
         );
-        e.engine.facts.backend = Some(crate::e2e::conditions::Sourced::new(
-            "cpu".to_string(),
-            "/version",
-        ));
+        e.engine.facts.runtime = crate::e2e::runtime_facts::from_version(
+            &serde_json::json!({"backend": "cpu", "device": "cpu"}),
+        );
         r.e2e = Some(e.clone());
         let l = e2e_line(&r).unwrap();
         assert!(
             l.contains("**CPU backend**") && !l.contains("not recorded"),
             "{l}"
         );
-        e.engine.facts.backend = Some(crate::e2e::conditions::Sourced::new(
-            "cuda".to_string(),
-            "/version",
-        ));
+        e.engine.facts.runtime = crate::e2e::runtime_facts::from_version(
+            &serde_json::json!({"backend": "cuda", "device": "cuda:0 (NVIDIA H200, sm_90)"}),
+        );
         r.e2e = Some(e.clone());
         assert!(e2e_line(&r)
             .unwrap()
-            .contains("on this GPU (NVIDIA H200, CUDA backend)"));
+            .contains("on the GPU: cuda:0 (NVIDIA H200, sm_90), CUDA backend"));
         e.engine.kind = "url".into();
-        e.engine.facts.backend = None;
+        e.engine.facts.runtime = None;
         r.e2e = Some(e);
         assert!(e2e_line(&r)
             .unwrap()

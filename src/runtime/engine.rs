@@ -14,16 +14,23 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
+use anyhow::Context;
+
 use super::backend::cpu::CpuBackend;
-use super::backend::{Backend, KvCacheSpec};
-use super::config::{ModelConfig, ModelSource, ServeConfig, SpecConfig, WeightFormat};
+use super::backend::cuda::{CudaBackend, CudaLoadSpec, WeightSource};
+use super::backend::{Backend, Device, KvCacheSpec};
+use super::config::{
+    ModelConfig, ModelProvenance, ModelSource, ServeConfig, SpecConfig, WeightFormat,
+};
 use super::kv_cache::{BlockPool, KvCapacity};
+use super::memory::KvPlan;
 use super::metrics::{CacheInfo, FinishedLabel, Metrics};
 use super::sampler::{Sampler, SamplingParams};
 use super::scheduler::{Scheduler, SchedulerConfig, Seq};
 use super::spec::{self, NgramDrafter, SpecStats};
 use super::template::ChatTemplate;
 use super::tokenizer::{IncrementalDecoder, Tokenizer};
+use super::weights::MappedCheckpoint;
 use crate::RigError;
 
 /// How generated text is split into reasoning and content.
@@ -124,8 +131,12 @@ pub struct EngineInfo {
     pub served_model_name: String,
     /// The `--model` value.
     pub model: String,
-    /// Backend name.
+    /// Backend name (`cpu`, `cuda`).
     pub backend: String,
+    /// The device, as the backend describes it (`cpu`, `cuda:0 (NVIDIA H200, sm_90)`).
+    pub device: String,
+    /// Where the weights came from (synthetic seed, or checkpoint path and content hash).
+    pub provenance: ModelProvenance,
     /// Model shape.
     pub model_config: ModelConfig,
     /// Linear-layer weight format.
@@ -136,6 +147,8 @@ pub struct EngineInfo {
     pub capacity: KvCapacity,
     /// KV layout.
     pub kv: KvCacheSpec,
+    /// The KV-cache plan (budget, its source, device memory facts).
+    pub kv_plan: KvPlan,
     /// Prefix caching on.
     pub enable_prefix_caching: bool,
     /// Speculative decoding.
@@ -144,6 +157,8 @@ pub struct EngineInfo {
     pub tokenizer_source: String,
     /// Chat template source.
     pub template_source: String,
+    /// Config defaults taken and loader notes (printed at start).
+    pub notes: Vec<String>,
 }
 
 struct TextChannel {
@@ -336,6 +351,11 @@ impl Engine {
             metrics,
             config,
         })
+    }
+
+    /// Stop the engine and hand its backend back (the runtime benchmarks reuse it).
+    pub fn into_backend(self) -> Box<dyn Backend> {
+        self.backend
     }
 
     /// Queue a request under `id`; outputs go to `tx`.
@@ -744,45 +764,55 @@ fn read_generation_eos(dir: &std::path::Path) -> anyhow::Result<Vec<u32>> {
     })
 }
 
-/// Load weights, tokenizer and template for `config`, size the KV cache and build the engine.
+/// Load weights, tokenizer and template for `config`, build the backend for `config.device`
+/// (CPU: weights on the host; CUDA: [`CudaBackend::load`], synthetic presets generated and
+/// `--quantize` applied on the GPU), plan the KV cache from the backend's memory facts
+/// ([`super::memory::plan_kv`]) and build the engine.
 ///
 /// # Errors
 /// [`RigError::BadFlag`] / [`RigError::BadFile`] naming the flag or file at fault (unknown
-/// preset, missing checkpoint files, a KV budget too small for `max_model_len`, ...).
+/// preset, missing checkpoint files, a checkpoint the runtime refuses — with `inspect`'s
+/// finding id —, a KV budget too small for `max_model_len`, ...); a GPU backend that cannot
+/// load (its reason) or cannot allocate the KV cache (asked and free sizes).
 pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
     config.validate()?;
     let source = config.source()?;
-    let (weights, tokenizer, template) = match &source {
+    let mut notes: Vec<String> = Vec::new();
+    // The shape, tokenizer, template and provenance; a checkpoint is mapped (headers only
+    // read) and its format resolved here, before any weight is touched.
+    let mut mapped = None;
+    let (mc, tokenizer, template, provenance) = match &source {
         ModelSource::Synthetic(name) => {
             let mut mc = ModelConfig::preset(name)
                 .ok_or_else(|| RigError::flag("--model", format!("unknown preset {name}")))?;
             if let Some(n) = config.num_layers {
                 mc.num_layers = mc.num_layers.min(n);
             }
-            // Large presets take minutes on a CPU: say how far synthesis is, as plain lines on
-            // stderr (a terminal is not needed), at most every 2 s.
-            let start = std::time::Instant::now();
-            let mut last = start;
-            let mut report = |done: usize, total: usize| {
-                let now = std::time::Instant::now();
-                if done > 0 && (now - last).as_secs_f64() >= 2.0 {
-                    last = now;
-                    eprintln!(
-                        "rigbench serve: synthesizing {name} weights: layer {done}/{total} ({:.0} s)",
-                        (now - start).as_secs_f64()
-                    );
-                }
-            };
-            let w = super::weights::synthesize_with_progress(&mc, config.seed, &mut report);
             let tok = Tokenizer::bytes(mc.vocab_size, &[])?;
-            (w, tok, ChatTemplate::builtin())
+            let prov = ModelProvenance::Synthetic {
+                preset: name.clone(),
+                seed: config.seed,
+                num_layers: mc.num_layers,
+            };
+            (mc, tok, ChatTemplate::builtin(), prov)
         }
         ModelSource::Dir(dir) => {
-            let mut mc = ModelConfig::from_hf_file(&dir.join("config.json"))?;
+            let hf = ModelConfig::read_hf_config(&dir.join("config.json"))?;
+            notes.extend(hf.warnings.iter().map(|w| format!("config.json: {w}")));
+            let mut mc = hf.config;
             if let Some(n) = config.num_layers {
                 mc.num_layers = mc.num_layers.min(n);
             }
-            let w = super::weights::load_dir(dir, &mc)?;
+            let m = MappedCheckpoint::open(dir, &mc)?;
+            for n in m.notes() {
+                if !notes.contains(n) {
+                    notes.push(n.clone());
+                }
+            }
+            let prov = ModelProvenance::Checkpoint {
+                path: dir.display().to_string(),
+                content_hash: m.content_hash(),
+            };
             let mut eos = mc.eos_token_ids.clone();
             eos.extend(read_generation_eos(dir)?);
             let tok = if dir.join("tokenizer.json").is_file() {
@@ -799,12 +829,14 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
             };
             let tmpl = ChatTemplate::from_dir(dir, tok.bos_token.clone(), tok.eos_token.clone())?
                 .unwrap_or_else(ChatTemplate::builtin);
-            (w, tok, tmpl)
+            mapped = Some(m);
+            (mc, tok, tmpl, prov)
         }
     };
-    let mut weights = weights;
+    let stored = mapped
+        .as_ref()
+        .map_or(WeightFormat::Bf16, MappedCheckpoint::format);
     if let Some(fmt) = config.quantize {
-        let stored = weights.linear_format();
         if stored != WeightFormat::Bf16 && stored != fmt {
             return Err(RigError::flag(
                 "--quantize",
@@ -815,9 +847,7 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
             )
             .into());
         }
-        weights.quantize(fmt)?;
     }
-    let mc = weights.config.clone();
     let max_model_len = config.max_model_len.unwrap_or(mc.max_position_embeddings);
     if max_model_len > mc.max_position_embeddings {
         return Err(RigError::flag(
@@ -829,42 +859,118 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
         )
         .into());
     }
-    let capacity = KvCapacity::from_budget(
-        &mc,
+    let backend: Box<dyn Backend> = match config.device {
+        Device::Cpu => {
+            let mut weights = match &mapped {
+                None => {
+                    // Large presets take minutes on a CPU: say how far synthesis is, as plain
+                    // lines on stderr (a terminal is not needed), at most every 2 s.
+                    let start = std::time::Instant::now();
+                    let mut last = start;
+                    let mut report = |done: usize, total: usize| {
+                        let now = std::time::Instant::now();
+                        if done > 0 && (now - last).as_secs_f64() >= 2.0 {
+                            last = now;
+                            eprintln!(
+                                "rigbench serve: synthesizing weights: layer {done}/{total} ({:.0} s)",
+                                (now - start).as_secs_f64()
+                            );
+                        }
+                    };
+                    super::weights::synthesize_with_progress(&mc, config.seed, &mut report)
+                }
+                Some(m) => m.to_weights()?,
+            };
+            drop(mapped);
+            if let Some(fmt) = config.quantize {
+                weights.quantize(fmt)?;
+            }
+            let threads = config
+                .num_threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            Box::new(CpuBackend::new(weights, threads))
+        }
+        Device::Cuda(ordinal) => {
+            drop(mapped);
+            let weights = match &source {
+                ModelSource::Synthetic(_) => WeightSource::Synthetic {
+                    config: mc.clone(),
+                    seed: config.seed,
+                },
+                ModelSource::Dir(dir) => WeightSource::Checkpoint {
+                    dir: dir.clone(),
+                    config: mc.clone(),
+                },
+            };
+            let b = CudaBackend::load(CudaLoadSpec {
+                device: ordinal,
+                weights,
+                quantize: config.quantize,
+                max_num_batched_tokens: config.max_num_batched_tokens,
+                max_num_seqs: config.max_num_seqs,
+                max_model_len,
+                kv_dtype: config.kv_cache_dtype,
+                block_size: config.block_size,
+            })
+            .with_context(|| format!("loading {} on cuda:{ordinal}", config.model))?;
+            Box::new(b)
+        }
+    };
+    let memory = backend.device_memory();
+    let utilization = config
+        .gpu_memory_utilization
+        .unwrap_or(super::memory::DEFAULT_GPU_MEMORY_UTILIZATION);
+    let plan = super::memory::plan_kv(
+        backend.config(),
+        memory.as_ref(),
+        utilization,
+        config.kv_cache_memory,
         config.block_size,
         config.kv_cache_dtype,
-        config.kv_cache_memory,
         max_model_len,
+        config.gpu_memory_utilization.is_some(),
     )
-    .map_err(|e| RigError::flag("--kv-cache-memory", e))?;
-    let threads = config
-        .num_threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let backend = CpuBackend::new(weights, threads);
+    .map_err(|e| {
+        let flag = if config.kv_cache_memory.is_some() || memory.is_none() {
+            "--kv-cache-memory"
+        } else {
+            "--gpu-memory-utilization"
+        };
+        RigError::flag(flag, e)
+    })?;
+    let capacity = plan.capacity();
+    let mc = backend.config().clone();
     let kv = KvCacheSpec {
         num_blocks: capacity.num_blocks,
         block_size: config.block_size,
         dtype: config.kv_cache_dtype,
     };
+    let device_kind = backend.name().to_string();
     let info = EngineInfo {
         served_model_name: config.served_name().to_string(),
         model: config.model.clone(),
-        backend: backend.name().to_string(),
+        backend: device_kind.clone(),
+        device: backend.device_label(),
+        provenance,
         model_config: mc.clone(),
         weight_format: backend.weight_format(),
         weight_bytes: backend.weight_bytes(),
         capacity,
         kv,
+        kv_plan: plan.clone(),
         enable_prefix_caching: config.enable_prefix_caching,
         spec: config.speculative.clone(),
         tokenizer_source: tokenizer.source.clone(),
         template_source: template.source.clone(),
+        notes,
     };
     let metrics = Arc::new(Metrics::new(
         config.served_name(),
         CacheInfo {
             block_size: config.block_size,
-            num_gpu_blocks: capacity.num_blocks,
+            num_blocks: capacity.num_blocks,
+            device_kind: device_kind.clone(),
+            gpu_memory_utilization: plan.gpu_memory_utilization,
             cache_dtype: config.kv_cache_dtype.vllm_name().into(),
             enable_prefix_caching: config.enable_prefix_caching,
         },
@@ -876,7 +982,7 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
     ));
     let tokenizer = Arc::new(tokenizer);
     let engine = Engine::new(
-        Box::new(backend),
+        backend,
         tokenizer.clone(),
         EngineConfig {
             scheduler: SchedulerConfig {
@@ -890,7 +996,16 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
             seed: config.seed,
         },
         metrics.clone(),
-    )?;
+    )
+    .map_err(|e| match &memory {
+        Some(m) => anyhow::anyhow!(super::memory::kv_alloc_failure(
+            plan.budget_bytes,
+            m.free_after_load,
+            &info.device,
+            &format!("{e:#}"),
+        )),
+        None => e,
+    })?;
     Ok(Loaded {
         engine,
         info,
@@ -1034,12 +1149,13 @@ mod tests {
         let base = ServeConfig::tiny();
         let mut tight = ServeConfig::tiny();
         // 12 blocks of 16 tokens for 4 requests of ~60 tokens each: preemption is certain.
-        tight.kv_cache_memory = 12
-            * crate::runtime::kv_cache::kv_bytes_per_block(
+        tight.kv_cache_memory = Some(
+            12 * crate::runtime::kv_cache::kv_bytes_per_block(
                 &ModelConfig::tiny(),
                 16,
                 tight.kv_cache_dtype,
-            );
+            ),
+        );
         tight.max_model_len = Some(128);
         tight.max_num_batched_tokens = 7;
         let mut a = engine(&base);
@@ -1141,7 +1257,7 @@ mod tests {
     #[test]
     fn load_errors_name_flags_and_files() {
         let mut c = ServeConfig::tiny();
-        c.kv_cache_memory = 1024;
+        c.kv_cache_memory = Some(1024);
         let e = load(&c).err().unwrap().to_string();
         assert!(e.contains("--kv-cache-memory"), "{e}");
         let mut c = ServeConfig::tiny();

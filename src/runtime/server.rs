@@ -54,10 +54,10 @@ impl ServerHandle {
         format!("http://{}", self.addr)
     }
 
-    /// The startup KV line (`KV cache: N tokens (B blocks × S); max concurrency at L tokens:
-    /// X.Yx`).
-    pub fn kv_line(&self) -> String {
-        self.engine.info.capacity.line()
+    /// The startup KV lines in vLLM's form (see [`crate::runtime::memory::KvPlan::lines`]).
+    pub fn kv_lines(&self) -> Vec<String> {
+        let i = &self.engine.info;
+        i.kv_plan.lines(&i.backend)
     }
 
     /// Facts about the loaded engine.
@@ -827,11 +827,16 @@ async fn version(State(app): State<AppState>) -> Json<Value> {
         "engine": "rigbench",
         "version": env!("CARGO_PKG_VERSION"),
         "backend": i.backend,
+        "device": i.device,
         "model": i.served_model_name,
+        "model_provenance": i.provenance,
         "weight_format": i.weight_format.id(),
         "kv_cache_dtype": i.kv.dtype.vllm_name(),
         "block_size": i.kv.block_size,
-        "num_gpu_blocks": i.kv.num_blocks,
+        "num_kv_blocks": i.kv.num_blocks,
+        "kv_cache_budget_bytes": i.kv_plan.budget_bytes,
+        "kv_cache_budget_source": i.kv_plan.source,
+        "gpu_memory_utilization": i.kv_plan.gpu_memory_utilization,
         "kv_cache_tokens": i.capacity.tokens(),
         "max_model_len": i.capacity.max_model_len,
         "enable_prefix_caching": i.enable_prefix_caching,

@@ -254,6 +254,8 @@ pub struct W4a16 {
     n: usize,
     k: usize,
     flavor_names: Vec<String>,
+    /// Extra copies of (codes, scales) for graph timing over rotating weights.
+    copies: Vec<(DevBuf, DevBuf)>,
 }
 
 /// Fused-kernel configurations for `m` tokens of a weight with `strips` 16-row strips and `kt_n`
@@ -574,6 +576,35 @@ pub fn launch_view(
 }
 
 impl W4a16 {
+    fn run_with(&self, env: &Env, inp: &MInputs, wq: &DevBuf, sc: &DevBuf) -> anyhow::Result<()> {
+        let (_, _, strips, kt_n, out_scale) = self.meta()?;
+        // A borrowed view of the shape's buffers (no copy): the launch reads pointers only.
+        let view = W4a16View {
+            wq: wq.ptr(),
+            sc: sc.ptr(),
+            n: inp.n,
+            k: inp.k,
+            strips,
+            kt_n,
+            out_scale,
+        };
+        launch_view(
+            env.gpu,
+            env.w4,
+            env.w4v2,
+            env.lt,
+            &view,
+            self.config()?,
+            inp.act.ptr(),
+            inp.out.ptr(),
+            inp.m,
+            self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.scratch.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.gemm.as_ref(),
+        )
+    }
+
     fn meta(&self) -> anyhow::Result<(usize, usize, usize, usize, f32)> {
         self.packed_meta.context("w4a16: prepare_shape not called")
     }
@@ -677,35 +708,36 @@ impl GemmImpl for W4a16 {
         self.chosen = i.min(self.candidates.len().saturating_sub(1));
     }
     fn run(&self, env: &Env, inp: &MInputs) -> anyhow::Result<()> {
-        let (n_pad, k_pad, strips, kt_n, out_scale) = self.meta()?;
-        let _ = (n_pad, k_pad);
         let wq = self.wq.as_ref().context("w4a16: no weights")?;
         let sc = self.sc.as_ref().context("w4a16: no scales")?;
-        // A borrowed view of the shape's buffers (no copy): the launch reads pointers only.
-        let view = W4a16View {
-            wq: wq.ptr(),
-            sc: sc.ptr(),
-            n: inp.n,
-            k: inp.k,
-            strips,
-            kt_n,
-            out_scale,
-        };
-        launch_view(
-            env.gpu,
-            env.w4,
-            env.w4v2,
-            env.lt,
-            &view,
-            self.config()?,
-            inp.act.ptr(),
-            inp.out.ptr(),
-            inp.m,
-            self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0),
-            self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0),
-            self.scratch.as_ref().map(|b| b.ptr()).unwrap_or(0),
-            self.gemm.as_ref(),
-        )
+        self.run_with(env, inp, wq, sc)
+    }
+    fn prepare_weight_copies(&mut self, env: &Env, count: usize) -> anyhow::Result<()> {
+        let wq = self
+            .wq
+            .as_ref()
+            .context("w4a16: prepare_shape not called")?;
+        let sc = self
+            .sc
+            .as_ref()
+            .context("w4a16: prepare_shape not called")?;
+        let qs = super::weight_copies(env, wq, count)?;
+        let ss = super::weight_copies(env, sc, count)?;
+        self.copies = qs.into_iter().zip(ss).collect();
+        Ok(())
+    }
+    fn run_on_copy(&self, env: &Env, inp: &MInputs, copy: usize) -> anyhow::Result<()> {
+        if copy == 0 {
+            return self.run(env, inp);
+        }
+        let (wq, sc) = self
+            .copies
+            .get(copy - 1)
+            .with_context(|| format!("w4a16: weight copy {copy} was not made"))?;
+        self.run_with(env, inp, wq, sc)
+    }
+    fn release_weight_copies(&mut self) {
+        self.copies.clear();
     }
     fn path(&self) -> String {
         let n = self.candidates.len();
