@@ -163,6 +163,8 @@ fn ten_percent_slowdown_exits_2_and_names_the_metric() {
     let d = tempfile::tempdir().unwrap();
     let b = write(d.path(), "base.json", &results(1, 1.0));
     let c = write(d.path(), "cur.json", &results(101, 1.10));
+    // --markdown writes into an existing folder (it never creates one silently).
+    std::fs::create_dir_all(d.path().join("out")).unwrap();
     let md = d.path().join("out/summary.md");
     let gh = d.path().join("gh-summary.md");
     std::fs::write(&gh, "previous step\n").unwrap();
