@@ -208,6 +208,7 @@ fn every_help_shows_exit_codes_and_examples() {
         vec!["e2e", "--help"],
         vec!["report", "--help"],
         vec!["compare", "--help"],
+        vec!["diagnose", "--help"],
     ] {
         let o = rigbench(&cmd);
         assert_eq!(o.status.code(), Some(0), "{cmd:?}");

@@ -127,6 +127,10 @@ pub struct CapacityPrediction {
     pub max_model_len_source: Option<String>,
     /// Requests of `max_model_len` tokens that fit at once.
     pub max_concurrency: Option<f64>,
+    /// Why the KV per token is not modelled (attention the dense formula does not describe:
+    /// MLA, compressed or indexed attention, sliding windows); `None` when it is.
+    #[serde(default)]
+    pub kv_not_modelled: Option<String>,
     /// Figures not computed, and why.
     pub not_computed: Vec<String>,
     /// Assumptions behind the figures.
@@ -216,6 +220,18 @@ pub(crate) fn predict(
 
     // Weights.
     match headers {
+        Some(h) if h.names_only => match h.index_total_size {
+            Some(t) => {
+                p.weight_bytes = Some(t);
+                p.weight_source = "model.safetensors.index.json metadata.total_size (the index's own figure; no shard here to check it against)".into();
+            }
+            None => {
+                p.weight_source =
+                    "unknown: only the index is here and it states no metadata.total_size".into();
+                p.not_computed
+                    .push("weight bytes: no shard headers and no total_size in the index".into());
+            }
+        },
         Some(h) => {
             p.weight_bytes = Some(h.tensors.iter().map(|t| t.bytes).sum());
             p.weight_source = "exact: sum of every tensor in the safetensors headers (any vision tower and MTP weights included: engines load them even when unused)".into();
@@ -298,6 +314,14 @@ pub(crate) fn predict(
             "KV bytes per token: config.json lacks layers, KV heads or head_dim, or the KV dtype is unknown"
                 .into(),
         ),
+    }
+
+    if let Some(why) = facts.kv_not_modelled() {
+        p.kv_bytes_per_token = None;
+        p.kv_not_modelled = Some(why.clone());
+        p.not_computed.push(format!(
+            "KV bytes per token, KV tokens and concurrency: not modelled: {why}"
+        ));
     }
 
     if facts.linear_attention_layers > 0 {
@@ -410,9 +434,11 @@ pub(crate) fn predict(
             opts.gpu_memory_utilization,
             human_bytes(opts.reserve_bytes)
         ),
-        "KV bytes per token = full-attention layers × 2 (K and V) × KV heads × head_dim × KV dtype bytes; per-tensor FP8 KV scales are negligible and not counted; one GPU (tensor parallelism 1)".to_string(),
     ];
-    if facts.mtp_layers.unwrap_or(0) > 0 {
+    if p.kv_not_modelled.is_none() {
+        a.push("KV bytes per token = full-attention layers × 2 (K and V) × KV heads × head_dim × KV dtype bytes; per-tensor FP8 KV scales are negligible and not counted; one GPU (tensor parallelism 1)".to_string());
+    }
+    if facts.mtp_layers.unwrap_or(0) > 0 && p.kv_not_modelled.is_none() {
         let n = facts.mtp_layers.unwrap_or(0);
         a.push(format!(
             "the {} {} not counted in KV per token: engines allocate their KV only when MTP speculative decoding is on (add one full-attention layer each)",
@@ -420,7 +446,7 @@ pub(crate) fn predict(
             if n == 1 { "is" } else { "are" }
         ));
     }
-    if !facts.attention_extras.is_empty() {
+    if !facts.attention_extras.is_empty() && p.kv_not_modelled.is_none() {
         a.push(format!(
             "config.json has attention fields the generic formula ignores ({}): this architecture's KV layout differs (latent/compressed/sliding attention), so the per-token figure may be far off",
             facts.attention_extras.join(", ")

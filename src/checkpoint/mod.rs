@@ -16,6 +16,7 @@ pub mod capacity;
 pub mod config;
 pub mod format;
 pub mod headers;
+pub mod hub;
 mod lint;
 pub mod modules;
 pub mod quant;
@@ -184,6 +185,9 @@ pub struct TensorSummary {
     pub skipped_reason: Option<String>,
     /// True when the file list came from `model.safetensors.index.json`.
     pub from_index: bool,
+    /// True when only the index is here (no shard): tensor names without dtypes or shapes.
+    #[serde(default)]
+    pub names_only: bool,
     /// Per-file header facts.
     pub files: Vec<ShardInfo>,
     /// Tensors.
@@ -364,12 +368,23 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
                 .push("model.safetensors.index.json".into());
         }
         report.tensors = TensorSummary {
-            headers_read: true,
-            skipped_reason: None,
+            headers_read: !h.names_only,
+            skipped_reason: h.names_only.then(|| {
+                format!(
+                    "dtypes unknown without the shard headers: model.safetensors.index.json names {} tensors in {} shard(s), none of them here; module names and scale tensors come from the index, dtypes, shapes and bytes do not",
+                    h.tensors.len(),
+                    h.shards.len()
+                )
+            }),
+            names_only: h.names_only,
             from_index: h.from_index,
             files: h.shards.clone(),
             tensor_count: h.tensors.len(),
-            total_bytes: h.tensors.iter().map(|t| t.bytes).sum(),
+            total_bytes: if h.names_only {
+                h.index_total_size.unwrap_or(0)
+            } else {
+                h.tensors.iter().map(|t| t.bytes).sum()
+            },
             bytes_by_dtype: h.tensors.iter().fold(BTreeMap::new(), |mut m, t| {
                 *m.entry(t.dtype.clone()).or_insert(0) += t.bytes;
                 m
@@ -385,11 +400,20 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     let mut inventory_error = None;
     let module_list: Vec<Module> = match &hdrs {
         Some(h) => {
-            report.module_source = format!(
-                "safetensors headers ({} in {})",
-                crate::report::table::plural(h.tensors.len() as u64, "tensor", "tensors"),
-                crate::report::table::plural(h.shards.len() as u64, "file", "files")
-            );
+            let plural = crate::report::table::plural;
+            report.module_source = if h.names_only {
+                format!(
+                    "model.safetensors.index.json weight map ({} in {} not downloaded)",
+                    plural(h.tensors.len() as u64, "tensor name", "tensor names"),
+                    plural(h.shards.len() as u64, "shard", "shards")
+                )
+            } else {
+                format!(
+                    "safetensors headers ({} in {})",
+                    plural(h.tensors.len() as u64, "tensor", "tensors"),
+                    plural(h.shards.len() as u64, "file", "files")
+                )
+            };
             modules::modules_from_tensors(&h.tensors, &facts)
         }
         None => {

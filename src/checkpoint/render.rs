@@ -330,10 +330,14 @@ pub fn render_markdown(r: &InspectReport) -> String {
                         format!("{b} B")
                     }
                 })
-                .unwrap_or_else(|| "unknown".into()),
-            match c.full_attention_layers {
-                Some(n) => plural(n, "full-attention layer", "full-attention layers"),
-                None => "unknown full-attention layers".into(),
+                .unwrap_or_else(|| match &c.kv_not_modelled {
+                    Some(_) => "not modelled".into(),
+                    None => "unknown".into(),
+                }),
+            match (&c.kv_not_modelled, c.full_attention_layers) {
+                (Some(why), _) => why.clone(),
+                (None, Some(n)) => plural(n, "full-attention layer", "full-attention layers"),
+                (None, None) => "unknown full-attention layers".into(),
             },
         ],
     ];

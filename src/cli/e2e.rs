@@ -186,6 +186,26 @@ pub struct E2eFlags {
     /// Per-request timeout, seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
     pub request_timeout: f64,
+    /// The engine's version, for engines that do not expose it (marked "stated by the user").
+    #[arg(long, value_name = "VERSION")]
+    pub engine_version: Option<String>,
+    /// The engine's KV capacity in tokens, for engines that do not expose it (marked "stated by
+    /// the user").
+    #[arg(long, value_name = "TOKENS")]
+    pub kv_capacity: Option<u64>,
+    /// Whether speculative decoding is on, for engines that do not expose it (marked "stated by
+    /// the user"); `--spec-method none` says off too.
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub spec: Option<SpecStated>,
+}
+
+/// `--spec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SpecStated {
+    /// Speculative decoding is on.
+    On,
+    /// Speculative decoding is off.
+    Off,
 }
 
 fn positive(flag: &str, v: f64) -> Result<f64, RigError> {
@@ -293,7 +313,11 @@ impl E2eFlags {
                 if let Some(q) = &self.quantize {
                     args.extend([SERVE_QUANTIZE_FLAG.to_string(), q.clone()]);
                 }
-                if let Some(m) = &self.spec_method {
+                if let Some(m) = self
+                    .spec_method
+                    .as_ref()
+                    .filter(|m| !matches!(m.to_ascii_lowercase().as_str(), "none" | "off"))
+                {
                     args.extend([SERVE_SPEC_METHOD_FLAG.to_string(), m.clone()]);
                 }
                 if let Some(k) = self.spec_k {
@@ -368,8 +392,34 @@ impl E2eFlags {
         o.engine_log = self.engine_log.clone();
         o.served_model = self.served_model.clone();
         o.tokenizer = self.tokenizer.clone();
-        o.spec_method = self.spec_method.clone();
+        let spec_none = self
+            .spec_method
+            .as_deref()
+            .is_some_and(|m| matches!(m.to_ascii_lowercase().as_str(), "none" | "off"));
+        o.spec_method = self.spec_method.clone().filter(|_| !spec_none);
         o.spec_k = self.spec_k;
+        if let Some(0) = self.kv_capacity {
+            return Err(RigError::flag("--kv-capacity", "must be at least 1 token"));
+        }
+        o.stated = crate::e2e::engines::Stated {
+            engine_version: self.engine_version.clone(),
+            kv_capacity: self.kv_capacity,
+            spec: match (self.spec, spec_none) {
+                (Some(SpecStated::On), true) => {
+                    return Err(RigError::flag(
+                        "--spec",
+                        "--spec on contradicts --spec-method none",
+                    ))
+                }
+                (Some(s), _) => Some(s == SpecStated::On),
+                (None, true) => Some(false),
+                // A stated method (for engines that do not expose one) says on.
+                (None, false) if kind != EngineKind::Builtin => {
+                    self.spec_method.as_ref().map(|_| true)
+                }
+                (None, false) => None,
+            },
+        };
         o.request_timeout =
             Duration::from_secs_f64(positive("--request-timeout", self.request_timeout)?);
         o.startup_timeout = Duration::from_secs_f64(match self.startup_timeout {

@@ -10,7 +10,7 @@ Exit codes:
       an unreachable URL, an unreadable file, an engine that failed)
   2   regression (compare)
   3   baseline missing or incompatible (compare)
-  4   error-level findings (inspect)
+  4   error-level findings (inspect, diagnose)
   64  bad command line: an unknown flag, or a value rigbench rejects
 
 Examples:
@@ -81,6 +81,18 @@ Examples:
   rigbench e2e --suite code --url http://127.0.0.1:8000 \\
     --engine-cmd 'vllm serve Qwen/Qwen3-8B --port 8000'";
 
+/// `rigbench diagnose --help`.
+pub const DIAGNOSE: &str = "\
+Exit codes: 0 no error-level finding; 4 error-level findings; 1 a file cannot
+be read; 64 bad command line.
+
+Examples:
+  rigbench diagnose --log vllm.log
+  rigbench diagnose --log vllm.log --metrics metrics.txt \\
+    --checkpoint ./Qwen3.6-35B-A3B-NVFP4 --cc sm_120
+  rigbench diagnose --log engine.log --rig reports/my-rig/20260101T000000Z \\
+    --out diag/";
+
 /// `rigbench report --help`.
 pub const REPORT: &str = "\
 Exit codes: 0 ok (parts that cannot run are skipped with the reason); 1 error
@@ -108,6 +120,7 @@ mod tests {
             ("serve", SERVE),
             ("e2e", E2E),
             ("report", REPORT),
+            ("diagnose", DIAGNOSE),
         ] {
             assert!(text.contains("Exit codes"), "{name}");
             assert!(text.contains("64"), "{name}");

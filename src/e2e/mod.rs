@@ -17,6 +17,7 @@ pub mod bootlog;
 pub mod client;
 pub mod conditions;
 pub mod driver;
+pub mod engines;
 pub mod executor;
 pub mod launcher;
 pub mod metrics;

@@ -11,13 +11,13 @@ use std::path::Path;
 use anyhow::Context;
 use plotters::prelude::*;
 
-use super::bootlog::{BootLog, StartupError};
+use super::bootlog::BootLog;
 use super::conditions::{Sourced, SpecState};
 use super::driver::RunResult;
 use super::executor::{ExecStop, LoadPoint};
 use super::metrics::Percentiles;
 use super::E2eResults;
-use crate::report::table::{grouped, human_bytes, markdown_table, thousands};
+use crate::report::table::{grouped, markdown_table, thousands};
 use crate::report::write::atomic_write;
 
 fn src<T: std::fmt::Display>(s: &Option<Sourced<T>>) -> (String, String) {
@@ -371,14 +371,18 @@ pub fn render_markdown(res: &E2eResults) -> String {
 
     // Validity.
     let invalid: Vec<&RunResult> = runs.iter().filter(|r| !r.validity.valid).collect();
-    if !invalid.is_empty() || runs.iter().any(|r| !r.validity.notes.is_empty()) {
+    if !invalid.is_empty()
+        || runs
+            .iter()
+            .any(|r| !r.validity.notes.is_empty() || !r.validity.missing_conditions.is_empty())
+    {
         let _ = writeln!(o, "### Validity\n");
         for r in runs {
             for why in r.validity.reasons.iter() {
                 let _ = writeln!(o, "- {}: invalid: {why}", r.label);
             }
             for m in &r.validity.missing_conditions {
-                let _ = writeln!(o, "- {}: invalid: condition unknown: {m}", r.label);
+                let _ = writeln!(o, "- {}: condition unknown (not exposed by the engine; state it with a flag): {m}", r.label);
             }
             for n in &r.validity.notes {
                 let _ = writeln!(o, "- {}: note: {n}", r.label);
@@ -584,129 +588,14 @@ fn stop_text(s: &ExecStop) -> String {
 fn render_bootlog(o: &mut String, b: Option<&BootLog>) {
     let Some(b) = b else { return };
     let _ = writeln!(o, "### Engine log findings\n");
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    if let Some(v) = &b.engine_version {
-        rows.push(vec!["engine version".into(), v.clone()]);
-    }
-    for k in &b.kv {
-        let mut parts = Vec::new();
-        if let Some(t) = k.kv_cache_tokens {
-            parts.push(format!("{} tokens", thousands(t)));
-        }
-        if let Some(g) = k.gpu_blocks {
-            parts.push(format!("{} GPU blocks", thousands(g)));
-        }
-        if let Some(bs) = k.block_size {
-            parts.push(format!("block size {bs}"));
-        }
-        if let Some((l, x)) = k.max_concurrency {
-            parts.push(format!("max concurrency {x}x at {} tokens", thousands(l)));
-        }
-        if let Some(m) = k.available_kv_memory_bytes {
-            parts.push(format!("{} available for KV", human_bytes(m)));
-        }
-        rows.push(vec![
-            format!("KV cache (line {})", k.line),
-            parts.join(", "),
-        ]);
-    }
-    if let Some(q) = &b.quantization {
-        rows.push(vec!["quantization".into(), q.clone()]);
-    }
-    if let Some(q) = &b.kv_cache_dtype {
-        rows.push(vec!["KV cache dtype".into(), q.clone()]);
-    }
-    if let Some(m) = &b.marlin_fp4_fallback {
-        rows.push(vec![
-            "Marlin FP4 fallback (W4A16: no native FP4)".into(),
-            format!(
-                "ranks {:?}, {} lines from {}",
-                m.ranks,
-                m.occurrences,
-                m.call_sites.iter().cloned().collect::<Vec<_>>().join(", ")
-            ),
-        ]);
-    }
-    if let (Some(m), k) = (&b.spec_method, b.spec_k) {
-        rows.push(vec![
-            "speculative config".into(),
-            format!("{m}{}", k.map(|k| format!(", k = {k}")).unwrap_or_default()),
-        ]);
-    }
-    if let Some(p) = b.spec_pooled() {
-        rows.push(vec![
-            format!(
-                "speculative metrics ({} log lines, pooled)",
-                b.spec_lines.len()
-            ),
-            format!(
-                "acceptance {} ({} of {} drafted), mean length {}",
-                pct(p.acceptance_rate),
-                p.accepted,
-                p.drafted,
-                p.mean_acceptance_length
-                    .map(|m| format!("{m:.2}"))
-                    .unwrap_or_else(|| "unknown".into())
-            ),
-        ]);
-    }
-    for w in &b.kv_scale_warnings {
-        rows.push(vec!["KV-scale warning".into(), w.clone()]);
-    }
-    if let Some(a) = &b.non_default_args {
-        rows.push(vec!["non-default args".into(), a.clone()]);
-    }
-    for e in &b.errors {
-        rows.push(vec!["error".into(), startup_error_text(e)]);
-    }
-    if rows.is_empty() {
-        let _ = writeln!(o, "Nothing recognized in the engine log.\n");
-    } else {
-        o.push_str(&markdown_table(&["finding", "value"], &rows));
-        o.push('\n');
-    }
-}
-
-/// One line per startup error.
-pub fn startup_error_text(e: &StartupError) -> String {
-    match e {
-        StartupError::KvTooSmallForMaxLen {
-            max_model_len,
-            kv_cache_tokens,
-            needed_gib,
-            available_gib,
-            estimated_max_model_len,
-            line,
-        } => {
-            let mut s = format!("line {line}: KV cache too small for max_model_len {}", thousands(*max_model_len));
-            if let Some(t) = kv_cache_tokens {
-                s.push_str(&format!(" (KV holds {} tokens)", thousands(*t)));
-            }
-            if let (Some(n), Some(a)) = (needed_gib, available_gib) {
-                s.push_str(&format!(" ({n} GiB needed, {a} GiB available)"));
-            }
-            if let Some(m) = estimated_max_model_len {
-                s.push_str(&format!("; the engine estimates max length {}", thousands(*m)));
-            }
-            s
-        }
-        StartupError::OutOfMemory { tried_to_allocate, line } => format!(
-            "line {line}: CUDA out of memory{}",
-            tried_to_allocate.as_ref().map(|t| format!(" (tried to allocate {t})")).unwrap_or_default()
-        ),
-        StartupError::QuantizationUnsupported {
-            method,
-            min_capability,
-            current_capability,
-            line,
-        } => format!(
-            "line {line}: quantization {} unsupported on this card (needs capability {}, card has {})",
-            method.as_deref().unwrap_or("scheme"),
-            min_capability.map(|c| c.to_string()).unwrap_or_else(|| "?".into()),
-            current_capability.map(|c| c.to_string()).unwrap_or_else(|| "?".into())
-        ),
-        StartupError::Other { message, line } => format!("line {line}: {message}"),
-    }
+    // The same findings as `rigbench diagnose --log` on this log.
+    let input = crate::diagnose::LogInput {
+        name: "engine log".into(),
+        log: b.clone(),
+    };
+    let findings = crate::diagnose::findings_for_log(&input);
+    o.push_str(&crate::diagnose::render::findings_markdown(&findings));
+    o.push('\n');
 }
 
 const LATENCY_PLOT: &str = "e2e_latency.svg";

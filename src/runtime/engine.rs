@@ -18,6 +18,7 @@ use anyhow::Context;
 
 use super::backend::cpu::CpuBackend;
 use super::backend::cuda::{CudaBackend, CudaLoadSpec, WeightSource};
+use super::backend::RowSampling;
 use super::backend::{Backend, Device, KvCacheSpec};
 use super::config::{
     ModelConfig, ModelProvenance, ModelSource, ServeConfig, SpecConfig, WeightFormat,
@@ -469,39 +470,95 @@ impl Engine {
             return Ok(false);
         }
         let batch = self.scheduler.batch(&plan);
-        let logits = match self.backend.forward(&batch) {
-            Ok(l) => l,
-            Err(e) => {
-                let msg = format!("forward pass failed: {e:#}");
-                for p in &plan {
-                    self.fail(p.id, &msg);
+        let now;
+        if self.backend.samples_on_device() && plan.iter().all(|p| p.drafts.is_empty()) {
+            // Sample on the device: only token ids cross to the host.
+            let mut rows = Vec::new();
+            for p in plan.iter().filter(|p| p.samples) {
+                rows.push(match self.reqs.get(&p.id) {
+                    Some(r) => {
+                        let sp = r.sampler.params();
+                        RowSampling {
+                            temperature: sp.temperature,
+                            top_p: sp.top_p,
+                            top_k: sp.top_k.min(i32::MAX as usize) as i32,
+                            seed: r.sampler.seed(),
+                            draw: r.num_output as u64,
+                        }
+                    }
+                    None => RowSampling {
+                        temperature: 0.0,
+                        top_p: 1.0,
+                        top_k: 0,
+                        seed: 0,
+                        draw: 0,
+                    },
+                });
+            }
+            let tokens = match self.backend.forward_sampled(&batch, &rows) {
+                Ok(t) => t,
+                Err(e) => {
+                    let msg = format!("forward pass failed: {e:#}");
+                    for p in &plan {
+                        self.fail(p.id, &msg);
+                    }
+                    self.publish_gauges();
+                    return Ok(true);
                 }
-                self.publish_gauges();
-                return Ok(true);
-            }
-        };
-        let now = Instant::now();
-        let mut row = 0;
-        for p in &plan {
-            if !p.samples {
-                self.scheduler.commit(p.id, p.num_tokens, &[]);
-                continue;
-            }
-            let Some(r) = self.reqs.get_mut(&p.id) else {
-                row += 1 + p.drafts.len();
-                continue;
             };
-            let v = spec::verify(&logits, row, &p.drafts, &mut r.sampler);
-            row += 1 + p.drafts.len();
-            if self.drafter.is_some() {
-                self.spec_stats.record(p.drafts.len(), v.accepted);
+            now = Instant::now();
+            let mut row = 0;
+            for p in &plan {
+                if !p.samples {
+                    self.scheduler.commit(p.id, p.num_tokens, &[]);
+                    continue;
+                }
+                let t = tokens.get(row).copied();
+                row += 1;
+                let (Some(t), true) = (t, self.reqs.contains_key(&p.id)) else {
+                    continue;
+                };
+                self.scheduler.commit(p.id, p.num_tokens, &[t]);
+                let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
+                let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
+                self.process(p.id, &[t], total_len, cached, now);
             }
-            self.scheduler
-                .commit(p.id, p.num_tokens + v.accepted, &v.tokens);
-            let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
-            let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
-            self.process(p.id, &v.tokens, total_len, cached, now);
+        } else {
+            let logits = match self.backend.forward(&batch) {
+                Ok(l) => l,
+                Err(e) => {
+                    let msg = format!("forward pass failed: {e:#}");
+                    for p in &plan {
+                        self.fail(p.id, &msg);
+                    }
+                    self.publish_gauges();
+                    return Ok(true);
+                }
+            };
+            now = Instant::now();
+            let mut row = 0;
+            for p in &plan {
+                if !p.samples {
+                    self.scheduler.commit(p.id, p.num_tokens, &[]);
+                    continue;
+                }
+                let Some(r) = self.reqs.get_mut(&p.id) else {
+                    row += 1 + p.drafts.len();
+                    continue;
+                };
+                let v = spec::verify(&logits, row, &p.drafts, &mut r.sampler);
+                row += 1 + p.drafts.len();
+                if self.drafter.is_some() {
+                    self.spec_stats.record(p.drafts.len(), v.accepted);
+                }
+                self.scheduler
+                    .commit(p.id, p.num_tokens + v.accepted, &v.tokens);
+                let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
+                let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
+                self.process(p.id, &v.tokens, total_len, cached, now);
+            }
         }
+        let _ = now;
         // Drafts for the next step.
         if let Some(d) = self.drafter {
             let max_len = self.config.max_model_len;
@@ -1047,6 +1104,7 @@ pub fn spawn(loaded: Loaded) -> anyhow::Result<(EngineHandle, std::thread::JoinH
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::backend::{ForwardBatch, Logits};
     use crate::runtime::config::ServeConfig;
 
     fn engine(cfg: &ServeConfig) -> Loaded {
@@ -1102,6 +1160,83 @@ mod tests {
 
     fn prompt(l: &Loaded, text: &str) -> Vec<u32> {
         l.tokenizer.encode(text, false).unwrap()
+    }
+
+    /// A backend that "samples on the device" (the CUDA backend's engine path) by running the
+    /// CPU backend and taking the argmax: the mock device of the engine's device-sampling path.
+    struct DeviceSamplingMock(Box<dyn Backend>);
+
+    impl Backend for DeviceSamplingMock {
+        fn name(&self) -> &str {
+            "mock-device"
+        }
+        fn config(&self) -> &ModelConfig {
+            self.0.config()
+        }
+        fn weight_format(&self) -> WeightFormat {
+            self.0.weight_format()
+        }
+        fn weight_bytes(&self) -> u64 {
+            self.0.weight_bytes()
+        }
+        fn init_kv_cache(&mut self, spec: KvCacheSpec) -> anyhow::Result<()> {
+            self.0.init_kv_cache(spec)
+        }
+        fn forward(&mut self, batch: &ForwardBatch) -> anyhow::Result<Logits> {
+            self.0.forward(batch)
+        }
+        fn samples_on_device(&self) -> bool {
+            true
+        }
+        fn forward_sampled(
+            &mut self,
+            batch: &ForwardBatch,
+            rows: &[RowSampling],
+        ) -> anyhow::Result<Vec<u32>> {
+            let l = self.0.forward(batch)?;
+            anyhow::ensure!(
+                rows.len() == l.rows(),
+                "{} rows for {} logit rows",
+                rows.len(),
+                l.rows()
+            );
+            Ok((0..l.rows())
+                .map(|i| {
+                    assert!(rows[i].temperature < 1e-5, "the test sends greedy requests");
+                    super::super::sampler::argmax(l.row(i))
+                })
+                .collect())
+        }
+    }
+
+    #[test]
+    fn device_sampling_path_gives_the_host_sampling_output() {
+        let cfg = ServeConfig::tiny();
+        let mut host = engine(&cfg);
+        let dev = engine(&cfg);
+        let kv = dev.engine.config.kv;
+        let econf = dev.engine.config.clone();
+        let backend = dev.engine.into_backend();
+        let mut mocked = Engine::new(
+            Box::new(DeviceSamplingMock(backend)),
+            dev.tokenizer.clone(),
+            econf,
+            dev.metrics.clone(),
+        )
+        .unwrap();
+        let _ = kv;
+        let prompts = ["the cat sat on the mat", "abcabc", "hi"];
+        let mk = |l: &Loaded| {
+            prompts
+                .iter()
+                .map(|p| req(prompt(l, p), 24))
+                .collect::<Vec<_>>()
+        };
+        let reqs = mk(&host);
+        let a = run(&mut host.engine, reqs);
+        let reqs = mk(&host);
+        let b = run(&mut mocked, reqs);
+        assert_eq!(a, b);
     }
 
     #[test]

@@ -281,21 +281,7 @@ impl Bufs {
     }
 }
 
-/// Per-row sampling settings for [`CudaBackend::forward_sampled`] (vLLM semantics, as
-/// [`crate::runtime::sampler::SamplingParams`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RowSampling {
-    /// Temperature (< 1e-5 is greedy).
-    pub temperature: f32,
-    /// Nucleus mass.
-    pub top_p: f32,
-    /// Top-k (0 = off).
-    pub top_k: i32,
-    /// Seed of the request.
-    pub seed: u64,
-    /// Index of this draw in the request (so a seed gives a reproducible sequence).
-    pub draw: u64,
-}
+pub use super::RowSampling;
 
 /// Counters of what the backend ran (for reports and tests).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -425,8 +411,15 @@ impl CudaBackend {
                 config.head_dim
             );
         }
-        let stored = match &spec.weights {
-            WeightSource::Host(w) => w.linear_format(),
+        let mapped = match &spec.weights {
+            WeightSource::Checkpoint { dir, config } => {
+                Some(weights::MappedCheckpoint::open(dir, config)?)
+            }
+            _ => None,
+        };
+        let stored = match (&spec.weights, &mapped) {
+            (WeightSource::Host(w), _) => w.linear_format(),
+            (_, Some(m)) => m.format(),
             _ => WeightFormat::Bf16,
         };
         let format = spec.quantize.unwrap_or(stored);
@@ -480,10 +473,10 @@ impl CudaBackend {
                 loader.synthetic(&config, seed, spec.quantize)?
             }
             WeightSource::Checkpoint { dir, .. } => {
-                anyhow::bail!(
-                    "loading checkpoint {} on the GPU is not supported yet; use synthetic:PRESET",
-                    dir.display()
-                )
+                let m = mapped.as_ref().context("checkpoint not mapped")?;
+                loader
+                    .checkpoint(m, spec.quantize)
+                    .with_context(|| format!("uploading {}", dir.display()))?
             }
         };
         let t_max = spec.max_num_batched_tokens.max(1);
@@ -1298,7 +1291,7 @@ impl CudaBackend {
     ///
     /// # Errors
     /// As [`Backend::forward`], or `rows.len()` different from the batch's logit rows.
-    pub fn forward_sampled(
+    pub fn sample_forward(
         &mut self,
         batch: &ForwardBatch,
         rows: &[RowSampling],
@@ -1798,6 +1791,172 @@ impl Loader<'_> {
         })
     }
 
+    /// Fused linear from memory-mapped parts, written straight from the mapping into device
+    /// buffers (no host copy of the weights); quantized on the GPU when `quantize` asks for a
+    /// format other than the stored BF16.
+    fn fuse_views(
+        &self,
+        parts: &[weights::LinearView<'_>],
+        quantize: Option<WeightFormat>,
+    ) -> anyhow::Result<DLinear> {
+        use weights::LinearView as V;
+        let (_, k) = parts[0].shape();
+        anyhow::ensure!(
+            parts
+                .iter()
+                .all(|p| p.shape().1 == k && p.format() == parts[0].format()),
+            "fused projections differ in K or format"
+        );
+        let n: usize = parts.iter().map(|p| p.shape().0).sum();
+        match &parts[0] {
+            V::Bf16 { .. } => {
+                let buf = self.gpu.alloc(n * k * 2)?;
+                let mut at = 0;
+                for p in parts {
+                    if let V::Bf16 { data, .. } = p {
+                        self.gpu.write(&buf, at, data)?;
+                        at += data.len();
+                    }
+                }
+                self.quantize_dev(buf, n, k, quantize.unwrap_or(WeightFormat::Bf16))
+            }
+            V::Fp8 { .. } => {
+                let buf = self.gpu.alloc(n * k)?;
+                let mut scales = Vec::with_capacity(n);
+                let mut st: Option<f32> = None;
+                let mut at = 0;
+                for p in parts {
+                    if let V::Fp8 {
+                        n: pn,
+                        data,
+                        scales: s,
+                        input_scale,
+                        ..
+                    } = p
+                    {
+                        self.gpu.write(&buf, at, data)?;
+                        at += data.len();
+                        for r in 0..*pn {
+                            scales.push(if s.len() == 1 { s[0] } else { s[r] });
+                        }
+                        // vLLM runs a fused FP8 layer with the largest static input scale.
+                        if let Some(x) = input_scale {
+                            st = Some(st.map_or(*x, |y: f32| y.max(*x)));
+                        }
+                    }
+                }
+                Ok(DLinear::Fp8 {
+                    w: buf,
+                    scales: self.gpu.upload(&scales)?,
+                    static_scale: st,
+                    n,
+                    k,
+                })
+            }
+            V::Nvfp4 { global_scale, .. } => {
+                let gs = *global_scale;
+                let packed = self.gpu.alloc(n * k / 2)?;
+                let bsc = self.gpu.alloc(n * k / 16)?;
+                let (mut ap, mut ab) = (0, 0);
+                for p in parts {
+                    if let V::Nvfp4 {
+                        packed: pk,
+                        block_scales,
+                        global_scale,
+                        ..
+                    } = p
+                    {
+                        anyhow::ensure!(
+                            *global_scale == gs,
+                            "NVFP4 projections that run fused (q/k/v, gate/up) have different weight_scale_2 ({global_scale} vs {gs}); rigbench's W4A16 GEMM needs one per fused layer, as ModelOpt exports them"
+                        );
+                        anyhow::ensure!(
+                            !block_scales.iter().any(|b| b & 0x7F == 0x7F),
+                            "an NVFP4 block scale is NaN"
+                        );
+                        self.gpu.write(&packed, ap, pk)?;
+                        self.gpu.write(&bsc, ab, block_scales)?;
+                        ap += pk.len();
+                        ab += block_scales.len();
+                    }
+                }
+                self.repack_dev(&packed, &bsc, n, k, gs)
+            }
+        }
+    }
+
+    /// Device weights from a memory-mapped checkpoint.
+    fn checkpoint(
+        &self,
+        m: &weights::MappedCheckpoint,
+        quantize: Option<WeightFormat>,
+    ) -> anyhow::Result<DWeights> {
+        use weights::{LinearRole as R, NormRole as N};
+        let c = m.config().clone();
+        let stored = m.format();
+        if let Some(q) = quantize {
+            if !(q == stored || stored == WeightFormat::Bf16) {
+                return Err(RigError::flag(
+                    "--quantize",
+                    format!(
+                        "the checkpoint is already {}; only BF16 weights can be quantized at load",
+                        stored.id()
+                    ),
+                )
+                .into());
+            }
+        }
+        let q = quantize.filter(|q| *q != stored);
+        let bf = |v: weights::LinearView<'_>| -> anyhow::Result<DevBuf> {
+            match v {
+                weights::LinearView::Bf16 { data, .. } => {
+                    let b = self.gpu.alloc(data.len())?;
+                    self.gpu.write(&b, 0, data)?;
+                    Ok(b)
+                }
+                other => anyhow::bail!(
+                    "the embedding and lm_head must be BF16 (found {})",
+                    other.format().id()
+                ),
+            }
+        };
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for i in 0..c.num_layers {
+            let (ks, vs) = m.kv_scales(i);
+            layers.push(DLayer {
+                input_norm: self.f32s(&m.norm(N::Input(i))?)?,
+                post_norm: self.f32s(&m.norm(N::Post(i))?)?,
+                q_norm: c
+                    .has_qk_norm()
+                    .then(|| m.norm(N::Q(i)).and_then(|v| self.f32s(&v)))
+                    .transpose()?,
+                k_norm: c
+                    .has_qk_norm()
+                    .then(|| m.norm(N::K(i)).and_then(|v| self.f32s(&v)))
+                    .transpose()?,
+                qkv: self.fuse_views(
+                    &[m.linear(i, R::Q)?, m.linear(i, R::K)?, m.linear(i, R::V)?],
+                    q,
+                )?,
+                o: self.fuse_views(&[m.linear(i, R::O)?], q)?,
+                gate_up: self.fuse_views(&[m.linear(i, R::Gate)?, m.linear(i, R::Up)?], q)?,
+                down: self.fuse_views(&[m.linear(i, R::Down)?], q)?,
+                k_scale: ks.unwrap_or(1.0),
+                v_scale: vs.unwrap_or(1.0),
+            });
+        }
+        let embed = bf(m.embed()?)?;
+        let lm_head = m.lm_head()?.map(bf).transpose()?;
+        let norm = self.f32s(&m.norm(N::Final)?)?;
+        self.gpu.sync()?;
+        Ok(DWeights {
+            embed,
+            lm_head,
+            norm,
+            layers,
+        })
+    }
+
     fn synthetic(
         &self,
         c: &ModelConfig,
@@ -1921,6 +2080,16 @@ impl Backend for CudaBackend {
         self.kv = Some((buf, spec));
         let _ = self.kv_elem();
         Ok(())
+    }
+    fn samples_on_device(&self) -> bool {
+        true
+    }
+    fn forward_sampled(
+        &mut self,
+        batch: &ForwardBatch,
+        rows: &[RowSampling],
+    ) -> anyhow::Result<Vec<u32>> {
+        self.sample_forward(batch, rows)
     }
     fn forward(&mut self, batch: &ForwardBatch) -> anyhow::Result<Logits> {
         let p = self.run_forward(batch)?;

@@ -651,9 +651,9 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
             num_logits: 1,
         }],
     };
-    b.forward_sampled(&pre, &greedy(1))?;
+    b.sample_forward(&pre, &greedy(1))?;
     let t0 = Instant::now();
-    b.forward_sampled(&pre, &greedy(1))?;
+    b.sample_forward(&pre, &greedy(1))?;
     let prefill_tok_s = 4096.0 / t0.elapsed().as_secs_f64();
     // Batch-1 decode after the 4,096-token context, graphs on then off.
     let decode1 = |b: &mut CudaBackend, steps: usize| -> anyhow::Result<f64> {
@@ -669,11 +669,11 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
             }],
         };
         for i in 0..3 {
-            tok = b.forward_sampled(&mk(4096 + i, tok), &greedy(1))?[0];
+            tok = b.sample_forward(&mk(4096 + i, tok), &greedy(1))?[0];
         }
         let t0 = Instant::now();
         for i in 0..steps {
-            tok = b.forward_sampled(&mk(4096 + 3 + i % 60, tok), &greedy(1))?[0];
+            tok = b.sample_forward(&mk(4096 + 3 + i % 60, tok), &greedy(1))?[0];
         }
         Ok(steps as f64 / t0.elapsed().as_secs_f64())
     };
@@ -700,12 +700,12 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
             .collect(),
     };
     for i in 0..3 {
-        b.forward_sampled(&mk32(1024 + i), &greedy(32))?;
+        b.sample_forward(&mk32(1024 + i), &greedy(32))?;
     }
     let steps = 32;
     let t0 = Instant::now();
     for i in 0..steps {
-        b.forward_sampled(&mk32(1027 + i), &greedy(32))?;
+        b.sample_forward(&mk32(1027 + i), &greedy(32))?;
     }
     let b32_tok_s = 32.0 * steps as f64 / t0.elapsed().as_secs_f64();
     Ok(Speed {
