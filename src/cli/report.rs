@@ -89,7 +89,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         } else {
             p.clone()
         };
-        let results = crate::report::Results::load(&file)?;
+        let mut results = crate::report::Results::load(&file)?;
         let source = file
             .parent()
             .unwrap_or(std::path::Path::new("."))
@@ -127,6 +127,17 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 let text = std::fs::read_to_string(&log)
                     .with_context(|| format!("cannot read {}", log.display()))?;
                 dir.write_text("engine.log", &text)?;
+            }
+        }
+        // Results written before the engine-log parser of `diagnose` stored its findings under
+        // older field names, which read back as nothing recognised: for the report, read the
+        // engine.log the run captured again (results.json is not changed).
+        if let Some(e) = results.e2e.as_mut() {
+            let log = source.join("engine.log");
+            if e.boot_log.as_ref().is_some_and(|b| b.is_empty()) && log.is_file() {
+                let bytes = std::fs::read(&log)
+                    .with_context(|| format!("cannot read {}", log.display()))?;
+                e.boot_log = Some(crate::e2e::bootlog::BootLog::parse_bytes(&bytes));
             }
         }
         job::render_into(&dir, &results)?;
