@@ -419,3 +419,49 @@ fn compare_finds_a_no_kernels_baseline_by_the_name_save_baseline_gives_it() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+/// The committed current H200 report (reports/nvidia-h200-sm90/README.md names it).
+fn h200() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/nvidia-h200-sm90/20261130T062726Z")
+}
+
+#[test]
+fn the_committed_h200_report_opens_with_its_verdict() {
+    let md = std::fs::read_to_string(h200().join("report.md")).unwrap();
+    let head: Vec<&str> = md.lines().take(16).collect();
+    assert!(head.contains(&"## Verdict"), "{head:#?}");
+    let verdict = md
+        .split("## Verdict")
+        .nth(1)
+        .unwrap()
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let lines = verdict.lines().filter(|l| l.starts_with("- ")).count();
+    assert!((5..=10).contains(&lines), "{lines} lines: {verdict}");
+    assert!(
+        verdict.contains("W4A4 NVFP4 is a **fallback**"),
+        "{verdict}"
+    );
+    assert!(verdict.contains("**CPU backend**"), "{verdict}");
+}
+
+#[test]
+fn re_rendering_old_results_keeps_their_engine_log_findings() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("r");
+    let o = rigbench(&["report", "--render", s(&h200()), "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let log = md.split("### Engine log findings").nth(1).unwrap();
+    assert!(
+        log.contains("kv-capacity") && log.contains("2,097,152"),
+        "the KV line of engine.log is found again: {log}"
+    );
+    // The data are the run's own: results.json is copied unchanged in substance.
+    let a: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(h200().join("results.json")).unwrap()).unwrap();
+    let b: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(a["kernels"]["cases"], b["kernels"]["cases"]);
+}
