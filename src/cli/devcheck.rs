@@ -25,7 +25,11 @@ pub struct DevcheckArgs {
     /// Greedy steps per prompt.
     #[arg(long, default_value_t = 64)]
     pub steps: usize,
-    /// Run only these parts: kernels, parity, anatomy, speed (default: all).
+    /// Checkpoint folders holding a `reference_greedy.json` (transformers' greedy tokens): each is
+    /// loaded on the GPU from its safetensors and must reproduce every token.
+    #[arg(long = "hf-reference")]
+    pub hf_reference: Vec<std::path::PathBuf>,
+    /// Run only these parts: kernels, parity, reference, anatomy, speed (default: all).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }
@@ -104,6 +108,55 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
             }
         }
         out.flush()?;
+    }
+    if part("reference") {
+        for dir in &a.hf_reference {
+            let r = (|| -> anyhow::Result<Vec<crate::runtime::check::ReferenceOutcome>> {
+                let hf = ModelConfig::read_hf_config(&dir.join("config.json"))?;
+                for w in &hf.warnings {
+                    writeln!(out, "  config warning: {w}")?;
+                }
+                let reference =
+                    crate::runtime::check::ReferenceGreedy::load(&dir.join("reference_greedy.json"))?;
+                let mut b = crate::runtime::backend::cuda::CudaBackend::load(
+                    crate::runtime::backend::cuda::CudaLoadSpec {
+                        device: a.device,
+                        weights: crate::runtime::backend::cuda::WeightSource::Checkpoint {
+                            dir: dir.clone(),
+                            config: hf.config.clone(),
+                        },
+                        quantize: None,
+                        max_num_batched_tokens: 256,
+                        max_num_seqs: 8,
+                        max_model_len: 512,
+                        kv_dtype: KvCacheDtype::Bf16,
+                        block_size: 16,
+                    },
+                )?;
+                crate::runtime::check::check_reference_greedy(&mut b, &reference)
+            })();
+            match r {
+                Ok(outs) => {
+                    for o in outs {
+                        failed |= !o.matches();
+                        writeln!(
+                            out,
+                            "{} reference {}: '{}' {} of {} tokens equal (first mismatch {:?})",
+                            if o.matches() { "PASS" } else { "FAIL" },
+                            dir.display(),
+                            o.prompt,
+                            o.got.iter().zip(&o.expected).filter(|(a, b)| a == b).count(),
+                            o.expected.len(),
+                            o.first_mismatch
+                        )?;
+                    }
+                }
+                Err(e) => {
+                    failed = true;
+                    writeln!(out, "FAIL reference {}: {e:#}", dir.display())?;
+                }
+            }
+        }
     }
     if part("anatomy") {
         let shapes = [(5120, 6144), (34816, 5120), (5120, 17408), (96, 5120)];
