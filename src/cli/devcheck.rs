@@ -116,8 +116,9 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
                 for w in &hf.warnings {
                     writeln!(out, "  config warning: {w}")?;
                 }
-                let reference =
-                    crate::runtime::check::ReferenceGreedy::load(&dir.join("reference_greedy.json"))?;
+                let reference = crate::runtime::check::ReferenceGreedy::load(
+                    &dir.join("reference_greedy.json"),
+                )?;
                 let mut b = crate::runtime::backend::cuda::CudaBackend::load(
                     crate::runtime::backend::cuda::CudaLoadSpec {
                         device: a.device,
@@ -168,7 +169,11 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
                             },
                             dir.display(),
                             o.prompt,
-                            o.got.iter().zip(&o.expected).filter(|(a, b)| a == b).count(),
+                            o.got
+                                .iter()
+                                .zip(&o.expected)
+                                .filter(|(a, b)| a == b)
+                                .count(),
                             o.expected.len(),
                             o.first_mismatch,
                             e.map(|e| format!(

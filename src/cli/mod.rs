@@ -9,6 +9,7 @@ pub mod compare;
 pub mod devcheck;
 pub mod diagnose;
 pub mod e2e;
+pub mod help;
 pub mod inspect;
 pub mod kernels;
 pub mod report;
@@ -21,7 +22,8 @@ pub mod serve;
 /// (compare); 4 error-level findings (inspect, diagnose); 64 bad command line (an unknown flag
 /// or a value rigbench rejects).
 #[derive(Debug, Parser)]
-#[command(name = "rigbench", version, about, long_about = None, propagate_version = true)]
+#[command(name = "rigbench", version, about, long_about = None, propagate_version = true,
+          after_help = help::TOP)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

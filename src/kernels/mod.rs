@@ -15,12 +15,14 @@ pub mod data;
 pub mod fit;
 pub mod goals;
 pub mod impls;
+pub mod peak;
 pub mod peers;
 pub mod reference;
 pub mod render;
 pub mod schema;
 pub mod suite;
 pub mod timing_modes;
+pub mod wording;
 
 pub use schema::KernelResults;
 
