@@ -435,7 +435,7 @@ extern "C" __global__ void rt_scale_cols_bf16(uint16_t* __restrict__ x, int T, i
 #define ATT_CHUNK 64
 #define ATT_THREADS 128
 #define ATT_MAX_G 16
-#define ATT_MAX_HD 256
+#define ATT_MAX_HD 128
 #define ATT_MAX_QD 2048  // G * head_dim
 #define ATT_ACC (ATT_MAX_QD / ATT_THREADS)
 // Shared staging of one chunk of K (then V) rows: row stride = head_dim * elem + 4 bytes, so
@@ -465,26 +465,29 @@ __device__ __forceinline__ float kv_elem(const unsigned char* row, int d, const 
   return __fmul_rn(e4m32f(row[d]), scale);
 }
 
-// Copy rows p0 .. p0 + np of one KV head into the staging buffer (16-byte global loads,
-// 4-byte shared stores into the padded rows).
+// Queue asynchronous copies of rows p0 .. p0 + np of one KV head into the staging buffer
+// (16-byte cp.async, L2-only; the caller waits). Issuing every copy before waiting keeps all of
+// a chunk's loads in flight at once. Rows are padded by 4 bytes, so 16-byte destinations are
+// only 4-byte aligned: each row is copied as 4-byte pieces.
 template <typename KV>
 __device__ __forceinline__ void att_stage(unsigned char* stage, const KV* __restrict__ cache, const int* bt, int p0,
                                           int np, int nkv, int kvh, int block_size, int hd) {
   const int row_bytes = hd * (int)sizeof(KV);
   const int stride = row_bytes + 4;
-  const int per_row = row_bytes / 16;
+  const int per_row = row_bytes / 4;
   for (int idx = threadIdx.x; idx < np * per_row; idx += blockDim.x) {
     const int pi = idx / per_row, part = idx % per_row;
     const int p = p0 + pi;
     const unsigned char* src = reinterpret_cast<const unsigned char*>(
         cache + (((uint64_t)bt[p / block_size] * nkv + kvh) * block_size + (p % block_size)) * hd);
-    const uint4 v = *reinterpret_cast<const uint4*>(src + part * 16);
-    uint32_t* dst = reinterpret_cast<uint32_t*>(stage + pi * stride + part * 16);
-    dst[0] = v.x;
-    dst[1] = v.y;
-    dst[2] = v.z;
-    dst[3] = v.w;
+    const uint32_t dst = (uint32_t)__cvta_generic_to_shared(stage + pi * stride + part * 4);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src + part * 4));
   }
+}
+
+__device__ __forceinline__ void att_stage_wait() {
+  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
 template <typename KV>
@@ -497,6 +500,7 @@ __device__ void attn_decode_body(const int* __restrict__ tok_list, const uint16_
   __shared__ float qs[ATT_MAX_QD];
   __shared__ float sc[ATT_MAX_G * ATT_CHUNK];
   __shared__ __align__(16) unsigned char stage[ATT_STAGE];
+  __shared__ __align__(16) unsigned char vstage[ATT_STAGE];
   __shared__ float m_s[ATT_MAX_G], l_s[ATT_MAX_G], c_s[ATT_MAX_G];
   const int t = tok_list[blockIdx.x], kvh = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
   const int G = nh / nkv;
@@ -524,8 +528,10 @@ __device__ void attn_decode_body(const int* __restrict__ tok_list, const uint16_
   for (int c = c0; c < c1; ++c) {
     const int p0 = c * ATT_CHUNK;
     const int np = min(ATT_CHUNK, ctx - p0);
-    __syncthreads();  // the previous chunk's V rows are no longer read
+    __syncthreads();  // the previous chunk's K and V rows are no longer read
     att_stage<KV>(stage, k_cache, bt, p0, np, nkv, kvh, block_size, hd);
+    att_stage<KV>(vstage, v_cache, bt, p0, np, nkv, kvh, block_size, hd);
+    att_stage_wait();
     __syncthreads();
     // Scores: two threads per position, each over half of the row's words.
     {
@@ -580,8 +586,6 @@ __device__ void attn_decode_body(const int* __restrict__ tok_list, const uint16_
         m_s[g] = mnew;
       }
     }
-    __syncthreads();  // scores done reading the K rows
-    att_stage<KV>(stage, v_cache, bt, p0, np, nkv, kvh, block_size, hd);
     __syncthreads();
     // Output accumulators: thread owns (g, d) pairs i = threadIdx.x + j * blockDim.x.
 #pragma unroll
@@ -591,7 +595,7 @@ __device__ void attn_decode_body(const int* __restrict__ tok_list, const uint16_
         const int g = i / hd, d = i % hd;
         float o = __fmul_rn(acc[j], c_s[g]);
         for (int pi = 0; pi < np; ++pi)
-          o = __fmaf_rn(sc[g * ATT_CHUNK + pi], kv_elem(stage + pi * stride, d, (const KV*)nullptr, v_scale), o);
+          o = __fmaf_rn(sc[g * ATT_CHUNK + pi], kv_elem(vstage + pi * stride, d, (const KV*)nullptr, v_scale), o);
         acc[j] = o;
       }
     }

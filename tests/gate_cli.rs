@@ -75,7 +75,7 @@ fn baselines_dir_is_checked_before_measuring() {
             "--rig-label",
             "t",
             "--save-baseline",
-            "--baselines-dir",
+            "--baseline-dir",
             s(&file.join("sub")),
             "--out",
             s(&out),
@@ -84,7 +84,7 @@ fn baselines_dir_is_checked_before_measuring() {
     );
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(64), "{err}");
-    assert!(err.contains("--baselines-dir"), "{err}");
+    assert!(err.contains("--baseline-dir"), "{err}");
     assert!(!out.exists(), "nothing was measured or written");
     // --repeats is checked too.
     let o = rigbench(&["report", "--repeats", "0"], &[]);
@@ -114,7 +114,7 @@ fn replacing_a_baseline_says_what_changed_and_keeps_its_sections() {
             "--render",
             s(&full),
             "--save-baseline",
-            "--baselines-dir",
+            "--baseline-dir",
             s(&bl),
         ],
         &[],
@@ -132,7 +132,7 @@ fn replacing_a_baseline_says_what_changed_and_keeps_its_sections() {
             "--render",
             s(&full),
             "--save-baseline",
-            "--baselines-dir",
+            "--baseline-dir",
             s(&bl),
         ],
         &[],
@@ -150,7 +150,7 @@ fn replacing_a_baseline_says_what_changed_and_keeps_its_sections() {
             "--rig-label",
             "ci-cpu",
             "--save-baseline",
-            "--baselines-dir",
+            "--baseline-dir",
             s(&bl),
             "--out",
             s(&d.path().join("never")),
@@ -175,7 +175,7 @@ fn replacing_a_baseline_says_what_changed_and_keeps_its_sections() {
             "--render".into(),
             s(&no_e2e).into(),
             "--save-baseline".into(),
-            "--baselines-dir".into(),
+            "--baseline-dir".into(),
             s(&bl).into(),
         ];
         if force {

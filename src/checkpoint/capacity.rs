@@ -439,9 +439,11 @@ pub(crate) fn predict(
         a.push("KV bytes per token = full-attention layers × 2 (K and V) × KV heads × head_dim × KV dtype bytes; per-tensor FP8 KV scales are negligible and not counted; one GPU (tensor parallelism 1)".to_string());
     }
     if facts.mtp_layers.unwrap_or(0) > 0 && p.kv_not_modelled.is_none() {
+        let n = facts.mtp_layers.unwrap_or(0);
         a.push(format!(
-            "the {} MTP layer(s) are not counted in KV per token: engines allocate their KV only when MTP speculative decoding is on (add one full-attention layer each)",
-            facts.mtp_layers.unwrap_or(0)
+            "the {} {} not counted in KV per token: engines allocate their KV only when MTP speculative decoding is on (add one full-attention layer each)",
+            crate::report::table::plural(n, "MTP layer", "MTP layers"),
+            if n == 1 { "is" } else { "are" }
         ));
     }
     if !facts.attention_extras.is_empty() && p.kv_not_modelled.is_none() {

@@ -186,7 +186,9 @@ fn safe_relative(name: &str) -> bool {
 pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
     let index_path = dir.join("model.safetensors.index.json");
     let mut out = Headers::default();
-    let mut files: Vec<String> = Vec::new();
+    // (name shown in reports, path opened): a file name that is not UTF-8 is shown lossily but
+    // opened by its OS path, so it is read, not reported missing.
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
     let mut weight_map: BTreeMap<String, String> = BTreeMap::new();
     if index_path.exists() {
         out.from_index = true;
@@ -271,14 +273,14 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
                 ),
             ));
         }
-        files = set.into_iter().collect();
+        files = set.into_iter().map(|f| (f.clone(), dir.join(f))).collect();
     } else {
         let rd = std::fs::read_dir(dir)
             .map_err(|e| RigError::file(dir, format!("cannot list folder: {e}")))?;
         for entry in rd.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.ends_with(".safetensors") && entry.path().is_file() {
-                files.push(name);
+                files.push((name, entry.path()));
             }
         }
         files.sort();
@@ -287,9 +289,8 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
         return Ok(None);
     }
     let mut present: BTreeMap<String, String> = BTreeMap::new();
-    for f in &files {
-        let path: PathBuf = dir.join(f);
-        let (tensors, info) = read_header(&path, f)?;
+    for (f, path) in &files {
+        let (tensors, info) = read_header(path, f)?;
         let expected = 8 + info.header_bytes + info.data_bytes;
         if expected != info.file_bytes {
             out.size_mismatches.push(format!(
@@ -322,7 +323,9 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
         }
         if missing > 0 {
             out.index_mismatches.push(format!(
-                "{missing} tensor(s) named by model.safetensors.index.json are not in the shard it names, e.g. {}",
+                "{} named by model.safetensors.index.json {} not in the shard it names, e.g. {}",
+                crate::report::table::plural(missing as u64, "tensor", "tensors"),
+                if missing == 1 { "is" } else { "are" },
                 example.unwrap_or_default()
             ));
         }
@@ -332,7 +335,9 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
             .count();
         if extra > 0 {
             out.index_mismatches.push(format!(
-                "{extra} tensor(s) in the shards are missing from model.safetensors.index.json's weight_map"
+                "{} in the shards {} missing from model.safetensors.index.json's weight_map",
+                crate::report::table::plural(extra as u64, "tensor", "tensors"),
+                if extra == 1 { "is" } else { "are" }
             ));
         }
     }

@@ -60,6 +60,7 @@ pub const RULES: &[&str] = &[
     "bad-pattern",
     "no-safetensors",
     "runtime-unsupported",
+    "capacity-does-not-fit",
 ];
 
 pub(crate) struct LintInput<'a> {
@@ -124,6 +125,36 @@ fn finding(
         modules,
         module_count,
     }
+}
+
+/// The finding `capacity-does-not-fit` (an error) when the GPU memory given leaves no room for
+/// the KV cache of even one sequence: memory × utilization − weights − reserve is not above one
+/// sequence's recurrent state. `None` when it fits or was not computed.
+pub(crate) fn does_not_fit(p: &super::capacity::CapacityPrediction) -> Option<Finding> {
+    if p.fits != Some(false) {
+        return None;
+    }
+    use crate::report::table::human_bytes;
+    let budget = p.kv_budget_bytes.unwrap_or(0);
+    let signed = if budget >= 0 {
+        human_bytes(budget as u64)
+    } else {
+        format!("−{}", human_bytes(budget.unsigned_abs()))
+    };
+    Some(finding(
+        "capacity-does-not-fit",
+        Severity::Error,
+        "the checkpoint does not fit: the GPU memory left after the weights and the reserve holds no KV cache, so an engine cannot start with it",
+        format!(
+            "GPU memory {} ({}) × utilization {} − weights {} − reserve {} = {signed}; use a card with more memory, a higher --gpu-memory-utilization or a smaller --reserve-gib",
+            human_bytes(p.gpu_memory_bytes.unwrap_or(0)),
+            p.gpu_memory_source.as_deref().unwrap_or("unknown source"),
+            p.gpu_memory_utilization,
+            p.weight_bytes.map(human_bytes).unwrap_or_else(|| "unknown".into()),
+            human_bytes(p.reserve_bytes),
+        ),
+        None,
+    ))
 }
 
 /// Distinct formats of a set of records, in words.

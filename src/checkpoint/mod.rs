@@ -400,17 +400,18 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     let mut inventory_error = None;
     let module_list: Vec<Module> = match &hdrs {
         Some(h) => {
+            let plural = crate::report::table::plural;
             report.module_source = if h.names_only {
                 format!(
-                    "model.safetensors.index.json weight map ({} tensor names in {} shard(s) not downloaded)",
-                    h.tensors.len(),
-                    h.shards.len()
+                    "model.safetensors.index.json weight map ({} in {} not downloaded)",
+                    plural(h.tensors.len() as u64, "tensor name", "tensor names"),
+                    plural(h.shards.len() as u64, "shard", "shards")
                 )
             } else {
                 format!(
-                    "safetensors headers ({} tensors in {} file(s))",
-                    h.tensors.len(),
-                    h.shards.len()
+                    "safetensors headers ({} in {})",
+                    plural(h.tensors.len() as u64, "tensor", "tensors"),
+                    plural(h.shards.len() as u64, "file", "files")
                 )
             };
             modules::modules_from_tensors(&h.tensors, &facts)
@@ -559,7 +560,9 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     }
     if other_count > 0 {
         report.other_tensors = Some(format!(
-            "{other_count} tensor(s) that are not GEMM weights (norms, biases, recurrence parameters such as A_log and dt_bias, KV scales), {}",
+            "{} that {} not GEMM weights (norms, biases, recurrence parameters such as A_log and dt_bias, KV scales), {}",
+            crate::report::table::plural(other_count as u64, "tensor", "tensors"),
+            if other_count == 1 { "is" } else { "are" },
             crate::report::table::human_bytes(other_bytes)
         ));
     }
@@ -593,6 +596,10 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
         card: &report.card,
         runtime: runtime_refusal.as_ref(),
     });
+    if let Some(f) = lint::does_not_fit(&report.capacity) {
+        // Errors come first.
+        report.findings.insert(0, f);
+    }
     report.model = facts;
     Ok(report)
 }

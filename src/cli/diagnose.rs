@@ -18,9 +18,7 @@ use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench diagnose`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  rigbench diagnose --log vllm.log\n  \
-rigbench diagnose --log vllm.log --metrics metrics.txt --checkpoint ./Qwen3.6-35B-A3B-NVFP4 --cc sm_120\n  \
-rigbench diagnose --log engine.log --rig reports/my-rig/20260101T000000Z --out diag/")]
+#[command(after_help = crate::cli::help::DIAGNOSE)]
 pub struct DiagnoseArgs {
     /// An engine log (vLLM V0/V1, SGLang, llama.cpp llama-server), as saved or pasted; any
     /// line prefix (docker, journald, kubectl, process tags) is fine. Repeatable.

@@ -12,6 +12,7 @@ use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench inspect`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::help::INSPECT)]
 pub struct InspectArgs {
     /// The checkpoint folder (config.json, optional hf_quant_config.json and safetensors), or
     /// hf://ORG/NAME[@REV] to read config files and safetensors headers from the Hugging Face hub

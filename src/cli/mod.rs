@@ -9,6 +9,7 @@ pub mod compare;
 pub mod devcheck;
 pub mod diagnose;
 pub mod e2e;
+pub mod help;
 pub mod inspect;
 pub mod kernels;
 pub mod report;
@@ -22,7 +23,8 @@ pub mod serve;
 /// none (kernels; report with a GPU); 64 bad command line (an unknown flag or a value rigbench
 /// rejects).
 #[derive(Debug, Parser)]
-#[command(name = "rigbench", version, about, long_about = None, propagate_version = true)]
+#[command(name = "rigbench", version, about, long_about = None, propagate_version = true,
+          after_help = help::TOP)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -6,10 +6,14 @@ use std::path::PathBuf;
 
 use crate::cli::kernels::KernelSelection;
 use crate::report::job::{self, Job};
+use anyhow::Context;
+
+use crate::report::output::ReportDir;
 use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench report`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::help::REPORT)]
 pub struct ReportArgs {
     /// Report folder (default: reports/<rig-label>/<UTC timestamp>/).
     #[arg(long)]
@@ -48,12 +52,18 @@ pub struct ReportArgs {
     #[arg(long)]
     pub no_redact: bool,
     /// Also save the results as the baseline for this rig and suite
-    /// (`<baselines-dir>/<rig-label>/<suite>.json`), the file `rigbench compare --baseline-dir` reads.
+    /// (`<baseline-dir>/<rig-label>/<suite>.json`), the file `rigbench compare --baseline-dir` reads.
     #[arg(long)]
     pub save_baseline: bool,
     /// Folder of baselines for `--save-baseline` (checked for writing before anything is
     /// measured).
-    #[arg(long, default_value = "baselines")]
+    #[arg(
+        long = "baseline-dir",
+        alias = "baselines-dir",
+        value_name = "DIR",
+        default_value = "baselines",
+        requires = "save_baseline"
+    )]
     pub baselines_dir: PathBuf,
     /// With --save-baseline: replace a baseline even when the new results lack a whole section
     /// the old one gates on (kernel timings, e2e, checkpoint, ...).
@@ -68,11 +78,25 @@ pub struct ReportArgs {
     /// `compare` names the count that would decide at its threshold when a point has too few.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100000))]
     pub e2e_requests: Option<u32>,
-    /// Re-render report.md, kernels.csv and plots from an existing results.json (or its folder)
-    /// instead of measuring.
-    #[arg(long, value_name = "RESULTS")]
+    /// Re-render report.md, the CSV files and plots from an existing results.json (or its
+    /// folder) instead of measuring (only --out, --no-redact and --save-baseline go with it:
+    /// the latter saves the rendered results as the baseline without measuring again).
+    #[arg(long, value_name = "RESULTS", conflicts_with_all = RENDER_CONFLICTS)]
     pub render: Option<PathBuf>,
 }
+
+/// The flags that measure or choose what to measure: `--render` measures nothing, so it refuses
+/// them (clap ids; `KernelSelection` is the group of every kernel-selection flag). With
+/// `--save-baseline` it saves what it renders.
+const RENDER_CONFLICTS: [&str; 7] = [
+    "KernelSelection",
+    "rig_label",
+    "no_kernels",
+    "no_e2e",
+    "checkpoint",
+    "repeats",
+    "e2e_requests",
+];
 
 /// The suite name a baseline of `results` is filed under.
 fn baseline_suite(results: &crate::report::Results) -> String {
@@ -126,7 +150,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         } else {
             p.clone()
         };
-        let results = crate::report::Results::load(&file)?;
+        let mut results = crate::report::Results::load(&file)?;
         if args.save_baseline {
             crate::compare::baseline::check_writable(&args.baselines_dir)?;
         }
@@ -148,24 +172,49 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             d.write_results(&results)?;
             d
         };
-        if let Some(k) = &results.kernels {
+        // In place, the CSV files the run wrote are kept as they are (a rewrite from
+        // results.json can differ in columns or in the last digit of a float).
+        if let Some(k) = results
+            .kernels
+            .as_ref()
+            .filter(|_| !same || !dir.path.join("kernels.csv").is_file())
+        {
             dir.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
+        }
+        if let Some(e) = &results.e2e {
+            if !same || !dir.path.join("e2e_runs.csv").is_file() {
+                crate::e2e::report::write_csv(e, &dir.path)?;
+            }
+            // engine.log is not in results.json: carry it over from the source folder.
+            let log = source.join("engine.log");
+            if !same && log.is_file() {
+                let text = std::fs::read_to_string(&log)
+                    .with_context(|| format!("cannot read {}", log.display()))?;
+                dir.write_text("engine.log", &text)?;
+            }
+        }
+        // Results written before the engine-log parser of `diagnose` stored its findings under
+        // older field names, which read back as nothing recognised: for the report, read the
+        // engine.log the run captured again (results.json is not changed).
+        if let Some(e) = results.e2e.as_mut() {
+            let log = source.join("engine.log");
+            if e.boot_log.as_ref().is_some_and(|b| b.is_empty()) && log.is_file() {
+                let bytes = std::fs::read(&log)
+                    .with_context(|| format!("cannot read {}", log.display()))?;
+                e.boot_log = Some(crate::e2e::bootlog::BootLog::parse_bytes(&bytes));
+            }
         }
         job::render_into(&dir, &results)?;
         eprintln!("rigbench: re-rendered {}", dir.path.display());
+        print_summary(&dir, &results);
         if args.save_baseline {
             save(&args, &results)?;
         }
         return Ok(ExitStatus::Ok);
     }
     if let Some(l) = &args.rig_label {
-        if l.is_empty() || l.contains(['/', '\\']) || l.starts_with('.') {
-            return Err(RigError::flag(
-                "--rig-label",
-                "use letters, digits, '-', '_' and '.'; no slashes",
-            )
-            .into());
-        }
+        crate::compare::baseline::check_component("rig label", l)
+            .map_err(|m| RigError::flag("--rig-label", m))?;
     }
     if let Some(c) = &args.checkpoint {
         if !c.is_dir() {
@@ -273,7 +322,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         o.check_determinism = args.sel.check_determinism;
         Some(o)
     };
-    let results = job::run(Job {
+    let (results, dir) = job::run_with_dir(Job {
         kernels,
         accuracy: true,
         checkpoint: args.checkpoint.clone(),
@@ -315,9 +364,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         .map(|_| "; the checkpoint has lint errors (see its findings; `rigbench inspect` exits 4 on them)")
         .unwrap_or("");
     eprintln!(
-        "rigbench: report complete: {timed} kernel cases timed, {} parts skipped (see report.md){lint}",
-        results.skipped.len()
+        "rigbench: report complete: {}, {} skipped (see report.md){lint}",
+        plural(timed, "kernel case timed", "kernel cases timed"),
+        plural(results.skipped.len(), "part", "parts"),
     );
+    if let Some(dir) = &dir {
+        print_summary(dir, &results);
+    }
     if !args.no_kernels && timed == 0 && results.rig.gpu_absent_reason.is_none() {
         eprintln!(
             "rigbench: a GPU was found and kernel cases were asked for, but none was timed (see the skipped cases in report.md); exit {}",
@@ -326,4 +379,23 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         return Ok(ExitStatus::NothingTimed);
     }
     Ok(ExitStatus::Ok)
+}
+
+/// `1 part`, `2 parts`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!(
+        "{} {}",
+        crate::report::table::thousands(n as u64),
+        if n == 1 { one } else { many }
+    )
+}
+
+/// The short summary on stdout: where report.md is, and the verdict.
+fn print_summary(dir: &ReportDir, results: &crate::report::Results) {
+    let text = format!(
+        "Report: {}\n\nVerdict:\n{}",
+        dir.path.join("report.md").display(),
+        crate::report::verdict::text(results)
+    );
+    print!("{}", dir.redactor().redact(&text));
 }

@@ -16,6 +16,7 @@ use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench serve`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::help::SERVE)]
 pub struct ServeArgs {
     /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b` (seeded weights at the real
     /// dimensions), or a local checkpoint directory (config.json + *.safetensors).
@@ -65,10 +66,14 @@ pub struct ServeArgs {
     #[arg(long)]
     pub max_model_len: Option<usize>,
     /// Speculative decoding method: `ngram` (prompt lookup). Off by default.
-    #[arg(long)]
+    #[arg(
+        long = "spec-method",
+        alias = "speculative-method",
+        value_name = "METHOD"
+    )]
     pub speculative_method: Option<String>,
-    /// k: draft tokens per step (with --speculative-method).
-    #[arg(long)]
+    /// k: draft tokens per step (with --spec-method).
+    #[arg(long = "spec-k", alias = "num-speculative-tokens", value_name = "K")]
     pub num_speculative_tokens: Option<usize>,
     /// Shortest n-gram the prompt-lookup drafter matches.
     #[arg(long, default_value_t = 1)]
@@ -113,25 +118,16 @@ impl ServeArgs {
             self.num_speculative_tokens,
         ) {
             (None, None) => None,
-            (None, Some(_)) => {
-                return Err(RigError::flag(
-                    "--num-speculative-tokens",
-                    "needs --speculative-method ngram",
-                ))
-            }
+            (None, Some(_)) => return Err(RigError::flag("--spec-k", "needs --spec-method ngram")),
             (Some(m), k) => {
                 if !m.eq_ignore_ascii_case("ngram") {
                     return Err(RigError::flag(
-                        "--speculative-method",
+                        "--spec-method",
                         format!("'{m}' is not available in the built-in runtime; use ngram"),
                     ));
                 }
-                let k = k.ok_or_else(|| {
-                    RigError::flag(
-                        "--num-speculative-tokens",
-                        "required with --speculative-method",
-                    )
-                })?;
+                let k =
+                    k.ok_or_else(|| RigError::flag("--spec-k", "required with --spec-method"))?;
                 Some(SpecConfig {
                     num_speculative_tokens: k,
                     prompt_lookup_min: self.prompt_lookup_min,
@@ -162,6 +158,35 @@ impl ServeArgs {
         c.validate()?;
         Ok(c)
     }
+}
+
+/// Check a `rigbench serve` argument list (without the program name) as `serve` would, without
+/// loading anything: `e2e` calls it before it starts the built-in engine, so a value the engine
+/// would reject is a bad command line (exit 64) there too.
+///
+/// # Errors
+/// [`RigError::BadFlag`] naming the flag (clap's parse errors name `--serve-arg`).
+pub fn check_args(args: &[String]) -> Result<ServeConfig, RigError> {
+    #[derive(clap::Parser)]
+    #[command(name = "rigbench serve")]
+    struct P {
+        #[command(flatten)]
+        a: ServeArgs,
+    }
+    let argv = std::iter::once("rigbench serve".to_string()).chain(args.iter().cloned());
+    let p = <P as clap::Parser>::try_parse_from(argv).map_err(|e| {
+        let msg = e.to_string();
+        let first = msg
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        RigError::flag(
+            "--serve-arg",
+            format!("the built-in engine rejects it: {first}"),
+        )
+    })?;
+    p.a.to_config()
 }
 
 /// Run `rigbench serve` until Ctrl-C or SIGTERM.
@@ -285,6 +310,31 @@ mod tests {
     }
 
     #[test]
+    fn one_spelling_with_e2e_old_spellings_hidden() {
+        let c = parse(&["--spec-method", "ngram", "--spec-k", "2"]).unwrap();
+        assert_eq!(c.speculative.unwrap().num_speculative_tokens, 2);
+        let c = parse(&[
+            "--speculative-method",
+            "ngram",
+            "--num-speculative-tokens",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(c.speculative.unwrap().num_speculative_tokens, 2);
+        use clap::CommandFactory;
+        let help = T::command().render_long_help().to_string();
+        assert!(
+            help.contains("--spec-method") && help.contains("--spec-k"),
+            "{help}"
+        );
+        assert!(
+            !help.contains("--speculative-method") && !help.contains("--num-speculative-tokens")
+        );
+        assert!(help.contains("Exit codes"), "{help}");
+        assert!(check_args(&["--spec-method".into(), "eagle".into()]).is_err());
+    }
+
+    #[test]
     fn bad_flags_are_named() {
         assert!(parse(&["--kv-cache-memory", "lots"])
             .unwrap_err()
@@ -292,7 +342,7 @@ mod tests {
         assert!(parse(&["--quantize", "int3"]).unwrap_err().contains("bf16"));
         assert!(parse(&["--num-speculative-tokens", "3"])
             .unwrap_err()
-            .contains("--speculative-method"));
+            .contains("--spec-method"));
         assert!(parse(&[
             "--speculative-method",
             "eagle",
@@ -301,9 +351,9 @@ mod tests {
         ])
         .unwrap_err()
         .contains("ngram"));
-        assert!(parse(&["--speculative-method", "ngram"])
+        assert!(parse(&["--spec-method", "ngram"])
             .unwrap_err()
-            .contains("--num-speculative-tokens"));
+            .contains("--spec-k"));
         assert!(parse(&["--block-size", "0"])
             .unwrap_err()
             .contains("--block-size"));

@@ -189,13 +189,13 @@ pub struct Saved {
 /// created and written (a temporary file is created and removed).
 ///
 /// # Errors
-/// [`RigError::BadFlag`] naming `--baselines-dir` and why.
+/// [`RigError::BadFlag`] naming `--baseline-dir` and why.
 pub fn check_writable(baselines_dir: &Path) -> Result<(), RigError> {
     std::fs::create_dir_all(baselines_dir)
         .and_then(|_| tempfile::NamedTempFile::new_in(baselines_dir).map(drop))
         .map_err(|e| {
             RigError::flag(
-                "--baselines-dir",
+                "--baseline-dir",
                 format!(
                     "{} cannot be written ({e}); pick a writable folder before measuring",
                     baselines_dir.display()
@@ -610,6 +610,6 @@ mod tests {
         let file = d.path().join("f");
         std::fs::write(&file, b"x").unwrap();
         let e = check_writable(&file.join("x")).unwrap_err().to_string();
-        assert!(e.contains("--baselines-dir"), "{e}");
+        assert!(e.contains("--baseline-dir"), "{e}");
     }
 }

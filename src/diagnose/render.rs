@@ -19,11 +19,12 @@ pub fn finding_item(x: &Finding) -> String {
 pub fn findings_markdown(findings: &[Finding]) -> String {
     let mut o = String::new();
     let n = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+    let plural = crate::report::table::plural;
     let _ = writeln!(
         o,
-        "{} error(s), {} warning(s), {} info\n",
-        n(Severity::Error),
-        n(Severity::Warning),
+        "{}, {}, {} info\n",
+        plural(n(Severity::Error) as u64, "error", "errors"),
+        plural(n(Severity::Warning) as u64, "warning", "warnings"),
         n(Severity::Info)
     );
     for x in findings {

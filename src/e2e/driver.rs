@@ -246,7 +246,7 @@ async fn engine_facts(
         }
     }
     f.model = match &opts.served_model {
-        Some(m) => Some(Sourced::new(m.clone(), "stated (--served-model)")),
+        Some(m) => Some(Sourced::new(m.clone(), "stated (--served-model-name)")),
         None => models
             .first()
             .map(|m| Sourced::new(m.0.clone(), "/v1/models")),
@@ -787,6 +787,12 @@ pub async fn run_session(
     let client = EngineClient::new(&engine.url)?;
     let probe = super::engines::probe(&client).await;
     let facts = engine_facts(&client, opts, &boot, &probe).await?;
+    if facts.tokenize && opts.tokenizer.is_some() {
+        results.notes.push(
+            "token counts from the engine's POST /tokenize; --tokenizer was loaded but not needed"
+                .into(),
+        );
+    }
     let counter = if facts.tokenize {
         TokenCounter::Engine {
             client: client.clone(),
@@ -865,11 +871,17 @@ pub async fn run_session(
             break;
         }
         let boot = boot_of(&engine, &extra_log);
+        // Plain lines on stderr, with or without a terminal (the bar needs one).
+        eprintln!(
+            "rigbench e2e: sweep point {}/{}: {} ({} requests)",
+            i + 1,
+            points.len(),
+            point.label(),
+            opts.suite.load.requests
+        );
         match session.run_point(point, &boot).await {
             Ok(r) => {
-                if opts.progress {
-                    eprintln!("{}", one_line(&r));
-                }
+                eprintln!("{}", one_line(&r));
                 results.runs.push(r);
             }
             Err(e) => {

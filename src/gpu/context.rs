@@ -618,6 +618,22 @@ impl Timer {
             .map_err(|e| cuda_err("event record", e))
     }
 
+    /// Record the end event without waiting (read it later with [`Timer::elapsed`]).
+    pub fn mark_end(&self, gpu: &Gpu) -> Result<(), RigError> {
+        self.end
+            .record(&gpu.stream)
+            .map_err(|e| cuda_err("event record", e))
+    }
+
+    /// Seconds between the recorded start and end events (waits for the end event).
+    pub fn elapsed(&self) -> Result<f64, RigError> {
+        let ms = self
+            .start
+            .elapsed_ms(&self.end)
+            .map_err(|e| cuda_err("event elapsed time (a kernel may have failed)", e))?;
+        Ok(ms as f64 * 1e-3)
+    }
+
     /// Record the end event, wait for it, and return the elapsed time in seconds.
     pub fn stop(&self, gpu: &Gpu) -> Result<f64, RigError> {
         self.end

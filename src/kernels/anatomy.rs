@@ -133,6 +133,20 @@ pub fn run(device: usize, shapes: &[(usize, usize)], m: usize) -> anyhow::Result
             }
         }
         let (_, cfg) = best.context("no configuration timed")?;
+        if let Config::V2 {
+            nt,
+            warps,
+            wn,
+            smem,
+            ..
+        } = &cfg
+        {
+            // The MODE builds are separate modules: raise their shared-memory limit too.
+            let name = w4::v2_name(*nt, *warps, *wn);
+            for m in [&m1, &m2] {
+                m.occupancy_smem(&name, (*warps * 32) as u32, *smem as u32)?;
+            }
+        }
         let v2 = cold(&gpu, &util, &fl, 15, &|| launch(&m0, &cfg))?;
         // MODE=1 leaves the counters untouched by design; reset them after.
         let v2_no_reduce = cold(&gpu, &util, &fl, 15, &|| launch(&m1, &cfg))?;

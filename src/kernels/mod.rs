@@ -15,6 +15,7 @@ pub mod data;
 pub mod fit;
 pub mod goals;
 pub mod impls;
+pub mod peak;
 pub mod peers;
 pub mod reference;
 pub mod render;
@@ -22,6 +23,7 @@ pub mod repeats;
 pub mod schema;
 pub mod suite;
 pub mod timing_modes;
+pub mod wording;
 
 pub use schema::KernelResults;
 

@@ -14,7 +14,7 @@ use super::schema::{KernelCase, KernelResults, TimingModes};
 
 /// File name of the decode-step composite chart.
 pub const COMPOSITE_PLOT: &str = "kernels_composite.svg";
-use crate::report::table::{human_bytes, human_seconds, markdown_table};
+use crate::report::table::{human_bytes, human_seconds, markdown_table, thousands};
 
 /// Column key of a case: `bf16`, or `torch:torch.matmul` for peers.
 fn col_key(c: &KernelCase) -> String {
@@ -85,9 +85,9 @@ pub fn crossover(a: &str, b: &str, points: &[(usize, f64, f64)]) -> Option<Strin
     }
     let fmt = |s: &(bool, usize, usize)| {
         if s.1 == s.2 {
-            format!("M = {}", s.1)
+            format!("M = {}", thousands(s.1 as u64))
         } else {
-            format!("M = {}…{}", s.1, s.2)
+            format!("M = {}…{}", thousands(s.1 as u64), thousands(s.2 as u64))
         }
     };
     let wins: Vec<String> = segs.iter().filter(|s| s.0).map(fmt).collect();
@@ -101,7 +101,8 @@ pub fn crossover(a: &str, b: &str, points: &[(usize, f64, f64)]) -> Option<Strin
     } else if segs[0].0 && segs.len() == 2 {
         format!(
             "{a} is faster than {b} up to M = {}; {b} is faster from M = {}",
-            segs[0].2, segs[1].1
+            thousands(segs[0].2 as u64),
+            thousands(segs[1].1 as u64)
         )
     } else {
         format!("{a} is faster than {b} at {}", wins.join(", "))
@@ -181,13 +182,25 @@ fn clock_line(k: &KernelResults) -> Option<String> {
 
 /// The kernel section as Markdown; `plots` are file names written next to report.md.
 pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
+    markdown_for(k, plots, &[])
+}
+
+/// [`markdown`] on a card whose capability table is `caps`: skip reasons then use the table's
+/// word for each format ([`super::wording::skip_reason`]).
+pub fn markdown_for(
+    k: &KernelResults,
+    plots: &[String],
+    caps: &[crate::rig::Capability],
+) -> String {
     let mut o = String::new();
     o.push_str(&format!("## Kernels: suite `{}`\n\n", k.suite.name));
     if !k.suite.description.is_empty() {
         o.push_str(&format!("{}\n\n", k.suite.description));
     }
-    o.push_str("GEMM `C[M, N] = A[M, K] · W[N, K]ᵀ`, BF16 output. Times are medians of the samples. One denominator in every table: the figure in parentheses is rigbench's `bf16` (cuBLASLt) median at the same shape and M divided by the cell's time, peer columns included. FP8 columns marked `+ act. quant` include the activation quantization (timed separately; its share is in the `fp8 act. quant` column), and so do the `fastest` column and the crossovers. `‡` marks a case whose σ/mean is more than 3× the stopping target.\n\n");
-    if let Some(p) = &k.timing_policy {
+    if !k.cases.is_empty() {
+        o.push_str("GEMM `C[M, N] = A[M, K] · W[N, K]ᵀ`, BF16 output. Times are medians of the samples. One denominator in every table: the figure in parentheses is rigbench's `bf16` (cuBLASLt) median at the same shape and M divided by the cell's time, peer columns included. FP8 columns marked `+ act. quant` include the activation quantization (timed separately; its share is in the `fp8 act. quant` column), and so do the `fastest` column and the crossovers marked so. `‡` marks a case whose σ/mean is more than 3× the stopping target.\n\n");
+    }
+    if let Some(p) = k.timing_policy.as_ref().filter(|_| !k.cases.is_empty()) {
         o.push_str(&format!(
             "Conditions: {}; warm-up {} launches; sampling stops at σ/mean ≤ {:.1}% (after ≥ {} samples), at {} samples, or after {:.2} s once {} samples are in; timer: {}.\n",
             if p.modes == TimingModes::Graph {
@@ -211,7 +224,7 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
             TimingModes::Both => o.push_str("Timing modes: cold (the tables) and graph (beside it, in the timing-modes section and the composite).\n"),
         }
     }
-    if let Some(c) = &k.copy_bandwidth {
+    if let Some(c) = k.copy_bandwidth.as_ref().filter(|_| !k.cases.is_empty()) {
         o.push_str(&format!(
             "Memory roofline measured in the same run: device-to-device copy of {} at {:.2} TB/s (bytes read + written over the median of {} copies).\n",
             human_bytes(c.bytes),
@@ -222,9 +235,10 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
     if let Some(l) = clock_line(k) {
         o.push_str(&l);
     }
-    o.push('\n');
     if k.cases.is_empty() {
         o.push_str("No kernel case was timed on this machine (see the skips below).\n\n");
+    } else {
+        o.push('\n');
     }
     let composite = k.composite.clone().or_else(|| super::composite::compute(k));
     o.push_str(&super::goals::markdown(k, composite.as_ref()));
@@ -241,7 +255,11 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
     for (shape, cases) in by_shape(k) {
         let any = cases.values().next().copied();
         let (n, kk) = any.map(|c| (c.n, c.k)).unwrap_or((0, 0));
-        o.push_str(&format!("### `{shape}` (N = {n}, K = {kk})\n\n"));
+        o.push_str(&format!(
+            "### `{shape}` (N = {}, K = {})\n\n",
+            thousands(n as u64),
+            thousands(kk as u64)
+        ));
         let cols = columns(&cases);
         let mut ms: Vec<usize> = cases.keys().map(|(_, m)| *m).collect();
         ms.sort_unstable();
@@ -260,7 +278,7 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
             let base = cases
                 .get(&("bf16".to_string(), *m))
                 .map(|c| c.timing.median_s);
-            let mut r = vec![m.to_string()];
+            let mut r = vec![thousands(*m as u64)];
             for c in &cols {
                 let x = cases.get(&(c.clone(), *m));
                 if let (Some(x), Some(t)) = (x, target) {
@@ -317,23 +335,46 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
                 }
             ));
         }
-        let pairs = [("w4a16", "fp8"), ("w4a16", "bf16"), ("fp8", "bf16")];
+        // FP8 lines say whether its activation quantization (timed separately) is counted.
+        let with_quant = |c: &KernelCase| c.total_s();
+        let plain = |c: &KernelCase| c.timing.median_s;
+        let excl = "FP8 excluding activation quantization: ";
+        let incl = "FP8 including activation quantization: ";
+        type Time = fn(&KernelCase) -> f64;
+        let mut pairs: Vec<(&str, &str, &str, Time)> = vec![
+            ("w4a16", "fp8", if has_fp8q { excl } else { "" }, plain),
+            ("w4a16", "bf16", "", plain),
+            ("fp8", "bf16", if has_fp8q { excl } else { "" }, plain),
+        ];
+        if has_fp8q {
+            pairs.insert(1, ("w4a16", "fp8", incl, with_quant));
+            pairs.push(("fp8", "bf16", incl, with_quant));
+        }
         let mut lines = Vec::new();
-        for (a, b) in pairs {
+        for (a, b, label, time) in pairs {
+            // `time` applies to the FP8 side only.
+            let t = |c: &KernelCase| {
+                if c.implementation == "fp8" {
+                    time(c)
+                } else {
+                    plain(c)
+                }
+            };
             let pts: Vec<(usize, f64, f64)> = ms
                 .iter()
                 .filter_map(|m| {
-                    let ta = cases.get(&(a.to_string(), *m))?.total_s();
-                    let tb = cases.get(&(b.to_string(), *m))?.total_s();
+                    let ta = t(cases.get(&(a.to_string(), *m))?);
+                    let tb = t(cases.get(&(b.to_string(), *m))?);
                     Some((*m, ta, tb))
                 })
                 .collect();
             if let Some(t) = crossover(a, b, &pts) {
-                lines.push(format!("- {t}"));
+                lines.push(format!("- {label}{t}"));
             }
         }
         if !lines.is_empty() {
-            o.push_str("Crossovers (FP8 with its activation quantization):\n\n");
+            // Each FP8 line says whether it counts the activation quantization.
+            o.push_str("Crossovers:\n\n");
             o.push_str(&lines.join("\n"));
             o.push_str("\n\n");
         }
@@ -347,6 +388,7 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
     if plots.contains(&"kernels_fastest.svg".to_string()) {
         o.push_str("### Fastest format at each M\n\n![fastest implementation per shape and M](kernels_fastest.svg)\n\n");
     }
+    o.push_str(&super::peak::markdown(k));
     let paths: Vec<Vec<String>> = k
         .cases
         .iter()
@@ -437,37 +479,82 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
     if !k.reference_accuracy.is_empty() {
         o.push_str("### Accuracy of each format (CPU reference, no GPU involved)\n\n");
         o.push_str("Relative L2 error of the format's GEMM against the exact product of the unquantized operands. W4A4 here is emulated (quantize, dequantize, multiply): an accuracy figure, never a speed.\n\n");
+        let split = k
+            .reference_accuracy
+            .iter()
+            .any(|a| a.rel_l2_non_outlier.is_some());
         let rows: Vec<Vec<String>> = k
             .reference_accuracy
             .iter()
             .map(|a| {
-                vec![
+                let mut r = vec![
                     a.format.display_name().into(),
                     a.shape.clone(),
                     a.data.clone(),
                     format!("{:.2e}", a.rel_l2_vs_exact),
-                ]
+                ];
+                if split {
+                    r.push(match a.rel_l2_non_outlier {
+                        // Flag the case where the overall figure hides a worse error on the
+                        // ordinary channels (W4A4: the outlier is exact, the rest of its block
+                        // loses precision).
+                        Some(e) if e > 1.2 * a.rel_l2_vs_exact => {
+                            format!("**{e:.2e}** (worse than overall)")
+                        }
+                        Some(e) => format!("{e:.2e}"),
+                        None => "—".into(),
+                    });
+                }
+                r
             })
             .collect();
-        o.push_str(&markdown_table(
-            &["format", "M×N×K", "data", "rel. L2 error vs exact"],
-            &rows,
-        ));
+        let mut headers = vec!["format", "M×N×K", "data", "rel. L2 error vs exact"];
+        if split {
+            headers.push("same, non-outlier channels only");
+        }
+        o.push_str(&markdown_table(&headers, &rows));
         o.push('\n');
+        if split {
+            o.push_str("With outlier channels, the outliers dominate the norm of the product and are represented almost exactly (each is the largest value of its block), so the overall error can look no worse than on plain data; the last column is the error of the product over the other channels, which is what the outliers cost them.\n\n");
+        }
     }
     if !k.skipped.is_empty() {
         o.push_str("### Skipped kernel cases\n\n");
-        let rows: Vec<Vec<String>> = k
-            .skipped
-            .iter()
-            .map(|s| {
-                vec![
+        // One row per (provider, implementation, M, reason), the shapes it covers joined.
+        let mut groups: Vec<(String, String, String, String, Vec<String>)> = Vec::new();
+        for s in &k.skipped {
+            let m = s.m.map(|m| m.to_string()).unwrap_or_else(|| "all".into());
+            let reason = super::wording::skip_reason(&s.implementation, &s.reason, caps);
+            match groups
+                .iter_mut()
+                .find(|g| g.0 == s.provider && g.1 == s.implementation && g.2 == m && g.3 == reason)
+            {
+                Some(g) => g.4.push(s.shape.clone()),
+                None => groups.push((
                     s.provider.clone(),
                     s.implementation.clone(),
-                    s.shape.clone(),
-                    s.m.map(|m| m.to_string()).unwrap_or_else(|| "all".into()),
-                    s.reason.clone(),
-                ]
+                    m,
+                    reason,
+                    vec![s.shape.clone()],
+                )),
+            }
+        }
+        let all_shapes = by_shape(k).len().max(
+            k.skipped
+                .iter()
+                .map(|s| s.shape.as_str())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+        );
+        let rows: Vec<Vec<String>> = groups
+            .into_iter()
+            .map(|(p, i, m, reason, shapes)| {
+                let shape = if shapes.len() > 1 && shapes.len() == all_shapes {
+                    format!("all {} shapes", shapes.len())
+                } else {
+                    shapes.join(", ")
+                };
+                vec![p, i, shape, m, reason]
             })
             .collect();
         o.push_str(&markdown_table(
@@ -719,12 +806,16 @@ fn draw_shape(
     let (n, kk) = cases.values().next().map(|c| (c.n, c.k)).unwrap_or((0, 0));
     let mut ch = ChartBuilder::on(&left)
         .caption(
-            format!("{shape} ({n}×{kk}): median time"),
+            format!(
+                "{shape} ({}×{}): median time",
+                thousands(n as u64),
+                thousands(kk as u64)
+            ),
             ("sans-serif", 16),
         )
         .margin(10)
         .x_label_area_size(35)
-        .y_label_area_size(55)
+        .y_label_area_size(70)
         .build_cartesian_2d(
             (mmin..mmax).log_scale(),
             (tmin * 0.8..tmax * 1.25).log_scale(),
@@ -732,6 +823,8 @@ fn draw_shape(
     ch.configure_mesh()
         .x_desc("M (tokens)")
         .y_desc("µs")
+        .x_label_formatter(&crate::report::axis::count_tick)
+        .y_label_formatter(&crate::report::axis::tick)
         .draw()?;
     for (i, col) in cols.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
@@ -771,6 +864,8 @@ fn draw_shape(
     ch.configure_mesh()
         .x_desc("M (tokens)")
         .y_desc("TB/s")
+        .x_label_formatter(&crate::report::axis::count_tick)
+        .y_label_formatter(&crate::report::axis::tick)
         .draw()?;
     if let Some(bw) = copy_bw {
         let y = bw / 1e12;
@@ -852,7 +947,7 @@ fn draw_fastest(shapes: &ShapeCases<'_>, path: &Path) -> PlotResult {
         .y_labels(shapes.len() + 1)
         .x_label_formatter(&|v| {
             label(v, &|i| {
-                ms2.get(i).map(|m| m.to_string()).unwrap_or_default()
+                ms2.get(i).map(|m| thousands(*m as u64)).unwrap_or_default()
             })
         })
         .y_label_formatter(&|v| label(v, &|i| names.get(i).cloned().unwrap_or_default()))
@@ -945,6 +1040,71 @@ mod tests {
         assert!(crossover("a", "b", &[(1, 1.0, 2.0), (2, 1.0, 2.0)])
             .unwrap()
             .contains("every M"));
+    }
+
+    #[test]
+    fn wording_of_the_kernel_section() {
+        // Nothing timed: no sentence about CUDA-event timing.
+        let empty = KernelResults {
+            timing_policy: None,
+            ..Default::default()
+        };
+        let md = markdown(&empty, &[]);
+        assert!(
+            !md.contains("Times are medians") && md.contains("No kernel case was timed"),
+            "{md}"
+        );
+        // FP8 with its activation quantization timed apart: both crossover lines, labelled.
+        let mut fp8 = case("fp8", "qkv", 1, 0.9e-5);
+        fp8.extra.push(NamedTiming {
+            name: "activation_quant".into(),
+            timing: Timing {
+                median_s: 0.5e-5,
+                ..fp8.timing.clone()
+            },
+        });
+        let k = KernelResults {
+            cases: vec![
+                case("bf16", "qkv", 1, 3e-5),
+                fp8,
+                case("w4a16", "qkv", 1, 1e-5),
+            ],
+            skipped: ["qkv", "o_proj"]
+                .iter()
+                .map(|s| SkippedCase {
+                    provider: "rigbench".into(),
+                    implementation: "w4a4".into(),
+                    shape: s.to_string(),
+                    m: None,
+                    reason: "unsupported on this card: sm_90 has no FP4 tensor cores".into(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let caps = crate::rig::capability::table("sm_90".parse().unwrap());
+        let md = markdown_for(&k, &[], &caps);
+        assert!(md.contains("Times are medians"), "{md}");
+        assert!(
+            md.contains("- FP8 excluding activation quantization: w4a16 is never faster than fp8"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- FP8 including activation quantization: w4a16 is faster than fp8 at every M"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("### rigbench's kernel goals"), "{md}");
+        assert!(md.contains("not a property of the card"), "{md}");
+        // One row for the W4A4 skip on both shapes, with the capability table's word.
+        assert!(
+            md.contains("| qkv, o_proj ") || md.contains("all 2 shapes"),
+            "{md}"
+        );
+        assert!(
+            md.contains("fallback on this card") && !md.contains("unsupported"),
+            "{md}"
+        );
     }
 
     #[test]

@@ -412,6 +412,13 @@ pub struct AccuracyCase {
     pub data_id: String,
     /// ‖C_format − C_exact‖₂ / ‖C_exact‖₂ where C_exact uses the unquantized f64 operands.
     pub rel_l2_vs_exact: f64,
+    /// The same error over the non-outlier channels only (the GEMM summed over the K indices
+    /// that are not outliers), for data sets with outlier channels; `None` otherwise and in
+    /// results written before it existed. The outlier channels dominate ‖C_exact‖₂ and are
+    /// represented almost exactly (each is its block's maximum), so the overall error hides
+    /// what they cost the other channels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rel_l2_non_outlier: Option<f64>,
     /// The tolerance a kernel of this format is held to against its own dequantized reference
     /// (`None` for formats with no kernel on this build, e.g. emulated W4A4).
     pub kernel_tolerance: Option<f64>,

@@ -50,6 +50,14 @@ pub struct Job {
 /// Only for failures that lose the report (the folder cannot be written); failures of parts are
 /// recorded in `Results::skipped`.
 pub fn run(job: Job) -> anyhow::Result<Results> {
+    run_with_dir(job).map(|(r, _)| r)
+}
+
+/// [`run`], also returning the report folder written (`None` without `write_files`).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     let rig = crate::rig::probe();
     let label = job.rig_label.clone().unwrap_or_else(|| rig.label());
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
@@ -92,6 +100,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
 
     results.skipped.extend(job.disabled.iter().cloned());
     if job.accuracy {
+        eprintln!("rigbench: CPU accuracy study of each format");
         let acc = crate::kernels::accuracy::study();
         results
             .kernels
@@ -130,6 +139,13 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
                 ));
             }
         } else {
+            eprintln!(
+                "rigbench: kernels: suite {}, {} × {} × {} cases (a progress bar shows on a terminal)",
+                opts.suite.name,
+                crate::report::table::plural(opts.suite.shapes.len() as u64, "shape", "shapes"),
+                crate::report::table::plural(opts.suite.m.len() as u64, "M value", "M values"),
+                crate::report::table::plural(opts.formats.len() as u64, "format", "formats"),
+            );
             let accuracy = results
                 .kernels
                 .as_ref()
@@ -246,6 +262,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
     }
 
     if let Some(path) = &job.checkpoint {
+        eprintln!("rigbench: inspecting checkpoint {}", path.display());
         let opts = crate::checkpoint::InspectOptions::from_rig(&results.rig);
         match crate::checkpoint::inspect(path, &opts) {
             Ok(r) => results.checkpoint = Some(r),
@@ -257,6 +274,9 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
         save(&results)?;
     }
 
+    if let Some(opts) = &job.e2e {
+        eprintln!("rigbench: end-to-end runs (suite {})", opts.suite.name);
+    }
     let builtin = job
         .e2e
         .as_ref()
@@ -325,7 +345,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
     if let Some(d) = &dir {
         render_into(d, &results)?;
     }
-    Ok(results)
+    Ok((results, dir))
 }
 
 /// The per-GPU comparison of the first device's kernel rows with the others'.
@@ -366,7 +386,15 @@ pub fn render_into(dir: &ReportDir, results: &Results) -> anyhow::Result<()> {
     if let Some(e) = &results.e2e {
         plots.extend(crate::e2e::write_plots(e, &dir.path)?);
     }
-    let md = super::markdown::render(results, &plots, dir.redactor());
+    let files: Vec<String> = std::fs::read_dir(&dir.path)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.path().is_file())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let md = super::markdown::render(results, &plots, &files, dir.redactor());
     dir.write_text("report.md", &md)?;
     Ok(())
 }

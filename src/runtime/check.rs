@@ -66,6 +66,63 @@ impl ReferenceGreedy {
     }
 }
 
+/// Logit gap (in the f32 reference's logits) under which two candidate tokens are a near-tie:
+/// BF16 rounding of the activations (unit roundoff 2⁻⁸) moves logits of this tiny fixture by up
+/// to about 0.02, so a gap below 0.05 can flip under BF16 arithmetic.
+pub const NEAR_TIE_LOGITS: f64 = 0.05;
+
+/// Why a backend left a reference's greedy tokens: the f32 logits at the first mismatch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MismatchExplanation {
+    /// Step of the first mismatch.
+    pub step: usize,
+    /// The reference's token there and the backend's.
+    pub tokens: (u32, u32),
+    /// f32 logit of the reference's token minus the backend's (teacher-forced on the reference,
+    /// on the CPU backend in f32).
+    pub f32_margin: f64,
+    /// Whether that margin is below the near-tie threshold.
+    pub near_tie: bool,
+}
+
+/// Explain `outcome`'s first mismatch with the f32 CPU backend over `weights`, teacher-forced on
+/// the reference's continuation: the gap between the reference's token and the one the backend
+/// chose. `None` when the outcome matches.
+///
+/// # Errors
+/// A backend failure, or the case not in the reference.
+pub fn explain_mismatch(
+    weights: &crate::runtime::weights::ModelWeights,
+    reference: &ReferenceGreedy,
+    outcome: &ReferenceOutcome,
+    tie: f64,
+) -> anyhow::Result<MismatchExplanation> {
+    let step = outcome
+        .first_mismatch
+        .ok_or_else(|| anyhow::anyhow!("'{}' matches the reference", outcome.prompt))?;
+    let case = reference
+        .cases
+        .iter()
+        .find(|c| c.prompt == outcome.prompt)
+        .ok_or_else(|| anyhow::anyhow!("'{}' is not a reference case", outcome.prompt))?;
+    let mut cpu = super::backend::cpu::CpuBackend::new(weights.clone(), 2);
+    let len = case.prompt_ids.len() + case.greedy_ids.len() + 1;
+    let mut s = DirectSession::new(&mut cpu, 1, len, 16, KvCacheDtype::Bf16, len)?;
+    let rows = s.teacher_forced(0, &case.prompt_ids, &case.greedy_ids)?;
+    let row = rows
+        .get(step)
+        .ok_or_else(|| anyhow::anyhow!("step {step} beyond the reference"))?;
+    let (want, got) = (case.greedy_ids[step], outcome.got[step]);
+    let at = |t: u32| row.get(t as usize).copied().unwrap_or(f32::NEG_INFINITY) as f64;
+    let margin = at(want) - at(got);
+    Ok(MismatchExplanation {
+        step,
+        tokens: (want, got),
+        f32_margin: margin,
+        near_tie: margin.abs() < tie,
+    })
+}
+
 /// What a backend produced for one reference case.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReferenceOutcome {
@@ -591,6 +648,36 @@ mod tests {
         let mut b = CpuBackend::new(wrong, 2);
         let out = check_reference_greedy(&mut b, &reference).unwrap();
         assert!(out.iter().any(|o| !o.matches()));
+    }
+
+    #[test]
+    fn bf16_activations_leave_the_f32_reference_only_at_a_near_tie() {
+        // The CUDA backend rounds GEMM inputs and outputs to BF16; the CPU backend's GPU-rounding
+        // mode does the same. On this fixture it follows transformers' f32 tokens on 3 prompts
+        // and leaves 'the quick brown' at step 2, where the f32 logits of the two candidates
+        // (93 and 327) differ by 0.0075: a near-tie, which the explanation must name.
+        let dir = Path::new(TINY_QWEN3_T5);
+        let hf = ModelConfig::read_hf_config(&dir.join("config.json")).expect(
+            "shared fixture tiny-qwen3-transformers5 (../shared/fixtures beside the checkout)",
+        );
+        let reference = ReferenceGreedy::load(&dir.join("reference_greedy.json")).unwrap();
+        let w = crate::runtime::weights::load_dir(dir, &hf.config).unwrap();
+        let mut b = CpuBackend::new(w.clone(), 2).with_gpu_rounding(true);
+        let out = check_reference_greedy(&mut b, &reference).unwrap();
+        assert_eq!(out.iter().filter(|o| o.matches()).count(), 3);
+        let miss = out.iter().find(|o| !o.matches()).unwrap();
+        assert_eq!(miss.prompt, "the quick brown");
+        assert_eq!(miss.first_mismatch, Some(2));
+        let e = explain_mismatch(&w, &reference, miss, NEAR_TIE_LOGITS).unwrap();
+        let m = e.f32_margin;
+        assert!((m - 0.0075).abs() < 1e-3, "{e:?}");
+        assert!(e.near_tie, "{e:?}");
+        // A mismatch where the reference's choice was clear is not explained away.
+        let mut fake = miss.clone();
+        fake.first_mismatch = Some(0);
+        fake.got[0] = (fake.expected[0] + 1) % 383;
+        let e = explain_mismatch(&w, &reference, &fake, NEAR_TIE_LOGITS).unwrap();
+        assert!(!e.near_tie, "{e:?}");
     }
 
     #[test]

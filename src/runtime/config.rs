@@ -858,7 +858,7 @@ impl ServeConfig {
         if let Some(s) = &self.speculative {
             if s.num_speculative_tokens == 0 || s.num_speculative_tokens > 64 {
                 return Err(RigError::flag(
-                    "--num-speculative-tokens",
+                    "--spec-k",
                     format!("{} is out of range 1..=64", s.num_speculative_tokens),
                 ));
             }

@@ -948,7 +948,23 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
     let backend: Box<dyn Backend> = match config.device {
         Device::Cpu => {
             let mut weights = match &mapped {
-                None => super::weights::synthesize(&mc, config.seed),
+                None => {
+                    // Large presets take minutes on a CPU: say how far synthesis is, as plain
+                    // lines on stderr (a terminal is not needed), at most every 2 s.
+                    let start = std::time::Instant::now();
+                    let mut last = start;
+                    let mut report = |done: usize, total: usize| {
+                        let now = std::time::Instant::now();
+                        if done > 0 && (now - last).as_secs_f64() >= 2.0 {
+                            last = now;
+                            eprintln!(
+                                "rigbench serve: synthesizing weights: layer {done}/{total} ({:.0} s)",
+                                (now - start).as_secs_f64()
+                            );
+                        }
+                    };
+                    super::weights::synthesize_with_progress(&mc, config.seed, &mut report)
+                }
                 Some(m) => m.to_weights()?,
             };
             drop(mapped);

@@ -32,7 +32,6 @@ use super::engine::{
     self, EngineHandle, EngineInfo, FinishReason, GenerateRequest, ReasoningMode, RequestOutput,
 };
 use super::sampler::SamplingParams;
-use crate::RigError;
 
 /// A running server.
 #[derive(Debug)]
@@ -121,10 +120,13 @@ pub async fn start(config: ServeConfig) -> anyhow::Result<ServerHandle> {
         .map_err(|e| anyhow::anyhow!("model loading panicked: {e}"))??;
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
         .await
+        // The environment (a busy port, an address this host does not have), not the command
+        // line: exit 1, naming the flags that choose another.
         .map_err(|e| {
-            RigError::flag(
-                "--host/--port",
-                format!("cannot listen on {}:{}: {e}", config.host, config.port),
+            anyhow::anyhow!(
+                "cannot listen on {}:{}: {e}; choose another with --host/--port (--port 0 picks a free one)",
+                config.host,
+                config.port
             )
         })?;
     let addr = listener.local_addr()?;

@@ -479,7 +479,18 @@ pub const SYNTH_LOGIT_STD: f32 = 2.5;
 /// embedding and lm_head `~ N(0, (2.5/sqrt(H))²)`. Every tensor has its own stream, so a
 /// truncated model (`--num-layers`) shares its layers with the full one.
 pub fn synthesize(config: &ModelConfig, seed: u64) -> ModelWeights {
+    synthesize_with_progress(config, seed, &mut |_, _| {})
+}
+
+/// [`synthesize`], calling `progress(layers done, layers)` after each decoder layer (and once
+/// with `(0, layers)` before the first), so a caller can show progress on large presets.
+pub fn synthesize_with_progress(
+    config: &ModelConfig,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> ModelWeights {
     let h = config.hidden_size;
+    progress(0, config.num_layers);
     let inv = |fan_in: usize| 1.0 / (fan_in as f32).sqrt();
     let emb_std = SYNTH_LOGIT_STD / (h as f32).sqrt();
     let mut layers = Vec::with_capacity(config.num_layers);
@@ -510,6 +521,7 @@ pub fn synthesize(config: &ModelConfig, seed: u64) -> ModelWeights {
             k_scale: None,
             v_scale: None,
         });
+        progress(i + 1, config.num_layers);
     }
     ModelWeights {
         config: config.clone(),

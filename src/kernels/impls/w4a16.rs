@@ -459,9 +459,6 @@ pub fn launch_view(
     scratch: u64,
     gemm: Option<&LtGemm>,
 ) -> anyhow::Result<()> {
-    let first = modules
-        .first()
-        .context("kernels/w4a16.cu did not compile")?;
     match cfg {
         Config::Fused {
             flavor,
@@ -549,6 +546,9 @@ pub fn launch_view(
             )?;
         }
         Config::DequantGemm => {
+            let first = modules
+                .first()
+                .context("kernels/w4a16.cu did not compile")?;
             anyhow::ensure!(scratch != 0, "w4a16: no dequantization scratch");
             let units = w.strips * w.kt_n;
             first.module.launch(

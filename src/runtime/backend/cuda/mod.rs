@@ -320,6 +320,8 @@ pub struct CudaBackend {
     memory: DeviceMemory,
     /// What ran.
     pub stats: CudaStats,
+    /// Per-op GPU time profiling (eager steps only; see [`CudaBackend::set_profiling`]).
+    prof: Option<Profiler>,
     /// Notes for reports (self-check outcomes, fallbacks taken).
     pub notes: Vec<String>,
 }
@@ -404,10 +406,10 @@ impl CudaBackend {
             let g = config.num_heads / config.num_kv_heads.max(1);
             anyhow::ensure!(
                 config.head_dim % 16 == 0
-                    && config.head_dim <= 256
+                    && config.head_dim <= 128
                     && g <= 16
                     && g * config.head_dim <= 2048,
-                "the CUDA attention kernels need head_dim a multiple of 16 and at most 256, at most 16 query heads per KV head and (heads per KV head) × head_dim ≤ 2048; this model has head_dim {} and {g} heads per KV head",
+                "the CUDA attention kernels need head_dim a multiple of 16 and at most 128, at most 16 query heads per KV head and (heads per KV head) × head_dim ≤ 2048; this model has head_dim {} and {g} heads per KV head",
                 config.head_dim
             );
         }
@@ -480,7 +482,11 @@ impl CudaBackend {
             }
         };
         let t_max = spec.max_num_batched_tokens.max(1);
-        let rows = (spec.max_num_seqs * (1 + opts.max_drafts)).clamp(1, t_max.max(1));
+        // Logit rows per forward: one per sequence (and its drafts) while serving; teacher
+        // forcing (parity, fidelity) asks for up to a few hundred rows of one sequence.
+        let rows = (spec.max_num_seqs * (1 + opts.max_drafts))
+            .max(256)
+            .clamp(1, t_max.max(1));
         let bufs = alloc_bufs(
             &gpu,
             &config,
@@ -523,6 +529,7 @@ impl CudaBackend {
             },
             stats: CudaStats::default(),
             notes: Vec::new(),
+            prof: None,
         };
         me.prepare_gemms()?;
         if me.format == WeightFormat::Nvfp4 {
@@ -561,6 +568,19 @@ impl CudaBackend {
         Ok(me)
     }
 
+    /// Weight bytes one decode step reads: every decoder layer, the final norm and the lm_head
+    /// (the embedding table is read only at the step's token rows, so it is left out unless it
+    /// is the lm_head).
+    pub fn decode_weight_bytes(&self) -> u64 {
+        let w = &self.weights;
+        let embed = if w.lm_head.is_some() {
+            w.embed.bytes() as u64
+        } else {
+            0
+        };
+        w.bytes() as u64 - embed
+    }
+
     /// The GPU.
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
@@ -569,6 +589,78 @@ impl CudaBackend {
     /// Options in effect (after self-checks).
     pub fn options(&self) -> CudaOptions {
         self.opts
+    }
+
+    /// Profile forward passes per op (CUDA events around every launch group; turns CUDA graphs
+    /// off, since a replay cannot be split). [`CudaBackend::profile`] reads the totals.
+    ///
+    /// # Errors
+    /// Creating the events fails.
+    pub fn set_profiling(&mut self, on: bool) -> anyhow::Result<()> {
+        if on {
+            self.set_cuda_graphs(false);
+            let mut timers = Vec::new();
+            for _ in 0..(16 * self.config.num_layers + 32) {
+                timers.push(self.gpu.timer()?);
+            }
+            self.prof = Some(Profiler {
+                timers,
+                used: Vec::new(),
+                totals: Default::default(),
+            });
+        } else {
+            self.prof = None;
+        }
+        Ok(())
+    }
+
+    /// Per-op totals since profiling started: (op, calls, seconds), largest first.
+    pub fn profile(&self) -> Vec<(String, u64, f64)> {
+        let mut v: Vec<(String, u64, f64)> = self
+            .prof
+            .as_ref()
+            .map(|p| {
+                p.totals
+                    .iter()
+                    .map(|(k, (n, s))| (k.to_string(), *n, *s))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort_by(|a, b| b.2.total_cmp(&a.2));
+        v
+    }
+
+    fn op_begin(&mut self) -> anyhow::Result<()> {
+        if let Some(p) = &mut self.prof {
+            let i = p.used.len();
+            if let Some(t) = p.timers.get(i) {
+                t.start(&self.gpu)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn op_end(&mut self, name: &'static str) -> anyhow::Result<()> {
+        if let Some(p) = &mut self.prof {
+            let i = p.used.len();
+            if let Some(t) = p.timers.get(i) {
+                t.mark_end(&self.gpu)?;
+                p.used.push(name);
+            }
+        }
+        Ok(())
+    }
+
+    fn prof_collect(&mut self) -> anyhow::Result<()> {
+        if let Some(p) = &mut self.prof {
+            for (i, name) in p.used.drain(..).enumerate() {
+                let s = p.timers[i].elapsed()?;
+                let e = p.totals.entry(name).or_insert((0, 0.0));
+                e.0 += 1;
+                e.1 += s;
+            }
+        }
+        Ok(())
     }
 
     /// Turn CUDA graphs on or off (captured graphs are dropped when turned off).
@@ -939,9 +1031,9 @@ impl CudaBackend {
         let l = p.layout;
         let spec = self.kv.as_ref().context("forward before init_kv_cache")?.1;
         let fp8_kv = spec.dtype == KvCacheDtype::Fp8;
-        let gpu = &self.gpu;
+        self.op_begin()?;
         self.rt.launch(
-            gpu,
+            &self.gpu,
             "rt_embed",
             (t as u32, 1, 1),
             (256, 1, 1),
@@ -954,6 +1046,7 @@ impl CudaBackend {
                 KArg::Ptr(self.bufs.x.ptr()),
             ],
         )?;
+        self.op_end("embedding")?;
         let nl = c.num_layers;
         for li in 0..nl {
             let (kc, vc) = self.kv_ptrs(li)?;
@@ -965,7 +1058,10 @@ impl CudaBackend {
             );
             let (ks, vs) = (layer.k_scale, layer.v_scale);
             let delta = if li == 0 { 0 } else { self.bufs.hout.ptr() };
+            self.op_begin()?;
             self.norm(delta, 0, t, in_norm, self.bufs.h.ptr())?;
+            self.op_end("residual add + RMSNorm")?;
+            self.op_begin()?;
             self.gemm(
                 LinRef {
                     layer: li,
@@ -975,6 +1071,8 @@ impl CudaBackend {
                 self.bufs.h.ptr(),
                 self.bufs.qkv.ptr(),
             )?;
+            self.op_end("GEMM qkv")?;
+            self.op_begin()?;
             self.rt.launch(
                 &self.gpu,
                 "rt_qk_norm_rope_kv",
@@ -1002,7 +1100,11 @@ impl CudaBackend {
                     KArg::F32(1.0 / vs),
                 ],
             )?;
+            self.op_end("q/k norm + RoPE + KV write")?;
+            self.op_begin()?;
             self.attention(p, kc, vc, ks, vs, fp8_kv, spec.block_size)?;
+            self.op_end("attention")?;
+            self.op_begin()?;
             self.gemm(
                 LinRef {
                     layer: li,
@@ -1012,7 +1114,11 @@ impl CudaBackend {
                 self.bufs.attn.ptr(),
                 self.bufs.hout.ptr(),
             )?;
+            self.op_end("GEMM o_proj")?;
+            self.op_begin()?;
             self.norm(self.bufs.hout.ptr(), 0, t, post_norm, self.bufs.h.ptr())?;
+            self.op_end("residual add + RMSNorm")?;
+            self.op_begin()?;
             self.gemm(
                 LinRef {
                     layer: li,
@@ -1022,7 +1128,9 @@ impl CudaBackend {
                 self.bufs.h.ptr(),
                 self.bufs.gu.ptr(),
             )?;
+            self.op_end("GEMM gate_up")?;
             let i = c.intermediate_size;
+            self.op_begin()?;
             self.rt.launch(
                 &self.gpu,
                 "rt_silu_mul",
@@ -1036,6 +1144,8 @@ impl CudaBackend {
                     KArg::Ptr(self.bufs.act.ptr()),
                 ],
             )?;
+            self.op_end("SwiGLU")?;
+            self.op_begin()?;
             self.gemm(
                 LinRef {
                     layer: li,
@@ -1045,7 +1155,9 @@ impl CudaBackend {
                 self.bufs.act.ptr(),
                 self.bufs.hout.ptr(),
             )?;
+            self.op_end("GEMM down")?;
         }
+        self.op_begin()?;
         // Last residual add, final norm on the logit rows, lm_head in FP32.
         self.rt.launch(
             &self.gpu,
@@ -1059,7 +1171,9 @@ impl CudaBackend {
                 KArg::U64((t * h) as u64),
             ],
         )?;
+        self.op_end("final residual add")?;
         if p.rows > 0 {
+            self.op_begin()?;
             self.norm(
                 0,
                 at(l.rows),
@@ -1067,6 +1181,8 @@ impl CudaBackend {
                 self.weights.norm.ptr(),
                 self.bufs.last_h.ptr(),
             )?;
+            self.op_end("final RMSNorm")?;
+            self.op_begin()?;
             let head = self
                 .weights
                 .lm_head
@@ -1088,16 +1204,19 @@ impl CudaBackend {
                 self.bufs.last_h.ptr(),
                 self.bufs.logits.ptr(),
             )?;
+            self.op_end("GEMM lm_head (FP32 logits)")?;
         }
         Ok(())
     }
 
     fn norm(&self, delta: u64, rows: u64, r: usize, w: u64, out: u64) -> anyhow::Result<()> {
+        // One block per row; 1,024 threads keep a decode step's single row from being latency
+        // bound (a 256-thread block took 19 µs on a 5,120-wide row).
         self.rt.launch(
             &self.gpu,
             "rt_add_rmsnorm",
             (r as u32, 1, 1),
-            (256, 1, 1),
+            (1024, 1, 1),
             0,
             &[
                 KArg::Ptr(self.bufs.x.ptr()),
@@ -1282,7 +1401,10 @@ impl CudaBackend {
                 self.graphs[&b].launch()?;
                 self.stats.graph_replays += 1;
             }
-            None => self.queue_forward(&p)?,
+            None => {
+                self.queue_forward(&p)?;
+                self.prof_collect()?;
+            }
         }
         Ok(p)
     }
@@ -1374,6 +1496,14 @@ fn lt_plan<'a>(
         slot.insert(LtGemm::plan_out(lt, kind, m, n, k, out)?);
     }
     Ok(&plans[&key])
+}
+
+/// Per-op GPU time of forward passes, from CUDA events around each op (timers are reused from a
+/// pool; the totals are read after each step).
+struct Profiler {
+    timers: Vec<crate::gpu::Timer>,
+    used: Vec<&'static str>,
+    totals: std::collections::BTreeMap<&'static str, (u64, f64)>,
 }
 
 /// Which linear of a layer: 0 qkv, 1 o, 2 gate_up, 3 down.

@@ -19,7 +19,7 @@ pub const PREFILL_MIN_TOKENS: usize = 16;
 /// Positions per decode-attention chunk (`ATT_CHUNK` in kernels/runtime.cu).
 pub const ATT_CHUNK: usize = 64;
 /// Most partitions of one decode-attention query.
-pub const MAX_ATT_PARTS: usize = 16;
+pub const MAX_ATT_PARTS: usize = 64;
 /// Header ints at the start of the image: `[0]` = block-table stride.
 pub const HEADER: usize = 16;
 
@@ -137,7 +137,7 @@ pub struct Plan {
     pub max_pos: usize,
 }
 
-/// Decode-attention partitions: enough (query, KV head, partition) blocks to give every SM two,
+/// Decode-attention partitions: enough (query, KV head, partition) blocks to give every SM four,
 /// at most [`MAX_ATT_PARTS`] and at most the chunks of the longest context, and with
 /// `dec_tokens · parts ≤ part_cap` (the partial-result buffer).
 pub fn att_parts(
@@ -150,7 +150,7 @@ pub fn att_parts(
     if dec_tokens == 0 {
         return 1;
     }
-    let want = (2 * sm_count).div_ceil(dec_tokens * kv_heads.max(1));
+    let want = (4 * sm_count).div_ceil(dec_tokens * kv_heads.max(1));
     let chunks = max_ctx.div_ceil(ATT_CHUNK).max(1);
     want.clamp(1, MAX_ATT_PARTS)
         .min(chunks)
@@ -542,14 +542,15 @@ mod tests {
 
     #[test]
     fn attention_partitions_fill_the_gpu_within_bounds() {
-        // Batch 1, 8 KV heads, 132 SMs, 4096-token context: 264 blocks wanted -> 33 parts,
-        // capped at 16.
-        assert_eq!(att_parts(1, 8, 132, 4096, 1024), 16);
+        // Batch 1, 8 KV heads, 132 SMs, 4096-token context: 528 blocks wanted -> 66 parts,
+        // capped at 64.
+        assert_eq!(att_parts(1, 8, 132, 4096, 1024), 64);
         // Short context: no more parts than 64-position chunks.
         assert_eq!(att_parts(1, 8, 132, 100, 1024), 2);
         assert_eq!(att_parts(1, 8, 132, 60, 1024), 1);
-        // Large batch: one part each.
-        assert_eq!(att_parts(64, 8, 132, 4096, 1024), 1);
+        // Large batch: one or two parts each.
+        assert_eq!(att_parts(64, 8, 132, 4096, 1024), 2);
+        assert_eq!(att_parts(128, 8, 132, 4096, 1024), 1);
         // The partial buffer bounds it.
         assert_eq!(att_parts(8, 1, 132, 1 << 20, 16), 2);
         assert_eq!(att_parts(0, 8, 132, 10, 16), 1);
