@@ -16,11 +16,13 @@ pub mod compare;
 pub mod e2e;
 pub mod error;
 pub mod formats;
+pub mod fuzz_harness;
 pub mod gpu;
 pub mod kernels;
 pub mod report;
 pub mod rig;
 pub mod runtime;
+pub mod signals;
 pub mod stats;
 
 pub use error::{ExitStatus, RigError};

@@ -140,9 +140,12 @@ pub struct KernelsArgs {
     /// Print the kernel results as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Do not redact host name, user paths and IP addresses.
+    /// Do not redact host name, user paths, IP addresses and tokens.
     #[arg(long)]
     pub no_redact: bool,
+    /// Replace a report already in --out (only once this run has measured something).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Run `rigbench kernels`.
@@ -158,7 +161,9 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         redact: !args.no_redact,
         write_files: args.out.is_some(),
         disabled: Vec::new(),
+        force: args.force,
     };
+    crate::signals::install()?;
     let results = crate::report::job::run(job)?;
     if args.json {
         let mut v = serde_json::to_value(&results.kernels)?;

@@ -29,9 +29,13 @@ pub struct ReportArgs {
     /// Also inspect this checkpoint folder (config.json, quantization metadata, safetensors headers).
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
-    /// Do not redact host names, user paths and IP addresses.
+    /// Do not redact host names, user paths, IP addresses and tokens.
     #[arg(long)]
     pub no_redact: bool,
+    /// Replace a report already in --out (it is replaced only once this run has measured
+    /// something; without --force such a folder is refused).
+    #[arg(long)]
+    pub force: bool,
     /// Also save the results as the baseline for this rig and suite
     /// (`<baselines-dir>/<rig-label>/<suite>.json`), the file `rigbench compare --baseline-dir` reads.
     #[arg(long)]
@@ -68,6 +72,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 Some(&target),
                 &results.rig_label,
                 !args.no_redact,
+                args.force,
             )?;
             d.write_results(&results)?;
             d
@@ -76,6 +81,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             dir.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
         }
         job::render_into(&dir, &results)?;
+        if !same {
+            dir.commit()?;
+        }
         eprintln!("rigbench: re-rendered {}", dir.path.display());
         return Ok(ExitStatus::Ok);
     }
@@ -112,6 +120,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             &suite,
         )?;
     }
+    // SIGINT/SIGTERM stop the run after the case in flight and write what was measured.
+    crate::signals::install()?;
     let results = job::run(Job {
         kernels,
         accuracy: true,
@@ -124,6 +134,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         out: args.out.clone(),
         rig_label: args.rig_label.clone(),
         redact: !args.no_redact,
+        force: args.force,
         write_files: true,
         disabled: [
             (args.no_kernels, "kernels", "--no-kernels"),
@@ -137,6 +148,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         })
         .collect(),
     })?;
+    if let Some(why) = &results.interrupted {
+        let timed = results.kernels.as_ref().map(|k| k.cases.len()).unwrap_or(0);
+        eprintln!(
+            "rigbench: report INTERRUPTED ({why}): {timed} kernel cases timed; report.md and results.json hold what was measured{}",
+            if args.save_baseline { " (no baseline saved from an interrupted run)" } else { "" }
+        );
+        return Ok(ExitStatus::Error);
+    }
     if args.save_baseline {
         let suite = results
             .kernels

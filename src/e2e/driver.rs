@@ -58,7 +58,8 @@ pub struct E2eOptions {
     pub metrics_interval: Duration,
     /// Show a progress bar (on a terminal).
     pub progress: bool,
-    /// Stop cleanly on Ctrl-C, keeping what was measured.
+    /// Stop cleanly on SIGINT (Ctrl-C) and SIGTERM, keeping what was measured
+    /// (see `crate::signals`).
     pub handle_ctrl_c: bool,
     /// An open-loop arrival counts as late beyond this.
     pub lateness_tolerance: Duration,
@@ -666,12 +667,13 @@ pub async fn run_session(
         ..Default::default()
     };
     if opts.handle_ctrl_c {
+        // SIGINT and SIGTERM (src/signals.rs): stop, stop the engine's process group, keep
+        // what was measured; a second signal exits at once.
+        crate::signals::install()?;
         let s = stop.clone();
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nrigbench e2e: Ctrl-C, stopping; what was measured is kept");
-                s.trigger(StopCause::Interrupted);
-            }
+            crate::signals::wait().await;
+            s.trigger(StopCause::Interrupted);
         });
     }
     let extra_log = match &opts.engine_log {

@@ -169,6 +169,9 @@ pub fn run(
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     for (si, shape) in opts.suite.shapes.iter().enumerate() {
+        if crate::signals::interrupted().is_some() {
+            break;
+        }
         let mut ready = vec![false; impls.len()];
         for (ii, im) in impls.iter_mut().enumerate() {
             if let Some(reason) = im.unsupported(rig.gpu.cc, shape) {
@@ -187,6 +190,10 @@ pub fn run(
             }
         }
         for (mi, &m) in opts.suite.m.iter().enumerate() {
+            // SIGINT/SIGTERM (src/signals.rs): stop after the case in flight; what ran is kept.
+            if crate::signals::interrupted().is_some() {
+                break;
+            }
             let case_start = res.cases.len();
             let inp = match make_inputs(&env, m, shape.n, shape.k, (si * 1000 + mi) as u32) {
                 Ok(i) => i,
@@ -206,6 +213,10 @@ pub fn run(
             };
             let (rows, cols) = sample_axes(m, shape.n, 32, 64, 0xC0FFEE ^ (si * 1000 + mi) as u32);
             for (ii, im) in impls.iter_mut().enumerate() {
+    // SIGINT/SIGTERM (src/signals.rs): stop after the case in flight; what ran is kept.
+                if crate::signals::interrupted().is_some() {
+                    break;
+                }
                 bar.set_message(format!("{} M={m} {}", shape.name, im.id()));
                 bar.inc(1);
                 if !ready[ii] {

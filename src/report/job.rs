@@ -29,9 +29,30 @@ pub struct Job {
     pub write_files: bool,
     /// Parts the user turned off, recorded as skipped with the flag that did it.
     pub disabled: Vec<Skip>,
+    /// Replace a report already in `out` (`--force`), once this run has measured something.
+    pub force: bool,
+}
+
+/// When SIGINT or SIGTERM has arrived (see `crate::signals`): record `what` as not run and
+/// return true.
+fn skip_if_interrupted(results: &mut Results, what: &str) -> bool {
+    match crate::signals::interrupted() {
+        Some(sig) => {
+            results.skipped.push(Skip {
+                what: what.into(),
+                reason: format!("not run: interrupted by {sig}"),
+            });
+            true
+        }
+        None => false,
+    }
 }
 
 /// Run the job; returns the results (also written to the folder when `write_files`).
+///
+/// SIGINT or SIGTERM (when the caller installed `crate::signals`) stops it after the case in
+/// flight: parts not started are recorded as skipped, `results.json` keeps every finished case,
+/// `report.md` is rendered from it, and [`Results::interrupted`] says which signal it was.
 ///
 /// # Errors
 /// Only for failures that lose the report (the folder cannot be written); failures of parts are
@@ -42,8 +63,16 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
     let mut results = Results::new(rig, label.clone(), command_line);
     let dir = if job.write_files {
-        let d = ReportDir::create(job.out.as_deref(), &label, job.redact)?;
-        eprintln!("rigbench: writing report to {}", d.path.display());
+        let d = ReportDir::create(job.out.as_deref(), &label, job.redact, job.force)?;
+        if d.staged() {
+            eprintln!(
+                "rigbench: writing report to {} (moved to {} at the end)",
+                d.path.display(),
+                d.target.display()
+            );
+        } else {
+            eprintln!("rigbench: writing report to {}", d.path.display());
+        }
         Some(d)
     } else {
         None
@@ -60,7 +89,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
     save(&results)?;
 
     results.skipped.extend(job.disabled.iter().cloned());
-    if job.accuracy {
+    if job.accuracy && !skip_if_interrupted(&mut results, "accuracy") {
         let acc = crate::kernels::accuracy::study();
         results
             .kernels
@@ -69,7 +98,11 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
         save(&results)?;
     }
 
-    if let Some(opts) = &job.kernels {
+    if let Some(opts) = job
+        .kernels
+        .as_ref()
+        .filter(|_| !skip_if_interrupted(&mut results, "kernels"))
+    {
         results.kernels.get_or_insert_with(Default::default).suite =
             crate::kernels::schema::SuiteInfo {
                 name: opts.suite.name.clone(),
@@ -102,7 +135,9 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
             match outcome {
                 Ok(mut k) => {
                     k.reference_accuracy = accuracy;
-                    crate::kernels::peers::run_into(opts, &mut k);
+                    if !skip_if_interrupted(&mut results, "kernels/peers") {
+                        crate::kernels::peers::run_into(opts, &mut k);
+                    }
                     results.kernels = Some(k);
                 }
                 Err(e) => results.skipped.push(Skip {
@@ -114,7 +149,11 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
         }
     }
 
-    if let Some(path) = &job.checkpoint {
+    if let Some(path) = job
+        .checkpoint
+        .as_ref()
+        .filter(|_| !skip_if_interrupted(&mut results, "checkpoint"))
+    {
         let opts = crate::checkpoint::InspectOptions::from_rig(&results.rig);
         match crate::checkpoint::inspect(path, &opts) {
             Ok(r) => results.checkpoint = Some(r),
@@ -126,7 +165,11 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
         save(&results)?;
     }
 
-    if let Some(opts) = &job.e2e {
+    if let Some(opts) = job
+        .e2e
+        .as_ref()
+        .filter(|_| !skip_if_interrupted(&mut results, "e2e"))
+    {
         match crate::e2e::run_for_report(opts) {
             Ok(r) => {
                 if let Some(d) = &dir {
@@ -137,18 +180,36 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
                 }
                 results.e2e = Some(r)
             }
-            Err(e) => results.skipped.push(Skip {
-                what: "e2e".into(),
-                reason: format!("{e:#}"),
-            }),
+            Err(e) => {
+                // An engine that failed to start: its log is the evidence; keep it.
+                let failed = e.downcast_ref::<crate::e2e::launcher::EngineStartFailure>();
+                if let (Some(d), Some(f)) = (&dir, failed) {
+                    if !f.log.trim().is_empty() {
+                        d.write_text("engine.log", &f.log)?;
+                    }
+                }
+                results.skipped.push(Skip {
+                    what: "e2e".into(),
+                    reason: format!("{e:#}"),
+                })
+            }
         }
         save(&results)?;
     }
 
-    results.complete = true;
+    match crate::signals::interrupted() {
+        Some(sig) => {
+            results.interrupted = Some(format!(
+                "{sig} stopped the run; results hold every case finished before it"
+            ));
+            results.complete = false;
+        }
+        None => results.complete = true,
+    }
     save(&results)?;
     if let Some(d) = &dir {
         render_into(d, &results)?;
+        d.commit()?;
     }
     Ok(results)
 }

@@ -12,7 +12,11 @@ pub fn render(r: &Results, plots: &[String], redactor: &crate::report::redact::R
         r.rigbench_version,
         r.schema_version,
         r.created_utc,
-        if r.complete { "run complete" } else { "run INCOMPLETE (interrupted or still running): figures below are what was measured before it stopped" },
+        match (&r.interrupted, r.complete) {
+            (Some(i), _) => format!("run INTERRUPTED ({i}): figures below are what was measured before it stopped"),
+            (None, true) => "run complete".to_string(),
+            (None, false) => "run INCOMPLETE (interrupted or still running): figures below are what was measured before it stopped".to_string(),
+        },
         r.command_line
     ));
     let mut files = vec!["`results.json` (versioned schema, the file `rigbench compare` reads)"];
