@@ -81,7 +81,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             dir.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
         }
         job::render_into(&dir, &results)?;
-        if !same {
+        if same {
+            dir.redact_direct_writes()?;
+        } else {
             dir.commit()?;
         }
         eprintln!("rigbench: re-rendered {}", dir.path.display());

@@ -741,6 +741,9 @@ pub async fn run_session(
                 results.runs.push(r);
             }
             Err(e) => {
+                // Was it the engine dying? Give its watcher a moment to say so (the message,
+                // with the engine's exit and last log lines, is added below).
+                let _ = engine.wait_exit(Duration::from_secs(2)).await;
                 results.failure = Some(format!("{}: {e:#}", point.label()));
                 for p in &points[i + 1..] {
                     results.skipped.push(format!(
@@ -756,9 +759,12 @@ pub async fn run_session(
     }
     match stop.cause() {
         Some(StopCause::Interrupted) => results.interrupted = true,
-        Some(StopCause::EngineFailed(m)) => {
-            results.failure.get_or_insert(m);
-        }
+        Some(StopCause::EngineFailed(m)) => match &mut results.failure {
+            // A point that failed because the engine died: say so, with the engine's words.
+            Some(f) if !f.contains(&m) => f.push_str(&format!(" (engine: {m})")),
+            Some(_) => {}
+            None => results.failure = Some(m),
+        },
         None => {}
     }
     engine.stop().await;

@@ -195,6 +195,16 @@ impl EngineHandle {
         self.exit_rx.as_ref().and_then(|r| r.borrow().clone())
     }
 
+    /// Wait up to `within` for the engine process to exit; its exit description if it did
+    /// (`None` at once for `--url`). A request failure may be the first sign of a death the
+    /// watcher is about to report.
+    pub async fn wait_exit(&self, within: Duration) -> Option<String> {
+        let mut rx = self.exit_rx.clone()?;
+        let _ = tokio::time::timeout(within, rx.wait_for(|e| e.is_some())).await;
+        let e = rx.borrow().clone();
+        e
+    }
+
     /// Start (or reach) the engine and wait until `GET /health` answers. An unexpected exit
     /// later triggers `stop` with [`StopCause::EngineFailed`].
     ///

@@ -151,6 +151,41 @@ impl ReportDir {
         self.staged
     }
 
+    /// Redact, in place, the report files other modules write straight into the folder (the
+    /// e2e CSV files and the SVG plots: request errors, model names and titles may hold paths,
+    /// hosts or tokens). Placeholders inserted into SVG are escaped (`&lt;host&gt;`). A no-op
+    /// with redaction off.
+    ///
+    /// # Errors
+    /// A file cannot be read or rewritten (the error names it).
+    pub fn redact_direct_writes(&self) -> anyhow::Result<()> {
+        if !self.redactor.enabled() {
+            return Ok(());
+        }
+        let Ok(rd) = std::fs::read_dir(&self.path) else {
+            return Ok(());
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let svg = name.ends_with(".svg");
+            if !is_report_file(&name) || !(svg || name.ends_with(".csv")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(e.path())
+                .with_context(|| format!("cannot read {}", e.path().display()))?;
+            let mut red = self.redactor.redact(&text);
+            if svg {
+                for p in Redactor::PLACEHOLDERS {
+                    red = red.replace(p, &p.replace('<', "&lt;").replace('>', "&gt;"));
+                }
+            }
+            if red != text {
+                atomic_write(&e.path(), red.as_bytes())?;
+            }
+        }
+        Ok(())
+    }
+
     /// Put the finished (or interrupted) report in place: with a staging folder, move its files
     /// into the target (each rename atomic) and remove the staging folder; in both cases remove
     /// report files of an earlier run that this run did not rewrite (other files stay).
@@ -158,6 +193,7 @@ impl ReportDir {
     /// # Errors
     /// A file cannot be moved or removed (the error names it; the staging folder is kept).
     pub fn commit(&self) -> anyhow::Result<()> {
+        self.redact_direct_writes()?;
         if self.staged {
             std::fs::create_dir_all(&self.target)
                 .with_context(|| format!("cannot create {}", self.target.display()))?;
