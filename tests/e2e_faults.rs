@@ -91,8 +91,7 @@ async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Respon
             let _ = tx.send(Ok(chunk("a"))).await;
         }
         let fin = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]});
-        let usage =
-            json!({"choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": n}});
+        let usage = json!({"choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": n}});
         let _ = tx.send(Ok(format!("data: {fin}\n\n"))).await;
         let _ = tx.send(Ok(format!("data: {usage}\n\n"))).await;
         let _ = tx.send(Ok("data: [DONE]\n\n".into())).await;
@@ -211,8 +210,7 @@ fn health(port: u16) -> bool {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s
-        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    if s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .is_err()
     {
         return false;
@@ -513,7 +511,10 @@ fn untouched(dir: &Path) {
         std::fs::read(dir.join("results.json")).unwrap(),
         b"GOOD RESULTS"
     );
-    assert_eq!(std::fs::read(dir.join("report.md")).unwrap(), b"GOOD REPORT");
+    assert_eq!(
+        std::fs::read(dir.join("report.md")).unwrap(),
+        b"GOOD REPORT"
+    );
 }
 
 #[test]
@@ -530,11 +531,21 @@ fn out_holding_a_report_is_refused_and_never_emptied_by_a_run_that_fails_to_star
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(64), "{err}");
-    assert!(err.contains("--force") && err.contains("committed-report"), "{err}");
+    assert!(
+        err.contains("--force") && err.contains("committed-report"),
+        "{err}"
+    );
     untouched(&rep);
     // With --force and an unreachable URL: the earlier report survives.
     let o = Command::new(BIN)
-        .args(["e2e", "--no-progress", "--force", "--url", &dead_url, "--out"])
+        .args([
+            "e2e",
+            "--no-progress",
+            "--force",
+            "--url",
+            &dead_url,
+            "--out",
+        ])
         .arg(&rep)
         .output()
         .unwrap();
@@ -562,7 +573,10 @@ fn out_holding_a_report_is_refused_and_never_emptied_by_a_run_that_fails_to_star
     let kept: Vec<PathBuf> = std::fs::read_dir(d.path())
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().contains("committed-report.failed-start-"))
+        .filter(|p| {
+            p.to_string_lossy()
+                .contains("committed-report.failed-start-")
+        })
         .collect();
     assert_eq!(kept.len(), 1, "{err}");
     let log = std::fs::read_to_string(kept[0].join("engine.log")).unwrap();
@@ -656,7 +670,9 @@ fn tokens_hosts_ips_and_user_paths_from_engine_commands_and_logs_stay_out_of_rep
     let all_text = |dir: &Path| -> String {
         let mut s = String::new();
         for e in std::fs::read_dir(dir).unwrap() {
-            s.push_str(&String::from_utf8_lossy(&std::fs::read(e.unwrap().path()).unwrap()));
+            s.push_str(&String::from_utf8_lossy(
+                &std::fs::read(e.unwrap().path()).unwrap(),
+            ));
         }
         s
     };
@@ -671,4 +687,64 @@ fn tokens_hosts_ips_and_user_paths_from_engine_commands_and_logs_stay_out_of_rep
     for s in secrets {
         assert!(text.contains(s), "--no-redact lost '{s}'");
     }
+}
+
+#[test]
+fn sigterm_in_the_middle_of_report_leaves_a_parseable_interrupted_report() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("rep");
+    let mut child = Command::new(BIN)
+        .args(["report", "--no-kernels", "--out"])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the first part (the CPU accuracy study) is in results.json, then stop the run
+    // while the end-to-end part is starting or running.
+    let accuracy_done = || {
+        std::fs::read_to_string(out.join("results.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|v| {
+                v.pointer("/kernels/reference_accuracy")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| !a.is_empty())
+            })
+    };
+    assert!(
+        wait_until(Duration::from_secs(300), accuracy_done),
+        "{}",
+        stderr_of(&mut child)
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(child.id(), libc::SIGTERM);
+    let (code, _) = wait_exit(&mut child, Duration::from_secs(120));
+    let err = stderr_of(&mut child);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("INTERRUPTED"), "{err}");
+    let r = rigbench::report::Results::load(&out.join("results.json")).unwrap();
+    assert!(!r.complete);
+    assert!(
+        r.interrupted
+            .as_deref()
+            .unwrap_or_default()
+            .contains("SIGTERM"),
+        "{:?}",
+        r.interrupted
+    );
+    assert!(!r.kernels.unwrap().reference_accuracy.is_empty());
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("INTERRUPTED (SIGTERM"), "{md}");
+    std::fs::remove_file(out.join("report.md")).unwrap();
+    let o = Command::new(BIN)
+        .args(["report", "--render"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(std::fs::read_to_string(out.join("report.md"))
+        .unwrap()
+        .contains("INTERRUPTED"));
 }

@@ -14,7 +14,12 @@ fn root() -> PathBuf {
 
 fn files(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect())
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_file())
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -33,7 +38,9 @@ fn run(target: &str, bytes: &[u8]) {
 fn every_target_has_a_fuzz_binary_and_a_committed_corpus() {
     for (name, _) in TARGETS {
         assert!(
-            root().join(format!("fuzz/fuzz_targets/{name}.rs")).is_file(),
+            root()
+                .join(format!("fuzz/fuzz_targets/{name}.rs"))
+                .is_file(),
             "fuzz/fuzz_targets/{name}.rs missing"
         );
         assert!(
@@ -71,7 +78,9 @@ fn named_regressions() {
     run("sse", &endless);
     let mut many = vec![63u8];
     for i in 0..4000 {
-        many.extend_from_slice(format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{i}\"}}}}]}}\n\n").as_bytes());
+        many.extend_from_slice(
+            format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{i}\"}}}}]}}\n\n").as_bytes(),
+        );
     }
     run("sse", &many);
 }

@@ -103,10 +103,16 @@ async fn stream_one(
                     return seen;
                 }
             }
-            if let Some(f) = v.pointer("/choices/0/finish_reason").and_then(Value::as_str) {
+            if let Some(f) = v
+                .pointer("/choices/0/finish_reason")
+                .and_then(Value::as_str)
+            {
                 seen.finish_reason = Some(f.to_string());
             }
-            if let Some(n) = v.pointer("/usage/completion_tokens").and_then(Value::as_u64) {
+            if let Some(n) = v
+                .pointer("/usage/completion_tokens")
+                .and_then(Value::as_u64)
+            {
                 seen.completion_tokens = Some(n);
             }
         }
@@ -218,7 +224,11 @@ async fn a_thousand_streams_with_a_fifth_disconnecting_all_complete_and_free_eve
     // may find that the server already sent all of them (they sat in socket buffers while the
     // client task waited for a CPU): that request finished, it was not aborted.
     let (length, abort) = (finished(&m, "length"), finished(&m, "abort"));
-    assert_eq!(length + abort, STREAMS as f64, "length {length} abort {abort}");
+    assert_eq!(
+        length + abort,
+        STREAMS as f64,
+        "length {length} abort {abort}"
+    );
     assert!(length >= (STREAMS - hung_up) as f64);
     assert!(
         abort >= (hung_up / 2) as f64,
@@ -306,15 +316,27 @@ async fn bad_requests_get_400s_while_other_streams_go_on() {
         b
     };
     let json_cases = [
-        ("unknown role", json!({"messages": [{"role": "wizard", "content": "hi"}]}), "wizard"),
+        (
+            "unknown role",
+            json!({"messages": [{"role": "wizard", "content": "hi"}]}),
+            "wizard",
+        ),
         ("max_tokens 0", msg(json!({"max_tokens": 0})), "max_tokens"),
         (
             "max_tokens beyond the context",
             msg(json!({"max_tokens": 100_000})),
             "maximum context length",
         ),
-        ("negative temperature", msg(json!({"temperature": -0.5})), "temperature"),
-        ("NaN temperature as a string", msg(json!({"temperature": "NaN"})), "temperature"),
+        (
+            "negative temperature",
+            msg(json!({"temperature": -0.5})),
+            "temperature",
+        ),
+        (
+            "NaN temperature as a string",
+            msg(json!({"temperature": "NaN"})),
+            "temperature",
+        ),
         ("negative top_p", msg(json!({"top_p": -1})), "top_p"),
         ("negative top_k", msg(json!({"top_k": -7})), "top_k"),
     ];

@@ -213,7 +213,7 @@ pub fn run(
             };
             let (rows, cols) = sample_axes(m, shape.n, 32, 64, 0xC0FFEE ^ (si * 1000 + mi) as u32);
             for (ii, im) in impls.iter_mut().enumerate() {
-    // SIGINT/SIGTERM (src/signals.rs): stop after the case in flight; what ran is kept.
+                // SIGINT/SIGTERM (src/signals.rs): stop after the case in flight; what ran is kept.
                 if crate::signals::interrupted().is_some() {
                     break;
                 }

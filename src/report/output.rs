@@ -304,7 +304,10 @@ mod tests {
             e.downcast_ref::<crate::RigError>(),
             Some(crate::RigError::BadFlag { .. })
         ));
-        assert_eq!(std::fs::read(d.path().join("results.json")).unwrap(), b"old");
+        assert_eq!(
+            std::fs::read(d.path().join("results.json")).unwrap(),
+            b"old"
+        );
     }
 
     #[test]
@@ -312,7 +315,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let t = d.path().join("rep");
         std::fs::create_dir(&t).unwrap();
-        for f in ["results.json", "report.md", "e2e_runs.csv", "kernels_qkv.svg", "notes.txt"] {
+        for f in [
+            "results.json",
+            "report.md",
+            "e2e_runs.csv",
+            "kernels_qkv.svg",
+            "notes.txt",
+        ] {
             std::fs::write(t.join(f), b"old").unwrap();
         }
         std::thread::sleep(std::time::Duration::from_millis(20));

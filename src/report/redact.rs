@@ -39,28 +39,43 @@ fn secret_patterns() -> Vec<(Regex, &'static str)> {
         // Known token formats: Hugging Face, OpenAI-style keys, GitHub, Slack, AWS access keys.
         (re(r"\bhf_[A-Za-z0-9]{20,}"), "<token>"),
         (re(r"\bsk-[A-Za-z0-9_\-]{16,}"), "<token>"),
-        (re(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"), "<token>"),
+        (
+            re(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
+            "<token>",
+        ),
         (re(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"), "<token>"),
         (re(r"\bAKIA[0-9A-Z]{16}\b"), "<token>"),
         // `Authorization: Bearer X` / `Basic X`.
-        (re(r"(?i)(authorization:\s*(?:bearer|basic|token)\s+)\S+"), "${1}<token>"),
+        (
+            re(r"(?i)(authorization:\s*(?:bearer|basic|token)\s+)\S+"),
+            "${1}<token>",
+        ),
         // Flags: `--api-key X`, `--hf-token=X`, `--password X`.
         (
-            re(r"(?i)(--(?:api[-_]?key|hf[-_]?token|token|access[-_]?token|auth[-_]?token|password|secret)(?:=|\s+))(\S+)"),
+            re(
+                r"(?i)(--(?:api[-_]?key|hf[-_]?token|token|access[-_]?token|auth[-_]?token|password|secret)(?:=|\s+))(\S+)",
+            ),
             "${1}<token>",
         ),
         // Environment assignments: `HF_TOKEN=X`, `OPENAI_API_KEY=X`, `DB_PASSWORD=X`.
         (
-            re(r"\b([A-Z0-9_]*(?:TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*=['\x22]?)([^\s'\x22]+)"),
+            re(
+                r"\b([A-Z0-9_]*(?:TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*=['\x22]?)([^\s'\x22]+)",
+            ),
             "${1}<token>",
         ),
         // JSON or YAML keys: `"api_key": "X"`, `token: X`.
         (
-            re(r#"(?i)(\b(?:api[_-]?key|access[_-]?token|auth[_-]?token|hf[_-]?token|token|secret|password)\x22?\s*[:=]\s*\x22?)([^\x22\s,}]+)"#),
+            re(
+                r#"(?i)(\b(?:api[_-]?key|access[_-]?token|auth[_-]?token|hf[_-]?token|token|secret|password)\x22?\s*[:=]\s*\x22?)([^\x22\s,}]+)"#,
+            ),
             "${1}<token>",
         ),
         // Credentials in URLs: `https://user:pass@host`.
-        (re(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s:@]+:[^/\s@]+@"), "${1}<user>:<token>@"),
+        (
+            re(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s:@]+:[^/\s@]+@"),
+            "${1}<user>:<token>@",
+        ),
     ]
 }
 

@@ -184,7 +184,9 @@ fn router(app: AppState) -> Router {
         .fallback(not_found)
         // Prompts up to a long context fit; axum's default limit is 2 MiB.
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::map_response(oversized_body_as_openai_error))
+        .layer(axum::middleware::map_response(
+            oversized_body_as_openai_error,
+        ))
         .with_state(app)
 }
 
@@ -348,9 +350,10 @@ fn int_field(v: &Value, name: &'static str) -> Result<i64, ApiError> {
 fn num_field(v: &Option<Value>, name: &'static str) -> Result<Option<f64>, ApiError> {
     match v {
         None | Some(Value::Null) => Ok(None),
-        Some(x) => x.as_f64().map(Some).ok_or_else(|| {
-            ApiError::bad(format!("{name} must be a number, got {x}")).param(name)
-        }),
+        Some(x) => x
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| ApiError::bad(format!("{name} must be a number, got {x}")).param(name)),
     }
 }
 
@@ -488,7 +491,14 @@ fn render_chat(
             );
         };
         // The roles of the OpenAI chat API; anything else is a client mistake, not a prompt.
-        const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
+        const ROLES: [&str; 6] = [
+            "system",
+            "developer",
+            "user",
+            "assistant",
+            "tool",
+            "function",
+        ];
         if !ROLES.contains(&role) {
             return Err(ApiError::bad(format!(
                 "messages[{i}].role '{role}' is not one of {}",
