@@ -182,5 +182,9 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
             crate::report::redact::Redactor::for_this_host(!args.no_redact).redact(&md)
         );
     }
+    if let Some(why) = &results.interrupted {
+        eprintln!("rigbench kernels: INTERRUPTED ({why})");
+        return Ok(ExitStatus::Error);
+    }
     Ok(ExitStatus::Ok)
 }
