@@ -19,6 +19,7 @@ pub mod formats;
 pub mod fuzz_harness;
 pub mod gpu;
 pub mod kernels;
+pub mod multigpu;
 pub mod report;
 pub mod rig;
 pub mod runtime;

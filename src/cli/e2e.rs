@@ -392,7 +392,7 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
         }
     };
     eprintln!("rigbench e2e: report folder {}", dir.target.display());
-    let e2e = match crate::e2e::driver::run_blocking(&opts, &mut on_update) {
+    let mut e2e = match crate::e2e::driver::run_blocking(&opts, &mut on_update) {
         Ok(e) => e,
         Err(e) => {
             // An engine that failed to start: keep its whole log (that is when it matters),
@@ -420,6 +420,12 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
         .lock()
         .map_err(|_| anyhow::anyhow!("results lock poisoned"))?
         .clone();
+    let extra_log = opts
+        .engine_log
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    crate::e2e::parallel::annotate(&mut e2e, &results.rig, extra_log.as_deref());
     results.e2e = Some(e2e.clone());
     results.complete = !e2e.interrupted;
     if e2e.runs.is_empty() {

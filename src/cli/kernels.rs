@@ -13,6 +13,10 @@ use crate::{ExitStatus, RigError};
 /// Options shared by `kernels` and `report` that select and time the kernel cases.
 #[derive(Debug, Clone, clap::Args)]
 pub struct KernelSelection {
+    /// GPUs to bench, at the same time: `all` or CUDA indices (`0,1`). The first one's rows are
+    /// the kernel section; the others are compared with it (per-GPU rows, spread, findings).
+    #[arg(long, default_value = "0", value_parser = clap::builder::ValueParser::new(parse_devices))]
+    pub devices: crate::multigpu::DeviceSelection,
     /// Suite: a built-in name (qwen3.6-27b, smoke) or a path to a suite TOML file.
     #[arg(long, default_value = suite::DEFAULT_SUITE)]
     pub suite: String,
@@ -60,6 +64,10 @@ pub struct KernelSelection {
     /// vLLM Marlin NVFP4 when importable).
     #[arg(long, value_enum, default_value_t = PeerMode::Auto)]
     pub peers: PeerMode,
+}
+
+fn parse_devices(s: &str) -> Result<crate::multigpu::DeviceSelection, String> {
+    s.parse()
 }
 
 impl KernelSelection {
@@ -162,6 +170,8 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         write_files: args.out.is_some(),
         disabled: Vec::new(),
         force: args.force,
+        devices: args.sel.devices.clone(),
+        interconnect: false,
     };
     crate::signals::install()?;
     let results = crate::report::job::run(job)?;
@@ -173,6 +183,9 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         let mut md = String::new();
         if let Some(k) = &results.kernels {
             md.push_str(&crate::kernels::render::markdown(k, &[]));
+        }
+        if let Some(mg) = &results.multi_gpu {
+            md.push_str(&crate::multigpu::render::markdown(mg, &results.rig));
         }
         for s in &results.skipped {
             md.push_str(&format!("- skipped {}: {}\n", s.what, s.reason));

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use crate::ExitStatus;
 
 pub mod compare;
+pub mod devcheck;
 pub mod e2e;
 pub mod inspect;
 pub mod kernels;
@@ -43,6 +44,9 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Compare results with a baseline; statistical verdict per metric; exit code for CI.
     Compare(compare::CompareArgs),
+    /// Developer checks of the CUDA runtime (parity with the CPU, kernel checks, speed).
+    #[command(hide = true)]
+    Devcheck(devcheck::DevcheckArgs),
 }
 
 /// Parse the process arguments. On a bad command line, prints clap's message and returns
@@ -78,6 +82,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Inspect(a) => inspect::run(a),
         Command::Serve(a) => serve::run(a),
         Command::E2e(a) => e2e::run(a),
+        Command::Devcheck(a) => devcheck::run(a),
         Command::Report(a) => report::run(a),
         Command::Compare(a) => compare::run(a),
     }

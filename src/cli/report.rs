@@ -149,6 +149,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             reason: format!("not requested ({flag})"),
         })
         .collect(),
+        devices: args.sel.devices.clone(),
+        interconnect: true,
     })?;
     if let Some(why) = &results.interrupted {
         let timed = results.kernels.as_ref().map(|k| k.cases.len()).unwrap_or(0);

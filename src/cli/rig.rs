@@ -142,8 +142,19 @@ pub fn render(f: &RigFacts, all: bool, redactor: &Redactor) -> String {
             f.gpu_absent_reason.clone().unwrap_or_else(|| "none".into()),
         ]),
     }
-    for og in &f.other_gpus {
-        rows.push(vec!["other GPU (not benched)".into(), og.clone()]);
+    if f.gpus.len() > 1 {
+        rows.push(vec![
+            "GPUs".into(),
+            format!(
+                "{} (every GPU below; `--devices` selects which are benched)",
+                f.gpus.len()
+            ),
+        ]);
+    } else {
+        // Results written before `gpus` existed.
+        for og in &f.other_gpus {
+            rows.push(vec!["other GPU (not benched)".into(), og.clone()]);
+        }
     }
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "not found".into());
     rows.push(vec!["NVIDIA driver".into(), opt(&f.stack.driver_version)]);
@@ -163,6 +174,14 @@ pub fn render(f: &RigFacts, all: bool, redactor: &Redactor) -> String {
         out.push_str("\nProblems with the GPU stack:\n\n");
         for p in &f.stack.problems {
             out.push_str(&format!("- {p}\n"));
+        }
+    }
+    if f.gpus.len() > 1 {
+        out.push_str("\n## GPUs\n\n");
+        out.push_str(&crate::rig::topology::render_gpus(&f.gpus));
+        if let Some(t) = &f.topology {
+            out.push_str("\n## Topology\n\n");
+            out.push_str(&crate::rig::topology::render(t));
         }
     }
     out.push_str("\n## Format capability on this card\n\n");

@@ -259,6 +259,10 @@ impl EngineHandle {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        // Multi-GPU engines: NVLink multicast stays off in every environment rigbench sets up.
+        for (k, v) in crate::gpu::nccl::NCCL_ENV {
+            cmd.env(k, v);
+        }
         #[cfg(unix)]
         cmd.process_group(0);
         let mut child = cmd

@@ -20,6 +20,7 @@ pub mod driver;
 pub mod executor;
 pub mod launcher;
 pub mod metrics;
+pub mod parallel;
 pub mod prometheus;
 pub mod prompts;
 pub mod report;
@@ -67,6 +68,9 @@ pub struct E2eResults {
     /// The captured engine log (written as `engine.log`, not into results.json).
     #[serde(skip)]
     pub engine_log: Option<String>,
+    /// The engine's parallel layout and the rig's GPUs and topology (multi-GPU engines or rigs).
+    #[serde(default)]
+    pub multi_gpu: Option<parallel::EngineMultiGpu>,
 }
 
 impl E2eResults {
@@ -79,7 +83,11 @@ impl E2eResults {
 /// Render end-to-end results as Markdown (the report's e2e section: conditions first, then
 /// latency and throughput tables, with links to the plots written by [`write_plots`]).
 pub fn render_markdown(results: &E2eResults) -> String {
-    report::render_markdown(results)
+    let mut md = report::render_markdown(results);
+    if let Some(m) = &results.multi_gpu {
+        md.push_str(&parallel::render(m));
+    }
+    md
 }
 
 /// Write the e2e plots (SVG) into `dir`; returns the file names written (relative to `dir`).

@@ -124,6 +124,12 @@ fn slot_lut() -> [[u32; 16]; 8] {
     lut
 }
 
+/// [`slot_lut`] flattened to `[slot · 16 + code]`: the table the GPU repacking kernel
+/// (`rt_w4a16_repack` in kernels/runtime.cu) reads.
+pub fn slot_lut_flat() -> Vec<u32> {
+    slot_lut().iter().flatten().copied().collect()
+}
+
 /// Scatter the 8 codes of one k16 step into a 32-bit word. `codes[r][0]` is register r's low
 /// value, `codes[r][1]` its high value (4-bit E2M1 codes).
 pub fn encode_step_word(codes: [[u8; 2]; 4]) -> u32 {

@@ -70,6 +70,26 @@ impl Gpu {
     /// # Errors
     /// [`RigError::NoGpu`] naming what is missing (driver, device, version).
     pub fn open() -> Result<Self, RigError> {
+        Self::open_device(0)
+    }
+
+    /// Open CUDA device `index` (an ordinal as the driver numbers the visible devices, i.e.
+    /// after `CUDA_VISIBLE_DEVICES`), with its own context, on the context's default stream.
+    /// Checks as [`Gpu::open`].
+    ///
+    /// # Errors
+    /// [`RigError::NoGpu`] naming what is missing (driver, device, version, or an index past the
+    /// devices the driver reports).
+    pub fn open_device(index: usize) -> Result<Self, RigError> {
+        Self::open_device_stream(index, false)
+    }
+
+    /// [`Gpu::open_device`]; with `own_stream`, work runs on a new (non-default) stream, which
+    /// CUDA graph capture requires.
+    ///
+    /// # Errors
+    /// As [`Gpu::open_device`].
+    pub fn open_device_stream(index: usize, own_stream: bool) -> Result<Self, RigError> {
         let libs = libraries();
         if !libs.driver {
             return Err(RigError::NoGpu(
@@ -83,12 +103,24 @@ impl Gpu {
         if n <= 0 {
             return Err(RigError::NoGpu("the CUDA driver reports no GPU".into()));
         }
-        let ctx = CudaContext::new(0).map_err(|e| cuda_err("creating the CUDA context", e))?;
+        if index >= n as usize {
+            return Err(RigError::NoGpu(format!(
+                "no CUDA device {index}: the driver reports {n} (devices 0 to {})",
+                n - 1
+            )));
+        }
+        let ctx = CudaContext::new(index)
+            .map_err(|e| cuda_err(&format!("creating the CUDA context on device {index}"), e))?;
         // One stream only: rigbench orders its own work, and the timing events must not have
         // cudarc's tracking events recorded between them.
         // SAFETY: all buffers are used on this one stream.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        let stream = if own_stream {
+            ctx.new_stream()
+                .map_err(|e| cuda_err("creating a stream", e))?
+        } else {
+            ctx.default_stream()
+        };
         use cudarc::driver::sys::CUdevice_attribute as A;
         let attr = |a| ctx.attribute(a).unwrap_or(0);
         let cc = ComputeCapability::new(
@@ -104,6 +136,17 @@ impl Gpu {
             ctx,
             stream,
         })
+    }
+
+    /// Make this GPU's context current on the calling thread (the raw driver calls below need
+    /// it; cudarc's own calls bind it themselves).
+    ///
+    /// # Errors
+    /// A driver failure.
+    pub fn bind(&self) -> Result<(), RigError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| cuda_err("binding the CUDA context to this thread", e))
     }
 
     /// The stream all work runs on.
@@ -134,6 +177,7 @@ impl Gpu {
 
     /// Allocate and copy `host` to the device.
     pub fn upload<T: cudarc::driver::DeviceRepr>(&self, host: &[T]) -> Result<DevBuf, RigError> {
+        self.bind()?;
         let bytes = std::mem::size_of_val(host);
         let buf = self.alloc(bytes)?;
         if bytes > 0 {
@@ -154,6 +198,7 @@ impl Gpu {
         offset: usize,
         n: usize,
     ) -> Result<Vec<T>, RigError> {
+        self.bind()?;
         let sz = std::mem::size_of::<T>();
         if (offset + n) * sz > buf.bytes {
             return Err(cuda_err("download", "range past the end of the buffer"));
@@ -176,6 +221,7 @@ impl Gpu {
 
     /// Fill `buf` with `byte` (asynchronous, on the stream).
     pub fn memset(&self, buf: &DevBuf, byte: u8) -> Result<(), RigError> {
+        self.bind()?;
         // SAFETY: writes exactly buf.bytes bytes of a live allocation.
         unsafe {
             cudarc::driver::result::memset_d8_async(
@@ -193,6 +239,7 @@ impl Gpu {
         if bytes > dst.bytes || bytes > src.bytes {
             return Err(cuda_err("copy", "size larger than a buffer"));
         }
+        self.bind()?;
         // SAFETY: sizes checked.
         unsafe {
             cudarc::driver::result::memcpy_dtod_async(
@@ -259,6 +306,89 @@ impl Gpu {
             arch: self.cc.arch_flag(),
             compile_s,
         })
+    }
+
+    /// Copy `host` into `buf` at byte offset `offset` (queued on the stream; pageable host
+    /// memory makes it complete before this returns).
+    ///
+    /// # Errors
+    /// The range past the end of the buffer, or a driver failure.
+    pub fn write<T: cudarc::driver::DeviceRepr>(
+        &self,
+        buf: &DevBuf,
+        offset: usize,
+        host: &[T],
+    ) -> Result<(), RigError> {
+        let bytes = std::mem::size_of_val(host);
+        if offset + bytes > buf.bytes {
+            return Err(cuda_err("write", "range past the end of the buffer"));
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: range checked above; `host` is a valid slice of `bytes` bytes.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                buf.ptr + offset as u64,
+                host,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| cuda_err("host-to-device copy", e))
+    }
+
+    /// Fill `bytes` bytes of `buf` from byte `offset` with `byte` (asynchronous).
+    ///
+    /// # Errors
+    /// The range past the end of the buffer, or a driver failure.
+    pub fn memset_range(
+        &self,
+        buf: &DevBuf,
+        offset: usize,
+        bytes: usize,
+        byte: u8,
+    ) -> Result<(), RigError> {
+        if offset + bytes > buf.bytes {
+            return Err(cuda_err("memset", "range past the end of the buffer"));
+        }
+        self.bind()?;
+        // SAFETY: range checked above.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                buf.ptr + offset as u64,
+                byte,
+                bytes,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| cuda_err("memset", e))
+    }
+
+    /// Start capturing this GPU's stream into a CUDA graph (the stream must not be the
+    /// context's default stream: open with `own_stream`).
+    ///
+    /// # Errors
+    /// A driver failure (e.g. capture on the legacy default stream).
+    pub fn begin_capture(&self) -> Result<(), RigError> {
+        self.stream
+            .begin_capture(
+                cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+            .map_err(|e| cuda_err("beginning stream capture", e))
+    }
+
+    /// End the capture started by [`Gpu::begin_capture`] and instantiate the graph.
+    ///
+    /// # Errors
+    /// A launch inside the capture that cannot be captured, or a driver failure.
+    pub fn end_capture(&self) -> Result<Graph, RigError> {
+        let g = self
+            .stream
+            .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+            .map_err(|e| cuda_err("ending stream capture", e))?
+            .ok_or_else(|| cuda_err("ending stream capture", "the capture recorded nothing"))?;
+        Ok(Graph { graph: g })
     }
 
     /// Create a pair of timing events (created with `CU_EVENT_DEFAULT`, so they record time).
@@ -365,6 +495,19 @@ impl Module {
         })
     }
 
+    /// Allow kernel `name` up to `bytes` of dynamic shared memory (above the 48 KiB default).
+    ///
+    /// # Errors
+    /// An unknown kernel or a driver failure (more than the device allows).
+    pub fn set_max_dynamic_smem(&self, name: &str, bytes: u32) -> Result<(), RigError> {
+        self.func(name)?
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+            .map_err(|e| cuda_err(&format!("dynamic shared memory of {name}"), e))
+    }
+
     /// Resident blocks per SM for kernel `name` at `block` threads and no dynamic shared memory
     /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`).
     pub fn occupancy(&self, name: &str, block: u32) -> Result<u32, RigError> {
@@ -404,6 +547,28 @@ impl Module {
         // kernels/*.cu; pointers come from live DevBufs.
         unsafe { b.launch(cfg) }.map_err(|e| cuda_err(&format!("launching {name}"), e))?;
         Ok(())
+    }
+}
+
+/// An instantiated CUDA graph (captured from a [`Gpu`]'s stream); replays on that stream.
+pub struct Graph {
+    graph: cudarc::driver::CudaGraph,
+}
+
+// SAFETY: a Graph is only ever used by one thread at a time (it moves with its owner, e.g. a
+// runtime backend handed to the engine thread); CUDA requires external serialization of graph
+// calls, not thread affinity.
+unsafe impl Send for Graph {}
+
+impl Graph {
+    /// Replay the graph on its stream.
+    ///
+    /// # Errors
+    /// A driver failure.
+    pub fn launch(&self) -> Result<(), RigError> {
+        self.graph
+            .launch()
+            .map_err(|e| cuda_err("launching a CUDA graph", e))
     }
 }
 

@@ -48,6 +48,11 @@ impl Lt {
     }
 }
 
+// SAFETY: a cuBLASLt handle may be used from any thread (cuBLAS docs, "Thread Safety": the
+// library is thread safe and its functions can be called from multiple host threads); rigbench
+// uses each handle from one thread at a time.
+unsafe impl Send for Lt {}
+
 impl Drop for Lt {
     fn drop(&mut self) {
         // SAFETY: handle created by create_handle and not used after drop.
@@ -66,6 +71,15 @@ pub enum LtKind {
         w_scale_ptr: u64,
         /// Scale of the activations (cuBLASLt's B).
         a_scale_ptr: u64,
+    },
+    /// E4M3 × E4M3 → BF16 with FP32 vector scales along the outer dimensions
+    /// (`CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F`): one scale per weight row (N floats) and
+    /// one per token (M floats), i.e. per-channel weights and per-token dynamic activations.
+    Fp8RowWise {
+        /// N scales of W (cuBLASLt's A, outer dimension N).
+        w_scales_ptr: u64,
+        /// M scales of the activations (cuBLASLt's B, outer dimension M).
+        a_scales_ptr: u64,
     },
     /// NVFP4 × NVFP4 → BF16 (sm_100 and up): E2M1 operands packed two per byte (low nibble
     /// first, the ModelOpt layout), UE4M3 block scales per 16 elements in cuBLASLt's interleaved
@@ -125,6 +139,28 @@ impl LtKind {
                 ));
                 (sys::cudaDataType::CUDA_R_8F_E4M3, "FP8 E4M3")
             }
+            LtKind::Fp8RowWise {
+                w_scales_ptr,
+                a_scales_ptr,
+            } => {
+                let outer =
+                    sys::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                        as i32;
+                desc_attrs.push((D::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, AttrValue::I32(outer)));
+                desc_attrs.push((D::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, AttrValue::I32(outer)));
+                desc_attrs.push((
+                    D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                    AttrValue::Ptr(w_scales_ptr),
+                ));
+                desc_attrs.push((
+                    D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                    AttrValue::Ptr(a_scales_ptr),
+                ));
+                (
+                    sys::cudaDataType::CUDA_R_8F_E4M3,
+                    "FP8 E4M3 (per-channel × per-token scales)",
+                )
+            }
             LtKind::Nvfp4 {
                 w_block_scales_ptr,
                 a_block_scales_ptr,
@@ -156,6 +192,15 @@ impl LtKind {
     }
 }
 
+/// Element type of a GEMM's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutType {
+    /// BF16 (the default).
+    Bf16,
+    /// FP32 (logits; FP8 GEMMs whose scales are applied afterwards).
+    F32,
+}
+
 /// A planned GEMM for fixed M, N, K.
 pub struct LtGemm {
     desc: sys::cublasLtMatmulDesc_t,
@@ -174,6 +219,21 @@ impl LtGemm {
     /// # Errors
     /// cuBLASLt rejects the layout (e.g. FP8 with K not a multiple of 16) or has no algorithm.
     pub fn plan(handle: &Lt, kind: LtKind, m: usize, n: usize, k: usize) -> Result<Self, RigError> {
+        Self::plan_out(handle, kind, m, n, k, OutType::Bf16)
+    }
+
+    /// [`LtGemm::plan`] with a chosen output element type.
+    ///
+    /// # Errors
+    /// As [`LtGemm::plan`].
+    pub fn plan_out(
+        handle: &Lt,
+        kind: LtKind,
+        m: usize,
+        n: usize,
+        k: usize,
+        out: OutType,
+    ) -> Result<Self, RigError> {
         let spec = kind.spec();
         let (ab_type, name) = (spec.ab_type, spec.name);
         let desc = lt::create_matmul_desc(
@@ -205,9 +265,12 @@ impl LtGemm {
             .map_err(|e| lt_err("layout W", e))?;
         me.lb = lt::create_matrix_layout(ab_type, k as u64, m as u64, k as i64)
             .map_err(|e| lt_err("layout A", e))?;
-        me.ld =
-            lt::create_matrix_layout(sys::cudaDataType::CUDA_R_16BF, n as u64, m as u64, n as i64)
-                .map_err(|e| lt_err("layout C", e))?;
+        let out_type = match out {
+            OutType::Bf16 => sys::cudaDataType::CUDA_R_16BF,
+            OutType::F32 => sys::cudaDataType::CUDA_R_32F,
+        };
+        me.ld = lt::create_matrix_layout(out_type, n as u64, m as u64, n as i64)
+            .map_err(|e| lt_err("layout C", e))?;
         let pref = lt::create_matmul_pref().map_err(|e| lt_err("create preference", e))?;
         let ws = WORKSPACE_BYTES as u64;
         // SAFETY: valid preference handle; value is a u64 as documented.
@@ -252,6 +315,30 @@ impl LtGemm {
             me.ws_size
         );
         Ok(me)
+    }
+
+    /// Point the plan's scale attributes at new device buffers (`A` = the weights' scales, `B` =
+    /// the activations'), for FP8 kinds; the heuristic's algorithm stays valid (it depends on the
+    /// scale modes, not the addresses).
+    ///
+    /// # Errors
+    /// cuBLASLt rejecting the attribute.
+    pub fn set_scale_pointers(&self, a_scales: u64, b_scales: u64) -> Result<(), RigError> {
+        use sys::cublasLtMatmulDescAttributes_t as D;
+        // SAFETY: the descriptor is live; the values are device pointers (u64) as documented.
+        unsafe {
+            set_attr(
+                self.desc,
+                D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                &a_scales,
+            )?;
+            set_attr(
+                self.desc,
+                D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                &b_scales,
+            )?;
+        }
+        Ok(())
     }
 
     /// Queue `C = alpha · A · Wᵀ` on the GPU's stream.
@@ -304,6 +391,10 @@ unsafe fn set_attr<T>(
     )
     .map_err(|e| lt_err(&format!("set {attr:?}"), e))
 }
+
+// SAFETY: the descriptors are plain host objects that cuBLASLt only reads during a matmul;
+// rigbench uses each plan from one thread at a time.
+unsafe impl Send for LtGemm {}
 
 impl Drop for LtGemm {
     fn drop(&mut self) {

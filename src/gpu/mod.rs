@@ -1,5 +1,7 @@
 //! The only module that imports cudarc: library probing (never a panic without CUDA), context
-//! and stream, NVRTC builds of `kernels/*.cu`, event timing, the L2 flush, and cuBLASLt.
+//! and stream, NVRTC builds of `kernels/*.cu`, event timing, the L2 flush, cuBLASLt, several
+//! GPUs in one process ([`multi`]: peer access and copies) and NCCL ([`nccl`], loaded at run
+//! time).
 //!
 //! Rule: call [`libraries`] (which asks cudarc's `is_culib_present()` for each library) before
 //! any other cudarc call: cudarc's dynamic loading panics when a library is missing.
@@ -9,5 +11,7 @@ pub mod probe;
 pub use probe::{libraries, probe_into, LibraryStatus, MIN_DRIVER_CUDA};
 pub mod context;
 pub mod cublaslt;
+pub mod multi;
+pub mod nccl;
 
-pub use context::{DevBuf, FlushMethod, FuncAttrs, Gpu, KArg, L2Flusher, Module, Timer};
+pub use context::{DevBuf, FlushMethod, FuncAttrs, Gpu, Graph, KArg, L2Flusher, Module, Timer};

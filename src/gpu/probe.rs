@@ -1,4 +1,4 @@
-//! Probe the CUDA driver, NVRTC and cuBLASLt libraries and read device 0's facts.
+//! Probe the CUDA driver, NVRTC and cuBLASLt libraries and read every device's facts.
 
 use crate::rig::{ComputeCapability, GpuFacts, RigFacts};
 
@@ -110,7 +110,8 @@ fn attr(dev: cudarc::driver::sys::CUdevice, a: cudarc::driver::sys::CUdevice_att
         .unwrap_or(0)
 }
 
-/// Fill `facts.gpu`, `facts.stack` (or `facts.gpu_absent_reason`). Never panics.
+/// Fill `facts.gpus` (every device), `facts.gpu` (device 0), `facts.stack` (or
+/// `facts.gpu_absent_reason`). Never panics.
 pub fn probe_into(facts: &mut RigFacts) {
     let libs = libraries();
     facts.stack.built_for_cuda = format!("{}.{}", MIN_DRIVER_CUDA.0, MIN_DRIVER_CUDA.1);
@@ -160,14 +161,22 @@ pub fn probe_into(facts: &mut RigFacts) {
         let name = cudarc::driver::result::device::get_name(dev).unwrap_or_default();
         if i > 0 {
             facts.other_gpus.push(format!("{i}: {name}"));
-            continue;
         }
         let major = attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) as u32;
         let minor = attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) as u32;
         // SAFETY: driver initialised, `dev` valid.
         let mem = unsafe { cudarc::driver::result::device::total_mem(dev) }.unwrap_or(0);
-        facts.gpu = Some(GpuFacts {
-            index: 0,
+        let pci_bus_id = pci_bus_id(dev);
+        // NVML numbers GPUs in PCI order, CUDA by its own rules and after CUDA_VISIBLE_DEVICES:
+        // match them by bus id.
+        let telemetry = if i == 0 && pci_bus_id.is_none() {
+            telemetry.clone()
+        } else {
+            crate::rig::telemetry::TelemetryReader::for_pci_bus_id(pci_bus_id.as_deref(), i as u32)
+                .read()
+        };
+        facts.gpus.push(GpuFacts {
+            index: i as usize,
             name,
             compute_capability: (major > 0).then(|| ComputeCapability::new(major, minor)),
             sm_count: attr(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) as u32,
@@ -178,9 +187,21 @@ pub fn probe_into(facts: &mut RigFacts) {
                 A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
             ) as u64,
             memory_bus_width_bits: attr(dev, A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH) as u32,
-            telemetry: telemetry.clone(),
+            telemetry,
+            pci_bus_id,
         });
     }
+    facts.gpu = facts.gpus.first().cloned();
+}
+
+/// The PCI bus id of a device as `dddd:bb:dd.0` (lower case; the form sysfs uses), from the
+/// driver's PCI domain, bus and device attributes.
+pub(crate) fn pci_bus_id(dev: cudarc::driver::sys::CUdevice) -> Option<String> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    let bus = attr(dev, A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID);
+    let device = attr(dev, A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID);
+    let domain = attr(dev, A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID);
+    (bus > 0 || device > 0 || domain > 0).then(|| format!("{domain:04x}:{bus:02x}:{device:02x}.0"))
 }
 
 #[cfg(test)]

@@ -81,9 +81,22 @@ struct Rig {
 /// single implementations or cases are recorded as skips, not errors.
 pub fn run(
     opts: &BenchOptions,
+    on_update: impl FnMut(&KernelResults),
+) -> anyhow::Result<KernelResults> {
+    run_on_device(0, opts, on_update)
+}
+
+/// [`run`] on CUDA device `device`, with its own context and stream (several devices may run at
+/// once, each on its own thread). Telemetry is read from the same GPU (matched by PCI bus id).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_on_device(
+    device: usize,
+    opts: &BenchOptions,
     mut on_update: impl FnMut(&KernelResults),
 ) -> anyhow::Result<KernelResults> {
-    let gpu = Gpu::open()?;
+    let gpu = Gpu::open_device(device)?;
     let mut res = KernelResults {
         suite: SuiteInfo {
             name: opts.suite.name.clone(),
@@ -128,7 +141,10 @@ pub fn run(
     }
     let flusher = L2Flusher::new(&gpu, opts.flush)?;
     let rig = Rig {
-        telem: TelemetryReader::new(0),
+        telem: TelemetryReader::for_pci_bus_id(
+            crate::gpu::multi::pci_bus_id(device).as_deref(),
+            device as u32,
+        ),
         flusher,
         gpu,
         lt,
@@ -537,7 +553,12 @@ pub fn fill_derived(c: &mut KernelCase, copy_bytes_per_s: Option<f64>, bf16_medi
 
 /// Device-to-device copy of 1 GiB (or a quarter of free memory), warm, 20 samples: the bytes
 /// read plus written over the median time.
-fn copy_bandwidth(gpu: &Gpu) -> anyhow::Result<CopyBandwidth> {
+/// Device-to-device copy bandwidth (1 GiB or a quarter of free memory; 20 timed copies;
+/// read + written bytes over the median time): the memory roofline of a run.
+///
+/// # Errors
+/// A device failure.
+pub fn copy_bandwidth(gpu: &Gpu) -> anyhow::Result<CopyBandwidth> {
     let (free, _) = gpu.mem_info()?;
     let bytes = (1usize << 30).min(free / 4).max(64 << 20);
     let a = gpu.alloc(bytes)?;

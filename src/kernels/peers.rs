@@ -171,7 +171,7 @@ fn run_script(opts: &BenchOptions, k: &KernelResults) -> anyhow::Result<PeerOut>
     let spec_path = dir.path().join("spec.json");
     std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
     let out_path = dir.path().join("peers.json");
-    let status = Command::new("python3")
+    let status = crate::gpu::nccl::apply_child_env(&mut Command::new("python3"))
         .arg(&script)
         .arg("--spec")
         .arg(&spec_path)

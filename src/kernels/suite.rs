@@ -32,6 +32,34 @@ pub struct Shape {
     pub note: String,
 }
 
+/// The model the suite's shapes come from, for the parts that need more than GEMM shapes (the
+/// multi-GPU all-reduce message sizes and the tensor-parallel prediction). Optional TOML table:
+///
+/// ```toml
+/// [model]
+/// name = "Qwen3.6-27B"
+/// hidden_size = 5120
+/// layers = 64
+/// allreduces_per_layer = 2   # default: one after attention, one after the MLP
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelInfo {
+    /// Model name.
+    pub name: String,
+    /// Hidden size (the width of the activations between layers).
+    pub hidden_size: usize,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Tensor-parallel all-reduces per layer.
+    #[serde(default = "two")]
+    pub allreduces_per_layer: usize,
+}
+
+fn two() -> usize {
+    2
+}
+
 /// A parsed suite.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,6 +73,9 @@ pub struct Suite {
     pub m: Vec<usize>,
     /// Shapes.
     pub shapes: Vec<Shape>,
+    /// The model, when the suite names it (`[model]`).
+    #[serde(default)]
+    pub model: Option<ModelInfo>,
     /// Where it was read from (set by the loader).
     #[serde(skip)]
     pub file: PathBuf,
@@ -131,6 +162,14 @@ pub fn parse(text: &str, path: &Path) -> Result<Suite, RigError> {
     if s.shapes.is_empty() {
         return Err(RigError::file(path, "no [[shapes]] entries"));
     }
+    if let Some(m) = &s.model {
+        if m.hidden_size == 0 || m.layers == 0 || m.allreduces_per_layer == 0 {
+            return Err(RigError::file(
+                path,
+                "[model]: hidden_size, layers and allreduces_per_layer must be positive",
+            ));
+        }
+    }
     let mut seen = std::collections::HashSet::new();
     for sh in &s.shapes {
         if sh.n == 0 || sh.k == 0 {
@@ -193,7 +232,37 @@ mod tests {
         assert_eq!(s.m.len(), 14);
         let ba = s.shapes.iter().find(|x| x.name == "in_proj_ba").unwrap();
         assert_eq!((ba.n, ba.k), (96, 5120));
-        assert!(load("smoke").is_ok());
+        let m = s.model.as_ref().expect("the default suite names its model");
+        assert_eq!(
+            (m.hidden_size, m.layers, m.allreduces_per_layer),
+            (5120, 64, 2)
+        );
+        assert_eq!(load("smoke").unwrap().model, s.model);
+    }
+
+    #[test]
+    fn model_table_is_checked() {
+        let p = Path::new("x.toml");
+        let base = "name='a'\nm=[1]\n[[shapes]]\nname='q'\nn=1\nk=16\n";
+        let s = parse(base, p).unwrap();
+        assert_eq!(s.model, None);
+        let s = parse(
+            &format!("{base}[model]\nname='x'\nhidden_size=8\nlayers=2\n"),
+            p,
+        )
+        .unwrap();
+        assert_eq!(s.model.unwrap().allreduces_per_layer, 2);
+        let e = parse(
+            &format!("{base}[model]\nname='x'\nhidden_size=0\nlayers=2\n"),
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("[model]") && e.contains("x.toml"), "{e}");
+        let e = parse(&format!("{base}[model]\nname='x'\nhidden=8\nlayers=2\n"), p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hidden"), "{e}");
     }
 
     #[test]

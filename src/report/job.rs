@@ -31,6 +31,12 @@ pub struct Job {
     pub disabled: Vec<Skip>,
     /// Replace a report already in `out` (`--force`), once this run has measured something.
     pub force: bool,
+    /// GPUs to bench (`--devices`); the first one's rows are the `kernels` section, the others
+    /// run at the same time and are compared with it.
+    pub devices: crate::multigpu::DeviceSelection,
+    /// Measure the interconnect and predict tensor-parallel decode when two or more GPUs are
+    /// selected (`report`).
+    pub interconnect: bool,
 }
 
 /// When SIGINT or SIGTERM has arrived (see `crate::signals`): record `what` as not run and
@@ -88,6 +94,24 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
     };
     save(&results)?;
 
+    // Resolve --devices before measuring anything (a device the machine lacks is a flag error).
+    let devices = job.devices.resolve(results.rig.gpus.len())?;
+    if let Some(why) = crate::multigpu::run::single_gpu_reason(
+        &devices,
+        results.rig.gpus.len(),
+        results.rig.gpu_absent_reason.as_deref(),
+    ) {
+        results.skipped.push(Skip {
+            what: "multi-gpu".into(),
+            reason: why,
+        });
+    } else {
+        results.multi_gpu = Some(crate::multigpu::MultiGpuResults {
+            devices: devices.clone(),
+            ..Default::default()
+        });
+    }
+
     results.skipped.extend(job.disabled.iter().cloned());
     if job.accuracy && !skip_if_interrupted(&mut results, "accuracy") {
         let acc = crate::kernels::accuracy::study();
@@ -120,29 +144,106 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
                 .as_ref()
                 .map(|k| k.reference_accuracy.clone())
                 .unwrap_or_default();
+            let first = devices.first().copied().unwrap_or(0);
+            let others: Vec<(usize, String)> = devices
+                .iter()
+                .skip(1)
+                .map(|&d| {
+                    let name = results
+                        .rig
+                        .gpus
+                        .get(d)
+                        .map(|g| g.name.clone())
+                        .unwrap_or_default();
+                    (d, name)
+                })
+                .collect();
             let mut last_err = None;
-            let outcome = crate::kernels::bench::run(opts, |partial| {
-                let mut k = partial.clone();
-                k.reference_accuracy = accuracy.clone();
-                results.kernels = Some(k);
-                if let Err(e) = save(&results) {
-                    last_err = Some(e);
-                }
-            });
+            let (outcome, other_kernels) =
+                crate::multigpu::run::bench_devices(opts, &others, |others_now| {
+                    crate::kernels::bench::run_on_device(first, opts, |partial| {
+                        let mut k = partial.clone();
+                        k.reference_accuracy = accuracy.clone();
+                        results.kernels = Some(k);
+                        if let Some(mg) = results.multi_gpu.as_mut() {
+                            mg.device_kernels = others_now();
+                        }
+                        if let Err(e) = save(&results) {
+                            last_err = Some(e);
+                        }
+                    })
+                });
+            if let Some(mg) = results.multi_gpu.as_mut() {
+                mg.device_kernels = other_kernels;
+            }
             if let Some(e) = last_err {
                 return Err(e);
             }
             match outcome {
                 Ok(mut k) => {
                     k.reference_accuracy = accuracy;
-                    if !skip_if_interrupted(&mut results, "kernels/peers") {
+                    if skip_if_interrupted(&mut results, "kernels/peers") {
+                    } else if first == 0 {
                         crate::kernels::peers::run_into(opts, &mut k);
+                    } else if opts.peers != crate::kernels::peers::PeerMode::Off {
+                        k.notes.push(format!("peers not run: they run on CUDA device 0, and the first device selected is {first}"));
                     }
                     results.kernels = Some(k);
                 }
                 Err(e) => results.skipped.push(Skip {
                     what: "kernels".into(),
                     reason: format!("the kernel bench stopped: {e:#} (cases measured before the error are kept)"),
+                }),
+            }
+            if let Some(mg) = results.multi_gpu.as_mut() {
+                mg.spread = Some(spread_of(
+                    &results.rig,
+                    first,
+                    results.kernels.as_ref(),
+                    &mg.device_kernels,
+                ));
+            }
+            save(&results)?;
+            if let (Some(d), Some(mg)) = (&dir, &results.multi_gpu) {
+                for dk in &mg.device_kernels {
+                    if let Some(k) = &dk.kernels {
+                        d.write_text(
+                            &format!("kernels_gpu{}.csv", dk.device),
+                            &crate::kernels::render::csv(k)?,
+                        )?;
+                    }
+                }
+            }
+        }
+    }
+
+    if job.interconnect {
+        let model = job.kernels.as_ref().and_then(|o| o.suite.model.clone());
+        let peers = job
+            .kernels
+            .as_ref()
+            .map(|o| o.peers)
+            .unwrap_or(crate::kernels::peers::PeerMode::Auto);
+        if let Some(mut mg) = results.multi_gpu.take() {
+            let mut skipped = Vec::new();
+            crate::multigpu::run::interconnect(
+                &devices,
+                model.as_ref(),
+                peers,
+                &mut mg,
+                &mut skipped,
+            );
+            results.multi_gpu = Some(mg);
+            results.skipped.extend(skipped);
+            match crate::multigpu::run::tp_prediction(&results, model.as_ref()) {
+                Ok(tp) => {
+                    if let Some(mg) = results.multi_gpu.as_mut() {
+                        mg.tp = Some(tp);
+                    }
+                }
+                Err(why) => results.skipped.push(Skip {
+                    what: "multi-gpu/tp".into(),
+                    reason: why,
                 }),
             }
             save(&results)?;
@@ -171,7 +272,8 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
         .filter(|_| !skip_if_interrupted(&mut results, "e2e"))
     {
         match crate::e2e::run_for_report(opts) {
-            Ok(r) => {
+            Ok(mut r) => {
+                crate::e2e::parallel::annotate(&mut r, &results.rig, None);
                 if let Some(d) = &dir {
                     crate::e2e::report::write_csv(&r, &d.path)?;
                     if let Some(log) = &r.engine_log {
@@ -212,6 +314,35 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
         d.commit()?;
     }
     Ok(results)
+}
+
+/// The per-GPU comparison of the first device's kernel rows with the others'.
+fn spread_of(
+    rig: &crate::rig::RigFacts,
+    first: usize,
+    first_kernels: Option<&crate::kernels::KernelResults>,
+    others: &[crate::multigpu::schema::DeviceKernels],
+) -> crate::multigpu::schema::SpreadReport {
+    use crate::multigpu::spread::{spread, DeviceRun};
+    let name_of = |d: usize| rig.gpus.get(d).map(|g| g.name.as_str()).unwrap_or("?");
+    let mut runs = Vec::new();
+    if let Some(k) = first_kernels {
+        runs.push(DeviceRun {
+            device: first,
+            name: name_of(first),
+            kernels: k,
+        });
+    }
+    for o in others {
+        if let Some(k) = &o.kernels {
+            runs.push(DeviceRun {
+                device: o.device,
+                name: name_of(o.device),
+                kernels: k,
+            });
+        }
+    }
+    spread(&runs)
 }
 
 /// Write report.md and the plots for `results` into `dir`.

@@ -35,6 +35,9 @@ pub fn render(r: &Results, plots: &[String], redactor: &crate::report::redact::R
     if let Some(k) = &r.kernels {
         o.push_str(&crate::kernels::render::markdown(k, plots));
     }
+    if let Some(mg) = &r.multi_gpu {
+        o.push_str(&crate::multigpu::render::markdown(mg, &r.rig));
+    }
     if let Some(c) = &r.checkpoint {
         o.push_str("## Checkpoint\n\n");
         o.push_str(&crate::checkpoint::render_markdown(c));

@@ -35,6 +35,10 @@ pub struct Results {
     /// End-to-end runs.
     #[serde(default)]
     pub e2e: Option<crate::e2e::E2eResults>,
+    /// Multi-GPU parts: other GPUs' kernel rows and their spread, the interconnect, the
+    /// tensor-parallel prediction (`--devices` with two or more GPUs).
+    #[serde(default)]
+    pub multi_gpu: Option<crate::multigpu::MultiGpuResults>,
     /// Parts of the job not run, with the reason.
     #[serde(default)]
     pub skipped: Vec<Skip>,
@@ -69,6 +73,7 @@ impl Results {
             kernels: None,
             checkpoint: None,
             e2e: None,
+            multi_gpu: None,
             skipped: Vec::new(),
             complete: false,
             interrupted: None,

@@ -7,6 +7,7 @@
 pub mod capability;
 pub mod host;
 pub mod telemetry;
+pub mod topology;
 
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +53,9 @@ pub struct GpuFacts {
     pub memory_bus_width_bits: u32,
     /// Telemetry from NVML (or `nvidia-smi`), when available.
     pub telemetry: Option<telemetry::Telemetry>,
+    /// PCI bus id, `dddd:bb:dd.f` (lower case), from the CUDA driver.
+    #[serde(default)]
+    pub pci_bus_id: Option<String>,
 }
 
 /// Versions of the GPU software stack.
@@ -82,8 +86,15 @@ pub struct RigFacts {
     pub gpu: Option<GpuFacts>,
     /// Why there is no GPU (e.g. "no CUDA driver found (libcuda.so not loadable)").
     pub gpu_absent_reason: Option<String>,
-    /// Other GPUs seen, by name (rigbench benches one device).
+    /// Other GPUs seen, as `index: name` (kept for readers of older results; [`RigFacts::gpus`]
+    /// describes every GPU).
     pub other_gpus: Vec<String>,
+    /// Every GPU the CUDA driver reports, in device order (`gpus[0]` is [`RigFacts::gpu`]).
+    #[serde(default)]
+    pub gpus: Vec<GpuFacts>,
+    /// How the GPUs are connected (two or more GPUs only).
+    #[serde(default)]
+    pub topology: Option<topology::Topology>,
     /// Software stack.
     pub stack: StackFacts,
     /// The capability table for this card (empty without a GPU).
@@ -96,7 +107,8 @@ impl RigFacts {
         self.gpu.as_ref().and_then(|g| g.compute_capability)
     }
 
-    /// A short label for folder names: `nvidia-h200-sm90`, or `cpu-x86_64` without a GPU.
+    /// A short label for folder names: `nvidia-h200-sm90`, `nvidia-h200-sm90-x2` for a machine
+    /// of two GPUs (named after GPU 0), or `cpu-x86_64` without a GPU.
     pub fn label(&self) -> String {
         match &self.gpu {
             Some(g) => {
@@ -104,7 +116,12 @@ impl RigFacts {
                     .compute_capability
                     .map(|c| format!("-sm{}", c.as_int()))
                     .unwrap_or_default();
-                format!("{}{cc}", slug(&g.name))
+                let count = if self.gpus.len() > 1 {
+                    format!("-x{}", self.gpus.len())
+                } else {
+                    String::new()
+                };
+                format!("{}{cc}{count}", slug(&g.name))
             }
             None => format!("cpu-{}", slug(&self.host.arch)),
         }
@@ -129,8 +146,8 @@ pub fn slug(s: &str) -> String {
     }
 }
 
-/// Probe host, GPU 0 and the stack. Never panics; GPU problems become
-/// [`RigFacts::gpu_absent_reason`] and [`StackFacts::problems`].
+/// Probe host, every GPU, how they are connected (two or more), and the stack. Never panics; GPU
+/// problems become [`RigFacts::gpu_absent_reason`] and [`StackFacts::problems`].
 pub fn probe() -> RigFacts {
     let mut facts = RigFacts {
         host: host::probe(),
@@ -140,7 +157,47 @@ pub fn probe() -> RigFacts {
     if let Some(cc) = facts.compute_capability() {
         facts.capabilities = capability::table(cc);
     }
+    if facts.gpus.len() > 1 {
+        facts.topology = Some(probe_topology(&facts.gpus));
+    }
     facts
+}
+
+/// The topology of `gpus`: NVML, else `nvidia-smi topo -m`, with CUDA's peer-access verdict
+/// per pair.
+fn probe_topology(gpus: &[GpuFacts]) -> topology::Topology {
+    let buses: Vec<Option<String>> = gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
+    let mut t = topology::probe_nvml(&buses)
+        .or_else(|| topology::probe_nvidia_smi(gpus.len()))
+        .unwrap_or_else(|| topology::Topology {
+            source: "none".into(),
+            gpus: (0..gpus.len())
+                .map(|i| topology::TopoGpu {
+                    index: i,
+                    ..Default::default()
+                })
+                .collect(),
+            links: (0..gpus.len())
+                .flat_map(|a| {
+                    (a + 1..gpus.len()).map(move |b| topology::TopoLink {
+                        a,
+                        b,
+                        connection: "?".into(),
+                        ..Default::default()
+                    })
+                })
+                .collect(),
+            notes: vec!["neither NVML nor `nvidia-smi topo -m` answered: links unknown".into()],
+        });
+    for (g, facts) in t.gpus.iter_mut().zip(gpus) {
+        if g.pci_bus_id.is_none() {
+            g.pci_bus_id = facts.pci_bus_id.clone();
+        }
+    }
+    for l in &mut t.links {
+        l.p2p_access = crate::gpu::multi::peer_access(l.a, l.b);
+    }
+    t
 }
 
 #[cfg(test)]
@@ -158,6 +215,8 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(f.label(), "nvidia-h200-sm90");
+        f.gpus = vec![f.gpu.clone().unwrap(), f.gpu.clone().unwrap()];
+        assert_eq!(f.label(), "nvidia-h200-sm90-x2");
         assert_eq!(slug("  ##  "), "unknown");
     }
 }

@@ -63,6 +63,28 @@ impl TelemetryReader {
         Self { nvml, index }
     }
 
+    /// A reader for the GPU with this PCI bus id (any form NVML or sysfs writes), so that a CUDA
+    /// device is read as itself whatever the order (NVML numbers GPUs in PCI order, CUDA after
+    /// `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER`). Falls back to NVML index `fallback`
+    /// when the bus id is unknown or not found.
+    pub fn for_pci_bus_id(bus_id: Option<&str>, fallback: u32) -> Self {
+        let mut r = Self::new(fallback);
+        let want = bus_id.and_then(super::topology::normalize_bus_id);
+        if let (Some(n), Some(want)) = (&r.nvml, want) {
+            let count = n.device_count().unwrap_or(0);
+            if let Some(i) = (0..count).find(|&i| {
+                n.device_by_index(i)
+                    .ok()
+                    .and_then(|d| d.pci_info().ok())
+                    .and_then(|p| super::topology::normalize_bus_id(&p.bus_id))
+                    .is_some_and(|b| b == want)
+            }) {
+                r.index = i;
+            }
+        }
+        r
+    }
+
     /// Whether NVML was loaded.
     pub fn has_nvml(&self) -> bool {
         self.nvml.is_some()

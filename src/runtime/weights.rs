@@ -141,6 +141,63 @@ impl Linear {
         }
     }
 
+    /// Absolute maximum of a BF16 weight's values (NaN ignored); `None` for other formats.
+    pub fn bf16_amax(&self) -> Option<f32> {
+        match self {
+            Linear::Bf16 { data, .. } => Some(data.iter().fold(0f32, |m, b| {
+                let v = f32::from_bits((*b as u32) << 16).abs();
+                if v.is_nan() {
+                    m
+                } else {
+                    m.max(v)
+                }
+            })),
+            _ => None,
+        }
+    }
+
+    /// [`Linear::quantized`] with the per-tensor scale derived from `amax` instead of this
+    /// weight's own absolute maximum: projections that engines fuse (q/k/v, gate/up) share one
+    /// per-tensor scale, as NVIDIA ModelOpt exports them (its `preprocess_linear_fusion` unifies
+    /// their amax so the fused layer has a single `weight_scale_2` / FP8 scale).
+    ///
+    /// # Errors
+    /// As [`Linear::quantized`].
+    pub fn quantized_with_amax(self, format: WeightFormat, amax: f32) -> anyhow::Result<Linear> {
+        let Linear::Bf16 { n, k, .. } = &self else {
+            return Ok(self);
+        };
+        let (n, k) = (*n, *k);
+        match format {
+            WeightFormat::Bf16 => Ok(self),
+            WeightFormat::Fp8 => {
+                let s = fp8::scale_from_amax(amax);
+                let inv = 1.0 / s;
+                let data = self
+                    .dequantize()
+                    .iter()
+                    .map(|v| e4m3::encode(v * inv))
+                    .collect();
+                Ok(Linear::Fp8 {
+                    w: Fp8Tensor {
+                        rows: n,
+                        cols: k,
+                        data,
+                        scales: vec![s],
+                        granularity: Fp8Granularity::PerTensor,
+                    },
+                    input_scale: None,
+                })
+            }
+            WeightFormat::Nvfp4 => Ok(Linear::Nvfp4(nvfp4::quantize_with_global_scale(
+                &self.dequantize(),
+                n,
+                k,
+                nvfp4::global_scale_from_amax(amax),
+            )?)),
+        }
+    }
+
     /// Build a BF16 weight from f32 values (rounded to nearest even).
     pub fn bf16_from_f32(n: usize, k: usize, values: &[f32]) -> Linear {
         Linear::Bf16 {
@@ -227,7 +284,9 @@ impl ModelWeights {
     }
 
     /// Quantize every decoder linear layer stored in BF16 to `format` (embedding and lm_head stay
-    /// BF16, as ModelOpt exports leave them by default).
+    /// BF16, as ModelOpt exports leave them by default). q/k/v share one per-tensor scale, and so
+    /// do gate/up (see [`Linear::quantized_with_amax`]): serving engines, and the CUDA backend,
+    /// run each group as one fused GEMM.
     ///
     /// # Errors
     /// A shape error when a K is not a multiple of 16 for NVFP4.
@@ -237,14 +296,21 @@ impl ModelWeights {
         }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         for (i, l) in self.layers.iter_mut().enumerate() {
-            let mut slots: Vec<&mut Linear> = vec![
-                &mut l.q,
-                &mut l.k,
-                &mut l.v,
-                &mut l.o,
-                &mut l.gate,
-                &mut l.up,
-                &mut l.down,
+            let group = |ws: &[&Linear]| -> f32 {
+                ws.iter().filter_map(|w| w.bf16_amax()).fold(0f32, f32::max)
+            };
+            let qkv = group(&[&l.q, &l.k, &l.v]);
+            let gu = group(&[&l.gate, &l.up]);
+            let own_o = l.o.bf16_amax().unwrap_or(0.0);
+            let own_d = l.down.bf16_amax().unwrap_or(0.0);
+            let mut slots: Vec<(&mut Linear, f32)> = vec![
+                (&mut l.q, qkv),
+                (&mut l.k, qkv),
+                (&mut l.v, qkv),
+                (&mut l.o, own_o),
+                (&mut l.gate, gu),
+                (&mut l.up, gu),
+                (&mut l.down, own_d),
             ];
             let results: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
                 let chunk = slots.len().div_ceil(threads.max(1));
@@ -252,7 +318,7 @@ impl ModelWeights {
                     .chunks_mut(chunk.max(1))
                     .map(|group| {
                         s.spawn(move || -> anyhow::Result<()> {
-                            for w in group.iter_mut() {
+                            for (w, amax) in group.iter_mut() {
                                 let owned = std::mem::replace(
                                     &mut **w,
                                     Linear::Bf16 {
@@ -261,7 +327,7 @@ impl ModelWeights {
                                         data: Vec::new(),
                                     },
                                 );
-                                **w = owned.quantized(format)?;
+                                **w = owned.quantized_with_amax(format, *amax)?;
                             }
                             Ok(())
                         })
@@ -325,13 +391,30 @@ fn mix(a: u64, b: u64) -> u64 {
     SplitMix64::new(a ^ b.wrapping_mul(0xD6E8_FEB8_6659_FD93)).next_u64()
 }
 
+/// The SplitMix64 stream base of synthesized tensor `tensor_id` under `seed`: chunk `c` of the
+/// tensor is generated from `SplitMix64::new(mix(base, c))`. The CUDA backend's `rt_synth_bf16`
+/// kernel starts from the same base, so both backends synthesize identical weights.
+pub fn synth_stream_base(seed: u64, tensor_id: u64) -> u64 {
+    mix(seed, tensor_id)
+}
+
+/// Tensor ids of [`synthesize`]: embedding 1, final norm 2, lm_head 3, and for layer `i` the
+/// ids `1000 + 100·i + j` with `j` = 0 input norm, 1 q, 2 k, 3 v, 4 o, 5 q_norm, 6 k_norm,
+/// 7 post-attention norm, 8 gate, 9 up, 10 down.
+pub fn synth_tensor_id(layer: Option<usize>, j: u64) -> u64 {
+    match layer {
+        None => j,
+        Some(i) => 1000 + 100 * i as u64 + j,
+    }
+}
+
 /// Elements generated per independently seeded chunk (so results do not depend on threads).
 const SYNTH_CHUNK: usize = 1 << 16;
 
 /// `len` BF16 values `~ N(mean, std²)` from `(seed, tensor_id)`, generated in parallel.
 fn synth_bf16(seed: u64, tensor_id: u64, len: usize, mean: f32, std: f32) -> Vec<u16> {
     let mut out = vec![0u16; len];
-    let base = mix(seed, tensor_id);
+    let base = synth_stream_base(seed, tensor_id);
     let fill = |ci: usize, chunk: &mut [u16]| {
         let mut rng = SplitMix64::new(mix(base, ci as u64));
         let mut i = 0;
@@ -401,7 +484,7 @@ pub fn synthesize(config: &ModelConfig, seed: u64) -> ModelWeights {
     let emb_std = SYNTH_LOGIT_STD / (h as f32).sqrt();
     let mut layers = Vec::with_capacity(config.num_layers);
     for i in 0..config.num_layers {
-        let id = |j: u64| 1000 + 100 * i as u64 + j;
+        let id = |j: u64| synth_tensor_id(Some(i), j);
         layers.push(LayerWeights {
             input_norm: synth_norm(seed, id(0), h),
             q: synth_linear(seed, id(1), config.q_dim(), h, inv(h)),

@@ -16,13 +16,13 @@ use anyhow::Context;
 use crate::formats::nvfp4::Nvfp4Weight;
 use crate::formats::w4a16_pack::{repack, W4a16Packed};
 use crate::formats::GemmFormat;
-use crate::gpu::cublaslt::{LtGemm, LtKind};
-use crate::gpu::{DevBuf, KArg};
+use crate::gpu::cublaslt::{Lt, LtGemm, LtKind};
+use crate::gpu::{DevBuf, Gpu, KArg};
 use crate::kernels::data::{host_threads, nvfp4_weight};
 use crate::kernels::reference::{sampled_gemm, W4A16_GEMM_REL_L2};
 use crate::kernels::schema::KernelFacts;
 use crate::kernels::suite::Shape;
-use crate::kernels::{Env, GemmImpl, MInputs};
+use crate::kernels::{Env, GemmImpl, MInputs, W4Module};
 use crate::rig::ComputeCapability;
 
 /// Seed of the NVFP4 weights.
@@ -100,74 +100,267 @@ pub struct W4a16 {
     flavor_names: Vec<String>,
 }
 
-impl W4a16 {
-    fn meta(&self) -> anyhow::Result<(usize, usize, usize, usize, f32)> {
-        self.packed_meta.context("w4a16: prepare_shape not called")
-    }
-
-    /// Fused-kernel configurations for `m` tokens: every compiled variant for the token tile
-    /// that does not spill registers, each with split-K counts chosen from its occupancy so the
-    /// grid fills the resident CTA slots with little wave quantization.
-    fn fused_candidates(&self, env: &Env, m: usize) -> anyhow::Result<Vec<Config>> {
-        let (_, _, strips, kt_n, _) = self.meta()?;
-        anyhow::ensure!(!env.w4.is_empty(), "kernels/w4a16.cu did not compile");
-        let sm = env.gpu.sm_count.max(1) as usize;
-        let chunk = m.min(64);
-        let tiles = chunk.div_ceil(8);
-        let nt = *NT_VARIANTS.iter().find(|v| **v >= tiles).unwrap_or(&8);
-        let pairs = kt_n / 2;
-        let mut out = Vec::new();
-        for (flavor, fm) in env.w4.iter().enumerate() {
-            let w4 = &fm.module;
-            for warps in WARP_VARIANTS {
-                for wn in WN_VARIANTS {
-                    let name = fused_name(nt, warps, wn);
-                    let attrs = w4.attrs(&name)?;
-                    if attrs.local_bytes > 0 {
-                        continue; // spills registers to local memory
-                    }
-                    let occ = w4.occupancy(&name, (warps * 32) as u32)? as usize;
-                    if occ == 0 {
-                        continue;
-                    }
-                    let slots = occ * sm;
-                    let ctas_x = strips.div_ceil(warps * wn);
-                    let total = |s: usize| ctas_x * pairs.div_ceil(pairs.div_ceil(s));
-                    let eff = |s: usize| {
-                        let t = total(s);
-                        t as f64 / (t.div_ceil(slots) * slots) as f64
+/// Fused-kernel configurations for `m` tokens of a weight with `strips` 16-row strips and `kt_n`
+/// 64-wide k tiles: every compiled variant for the token tile that does not spill registers,
+/// each with split-K counts chosen from its occupancy so the grid fills the resident CTA slots
+/// with little wave quantization.
+///
+/// # Errors
+/// No compiled module, or a failing occupancy query.
+pub fn fused_candidates(
+    gpu: &Gpu,
+    modules: &[W4Module],
+    strips: usize,
+    kt_n: usize,
+    m: usize,
+) -> anyhow::Result<Vec<Config>> {
+    anyhow::ensure!(!modules.is_empty(), "kernels/w4a16.cu did not compile");
+    let sm = gpu.sm_count.max(1) as usize;
+    let chunk = m.min(64);
+    let tiles = chunk.div_ceil(8);
+    let nt = *NT_VARIANTS.iter().find(|v| **v >= tiles).unwrap_or(&8);
+    let pairs = kt_n / 2;
+    let mut out = Vec::new();
+    for (flavor, fm) in modules.iter().enumerate() {
+        let w4 = &fm.module;
+        for warps in WARP_VARIANTS {
+            for wn in WN_VARIANTS {
+                let name = fused_name(nt, warps, wn);
+                let attrs = w4.attrs(&name)?;
+                if attrs.local_bytes > 0 {
+                    continue; // spills registers to local memory
+                }
+                let occ = w4.occupancy(&name, (warps * 32) as u32)? as usize;
+                if occ == 0 {
+                    continue;
+                }
+                let slots = occ * sm;
+                let ctas_x = strips.div_ceil(warps * wn);
+                let total = |s: usize| ctas_x * pairs.div_ceil(pairs.div_ceil(s));
+                let eff = |s: usize| {
+                    let t = total(s);
+                    t as f64 / (t.div_ceil(slots) * slots) as f64
+                };
+                let fill = slots.div_ceil(ctas_x).clamp(1, pairs);
+                let mut splits = vec![fill];
+                if let Some(best) =
+                    (1..=pairs.min(4 * fill)).find(|s| total(*s) >= slots / 2 && eff(*s) >= 0.95)
+                {
+                    splits.push(best);
+                }
+                if ctas_x >= slots / 2 {
+                    splits.push(1);
+                }
+                for sp in splits {
+                    let pps = pairs.div_ceil(sp);
+                    let sp = pairs.div_ceil(pps);
+                    let c = Config::Fused {
+                        flavor,
+                        nt,
+                        warps,
+                        wn,
+                        splits: sp,
+                        pairs_per_split: pps,
+                        ctas_x,
+                        chunk,
                     };
-                    let fill = slots.div_ceil(ctas_x).clamp(1, pairs);
-                    let mut splits = vec![fill];
-                    if let Some(best) = (1..=pairs.min(4 * fill))
-                        .find(|s| total(*s) >= slots / 2 && eff(*s) >= 0.95)
-                    {
-                        splits.push(best);
-                    }
-                    if ctas_x >= slots / 2 {
-                        splits.push(1);
-                    }
-                    for sp in splits {
-                        let pps = pairs.div_ceil(sp);
-                        let sp = pairs.div_ceil(pps);
-                        let c = Config::Fused {
-                            flavor,
-                            nt,
-                            warps,
-                            wn,
-                            splits: sp,
-                            pairs_per_split: pps,
-                            ctas_x,
-                            chunk,
-                        };
-                        if !out.contains(&c) {
-                            out.push(c);
-                        }
+                    if !out.contains(&c) {
+                        out.push(c);
                     }
                 }
             }
         }
-        Ok(out)
+    }
+    Ok(out)
+}
+
+/// NVFP4 weights on the device in the kernel layout ([`crate::formats::w4a16_pack`]).
+pub struct W4a16Device {
+    /// Packed codes.
+    pub wq: DevBuf,
+    /// Re-encoded block scales.
+    pub sc: DevBuf,
+    /// Rows N.
+    pub n: usize,
+    /// Columns K.
+    pub k: usize,
+    /// 16-row strips.
+    pub strips: usize,
+    /// 64-wide k tiles (K padded to 128).
+    pub kt_n: usize,
+    /// FP32 epilogue factor (`weight_scale_2 · 2⁷`).
+    pub out_scale: f32,
+}
+
+impl W4a16Device {
+    /// Upload a packed weight.
+    ///
+    /// # Errors
+    /// A failed allocation or copy.
+    pub fn upload(gpu: &Gpu, p: &W4a16Packed) -> anyhow::Result<Self> {
+        Ok(Self {
+            wq: gpu.upload(&p.weights)?,
+            sc: gpu.upload(&p.scales)?,
+            n: p.n,
+            k: p.k,
+            strips: p.strips(),
+            kt_n: p.k_tiles(),
+            out_scale: p.out_scale,
+        })
+    }
+
+    /// Device bytes of the weight stream (codes and scales).
+    pub fn bytes(&self) -> usize {
+        self.wq.bytes() + self.sc.bytes()
+    }
+
+    /// The pointers and shape a launch needs.
+    pub fn view(&self) -> W4a16View {
+        W4a16View {
+            wq: self.wq.ptr(),
+            sc: self.sc.ptr(),
+            n: self.n,
+            k: self.k,
+            strips: self.strips,
+            kt_n: self.kt_n,
+            out_scale: self.out_scale,
+        }
+    }
+}
+
+/// Device pointers and shape of an NVFP4 weight in the kernel layout (valid while the owning
+/// buffers live).
+#[derive(Debug, Clone, Copy)]
+pub struct W4a16View {
+    /// Packed codes.
+    pub wq: u64,
+    /// Re-encoded block scales.
+    pub sc: u64,
+    /// Rows N.
+    pub n: usize,
+    /// Columns K.
+    pub k: usize,
+    /// 16-row strips.
+    pub strips: usize,
+    /// 64-wide k tiles.
+    pub kt_n: usize,
+    /// FP32 epilogue factor.
+    pub out_scale: f32,
+}
+
+/// Scratch a configuration needs at `m` tokens: (split-K workspace floats, counters, BF16
+/// dequantization scratch bytes).
+pub fn scratch_needs(cfg: &Config, n: usize, k: usize) -> (usize, usize, usize) {
+    match cfg {
+        Config::Fused {
+            splits,
+            ctas_x,
+            chunk,
+            ..
+        } => (if *splits > 1 { splits * chunk * n } else { 0 }, *ctas_x, 0),
+        Config::DequantGemm => (0, 0, n * k * 2),
+    }
+}
+
+/// Queue one W4A16 GEMM `out[m, N] = act[m, K] · Wᵀ` with configuration `cfg`. `ws` and
+/// `counters` must be sized per [`scratch_needs`] (counters zeroed once; the kernel leaves them
+/// zeroed); `scratch` and `gemm` are needed by [`Config::DequantGemm`] only.
+///
+/// # Errors
+/// A missing module or buffer, or a launch failure.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_view(
+    gpu: &Gpu,
+    modules: &[W4Module],
+    lt: Option<&Lt>,
+    w: &W4a16View,
+    cfg: &Config,
+    act: u64,
+    out: u64,
+    m: usize,
+    ws: u64,
+    counters: u64,
+    scratch: u64,
+    gemm: Option<&LtGemm>,
+) -> anyhow::Result<()> {
+    let first = modules
+        .first()
+        .context("kernels/w4a16.cu did not compile")?;
+    match cfg {
+        Config::Fused {
+            flavor,
+            nt,
+            warps,
+            wn,
+            splits,
+            pairs_per_split,
+            ctas_x,
+            chunk,
+        } => {
+            let w4 = &modules
+                .get(*flavor)
+                .context("w4a16: flavour index out of range")?
+                .module;
+            let name = fused_name(*nt, *warps, *wn);
+            let mut m0 = 0;
+            while m0 < m {
+                let mc = (*chunk).min(m - m0);
+                w4.launch(
+                    gpu,
+                    &name,
+                    (*ctas_x as u32, *splits as u32, 1),
+                    ((*warps * 32) as u32, 1, 1),
+                    0,
+                    &[
+                        KArg::Ptr(w.wq),
+                        KArg::Ptr(w.sc),
+                        KArg::Ptr(act + (m0 * w.k * 2) as u64),
+                        KArg::Ptr(out + (m0 * w.n * 2) as u64),
+                        KArg::Ptr(ws),
+                        KArg::Ptr(counters),
+                        KArg::I32(mc as i32),
+                        KArg::I32(w.n as i32),
+                        KArg::I32(w.k as i32),
+                        KArg::I32(w.strips as i32),
+                        KArg::I32(w.kt_n as i32),
+                        KArg::I32(*splits as i32),
+                        KArg::I32(*pairs_per_split as i32),
+                        KArg::F32(w.out_scale),
+                    ],
+                )?;
+                m0 += mc;
+            }
+        }
+        Config::DequantGemm => {
+            anyhow::ensure!(scratch != 0, "w4a16: no dequantization scratch");
+            let units = w.strips * w.kt_n;
+            first.module.launch(
+                gpu,
+                "w4a16_dequant_bf16",
+                (units.div_ceil(8) as u32, 1, 1),
+                (256, 1, 1),
+                0,
+                &[
+                    KArg::Ptr(w.wq),
+                    KArg::Ptr(w.sc),
+                    KArg::Ptr(scratch),
+                    KArg::I32(w.n as i32),
+                    KArg::I32(w.k as i32),
+                    KArg::I32(w.strips as i32),
+                    KArg::I32(w.kt_n as i32),
+                ],
+            )?;
+            let lt = lt.context("cuBLASLt is not available")?;
+            let g = gemm.context("w4a16: no GEMM plan")?;
+            g.run(lt, gpu, w.out_scale, scratch, act, out)?;
+        }
+    }
+    Ok(())
+}
+
+impl W4a16 {
+    fn meta(&self) -> anyhow::Result<(usize, usize, usize, usize, f32)> {
+        self.packed_meta.context("w4a16: prepare_shape not called")
     }
 
     fn config(&self) -> anyhow::Result<&Config> {
@@ -211,7 +404,8 @@ impl GemmImpl for W4a16 {
     fn prepare_m(&mut self, env: &Env, inp: &MInputs) -> anyhow::Result<usize> {
         let mut cands = Vec::new();
         if inp.m <= FUSED_MAX_M {
-            cands.extend(self.fused_candidates(env, inp.m)?);
+            let (_, _, strips, kt_n, _) = self.meta()?;
+            cands.extend(fused_candidates(env.gpu, env.w4, strips, kt_n, inp.m)?);
         }
         if inp.m >= DEQUANT_MIN_M && env.lt.is_some() {
             cands.push(Config::DequantGemm);
@@ -274,90 +468,34 @@ impl GemmImpl for W4a16 {
         self.chosen = i.min(self.candidates.len().saturating_sub(1));
     }
     fn run(&self, env: &Env, inp: &MInputs) -> anyhow::Result<()> {
-        let first = env.w4.first().context("kernels/w4a16.cu did not compile")?;
-        let (_, _, strips, kt_n, out_scale) = self.meta()?;
+        let (n_pad, k_pad, strips, kt_n, out_scale) = self.meta()?;
+        let _ = (n_pad, k_pad);
         let wq = self.wq.as_ref().context("w4a16: no weights")?;
         let sc = self.sc.as_ref().context("w4a16: no scales")?;
-        match self.config()? {
-            Config::Fused {
-                flavor,
-                nt,
-                warps,
-                wn,
-                splits,
-                pairs_per_split,
-                ctas_x,
-                chunk,
-            } => {
-                let w4 = &env
-                    .w4
-                    .get(*flavor)
-                    .context("w4a16: flavour index out of range")?
-                    .module;
-                let name = fused_name(*nt, *warps, *wn);
-                let ws = self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0);
-                let counters = self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0);
-                let mut m0 = 0;
-                while m0 < inp.m {
-                    let mc = (*chunk).min(inp.m - m0);
-                    w4.launch(
-                        env.gpu,
-                        &name,
-                        (*ctas_x as u32, *splits as u32, 1),
-                        ((*warps * 32) as u32, 1, 1),
-                        0,
-                        &[
-                            KArg::Ptr(wq.ptr()),
-                            KArg::Ptr(sc.ptr()),
-                            KArg::Ptr(inp.act.ptr() + (m0 * inp.k * 2) as u64),
-                            KArg::Ptr(inp.out.ptr() + (m0 * inp.n * 2) as u64),
-                            KArg::Ptr(ws),
-                            KArg::Ptr(counters),
-                            KArg::I32(mc as i32),
-                            KArg::I32(inp.n as i32),
-                            KArg::I32(inp.k as i32),
-                            KArg::I32(strips as i32),
-                            KArg::I32(kt_n as i32),
-                            KArg::I32(*splits as i32),
-                            KArg::I32(*pairs_per_split as i32),
-                            KArg::F32(out_scale),
-                        ],
-                    )?;
-                    m0 += mc;
-                }
-            }
-            Config::DequantGemm => {
-                let scratch = self.scratch.as_ref().context("w4a16: no scratch")?;
-                let units = strips * kt_n;
-                first.module.launch(
-                    env.gpu,
-                    "w4a16_dequant_bf16",
-                    (units.div_ceil(8) as u32, 1, 1),
-                    (256, 1, 1),
-                    0,
-                    &[
-                        KArg::Ptr(wq.ptr()),
-                        KArg::Ptr(sc.ptr()),
-                        KArg::Ptr(scratch.ptr()),
-                        KArg::I32(inp.n as i32),
-                        KArg::I32(inp.k as i32),
-                        KArg::I32(strips as i32),
-                        KArg::I32(kt_n as i32),
-                    ],
-                )?;
-                let lt = env.lt.context("cuBLASLt is not available")?;
-                let g = self.gemm.as_ref().context("w4a16: no GEMM plan")?;
-                g.run(
-                    lt,
-                    env.gpu,
-                    out_scale,
-                    scratch.ptr(),
-                    inp.act.ptr(),
-                    inp.out.ptr(),
-                )?;
-            }
-        }
-        Ok(())
+        // A borrowed view of the shape's buffers (no copy): the launch reads pointers only.
+        let view = W4a16View {
+            wq: wq.ptr(),
+            sc: sc.ptr(),
+            n: inp.n,
+            k: inp.k,
+            strips,
+            kt_n,
+            out_scale,
+        };
+        launch_view(
+            env.gpu,
+            env.w4,
+            env.lt,
+            &view,
+            self.config()?,
+            inp.act.ptr(),
+            inp.out.ptr(),
+            inp.m,
+            self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.scratch.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.gemm.as_ref(),
+        )
     }
     fn path(&self) -> String {
         let n = self.candidates.len();

@@ -106,6 +106,7 @@ pub struct CpuBackend {
     inv_freq: Vec<f32>,
     kv: Option<PagedKvStore>,
     threads: usize,
+    gpu_rounding: bool,
 }
 
 impl CpuBackend {
@@ -117,7 +118,16 @@ impl CpuBackend {
             inv_freq,
             kv: None,
             threads: threads.max(1),
+            gpu_rounding: false,
         }
+    }
+
+    /// Round to BF16 where the CUDA backend does (every GEMM input and output, the q vector after
+    /// RoPE; the residual stream stays f32), so that the two backends compute the same function
+    /// up to summation order: the reference of the GPU parity check. Off by default (plain f32).
+    pub fn with_gpu_rounding(mut self, on: bool) -> Self {
+        self.gpu_rounding = on;
+        self
     }
 
     /// The weights.
@@ -194,7 +204,14 @@ impl Backend for CpuBackend {
 
     fn forward(&mut self, batch: &ForwardBatch) -> anyhow::Result<Logits> {
         let kv = self.kv.as_mut().context("forward before init_kv_cache")?;
-        forward_impl(&self.weights, &self.inv_freq, kv, batch, self.threads)
+        forward_impl(
+            &self.weights,
+            &self.inv_freq,
+            kv,
+            batch,
+            self.threads,
+            self.gpu_rounding,
+        )
     }
 }
 
@@ -204,7 +221,20 @@ fn forward_impl(
     kv: &mut PagedKvStore,
     batch: &ForwardBatch,
     threads: usize,
+    gpu_rounding: bool,
 ) -> anyhow::Result<Logits> {
+    // BF16 rounding at the CUDA backend's rounding points (identity unless `gpu_rounding`).
+    let r = |v: &mut [f32]| {
+        if gpu_rounding {
+            v.iter_mut()
+                .for_each(|x| *x = crate::formats::bf16_round(*x));
+        }
+    };
+    let mm = |x: &[f32], m: usize, l: &Linear| {
+        let mut y = matmul(x, m, l, threads);
+        r(&mut y);
+        y
+    };
     let c = &w.config;
     let (h, t) = (c.hidden_size, batch.token_ids.len());
     let (qd, kvd, hd) = (c.q_dim(), c.kv_dim(), c.head_dim);
@@ -252,9 +282,10 @@ fn forward_impl(
                 &mut hbuf[i * h..(i + 1) * h],
             );
         }
-        let mut q = matmul(&hbuf, t, &layer.q, threads);
-        let mut k = matmul(&hbuf, t, &layer.k, threads);
-        let v = matmul(&hbuf, t, &layer.v, threads);
+        r(&mut hbuf);
+        let mut q = mm(&hbuf, t, &layer.q);
+        let mut k = mm(&hbuf, t, &layer.k);
+        let v = mm(&hbuf, t, &layer.v);
         // Per-head q/k norm (Qwen3) and RoPE, then store K/V.
         for s in &batch.seqs {
             for i in 0..s.len {
@@ -266,6 +297,7 @@ fn forward_impl(
                         rms_norm_inplace(qh, nw, c.rms_norm_eps);
                     }
                     apply_rope(qh, pos, inv_freq);
+                    r(qh);
                 }
                 for hh in 0..c.num_kv_heads {
                     let kh = &mut k[ti * kvd + hh * hd..ti * kvd + (hh + 1) * hd];
@@ -343,7 +375,8 @@ fn forward_impl(
                 }
             }
         }
-        let o = matmul(&attn, t, &layer.o, threads);
+        r(&mut attn);
+        let o = mm(&attn, t, &layer.o);
         for (a, b) in x.iter_mut().zip(&o) {
             *a += b;
         }
@@ -355,12 +388,14 @@ fn forward_impl(
                 &mut hbuf[i * h..(i + 1) * h],
             );
         }
-        let mut g = matmul(&hbuf, t, &layer.gate, threads);
-        let u = matmul(&hbuf, t, &layer.up, threads);
+        r(&mut hbuf);
+        let mut g = mm(&hbuf, t, &layer.gate);
+        let u = mm(&hbuf, t, &layer.up);
         for (a, b) in g.iter_mut().zip(&u) {
             *a = silu(*a) * b;
         }
-        let d = matmul(&g, t, &layer.down, threads);
+        r(&mut g);
+        let d = mm(&g, t, &layer.down);
         for (a, b) in x.iter_mut().zip(&d) {
             *a += b;
         }
@@ -380,6 +415,7 @@ fn forward_impl(
             &mut hn[r * h..(r + 1) * h],
         );
     }
+    r(&mut hn);
     let data = matmul(&hn, rows.len(), w.lm_head(), threads);
     Ok(Logits {
         vocab: c.vocab_size,

@@ -12,6 +12,7 @@
 //! The runtime core never imports cudarc.
 
 pub mod cpu;
+pub mod cuda;
 
 use super::config::{KvCacheDtype, ModelConfig, WeightFormat};
 
@@ -81,10 +82,76 @@ impl Logits {
     }
 }
 
+/// Where the built-in runtime runs (`rigbench serve --device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// The host CPU (the reference backend; on a GPU rig, a harness self-test).
+    Cpu,
+    /// CUDA device `N` (ordinal as the driver numbers them).
+    Cuda(usize),
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    /// `cpu`, `cuda` (= `cuda:0`) or `cuda:N`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim().to_ascii_lowercase();
+        if t == "cpu" {
+            return Ok(Device::Cpu);
+        }
+        if t == "cuda" {
+            return Ok(Device::Cuda(0));
+        }
+        if let Some(n) = t.strip_prefix("cuda:") {
+            return n.parse::<usize>().map(Device::Cuda).map_err(|_| {
+                format!("'{s}': the device ordinal after 'cuda:' must be a number (e.g. cuda:0)")
+            });
+        }
+        Err(format!("'{s}' is not a device; use cpu, cuda or cuda:N"))
+    }
+}
+
+/// Device memory of a GPU backend once its weights, activation buffers and workspace are
+/// resident, before the KV cache is allocated (bytes, from `cuMemGetInfo` and the backend's own
+/// allocations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// Total device memory.
+    pub total: u64,
+    /// Free memory when the backend started loading (other processes' use already excluded).
+    pub free_before_load: u64,
+    /// Free memory now (after weights, activations and workspace).
+    pub free_after_load: u64,
+    /// Bytes of the resident weights.
+    pub weights: u64,
+    /// Bytes of the activation buffers (sized for `max_num_batched_tokens`).
+    pub activations: u64,
+    /// Bytes of library workspaces (cuBLASLt) and CUDA graphs' private memory.
+    pub workspace: u64,
+}
+
 /// A device that runs the decoder.
 pub trait Backend: Send {
     /// Short name for logs and `/version` (`"cpu"`, `"cuda"`).
     fn name(&self) -> &str;
+    /// The device it runs on, for conditions (`cpu`, `cuda:0 (NVIDIA H200, sm_90)`).
+    fn device_label(&self) -> String {
+        self.name().to_string()
+    }
+    /// Device memory facts (GPU backends only).
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        None
+    }
     /// The model's shape.
     fn config(&self) -> &ModelConfig;
     /// Format of the decoder's linear layers.

@@ -1,0 +1,148 @@
+//! `rigbench devcheck` (hidden): the CUDA backend's checks and measurements in one command, for
+//! developers bringing the runtime up on a new card. Prints a table; exits 1 when a check fails.
+
+use std::io::Write;
+
+use crate::runtime::backend::cuda::selftest;
+use crate::runtime::config::{KvCacheDtype, ModelConfig, WeightFormat};
+use crate::ExitStatus;
+
+/// Arguments of `rigbench devcheck`.
+#[derive(Debug, clap::Args)]
+pub struct DevcheckArgs {
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// Preset for the speed measurements (`none` skips them).
+    #[arg(long, default_value = "qwen3-8b")]
+    pub preset: String,
+    /// Formats to measure.
+    #[arg(long, value_delimiter = ',', default_value = "bf16,fp8,nvfp4")]
+    pub formats: Vec<WeightFormat>,
+    /// Prompts and greedy steps of the parity check.
+    #[arg(long, default_value_t = 8)]
+    pub prompts: usize,
+    /// Greedy steps per prompt.
+    #[arg(long, default_value_t = 64)]
+    pub steps: usize,
+    /// Run only these parts: kernels, parity, speed (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+}
+
+/// Run the checks.
+pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
+    let mut out = std::io::stdout();
+    let mut failed = false;
+    let part = |p: &str| a.only.is_empty() || a.only.iter().any(|o| o == p);
+    let tiny = ModelConfig::tiny();
+    let w = crate::runtime::weights::synthesize(&tiny, 0);
+    // Kernel-level checks on a backend over the tiny model.
+    if part("kernels") {
+        let b = crate::runtime::backend::cuda::CudaBackend::load(
+            crate::runtime::backend::cuda::CudaLoadSpec {
+                device: a.device,
+                weights: crate::runtime::backend::cuda::WeightSource::Host(Box::new(w.clone())),
+                quantize: None,
+                max_num_batched_tokens: 256,
+                max_num_seqs: 8,
+                max_model_len: 1024,
+                kv_dtype: KvCacheDtype::Bf16,
+                block_size: 16,
+            },
+        )?;
+        writeln!(out, "device: {:?}", b)?;
+        for n in &b.notes {
+            writeln!(out, "note: {n}")?;
+        }
+        let mut checks = vec![selftest::synthesis_matches_cpu(&b, 0)?];
+        checks.extend(selftest::quantization_matches_cpu(&b)?);
+        for c in checks {
+            failed |= !c.pass;
+            writeln!(
+                out,
+                "{} {}: {}",
+                if c.pass { "PASS" } else { "FAIL" },
+                c.name,
+                c.detail
+            )?;
+        }
+    }
+    let parity_cases: &[(WeightFormat, KvCacheDtype)] = if part("parity") {
+        &[
+            (WeightFormat::Bf16, KvCacheDtype::Bf16),
+            (WeightFormat::Fp8, KvCacheDtype::Bf16),
+            (WeightFormat::Nvfp4, KvCacheDtype::Bf16),
+            (WeightFormat::Bf16, KvCacheDtype::Fp8),
+        ]
+    } else {
+        &[]
+    };
+    for &(fmt, kv) in parity_cases {
+        match selftest::greedy_parity(a.device, &w, fmt, kv, a.prompts, a.steps) {
+            Ok(p) => {
+                failed |= !p.pass();
+                writeln!(
+                    out,
+                    "{} parity tiny {} KV {}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e}, max |Δ| {:.3} (tolerance {:?})",
+                    if p.pass() { "PASS" } else { "FAIL" },
+                    fmt.id(),
+                    kv.vllm_name(),
+                    p.top1_equal,
+                    p.tokens,
+                    p.near_ties,
+                    p.greedy_identical,
+                    p.max_rel_l2,
+                    p.mean_rel_l2,
+                    p.max_abs,
+                    p.tol
+                )?;
+            }
+            Err(e) => {
+                failed = true;
+                writeln!(out, "FAIL parity tiny {}: {e:#}", fmt.id())?;
+            }
+        }
+        out.flush()?;
+    }
+    if a.preset != "none" && part("speed") {
+        let gpu = crate::gpu::Gpu::open_device(a.device)?;
+        let bw = crate::kernels::bench::copy_bandwidth(&gpu)?.bytes_per_s;
+        drop(gpu);
+        writeln!(out, "copy bandwidth {:.2} TB/s", bw / 1e12)?;
+        for fmt in &a.formats {
+            match selftest::decode_speed(a.device, &a.preset, *fmt) {
+                Ok(s) => {
+                    let bound = bw / s.weight_bytes as f64;
+                    writeln!(
+                        out,
+                        "speed {} {}: weights {:.2} GB; batch-1 decode {:.1} tok/s ({:.0}% of the weight-streaming bound {:.1}; no graphs {:.1}); batch-32 @1k {:.0} tok/s ({:.1}x batch 1); prefill 4k {:.0} tok/s",
+                        a.preset,
+                        fmt.id(),
+                        s.weight_bytes as f64 / 1e9,
+                        s.b1_tok_s,
+                        100.0 * s.b1_tok_s / bound,
+                        bound,
+                        s.b1_tok_s_no_graph,
+                        s.b32_tok_s,
+                        s.b32_tok_s / s.b1_tok_s,
+                        s.prefill_tok_s
+                    )?;
+                    for n in s.notes {
+                        writeln!(out, "  note: {n}")?;
+                    }
+                }
+                Err(e) => {
+                    failed = true;
+                    writeln!(out, "FAIL speed {} {}: {e:#}", a.preset, fmt.id())?;
+                }
+            }
+            out.flush()?;
+        }
+    }
+    Ok(if failed {
+        ExitStatus::Error
+    } else {
+        ExitStatus::Ok
+    })
+}

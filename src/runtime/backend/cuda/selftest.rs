@@ -1,0 +1,764 @@
+//! Checks of the CUDA backend against the CPU reference, run before any end-to-end timing
+//! ("correct before fast"), and the device-side measurements of the runtime.
+//!
+//! - [`prefill_matches_decode`]: the tensor-core prefill attention against the CUDA-core decode
+//!   kernel on a synthetic case (run at load; a failure turns the tensor-core path off);
+//! - [`synthesis_matches_cpu`], [`quantization_matches_cpu`]: GPU weight synthesis and GPU
+//!   FP8 / NVFP4 quantization + W4A16 repacking against the CPU code, bit for bit;
+//! - [`greedy_parity`]: a whole model on both backends (CPU with
+//!   [`super::super::cpu::CpuBackend::with_gpu_rounding`]): greedy tokens for `n` steps on a set
+//!   of prompts, and the logits' agreement under a named tolerance;
+//! - [`decode_speed`]: decode and prefill throughput through the backend directly (no HTTP).
+
+use std::time::Instant;
+
+use super::{plan, CudaBackend, CudaLoadSpec, CudaOptions, RowSampling, WeightSource};
+use crate::gpu::KArg;
+use crate::runtime::backend::cpu::CpuBackend;
+use crate::runtime::backend::{Backend, ForwardBatch, KvCacheSpec, SeqSegment};
+use crate::runtime::config::{KvCacheDtype, ModelConfig, WeightFormat};
+use crate::runtime::sampler::argmax;
+use crate::runtime::weights::{self, ModelWeights};
+
+/// rel L2 error allowed between the tensor-core prefill attention and the decode kernel (the
+/// prefill kernel rounds the softmax probabilities to BF16 before P·V, FlashAttention-style;
+/// 2⁻⁸ relative per term).
+pub const PREFILL_VS_DECODE_REL_L2: f64 = 1e-2;
+/// Named tolerances of the parity check, per weight format. The logits are compared row by row
+/// (teacher-forced on the CPU reference's greedy tokens) by rel L2 error; BF16 and W4A16 round at
+/// the same points on both backends, so their differences come from FP32 summation order and the
+/// BF16 roundings it flips (unit roundoff 2⁻⁸ ≈ 3.9e-3; the bound allows five of them); FP8's
+/// per-token E4M3 activation codes (unit roundoff 2⁻⁴) flip with those differences, so FP8 gets
+/// a mean bound and a top-1 agreement floor instead of exact greedy equality.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ParityTolerance {
+    /// Largest rel L2 error of any logits row.
+    pub max_rel_l2: f64,
+    /// Largest mean rel L2 error over the rows.
+    pub mean_rel_l2: f64,
+    /// Smallest fraction of steps whose argmax equals the reference token; a disagreement
+    /// where the reference's own top-2 margin is below `tie_margin` is a near-tie and counted
+    /// apart.
+    pub min_top1: f64,
+    /// Top-2 margin (logit units) below which the reference's choice is a near-tie.
+    pub tie_margin: f64,
+}
+
+/// `PARITY_BF16`: greedy tokens equal (up to near-ties), every logits row within 2e-2 rel L2.
+pub const PARITY_BF16: ParityTolerance = ParityTolerance {
+    max_rel_l2: 2e-2,
+    mean_rel_l2: 5e-3,
+    min_top1: 1.0,
+    tie_margin: 0.05,
+};
+/// `PARITY_W4A16`: as BF16 (identical dequantized weights, same rounding points).
+pub const PARITY_W4A16: ParityTolerance = PARITY_BF16;
+/// `PARITY_FP8`: mean rel L2 within 5e-2 of the CPU's own FP8 path, 95% top-1 agreement.
+pub const PARITY_FP8: ParityTolerance = ParityTolerance {
+    max_rel_l2: 2.5e-1,
+    mean_rel_l2: 5e-2,
+    min_top1: 0.95,
+    tie_margin: 0.05,
+};
+
+/// One check's outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    /// What was checked.
+    pub name: String,
+    /// Whether it passed.
+    pub pass: bool,
+    /// The measured figure and the limit.
+    pub detail: String,
+}
+
+fn bf16_bits(v: f32) -> u16 {
+    half::bf16::from_f32(v).to_bits()
+}
+
+/// Tensor-core prefill attention vs the CUDA-core decode kernel on 80 query positions of one
+/// sequence (random BF16 q, K and V): `Ok(None)` when the rel L2 difference is within
+/// [`PREFILL_VS_DECODE_REL_L2`], else the reason.
+///
+/// # Errors
+/// A device failure.
+pub fn prefill_matches_decode(b: &mut CudaBackend) -> anyhow::Result<Option<String>> {
+    let c = b.config.clone();
+    let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
+    let bs = 16usize;
+    let len = 80usize;
+    let blocks = len.div_ceil(bs);
+    let gpu = &b.gpu;
+    // Synthesized q [len, nh, hd] and one layer of K/V cache (blocks + 1 trash) in BF16.
+    let q = gpu.alloc(len * nh * hd * 2)?;
+    let region = (blocks + 1) * nkv * bs * hd;
+    let kv = gpu.alloc(2 * region * 2)?;
+    for (buf, n, seed) in [(&q, len * nh * hd, 11u64), (&kv, 2 * region, 12u64)] {
+        b.rt.launch(
+            gpu,
+            "rt_synth_bf16",
+            super::grid1(n, 256),
+            (256, 1, 1),
+            0,
+            &[
+                KArg::Ptr(buf.ptr()),
+                KArg::U64(n as u64),
+                KArg::U64(weights::synth_stream_base(seed, 1)),
+                KArg::F32(0.0),
+                KArg::F32(1.0),
+            ],
+        )?;
+    }
+    let seg = SeqSegment {
+        start: 0,
+        len,
+        first_pos: 0,
+        block_table: (0..blocks as u32).collect(),
+        num_logits: 0,
+    };
+    let batch = ForwardBatch {
+        token_ids: vec![0; len],
+        seqs: vec![seg],
+    };
+    let mut env = plan::PlanEnv {
+        block_size: bs,
+        num_blocks: blocks,
+        vocab: c.vocab_size,
+        kv_heads: nkv,
+        sm_count: gpu.sm_count as usize,
+        part_cap: super::PART_CAP,
+        tc_prefill: false,
+    };
+    let outs = [gpu.alloc(len * nh * hd * 2)?, gpu.alloc(len * nh * hd * 2)?];
+    let meta = gpu.alloc(1 << 16)?;
+    for (i, tc) in [false, true].into_iter().enumerate() {
+        env.tc_prefill = tc;
+        let p = plan::plan(&batch, &env, None)?;
+        anyhow::ensure!(
+            p.image.len() * 4 <= meta.bytes(),
+            "self-check metadata too large"
+        );
+        gpu.write(&meta, 0, &p.image)?;
+        let at = |off: usize| meta.ptr() + (off * 4) as u64;
+        let l = p.layout;
+        let sm_scale = 1.0 / (hd as f32).sqrt();
+        let (kc, vc) = (kv.ptr(), kv.ptr() + (region * 2) as u64);
+        if tc {
+            anyhow::ensure!(
+                p.tiles > 0 && p.dec_tokens == 0,
+                "plan did not use prefill tiles"
+            );
+            b.rt.launch(
+                gpu,
+                &format!("rt_attn_prefill_bf16_hd{hd}"),
+                (p.tiles as u32, nh as u32, 1),
+                (128, 1, 1),
+                (2 * 64 * (hd + 8) * 2) as u32,
+                &[
+                    KArg::Ptr(q.ptr()),
+                    KArg::Ptr(at(l.tiles)),
+                    KArg::Ptr(at(l.block_tables)),
+                    KArg::Ptr(meta.ptr()),
+                    KArg::Ptr(kc),
+                    KArg::Ptr(vc),
+                    KArg::F32(1.0),
+                    KArg::F32(1.0),
+                    KArg::I32(nh as i32),
+                    KArg::I32(nkv as i32),
+                    KArg::I32(bs as i32),
+                    KArg::F32(sm_scale),
+                    KArg::Ptr(outs[i].ptr()),
+                ],
+            )?;
+        } else {
+            b.rt.launch(
+                gpu,
+                "rt_attn_decode_bf16",
+                (p.dec_tokens as u32, nkv as u32, 1),
+                (super::ATT_THREADS, 1, 1),
+                0,
+                &[
+                    KArg::Ptr(at(l.dec_tok)),
+                    KArg::Ptr(q.ptr()),
+                    KArg::Ptr(at(l.tok_seq)),
+                    KArg::Ptr(at(l.pos)),
+                    KArg::Ptr(at(l.block_tables)),
+                    KArg::Ptr(meta.ptr()),
+                    KArg::Ptr(kc),
+                    KArg::Ptr(vc),
+                    KArg::F32(1.0),
+                    KArg::F32(1.0),
+                    KArg::I32(nh as i32),
+                    KArg::I32(nkv as i32),
+                    KArg::I32(hd as i32),
+                    KArg::I32(bs as i32),
+                    KArg::F32(sm_scale),
+                    KArg::Ptr(outs[i].ptr()),
+                    KArg::Ptr(b.bufs.part_ml.ptr()),
+                    KArg::Ptr(b.bufs.part_o.ptr()),
+                ],
+            )?;
+        }
+    }
+    let d: Vec<u16> = gpu.download(&outs[0], 0, len * nh * hd)?;
+    let t: Vec<u16> = gpu.download(&outs[1], 0, len * nh * hd)?;
+    let err = super::rel_l2_bf16(&t, &d);
+    Ok((err > PREFILL_VS_DECODE_REL_L2)
+        .then(|| format!("rel L2 {err:.2e} > {PREFILL_VS_DECODE_REL_L2:.0e}")))
+}
+
+/// GPU synthesis of the tiny preset's embedding against the CPU's, bit for bit.
+///
+/// # Errors
+/// A device failure.
+pub fn synthesis_matches_cpu(b: &CudaBackend, seed: u64) -> anyhow::Result<Check> {
+    let c = ModelConfig::preset("qwen3-8b").unwrap_or_else(ModelConfig::tiny);
+    // One layer's q_proj: large enough to span many 65,536-element chunks.
+    let (n, k) = (c.q_dim(), c.hidden_size);
+    let id = weights::synth_tensor_id(Some(0), 1);
+    let std = 1.0 / (k as f32).sqrt();
+    let buf = b.gpu.alloc(n * k * 2)?;
+    b.rt.launch(
+        &b.gpu,
+        "rt_synth_bf16",
+        super::grid1(n * k, 256),
+        (256, 1, 1),
+        0,
+        &[
+            KArg::Ptr(buf.ptr()),
+            KArg::U64((n * k) as u64),
+            KArg::U64(weights::synth_stream_base(seed, id)),
+            KArg::F32(0.0),
+            KArg::F32(std),
+        ],
+    )?;
+    let got: Vec<u16> = b.gpu.download(&buf, 0, n * k)?;
+    let mut one = c.clone();
+    one.num_layers = 1;
+    let host = weights::synthesize(&one, seed);
+    let want = match &host.layers[0].q {
+        weights::Linear::Bf16 { data, .. } => data.clone(),
+        _ => anyhow::bail!("synthesized q_proj is not BF16"),
+    };
+    let diff = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+    Ok(Check {
+        name: format!("GPU weight synthesis = CPU ({n}×{k} BF16, seed {seed})"),
+        pass: diff == 0,
+        detail: format!("{diff} of {} values differ (limit 0)", n * k),
+    })
+}
+
+/// GPU FP8 and NVFP4 quantization (and the W4A16 repacking) of a synthesized weight against
+/// the CPU code, bit for bit.
+///
+/// # Errors
+/// A device failure.
+pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
+    let (n, k) = (96usize, 512usize);
+    let vals: Vec<f32> = (0..n * k)
+        .map(|i| {
+            let x = ((i as f32) * 0.618_034).fract() - 0.5;
+            x * (1.0 + (i % 7) as f32)
+        })
+        .collect();
+    let bits: Vec<u16> = vals.iter().map(|v| bf16_bits(*v)).collect();
+    let host = weights::Linear::Bf16 {
+        n,
+        k,
+        data: bits.clone(),
+    };
+    let amax = host.bf16_amax().unwrap_or(0.0);
+    let loader = super::Loader {
+        gpu: &b.gpu,
+        rt: &b.rt,
+    };
+    let mut out = Vec::new();
+    // FP8.
+    let dev = loader.quantize_dev(b.gpu.upload(&bits)?, n, k, WeightFormat::Fp8)?;
+    let cpu = host.clone().quantized_with_amax(WeightFormat::Fp8, amax)?;
+    if let (super::DLinear::Fp8 { w, scales, .. }, weights::Linear::Fp8 { w: cw, .. }) =
+        (&dev, &cpu)
+    {
+        let got: Vec<u8> = b.gpu.download(w, 0, n * k)?;
+        let s: Vec<f32> = b.gpu.download(scales, 0, 1)?;
+        let diff = got.iter().zip(&cw.data).filter(|(a, b)| a != b).count();
+        out.push(Check {
+            name: "GPU FP8 quantization = CPU (96×512)".into(),
+            pass: diff == 0 && s[0] == cw.scales[0],
+            detail: format!(
+                "{diff} codes differ; scale {} vs {} (limit: identical)",
+                s[0], cw.scales[0]
+            ),
+        });
+    }
+    // NVFP4 + repack.
+    let dev = loader.quantize_dev(b.gpu.upload(&bits)?, n, k, WeightFormat::Nvfp4)?;
+    let cpu = host.quantized_with_amax(WeightFormat::Nvfp4, amax)?;
+    if let (super::DLinear::W4 { dev }, weights::Linear::Nvfp4(cw)) = (&dev, &cpu) {
+        let p = crate::formats::w4a16_pack::repack(cw)?;
+        let gw: Vec<u8> = b.gpu.download(&dev.wq, 0, p.weights.len())?;
+        let gs: Vec<u8> = b.gpu.download(&dev.sc, 0, p.scales.len())?;
+        let dw = gw.iter().zip(&p.weights).filter(|(a, b)| a != b).count();
+        let ds = gs.iter().zip(&p.scales).filter(|(a, b)| a != b).count();
+        out.push(Check {
+            name: "GPU NVFP4 quantization + W4A16 repack = CPU (96×512)".into(),
+            pass: dw == 0 && ds == 0 && dev.out_scale == p.out_scale,
+            detail: format!(
+                "{dw} code bytes and {ds} scale bytes differ; epilogue scale {} vs {} (limit: identical)",
+                dev.out_scale, p.out_scale
+            ),
+        });
+    }
+    Ok(out)
+}
+
+/// Greedy tokens per prompt and the logit rows in the order they were produced.
+pub type GreedyOutput = (Vec<Vec<u32>>, Vec<Vec<f32>>);
+
+/// Greedy tokens and logits of one backend over `prompts`: each prompt prefilled alone, then
+/// `steps` decode steps with all sequences batched. Blocks are assigned sequentially.
+///
+/// # Errors
+/// A backend failure.
+pub fn greedy_run(
+    be: &mut dyn Backend,
+    prompts: &[Vec<u32>],
+    steps: usize,
+    block_size: usize,
+) -> anyhow::Result<GreedyOutput> {
+    forced_run(be, prompts, steps, block_size, None)
+}
+
+/// [`greedy_run`], but the token fed back after step `s` of prompt `i` is `forced[i][s]`
+/// (teacher forcing) when given; the returned tokens are still this backend's argmax.
+///
+/// # Errors
+/// A backend failure, or `forced` shorter than `steps`.
+pub fn forced_run(
+    be: &mut dyn Backend,
+    prompts: &[Vec<u32>],
+    steps: usize,
+    block_size: usize,
+    forced: Option<&[Vec<u32>]>,
+) -> anyhow::Result<GreedyOutput> {
+    if let Some(f) = forced {
+        anyhow::ensure!(
+            f.len() == prompts.len() && f.iter().all(|t| t.len() >= steps),
+            "forced tokens do not cover {steps} steps of {} prompts",
+            prompts.len()
+        );
+    }
+    let pick = |i: usize, step: usize, argmax_tok: u32| -> u32 {
+        forced.map_or(argmax_tok, |f| f[i][step])
+    };
+    let mut next_block = 0u32;
+    let mut tables: Vec<Vec<u32>> = Vec::new();
+    let mut seqs: Vec<Vec<u32>> = prompts.to_vec();
+    let mut out: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+    let mut logits: Vec<Vec<f32>> = Vec::new();
+    let need = |len: usize| len.div_ceil(block_size);
+    for (i, p) in prompts.iter().enumerate() {
+        let mut bt = Vec::new();
+        while bt.len() < need(p.len() + steps + 1) {
+            bt.push(next_block);
+            next_block += 1;
+        }
+        tables.push(bt.clone());
+        let batch = ForwardBatch {
+            token_ids: p.clone(),
+            seqs: vec![SeqSegment {
+                start: 0,
+                len: p.len(),
+                first_pos: 0,
+                block_table: bt,
+                num_logits: 1,
+            }],
+        };
+        let l = be.forward(&batch)?;
+        let t = argmax(l.row(0));
+        logits.push(l.row(0).to_vec());
+        out[i].push(t);
+        seqs[i].push(pick(i, 0, t));
+    }
+    for step in 1..steps {
+        let mut batch = ForwardBatch::default();
+        for (i, s) in seqs.iter().enumerate() {
+            batch.seqs.push(SeqSegment {
+                start: i,
+                len: 1,
+                first_pos: s.len() - 1,
+                block_table: tables[i].clone(),
+                num_logits: 1,
+            });
+            batch.token_ids.push(*s.last().unwrap_or(&0));
+        }
+        let l = be.forward(&batch)?;
+        for i in 0..seqs.len() {
+            let t = argmax(l.row(i));
+            logits.push(l.row(i).to_vec());
+            out[i].push(t);
+            seqs[i].push(pick(i, step, t));
+        }
+    }
+    Ok((out, logits))
+}
+
+/// Seeded prompts of 12..=44 token ids below `vocab`.
+pub fn prompts(n: usize, vocab: usize, seed: u64) -> Vec<Vec<u32>> {
+    let mut rng = weights::SplitMix64::new(seed);
+    (0..n)
+        .map(|i| {
+            let len = 12 + (i * 11) % 33;
+            (0..len)
+                .map(|_| (rng.next_u64() % vocab.min(256) as u64) as u32)
+                .collect()
+        })
+        .collect()
+}
+
+/// The outcome of [`greedy_parity`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parity {
+    /// Weight format.
+    pub format: WeightFormat,
+    /// Steps compared (prompts × steps).
+    pub tokens: usize,
+    /// Steps whose argmax equals the reference's greedy token (teacher-forced).
+    pub top1_equal: usize,
+    /// Disagreements at near-ties (reference top-2 margin below the tolerance's `tie_margin`).
+    pub near_ties: usize,
+    /// Whether the free-running greedy sequences are identical.
+    pub greedy_identical: bool,
+    /// Largest rel L2 error of a logits row.
+    pub max_rel_l2: f64,
+    /// Mean rel L2 error over the rows.
+    pub mean_rel_l2: f64,
+    /// Largest |Δ logit|.
+    pub max_abs: f64,
+    /// The tolerance applied.
+    pub tol: ParityTolerance,
+}
+
+impl Parity {
+    /// Within the tolerance.
+    pub fn pass(&self) -> bool {
+        let agree = (self.top1_equal + self.near_ties) as f64 / self.tokens.max(1) as f64;
+        agree >= self.tol.min_top1
+            && self.max_rel_l2 <= self.tol.max_rel_l2
+            && self.mean_rel_l2 <= self.tol.mean_rel_l2
+    }
+}
+
+fn margin(row: &[f32]) -> f64 {
+    let mut a = f32::NEG_INFINITY;
+    let mut b = f32::NEG_INFINITY;
+    for v in row {
+        if *v > a {
+            b = a;
+            a = *v;
+        } else if *v > b {
+            b = *v;
+        }
+    }
+    (a - b) as f64
+}
+
+fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let d = (*x as f64) - (*y as f64);
+        num += d * d;
+        den += (*x as f64) * (*x as f64);
+    }
+    if den == 0.0 {
+        if num == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+/// Compare `test` with the reference run `reference` (logit rows in the same order; `tokens`
+/// are the reference's greedy tokens), under `tol`.
+pub fn compare_runs(
+    format: WeightFormat,
+    reference: &GreedyOutput,
+    test_forced: &GreedyOutput,
+    test_free: Option<&GreedyOutput>,
+    tol: ParityTolerance,
+) -> Parity {
+    let (rt, rl) = reference;
+    let (tt, tl) = test_forced;
+    let n_prompts = rt.len();
+    let steps = rt.first().map_or(0, |v| v.len());
+    let (mut eq, mut ties) = (0, 0);
+    for step in 0..steps {
+        for i in 0..n_prompts {
+            let row = if step == 0 { i } else { n_prompts * step + i };
+            if tt[i][step] == rt[i][step] {
+                eq += 1;
+            } else if margin(&rl[row]) < tol.tie_margin {
+                ties += 1;
+            }
+        }
+    }
+    let (mut max_rel, mut sum_rel, mut max_abs) = (0f64, 0f64, 0f64);
+    for (a, b) in rl.iter().zip(tl) {
+        let e = rel_l2(a, b);
+        max_rel = max_rel.max(e);
+        sum_rel += e;
+        for (x, y) in a.iter().zip(b) {
+            max_abs = max_abs.max((x - y).abs() as f64);
+        }
+    }
+    Parity {
+        format,
+        tokens: n_prompts * steps,
+        top1_equal: eq,
+        near_ties: ties,
+        greedy_identical: test_free.is_some_and(|f| f.0 == *rt),
+        max_rel_l2: max_rel,
+        mean_rel_l2: sum_rel / rl.len().max(1) as f64,
+        max_abs,
+        tol,
+    }
+}
+
+/// Parity of the CUDA backend against the CPU backend (with GPU rounding) on identical weights
+/// (`weights`, quantized on the CPU to `format` and uploaded as they are): the CPU's greedy
+/// tokens, the GPU teacher-forced on them (argmax agreement, logits error), and the GPU
+/// free-running (identical greedy sequences or not).
+///
+/// # Errors
+/// A backend failure.
+pub fn greedy_parity(
+    device: usize,
+    weights: &ModelWeights,
+    format: WeightFormat,
+    kv_dtype: KvCacheDtype,
+    n_prompts: usize,
+    steps: usize,
+) -> anyhow::Result<Parity> {
+    let mut w = weights.clone();
+    w.quantize(format)?;
+    let c = w.config.clone();
+    let bs = 16;
+    let ps = prompts(n_prompts, c.vocab_size, 7);
+    let blocks: usize = ps.iter().map(|p| (p.len() + steps + 1).div_ceil(bs)).sum();
+    let kv = KvCacheSpec {
+        num_blocks: blocks + 1,
+        block_size: bs,
+        dtype: kv_dtype,
+    };
+    let mut cpu = CpuBackend::new(w.clone(), 4).with_gpu_rounding(true);
+    cpu.init_kv_cache(kv)?;
+    let reference = greedy_run(&mut cpu, &ps, steps, bs)?;
+    let mut gpu = CudaBackend::load_with(
+        CudaLoadSpec {
+            device,
+            weights: WeightSource::Host(Box::new(w)),
+            quantize: None,
+            max_num_batched_tokens: 256,
+            max_num_seqs: n_prompts.max(1),
+            max_model_len: 1024,
+            kv_dtype,
+            block_size: bs,
+        },
+        CudaOptions::default(),
+    )?;
+    gpu.init_kv_cache(kv)?;
+    let forced = forced_run(&mut gpu, &ps, steps, bs, Some(&reference.0))?;
+    gpu.init_kv_cache(kv)?;
+    let free = greedy_run(&mut gpu, &ps, steps, bs)?;
+    let tol = match format {
+        WeightFormat::Bf16 => PARITY_BF16,
+        WeightFormat::Fp8 => PARITY_FP8,
+        WeightFormat::Nvfp4 => PARITY_W4A16,
+    };
+    Ok(compare_runs(format, &reference, &forced, Some(&free), tol))
+}
+
+/// Decode and prefill throughput of one configuration, measured through the backend directly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Speed {
+    /// Weight format.
+    pub format: WeightFormat,
+    /// Weight bytes on the device.
+    pub weight_bytes: u64,
+    /// Batch-1 decode, tokens/s (graphs on).
+    pub b1_tok_s: f64,
+    /// Batch-1 decode, tokens/s (graphs off).
+    pub b1_tok_s_no_graph: f64,
+    /// Batch-32 decode at 1,024-token contexts, output tokens/s.
+    pub b32_tok_s: f64,
+    /// Prefill of one 4,096-token prompt, tokens/s.
+    pub prefill_tok_s: f64,
+    /// Notes of the backend (self-checks, fallbacks).
+    pub notes: Vec<String>,
+}
+
+/// Measure [`Speed`] for a synthetic preset in `format` on `device`.
+///
+/// # Errors
+/// A backend failure.
+pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow::Result<Speed> {
+    let config = ModelConfig::preset(preset)
+        .ok_or_else(|| anyhow::anyhow!("unknown preset synthetic:{preset}"))?;
+    let bs = 16usize;
+    let mut b = CudaBackend::load(CudaLoadSpec {
+        device,
+        weights: WeightSource::Synthetic { config, seed: 0 },
+        quantize: Some(format),
+        max_num_batched_tokens: 4096,
+        max_num_seqs: 32,
+        max_model_len: 4096 + 64,
+        kv_dtype: KvCacheDtype::Bf16,
+        block_size: bs,
+    })?;
+    let c = b.config.clone();
+    // 32 sequences × (1,024 + 64) tokens, or one of 4,096 + 64.
+    let per_seq_blocks = (4096 + 64usize).div_ceil(bs);
+    let num_blocks = (32 * (1024 + 64usize).div_ceil(bs)).max(per_seq_blocks) + 8;
+    b.init_kv_cache(KvCacheSpec {
+        num_blocks,
+        block_size: bs,
+        dtype: KvCacheDtype::Bf16,
+    })?;
+    let greedy = |n: usize| {
+        vec![
+            RowSampling {
+                temperature: 0.0,
+                top_p: 1.0,
+                top_k: 0,
+                seed: 0,
+                draw: 0,
+            };
+            n
+        ]
+    };
+    // Prefill of 4,096 tokens (timed on the second run).
+    let bt: Vec<u32> = (0..per_seq_blocks as u32).collect();
+    let pre = ForwardBatch {
+        token_ids: (0..4096u32).map(|i| i % c.vocab_size as u32).collect(),
+        seqs: vec![SeqSegment {
+            start: 0,
+            len: 4096,
+            first_pos: 0,
+            block_table: bt.clone(),
+            num_logits: 1,
+        }],
+    };
+    b.forward_sampled(&pre, &greedy(1))?;
+    let t0 = Instant::now();
+    b.forward_sampled(&pre, &greedy(1))?;
+    let prefill_tok_s = 4096.0 / t0.elapsed().as_secs_f64();
+    // Batch-1 decode after the 4,096-token context, graphs on then off.
+    let decode1 = |b: &mut CudaBackend, steps: usize| -> anyhow::Result<f64> {
+        let mut tok = 1u32;
+        let mk = |pos: usize, tok: u32| ForwardBatch {
+            token_ids: vec![tok],
+            seqs: vec![SeqSegment {
+                start: 0,
+                len: 1,
+                first_pos: pos,
+                block_table: bt.clone(),
+                num_logits: 1,
+            }],
+        };
+        for i in 0..3 {
+            tok = b.forward_sampled(&mk(4096 + i, tok), &greedy(1))?[0];
+        }
+        let t0 = Instant::now();
+        for i in 0..steps {
+            tok = b.forward_sampled(&mk(4096 + 3 + i % 60, tok), &greedy(1))?[0];
+        }
+        Ok(steps as f64 / t0.elapsed().as_secs_f64())
+    };
+    let b1_tok_s = decode1(&mut b, 64)?;
+    b.set_cuda_graphs(false);
+    let b1_tok_s_no_graph = decode1(&mut b, 32)?;
+    b.set_cuda_graphs(true);
+    // Batch 32 at 1,024-token contexts: 32 sequences with their own blocks (the contexts'
+    // contents do not matter for the speed; they are whatever the cache holds).
+    let per = (1024 + 64usize).div_ceil(bs);
+    let tables: Vec<Vec<u32>> = (0..32)
+        .map(|s| ((s * per) as u32..((s + 1) * per) as u32).collect())
+        .collect();
+    let mk32 = |pos: usize| ForwardBatch {
+        token_ids: vec![1; 32],
+        seqs: (0..32)
+            .map(|s| SeqSegment {
+                start: s,
+                len: 1,
+                first_pos: pos,
+                block_table: tables[s].clone(),
+                num_logits: 1,
+            })
+            .collect(),
+    };
+    for i in 0..3 {
+        b.forward_sampled(&mk32(1024 + i), &greedy(32))?;
+    }
+    let steps = 32;
+    let t0 = Instant::now();
+    for i in 0..steps {
+        b.forward_sampled(&mk32(1027 + i), &greedy(32))?;
+    }
+    let b32_tok_s = 32.0 * steps as f64 / t0.elapsed().as_secs_f64();
+    Ok(Speed {
+        format,
+        weight_bytes: b.weight_bytes(),
+        b1_tok_s,
+        b1_tok_s_no_graph,
+        b32_tok_s,
+        prefill_tok_s,
+        notes: b.notes.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn teacher_forcing_and_comparison_on_the_cpu() {
+        // CPU f32 against CPU with GPU rounding: the same function up to BF16 roundings, so the
+        // comparison machinery must find them close but not identical.
+        let c = ModelConfig::tiny();
+        let w = weights::synthesize(&c, 3);
+        let ps = prompts(3, c.vocab_size, 5);
+        let kv = KvCacheSpec {
+            num_blocks: 64,
+            block_size: 16,
+            dtype: KvCacheDtype::Bf16,
+        };
+        let mut a = CpuBackend::new(w.clone(), 1);
+        a.init_kv_cache(kv).unwrap();
+        let reference = greedy_run(&mut a, &ps, 8, 16).unwrap();
+        assert_eq!(reference.0.len(), 3);
+        assert_eq!(reference.1.len(), 3 * 8);
+        let mut b = CpuBackend::new(w, 1).with_gpu_rounding(true);
+        b.init_kv_cache(kv).unwrap();
+        let forced = forced_run(&mut b, &ps, 8, 16, Some(&reference.0)).unwrap();
+        let p = compare_runs(WeightFormat::Bf16, &reference, &forced, None, PARITY_BF16);
+        assert_eq!(p.tokens, 24);
+        assert!(p.max_rel_l2 > 0.0, "BF16 rounding must change something");
+        assert!(p.max_rel_l2 < 5e-2, "{p:?}");
+        assert!(p.top1_equal + p.near_ties >= 22, "{p:?}");
+        // The same run compared with itself is exact.
+        let same = compare_runs(
+            WeightFormat::Bf16,
+            &reference,
+            &reference,
+            Some(&reference),
+            PARITY_BF16,
+        );
+        assert!(same.pass() && same.greedy_identical && same.max_abs == 0.0);
+        // Forcing needs enough tokens.
+        let short = vec![vec![1u32]; 3];
+        assert!(forced_run(&mut a, &ps, 8, 16, Some(&short)).is_err());
+    }
+}
