@@ -14,8 +14,11 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// A fuzz target's entry point: one input, any bytes.
+pub type Target = fn(&[u8]);
+
 /// The fuzz targets, by name, with the function that runs one input.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("safetensors_header", safetensors_header),
     ("config_json", config_json),
     ("hf_quant_config", hf_quant_config),
