@@ -1,33 +1,87 @@
 #!/usr/bin/env python3
 """Peer GEMM providers for `rigbench kernels`, run in the same session with the same shapes, M
-values, L2 flush and stopping rule as rigbench's own cases.
+values, L2 flush, stopping rule and timing modes as rigbench's own cases.
 
 Driven by rigbench: `python3 scripts/peer_kernels.py --spec spec.json --out peers.json`.
 The spec (written by rigbench) holds: shapes [{name, n, k}], m [..], l2_flush_bytes, warmup,
-stopping {min_samples, max_samples, target_rel_std, max_time_s}.
+stopping {min_samples, max_samples, target_rel_std, max_time_s}, timing {cold, graph,
+graph_min_total_bytes, graph_min_launches, graph_max_copies}, sys_path [folders of carried
+pure-Python packages, e.g. .peers/ holding gemlite/]. Environment: RIGBENCH_GEMLITE_AUTOTUNE
+(gemlite's autotune setting: fast, the default; default = one config per kernel, for quick
+checks; max).
 
 Providers (each checked against a float64 reference on sampled outputs before it is timed):
-  torch  torch.matmul BF16 (cuBLAS)
-  torch  torch._scaled_mm FP8 E4M3 per-tensor scales, BF16 out (M padded to a multiple of 16,
-         as the op requires; activation quantization not included, as in rigbench's fp8 rows)
-  torch  torch._weight_int4pack_mm (tinygemm INT4 W4A16, group 128)
-  vllm   Marlin NVFP4 GEMM, when vllm is importable (reported unavailable otherwise)
+  torch    torch.matmul BF16 (cuBLAS)
+  torch    torch._scaled_mm FP8 E4M3 per-tensor scales, BF16 out (M padded to a multiple of 16,
+           as the op requires); its activation quantization (amax / 448 per tensor, then a cast,
+           in plain torch ops) is timed separately as the extra part `activation_quant`, as
+           rigbench's fp8 rows do
+  torch    torch._weight_int4pack_mm (tinygemm INT4 W4A16, group 128)
+  gemlite  gemlite.A16W4_INT_g128: gemlite's Triton INT4 weight-only GEMM, group 128, BF16
+           activations, HQQ convention (W_q - zero) * scale; needs the `gemlite/` package folder
+           on a sys_path entry (see scripts/fetch-peers.sh) and triton >= 3.6
+  vllm     Marlin NVFP4 GEMM: reported unavailable (not importable, or its driver not written)
 
 Output JSON: {"peers": [{provider, implementations, available, detail}],
-              "cases": [{provider, implementation, format, shape, m, n, k, path, check, samples_s}],
+              "cases": [{provider, implementation, format, shape, m, n, k, path, check,
+                         samples_s, stop_reason, weight_bytes, extra: [{name, samples_s,
+                         stop_reason}], graph: {samples_s, stop_reason, launches, weight_copies,
+                         weight_bytes_total, extra} | null, graph_skip, t_start, t_end}],
               "skipped": [{provider, implementation, shape, m, reason}]}
-Timing: CUDA events (torch.cuda.Event(enable_timing=True)) around each call; before each sample
-the L2 is flushed by reading a buffer of l2_flush_bytes (as rigbench does).
+Timing, cold: CUDA events (torch.cuda.Event(enable_timing=True)) around each call; before each
+sample the L2 is flushed by reading a buffer of l2_flush_bytes (as rigbench does). Graph: the
+weights copied until the copies exceed graph_min_total_bytes (4 x L2; at least 2 copies), the
+smallest multiple of the copy count >= graph_min_launches calls rotating over them captured in a
+torch.cuda.CUDAGraph; a sample is one replay between events divided by the calls (rigbench's
+rule, src/kernels/bench.rs graph_plan). Sampling stops as rigbench's stopping rule: converged
+(sigma/mean <= target after >= min_samples), sample cap, or time cap (never below min_samples).
+t_start / t_end are Unix seconds around a case's sampling, so rigbench can attach the SM clock
+it polled meanwhile.
 """
 
 import argparse
+import copy
 import json
+import os
 import statistics
 import sys
 import time
 import traceback
+import types
 
 TOL = 5e-3  # same rule as rigbench's named tolerances: BF16 output rounding + accumulation order
+GROUP = 128
+
+
+def graph_plan(nbytes, min_total, min_launches):
+    """(copies, launches): the fewest copies (>= 2) whose total exceeds min_total, and the
+    smallest multiple of that count >= min_launches (rigbench's graph_plan)."""
+    copies = max(2, min_total // max(1, nbytes) + 1)
+    launches = copies * max(1, -(-min_launches // copies))
+    return copies, launches
+
+
+def import_gemlite(paths):
+    """Import gemlite from a carried folder; returns (module, None) or (None, reason)."""
+    for p in paths:
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    found = [p for p in paths if os.path.isdir(os.path.join(p, "gemlite"))]
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        # gemlite's helper imports tqdm for progress bars only; a stand-in keeps it importable.
+        stub = types.ModuleType("tqdm")
+        stub.tqdm = lambda it=None, *a, **k: it
+        sys.modules["tqdm"] = stub
+    try:
+        import gemlite  # noqa: F401
+        from gemlite import helper  # noqa: F401
+        return gemlite, None
+    except Exception as e:  # noqa: BLE001
+        where = ", ".join(found) if found else "no gemlite/ folder in " + (", ".join(paths) or "(no sys_path given)")
+        return None, (f"gemlite could not be imported ({type(e).__name__}: {e}); looked in: {where}. "
+                      "Run scripts/fetch-peers.sh and carry .peers/")
 
 
 def main():
@@ -37,13 +91,14 @@ def main():
     args = ap.parse_args()
     with open(args.spec) as f:
         spec = json.load(f)
+    timing = spec.get("timing") or {"cold": True, "graph": False}
+    do_cold = bool(timing.get("cold", True))
+    do_graph = bool(timing.get("graph", False))
     out = {"peers": [], "cases": [], "skipped": []}
 
     def save():
         with open(args.out + ".tmp", "w") as f:
             json.dump(out, f)
-        import os
-
         os.replace(args.out + ".tmp", args.out)
 
     try:
@@ -63,6 +118,26 @@ def main():
     out["peers"].append({"provider": "torch", "implementations": impls, "available": True,
                          "detail": f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
                                    f"{torch.cuda.get_device_name(0)}"})
+    gemlite, gl_err = import_gemlite(list(spec.get("sys_path") or []))
+    gl_autotune = os.environ.get("RIGBENCH_GEMLITE_AUTOTUNE", "fast")
+    if gemlite is not None and gl_autotune != "fast":
+        try:
+            gemlite.set_autotune(gl_autotune)
+        except Exception as e:  # noqa: BLE001
+            gemlite, gl_err = None, f"gemlite.set_autotune({gl_autotune!r}) failed: {type(e).__name__}: {e}"
+    if gemlite is not None:
+        import triton
+        out["peers"].append({"provider": "gemlite", "implementations": ["gemlite.A16W4_INT_g128"],
+                             "available": True,
+                             "detail": f"gemlite {getattr(gemlite, '__version__', '?')} (Triton {triton.__version__}), "
+                                       f"INT4 weight-only, group 128, BF16 activations, autotune '{gl_autotune}'"
+                                       + ("" if gl_autotune == "fast" else " (not gemlite's default 'fast': "
+                                          "its figures are untuned)")
+                                       + "; its NVFP4 weight-only path (A16W4_NVFP) is not run: Triton's "
+                                       "dot_scaled fails to compile on sm_90"})
+    else:
+        out["peers"].append({"provider": "gemlite", "implementations": ["gemlite.A16W4_INT_g128"],
+                             "available": False, "detail": gl_err})
     try:
         import vllm  # noqa: F401
         from vllm import _custom_ops  # noqa: F401
@@ -79,32 +154,72 @@ def main():
     st = spec["stopping"]
     gen = torch.Generator(device=dev)
 
-    def time_it(fn):
+    def sample(take):
+        """Samples from take() until the stopping rule says stop; returns (samples, reason)."""
+        samples = []
+        t0 = time.time()
+        while True:
+            samples.append(take())
+            n = len(samples)
+            if n >= st["max_samples"]:
+                return samples, "sample_cap"
+            if n >= st["min_samples"] and n >= 2:
+                mu = statistics.fmean(samples)
+                if mu > 0 and statistics.stdev(samples) / mu <= st["target_rel_std"]:
+                    return samples, "converged"
+            # The time cap never stops a case below min_samples.
+            if time.time() - t0 >= st["max_time_s"] and n >= max(1, st["min_samples"]):
+                return samples, "time_cap"
+
+    def time_cold(fn):
         for _ in range(int(spec["warmup"])):
             fn()
         torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
-        samples = []
-        t0 = time.time()
-        while True:
+
+        def take():
             if spec["l2_flush_bytes"]:
                 flush.max()  # a read of 2x L2, as rigbench's flush (clean lines, no write-back)
             start.record()
             fn()
             end.record()
             end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e-3)
-            n = len(samples)
-            if n >= st["max_samples"]:
-                break
-            if n >= st["min_samples"] and n >= 2:
-                mu = statistics.fmean(samples)
-                if mu > 0 and statistics.stdev(samples) / mu <= st["target_rel_std"]:
-                    break
-            if time.time() - t0 >= st["max_time_s"] and n >= min(3, st["min_samples"]):
-                break
-        return samples
+            return start.elapsed_time(end) * 1e-3
+
+        return sample(take)
+
+    def capture(fns, launches):
+        """A CUDAGraph of `launches` calls rotating over fns; returns (graph, last output)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for f in fns[:2]:
+                f()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        last = None
+        with torch.cuda.graph(g):
+            for i in range(launches):
+                last = fns[i % len(fns)]()
+        return g, last
+
+    def time_graph(g, launches):
+        for _ in range(max(1, int(spec["warmup"]))):
+            g.replay()
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+
+        def take():
+            start.record()
+            g.replay()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e-3 / launches
+
+        return sample(take)
 
     def rel_l2(got, ref):
         got = got.double()
@@ -120,31 +235,52 @@ def main():
         idx[0], idx[-1] = 0, total - 1
         return idx.sort().values
 
+    def nbytes(*ts):
+        return int(sum(t.numel() * t.element_size() for t in ts if t is not None))
+
     e4m3 = getattr(torch, "float8_e4m3fn", None)
+    g_min_total = int(timing.get("graph_min_total_bytes") or 0)
+    g_min_launches = int(timing.get("graph_min_launches") or 8)
+    g_max_copies = int(timing.get("graph_max_copies") or 4096)
+    if do_graph and g_min_total <= 0:
+        g_min_total = 4 * (int(spec["l2_flush_bytes"]) // 2 or (60 << 20))
+
     for shape in spec["shapes"]:
         n, k, name = shape["n"], shape["k"], shape["name"]
         gen.manual_seed(sum(map(ord, name)))
         w_bf16 = (torch.rand(n, k, device=dev, generator=gen) * 2 - 1).to(torch.bfloat16)
         w_fp8 = (torch.rand(n, k, device=dev, generator=gen) * 4 - 2).to(e4m3) if e4m3 else None
         w_scale = torch.tensor(1.0 / 64, device=dev)
-        # tinygemm INT4: uint8 [n, k/2]; group 128 along K; scale and zero per group and row.
+        # INT4 codes 0..15, group 128 along K; scale per group and row; zero point 8.
         q_int = torch.randint(0, 16, (n, k), device=dev, dtype=torch.int32, generator=gen)
-        group = 128
-        scales = (torch.rand(k // group, n, device=dev, generator=gen) * 0.02 + 0.005).to(torch.bfloat16)
-        sz = torch.stack([scales, torch.zeros_like(scales)], dim=2).contiguous()
-        # Two candidate nibble orders for the uint8 input (torchao packs the even element in the
-        # high nibble); the correctness check decides which one this PyTorch uses.
+        scales = (torch.rand(k // GROUP, n, device=dev, generator=gen) * 0.02 + 0.005).to(torch.bfloat16) \
+            if k % GROUP == 0 else None
+        int4_err = None if k % GROUP == 0 else f"K = {k} is not a multiple of the group size {GROUP}"
+        # tinygemm: scale and zero (BF16) per group and row; zero in its convention is the value
+        # added after (q - 8) * scale, so 0 here. Two candidate nibble orders for the uint8 input
+        # (torchao packs the even element in the high nibble); the correctness check decides.
         int4_packings = []
-        int4_err = None
-        if k % group == 0:
+        sz = None
+        if scales is not None:
+            sz = torch.stack([scales, torch.zeros_like(scales)], dim=2).contiguous()
             for order, u8 in (("even k in high nibble", ((q_int[:, ::2] << 4) | q_int[:, 1::2]).to(torch.uint8)),
                               ("even k in low nibble", ((q_int[:, 1::2] << 4) | q_int[:, ::2]).to(torch.uint8))):
                 try:
                     int4_packings.append((order, torch._convert_weight_to_int4pack(u8, 8)))
                 except Exception as e:  # noqa: BLE001
                     int4_err = f"{type(e).__name__}: {e}"
-        else:
-            int4_err = f"K = {k} is not a multiple of the group size {group}"
+        gl_layer, gl_err_shape = None, None
+        if gemlite is not None:
+            if scales is None:
+                gl_err_shape = int4_err
+            else:
+                try:
+                    gl_layer = gemlite.helper.A16Wn(device="cuda:0", dtype=torch.bfloat16).from_weights(
+                        q_int.to(torch.uint8), scales.t().contiguous(),
+                        torch.full_like(scales.t().contiguous(), 8.0), 4, GROUP)
+                except Exception as e:  # noqa: BLE001
+                    gl_err_shape = f"gemlite could not pack the weights: {type(e).__name__}: {e}"
+        copies_cache = {}
 
         for m in spec["m"]:
             a = (torch.rand(m, k, device=dev, generator=gen) * 2 - 1).to(torch.bfloat16)
@@ -152,31 +288,79 @@ def main():
             cols = sample_idx(n, 64, dev)
             a_s = a[rows].double()
 
-            def record(impl, fmt, path, fn, ref, get_out):
+            def skip(provider, impl, reason):
+                out["skipped"].append({"provider": provider, "implementation": impl, "shape": name, "m": m,
+                                       "reason": reason})
+
+            def record(provider, impl, fmt, path, make, weights, clone, wbytes, ref, get_out, extra=()):
+                """Check, then time `make(weights)` cold and/or in a graph over weight copies."""
                 try:
+                    fn = make(weights)
                     res = fn()
                     torch.cuda.synchronize()
                     err = rel_l2(get_out(res), ref)
                     if not err <= TOL:
-                        out["skipped"].append({"provider": "torch", "implementation": impl, "shape": name, "m": m,
-                                               "reason": f"failed its correctness check, not timed: rel_l2 = {err:.3e} > {TOL}"})
+                        skip(provider, impl, f"failed its correctness check, not timed: rel_l2 = {err:.3e} > {TOL}")
                         return
-                    samples = time_it(fn)
-                    out["cases"].append({"provider": "torch", "implementation": impl, "format": fmt, "shape": name,
-                                         "m": m, "n": n, "k": k, "path": path,
-                                         "check": {"reference": "float64 torch on 32x64 sampled outputs", "metric": "rel_l2",
-                                                   "value": err, "tolerance_name": "PEER_REL_L2", "tolerance": TOL,
-                                                   "passed": True},
-                                         "samples_s": samples})
+                    case = {"provider": provider, "implementation": impl, "format": fmt, "shape": name,
+                            "m": m, "n": n, "k": k, "path": path,
+                            "check": {"reference": "float64 torch on 32x64 sampled outputs", "metric": "rel_l2",
+                                      "value": err, "tolerance_name": "PEER_REL_L2", "tolerance": TOL,
+                                      "passed": True},
+                            "samples_s": [], "stop_reason": None, "weight_bytes": wbytes, "extra": [],
+                            "graph": None, "graph_skip": None, "t_start": time.time(), "t_end": None}
+                    if do_cold:
+                        case["samples_s"], case["stop_reason"] = time_cold(fn)
+                        for pname, pfn in extra:
+                            s, r = time_cold(pfn)
+                            case["extra"].append({"name": pname, "samples_s": s, "stop_reason": r})
+                    if do_graph:
+                        try:
+                            case["graph"] = graph_case(impl, make, weights, clone, wbytes, ref, get_out, extra)
+                        except Exception as e:  # noqa: BLE001
+                            case["graph_skip"] = f"{type(e).__name__}: {e}"
+                    case["t_end"] = time.time()
+                    if not case["samples_s"] and case["graph"] is None:
+                        skip(provider, impl, f"graph timing (--timing graph) could not run: {case['graph_skip']}")
+                        return
+                    out["cases"].append(case)
                 except Exception as e:  # noqa: BLE001
-                    out["skipped"].append({"provider": "torch", "implementation": impl, "shape": name, "m": m,
-                                           "reason": f"{type(e).__name__}: {e}"})
+                    skip(provider, impl, f"{type(e).__name__}: {e}")
                 finally:
                     save()
 
+            def graph_case(impl, make, weights, clone, wbytes, ref, get_out, extra):
+                copies, launches = graph_plan(wbytes, g_min_total, g_min_launches)
+                if copies > g_max_copies:
+                    raise RuntimeError(f"its {wbytes} weight bytes would need {copies} copies to exceed "
+                                       f"{g_min_total} bytes (more than {g_max_copies})")
+                key = impl
+                have = copies_cache.get(key)
+                if have is None or len(have) < copies:
+                    have = [weights] + [clone(weights) for _ in range(copies - 1)]
+                    copies_cache[key] = have
+                fns = [make(w) for w in have[:copies]]
+                g, last = capture(fns, launches)
+                s, r = time_graph(g, launches)
+                torch.cuda.synchronize()
+                err = rel_l2(get_out(last), ref)
+                if not err <= TOL:
+                    raise RuntimeError(f"the graph's output failed the correctness check (rel_l2 = {err:.3e}): "
+                                       "graph timing discarded")
+                res = {"samples_s": s, "stop_reason": r, "launches": launches, "weight_copies": copies,
+                       "weight_bytes_total": copies * wbytes, "extra": []}
+                del g, last, fns
+                for pname, pfn in extra:
+                    ge, _ = capture([pfn], launches)
+                    es, er = time_graph(ge, launches)
+                    res["extra"].append({"name": pname, "samples_s": es, "stop_reason": er})
+                    del ge
+                return res
+
             ref = a_s @ w_bf16[cols].double().t()
-            record("torch.matmul", "bf16", "torch.nn.functional.linear BF16 (cuBLAS)",
-                   lambda: torch.nn.functional.linear(a, w_bf16), ref, lambda r: r[rows][:, cols])
+            record("torch", "torch.matmul", "bf16", "torch.nn.functional.linear BF16 (cuBLAS)",
+                   lambda w: (lambda: torch.nn.functional.linear(a, w)), w_bf16, lambda w: w.clone(),
+                   nbytes(w_bf16), ref, lambda r: r[rows][:, cols])
 
             if w_fp8 is not None and hasattr(torch, "_scaled_mm"):
                 mp = ((m + 15) // 16) * 16
@@ -184,34 +368,54 @@ def main():
                 a_pad[:m] = a
                 a_scale = (a.abs().max().float() / 448.0).clamp(min=1e-12)
                 a_fp8 = (a_pad.float() / a_scale).to(e4m3)
-                wt = w_fp8.t()
                 ref8 = (a_fp8[:m][rows].double() * a_scale.double()) @ (w_fp8[cols].double() * w_scale.double()).t()
-                record("torch._scaled_mm", "fp8", f"torch._scaled_mm FP8 E4M3 per-tensor, BF16 out (M padded to {mp})",
-                       lambda: torch._scaled_mm(a_fp8, wt, scale_a=a_scale, scale_b=w_scale, out_dtype=torch.bfloat16),
-                       ref8, lambda r: r[:m][rows][:, cols])
-            else:
-                out["skipped"].append({"provider": "torch", "implementation": "torch._scaled_mm", "shape": name, "m": m,
-                                       "reason": "this PyTorch has no float8_e4m3fn / _scaled_mm"})
 
-            if int4_packings:
+                def quant():
+                    s = (a_pad.abs().amax().float() / 448.0).clamp(min=1e-12)
+                    return (a_pad.float() / s).to(e4m3), s
+
+                record("torch", "torch._scaled_mm", "fp8",
+                       f"torch._scaled_mm FP8 E4M3 per-tensor, BF16 out (M padded to {mp}); activation quantization "
+                       "in plain torch ops (abs-amax, divide, cast), timed separately",
+                       lambda w: (lambda: torch._scaled_mm(a_fp8, w.t(), scale_a=a_scale, scale_b=w_scale,
+                                                           out_dtype=torch.bfloat16)),
+                       w_fp8, lambda w: w.clone(), nbytes(w_fp8, w_scale), ref8, lambda r: r[:m][rows][:, cols],
+                       extra=[("activation_quant", quant)])
+            else:
+                skip("torch", "torch._scaled_mm", "this PyTorch has no float8_e4m3fn / _scaled_mm")
+
+            ref4 = None
+            if scales is not None:
                 w_deq = (q_int[cols] - 8).to(torch.float64) * \
-                    scales.t()[cols].repeat_interleave(group, dim=1).to(torch.float64)
+                    scales.t()[cols].repeat_interleave(GROUP, dim=1).to(torch.float64)
                 ref4 = a_s @ w_deq.t()
+            if int4_packings:
                 order, packed = int4_packings[0]
                 for o, p in int4_packings:
-                    r = torch._weight_int4pack_mm(a, p, group, sz)
+                    r = torch._weight_int4pack_mm(a, p, GROUP, sz)
                     if rel_l2(r[rows][:, cols], ref4) <= TOL:
                         order, packed = o, p
                         break
-                record("torch._weight_int4pack_mm", "w4a16",
+                record("torch", "torch._weight_int4pack_mm", "w4a16",
                        f"tinygemm INT4 W4A16 (torch._weight_int4pack_mm, group 128, innerKTiles 8; {order})",
-                       lambda: torch._weight_int4pack_mm(a, packed, group, sz), ref4,
-                       lambda r: r[rows][:, cols])
+                       lambda w: (lambda: torch._weight_int4pack_mm(a, w[0], GROUP, w[1])), (packed, sz),
+                       lambda w: (w[0].clone(), w[1].clone()), nbytes(packed, sz), ref4, lambda r: r[rows][:, cols])
             else:
-                out["skipped"].append({"provider": "torch", "implementation": "torch._weight_int4pack_mm", "shape": name,
-                                       "m": m, "reason": int4_err})
-            del a
-        del w_bf16, w_fp8, q_int, int4_packings
+                skip("torch", "torch._weight_int4pack_mm", int4_err)
+
+            if gemlite is not None:
+                if gl_layer is not None:
+                    record("gemlite", "gemlite.A16W4_INT_g128", "w4a16",
+                           "gemlite Triton INT4 W4A16 (A16Wn, group 128, HQQ (W_q - zero) * scale; its own "
+                           "kernel choice and autotune per M)",
+                           lambda layer: (lambda: layer(a)), gl_layer, copy.deepcopy,
+                           nbytes(gl_layer.W_q, gl_layer.scales,
+                                  gl_layer.zeros if isinstance(gl_layer.zeros, torch.Tensor) else None),
+                           ref4, lambda r: r[rows][:, cols])
+                else:
+                    skip("gemlite", "gemlite.A16W4_INT_g128", gl_err_shape)
+        copies_cache.clear()
+        del w_bf16, w_fp8, q_int, int4_packings, gl_layer
         torch.cuda.empty_cache()
     save()
     return 0

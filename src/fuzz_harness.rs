@@ -255,6 +255,7 @@ pub fn results_json(data: &[u8]) {
         }
         let _ = crate::compare::compare_results(&r, &r, &settings);
         let redactor = crate::report::redact::Redactor::disabled();
-        let _ = crate::report::markdown::render(&r, &[], &redactor);
+        let files = ["results.json".to_string(), "engine.log".to_string()];
+        let _ = crate::report::markdown::render(&r, &[], &files, &redactor);
     });
 }

@@ -13,6 +13,7 @@
 pub mod checkpoint;
 pub mod cli;
 pub mod compare;
+pub mod diagnose;
 pub mod e2e;
 pub mod error;
 pub mod formats;

@@ -63,6 +63,9 @@ fn case(implementation: &str, format: GemmFormat, m: usize, seed: u64, scale: f6
         derived: Default::default(),
         sm_clock_mhz: Some(1980),
         throttle: Vec::new(),
+        graph: None,
+        graph_skip: None,
+        clocks: None,
     }
 }
 
@@ -79,6 +82,7 @@ fn results(seed: u64, slow: f64) -> Results {
             name: "test-suite".into(),
             file: "suites/kernels/test-suite.toml".into(),
             description: "test".into(),
+            decode_step: None,
         },
         cases: vec![
             case("bf16", GemmFormat::Bf16, 1, seed, 1.0),
@@ -101,6 +105,7 @@ fn results(seed: u64, slow: f64) -> Results {
             data: "normal(0,1) seed 1".into(),
             data_id: "plain".into(),
             rel_l2_vs_exact: 0.0712,
+            rel_l2_non_outlier: None,
             kernel_tolerance: Some(1e-2),
             kernel_tolerance_name: "BF16_OUTPUT_REL_L2".into(),
         }],
@@ -158,6 +163,8 @@ fn ten_percent_slowdown_exits_2_and_names_the_metric() {
     let d = tempfile::tempdir().unwrap();
     let b = write(d.path(), "base.json", &results(1, 1.0));
     let c = write(d.path(), "cur.json", &results(101, 1.10));
+    // --markdown writes into an existing folder (it never creates one silently).
+    std::fs::create_dir_all(d.path().join("out")).unwrap();
     let md = d.path().join("out/summary.md");
     let gh = d.path().join("gh-summary.md");
     std::fs::write(&gh, "previous step\n").unwrap();

@@ -1042,8 +1042,10 @@ fn binary_exit_codes_on_fixtures() {
             &fx(name),
             "--cc",
             "sm_90",
+            // Room for the KV cache: 1 GiB less the default 1.5 GiB reserve would not fit, an
+            // error of its own (capacity-does-not-fit, tests/first_hour.rs).
             "--gpu-mem-gib",
-            "1",
+            "8",
             "--no-redact",
         ]);
         assert_eq!(rc, code, "{name}: stdout {out}\nstderr {err}");
@@ -1205,12 +1207,18 @@ fn binary_bad_input_exits_1_naming_the_file() {
     }
     std::fs::remove_file(&st).unwrap();
 
-    // An index naming a missing shard.
+    // An index naming a missing shard while another is present (a partial download; with no
+    // shard at all the index alone is read).
     std::fs::write(
         p("model.safetensors.index.json"),
-        r#"{"weight_map": {"model.embed_tokens.weight": "model-00002-of-00002.safetensors"}}"#,
+        r#"{"weight_map": {"model.embed_tokens.weight": "model-00002-of-00002.safetensors", "model.norm.weight": "model-00001-of-00002.safetensors"}}"#,
     )
     .unwrap();
+    let header = r#"{"model.norm.weight":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}}"#;
+    let mut shard = (header.len() as u64).to_le_bytes().to_vec();
+    shard.extend_from_slice(header.as_bytes());
+    shard.extend_from_slice(&[0u8; 4]);
+    std::fs::write(p("model-00001-of-00002.safetensors"), shard).unwrap();
     let (rc, _, err) = run(d.path());
     assert_eq!(rc, 1);
     assert!(

@@ -162,8 +162,9 @@ async fn endpoints_usage_and_non_streaming() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_usage_and_reasoning_split() {
     let s = start(ServeConfig::tiny()).await.unwrap();
-    // Thinking on (the default): the template opens <think>, so text is reasoning.
+    // Thinking on (asked for): the template opens <think>, so text is reasoning.
     let mut body = chat("tell me", 12);
+    body["chat_template_kwargs"] = json!({"enable_thinking": true});
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});
     let events = stream(&s, "/v1/chat/completions", body.clone()).await;
@@ -199,10 +200,24 @@ async fn streaming_usage_and_reasoning_split() {
     let reasoning = text("reasoning_content");
     assert!(!reasoning.is_empty(), "thinking on gives reasoning_content");
     // The non-streaming answer to the same greedy request carries the same text.
-    let (_, full) = post(&s, "/v1/chat/completions", chat("tell me", 12)).await;
+    let mut same = chat("tell me", 12);
+    same["chat_template_kwargs"] = json!({"enable_thinking": true});
+    let (_, full) = post(&s, "/v1/chat/completions", same).await;
     let msg = &full["choices"][0]["message"];
     assert_eq!(msg["reasoning_content"].as_str().unwrap_or(""), reasoning);
     assert_eq!(msg["content"].as_str().unwrap(), text("content"));
+
+    // Not asked for (a first curl): thinking is off, the answer is content.
+    let (_, plain) = post(&s, "/v1/chat/completions", chat("tell me", 12)).await;
+    let m = &plain["choices"][0]["message"];
+    assert!(
+        !m["content"].as_str().unwrap_or("").is_empty(),
+        "a request without chat_template_kwargs gets content: {plain}"
+    );
+    assert!(
+        m["reasoning_content"].as_str().unwrap_or("").is_empty(),
+        "{plain}"
+    );
 
     // Thinking off: no reasoning at all.
     body["chat_template_kwargs"] = json!({"enable_thinking": false});
@@ -353,7 +368,7 @@ async fn client_disconnect_aborts_and_frees_blocks() {
 async fn more_requests_than_fit_are_queued_not_dropped() {
     let mut cfg = ServeConfig::tiny();
     // 10 blocks of 16 = 160 KV tokens for 8 requests of about 70 tokens each.
-    cfg.kv_cache_memory = 10 * 16 * 256;
+    cfg.kv_cache_memory = Some(10 * 16 * 256);
     cfg.max_model_len = Some(128);
     cfg.max_num_seqs = 3;
     let s = start(cfg).await.unwrap();
@@ -393,7 +408,7 @@ async fn metrics_move_with_requests_and_prefix_cache() {
         .await
         .unwrap();
     assert!(t.contains("# TYPE vllm:prefix_cache_queries_total counter"));
-    assert!(t.contains("vllm:cache_config_info{block_size=\"16\",cache_dtype=\"bfloat16\",enable_prefix_caching=\"True\",model_name=\"synthetic:tiny\",num_gpu_blocks=\"16384\"} 1.0"));
+    assert!(t.contains("vllm:cache_config_info{block_size=\"16\",cache_dtype=\"bfloat16\",device=\"cpu\",enable_prefix_caching=\"True\",kv_cache_size_tokens=\"262144\",model_name=\"synthetic:tiny\"} 1.0"), "{t}");
     assert!(
         !t.contains("spec_decode"),
         "no speculative series when it is off"

@@ -127,6 +127,10 @@ pub struct CapacityPrediction {
     pub max_model_len_source: Option<String>,
     /// Requests of `max_model_len` tokens that fit at once.
     pub max_concurrency: Option<f64>,
+    /// Why the KV per token is not modelled (attention the dense formula does not describe:
+    /// MLA, compressed or indexed attention, sliding windows); `None` when it is.
+    #[serde(default)]
+    pub kv_not_modelled: Option<String>,
     /// Figures not computed, and why.
     pub not_computed: Vec<String>,
     /// Assumptions behind the figures.
@@ -162,6 +166,30 @@ pub(crate) fn weight_bytes(fmt: &ModuleFormat, n: u64, k: u64, model_dtype_bytes
     }
 }
 
+/// `inspect`'s KV budget: `floor(GPU memory × utilization) − weights − reserve` (bytes; negative
+/// when the weights do not fit).
+pub fn kv_budget(gpu_memory: u64, utilization: f64, weights: u64, reserve: u64) -> i64 {
+    let usable = (gpu_memory as f64 * utilization).floor() as i128;
+    let budget = usable - weights as i128 - reserve as i128;
+    budget.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
+/// `inspect`'s KV-token prediction for a dense model (no recurrent state): the
+/// [`kv_budget`] divided by the KV bytes per token; `None` when nothing fits. The runtime
+/// benchmarks compare what the engine allocates with this figure.
+pub fn predict_kv_tokens(
+    gpu_memory: u64,
+    utilization: f64,
+    weights: u64,
+    reserve: u64,
+    kv_bytes_per_token: u64,
+) -> Option<u64> {
+    let b = kv_budget(gpu_memory, utilization, weights, reserve);
+    (b > 0)
+        .then(|| (b as u64).checked_div(kv_bytes_per_token))
+        .flatten()
+}
+
 /// Predict the footprint and capacity.
 pub(crate) fn predict(
     facts: &ModelFacts,
@@ -192,6 +220,18 @@ pub(crate) fn predict(
 
     // Weights.
     match headers {
+        Some(h) if h.names_only => match h.index_total_size {
+            Some(t) => {
+                p.weight_bytes = Some(t);
+                p.weight_source = "model.safetensors.index.json metadata.total_size (the index's own figure; no shard here to check it against)".into();
+            }
+            None => {
+                p.weight_source =
+                    "unknown: only the index is here and it states no metadata.total_size".into();
+                p.not_computed
+                    .push("weight bytes: no shard headers and no total_size in the index".into());
+            }
+        },
         Some(h) => {
             p.weight_bytes = Some(h.tensors.iter().map(|t| t.bytes).sum());
             p.weight_source = "exact: sum of every tensor in the safetensors headers (any vision tower and MTP weights included: engines load them even when unused)".into();
@@ -276,6 +316,14 @@ pub(crate) fn predict(
         ),
     }
 
+    if let Some(why) = facts.kv_not_modelled() {
+        p.kv_bytes_per_token = None;
+        p.kv_not_modelled = Some(why.clone());
+        p.not_computed.push(format!(
+            "KV bytes per token, KV tokens and concurrency: not modelled: {why}"
+        ));
+    }
+
     if facts.linear_attention_layers > 0 {
         let la = facts.linear_attention.clone().unwrap_or_default();
         match (
@@ -340,9 +388,7 @@ pub(crate) fn predict(
     let state = p.state_bytes_per_sequence.unwrap_or(0);
     match (opts.gpu_memory_bytes, p.weight_bytes) {
         (Some(mem), Some(w)) => {
-            let usable = (mem as f64 * opts.gpu_memory_utilization).floor() as i128;
-            let budget = usable - w as i128 - opts.reserve_bytes as i128;
-            let budget = budget.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+            let budget = kv_budget(mem, opts.gpu_memory_utilization, w, opts.reserve_bytes);
             p.kv_budget_bytes = Some(budget);
             let fits = budget > state as i64;
             p.fits = Some(fits);
@@ -388,15 +434,19 @@ pub(crate) fn predict(
             opts.gpu_memory_utilization,
             human_bytes(opts.reserve_bytes)
         ),
-        "KV bytes per token = full-attention layers × 2 (K and V) × KV heads × head_dim × KV dtype bytes; per-tensor FP8 KV scales are negligible and not counted; one GPU (tensor parallelism 1)".to_string(),
     ];
-    if facts.mtp_layers.unwrap_or(0) > 0 {
+    if p.kv_not_modelled.is_none() {
+        a.push("KV bytes per token = full-attention layers × 2 (K and V) × KV heads × head_dim × KV dtype bytes; per-tensor FP8 KV scales are negligible and not counted; one GPU (tensor parallelism 1)".to_string());
+    }
+    if facts.mtp_layers.unwrap_or(0) > 0 && p.kv_not_modelled.is_none() {
+        let n = facts.mtp_layers.unwrap_or(0);
         a.push(format!(
-            "the {} MTP layer(s) are not counted in KV per token: engines allocate their KV only when MTP speculative decoding is on (add one full-attention layer each)",
-            facts.mtp_layers.unwrap_or(0)
+            "the {} {} not counted in KV per token: engines allocate their KV only when MTP speculative decoding is on (add one full-attention layer each)",
+            crate::report::table::plural(n, "MTP layer", "MTP layers"),
+            if n == 1 { "is" } else { "are" }
         ));
     }
-    if !facts.attention_extras.is_empty() {
+    if !facts.attention_extras.is_empty() && p.kv_not_modelled.is_none() {
         a.push(format!(
             "config.json has attention fields the generic formula ignores ({}): this architecture's KV layout differs (latent/compressed/sliding attention), so the per-token figure may be far off",
             facts.attention_extras.join(", ")

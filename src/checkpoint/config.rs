@@ -106,6 +106,35 @@ pub struct ModelFacts {
 }
 
 impl ModelFacts {
+    /// Why the dense KV formula (layers × 2 × KV heads × head_dim × dtype) does not describe
+    /// this model's KV cache, or `None` when it does: latent attention (MLA, `kv_lora_rank`),
+    /// compressed or indexed attention (`compress_ratios`, `index_topk`, DeepSeek-V4 style),
+    /// or sliding windows (`sliding_window` in use). `q_lora_rank` alone changes only the query
+    /// projection and leaves the KV as it is.
+    pub fn kv_not_modelled(&self) -> Option<String> {
+        let has = |k: &str| self.attention_extras.iter().any(|x| x == k);
+        let mut why = Vec::new();
+        if has("kv_lora_rank") {
+            why.push("latent attention (MLA, kv_lora_rank): the cache holds a compressed latent per token, not K and V per head");
+        }
+        if has("compress_ratios") {
+            why.push("compressed attention (compress_ratios): layers keep one KV entry per several tokens");
+        }
+        if has("index_topk") {
+            why.push("indexed sparse attention (index_topk): an indexer keeps its own cache");
+        }
+        if has("sliding_window") {
+            why.push("sliding-window attention (sliding_window): those layers keep only the last window of tokens");
+        }
+        (!why.is_empty()).then(|| {
+            format!(
+                "{}; config.json holds {}: the dense per-token formula does not apply, so no per-token figure is given (the engine's startup log states the real capacity)",
+                why.join("; "),
+                self.attention_extras.join(", ")
+            )
+        })
+    }
+
     /// Layer `i`'s type, `full_attention` when the config has no per-layer types.
     pub fn layer_type(&self, i: u64) -> &str {
         self.layer_types
@@ -467,6 +496,10 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
         "compress_ratios",
         "index_topk",
     ] {
+        // Qwen2/3 configs carry a sliding_window with use_sliding_window = false: not in use.
+        if key == "sliding_window" && lm.get("use_sliding_window") == Some(&Value::Bool(false)) {
+            continue;
+        }
         if lm.get(key).is_some_and(|v| !v.is_null()) {
             f.attention_extras.push(key.to_string());
         }

@@ -21,6 +21,10 @@ use crate::RigError;
 /// Largest header accepted, bytes (the `safetensors` crate's `MAX_HEADER_SIZE`).
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 
+/// The dtype of a tensor known only by name (from `model.safetensors.index.json`, its shard not
+/// downloaded).
+pub const UNKNOWN_DTYPE: &str = "unknown";
+
 /// One tensor as its header describes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TensorMeta {
@@ -64,6 +68,12 @@ pub struct Headers {
     pub index_mismatches: Vec<String>,
     /// True when the list of files came from `model.safetensors.index.json`.
     pub from_index: bool,
+    /// True when no shard named by the index is present: tensors are known by name only
+    /// (dtype [`UNKNOWN_DTYPE`], no shape, 0 bytes). Inspecting configs and the index before
+    /// downloading the weights is a normal use.
+    pub names_only: bool,
+    /// The index's `metadata.total_size`, bytes, when given.
+    pub index_total_size: Option<u64>,
 }
 
 /// Read the header of one safetensors file.
@@ -176,7 +186,9 @@ fn safe_relative(name: &str) -> bool {
 pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
     let index_path = dir.join("model.safetensors.index.json");
     let mut out = Headers::default();
-    let mut files: Vec<String> = Vec::new();
+    // (name shown in reports, path opened): a file name that is not UTF-8 is shown lossily but
+    // opened by its OS path, so it is read, not reported missing.
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
     let mut weight_map: BTreeMap<String, String> = BTreeMap::new();
     if index_path.exists() {
         out.from_index = true;
@@ -198,6 +210,13 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
                     "no 'weight_map' object (expected {\"weight_map\": {tensor name: shard file}})",
                 )),
             };
+        out.index_total_size = idx
+            .get("metadata")
+            .and_then(|m| m.get("total_size"))
+            .and_then(|v| {
+                v.as_u64()
+                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            });
         let mut set = BTreeSet::new();
         for (t, f) in wm {
             let f = f.as_str().ok_or_else(|| {
@@ -218,25 +237,50 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
             set.insert(f.to_string());
             weight_map.insert(t.clone(), f.to_string());
         }
-        for f in &set {
-            if !dir.join(f).is_file() {
-                return Err(RigError::file(
-                    &index_path,
-                    format!(
-                        "names shard '{f}', which is missing from {} (incomplete download?)",
-                        dir.display()
-                    ),
-                ));
-            }
+        let missing: Vec<&String> = set.iter().filter(|f| !dir.join(f).is_file()).collect();
+        if !set.is_empty() && missing.len() == set.len() {
+            // Configs + index, no shard: tensor names without dtypes or shapes.
+            out.names_only = true;
+            out.shards = set
+                .iter()
+                .map(|f| ShardInfo {
+                    file: f.clone(),
+                    file_bytes: 0,
+                    header_bytes: 0,
+                    data_bytes: 0,
+                    tensors: weight_map.values().filter(|v| *v == f).count(),
+                })
+                .collect();
+            out.tensors = weight_map
+                .iter()
+                .map(|(t, f)| TensorMeta {
+                    name: t.clone(),
+                    dtype: UNKNOWN_DTYPE.into(),
+                    shape: Vec::new(),
+                    bytes: 0,
+                    file: f.clone(),
+                })
+                .collect();
+            return Ok(Some(out));
         }
-        files = set.into_iter().collect();
+        if let Some(f) = missing.first() {
+            return Err(RigError::file(
+                &index_path,
+                format!(
+                    "names shard '{f}', which is missing from {} while {} other shard(s) are present (incomplete download?); with no shard at all, rigbench reads the index alone",
+                    dir.display(),
+                    set.len() - missing.len()
+                ),
+            ));
+        }
+        files = set.into_iter().map(|f| (f.clone(), dir.join(f))).collect();
     } else {
         let rd = std::fs::read_dir(dir)
             .map_err(|e| RigError::file(dir, format!("cannot list folder: {e}")))?;
         for entry in rd.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.ends_with(".safetensors") && entry.path().is_file() {
-                files.push(name);
+                files.push((name, entry.path()));
             }
         }
         files.sort();
@@ -245,9 +289,8 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
         return Ok(None);
     }
     let mut present: BTreeMap<String, String> = BTreeMap::new();
-    for f in &files {
-        let path: PathBuf = dir.join(f);
-        let (tensors, info) = read_header(&path, f)?;
+    for (f, path) in &files {
+        let (tensors, info) = read_header(path, f)?;
         let expected = 8 + info.header_bytes + info.data_bytes;
         if expected != info.file_bytes {
             out.size_mismatches.push(format!(
@@ -280,7 +323,9 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
         }
         if missing > 0 {
             out.index_mismatches.push(format!(
-                "{missing} tensor(s) named by model.safetensors.index.json are not in the shard it names, e.g. {}",
+                "{} named by model.safetensors.index.json {} not in the shard it names, e.g. {}",
+                crate::report::table::plural(missing as u64, "tensor", "tensors"),
+                if missing == 1 { "is" } else { "are" },
                 example.unwrap_or_default()
             ));
         }
@@ -290,7 +335,9 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
             .count();
         if extra > 0 {
             out.index_mismatches.push(format!(
-                "{extra} tensor(s) in the shards are missing from model.safetensors.index.json's weight_map"
+                "{} in the shards {} missing from model.safetensors.index.json's weight_map",
+                crate::report::table::plural(extra as u64, "tensor", "tensors"),
+                if extra == 1 { "is" } else { "are" }
             ));
         }
     }
@@ -413,14 +460,31 @@ mod tests {
     #[test]
     fn index_naming_a_missing_shard() {
         let d = tempfile::tempdir().unwrap();
+        // No shard at all: names only (inspecting before downloading).
         write(
             d.path(),
             "model.safetensors.index.json",
-            br#"{"metadata":{},"weight_map":{"a":"model-00001-of-00002.safetensors"}}"#,
+            br#"{"metadata":{"total_size":"64"},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}"#,
+        );
+        let h = read_checkpoint(d.path()).unwrap().unwrap();
+        assert!(h.names_only);
+        assert_eq!(h.index_total_size, Some(64));
+        assert_eq!(h.tensors.len(), 2);
+        assert!(h
+            .tensors
+            .iter()
+            .all(|t| t.dtype == UNKNOWN_DTYPE && t.bytes == 0));
+        // One of two present: an incomplete download, named.
+        let h = r#"{"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}}"#;
+        write(
+            d.path(),
+            "model-00001-of-00002.safetensors",
+            &file_with_header(h, 4),
         );
         let e = read_checkpoint(d.path()).unwrap_err().to_string();
         assert!(e.contains("model.safetensors.index.json"), "{e}");
-        assert!(e.contains("model-00001-of-00002.safetensors"), "{e}");
+        assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
+        assert!(e.contains("incomplete download"), "{e}");
         write(
             d.path(),
             "model.safetensors.index.json",

@@ -7,7 +7,9 @@
 //! | `mtp-4bit` | error: MTP draft-head modules in 4 bits |
 //! | `mtp-not-excluded` | warning: MTP modules unquantized only by omission (no exclude/ignore entry) |
 //! | `mtp-fp8` | info: MTP modules in FP8 |
-//! | `mtp-weights-absent` | info: config declares MTP layers, the headers hold none |
+//! | `mtp-weights-absent` | error: config declares MTP layers, the headers (or the index) hold no MTP tensor: MTP speculative decoding cannot load |
+//! | `mtp-targeted-unquantized` | error: an MTP module a 4-bit rule targets is stored unquantized (no scales): the engine's 4-bit layer cannot load it |
+//! | `mtp-fc-not-excluded` | warning (metadata only): no ignore entry matches `mtp.fc` while a 4-bit rule targets every `Linear`: check the weight map |
 //! | `kv-fp8-no-scales` | warning: FP8 KV cache declared, no `k_scale`/`v_scale` tensors |
 //! | `metadata-tensor-mismatch` | error: metadata and tensors disagree (missing scales, dtype, shapes) |
 //! | `nvfp4-group-size` | error: NVFP4 with a group size other than 16 |
@@ -20,6 +22,7 @@
 //! | `format-unsupported-on-card` / `format-fallback-on-card` | error / warning |
 //! | `unknown-quant-method`, `bad-pattern` | warning |
 //! | `no-safetensors` | info: tensor-level checks skipped |
+//! | `runtime-unsupported` | info: rigbench's built-in runtime cannot run it (see `super::runtime`) |
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -40,6 +43,8 @@ pub const RULES: &[&str] = &[
     "mtp-not-excluded",
     "mtp-fp8",
     "mtp-weights-absent",
+    "mtp-targeted-unquantized",
+    "mtp-fc-not-excluded",
     "kv-fp8-no-scales",
     "metadata-tensor-mismatch",
     "nvfp4-group-size",
@@ -54,6 +59,8 @@ pub const RULES: &[&str] = &[
     "unknown-quant-method",
     "bad-pattern",
     "no-safetensors",
+    "runtime-unsupported",
+    "capacity-does-not-fit",
 ];
 
 pub(crate) struct LintInput<'a> {
@@ -64,6 +71,8 @@ pub(crate) struct LintInput<'a> {
     pub headers: Option<&'a Headers>,
     pub inventory_error: Option<&'a str>,
     pub card: &'a CardSection,
+    /// Why the built-in runtime will not run the checkpoint (`super::runtime::support`).
+    pub runtime: Option<&'a super::runtime::RuntimeRefusal>,
 }
 
 /// Module names → patterns with their layers, and the count (experts one by one).
@@ -118,6 +127,36 @@ fn finding(
     }
 }
 
+/// The finding `capacity-does-not-fit` (an error) when the GPU memory given leaves no room for
+/// the KV cache of even one sequence: memory × utilization − weights − reserve is not above one
+/// sequence's recurrent state. `None` when it fits or was not computed.
+pub(crate) fn does_not_fit(p: &super::capacity::CapacityPrediction) -> Option<Finding> {
+    if p.fits != Some(false) {
+        return None;
+    }
+    use crate::report::table::human_bytes;
+    let budget = p.kv_budget_bytes.unwrap_or(0);
+    let signed = if budget >= 0 {
+        human_bytes(budget as u64)
+    } else {
+        format!("−{}", human_bytes(budget.unsigned_abs()))
+    };
+    Some(finding(
+        "capacity-does-not-fit",
+        Severity::Error,
+        "the checkpoint does not fit: the GPU memory left after the weights and the reserve holds no KV cache, so an engine cannot start with it",
+        format!(
+            "GPU memory {} ({}) × utilization {} − weights {} − reserve {} = {signed}; use a card with more memory, a higher --gpu-memory-utilization or a smaller --reserve-gib",
+            human_bytes(p.gpu_memory_bytes.unwrap_or(0)),
+            p.gpu_memory_source.as_deref().unwrap_or("unknown source"),
+            p.gpu_memory_utilization,
+            p.weight_bytes.map(human_bytes).unwrap_or_else(|| "unknown".into()),
+            human_bytes(p.reserve_bytes),
+        ),
+        None,
+    ))
+}
+
 /// Distinct formats of a set of records, in words.
 fn formats_of(recs: &[&Rec]) -> String {
     let set: BTreeSet<String> = recs.iter().map(|r| r.effective.to_string()).collect();
@@ -125,6 +164,14 @@ fn formats_of(recs: &[&Rec]) -> String {
 }
 
 /// Distinct declaration sources, normalized.
+fn formats_of_declared(recs: &[&Rec]) -> String {
+    let set: BTreeSet<String> = recs
+        .iter()
+        .map(|r| format!("{} ({})", r.declared.format, r.declared.why))
+        .collect();
+    set.into_iter().collect::<Vec<_>>().join(", ")
+}
+
 fn sources_of(recs: &[&Rec]) -> String {
     let set: BTreeSet<String> = recs.iter().map(|r| name_pattern(&r.declared.why)).collect();
     let v: Vec<String> = set.into_iter().collect();
@@ -167,10 +214,22 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
         .iter()
         .filter(|r| r.m.kind == LayerKind::Mtp && r.m.class == super::quant::ModClass::Linear)
         .collect();
+    // Without tensors, a catch-all 4-bit rule (`Linear`, quant_algo) hitting an MTP module is an
+    // inference about how the engine builds it, not proof that it is stored in 4 bits.
+    let catch_all = |r: &Rec| {
+        r.declared.why.contains("every Linear layer not excluded")
+            || r.declared.why.ends_with("target 'Linear'")
+    };
+    let inferred4: Vec<&Rec> = mtp
+        .iter()
+        .copied()
+        .filter(|r| inp.headers.is_none() && r.effective.is_4bit() && catch_all(r))
+        .collect();
     let mtp4: Vec<&Rec> = mtp
         .iter()
         .copied()
         .filter(|r| r.effective.is_4bit())
+        .filter(|r| !inferred4.iter().any(|x| std::ptr::eq(*x, *r)))
         .collect();
     let mtp8: Vec<&Rec> = mtp
         .iter()
@@ -207,16 +266,44 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             Some(&mtp),
         ));
     }
+    // An MTP module a 4-bit rule targets but stored without scales.
+    let targeted_plain: Vec<&Rec> = mtp
+        .iter()
+        .copied()
+        .filter(|r| r.declared.format.is_4bit() && !r.effective.is_quantized())
+        .collect();
+    if !targeted_plain.is_empty() {
+        out.push(finding(
+            "mtp-targeted-unquantized",
+            Severity::Error,
+            "the metadata targets these MTP modules with a 4-bit format, but the weights are stored unquantized (no scale tensors): an engine builds a 4-bit layer for them and cannot load the plain weight, so MTP speculative decoding fails to load; add them to the ignore list",
+            format!(
+                "declared {}; the weight map has {}",
+                formats_of_declared(&targeted_plain),
+                targeted_plain
+                    .iter()
+                    .filter_map(|r| r.ev.as_ref().map(|e| e.evidence.clone()))
+                    .next()
+                    .unwrap_or_default()
+            ),
+            Some(&targeted_plain),
+        ));
+    }
     let declared_mtp = inp.facts.mtp_layers.unwrap_or(0);
     if mtp.is_empty() && declared_mtp > 0 {
-        if inp.headers.is_some() {
+        if let Some(h) = inp.headers {
             out.push(finding(
                 "mtp-weights-absent",
-                Severity::Info,
-                "config.json declares MTP layers but the checkpoint holds no MTP tensors, so MTP speculative decoding is unavailable with it",
+                Severity::Error,
+                "config.json declares MTP layers but the checkpoint holds no MTP tensor: MTP speculative decoding cannot load (an engine started with it fails, or the drafter is missing); use another checkpoint for MTP, or run without speculative decoding",
                 format!(
-                    "{} = {declared_mtp}; no tensor name looks like an MTP module",
-                    inp.facts.mtp_field.as_deref().unwrap_or("mtp layers")
+                    "{} = {declared_mtp}; no tensor name in {} looks like an MTP module (mtp.*)",
+                    inp.facts.mtp_field.as_deref().unwrap_or("mtp layers"),
+                    if h.names_only {
+                        "model.safetensors.index.json's weight map"
+                    } else {
+                        "the safetensors headers"
+                    }
                 ),
                 None,
             ));
@@ -258,6 +345,48 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
                         } else {
                             format!("; 4-bit rules that may: {}", four_bit_rules.join("; "))
                         }
+                    ),
+                    None,
+                ));
+            }
+        }
+    }
+
+    // Metadata only: MTP modules (Qwen3.5/3.6 `mtp.fc`) that no ignore entry covers while a
+    // catch-all 4-bit rule targets them.
+    if !inferred4.is_empty() {
+        let r = inp.followed;
+        out.push(finding(
+            "mtp-fc-not-excluded",
+            Severity::Warning,
+            "no ignore/exclude entry matches these MTP modules while a catch-all 4-bit rule targets every Linear, so an engine may build them as 4-bit layers; whether that loads depends on how they are stored: check the weight map (model.safetensors.index.json) for their weight_scale tensors",
+            format!(
+                "{}: declared {}; ignore list: {}",
+                collapse(inferred4.iter().copied()).0.join(", "),
+                formats_of_declared(&inferred4),
+                r.map(|r| r.exclude.iter().map(Pattern::raw).collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default()
+            ),
+            Some(&inferred4),
+        ));
+    } else if mtp.is_empty()
+        && inp.headers.is_none()
+        && inp.facts.mtp_field.as_deref() == Some("mtp_num_hidden_layers")
+        && declared_mtp > 0
+    {
+        if let Some(r) = inp.followed {
+            let d = r.resolve("mtp.fc", super::quant::ModClass::Linear);
+            if d.format.is_4bit() && !d.excluded {
+                out.push(finding(
+                    "mtp-fc-not-excluded",
+                    Severity::Warning,
+                    "no ignore/exclude entry matches mtp.fc while a 4-bit rule targets it, so an engine may build mtp.fc as a 4-bit layer; whether that loads depends on how the weight is stored: check the weight map (model.safetensors.index.json) for mtp.fc.weight_scale",
+                    format!(
+                        "{}: mtp.fc resolves to {} ({}); its ignore list: {}",
+                        r.file,
+                        d.format,
+                        d.why,
+                        r.exclude.iter().map(Pattern::raw).collect::<Vec<_>>().join(", ")
                     ),
                     None,
                 ));
@@ -319,8 +448,12 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
         }
     }
 
-    // metadata-tensor-mismatch
-    let bad: Vec<&Rec> = recs.iter().filter(|r| !r.problems.is_empty()).collect();
+    // metadata-tensor-mismatch (MTP modules targeted but stored plain have their own rule)
+    let bad: Vec<&Rec> = recs
+        .iter()
+        .filter(|r| !r.problems.is_empty())
+        .filter(|r| !targeted_plain.iter().any(|t| std::ptr::eq(*t, *r)))
+        .collect();
     if !bad.is_empty() {
         let mut problems: BTreeSet<String> = BTreeSet::new();
         for r in &bad {
@@ -559,6 +692,19 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
     }
 
     // Tensor checks skipped
+    if let Some(h) = inp.headers.filter(|h| h.names_only) {
+        out.push(finding(
+            "no-safetensors",
+            Severity::Info,
+            "dtypes unknown without the shard headers: the shards named by model.safetensors.index.json are not here (inspecting before downloading is fine), so module names and scale tensors come from the index, dtypes, shapes and exact bytes do not",
+            format!(
+                "{} tensors named in {} shard(s), none present; skipped: dtypes, packed shapes and group sizes, exact weight bytes",
+                h.tensors.len(),
+                h.shards.len()
+            ),
+            None,
+        ));
+    }
     if inp.headers.is_none() {
         let mut skipped = vec![
             "scale tensors, packed shapes and group sizes of quantized modules".to_string(),
@@ -584,6 +730,16 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             Severity::Info,
             "no safetensors headers were found, so the formats come from the metadata alone and tensor-level checks were skipped",
             detail,
+            None,
+        ));
+    }
+
+    if let Some(r) = inp.runtime {
+        out.push(finding(
+            "runtime-unsupported",
+            Severity::Info,
+            "rigbench's built-in runtime (serve/e2e/report --model DIR) refuses this checkpoint with this finding id; external engines may run it",
+            r.detail.clone(),
             None,
         ));
     }

@@ -16,10 +16,12 @@ pub mod capacity;
 pub mod config;
 pub mod format;
 pub mod headers;
+pub mod hub;
 mod lint;
 pub mod modules;
 pub mod quant;
 mod render;
+pub mod runtime;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -183,6 +185,9 @@ pub struct TensorSummary {
     pub skipped_reason: Option<String>,
     /// True when the file list came from `model.safetensors.index.json`.
     pub from_index: bool,
+    /// True when only the index is here (no shard): tensor names without dtypes or shapes.
+    #[serde(default)]
+    pub names_only: bool,
     /// Per-file header facts.
     pub files: Vec<ShardInfo>,
     /// Tensors.
@@ -363,12 +368,23 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
                 .push("model.safetensors.index.json".into());
         }
         report.tensors = TensorSummary {
-            headers_read: true,
-            skipped_reason: None,
+            headers_read: !h.names_only,
+            skipped_reason: h.names_only.then(|| {
+                format!(
+                    "dtypes unknown without the shard headers: model.safetensors.index.json names {} tensors in {} shard(s), none of them here; module names and scale tensors come from the index, dtypes, shapes and bytes do not",
+                    h.tensors.len(),
+                    h.shards.len()
+                )
+            }),
+            names_only: h.names_only,
             from_index: h.from_index,
             files: h.shards.clone(),
             tensor_count: h.tensors.len(),
-            total_bytes: h.tensors.iter().map(|t| t.bytes).sum(),
+            total_bytes: if h.names_only {
+                h.index_total_size.unwrap_or(0)
+            } else {
+                h.tensors.iter().map(|t| t.bytes).sum()
+            },
             bytes_by_dtype: h.tensors.iter().fold(BTreeMap::new(), |mut m, t| {
                 *m.entry(t.dtype.clone()).or_insert(0) += t.bytes;
                 m
@@ -384,11 +400,20 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     let mut inventory_error = None;
     let module_list: Vec<Module> = match &hdrs {
         Some(h) => {
-            report.module_source = format!(
-                "safetensors headers ({} tensors in {} file(s))",
-                h.tensors.len(),
-                h.shards.len()
-            );
+            let plural = crate::report::table::plural;
+            report.module_source = if h.names_only {
+                format!(
+                    "model.safetensors.index.json weight map ({} in {} not downloaded)",
+                    plural(h.tensors.len() as u64, "tensor name", "tensor names"),
+                    plural(h.shards.len() as u64, "shard", "shards")
+                )
+            } else {
+                format!(
+                    "safetensors headers ({} in {})",
+                    plural(h.tensors.len() as u64, "tensor", "tensors"),
+                    plural(h.shards.len() as u64, "file", "files")
+                )
+            };
             modules::modules_from_tensors(&h.tensors, &facts)
         }
         None => {
@@ -535,7 +560,9 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     }
     if other_count > 0 {
         report.other_tensors = Some(format!(
-            "{other_count} tensor(s) that are not GEMM weights (norms, biases, recurrence parameters such as A_log and dt_bias, KV scales), {}",
+            "{} that {} not GEMM weights (norms, biases, recurrence parameters such as A_log and dt_bias, KV scales), {}",
+            crate::report::table::plural(other_count as u64, "tensor", "tensors"),
+            if other_count == 1 { "is" } else { "are" },
             crate::report::table::human_bytes(other_bytes)
         ));
     }
@@ -558,6 +585,7 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     };
     report.card = card_section(&formats, opts);
     report.capacity = capacity::predict(&facts, &recs, followed, other, hdrs.as_ref(), opts);
+    let runtime_refusal = runtime::support(&root, &report.modules).err();
     report.findings = lint::run(&lint::LintInput {
         facts: &facts,
         recs: &recs,
@@ -566,7 +594,12 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
         headers: hdrs.as_ref(),
         inventory_error: inventory_error.as_deref(),
         card: &report.card,
+        runtime: runtime_refusal.as_ref(),
     });
+    if let Some(f) = lint::does_not_fit(&report.capacity) {
+        // Errors come first.
+        report.findings.insert(0, f);
+    }
     report.model = facts;
     Ok(report)
 }

@@ -197,15 +197,16 @@ pub(crate) fn classify(name: &str, facts: &ModelFacts) -> (LayerKind, ModClass) 
     } else {
         LayerKind::Other
     };
-    let class = if kind == LayerKind::Embedding || last.contains("embed") {
-        ModClass::Embedding
-    } else if kind == LayerKind::Router || name.ends_with(".mlp.gate") {
-        ModClass::Router
-    } else if last.contains("conv") || last.contains("norm") {
-        ModClass::Other
-    } else {
-        ModClass::Linear
-    };
+    let class =
+        if kind == LayerKind::Embedding || (last.contains("embed") && !last.contains("norm")) {
+            ModClass::Embedding
+        } else if kind == LayerKind::Router || name.ends_with(".mlp.gate") {
+            ModClass::Router
+        } else if last.contains("conv") || last.contains("norm") {
+            ModClass::Other
+        } else {
+            ModClass::Linear
+        };
     (kind, class)
 }
 
@@ -262,6 +263,7 @@ impl Module {
             .or_else(|| self.tensors.get("qweight"))
             .or_else(|| self.tensors.get("blocks"));
         match w {
+            Some(t) if t.dtype == super::headers::UNKNOWN_DTYPE => self.class != ModClass::Other,
             Some(t) => t.shape.len() >= 2,
             None => false,
         }
@@ -339,9 +341,61 @@ fn numel(t: &TensorMeta) -> u64 {
     t.shape.iter().product()
 }
 
+/// A module's format from its tensor names alone (index without shards): which scale tensors
+/// exist. ModelOpt NVFP4: `weight_scale` + `weight_scale_2` (W4A4 with `input_scale`);
+/// compressed-tensors NVFP4: `weight_packed` + `weight_global_scale` (W4A4 with
+/// `input_global_scale`); a `weight_scale` alone: FP8; no scale at all: unquantized (16-bit
+/// assumed; the dtype is unknown without the shard headers).
+fn names_only_evidence(m: &Module) -> Option<TensorEvidence> {
+    let t = &m.tensors;
+    let has = |s: &str| t.contains_key(s);
+    let names: Vec<&str> = t.keys().map(String::as_str).collect();
+    let evidence = format!(
+        "{} (names from the index; dtypes unknown without the shard headers)",
+        names.join(" + ")
+    );
+    let format = if has("blocks") {
+        ModuleFormat::Mxfp4
+    } else if has("weight_packed") && has("weight_global_scale") {
+        ModuleFormat::Nvfp4 {
+            activations_4bit: has("input_global_scale"),
+            group_size: 16,
+        }
+    } else if has("weight_packed") || has("qweight") {
+        ModuleFormat::Int4 { group_size: None }
+    } else if has("weight") && has("weight_scale") && has("weight_scale_2") {
+        ModuleFormat::Nvfp4 {
+            activations_4bit: has("input_scale"),
+            group_size: 16,
+        }
+    } else if has("weight") && (has("weight_scale") || has("weight_scale_inv")) {
+        ModuleFormat::Fp8 {
+            scaling: "unknown".into(),
+            activations: if has("input_scale") {
+                "static".into()
+            } else {
+                "dynamic or weight-only".into()
+            },
+        }
+    } else if has("weight") {
+        ModuleFormat::Bf16
+    } else {
+        return None;
+    };
+    Some(TensorEvidence {
+        format,
+        evidence,
+        problems: Vec::new(),
+        group_size: None,
+    })
+}
+
 /// Read a module's format from its tensors. `None` when the module has no weight tensor.
 pub(crate) fn evidence(m: &Module) -> Option<TensorEvidence> {
     let t = &m.tensors;
+    if !t.is_empty() && t.values().all(|x| x.dtype == super::headers::UNKNOWN_DTYPE) {
+        return names_only_evidence(m);
+    }
     let mut problems = Vec::new();
     let has = |s: &str| t.contains_key(s);
     let mut parts: Vec<String> = Vec::new();

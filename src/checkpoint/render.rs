@@ -2,7 +2,7 @@
 //! checkpoint section of `rigbench report --checkpoint DIR`.
 
 use super::{InspectReport, Severity};
-use crate::report::table::{human_bytes, markdown_table, thousands};
+use crate::report::table::{human_bytes, markdown_table, plural, thousands};
 
 fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref()
@@ -154,10 +154,10 @@ pub fn render_markdown(r: &InspectReport) -> String {
             .map(|(d, b)| format!("{d} {}", human_bytes(*b)))
             .collect();
         o.push_str(&format!(
-            "{} tensors, {} in {} file(s){}; by dtype: {}.\n\n",
-            thousands(r.tensors.tensor_count as u64),
+            "{}, {} in {}{}; by dtype: {}.\n\n",
+            plural(r.tensors.tensor_count as u64, "tensor", "tensors"),
             human_bytes(r.tensors.total_bytes),
-            r.tensors.files.len(),
+            plural(r.tensors.files.len() as u64, "file", "files"),
             if r.tensors.from_index {
                 " (via model.safetensors.index.json)"
             } else {
@@ -220,7 +220,9 @@ pub fn render_markdown(r: &InspectReport) -> String {
             Severity::Info => (e, w, i + 1),
         });
     o.push_str(&format!(
-        "### Findings: {e} error(s), {w} warning(s), {i} info\n\n"
+        "### Findings: {}, {}, {i} info\n\n",
+        plural(e, "error", "errors"),
+        plural(w, "warning", "warnings")
     ));
     if r.findings.is_empty() {
         o.push_str("None.\n\n");
@@ -328,8 +330,15 @@ pub fn render_markdown(r: &InspectReport) -> String {
                         format!("{b} B")
                     }
                 })
-                .unwrap_or_else(|| "unknown".into()),
-            format!("{} full-attention layers", opt(&c.full_attention_layers)),
+                .unwrap_or_else(|| match &c.kv_not_modelled {
+                    Some(_) => "not modelled".into(),
+                    None => "unknown".into(),
+                }),
+            match (&c.kv_not_modelled, c.full_attention_layers) {
+                (Some(why), _) => why.clone(),
+                (None, Some(n)) => plural(n, "full-attention layer", "full-attention layers"),
+                (None, None) => "unknown full-attention layers".into(),
+            },
         ],
     ];
     if c.linear_attention_layers > 0 {
@@ -339,8 +348,12 @@ pub fn render_markdown(r: &InspectReport) -> String {
                 .map(human_bytes)
                 .unwrap_or_else(|| "unknown".into()),
             format!(
-                "{} Gated-DeltaNet layers, fixed per sequence",
-                c.linear_attention_layers
+                "{}, fixed per sequence",
+                plural(
+                    c.linear_attention_layers,
+                    "Gated-DeltaNet layer",
+                    "Gated-DeltaNet layers"
+                )
             ),
         ]);
     }
@@ -360,10 +373,10 @@ pub fn render_markdown(r: &InspectReport) -> String {
     if let Some(b) = c.kv_budget_bytes {
         rows.push(vec![
             "KV budget".into(),
-            if b >= 0 {
-                human_bytes(b as u64)
-            } else {
-                format!("−{}", human_bytes(b.unsigned_abs()))
+            match (b >= 0, c.fits) {
+                (true, Some(false)) => format!("{} (does not fit)", human_bytes(b as u64)),
+                (true, _) => human_bytes(b as u64),
+                (false, _) => format!("−{} (does not fit)", human_bytes(b.unsigned_abs())),
             },
             format!(
                 "memory × utilization − weights − reserve {}",
@@ -385,7 +398,7 @@ pub fn render_markdown(r: &InspectReport) -> String {
     rows.push(vec![
         "predicted max concurrency".into(),
         c.max_concurrency
-            .map(|x| format!("{x:.2}x"))
+            .map(|x| format!("{}x", crate::report::table::grouped(x, 2)))
             .unwrap_or_else(|| "not computed".into()),
         match (c.max_model_len, &c.max_model_len_source) {
             (Some(l), Some(s)) => format!("at {} tokens per request ({s})", thousands(l)),

@@ -372,11 +372,13 @@ fn deepseek_v4_compressed_tensors() {
     assert_eq!(mtp[0].severity, Severity::Warning);
     assert!(mtp[0].detail.contains("group_1"));
     assert!(r.capacity.weight_bytes.is_none());
+    // Compressed / indexed / sliding attention: no dense per-token figure.
     assert!(r
         .capacity
-        .assumptions
-        .iter()
-        .any(|a| a.contains("sliding_window")));
+        .kv_not_modelled
+        .as_deref()
+        .is_some_and(|w| w.contains("sliding_window") && w.contains("compress_ratios")));
+    assert_eq!(r.capacity.kv_bytes_per_token, None);
     assert!(r
         .card
         .verdicts

@@ -53,7 +53,11 @@ only.\n\n\
 Exit codes: 0 no regression; 2 a metric regressed, or a baseline metric is missing from RESULTS \
 (a vanished metric usually means a case now fails or is skipped); 3 baseline missing or unusable \
 (unreadable, other schema version, other suite, rig mismatch without --allow-rig-mismatch); \
-1 error; 64 bad command line."
+1 error; 64 bad command line.\n\n\
+Examples:\n  \
+rigbench compare --baseline-dir baselines reports/<rig>/<time>\n  \
+rigbench compare --baseline reports/<rig>/<time-a> reports/<rig>/<time-b>\n  \
+rigbench compare --deterministic-only --baseline b.json target/ci-report"
 )]
 pub struct CompareArgs {
     /// The results to judge: a results.json, or a report folder that holds one.
@@ -64,7 +68,7 @@ pub struct CompareArgs {
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
     /// A folder of baselines: picks DIR/<rig label of RESULTS>/<suite>.json.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, alias = "baselines-dir", value_name = "DIR")]
     pub baseline_dir: Option<PathBuf>,
     /// Suite whose baseline --baseline-dir picks (default: the suite recorded in RESULTS).
     #[arg(long, value_name = "NAME", requires = "baseline_dir")]
@@ -147,6 +151,24 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitStatus> {
         seed: args.seed,
         deterministic_only: args.deterministic_only,
     };
+    if let Some(f) = &args.markdown {
+        // A typo in the folder must not create a tree of folders silently; checked before the
+        // comparison so nothing computed is lost to it.
+        let parent = f
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !parent.is_dir() {
+            return Err(RigError::file(
+                parent,
+                format!(
+                    "the folder of --markdown {} does not exist; create it first or choose another path",
+                    f.display()
+                ),
+            )
+            .into());
+        }
+    }
     let results_path = results_file(&args.results)?;
     let current = Results::load(&results_path).context("cannot read the results to compare")?;
     let cinfo = RunInfo::of(&current, &results_path);
@@ -200,11 +222,8 @@ fn baseline_file(args: &CompareArgs, current: &Results) -> anyhow::Result<Result
     let suite = match (&args.suite, compare::results_suite(current)) {
         (Some(s), _) => s.clone(),
         (None, Some(s)) => s,
-        (None, None) => return Err(RigError::flag(
-            "--suite",
-            "the results record no suite (no kernels section with a suite name); pass --suite NAME",
-        )
-        .into()),
+        // `report --no-kernels --save-baseline` saves under this name: find it the same way.
+        (None, None) => "no-kernels".to_string(),
     };
     let expected = compare::baseline_path(dir, &current.rig_label, &suite)?;
     Ok(

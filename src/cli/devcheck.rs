@@ -25,7 +25,11 @@ pub struct DevcheckArgs {
     /// Greedy steps per prompt.
     #[arg(long, default_value_t = 64)]
     pub steps: usize,
-    /// Run only these parts: kernels, parity, speed (default: all).
+    /// Checkpoint folders holding a `reference_greedy.json` (transformers' greedy tokens): each is
+    /// loaded on the GPU from its safetensors and must reproduce every token.
+    #[arg(long = "hf-reference")]
+    pub hf_reference: Vec<std::path::PathBuf>,
+    /// Run only these parts: kernels, parity, reference, anatomy, speed (default: all).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }
@@ -105,6 +109,119 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
         }
         out.flush()?;
     }
+    if part("reference") {
+        for dir in &a.hf_reference {
+            let r = (|| -> anyhow::Result<Vec<(crate::runtime::check::ReferenceOutcome, Option<crate::runtime::check::MismatchExplanation>)>> {
+                let hf = ModelConfig::read_hf_config(&dir.join("config.json"))?;
+                for w in &hf.warnings {
+                    writeln!(out, "  config warning: {w}")?;
+                }
+                let reference = crate::runtime::check::ReferenceGreedy::load(
+                    &dir.join("reference_greedy.json"),
+                )?;
+                let mut b = crate::runtime::backend::cuda::CudaBackend::load(
+                    crate::runtime::backend::cuda::CudaLoadSpec {
+                        device: a.device,
+                        weights: crate::runtime::backend::cuda::WeightSource::Checkpoint {
+                            dir: dir.clone(),
+                            config: hf.config.clone(),
+                        },
+                        quantize: None,
+                        max_num_batched_tokens: 256,
+                        max_num_seqs: 8,
+                        max_model_len: 512,
+                        kv_dtype: KvCacheDtype::Bf16,
+                        block_size: 16,
+                    },
+                )?;
+                let outs = crate::runtime::check::check_reference_greedy(&mut b, &reference)?;
+                let host = crate::runtime::weights::load_dir(dir, &hf.config)?;
+                outs.into_iter()
+                    .map(|o| {
+                        let e = if o.matches() {
+                            None
+                        } else {
+                            Some(crate::runtime::check::explain_mismatch(
+                                &host,
+                                &reference,
+                                &o,
+                                crate::runtime::check::NEAR_TIE_LOGITS,
+                            )?)
+                        };
+                        Ok((o, e))
+                    })
+                    .collect()
+            })();
+            match r {
+                Ok(outs) => {
+                    for (o, e) in outs {
+                        let explained = e.as_ref().is_some_and(|e| e.near_tie);
+                        failed |= !o.matches() && !explained;
+                        writeln!(
+                            out,
+                            "{} reference {}: '{}' {} of {} tokens equal (first mismatch {:?}){}",
+                            if o.matches() {
+                                "PASS"
+                            } else if explained {
+                                "PASS (near-tie)"
+                            } else {
+                                "FAIL"
+                            },
+                            dir.display(),
+                            o.prompt,
+                            o.got
+                                .iter()
+                                .zip(&o.expected)
+                                .filter(|(a, b)| a == b)
+                                .count(),
+                            o.expected.len(),
+                            o.first_mismatch,
+                            e.map(|e| format!(
+                                "; at step {} the f32 logits of the reference's token {} and the GPU's {} differ by {:.4} (near-tie below {}): BF16 activations flip it",
+                                e.step, e.tokens.0, e.tokens.1, e.f32_margin, crate::runtime::check::NEAR_TIE_LOGITS
+                            ))
+                            .unwrap_or_default()
+                        )?;
+                    }
+                }
+                Err(e) => {
+                    failed = true;
+                    writeln!(out, "FAIL reference {}: {e:#}", dir.display())?;
+                }
+            }
+        }
+    }
+    if part("anatomy") {
+        let shapes = [(5120, 6144), (34816, 5120), (5120, 17408), (96, 5120)];
+        for m in [1usize, 16] {
+            match crate::kernels::anatomy::run(a.device, &shapes, m) {
+                Ok(rows) => {
+                    for r in rows {
+                        writeln!(
+                            out,
+                            "anatomy {}x{} M={}: bytes {:.1} MB; bf16 {:.1} us; v2 {:.1} us ({:.2} TB/s) [no reduce {:.1}, no mma {:.1}, empty grid {:.1}] {}",
+                            r.n,
+                            r.k,
+                            r.m,
+                            r.bytes as f64 / 1e6,
+                            r.bf16 * 1e6,
+                            r.v2 * 1e6,
+                            r.bytes as f64 / r.v2 / 1e12,
+                            r.v2_no_reduce * 1e6,
+                            r.v2_no_mma * 1e6,
+                            r.empty * 1e6,
+                            r.v2_config
+                        )?;
+                    }
+                }
+                Err(e) => {
+                    failed = true;
+                    writeln!(out, "FAIL anatomy M={m}: {e:#}")?;
+                }
+            }
+            out.flush()?;
+        }
+    }
     if a.preset != "none" && part("speed") {
         let gpu = crate::gpu::Gpu::open_device(a.device)?;
         let bw = crate::kernels::bench::copy_bandwidth(&gpu)?.bytes_per_s;
@@ -128,6 +245,21 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
                         s.b32_tok_s / s.b1_tok_s,
                         s.prefill_tok_s
                     )?;
+                    writeln!(
+                        out,
+                        "  batch-1 decode at a 128-token context: {:.1} tok/s ({:.0}% of the bound)",
+                        s.b1_short_tok_s,
+                        100.0 * s.b1_short_tok_s / bound
+                    )?;
+                    let total: f64 = s.profile.iter().map(|p| p.2).sum();
+                    writeln!(
+                        out,
+                        "  profile of one eager batch-1 step at a 4,096-token context (sum {:.2} ms):",
+                        total * 1e3
+                    )?;
+                    for (name, calls, secs) in &s.profile {
+                        writeln!(out, "    {name}: {calls} calls, {:.3} ms", secs * 1e3)?;
+                    }
                     for n in s.notes {
                         writeln!(out, "  note: {n}")?;
                     }

@@ -22,10 +22,10 @@ use crate::{ExitStatus, RigError};
 
 /// The built-in engine's flag for the quantization to apply at load.
 pub const SERVE_QUANTIZE_FLAG: &str = "--quantize";
-/// The built-in engine's flag for the speculative method.
-pub const SERVE_SPEC_METHOD_FLAG: &str = "--speculative-method";
-/// The built-in engine's flag for the number of draft tokens.
-pub const SERVE_SPEC_K_FLAG: &str = "--num-speculative-tokens";
+/// The built-in engine's flag for the speculative method (the same spelling as `e2e`'s).
+pub const SERVE_SPEC_METHOD_FLAG: &str = "--spec-method";
+/// The built-in engine's flag for the number of draft tokens (the same spelling as `e2e`'s).
+pub const SERVE_SPEC_K_FLAG: &str = "--spec-k";
 
 /// Which engine to drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -51,11 +51,7 @@ pub enum Thinking {
 
 /// Arguments of `rigbench e2e`.
 #[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Built-in suites: tiny (default), fixed-1k-256, narrative, code, shared-prefix, open-loop.\n\
-Examples:\n  rigbench e2e\n  rigbench e2e --suite fixed-1k-256 --url http://127.0.0.1:8000\n  \
-rigbench e2e --engine-cmd 'vllm serve Qwen/Qwen3-8B --port 8000' --url http://127.0.0.1:8000 --suite code"
-)]
+#[command(after_help = crate::cli::help::E2E)]
 pub struct E2eArgs {
     /// The flags (boxed: they are many, and the subcommand enum stays small).
     #[command(flatten)]
@@ -106,7 +102,11 @@ pub struct E2eFlags {
     #[arg(long = "serve-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub serve_args: Vec<String>,
     /// The `model` field sent with requests (default: the first id of /v1/models).
-    #[arg(long)]
+    #[arg(
+        long = "served-model-name",
+        alias = "served-model",
+        value_name = "NAME"
+    )]
     pub served_model: Option<String>,
     /// Suite: a built-in name or a TOML file.
     #[arg(long, default_value = "tiny")]
@@ -123,9 +123,14 @@ pub struct E2eFlags {
     /// Output length in tokens: max_tokens (overrides the suite).
     #[arg(long)]
     pub output_tokens: Option<u32>,
-    /// Send ignore_eos so the output is exactly --output-tokens long (overrides the suite).
-    #[arg(long)]
+    /// Send ignore_eos so the output is exactly --output-tokens long (overrides the suite);
+    /// --no-ignore-eos lets the model end early. (`--ignore-eos true|false` is still accepted.)
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL",
+          hide_possible_values = true, overrides_with = "no_ignore_eos")]
     pub ignore_eos: Option<bool>,
+    /// Do not send ignore_eos: the model may end before --output-tokens (overrides the suite).
+    #[arg(long, overrides_with = "ignore_eos")]
+    pub no_ignore_eos: bool,
     /// Closed-loop concurrency sweep, e.g. 1,4,16.
     #[arg(long, conflicts_with = "rate")]
     pub concurrency: Option<String>,
@@ -148,7 +153,7 @@ pub struct E2eFlags {
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
     /// Unmeasured warm-up requests before each sweep point.
-    #[arg(long)]
+    #[arg(long = "warmup-requests", alias = "warmup", value_name = "N")]
     pub warmup: Option<u32>,
     /// Prefix-cache temperature: cold (unique salted prompts, cache reset, hits verified 0) or
     /// warm (replay, hit rate measured).
@@ -185,6 +190,26 @@ pub struct E2eFlags {
     /// Per-request timeout, seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
     pub request_timeout: f64,
+    /// The engine's version, for engines that do not expose it (marked "stated by the user").
+    #[arg(long, value_name = "VERSION")]
+    pub engine_version: Option<String>,
+    /// The engine's KV capacity in tokens, for engines that do not expose it (marked "stated by
+    /// the user").
+    #[arg(long, value_name = "TOKENS")]
+    pub kv_capacity: Option<u64>,
+    /// Whether speculative decoding is on, for engines that do not expose it (marked "stated by
+    /// the user"); `--spec-method none` says off too.
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub spec: Option<SpecStated>,
+}
+
+/// `--spec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SpecStated {
+    /// Speculative decoding is on.
+    On,
+    /// Speculative decoding is off.
+    Off,
 }
 
 fn positive(flag: &str, v: f64) -> Result<f64, RigError> {
@@ -218,7 +243,9 @@ impl E2eFlags {
         if let Some(n) = self.output_tokens {
             w.output_tokens = n;
         }
-        if let Some(b) = self.ignore_eos {
+        if self.no_ignore_eos {
+            w.ignore_eos = false;
+        } else if let Some(b) = self.ignore_eos {
             w.ignore_eos = b;
         }
         let l = &mut suite.load;
@@ -290,13 +317,19 @@ impl E2eFlags {
                 if let Some(q) = &self.quantize {
                     args.extend([SERVE_QUANTIZE_FLAG.to_string(), q.clone()]);
                 }
-                if let Some(m) = &self.spec_method {
+                if let Some(m) = self
+                    .spec_method
+                    .as_ref()
+                    .filter(|m| !matches!(m.to_ascii_lowercase().as_str(), "none" | "off"))
+                {
                     args.extend([SERVE_SPEC_METHOD_FLAG.to_string(), m.clone()]);
                 }
                 if let Some(k) = self.spec_k {
                     args.extend([SERVE_SPEC_K_FLAG.to_string(), k.to_string()]);
                 }
                 args.extend(self.serve_args.iter().cloned());
+                // What `rigbench serve` would reject is a bad command line here too.
+                crate::cli::serve::check_args(&args)?;
                 EngineChoice::Builtin {
                     program: None,
                     args,
@@ -343,17 +376,54 @@ impl E2eFlags {
             ));
         }
         if let Some(p) = &self.engine_log {
-            if !p.is_file() {
-                return Err(RigError::file(p, "engine log (--engine-log) not found"));
-            }
+            check_engine_log(p)?;
+        }
+        if let Some(t) = &self.tokenizer {
+            // Loaded now, so a wrong path fails before any engine starts, whether or not the
+            // engine turns out to count tokens itself.
+            crate::e2e::workload::TokenCounter::local(t).map_err(|e| match e {
+                RigError::BadFile { path, message } => RigError::file(
+                    path,
+                    format!(
+                        "--tokenizer: {message} (give a tokenizer.json or a folder that holds one)"
+                    ),
+                ),
+                other => other,
+            })?;
         }
         let mut o = E2eOptions::with_suite(suite);
         o.engine = engine;
         o.engine_log = self.engine_log.clone();
         o.served_model = self.served_model.clone();
         o.tokenizer = self.tokenizer.clone();
-        o.spec_method = self.spec_method.clone();
+        let spec_none = self
+            .spec_method
+            .as_deref()
+            .is_some_and(|m| matches!(m.to_ascii_lowercase().as_str(), "none" | "off"));
+        o.spec_method = self.spec_method.clone().filter(|_| !spec_none);
         o.spec_k = self.spec_k;
+        if let Some(0) = self.kv_capacity {
+            return Err(RigError::flag("--kv-capacity", "must be at least 1 token"));
+        }
+        o.stated = crate::e2e::engines::Stated {
+            engine_version: self.engine_version.clone(),
+            kv_capacity: self.kv_capacity,
+            spec: match (self.spec, spec_none) {
+                (Some(SpecStated::On), true) => {
+                    return Err(RigError::flag(
+                        "--spec",
+                        "--spec on contradicts --spec-method none",
+                    ))
+                }
+                (Some(s), _) => Some(s == SpecStated::On),
+                (None, true) => Some(false),
+                // A stated method (for engines that do not expose one) says on.
+                (None, false) if kind != EngineKind::Builtin => {
+                    self.spec_method.as_ref().map(|_| true)
+                }
+                (None, false) => None,
+            },
+        };
         o.request_timeout =
             Duration::from_secs_f64(positive("--request-timeout", self.request_timeout)?);
         o.startup_timeout = Duration::from_secs_f64(match self.startup_timeout {
@@ -366,9 +436,62 @@ impl E2eFlags {
     }
 }
 
+/// What rigbench will do to an engine it did not start, said before it does it: every run
+/// begins with `POST /reset_prefix_cache`. `None` for the built-in engine (rigbench's own).
+pub fn reset_notice(o: &E2eOptions) -> Option<String> {
+    let url = match &o.engine {
+        EngineChoice::Builtin { .. } => return None,
+        EngineChoice::Command { url, .. } | EngineChoice::Url { url } => url,
+    };
+    let l = &o.suite.load;
+    let points = match l.mode {
+        LoadMode::Closed => l.concurrency.len(),
+        LoadMode::Open => l.rates.len(),
+    };
+    Some(format!(
+        "every run starts with POST {url}/reset_prefix_cache: the engine's prefix cache is emptied before each of the {}{}",
+        crate::report::table::plural(points as u64, "sweep point", "sweep points"),
+        if o.suite.load.cache == CacheTemp::Warm {
+            " (warm runs then prime it again)"
+        } else {
+            " (cold runs then check for 0 hits)"
+        }
+    ))
+}
+
+/// `--engine-log FILE` must be a readable regular file: "not found" only when it is missing.
+///
+/// # Errors
+/// [`RigError::BadFile`] naming the file: missing, not a regular file (a folder, `/dev/null`, a
+/// pipe), or unreadable.
+pub fn check_engine_log(p: &std::path::Path) -> Result<(), RigError> {
+    match std::fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(RigError::file(p, "engine log (--engine-log) not found"))
+        }
+        Err(e) => Err(RigError::file(
+            p,
+            format!("engine log (--engine-log) cannot be read: {e}"),
+        )),
+        Ok(m) if !m.is_file() => Err(RigError::file(
+            p,
+            format!(
+                "engine log (--engine-log) is not a regular file ({}); give the file the engine's log was saved to",
+                if m.is_dir() { "a folder" } else { "a device, pipe or socket" }
+            ),
+        )),
+        Ok(_) => std::fs::File::open(p).map(|_| ()).map_err(|e| {
+            RigError::file(p, format!("engine log (--engine-log) cannot be read: {e}"))
+        }),
+    }
+}
+
 /// Run `rigbench e2e`.
 pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     let opts = args.options()?;
+    if let Some(n) = reset_notice(&opts) {
+        eprintln!("rigbench e2e: {n}");
+    }
     let rig = crate::rig::probe();
     let label = rig.label();
     let existed = args.out.as_deref().is_some_and(|p| p.exists());
@@ -508,7 +631,7 @@ mod tests {
             "ngram",
             "--spec-k",
             "3",
-            "--serve-arg=--x=1",
+            "--serve-arg=--kv-cache-memory=64MiB",
         ])
         .unwrap();
         match o.engine {
@@ -516,7 +639,10 @@ mod tests {
                 assert!(args
                     .windows(2)
                     .any(|w| w == [SERVE_SPEC_METHOD_FLAG, "ngram"]));
-                assert_eq!(args.last().map(String::as_str), Some("--x=1"));
+                assert_eq!(
+                    args.last().map(String::as_str),
+                    Some("--kv-cache-memory=64MiB")
+                );
             }
             e => panic!("{e:?}"),
         }
@@ -547,6 +673,47 @@ mod tests {
         );
         let o = opts(&["--api", "completions"]).unwrap();
         assert_eq!(o.suite.sampling.thinking, None);
+    }
+
+    #[test]
+    fn an_engine_rigbench_did_not_start_is_told_of_the_cache_reset_up_front() {
+        assert_eq!(reset_notice(&opts(&[]).unwrap()), None);
+        let n = reset_notice(
+            &opts(&["--url", "http://127.0.0.1:8000", "--concurrency", "1,4"]).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            n.contains("POST http://127.0.0.1:8000/reset_prefix_cache")
+                && n.contains("2 sweep points"),
+            "{n}"
+        );
+    }
+
+    #[test]
+    fn one_spelling_per_concept_old_ones_still_parse() {
+        // serve's spellings are e2e's; the old ones are hidden aliases.
+        for (new, old) in [
+            ("--served-model-name", "--served-model"),
+            ("--warmup-requests", "--warmup"),
+        ] {
+            assert!(
+                opts(&[new, "3"]).is_ok() && opts(&[old, "3"]).is_ok(),
+                "{new}"
+            );
+        }
+        let eos = |a: &[&str]| opts(a).unwrap().suite.workload.ignore_eos;
+        assert!(eos(&["--ignore-eos"]));
+        assert!(!eos(&["--no-ignore-eos"]));
+        assert!(!eos(&["--ignore-eos", "false"]));
+        assert!(eos(&["--ignore-eos=true"]));
+        // The built-in engine's flags are checked as `rigbench serve` checks them: exit 64.
+        let e = opts(&["--spec-method", "eagle"]).unwrap_err();
+        assert!(matches!(e, RigError::BadFlag { .. }), "{e}");
+        assert!(e.to_string().contains("--spec-method"), "{e}");
+        let e = opts(&["--spec-k", "3"]).unwrap_err();
+        assert!(e.to_string().contains("--spec-method"), "{e}");
+        let e = opts(&["--serve-arg=--kv-cache-memory=lots"]).unwrap_err();
+        assert!(e.to_string().contains("--serve-arg"), "{e}");
     }
 
     #[test]

@@ -12,8 +12,12 @@ use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench inspect`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::help::INSPECT)]
 pub struct InspectArgs {
-    /// The checkpoint folder (config.json, optional hf_quant_config.json and safetensors).
+    /// The checkpoint folder (config.json, optional hf_quant_config.json and safetensors), or
+    /// hf://ORG/NAME[@REV] to read config files and safetensors headers from the Hugging Face hub
+    /// with range requests (no weights downloaded; HF_ENDPOINT for a mirror, HF_TOKEN for gated
+    /// repos).
     pub dir: PathBuf,
     /// Print JSON (the `checkpoint` object of the results schema) instead of tables.
     #[arg(long)]
@@ -118,10 +122,61 @@ pub fn options(args: &InspectArgs) -> Result<InspectOptions, RigError> {
     Ok(o)
 }
 
+/// For `hf://ORG/NAME[@REV]`: fetch its config files and safetensors headers from the hub with
+/// range requests into a temporary folder (see `crate::checkpoint::hub`; `HF_ENDPOINT` names a
+/// mirror, `HF_TOKEN` a token for gated repos). `Ok(None)` for a local path.
+///
+/// # Errors
+/// A malformed reference (a flag error), an unreachable hub, a missing repository.
+pub fn fetch_hub(
+    arg: &std::path::Path,
+) -> anyhow::Result<Option<(tempfile::TempDir, checkpoint::hub::HubRef)>> {
+    let arg = arg.to_string_lossy();
+    if !checkpoint::hub::is_hub_ref(&arg) {
+        return Ok(None);
+    }
+    let r: checkpoint::hub::HubRef = arg.parse().map_err(|e: String| RigError::flag("DIR", e))?;
+    let endpoint = std::env::var("HF_ENDPOINT")
+        .ok()
+        .filter(|e| !e.trim().is_empty())
+        .unwrap_or_else(|| checkpoint::hub::DEFAULT_ENDPOINT.to_string());
+    let token = std::env::var("HF_TOKEN")
+        .ok()
+        .filter(|t| !t.trim().is_empty());
+    let tmp = tempfile::tempdir()?;
+    let fetched =
+        checkpoint::hub::fetch_metadata_blocking(&r, &endpoint, token.as_deref(), tmp.path())?;
+    eprintln!(
+        "read {} and {} safetensors header(s) of {r} from {endpoint} ({} bytes; no weights downloaded)",
+        fetched.files.join(", "),
+        fetched.shards.len(),
+        fetched.bytes_read
+    );
+    Ok(Some((tmp, r)))
+}
+
+/// Inspect a checkpoint folder, or `hf://ORG/NAME[@REV]` (see [`fetch_hub`]).
+///
+/// # Errors
+/// What [`fetch_hub`] or [`checkpoint::inspect`] refuse.
+pub fn inspect_any(
+    dir: &std::path::Path,
+    opts: &InspectOptions,
+) -> anyhow::Result<checkpoint::InspectReport> {
+    match fetch_hub(dir)? {
+        None => checkpoint::inspect(dir, opts),
+        Some((tmp, r)) => {
+            let mut report = checkpoint::inspect(tmp.path(), opts)?;
+            report.checkpoint = r.to_string();
+            Ok(report)
+        }
+    }
+}
+
 /// Run `rigbench inspect`: 0 without lint errors, 4 with, 1 on bad input, 64 on a bad flag value.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     let opts = options(&args)?;
-    let report = checkpoint::inspect(&args.dir, &opts)?;
+    let report = inspect_any(&args.dir, &opts)?;
     let redactor = Redactor::for_this_host(!args.no_redact);
     if args.json {
         let mut v = serde_json::to_value(&report)?;

@@ -42,7 +42,12 @@ pub struct KernelSelection {
     #[arg(long, default_value_t = 200)]
     pub max_samples: usize,
     /// Warm-up launches before sampling.
-    #[arg(long, default_value_t = 3)]
+    #[arg(
+        long = "warmup-launches",
+        alias = "warmup",
+        value_name = "N",
+        default_value_t = 3
+    )]
     pub warmup: usize,
     /// Do not flush L2 before each sample (warm-cache figures; labelled in the report).
     #[arg(long)]
@@ -61,9 +66,14 @@ pub struct KernelSelection {
     #[arg(long, default_value = "1,16,64,1024")]
     pub determinism_m: String,
     /// Peer providers (scripts/peer_kernels.py: PyTorch cuBLAS, torch._scaled_mm, tinygemm INT4,
-    /// vLLM Marlin NVFP4 when importable).
+    /// gemlite INT4 W4A16 when `.peers/gemlite` is there, vLLM Marlin NVFP4 when importable).
     #[arg(long, value_enum, default_value_t = PeerMode::Auto)]
     pub peers: PeerMode,
+    /// Timing mode: cold (one launch between CUDA events after an L2 flush), graph
+    /// (back-to-back launches over rotating weight copies larger than 4× L2, captured in a CUDA
+    /// graph), or both (cold, with graph beside it and whether they agree).
+    #[arg(long, value_enum, default_value_t = crate::kernels::schema::TimingModes::Cold)]
+    pub timing: crate::kernels::schema::TimingModes,
 }
 
 fn parse_devices(s: &str) -> Result<crate::multigpu::DeviceSelection, String> {
@@ -105,13 +115,20 @@ impl KernelSelection {
                 "need 1 ≤ min ≤ max",
             ));
         }
-        let det_m: Vec<usize> = parse_list("--determinism-m", &self.determinism_m)?;
-        if self.determinism_runs < 2 {
-            return Err(RigError::flag(
-                "--determinism-runs",
-                "needs at least 2 runs to compare",
-            ));
-        }
+        // The determinism flags are checked only when the check is on: their defaults (and a
+        // value left in a script) must not fail a run that does not use them.
+        let det_m: Vec<usize> = if self.check_determinism {
+            let m = parse_list("--determinism-m", &self.determinism_m)?;
+            if self.determinism_runs < 2 {
+                return Err(RigError::flag(
+                    "--determinism-runs",
+                    "needs at least 2 runs to compare",
+                ));
+            }
+            m
+        } else {
+            Vec::new()
+        };
         Ok(BenchOptions {
             suite: s,
             formats,
@@ -125,19 +142,17 @@ impl KernelSelection {
             cold_l2: !self.warm_l2,
             flush: self.l2_flush,
             tune_samples: 5,
-            determinism_m: if self.check_determinism {
-                det_m
-            } else {
-                Vec::new()
-            },
+            determinism_m: det_m,
             determinism_runs: self.determinism_runs,
             peers: self.peers,
+            timing: self.timing,
         })
     }
 }
 
 /// Arguments of `rigbench kernels`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::help::KERNELS)]
 pub struct KernelsArgs {
     /// Case selection and timing.
     #[command(flatten)]
@@ -164,6 +179,8 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         accuracy: true,
         checkpoint: None,
         e2e: None,
+        runtime_model: String::new(),
+        runtime_device: crate::runtime::backend::Device::Cpu,
         out: args.out.clone(),
         rig_label: None,
         redact: !args.no_redact,
@@ -182,7 +199,11 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
     } else {
         let mut md = String::new();
         if let Some(k) = &results.kernels {
-            md.push_str(&crate::kernels::render::markdown(k, &[]));
+            md.push_str(&crate::kernels::render::markdown_for(
+                k,
+                &[],
+                &results.rig.capabilities,
+            ));
         }
         if let Some(mg) = &results.multi_gpu {
             md.push_str(&crate::multigpu::render::markdown(mg, &results.rig));

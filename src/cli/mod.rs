@@ -7,7 +7,9 @@ use crate::ExitStatus;
 
 pub mod compare;
 pub mod devcheck;
+pub mod diagnose;
 pub mod e2e;
+pub mod help;
 pub mod inspect;
 pub mod kernels;
 pub mod report;
@@ -17,10 +19,11 @@ pub mod serve;
 /// rigbench: benchmark and validate quantized LLM inference (BF16, FP8, NVFP4) on NVIDIA GPUs.
 ///
 /// Exit codes: 0 ok; 1 error; 2 regression (compare); 3 baseline missing or incompatible
-/// (compare); 4 lint errors (inspect); 64 bad command line (an unknown flag or a value rigbench
-/// rejects).
+/// (compare); 4 error-level findings (inspect, diagnose); 64 bad command line (an unknown flag
+/// or a value rigbench rejects).
 #[derive(Debug, Parser)]
-#[command(name = "rigbench", version, about, long_about = None, propagate_version = true)]
+#[command(name = "rigbench", version, about, long_about = None, propagate_version = true,
+          after_help = help::TOP)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -44,6 +47,8 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Compare results with a baseline; statistical verdict per metric; exit code for CI.
     Compare(compare::CompareArgs),
+    /// Explain an engine's logs and /metrics against the checkpoint and the card.
+    Diagnose(diagnose::DiagnoseArgs),
     /// Developer checks of the CUDA runtime (parity with the CPU, kernel checks, speed).
     #[command(hide = true)]
     Devcheck(devcheck::DevcheckArgs),
@@ -85,6 +90,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Devcheck(a) => devcheck::run(a),
         Command::Report(a) => report::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::Diagnose(a) => diagnose::run(a),
     }
 }
 

@@ -6,10 +6,14 @@ use std::path::PathBuf;
 
 use crate::cli::kernels::KernelSelection;
 use crate::report::job::{self, Job};
+use anyhow::Context;
+
+use crate::report::output::ReportDir;
 use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench report`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::help::REPORT)]
 pub struct ReportArgs {
     /// Report folder (default: reports/<rig-label>/<UTC timestamp>/).
     #[arg(long)]
@@ -29,6 +33,21 @@ pub struct ReportArgs {
     /// Also inspect this checkpoint folder (config.json, quantization metadata, safetensors headers).
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
+    /// The model of the end-to-end runs on the GPU runtime (BF16, FP8 and W4A16 on identical
+    /// weights): a synthetic preset or a checkpoint folder. Without a GPU the e2e runs use
+    /// synthetic:tiny on the CPU.
+    #[arg(long, default_value = "synthetic:qwen3-8b")]
+    pub model: String,
+    /// Where the built-in runtime's e2e runs go: cuda[:N] or cpu (default: cuda:0 with a GPU,
+    /// else cpu). A CPU run on a GPU rig is a harness self-test, kept out of baselines.
+    #[arg(long)]
+    pub runtime_device: Option<crate::runtime::backend::Device>,
+    /// Drive an engine already running at this URL instead of the built-in runtime.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Start this engine command (through `sh -c`) instead of the built-in runtime; needs --url.
+    #[arg(long, value_name = "COMMAND")]
+    pub engine_cmd: Option<String>,
     /// Do not redact host names, user paths, IP addresses and tokens.
     #[arg(long)]
     pub no_redact: bool,
@@ -37,17 +56,34 @@ pub struct ReportArgs {
     #[arg(long)]
     pub force: bool,
     /// Also save the results as the baseline for this rig and suite
-    /// (`<baselines-dir>/<rig-label>/<suite>.json`), the file `rigbench compare --baseline-dir` reads.
+    /// (`<baseline-dir>/<rig-label>/<suite>.json`), the file `rigbench compare --baseline-dir` reads.
     #[arg(long)]
     pub save_baseline: bool,
     /// Folder of baselines for `--save-baseline`.
-    #[arg(long, default_value = "baselines")]
+    #[arg(
+        long = "baseline-dir",
+        alias = "baselines-dir",
+        value_name = "DIR",
+        default_value = "baselines"
+    )]
     pub baselines_dir: PathBuf,
-    /// Re-render report.md, kernels.csv and plots from an existing results.json (or its folder)
-    /// instead of measuring.
-    #[arg(long, value_name = "RESULTS")]
+    /// Re-render report.md, the CSV files and plots from an existing results.json (or its
+    /// folder) instead of measuring (only --out and --no-redact go with it).
+    #[arg(long, value_name = "RESULTS", conflicts_with_all = RENDER_CONFLICTS)]
     pub render: Option<PathBuf>,
 }
+
+/// The flags that measure or choose what to measure: `--render` measures nothing, so it refuses
+/// them (clap ids; `KernelSelection` is the group of every kernel-selection flag).
+const RENDER_CONFLICTS: [&str; 7] = [
+    "KernelSelection",
+    "rig_label",
+    "no_kernels",
+    "no_e2e",
+    "checkpoint",
+    "save_baseline",
+    "baselines_dir",
+];
 
 /// Run `rigbench report`.
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
@@ -57,7 +93,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         } else {
             p.clone()
         };
-        let results = crate::report::Results::load(&file)?;
+        let mut results = crate::report::Results::load(&file)?;
         let source = file
             .parent()
             .unwrap_or(std::path::Path::new("."))
@@ -77,8 +113,37 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             d.write_results(&results)?;
             d
         };
-        if let Some(k) = &results.kernels {
+        // In place, the CSV files the run wrote are kept as they are (a rewrite from
+        // results.json can differ in columns or in the last digit of a float).
+        if let Some(k) = results
+            .kernels
+            .as_ref()
+            .filter(|_| !same || !dir.path.join("kernels.csv").is_file())
+        {
             dir.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
+        }
+        if let Some(e) = &results.e2e {
+            if !same || !dir.path.join("e2e_runs.csv").is_file() {
+                crate::e2e::report::write_csv(e, &dir.path)?;
+            }
+            // engine.log is not in results.json: carry it over from the source folder.
+            let log = source.join("engine.log");
+            if !same && log.is_file() {
+                let text = std::fs::read_to_string(&log)
+                    .with_context(|| format!("cannot read {}", log.display()))?;
+                dir.write_text("engine.log", &text)?;
+            }
+        }
+        // Results written before the engine-log parser of `diagnose` stored its findings under
+        // older field names, which read back as nothing recognised: for the report, read the
+        // engine.log the run captured again (results.json is not changed).
+        if let Some(e) = results.e2e.as_mut() {
+            let log = source.join("engine.log");
+            if e.boot_log.as_ref().is_some_and(|b| b.is_empty()) && log.is_file() {
+                let bytes = std::fs::read(&log)
+                    .with_context(|| format!("cannot read {}", log.display()))?;
+                e.boot_log = Some(crate::e2e::bootlog::BootLog::parse_bytes(&bytes));
+            }
         }
         job::render_into(&dir, &results)?;
         if same {
@@ -86,17 +151,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         } else {
             dir.commit()?;
         }
-        eprintln!("rigbench: re-rendered {}", dir.path.display());
+        eprintln!("rigbench: re-rendered {}", dir.target.display());
+        print_summary(&dir, &results);
         return Ok(ExitStatus::Ok);
     }
     if let Some(l) = &args.rig_label {
-        if l.is_empty() || l.contains(['/', '\\']) || l.starts_with('.') {
-            return Err(RigError::flag(
-                "--rig-label",
-                "use letters, digits, '-', '_' and '.'; no slashes",
-            )
-            .into());
-        }
+        crate::compare::baseline::check_component("rig label", l)
+            .map_err(|m| RigError::flag("--rig-label", m))?;
     }
     if let Some(c) = &args.checkpoint {
         if !c.is_dir() {
@@ -104,6 +165,47 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 RigError::flag("--checkpoint", format!("{} is not a folder", c.display())).into(),
             );
         }
+    }
+    let external = match (&args.engine_cmd, &args.url) {
+        (Some(c), Some(u)) => Some(crate::e2e::launcher::EngineChoice::Command {
+            command: c.clone(),
+            url: u.clone(),
+        }),
+        (Some(_), None) => {
+            return Err(RigError::flag(
+                "--engine-cmd",
+                "say where the engine will listen with --url http://HOST:PORT",
+            )
+            .into())
+        }
+        (None, Some(u)) => Some(crate::e2e::launcher::EngineChoice::Url { url: u.clone() }),
+        (None, None) => None,
+    };
+    if let Some(u) = &args.url {
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
+            return Err(RigError::flag("--url", format!("'{u}' is not an http(s) URL")).into());
+        }
+    }
+    let runtime_device = crate::runtime::device::resolve_device(
+        args.runtime_device,
+        &match args.runtime_device {
+            Some(crate::runtime::backend::Device::Cpu) => Default::default(),
+            _ => crate::runtime::device::probe_gpus(),
+        },
+    )
+    .map_err(|e| match e {
+        RigError::BadFlag { message, .. } => RigError::flag("--runtime-device", message),
+        other => other,
+    })?;
+    if !args.model.starts_with("synthetic:") && !std::path::Path::new(&args.model).is_dir() {
+        return Err(RigError::flag(
+            "--model",
+            format!(
+                "{} is neither a synthetic:PRESET nor a checkpoint folder",
+                args.model
+            ),
+        )
+        .into());
     }
     let kernels = if args.no_kernels {
         None
@@ -124,15 +226,21 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     }
     // SIGINT/SIGTERM stop the run after the case in flight and write what was measured.
     crate::signals::install()?;
-    let results = job::run(Job {
+    let (results, dir) = job::run_with_dir(Job {
         kernels,
         accuracy: true,
         checkpoint: args.checkpoint.clone(),
         e2e: if args.no_e2e {
             None
         } else {
-            Some(crate::e2e::E2eOptions::default_for_report())
+            let mut o = crate::e2e::E2eOptions::default_for_report();
+            if let Some(e) = external {
+                o.engine = e;
+            }
+            Some(o)
         },
+        runtime_model: args.model.clone(),
+        runtime_device,
         out: args.out.clone(),
         rig_label: args.rig_label.clone(),
         redact: !args.no_redact,
@@ -178,8 +286,31 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         .map(|_| "; the checkpoint has lint errors (see its findings; `rigbench inspect` exits 4 on them)")
         .unwrap_or("");
     eprintln!(
-        "rigbench: report complete: {timed} kernel cases timed, {} parts skipped (see report.md){lint}",
-        results.skipped.len()
+        "rigbench: report complete: {}, {} skipped (see report.md){lint}",
+        plural(timed, "kernel case timed", "kernel cases timed"),
+        plural(results.skipped.len(), "part", "parts"),
     );
+    if let Some(dir) = &dir {
+        print_summary(dir, &results);
+    }
     Ok(ExitStatus::Ok)
+}
+
+/// `1 part`, `2 parts`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!(
+        "{} {}",
+        crate::report::table::thousands(n as u64),
+        if n == 1 { one } else { many }
+    )
+}
+
+/// The short summary on stdout: where report.md is, and the verdict.
+fn print_summary(dir: &ReportDir, results: &crate::report::Results) {
+    let text = format!(
+        "Report: {}\n\nVerdict:\n{}",
+        dir.target.join("report.md").display(),
+        crate::report::verdict::text(results)
+    );
+    print!("{}", dir.redactor().redact(&text));
 }

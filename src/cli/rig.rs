@@ -7,6 +7,7 @@ use crate::ExitStatus;
 
 /// Arguments of `rigbench rig`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::help::RIG)]
 pub struct RigArgs {
     /// Print JSON (the `rig` object of the results schema) instead of tables.
     #[arg(long)]
@@ -90,7 +91,7 @@ pub fn render(f: &RigFacts, all: bool, redactor: &Redactor) -> String {
                         .unwrap_or_else(|| "n/a".into())
                 };
                 rows.push(vec![
-                    "SM clock (current / max)".into(),
+                    "SM clock at probe time (current / max)".into(),
                     format!("{} / {}", mhz(t.sm_clock_mhz), mhz(t.sm_clock_max_mhz)),
                 ]);
                 rows.push(vec![
@@ -229,7 +230,26 @@ pub fn render(f: &RigFacts, all: bool, redactor: &Redactor) -> String {
             ],
             &rows,
         ));
-        out.push_str("\nFallback paths: BF16 on sm_75 runs as FP16; FP8 on sm_80–sm_87 runs weight-only (W8A16, Marlin-style); W4A4 NVFP4 below sm_100 runs as W4A16 (Marlin-style, weights only).\n");
+        // What each cell means: the path that runs and why, per compute capability.
+        out.push_str("\nWhat runs, and why:\n\n");
+        let rows: Vec<Vec<String>> = capability::KNOWN
+            .iter()
+            .flat_map(|(cc, _)| {
+                capability::table(*cc).into_iter().map(move |c| {
+                    vec![
+                        cc.to_string(),
+                        c.format.display_name().to_string(),
+                        c.support.to_string(),
+                        c.path,
+                        c.reason,
+                    ]
+                })
+            })
+            .collect();
+        out.push_str(&markdown_table(
+            &["cc", "format", "support", "runs as", "reason"],
+            &rows,
+        ));
     }
     out
 }

@@ -1,17 +1,22 @@
 //! `rigbench serve`: the built-in minimal runtime behind an OpenAI-compatible HTTP server; see
 //! the module docs of `crate::runtime` for what it does.
 //!
-//! At start it prints one KV line (`KV cache: N tokens (B blocks × S); max concurrency at L
-//! tokens: X.Yx`) and then `rigbench serve: listening on http://HOST:PORT` on stdout, flushed;
-//! launchers parse the latter to find the port. It serves until Ctrl-C (or SIGTERM).
+//! At start it prints the KV lines in vLLM's form (`Available KV cache memory: X GiB`,
+//! `GPU KV cache size: N tokens` — `CPU KV cache size` on the CPU backend —, `Maximum
+//! concurrency for L tokens per request: X.XXx`) and then `rigbench serve: listening on
+//! http://HOST:PORT` on stdout, flushed; launchers parse the latter to find the port. It serves
+//! until Ctrl-C (or SIGTERM).
 
 use std::io::Write;
 
+use crate::runtime::backend::Device;
 use crate::runtime::config::{parse_size, KvCacheDtype, ServeConfig, SpecConfig, WeightFormat};
+use crate::runtime::device::{probe_gpus, resolve_device, GpuPresence};
 use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench serve`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::help::SERVE)]
 pub struct ServeArgs {
     /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b` (seeded weights at the real
     /// dimensions), or a local checkpoint directory (config.json + *.safetensors).
@@ -33,12 +38,21 @@ pub struct ServeArgs {
     /// Keep only the first N decoder layers (run real-dimension presets on a small machine).
     #[arg(long)]
     pub num_layers: Option<usize>,
+    /// Where to run: cuda, cuda:N or cpu (default: cuda:0 when a GPU is present, else cpu).
+    /// `--device cuda` without a GPU is an error (exit 64).
+    #[arg(long)]
+    pub device: Option<Device>,
+    /// Fraction of GPU memory the engine may use, (0, 1] (default 0.9, as vLLM): the KV cache
+    /// gets this fraction of the total less what weights, activations and workspace use.
+    #[arg(long)]
+    pub gpu_memory_utilization: Option<f64>,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
-    /// KV cache budget: bytes or a human size (256MiB, 1.5GiB, 512MB).
-    #[arg(long, default_value = "512MiB", value_parser = parse_size)]
-    pub kv_cache_memory: u64,
+    /// KV cache budget: bytes or a human size (256MiB, 1.5GiB, 512MB). Wins over
+    /// --gpu-memory-utilization; the CPU backend's default is 512MiB.
+    #[arg(long, value_parser = parse_size)]
+    pub kv_cache_memory: Option<u64>,
     /// KV cache element type: bf16 or fp8 (E4M3 with per-layer scales).
     #[arg(long, default_value = "bf16")]
     pub kv_cache_dtype: KvCacheDtype,
@@ -52,10 +66,14 @@ pub struct ServeArgs {
     #[arg(long)]
     pub max_model_len: Option<usize>,
     /// Speculative decoding method: `ngram` (prompt lookup). Off by default.
-    #[arg(long)]
+    #[arg(
+        long = "spec-method",
+        alias = "speculative-method",
+        value_name = "METHOD"
+    )]
     pub speculative_method: Option<String>,
-    /// k: draft tokens per step (with --speculative-method).
-    #[arg(long)]
+    /// k: draft tokens per step (with --spec-method).
+    #[arg(long = "spec-k", alias = "num-speculative-tokens", value_name = "K")]
     pub num_speculative_tokens: Option<usize>,
     /// Shortest n-gram the prompt-lookup drafter matches.
     #[arg(long, default_value_t = 1)]
@@ -75,35 +93,41 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// The [`ServeConfig`] these flags describe.
+    /// The [`ServeConfig`] these flags describe, with `--device` resolved against this
+    /// machine's GPUs.
     ///
     /// # Errors
-    /// [`RigError::BadFlag`] for inconsistent speculative-decoding flags or out-of-range values.
+    /// [`RigError::BadFlag`] for inconsistent speculative-decoding flags, out-of-range values,
+    /// or `--device cuda` without a GPU.
     pub fn to_config(&self) -> Result<ServeConfig, RigError> {
+        // Probe only when it matters: an explicit `--device cpu` needs no driver.
+        let gpus = match self.device {
+            Some(Device::Cpu) => GpuPresence::default(),
+            _ => probe_gpus(),
+        };
+        self.to_config_for(&gpus)
+    }
+
+    /// As [`Self::to_config`], for a given GPU presence (tests).
+    ///
+    /// # Errors
+    /// As [`Self::to_config`].
+    pub fn to_config_for(&self, gpus: &GpuPresence) -> Result<ServeConfig, RigError> {
         let speculative = match (
             self.speculative_method.as_deref(),
             self.num_speculative_tokens,
         ) {
             (None, None) => None,
-            (None, Some(_)) => {
-                return Err(RigError::flag(
-                    "--num-speculative-tokens",
-                    "needs --speculative-method ngram",
-                ))
-            }
+            (None, Some(_)) => return Err(RigError::flag("--spec-k", "needs --spec-method ngram")),
             (Some(m), k) => {
                 if !m.eq_ignore_ascii_case("ngram") {
                     return Err(RigError::flag(
-                        "--speculative-method",
+                        "--spec-method",
                         format!("'{m}' is not available in the built-in runtime; use ngram"),
                     ));
                 }
-                let k = k.ok_or_else(|| {
-                    RigError::flag(
-                        "--num-speculative-tokens",
-                        "required with --speculative-method",
-                    )
-                })?;
+                let k =
+                    k.ok_or_else(|| RigError::flag("--spec-k", "required with --spec-method"))?;
                 Some(SpecConfig {
                     num_speculative_tokens: k,
                     prompt_lookup_min: self.prompt_lookup_min,
@@ -120,6 +144,8 @@ impl ServeArgs {
             seed: self.seed,
             num_layers: self.num_layers,
             block_size: self.block_size,
+            device: resolve_device(self.device, gpus)?,
+            gpu_memory_utilization: self.gpu_memory_utilization,
             kv_cache_memory: self.kv_cache_memory,
             kv_cache_dtype: self.kv_cache_dtype,
             max_num_seqs: self.max_num_seqs,
@@ -134,6 +160,35 @@ impl ServeArgs {
     }
 }
 
+/// Check a `rigbench serve` argument list (without the program name) as `serve` would, without
+/// loading anything: `e2e` calls it before it starts the built-in engine, so a value the engine
+/// would reject is a bad command line (exit 64) there too.
+///
+/// # Errors
+/// [`RigError::BadFlag`] naming the flag (clap's parse errors name `--serve-arg`).
+pub fn check_args(args: &[String]) -> Result<ServeConfig, RigError> {
+    #[derive(clap::Parser)]
+    #[command(name = "rigbench serve")]
+    struct P {
+        #[command(flatten)]
+        a: ServeArgs,
+    }
+    let argv = std::iter::once("rigbench serve".to_string()).chain(args.iter().cloned());
+    let p = <P as clap::Parser>::try_parse_from(argv).map_err(|e| {
+        let msg = e.to_string();
+        let first = msg
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        RigError::flag(
+            "--serve-arg",
+            format!("the built-in engine rejects it: {first}"),
+        )
+    })?;
+    p.a.to_config()
+}
+
 /// Run `rigbench serve` until Ctrl-C or SIGTERM.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitStatus> {
     let config = args.to_config()?;
@@ -146,19 +201,27 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitStatus> {
         let handle = crate::runtime::server::start(config).await?;
         let i = handle.info();
         eprintln!(
-            "rigbench serve: {} backend, {} layers, hidden {}, vocab {}, {} weights ({}), tokenizer {}, chat template {}",
+            "rigbench serve: {} backend on {}, {}, {} layers, hidden {}, vocab {}, {} weights ({}), KV {}, tokenizer {}, chat template {}",
             i.backend,
+            i.device,
+            i.provenance.describe(),
             i.model_config.num_layers,
             i.model_config.hidden_size,
             i.model_config.vocab_size,
             i.weight_format.id(),
             crate::report::table::human_bytes(i.weight_bytes),
+            i.kv.dtype.vllm_name(),
             i.tokenizer_source,
             i.template_source,
         );
+        for n in &i.notes {
+            eprintln!("rigbench serve: note: {n}");
+        }
         {
             let mut out = std::io::stdout().lock();
-            writeln!(out, "{}", handle.kv_line())?;
+            for l in handle.kv_lines() {
+                writeln!(out, "{l}")?;
+            }
             writeln!(out, "rigbench serve: listening on {}", handle.url())?;
             out.flush()?;
         }
@@ -208,7 +271,7 @@ mod tests {
         T::try_parse_from(v)
             .map_err(|e| e.to_string())?
             .a
-            .to_config()
+            .to_config_for(&GpuPresence::default())
             .map_err(|e| e.to_string())
     }
 
@@ -236,13 +299,39 @@ mod tests {
             "q",
         ])
         .unwrap();
-        assert_eq!(c.kv_cache_memory, 256 << 20);
+        assert_eq!(c.kv_cache_memory, Some(256 << 20));
+        assert_eq!(c.device, Device::Cpu, "no GPU: the default is the CPU");
         assert_eq!(c.quantize, Some(WeightFormat::Nvfp4));
         assert_eq!(c.kv_cache_dtype, KvCacheDtype::Fp8);
         assert_eq!(c.speculative.as_ref().unwrap().num_speculative_tokens, 3);
         assert!(!c.enable_prefix_caching);
         assert_eq!(c.served_name(), "q");
         assert_eq!(c.num_layers, Some(2));
+    }
+
+    #[test]
+    fn one_spelling_with_e2e_old_spellings_hidden() {
+        let c = parse(&["--spec-method", "ngram", "--spec-k", "2"]).unwrap();
+        assert_eq!(c.speculative.unwrap().num_speculative_tokens, 2);
+        let c = parse(&[
+            "--speculative-method",
+            "ngram",
+            "--num-speculative-tokens",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(c.speculative.unwrap().num_speculative_tokens, 2);
+        use clap::CommandFactory;
+        let help = T::command().render_long_help().to_string();
+        assert!(
+            help.contains("--spec-method") && help.contains("--spec-k"),
+            "{help}"
+        );
+        assert!(
+            !help.contains("--speculative-method") && !help.contains("--num-speculative-tokens")
+        );
+        assert!(help.contains("Exit codes"), "{help}");
+        assert!(check_args(&["--spec-method".into(), "eagle".into()]).is_err());
     }
 
     #[test]
@@ -253,7 +342,7 @@ mod tests {
         assert!(parse(&["--quantize", "int3"]).unwrap_err().contains("bf16"));
         assert!(parse(&["--num-speculative-tokens", "3"])
             .unwrap_err()
-            .contains("--speculative-method"));
+            .contains("--spec-method"));
         assert!(parse(&[
             "--speculative-method",
             "eagle",
@@ -262,11 +351,17 @@ mod tests {
         ])
         .unwrap_err()
         .contains("ngram"));
-        assert!(parse(&["--speculative-method", "ngram"])
+        assert!(parse(&["--spec-method", "ngram"])
             .unwrap_err()
-            .contains("--num-speculative-tokens"));
+            .contains("--spec-k"));
         assert!(parse(&["--block-size", "0"])
             .unwrap_err()
             .contains("--block-size"));
+        let e = parse(&["--device", "cuda"]).unwrap_err();
+        assert!(e.contains("--device") && e.contains("no usable GPU"), "{e}");
+        assert!(parse(&["--device", "tpu"]).unwrap_err().contains("cuda:N"));
+        assert!(parse(&["--gpu-memory-utilization", "1.5"])
+            .unwrap_err()
+            .contains("--gpu-memory-utilization"));
     }
 }

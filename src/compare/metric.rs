@@ -11,6 +11,10 @@
 //! | `kernels/<provider>/<implementation>/<shape>/m=<M>/<extra>/time_s` | timing samples (e.g. `activation_quant`) |
 //! | `kernels/<provider>/<implementation>/<shape>/m=<M>/check/<metric>` | value bounded by the check's tolerance |
 //! | `kernels/<provider>/<implementation>/<shape>/m=<M>/bit_exact` | label: `true` > `false` |
+//! | `kernels/<provider>/<implementation>/<shape>/m=<M>/graph/time_s` | timing samples, seconds (graph timing beside cold, `--timing both`) |
+//! | `kernels/<provider>/<implementation>/<shape>/m=<M>/graph/<extra>/time_s` | timing samples, seconds |
+//! | `kernels/composite/<provider>/<implementation>/m=<M>/time_s` | decode-step composite, seconds (comonotone quantile sums as samples) |
+//! | `kernels/composite/<provider>/<implementation>/m=<M>/graph/time_s` | the same under graph timing |
 //! | `kernels/reference_accuracy/<format>/<m×n×k>/<data_id>/rel_l2_vs_exact` | value, equal within 1e-6 relative |
 //! | `checkpoint/<name>/lint/<rule>` | label: `absent` > `info` > `warning` > `error` |
 //! | `checkpoint/<name>/lint/errors` | value, exact, must not increase |
@@ -200,8 +204,21 @@ pub fn metrics_of(results: &Results) -> Vec<Metric> {
     if let Some(c) = &results.checkpoint {
         c.metrics(&mut out);
     }
-    if let Some(e) = &results.e2e {
+    // A harness self-test (the CPU backend on a GPU rig) is no rig figure.
+    if let Some(e) = results.e2e.as_ref().filter(|e| e.self_test.is_none()) {
         e.metrics(&mut out);
+    }
+    if let Some(rt) = &results.runtime {
+        for f in &rt.formats {
+            if let Some(e) = &f.e2e {
+                let mut part = Vec::new();
+                e.metrics(&mut part);
+                for mut m in part {
+                    m.id = format!("runtime/{}/{}", f.format, m.id);
+                    out.push(m);
+                }
+            }
+        }
     }
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for m in &mut out {
@@ -288,15 +305,27 @@ fn case_prefix(c: &KernelCase) -> String {
 }
 
 fn timing_metric(id: String, t: &Timing, case: &KernelCase) -> Metric {
-    let conditions = BTreeMap::from([
+    let mut conditions = BTreeMap::from([
         ("format".to_string(), case.format.id().to_string()),
         ("n".to_string(), case.n.to_string()),
         ("k".to_string(), case.k.to_string()),
         ("cold_l2".to_string(), t.cold_l2.to_string()),
     ]);
+    // Only graph timings carry the key, so cold figures compare with baselines written before
+    // graph timing existed, and a graph figure never compares silently with a cold one.
+    if let Some(g) = &t.graph {
+        conditions.insert("timing".into(), "graph".into());
+        conditions.insert("graph_launches".into(), g.launches.to_string());
+        conditions.insert("graph_weight_copies".into(), g.weight_copies.to_string());
+    }
     let mut context = BTreeMap::from([("path".to_string(), case.path.clone())]);
     if let Some(mhz) = case.sm_clock_mhz {
         context.insert("sm_clock_mhz".into(), mhz.to_string());
+    }
+    if let Some(c) = &case.clocks {
+        if let (Some(lo), Some(hi)) = (c.min_mhz, c.max_mhz) {
+            context.insert("sm_clock_range_mhz".into(), format!("{lo}–{hi}"));
+        }
     }
     context.insert(
         "throttle".into(),
@@ -342,6 +371,16 @@ impl MetricSource for KernelResults {
                     c,
                 ));
             }
+            if let Some(g) = &c.graph {
+                out.push(timing_metric(format!("{p}/graph/time_s"), &g.timing, c));
+                for e in &g.extra {
+                    out.push(timing_metric(
+                        format!("{p}/graph/{}/time_s", e.name),
+                        &e.timing,
+                        c,
+                    ));
+                }
+            }
             if let Some(chk) = &c.check {
                 out.push(Metric {
                     id: format!("{p}/check/{}", chk.metric),
@@ -386,6 +425,9 @@ impl MetricSource for KernelResults {
                 ]),
             });
         }
+        if let Some(comp) = &self.composite {
+            composite_metrics(comp, self, out);
+        }
         for a in &self.reference_accuracy {
             out.push(Metric {
                 // `<data_id>` tells the data sets apart; results written before it existed
@@ -426,6 +468,28 @@ impl MetricSource for KernelResults {
         if segs.len() < 5 || segs[0] != "kernels" {
             return None;
         }
+        if segs[1] == "composite" {
+            let col = if segs[2] == "rigbench" {
+                segs[3].to_string()
+            } else {
+                format!("{}:{}", segs[2], segs[3])
+            };
+            let m = segs[4].strip_prefix("m=")?;
+            let mode = if segs.get(5) == Some(&"graph") {
+                "graph"
+            } else {
+                "cold"
+            };
+            let prefix = format!("{col} ({mode} timing) M = {m}:");
+            return match &self.composite {
+                None => Some("the results have no decode-step composite (the suite has no [decode_step], or no implementation covered every shape)".into()),
+                Some(c) => c
+                    .gaps
+                    .iter()
+                    .find(|g| g.starts_with(&prefix))
+                    .map(|g| format!("left out of the composite: {g}")),
+            };
+        }
         let m = segs[4].strip_prefix("m=")?;
         self.skipped
             .iter()
@@ -436,6 +500,74 @@ impl MetricSource for KernelResults {
                     && s.m.is_none_or(|x| x.to_string() == m)
             })
             .map(|s| format!("skipped: {}", s.reason))
+    }
+}
+
+/// Decode-step composite metrics: one per row, `kernels/composite/<provider>/<impl>/m=<M>/time_s`
+/// (`.../graph/time_s` under graph timing). Their samples are the comonotone quantile sums
+/// (see [`crate::kernels::composite`]): the median is the composite, the spread an upper bound,
+/// so a verdict on them errs towards "same". Conditions: the step (shapes and counts) and whether
+/// L2 was flushed; context: the fraction of the byte floor and the tok/s bound.
+fn composite_metrics(
+    comp: &crate::kernels::composite::Composite,
+    k: &KernelResults,
+    out: &mut Vec<Metric>,
+) {
+    use crate::kernels::composite::StepTiming;
+    let step = comp
+        .step
+        .shapes
+        .iter()
+        .map(|s| format!("{}×{}", s.shape, s.count))
+        .collect::<Vec<_>>()
+        .join(",");
+    let cold_l2 = k
+        .timing_policy
+        .as_ref()
+        .map(|p| p.l2_flush_bytes > 0)
+        .unwrap_or(true);
+    for r in &comp.rows {
+        let id = format!(
+            "kernels/composite/{}/{}/m={}/{}time_s",
+            r.provider,
+            r.implementation,
+            r.m,
+            if r.timing == StepTiming::Graph {
+                "graph/"
+            } else {
+                ""
+            }
+        );
+        let mut conditions = BTreeMap::from([
+            ("format".to_string(), r.format.id().to_string()),
+            ("step".to_string(), step.clone()),
+            (
+                "act_quant_included".to_string(),
+                r.act_quant_included.to_string(),
+            ),
+        ]);
+        if r.timing == StepTiming::Cold {
+            conditions.insert("cold_l2".into(), cold_l2.to_string());
+        }
+        let mut context = BTreeMap::new();
+        if let Some(p) = r.pct_of_floor {
+            context.insert("pct_of_byte_floor".to_string(), format!("{p:.1}"));
+        }
+        context.insert(
+            "tok_per_s_bound".to_string(),
+            format!("{:.0}", r.tok_per_s_bound),
+        );
+        out.push(Metric {
+            id,
+            group: Group::Kernels,
+            unit: Unit::Seconds,
+            direction: Direction::LowerIsBetter,
+            value: MetricValue::Samples {
+                samples: r.samples_s.clone(),
+            },
+            conditions,
+            context,
+        });
     }
 }
 
@@ -955,6 +1087,9 @@ mod tests {
             derived: Default::default(),
             sm_clock_mhz: None,
             throttle: vec!["hw_slowdown".into()],
+            graph: None,
+            graph_skip: None,
+            clocks: None,
         }
     }
 
@@ -1129,6 +1264,112 @@ mod tests {
             assert_eq!(label_point_id(&p.label()), point_id(&p), "{}", p.label());
             assert!(!point_id(&p).contains('/'));
         }
+    }
+
+    #[test]
+    fn graph_and_composite_metrics() {
+        let mut r = Results::new(RigFacts::default(), "cpu-x86-64".into(), "t".into());
+        let mut c = case(1);
+        let graph_timing = Timing {
+            samples_s: vec![1.0, 1.1],
+            graph: Some(crate::kernels::schema::GraphSetup {
+                launches: 8,
+                weight_copies: 4,
+                weight_bytes_total: 1,
+            }),
+            ..Default::default()
+        };
+        c.graph = Some(crate::kernels::schema::GraphTimings {
+            timing: graph_timing.clone(),
+            extra: vec![NamedTiming {
+                name: "activation_quant".into(),
+                timing: graph_timing.clone(),
+            }],
+        });
+        // A case timed in graph mode only: its primary metric carries `timing = graph`.
+        let mut g = case(16);
+        g.timing = graph_timing;
+        let mut k = KernelResults {
+            cases: vec![c, g],
+            ..Default::default()
+        };
+        k.suite.decode_step = Some(crate::kernels::schema::DecodeStep {
+            description: "d".into(),
+            complete: true,
+            shapes: vec![crate::kernels::schema::StepShape {
+                shape: "qkv".into(),
+                n: 64,
+                k: 32,
+                count: 16,
+            }],
+        });
+        crate::kernels::composite::refresh(&mut k);
+        r.kernels = Some(k);
+        let ms = metrics_of(&r);
+        let get = |id: &str| {
+            ms.iter()
+                .find(|m| m.id == id)
+                .unwrap_or_else(|| panic!("{id}"))
+        };
+        let cold = get("kernels/rigbench/fp8/qkv/m=1/time_s");
+        assert!(
+            !cold.conditions.contains_key("timing"),
+            "cold figures keep old baselines comparable"
+        );
+        let gm = get("kernels/rigbench/fp8/qkv/m=1/graph/time_s");
+        assert_eq!(
+            gm.conditions.get("timing").map(String::as_str),
+            Some("graph")
+        );
+        get("kernels/rigbench/fp8/qkv/m=1/graph/activation_quant/time_s");
+        let primary_graph = get("kernels/rigbench/fp8/qkv/m=16/time_s");
+        assert_eq!(
+            primary_graph.conditions.get("timing").map(String::as_str),
+            Some("graph")
+        );
+        let comp = get("kernels/composite/rigbench/fp8/m=1/time_s");
+        assert_eq!(comp.unit, Unit::Seconds);
+        assert_eq!(
+            comp.conditions.get("step").map(String::as_str),
+            Some("qkv×16")
+        );
+        match &comp.value {
+            MetricValue::Samples { samples } => {
+                assert_eq!(samples.len(), crate::kernels::composite::QUANTILES.len())
+            }
+            other => panic!("{other:?}"),
+        }
+        get("kernels/composite/rigbench/fp8/m=1/graph/time_s");
+        get("kernels/composite/rigbench/fp8/m=16/graph/time_s");
+        // A composite row missing from the results is explained by its gap.
+        let mut r2 = r.clone();
+        if let Some(k2) = r2.kernels.as_mut() {
+            let mut other = case(1);
+            other.shape = "o_proj".into();
+            k2.cases.push(other);
+            if let Some(step) = k2.suite.decode_step.as_mut() {
+                step.shapes.push(crate::kernels::schema::StepShape {
+                    shape: "o_proj".into(),
+                    n: 64,
+                    k: 32,
+                    count: 2,
+                });
+            }
+            crate::kernels::composite::refresh(k2);
+        }
+        let why = missing_reason(&r2, "kernels/composite/rigbench/fp8/m=16/graph/time_s").unwrap();
+        assert!(
+            why.contains("left out of the composite") && why.contains("no timed case for o_proj"),
+            "{why}"
+        );
+        if let Some(k2) = r2.kernels.as_mut() {
+            k2.composite = None;
+        }
+        assert!(
+            missing_reason(&r2, "kernels/composite/rigbench/fp8/m=1/time_s")
+                .unwrap()
+                .contains("no decode-step composite")
+        );
     }
 
     #[test]

@@ -233,6 +233,9 @@ pub struct StreamOutcome {
     pub cancelled: bool,
     /// Chunks seen (with or without text).
     pub chunks: usize,
+    /// Per-request speculative-decoding counts the engine sent (see
+    /// [`crate::diagnose::spec::RequestSpec`]).
+    pub spec: Option<crate::diagnose::spec::RequestSpec>,
 }
 
 impl StreamOutcome {
@@ -262,6 +265,9 @@ impl StreamOutcome {
             return Err(format!("engine error in stream: {msg}"));
         }
         self.chunks += 1;
+        if let Some(spec) = crate::diagnose::spec::RequestSpec::from_chunk(&v) {
+            self.spec = Some(spec);
+        }
         let usage = v.get("usage").filter(|u| u.is_object()).map(|u| Usage {
             prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64),
             completion_tokens: u.get("completion_tokens").and_then(Value::as_u64),

@@ -60,6 +60,10 @@ pub struct EngineFacts {
     pub spec_method: Option<Sourced<String>>,
     /// Speculative k, if stated or configured (the metrics' position count is preferred).
     pub spec_k: Option<Sourced<u32>>,
+    /// Backend, device, model provenance, weight format and KV dtype, as the built-in runtime
+    /// states them in `/version` (unknown for other engines).
+    #[serde(default)]
+    pub runtime: Option<super::runtime_facts::RuntimeFacts>,
 }
 
 /// Whether speculative decoding was on.
@@ -365,12 +369,22 @@ pub fn kv_capacity(e: Option<&Exposition>, boot: Option<&BootLog>) -> KvConditio
     if k.capacity_tokens.is_none() {
         if let Some(b) = boot {
             if let Some((t, rep)) = b.kv_capacity() {
-                k.capacity_tokens = Some(Sourced::new(t, format!("engine log line {}", rep.line)));
+                let mut src = format!(
+                    "engine log line {}",
+                    rep.kv_cache_tokens_line.unwrap_or(rep.line)
+                );
+                if let Some(c) = rep.kv_check.as_ref().filter(|c| !c.consistent) {
+                    src.push_str(&format!(
+                        "; disagrees with max concurrency × length ({} tokens, {:.2}×): see the engine-log findings",
+                        c.implied_tokens, c.factor
+                    ));
+                }
+                k.capacity_tokens = Some(Sourced::new(t, src));
                 k.block_size = k.block_size.or(rep.block_size);
                 k.num_blocks = k.num_blocks.or(rep.gpu_blocks);
             } else if let (Some(bs), Some(rep)) = (
                 k.block_size,
-                b.kv.iter().rev().find(|r| r.gpu_blocks.is_some()),
+                b.boots.iter().rev().find(|r| r.gpu_blocks.is_some()),
             ) {
                 // V0 logs give blocks only; the block size came from /metrics.
                 if let Some(g) = rep.gpu_blocks {

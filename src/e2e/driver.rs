@@ -19,6 +19,7 @@ use super::conditions::{
     cache_condition, kv_capacity, length_condition, spec_condition, thinking_condition,
     CacheExpectation, Conditions, EngineFacts, PollStats, Sourced,
 };
+use super::engines::{fill_spec, stated, EngineProbe};
 use super::executor::{
     execute, ExecConfig, ExecOutcome, ExecStop, LoadPoint, RawRecord, StopCause, StopSignal,
 };
@@ -63,6 +64,8 @@ pub struct E2eOptions {
     pub handle_ctrl_c: bool,
     /// An open-loop arrival counts as late beyond this.
     pub lateness_tolerance: Duration,
+    /// Conditions the user stated for engines that do not expose them.
+    pub stated: super::engines::Stated,
 }
 
 impl E2eOptions {
@@ -85,6 +88,7 @@ impl E2eOptions {
             progress: true,
             handle_ctrl_c: true,
             lateness_tolerance: Duration::from_millis(10),
+            stated: Default::default(),
         }
     }
 
@@ -169,6 +173,7 @@ async fn engine_facts(
     client: &EngineClient,
     opts: &E2eOptions,
     boot: &BootLog,
+    probe: &EngineProbe,
 ) -> anyhow::Result<EngineFacts> {
     let mut f = EngineFacts::default();
     let version: Option<Value> = client.version().await.unwrap_or(None);
@@ -184,16 +189,16 @@ async fn engine_facts(
             f.version = Some(Sourced::new(n.to_string(), "/version"));
         }
     }
+    f.runtime = version
+        .as_ref()
+        .and_then(super::runtime_facts::from_version);
     let models = client.models().await.unwrap_or_default();
     let metrics = client.metrics().await.unwrap_or(None);
     f.metrics = metrics.is_some();
     if f.name.is_none() {
-        let prefix = metrics.as_ref().and_then(|m| {
-            ["vllm:", "sglang:", "llamacpp:"]
-                .iter()
-                .find(|p| m.samples.iter().any(|s| s.name.starts_with(*p)))
-                .map(|p| p.trim_end_matches(':').to_string())
-        });
+        let prefix = metrics
+            .as_ref()
+            .and_then(crate::diagnose::metrics::engine_of);
         let owned = models
             .first()
             .and_then(|m| m.1.clone())
@@ -217,13 +222,28 @@ async fn engine_facts(
         .and_then(|s| s.get("num_speculative_tokens"))
         .and_then(Value::as_u64)
         .map(|k| k as u32);
+    // Engines without /version: their own endpoints, the log, or the user's statement.
+    if f.name.as_ref().is_none_or(|n| n.source != "/version") {
+        f.name = probe.name.clone().or(f.name);
+    }
+    f.name = f.name.or_else(|| {
+        boot.engine
+            .clone()
+            .map(|e| Sourced::new(e, "engine log (line forms)"))
+    });
+    f.version = f.version.or_else(|| probe.version.clone());
     if f.version.is_none() {
         if let Some(v) = &boot.engine_version {
             f.version = Some(Sourced::new(v.clone(), "engine log"));
         }
     }
+    if f.version.is_none() {
+        if let Some(v) = &opts.stated.engine_version {
+            f.version = Some(Sourced::new(v.clone(), stated("--engine-version")));
+        }
+    }
     f.model = match &opts.served_model {
-        Some(m) => Some(Sourced::new(m.clone(), "stated (--served-model)")),
+        Some(m) => Some(Sourced::new(m.clone(), "stated (--served-model-name)")),
         None => models
             .first()
             .map(|m| Sourced::new(m.0.clone(), "/v1/models")),
@@ -234,6 +254,8 @@ async fn engine_facts(
     // passed to its own engine, then a statement.
     f.spec_method = if let Some(m) = version_method {
         Some(Sourced::new(m, "/version"))
+    } else if let Some(m) = probe.spec_method.clone() {
+        Some(m)
     } else if let Some(m) = &boot.spec_method {
         Some(Sourced::new(m.clone(), "engine log (config)"))
     } else {
@@ -250,6 +272,8 @@ async fn engine_facts(
     };
     f.spec_k = if let Some(k) = version_k {
         Some(Sourced::new(k, "/version"))
+    } else if let Some(k) = probe.spec_k.clone() {
+        Some(k)
     } else if let Some(k) = boot.spec_k {
         Some(Sourced::new(k, "engine log (config)"))
     } else {
@@ -381,6 +405,7 @@ async fn finish_records(
             reasoning_chars: o.reasoning.chars().count(),
             finish_reason: o.finish_reason.clone(),
             flags: Vec::new(),
+            spec: o.spec.clone(),
         };
         let text = format!("{}{}", o.reasoning, o.content);
         rec.flags = output_flags(&rec, &text, output_fixed, judge_repetition);
@@ -396,6 +421,7 @@ struct Session<'a> {
     opts: &'a E2eOptions,
     client: EngineClient,
     facts: EngineFacts,
+    probe: EngineProbe,
     counter: TokenCounter,
     stop: StopSignal,
     exec_cfg: ExecConfig,
@@ -553,6 +579,14 @@ impl Session<'_> {
         };
         let hits_allowed = shared + template;
         let mut kv = kv_capacity(after.as_ref().or(before.as_ref()), Some(boot));
+        if kv.capacity_tokens.is_none() {
+            kv.capacity_tokens = self.probe.kv_capacity.clone().or_else(|| {
+                self.opts
+                    .stated
+                    .kv_capacity
+                    .map(|t| Sourced::new(t, stated("--kv-capacity")))
+            });
+        }
         kv.peak_usage = polls.peak_kv_usage;
         kv.max_running = polls.max_running;
         kv.max_waiting = polls.max_waiting;
@@ -583,7 +617,13 @@ impl Session<'_> {
                 &texts,
                 judge_repetition,
             ),
-            spec: spec_condition(before.as_ref(), after.as_ref(), &self.facts),
+            spec: fill_spec(
+                spec_condition(before.as_ref(), after.as_ref(), &self.facts),
+                &requests,
+                &self.probe,
+                Some(boot),
+                self.opts.stated.spec,
+            ),
             cache: cache_condition(
                 before.as_ref(),
                 after.as_ref(),
@@ -690,7 +730,14 @@ pub async fn run_session(
     results.engine.url = Some(engine.url.clone());
     let boot = boot_of(&engine, &extra_log);
     let client = EngineClient::new(&engine.url)?;
-    let facts = engine_facts(&client, opts, &boot).await?;
+    let probe = super::engines::probe(&client).await;
+    let facts = engine_facts(&client, opts, &boot, &probe).await?;
+    if facts.tokenize && opts.tokenizer.is_some() {
+        results.notes.push(
+            "token counts from the engine's POST /tokenize; --tokenizer was loaded but not needed"
+                .into(),
+        );
+    }
     let counter = if facts.tokenize {
         TokenCounter::Engine {
             client: client.clone(),
@@ -713,6 +760,7 @@ pub async fn run_session(
         opts,
         client,
         facts,
+        probe,
         counter,
         stop: stop.clone(),
         exec_cfg: ExecConfig {
@@ -733,11 +781,17 @@ pub async fn run_session(
             break;
         }
         let boot = boot_of(&engine, &extra_log);
+        // Plain lines on stderr, with or without a terminal (the bar needs one).
+        eprintln!(
+            "rigbench e2e: sweep point {}/{}: {} ({} requests)",
+            i + 1,
+            points.len(),
+            point.label(),
+            opts.suite.load.requests
+        );
         match session.run_point(point, &boot).await {
             Ok(r) => {
-                if opts.progress {
-                    eprintln!("{}", one_line(&r));
-                }
+                eprintln!("{}", one_line(&r));
                 results.runs.push(r);
             }
             Err(e) => {
@@ -776,14 +830,24 @@ pub async fn run_session(
     Ok(results)
 }
 
-/// The captured engine log plus `--engine-log`, parsed.
+/// The engine's log: the captured one, or the `--engine-log` file when nothing was captured
+/// (or only the file states a KV capacity). Each is parsed alone, so line numbers are the
+/// file's own.
 fn boot_of(engine: &EngineHandle, extra: &Option<String>) -> BootLog {
-    let mut text = engine.log_text();
-    if let Some(x) = extra {
-        text.push('\n');
-        text.push_str(x);
+    let captured = BootLog::parse(&engine.log_text());
+    match extra {
+        Some(x) => {
+            let file = BootLog::parse(x);
+            if captured.is_empty()
+                || (captured.kv_capacity().is_none() && file.kv_capacity().is_some())
+            {
+                file
+            } else {
+                captured
+            }
+        }
+        None => captured,
     }
-    BootLog::parse(&text)
 }
 
 fn cause_text(c: &StopCause) -> String {

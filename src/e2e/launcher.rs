@@ -221,12 +221,11 @@ impl EngineHandle {
         let (mut cmd, url_known) = match choice {
             EngineChoice::Url { url } => {
                 let client = EngineClient::new(url)?;
-                if !client.health(Duration::from_secs(10)).await {
-                    // The environment (nothing listens there), not a mistyped flag: exit 1.
-                    bail!(
-                        "no engine answers GET {}/health (--url): start it first, check the address, or leave out --url to use the built-in engine",
-                        client.base()
-                    );
+                // /health, else /v1/models; nothing answering is the environment (exit 1).
+                if let Err((_, why)) =
+                    super::engines::reach(client.base(), Duration::from_secs(10)).await
+                {
+                    bail!("{why} (--url); start the engine first, or leave out --url to use the built-in engine");
                 }
                 return Ok(Self {
                     url: client.base().to_string(),
@@ -374,7 +373,7 @@ impl EngineHandle {
             if handle.exit_status().is_some() {
                 return Err(handle.startup_failure("exited during startup").await);
             }
-            if client.health(Duration::from_secs(2)).await {
+            if super::engines::healthy(&client, Duration::from_secs(2)).await {
                 break;
             }
             if matches!(stop.cause(), Some(StopCause::Interrupted)) {

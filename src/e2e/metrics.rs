@@ -121,6 +121,10 @@ pub struct RequestRecord {
     pub finish_reason: Option<String>,
     /// Output problems found by the validity guard (`empty`, `degenerate`, `short`, ...).
     pub flags: Vec<String>,
+    /// The engine's per-request speculative-decoding counts (newer vLLM's last chunk,
+    /// llama.cpp's `timings`), when it sent them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<crate::diagnose::spec::RequestSpec>,
 }
 
 /// Tokens per text event, and how they were found. `total` is the request's output token count

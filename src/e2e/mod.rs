@@ -17,6 +17,7 @@ pub mod bootlog;
 pub mod client;
 pub mod conditions;
 pub mod driver;
+pub mod engines;
 pub mod executor;
 pub mod launcher;
 pub mod metrics;
@@ -24,6 +25,7 @@ pub mod parallel;
 pub mod prometheus;
 pub mod prompts;
 pub mod report;
+pub mod runtime_facts;
 pub mod validity;
 pub mod workload;
 
@@ -68,6 +70,11 @@ pub struct E2eResults {
     /// The captured engine log (written as `engine.log`, not into results.json).
     #[serde(skip)]
     pub engine_log: Option<String>,
+    /// Set when these runs are a harness self-test rather than rig figures (the built-in
+    /// runtime on the CPU backend of a GPU rig): the label and why. Such runs are kept out of
+    /// rig baselines and comparisons.
+    #[serde(default)]
+    pub self_test: Option<String>,
     /// The engine's parallel layout and the rig's GPUs and topology (multi-GPU engines or rigs).
     #[serde(default)]
     pub multi_gpu: Option<parallel::EngineMultiGpu>,

@@ -11,13 +11,13 @@ use std::path::Path;
 use anyhow::Context;
 use plotters::prelude::*;
 
-use super::bootlog::{BootLog, StartupError};
+use super::bootlog::BootLog;
 use super::conditions::{Sourced, SpecState};
 use super::driver::RunResult;
 use super::executor::{ExecStop, LoadPoint};
 use super::metrics::Percentiles;
 use super::E2eResults;
-use crate::report::table::{human_bytes, markdown_table, thousands};
+use crate::report::table::{grouped, markdown_table, thousands};
 use crate::report::write::atomic_write;
 
 fn src<T: std::fmt::Display>(s: &Option<Sourced<T>>) -> (String, String) {
@@ -30,8 +30,43 @@ fn src<T: std::fmt::Display>(s: &Option<Sourced<T>>) -> (String, String) {
 fn ms(x: f64) -> String {
     if x < 10.0e-3 {
         format!("{:.2}", x * 1e3)
-    } else {
+    } else if x < 1.0 {
         format!("{:.1}", x * 1e3)
+    } else {
+        // Digit-grouped: 1,039.8.
+        grouped(x * 1e3, 1)
+    }
+}
+
+/// Fewest samples for which the `q` quantile is shown: with fewer, no sample lies beyond it
+/// and the "percentile" is only the largest value (p90: 10, p95: 20, p99: 100).
+pub fn min_n_for(q: f64) -> usize {
+    (1.0 / (1.0 - q)).round() as usize
+}
+
+fn pctl(p: &Percentiles, q: f64, v: f64) -> String {
+    if p.n >= min_n_for(q) {
+        ms(v)
+    } else {
+        "—".into()
+    }
+}
+
+/// Whether two percentile summaries hold the same figures (TTFC repeats TTFT when no reasoning
+/// text precedes the first content token).
+fn same_figures(a: &Option<Percentiles>, b: &Option<Percentiles>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            let close = |x: f64, y: f64| (x - y).abs() <= 1e-9_f64.max(1e-6 * x.abs());
+            a.n == b.n
+                && close(a.p50, b.p50)
+                && close(a.p90, b.p90)
+                && close(a.p95, b.p95)
+                && close(a.p99, b.p99)
+                && close(a.mean, b.mean)
+        }
+        (None, None) => true,
+        _ => false,
     }
 }
 
@@ -51,7 +86,18 @@ fn same<T: PartialEq + Clone>(runs: &[RunResult], f: impl Fn(&RunResult) -> T) -
 /// Render the e2e section.
 pub fn render_markdown(res: &E2eResults) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "## End to end\n");
+    match &res.self_test {
+        Some(label) => {
+            let _ = writeln!(o, "## End to end: {label}\n");
+            let _ = writeln!(
+                o,
+                "These runs exercise the harness on the host CPU; they say nothing about the GPU and are kept out of rig baselines.\n"
+            );
+        }
+        None => {
+            let _ = writeln!(o, "## End to end\n");
+        }
+    }
     let eng = &res.engine;
     let _ = writeln!(
         o,
@@ -101,6 +147,18 @@ pub fn render_markdown(res: &E2eResults) -> String {
     rows.push(vec!["engine version".into(), v, s]);
     let (v, s) = src(&c0.model);
     rows.push(vec!["model".into(), v, s]);
+    if let Some(rt) = &res.engine.facts.runtime {
+        for (name, f) in [
+            ("backend", &rt.backend),
+            ("device", &rt.device),
+            ("model provenance", &rt.model_provenance),
+            ("weight format", &rt.weight_format),
+            ("KV cache dtype", &rt.kv_cache_dtype),
+        ] {
+            let (v, s) = src(f);
+            rows.push(vec![name.into(), v, s]);
+        }
+    }
     if let Some(s) = &res.suite {
         rows.push(vec![
             "workload".into(),
@@ -313,14 +371,18 @@ pub fn render_markdown(res: &E2eResults) -> String {
 
     // Validity.
     let invalid: Vec<&RunResult> = runs.iter().filter(|r| !r.validity.valid).collect();
-    if !invalid.is_empty() || runs.iter().any(|r| !r.validity.notes.is_empty()) {
+    if !invalid.is_empty()
+        || runs
+            .iter()
+            .any(|r| !r.validity.notes.is_empty() || !r.validity.missing_conditions.is_empty())
+    {
         let _ = writeln!(o, "### Validity\n");
         for r in runs {
             for why in r.validity.reasons.iter() {
                 let _ = writeln!(o, "- {}: invalid: {why}", r.label);
             }
             for m in &r.validity.missing_conditions {
-                let _ = writeln!(o, "- {}: invalid: condition unknown: {m}", r.label);
+                let _ = writeln!(o, "- {}: condition unknown (not exposed by the engine; state it with a flag): {m}", r.label);
             }
             for n in &r.validity.notes {
                 let _ = writeln!(o, "- {}: note: {n}", r.label);
@@ -332,6 +394,8 @@ pub fn render_markdown(res: &E2eResults) -> String {
     // Latency.
     let _ = writeln!(o, "### Latency (ms, completed requests)\n");
     let mut rows = Vec::new();
+    let mut ttfc_hidden = 0;
+    let mut short = false;
     for r in runs {
         let l = &r.latency;
         for (name, p) in [
@@ -341,16 +405,23 @@ pub fn render_markdown(res: &E2eResults) -> String {
             ("TPOT", &l.tpot),
             ("E2E", &l.e2e),
         ] {
+            if name == "TTFC" && same_figures(&l.ttft, &l.ttfc) {
+                ttfc_hidden += 1;
+                continue;
+            }
             let mut row = vec![r.label.clone(), name.to_string()];
             match p {
-                Some(p) => row.extend([
-                    p.n.to_string(),
-                    ms(p.p50),
-                    ms(p.p90),
-                    ms(p.p95),
-                    ms(p.p99),
-                    ms(p.mean),
-                ]),
+                Some(p) => {
+                    short |= p.n < min_n_for(0.99);
+                    row.extend([
+                        thousands(p.n as u64),
+                        ms(p.p50),
+                        pctl(p, 0.90, p.p90),
+                        pctl(p, 0.95, p.p95),
+                        pctl(p, 0.99, p.p99),
+                        ms(p.mean),
+                    ])
+                }
                 None => row.extend(std::iter::repeat_n("n/a".to_string(), 6)),
             }
             if !r.validity.valid {
@@ -364,6 +435,26 @@ pub fn render_markdown(res: &E2eResults) -> String {
         &rows,
     ));
     o.push('\n');
+    if short {
+        let _ = writeln!(
+            o,
+            "n is the number of samples: requests for TTFT, TTFC, TPOT and E2E, token gaps for ITL. A percentile is shown only where n holds it (p90 from n ≥ {}, p95 from n ≥ {}, p99 from n ≥ {}); with fewer samples it would only repeat the largest value (—).\n",
+            min_n_for(0.90),
+            min_n_for(0.95),
+            min_n_for(0.99)
+        );
+    }
+    if ttfc_hidden > 0 {
+        let _ = writeln!(
+            o,
+            "TTFC (first content token) equals TTFT {} (no reasoning text came before the first content token), so it is not repeated.\n",
+            if ttfc_hidden == runs.len() {
+                "in every run".to_string()
+            } else {
+                format!("in {ttfc_hidden} of {} runs", runs.len())
+            }
+        );
+    }
 
     // Throughput.
     let _ = writeln!(o, "### Throughput\n");
@@ -386,9 +477,9 @@ pub fn render_markdown(res: &E2eResults) -> String {
             Some(t) => rows.push(vec![
                 r.label.clone(),
                 counts,
-                format!("{:.2} s", t.duration_s),
-                format!("{:.1}", t.output_tok_per_s),
-                format!("{:.3}", t.requests_per_s),
+                format!("{} s", grouped(t.duration_s, 2)),
+                grouped(t.output_tok_per_s, 1),
+                grouped(t.requests_per_s, 3),
                 t.input_tokens
                     .map(thousands)
                     .unwrap_or_else(|| "unknown".into()),
@@ -497,129 +588,14 @@ fn stop_text(s: &ExecStop) -> String {
 fn render_bootlog(o: &mut String, b: Option<&BootLog>) {
     let Some(b) = b else { return };
     let _ = writeln!(o, "### Engine log findings\n");
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    if let Some(v) = &b.engine_version {
-        rows.push(vec!["engine version".into(), v.clone()]);
-    }
-    for k in &b.kv {
-        let mut parts = Vec::new();
-        if let Some(t) = k.kv_cache_tokens {
-            parts.push(format!("{} tokens", thousands(t)));
-        }
-        if let Some(g) = k.gpu_blocks {
-            parts.push(format!("{} GPU blocks", thousands(g)));
-        }
-        if let Some(bs) = k.block_size {
-            parts.push(format!("block size {bs}"));
-        }
-        if let Some((l, x)) = k.max_concurrency {
-            parts.push(format!("max concurrency {x}x at {} tokens", thousands(l)));
-        }
-        if let Some(m) = k.available_kv_memory_bytes {
-            parts.push(format!("{} available for KV", human_bytes(m)));
-        }
-        rows.push(vec![
-            format!("KV cache (line {})", k.line),
-            parts.join(", "),
-        ]);
-    }
-    if let Some(q) = &b.quantization {
-        rows.push(vec!["quantization".into(), q.clone()]);
-    }
-    if let Some(q) = &b.kv_cache_dtype {
-        rows.push(vec!["KV cache dtype".into(), q.clone()]);
-    }
-    if let Some(m) = &b.marlin_fp4_fallback {
-        rows.push(vec![
-            "Marlin FP4 fallback (W4A16: no native FP4)".into(),
-            format!(
-                "ranks {:?}, {} lines from {}",
-                m.ranks,
-                m.occurrences,
-                m.call_sites.iter().cloned().collect::<Vec<_>>().join(", ")
-            ),
-        ]);
-    }
-    if let (Some(m), k) = (&b.spec_method, b.spec_k) {
-        rows.push(vec![
-            "speculative config".into(),
-            format!("{m}{}", k.map(|k| format!(", k = {k}")).unwrap_or_default()),
-        ]);
-    }
-    if let Some(p) = b.spec_pooled() {
-        rows.push(vec![
-            format!(
-                "speculative metrics ({} log lines, pooled)",
-                b.spec_lines.len()
-            ),
-            format!(
-                "acceptance {} ({} of {} drafted), mean length {}",
-                pct(p.acceptance_rate),
-                p.accepted,
-                p.drafted,
-                p.mean_acceptance_length
-                    .map(|m| format!("{m:.2}"))
-                    .unwrap_or_else(|| "unknown".into())
-            ),
-        ]);
-    }
-    for w in &b.kv_scale_warnings {
-        rows.push(vec!["KV-scale warning".into(), w.clone()]);
-    }
-    if let Some(a) = &b.non_default_args {
-        rows.push(vec!["non-default args".into(), a.clone()]);
-    }
-    for e in &b.errors {
-        rows.push(vec!["error".into(), startup_error_text(e)]);
-    }
-    if rows.is_empty() {
-        let _ = writeln!(o, "Nothing recognized in the engine log.\n");
-    } else {
-        o.push_str(&markdown_table(&["finding", "value"], &rows));
-        o.push('\n');
-    }
-}
-
-/// One line per startup error.
-pub fn startup_error_text(e: &StartupError) -> String {
-    match e {
-        StartupError::KvTooSmallForMaxLen {
-            max_model_len,
-            kv_cache_tokens,
-            needed_gib,
-            available_gib,
-            estimated_max_model_len,
-            line,
-        } => {
-            let mut s = format!("line {line}: KV cache too small for max_model_len {}", thousands(*max_model_len));
-            if let Some(t) = kv_cache_tokens {
-                s.push_str(&format!(" (KV holds {} tokens)", thousands(*t)));
-            }
-            if let (Some(n), Some(a)) = (needed_gib, available_gib) {
-                s.push_str(&format!(" ({n} GiB needed, {a} GiB available)"));
-            }
-            if let Some(m) = estimated_max_model_len {
-                s.push_str(&format!("; the engine estimates max length {}", thousands(*m)));
-            }
-            s
-        }
-        StartupError::OutOfMemory { tried_to_allocate, line } => format!(
-            "line {line}: CUDA out of memory{}",
-            tried_to_allocate.as_ref().map(|t| format!(" (tried to allocate {t})")).unwrap_or_default()
-        ),
-        StartupError::QuantizationUnsupported {
-            method,
-            min_capability,
-            current_capability,
-            line,
-        } => format!(
-            "line {line}: quantization {} unsupported on this card (needs capability {}, card has {})",
-            method.as_deref().unwrap_or("scheme"),
-            min_capability.map(|c| c.to_string()).unwrap_or_else(|| "?".into()),
-            current_capability.map(|c| c.to_string()).unwrap_or_else(|| "?".into())
-        ),
-        StartupError::Other { message, line } => format!("line {line}: {message}"),
-    }
+    // The same findings as `rigbench diagnose --log` on this log.
+    let input = crate::diagnose::LogInput {
+        name: "engine log".into(),
+        log: b.clone(),
+    };
+    let findings = crate::diagnose::findings_for_log(&input);
+    o.push_str(&crate::diagnose::render::findings_markdown(&findings));
+    o.push('\n');
 }
 
 const LATENCY_PLOT: &str = "e2e_latency.svg";
@@ -690,55 +666,80 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
             ("ITL p50", |r| r.latency.itl.as_ref(), |p| p.p50),
             ("ITL p99", |r| r.latency.itl.as_ref(), |p| p.p99),
         ];
+        // p99 points only where n holds a p99 (see `min_n_for`).
         let data: Vec<(&str, Vec<(f64, f64)>)> = series
             .iter()
             .map(|(name, get, pick)| {
+                let need = if name.ends_with("p99") {
+                    min_n_for(0.99)
+                } else {
+                    0
+                };
                 (
                     *name,
                     pts.iter()
-                        .filter_map(|(x, r)| get(r).map(|p| (*x, pick(p) * 1e3)))
+                        .filter_map(|(x, r)| {
+                            get(r).filter(|p| p.n >= need).map(|p| (*x, pick(p) * 1e3))
+                        })
                         .collect(),
                 )
             })
             .collect();
         let xmax = pts.iter().map(|p| p.0).fold(0.0, f64::max) * 1.1 + 0.1;
-        let ymax = data
-            .iter()
-            .flat_map(|(_, v)| v.iter().map(|p| p.1))
-            .fold(0.0, f64::max)
-            * 1.15
-            + 1e-3;
+        // TTFT (hundreds of ms under load) and the per-token gaps (ms) on separate axes, so
+        // neither flattens the other.
+        let closed = xname.starts_with("concurrency");
         let mut svg = String::new();
         {
-            let root = SVGBackend::with_string(&mut svg, (860, 500)).into_drawing_area();
+            let root = SVGBackend::with_string(&mut svg, (1100, 480)).into_drawing_area();
             root.fill(&WHITE).map_err(perr)?;
-            let mut chart = ChartBuilder::on(&root)
-                .caption("Latency percentiles (valid runs)", ("sans-serif", 20))
-                .margin(12)
-                .x_label_area_size(45)
-                .y_label_area_size(65)
-                .build_cartesian_2d(0.0..xmax, 0.0..ymax)
-                .map_err(perr)?;
-            chart
-                .configure_mesh()
-                .x_desc(xname)
-                .y_desc("milliseconds")
-                .draw()
-                .map_err(perr)?;
-            for (i, (name, v)) in data.iter().enumerate() {
-                if v.is_empty() {
-                    continue;
+            let (left, right) = root.split_horizontally(550);
+            for (area, title, range) in [
+                (&left, "Time to first token (valid runs)", 0..2),
+                (&right, "Per-token latency: TPOT and ITL (valid runs)", 2..6),
+            ] {
+                let panel = &data[range.clone()];
+                let ymax = panel
+                    .iter()
+                    .flat_map(|(_, v)| v.iter().map(|p| p.1))
+                    .fold(0.0, f64::max)
+                    * 1.15
+                    + 1e-3;
+                let mut chart = ChartBuilder::on(area)
+                    .caption(title, ("sans-serif", 16))
+                    .margin(12)
+                    .x_label_area_size(45)
+                    .y_label_area_size(70)
+                    .build_cartesian_2d(0.0..xmax, 0.0..ymax)
+                    .map_err(perr)?;
+                let xfmt: &dyn Fn(&f64) -> String = if closed {
+                    &crate::report::axis::count_tick
+                } else {
+                    &crate::report::axis::tick
+                };
+                chart
+                    .configure_mesh()
+                    .x_desc(xname)
+                    .y_desc("milliseconds")
+                    .x_label_formatter(xfmt)
+                    .y_label_formatter(&crate::report::axis::tick)
+                    .draw()
+                    .map_err(perr)?;
+                for (i, (name, v)) in panel.iter().enumerate() {
+                    if v.is_empty() {
+                        continue;
+                    }
+                    let color = COLORS[(i + range.start) % COLORS.len()];
+                    crate::report::plot::line_with_points(&mut chart, v, color, name)?;
                 }
-                let color = COLORS[i % COLORS.len()];
-                crate::report::plot::line_with_points(&mut chart, v, color, name)?;
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::UpperLeft)
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(BLACK)
+                    .draw()
+                    .map_err(perr)?;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(perr)?;
             root.present().map_err(perr)?;
         }
         let p = dir.join(LATENCY_PLOT);

@@ -13,8 +13,12 @@
 //!   requested tokens;
 //! - reasoning output came back with thinking off;
 //! - the cache temperature is contradicted by the hit counters, or cannot be verified;
-//! - a required condition is unknown: engine name or version, model, speculative state (and the
-//!   method when speculation is on), KV capacity, output token counts.
+//!
+//! A condition the engine does not expose (engine name or version, model, speculative state or
+//! method, KV capacity, cache temperature, output token counts) is listed as unknown in
+//! [`Validity::missing_conditions`] and shown with the run; it does not invalidate the run: only
+//! what the run shows does. Flags can state such conditions (`--engine-version`,
+//! `--kv-capacity`, `--spec`), and the report marks them "stated by the user".
 
 use serde::{Deserialize, Serialize};
 
@@ -29,7 +33,7 @@ pub struct Validity {
     pub valid: bool,
     /// Why not (empty when valid).
     pub reasons: Vec<String>,
-    /// Required conditions that are unknown (each also makes the run invalid).
+    /// Conditions that are unknown (shown with the run; they do not invalidate it).
     pub missing_conditions: Vec<String>,
     /// Observations that do not invalidate the run.
     pub notes: Vec<String>,
@@ -228,7 +232,7 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             }
         }
     }
-    v.valid = v.reasons.is_empty() && v.missing_conditions.is_empty();
+    v.valid = v.reasons.is_empty();
     v
 }
 

@@ -33,6 +33,8 @@ pub struct Gpu {
     pub sm_count: u32,
     /// L2 size, bytes.
     pub l2_bytes: u64,
+    /// Largest dynamic shared memory a block may opt in to, bytes.
+    pub max_smem_optin: u32,
     /// Device name.
     pub name: String,
     /// CUDA include folder for NVRTC, if found.
@@ -130,6 +132,7 @@ impl Gpu {
         Ok(Self {
             sm_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) as u32,
             l2_bytes: attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) as u64,
+            max_smem_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN) as u32,
             name: ctx.name().unwrap_or_default(),
             include_dir: cuda_include_dir(),
             cc,
@@ -508,6 +511,20 @@ impl Module {
             .map_err(|e| cuda_err(&format!("dynamic shared memory of {name}"), e))
     }
 
+    /// Resident blocks per SM for kernel `name` at `block` threads and `smem` bytes of dynamic
+    /// shared memory (raising the kernel's dynamic shared-memory limit to `smem` first).
+    ///
+    /// # Errors
+    /// An unknown kernel or a driver failure.
+    pub fn occupancy_smem(&self, name: &str, block: u32, smem: u32) -> Result<u32, RigError> {
+        if smem > 48 << 10 {
+            self.set_max_dynamic_smem(name, smem)?;
+        }
+        self.func(name)?
+            .occupancy_max_active_blocks_per_multiprocessor(block, smem as usize, None)
+            .map_err(|e| cuda_err(&format!("occupancy of {name}"), e))
+    }
+
     /// Resident blocks per SM for kernel `name` at `block` threads and no dynamic shared memory
     /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`).
     pub fn occupancy(&self, name: &str, block: u32) -> Result<u32, RigError> {
@@ -601,6 +618,22 @@ impl Timer {
             .map_err(|e| cuda_err("event record", e))
     }
 
+    /// Record the end event without waiting (read it later with [`Timer::elapsed`]).
+    pub fn mark_end(&self, gpu: &Gpu) -> Result<(), RigError> {
+        self.end
+            .record(&gpu.stream)
+            .map_err(|e| cuda_err("event record", e))
+    }
+
+    /// Seconds between the recorded start and end events (waits for the end event).
+    pub fn elapsed(&self) -> Result<f64, RigError> {
+        let ms = self
+            .start
+            .elapsed_ms(&self.end)
+            .map_err(|e| cuda_err("event elapsed time (a kernel may have failed)", e))?;
+        Ok(ms as f64 * 1e-3)
+    }
+
     /// Record the end event, wait for it, and return the elapsed time in seconds.
     pub fn stop(&self, gpu: &Gpu) -> Result<f64, RigError> {
         self.end
@@ -673,5 +706,31 @@ impl L2Flusher {
                 KArg::Ptr(self.sink.ptr()),
             ],
         )
+    }
+}
+
+impl Gpu {
+    /// The same device and context with its work on a new non-blocking stream (CUDA graph
+    /// capture, [`super::graph`], cannot run on the legacy default stream this `Gpu` uses).
+    /// Work on the two streams is not ordered: call [`Gpu::sync`] on the one that queued work
+    /// before the other uses its results.
+    ///
+    /// # Errors
+    /// The driver cannot create a stream.
+    pub fn on_new_stream(&self) -> Result<Gpu, RigError> {
+        let stream = self
+            .ctx
+            .new_stream()
+            .map_err(|e| cuda_err("creating a stream", e))?;
+        Ok(Gpu {
+            ctx: self.ctx.clone(),
+            stream,
+            cc: self.cc,
+            sm_count: self.sm_count,
+            l2_bytes: self.l2_bytes,
+            max_smem_optin: self.max_smem_optin,
+            name: self.name.clone(),
+            include_dir: self.include_dir.clone(),
+        })
     }
 }

@@ -11,6 +11,7 @@ pub mod probe;
 pub use probe::{libraries, probe_into, LibraryStatus, MIN_DRIVER_CUDA};
 pub mod context;
 pub mod cublaslt;
+pub mod graph;
 pub mod multi;
 pub mod nccl;
 

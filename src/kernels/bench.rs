@@ -2,17 +2,26 @@
 //! prepared, checked against the CPU reference (poisoned output, non-finite scan, sampled
 //! `rel_l2` under its named tolerance), and only then timed.
 //!
-//! Timing (nvbench's method): CUDA events created with timing enabled around each launch; before
-//! each sample the L2 is flushed by writing a buffer of at least twice its size; warm-up launches
-//! first; sampling stops on the `stdrel` rule ([`StoppingRule`]) or its caps. A device-to-device
-//! copy is measured in the same run as the memory roofline. SM clock and throttle reasons are
-//! read after every (shape, M). Results go to `on_update` after every case, so an interrupted run
-//! keeps what it measured.
+//! Timing modes (`--timing`, [`TimingModes`]):
+//! - cold (nvbench's method): CUDA events created with timing enabled around each launch; before
+//!   each sample the L2 is flushed with a buffer of at least twice its size; warm-up launches
+//!   first; sampling stops on the `stdrel` rule ([`StoppingRule`]) or its caps (the time cap
+//!   never below the minimum sample count);
+//! - graph: the implementation's weights copied until the copies exceed 4 × L2
+//!   ([`graph_plan`]), back-to-back launches rotating over them captured in one CUDA graph
+//!   ([`crate::gpu::graph`]), each sample one graph launch between events divided by its GEMM
+//!   launches, under the same stopping rule; the output is checked again afterwards.
+//!
+//! A device-to-device copy is measured in the same run as the memory roofline. The SM clock and
+//! throttle reasons are polled in the background while every case is sampled
+//! ([`super::clocks`]). Results go to `on_update` after every case, so an interrupted run keeps
+//! what it measured; the decode-step composite ([`super::composite`]) is filled at the end.
 
 use std::time::Instant;
 
 use anyhow::Context;
 
+use super::clocks::{unix_now, ClockMonitor};
 use super::impls;
 use super::reference::{rel_l2, sample_axes};
 use super::schema::*;
@@ -22,13 +31,14 @@ use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::Lt;
 use crate::gpu::{Gpu, KArg, L2Flusher};
 use crate::rig::telemetry::TelemetryReader;
-use crate::stats::{StoppingRule, Summary};
+use crate::stats::{StopReason, StoppingRule, Summary};
 
 /// Source of the kernels, compiled at run time by NVRTC.
 pub const UTIL_SRC: &str = include_str!("../../kernels/util.cu");
 /// Source of rigbench's W4A16 kernels.
 pub const W4A16_SRC: &str = include_str!("../../kernels/w4a16.cu");
-const UTIL_KERNELS: &[&str] = &[
+/// Kernels of kernels/util.cu.
+pub const UTIL_KERNELS: &[&str] = &[
     "fill_uniform_bf16",
     "fill_fp8_codes",
     "fp8_amax_bf16",
@@ -62,6 +72,67 @@ pub struct BenchOptions {
     pub determinism_runs: usize,
     /// Run peer providers (`scripts/peer_kernels.py`).
     pub peers: super::peers::PeerMode,
+    /// Which timing modes run (`--timing`).
+    pub timing: TimingModes,
+}
+
+/// Graph timing: the weight copies of one case together exceed this many L2 sizes.
+pub const GRAPH_L2_FACTOR: u64 = 4;
+/// Graph timing: at least this many GEMM launches per graph.
+pub const GRAPH_MIN_LAUNCHES: usize = 8;
+/// Graph timing: at most this many weight copies (a tiny shape that would need more is not
+/// graph-timed, and the reason is recorded).
+pub const GRAPH_MAX_COPIES: usize = 4096;
+
+/// Weight copies and launches for a graph timing of a GEMM streaming `bytes` of weights:
+/// the fewest copies (at least 2) whose total exceeds `min_total` bytes, and the smallest
+/// multiple of that count that is at least `min_launches`. Returns `(copies, launches)`.
+pub fn graph_plan(bytes: u64, min_total: u64, min_launches: usize) -> (usize, usize) {
+    let copies = ((min_total / bytes.max(1)) as usize + 1).max(2);
+    let launches = copies * min_launches.div_ceil(copies).max(1);
+    (copies, launches)
+}
+
+/// Collect samples from `take` until `rule` says stop, with `elapsed()` giving the seconds since
+/// sampling began. The time cap never stops it below `rule.min_samples`.
+///
+/// # Errors
+/// The first error of `take`.
+pub fn sample_loop(
+    rule: &StoppingRule,
+    elapsed: &dyn Fn() -> f64,
+    take: &mut dyn FnMut() -> anyhow::Result<f64>,
+) -> anyhow::Result<(Vec<f64>, StopReason)> {
+    let mut samples = Vec::new();
+    loop {
+        samples.push(take()?);
+        if let Some(r) = rule.check(&samples, elapsed()) {
+            return Ok((samples, r));
+        }
+    }
+}
+
+/// A [`Timing`] from samples and the reason sampling stopped.
+///
+/// # Errors
+/// No samples, or a NaN among them.
+pub fn timing_of(
+    samples: Vec<f64>,
+    reason: StopReason,
+    cold_l2: bool,
+    graph: Option<GraphSetup>,
+) -> anyhow::Result<Timing> {
+    let s = Summary::of(&samples).context("no timing samples")?;
+    Ok(Timing {
+        median_s: s.median,
+        p10_s: s.p10,
+        p90_s: s.p90,
+        rel_std: s.rel_std(),
+        stop_reason: Some(reason),
+        cold_l2,
+        samples_s: samples,
+        graph,
+    })
 }
 
 /// A started bench: the GPU objects that stay for the whole run.
@@ -70,8 +141,11 @@ struct Rig {
     lt: Option<Lt>,
     util: crate::gpu::Module,
     w4: Vec<super::W4Module>,
+    w4v2: Option<crate::gpu::Module>,
     flusher: L2Flusher,
-    telem: TelemetryReader,
+    clocks: ClockMonitor,
+    /// The same device on a created stream, for graph capture (when graph timing runs).
+    capture: Option<Gpu>,
 }
 
 /// Run the suite on GPU 0. Calls `on_update` after every case with everything so far.
@@ -102,6 +176,7 @@ pub fn run_on_device(
             name: opts.suite.name.clone(),
             file: opts.suite.file.display().to_string(),
             description: opts.suite.description.clone(),
+            decode_step: opts.suite.decode_step(),
         },
         ..Default::default()
     };
@@ -139,28 +214,64 @@ pub fn run_on_device(
             )),
         }
     }
+    let v2_names = impls::w4a16::v2_kernel_names();
+    let v2_refs: Vec<&str> = v2_names.iter().map(String::as_str).collect();
+    let w4v2 = match gpu.compile("w4a16_v2", impls::w4a16::V2_SRC, &v2_refs) {
+        Ok(m) => {
+            res.notes.push(format!(
+                "kernels/w4a16_v2.cu compiled by NVRTC for {} in {:.2} s",
+                m.arch, m.compile_s
+            ));
+            Some(m)
+        }
+        Err(e) => {
+            res.notes
+                .push(format!("kernels/w4a16_v2.cu failed to build: {e}"));
+            None
+        }
+    };
     let flusher = L2Flusher::new(&gpu, opts.flush)?;
+    let capture = if opts.timing.graph() {
+        match gpu.on_new_stream() {
+            Ok(g) => Some(g),
+            Err(e) => {
+                res.notes.push(format!(
+                    "graph timing cannot run: no stream for CUDA graph capture ({e})"
+                ));
+                None
+            }
+        }
+    } else {
+        None
+    };
     let rig = Rig {
-        telem: TelemetryReader::for_pci_bus_id(
+        clocks: ClockMonitor::for_reader(TelemetryReader::for_pci_bus_id(
             crate::gpu::multi::pci_bus_id(device).as_deref(),
             device as u32,
-        ),
+        )),
         flusher,
+        capture,
         gpu,
         lt,
         util,
         w4,
+        w4v2,
     };
     let env = Env {
         gpu: &rig.gpu,
         lt: rig.lt.as_ref(),
         util: &rig.util,
         w4: &rig.w4,
+        w4v2: rig.w4v2.as_ref(),
     };
     res.timing_policy = Some(TimingPolicy {
         warmup_iters: opts.warmup,
         stopping: opts.stopping.clone(),
-        l2_flush_bytes: if opts.cold_l2 { rig.flusher.bytes() } else { 0 },
+        l2_flush_bytes: if opts.cold_l2 && opts.timing.cold() {
+            rig.flusher.bytes()
+        } else {
+            0
+        },
         timer: format!(
             "CUDA events (CU_EVENT_DEFAULT) around each launch, one stream; L2 flush by {}",
             match opts.flush {
@@ -170,6 +281,16 @@ pub fn run_on_device(
                     "writing a 2×L2 buffer with memset, as nvbench (L2 left dirty)",
             }
         ),
+        modes: opts.timing,
+        graph: opts.timing.graph().then(|| GraphPolicy {
+            min_total_weight_bytes: GRAPH_L2_FACTOR * rig.gpu.l2_bytes,
+            min_launches: GRAPH_MIN_LAUNCHES,
+            description: format!(
+                "weight copies of each case together exceed {GRAPH_L2_FACTOR} × L2 ({}), at least 2 and at most {GRAPH_MAX_COPIES}; at least {GRAPH_MIN_LAUNCHES} launches per graph, a multiple of the copy count, rotating over the copies; activations and output stay the same buffers (as in a decode step, where they are hot); {} graph launches of warm-up, then the stopping rule on per-GEMM times; the output is checked against the reference again after timing",
+                crate::report::table::human_bytes(GRAPH_L2_FACTOR * rig.gpu.l2_bytes),
+                opts.warmup.max(1)
+            ),
+        }),
     });
     res.copy_bandwidth = Some(copy_bandwidth(&rig.gpu)?);
     on_update(&res);
@@ -238,10 +359,11 @@ pub fn run_on_device(
                 if !ready[ii] {
                     continue;
                 }
-                match run_case(&rig, &env, opts, im.as_mut(), &inp, &rows, &cols) {
+                let wb = im.weight_stream_bytes(shape);
+                match run_case(&rig, &env, opts, im.as_mut(), &inp, &rows, &cols, wb) {
                     Ok(Outcome::Case(mut c)) => {
                         c.shape = shape.name.clone();
-                        c.derived.weight_bytes = im.weight_stream_bytes(shape);
+                        c.derived.weight_bytes = wb;
                         res.cases.push(*c);
                     }
                     Ok(Outcome::Failed(reason)) => {
@@ -276,8 +398,7 @@ pub fn run_on_device(
                 }
                 on_update(&res);
             }
-            // Telemetry after the (shape, M) group; derived figures.
-            let t = rig.telem.read();
+            // Derived figures; a note when a case of the group saw throttling.
             let copy = res.copy_bandwidth.as_ref().map(|c| c.bytes_per_s);
             let bf16_median = res.cases[case_start..]
                 .iter()
@@ -285,20 +406,9 @@ pub fn run_on_device(
                 .map(|c| c.timing.median_s);
             for c in &mut res.cases[case_start..] {
                 fill_derived(c, copy, bf16_median);
-                if let Some(t) = &t {
-                    c.sm_clock_mhz = t.sm_clock_mhz;
-                    c.throttle = t.harmful_throttle_reasons();
-                }
             }
-            if let Some(t) = &t {
-                if !t.harmful_throttle_reasons().is_empty() {
-                    res.notes.push(format!(
-                        "throttling after {} M={m}: {} (SM clock {} MHz): figures of this group may be low",
-                        shape.name,
-                        t.harmful_throttle_reasons().join(", "),
-                        t.sm_clock_mhz.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
-                    ));
-                }
+            if let Some(note) = throttle_note(&res.cases[case_start..], &shape.name, m) {
+                res.notes.push(note);
             }
             on_update(&res);
         }
@@ -307,7 +417,34 @@ pub fn run_on_device(
         }
     }
     bar.finish_and_clear();
+    super::composite::refresh(&mut res);
     Ok(res)
+}
+
+/// A note naming the harmful throttle reasons the cases of one (shape, M) group saw while they
+/// were sampled, with the lowest SM clock read; `None` when none saw any.
+pub fn throttle_note(cases: &[KernelCase], shape: &str, m: usize) -> Option<String> {
+    let mut seen: Vec<String> = cases.iter().flat_map(|c| c.throttle.clone()).collect();
+    seen.sort();
+    seen.dedup();
+    if seen.is_empty() {
+        return None;
+    }
+    let who: Vec<String> = cases
+        .iter()
+        .filter(|c| !c.throttle.is_empty())
+        .map(|c| c.implementation.clone())
+        .collect();
+    let low = cases
+        .iter()
+        .filter_map(|c| c.clocks.as_ref().and_then(|k| k.min_mhz))
+        .min();
+    Some(format!(
+        "throttling while sampling {shape} M={m} ({}): {} (lowest SM clock read {} MHz): these figures may be low",
+        who.join(", "),
+        seen.join(", "),
+        low.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
+    ))
 }
 
 fn skip(res: &mut KernelResults, id: &str, shape: &str, m: Option<usize>, reason: String) {
@@ -399,7 +536,8 @@ fn count_nonfinite(env: &Env, inp: &MInputs) -> anyhow::Result<u32> {
     Ok(env.gpu.download::<u32>(&cnt, 0, 1)?[0])
 }
 
-/// Time `f` (one launch group per sample) under the stopping rule.
+/// Time `f` (one launch group per sample) under the stopping rule, cold (L2 flushed before
+/// every sample unless `--warm-l2`).
 fn time_it(
     rig: &Rig,
     opts: &BenchOptions,
@@ -411,31 +549,177 @@ fn time_it(
     }
     rig.gpu.sync()?;
     let timer = rig.gpu.timer()?;
-    let mut samples = Vec::new();
     let started = Instant::now();
-    let reason = loop {
+    let (samples, reason) = sample_loop(rule, &|| started.elapsed().as_secs_f64(), &mut || {
         if opts.cold_l2 {
             rig.flusher.flush(&rig.gpu, &rig.util)?;
         }
         timer.start(&rig.gpu)?;
         f()?;
-        samples.push(timer.stop(&rig.gpu)?);
-        if let Some(r) = rule.check(&samples, started.elapsed().as_secs_f64()) {
-            break r;
-        }
-    };
-    let s = Summary::of(&samples).context("no timing samples")?;
-    Ok(Timing {
-        median_s: s.median,
-        p10_s: s.p10,
-        p90_s: s.p90,
-        rel_std: s.rel_std(),
-        stop_reason: Some(reason),
-        cold_l2: opts.cold_l2,
-        samples_s: samples,
-    })
+        Ok(timer.stop(&rig.gpu)?)
+    })?;
+    timing_of(samples, reason, opts.cold_l2, None)
 }
 
+/// Time a captured graph of `setup.launches` GEMMs on `gpu` (the capture stream): warm-up
+/// launches, then one graph launch between events per sample, divided by the launches.
+fn time_graph(
+    gpu: &Gpu,
+    opts: &BenchOptions,
+    graph: &crate::gpu::Graph,
+    setup: GraphSetup,
+) -> anyhow::Result<Timing> {
+    for _ in 0..opts.warmup.max(1) {
+        graph.launch()?;
+    }
+    gpu.sync()?;
+    let timer = gpu.timer()?;
+    let started = Instant::now();
+    let per = setup.launches.max(1) as f64;
+    let (samples, reason) = sample_loop(
+        &opts.stopping,
+        &|| started.elapsed().as_secs_f64(),
+        &mut || {
+            timer.start(gpu)?;
+            graph.launch()?;
+            Ok(timer.stop(gpu)? / per)
+        },
+    )?;
+    timing_of(samples, reason, false, Some(setup))
+}
+
+/// The graph timing of `im` at the selected configuration (see the module docs); `Err` holds
+/// the reason it could not run (recorded beside the case, never fatal).
+#[allow(clippy::too_many_arguments)]
+fn graph_timing(
+    rig: &Rig,
+    env: &Env,
+    opts: &BenchOptions,
+    im: &mut dyn GemmImpl,
+    inp: &MInputs,
+    rows: &[usize],
+    cols: &[usize],
+    want: &[f64],
+    weight_bytes: u64,
+) -> Result<GraphTimings, String> {
+    let Some(cap) = rig.capture.as_ref() else {
+        return Err("no stream for CUDA graph capture (see the notes)".into());
+    };
+    let min_total = GRAPH_L2_FACTOR * rig.gpu.l2_bytes;
+    let (copies, launches) = graph_plan(weight_bytes, min_total, GRAPH_MIN_LAUNCHES);
+    if copies > GRAPH_MAX_COPIES {
+        return Err(format!(
+            "its {weight_bytes} weight bytes would need {copies} copies to exceed {GRAPH_L2_FACTOR} × L2 (more than {GRAPH_MAX_COPIES})"
+        ));
+    }
+    let total = copies as u64 * weight_bytes;
+    if let Ok((free, _)) = rig.gpu.mem_info() {
+        if total.saturating_add(256 << 20) > free as u64 {
+            return Err(format!(
+                "{copies} weight copies ({}) do not fit in the {} of free device memory",
+                crate::report::table::human_bytes(total),
+                crate::report::table::human_bytes(free as u64)
+            ));
+        }
+    }
+    im.prepare_weight_copies(env, copies)
+        .map_err(|e| format!("{e:#}"))?;
+    let out = graph_timing_with_copies(
+        rig,
+        cap,
+        env,
+        opts,
+        im,
+        inp,
+        rows,
+        cols,
+        want,
+        (copies, launches, total),
+    );
+    im.release_weight_copies();
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn graph_timing_with_copies(
+    rig: &Rig,
+    cap: &Gpu,
+    env: &Env,
+    opts: &BenchOptions,
+    im: &dyn GemmImpl,
+    inp: &MInputs,
+    rows: &[usize],
+    cols: &[usize],
+    want: &[f64],
+    (copies, launches, total): (usize, usize, u64),
+) -> Result<GraphTimings, String> {
+    let cap_env = Env {
+        gpu: cap,
+        lt: env.lt,
+        util: env.util,
+        w4: env.w4,
+        w4v2: env.w4v2,
+    };
+    let err = |what: &str, e: anyhow::Error| format!("{what}: {e:#}");
+    rig.gpu.sync().map_err(|e| err("sync", e.into()))?;
+    let graph = crate::gpu::graph::capture(cap, &mut || {
+        for i in 0..launches {
+            im.run_on_copy(&cap_env, inp, i % copies)?;
+        }
+        Ok(())
+    })
+    .map_err(|e| err("capture", e))?;
+    rig.gpu
+        .memset(&inp.out, 0xFF)
+        .and_then(|_| rig.gpu.sync())
+        .map_err(|e| err("poisoning the output", e.into()))?;
+    let setup = GraphSetup {
+        launches,
+        weight_copies: copies,
+        weight_bytes_total: total,
+    };
+    let timing = time_graph(cap, opts, &graph, setup).map_err(|e| err("timing", e))?;
+    cap.sync().map_err(|e| err("sync", e.into()))?;
+    // The graph's output must still match the reference.
+    let (tol_name, tol) = im.tolerance();
+    let nonfinite = count_nonfinite(env, inp).map_err(|e| err("check", e))?;
+    let got = gather(env, inp, rows, cols).map_err(|e| err("check", e))?;
+    let e = rel_l2(&got, want);
+    if nonfinite > 0 || e.is_nan() || e > tol {
+        return Err(format!(
+            "the graph's output failed the correctness check (rel_l2 = {e:.3e}, tolerance {tol_name} = {tol:.0e}, {nonfinite} non-finite): graph timing discarded"
+        ));
+    }
+    let mut extra = Vec::new();
+    for part in im.extra_parts() {
+        let g = crate::gpu::graph::capture(cap, &mut || {
+            for _ in 0..launches {
+                im.run_extra(&cap_env, inp, part)?;
+            }
+            Ok(())
+        })
+        .map_err(|e| err(&format!("capture of {part}"), e))?;
+        let t = time_graph(
+            cap,
+            opts,
+            &g,
+            GraphSetup {
+                launches,
+                weight_copies: 0,
+                weight_bytes_total: 0,
+            },
+        )
+        .map_err(|e| err(&format!("timing {part}"), e))?;
+        extra.push(NamedTiming {
+            name: part.into(),
+            timing: t,
+        });
+    }
+    cap.sync().map_err(|e| err("sync", e.into()))?;
+    Ok(GraphTimings { timing, extra })
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run_case(
     rig: &Rig,
     env: &Env,
@@ -444,6 +728,7 @@ fn run_case(
     inp: &MInputs,
     rows: &[usize],
     cols: &[usize],
+    weight_bytes: u64,
 ) -> anyhow::Result<Outcome> {
     let ncand = im.prepare_m(env, inp)?;
     let want = im.reference(env, inp, rows, cols)?;
@@ -509,16 +794,41 @@ fn run_case(
             im.path()
         )));
     }
-    let imr: &dyn GemmImpl = im;
-    let timing = time_it(rig, opts, &opts.stopping, &|| imr.run(env, inp))?;
-    let mut extra = Vec::new();
-    for part in imr.extra_parts() {
-        let t = time_it(rig, opts, &opts.stopping, &|| imr.run_extra(env, inp, part))?;
-        extra.push(NamedTiming {
-            name: part.into(),
-            timing: t,
-        });
+    let t0 = unix_now();
+    let mut cold = None;
+    if opts.timing.cold() {
+        let imr: &dyn GemmImpl = im;
+        let timing = time_it(rig, opts, &opts.stopping, &|| imr.run(env, inp))?;
+        let mut extra = Vec::new();
+        for part in imr.extra_parts() {
+            let t = time_it(rig, opts, &opts.stopping, &|| imr.run_extra(env, inp, part))?;
+            extra.push(NamedTiming {
+                name: part.into(),
+                timing: t,
+            });
+        }
+        cold = Some((timing, extra));
     }
+    let mut graph = None;
+    let mut graph_skip = None;
+    if opts.timing.graph() {
+        match graph_timing(rig, env, opts, im, inp, rows, cols, &want, weight_bytes) {
+            Ok(g) => graph = Some(g),
+            Err(why) => graph_skip = Some(why),
+        }
+    }
+    let clocks = rig.clocks.window(t0, unix_now());
+    let imr: &dyn GemmImpl = im;
+    let (timing, extra, graph) = match (cold, graph) {
+        (Some((t, e)), g) => (t, e, g),
+        (None, Some(g)) => (g.timing, g.extra, None),
+        (None, None) => {
+            return Ok(Outcome::Failed(format!(
+            "graph timing (--timing graph) could not run: {}; --timing both times it cold as well",
+            graph_skip.unwrap_or_default()
+        )))
+        }
+    };
     Ok(Outcome::Case(Box::new(KernelCase {
         provider: "rigbench".into(),
         implementation: imr.id().into(),
@@ -532,8 +842,14 @@ fn run_case(
         timing,
         extra,
         derived: Derived::default(),
-        sm_clock_mhz: None,
-        throttle: Vec::new(),
+        sm_clock_mhz: clocks.as_ref().and_then(|c| c.median_mhz),
+        throttle: clocks
+            .as_ref()
+            .map(|c| c.throttle_seen.clone())
+            .unwrap_or_default(),
+        graph,
+        graph_skip,
+        clocks,
     })))
 }
 
@@ -623,6 +939,80 @@ fn determinism(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn graph_plans_exceed_four_l2_sizes() {
+        let l2 = 60 << 20; // H200: 60 MiB
+        let min_total = GRAPH_L2_FACTOR * l2;
+        // in_proj_ba in NVFP4: 96 × 5120 weights, 276,484 stream bytes.
+        let ba = crate::formats::GemmFormat::W4a16.weight_stream_bytes(96, 5120);
+        let (c, l) = graph_plan(ba, min_total, GRAPH_MIN_LAUNCHES);
+        assert!(c as u64 * ba > min_total && (c - 1) as u64 * ba <= min_total);
+        assert_eq!(
+            l, c,
+            "more copies than the minimum launches: one launch per copy"
+        );
+        // lm_head in BF16 (2.5 GB) is larger than 4 × L2 alone: still two copies, 8 launches.
+        let lm = crate::formats::GemmFormat::Bf16.weight_stream_bytes(248320, 5120);
+        assert_eq!(graph_plan(lm, min_total, GRAPH_MIN_LAUNCHES), (2, 8));
+        // o_proj in BF16 is exactly 60 MiB: four copies only equal 4 × L2, so five, and ten
+        // launches (the first multiple of five ≥ 8).
+        let o = crate::formats::GemmFormat::Bf16.weight_stream_bytes(5120, 6144);
+        assert_eq!(o, 60 << 20);
+        assert_eq!(graph_plan(o, min_total, GRAPH_MIN_LAUNCHES), (5, 10));
+    }
+
+    #[test]
+    fn time_cap_never_stops_below_min_samples() {
+        let rule = StoppingRule {
+            min_samples: 10,
+            max_samples: 200,
+            target_rel_std: 0.01,
+            max_time_s: 0.25,
+        };
+        // Noisy samples and a clock that is always past the cap: stops at exactly min_samples.
+        let mut i = 0;
+        let (s, r) = sample_loop(&rule, &|| 99.0, &mut || {
+            i += 1;
+            Ok(if i % 2 == 0 { 1.0 } else { 2.0 })
+        })
+        .unwrap();
+        assert_eq!((s.len(), r), (10, StopReason::TimeCap));
+        // Steady samples converge at min_samples; the sample cap still holds.
+        let (s, r) = sample_loop(&rule, &|| 0.0, &mut || Ok(5e-6)).unwrap();
+        assert_eq!((s.len(), r), (10, StopReason::Converged));
+        let mut j = 0;
+        let (s, r) = sample_loop(&rule, &|| 0.0, &mut || {
+            j += 1;
+            Ok(if j % 2 == 0 { 1.0 } else { 3.0 })
+        })
+        .unwrap();
+        assert_eq!((s.len(), r), (200, StopReason::SampleCap));
+        let t = timing_of(s, r, true, None).unwrap();
+        assert_eq!(t.stop_reason, Some(StopReason::SampleCap));
+        assert!(sample_loop(&rule, &|| 0.0, &mut || anyhow::bail!("launch failed")).is_err());
+    }
+
+    #[test]
+    fn throttle_note_names_cases_and_the_lowest_clock() {
+        let mut a = crate::kernels::composite::tests::case_for_tests("bf16", 1e-5);
+        a.throttle = vec!["sw_power_cap".into()];
+        a.clocks = Some(ClockStats {
+            readings: 3,
+            min_mhz: Some(1410),
+            median_mhz: Some(1755),
+            max_mhz: Some(1980),
+            throttle_seen: vec!["sw_power_cap".into()],
+            source: "nvml".into(),
+        });
+        let b = crate::kernels::composite::tests::case_for_tests("fp8", 1e-5);
+        let n = throttle_note(&[a, b.clone()], "qkv", 16).unwrap();
+        assert!(
+            n.contains("qkv M=16 (bf16)") && n.contains("sw_power_cap") && n.contains("1410 MHz"),
+            "{n}"
+        );
+        assert!(throttle_note(&[b], "qkv", 16).is_none());
+    }
 
     /// Compiles both kernel files with NVRTC for sm_90 when libnvrtc and the CUDA headers are
     /// present (no GPU needed); skips with a reason otherwise.

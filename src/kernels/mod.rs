@@ -7,14 +7,22 @@
 //! features, K input features (ARCHITECTURE.md, "Terms").
 
 pub mod accuracy;
+pub mod anatomy;
 pub mod bench;
+pub mod clocks;
+pub mod composite;
 pub mod data;
+pub mod fit;
+pub mod goals;
 pub mod impls;
+pub mod peak;
 pub mod peers;
 pub mod reference;
 pub mod render;
 pub mod schema;
 pub mod suite;
+pub mod timing_modes;
+pub mod wording;
 
 pub use schema::KernelResults;
 
@@ -35,6 +43,8 @@ pub struct Env<'a> {
     /// `kernels/w4a16.cu`, compiled once per flavour (load instruction, ring depth); empty when
     /// it did not compile.
     pub w4: &'a [W4Module],
+    /// `kernels/w4a16_v2.cu`, when it compiled.
+    pub w4v2: Option<&'a Module>,
 }
 
 /// One compiled flavour of kernels/w4a16.cu.
@@ -146,6 +156,37 @@ pub trait GemmImpl {
     fn kernel_facts(&self, _env: &Env) -> Vec<schema::KernelFacts> {
         Vec::new()
     }
+    /// Graph timing (`--timing graph|both`): make the current shape's weights available as
+    /// `count` copies with identical contents, so that back-to-back launches can rotate over
+    /// more bytes than L2 holds. Copy 0 may be the weights [`prepare_shape`](GemmImpl::prepare_shape)
+    /// uploaded; copies 1.. are new device buffers. Called after [`select`](GemmImpl::select);
+    /// undone by [`release_weight_copies`](GemmImpl::release_weight_copies).
+    ///
+    /// # Errors
+    /// The default implementation: graph timing is not supported by this implementation (the
+    /// report says so beside its cold timing). Otherwise, allocation failures.
+    fn prepare_weight_copies(&mut self, _env: &Env, _count: usize) -> anyhow::Result<()> {
+        anyhow::bail!(
+            "{} cannot run against rotating weight copies yet (GemmImpl::prepare_weight_copies not implemented)",
+            self.id()
+        )
+    }
+    /// Queue one GEMM writing `inp.out` that reads weight copy `copy` (< the count given to
+    /// [`prepare_weight_copies`](GemmImpl::prepare_weight_copies)), with the selected
+    /// configuration. It is captured into a CUDA graph: it must not allocate, copy to or from the
+    /// host, or synchronize.
+    ///
+    /// # Errors
+    /// The default implementation: not supported.
+    fn run_on_copy(&self, _env: &Env, _inp: &MInputs, copy: usize) -> anyhow::Result<()> {
+        anyhow::bail!(
+            "{} cannot run against weight copy {copy} (GemmImpl::run_on_copy not implemented)",
+            self.id()
+        )
+    }
+    /// Free the copies made by [`prepare_weight_copies`](GemmImpl::prepare_weight_copies)
+    /// (the shape's own weights stay).
+    fn release_weight_copies(&mut self) {}
 }
 
 /// Launch geometry for a grid-stride kernel over `n` elements.

@@ -1,19 +1,28 @@
 //! Peer providers run in the same session: `scripts/peer_kernels.py` (embedded in the binary and
-//! written to a temporary file), driven with rigbench's shapes, M values, L2 flush size and
-//! stopping rule. Its rows are labelled by provider (e.g. `torch`) and never mixed with
-//! rigbench's own; their speedups are relative to the same provider's BF16 row.
+//! written to a temporary file), driven with rigbench's shapes, M values, L2 flush size, stopping
+//! rule and timing modes. Its rows are labelled by provider (e.g. `torch`, `gemlite`) and never
+//! mixed with rigbench's own; their speedups use the same denominator as rigbench's rows
+//! (rigbench's `bf16` at the same shape and M). The SM clock is polled while the script runs,
+//! and each peer case gets the readings of its own wall-clock window. Pure-Python peers carried
+//! to the GPU machine (gemlite) are looked for in `.peers/` (see `scripts/fetch-peers.sh`).
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde::Deserialize;
 
-use super::bench::{fill_derived, BenchOptions};
+use super::bench::{fill_derived, timing_of, BenchOptions};
+use super::clocks::ClockMonitor;
 use super::schema::*;
 use crate::formats::GemmFormat;
-use crate::stats::Summary;
+use crate::stats::StopReason;
 
 /// The provider script.
 pub const SCRIPT: &str = include_str!("../../scripts/peer_kernels.py");
+
+/// Environment variable naming a folder of carried pure-Python peer packages (default: `.peers`
+/// in the working directory, or next to the source tree the binary was built in).
+pub const PEERS_DIR_ENV: &str = "RIGBENCH_PEERS_DIR";
 
 /// Whether to run peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -33,6 +42,27 @@ struct PeerOut {
     skipped: Vec<PeerSkip>,
 }
 
+/// Samples of one timed part as the script reports them.
+#[derive(Deserialize)]
+struct PeerTiming {
+    name: String,
+    samples_s: Vec<f64>,
+    #[serde(default)]
+    stop_reason: Option<StopReason>,
+}
+
+#[derive(Deserialize)]
+struct PeerGraph {
+    samples_s: Vec<f64>,
+    #[serde(default)]
+    stop_reason: Option<StopReason>,
+    launches: usize,
+    weight_copies: usize,
+    weight_bytes_total: u64,
+    #[serde(default)]
+    extra: Vec<PeerTiming>,
+}
+
 #[derive(Deserialize)]
 struct PeerCase {
     provider: String,
@@ -44,7 +74,23 @@ struct PeerCase {
     k: usize,
     path: String,
     check: CheckResult,
+    /// Cold samples (empty when only graph timing ran).
     samples_s: Vec<f64>,
+    #[serde(default)]
+    stop_reason: Option<StopReason>,
+    #[serde(default)]
+    weight_bytes: Option<u64>,
+    #[serde(default)]
+    extra: Vec<PeerTiming>,
+    #[serde(default)]
+    graph: Option<PeerGraph>,
+    #[serde(default)]
+    graph_skip: Option<String>,
+    /// Unix seconds when the case's sampling began and ended.
+    #[serde(default)]
+    t_start: Option<f64>,
+    #[serde(default)]
+    t_end: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -56,76 +102,182 @@ struct PeerSkip {
     reason: String,
 }
 
-/// Bytes of weights a peer implementation streams for `[n, k]`.
+/// Bytes of weights a peer implementation streams for `[n, k]` (used when the script does not
+/// report them).
 fn peer_weight_bytes(implementation: &str, n: usize, k: usize) -> u64 {
     let e = (n * k) as u64;
     match implementation {
         "torch._scaled_mm" => e + 4,
         // INT4 codes plus a BF16 scale and zero per 128-element group.
-        "torch._weight_int4pack_mm" => e / 2 + e / 128 * 4,
+        "torch._weight_int4pack_mm" | "gemlite.A16W4_INT_g128" => e / 2 + e / 128 * 4,
         _ => 2 * e,
     }
 }
 
-/// Run the peers and append their rows, statuses and skips to `k`. Problems are recorded, never
-/// returned: peers are optional.
+/// A timing from the script's samples; `None` when there are none. Peer scripts before stop
+/// reasons were reported give `None` there.
+fn peer_timing(
+    samples: Vec<f64>,
+    reason: Option<StopReason>,
+    cold_l2: bool,
+    graph: Option<GraphSetup>,
+) -> Option<Timing> {
+    // timing_of needs a reason; keep the script's, or none.
+    let mut t = timing_of(
+        samples,
+        reason.unwrap_or(StopReason::SampleCap),
+        cold_l2,
+        graph,
+    )
+    .ok()?;
+    t.stop_reason = reason;
+    Some(t)
+}
+
+fn named(extra: Vec<PeerTiming>, cold_l2: bool, graph: Option<&GraphSetup>) -> Vec<NamedTiming> {
+    extra
+        .into_iter()
+        .filter_map(|e| {
+            Some(NamedTiming {
+                name: e.name,
+                timing: peer_timing(
+                    e.samples_s,
+                    e.stop_reason,
+                    cold_l2,
+                    graph.map(|g| GraphSetup {
+                        weight_copies: 0,
+                        weight_bytes_total: 0,
+                        ..g.clone()
+                    }),
+                )?,
+            })
+        })
+        .collect()
+}
+
+/// Turn the script's cases into kernel cases: timings (cold primary when present, else graph),
+/// weight bytes, clocks from `clocks` over each case's window, and derived figures against
+/// rigbench's `bf16` rows in `own` (one denominator for every provider).
+fn to_cases(
+    out: Vec<PeerCase>,
+    own: &[KernelCase],
+    cold_l2: bool,
+    copy: Option<f64>,
+    clocks: Option<&ClockMonitor>,
+) -> Vec<KernelCase> {
+    let mut cases = Vec::new();
+    for c in out {
+        let cold = peer_timing(c.samples_s, c.stop_reason, cold_l2, None);
+        let cold_extra = named(c.extra, cold_l2, None);
+        let graph = c.graph.and_then(|g| {
+            let setup = GraphSetup {
+                launches: g.launches,
+                weight_copies: g.weight_copies,
+                weight_bytes_total: g.weight_bytes_total,
+            };
+            let extra = named(g.extra, false, Some(&setup));
+            Some(GraphTimings {
+                timing: peer_timing(g.samples_s, g.stop_reason, false, Some(setup))?,
+                extra,
+            })
+        });
+        let (timing, extra, graph) = match (cold, graph) {
+            (Some(t), g) => (t, cold_extra, g),
+            (None, Some(g)) => (g.timing, g.extra, None),
+            (None, None) => continue,
+        };
+        let stats = match (clocks, c.t_start, c.t_end) {
+            (Some(m), Some(a), Some(b)) => m.window(a, b),
+            _ => None,
+        };
+        let mut kc = KernelCase {
+            provider: c.provider,
+            derived: Derived {
+                weight_bytes: c
+                    .weight_bytes
+                    .unwrap_or_else(|| peer_weight_bytes(&c.implementation, c.n, c.k)),
+                ..Default::default()
+            },
+            implementation: c.implementation,
+            format: c.format,
+            shape: c.shape,
+            m: c.m,
+            n: c.n,
+            k: c.k,
+            path: c.path,
+            check: Some(c.check),
+            timing,
+            extra,
+            sm_clock_mhz: stats.as_ref().and_then(|s| s.median_mhz),
+            throttle: stats
+                .as_ref()
+                .map(|s| s.throttle_seen.clone())
+                .unwrap_or_default(),
+            graph,
+            graph_skip: c.graph_skip,
+            clocks: stats,
+        };
+        let base = own
+            .iter()
+            .find(|b| {
+                b.provider == "rigbench"
+                    && b.implementation == "bf16"
+                    && b.shape == kc.shape
+                    && b.m == kc.m
+            })
+            .map(|b| b.timing.median_s);
+        fill_derived(&mut kc, copy, base);
+        cases.push(kc);
+    }
+    cases
+}
+
+/// Folders of carried pure-Python peer packages that exist: `$RIGBENCH_PEERS_DIR`, `./.peers`,
+/// and `.peers` at the root of the source tree the binary sits in (`target/release/rigbench`).
+pub fn peer_dirs() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os(PEERS_DIR_ENV) {
+        v.push(PathBuf::from(d));
+    }
+    v.push(PathBuf::from(".peers"));
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(root) = exe
+            .parent()
+            .and_then(|p| p.parent())
+            .and_then(|p| p.parent())
+        {
+            v.push(root.join(".peers"));
+        }
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for d in v {
+        if let Ok(abs) = std::fs::canonicalize(&d) {
+            if abs.is_dir() && !out.contains(&abs) {
+                out.push(abs);
+            }
+        }
+    }
+    out
+}
+
+/// Run the peers and append their rows, statuses and skips to `k`, then refresh the composite.
+/// Problems are recorded, never returned: peers are optional.
 pub fn run_into(opts: &BenchOptions, k: &mut KernelResults) {
     if opts.peers == PeerMode::Off {
         return;
     }
     let started = std::time::Instant::now();
-    match run_script(opts, k) {
+    // Peers run on CUDA device 0; its telemetry is matched by PCI bus id.
+    let clocks = ClockMonitor::for_reader(crate::rig::telemetry::TelemetryReader::for_pci_bus_id(
+        crate::gpu::multi::pci_bus_id(0).as_deref(),
+        0,
+    ));
+    let result = run_script(opts, k);
+    match result {
         Ok(out) => {
             k.peers.extend(out.peers);
             let copy = k.copy_bandwidth.as_ref().map(|c| c.bytes_per_s);
-            let mut new_cases = Vec::new();
-            for c in out.cases {
-                let Some(s) = Summary::of(&c.samples_s) else {
-                    continue;
-                };
-                let mut kc = KernelCase {
-                    provider: c.provider,
-                    derived: Derived {
-                        weight_bytes: peer_weight_bytes(&c.implementation, c.n, c.k),
-                        ..Default::default()
-                    },
-                    implementation: c.implementation,
-                    format: c.format,
-                    shape: c.shape,
-                    m: c.m,
-                    n: c.n,
-                    k: c.k,
-                    path: c.path,
-                    check: Some(c.check),
-                    timing: Timing {
-                        median_s: s.median,
-                        p10_s: s.p10,
-                        p90_s: s.p90,
-                        rel_std: s.rel_std(),
-                        stop_reason: None,
-                        cold_l2: opts.cold_l2,
-                        samples_s: c.samples_s,
-                    },
-                    extra: Vec::new(),
-                    sm_clock_mhz: None,
-                    throttle: Vec::new(),
-                };
-                fill_derived(&mut kc, copy, None);
-                new_cases.push(kc);
-            }
-            let snapshot = new_cases.clone();
-            for c in &mut new_cases {
-                let base = snapshot
-                    .iter()
-                    .find(|b| {
-                        b.provider == c.provider
-                            && b.format == GemmFormat::Bf16
-                            && b.shape == c.shape
-                            && b.m == c.m
-                    })
-                    .map(|b| b.timing.median_s);
-                fill_derived(c, copy, base);
-            }
+            let new_cases = to_cases(out.cases, &k.cases, opts.cold_l2, copy, Some(&clocks));
             k.cases.extend(new_cases);
             for s in out.skipped {
                 k.skipped.push(SkippedCase {
@@ -155,19 +307,35 @@ pub fn run_into(opts: &BenchOptions, k: &mut KernelResults) {
             }
         }
     }
+    drop(clocks);
+    super::composite::refresh(k);
+}
+
+/// The spec the script reads (see its docstring).
+fn spec(opts: &BenchOptions, k: &KernelResults, dirs: &[PathBuf]) -> serde_json::Value {
+    let policy = k.timing_policy.as_ref();
+    serde_json::json!({
+        "shapes": opts.suite.shapes.iter().map(|s| serde_json::json!({"name": s.name, "n": s.n, "k": s.k})).collect::<Vec<_>>(),
+        "m": opts.suite.m,
+        "l2_flush_bytes": policy.map(|p| p.l2_flush_bytes).unwrap_or(0),
+        "warmup": opts.warmup,
+        "stopping": opts.stopping,
+        "timing": {
+            "cold": opts.timing.cold(),
+            "graph": opts.timing.graph(),
+            "graph_min_total_bytes": policy.and_then(|p| p.graph.as_ref()).map(|g| g.min_total_weight_bytes).unwrap_or(0),
+            "graph_min_launches": super::bench::GRAPH_MIN_LAUNCHES,
+            "graph_max_copies": super::bench::GRAPH_MAX_COPIES,
+        },
+        "sys_path": dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
+    })
 }
 
 fn run_script(opts: &BenchOptions, k: &KernelResults) -> anyhow::Result<PeerOut> {
     let dir = tempfile::tempdir()?;
     let script = dir.path().join("peer_kernels.py");
     std::fs::write(&script, SCRIPT)?;
-    let spec = serde_json::json!({
-        "shapes": opts.suite.shapes.iter().map(|s| serde_json::json!({"name": s.name, "n": s.n, "k": s.k})).collect::<Vec<_>>(),
-        "m": opts.suite.m,
-        "l2_flush_bytes": k.timing_policy.as_ref().map(|p| p.l2_flush_bytes).unwrap_or(0),
-        "warmup": opts.warmup,
-        "stopping": opts.stopping,
-    });
+    let spec = spec(opts, k, &peer_dirs());
     let spec_path = dir.path().join("spec.json");
     std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
     let out_path = dir.path().join("peers.json");
@@ -216,7 +384,97 @@ mod tests {
     }
 
     #[test]
+    fn peer_rows_use_rigbench_bf16_and_keep_stop_reasons_and_graph_timings() {
+        let text = r#"{"peers":[],"skipped":[],"cases":[
+          {"provider":"torch","implementation":"torch.matmul","format":"bf16","shape":"q","m":1,"n":16,"k":32,"path":"p",
+           "check":{"reference":"r","metric":"rel_l2","value":0.001,"tolerance_name":"PEER_REL_L2","tolerance":0.005,"passed":true},
+           "samples_s":[2e-5,2e-5,2e-5],"stop_reason":"time_cap","weight_bytes":1024,
+           "graph":{"samples_s":[1.9e-5,1.9e-5],"stop_reason":"converged","launches":8,"weight_copies":4,"weight_bytes_total":4096,"extra":[]},
+           "t_start":100.0,"t_end":101.0},
+          {"provider":"torch","implementation":"torch._scaled_mm","format":"fp8","shape":"q","m":1,"n":16,"k":32,"path":"p",
+           "check":{"reference":"r","metric":"rel_l2","value":0.001,"tolerance_name":"PEER_REL_L2","tolerance":0.005,"passed":true},
+           "samples_s":[1e-5],"extra":[{"name":"activation_quant","samples_s":[4e-6],"stop_reason":"sample_cap"}]},
+          {"provider":"gemlite","implementation":"gemlite.A16W4_INT_g128","format":"w4a16","shape":"q","m":1,"n":16,"k":128,"path":"p",
+           "check":{"reference":"r","metric":"rel_l2","value":0.001,"tolerance_name":"PEER_REL_L2","tolerance":0.005,"passed":true},
+           "samples_s":[],"graph":{"samples_s":[5e-6],"stop_reason":"sample_cap","launches":16,"weight_copies":16,"weight_bytes_total":16},
+           "graph_skip":null}]}"#;
+        let o: PeerOut = serde_json::from_str(text).unwrap();
+        let mut own = crate::kernels::composite::tests::case_for_tests("bf16", 1e-5);
+        own.timing.median_s = 1e-5;
+        let cases = to_cases(o.cases, &[own], true, Some(1e12), None);
+        assert_eq!(cases.len(), 3);
+        let mm = &cases[0];
+        // One denominator: rigbench's bf16 (10 µs) over the peer's 20 µs.
+        assert_eq!(mm.derived.speedup_vs_bf16, Some(0.5));
+        assert_eq!(mm.timing.stop_reason, Some(StopReason::TimeCap));
+        assert_eq!(mm.derived.weight_bytes, 1024);
+        let g = mm.graph.as_ref().unwrap();
+        assert_eq!(g.timing.graph.as_ref().unwrap().weight_copies, 4);
+        assert_eq!(g.timing.stop_reason, Some(StopReason::Converged));
+        assert!(!g.timing.cold_l2);
+        let sm = &cases[1];
+        assert!(
+            (sm.total_s() - 1.4e-5).abs() < 1e-15,
+            "GEMM + activation quantization"
+        );
+        assert_eq!(
+            sm.timing.stop_reason, None,
+            "an older script reports no reason"
+        );
+        assert_eq!(
+            sm.derived.weight_bytes,
+            peer_weight_bytes("torch._scaled_mm", 16, 32)
+        );
+        // Graph only: the graph timing is the primary one.
+        let gl = &cases[2];
+        assert!(gl.graph.is_none() && gl.timing.graph.is_some());
+        assert_eq!(gl.cold_timing(), None);
+        assert_eq!(gl.derived.speedup_vs_bf16, Some(2.0));
+    }
+
+    #[test]
+    fn spec_carries_timing_modes_and_peer_folders() {
+        let opts = BenchOptions {
+            suite: crate::kernels::suite::load("smoke").unwrap(),
+            formats: vec![],
+            stopping: crate::stats::StoppingRule::default(),
+            warmup: 3,
+            cold_l2: true,
+            flush: crate::gpu::FlushMethod::Read,
+            tune_samples: 5,
+            determinism_m: vec![],
+            determinism_runs: 5,
+            peers: PeerMode::On,
+            timing: TimingModes::Both,
+        };
+        let k = KernelResults {
+            timing_policy: Some(TimingPolicy {
+                warmup_iters: 3,
+                stopping: opts.stopping.clone(),
+                l2_flush_bytes: 120 << 20,
+                timer: String::new(),
+                modes: TimingModes::Both,
+                graph: Some(GraphPolicy {
+                    min_total_weight_bytes: 240 << 20,
+                    min_launches: 8,
+                    description: String::new(),
+                }),
+            }),
+            ..Default::default()
+        };
+        let v = spec(&opts, &k, &[PathBuf::from("/x/.peers")]);
+        assert_eq!(v["timing"]["cold"], true);
+        assert_eq!(v["timing"]["graph"], true);
+        assert_eq!(v["timing"]["graph_min_total_bytes"], 240u64 << 20);
+        assert_eq!(v["sys_path"][0], "/x/.peers");
+        assert_eq!(v["stopping"]["min_samples"], opts.stopping.min_samples);
+    }
+
+    #[test]
     fn the_script_is_embedded() {
         assert!(SCRIPT.contains("_weight_int4pack_mm") && SCRIPT.contains("--spec"));
+        assert!(SCRIPT.contains("gemlite") && SCRIPT.contains("CUDAGraph"));
+        // The script's copy rule is rigbench's.
+        assert!(SCRIPT.contains("copies = max(2, min_total // max(1, nbytes) + 1)"));
     }
 }

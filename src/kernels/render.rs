@@ -1,5 +1,8 @@
-//! The kernel section of a report: Markdown tables (per shape: rows M, columns implementations
-//! with time and speedup vs `bf16`), crossover points, the W4A16 targets, kernel facts,
+//! The kernel section of a report: rigbench's kernel goals ([`super::goals`]), the decode-step
+//! composite ([`super::composite`]), the fitted fixed cost and streaming rate ([`super::fit`]),
+//! cold against graph timing ([`super::timing_modes`]), Markdown tables per shape (rows M,
+//! columns implementations with time and speedup against rigbench's `bf16`, one denominator for
+//! every provider; FP8 with its activation quantization), crossover points, peers, kernel facts,
 //! determinism, the CPU accuracy study, skips; `kernels.csv`; and SVG plots (plotters).
 
 use std::collections::BTreeMap;
@@ -7,8 +10,11 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::schema::{KernelCase, KernelResults};
-use crate::report::table::{human_bytes, human_seconds, markdown_table};
+use super::schema::{KernelCase, KernelResults, TimingModes};
+
+/// File name of the decode-step composite chart.
+pub const COMPOSITE_PLOT: &str = "kernels_composite.svg";
+use crate::report::table::{human_bytes, human_seconds, markdown_table, thousands};
 
 /// Column key of a case: `bf16`, or `torch:torch.matmul` for peers.
 fn col_key(c: &KernelCase) -> String {
@@ -43,17 +49,25 @@ fn by_shape(k: &KernelResults) -> ShapeCases<'_> {
 }
 
 fn columns(cases: &BTreeMap<(String, usize), &KernelCase>) -> Vec<String> {
-    let rank = |c: &str| match c {
-        "bf16" => 0,
-        "fp8" => 1,
-        "w4a16" => 2,
-        "w4a4" => 3,
-        _ => 4,
-    };
     let mut cols: Vec<String> = cases.keys().map(|(c, _)| c.clone()).collect();
-    cols.sort_by_key(|c| (rank(c), c.clone()));
+    cols.sort_by_key(|c| super::composite::column_rank(c));
     cols.dedup();
     cols
+}
+
+/// A row is flagged as noisy when its σ/mean exceeds this many times the stopping target.
+pub const NOISY_FACTOR: f64 = 3.0;
+
+/// Whether `c`'s spread is far above the stopping target `target_rel_std`.
+pub fn noisy(c: &KernelCase, target_rel_std: f64) -> bool {
+    c.timing.rel_std > NOISY_FACTOR * target_rel_std.max(1e-6)
+}
+
+/// Whether a column's cases include a separately timed activation quantization.
+fn has_quant(cases: &BTreeMap<(String, usize), &KernelCase>, col: &str) -> bool {
+    cases
+        .iter()
+        .any(|((c, _), x)| c == col && KernelCase::act_quant(&x.extra).is_some())
 }
 
 /// Intervals of M where `a` is faster than `b` (both measured), as text.
@@ -71,9 +85,9 @@ pub fn crossover(a: &str, b: &str, points: &[(usize, f64, f64)]) -> Option<Strin
     }
     let fmt = |s: &(bool, usize, usize)| {
         if s.1 == s.2 {
-            format!("M = {}", s.1)
+            format!("M = {}", thousands(s.1 as u64))
         } else {
-            format!("M = {}…{}", s.1, s.2)
+            format!("M = {}…{}", thousands(s.1 as u64), thousands(s.2 as u64))
         }
     };
     let wins: Vec<String> = segs.iter().filter(|s| s.0).map(fmt).collect();
@@ -87,38 +101,111 @@ pub fn crossover(a: &str, b: &str, points: &[(usize, f64, f64)]) -> Option<Strin
     } else if segs[0].0 && segs.len() == 2 {
         format!(
             "{a} is faster than {b} up to M = {}; {b} is faster from M = {}",
-            segs[0].2, segs[1].1
+            thousands(segs[0].2 as u64),
+            thousands(segs[1].1 as u64)
         )
     } else {
         format!("{a} is faster than {b} at {}", wins.join(", "))
     })
 }
 
-fn cell(c: Option<&&KernelCase>) -> String {
+/// A table cell: the case's time (FP8 with its activation quantization), the speedup against
+/// rigbench's `bf16` median `base` (one denominator for every column), and `‡` when its spread
+/// is far above the stopping target.
+fn cell(c: Option<&&KernelCase>, base: Option<f64>, target: Option<f64>) -> String {
     match c {
         None => "—".into(),
         Some(c) => {
-            let mut s = human_seconds(c.timing.median_s);
-            if let Some(x) = c.derived.speedup_vs_bf16 {
-                s.push_str(&format!(" ({x:.2}×)"));
+            let t = c.total_s();
+            let mut s = human_seconds(t);
+            if let Some(b) = base.filter(|_| t > 0.0) {
+                s.push_str(&format!(" ({:.2}×)", b / t));
+            }
+            if target.is_some_and(|x| noisy(c, x)) {
+                s.push_str(" ‡");
             }
             s
         }
     }
 }
 
+/// The column header: FP8 columns with a timed activation quantization say they include it.
+fn col_header(cases: &BTreeMap<(String, usize), &KernelCase>, col: &str) -> String {
+    let fp8 = cases
+        .iter()
+        .any(|((c, _), x)| c == col && x.format == crate::formats::GemmFormat::Fp8);
+    if has_quant(cases, col) {
+        format!("{col} (+ act. quant)")
+    } else if fp8 {
+        format!("{col} (GEMM only: act. quant not timed)")
+    } else {
+        col.to_string()
+    }
+}
+
+/// Serde name of a stop reason (`converged`, `sample_cap`, `time_cap`).
+fn stop_name(r: Option<crate::stats::StopReason>) -> String {
+    r.and_then(|r| serde_json::to_value(r).ok())
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "not recorded".into())
+}
+
+/// How many flagged cases the footnote under a table names before it counts the rest.
+const FLAGGED_SHOWN: usize = 4;
+
+/// One line on the SM clock polled while the cases were sampled.
+fn clock_line(k: &KernelResults) -> Option<String> {
+    let with: Vec<&KernelCase> = k.cases.iter().filter(|c| c.clocks.is_some()).collect();
+    if with.is_empty() {
+        return None;
+    }
+    let lo = with
+        .iter()
+        .filter_map(|c| c.clocks.as_ref()?.min_mhz)
+        .min()?;
+    let hi = with
+        .iter()
+        .filter_map(|c| c.clocks.as_ref()?.max_mhz)
+        .max()?;
+    let throttled = with.iter().filter(|c| !c.throttle.is_empty()).count();
+    let source = with[0]
+        .clocks
+        .as_ref()
+        .map(|c| c.source.clone())
+        .unwrap_or_default();
+    Some(format!(
+        "SM clock while the cases were sampled ({source}): {lo}–{hi} MHz; harmful throttle reasons seen in {throttled} of {} cases{}.\n",
+        with.len(),
+        if throttled > 0 { " (named in the notes)" } else { "" }
+    ))
+}
+
 /// The kernel section as Markdown; `plots` are file names written next to report.md.
 pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
+    markdown_for(k, plots, &[])
+}
+
+/// [`markdown`] on a card whose capability table is `caps`: skip reasons then use the table's
+/// word for each format ([`super::wording::skip_reason`]).
+pub fn markdown_for(
+    k: &KernelResults,
+    plots: &[String],
+    caps: &[crate::rig::Capability],
+) -> String {
     let mut o = String::new();
     o.push_str(&format!("## Kernels: suite `{}`\n\n", k.suite.name));
     if !k.suite.description.is_empty() {
         o.push_str(&format!("{}\n\n", k.suite.description));
     }
-    o.push_str("GEMM `C[M, N] = A[M, K] · W[N, K]ᵀ`, BF16 output. Times are medians of CUDA-event samples; the figure in parentheses is the speedup against rigbench's `bf16` (cuBLASLt) case of the same shape and M.\n\n");
-    if let Some(p) = &k.timing_policy {
+    if !k.cases.is_empty() {
+        o.push_str("GEMM `C[M, N] = A[M, K] · W[N, K]ᵀ`, BF16 output. Times are medians of the samples. One denominator in every table: the figure in parentheses is rigbench's `bf16` (cuBLASLt) median at the same shape and M divided by the cell's time, peer columns included. FP8 columns marked `+ act. quant` include the activation quantization (timed separately; its share is in the `fp8 act. quant` column), and so do the `fastest` column and the crossovers marked so. `‡` marks a case whose σ/mean is more than 3× the stopping target.\n\n");
+    }
+    if let Some(p) = k.timing_policy.as_ref().filter(|_| !k.cases.is_empty()) {
         o.push_str(&format!(
-            "Conditions: {}; warm-up {} launches; sampling stops at σ/mean ≤ {:.1}% (after ≥ {} samples), at {} samples, or after {:.2} s; timer: {}.\n",
-            if p.l2_flush_bytes > 0 {
+            "Conditions: {}; warm-up {} launches; sampling stops at σ/mean ≤ {:.1}% (after ≥ {} samples), at {} samples, or after {:.2} s once {} samples are in; timer: {}.\n",
+            if p.modes == TimingModes::Graph {
+                "graph timing (no flush: the launches rotate over weight copies larger than 4× L2)".to_string()
+            } else if p.l2_flush_bytes > 0 {
                 format!("cold L2 (a {} L2 flush before every sample)", human_bytes(p.l2_flush_bytes))
             } else {
                 "warm L2 (no flush)".into()
@@ -128,10 +215,16 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
             p.stopping.min_samples,
             p.stopping.max_samples,
             p.stopping.max_time_s,
+            p.stopping.min_samples,
             p.timer
         ));
+        match p.modes {
+            TimingModes::Cold => {}
+            TimingModes::Graph => o.push_str("Timing mode: **graph** (every figure below is a per-GEMM time from back-to-back launches over rotating weight copies in a CUDA graph, not a cold single launch).\n"),
+            TimingModes::Both => o.push_str("Timing modes: cold (the tables) and graph (beside it, in the timing-modes section and the composite).\n"),
+        }
     }
-    if let Some(c) = &k.copy_bandwidth {
+    if let Some(c) = k.copy_bandwidth.as_ref().filter(|_| !k.cases.is_empty()) {
         o.push_str(&format!(
             "Memory roofline measured in the same run: device-to-device copy of {} at {:.2} TB/s (bytes read + written over the median of {} copies).\n",
             human_bytes(c.bytes),
@@ -139,41 +232,73 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
             c.samples
         ));
     }
-    o.push('\n');
+    if let Some(l) = clock_line(k) {
+        o.push_str(&l);
+    }
     if k.cases.is_empty() {
         o.push_str("No kernel case was timed on this machine (see the skips below).\n\n");
+    } else {
+        o.push('\n');
     }
-    o.push_str(&targets(k));
+    let composite = k.composite.clone().or_else(|| super::composite::compute(k));
+    o.push_str(&super::goals::markdown(k, composite.as_ref()));
+    if let Some(c) = &composite {
+        let plot = plots
+            .iter()
+            .any(|p| p == COMPOSITE_PLOT)
+            .then_some(COMPOSITE_PLOT);
+        o.push_str(&super::composite::markdown(c, plot));
+    }
+    o.push_str(&super::fit::markdown(k));
+    o.push_str(&super::timing_modes::markdown(k));
+    let target = k.timing_policy.as_ref().map(|p| p.stopping.target_rel_std);
     for (shape, cases) in by_shape(k) {
         let any = cases.values().next().copied();
         let (n, kk) = any.map(|c| (c.n, c.k)).unwrap_or((0, 0));
-        o.push_str(&format!("### `{shape}` (N = {n}, K = {kk})\n\n"));
+        o.push_str(&format!(
+            "### `{shape}` (N = {}, K = {})\n\n",
+            thousands(n as u64),
+            thousands(kk as u64)
+        ));
         let cols = columns(&cases);
         let mut ms: Vec<usize> = cases.keys().map(|(_, m)| *m).collect();
         ms.sort_unstable();
         ms.dedup();
         let mut headers: Vec<String> = vec!["M".into()];
-        headers.extend(cols.iter().cloned());
-        let has_fp8q = cases
-            .values()
-            .any(|c| c.implementation == "fp8" && !c.extra.is_empty());
+        headers.extend(cols.iter().map(|c| col_header(&cases, c)));
+        let has_fp8q = has_quant(&cases, "fp8");
         if has_fp8q {
             headers.push("fp8 act. quant".into());
         }
         headers.push("w4a16 % copy BW".into());
-        headers.push("fastest".into());
+        headers.push("fastest (FP8 incl. act. quant)".into());
         let mut rows = Vec::new();
+        let mut flagged = Vec::new();
         for m in &ms {
-            let mut r = vec![m.to_string()];
+            let base = cases
+                .get(&("bf16".to_string(), *m))
+                .map(|c| c.timing.median_s);
+            let mut r = vec![thousands(*m as u64)];
             for c in &cols {
-                r.push(cell(cases.get(&(c.clone(), *m))));
+                let x = cases.get(&(c.clone(), *m));
+                if let (Some(x), Some(t)) = (x, target) {
+                    if noisy(x, t) {
+                        flagged.push(format!(
+                            "{c} M = {m}: σ/mean {:.1}% over {} samples (stop: {})",
+                            x.timing.rel_std * 100.0,
+                            x.timing.samples_s.len(),
+                            stop_name(x.timing.stop_reason)
+                        ));
+                    }
+                }
+                r.push(cell(x, base, target));
             }
             if has_fp8q {
                 r.push(
                     cases
                         .get(&("fp8".into(), *m))
-                        .and_then(|c| c.extra.first())
-                        .map(|e| human_seconds(e.timing.median_s))
+                        .and_then(|c| KernelCase::act_quant(&c.extra))
+                        .map(|e| human_seconds(e.median_s))
                         .unwrap_or_else(|| "—".into()),
                 );
             }
@@ -186,7 +311,7 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
             );
             let fastest = cols
                 .iter()
-                .filter_map(|c| cases.get(&(c.clone(), *m)).map(|x| (c, x.timing.median_s)))
+                .filter_map(|c| cases.get(&(c.clone(), *m)).map(|x| (c, x.total_s())))
                 .min_by(|a, b| a.1.total_cmp(&b.1))
                 .map(|(c, _)| c.clone())
                 .unwrap_or_default();
@@ -196,22 +321,59 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
         let hdr: Vec<&str> = headers.iter().map(String::as_str).collect();
         o.push_str(&markdown_table(&hdr, &rows));
         o.push('\n');
-        let pairs = [("w4a16", "fp8"), ("w4a16", "bf16"), ("fp8", "bf16")];
+        if !flagged.is_empty() {
+            let more = flagged.len().saturating_sub(FLAGGED_SHOWN);
+            flagged.truncate(FLAGGED_SHOWN);
+            o.push_str(&format!(
+                "‡ σ/mean more than {NOISY_FACTOR}× the stopping target ({:.1}%): {}{}.\n\n",
+                target.unwrap_or(0.0) * 100.0,
+                flagged.join("; "),
+                if more > 0 {
+                    format!("; and {more} more (kernels.csv: rel_std, stop_reason)")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        // FP8 lines say whether its activation quantization (timed separately) is counted.
+        let with_quant = |c: &KernelCase| c.total_s();
+        let plain = |c: &KernelCase| c.timing.median_s;
+        let excl = "FP8 excluding activation quantization: ";
+        let incl = "FP8 including activation quantization: ";
+        type Time = fn(&KernelCase) -> f64;
+        let mut pairs: Vec<(&str, &str, &str, Time)> = vec![
+            ("w4a16", "fp8", if has_fp8q { excl } else { "" }, plain),
+            ("w4a16", "bf16", "", plain),
+            ("fp8", "bf16", if has_fp8q { excl } else { "" }, plain),
+        ];
+        if has_fp8q {
+            pairs.insert(1, ("w4a16", "fp8", incl, with_quant));
+            pairs.push(("fp8", "bf16", incl, with_quant));
+        }
         let mut lines = Vec::new();
-        for (a, b) in pairs {
+        for (a, b, label, time) in pairs {
+            // `time` applies to the FP8 side only.
+            let t = |c: &KernelCase| {
+                if c.implementation == "fp8" {
+                    time(c)
+                } else {
+                    plain(c)
+                }
+            };
             let pts: Vec<(usize, f64, f64)> = ms
                 .iter()
                 .filter_map(|m| {
-                    let ta = cases.get(&(a.to_string(), *m))?.timing.median_s;
-                    let tb = cases.get(&(b.to_string(), *m))?.timing.median_s;
+                    let ta = t(cases.get(&(a.to_string(), *m))?);
+                    let tb = t(cases.get(&(b.to_string(), *m))?);
                     Some((*m, ta, tb))
                 })
                 .collect();
             if let Some(t) = crossover(a, b, &pts) {
-                lines.push(format!("- {t}"));
+                lines.push(format!("- {label}{t}"));
             }
         }
         if !lines.is_empty() {
+            // Each FP8 line says whether it counts the activation quantization.
             o.push_str("Crossovers:\n\n");
             o.push_str(&lines.join("\n"));
             o.push_str("\n\n");
@@ -226,6 +388,7 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
     if plots.contains(&"kernels_fastest.svg".to_string()) {
         o.push_str("### Fastest format at each M\n\n![fastest implementation per shape and M](kernels_fastest.svg)\n\n");
     }
+    o.push_str(&super::peak::markdown(k));
     let paths: Vec<Vec<String>> = k
         .cases
         .iter()
@@ -236,33 +399,24 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
                 c.m.to_string(),
                 c.implementation.clone(),
                 c.path.clone(),
+                c.clocks
+                    .as_ref()
+                    .and_then(|x| Some(format!("{}–{}", x.min_mhz?, x.max_mhz?)))
+                    .unwrap_or_else(|| "—".into()),
+                stop_name(c.timing.stop_reason),
             ]
         })
         .collect();
     if !paths.is_empty() {
-        o.push_str("### What ran\n\n<details><summary>Path of every rigbench case</summary>\n\n");
-        o.push_str(&markdown_table(&["shape", "M", "impl", "path"], &paths));
+        o.push_str("### What ran\n\n<details><summary>Path of every rigbench case, the SM clock polled while it was sampled, and why sampling stopped</summary>\n\n");
+        o.push_str(&markdown_table(
+            &["shape", "M", "impl", "path", "SM clock (MHz)", "stop"],
+            &paths,
+        ));
         o.push_str("\n</details>\n\n");
     }
     if !k.peers.is_empty() {
-        o.push_str("### Peers\n\nPeer rows (columns named `provider:implementation`) ran in the same session with the same shapes, M values, L2 flush and stopping rule; they are never mixed with rigbench's own rows.\n\n");
-        let rows: Vec<Vec<String>> = k
-            .peers
-            .iter()
-            .map(|p| {
-                vec![
-                    p.provider.clone(),
-                    p.implementations.join(", "),
-                    if p.available { "yes" } else { "no" }.into(),
-                    p.detail.clone(),
-                ]
-            })
-            .collect();
-        o.push_str(&markdown_table(
-            &["provider", "implementations", "ran", "detail"],
-            &rows,
-        ));
-        o.push('\n');
+        o.push_str(&peer_section(k));
     }
     if !k.kernel_facts.is_empty() {
         o.push_str("### Kernel facts\n\n");
@@ -325,37 +479,82 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
     if !k.reference_accuracy.is_empty() {
         o.push_str("### Accuracy of each format (CPU reference, no GPU involved)\n\n");
         o.push_str("Relative L2 error of the format's GEMM against the exact product of the unquantized operands. W4A4 here is emulated (quantize, dequantize, multiply): an accuracy figure, never a speed.\n\n");
+        let split = k
+            .reference_accuracy
+            .iter()
+            .any(|a| a.rel_l2_non_outlier.is_some());
         let rows: Vec<Vec<String>> = k
             .reference_accuracy
             .iter()
             .map(|a| {
-                vec![
+                let mut r = vec![
                     a.format.display_name().into(),
                     a.shape.clone(),
                     a.data.clone(),
                     format!("{:.2e}", a.rel_l2_vs_exact),
-                ]
+                ];
+                if split {
+                    r.push(match a.rel_l2_non_outlier {
+                        // Flag the case where the overall figure hides a worse error on the
+                        // ordinary channels (W4A4: the outlier is exact, the rest of its block
+                        // loses precision).
+                        Some(e) if e > 1.2 * a.rel_l2_vs_exact => {
+                            format!("**{e:.2e}** (worse than overall)")
+                        }
+                        Some(e) => format!("{e:.2e}"),
+                        None => "—".into(),
+                    });
+                }
+                r
             })
             .collect();
-        o.push_str(&markdown_table(
-            &["format", "M×N×K", "data", "rel. L2 error vs exact"],
-            &rows,
-        ));
+        let mut headers = vec!["format", "M×N×K", "data", "rel. L2 error vs exact"];
+        if split {
+            headers.push("same, non-outlier channels only");
+        }
+        o.push_str(&markdown_table(&headers, &rows));
         o.push('\n');
+        if split {
+            o.push_str("With outlier channels, the outliers dominate the norm of the product and are represented almost exactly (each is the largest value of its block), so the overall error can look no worse than on plain data; the last column is the error of the product over the other channels, which is what the outliers cost them.\n\n");
+        }
     }
     if !k.skipped.is_empty() {
         o.push_str("### Skipped kernel cases\n\n");
-        let rows: Vec<Vec<String>> = k
-            .skipped
-            .iter()
-            .map(|s| {
-                vec![
+        // One row per (provider, implementation, M, reason), the shapes it covers joined.
+        let mut groups: Vec<(String, String, String, String, Vec<String>)> = Vec::new();
+        for s in &k.skipped {
+            let m = s.m.map(|m| m.to_string()).unwrap_or_else(|| "all".into());
+            let reason = super::wording::skip_reason(&s.implementation, &s.reason, caps);
+            match groups
+                .iter_mut()
+                .find(|g| g.0 == s.provider && g.1 == s.implementation && g.2 == m && g.3 == reason)
+            {
+                Some(g) => g.4.push(s.shape.clone()),
+                None => groups.push((
                     s.provider.clone(),
                     s.implementation.clone(),
-                    s.shape.clone(),
-                    s.m.map(|m| m.to_string()).unwrap_or_else(|| "all".into()),
-                    s.reason.clone(),
-                ]
+                    m,
+                    reason,
+                    vec![s.shape.clone()],
+                )),
+            }
+        }
+        let all_shapes = by_shape(k).len().max(
+            k.skipped
+                .iter()
+                .map(|s| s.shape.as_str())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+        );
+        let rows: Vec<Vec<String>> = groups
+            .into_iter()
+            .map(|(p, i, m, reason, shapes)| {
+                let shape = if shapes.len() > 1 && shapes.len() == all_shapes {
+                    format!("all {} shapes", shapes.len())
+                } else {
+                    shapes.join(", ")
+                };
+                vec![p, i, shape, m, reason]
             })
             .collect();
         o.push_str(&markdown_table(
@@ -374,95 +573,59 @@ pub fn markdown(k: &KernelResults, plots: &[String]) -> String {
     o
 }
 
-/// The W4A16 targets of issue 4, evaluated on whatever was measured.
-fn targets(k: &KernelResults) -> String {
-    let w: Vec<&KernelCase> = k
-        .cases
+/// The peer section: which providers were tried, which ran, their timed and skipped cases with
+/// the first reason, and how many of their rows are noisy.
+fn peer_section(k: &KernelResults) -> String {
+    let mut o = String::from("### Peers\n\nPeer rows (columns named `provider:implementation`) ran in the same session with the same shapes, M values, L2 flush, stopping rule and timing modes; they are never mixed with rigbench's own rows, and their speedups use the same denominator (rigbench's `bf16`). Every provider tried is listed, with why it did not run where it did not.\n\n");
+    let target = k.timing_policy.as_ref().map(|p| p.stopping.target_rel_std);
+    let rows: Vec<Vec<String>> = k
+        .peers
         .iter()
-        .filter(|c| c.provider == "rigbench" && c.implementation == "w4a16")
-        .collect();
-    if w.is_empty() {
-        return String::new();
-    }
-    let find = |impl_: &str, shape: &str, m: usize| {
-        k.cases.iter().find(|c| {
-            c.provider == "rigbench" && c.implementation == impl_ && c.shape == shape && c.m == m
-        })
-    };
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    let mut add = |name: &str, need: f64, vals: Vec<(String, f64)>, unit: &str| {
-        if vals.is_empty() {
-            return;
-        }
-        let (worst_at, worst) = vals
-            .iter()
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .cloned()
-            .unwrap_or_default();
-        let met = vals.iter().filter(|v| v.1 >= need).count();
-        rows.push(vec![
-            name.to_string(),
-            format!("{need}{unit}"),
-            format!("{met}/{}", vals.len()),
-            format!("{worst:.2}{unit} ({worst_at})"),
-            if met == vals.len() {
-                "met".into()
-            } else {
-                "NOT met".into()
-            },
-        ]);
-    };
-    let bw: Vec<(String, f64)> = w
-        .iter()
-        .filter(|c| c.m <= 16 && (c.n as f64) * (c.k as f64) >= 25e6)
-        .filter_map(|c| Some((format!("{} M={}", c.shape, c.m), c.derived.pct_copy_bw?)))
-        .collect();
-    add(
-        "M ≤ 16, N·K ≥ 25·10⁶: weight stream ≥ 80% of copy bandwidth",
-        80.0,
-        bw,
-        "%",
-    );
-    let s1: Vec<(String, f64)> = w
-        .iter()
-        .filter(|c| c.m == 1)
-        .filter_map(|c| Some((c.shape.clone(), c.derived.speedup_vs_bf16?)))
-        .collect();
-    add("M = 1: ≥ 3.3× faster than bf16", 3.3, s1, "×");
-    let s2: Vec<(String, f64)> = w
-        .iter()
-        .filter(|c| c.m == 1)
-        .filter_map(|c| {
-            Some((
-                c.shape.clone(),
-                find("fp8", &c.shape, 1)?.timing.median_s / c.timing.median_s,
-            ))
+        .map(|p| {
+            let mine: Vec<&KernelCase> = k
+                .cases
+                .iter()
+                .filter(|c| c.provider == p.provider)
+                .collect();
+            let skips: Vec<_> = k
+                .skipped
+                .iter()
+                .filter(|s| s.provider == p.provider)
+                .collect();
+            let noisy_n = target
+                .map(|t| mine.iter().filter(|c| noisy(c, t)).count())
+                .unwrap_or(0);
+            vec![
+                p.provider.clone(),
+                p.implementations.join(", "),
+                if p.available { "yes" } else { "no" }.into(),
+                mine.len().to_string(),
+                match skips.first() {
+                    None => "0".into(),
+                    Some(s) => format!(
+                        "{} (e.g. {} {} M = {}: {})",
+                        skips.len(),
+                        s.implementation,
+                        s.shape,
+                        s.m.map(|m| m.to_string()).unwrap_or_else(|| "all".into()),
+                        s.reason
+                    ),
+                },
+                noisy_n.to_string(),
+                p.detail.clone(),
+            ]
         })
         .collect();
-    add("M = 1: ≥ 2.5× faster than fp8", 2.5, s2, "×");
-    let s3: Vec<(String, f64)> = w
-        .iter()
-        .filter(|c| c.m == 64)
-        .filter_map(|c| Some((c.shape.clone(), c.derived.speedup_vs_bf16?)))
-        .collect();
-    add("M = 64: ≥ 2× faster than bf16", 2.0, s3, "×");
-    let s4: Vec<(String, f64)> = w
-        .iter()
-        .filter(|c| c.m >= 1024)
-        .filter_map(|c| {
-            Some((
-                format!("{} M={}", c.shape, c.m),
-                100.0 * c.derived.tflops / find("bf16", &c.shape, c.m)?.derived.tflops,
-            ))
-        })
-        .collect();
-    add("M ≥ 1024: ≥ 80% of bf16 TFLOP/s", 80.0, s4, "%");
-    if rows.is_empty() {
-        return String::new();
-    }
-    let mut o = String::from("### W4A16 targets\n\nEach ratio is measured within this run (same card, same conditions).\n\n");
     o.push_str(&markdown_table(
-        &["target", "need", "cases meeting it", "worst", "verdict"],
+        &[
+            "provider",
+            "implementations",
+            "ran",
+            "cases timed",
+            "cases skipped",
+            "noisy rows ‡",
+            "detail",
+        ],
         &rows,
     ));
     o.push('\n');
@@ -499,6 +662,16 @@ pub fn csv(k: &KernelResults) -> anyhow::Result<String> {
         "check_tolerance",
         "sm_clock_mhz",
         "path",
+        "act_quant_median_s",
+        "total_s",
+        "graph_median_s",
+        "graph_rel_std",
+        "graph_launches",
+        "graph_weight_copies",
+        "graph_skip",
+        "sm_clock_min_mhz",
+        "sm_clock_max_mhz",
+        "throttle_seen",
     ])?;
     for c in &k.cases {
         let opt = |v: Option<f64>| v.map(|x| format!("{x}")).unwrap_or_default();
@@ -529,6 +702,30 @@ pub fn csv(k: &KernelResults) -> anyhow::Result<String> {
             opt(c.check.as_ref().map(|x| x.tolerance)),
             c.sm_clock_mhz.map(|v| v.to_string()).unwrap_or_default(),
             c.path.clone(),
+            opt(KernelCase::act_quant(&c.extra).map(|t| t.median_s)),
+            format!("{}", c.total_s()),
+            opt(c.graph_timings().map(|(t, _)| t.median_s)),
+            opt(c.graph_timings().map(|(t, _)| t.rel_std)),
+            c.graph_timings()
+                .and_then(|(t, _)| t.graph.as_ref())
+                .map(|g| g.launches.to_string())
+                .unwrap_or_default(),
+            c.graph_timings()
+                .and_then(|(t, _)| t.graph.as_ref())
+                .map(|g| g.weight_copies.to_string())
+                .unwrap_or_default(),
+            c.graph_skip.clone().unwrap_or_default(),
+            c.clocks
+                .as_ref()
+                .and_then(|x| x.min_mhz)
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            c.clocks
+                .as_ref()
+                .and_then(|x| x.max_mhz)
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            c.throttle.join(" "),
         ])?;
     }
     Ok(String::from_utf8(w.into_inner()?)?)
@@ -539,16 +736,7 @@ pub fn plot_name(shape: &str) -> String {
     format!("kernels_{}.svg", crate::rig::slug(shape))
 }
 
-const PALETTE: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-];
+use crate::report::plot::PALETTE;
 
 /// Write one SVG per shape (time and weight bandwidth against M, with the copy roofline) and the
 /// fastest-format chart; returns the file names.
@@ -576,6 +764,12 @@ pub fn write_plots(k: &KernelResults, dir: &Path) -> anyhow::Result<Vec<String>>
             .map_err(|e| anyhow::anyhow!("cannot draw {}: {e}", path.display()))?;
         out.push("kernels_fastest.svg".into());
     }
+    if let Some(c) = k.composite.clone().or_else(|| super::composite::compute(k)) {
+        let path = dir.join(COMPOSITE_PLOT);
+        crate::report::plot::composite_chart(&c, &path)
+            .map_err(|e| anyhow::anyhow!("cannot draw {}: {e}", path.display()))?;
+        out.push(COMPOSITE_PLOT.into());
+    }
     Ok(out)
 }
 
@@ -598,7 +792,7 @@ fn draw_shape(
     );
     let times: Vec<f64> = cases
         .values()
-        .map(|c| c.timing.median_s * 1e6)
+        .map(|c| c.total_s() * 1e6)
         .filter(|t| *t > 0.0)
         .collect();
     let (tmin, tmax) = (
@@ -612,12 +806,16 @@ fn draw_shape(
     let (n, kk) = cases.values().next().map(|c| (c.n, c.k)).unwrap_or((0, 0));
     let mut ch = ChartBuilder::on(&left)
         .caption(
-            format!("{shape} ({n}×{kk}): median time"),
+            format!(
+                "{shape} ({}×{}): median time",
+                thousands(n as u64),
+                thousands(kk as u64)
+            ),
             ("sans-serif", 16),
         )
         .margin(10)
         .x_label_area_size(35)
-        .y_label_area_size(55)
+        .y_label_area_size(70)
         .build_cartesian_2d(
             (mmin..mmax).log_scale(),
             (tmin * 0.8..tmax * 1.25).log_scale(),
@@ -625,16 +823,18 @@ fn draw_shape(
     ch.configure_mesh()
         .x_desc("M (tokens)")
         .y_desc("µs")
+        .x_label_formatter(&crate::report::axis::count_tick)
+        .y_label_formatter(&crate::report::axis::tick)
         .draw()?;
     for (i, col) in cols.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
         let mut pts: Vec<(f64, f64)> = cases
             .iter()
             .filter(|((c, _), _)| c == col)
-            .map(|((_, m), c)| (*m as f64, c.timing.median_s * 1e6))
+            .map(|((_, m), c)| (*m as f64, c.total_s() * 1e6))
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        crate::report::plot::line_with_points(&mut ch, &pts, color, col)?;
+        crate::report::plot::line_with_points(&mut ch, &pts, color, &col_header(cases, col))?;
     }
     ch.configure_series_labels()
         .background_style(WHITE.mix(0.8))
@@ -664,6 +864,8 @@ fn draw_shape(
     ch.configure_mesh()
         .x_desc("M (tokens)")
         .y_desc("TB/s")
+        .x_label_formatter(&crate::report::axis::count_tick)
+        .y_label_formatter(&crate::report::axis::tick)
         .draw()?;
     if let Some(bw) = copy_bw {
         let y = bw / 1e12;
@@ -707,7 +909,7 @@ fn draw_fastest(shapes: &ShapeCases<'_>, path: &Path) -> PlotResult {
             if let Some((c, _)) = cases
                 .iter()
                 .filter(|((_, mm), _)| mm == m)
-                .map(|((c, _), x)| (c.clone(), x.timing.median_s))
+                .map(|((c, _), x)| (c.clone(), x.total_s()))
                 .min_by(|a, b| a.1.total_cmp(&b.1))
             {
                 if !impls.contains(&c) {
@@ -722,7 +924,10 @@ fn draw_fastest(shapes: &ShapeCases<'_>, path: &Path) -> PlotResult {
     root.fill(&WHITE)?;
     let (chart_area, legend_area) = root.split_horizontally(960);
     let mut ch = ChartBuilder::on(&chart_area)
-        .caption("fastest implementation per shape and M", ("sans-serif", 16))
+        .caption(
+            "fastest implementation per shape and M (FP8 incl. act. quant)",
+            ("sans-serif", 16),
+        )
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(110)
@@ -742,7 +947,7 @@ fn draw_fastest(shapes: &ShapeCases<'_>, path: &Path) -> PlotResult {
         .y_labels(shapes.len() + 1)
         .x_label_formatter(&|v| {
             label(v, &|i| {
-                ms2.get(i).map(|m| m.to_string()).unwrap_or_default()
+                ms2.get(i).map(|m| thousands(*m as u64)).unwrap_or_default()
             })
         })
         .y_label_formatter(&|v| label(v, &|i| names.get(i).cloned().unwrap_or_default()))
@@ -801,6 +1006,7 @@ mod tests {
                 rel_std: 0.0,
                 stop_reason: None,
                 cold_l2: true,
+                graph: None,
             },
             extra: vec![],
             derived: Derived {
@@ -810,6 +1016,9 @@ mod tests {
             },
             sm_clock_mhz: None,
             throttle: vec![],
+            graph: None,
+            graph_skip: None,
+            clocks: None,
         }
     }
 
@@ -834,6 +1043,71 @@ mod tests {
     }
 
     #[test]
+    fn wording_of_the_kernel_section() {
+        // Nothing timed: no sentence about CUDA-event timing.
+        let empty = KernelResults {
+            timing_policy: None,
+            ..Default::default()
+        };
+        let md = markdown(&empty, &[]);
+        assert!(
+            !md.contains("Times are medians") && md.contains("No kernel case was timed"),
+            "{md}"
+        );
+        // FP8 with its activation quantization timed apart: both crossover lines, labelled.
+        let mut fp8 = case("fp8", "qkv", 1, 0.9e-5);
+        fp8.extra.push(NamedTiming {
+            name: "activation_quant".into(),
+            timing: Timing {
+                median_s: 0.5e-5,
+                ..fp8.timing.clone()
+            },
+        });
+        let k = KernelResults {
+            cases: vec![
+                case("bf16", "qkv", 1, 3e-5),
+                fp8,
+                case("w4a16", "qkv", 1, 1e-5),
+            ],
+            skipped: ["qkv", "o_proj"]
+                .iter()
+                .map(|s| SkippedCase {
+                    provider: "rigbench".into(),
+                    implementation: "w4a4".into(),
+                    shape: s.to_string(),
+                    m: None,
+                    reason: "unsupported on this card: sm_90 has no FP4 tensor cores".into(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let caps = crate::rig::capability::table("sm_90".parse().unwrap());
+        let md = markdown_for(&k, &[], &caps);
+        assert!(md.contains("Times are medians"), "{md}");
+        assert!(
+            md.contains("- FP8 excluding activation quantization: w4a16 is never faster than fp8"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- FP8 including activation quantization: w4a16 is faster than fp8 at every M"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("### rigbench's kernel goals"), "{md}");
+        assert!(md.contains("not a property of the card"), "{md}");
+        // One row for the W4A4 skip on both shapes, with the capability table's word.
+        assert!(
+            md.contains("| qkv, o_proj ") || md.contains("all 2 shapes"),
+            "{md}"
+        );
+        assert!(
+            md.contains("fallback on this card") && !md.contains("unsupported"),
+            "{md}"
+        );
+    }
+
+    #[test]
     fn markdown_csv_and_plots_render() {
         let k = KernelResults {
             cases: vec![
@@ -854,5 +1128,145 @@ mod tests {
         assert_eq!(files, vec!["kernels_qkv.svg", "kernels_fastest.svg"]);
         let svg = std::fs::read_to_string(d.path().join("kernels_qkv.svg")).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("w4a16"));
+    }
+
+    fn with_quant(mut c: KernelCase, q: f64) -> KernelCase {
+        c.extra.push(NamedTiming {
+            name: ACT_QUANT.into(),
+            timing: Timing {
+                samples_s: vec![q],
+                median_s: q,
+                ..Default::default()
+            },
+        });
+        c
+    }
+
+    fn step_results() -> KernelResults {
+        let mut cases = Vec::new();
+        for (shape, f) in [("a", 1.0), ("b", 2.0)] {
+            for m in [1usize, 16] {
+                cases.push(case("bf16", shape, m, 20e-6 * f));
+                // FP8's GEMM alone is the fastest, but not with its activation quantization.
+                cases.push(with_quant(case("fp8", shape, m, 8e-6 * f), 8e-6));
+                cases.push(case("w4a16", shape, m, 10e-6 * f));
+                let mut p = case("torch._scaled_mm", shape, m, 7e-6 * f);
+                p.provider = "torch".into();
+                p.format = GemmFormat::Fp8;
+                cases.push(p);
+            }
+        }
+        for c in &mut cases {
+            c.derived.weight_bytes = if c.shape == "a" { 1_000_000 } else { 3_000_000 };
+        }
+        // A noisy case.
+        cases[2].timing.rel_std = 0.2;
+        KernelResults {
+            suite: SuiteInfo {
+                name: "t".into(),
+                decode_step: Some(DecodeStep {
+                    description: "a test step".into(),
+                    complete: true,
+                    shapes: vec![
+                        StepShape {
+                            shape: "a".into(),
+                            n: 64,
+                            k: 128,
+                            count: 2,
+                        },
+                        StepShape {
+                            shape: "b".into(),
+                            n: 64,
+                            k: 128,
+                            count: 3,
+                        },
+                    ],
+                }),
+                ..Default::default()
+            },
+            timing_policy: Some(TimingPolicy {
+                warmup_iters: 3,
+                stopping: crate::stats::StoppingRule::default(),
+                l2_flush_bytes: 1 << 20,
+                timer: "events".into(),
+                modes: TimingModes::Cold,
+                graph: None,
+            }),
+            copy_bandwidth: Some(CopyBandwidth {
+                bytes: 1 << 30,
+                median_s: 5e-4,
+                bytes_per_s: 4.2e12,
+                samples: 20,
+            }),
+            cases,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn one_denominator_quant_in_fastest_and_noisy_flags() {
+        let k = step_results();
+        let md = markdown(&k, &[]);
+        // rigbench's fp8 column says it includes the quantization; the peer's says it does not.
+        assert!(md.contains("fp8 (+ act. quant)"), "{md}");
+        assert!(md.contains("torch:torch._scaled_mm (GEMM only: act. quant not timed)"));
+        // fp8 total 16 µs against bf16's 20: 1.25×, and w4a16 (10 µs) is the fastest of
+        // rigbench's rows once quantization is counted (the peer's GEMM alone is 7 µs).
+        assert!(md.contains("16.0 µs (1.25×)"), "{md}");
+        assert!(
+            md.contains("7.0 µs (2.86×)"),
+            "the peer's speedup uses rigbench's bf16: {md}"
+        );
+        assert!(md.contains("w4a16 is faster than fp8 at every M"), "{md}");
+        assert!(
+            md.contains(" ‡") && md.contains("w4a16 M = 1: σ/mean 20.0%"),
+            "{md}"
+        );
+        // The composite, the fits and the goals are there.
+        assert!(md.contains("### Decode-step composite: a test step"));
+        assert!(md.contains("fp8 (incl. act. quant)"));
+        assert!(md.contains("### Fixed cost and streaming rate"));
+        assert!(md.contains("### rigbench's kernel goals"));
+        assert!(
+            !md.contains("### Timing modes"),
+            "no graph timing asked for"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let files = write_plots(&k, d.path()).unwrap();
+        assert!(files.contains(&COMPOSITE_PLOT.to_string()));
+        let svg = std::fs::read_to_string(d.path().join(COMPOSITE_PLOT)).unwrap();
+        assert!(svg.contains("NVFP4 byte floor"), "{svg}");
+        assert!(svg.contains("w4a16") && svg.contains("torch:torch._scaled_mm"));
+        let csv_text = csv(&k).unwrap();
+        let header = csv_text.lines().next().unwrap();
+        assert!(header.ends_with("throttle_seen") && header.contains(",total_s,"));
+        let fp8_row = csv_text
+            .lines()
+            .find(|l| l.starts_with("rigbench,fp8,fp8,a,1,"))
+            .unwrap();
+        assert!(
+            fp8_row.contains(&format!(",{},", 8e-6f64 + 8e-6)),
+            "total_s = GEMM + quantization: {fp8_row}"
+        );
+    }
+
+    #[test]
+    fn graph_mode_is_said_in_the_conditions() {
+        let mut k = step_results();
+        if let Some(p) = k.timing_policy.as_mut() {
+            p.modes = TimingModes::Graph;
+        }
+        let md = markdown(&k, &[]);
+        assert!(md.contains("Timing mode: **graph**"), "{md}");
+    }
+
+    #[test]
+    fn h200_report_renders_the_composite_rows() {
+        let k = crate::kernels::composite::tests::h200_run();
+        let md = markdown(&k, &[COMPOSITE_PLOT.to_string()]);
+        assert!(md.contains("| 1    | 13.92 ms (1.00×)"), "{md}");
+        assert!(md.contains("w4a16 is faster than bf16 up to M = 16; bf16 is faster from M = 32"));
+        assert!(md.contains("![decode-step composite"));
+        assert!(md.contains("| NVFP4   | 14.41 GB       | 3.40 ms"), "{md}");
     }
 }

@@ -30,6 +30,10 @@ pub struct KernelResults {
     pub peers: Vec<PeerStatus>,
     /// Notes and warnings about the run (throttling seen, caps hit).
     pub notes: Vec<String>,
+    /// The decode-step composite (summed GEMM time of one decode step per implementation and
+    /// M), when the suite gives each shape's count per step; see [`super::composite`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub composite: Option<super::composite::Composite>,
 }
 
 /// Identity of a suite.
@@ -41,6 +45,37 @@ pub struct SuiteInfo {
     pub file: String,
     /// One-line description.
     pub description: String,
+    /// The decode step the suite's shapes make up (each shape's count per step), when the suite
+    /// gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_step: Option<DecodeStep>,
+}
+
+/// One decode step of the suite's model as GEMM shapes with their counts (suite TOML:
+/// `[decode_step]` and each shape's `per_step`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DecodeStep {
+    /// What the step is (e.g. `one Qwen3.6-27B decode step: ...`).
+    pub description: String,
+    /// Whether the shapes cover every linear layer of the step (false for a subset suite such
+    /// as `smoke`, or when `--shapes` left shapes out): then the composite is a part of the
+    /// step's time, and the report says so.
+    pub complete: bool,
+    /// The shapes, in suite order, with their counts.
+    pub shapes: Vec<StepShape>,
+}
+
+/// A shape and how many times it runs in one decode step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepShape {
+    /// Shape name.
+    pub shape: String,
+    /// Output features.
+    pub n: usize,
+    /// Input features.
+    pub k: usize,
+    /// GEMMs of this shape per decode step (e.g. 64 for an MLP projection in 64 layers).
+    pub count: u32,
 }
 
 /// How cases are timed.
@@ -54,6 +89,86 @@ pub struct TimingPolicy {
     pub l2_flush_bytes: u64,
     /// Timer used: CUDA events with timing enabled around each launch.
     pub timer: String,
+    /// Which timing modes ran (`--timing`).
+    #[serde(default)]
+    pub modes: TimingModes,
+    /// How graph timing was set up, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphPolicy>,
+}
+
+/// The timing modes of a run (`--timing`; ARCHITECTURE.md, "Timing modes").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum TimingModes {
+    /// One launch between CUDA events after an L2 flush (unless `--warm-l2`).
+    #[default]
+    Cold,
+    /// Back-to-back launches over rotating weight copies larger than L2, captured in a CUDA
+    /// graph; per-GEMM time = graph time / launches.
+    Graph,
+    /// Both: cold is the primary timing, graph is reported beside it.
+    Both,
+}
+
+impl TimingModes {
+    /// Whether cold (event) timing runs.
+    pub fn cold(self) -> bool {
+        matches!(self, Self::Cold | Self::Both)
+    }
+    /// Whether graph timing runs.
+    pub fn graph(self) -> bool {
+        matches!(self, Self::Graph | Self::Both)
+    }
+}
+
+/// How graph timing is set up (the same rule for rigbench's implementations and peers).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphPolicy {
+    /// The weight copies of one case total more than this many bytes (4 × L2).
+    pub min_total_weight_bytes: u64,
+    /// At least this many GEMM launches per graph (a multiple of the copy count).
+    pub min_launches: usize,
+    /// In words.
+    pub description: String,
+}
+
+/// The set-up of one graph timing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphSetup {
+    /// GEMM launches captured in the graph (each sample is the graph's time / this).
+    pub launches: usize,
+    /// Weight copies the launches rotate over.
+    pub weight_copies: usize,
+    /// Bytes of all the copies together.
+    pub weight_bytes_total: u64,
+}
+
+/// Graph timings of a case timed in both modes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphTimings {
+    /// The GEMM, per launch.
+    pub timing: Timing,
+    /// Extra parts (e.g. FP8 activation quantization), back to back in their own graph.
+    #[serde(default)]
+    pub extra: Vec<NamedTiming>,
+}
+
+/// SM clock and throttle reasons polled (NVML) while a case was sampled.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClockStats {
+    /// Readings taken in the case's window.
+    pub readings: usize,
+    /// Lowest SM clock read, MHz.
+    pub min_mhz: Option<u32>,
+    /// Median SM clock read, MHz.
+    pub median_mhz: Option<u32>,
+    /// Highest SM clock read, MHz.
+    pub max_mhz: Option<u32>,
+    /// Every harmful throttle reason seen in any reading (sorted, no repeats).
+    pub throttle_seen: Vec<String>,
+    /// Where the readings came from and how often (e.g. `nvml every 20 ms`).
+    pub source: String,
 }
 
 /// Device-to-device copy bandwidth.
@@ -96,10 +211,60 @@ pub struct KernelCase {
     pub extra: Vec<NamedTiming>,
     /// Figures derived from the timing.
     pub derived: Derived,
-    /// SM clock read after the case, MHz.
+    /// SM clock while the case was sampled, MHz (the median of [`KernelCase::clocks`]; in
+    /// results written before per-case polling, one read after the case's (shape, M) group).
     pub sm_clock_mhz: Option<u32>,
-    /// Harmful throttle reasons active after the case.
+    /// Harmful throttle reasons seen while the case was sampled.
     pub throttle: Vec<String>,
+    /// Graph timing beside the primary one (`--timing both`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphTimings>,
+    /// Why graph timing did not run for this case, when it was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_skip: Option<String>,
+    /// SM clock and throttle reasons polled while the case was sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clocks: Option<ClockStats>,
+}
+
+/// Name of the FP8 activation-quantization part in [`KernelCase::extra`].
+pub const ACT_QUANT: &str = "activation_quant";
+
+impl KernelCase {
+    /// The cold (event) timing, if this case has one.
+    pub fn cold_timing(&self) -> Option<&Timing> {
+        self.timing.graph.is_none().then_some(&self.timing)
+    }
+
+    /// The graph timing and its extra parts, if this case has one.
+    pub fn graph_timings(&self) -> Option<(&Timing, &[NamedTiming])> {
+        if self.timing.graph.is_some() {
+            Some((&self.timing, &self.extra))
+        } else {
+            self.graph.as_ref().map(|g| (&g.timing, g.extra.as_slice()))
+        }
+    }
+
+    /// The activation-quantization part of `extra`, if timed.
+    pub fn act_quant(extra: &[NamedTiming]) -> Option<&Timing> {
+        extra
+            .iter()
+            .find(|e| e.name == ACT_QUANT)
+            .map(|e| &e.timing)
+    }
+
+    /// What one GEMM of this implementation costs in the primary timing, seconds: the GEMM's
+    /// median plus the median of its activation quantization when that is timed separately
+    /// (FP8). This is the time the "fastest" column, crossovers and the composite use.
+    pub fn total_s(&self) -> f64 {
+        self.timing.median_s + Self::act_quant(&self.extra).map_or(0.0, |t| t.median_s)
+    }
+
+    /// [`KernelCase::total_s`] under graph timing.
+    pub fn graph_total_s(&self) -> Option<f64> {
+        let (t, extra) = self.graph_timings()?;
+        Some(t.median_s + Self::act_quant(extra).map_or(0.0, |q| q.median_s))
+    }
 }
 
 /// A correctness check against a reference.
@@ -136,6 +301,10 @@ pub struct Timing {
     pub stop_reason: Option<StopReason>,
     /// Whether L2 was flushed before each sample.
     pub cold_l2: bool,
+    /// Set when this is a graph timing (then `cold_l2` is false and each sample is one graph
+    /// launch's time divided by its GEMM launches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphSetup>,
 }
 
 /// A named timing (e.g. `activation_quant`).
@@ -158,7 +327,9 @@ pub struct Derived {
     pub weight_bytes_per_s: f64,
     /// `weight_bytes_per_s` as a percentage of the measured copy bandwidth.
     pub pct_copy_bw: Option<f64>,
-    /// bf16 median / this median, for the same provider's bf16 case at the same shape and M.
+    /// rigbench's `bf16` median / this median at the same shape and M (one denominator for
+    /// every provider; results written before it was so used the same provider's bf16 row for
+    /// peers, which is why the report recomputes speedups from the medians).
     pub speedup_vs_bf16: Option<f64>,
 }
 
@@ -236,6 +407,13 @@ pub struct AccuracyCase {
     pub data_id: String,
     /// ‖C_format − C_exact‖₂ / ‖C_exact‖₂ where C_exact uses the unquantized f64 operands.
     pub rel_l2_vs_exact: f64,
+    /// The same error over the non-outlier channels only (the GEMM summed over the K indices
+    /// that are not outliers), for data sets with outlier channels; `None` otherwise and in
+    /// results written before it existed. The outlier channels dominate ‖C_exact‖₂ and are
+    /// represented almost exactly (each is its block's maximum), so the overall error hides
+    /// what they cost the other channels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rel_l2_non_outlier: Option<f64>,
     /// The tolerance a kernel of this format is held to against its own dequantized reference
     /// (`None` for formats with no kernel on this build, e.g. emulated W4A4).
     pub kernel_tolerance: Option<f64>,

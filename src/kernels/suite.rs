@@ -9,6 +9,11 @@
 //! n = 14336
 //! k = 5120
 //! note = "optional"
+//! per_step = 16          # optional: GEMMs of this shape in one decode step
+//!
+//! [decode_step]          # optional; when present every shape needs `per_step`
+//! description = "one Qwen3.6-27B decode step"
+//! complete = true        # the shapes cover every linear layer of the step
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -30,6 +35,20 @@ pub struct Shape {
     /// What the shape is.
     #[serde(default)]
     pub note: String,
+    /// How many GEMMs of this shape one decode step of the suite's model runs (e.g. 64 for an
+    /// MLP projection present in 64 layers); required when the suite has `[decode_step]`.
+    #[serde(default)]
+    pub per_step: Option<u32>,
+}
+
+/// The suite's `[decode_step]` table: what one decode step of its model is, for the composite.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecodeStepSpec {
+    /// What the step is, in words.
+    pub description: String,
+    /// Whether the suite's shapes cover every linear layer of the step (false for a subset).
+    pub complete: bool,
 }
 
 /// The model the suite's shapes come from, for the parts that need more than GEMM shapes (the
@@ -73,12 +92,18 @@ pub struct Suite {
     pub m: Vec<usize>,
     /// Shapes.
     pub shapes: Vec<Shape>,
+    /// The decode step the shapes make up, with each shape's `per_step` count.
+    #[serde(default)]
+    pub decode_step: Option<DecodeStepSpec>,
     /// The model, when the suite names it (`[model]`).
     #[serde(default)]
     pub model: Option<ModelInfo>,
     /// Where it was read from (set by the loader).
     #[serde(skip)]
     pub file: PathBuf,
+    /// Whether `--shapes` left some of the suite's shapes out.
+    #[serde(skip)]
+    pub filtered: bool,
 }
 
 /// The built-in suite files, so a binary run outside the source tree still finds them.
@@ -190,6 +215,27 @@ pub fn parse(text: &str, path: &Path) -> Result<Suite, RigError> {
                 format!("shape name '{}' appears twice", sh.name),
             ));
         }
+        match (&s.decode_step, sh.per_step) {
+            (_, Some(0)) => {
+                return Err(RigError::file(
+                    path,
+                    format!("shape '{}' has per_step = 0; give a positive count or remove the shape", sh.name),
+                ))
+            }
+            (Some(_), None) => {
+                return Err(RigError::file(
+                    path,
+                    format!("shape '{}' has no per_step, but the suite has [decode_step]: give every shape its count per decode step", sh.name),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(RigError::file(
+                    path,
+                    format!("shape '{}' has per_step, but the suite has no [decode_step] table (description, complete)", sh.name),
+                ))
+            }
+            _ => {}
+        }
     }
     Ok(s)
 }
@@ -216,8 +262,31 @@ impl Suite {
                 ));
             }
         }
+        let before = self.shapes.len();
         self.shapes.retain(|s| names.contains(&s.name));
+        self.filtered |= self.shapes.len() < before;
         Ok(())
+    }
+
+    /// The decode step of the (possibly `--shapes`-filtered) suite, for the results: `None`
+    /// when the suite has no `[decode_step]`; `complete` only when the suite says so and no
+    /// shape was left out.
+    pub fn decode_step(&self) -> Option<crate::kernels::schema::DecodeStep> {
+        let spec = self.decode_step.as_ref()?;
+        Some(crate::kernels::schema::DecodeStep {
+            description: spec.description.clone(),
+            complete: spec.complete && !self.filtered,
+            shapes: self
+                .shapes
+                .iter()
+                .map(|s| crate::kernels::schema::StepShape {
+                    shape: s.name.clone(),
+                    n: s.n,
+                    k: s.k,
+                    count: s.per_step.unwrap_or(0),
+                })
+                .collect(),
+        })
     }
 }
 
@@ -309,6 +378,60 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`name`"), "{e}");
+    }
+
+    #[test]
+    fn decode_step_counts() {
+        let s = load("qwen3.6-27b").unwrap();
+        let step = s.decode_step().unwrap();
+        assert!(step.complete);
+        let count = |n: &str| step.shapes.iter().find(|x| x.shape == n).unwrap().count;
+        // 16 full-attention layers, 48 Gated-DeltaNet layers, 64 MLPs, one LM head.
+        assert_eq!((count("qkv"), count("o_proj")), (16, 16));
+        assert_eq!(
+            (
+                count("in_proj_qkvz"),
+                count("in_proj_ba"),
+                count("out_proj")
+            ),
+            (48, 48, 48)
+        );
+        assert_eq!(
+            (count("gate_up"), count("down"), count("lm_head")),
+            (64, 64, 1)
+        );
+        let smoke = load("smoke").unwrap().decode_step().unwrap();
+        assert!(!smoke.complete, "the smoke suite is a part of the step");
+        assert_eq!(smoke.shapes.len(), 3);
+        let mut f = load("qwen3.6-27b").unwrap();
+        f.select_shapes(&["qkv".into()]).unwrap();
+        assert!(
+            !f.decode_step().unwrap().complete,
+            "--shapes makes it partial"
+        );
+
+        let p = Path::new("x.toml");
+        let e = parse(
+            "name='a'\nm=[1]\n[decode_step]\ndescription='d'\ncomplete=true\n[[shapes]]\nname='q'\nn=1\nk=16",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("no per_step") && e.contains("x.toml"), "{e}");
+        let e = parse(
+            "name='a'\nm=[1]\n[[shapes]]\nname='q'\nn=1\nk=16\nper_step=2",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("[decode_step]"), "{e}");
+        let e = parse(
+            "name='a'\nm=[1]\n[decode_step]\ndescription='d'\ncomplete=true\n[[shapes]]\nname='q'\nn=1\nk=16\nper_step=0",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("per_step = 0"), "{e}");
     }
 
     #[test]

@@ -17,8 +17,12 @@ pub struct Job {
     pub accuracy: bool,
     /// Checkpoint to inspect (card and memory taken from the rig probe).
     pub checkpoint: Option<PathBuf>,
-    /// End-to-end runs.
+    /// End-to-end runs (the engine in it: the built-in runtime, or an external one).
     pub e2e: Option<crate::e2e::E2eOptions>,
+    /// The model of the GPU runtime's runs (`synthetic:qwen3-8b` by default).
+    pub runtime_model: String,
+    /// Where the built-in runtime runs (resolved `--runtime-device`).
+    pub runtime_device: crate::runtime::backend::Device,
     /// Report folder (default `reports/<rig-label>/<timestamp>/`).
     pub out: Option<PathBuf>,
     /// Rig label override.
@@ -64,6 +68,14 @@ fn skip_if_interrupted(results: &mut Results, what: &str) -> bool {
 /// Only for failures that lose the report (the folder cannot be written); failures of parts are
 /// recorded in `Results::skipped`.
 pub fn run(job: Job) -> anyhow::Result<Results> {
+    run_with_dir(job).map(|(r, _)| r)
+}
+
+/// [`run`], also returning the report folder written (`None` without `write_files`).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     let rig = crate::rig::probe();
     let label = job.rig_label.clone().unwrap_or_else(|| rig.label());
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
@@ -114,6 +126,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
 
     results.skipped.extend(job.disabled.iter().cloned());
     if job.accuracy && !skip_if_interrupted(&mut results, "accuracy") {
+        eprintln!("rigbench: CPU accuracy study of each format");
         let acc = crate::kernels::accuracy::study();
         results
             .kernels
@@ -132,6 +145,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
                 name: opts.suite.name.clone(),
                 file: opts.suite.file.display().to_string(),
                 description: opts.suite.description.clone(),
+                decode_step: opts.suite.decode_step(),
             };
         if let Some(reason) = results.rig.gpu_absent_reason.clone() {
             results.skipped.push(Skip {
@@ -139,6 +153,13 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
                 reason: format!("{reason}; GPU kernel benches need an NVIDIA GPU with driver ≥ 580 (CUDA 13). The CPU reference accuracy study ran instead."),
             });
         } else {
+            eprintln!(
+                "rigbench: kernels: suite {}, {} × {} × {} cases (a progress bar shows on a terminal)",
+                opts.suite.name,
+                crate::report::table::plural(opts.suite.shapes.len() as u64, "shape", "shapes"),
+                crate::report::table::plural(opts.suite.m.len() as u64, "M value", "M values"),
+                crate::report::table::plural(opts.formats.len() as u64, "format", "formats"),
+            );
             let accuracy = results
                 .kernels
                 .as_ref()
@@ -255,6 +276,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
         .as_ref()
         .filter(|_| !skip_if_interrupted(&mut results, "checkpoint"))
     {
+        eprintln!("rigbench: inspecting checkpoint {}", path.display());
         let opts = crate::checkpoint::InspectOptions::from_rig(&results.rig);
         match crate::checkpoint::inspect(path, &opts) {
             Ok(r) => results.checkpoint = Some(r),
@@ -266,12 +288,57 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
         save(&results)?;
     }
 
-    if let Some(opts) = job
+    let e2e_job = job
         .e2e
+        .clone()
+        .filter(|_| !skip_if_interrupted(&mut results, "e2e"));
+    if let Some(opts) = &e2e_job {
+        eprintln!("rigbench: end-to-end runs (suite {})", opts.suite.name);
+    }
+    let builtin = e2e_job
         .as_ref()
-        .filter(|_| !skip_if_interrupted(&mut results, "e2e"))
+        .is_some_and(|o| matches!(o.engine, crate::e2e::launcher::EngineChoice::Builtin { .. }));
+    let gpu_rig = results.rig.gpu.is_some();
+    if let (Some(opts), true, crate::runtime::backend::Device::Cuda(device)) =
+        (&e2e_job, builtin, job.runtime_device)
     {
-        match crate::e2e::run_for_report(opts) {
+        // The built-in runtime on the GPU: parity first, then BF16, FP8 and W4A16.
+        let o = crate::runtime::report::RuntimeReportOptions {
+            model: job.runtime_model.clone(),
+            device,
+            seed: 0,
+            e2e: opts.clone(),
+            bench: crate::runtime::bench::RuntimeBenchSpec::issue_targets(),
+            gpu_memory_bytes: results.rig.gpu.as_ref().map(|g| g.memory_bytes),
+        };
+        let section = crate::runtime::report::run_gpu(&o, results.kernels.as_ref());
+        if let Some(d) = &dir {
+            for f in &section.formats {
+                if let Some(e) = &f.e2e {
+                    let sub = d.path.join(format!("e2e-{}", f.format));
+                    std::fs::create_dir_all(&sub)?;
+                    crate::e2e::report::write_csv(e, &sub)?;
+                    if let Some(log) = &e.engine_log {
+                        d.write_text(&format!("e2e-{}/engine.log", f.format), log)?;
+                    }
+                }
+            }
+        }
+        results.runtime = Some(section);
+        save(&results)?;
+    } else if let Some(opts) = &e2e_job {
+        let mut opts = opts.clone();
+        if let crate::e2e::launcher::EngineChoice::Builtin { args, .. } = &mut opts.engine {
+            // The CPU backend, stated, so that a GPU rig's default does not apply.
+            args.extend(["--device".to_string(), "cpu".to_string()]);
+        }
+        let outcome = crate::e2e::run_for_report(&opts).map(|mut r| {
+            if builtin && gpu_rig {
+                r.self_test = Some("harness self-test (CPU)".into());
+            }
+            r
+        });
+        match outcome {
             Ok(mut r) => {
                 crate::e2e::parallel::annotate(&mut r, &results.rig, None);
                 if let Some(d) = &dir {
@@ -313,7 +380,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
         render_into(d, &results)?;
         d.commit()?;
     }
-    Ok(results)
+    Ok((results, dir))
 }
 
 /// The per-GPU comparison of the first device's kernel rows with the others'.
@@ -354,7 +421,15 @@ pub fn render_into(dir: &ReportDir, results: &Results) -> anyhow::Result<()> {
     if let Some(e) = &results.e2e {
         plots.extend(crate::e2e::write_plots(e, &dir.path)?);
     }
-    let md = super::markdown::render(results, &plots, dir.redactor());
+    let files: Vec<String> = std::fs::read_dir(&dir.path)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.path().is_file())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let md = super::markdown::render(results, &plots, &files, dir.redactor());
     dir.write_text("report.md", &md)?;
     Ok(())
 }

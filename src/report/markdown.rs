@@ -3,12 +3,18 @@
 
 use super::schema::Results;
 
-/// Render the whole report. `plots` are the file names written next to report.md.
-pub fn render(r: &Results, plots: &[String], redactor: &crate::report::redact::Redactor) -> String {
+/// Render the whole report. `plots` are the plot file names written next to report.md; `files`
+/// the other files present in the report folder (only those are listed).
+pub fn render(
+    r: &Results,
+    plots: &[String],
+    files: &[String],
+    redactor: &crate::report::redact::Redactor,
+) -> String {
     let mut o = String::new();
     o.push_str(&format!("# rigbench report: {}\n\n", r.rig_label));
     o.push_str(&format!(
-        "rigbench {} · results schema v{} · started {} · {}\n\nCommand: `{}`\n\n",
+        "rigbench {} · results schema v{} · started {} · {}\n\n",
         r.rigbench_version,
         r.schema_version,
         r.created_utc,
@@ -17,30 +23,46 @@ pub fn render(r: &Results, plots: &[String], redactor: &crate::report::redact::R
             (None, true) => "run complete".to_string(),
             (None, false) => "run INCOMPLETE (interrupted or still running): figures below are what was measured before it stopped".to_string(),
         },
-        r.command_line
     ));
-    let mut files = vec!["`results.json` (versioned schema, the file `rigbench compare` reads)"];
-    if r.kernels
-        .as_ref()
-        .is_some_and(|k| !k.cases.is_empty() || !k.reference_accuracy.is_empty())
-    {
-        files.push("`kernels.csv`");
+    o.push_str(&super::verdict::markdown(r));
+    o.push_str(&format!("Command: `{}`\n\n", r.command_line));
+    let described = [
+        (
+            "results.json",
+            "`results.json` (versioned schema, the file `rigbench compare` reads)",
+        ),
+        ("kernels.csv", "`kernels.csv`"),
+        ("e2e_runs.csv", "`e2e_runs.csv`"),
+        ("e2e_requests.csv", "`e2e_requests.csv`"),
+        ("engine.log", "`engine.log`"),
+    ];
+    let listed: Vec<&str> = described
+        .iter()
+        .filter(|(name, _)| files.iter().any(|f| f == name))
+        .map(|(_, text)| *text)
+        .collect();
+    if !listed.is_empty() {
+        o.push_str(&format!("Machine-readable: {}.\n\n", listed.join(", ")));
     }
-    if r.e2e.is_some() {
-        files.push("`e2e_runs.csv`, `e2e_requests.csv`, `engine.log`");
-    }
-    o.push_str(&format!("Machine-readable: {}.\n\n", files.join(", ")));
     o.push_str(&crate::cli::rig::render(&r.rig, false, redactor).replace("\n## ", "\n### "));
     o.push('\n');
     if let Some(k) = &r.kernels {
-        o.push_str(&crate::kernels::render::markdown(k, plots));
+        o.push_str(&crate::kernels::render::markdown_for(
+            k,
+            plots,
+            &r.rig.capabilities,
+        ));
     }
     if let Some(mg) = &r.multi_gpu {
         o.push_str(&crate::multigpu::render::markdown(mg, &r.rig));
     }
     if let Some(c) = &r.checkpoint {
-        o.push_str("## Checkpoint\n\n");
+        // render_markdown opens with its own "## Checkpoint: DIR" heading.
         o.push_str(&crate::checkpoint::render_markdown(c));
+        o.push('\n');
+    }
+    if let Some(rt) = &r.runtime {
+        o.push_str(&crate::runtime::report::render_markdown(rt));
         o.push('\n');
     }
     if let Some(e) = &r.e2e {
@@ -73,13 +95,18 @@ mod tests {
             what: "kernels".into(),
             reason: "no CUDA driver found".into(),
         });
-        let md = render(&r, &[], &crate::report::redact::Redactor::disabled());
+        let md = render(&r, &[], &[], &crate::report::redact::Redactor::disabled());
         assert!(md.contains("# rigbench report: cpu-x86-64"));
+        assert!(
+            !md.contains("Machine-readable"),
+            "no file present, none listed"
+        );
         assert!(md.contains("INCOMPLETE"));
         assert!(md.contains("**kernels**: no CUDA driver found"));
         r.complete = true;
         assert!(
-            render(&r, &[], &crate::report::redact::Redactor::disabled()).contains("run complete")
+            render(&r, &[], &[], &crate::report::redact::Redactor::disabled())
+                .contains("run complete")
         );
     }
 }

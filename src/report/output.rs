@@ -201,6 +201,11 @@ impl ReportDir {
                 .with_context(|| format!("cannot list {}", self.path.display()))?;
             for e in entries.flatten() {
                 let to = self.target.join(e.file_name());
+                // A report subfolder (`e2e-<format>/` of the GPU runtime) replaces its namesake.
+                if to.is_dir() && e.file_name().to_string_lossy().starts_with("e2e-") {
+                    std::fs::remove_dir_all(&to)
+                        .with_context(|| format!("cannot replace {}", to.display()))?;
+                }
                 std::fs::rename(e.path(), &to).with_context(|| {
                     format!(
                         "cannot move {} to {} (the new report stays in {})",

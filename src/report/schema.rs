@@ -32,9 +32,13 @@ pub struct Results {
     /// Checkpoint inspection (`report --checkpoint DIR`).
     #[serde(default)]
     pub checkpoint: Option<crate::checkpoint::InspectReport>,
-    /// End-to-end runs.
+    /// End-to-end runs (the CPU backend without a GPU, an external engine with `--url` /
+    /// `--engine-cmd`, or a labelled harness self-test).
     #[serde(default)]
     pub e2e: Option<crate::e2e::E2eResults>,
+    /// The built-in runtime on the GPU: parity, per-format e2e and benchmarks, fidelity.
+    #[serde(default)]
+    pub runtime: Option<crate::runtime::report::RuntimeSection>,
     /// Multi-GPU parts: other GPUs' kernel rows and their spread, the interconnect, the
     /// tensor-parallel prediction (`--devices` with two or more GPUs).
     #[serde(default)]
@@ -73,6 +77,7 @@ impl Results {
             kernels: None,
             checkpoint: None,
             e2e: None,
+            runtime: None,
             multi_gpu: None,
             skipped: Vec::new(),
             complete: false,

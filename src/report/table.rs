@@ -63,6 +63,30 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// `n` with the singular or plural noun, digit-grouped: `1 error`, `2 errors`, `1,024 tokens`.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
+/// Format a number with `decimals` decimals and thousands separators (`4,770.5`).
+pub fn grouped(v: f64, decimals: usize) -> String {
+    if !v.is_finite() {
+        return "n/a".into();
+    }
+    let s = format!("{:.decimals$}", v.abs());
+    let (int, frac) = match s.split_once('.') {
+        Some((i, f)) => (i.to_string(), format!(".{f}")),
+        None => (s.clone(), String::new()),
+    };
+    let int = int.parse::<u64>().map(thousands).unwrap_or(int);
+    let sign = if v < 0.0 && s.chars().any(|c| c.is_ascii_digit() && c != '0') {
+        "-"
+    } else {
+        ""
+    };
+    format!("{sign}{int}{frac}")
+}
+
 /// Format seconds with a unit that suits the magnitude (`12.3 µs`, `4.56 ms`, `1.23 s`).
 pub fn human_seconds(s: f64) -> String {
     if !s.is_finite() {
@@ -101,5 +125,12 @@ mod tests {
         assert_eq!(human_bytes(12), "12 B");
         assert_eq!(human_seconds(12.3e-6), "12.3 µs");
         assert_eq!(human_seconds(0.00456), "4.56 ms");
+        assert_eq!(plural(1, "error", "errors"), "1 error");
+        assert_eq!(plural(0, "error", "errors"), "0 errors");
+        assert_eq!(plural(1234, "token", "tokens"), "1,234 tokens");
+        assert_eq!(grouped(4770.46, 1), "4,770.5");
+        assert_eq!(grouped(2012304.925, 2), "2,012,304.93");
+        assert_eq!(grouped(-1234.0, 0), "-1,234");
+        assert_eq!(grouped(0.25, 3), "0.250");
     }
 }

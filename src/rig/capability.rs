@@ -138,17 +138,45 @@ pub fn has_fp4_tensor_cores(cc: ComputeCapability) -> bool {
     cc.as_int() >= 100
 }
 
+/// The newest compute capability the table knows; newer cards are classified like it.
+pub const NEWEST_KNOWN: ComputeCapability = ComputeCapability::new(12, 1);
+
+/// The tensor-core instruction family of `cc` (of [`NEWEST_KNOWN`] for newer cards): `mma.sync`
+/// up to sm_89 and on sm_120/sm_121 (consumer Blackwell has no wgmma or tcgen05), `wgmma` (and
+/// `mma.sync`) on sm_90, `tcgen05.mma` on sm_100–sm_110. Source: PTX ISA 9.0, "Warpgroup MMA"
+/// (sm_90a) and "TensorCore 5th Generation Family Instructions" (sm_100a/sm_101a/sm_103a/sm_110a).
+pub fn mma_family(cc: ComputeCapability) -> &'static str {
+    let cc = if cc > NEWEST_KNOWN { NEWEST_KNOWN } else { cc };
+    match cc.as_int() {
+        90 => "wgmma / mma.sync",
+        100..=119 => "tcgen05.mma",
+        _ => "mma.sync",
+    }
+}
+
 /// Classify `format` on `cc`.
 pub fn capability(cc: ComputeCapability, format: GemmFormat) -> Capability {
-    let newer = if cc.as_int() > 121 {
+    let newer = if cc > NEWEST_KNOWN {
         " (newer than rigbench's table; classified like sm_121)"
     } else {
         ""
     };
+    // Paths follow the card the classification uses (sm_121 for newer cards).
+    let like = if cc > NEWEST_KNOWN { NEWEST_KNOWN } else { cc };
+    let family = mma_family(cc);
+    let bf16_path = format!("BF16 tensor cores ({family}), FP32 accumulate");
+    let fp8_path = format!(
+        "FP8 E4M3 tensor cores ({}), FP32 accumulate",
+        if family == "mma.sync" {
+            "mma.sync e4m3"
+        } else {
+            family
+        }
+    );
     let (support, path, reason): (Support, &str, String) = match format {
         GemmFormat::Bf16 if has_bf16_tensor_cores(cc) => (
             Support::Native,
-            "BF16 tensor cores (mma.sync / wgmma / tcgen05), FP32 accumulate",
+            bf16_path.as_str(),
             format!("{cc} has BF16 tensor cores{newer}"),
         ),
         GemmFormat::Bf16 => (
@@ -158,7 +186,7 @@ pub fn capability(cc: ComputeCapability, format: GemmFormat) -> Capability {
         ),
         GemmFormat::Fp8 if has_fp8_tensor_cores(cc) => (
             Support::Native,
-            "FP8 E4M3 tensor cores (mma e4m3 / wgmma / tcgen05), FP32 accumulate",
+            fp8_path.as_str(),
             format!("{cc} has FP8 tensor cores (sm_89 and up){newer}"),
         ),
         GemmFormat::Fp8 if has_bf16_tensor_cores(cc) => (
@@ -183,7 +211,7 @@ pub fn capability(cc: ComputeCapability, format: GemmFormat) -> Capability {
         ),
         GemmFormat::W4a4 if has_fp4_tensor_cores(cc) => (
             Support::Native,
-            if cc.major == 12 {
+            if like.major == 12 {
                 "FP4 tensor cores (mma.sync block_scale kind::mxf4nvf4, UE4M3 scales per 16)"
             } else {
                 "FP4 tensor cores (tcgen05.mma kind::mxf4nvf4, UE4M3 scales per 16)"
@@ -266,6 +294,41 @@ mod tests {
         assert_eq!(sup("sm_75", GemmFormat::Fp8), Support::Unsupported);
         assert_eq!(sup("sm_75", GemmFormat::W4a16), Support::Unsupported);
         assert_eq!(sup("sm_75", GemmFormat::Bf16), Support::Fallback);
+    }
+
+    #[test]
+    fn paths_name_only_instructions_the_card_has() {
+        let path = |cc: &str, f| capability(cc.parse().unwrap(), f).path;
+        for cc in ["sm_80", "sm_86", "sm_89", "sm_120", "sm_121"] {
+            let p = path(cc, GemmFormat::Bf16);
+            assert!(
+                p.contains("mma.sync") && !p.contains("wgmma") && !p.contains("tcgen05"),
+                "{cc}: {p}"
+            );
+        }
+        assert!(path("sm_90", GemmFormat::Bf16).contains("wgmma"));
+        assert!(!path("sm_90", GemmFormat::Bf16).contains("tcgen05"));
+        for cc in ["sm_100", "sm_103", "sm_110"] {
+            let p = path(cc, GemmFormat::Fp8);
+            assert!(p.contains("tcgen05") && !p.contains("wgmma"), "{cc}: {p}");
+        }
+        assert!(path("sm_89", GemmFormat::Fp8).contains("mma.sync e4m3"));
+    }
+
+    #[test]
+    fn newer_cards_take_sm121_paths_not_sm100_ones() {
+        let c = capability("sm_999".parse().unwrap(), GemmFormat::W4a4);
+        assert!(c.reason.contains("classified like sm_121"), "{}", c.reason);
+        assert_eq!(
+            c.path,
+            capability("sm_121".parse().unwrap(), GemmFormat::W4a4).path
+        );
+        assert!(c.path.contains("mma.sync block_scale") && !c.path.contains("tcgen05"));
+        let b = capability("sm_130".parse().unwrap(), GemmFormat::Bf16);
+        assert_eq!(
+            b.path,
+            capability("sm_121".parse().unwrap(), GemmFormat::Bf16).path
+        );
     }
 
     #[test]

@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use serde::Deserialize;
 
 use crate::RigError;
 
@@ -25,6 +24,12 @@ pub enum Arch {
 pub enum RopeScaling {
     /// Plain RoPE: `inv_freq[i] = theta^(-2i/d)` (Su et al., RoFormer, 2021).
     None,
+    /// Linear position interpolation (transformers `_compute_linear_scaling_rope_parameters`):
+    /// every inverse frequency divided by `factor`.
+    Linear {
+        /// `factor`.
+        factor: f32,
+    },
     /// Llama 3.1's frequency-dependent scaling (transformers `_compute_llama3_parameters`).
     Llama3 {
         /// `factor`.
@@ -69,6 +74,182 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     /// End-of-sequence ids from `config.json` (`eos_token_id`, a number or a list).
     pub eos_token_ids: Vec<u32>,
+}
+
+/// `model_type` values the built-in runtime runs.
+pub const SUPPORTED_MODEL_TYPES: [&str; 2] = ["qwen3", "llama"];
+
+/// `architectures` entries the built-in runtime runs (one per supported `model_type`).
+pub const SUPPORTED_ARCHITECTURES: [&str; 2] = ["Qwen3ForCausalLM", "LlamaForCausalLM"];
+
+/// RoPE types the built-in runtime implements (`rope_parameters.rope_type` /
+/// `rope_scaling.rope_type`).
+pub const SUPPORTED_ROPE_TYPES: [&str; 3] = ["default", "linear", "llama3"];
+
+/// A parsed `config.json`: the shape, and what the reader had to assume.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HfConfig {
+    /// The decoder's shape.
+    pub config: ModelConfig,
+    /// Fields that were absent and took a default, each naming the field, the value used and
+    /// whose default it is. Print them: a wrong default changes every output token.
+    pub warnings: Vec<String>,
+    /// Model dtype: `dtype` (transformers 5) or `torch_dtype` (older), if stated.
+    pub dtype: Option<String>,
+}
+
+/// Reads an optional number field of a JSON object (object, key, path prefix for messages).
+type FloatField =
+    dyn Fn(&serde_json::Map<String, serde_json::Value>, &str, &str) -> anyhow::Result<Option<f64>>;
+
+/// RoPE base and scaling from `rope_parameters` (transformers 5) or `rope_theta` +
+/// `rope_scaling` (older). Both forms present and disagreeing is an error; neither giving a base
+/// takes transformers' default 10,000 with a warning.
+fn parse_rope(
+    root: &serde_json::Map<String, serde_json::Value>,
+    family: &str,
+    warnings: &mut Vec<String>,
+    float: &FloatField,
+) -> anyhow::Result<(f32, RopeScaling)> {
+    use serde_json::Value;
+    let obj = |key: &str| -> anyhow::Result<Option<&serde_json::Map<String, Value>>> {
+        match root.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(m)) => Ok(Some(m)),
+            Some(other) => anyhow::bail!("field {key}: expected an object, found {other}"),
+        }
+    };
+    let mut params = obj("rope_parameters")?;
+    let mut params_at = "rope_parameters.".to_string();
+    // Per-layer-type parameters ({"full_attention": {...}, ...}): every layer here is full
+    // attention.
+    if let Some(p) = params {
+        if !p.is_empty() && p.values().all(Value::is_object) {
+            match p.get("full_attention") {
+                Some(Value::Object(f)) => {
+                    params = Some(f);
+                    params_at = "rope_parameters.full_attention.".into();
+                }
+                _ => anyhow::bail!(
+                    "rope_parameters has per-layer-type entries but none for full_attention"
+                ),
+            }
+        }
+    }
+    let scaling = obj("rope_scaling")?;
+    let top_theta = float(root, "rope_theta", "")?;
+    let p_theta = match params {
+        Some(p) => float(p, "rope_theta", &params_at)?,
+        None => None,
+    };
+    let theta = match (p_theta, top_theta) {
+        (Some(a), Some(b)) if (a - b).abs() > 1e-6 * a.abs().max(b.abs()) => anyhow::bail!(
+            "{params_at}rope_theta = {a} and rope_theta = {b} disagree; fix config.json so that one RoPE base remains"
+        ),
+        (Some(a), _) | (None, Some(a)) => a,
+        (None, None) => {
+            warnings.push(format!(
+                "rope_theta absent (neither rope_parameters.rope_theta nor rope_theta): using 10000 ({family}'s default)"
+            ));
+            10_000.0
+        }
+    };
+    if !(theta > 0.0 && theta.is_finite()) {
+        anyhow::bail!("rope_theta = {theta}; expected a positive number");
+    }
+    if let Some(f) = float(root, "partial_rotary_factor", "")? {
+        if f != 1.0 {
+            anyhow::bail!("partial_rotary_factor = {f}: only full rotary embeddings are supported");
+        }
+    }
+    let kind_of = |m: &serde_json::Map<String, Value>| -> Option<String> {
+        m.get("rope_type")
+            .or_else(|| m.get("type"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    // The scaling description: rope_parameters in transformers 5, rope_scaling before.
+    let (desc, at) = match (params, scaling) {
+        (Some(p), Some(s)) => {
+            let (a, b) = (
+                kind_of(p).unwrap_or_else(|| "default".into()),
+                kind_of(s).unwrap_or_else(|| "default".into()),
+            );
+            if a != b {
+                anyhow::bail!(
+                    "{params_at}rope_type = {a} and rope_scaling type = {b} disagree; fix config.json so that one RoPE description remains"
+                );
+            }
+            (Some(p), params_at.clone())
+        }
+        (Some(p), None) => (Some(p), params_at.clone()),
+        (None, Some(s)) => (Some(s), "rope_scaling.".to_string()),
+        (None, None) => (None, String::new()),
+    };
+    let Some(d) = desc else {
+        return Ok((theta as f32, RopeScaling::None));
+    };
+    let kind = kind_of(d).unwrap_or_else(|| "default".into());
+    let allowed: &[&str] = match kind.as_str() {
+        "default" => &[],
+        "linear" => &["factor"],
+        "llama3" => &[
+            "factor",
+            "low_freq_factor",
+            "high_freq_factor",
+            "original_max_position_embeddings",
+        ],
+        other => anyhow::bail!(
+            "{at}rope_type '{other}' is not supported by the built-in runtime (supported: {})",
+            SUPPORTED_ROPE_TYPES.join(", ")
+        ),
+    };
+    for (k, v) in d {
+        if matches!(k.as_str(), "rope_type" | "type" | "rope_theta")
+            || allowed.contains(&k.as_str())
+        {
+            continue;
+        }
+        if k == "partial_rotary_factor" && v.as_f64() == Some(1.0) {
+            continue;
+        }
+        anyhow::bail!(
+            "{at}{k} = {v} is not understood by the built-in runtime for rope_type '{kind}' (it reads {})",
+            if allowed.is_empty() { "only rope_theta".to_string() } else { format!("rope_theta, {}", allowed.join(", ")) }
+        );
+    }
+    let req = |k: &str| -> anyhow::Result<f32> {
+        match float(d, k, &at)? {
+            Some(v) if v > 0.0 && v.is_finite() => Ok(v as f32),
+            Some(v) => anyhow::bail!("{at}{k} = {v}; expected a positive number"),
+            None => anyhow::bail!("{at}{k} is required for rope_type '{kind}'"),
+        }
+    };
+    let scaling = match kind.as_str() {
+        "linear" => RopeScaling::Linear {
+            factor: req("factor")?,
+        },
+        "llama3" => RopeScaling::Llama3 {
+            factor: req("factor")?,
+            low_freq_factor: req("low_freq_factor")?,
+            high_freq_factor: req("high_freq_factor")?,
+            original_max_position_embeddings: req("original_max_position_embeddings")?,
+        },
+        _ => RopeScaling::None,
+    };
+    if let RopeScaling::Llama3 {
+        low_freq_factor,
+        high_freq_factor,
+        ..
+    } = scaling
+    {
+        if high_freq_factor <= low_freq_factor {
+            anyhow::bail!(
+                "{at}high_freq_factor ({high_freq_factor}) must exceed low_freq_factor ({low_freq_factor})"
+            );
+        }
+    }
+    Ok((theta as f32, scaling))
 }
 
 /// The named presets of `--model synthetic:NAME`.
@@ -126,140 +307,275 @@ impl ModelConfig {
         }
     }
 
-    /// Read a Hugging Face `config.json`.
+    /// Read a Hugging Face `config.json` (see [`Self::parse_hf_config`]).
     ///
     /// # Errors
     /// [`RigError::BadFile`] naming the file when it is unreadable, not JSON, of an unsupported
-    /// `model_type`, or inconsistent (e.g. heads not dividing).
-    pub fn from_hf_file(path: &Path) -> anyhow::Result<Self> {
+    /// `model_type` or architecture, or inconsistent (e.g. heads not dividing).
+    pub fn read_hf_config(path: &Path) -> anyhow::Result<HfConfig> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| RigError::file(path, format!("cannot read the model config: {e}")))?;
-        Self::from_hf_json(&text).map_err(|e| RigError::file(path, format!("{e:#}")).into())
+        Self::parse_hf_config(&text).map_err(|e| RigError::file(path, format!("{e:#}")).into())
     }
 
-    /// Parse the text of a Hugging Face `config.json` (see [`Self::from_hf_file`]).
-    pub fn from_hf_json(text: &str) -> anyhow::Result<Self> {
-        #[derive(Deserialize)]
-        struct Raw {
-            model_type: Option<String>,
-            hidden_size: Option<usize>,
-            intermediate_size: Option<usize>,
-            num_hidden_layers: Option<usize>,
-            num_attention_heads: Option<usize>,
-            num_key_value_heads: Option<usize>,
-            head_dim: Option<usize>,
-            vocab_size: Option<usize>,
-            rms_norm_eps: Option<f64>,
-            rope_theta: Option<f64>,
-            rope_scaling: Option<serde_json::Value>,
-            max_position_embeddings: Option<usize>,
-            tie_word_embeddings: Option<bool>,
-            attention_bias: Option<bool>,
-            mlp_bias: Option<bool>,
-            eos_token_id: Option<serde_json::Value>,
-            text_config: Option<serde_json::Value>,
-        }
-        let raw: Raw = serde_json::from_str(text).context("not valid JSON for a config.json")?;
-        if raw.hidden_size.is_none() && raw.text_config.is_some() {
+    /// Parse the text of a Hugging Face `config.json`, in the form transformers 5 writes
+    /// (`rope_parameters` holding `rope_theta`, `rope_type` and the scaling fields; `dtype`) and
+    /// in the older one (`rope_theta` and `rope_scaling` at the top level; `torch_dtype`).
+    ///
+    /// Every field that changes the math is read or refused: a missing one takes the default
+    /// transformers' `Qwen3Config` / `LlamaConfig` gives it and says so in
+    /// [`HfConfig::warnings`] (naming the value used); a value the runtime does not implement
+    /// (another RoPE type, a sliding-window layer, an activation other than SiLU, biases, a
+    /// partial rotary factor) is an error.
+    ///
+    /// # Errors
+    /// Not JSON; an unsupported `model_type` or `architectures` entry (the message lists the
+    /// supported ones); a required field missing or of the wrong type; an unsupported value.
+    pub fn parse_hf_config(text: &str) -> anyhow::Result<HfConfig> {
+        use serde_json::Value;
+        let root: Value = serde_json::from_str(text).context("not valid JSON for a config.json")?;
+        let Value::Object(root) = root else {
+            anyhow::bail!("not a JSON object (a config.json is one)");
+        };
+        let mut warnings = Vec::new();
+        if root.get("hidden_size").is_none()
+            && root.get("text_config").is_some_and(|v| !v.is_null())
+        {
+            let inner = root
+                .get("text_config")
+                .and_then(|t| t.get("model_type"))
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            let outer = root
+                .get("model_type")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
             anyhow::bail!(
-                "this is a multimodal/wrapper config (fields under text_config); the runtime runs \
-                 dense Qwen3/Llama text decoders only"
+                "model_type '{outer}' (text_config.model_type '{inner}') is a multimodal/wrapper \
+                 config; the built-in runtime runs dense text decoders of model_type {} \
+                 (architectures {})",
+                SUPPORTED_MODEL_TYPES.join(", "),
+                SUPPORTED_ARCHITECTURES.join(", ")
             );
         }
-        let model_type = raw.model_type.unwrap_or_default();
+        let model_type = match root.get("model_type") {
+            Some(Value::String(s)) => s.clone(),
+            None | Some(Value::Null) => anyhow::bail!(
+                "no model_type; the built-in runtime runs model_type {} (architectures {})",
+                SUPPORTED_MODEL_TYPES.join(", "),
+                SUPPORTED_ARCHITECTURES.join(", ")
+            ),
+            Some(other) => anyhow::bail!("field model_type: expected a string, found {other}"),
+        };
         let arch = match model_type.as_str() {
             "qwen3" => Arch::Qwen3,
             "llama" => Arch::Llama,
             other => anyhow::bail!(
-                "model_type '{other}' is not supported by the built-in runtime; it runs dense \
-                 'qwen3' and 'llama' decoders (use an external engine for others)"
+                "model_type '{other}' is not supported by the built-in runtime; it runs model_type \
+                 {} (architectures {}); use an external engine (--url / --engine-cmd) for others",
+                SUPPORTED_MODEL_TYPES.join(", "),
+                SUPPORTED_ARCHITECTURES.join(", ")
             ),
         };
-        if raw.attention_bias == Some(true) || raw.mlp_bias == Some(true) {
+        if let Some(Value::Array(a)) = root.get("architectures") {
+            let want = match arch {
+                Arch::Qwen3 => "Qwen3ForCausalLM",
+                Arch::Llama => "LlamaForCausalLM",
+            };
+            for v in a {
+                let name = v.as_str().unwrap_or("(not a string)");
+                if name != want {
+                    anyhow::bail!(
+                        "architecture '{name}' is not supported by the built-in runtime for \
+                         model_type '{model_type}'; supported architectures: {}",
+                        SUPPORTED_ARCHITECTURES.join(", ")
+                    );
+                }
+            }
+        }
+        let family = match arch {
+            Arch::Qwen3 => "Qwen3Config",
+            Arch::Llama => "LlamaConfig",
+        };
+        let uint = |key: &str| -> anyhow::Result<Option<usize>> {
+            match root.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Number(n)) => match n.as_u64() {
+                    Some(v) => Ok(Some(v as usize)),
+                    None => {
+                        anyhow::bail!("field {key}: expected a non-negative integer, found {n}")
+                    }
+                },
+                Some(other) => {
+                    anyhow::bail!("field {key}: expected a non-negative integer, found {other}")
+                }
+            }
+        };
+        let float = |obj: &serde_json::Map<String, Value>,
+                     key: &str,
+                     at: &str|
+         -> anyhow::Result<Option<f64>> {
+            match obj.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Number(n)) => Ok(n.as_f64()),
+                Some(other) => anyhow::bail!("field {at}{key}: expected a number, found {other}"),
+            }
+        };
+        let boolean = |key: &str| -> anyhow::Result<Option<bool>> {
+            match root.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Bool(b)) => Ok(Some(*b)),
+                Some(other) => anyhow::bail!("field {key}: expected true or false, found {other}"),
+            }
+        };
+        let need = |key: &str| -> anyhow::Result<usize> {
+            match uint(key)? {
+                Some(0) => anyhow::bail!("field '{key}' is 0"),
+                Some(x) => Ok(x),
+                None => anyhow::bail!("missing field '{key}'"),
+            }
+        };
+        if boolean("attention_bias")? == Some(true) || boolean("mlp_bias")? == Some(true) {
             anyhow::bail!(
                 "attention_bias/mlp_bias = true is not supported by the built-in runtime"
             );
         }
-        let need = |v: Option<usize>, name: &str| -> anyhow::Result<usize> {
-            match v {
-                Some(0) => anyhow::bail!("field '{name}' is 0"),
-                Some(x) => Ok(x),
-                None => anyhow::bail!("missing field '{name}'"),
+        match root.get("hidden_act") {
+            None | Some(Value::Null) => warnings.push(format!(
+                "hidden_act absent: using silu ({family}'s default)"
+            )),
+            Some(Value::String(s)) if s == "silu" => {}
+            Some(other) => anyhow::bail!(
+                "hidden_act {other} is not supported; the built-in runtime implements SwiGLU with silu"
+            ),
+        }
+        if boolean("use_sliding_window")? == Some(true) {
+            anyhow::bail!(
+                "use_sliding_window = true: sliding-window attention is not supported by the built-in runtime"
+            );
+        }
+        if let Some(Value::Array(types)) = root.get("layer_types") {
+            for (i, t) in types.iter().enumerate() {
+                if t.as_str() != Some("full_attention") {
+                    anyhow::bail!(
+                        "layer_types[{i}] = {t}: the built-in runtime runs full_attention layers only"
+                    );
+                }
+            }
+        }
+        let hidden_size = need("hidden_size")?;
+        let num_heads = need("num_attention_heads")?;
+        let num_kv_heads = match uint("num_key_value_heads")? {
+            Some(n) => n,
+            None => {
+                warnings.push(format!(
+                    "num_key_value_heads absent: using num_attention_heads = {num_heads} (multi-head attention, {family}'s default)"
+                ));
+                num_heads
             }
         };
-        let hidden_size = need(raw.hidden_size, "hidden_size")?;
-        let num_heads = need(raw.num_attention_heads, "num_attention_heads")?;
-        let num_kv_heads = raw.num_key_value_heads.unwrap_or(num_heads);
         if num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
             anyhow::bail!(
                 "num_attention_heads ({num_heads}) is not a multiple of num_key_value_heads ({num_kv_heads})"
             );
         }
-        let head_dim = match raw.head_dim {
+        let head_dim = match uint("head_dim")? {
             Some(d) if d > 0 => d,
-            _ => {
-                if hidden_size % num_heads != 0 {
-                    anyhow::bail!(
-                        "no head_dim and hidden_size is not a multiple of num_attention_heads"
-                    );
-                }
-                hidden_size / num_heads
+            Some(_) => anyhow::bail!("field 'head_dim' is 0"),
+            None => {
+                // transformers: Qwen3Config(head_dim=128); LlamaConfig derives H / heads.
+                let d = match arch {
+                    Arch::Qwen3 => 128,
+                    Arch::Llama => {
+                        if hidden_size % num_heads != 0 {
+                            anyhow::bail!(
+                                "no head_dim and hidden_size is not a multiple of num_attention_heads"
+                            );
+                        }
+                        hidden_size / num_heads
+                    }
+                };
+                warnings.push(format!("head_dim absent: using {d} ({family}'s default)"));
+                d
             }
         };
         if head_dim % 2 != 0 {
             anyhow::bail!("head_dim {head_dim} is odd; RoPE needs an even head_dim");
         }
-        let rope_scaling = match &raw.rope_scaling {
-            None | Some(serde_json::Value::Null) => RopeScaling::None,
-            Some(v) => {
-                let kind = v
-                    .get("rope_type")
-                    .or_else(|| v.get("type"))
-                    .and_then(|t| t.as_str())
-                    .unwrap_or("default");
-                let num = |k: &str, d: f64| v.get(k).and_then(|x| x.as_f64()).unwrap_or(d) as f32;
-                match kind {
-                    "default" => RopeScaling::None,
-                    "llama3" => RopeScaling::Llama3 {
-                        factor: num("factor", 8.0),
-                        low_freq_factor: num("low_freq_factor", 1.0),
-                        high_freq_factor: num("high_freq_factor", 4.0),
-                        original_max_position_embeddings: num(
-                            "original_max_position_embeddings",
-                            8192.0,
-                        ),
-                    },
-                    other => anyhow::bail!(
-                        "rope_scaling type '{other}' is not supported (supported: default, llama3)"
-                    ),
-                }
+        let (rope_theta, rope_scaling) = parse_rope(&root, family, &mut warnings, &float)?;
+        let rms_norm_eps = match float(&root, "rms_norm_eps", "")? {
+            Some(e) if e > 0.0 && e.is_finite() => e as f32,
+            Some(e) => anyhow::bail!("rms_norm_eps = {e}; expected a small positive number"),
+            None => {
+                warnings.push(format!(
+                    "rms_norm_eps absent: using 1e-6 ({family}'s default)"
+                ));
+                1e-6
             }
         };
-        let eos_token_ids = match raw.eos_token_id {
-            Some(serde_json::Value::Number(n)) => {
-                n.as_u64().map(|x| vec![x as u32]).unwrap_or_default()
+        let tie_word_embeddings = match boolean("tie_word_embeddings")? {
+            Some(b) => b,
+            None => {
+                warnings.push(format!(
+                    "tie_word_embeddings absent: using false ({family}'s default): lm_head.weight must be in the checkpoint"
+                ));
+                false
             }
-            Some(serde_json::Value::Array(a)) => a
+        };
+        let max_position_embeddings = match uint("max_position_embeddings")? {
+            Some(n) if n > 0 => n,
+            _ => {
+                let d = match arch {
+                    Arch::Qwen3 => 32_768,
+                    Arch::Llama => 2048,
+                };
+                warnings.push(format!(
+                    "max_position_embeddings absent: using {d} ({family}'s default)"
+                ));
+                d
+            }
+        };
+        let dtype = match (
+            root.get("dtype").and_then(Value::as_str),
+            root.get("torch_dtype").and_then(Value::as_str),
+        ) {
+            (Some(a), Some(b)) if a != b => {
+                warnings.push(format!(
+                    "dtype = {a} and torch_dtype = {b} disagree: using dtype (transformers 5 reads dtype)"
+                ));
+                Some(a.to_string())
+            }
+            (Some(a), _) => Some(a.to_string()),
+            (None, Some(b)) => Some(b.to_string()),
+            (None, None) => None,
+        };
+        let eos_token_ids = match root.get("eos_token_id") {
+            Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+            Some(Value::Array(a)) => a
                 .iter()
                 .filter_map(|x| x.as_u64().map(|x| x as u32))
                 .collect(),
             _ => Vec::new(),
         };
-        Ok(ModelConfig {
-            arch,
-            hidden_size,
-            intermediate_size: need(raw.intermediate_size, "intermediate_size")?,
-            num_layers: need(raw.num_hidden_layers, "num_hidden_layers")?,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            vocab_size: need(raw.vocab_size, "vocab_size")?,
-            rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6) as f32,
-            rope_theta: raw.rope_theta.unwrap_or(10_000.0) as f32,
-            rope_scaling,
-            max_position_embeddings: raw.max_position_embeddings.unwrap_or(4096),
-            tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
-            eos_token_ids,
+        Ok(HfConfig {
+            config: ModelConfig {
+                arch,
+                hidden_size,
+                intermediate_size: need("intermediate_size")?,
+                num_layers: need("num_hidden_layers")?,
+                num_heads,
+                num_kv_heads,
+                head_dim,
+                vocab_size: need("vocab_size")?,
+                rms_norm_eps,
+                rope_theta,
+                rope_scaling,
+                max_position_embeddings,
+                tie_word_embeddings,
+                eos_token_ids,
+            },
+            warnings,
+            dtype,
         })
     }
 
@@ -287,6 +603,9 @@ impl ModelConfig {
             .collect();
         match self.rope_scaling {
             RopeScaling::None => base.iter().map(|x| *x as f32).collect(),
+            RopeScaling::Linear { factor } => {
+                base.iter().map(|x| (*x / factor as f64) as f32).collect()
+            }
             RopeScaling::Llama3 {
                 factor,
                 low_freq_factor,
@@ -332,7 +651,7 @@ impl ModelConfig {
 }
 
 /// How linear-layer weights are stored (and dequantized on the fly in the matmul).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
     /// BF16 weights, f32 activations and accumulation.
     Bf16,
@@ -444,8 +763,14 @@ pub struct ServeConfig {
     pub num_layers: Option<usize>,
     /// Tokens per KV block.
     pub block_size: usize,
-    /// KV cache budget in bytes.
-    pub kv_cache_memory: u64,
+    /// Where the runtime runs (`--device`; resolved: see `crate::runtime::device`).
+    pub device: super::backend::Device,
+    /// Fraction of GPU memory the engine may use (`--gpu-memory-utilization`, (0, 1]); `None`
+    /// = 0.9. The KV cache gets what is left of it after weights, activations and workspace.
+    pub gpu_memory_utilization: Option<f64>,
+    /// Explicit KV cache budget in bytes (`--kv-cache-memory`; wins over the utilization); `None`
+    /// = from the utilization on a GPU, 512 MiB on the CPU.
+    pub kv_cache_memory: Option<u64>,
     /// KV cache element type.
     pub kv_cache_dtype: KvCacheDtype,
     /// Most requests running at once.
@@ -463,7 +788,7 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
-    /// `synthetic:tiny` on 127.0.0.1 with a free port, seed 0, block 16, 64 MiB of BF16 KV,
+    /// `synthetic:tiny` on the CPU, 127.0.0.1 with a free port, seed 0, block 16, 64 MiB of BF16 KV,
     /// 16 sequences, 512 batched tokens, max_model_len 2048, prefix caching on, no speculation.
     pub fn tiny() -> Self {
         ServeConfig {
@@ -475,7 +800,9 @@ impl ServeConfig {
             seed: 0,
             num_layers: None,
             block_size: 16,
-            kv_cache_memory: 64 << 20,
+            device: super::backend::Device::Cpu,
+            gpu_memory_utilization: None,
+            kv_cache_memory: Some(64 << 20),
             kv_cache_dtype: KvCacheDtype::Bf16,
             max_num_seqs: 16,
             max_num_batched_tokens: 512,
@@ -517,13 +844,21 @@ impl ServeConfig {
         if self.num_layers == Some(0) {
             return Err(RigError::flag("--num-layers", "must be at least 1"));
         }
+        if let Some(u) = self.gpu_memory_utilization {
+            if !(u > 0.0 && u <= 1.0) {
+                return Err(RigError::flag(
+                    "--gpu-memory-utilization",
+                    format!("{u} is not in (0, 1]"),
+                ));
+            }
+        }
         if self.num_threads == Some(0) {
             return Err(RigError::flag("--threads", "must be at least 1"));
         }
         if let Some(s) = &self.speculative {
             if s.num_speculative_tokens == 0 || s.num_speculative_tokens > 64 {
                 return Err(RigError::flag(
-                    "--num-speculative-tokens",
+                    "--spec-k",
                     format!("{} is out of range 1..=64", s.num_speculative_tokens),
                 ));
             }
@@ -572,6 +907,44 @@ impl ServeConfig {
             ));
         }
         Ok(ModelSource::Dir(dir))
+    }
+}
+
+/// Where a running model's weights came from: a condition of every figure measured on it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModelProvenance {
+    /// Seeded synthetic weights ([`crate::runtime::weights::synthesize`]).
+    Synthetic {
+        /// The preset (`qwen3-8b`, ...).
+        preset: String,
+        /// The seed.
+        seed: u64,
+        /// Decoder layers kept (`--num-layers`).
+        num_layers: usize,
+    },
+    /// A checkpoint directory.
+    Checkpoint {
+        /// The directory as given.
+        path: String,
+        /// `MappedCheckpoint::content_hash` (a hash of the shard headers and sizes).
+        content_hash: String,
+    },
+}
+
+impl ModelProvenance {
+    /// One line: `synthetic:qwen3-8b seed 0 (36 layers)` or `checkpoint DIR (fnv1a64:...)`.
+    pub fn describe(&self) -> String {
+        match self {
+            ModelProvenance::Synthetic {
+                preset,
+                seed,
+                num_layers,
+            } => format!("synthetic:{preset} seed {seed} ({num_layers} layers)"),
+            ModelProvenance::Checkpoint { path, content_hash } => {
+                format!("checkpoint {path} ({content_hash})")
+            }
+        }
     }
 }
 
@@ -660,7 +1033,7 @@ mod tests {
             "num_key_value_heads":8,"head_dim":128,"vocab_size":151936,"rms_norm_eps":1e-06,
             "rope_theta":1000000,"max_position_embeddings":40960,"tie_word_embeddings":true,
             "eos_token_id":151645,"rope_scaling":null,"attention_bias":false}"#;
-        let c = ModelConfig::from_hf_json(q).unwrap();
+        let c = ModelConfig::parse_hf_config(q).unwrap().config;
         assert_eq!(c.arch, Arch::Qwen3);
         assert_eq!((c.num_heads, c.num_kv_heads, c.head_dim), (16, 8, 128));
         assert!(c.tie_word_embeddings);
@@ -670,7 +1043,7 @@ mod tests {
             "vocab_size":128256,"rope_theta":500000.0,"eos_token_id":[128001,128008,128009],
             "rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
             "original_max_position_embeddings":8192,"rope_type":"llama3"}}"#;
-        let c = ModelConfig::from_hf_json(l).unwrap();
+        let c = ModelConfig::parse_hf_config(l).unwrap().config;
         assert_eq!(c.head_dim, 128);
         assert_eq!(c.eos_token_ids.len(), 3);
         let f = c.rope_inv_freq();
@@ -682,13 +1055,14 @@ mod tests {
 
     #[test]
     fn hf_config_errors_name_the_problem() {
-        let e = ModelConfig::from_hf_json("{not json").unwrap_err();
+        let e = ModelConfig::parse_hf_config("{not json").unwrap_err();
         assert!(format!("{e:#}").contains("JSON"));
-        let e = ModelConfig::from_hf_json(r#"{"model_type":"qwen3_moe"}"#).unwrap_err();
+        let e = ModelConfig::parse_hf_config(r#"{"model_type":"qwen3_moe"}"#).unwrap_err();
         assert!(format!("{e:#}").contains("qwen3_moe"));
-        let e = ModelConfig::from_hf_json(r#"{"model_type":"qwen3","hidden_size":8}"#).unwrap_err();
+        let e =
+            ModelConfig::parse_hf_config(r#"{"model_type":"qwen3","hidden_size":8}"#).unwrap_err();
         assert!(format!("{e:#}").contains("num_attention_heads"));
-        let e = ModelConfig::from_hf_json(
+        let e = ModelConfig::parse_hf_config(
             r#"{"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_key_value_heads":3,
             "intermediate_size":8,"num_hidden_layers":1,"vocab_size":8}"#,
         )
@@ -697,8 +1071,134 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("config.json");
         std::fs::write(&p, "[]").unwrap();
-        let e = ModelConfig::from_hf_file(&p).unwrap_err();
+        let e = ModelConfig::read_hf_config(&p).unwrap_err();
         assert!(e.to_string().contains("config.json"), "{e}");
+    }
+
+    #[test]
+    fn transformers5_rope_parameters_and_dtype() {
+        // The fixture's config.json as transformers 5.17 wrote it.
+        let text = std::fs::read_to_string(
+            "../shared/fixtures/models/tiny-qwen3-transformers5/config.json",
+        )
+        .expect("../shared/fixtures/models/tiny-qwen3-transformers5/config.json (shared fixtures beside the checkout)");
+        let h = ModelConfig::parse_hf_config(&text).unwrap();
+        assert_eq!(h.config.rope_theta, 1_000_000.0);
+        assert_eq!(h.config.rope_scaling, RopeScaling::None);
+        assert_eq!(h.dtype.as_deref(), Some("bfloat16"));
+        assert_eq!((h.config.head_dim, h.config.num_kv_heads), (32, 2));
+        assert!(!h.config.tie_word_embeddings);
+        assert!(h.warnings.is_empty(), "{:?}", h.warnings);
+        // The same facts in the older form read the same.
+        let old = r#"{"model_type":"qwen3","architectures":["Qwen3ForCausalLM"],"hidden_size":128,
+            "intermediate_size":256,"num_hidden_layers":2,"num_attention_heads":4,
+            "num_key_value_heads":2,"head_dim":32,"vocab_size":383,"rms_norm_eps":1e-6,
+            "rope_theta":1000000.0,"rope_scaling":null,"torch_dtype":"bfloat16","hidden_act":"silu",
+            "max_position_embeddings":2048,"tie_word_embeddings":false,"eos_token_id":3}"#;
+        let o = ModelConfig::parse_hf_config(old).unwrap();
+        assert_eq!(o.config, h.config);
+        assert_eq!(o.dtype, h.dtype);
+        // Llama 3.1 scaling under rope_parameters, as transformers 5 writes it.
+        let l = r#"{"model_type":"llama","hidden_size":4096,"intermediate_size":14336,
+            "num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,
+            "vocab_size":128256,"rms_norm_eps":1e-5,"hidden_act":"silu","tie_word_embeddings":false,
+            "max_position_embeddings":131072,"dtype":"bfloat16",
+            "rope_parameters":{"rope_type":"llama3","rope_theta":500000.0,"factor":8.0,
+            "low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}}"#;
+        let c = ModelConfig::parse_hf_config(l).unwrap().config;
+        assert_eq!(c.rope_theta, 500_000.0);
+        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor, .. } if factor == 8.0));
+        // Linear scaling divides every frequency.
+        let lin = l.replace(
+            r#""rope_type":"llama3","rope_theta":500000.0,"factor":8.0,
+            "low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192"#,
+            r#""rope_type":"linear","rope_theta":500000.0,"factor":2.0"#,
+        );
+        let c2 = ModelConfig::parse_hf_config(&lin).unwrap().config;
+        let mut plain = c2.clone();
+        plain.rope_scaling = RopeScaling::None;
+        assert_eq!(c2.rope_inv_freq()[5], plain.rope_inv_freq()[5] / 2.0);
+    }
+
+    #[test]
+    fn math_fields_are_never_defaulted_silently() {
+        let base = serde_json::json!({"model_type":"qwen3","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,
+            "vocab_size":300,"rms_norm_eps":1e-6,"rope_theta":10000.0,"hidden_act":"silu",
+            "tie_word_embeddings":true,"max_position_embeddings":512});
+        let with = |f: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+            let mut v = base.clone();
+            f(v.as_object_mut().unwrap());
+            ModelConfig::parse_hf_config(&v.to_string())
+        };
+        assert!(with(&|_| {}).unwrap().warnings.is_empty());
+        // Each absent math field: a warning naming the field and the value used.
+        for (field, value) in [
+            ("rope_theta", "10000"),
+            ("rms_norm_eps", "1e-6"),
+            ("head_dim", "128"),
+            ("num_key_value_heads", "4"),
+            ("hidden_act", "silu"),
+            ("tie_word_embeddings", "false"),
+        ] {
+            let h = with(&|m| {
+                m.remove(field);
+            })
+            .unwrap();
+            assert!(
+                h.warnings
+                    .iter()
+                    .any(|w| w.contains(field) && w.contains(value)),
+                "{field}: {:?}",
+                h.warnings
+            );
+        }
+        // Unknown or unsupported values: errors naming them.
+        for (f, want) in [
+            (
+                serde_json::json!({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}}),
+                "yarn",
+            ),
+            (
+                serde_json::json!({"rope_scaling": {"type": "dynamic", "factor": 2.0}}),
+                "dynamic",
+            ),
+            (
+                serde_json::json!({"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 1e4}}),
+                "low_freq_factor",
+            ),
+            (
+                serde_json::json!({"rope_parameters": {"rope_type": "default", "rope_theta": 5e5}}),
+                "disagree",
+            ),
+            (
+                serde_json::json!({"rope_parameters": {"rope_theta": 1e4, "mrope_section": [1, 2]}}),
+                "mrope_section",
+            ),
+            (serde_json::json!({"hidden_act": "gelu"}), "gelu"),
+            (serde_json::json!({"use_sliding_window": true}), "sliding"),
+            (
+                serde_json::json!({"layer_types": ["sliding_attention"]}),
+                "sliding_attention",
+            ),
+            (
+                serde_json::json!({"partial_rotary_factor": 0.5}),
+                "partial_rotary_factor",
+            ),
+            (
+                serde_json::json!({"architectures": ["Qwen3MoeForCausalLM"]}),
+                "Qwen3ForCausalLM",
+            ),
+            (serde_json::json!({"model_type": "mistral"}), "qwen3, llama"),
+        ] {
+            let e = with(&|m| {
+                for (k, v) in f.as_object().unwrap() {
+                    m.insert(k.clone(), v.clone());
+                }
+            })
+            .unwrap_err();
+            assert!(format!("{e:#}").contains(want), "{want}: {e:#}");
+        }
     }
 
     #[test]

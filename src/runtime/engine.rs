@@ -14,16 +14,24 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
+use anyhow::Context;
+
 use super::backend::cpu::CpuBackend;
-use super::backend::{Backend, KvCacheSpec};
-use super::config::{ModelConfig, ModelSource, ServeConfig, SpecConfig, WeightFormat};
+use super::backend::cuda::{CudaBackend, CudaLoadSpec, WeightSource};
+use super::backend::RowSampling;
+use super::backend::{Backend, Device, KvCacheSpec};
+use super::config::{
+    ModelConfig, ModelProvenance, ModelSource, ServeConfig, SpecConfig, WeightFormat,
+};
 use super::kv_cache::{BlockPool, KvCapacity};
+use super::memory::KvPlan;
 use super::metrics::{CacheInfo, FinishedLabel, Metrics};
 use super::sampler::{Sampler, SamplingParams};
 use super::scheduler::{Scheduler, SchedulerConfig, Seq};
 use super::spec::{self, NgramDrafter, SpecStats};
 use super::template::ChatTemplate;
 use super::tokenizer::{IncrementalDecoder, Tokenizer};
+use super::weights::MappedCheckpoint;
 use crate::RigError;
 
 /// How generated text is split into reasoning and content.
@@ -124,8 +132,12 @@ pub struct EngineInfo {
     pub served_model_name: String,
     /// The `--model` value.
     pub model: String,
-    /// Backend name.
+    /// Backend name (`cpu`, `cuda`).
     pub backend: String,
+    /// The device, as the backend describes it (`cpu`, `cuda:0 (NVIDIA H200, sm_90)`).
+    pub device: String,
+    /// Where the weights came from (synthetic seed, or checkpoint path and content hash).
+    pub provenance: ModelProvenance,
     /// Model shape.
     pub model_config: ModelConfig,
     /// Linear-layer weight format.
@@ -136,6 +148,8 @@ pub struct EngineInfo {
     pub capacity: KvCapacity,
     /// KV layout.
     pub kv: KvCacheSpec,
+    /// The KV-cache plan (budget, its source, device memory facts).
+    pub kv_plan: KvPlan,
     /// Prefix caching on.
     pub enable_prefix_caching: bool,
     /// Speculative decoding.
@@ -144,6 +158,8 @@ pub struct EngineInfo {
     pub tokenizer_source: String,
     /// Chat template source.
     pub template_source: String,
+    /// Config defaults taken and loader notes (printed at start).
+    pub notes: Vec<String>,
 }
 
 struct TextChannel {
@@ -338,6 +354,11 @@ impl Engine {
         })
     }
 
+    /// Stop the engine and hand its backend back (the runtime benchmarks reuse it).
+    pub fn into_backend(self) -> Box<dyn Backend> {
+        self.backend
+    }
+
     /// Queue a request under `id`; outputs go to `tx`.
     pub fn add(
         &mut self,
@@ -449,39 +470,95 @@ impl Engine {
             return Ok(false);
         }
         let batch = self.scheduler.batch(&plan);
-        let logits = match self.backend.forward(&batch) {
-            Ok(l) => l,
-            Err(e) => {
-                let msg = format!("forward pass failed: {e:#}");
-                for p in &plan {
-                    self.fail(p.id, &msg);
+        let now;
+        if self.backend.samples_on_device() && plan.iter().all(|p| p.drafts.is_empty()) {
+            // Sample on the device: only token ids cross to the host.
+            let mut rows = Vec::new();
+            for p in plan.iter().filter(|p| p.samples) {
+                rows.push(match self.reqs.get(&p.id) {
+                    Some(r) => {
+                        let sp = r.sampler.params();
+                        RowSampling {
+                            temperature: sp.temperature,
+                            top_p: sp.top_p,
+                            top_k: sp.top_k.min(i32::MAX as usize) as i32,
+                            seed: r.sampler.seed(),
+                            draw: r.num_output as u64,
+                        }
+                    }
+                    None => RowSampling {
+                        temperature: 0.0,
+                        top_p: 1.0,
+                        top_k: 0,
+                        seed: 0,
+                        draw: 0,
+                    },
+                });
+            }
+            let tokens = match self.backend.forward_sampled(&batch, &rows) {
+                Ok(t) => t,
+                Err(e) => {
+                    let msg = format!("forward pass failed: {e:#}");
+                    for p in &plan {
+                        self.fail(p.id, &msg);
+                    }
+                    self.publish_gauges();
+                    return Ok(true);
                 }
-                self.publish_gauges();
-                return Ok(true);
-            }
-        };
-        let now = Instant::now();
-        let mut row = 0;
-        for p in &plan {
-            if !p.samples {
-                self.scheduler.commit(p.id, p.num_tokens, &[]);
-                continue;
-            }
-            let Some(r) = self.reqs.get_mut(&p.id) else {
-                row += 1 + p.drafts.len();
-                continue;
             };
-            let v = spec::verify(&logits, row, &p.drafts, &mut r.sampler);
-            row += 1 + p.drafts.len();
-            if self.drafter.is_some() {
-                self.spec_stats.record(p.drafts.len(), v.accepted);
+            now = Instant::now();
+            let mut row = 0;
+            for p in &plan {
+                if !p.samples {
+                    self.scheduler.commit(p.id, p.num_tokens, &[]);
+                    continue;
+                }
+                let t = tokens.get(row).copied();
+                row += 1;
+                let (Some(t), true) = (t, self.reqs.contains_key(&p.id)) else {
+                    continue;
+                };
+                self.scheduler.commit(p.id, p.num_tokens, &[t]);
+                let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
+                let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
+                self.process(p.id, &[t], total_len, cached, now);
             }
-            self.scheduler
-                .commit(p.id, p.num_tokens + v.accepted, &v.tokens);
-            let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
-            let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
-            self.process(p.id, &v.tokens, total_len, cached, now);
+        } else {
+            let logits = match self.backend.forward(&batch) {
+                Ok(l) => l,
+                Err(e) => {
+                    let msg = format!("forward pass failed: {e:#}");
+                    for p in &plan {
+                        self.fail(p.id, &msg);
+                    }
+                    self.publish_gauges();
+                    return Ok(true);
+                }
+            };
+            now = Instant::now();
+            let mut row = 0;
+            for p in &plan {
+                if !p.samples {
+                    self.scheduler.commit(p.id, p.num_tokens, &[]);
+                    continue;
+                }
+                let Some(r) = self.reqs.get_mut(&p.id) else {
+                    row += 1 + p.drafts.len();
+                    continue;
+                };
+                let v = spec::verify(&logits, row, &p.drafts, &mut r.sampler);
+                row += 1 + p.drafts.len();
+                if self.drafter.is_some() {
+                    self.spec_stats.record(p.drafts.len(), v.accepted);
+                }
+                self.scheduler
+                    .commit(p.id, p.num_tokens + v.accepted, &v.tokens);
+                let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
+                let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
+                self.process(p.id, &v.tokens, total_len, cached, now);
+            }
         }
+        let _ = now;
         // Drafts for the next step.
         if let Some(d) = self.drafter {
             let max_len = self.config.max_model_len;
@@ -744,31 +821,55 @@ fn read_generation_eos(dir: &std::path::Path) -> anyhow::Result<Vec<u32>> {
     })
 }
 
-/// Load weights, tokenizer and template for `config`, size the KV cache and build the engine.
+/// Load weights, tokenizer and template for `config`, build the backend for `config.device`
+/// (CPU: weights on the host; CUDA: [`CudaBackend::load`], synthetic presets generated and
+/// `--quantize` applied on the GPU), plan the KV cache from the backend's memory facts
+/// ([`super::memory::plan_kv`]) and build the engine.
 ///
 /// # Errors
 /// [`RigError::BadFlag`] / [`RigError::BadFile`] naming the flag or file at fault (unknown
-/// preset, missing checkpoint files, a KV budget too small for `max_model_len`, ...).
+/// preset, missing checkpoint files, a checkpoint the runtime refuses — with `inspect`'s
+/// finding id —, a KV budget too small for `max_model_len`, ...); a GPU backend that cannot
+/// load (its reason) or cannot allocate the KV cache (asked and free sizes).
 pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
     config.validate()?;
     let source = config.source()?;
-    let (weights, tokenizer, template) = match &source {
+    let mut notes: Vec<String> = Vec::new();
+    // The shape, tokenizer, template and provenance; a checkpoint is mapped (headers only
+    // read) and its format resolved here, before any weight is touched.
+    let mut mapped = None;
+    let (mc, tokenizer, template, provenance) = match &source {
         ModelSource::Synthetic(name) => {
             let mut mc = ModelConfig::preset(name)
                 .ok_or_else(|| RigError::flag("--model", format!("unknown preset {name}")))?;
             if let Some(n) = config.num_layers {
                 mc.num_layers = mc.num_layers.min(n);
             }
-            let w = super::weights::synthesize(&mc, config.seed);
             let tok = Tokenizer::bytes(mc.vocab_size, &[])?;
-            (w, tok, ChatTemplate::builtin())
+            let prov = ModelProvenance::Synthetic {
+                preset: name.clone(),
+                seed: config.seed,
+                num_layers: mc.num_layers,
+            };
+            (mc, tok, ChatTemplate::builtin(), prov)
         }
         ModelSource::Dir(dir) => {
-            let mut mc = ModelConfig::from_hf_file(&dir.join("config.json"))?;
+            let hf = ModelConfig::read_hf_config(&dir.join("config.json"))?;
+            notes.extend(hf.warnings.iter().map(|w| format!("config.json: {w}")));
+            let mut mc = hf.config;
             if let Some(n) = config.num_layers {
                 mc.num_layers = mc.num_layers.min(n);
             }
-            let w = super::weights::load_dir(dir, &mc)?;
+            let m = MappedCheckpoint::open(dir, &mc)?;
+            for n in m.notes() {
+                if !notes.contains(n) {
+                    notes.push(n.clone());
+                }
+            }
+            let prov = ModelProvenance::Checkpoint {
+                path: dir.display().to_string(),
+                content_hash: m.content_hash(),
+            };
             let mut eos = mc.eos_token_ids.clone();
             eos.extend(read_generation_eos(dir)?);
             let tok = if dir.join("tokenizer.json").is_file() {
@@ -785,12 +886,14 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
             };
             let tmpl = ChatTemplate::from_dir(dir, tok.bos_token.clone(), tok.eos_token.clone())?
                 .unwrap_or_else(ChatTemplate::builtin);
-            (w, tok, tmpl)
+            mapped = Some(m);
+            (mc, tok, tmpl, prov)
         }
     };
-    let mut weights = weights;
+    let stored = mapped
+        .as_ref()
+        .map_or(WeightFormat::Bf16, MappedCheckpoint::format);
     if let Some(fmt) = config.quantize {
-        let stored = weights.linear_format();
         if stored != WeightFormat::Bf16 && stored != fmt {
             return Err(RigError::flag(
                 "--quantize",
@@ -801,9 +904,7 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
             )
             .into());
         }
-        weights.quantize(fmt)?;
     }
-    let mc = weights.config.clone();
     let max_model_len = config.max_model_len.unwrap_or(mc.max_position_embeddings);
     if max_model_len > mc.max_position_embeddings {
         return Err(RigError::flag(
@@ -815,42 +916,118 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
         )
         .into());
     }
-    let capacity = KvCapacity::from_budget(
-        &mc,
+    let backend: Box<dyn Backend> = match config.device {
+        Device::Cpu => {
+            let mut weights = match &mapped {
+                None => {
+                    // Large presets take minutes on a CPU: say how far synthesis is, as plain
+                    // lines on stderr (a terminal is not needed), at most every 2 s.
+                    let start = std::time::Instant::now();
+                    let mut last = start;
+                    let mut report = |done: usize, total: usize| {
+                        let now = std::time::Instant::now();
+                        if done > 0 && (now - last).as_secs_f64() >= 2.0 {
+                            last = now;
+                            eprintln!(
+                                "rigbench serve: synthesizing weights: layer {done}/{total} ({:.0} s)",
+                                (now - start).as_secs_f64()
+                            );
+                        }
+                    };
+                    super::weights::synthesize_with_progress(&mc, config.seed, &mut report)
+                }
+                Some(m) => m.to_weights()?,
+            };
+            drop(mapped);
+            if let Some(fmt) = config.quantize {
+                weights.quantize(fmt)?;
+            }
+            let threads = config
+                .num_threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            Box::new(CpuBackend::new(weights, threads))
+        }
+        Device::Cuda(ordinal) => {
+            drop(mapped);
+            let weights = match &source {
+                ModelSource::Synthetic(_) => WeightSource::Synthetic {
+                    config: mc.clone(),
+                    seed: config.seed,
+                },
+                ModelSource::Dir(dir) => WeightSource::Checkpoint {
+                    dir: dir.clone(),
+                    config: mc.clone(),
+                },
+            };
+            let b = CudaBackend::load(CudaLoadSpec {
+                device: ordinal,
+                weights,
+                quantize: config.quantize,
+                max_num_batched_tokens: config.max_num_batched_tokens,
+                max_num_seqs: config.max_num_seqs,
+                max_model_len,
+                kv_dtype: config.kv_cache_dtype,
+                block_size: config.block_size,
+            })
+            .with_context(|| format!("loading {} on cuda:{ordinal}", config.model))?;
+            Box::new(b)
+        }
+    };
+    let memory = backend.device_memory();
+    let utilization = config
+        .gpu_memory_utilization
+        .unwrap_or(super::memory::DEFAULT_GPU_MEMORY_UTILIZATION);
+    let plan = super::memory::plan_kv(
+        backend.config(),
+        memory.as_ref(),
+        utilization,
+        config.kv_cache_memory,
         config.block_size,
         config.kv_cache_dtype,
-        config.kv_cache_memory,
         max_model_len,
+        config.gpu_memory_utilization.is_some(),
     )
-    .map_err(|e| RigError::flag("--kv-cache-memory", e))?;
-    let threads = config
-        .num_threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let backend = CpuBackend::new(weights, threads);
+    .map_err(|e| {
+        let flag = if config.kv_cache_memory.is_some() || memory.is_none() {
+            "--kv-cache-memory"
+        } else {
+            "--gpu-memory-utilization"
+        };
+        RigError::flag(flag, e)
+    })?;
+    let capacity = plan.capacity();
+    let mc = backend.config().clone();
     let kv = KvCacheSpec {
         num_blocks: capacity.num_blocks,
         block_size: config.block_size,
         dtype: config.kv_cache_dtype,
     };
+    let device_kind = backend.name().to_string();
     let info = EngineInfo {
         served_model_name: config.served_name().to_string(),
         model: config.model.clone(),
-        backend: backend.name().to_string(),
+        backend: device_kind.clone(),
+        device: backend.device_label(),
+        provenance,
         model_config: mc.clone(),
         weight_format: backend.weight_format(),
         weight_bytes: backend.weight_bytes(),
         capacity,
         kv,
+        kv_plan: plan.clone(),
         enable_prefix_caching: config.enable_prefix_caching,
         spec: config.speculative.clone(),
         tokenizer_source: tokenizer.source.clone(),
         template_source: template.source.clone(),
+        notes,
     };
     let metrics = Arc::new(Metrics::new(
         config.served_name(),
         CacheInfo {
             block_size: config.block_size,
-            num_gpu_blocks: capacity.num_blocks,
+            num_blocks: capacity.num_blocks,
+            device_kind: device_kind.clone(),
+            gpu_memory_utilization: plan.gpu_memory_utilization,
             cache_dtype: config.kv_cache_dtype.vllm_name().into(),
             enable_prefix_caching: config.enable_prefix_caching,
         },
@@ -862,7 +1039,7 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
     ));
     let tokenizer = Arc::new(tokenizer);
     let engine = Engine::new(
-        Box::new(backend),
+        backend,
         tokenizer.clone(),
         EngineConfig {
             scheduler: SchedulerConfig {
@@ -876,7 +1053,16 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
             seed: config.seed,
         },
         metrics.clone(),
-    )?;
+    )
+    .map_err(|e| match &memory {
+        Some(m) => anyhow::anyhow!(super::memory::kv_alloc_failure(
+            plan.budget_bytes,
+            m.free_after_load,
+            &info.device,
+            &format!("{e:#}"),
+        )),
+        None => e,
+    })?;
     Ok(Loaded {
         engine,
         info,
@@ -918,6 +1104,7 @@ pub fn spawn(loaded: Loaded) -> anyhow::Result<(EngineHandle, std::thread::JoinH
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::backend::{ForwardBatch, Logits};
     use crate::runtime::config::ServeConfig;
 
     fn engine(cfg: &ServeConfig) -> Loaded {
@@ -975,6 +1162,83 @@ mod tests {
         l.tokenizer.encode(text, false).unwrap()
     }
 
+    /// A backend that "samples on the device" (the CUDA backend's engine path) by running the
+    /// CPU backend and taking the argmax: the mock device of the engine's device-sampling path.
+    struct DeviceSamplingMock(Box<dyn Backend>);
+
+    impl Backend for DeviceSamplingMock {
+        fn name(&self) -> &str {
+            "mock-device"
+        }
+        fn config(&self) -> &ModelConfig {
+            self.0.config()
+        }
+        fn weight_format(&self) -> WeightFormat {
+            self.0.weight_format()
+        }
+        fn weight_bytes(&self) -> u64 {
+            self.0.weight_bytes()
+        }
+        fn init_kv_cache(&mut self, spec: KvCacheSpec) -> anyhow::Result<()> {
+            self.0.init_kv_cache(spec)
+        }
+        fn forward(&mut self, batch: &ForwardBatch) -> anyhow::Result<Logits> {
+            self.0.forward(batch)
+        }
+        fn samples_on_device(&self) -> bool {
+            true
+        }
+        fn forward_sampled(
+            &mut self,
+            batch: &ForwardBatch,
+            rows: &[RowSampling],
+        ) -> anyhow::Result<Vec<u32>> {
+            let l = self.0.forward(batch)?;
+            anyhow::ensure!(
+                rows.len() == l.rows(),
+                "{} rows for {} logit rows",
+                rows.len(),
+                l.rows()
+            );
+            Ok((0..l.rows())
+                .map(|i| {
+                    assert!(rows[i].temperature < 1e-5, "the test sends greedy requests");
+                    super::super::sampler::argmax(l.row(i))
+                })
+                .collect())
+        }
+    }
+
+    #[test]
+    fn device_sampling_path_gives_the_host_sampling_output() {
+        let cfg = ServeConfig::tiny();
+        let mut host = engine(&cfg);
+        let dev = engine(&cfg);
+        let kv = dev.engine.config.kv;
+        let econf = dev.engine.config.clone();
+        let backend = dev.engine.into_backend();
+        let mut mocked = Engine::new(
+            Box::new(DeviceSamplingMock(backend)),
+            dev.tokenizer.clone(),
+            econf,
+            dev.metrics.clone(),
+        )
+        .unwrap();
+        let _ = kv;
+        let prompts = ["the cat sat on the mat", "abcabc", "hi"];
+        let mk = |l: &Loaded| {
+            prompts
+                .iter()
+                .map(|p| req(prompt(l, p), 24))
+                .collect::<Vec<_>>()
+        };
+        let reqs = mk(&host);
+        let a = run(&mut host.engine, reqs);
+        let reqs = mk(&host);
+        let b = run(&mut mocked, reqs);
+        assert_eq!(a, b);
+    }
+
     #[test]
     fn speculative_greedy_equals_plain_greedy() {
         let plain_cfg = ServeConfig::tiny();
@@ -1020,12 +1284,13 @@ mod tests {
         let base = ServeConfig::tiny();
         let mut tight = ServeConfig::tiny();
         // 12 blocks of 16 tokens for 4 requests of ~60 tokens each: preemption is certain.
-        tight.kv_cache_memory = 12
-            * crate::runtime::kv_cache::kv_bytes_per_block(
+        tight.kv_cache_memory = Some(
+            12 * crate::runtime::kv_cache::kv_bytes_per_block(
                 &ModelConfig::tiny(),
                 16,
                 tight.kv_cache_dtype,
-            );
+            ),
+        );
         tight.max_model_len = Some(128);
         tight.max_num_batched_tokens = 7;
         let mut a = engine(&base);
@@ -1127,7 +1392,7 @@ mod tests {
     #[test]
     fn load_errors_name_flags_and_files() {
         let mut c = ServeConfig::tiny();
-        c.kv_cache_memory = 1024;
+        c.kv_cache_memory = Some(1024);
         let e = load(&c).err().unwrap().to_string();
         assert!(e.contains("--kv-cache-memory"), "{e}");
         let mut c = ServeConfig::tiny();

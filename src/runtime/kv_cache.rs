@@ -50,14 +50,33 @@ impl KvCapacity {
         let num_blocks = (budget_bytes / per_block) as usize;
         let need = max_model_len.div_ceil(block_size);
         if num_blocks < need.max(1) {
+            use crate::report::table::{human_bytes, plural, thousands};
             let fits = num_blocks * block_size;
+            let at_least = need.max(1) as u64 * per_block;
+            // Lowering --max-model-len helps only when at least one block fits.
+            let advice = if num_blocks == 0 {
+                format!(
+                    "raise --kv-cache-memory to at least {} ({} bytes) for one request of --max-model-len {} tokens",
+                    human_bytes(at_least),
+                    thousands(at_least),
+                    thousands(max_model_len as u64)
+                )
+            } else {
+                format!(
+                    "raise --kv-cache-memory to at least {} ({} bytes) or lower --max-model-len to at most {}",
+                    human_bytes(at_least),
+                    thousands(at_least),
+                    thousands(fits as u64)
+                )
+            };
             return Err(format!(
-                "--kv-cache-memory {} holds {} KV tokens ({} blocks × {block_size}, {} bytes per block), fewer than one request of --max-model-len {max_model_len} tokens needs; raise --kv-cache-memory to at least {} bytes or lower --max-model-len to at most {fits}",
-                budget_bytes,
-                crate::report::table::thousands(fits as u64),
-                num_blocks,
-                per_block,
-                need as u64 * per_block,
+                "--kv-cache-memory {} ({} bytes) holds {} ({} × {block_size} tokens, {} bytes per block), fewer than one request of --max-model-len {} tokens needs; {advice}",
+                human_bytes(budget_bytes),
+                thousands(budget_bytes),
+                plural(fits as u64, "KV token", "KV tokens"),
+                plural(num_blocks as u64, "block", "blocks"),
+                thousands(per_block),
+                thousands(max_model_len as u64),
             ));
         }
         Ok(KvCapacity {
@@ -396,6 +415,18 @@ mod tests {
         let e = KvCapacity::from_budget(&c, 16, KvCacheDtype::Bf16, 1 << 20, 32768).unwrap_err();
         assert!(
             e.contains("--kv-cache-memory") && e.contains("--max-model-len"),
+            "{e}"
+        );
+        // 1 MiB holds 256 blocks = 4,096 tokens: lowering --max-model-len is the other way out.
+        assert!(e.contains("lower --max-model-len to at most 4,096"), "{e}");
+        // 1 KiB holds no block: only raising the budget helps; never "at most 0".
+        let e = KvCapacity::from_budget(&c, 16, KvCacheDtype::Bf16, 1 << 10, 32768).unwrap_err();
+        assert!(
+            !e.contains("at most 0") && !e.contains("lower --max-model-len"),
+            "{e}"
+        );
+        assert!(
+            e.contains("raise --kv-cache-memory to at least 8.0 MiB (8,388,608 bytes)"),
             "{e}"
         );
     }

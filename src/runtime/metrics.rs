@@ -123,13 +123,21 @@ pub struct MetricsState {
     pub gen_len: Histogram,
 }
 
-/// Static facts shown in `vllm:cache_config_info`.
+/// Static facts shown in `vllm:cache_config_info`: vLLM's labels (`block_size`, `cache_dtype`,
+/// `enable_prefix_caching`, `gpu_memory_utilization`, `num_gpu_blocks`) where they mean what
+/// vLLM means, plus rigbench's `device` and `kv_cache_size_tokens`. The CPU backend's blocks
+/// live in host memory: they are not reported as `num_gpu_blocks` (nor as vLLM's
+/// `num_cpu_blocks`, which counts swap space), only as `kv_cache_size_tokens`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheInfo {
     /// Tokens per block.
     pub block_size: usize,
     /// Blocks.
-    pub num_gpu_blocks: usize,
+    pub num_blocks: usize,
+    /// `cpu` or `cuda`.
+    pub device_kind: String,
+    /// `--gpu-memory-utilization` (GPU backends).
+    pub gpu_memory_utilization: Option<f64>,
     /// `bfloat16` or `fp8_e4m3`.
     pub cache_dtype: String,
     /// Prefix caching on.
@@ -245,13 +253,25 @@ impl Metrics {
             "gauge",
             "Information of the LLMEngine CacheConfig",
         );
+        let c = &self.cache;
+        let gpu = c.device_kind != "cpu";
         let _ = writeln!(
             o,
-            "vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"{}\",enable_prefix_caching=\"{}\",{m},num_gpu_blocks=\"{}\"}} 1.0",
-            self.cache.block_size,
-            esc(&self.cache.cache_dtype),
-            if self.cache.enable_prefix_caching { "True" } else { "False" },
-            self.cache.num_gpu_blocks
+            "vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"{}\",device=\"{}\",enable_prefix_caching=\"{}\",{}kv_cache_size_tokens=\"{}\",{m}{}}} 1.0",
+            c.block_size,
+            esc(&c.cache_dtype),
+            esc(&c.device_kind),
+            if c.enable_prefix_caching { "True" } else { "False" },
+            match (gpu, c.gpu_memory_utilization) {
+                (true, Some(u)) => format!("gpu_memory_utilization=\"{u}\","),
+                _ => String::new(),
+            },
+            c.num_blocks * c.block_size,
+            if gpu {
+                format!(",num_gpu_blocks=\"{}\"", c.num_blocks)
+            } else {
+                String::new()
+            }
         );
         let counter = |o: &mut String,
                        name: &str,
@@ -415,7 +435,9 @@ mod tests {
             "m\"x",
             CacheInfo {
                 block_size: 16,
-                num_gpu_blocks: 100,
+                num_blocks: 100,
+                device_kind: "cuda".into(),
+                gpu_memory_utilization: Some(0.9),
                 cache_dtype: "bfloat16".into(),
                 enable_prefix_caching: true,
             },
@@ -449,7 +471,24 @@ mod tests {
         let t = m.render();
         assert!(t.contains("# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"m\\\"x\"} 12.0\n"), "{t}");
         assert!(t.contains("vllm:kv_cache_usage_perc{model_name=\"m\\\"x\"} 0.25\n"));
-        assert!(t.contains("vllm:cache_config_info{block_size=\"16\",cache_dtype=\"bfloat16\",enable_prefix_caching=\"True\",model_name=\"m\\\"x\",num_gpu_blocks=\"100\"} 1.0"));
+        assert!(t.contains("vllm:cache_config_info{block_size=\"16\",cache_dtype=\"bfloat16\",device=\"cuda\",enable_prefix_caching=\"True\",gpu_memory_utilization=\"0.9\",kv_cache_size_tokens=\"1600\",model_name=\"m\\\"x\",num_gpu_blocks=\"100\"} 1.0"), "{t}");
+        // The CPU backend's host-memory blocks are not GPU blocks.
+        let cpu = Metrics::new(
+            "c",
+            CacheInfo {
+                block_size: 16,
+                num_blocks: 10,
+                device_kind: "cpu".into(),
+                gpu_memory_utilization: None,
+                cache_dtype: "bfloat16".into(),
+                enable_prefix_caching: false,
+            },
+            100,
+            None,
+        )
+        .render();
+        assert!(cpu.contains("vllm:cache_config_info{block_size=\"16\",cache_dtype=\"bfloat16\",device=\"cpu\",enable_prefix_caching=\"False\",kv_cache_size_tokens=\"160\",model_name=\"c\"} 1.0"), "{cpu}");
+        assert!(!cpu.contains("gpu"));
         assert!(t.contains(
             "vllm:time_to_first_token_seconds_bucket{le=\"0.001\",model_name=\"m\\\"x\"} 0.0\n"
         ));

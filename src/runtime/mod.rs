@@ -9,18 +9,29 @@
 //! - [`model`]: the decoder's math (RMSNorm, RoPE, SwiGLU, attention);
 //! - [`backend`]: the device interface ([`backend::Backend`]) and the CPU backend;
 //! - [`kv_cache`], [`prefix_cache`]: paged KV blocks, capacity, hashing of full blocks;
+//! - [`device`]: `--device` resolution; [`memory`]: the memory planner (weights fit, KV budget);
 //! - [`scheduler`], [`sampler`], [`spec`]: continuous batching with chunked prefill and
 //!   preemption; sampling; n-gram speculative decoding;
+//! - [`direct`]: a backend driven without the scheduler; [`check`]: reference, parity and
+//!   fidelity checks over any backend;
+//! - [`bench`]: runtime benchmarks (batch-1 and batched decode, prefill, decode bound);
 //! - [`engine`]: the engine thread; [`metrics`]: Prometheus text with vLLM's names;
+//! - [`report`]: the GPU runtime's part of `rigbench report`;
 //! - [`server`]: the HTTP server, [`server::start`] and [`server::ServerHandle`].
 
 pub mod backend;
+pub mod bench;
+pub mod check;
 pub mod config;
+pub mod device;
+pub mod direct;
 pub mod engine;
 pub mod kv_cache;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod prefix_cache;
+pub mod report;
 pub mod sampler;
 pub mod scheduler;
 pub mod server;

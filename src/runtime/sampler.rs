@@ -45,6 +45,7 @@ impl SamplingParams {
 pub struct Sampler {
     params: SamplingParams,
     rng: StdRng,
+    seed: u64,
 }
 
 /// Index of the largest value (lowest index on ties; NaN never wins).
@@ -67,7 +68,13 @@ impl Sampler {
         Sampler {
             params,
             rng: StdRng::seed_from_u64(seed),
+            seed,
         }
+    }
+
+    /// The seed of this request's generator (its own, or the fallback).
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     /// The settings.

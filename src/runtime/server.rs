@@ -32,7 +32,6 @@ use super::engine::{
     self, EngineHandle, EngineInfo, FinishReason, GenerateRequest, ReasoningMode, RequestOutput,
 };
 use super::sampler::SamplingParams;
-use crate::RigError;
 
 /// A running server.
 #[derive(Debug)]
@@ -55,10 +54,10 @@ impl ServerHandle {
         format!("http://{}", self.addr)
     }
 
-    /// The startup KV line (`KV cache: N tokens (B blocks × S); max concurrency at L tokens:
-    /// X.Yx`).
-    pub fn kv_line(&self) -> String {
-        self.engine.info.capacity.line()
+    /// The startup KV lines in vLLM's form (see [`crate::runtime::memory::KvPlan::lines`]).
+    pub fn kv_lines(&self) -> Vec<String> {
+        let i = &self.engine.info;
+        i.kv_plan.lines(&i.backend)
     }
 
     /// Facts about the loaded engine.
@@ -121,10 +120,13 @@ pub async fn start(config: ServeConfig) -> anyhow::Result<ServerHandle> {
         .map_err(|e| anyhow::anyhow!("model loading panicked: {e}"))??;
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
         .await
+        // The environment (a busy port, an address this host does not have), not the command
+        // line: exit 1, naming the flags that choose another.
         .map_err(|e| {
-            RigError::flag(
-                "--host/--port",
-                format!("cannot listen on {}:{}: {e}", config.host, config.port),
+            anyhow::anyhow!(
+                "cannot listen on {}:{}: {e}; choose another with --host/--port (--port 0 picks a free one)",
+                config.host,
+                config.port
             )
         })?;
     let addr = listener.local_addr()?;
@@ -879,11 +881,16 @@ async fn version(State(app): State<AppState>) -> Json<Value> {
         "engine": "rigbench",
         "version": env!("CARGO_PKG_VERSION"),
         "backend": i.backend,
+        "device": i.device,
         "model": i.served_model_name,
+        "model_provenance": i.provenance,
         "weight_format": i.weight_format.id(),
         "kv_cache_dtype": i.kv.dtype.vllm_name(),
         "block_size": i.kv.block_size,
-        "num_gpu_blocks": i.kv.num_blocks,
+        "num_kv_blocks": i.kv.num_blocks,
+        "kv_cache_budget_bytes": i.kv_plan.budget_bytes,
+        "kv_cache_budget_source": i.kv_plan.source,
+        "gpu_memory_utilization": i.kv_plan.gpu_memory_utilization,
         "kv_cache_tokens": i.capacity.tokens(),
         "max_model_len": i.capacity.max_model_len,
         "enable_prefix_caching": i.enable_prefix_caching,

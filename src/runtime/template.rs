@@ -5,9 +5,12 @@
 //! template.
 //!
 //! `chat_template_kwargs` (e.g. `enable_thinking`) are passed as top-level template variables,
-//! as vLLM does. The built-in template follows Qwen3's convention for thinking: with
-//! `enable_thinking` false the assistant turn starts with an empty, closed `<think>` block;
-//! otherwise it opens a `<think>` block, so generated text up to `</think>` is reasoning.
+//! as vLLM does. The built-in template follows Qwen3's convention for thinking, with thinking
+//! OFF unless a request asks for it: with `enable_thinking` true the assistant turn opens a
+//! `<think>` block, so generated text up to `</think>` is reasoning; otherwise it starts with an
+//! empty, closed `<think>` block. (Off by default because the built-in template serves the
+//! synthetic presets, whose random weights seldom close a `<think>` block: with thinking on by
+//! default, a first `curl` would get only reasoning and empty content.)
 
 use std::path::Path;
 
@@ -16,17 +19,18 @@ use serde_json::Value;
 
 use crate::RigError;
 
-/// The built-in template (ChatML with Qwen3's thinking switch).
+/// The built-in template (ChatML with Qwen3's thinking switch; thinking off unless
+/// `enable_thinking` is true).
 pub const BUILTIN_TEMPLATE: &str = concat!(
     "{%- for message in messages %}",
     "{{ '<|im_start|>' ~ message.role ~ '\\n' ~ (message.content or '') ~ '<|im_end|>\\n' }}",
     "{%- endfor %}",
     "{%- if add_generation_prompt %}",
     "{{ '<|im_start|>assistant\\n' }}",
-    "{%- if enable_thinking is defined and enable_thinking is false %}",
-    "{{ '<think>\\n\\n</think>\\n\\n' }}",
-    "{%- else %}",
+    "{%- if enable_thinking is defined and enable_thinking is true %}",
     "{{ '<think>\\n' }}",
+    "{%- else %}",
+    "{{ '<think>\\n\\n</think>\\n\\n' }}",
     "{%- endif %}",
     "{%- endif %}"
 );
@@ -222,15 +226,13 @@ mod tests {
             json!({"role":"system","content":"be brief"}),
             json!({"role":"user","content":"hi"}),
         ];
-        let on = t.render(&msgs, true, &kw(json!({}))).unwrap();
+        let on = t
+            .render(&msgs, true, &kw(json!({"enable_thinking": true})))
+            .unwrap();
         assert_eq!(
             on,
             "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n"
         );
-        let on2 = t
-            .render(&msgs, true, &kw(json!({"enable_thinking": true})))
-            .unwrap();
-        assert_eq!(on, on2);
         let off = t
             .render(&msgs, true, &kw(json!({"enable_thinking": false})))
             .unwrap();
@@ -238,6 +240,9 @@ mod tests {
             off.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
             "{off}"
         );
+        // Thinking is off unless asked for: a first request gets content, not only reasoning.
+        let default = t.render(&msgs, true, &kw(json!({}))).unwrap();
+        assert_eq!(default, off);
         let no_gen = t.render(&msgs, false, &kw(json!({}))).unwrap();
         assert!(no_gen.ends_with("hi<|im_end|>\n"));
         // List-of-parts content is flattened.

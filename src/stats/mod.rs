@@ -112,7 +112,8 @@ pub struct StoppingRule {
     pub max_samples: usize,
     /// Stop when σ/mean of the samples falls below this (e.g. 0.01 = 1%).
     pub target_rel_std: f64,
-    /// Stop when the loop has run this long, in seconds of wall time.
+    /// Stop when the loop has run this long, in seconds of wall time (but never below
+    /// `min_samples`).
     pub max_time_s: f64,
 }
 
@@ -135,7 +136,7 @@ pub enum StopReason {
     Converged,
     /// Hit `max_samples` first.
     SampleCap,
-    /// Hit `max_time_s` first (the spread is then whatever it was).
+    /// Hit `max_time_s` first, after at least `min_samples` (the spread is then whatever it was).
     TimeCap,
 }
 
@@ -153,7 +154,8 @@ impl StoppingRule {
                 }
             }
         }
-        if elapsed_s >= self.max_time_s && n >= self.min_samples.clamp(1, 3) {
+        // The time cap never cuts a case below `min_samples`.
+        if elapsed_s >= self.max_time_s && n >= self.min_samples.max(1) {
             return Some(StopReason::TimeCap);
         }
         None
@@ -201,6 +203,11 @@ mod tests {
         let noisy = [1.0, 2.0, 1.0, 2.0, 1.0];
         assert_eq!(r.check(&noisy, 0.0), None);
         assert_eq!(r.check(&noisy, 11.0), Some(StopReason::TimeCap));
+        assert_eq!(
+            r.check(&noisy[..3], 11.0),
+            None,
+            "the time cap must not stop a case below min_samples"
+        );
         assert_eq!(
             r.check(&[1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0], 0.0),
             Some(StopReason::SampleCap)

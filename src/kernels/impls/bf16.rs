@@ -21,6 +21,21 @@ pub struct Bf16 {
     w: Option<DevBuf>,
     k: usize,
     gemm: Option<LtGemm>,
+    /// Weight copies 1.. for graph timing (copy 0 is `w`).
+    copies: Vec<DevBuf>,
+}
+
+impl Bf16 {
+    fn weights(&self, copy: usize) -> anyhow::Result<&DevBuf> {
+        super::pick_copy("bf16", self.w.as_ref(), &self.copies, copy)
+    }
+
+    fn run_with(&self, env: &Env, inp: &MInputs, w: &DevBuf) -> anyhow::Result<()> {
+        let lt = env.lt.context("cuBLASLt is not available")?;
+        let g = self.gemm.as_ref().context("bf16: prepare_m not called")?;
+        g.run(lt, env.gpu, 1.0, w.ptr(), inp.act.ptr(), inp.out.ptr())?;
+        Ok(())
+    }
 }
 
 impl GemmImpl for Bf16 {
@@ -55,6 +70,7 @@ impl GemmImpl for Bf16 {
         Ok(())
     }
     fn release_shape(&mut self) {
+        self.copies.clear();
         self.w = None;
         self.gemm = None;
     }
@@ -65,13 +81,18 @@ impl GemmImpl for Bf16 {
     }
     fn select(&mut self, _i: usize) {}
     fn run(&self, env: &Env, inp: &MInputs) -> anyhow::Result<()> {
-        let (lt, g, w) = (
-            env.lt.context("cuBLASLt is not available")?,
-            self.gemm.as_ref().context("bf16: prepare_m not called")?,
-            self.w.as_ref().context("bf16: prepare_shape not called")?,
-        );
-        g.run(lt, env.gpu, 1.0, w.ptr(), inp.act.ptr(), inp.out.ptr())?;
+        self.run_with(env, inp, self.weights(0)?)
+    }
+    fn prepare_weight_copies(&mut self, env: &Env, count: usize) -> anyhow::Result<()> {
+        self.copies.clear();
+        self.copies = super::weight_copies(env, self.weights(0)?, count)?;
         Ok(())
+    }
+    fn run_on_copy(&self, env: &Env, inp: &MInputs, copy: usize) -> anyhow::Result<()> {
+        self.run_with(env, inp, self.weights(copy)?)
+    }
+    fn release_weight_copies(&mut self) {
+        self.copies.clear();
     }
     fn path(&self) -> String {
         self.gemm

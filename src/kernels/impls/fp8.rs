@@ -29,9 +29,23 @@ pub struct Fp8 {
     amax: Option<DevBuf>,
     a_scale: Option<DevBuf>,
     gemm: Option<LtGemm>,
+    /// Weight copies 1.. for graph timing (copy 0 is `w`; the per-tensor scale is shared).
+    copies: Vec<DevBuf>,
 }
 
 impl Fp8 {
+    fn weights(&self, copy: usize) -> anyhow::Result<&DevBuf> {
+        super::pick_copy("fp8", self.w.as_ref(), &self.copies, copy)
+    }
+
+    fn run_with(&self, env: &Env, inp: &MInputs, w: &DevBuf) -> anyhow::Result<()> {
+        let lt = env.lt.context("cuBLASLt is not available")?;
+        let g = self.gemm.as_ref().context("fp8: prepare_m not called")?;
+        let qa = self.qa.as_ref().context("fp8: prepare_m not called")?;
+        g.run(lt, env.gpu, 1.0, w.ptr(), qa.ptr(), inp.out.ptr())?;
+        Ok(())
+    }
+
     fn quantize(&self, env: &Env, inp: &MInputs) -> anyhow::Result<()> {
         let (qa, amax, sc) = (
             self.qa.as_ref().context("fp8: no buffers")?,
@@ -126,12 +140,18 @@ impl GemmImpl for Fp8 {
     }
     fn select(&mut self, _i: usize) {}
     fn run(&self, env: &Env, inp: &MInputs) -> anyhow::Result<()> {
-        let lt = env.lt.context("cuBLASLt is not available")?;
-        let g = self.gemm.as_ref().context("fp8: prepare_m not called")?;
-        let w = self.w.as_ref().context("fp8: prepare_shape not called")?;
-        let qa = self.qa.as_ref().context("fp8: prepare_m not called")?;
-        g.run(lt, env.gpu, 1.0, w.ptr(), qa.ptr(), inp.out.ptr())?;
+        self.run_with(env, inp, self.weights(0)?)
+    }
+    fn prepare_weight_copies(&mut self, env: &Env, count: usize) -> anyhow::Result<()> {
+        self.copies.clear();
+        self.copies = super::weight_copies(env, self.weights(0)?, count)?;
         Ok(())
+    }
+    fn run_on_copy(&self, env: &Env, inp: &MInputs, copy: usize) -> anyhow::Result<()> {
+        self.run_with(env, inp, self.weights(copy)?)
+    }
+    fn release_weight_copies(&mut self) {
+        self.copies.clear();
     }
     fn path(&self) -> String {
         self.gemm

@@ -6,8 +6,9 @@ pub mod fp8;
 pub mod w4a16;
 pub mod w4a4;
 
-use super::GemmImpl;
+use super::{Env, GemmImpl};
 use crate::formats::GemmFormat;
+use crate::gpu::DevBuf;
 
 /// A fresh implementation for `format`.
 pub fn make(format: GemmFormat) -> Box<dyn GemmImpl> {
@@ -16,5 +17,40 @@ pub fn make(format: GemmFormat) -> Box<dyn GemmImpl> {
         GemmFormat::Fp8 => Box::new(fp8::Fp8::default()),
         GemmFormat::W4a16 => Box::new(w4a16::W4a16::default()),
         GemmFormat::W4a4 => Box::new(w4a4::W4a4::default()),
+    }
+}
+
+/// `count − 1` device copies of the weights `w` (copy 0 is `w` itself), for graph timing over
+/// rotating weight copies ([`GemmImpl::prepare_weight_copies`]).
+///
+/// # Errors
+/// Allocation or copy failures (e.g. out of device memory).
+pub fn weight_copies(env: &Env, w: &DevBuf, count: usize) -> anyhow::Result<Vec<DevBuf>> {
+    let mut copies = Vec::with_capacity(count.saturating_sub(1));
+    for _ in 1..count {
+        let c = env.gpu.alloc(w.bytes())?;
+        env.gpu.copy_d2d(&c, w, w.bytes())?;
+        copies.push(c);
+    }
+    env.gpu.sync()?;
+    Ok(copies)
+}
+
+/// Weight copy `copy` of implementation `id`: `w` for 0, else `copies[copy − 1]`.
+///
+/// # Errors
+/// The weights were not prepared, or that copy was not made.
+pub fn pick_copy<'a>(
+    id: &str,
+    w: Option<&'a DevBuf>,
+    copies: &'a [DevBuf],
+    copy: usize,
+) -> anyhow::Result<&'a DevBuf> {
+    if copy == 0 {
+        w.ok_or_else(|| anyhow::anyhow!("{id}: prepare_shape not called"))
+    } else {
+        copies
+            .get(copy - 1)
+            .ok_or_else(|| anyhow::anyhow!("{id}: weight copy {copy} was not made"))
     }
 }

@@ -56,6 +56,143 @@ fn fused_name(nt: usize, warps: usize, wn: usize) -> String {
     format!("w4a16_nt{nt}_w{warps}_n{wn}")
 }
 
+/// Source of the version-2 kernel (Marlin-style: stripes over the SMs, cp.async ring).
+pub const V2_SRC: &str = include_str!("../../../kernels/w4a16_v2.cu");
+
+/// The (token tiles, warps, strips per warp) instances of kernels/w4a16_v2.cu.
+pub const V2_VARIANTS: &[(usize, usize, usize)] = &[
+    (1, 4, 1),
+    (1, 4, 2),
+    (1, 4, 4),
+    (1, 8, 1),
+    (1, 8, 2),
+    (2, 4, 1),
+    (2, 4, 2),
+    (2, 4, 4),
+    (2, 8, 1),
+    (2, 8, 2),
+    (4, 4, 1),
+    (4, 4, 2),
+    (4, 4, 4),
+    (4, 8, 1),
+    (4, 8, 2),
+    (8, 4, 1),
+    (8, 4, 2),
+    (8, 8, 1),
+    (8, 8, 2),
+    (16, 4, 1),
+    (16, 8, 1),
+];
+
+/// Largest M the version-2 kernel takes in one launch (16 token tiles of 8).
+pub const V2_MAX_M: usize = 128;
+
+/// Pipeline depths offered to the tuner.
+pub const V2_STAGES: [usize; 3] = [3, 4, 6];
+
+/// Name of a version-2 kernel.
+pub fn v2_name(nt: usize, warps: usize, wn: usize) -> String {
+    format!("w4v2_nt{nt}_w{warps}_n{wn}")
+}
+
+/// All kernel names in kernels/w4a16_v2.cu.
+pub fn v2_kernel_names() -> Vec<String> {
+    V2_VARIANTS
+        .iter()
+        .map(|(nt, w, wn)| v2_name(*nt, *w, *wn))
+        .collect()
+}
+
+/// Shared-memory bytes of one version-2 pipeline stage: packed codes (512 B) and scale words
+/// (128 B) of every strip of the group, and the k tile (128 B per token) of 8·nt tokens.
+pub fn v2_stage_bytes(nt: usize, warps: usize, wn: usize) -> usize {
+    warps * wn * 640 + nt * 8 * 128
+}
+
+/// The CTA that owns unit `u` when `units` units are split into `ctas` contiguous stripes
+/// (stripe `c` = `[c·units/ctas, (c+1)·units/ctas)`), as kernels/w4a16_v2.cu computes it.
+pub fn v2_owner(u: usize, units: usize, ctas: usize) -> usize {
+    ((u + 1) * ctas - 1) / units
+}
+
+/// The most slices (CTAs) any group's k range is split into, for `groups` groups of `kt_n`
+/// k tiles over `ctas` stripes; 1 when no group is split.
+pub fn v2_max_slices(groups: usize, kt_n: usize, ctas: usize) -> usize {
+    let units = groups * kt_n;
+    (0..groups)
+        .map(|g| v2_owner(g * kt_n + kt_n - 1, units, ctas) - v2_owner(g * kt_n, units, ctas) + 1)
+        .max()
+        .unwrap_or(1)
+}
+
+/// Version-2 configurations for `m` tokens (`m` ≤ [`V2_MAX_M`]): every instance with the
+/// smallest token tile that holds `m`, each pipeline depth whose shared memory fits, on a
+/// persistent grid of (resident CTAs per SM × SMs) and of one CTA per SM (at most one CTA per
+/// unit).
+///
+/// # Errors
+/// A failing occupancy or attribute query.
+pub fn v2_candidates(
+    gpu: &Gpu,
+    module: &crate::gpu::Module,
+    strips: usize,
+    kt_n: usize,
+    m: usize,
+) -> anyhow::Result<Vec<Config>> {
+    if m == 0 || m > V2_MAX_M {
+        return Ok(Vec::new());
+    }
+    let tiles = m.div_ceil(8);
+    let nt = *[1usize, 2, 4, 8, 16]
+        .iter()
+        .find(|v| **v >= tiles)
+        .unwrap_or(&16);
+    let sm = gpu.sm_count.max(1) as usize;
+    let mut out = Vec::new();
+    for &(vnt, warps, wn) in V2_VARIANTS {
+        if vnt != nt {
+            continue;
+        }
+        let name = v2_name(nt, warps, wn);
+        let attrs = module.attrs(&name)?;
+        if attrs.local_bytes > 0 {
+            continue;
+        }
+        let groups = strips.div_ceil(warps * wn);
+        let units = groups * kt_n;
+        for stages in V2_STAGES {
+            let smem = stages * v2_stage_bytes(nt, warps, wn);
+            if smem > gpu.max_smem_optin as usize {
+                continue;
+            }
+            let occ = module.occupancy_smem(&name, (warps * 32) as u32, smem as u32)? as usize;
+            if occ == 0 {
+                continue;
+            }
+            let mut grids = vec![(occ * sm).min(units)];
+            if occ > 1 {
+                grids.push(sm.min(units));
+            }
+            for ctas in grids {
+                let c = Config::V2 {
+                    nt,
+                    warps,
+                    wn,
+                    stages,
+                    ctas,
+                    groups,
+                    max_slices: v2_max_slices(groups, kt_n, ctas),
+                    smem,
+                };
+                if !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// One launch configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Config {
@@ -80,6 +217,25 @@ pub enum Config {
     },
     /// Expand to BF16 scratch, then cuBLASLt.
     DequantGemm,
+    /// The version-2 kernel (kernels/w4a16_v2.cu), all M tokens in one launch.
+    V2 {
+        /// Token tiles of 8.
+        nt: usize,
+        /// Warps per CTA.
+        warps: usize,
+        /// Strips per warp.
+        wn: usize,
+        /// Pipeline stages.
+        stages: usize,
+        /// CTAs (persistent grid).
+        ctas: usize,
+        /// Groups of warps·wn strips.
+        groups: usize,
+        /// Most slices a group's k range is split into.
+        max_slices: usize,
+        /// Dynamic shared memory, bytes.
+        smem: usize,
+    },
 }
 
 /// The W4A16 implementation.
@@ -98,6 +254,8 @@ pub struct W4a16 {
     n: usize,
     k: usize,
     flavor_names: Vec<String>,
+    /// Extra copies of (codes, scales) for graph timing over rotating weights.
+    copies: Vec<(DevBuf, DevBuf)>,
 }
 
 /// Fused-kernel configurations for `m` tokens of a weight with `strips` 16-row strips and `kt_n`
@@ -251,7 +409,24 @@ pub struct W4a16View {
 /// Scratch a configuration needs at `m` tokens: (split-K workspace floats, counters, BF16
 /// dequantization scratch bytes).
 pub fn scratch_needs(cfg: &Config, n: usize, k: usize) -> (usize, usize, usize) {
+    let _ = n;
     match cfg {
+        Config::V2 {
+            warps,
+            wn,
+            groups,
+            max_slices,
+            nt,
+            ..
+        } => (
+            if *max_slices > 1 {
+                groups * max_slices * warps * wn * 16 * nt * 8
+            } else {
+                0
+            },
+            *groups,
+            0,
+        ),
         Config::Fused {
             splits,
             ctas_x,
@@ -272,6 +447,7 @@ pub fn scratch_needs(cfg: &Config, n: usize, k: usize) -> (usize, usize, usize) 
 pub fn launch_view(
     gpu: &Gpu,
     modules: &[W4Module],
+    v2: Option<&crate::gpu::Module>,
     lt: Option<&Lt>,
     w: &W4a16View,
     cfg: &Config,
@@ -283,9 +459,6 @@ pub fn launch_view(
     scratch: u64,
     gemm: Option<&LtGemm>,
 ) -> anyhow::Result<()> {
-    let first = modules
-        .first()
-        .context("kernels/w4a16.cu did not compile")?;
     match cfg {
         Config::Fused {
             flavor,
@@ -331,7 +504,51 @@ pub fn launch_view(
                 m0 += mc;
             }
         }
+        Config::V2 {
+            nt,
+            warps,
+            wn,
+            stages,
+            ctas,
+            groups: _,
+            max_slices,
+            smem,
+        } => {
+            let module = v2.context("kernels/w4a16_v2.cu did not compile")?;
+            anyhow::ensure!(
+                m <= nt * 8,
+                "w4a16 v2: M = {m} exceeds the token tile {}",
+                nt * 8
+            );
+            module.launch(
+                gpu,
+                &v2_name(*nt, *warps, *wn),
+                (*ctas as u32, 1, 1),
+                ((*warps * 32) as u32, 1, 1),
+                *smem as u32,
+                &[
+                    KArg::Ptr(w.wq),
+                    KArg::Ptr(w.sc),
+                    KArg::Ptr(act),
+                    KArg::Ptr(out),
+                    KArg::Ptr(ws),
+                    KArg::Ptr(counters),
+                    KArg::I32(m as i32),
+                    KArg::I32(w.n as i32),
+                    KArg::I32(w.k as i32),
+                    KArg::I32(w.strips as i32),
+                    KArg::I32(w.kt_n as i32),
+                    KArg::I32((w.strips.div_ceil(warps * wn) * w.kt_n) as i32),
+                    KArg::I32(*stages as i32),
+                    KArg::I32(*max_slices as i32),
+                    KArg::F32(w.out_scale),
+                ],
+            )?;
+        }
         Config::DequantGemm => {
+            let first = modules
+                .first()
+                .context("kernels/w4a16.cu did not compile")?;
             anyhow::ensure!(scratch != 0, "w4a16: no dequantization scratch");
             let units = w.strips * w.kt_n;
             first.module.launch(
@@ -359,6 +576,35 @@ pub fn launch_view(
 }
 
 impl W4a16 {
+    fn run_with(&self, env: &Env, inp: &MInputs, wq: &DevBuf, sc: &DevBuf) -> anyhow::Result<()> {
+        let (_, _, strips, kt_n, out_scale) = self.meta()?;
+        // A borrowed view of the shape's buffers (no copy): the launch reads pointers only.
+        let view = W4a16View {
+            wq: wq.ptr(),
+            sc: sc.ptr(),
+            n: inp.n,
+            k: inp.k,
+            strips,
+            kt_n,
+            out_scale,
+        };
+        launch_view(
+            env.gpu,
+            env.w4,
+            env.w4v2,
+            env.lt,
+            &view,
+            self.config()?,
+            inp.act.ptr(),
+            inp.out.ptr(),
+            inp.m,
+            self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.scratch.as_ref().map(|b| b.ptr()).unwrap_or(0),
+            self.gemm.as_ref(),
+        )
+    }
+
     fn meta(&self) -> anyhow::Result<(usize, usize, usize, usize, f32)> {
         self.packed_meta.context("w4a16: prepare_shape not called")
     }
@@ -406,6 +652,9 @@ impl GemmImpl for W4a16 {
         if inp.m <= FUSED_MAX_M {
             let (_, _, strips, kt_n, _) = self.meta()?;
             cands.extend(fused_candidates(env.gpu, env.w4, strips, kt_n, inp.m)?);
+            if let Some(v2) = env.w4v2 {
+                cands.extend(v2_candidates(env.gpu, v2, strips, kt_n, inp.m)?);
+            }
         }
         if inp.m >= DEQUANT_MIN_M && env.lt.is_some() {
             cands.push(Config::DequantGemm);
@@ -419,18 +668,9 @@ impl GemmImpl for W4a16 {
         let mut ws_floats = 0usize;
         let mut ctas = 0usize;
         for c in &cands {
-            if let Config::Fused {
-                splits,
-                ctas_x,
-                chunk,
-                ..
-            } = c
-            {
-                if *splits > 1 {
-                    ws_floats = ws_floats.max(splits * chunk * inp.n);
-                }
-                ctas = ctas.max(*ctas_x);
-            }
+            let (w, ctr, _) = scratch_needs(c, inp.n, inp.k);
+            ws_floats = ws_floats.max(w);
+            ctas = ctas.max(ctr);
         }
         if ws_floats > 0
             && self
@@ -468,34 +708,36 @@ impl GemmImpl for W4a16 {
         self.chosen = i.min(self.candidates.len().saturating_sub(1));
     }
     fn run(&self, env: &Env, inp: &MInputs) -> anyhow::Result<()> {
-        let (n_pad, k_pad, strips, kt_n, out_scale) = self.meta()?;
-        let _ = (n_pad, k_pad);
         let wq = self.wq.as_ref().context("w4a16: no weights")?;
         let sc = self.sc.as_ref().context("w4a16: no scales")?;
-        // A borrowed view of the shape's buffers (no copy): the launch reads pointers only.
-        let view = W4a16View {
-            wq: wq.ptr(),
-            sc: sc.ptr(),
-            n: inp.n,
-            k: inp.k,
-            strips,
-            kt_n,
-            out_scale,
-        };
-        launch_view(
-            env.gpu,
-            env.w4,
-            env.lt,
-            &view,
-            self.config()?,
-            inp.act.ptr(),
-            inp.out.ptr(),
-            inp.m,
-            self.ws.as_ref().map(|b| b.ptr()).unwrap_or(0),
-            self.counters.as_ref().map(|b| b.ptr()).unwrap_or(0),
-            self.scratch.as_ref().map(|b| b.ptr()).unwrap_or(0),
-            self.gemm.as_ref(),
-        )
+        self.run_with(env, inp, wq, sc)
+    }
+    fn prepare_weight_copies(&mut self, env: &Env, count: usize) -> anyhow::Result<()> {
+        let wq = self
+            .wq
+            .as_ref()
+            .context("w4a16: prepare_shape not called")?;
+        let sc = self
+            .sc
+            .as_ref()
+            .context("w4a16: prepare_shape not called")?;
+        let qs = super::weight_copies(env, wq, count)?;
+        let ss = super::weight_copies(env, sc, count)?;
+        self.copies = qs.into_iter().zip(ss).collect();
+        Ok(())
+    }
+    fn run_on_copy(&self, env: &Env, inp: &MInputs, copy: usize) -> anyhow::Result<()> {
+        if copy == 0 {
+            return self.run(env, inp);
+        }
+        let (wq, sc) = self
+            .copies
+            .get(copy - 1)
+            .with_context(|| format!("w4a16: weight copy {copy} was not made"))?;
+        self.run_with(env, inp, wq, sc)
+    }
+    fn release_weight_copies(&mut self) {
+        self.copies.clear();
     }
     fn path(&self) -> String {
         let n = self.candidates.len();
@@ -518,6 +760,23 @@ impl GemmImpl for W4a16 {
                 self.flavor_names.get(*flavor).map(String::as_str).unwrap_or("?"),
                 chunk.min(&(nt * 8)),
                 if *splits > 1 { " (deterministic fixed-order reduction)" } else { "" }
+            ),
+            Ok(Config::V2 {
+                nt,
+                warps,
+                wn,
+                stages,
+                ctas,
+                max_slices,
+                ..
+            }) => format!(
+                "rigbench W4A16 v2 (Marlin-style: {ctas} persistent CTAs over K×N stripes, {stages}-stage cp.async ring, activations shared in smem, mma.sync m16n8k16 BF16/FP32): {} token slots, {warps} warps/CTA, {wn} strip(s)/warp{}{tuned}",
+                nt * 8,
+                if *max_slices > 1 {
+                    format!(", up to {max_slices} slices per column group (deterministic ordered reduction)")
+                } else {
+                    String::new()
+                }
             ),
             Ok(Config::DequantGemm) => format!(
                 "rigbench dequant NVFP4→BF16 scratch + {}{tuned}",
@@ -566,6 +825,23 @@ impl GemmImpl for W4a16 {
                 })
             }));
         }
+        if let Some(v2) = env.w4v2 {
+            for &(nt, warps, wn) in V2_VARIANTS {
+                let name = v2_name(nt, warps, wn);
+                if let Ok(a) = v2.attrs(&name) {
+                    out.push(KernelFacts {
+                        name,
+                        registers: a.registers,
+                        local_bytes: a.local_bytes,
+                        static_shared_bytes: a.static_shared_bytes,
+                        dynamic_shared_bytes: (V2_STAGES[1] * v2_stage_bytes(nt, warps, wn)) as u32,
+                        threads_per_block: (warps * 32) as u32,
+                        max_threads_per_block: a.max_threads_per_block,
+                        arch: v2.arch.clone(),
+                    });
+                }
+            }
+        }
         out
     }
 }
@@ -573,6 +849,52 @@ impl GemmImpl for W4a16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn v2_instances_match_the_cuda_source_and_stripes_cover_every_unit() {
+        for &(nt, w, wn) in V2_VARIANTS {
+            let inst = format!("W4V2_KERNEL({nt}, {w}, {wn})");
+            assert!(V2_SRC.contains(&inst), "{inst} missing from w4a16_v2.cu");
+        }
+        // Stripes: every unit has exactly one owner, owners are contiguous and in order, and
+        // max_slices counts the CTAs that share a group.
+        for (groups, kt_n, ctas) in [
+            (40, 96, 132),
+            (1, 80, 80),
+            (272, 80, 264),
+            (3, 2, 5),
+            (7, 3, 1),
+        ] {
+            let units = groups * kt_n;
+            let mut counts = vec![0usize; ctas];
+            let mut prev = 0;
+            for u in 0..units {
+                let o = v2_owner(u, units, ctas);
+                assert!(o < ctas && o >= prev, "unit {u} owner {o}");
+                prev = o;
+                counts[o] += 1;
+                // The kernel's stripe of o contains u.
+                assert!(o * units / ctas <= u && u < (o + 1) * units / ctas);
+            }
+            let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+            assert!(
+                hi - lo <= 1,
+                "stripes differ by at most one unit: {lo}..{hi}"
+            );
+            let ms = v2_max_slices(groups, kt_n, ctas);
+            let want = (0..groups)
+                .map(|g| {
+                    (g * kt_n..(g + 1) * kt_n)
+                        .map(|u| v2_owner(u, units, ctas))
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .len()
+                })
+                .max()
+                .unwrap();
+            assert_eq!(ms, want);
+        }
+        assert_eq!(v2_stage_bytes(1, 4, 2), 8 * 640 + 1024);
+    }
 
     #[test]
     fn kernel_names_match_the_cuda_source() {

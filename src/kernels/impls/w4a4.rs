@@ -49,8 +49,16 @@ impl GemmImpl for W4a4 {
     }
     fn unsupported(&self, cc: ComputeCapability, shape: &Shape) -> Option<String> {
         if !has_fp4_tensor_cores(cc) {
+            // The capability table's word (fallback on sm_80–sm_90, unsupported below).
+            let cap = crate::rig::capability::capability(cc, GemmFormat::W4a4);
+            let via = if cap.support == crate::rig::Support::Fallback {
+                "; engines run W4A4 NVFP4 checkpoints as W4A16, which the w4a16 column measures"
+            } else {
+                ""
+            };
             return Some(format!(
-                "unsupported on this card: {cc} has no FP4 tensor cores (they start at sm_100); native W4A4 NVFP4 cannot run here, engines fall back to W4A16, and rigbench does not time emulation"
+                "{} on this card: {}; native W4A4 NVFP4 is not timed{via}, and rigbench does not time an emulation",
+                cap.support, cap.reason
             ));
         }
         (shape.k % 32 != 0).then(|| {
@@ -167,6 +175,7 @@ mod tests {
             n: 128,
             k: 5120,
             note: String::new(),
+            per_step: None,
         };
         let r = W4a4::default()
             .unsupported(ComputeCapability::new(9, 0), &shape)
@@ -175,6 +184,15 @@ mod tests {
             r.contains("sm_90") && r.contains("no FP4 tensor cores"),
             "{r}"
         );
+        // One word per card: the capability table's (fallback on sm_90, unsupported on sm_75).
+        assert!(
+            r.starts_with("fallback on this card") && !r.contains("unsupported"),
+            "{r}"
+        );
+        let r75 = W4a4::default()
+            .unsupported(ComputeCapability::new(7, 5), &shape)
+            .unwrap();
+        assert!(r75.starts_with("unsupported on this card"), "{r75}");
         for cc in [(10, 0), (10, 3), (12, 0), (12, 1)] {
             assert!(W4a4::default()
                 .unsupported(ComputeCapability::new(cc.0, cc.1), &shape)

@@ -455,15 +455,13 @@ mod tests {
                 .map(|xr| {
                     let xr: Vec<f64> = if is8 {
                         // W8A8: per-token dynamic scale amax/448 (or the static input scale),
-                        // each activation rounded through E4M3.
-                        let amax = xr.iter().fold(0f64, |m, v| m.max(v.abs()));
-                        let s = is.map(f64::from).unwrap_or(if amax > 0.0 {
-                            amax / 448.0
-                        } else {
-                            1.0
-                        });
-                        xr.iter()
-                            .map(|v| e4m3::round_trip((v / s) as f32) as f64 * s)
+                        // each activation rounded through E4M3, in the f32 arithmetic vLLM's
+                        // quantization kernel (and the backend) uses: the E4M3 rounding is
+                        // discontinuous, so an f64 scale would move every rounding boundary.
+                        let x32: Vec<f32> = xr.iter().map(|v| *v as f32).collect();
+                        quantize_activations_fp8(&x32, x32.len(), is)
+                            .into_iter()
+                            .map(f64::from)
                             .collect()
                     } else {
                         xr.clone()
@@ -713,14 +711,18 @@ mod tests {
     }
 
     /// FP8 W8A8 forward vs the f64 reference with the same weights and the same activation
-    /// quantization (relative RMS error of all logits). Rounding activations to E4M3 is
-    /// discontinuous: an activation that the f32 backend and the f64 reference compute a few ulps
-    /// apart can round to neighbouring E4M3 values (a 2⁻³ relative step) and the flip propagates.
-    /// Measured on this preset (seed 11): 2e-7 with this reference (no activation lands on a
-    /// rounding boundary); 0.047 with a variant that computes the scale in f32 (a few flips);
-    /// 0.079 for a backend that skips activation quantization. 0.03 separates the last case from
-    /// a correct backend without demanding bit-exactness; the matmul-level test above is exact.
-    const FP8_VS_SAME_FP8_REFERENCE_TOL: f64 = 0.03;
+    /// quantization (done in f32, as the backend and vLLM's kernel do), per position. Rounding
+    /// activations to E4M3 is discontinuous: an activation that the f32 backend and the f64
+    /// reference compute a few ulps apart can round to neighbouring E4M3 values (a 2⁻³ relative
+    /// step), and such a flip changes that position's logits by a few percent and, through the
+    /// KV cache, every later position. On this preset (seed 11) the first flip happens at
+    /// position 2 (measured 2e-7 at positions 0 and 1, then 2–9%). So: the positions before the
+    /// first flip agree to f32 rounding (`FP8_SAME_ROW_TOL`), there are at least two of them,
+    /// and no position is off by more than `FP8_FLIP_ROW_TOL`. That activation quantization is
+    /// applied at all is checked exactly by the matmul-level test above.
+    const FP8_SAME_ROW_TOL: f64 = 1e-5;
+    /// See [`FP8_SAME_ROW_TOL`].
+    const FP8_FLIP_ROW_TOL: f64 = 0.15;
 
     #[test]
     fn fp8_forward_matches_reference_within_flip_tolerance() {
@@ -728,10 +730,24 @@ mod tests {
         w.quantize(WeightFormat::Fp8).unwrap();
         let want = reference(&w, &PROMPT, false);
         let got = run_backend(&w, &PROMPT, vec![3, 7, 1], KvCacheDtype::Bf16, 1);
-        let e = rel_rms_err(&got, &want);
+        let rows: Vec<f64> = (0..want.len())
+            .map(|r| {
+                let (mut num, mut den) = (0f64, 0f64);
+                for (j, v) in want[r].iter().enumerate() {
+                    num += (got.row(r)[j] as f64 - v).powi(2);
+                    den += v * v;
+                }
+                (num / den).sqrt()
+            })
+            .collect();
+        let exact_prefix = rows.iter().take_while(|e| **e < FP8_SAME_ROW_TOL).count();
         assert!(
-            e < FP8_VS_SAME_FP8_REFERENCE_TOL,
-            "FP8: relative RMS error {e}"
+            exact_prefix >= 2,
+            "FP8: the first positions must match the reference to f32 rounding: {rows:?}"
+        );
+        assert!(
+            rows.iter().all(|e| *e < FP8_FLIP_ROW_TOL),
+            "FP8: a position is off by more than E4M3 flips explain: {rows:?}"
         );
     }
 

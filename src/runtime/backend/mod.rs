@@ -140,6 +140,22 @@ pub struct DeviceMemory {
     pub workspace: u64,
 }
 
+/// Per-row sampling settings for [`Backend::forward_sampled`] (vLLM's semantics, as
+/// [`crate::runtime::sampler::SamplingParams`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowSampling {
+    /// Temperature (< 1e-5 is greedy).
+    pub temperature: f32,
+    /// Nucleus mass.
+    pub top_p: f32,
+    /// Top-k (0 = off).
+    pub top_k: i32,
+    /// Seed of the request.
+    pub seed: u64,
+    /// Index of this draw in the request (so a seed gives a reproducible sequence).
+    pub draw: u64,
+}
+
 /// A device that runs the decoder.
 pub trait Backend: Send {
     /// Short name for logs and `/version` (`"cpu"`, `"cuda"`).
@@ -173,4 +189,22 @@ pub trait Backend: Send {
     /// On an inconsistent batch (tokens out of the vocabulary, block tables that do not cover
     /// the positions, no KV cache) or a device failure.
     fn forward(&mut self, batch: &ForwardBatch) -> anyhow::Result<Logits>;
+    /// Whether [`Backend::forward_sampled`] samples on the device (so only token ids, not
+    /// logits, cross to the host).
+    fn samples_on_device(&self) -> bool {
+        false
+    }
+    /// Run the decoder over `batch` and sample one token per logit row on the device, with the
+    /// settings of that row (`rows.len()` = the batch's logit rows, in order).
+    ///
+    /// # Errors
+    /// As [`Backend::forward`]; backends that do not sample on the device refuse.
+    fn forward_sampled(
+        &mut self,
+        batch: &ForwardBatch,
+        rows: &[RowSampling],
+    ) -> anyhow::Result<Vec<u32>> {
+        let _ = (batch, rows);
+        anyhow::bail!("the {} backend does not sample on the device", self.name())
+    }
 }

@@ -281,21 +281,7 @@ impl Bufs {
     }
 }
 
-/// Per-row sampling settings for [`CudaBackend::forward_sampled`] (vLLM semantics, as
-/// [`crate::runtime::sampler::SamplingParams`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RowSampling {
-    /// Temperature (< 1e-5 is greedy).
-    pub temperature: f32,
-    /// Nucleus mass.
-    pub top_p: f32,
-    /// Top-k (0 = off).
-    pub top_k: i32,
-    /// Seed of the request.
-    pub seed: u64,
-    /// Index of this draw in the request (so a seed gives a reproducible sequence).
-    pub draw: u64,
-}
+pub use super::RowSampling;
 
 /// Counters of what the backend ran (for reports and tests).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -317,6 +303,7 @@ pub struct CudaBackend {
     lt: Lt,
     rt: Module,
     w4m: Vec<W4Module>,
+    w4v2: Option<Module>,
     config: ModelConfig,
     format: WeightFormat,
     weights: DWeights,
@@ -333,6 +320,8 @@ pub struct CudaBackend {
     memory: DeviceMemory,
     /// What ran.
     pub stats: CudaStats,
+    /// Per-op GPU time profiling (eager steps only; see [`CudaBackend::set_profiling`]).
+    prof: Option<Profiler>,
     /// Notes for reports (self-check outcomes, fallbacks taken).
     pub notes: Vec<String>,
 }
@@ -424,8 +413,15 @@ impl CudaBackend {
                 config.head_dim
             );
         }
-        let stored = match &spec.weights {
-            WeightSource::Host(w) => w.linear_format(),
+        let mapped = match &spec.weights {
+            WeightSource::Checkpoint { dir, config } => {
+                Some(weights::MappedCheckpoint::open(dir, config)?)
+            }
+            _ => None,
+        };
+        let stored = match (&spec.weights, &mapped) {
+            (WeightSource::Host(w), _) => w.linear_format(),
+            (_, Some(m)) => m.format(),
             _ => WeightFormat::Bf16,
         };
         let format = spec.quantize.unwrap_or(stored);
@@ -461,6 +457,16 @@ impl CudaBackend {
                 });
             }
         }
+        let w4v2 = if format == WeightFormat::Nvfp4 {
+            let names = w4::v2_kernel_names();
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            Some(
+                gpu.compile("w4a16_v2", w4::V2_SRC, &refs)
+                    .context("building kernels/w4a16_v2.cu")?,
+            )
+        } else {
+            None
+        };
         let lt = Lt::new(&gpu)?;
         let loader = Loader { gpu: &gpu, rt: &rt };
         let weights = match spec.weights {
@@ -469,10 +475,10 @@ impl CudaBackend {
                 loader.synthetic(&config, seed, spec.quantize)?
             }
             WeightSource::Checkpoint { dir, .. } => {
-                anyhow::bail!(
-                    "loading checkpoint {} on the GPU is not supported yet; use synthetic:PRESET",
-                    dir.display()
-                )
+                let m = mapped.as_ref().context("checkpoint not mapped")?;
+                loader
+                    .checkpoint(m, spec.quantize)
+                    .with_context(|| format!("uploading {}", dir.display()))?
             }
         };
         let t_max = spec.max_num_batched_tokens.max(1);
@@ -492,6 +498,7 @@ impl CudaBackend {
             lt,
             rt,
             w4m,
+            w4v2,
             format: weights
                 .layers
                 .first()
@@ -518,6 +525,7 @@ impl CudaBackend {
             },
             stats: CudaStats::default(),
             notes: Vec::new(),
+            prof: None,
         };
         me.prepare_gemms()?;
         if me.format == WeightFormat::Nvfp4 {
@@ -556,6 +564,19 @@ impl CudaBackend {
         Ok(me)
     }
 
+    /// Weight bytes one decode step reads: every decoder layer, the final norm and the lm_head
+    /// (the embedding table is read only at the step's token rows, so it is left out unless it
+    /// is the lm_head).
+    pub fn decode_weight_bytes(&self) -> u64 {
+        let w = &self.weights;
+        let embed = if w.lm_head.is_some() {
+            w.embed.bytes() as u64
+        } else {
+            0
+        };
+        w.bytes() as u64 - embed
+    }
+
     /// The GPU.
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
@@ -564,6 +585,78 @@ impl CudaBackend {
     /// Options in effect (after self-checks).
     pub fn options(&self) -> CudaOptions {
         self.opts
+    }
+
+    /// Profile forward passes per op (CUDA events around every launch group; turns CUDA graphs
+    /// off, since a replay cannot be split). [`CudaBackend::profile`] reads the totals.
+    ///
+    /// # Errors
+    /// Creating the events fails.
+    pub fn set_profiling(&mut self, on: bool) -> anyhow::Result<()> {
+        if on {
+            self.set_cuda_graphs(false);
+            let mut timers = Vec::new();
+            for _ in 0..(16 * self.config.num_layers + 32) {
+                timers.push(self.gpu.timer()?);
+            }
+            self.prof = Some(Profiler {
+                timers,
+                used: Vec::new(),
+                totals: Default::default(),
+            });
+        } else {
+            self.prof = None;
+        }
+        Ok(())
+    }
+
+    /// Per-op totals since profiling started: (op, calls, seconds), largest first.
+    pub fn profile(&self) -> Vec<(String, u64, f64)> {
+        let mut v: Vec<(String, u64, f64)> = self
+            .prof
+            .as_ref()
+            .map(|p| {
+                p.totals
+                    .iter()
+                    .map(|(k, (n, s))| (k.to_string(), *n, *s))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort_by(|a, b| b.2.total_cmp(&a.2));
+        v
+    }
+
+    fn op_begin(&mut self) -> anyhow::Result<()> {
+        if let Some(p) = &mut self.prof {
+            let i = p.used.len();
+            if let Some(t) = p.timers.get(i) {
+                t.start(&self.gpu)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn op_end(&mut self, name: &'static str) -> anyhow::Result<()> {
+        if let Some(p) = &mut self.prof {
+            let i = p.used.len();
+            if let Some(t) = p.timers.get(i) {
+                t.mark_end(&self.gpu)?;
+                p.used.push(name);
+            }
+        }
+        Ok(())
+    }
+
+    fn prof_collect(&mut self) -> anyhow::Result<()> {
+        if let Some(p) = &mut self.prof {
+            for (i, name) in p.used.drain(..).enumerate() {
+                let s = p.timers[i].elapsed()?;
+                let e = p.totals.entry(name).or_insert((0, 0.0));
+                e.0 += 1;
+                e.1 += s;
+            }
+        }
+        Ok(())
     }
 
     /// Turn CUDA graphs on or off (captured graphs are dropped when turned off).
@@ -702,6 +795,7 @@ impl CudaBackend {
                 w4::launch_view(
                     &self.gpu,
                     &self.w4m,
+                    self.w4v2.as_ref(),
                     Some(&self.lt),
                     &view,
                     &cfg,
@@ -787,6 +881,9 @@ impl CudaBackend {
                     (dev.view(), dev.strips, dev.kt_n)
                 };
                 let mut cands = w4::fused_candidates(&self.gpu, &self.w4m, strips, kt_n, b)?;
+                if let Some(v2) = &self.w4v2 {
+                    cands.extend(w4::v2_candidates(&self.gpu, v2, strips, kt_n, b)?);
+                }
                 if b >= w4::DEQUANT_MIN_M {
                     cands.push(W4Config::DequantGemm);
                 }
@@ -803,6 +900,7 @@ impl CudaBackend {
                 w4::launch_view(
                     &self.gpu,
                     &self.w4m,
+                    self.w4v2.as_ref(),
                     Some(&self.lt),
                     &view,
                     &W4Config::DequantGemm,
@@ -823,6 +921,7 @@ impl CudaBackend {
                         w4::launch_view(
                             &me.gpu,
                             &me.w4m,
+                            me.w4v2.as_ref(),
                             Some(&me.lt),
                             &view,
                             c,
@@ -928,9 +1027,9 @@ impl CudaBackend {
         let l = p.layout;
         let spec = self.kv.as_ref().context("forward before init_kv_cache")?.1;
         let fp8_kv = spec.dtype == KvCacheDtype::Fp8;
-        let gpu = &self.gpu;
+        self.op_begin()?;
         self.rt.launch(
-            gpu,
+            &self.gpu,
             "rt_embed",
             (t as u32, 1, 1),
             (256, 1, 1),
@@ -943,6 +1042,7 @@ impl CudaBackend {
                 KArg::Ptr(self.bufs.x.ptr()),
             ],
         )?;
+        self.op_end("embedding")?;
         let nl = c.num_layers;
         for li in 0..nl {
             let (kc, vc) = self.kv_ptrs(li)?;
@@ -954,7 +1054,10 @@ impl CudaBackend {
             );
             let (ks, vs) = (layer.k_scale, layer.v_scale);
             let delta = if li == 0 { 0 } else { self.bufs.hout.ptr() };
+            self.op_begin()?;
             self.norm(delta, 0, t, in_norm, self.bufs.h.ptr())?;
+            self.op_end("residual add + RMSNorm")?;
+            self.op_begin()?;
             self.gemm(
                 LinRef {
                     layer: li,
@@ -964,6 +1067,8 @@ impl CudaBackend {
                 self.bufs.h.ptr(),
                 self.bufs.qkv.ptr(),
             )?;
+            self.op_end("GEMM qkv")?;
+            self.op_begin()?;
             self.rt.launch(
                 &self.gpu,
                 "rt_qk_norm_rope_kv",
@@ -991,7 +1096,11 @@ impl CudaBackend {
                     KArg::F32(1.0 / vs),
                 ],
             )?;
+            self.op_end("q/k norm + RoPE + KV write")?;
+            self.op_begin()?;
             self.attention(p, kc, vc, ks, vs, fp8_kv, spec.block_size)?;
+            self.op_end("attention")?;
+            self.op_begin()?;
             self.gemm(
                 LinRef {
                     layer: li,
@@ -1001,7 +1110,11 @@ impl CudaBackend {
                 self.bufs.attn.ptr(),
                 self.bufs.hout.ptr(),
             )?;
+            self.op_end("GEMM o_proj")?;
+            self.op_begin()?;
             self.norm(self.bufs.hout.ptr(), 0, t, post_norm, self.bufs.h.ptr())?;
+            self.op_end("residual add + RMSNorm")?;
+            self.op_begin()?;
             self.gemm(
                 LinRef {
                     layer: li,
@@ -1011,7 +1124,9 @@ impl CudaBackend {
                 self.bufs.h.ptr(),
                 self.bufs.gu.ptr(),
             )?;
+            self.op_end("GEMM gate_up")?;
             let i = c.intermediate_size;
+            self.op_begin()?;
             self.rt.launch(
                 &self.gpu,
                 "rt_silu_mul",
@@ -1025,6 +1140,8 @@ impl CudaBackend {
                     KArg::Ptr(self.bufs.act.ptr()),
                 ],
             )?;
+            self.op_end("SwiGLU")?;
+            self.op_begin()?;
             self.gemm(
                 LinRef {
                     layer: li,
@@ -1034,7 +1151,9 @@ impl CudaBackend {
                 self.bufs.act.ptr(),
                 self.bufs.hout.ptr(),
             )?;
+            self.op_end("GEMM down")?;
         }
+        self.op_begin()?;
         // Last residual add, final norm on the logit rows, lm_head in FP32.
         self.rt.launch(
             &self.gpu,
@@ -1048,7 +1167,9 @@ impl CudaBackend {
                 KArg::U64((t * h) as u64),
             ],
         )?;
+        self.op_end("final residual add")?;
         if p.rows > 0 {
+            self.op_begin()?;
             self.norm(
                 0,
                 at(l.rows),
@@ -1056,6 +1177,8 @@ impl CudaBackend {
                 self.weights.norm.ptr(),
                 self.bufs.last_h.ptr(),
             )?;
+            self.op_end("final RMSNorm")?;
+            self.op_begin()?;
             let head = self
                 .weights
                 .lm_head
@@ -1077,6 +1200,7 @@ impl CudaBackend {
                 self.bufs.last_h.ptr(),
                 self.bufs.logits.ptr(),
             )?;
+            self.op_end("GEMM lm_head (FP32 logits)")?;
         }
         Ok(())
     }
@@ -1271,7 +1395,10 @@ impl CudaBackend {
                 self.graphs[&b].launch()?;
                 self.stats.graph_replays += 1;
             }
-            None => self.queue_forward(&p)?,
+            None => {
+                self.queue_forward(&p)?;
+                self.prof_collect()?;
+            }
         }
         Ok(p)
     }
@@ -1280,7 +1407,7 @@ impl CudaBackend {
     ///
     /// # Errors
     /// As [`Backend::forward`], or `rows.len()` different from the batch's logit rows.
-    pub fn forward_sampled(
+    pub fn sample_forward(
         &mut self,
         batch: &ForwardBatch,
         rows: &[RowSampling],
@@ -1363,6 +1490,14 @@ fn lt_plan<'a>(
         slot.insert(LtGemm::plan_out(lt, kind, m, n, k, out)?);
     }
     Ok(&plans[&key])
+}
+
+/// Per-op GPU time of forward passes, from CUDA events around each op (timers are reused from a
+/// pool; the totals are read after each step).
+struct Profiler {
+    timers: Vec<crate::gpu::Timer>,
+    used: Vec<&'static str>,
+    totals: std::collections::BTreeMap<&'static str, (u64, f64)>,
 }
 
 /// Which linear of a layer: 0 qkv, 1 o, 2 gate_up, 3 down.
@@ -1780,6 +1915,172 @@ impl Loader<'_> {
         })
     }
 
+    /// Fused linear from memory-mapped parts, written straight from the mapping into device
+    /// buffers (no host copy of the weights); quantized on the GPU when `quantize` asks for a
+    /// format other than the stored BF16.
+    fn fuse_views(
+        &self,
+        parts: &[weights::LinearView<'_>],
+        quantize: Option<WeightFormat>,
+    ) -> anyhow::Result<DLinear> {
+        use weights::LinearView as V;
+        let (_, k) = parts[0].shape();
+        anyhow::ensure!(
+            parts
+                .iter()
+                .all(|p| p.shape().1 == k && p.format() == parts[0].format()),
+            "fused projections differ in K or format"
+        );
+        let n: usize = parts.iter().map(|p| p.shape().0).sum();
+        match &parts[0] {
+            V::Bf16 { .. } => {
+                let buf = self.gpu.alloc(n * k * 2)?;
+                let mut at = 0;
+                for p in parts {
+                    if let V::Bf16 { data, .. } = p {
+                        self.gpu.write(&buf, at, data)?;
+                        at += data.len();
+                    }
+                }
+                self.quantize_dev(buf, n, k, quantize.unwrap_or(WeightFormat::Bf16))
+            }
+            V::Fp8 { .. } => {
+                let buf = self.gpu.alloc(n * k)?;
+                let mut scales = Vec::with_capacity(n);
+                let mut st: Option<f32> = None;
+                let mut at = 0;
+                for p in parts {
+                    if let V::Fp8 {
+                        n: pn,
+                        data,
+                        scales: s,
+                        input_scale,
+                        ..
+                    } = p
+                    {
+                        self.gpu.write(&buf, at, data)?;
+                        at += data.len();
+                        for r in 0..*pn {
+                            scales.push(if s.len() == 1 { s[0] } else { s[r] });
+                        }
+                        // vLLM runs a fused FP8 layer with the largest static input scale.
+                        if let Some(x) = input_scale {
+                            st = Some(st.map_or(*x, |y: f32| y.max(*x)));
+                        }
+                    }
+                }
+                Ok(DLinear::Fp8 {
+                    w: buf,
+                    scales: self.gpu.upload(&scales)?,
+                    static_scale: st,
+                    n,
+                    k,
+                })
+            }
+            V::Nvfp4 { global_scale, .. } => {
+                let gs = *global_scale;
+                let packed = self.gpu.alloc(n * k / 2)?;
+                let bsc = self.gpu.alloc(n * k / 16)?;
+                let (mut ap, mut ab) = (0, 0);
+                for p in parts {
+                    if let V::Nvfp4 {
+                        packed: pk,
+                        block_scales,
+                        global_scale,
+                        ..
+                    } = p
+                    {
+                        anyhow::ensure!(
+                            *global_scale == gs,
+                            "NVFP4 projections that run fused (q/k/v, gate/up) have different weight_scale_2 ({global_scale} vs {gs}); rigbench's W4A16 GEMM needs one per fused layer, as ModelOpt exports them"
+                        );
+                        anyhow::ensure!(
+                            !block_scales.iter().any(|b| b & 0x7F == 0x7F),
+                            "an NVFP4 block scale is NaN"
+                        );
+                        self.gpu.write(&packed, ap, pk)?;
+                        self.gpu.write(&bsc, ab, block_scales)?;
+                        ap += pk.len();
+                        ab += block_scales.len();
+                    }
+                }
+                self.repack_dev(&packed, &bsc, n, k, gs)
+            }
+        }
+    }
+
+    /// Device weights from a memory-mapped checkpoint.
+    fn checkpoint(
+        &self,
+        m: &weights::MappedCheckpoint,
+        quantize: Option<WeightFormat>,
+    ) -> anyhow::Result<DWeights> {
+        use weights::{LinearRole as R, NormRole as N};
+        let c = m.config().clone();
+        let stored = m.format();
+        if let Some(q) = quantize {
+            if !(q == stored || stored == WeightFormat::Bf16) {
+                return Err(RigError::flag(
+                    "--quantize",
+                    format!(
+                        "the checkpoint is already {}; only BF16 weights can be quantized at load",
+                        stored.id()
+                    ),
+                )
+                .into());
+            }
+        }
+        let q = quantize.filter(|q| *q != stored);
+        let bf = |v: weights::LinearView<'_>| -> anyhow::Result<DevBuf> {
+            match v {
+                weights::LinearView::Bf16 { data, .. } => {
+                    let b = self.gpu.alloc(data.len())?;
+                    self.gpu.write(&b, 0, data)?;
+                    Ok(b)
+                }
+                other => anyhow::bail!(
+                    "the embedding and lm_head must be BF16 (found {})",
+                    other.format().id()
+                ),
+            }
+        };
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for i in 0..c.num_layers {
+            let (ks, vs) = m.kv_scales(i);
+            layers.push(DLayer {
+                input_norm: self.f32s(&m.norm(N::Input(i))?)?,
+                post_norm: self.f32s(&m.norm(N::Post(i))?)?,
+                q_norm: c
+                    .has_qk_norm()
+                    .then(|| m.norm(N::Q(i)).and_then(|v| self.f32s(&v)))
+                    .transpose()?,
+                k_norm: c
+                    .has_qk_norm()
+                    .then(|| m.norm(N::K(i)).and_then(|v| self.f32s(&v)))
+                    .transpose()?,
+                qkv: self.fuse_views(
+                    &[m.linear(i, R::Q)?, m.linear(i, R::K)?, m.linear(i, R::V)?],
+                    q,
+                )?,
+                o: self.fuse_views(&[m.linear(i, R::O)?], q)?,
+                gate_up: self.fuse_views(&[m.linear(i, R::Gate)?, m.linear(i, R::Up)?], q)?,
+                down: self.fuse_views(&[m.linear(i, R::Down)?], q)?,
+                k_scale: ks.unwrap_or(1.0),
+                v_scale: vs.unwrap_or(1.0),
+            });
+        }
+        let embed = bf(m.embed()?)?;
+        let lm_head = m.lm_head()?.map(bf).transpose()?;
+        let norm = self.f32s(&m.norm(N::Final)?)?;
+        self.gpu.sync()?;
+        Ok(DWeights {
+            embed,
+            lm_head,
+            norm,
+            layers,
+        })
+    }
+
     fn synthetic(
         &self,
         c: &ModelConfig,
@@ -1903,6 +2204,16 @@ impl Backend for CudaBackend {
         self.kv = Some((buf, spec));
         let _ = self.kv_elem();
         Ok(())
+    }
+    fn samples_on_device(&self) -> bool {
+        true
+    }
+    fn forward_sampled(
+        &mut self,
+        batch: &ForwardBatch,
+        rows: &[RowSampling],
+    ) -> anyhow::Result<Vec<u32>> {
+        self.sample_forward(batch, rows)
     }
     fn forward(&mut self, batch: &ForwardBatch) -> anyhow::Result<Logits> {
         let p = self.run_forward(batch)?;

@@ -586,7 +586,7 @@ pub fn greedy_parity(
 pub struct Speed {
     /// Weight format.
     pub format: WeightFormat,
-    /// Weight bytes on the device.
+    /// Weight bytes one decode step reads (the embedding table left out).
     pub weight_bytes: u64,
     /// Batch-1 decode, tokens/s (graphs on).
     pub b1_tok_s: f64,
@@ -598,6 +598,11 @@ pub struct Speed {
     pub prefill_tok_s: f64,
     /// Notes of the backend (self-checks, fallbacks).
     pub notes: Vec<String>,
+    /// Per-op GPU time of one batch-1 decode step at the 4,096-token context (profiled, eager):
+    /// (op, calls per step, seconds per step).
+    pub profile: Vec<(String, u64, f64)>,
+    /// Batch-1 decode tokens/s at a 128-token context (graphs on).
+    pub b1_short_tok_s: f64,
 }
 
 /// Measure [`Speed`] for a synthetic preset in `format` on `device`.
@@ -651,9 +656,9 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
             num_logits: 1,
         }],
     };
-    b.forward_sampled(&pre, &greedy(1))?;
+    b.sample_forward(&pre, &greedy(1))?;
     let t0 = Instant::now();
-    b.forward_sampled(&pre, &greedy(1))?;
+    b.sample_forward(&pre, &greedy(1))?;
     let prefill_tok_s = 4096.0 / t0.elapsed().as_secs_f64();
     // Batch-1 decode after the 4,096-token context, graphs on then off.
     let decode1 = |b: &mut CudaBackend, steps: usize| -> anyhow::Result<f64> {
@@ -669,18 +674,72 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
             }],
         };
         for i in 0..3 {
-            tok = b.forward_sampled(&mk(4096 + i, tok), &greedy(1))?[0];
+            tok = b.sample_forward(&mk(4096 + i, tok), &greedy(1))?[0];
         }
         let t0 = Instant::now();
         for i in 0..steps {
-            tok = b.forward_sampled(&mk(4096 + 3 + i % 60, tok), &greedy(1))?[0];
+            tok = b.sample_forward(&mk(4096 + 3 + i % 60, tok), &greedy(1))?[0];
         }
         Ok(steps as f64 / t0.elapsed().as_secs_f64())
     };
     let b1_tok_s = decode1(&mut b, 64)?;
     b.set_cuda_graphs(false);
     let b1_tok_s_no_graph = decode1(&mut b, 32)?;
+    // Profile 8 eager steps.
+    b.set_profiling(true)?;
+    decode1(&mut b, 8)?;
+    let profile: Vec<(String, u64, f64)> = b
+        .profile()
+        .into_iter()
+        .map(|(n, c, s)| (n, c / 11, s / 11.0)) // 3 warm-up + 8 steps
+        .collect();
+    b.set_profiling(false)?;
     b.set_cuda_graphs(true);
+    // Short context: a 128-token prompt, then decode.
+    let short = ForwardBatch {
+        token_ids: (0..128u32).collect(),
+        seqs: vec![SeqSegment {
+            start: 0,
+            len: 128,
+            first_pos: 0,
+            block_table: bt.clone(),
+            num_logits: 1,
+        }],
+    };
+    b.sample_forward(&short, &greedy(1))?;
+    let mut tok = 1u32;
+    for i in 0..3 {
+        tok = b.sample_forward(
+            &ForwardBatch {
+                token_ids: vec![tok],
+                seqs: vec![SeqSegment {
+                    start: 0,
+                    len: 1,
+                    first_pos: 128 + i,
+                    block_table: bt.clone(),
+                    num_logits: 1,
+                }],
+            },
+            &greedy(1),
+        )?[0];
+    }
+    let t0 = Instant::now();
+    for i in 0..48 {
+        tok = b.sample_forward(
+            &ForwardBatch {
+                token_ids: vec![tok],
+                seqs: vec![SeqSegment {
+                    start: 0,
+                    len: 1,
+                    first_pos: 131 + i,
+                    block_table: bt.clone(),
+                    num_logits: 1,
+                }],
+            },
+            &greedy(1),
+        )?[0];
+    }
+    let b1_short_tok_s = 48.0 / t0.elapsed().as_secs_f64();
     // Batch 32 at 1,024-token contexts: 32 sequences with their own blocks (the contexts'
     // contents do not matter for the speed; they are whatever the cache holds).
     let per = (1024 + 64usize).div_ceil(bs);
@@ -700,22 +759,24 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
             .collect(),
     };
     for i in 0..3 {
-        b.forward_sampled(&mk32(1024 + i), &greedy(32))?;
+        b.sample_forward(&mk32(1024 + i), &greedy(32))?;
     }
     let steps = 32;
     let t0 = Instant::now();
     for i in 0..steps {
-        b.forward_sampled(&mk32(1027 + i), &greedy(32))?;
+        b.sample_forward(&mk32(1027 + i), &greedy(32))?;
     }
     let b32_tok_s = 32.0 * steps as f64 / t0.elapsed().as_secs_f64();
     Ok(Speed {
         format,
-        weight_bytes: b.weight_bytes(),
+        weight_bytes: b.decode_weight_bytes(),
         b1_tok_s,
         b1_tok_s_no_graph,
         b32_tok_s,
         prefill_tok_s,
         notes: b.notes.clone(),
+        profile,
+        b1_short_tok_s,
     })
 }
 

@@ -1,0 +1,203 @@
+//! `rigbench diagnose`: see the module docs of `crate::diagnose` for what it finds.
+//!
+//! Writes the findings as Markdown to stdout (or JSON with `--json`); with `--out DIR` also
+//! `DIR/diagnose.md` and `DIR/diagnose.json`. Exit codes: 0 no error-level finding; 4
+//! ([`ExitStatus::LintErrors`]) at least one; 1 an unreadable input file or checkpoint; 64 a bad
+//! flag value.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::diagnose::{
+    self, build_findings, checkpoint_facts, parse_metrics, parse_sse, Card, Diagnosis, LogInput,
+};
+use crate::report::redact::Redactor;
+use crate::rig::ComputeCapability;
+use crate::{ExitStatus, RigError};
+
+/// Arguments of `rigbench diagnose`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::help::DIAGNOSE)]
+pub struct DiagnoseArgs {
+    /// An engine log (vLLM V0/V1, SGLang, llama.cpp llama-server), as saved or pasted; any
+    /// line prefix (docker, journald, kubectl, process tags) is fine. Repeatable.
+    #[arg(long = "log", value_name = "FILE")]
+    pub logs: Vec<PathBuf>,
+    /// A `/metrics` scrape (Prometheus text, or a pasted query table). Repeatable; with two
+    /// or more of one engine, counters are also compared between the first and the last.
+    #[arg(long = "metrics", value_name = "FILE")]
+    pub metrics: Vec<PathBuf>,
+    /// A captured streaming response (`data: {...}` lines), for the per-request
+    /// speculative-decoding object newer vLLM puts in the last chunk. Repeatable.
+    #[arg(long = "sse", value_name = "FILE")]
+    pub sse: Vec<PathBuf>,
+    /// The checkpoint folder (config.json, hf_quant_config.json, and the safetensors headers or
+    /// index when present), or hf://ORG/NAME[@REV], to explain fallbacks and KV scales.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: Option<PathBuf>,
+    /// The card's compute capability (sm_90, sm_100, 12.0, ...).
+    #[arg(long, value_name = "CC", conflicts_with = "rig")]
+    pub cc: Option<String>,
+    /// Take the card from a rigbench results.json (or a report folder holding one).
+    #[arg(long, value_name = "FILE")]
+    pub rig: Option<PathBuf>,
+    /// Also write diagnose.md and diagnose.json into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print JSON instead of Markdown.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not redact host names, user paths and IP addresses.
+    #[arg(long)]
+    pub no_redact: bool,
+}
+
+fn read(path: &Path, what: &str) -> Result<Vec<u8>, RigError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {
+            return Err(RigError::file(
+                path,
+                format!("is a folder; give the {what} file"),
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(RigError::file(path, format!("{what} not found")))
+        }
+        Err(e) => return Err(RigError::file(path, format!("cannot open {what}: {e}"))),
+    }
+    std::fs::read(path).map_err(|e| RigError::file(path, format!("cannot read {what}: {e}")))
+}
+
+fn name_of(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| p.display().to_string())
+}
+
+/// The card from `--rig`: a results.json, or a report folder holding one.
+fn card_from_results(path: &Path) -> Result<Card, RigError> {
+    let file = if path.is_dir() {
+        path.join("results.json")
+    } else {
+        path.to_path_buf()
+    };
+    let bytes = read(&file, "rigbench results (--rig)")?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        RigError::file(
+            &file,
+            format!("not a rigbench results.json (invalid JSON: {e}); give the results.json of a `rigbench report`, or use --cc"),
+        )
+    })?;
+    let cc = v
+        .pointer("/rig/gpu/compute_capability")
+        .filter(|c| !c.is_null())
+        .ok_or_else(|| {
+            RigError::file(
+                &file,
+                "holds no GPU compute capability (a run without a GPU?); give the card with --cc sm_XX",
+            )
+        })?;
+    let cc: ComputeCapability = serde_json::from_value(cc.clone()).map_err(|e| {
+        RigError::file(
+            &file,
+            format!("rig.gpu.compute_capability is malformed: {e}"),
+        )
+    })?;
+    let name = v
+        .pointer("/rig/gpu/name")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("GPU");
+    Ok(Card {
+        cc,
+        source: format!("{name}, --rig {}", name_of(&file)),
+    })
+}
+
+/// Read every input and build the diagnosis.
+///
+/// # Errors
+/// An input file that cannot be read, a checkpoint `inspect` refuses, a bad `--cc`/`--rig`, or
+/// no input at all (a flag error).
+pub fn diagnose(args: &DiagnoseArgs) -> anyhow::Result<Diagnosis> {
+    if args.logs.is_empty() && args.metrics.is_empty() && args.sse.is_empty() {
+        return Err(RigError::flag(
+            "--log",
+            "nothing to diagnose: give at least one --log FILE, --metrics FILE or --sse FILE",
+        )
+        .into());
+    }
+    let card = match (&args.cc, &args.rig) {
+        (Some(c), _) => Some(Card {
+            cc: c
+                .parse::<ComputeCapability>()
+                .map_err(|e| RigError::flag("--cc", e))?,
+            source: "--cc".into(),
+        }),
+        (None, Some(r)) => Some(card_from_results(r)?),
+        (None, None) => None,
+    };
+    let mut d = Diagnosis {
+        card,
+        ..Default::default()
+    };
+    for p in &args.logs {
+        let bytes = read(p, "engine log (--log)")?;
+        d.logs.push(LogInput {
+            name: name_of(p),
+            log: diagnose::log::EngineLog::parse_bytes(&bytes),
+        });
+    }
+    for p in &args.metrics {
+        let bytes = read(p, "metrics scrape (--metrics)")?;
+        d.metrics.push(parse_metrics(&name_of(p), &bytes));
+    }
+    for p in &args.sse {
+        let bytes = read(p, "captured stream (--sse)")?;
+        d.sse
+            .push(parse_sse(&name_of(p), &String::from_utf8_lossy(&bytes)));
+    }
+    if let Some(dir) = &args.checkpoint {
+        let hub = super::inspect::fetch_hub(dir)?;
+        let local = hub.as_ref().map_or(dir.as_path(), |(t, _)| t.path());
+        let mut facts = checkpoint_facts(local, d.card.as_ref().map(|c| c.cc))
+            .with_context(|| format!("reading the checkpoint {} (--checkpoint)", dir.display()))?;
+        if let Some((_, r)) = &hub {
+            facts.dir = r.to_string();
+        }
+        d.checkpoint = Some(facts);
+    }
+    d.findings = build_findings(&d);
+    Ok(d)
+}
+
+/// Run `rigbench diagnose`: 0 without error findings, 4 with.
+pub fn run(args: DiagnoseArgs) -> anyhow::Result<ExitStatus> {
+    let d = diagnose(&args)?;
+    let redactor = Redactor::for_this_host(!args.no_redact);
+    let md = redactor.redact(&diagnose::render::render_markdown(&d));
+    let mut json = serde_json::to_value(&d)?;
+    redactor.redact_json(&mut json);
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out)
+            .map_err(|e| RigError::file(out, format!("cannot create the --out folder: {e}")))?;
+        crate::report::write::atomic_write(&out.join("diagnose.md"), md.as_bytes())?;
+        crate::report::write::atomic_write_json(&out.join("diagnose.json"), &json)?;
+        eprintln!(
+            "wrote {} and {}",
+            out.join("diagnose.md").display(),
+            out.join("diagnose.json").display()
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        print!("{md}");
+    }
+    Ok(if d.has_errors() {
+        ExitStatus::LintErrors
+    } else {
+        ExitStatus::Ok
+    })
+}

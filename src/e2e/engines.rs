@@ -1,0 +1,415 @@
+//! Engines other than vLLM, and plain OpenAI-compatible servers: reaching them, reading the
+//! facts they expose, and the conditions a user states for what they do not expose.
+//!
+//! - Health: `GET /health`, else `GET /v1/models` (quoting the status `/health` gave). A server
+//!   that answers neither with 2xx is refused with both statuses; one that does not answer at
+//!   all is an environment error (exit 1), never a command-line error.
+//! - SGLang: `GET /get_server_info` (server args: `version`, `speculative_algorithm`,
+//!   `speculative_num_steps`, `max_total_num_tokens`, `context_length`) and `sglang:` metrics.
+//! - llama.cpp `llama-server`: `GET /props` (`build_info`, `default_generation_settings.n_ctx`,
+//!   `total_slots`) and `GET /slots` (per slot `n_ctx`, `speculative`,
+//!   `params["speculative.n_max"]`); per-request draft counts in the final chunk's `timings`
+//!   (`draft_n`, `draft_n_accepted`).
+//! - Stated conditions (`--engine-version`, `--kv-capacity`, `--spec off|on`): used only where the
+//!   engine exposes nothing, and marked "stated by the user"; an unknown condition is reported
+//!   as unknown and does not invalidate a run (see `validity`).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::bootlog::BootLog;
+use super::client::EngineClient;
+use super::conditions::{Sourced, SpecCondition, SpecState};
+use super::metrics::RequestRecord;
+use crate::diagnose::spec::{pool_requests, RequestSpec};
+
+/// Conditions the user stated on the command line, for engines that do not expose them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stated {
+    /// `--engine-version`.
+    pub engine_version: Option<String>,
+    /// `--kv-capacity` (tokens).
+    pub kv_capacity: Option<u64>,
+    /// `--spec on|off` (or `--spec-method none`): whether speculative decoding is on.
+    pub spec: Option<bool>,
+}
+
+/// The source string of a stated condition.
+pub fn stated(flag: &str) -> String {
+    format!("stated by the user ({flag})")
+}
+
+/// What an engine's own endpoints say about it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineProbe {
+    /// `sglang` or `llama.cpp`.
+    pub name: Option<Sourced<String>>,
+    /// Version or build.
+    pub version: Option<Sourced<String>>,
+    /// KV capacity in tokens.
+    pub kv_capacity: Option<Sourced<u64>>,
+    /// Speculative decoding on (`Some(true)`), off (`Some(false)`), with the source.
+    pub spec_on: Option<Sourced<bool>>,
+    /// Speculative method.
+    pub spec_method: Option<Sourced<String>>,
+    /// Speculative k.
+    pub spec_k: Option<Sourced<u32>>,
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default()
+}
+
+async fn get(base: &str, path: &str, timeout: Duration) -> Result<(u16, String), String> {
+    let r = http()
+        .get(format!("{base}{path}"))
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|e| {
+            let mut m = e.to_string();
+            let mut s = std::error::Error::source(&e);
+            while let Some(c) = s {
+                m = format!("{m}: {c}");
+                s = c.source();
+            }
+            m
+        })?;
+    let status = r.status().as_u16();
+    let body = r.text().await.unwrap_or_default();
+    Ok((status, body))
+}
+
+async fn get_json(base: &str, path: &str) -> Option<Value> {
+    match get(base, path, Duration::from_secs(10)).await {
+        Ok((s, body)) if (200..300).contains(&s) => serde_json::from_str(&body).ok(),
+        _ => None,
+    }
+}
+
+/// Whether the engine answers: `Ok(note)` when `/health` or, failing that, `/v1/models` gives
+/// 2xx (the note says which, with the status `/health` gave); `Err(why)` otherwise, with
+/// `unreachable` true when nothing answered at all.
+pub async fn reach(base: &str, timeout: Duration) -> Result<String, (bool, String)> {
+    let health = get(base, "/health", timeout).await;
+    match &health {
+        Ok((s, _)) if (200..300).contains(s) => return Ok(format!("GET /health answered {s}")),
+        Err(e) => {
+            return Err((
+                true,
+                format!("no engine answers at {base}: GET /health failed ({e})"),
+            ))
+        }
+        Ok(_) => {}
+    }
+    let hs = health.as_ref().map(|h| h.0).unwrap_or(0);
+    match get(base, "/v1/models", timeout).await {
+        Ok((s, _)) if (200..300).contains(&s) => Ok(format!(
+            "GET /health answered {hs}; GET /v1/models answered {s}, used as the health check"
+        )),
+        Ok((s, _)) => Err((
+            false,
+            format!("the server at {base} is not ready: GET /health answered {hs}, GET /v1/models answered {s}"),
+        )),
+        Err(e) => Err((
+            true,
+            format!("GET /health answered {hs}, then GET /v1/models failed ({e})"),
+        )),
+    }
+}
+
+/// Whether the engine is up now (health or models), for polling during startup.
+pub async fn healthy(client: &EngineClient, timeout: Duration) -> bool {
+    client.health(timeout).await || reach(client.base(), timeout).await.is_ok()
+}
+
+/// Read SGLang's and llama.cpp's own endpoints (absent ones are skipped).
+pub async fn probe(client: &EngineClient) -> EngineProbe {
+    let base = client.base();
+    let mut p = EngineProbe::default();
+    if let Some(v) = get_json(base, "/get_server_info")
+        .await
+        .filter(Value::is_object)
+    {
+        apply_sglang(&mut p, &v);
+        return p;
+    }
+    let props = get_json(base, "/props").await.filter(Value::is_object);
+    let slots = get_json(base, "/slots").await.filter(Value::is_array);
+    if props.is_some() || slots.is_some() {
+        apply_llamacpp(&mut p, props.as_ref(), slots.as_ref());
+    }
+    p
+}
+
+/// SGLang's `/get_server_info` answer.
+pub fn apply_sglang(p: &mut EngineProbe, v: &Value) {
+    const SRC: &str = "/get_server_info";
+    p.name = Some(Sourced::new("sglang".into(), SRC));
+    if let Some(s) = v.get("version").and_then(Value::as_str) {
+        p.version = Some(Sourced::new(s.to_string(), SRC));
+    }
+    let tokens = v
+        .get("max_total_num_tokens")
+        .and_then(Value::as_u64)
+        .or_else(|| {
+            v.pointer("/internal_states/0/max_total_num_tokens")
+                .and_then(Value::as_u64)
+        });
+    if let Some(t) = tokens {
+        p.kv_capacity = Some(Sourced::new(t, format!("{SRC} max_total_num_tokens")));
+    }
+    match v.get("speculative_algorithm") {
+        Some(Value::String(m)) if !m.is_empty() && m != "None" => {
+            p.spec_on = Some(Sourced::new(true, format!("{SRC} speculative_algorithm")));
+            p.spec_method = Some(Sourced::new(m.clone(), SRC));
+            if let Some(k) = v.get("speculative_num_steps").and_then(Value::as_u64) {
+                p.spec_k = u32::try_from(k)
+                    .ok()
+                    .map(|k| Sourced::new(k, format!("{SRC} speculative_num_steps")));
+            }
+        }
+        Some(Value::Null) | Some(Value::String(_)) => {
+            p.spec_on = Some(Sourced::new(
+                false,
+                format!("{SRC} speculative_algorithm is none"),
+            ));
+        }
+        _ => {}
+    }
+}
+
+/// llama.cpp's `/props` and `/slots` answers.
+pub fn apply_llamacpp(p: &mut EngineProbe, props: Option<&Value>, slots: Option<&Value>) {
+    p.name = Some(Sourced::new(
+        "llama.cpp".into(),
+        if props.is_some() { "/props" } else { "/slots" },
+    ));
+    if let Some(b) = props
+        .and_then(|v| v.get("build_info"))
+        .and_then(Value::as_str)
+    {
+        p.version = Some(Sourced::new(b.to_string(), "/props build_info"));
+    }
+    let slot_list: Vec<&Value> = slots
+        .and_then(Value::as_array)
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    let ctx: Vec<u64> = slot_list
+        .iter()
+        .filter_map(|s| s.get("n_ctx").and_then(Value::as_u64))
+        .collect();
+    if !ctx.is_empty() {
+        p.kv_capacity = Some(Sourced::new(
+            ctx.iter().sum(),
+            format!("/slots n_ctx summed over {} slot(s)", ctx.len()),
+        ));
+    } else if let (Some(n), Some(slots)) = (
+        props
+            .and_then(|v| v.pointer("/default_generation_settings/n_ctx"))
+            .and_then(Value::as_u64),
+        props
+            .and_then(|v| v.get("total_slots"))
+            .and_then(Value::as_u64),
+    ) {
+        p.kv_capacity = Some(Sourced::new(
+            n.saturating_mul(slots),
+            format!("/props n_ctx × total_slots ({n} × {slots})"),
+        ));
+    }
+    let spec: Vec<bool> = slot_list
+        .iter()
+        .filter_map(|s| s.get("speculative").and_then(Value::as_bool))
+        .collect();
+    if !spec.is_empty() {
+        let on = spec.iter().any(|x| *x);
+        p.spec_on = Some(Sourced::new(on, "/slots speculative"));
+        if on {
+            p.spec_method = Some(Sourced::new("draft model".into(), "/slots speculative"));
+            if let Some(k) = slot_list.iter().find_map(|s| {
+                s.pointer("/params/speculative.n_max")
+                    .and_then(Value::as_u64)
+            }) {
+                p.spec_k = u32::try_from(k).ok().map(|k| {
+                    Sourced::new(k, "/slots params speculative.n_max (the most per step)")
+                });
+            }
+        }
+    }
+}
+
+/// Fill a speculative-decoding condition that `/metrics` left unknown: from the requests'
+/// per-request objects (newer vLLM's last SSE chunk, llama.cpp's `timings`), the engine's own
+/// endpoints, the engine log (a drafter loaded, spec metrics lines, the config) or the user's
+/// statement, in that order.
+pub fn fill_spec(
+    mut c: SpecCondition,
+    requests: &[RequestRecord],
+    probe: &EngineProbe,
+    boot: Option<&BootLog>,
+    stated_spec: Option<bool>,
+) -> SpecCondition {
+    if c.state != SpecState::Unknown {
+        return c;
+    }
+    let reqs: Vec<RequestSpec> = requests.iter().filter_map(|r| r.spec.clone()).collect();
+    if let Some(p) = pool_requests(&reqs).filter(|p| p.drafted > 0 || p.drafts.unwrap_or(0) > 0) {
+        c.state = SpecState::On;
+        c.evidence = format!(
+            "per-request speculative metrics in the stream ({} requests)",
+            reqs.len()
+        );
+        c.drafts = p.drafts;
+        c.draft_tokens = Some(p.drafted);
+        c.accepted_tokens = Some(p.accepted);
+        c.acceptance_rate = p.acceptance_rate;
+        c.mean_acceptance_length = p.mean_acceptance_length;
+        if c.k.is_none() {
+            c.k =
+                p.k.map(|k| Sourced::new(k, p.k_source.unwrap_or_else(|| "stream".into())));
+        }
+        return c;
+    }
+    if let Some(on) = &probe.spec_on {
+        c.state = if on.value {
+            SpecState::On
+        } else {
+            SpecState::Off
+        };
+        c.evidence = format!("{} ({})", if on.value { "on" } else { "off" }, on.source);
+        c.method = c.method.or_else(|| probe.spec_method.clone());
+        c.k = c.k.or_else(|| probe.spec_k.clone());
+        return c;
+    }
+    if let Some(b) = boot {
+        if let Some(why) = b.spec_on() {
+            c.state = SpecState::On;
+            c.evidence = format!("on: the engine log shows {why}");
+            if c.method.is_none() {
+                c.method = b
+                    .spec_config
+                    .method
+                    .clone()
+                    .map(|m| Sourced::new(m, "engine log (config)"));
+            }
+            if c.k.is_none() {
+                if let Some(p) = b.spec_pooled().filter(|p| p.k.is_some()) {
+                    c.k = p.k.map(|k| {
+                        Sourced::new(k, p.k_source.unwrap_or_else(|| "engine log".into()))
+                    });
+                } else if let Some(k) = b.spec_config.k {
+                    c.k = Some(Sourced::new(k, "engine log (config)"));
+                }
+            }
+            return c;
+        }
+        if let Some(l) = b.spec_config.off_line {
+            c.state = SpecState::Off;
+            c.evidence = format!("off: the engine log's configuration says none (line {l})");
+            return c;
+        }
+    }
+    if let Some(on) = stated_spec {
+        c.state = if on { SpecState::On } else { SpecState::Off };
+        c.evidence = format!("{}: {}", if on { "on" } else { "off" }, stated("--spec"));
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sglang_and_llamacpp_answers() {
+        let mut p = EngineProbe::default();
+        apply_sglang(
+            &mut p,
+            &serde_json::json!({"version": "0.4.6", "speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "max_total_num_tokens": 46611}),
+        );
+        assert_eq!(p.name.unwrap().value, "sglang");
+        assert_eq!(p.kv_capacity.unwrap().value, 46611);
+        assert_eq!(p.spec_k.unwrap().value, 3);
+        let mut p = EngineProbe::default();
+        apply_sglang(
+            &mut p,
+            &serde_json::json!({"version": "0.4.6", "speculative_algorithm": null}),
+        );
+        assert!(!p.spec_on.unwrap().value);
+        let mut p = EngineProbe::default();
+        apply_llamacpp(
+            &mut p,
+            Some(
+                &serde_json::json!({"build_info": "b5462-a1b2c3d4", "total_slots": 2, "default_generation_settings": {"n_ctx": 4096}}),
+            ),
+            Some(&serde_json::json!([
+                {"id": 0, "n_ctx": 4096, "speculative": true, "params": {"speculative.n_max": 16}},
+                {"id": 1, "n_ctx": 4096, "speculative": true, "params": {"speculative.n_max": 16}}
+            ])),
+        );
+        assert_eq!(p.version.unwrap().value, "b5462-a1b2c3d4");
+        assert_eq!(p.kv_capacity.unwrap().value, 8192);
+        assert_eq!(p.spec_k.unwrap().value, 16);
+    }
+
+    #[test]
+    fn spec_from_log_stream_and_statement() {
+        let unknown = SpecCondition {
+            state: SpecState::Unknown,
+            evidence: "no /metrics".into(),
+            method: None,
+            k: None,
+            drafts: None,
+            draft_tokens: None,
+            accepted_tokens: None,
+            acceptance_rate: None,
+            mean_acceptance_length: None,
+            per_position: Vec::new(),
+        };
+        let log = BootLog::parse(
+            "(APIServer pid=1) INFO 01-01 00:00:00 [api_utils.py:1] non-default args: {'speculative_config': {'method': 'mtp', 'num_speculative_tokens': 3}}\n",
+        );
+        let c = fill_spec(
+            unknown.clone(),
+            &[],
+            &EngineProbe::default(),
+            Some(&log),
+            None,
+        );
+        assert_eq!(c.state, SpecState::On);
+        assert_eq!(c.k.unwrap().value, 3);
+        let r = RequestRecord {
+            spec: Some(RequestSpec {
+                drafts: Some(43),
+                drafted: Some(129),
+                accepted: Some(10),
+                k: Some(3),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let c = fill_spec(unknown.clone(), &[r], &EngineProbe::default(), None, None);
+        assert_eq!(
+            (c.state, c.accepted_tokens, c.drafts),
+            (SpecState::On, Some(10), Some(43))
+        );
+        let c = fill_spec(
+            unknown.clone(),
+            &[],
+            &EngineProbe::default(),
+            None,
+            Some(false),
+        );
+        assert_eq!(c.state, SpecState::Off);
+        assert!(c.evidence.contains("stated by the user"));
+        assert_eq!(
+            fill_spec(unknown, &[], &EngineProbe::default(), None, None).state,
+            SpecState::Unknown
+        );
+    }
+}

@@ -1,0 +1,1184 @@
+//! The verdict: five to ten lines at the top of a report that answer at a glance, written only
+//! from the results (never from this machine), so `report --render` of an old results.json
+//! writes the same verdict as the run that made it.
+//!
+//! Lines, each present only when its part of the results is:
+//! 1. what the card runs natively per format, and what falls back to what (capability table);
+//! 2. the fastest format by M range (rigbench's own kernels, FP8 including its activation
+//!    quantization, the format fastest on most shapes at each M);
+//! 3. the crossovers per shape (W4A16 against FP8 and BF16);
+//! 4. the measured limits (copy bandwidth, highest BF16/FP8 TFLOP/s) and throttling seen;
+//! 5. the decode-step composite headline;
+//! 6. whether the end-to-end figures ran on this GPU, and on which backend;
+//! 7. the checkpoint findings, when a checkpoint was given;
+//! 8. the CPU reference accuracy of each format (every report has it);
+//! 9. everything skipped, with the reason.
+//!
+//! Sections that are absent (no GPU, `--no-kernels`, `--no-e2e`, an interrupted run) give no
+//! line or a line that says so; nothing here panics on partial results.
+
+use std::collections::BTreeMap;
+
+use super::schema::Results;
+use crate::formats::GemmFormat;
+use crate::kernels::schema::{KernelCase, KernelResults};
+use crate::report::table::thousands;
+use crate::rig::Support;
+
+/// One point of the decode-step composite: the summed GEMM time of every linear layer of one
+/// decode step of the suite's model at `m`, for one format (FP8 including its activation
+/// quantization). See ARCHITECTURE.md, "Terms", and [`crate::kernels::composite`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepPoint {
+    /// The format (`BF16`, `FP8`, `W4A16`, `W4A4`).
+    pub format: String,
+    /// Tokens in flight.
+    pub m: usize,
+    /// Summed GEMM time of one decode step, seconds.
+    pub time_s: f64,
+}
+
+/// The decode-step composite of rigbench's own implementations in `k` (recorded, or computed
+/// from the suite's per-step counts), in its cold timing (graph timing when the run had only
+/// that); with whether the shapes cover the whole step. Empty when the results carry no
+/// per-step counts (results written before the composite existed).
+pub fn composite_points(k: &KernelResults) -> (Vec<StepPoint>, bool) {
+    use crate::kernels::composite::StepTiming;
+    let Some(c) = k
+        .composite
+        .clone()
+        .or_else(|| crate::kernels::composite::compute(k))
+    else {
+        return (Vec::new(), false);
+    };
+    let own = |t: StepTiming| -> Vec<StepPoint> {
+        c.rows
+            .iter()
+            .filter(|r| r.provider == "rigbench" && r.timing == t && r.median_s > 0.0)
+            .map(|r| StepPoint {
+                format: short_name(r.format).to_string(),
+                m: r.m,
+                time_s: r.median_s,
+            })
+            .collect()
+    };
+    let cold = own(StepTiming::Cold);
+    let points = if cold.is_empty() {
+        own(StepTiming::Graph)
+    } else {
+        cold
+    };
+    (points, c.step.complete)
+}
+
+/// The verdict's lines (Markdown inline: `**bold**` lead-ins and backticks).
+pub fn lines(r: &Results) -> Vec<String> {
+    let mut out = Vec::new();
+    if !r.complete {
+        out.push("**Run INCOMPLETE** (interrupted or still running): every line below covers only what was measured before it stopped.".to_string());
+    }
+    out.push(formats_line(r));
+    if let Some(k) = &r.kernels {
+        let own = own_cases(k);
+        if !own.is_empty() {
+            let step = composite_points(k).0;
+            if let Some(l) = fastest_by_composite(&step).or_else(|| fastest_line(&own)) {
+                out.push(l);
+            }
+            if let Some(l) = crossover_line(&own) {
+                out.push(l);
+            }
+            if let Some(l) = limits_line(r, k) {
+                out.push(l);
+            }
+            let (points, complete) = composite_points(k);
+            let mut l = composite_line(&points);
+            if !points.is_empty() && !complete {
+                l.push_str(" These shapes are only part of a decode step: the sums are a part of its linear-layer time.");
+            }
+            out.push(l);
+        }
+    }
+    if let Some(l) = runtime_line(r) {
+        out.push(l);
+    }
+    if let Some(l) = e2e_line(r) {
+        out.push(l);
+    }
+    if let Some(l) = checkpoint_line(r) {
+        out.push(l);
+    }
+    // With timed kernels the accuracy study is in the kernel section; without, it is the only
+    // kernel figure and belongs in the verdict.
+    let timed = r.kernels.as_ref().is_some_and(|k| !k.cases.is_empty());
+    if !timed {
+        if let Some(l) = accuracy_line(r) {
+            out.push(l);
+        }
+    }
+    out.push(skipped_line(r));
+    out
+}
+
+/// The verdict as a Markdown section (`## Verdict` and one bullet per line).
+pub fn markdown(r: &Results) -> String {
+    let mut o = String::from("## Verdict\n\n");
+    for l in lines(r) {
+        o.push_str(&format!("- {l}\n"));
+    }
+    o.push('\n');
+    o
+}
+
+/// The verdict as plain text for a terminal: the Markdown emphasis removed.
+pub fn text(r: &Results) -> String {
+    lines(r)
+        .iter()
+        .map(|l| format!("- {}\n", l.replace("**", "")))
+        .collect()
+}
+
+fn short_name(f: GemmFormat) -> &'static str {
+    match f {
+        GemmFormat::Bf16 => "BF16",
+        GemmFormat::Fp8 => "FP8",
+        GemmFormat::W4a16 => "W4A16",
+        GemmFormat::W4a4 => "W4A4",
+    }
+}
+
+fn join_and(v: &[String]) -> String {
+    match v.len() {
+        0 => String::new(),
+        1 => v[0].clone(),
+        n => format!("{} and {}", v[..n - 1].join(", "), v[n - 1]),
+    }
+}
+
+/// The first clause of a long reason (up to the first `; `), for a one-line summary.
+fn first_clause(s: &str) -> &str {
+    s.split("; ").next().unwrap_or(s).trim_end_matches('.')
+}
+
+fn formats_line(r: &Results) -> String {
+    let Some(cc) = r.rig.compute_capability() else {
+        let why = r
+            .rig
+            .gpu_absent_reason
+            .clone()
+            .unwrap_or_else(|| "no GPU found".into());
+        return format!("**No GPU on this machine** ({why}): no kernel was timed; the capability table below covers every compute capability.");
+    };
+    let name = r
+        .rig
+        .gpu
+        .as_ref()
+        .map(|g| g.name.clone())
+        .unwrap_or_default();
+    let caps = &r.rig.capabilities;
+    if caps.is_empty() {
+        return format!("**Formats on {name} ({cc}):** no capability table in these results.");
+    }
+    let native: Vec<String> = caps
+        .iter()
+        .filter(|c| c.support == Support::Native)
+        .map(|c| c.format.display_name().to_string())
+        .collect();
+    let mut parts = Vec::new();
+    if !native.is_empty() {
+        parts.push(format!("native {}", join_and(&native)));
+    }
+    for c in caps.iter().filter(|c| c.support == Support::Fallback) {
+        parts.push(format!(
+            "{} is a **fallback**, since {}: it runs as the {}",
+            c.format.display_name(),
+            c.reason,
+            c.path
+        ));
+    }
+    for c in caps.iter().filter(|c| c.support == Support::Unsupported) {
+        parts.push(format!(
+            "{} is **unsupported** ({})",
+            c.format.display_name(),
+            c.reason
+        ));
+    }
+    format!("**Formats on {name} ({cc}):** {}.", parts.join("; "))
+}
+
+/// rigbench's own timed cases of the four formats whose correctness check passed.
+fn own_cases(k: &KernelResults) -> Vec<&KernelCase> {
+    k.cases
+        .iter()
+        .filter(|c| c.provider == "rigbench")
+        .filter(|c| c.check.as_ref().is_none_or(|x| x.passed))
+        .filter(|c| c.timing.median_s.is_finite() && c.timing.median_s > 0.0)
+        .collect()
+}
+
+/// A case's time with its separately timed parts (FP8's activation quantization) added.
+fn time_incl(c: &KernelCase) -> f64 {
+    c.timing.median_s + c.extra.iter().map(|e| e.timing.median_s).sum::<f64>()
+}
+
+/// (shape → (format → (M → time incl. extras))) in suite order of shapes.
+type Grid = Vec<(String, BTreeMap<GemmFormat, BTreeMap<usize, f64>>)>;
+
+fn grid(cases: &[&KernelCase]) -> Grid {
+    let mut g: Grid = Vec::new();
+    for c in cases {
+        let i = match g.iter().position(|(s, _)| *s == c.shape) {
+            Some(i) => i,
+            None => {
+                g.push((c.shape.clone(), BTreeMap::new()));
+                g.len() - 1
+            }
+        };
+        g[i].1
+            .entry(c.format)
+            .or_default()
+            .insert(c.m, time_incl(c));
+    }
+    g
+}
+
+fn m_range(a: usize, b: usize) -> String {
+    if a == b {
+        format!("M = {}", thousands(a as u64))
+    } else {
+        format!("M = {}…{}", thousands(a as u64), thousands(b as u64))
+    }
+}
+
+fn fastest_line(cases: &[&KernelCase]) -> Option<String> {
+    let g = grid(cases);
+    let mut ms: Vec<usize> = cases.iter().map(|c| c.m).collect();
+    ms.sort_unstable();
+    ms.dedup();
+    // Per M: the format fastest on most shapes (ties joined with "/").
+    let mut winners: Vec<(usize, String)> = Vec::new();
+    for &m in &ms {
+        let mut wins: BTreeMap<GemmFormat, usize> = BTreeMap::new();
+        for (_, fm) in &g {
+            let times: Vec<(GemmFormat, f64)> = fm
+                .iter()
+                .filter_map(|(f, t)| t.get(&m).map(|t| (*f, *t)))
+                .collect();
+            if times.len() < 2 {
+                continue;
+            }
+            if let Some((f, _)) = times.iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
+                *wins.entry(*f).or_default() += 1;
+            }
+        }
+        let Some(best) = wins.values().copied().max() else {
+            continue;
+        };
+        let names: Vec<&str> = wins
+            .iter()
+            .filter(|(_, n)| **n == best)
+            .map(|(f, _)| short_name(*f))
+            .collect();
+        winners.push((m, names.join("/")));
+    }
+    if winners.is_empty() {
+        return None;
+    }
+    let mut segs: Vec<(String, usize, usize)> = Vec::new();
+    for (m, w) in winners {
+        match segs.last_mut() {
+            Some(s) if s.0 == w => s.2 = m,
+            _ => segs.push((w, m, m)),
+        }
+    }
+    let text: Vec<String> = segs
+        .iter()
+        .map(|(w, a, b)| format!("**{w}** at {}", m_range(*a, *b)))
+        .collect();
+    Some(format!(
+        "**Fastest format by M** (rigbench's kernels; FP8 including its activation quantization; the format fastest on most of the {} shapes at each M): {}.",
+        g.len(),
+        text.join(", ")
+    ))
+}
+
+/// The fastest format by M range from the decode-step composite, when the results have one.
+fn fastest_by_composite(points: &[StepPoint]) -> Option<String> {
+    let mut ms: Vec<usize> = points.iter().map(|p| p.m).collect();
+    ms.sort_unstable();
+    ms.dedup();
+    let mut segs: Vec<(String, usize, usize)> = Vec::new();
+    for m in ms {
+        let here: Vec<&StepPoint> = points.iter().filter(|p| p.m == m).collect();
+        if here.len() < 2 {
+            continue;
+        }
+        let Some(best) = here.iter().min_by(|a, b| a.time_s.total_cmp(&b.time_s)) else {
+            continue;
+        };
+        match segs.last_mut() {
+            Some(s) if s.0 == best.format => s.2 = m,
+            _ => segs.push((best.format.clone(), m, m)),
+        }
+    }
+    if segs.is_empty() {
+        return None;
+    }
+    let text: Vec<String> = segs
+        .iter()
+        .map(|(w, a, b)| format!("**{w}** at {}", m_range(*a, *b)))
+        .collect();
+    Some(format!(
+        "**Fastest format by M** (rigbench's kernels over one decode step, the composite below; FP8 including its activation quantization): {}.",
+        text.join(", ")
+    ))
+}
+
+/// How `a` compares with `b` on one shape over M.
+#[derive(Debug, Clone, PartialEq)]
+enum Cross {
+    Always,
+    Never,
+    /// Faster from the smallest M up to this M, slower from the next M on.
+    UpTo(usize),
+    /// Slower at the smallest M, faster from this M on.
+    From(usize),
+    Mixed,
+}
+
+fn cross(a: &BTreeMap<usize, f64>, b: &BTreeMap<usize, f64>) -> Option<Cross> {
+    let pts: Vec<(usize, bool)> = a
+        .iter()
+        .filter_map(|(m, ta)| b.get(m).map(|tb| (*m, ta < tb)))
+        .collect();
+    if pts.is_empty() {
+        return None;
+    }
+    if pts.iter().all(|p| p.1) {
+        return Some(Cross::Always);
+    }
+    if pts.iter().all(|p| !p.1) {
+        return Some(Cross::Never);
+    }
+    let first_loss = pts.iter().position(|p| !p.1).unwrap_or(pts.len());
+    let first_win = pts.iter().position(|p| p.1).unwrap_or(pts.len());
+    if first_loss > 0 && pts[first_loss..].iter().all(|p| !p.1) {
+        Some(Cross::UpTo(pts[first_loss - 1].0))
+    } else if first_win > 0 && pts[first_win..].iter().all(|p| p.1) {
+        Some(Cross::From(pts[first_win].0))
+    } else {
+        Some(Cross::Mixed)
+    }
+}
+
+fn cross_summary(g: &Grid, a: GemmFormat, b: GemmFormat) -> Option<String> {
+    let mut by: Vec<(String, Cross)> = Vec::new();
+    for (shape, fm) in g {
+        if let (Some(ta), Some(tb)) = (fm.get(&a), fm.get(&b)) {
+            if let Some(c) = cross(ta, tb) {
+                by.push((shape.clone(), c));
+            }
+        }
+    }
+    if by.is_empty() {
+        return None;
+    }
+    let mut upto: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut from: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut never = Vec::new();
+    let mut always = Vec::new();
+    let mut mixed = Vec::new();
+    for (s, c) in &by {
+        match c {
+            Cross::UpTo(m) => *upto.entry(*m).or_default() += 1,
+            Cross::From(m) => *from.entry(*m).or_default() += 1,
+            Cross::Never => never.push(format!("`{s}`")),
+            Cross::Always => always.push(format!("`{s}`")),
+            Cross::Mixed => mixed.push(format!("`{s}`")),
+        }
+    }
+    let shapes = |c: usize| format!("{c} shape{}", if c == 1 { "" } else { "s" });
+    let mut parts: Vec<String> = upto
+        .iter()
+        .map(|(m, c)| format!("up to M = {} on {}", thousands(*m as u64), shapes(*c)))
+        .collect();
+    parts.extend(
+        from.iter()
+            .map(|(m, c)| format!("from M = {} on {}", thousands(*m as u64), shapes(*c))),
+    );
+    if !always.is_empty() {
+        parts.push(format!("at every M on {}", join_and(&always)));
+    }
+    if !never.is_empty() {
+        parts.push(format!("never on {}", join_and(&never)));
+    }
+    if !mixed.is_empty() {
+        parts.push(format!("at scattered M on {}", join_and(&mixed)));
+    }
+    let what = if b == GemmFormat::Fp8 {
+        "FP8 (activation quantization included)".to_string()
+    } else {
+        short_name(b).to_string()
+    };
+    Some(format!("faster than {what} {}", parts.join(", ")))
+}
+
+fn crossover_line(cases: &[&KernelCase]) -> Option<String> {
+    let g = grid(cases);
+    let parts: Vec<String> = [GemmFormat::Fp8, GemmFormat::Bf16]
+        .iter()
+        .filter_map(|b| cross_summary(&g, GemmFormat::W4a16, *b))
+        .collect();
+    if parts.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "**Crossovers** ({} shapes): W4A16 is {} (per-shape lines under each table).",
+        g.len(),
+        parts.join("; it is ")
+    ))
+}
+
+fn limits_line(r: &Results, k: &KernelResults) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(c) = &k.copy_bandwidth {
+        parts.push(format!("copy bandwidth {:.2} TB/s", c.bytes_per_s / 1e12));
+    }
+    for p in crate::kernels::peak::measured_peaks(k) {
+        if p.arithmetic == GemmFormat::W4a4 {
+            continue;
+        }
+        parts.push(format!(
+            "{} up to {} TFLOP/s ({})",
+            short_name(p.arithmetic),
+            crate::kernels::peak::fmt_tflops(p.tflops),
+            p.at
+        ));
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let mut s = format!("**Measured limits in this run:** {}", parts.join(", "));
+    // Throttling seen, per (shape, M) group.
+    let mut groups: Vec<(&str, usize)> = k.cases.iter().map(|c| (c.shape.as_str(), c.m)).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let mut throttled: Vec<(&str, usize)> = k
+        .cases
+        .iter()
+        .filter(|c| !c.throttle.is_empty())
+        .map(|c| (c.shape.as_str(), c.m))
+        .collect();
+    throttled.sort_unstable();
+    throttled.dedup();
+    if throttled.is_empty() {
+        s.push_str("; no throttling recorded.");
+    } else {
+        let mut reasons: Vec<&str> = k
+            .cases
+            .iter()
+            .flat_map(|c| c.throttle.iter().map(String::as_str))
+            .collect();
+        reasons.sort_unstable();
+        reasons.dedup();
+        let low = k
+            .cases
+            .iter()
+            .filter(|c| !c.throttle.is_empty())
+            .filter_map(|c| c.sm_clock_mhz)
+            .min();
+        let max = r
+            .rig
+            .gpu
+            .as_ref()
+            .and_then(|g| g.telemetry.as_ref())
+            .and_then(|t| t.sm_clock_max_mhz);
+        s.push_str(&format!(
+            "; throttling ({}) after {} of {} (shape, M) groups{}{}: those figures may be low (see Notes).",
+            reasons.join(", "),
+            throttled.len(),
+            groups.len(),
+            low.map(|l| format!(", SM clock down to {} MHz", thousands(l as u64)))
+                .unwrap_or_default(),
+            max.map(|m| format!(" (max {} MHz)", thousands(m as u64)))
+                .unwrap_or_default()
+        ));
+    }
+    Some(s)
+}
+
+/// The decode-step composite headline from `points` (see [`composite_points`]).
+pub fn composite_line(points: &[StepPoint]) -> String {
+    if points.is_empty() {
+        return "**Decode-step composite:** not in these results (they carry no per-step count of each shape), so no decode tok/s bound from the linear layers is given.".to_string();
+    }
+    let mut ms: Vec<usize> = points.iter().map(|p| p.m).collect();
+    ms.sort_unstable();
+    ms.dedup();
+    let at = |m: usize| -> String {
+        let mut v: Vec<&StepPoint> = points.iter().filter(|p| p.m == m).collect();
+        v.sort_by(|a, b| a.time_s.total_cmp(&b.time_s));
+        let list: Vec<String> = v
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {}",
+                    p.format,
+                    crate::report::table::human_seconds(p.time_s)
+                )
+            })
+            .collect();
+        // Every sequence in flight gains one token per step: M / time.
+        let bound = v
+            .first()
+            .map(|p| {
+                format!(
+                    " (≤ {} tok/s{} from the linear layers alone)",
+                    thousands((m as f64 / p.time_s).round() as u64),
+                    if m == 1 {
+                        String::new()
+                    } else {
+                        format!(" over the {m} sequences")
+                    }
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "at M = {}: {}{bound}",
+            thousands(m as u64),
+            list.join(" < ")
+        )
+    };
+    let mut parts = vec![at(ms[0])];
+    // The first M where the fastest format changes, if any.
+    let fastest = |m: usize| {
+        points
+            .iter()
+            .filter(|p| p.m == m)
+            .min_by(|a, b| a.time_s.total_cmp(&b.time_s))
+            .map(|p| p.format.clone())
+    };
+    let f0 = fastest(ms[0]);
+    if let Some(m) = ms.iter().copied().find(|m| fastest(*m) != f0) {
+        parts.push(at(m));
+    }
+    format!(
+        "**Decode-step composite** (summed GEMM time of one decode step; FP8 including activation quantization): {}.",
+        parts.join("; ")
+    )
+}
+
+fn e2e_line(r: &Results) -> Option<String> {
+    let e = r.e2e.as_ref()?;
+    let f = &e.engine.facts;
+    let gpu_name = r.rig.gpu.as_ref().map(|g| g.name.clone());
+    let model = f
+        .model
+        .as_ref()
+        .map(|m| format!(" serving `{}`", m.value))
+        .unwrap_or_default();
+    let engine = match e.engine.kind.as_str() {
+        "builtin" => format!("rigbench's built-in runtime{model}"),
+        _ => {
+            let name = f
+                .name
+                .as_ref()
+                .map(|n| n.value.clone())
+                .unwrap_or_else(|| "an engine".into());
+            let ver = f
+                .version
+                .as_ref()
+                .map(|v| format!(" {}", v.value))
+                .unwrap_or_default();
+            format!("{name}{ver}{model}")
+        }
+    };
+    let rt = f.runtime.as_ref();
+    let backend = rt
+        .and_then(|r| r.backend.as_ref())
+        .map(|b| b.value.to_ascii_uppercase());
+    let not_here = |what: &str| {
+        match &gpu_name {
+        Some(g) => format!(
+            "on the **{what} backend**, **not on {g}**: a harness self-test, not a figure of this card"
+        ),
+        None => format!("on the **{what} backend** (this machine has no GPU)"),
+    }
+    };
+    let where_ = match (e.engine.kind.as_str(), backend.as_deref()) {
+        (_, Some(b)) if b.contains("CUDA") || b.contains("GPU") => {
+            let dev = rt
+                .and_then(|r| r.device.as_ref())
+                .map(|d| d.value.clone())
+                .or_else(|| gpu_name.clone())
+                .unwrap_or_default();
+            format!("on the GPU: {dev}, {b} backend")
+        }
+        (_, Some(b)) => not_here(b),
+        ("builtin", None) => format!(
+            "{} (the backend is not recorded in these results; the built-in runtime had no other when they were written)",
+            not_here("CPU")
+        ),
+        (_, None) => "on a device the engine does not report (rigbench cannot tell whether it used this GPU)".to_string(),
+    };
+    let valid = e.runs.iter().filter(|r| r.validity.valid).count();
+    let mut s = format!(
+        "**End to end:** {engine}, {where_}; {valid} of {} run{} valid",
+        e.runs.len(),
+        if e.runs.len() == 1 { "" } else { "s" }
+    );
+    if let Some(f) = &e.failure {
+        s.push_str(&format!("; stopped: {}", first_clause(f)));
+    }
+    if e.interrupted {
+        s.push_str("; interrupted");
+    }
+    s.push('.');
+    Some(s)
+}
+
+/// The built-in runtime on the GPU, one run per weight format (`results.runtime`).
+fn runtime_line(r: &Results) -> Option<String> {
+    let rt = r.runtime.as_ref()?;
+    let mut parts: Vec<String> = Vec::new();
+    for f in &rt.formats {
+        let name = match f.format.as_str() {
+            "nvfp4" => "W4A16".to_string(),
+            other => other.to_ascii_uppercase(),
+        };
+        match (&f.bench, &f.error) {
+            (Some(b), _) => parts.push(format!(
+                "{name} {} tok/s at batch 1, {} tok/s at batch {}",
+                crate::report::table::grouped(b.batch1.tok_per_s, 0),
+                crate::report::table::grouped(b.batched.tok_per_s, 0),
+                b.batched.batch
+            )),
+            (None, Some(e)) => parts.push(format!("{name} failed: {}", first_clause(e))),
+            (None, None) => {
+                let valid = f
+                    .e2e
+                    .as_ref()
+                    .map(|e| e.runs.iter().filter(|x| x.validity.valid).count())
+                    .unwrap_or(0);
+                parts.push(format!("{name}: {valid} valid e2e runs"))
+            }
+        }
+    }
+    let parity = match &rt.parity {
+        Some(p) if p.passed => "; parity with the CPU reference passed".to_string(),
+        Some(_) => {
+            "; **parity with the CPU reference FAILED** (see the runtime section)".to_string()
+        }
+        None => String::new(),
+    };
+    let skipped = if rt.skipped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; not run: {}",
+            rt.skipped
+                .iter()
+                .map(|s| first_clause(s))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    };
+    Some(format!(
+        "**Built-in runtime on this GPU** (`{}` on {}, decode of the synthetic or given model, conditions in its section): {}{parity}{skipped}.",
+        rt.model,
+        rt.device,
+        if parts.is_empty() {
+            "no format ran".to_string()
+        } else {
+            parts.join("; ")
+        }
+    ))
+}
+
+fn checkpoint_line(r: &Results) -> Option<String> {
+    let c = r.checkpoint.as_ref()?;
+    use crate::checkpoint::Severity;
+    let count = |sev: Severity| c.findings.iter().filter(|f| f.severity == sev).count();
+    let (e, w) = (count(Severity::Error), count(Severity::Warning));
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let name = std::path::Path::new(&c.checkpoint)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| c.checkpoint.clone());
+    let mut s = format!(
+        "**Checkpoint `{name}`:** {}, {}",
+        plural(e, "error", "errors"),
+        plural(w, "warning", "warnings")
+    );
+    if let Some(f) = c
+        .findings
+        .iter()
+        .find(|f| f.severity == Severity::Error)
+        .or_else(|| c.findings.iter().find(|f| f.severity == Severity::Warning))
+    {
+        s.push_str(&format!(" (first: `{}`: {})", f.rule, first_clause(&f.why)));
+    }
+    let v = &c.card.verdicts;
+    if !v.is_empty() {
+        // Modules grouped by how the card runs their format.
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for x in v {
+            let word = x
+                .support
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "not classified".into());
+            let item = format!("{} {}", thousands(x.modules), x.format);
+            match groups.iter_mut().find(|g| g.0 == word) {
+                Some(g) => g.1.push(item),
+                None => groups.push((word, vec![item])),
+            }
+        }
+        let text: Vec<String> = groups
+            .iter()
+            .map(|(w, items)| format!("{w}: {}", items.join(", ")))
+            .collect();
+        s.push_str(&format!("; modules {}", text.join("; ")));
+    }
+    let cap = &c.capacity;
+    match (cap.fits, cap.kv_tokens) {
+        (Some(false), _) => s.push_str("; the weights **do not fit** in the GPU memory assumed"),
+        (_, Some(t)) => s.push_str(&format!(
+            "; predicted KV capacity {} tokens (a prediction from metadata)",
+            thousands(t)
+        )),
+        _ => {}
+    }
+    s.push('.');
+    Some(s)
+}
+
+fn accuracy_line(r: &Results) -> Option<String> {
+    let k = r.kernels.as_ref()?;
+    let plain: Vec<String> = k
+        .reference_accuracy
+        .iter()
+        .filter(|a| a.data_id == "plain" || a.data_id.is_empty())
+        .map(|a| {
+            format!(
+                "{} {:.1e}{}",
+                short_name(a.format),
+                a.rel_l2_vs_exact,
+                if a.format == GemmFormat::W4a4 {
+                    " (emulated)"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect();
+    if plain.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "**Accuracy** (CPU reference, relative L2 error against the exact product, normal data): {}.",
+        plain.join(", ")
+    ))
+}
+
+fn skipped_line(r: &Results) -> String {
+    let mut items: Vec<String> = Vec::new();
+    for s in &r.skipped {
+        items.push(format!("{}: {}", s.what, first_clause(&s.reason)));
+    }
+    if let Some(k) = &r.kernels {
+        // Group case skips by (provider, implementation, reason).
+        let mut groups: Vec<(String, String, Vec<String>)> = Vec::new();
+        for s in &k.skipped {
+            let who = if s.provider == "rigbench" {
+                s.implementation.clone()
+            } else {
+                format!("{}:{}", s.provider, s.implementation)
+            };
+            let reason = crate::kernels::wording::skip_reason(
+                &s.implementation,
+                &s.reason,
+                &r.rig.capabilities,
+            );
+            let what = match s.m {
+                Some(m) => format!("{} M={m}", s.shape),
+                None => s.shape.clone(),
+            };
+            match groups.iter_mut().find(|g| g.0 == who && g.1 == reason) {
+                Some(g) => g.2.push(what),
+                None => groups.push((who, reason, vec![what])),
+            }
+        }
+        let mut shapes: Vec<&str> = k
+            .cases
+            .iter()
+            .map(|c| c.shape.as_str())
+            .chain(k.skipped.iter().map(|s| s.shape.as_str()))
+            .collect();
+        shapes.sort_unstable();
+        shapes.dedup();
+        for (who, reason, cases) in groups {
+            let n = cases.len();
+            let which = if n == 1 {
+                cases[0].clone()
+            } else if n == shapes.len() && cases.iter().all(|c| !c.contains(" M=")) {
+                format!("all {n} shapes")
+            } else {
+                format!("{n} cases")
+            };
+            items.push(format!("{who} ({which}): {}", first_clause(&reason)));
+        }
+        for p in k.peers.iter().filter(|p| !p.available) {
+            items.push(format!("peer {}: {}", p.provider, first_clause(&p.detail)));
+        }
+    }
+    if let Some(e) = &r.e2e {
+        for s in &e.skipped {
+            items.push(format!("e2e {}", first_clause(s)));
+        }
+    }
+    if items.is_empty() {
+        "**Skipped:** nothing.".to_string()
+    } else {
+        format!("**Skipped:** {}.", items.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::schema::{CopyBandwidth, Derived, NamedTiming, SkippedCase, Timing};
+    use crate::report::Skip;
+    use crate::rig::{capability, ComputeCapability, GpuFacts, RigFacts};
+
+    fn t(s: f64) -> Timing {
+        Timing {
+            samples_s: vec![s],
+            median_s: s,
+            p10_s: s,
+            p90_s: s,
+            rel_std: 0.0,
+            stop_reason: None,
+            cold_l2: true,
+            graph: None,
+        }
+    }
+
+    fn case(imp: &str, shape: &str, m: usize, secs: f64, quant: f64) -> KernelCase {
+        KernelCase {
+            provider: "rigbench".into(),
+            implementation: imp.into(),
+            format: imp.parse().unwrap(),
+            shape: shape.into(),
+            m,
+            n: 1024,
+            k: 1024,
+            path: String::new(),
+            check: None,
+            timing: t(secs),
+            extra: if quant > 0.0 {
+                vec![NamedTiming {
+                    name: crate::kernels::schema::ACT_QUANT.into(),
+                    timing: t(quant),
+                }]
+            } else {
+                vec![]
+            },
+            derived: Derived {
+                tflops: 2.0 * (m * 1024 * 1024) as f64 / secs / 1e12,
+                ..Default::default()
+            },
+            sm_clock_mhz: Some(1980),
+            throttle: vec![],
+            graph: None,
+            graph_skip: None,
+            clocks: None,
+        }
+    }
+
+    fn h200() -> RigFacts {
+        let cc = ComputeCapability::new(9, 0);
+        RigFacts {
+            gpu: Some(GpuFacts {
+                name: "NVIDIA H200".into(),
+                compute_capability: Some(cc),
+                ..Default::default()
+            }),
+            capabilities: capability::table(cc),
+            ..Default::default()
+        }
+    }
+
+    /// Two shapes; W4A16 wins at small M, FP8 (with its quantization) from M = 16 on `a`; on `b`
+    /// FP8 without its quantization would win at M = 1 but loses once it is included.
+    fn kernels() -> KernelResults {
+        let mut cases = Vec::new();
+        for (shape, w4_1) in [("a", 10e-6), ("b", 10e-6)] {
+            cases.push(case("bf16", shape, 1, 40e-6, 0.0));
+            cases.push(case(
+                "fp8",
+                shape,
+                1,
+                if shape == "b" { 9e-6 } else { 20e-6 },
+                7e-6,
+            ));
+            cases.push(case("w4a16", shape, 1, w4_1, 0.0));
+            cases.push(case("bf16", shape, 16, 40e-6, 0.0));
+            cases.push(case("fp8", shape, 16, 20e-6, 7e-6));
+            cases.push(case("w4a16", shape, 16, 30e-6, 0.0));
+            cases.push(case("bf16", shape, 1024, 200e-6, 0.0));
+            cases.push(case("fp8", shape, 1024, 100e-6, 20e-6));
+            cases.push(case("w4a16", shape, 1024, 250e-6, 0.0));
+        }
+        KernelResults {
+            cases,
+            copy_bandwidth: Some(CopyBandwidth {
+                bytes: 1 << 30,
+                median_s: 0.0005,
+                bytes_per_s: 4.24e12,
+                samples: 20,
+            }),
+            skipped: ["a", "b"]
+                .iter()
+                .map(|s| SkippedCase {
+                    provider: "rigbench".into(),
+                    implementation: "w4a4".into(),
+                    shape: s.to_string(),
+                    m: None,
+                    reason: "unsupported on this card: sm_90 has no FP4 tensor cores (they start at sm_100); native W4A4 NVFP4 cannot run here".into(),
+                })
+                .collect(),
+            reference_accuracy: crate::kernels::accuracy::study(),
+            ..Default::default()
+        }
+    }
+
+    fn results() -> Results {
+        let mut r = Results::new(h200(), "nvidia-h200-sm90".into(), "rigbench report".into());
+        r.kernels = Some(kernels());
+        r.complete = true;
+        r
+    }
+
+    #[test]
+    fn h200_verdict_names_native_fallback_fastest_and_crossovers() {
+        let r = results();
+        let l = lines(&r);
+        assert!((5..=10).contains(&l.len()), "{l:#?}");
+        let all = l.join("\n");
+        assert!(
+            l[0].contains("native BF16, FP8 W8A8 and W4A16 NVFP4"),
+            "{}",
+            l[0]
+        );
+        assert!(
+            l[0].contains("W4A4 NVFP4 is a **fallback**, since sm_90 has no FP4 tensor cores (they start at sm_100): it runs as the W4A16 Marlin-style path"),
+            "{}",
+            l[0]
+        );
+        // Activation quantization included: FP8 (9 + 7 µs) loses to W4A16 (10 µs) at M = 1 on b.
+        assert!(
+            all.contains("**W4A16** at M = 1, **FP8** at M = 16…1,024"),
+            "{all}"
+        );
+        assert!(
+            all.contains("W4A16 is faster than FP8 (activation quantization included) up to M = 1 on 2 shapes"),
+            "{all}"
+        );
+        assert!(
+            all.contains("faster than BF16 up to M = 16 on 2 shapes"),
+            "{all}"
+        );
+        assert!(all.contains("copy bandwidth 4.24 TB/s"), "{all}");
+        assert!(all.contains("no throttling recorded"), "{all}");
+        assert!(all.contains("**Decode-step composite:** not in these results"));
+        // One word for W4A4: the stored legacy reason is shown as a fallback.
+        assert!(
+            all.contains("w4a4 (all 2 shapes): fallback on this card"),
+            "{all}"
+        );
+        assert!(!all.contains("unsupported"), "{all}");
+        // Timed kernels: the accuracy study stays in the kernel section.
+        assert!(!all.contains("**Accuracy**"), "{all}");
+        // No e2e, no checkpoint: no line for them.
+        assert!(!all.contains("End to end") && !all.contains("Checkpoint"));
+        let md = markdown(&r);
+        assert!(md.starts_with("## Verdict\n\n- **Formats on NVIDIA H200 (sm_90):**"));
+        assert!(!text(&r).contains("**"));
+    }
+
+    #[test]
+    fn cpu_only_partial_and_incomplete_results_do_not_break_it() {
+        let mut r = Results::new(RigFacts::default(), "cpu-x86-64".into(), "x".into());
+        r.rig.gpu_absent_reason = Some("no CUDA driver found".into());
+        let l = lines(&r);
+        assert!(l[0].contains("INCOMPLETE"), "{l:#?}");
+        assert!(l[1].contains("**No GPU on this machine** (no CUDA driver found)"));
+        assert_eq!(l.last().unwrap(), "**Skipped:** nothing.");
+        r.complete = true;
+        r.skipped.push(Skip {
+            what: "kernels".into(),
+            reason: "no CUDA driver found; GPU kernel benches need a GPU".into(),
+        });
+        r.kernels = Some(KernelResults {
+            reference_accuracy: crate::kernels::accuracy::study(),
+            ..Default::default()
+        });
+        let l = lines(&r);
+        assert_eq!(l.len(), 3, "{l:#?}");
+        assert!(l[1].starts_with("**Accuracy**") && l[1].contains("W4A4 1.3e-1 (emulated)"));
+        assert_eq!(l[2], "**Skipped:** kernels: no CUDA driver found.");
+    }
+
+    #[test]
+    fn e2e_line_says_where_it_ran() {
+        let mut r = results();
+        let mut e = crate::e2e::E2eResults::default();
+        e.engine.kind = "builtin".into();
+        r.e2e = Some(e.clone());
+        let l = e2e_line(&r).unwrap();
+        assert!(
+            l.contains("**CPU backend**") && l.contains("**not on NVIDIA H200**"),
+            "{l}"
+        );
+        assert!(
+            l.contains("not recorded") && l.contains("0 of 0 runs valid"),
+            "{l}"
+        );
+        e.engine.facts.runtime = crate::e2e::runtime_facts::from_version(
+            &serde_json::json!({"backend": "cpu", "device": "cpu"}),
+        );
+        r.e2e = Some(e.clone());
+        let l = e2e_line(&r).unwrap();
+        assert!(
+            l.contains("**CPU backend**") && !l.contains("not recorded"),
+            "{l}"
+        );
+        e.engine.facts.runtime = crate::e2e::runtime_facts::from_version(
+            &serde_json::json!({"backend": "cuda", "device": "cuda:0 (NVIDIA H200, sm_90)"}),
+        );
+        r.e2e = Some(e.clone());
+        assert!(e2e_line(&r)
+            .unwrap()
+            .contains("on the GPU: cuda:0 (NVIDIA H200, sm_90), CUDA backend"));
+        e.engine.kind = "url".into();
+        e.engine.facts.runtime = None;
+        r.e2e = Some(e);
+        assert!(e2e_line(&r)
+            .unwrap()
+            .contains("a device the engine does not report"));
+    }
+
+    #[test]
+    fn checkpoint_line_counts_and_capacity() {
+        let mut r = results();
+        let mut c = crate::checkpoint::InspectReport {
+            checkpoint: "tests/fixtures/checkpoints/x".into(),
+            ..Default::default()
+        };
+        c.findings.push(crate::checkpoint::Finding {
+            rule: "gdn-ab-quantized".into(),
+            severity: crate::checkpoint::Severity::Error,
+            why: "in_proj_a/b are quantized; engines expect BF16".into(),
+            detail: String::new(),
+            modules: vec![],
+            module_count: 2,
+        });
+        c.capacity.kv_tokens = Some(1_234_567);
+        r.checkpoint = Some(c);
+        let l = checkpoint_line(&r).unwrap();
+        assert!(
+            l.starts_with("**Checkpoint `x`:** 1 error, 0 warnings (first: `gdn-ab-quantized`"),
+            "{l}"
+        );
+        assert!(l.contains("1,234,567 tokens"), "{l}");
+        r.checkpoint.as_mut().unwrap().capacity.fits = Some(false);
+        assert!(checkpoint_line(&r).unwrap().contains("**do not fit**"));
+    }
+
+    #[test]
+    fn with_a_decode_step_the_fastest_line_and_headline_come_from_the_composite() {
+        use crate::kernels::schema::{DecodeStep, StepShape};
+        let mut r = results();
+        let k = r.kernels.as_mut().unwrap();
+        k.suite.decode_step = Some(DecodeStep {
+            description: "test step".into(),
+            complete: true,
+            shapes: vec![
+                StepShape {
+                    shape: "a".into(),
+                    n: 1024,
+                    k: 1024,
+                    count: 2,
+                },
+                StepShape {
+                    shape: "b".into(),
+                    n: 1024,
+                    k: 1024,
+                    count: 1,
+                },
+            ],
+        });
+        // M = 1: W4A16 2·10 + 10 = 30 µs; FP8 2·(20 + 7) + (9 + 7) = 70 µs; BF16 120 µs.
+        // M = 16: W4A16 90 µs; FP8 81 µs.
+        let (p, complete) = composite_points(r.kernels.as_ref().unwrap());
+        assert!(complete);
+        let t = |f: &str, m: usize| p.iter().find(|x| x.format == f && x.m == m).unwrap().time_s;
+        assert!((t("W4A16", 1) - 30e-6).abs() < 1e-12);
+        assert!((t("FP8", 1) - 70e-6).abs() < 1e-12);
+        let all = lines(&r).join("\n");
+        assert!(
+            all.contains("over one decode step")
+                && all.contains("**W4A16** at M = 1, **FP8** at M = 16…1,024"),
+            "{all}"
+        );
+        assert!(
+            all.contains("at M = 1: W4A16 30.0 µs < FP8 70.0 µs < BF16 120.0 µs (≤ 33,333 tok/s from the linear layers alone)"),
+            "{all}"
+        );
+        assert!(
+            all.contains("at M = 16: FP8 81.0 µs < W4A16 90.0 µs"),
+            "{all}"
+        );
+        assert!(all.contains("over the 16 sequences"), "{all}");
+    }
+
+    #[test]
+    fn composite_headline_from_points() {
+        let p = |f: &str, m: usize, t: f64| StepPoint {
+            format: f.into(),
+            m,
+            time_s: t,
+        };
+        let l = composite_line(&[
+            p("W4A16 NVFP4", 1, 8.2e-3),
+            p("FP8 W8A8", 1, 9.1e-3),
+            p("BF16", 1, 14.0e-3),
+            p("W4A16 NVFP4", 64, 40.0e-3),
+            p("FP8 W8A8", 64, 9.5e-3),
+        ]);
+        assert!(
+            l.contains(
+                "at M = 1: W4A16 NVFP4 8.20 ms < FP8 W8A8 9.10 ms < BF16 14.00 ms (≤ 122 tok/s"
+            ),
+            "{l}"
+        );
+        assert!(
+            l.contains("at M = 64: FP8 W8A8 9.50 ms < W4A16 NVFP4 40.00 ms"),
+            "{l}"
+        );
+    }
+
+    #[test]
+    fn crossover_kinds() {
+        let m = |v: &[(usize, f64)]| v.iter().copied().collect::<BTreeMap<usize, f64>>();
+        let a = m(&[(1, 1.0), (2, 1.0), (4, 3.0)]);
+        let b = m(&[(1, 2.0), (2, 2.0), (4, 2.0)]);
+        assert_eq!(cross(&a, &b), Some(Cross::UpTo(2)));
+        assert_eq!(cross(&b, &a), Some(Cross::From(4)));
+        let c = m(&[(1, 3.0), (2, 1.0), (4, 3.0)]);
+        assert_eq!(cross(&c, &b), Some(Cross::Mixed));
+        assert_eq!(cross(&a, &a), Some(Cross::Never));
+        assert_eq!(cross(&a, &m(&[(8, 1.0)])), None);
+    }
+}

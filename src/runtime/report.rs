@@ -1,0 +1,577 @@
+//! The built-in runtime's part of `rigbench report` on a GPU rig: correct before fast (parity
+//! of the CUDA backend with the CPU backend on identical weights, before any timing), then per
+//! weight format (BF16, FP8, W4A16) on identical weights: an end-to-end session against
+//! `rigbench serve --device cuda:N`, the runtime benchmarks ([`super::bench`]) with the decode
+//! bound and prefill fraction from the kernel bench of the same run, and the fidelity of FP8 and
+//! W4A16 against BF16 ([`super::check::fidelity`]). Every figure carries backend, device, model
+//! provenance, weight format and KV dtype.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use super::backend::cpu::CpuBackend;
+use super::backend::cuda::{CudaBackend, CudaLoadSpec, WeightSource};
+use super::backend::Backend;
+use super::bench::{RuntimeBench, RuntimeBenchSpec};
+use super::check::{
+    FidelityReport, ParityReport, ParityTolerance, FIDELITY_PROMPTS, FIDELITY_TOKENS,
+};
+use super::config::{KvCacheDtype, ModelConfig, WeightFormat};
+use crate::e2e::E2eResults;
+
+/// The formats the report runs, in order (BF16 first: the reference).
+pub const REPORT_FORMATS: [WeightFormat; 3] =
+    [WeightFormat::Bf16, WeightFormat::Fp8, WeightFormat::Nvfp4];
+
+/// The GPU runtime's results in a report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeSection {
+    /// The `--model` (a synthetic preset or a checkpoint folder).
+    pub model: String,
+    /// The device (`cuda:0`).
+    pub device: String,
+    /// The parity check run before any timing.
+    pub parity: Option<ParityReport>,
+    /// One entry per weight format.
+    pub formats: Vec<FormatRun>,
+    /// FP8 and W4A16 against BF16.
+    pub fidelity: Vec<FidelityReport>,
+    /// Parts not run, with the reason.
+    pub skipped: Vec<String>,
+}
+
+/// One format's runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FormatRun {
+    /// `bf16`, `fp8`, `nvfp4` (W4A16).
+    pub format: String,
+    /// The end-to-end session against `rigbench serve`.
+    pub e2e: Option<E2eResults>,
+    /// The runtime benchmarks.
+    pub bench: Option<RuntimeBench>,
+    /// What failed, if anything.
+    pub error: Option<String>,
+}
+
+/// What [`run_gpu`] needs.
+#[derive(Debug, Clone)]
+pub struct RuntimeReportOptions {
+    /// `synthetic:NAME` or a checkpoint folder.
+    pub model: String,
+    /// CUDA ordinal.
+    pub device: usize,
+    /// Seed of synthetic weights.
+    pub seed: u64,
+    /// The e2e options (suite, timeouts); the engine is set per format.
+    pub e2e: crate::e2e::E2eOptions,
+    /// Benchmark sizes.
+    pub bench: RuntimeBenchSpec,
+    /// Total GPU memory, for `inspect`'s KV prediction.
+    pub gpu_memory_bytes: Option<u64>,
+}
+
+fn load_cuda(
+    o: &RuntimeReportOptions,
+    config: &ModelConfig,
+    quantize: Option<WeightFormat>,
+) -> anyhow::Result<CudaBackend> {
+    let weights = match o.model.strip_prefix("synthetic:") {
+        Some(_) => WeightSource::Synthetic {
+            config: config.clone(),
+            seed: o.seed,
+        },
+        None => WeightSource::Checkpoint {
+            dir: o.model.clone().into(),
+            config: config.clone(),
+        },
+    };
+    CudaBackend::load(CudaLoadSpec {
+        device: o.device,
+        weights,
+        quantize,
+        max_num_batched_tokens: o.bench.prefill_tokens.max(o.bench.batch_context).max(2048),
+        max_num_seqs: o.bench.batch.max(FIDELITY_PROMPTS.len()),
+        max_model_len: (o.bench.prefill_tokens + 1)
+            .max(o.bench.batch_context + o.bench.batch_tokens)
+            .max(256),
+        kv_dtype: KvCacheDtype::Bf16,
+        block_size: o.bench.block_size,
+    })
+}
+
+fn model_config(model: &str) -> anyhow::Result<ModelConfig> {
+    match model.strip_prefix("synthetic:") {
+        Some(p) => ModelConfig::preset(p).ok_or_else(|| {
+            crate::RigError::flag("--model", format!("unknown preset synthetic:{p}")).into()
+        }),
+        None => Ok(
+            ModelConfig::read_hf_config(&std::path::Path::new(model).join("config.json"))?.config,
+        ),
+    }
+}
+
+fn provenance(o: &RuntimeReportOptions) -> String {
+    match o.model.strip_prefix("synthetic:") {
+        Some(_) => format!("{} seed {}", o.model, o.seed),
+        None => {
+            match ModelConfig::read_hf_config(&std::path::Path::new(&o.model).join("config.json"))
+                .and_then(|h| {
+                    super::weights::MappedCheckpoint::open(
+                        std::path::Path::new(&o.model),
+                        &h.config,
+                    )
+                }) {
+                Ok(m) => format!("checkpoint {} ({})", o.model, m.content_hash()),
+                Err(e) => format!("checkpoint {} (not opened: {e:#})", o.model),
+            }
+        }
+    }
+}
+
+/// Correct before fast: the CUDA backend against the CPU backend on `synthetic:tiny` weights
+/// (identical: passed as host weights), greedy tokens for 64 steps on 8 prompts and logits
+/// within [`ParityTolerance::bf16_vs_f32`]. The CPU backend rounds to BF16 where the CUDA
+/// backend does ([`CpuBackend::with_gpu_rounding`]), so both compute the same function up to
+/// FP32 summation order and a greedy difference can only be a near-tie or a bug.
+///
+/// # Errors
+/// The CUDA backend cannot load, or a forward fails.
+pub fn gpu_parity(device: usize) -> anyhow::Result<ParityReport> {
+    let w = super::weights::synthesize(&ModelConfig::tiny(), 0);
+    let mut cpu = CpuBackend::new(w.clone(), 2).with_gpu_rounding(true);
+    let mut gpu = CudaBackend::load(CudaLoadSpec {
+        device,
+        weights: WeightSource::Host(Box::new(w)),
+        quantize: None,
+        max_num_batched_tokens: 2048,
+        max_num_seqs: 8,
+        max_model_len: 256,
+        kv_dtype: KvCacheDtype::Bf16,
+        block_size: 16,
+    })?;
+    let tok = super::tokenizer::Tokenizer::bytes(ModelConfig::tiny().vocab_size, &[])?;
+    let prompts: Vec<Vec<u32>> = FIDELITY_PROMPTS[..8]
+        .iter()
+        .map(|p| tok.encode(p, false))
+        .collect::<anyhow::Result<_>>()?;
+    super::check::parity(
+        &mut cpu,
+        &mut gpu,
+        &prompts,
+        64,
+        ParityTolerance::bf16_vs_f32(),
+    )
+}
+
+/// Run the GPU part of the report (see the module docs). Failures are recorded, never lost:
+/// a failed parity check skips every timing with the reason.
+pub fn run_gpu(
+    o: &RuntimeReportOptions,
+    kernels: Option<&crate::kernels::KernelResults>,
+) -> RuntimeSection {
+    let mut s = RuntimeSection {
+        model: o.model.clone(),
+        device: format!("cuda:{}", o.device),
+        ..Default::default()
+    };
+    match gpu_parity(o.device) {
+        Ok(p) => {
+            let passed = p.passed;
+            s.parity = Some(p);
+            if !passed {
+                s.skipped.push("every GPU timing: the parity check against the CPU backend failed (correct before fast)".into());
+                return s;
+            }
+        }
+        Err(e) => {
+            s.skipped.push(format!(
+                "every GPU timing: the parity check could not run: {e:#}"
+            ));
+            return s;
+        }
+    }
+    let config = match model_config(&o.model) {
+        Ok(c) => c,
+        Err(e) => {
+            s.skipped.push(format!("the GPU runtime runs: {e:#}"));
+            return s;
+        }
+    };
+    let model_desc = provenance(o);
+    let (bw, peak) = kernels
+        .map(super::bench::roofline_of)
+        .unwrap_or((None, None));
+    let tok = super::tokenizer::Tokenizer::bytes(config.vocab_size, &[]).ok();
+    let prompts: Vec<Vec<u32>> = tok
+        .map(|t| {
+            FIDELITY_PROMPTS
+                .iter()
+                .filter_map(|p| t.encode(p, false).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    for fmt in REPORT_FORMATS {
+        let mut run = FormatRun {
+            format: fmt.id().into(),
+            e2e: None,
+            bench: None,
+            error: None,
+        };
+        // End to end against `rigbench serve` on the GPU.
+        let mut args = vec![
+            "--model".to_string(),
+            o.model.clone(),
+            "--device".into(),
+            format!("cuda:{}", o.device),
+            "--seed".into(),
+            o.seed.to_string(),
+        ];
+        if fmt != WeightFormat::Bf16 {
+            args.extend(["--quantize".into(), fmt.id().into()]);
+        }
+        let mut eo = o.e2e.clone();
+        eo.engine = crate::e2e::launcher::EngineChoice::Builtin {
+            program: None,
+            args,
+        };
+        match crate::e2e::run_for_report(&eo) {
+            Ok(r) => run.e2e = Some(r),
+            Err(e) => run.error = Some(format!("e2e: {e:#}")),
+        }
+        // In-process benchmarks and fidelity.
+        let quantize = (fmt != WeightFormat::Bf16).then_some(fmt);
+        match load_cuda(o, &config, quantize) {
+            Ok(b) => {
+                let mut b: Box<dyn Backend> = Box::new(b);
+                if fmt != WeightFormat::Bf16 {
+                    // The BF16 reference on identical weights, loaded only for the comparison
+                    // (so that no e2e session shares the GPU with it).
+                    match load_cuda(o, &config, None) {
+                        Ok(mut r) => {
+                            match super::check::fidelity(
+                                &mut r,
+                                b.as_mut(),
+                                &prompts,
+                                FIDELITY_TOKENS,
+                            ) {
+                                Ok(f) => s.fidelity.push(f),
+                                Err(e) => {
+                                    s.skipped.push(format!("fidelity of {}: {e:#}", fmt.id()))
+                                }
+                            }
+                        }
+                        Err(e) => s.skipped.push(format!(
+                            "fidelity of {}: the BF16 reference did not load: {e:#}",
+                            fmt.id()
+                        )),
+                    }
+                }
+                match super::bench::run(b, o.bench, KvCacheDtype::Bf16, &model_desc) {
+                    Ok((mut bench, _back)) => {
+                        bench.attach_roofline(bw, peak.clone());
+                        let allocated = run
+                            .e2e
+                            .as_ref()
+                            .and_then(|e| e.runs.first())
+                            .and_then(|r| r.conditions.kv.capacity_tokens.as_ref())
+                            .map(|t| t.value);
+                        if let (Some(a), Some(mem)) = (allocated, o.gpu_memory_bytes) {
+                            let w = super::memory::estimate_weight_bytes(&config, fmt);
+                            let per_tok =
+                                super::kv_cache::kv_bytes_per_block(&config, 1, KvCacheDtype::Bf16);
+                            if let Some(p) = crate::checkpoint::capacity::predict_kv_tokens(
+                                mem,
+                                0.9,
+                                w,
+                                crate::checkpoint::DEFAULT_RESERVE_BYTES,
+                                per_tok,
+                            ) {
+                                bench.attach_kv_capacity(a, p, format!(
+                                    "inspect's formula: {} × 0.9 − weights {} − reserve {}, ÷ {per_tok} B/token; allocated from the e2e run's /metrics",
+                                    crate::report::table::human_bytes(mem),
+                                    crate::report::table::human_bytes(w),
+                                    crate::report::table::human_bytes(crate::checkpoint::DEFAULT_RESERVE_BYTES)
+                                ));
+                            }
+                        }
+                        run.bench = Some(bench);
+                    }
+                    Err(e) => run.error = Some(format!("benchmarks: {e:#}")),
+                }
+            }
+            Err(e) => {
+                let prev = run
+                    .error
+                    .take()
+                    .map(|x| format!("{x}; "))
+                    .unwrap_or_default();
+                run.error = Some(format!(
+                    "{prev}loading {} on cuda:{}: {e:#}",
+                    fmt.id(),
+                    o.device
+                ));
+            }
+        }
+        s.formats.push(run);
+    }
+    s
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+/// The report section (Markdown).
+pub fn render_markdown(s: &RuntimeSection) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "## Built-in runtime on the GPU\n");
+    let _ = writeln!(
+        o,
+        "Model `{}` on {}; every figure below is from the CUDA backend.\n",
+        s.model, s.device
+    );
+    match &s.parity {
+        Some(p) => {
+            let _ = writeln!(
+                o,
+                "Correct before fast: {} vs {}: {} prompts × {} greedy tokens, {} token mismatches ({} near-ties), largest relative logit difference {:.4} (tolerance `{}` {:.3}): **{}**.\n",
+                p.a, p.b, p.prompts, p.tokens, p.mismatches.len(),
+                p.mismatches.iter().filter(|m| m.near_tie).count(),
+                p.max_rel_logit_diff, p.tolerance.name, p.tolerance.max_rel_logit_diff,
+                if p.passed { "passed" } else { "FAILED" }
+            );
+        }
+        None => {
+            let _ = writeln!(o, "Correct before fast: the parity check did not run.\n");
+        }
+    }
+    for k in &s.skipped {
+        let _ = writeln!(o, "- skipped {k}");
+    }
+    let benches: Vec<&RuntimeBench> = s.formats.iter().filter_map(|f| f.bench.as_ref()).collect();
+    if !benches.is_empty() {
+        let _ = writeln!(o, "\n### Decode bound, batching and prefill\n");
+        let rows: Vec<Vec<String>> = benches
+            .iter()
+            .map(|b| {
+                vec![
+                    b.weight_format.clone(),
+                    format!("{:.1}", b.batch1.tok_per_s),
+                    b.decode_bound
+                        .as_ref()
+                        .map_or("not measured (no copy roofline in this run)".into(), |d| {
+                            format!("{:.1}", d.bound_tok_per_s)
+                        }),
+                    b.decode_bound
+                        .as_ref()
+                        .map_or("—".into(), |d| pct(d.fraction)),
+                    format!(
+                        "{:.1} ({:.1}× batch 1)",
+                        b.batched.tok_per_s, b.batch_speedup
+                    ),
+                    format!("{:.0}", b.prefill.tok_per_s),
+                    format!("{:.1}", b.prefill.tflops),
+                    b.prefill_vs_peak
+                        .as_ref()
+                        .map_or("—".into(), |p| pct(p.fraction)),
+                    b.kv_capacity.as_ref().map_or("—".into(), |k| {
+                        format!(
+                            "{} vs {} ({:+.1}%)",
+                            k.allocated_tokens,
+                            k.predicted_tokens,
+                            100.0 * k.relative_difference
+                        )
+                    }),
+                ]
+            })
+            .collect();
+        o.push_str(&crate::report::table::markdown_table(
+            &[
+                "format",
+                "batch-1 tok/s",
+                "bound tok/s",
+                "of bound",
+                "batch-N tok/s",
+                "prefill tok/s",
+                "prefill TFLOP/s",
+                "of BF16 peak",
+                "KV tokens allocated vs predicted",
+            ],
+            &rows,
+        ));
+        let b0 = benches[0];
+        let _ = writeln!(
+            o,
+            "\nConditions: backend {}, device {}, model {}, KV {}; batch 1 after a {}-token prompt ({} tokens timed); batch {} at {}-token contexts; prefill of {} tokens in one pass. Bound = copy bandwidth of this run's kernel bench ÷ bytes per decode step (weights in the format, BF16 lm_head, KV at the mean context). Peak = best BF16 TFLOP/s of this run's kernel rows{}.\n",
+            b0.backend, b0.device, b0.model, b0.kv_dtype, b0.spec.batch1_prompt, b0.batch1.tokens, b0.spec.batch, b0.spec.batch_context, b0.spec.prefill_tokens,
+            b0.prefill_vs_peak.as_ref().map_or(String::new(), |p| format!(" ({})", p.peak_source))
+        );
+        // The targets, as ratios within this run.
+        let by = |f: &str| benches.iter().find(|b| b.weight_format == f).copied();
+        let mut t: Vec<Vec<String>> = Vec::new();
+        for b in &benches {
+            if let Some(d) = &b.decode_bound {
+                t.push(vec![
+                    format!(
+                        "{} batch-1 ≥ 75% of the weight-streaming bound",
+                        b.weight_format
+                    ),
+                    pct(d.fraction),
+                    (d.fraction >= 0.75).to_string(),
+                ]);
+            }
+        }
+        if let (Some(w), Some(b), Some(f)) = (by("nvfp4"), by("bf16"), by("fp8")) {
+            let (rb, rf) = (
+                w.batch1.tok_per_s / b.batch1.tok_per_s,
+                w.batch1.tok_per_s / f.batch1.tok_per_s,
+            );
+            t.push(vec![
+                "W4A16 batch-1 ≥ 2.5× BF16".into(),
+                format!("{rb:.2}×"),
+                (rb >= 2.5).to_string(),
+            ]);
+            t.push(vec![
+                "W4A16 batch-1 ≥ 1.4× FP8".into(),
+                format!("{rf:.2}×"),
+                (rf >= 1.4).to_string(),
+            ]);
+        }
+        if let Some(b) = by("bf16") {
+            t.push(vec![
+                format!("BF16 batch-{} ≥ 20× batch-1", b.spec.batch),
+                format!("{:.1}×", b.batch_speedup),
+                (b.batch_speedup >= 20.0).to_string(),
+            ]);
+            if let Some(p) = &b.prefill_vs_peak {
+                t.push(vec![
+                    format!(
+                        "prefill of {} tokens ≥ 50% of the BF16 GEMM peak",
+                        b.spec.prefill_tokens
+                    ),
+                    pct(p.fraction),
+                    (p.fraction >= 0.5).to_string(),
+                ]);
+            }
+            if let Some(k) = &b.kv_capacity {
+                t.push(vec![
+                    "KV capacity within 3% of inspect's prediction".into(),
+                    format!("{:+.1}%", 100.0 * k.relative_difference),
+                    (k.relative_difference.abs() <= 0.03).to_string(),
+                ]);
+            }
+        }
+        if !t.is_empty() {
+            let _ = writeln!(o, "### Targets (ratios within this run)\n");
+            o.push_str(&crate::report::table::markdown_table(
+                &["target", "measured", "met"],
+                &t,
+            ));
+            o.push('\n');
+        }
+    }
+    if !s.fidelity.is_empty() {
+        let _ = writeln!(o, "### Fidelity on identical weights\n");
+        let rows: Vec<Vec<String>> = s
+            .fidelity
+            .iter()
+            .map(|f| {
+                vec![
+                    format!("{} vs {}", f.format, f.reference_format),
+                    pct(f.greedy_agreement),
+                    format!("{:.1}", f.mean_matched_prefix),
+                    pct(f.top1_agreement),
+                    format!("{:.4}", f.mean_kl),
+                    format!("{:.3}", f.max_kl),
+                ]
+            })
+            .collect();
+        o.push_str(&crate::report::table::markdown_table(
+            &[
+                "format",
+                "greedy agreement",
+                "mean tokens before divergence",
+                "top-1 agreement (teacher-forced)",
+                "mean KL (nats)",
+                "max KL",
+            ],
+            &rows,
+        ));
+        if let Some(f) = s.fidelity.first() {
+            let _ = writeln!(
+                o,
+                "\n{} prompts × {} tokens; top-1 and KL teacher-forced on the BF16 tokens.\n",
+                f.prompts, f.tokens
+            );
+        }
+    }
+    for f in &s.formats {
+        if let Some(e) = &f.error {
+            let _ = writeln!(o, "- {}: {e}", f.format);
+        }
+        if let Some(e) = &f.e2e {
+            let _ = writeln!(o, "\n### End to end, {}\n", f.format);
+            o.push_str(&crate::e2e::render_markdown(e).replacen(
+                "## End to end",
+                "#### Session",
+                1,
+            ));
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_targets_and_fidelity_from_figures() {
+        let w = super::super::weights::synthesize(&ModelConfig::tiny(), 0);
+        let spec = RuntimeBenchSpec {
+            batch1_prompt: 4,
+            batch1_tokens: 3,
+            batch: 2,
+            batch_context: 8,
+            batch_tokens: 3,
+            prefill_tokens: 16,
+            block_size: 16,
+        };
+        let mut benches = Vec::new();
+        for fmt in REPORT_FORMATS {
+            let mut q = w.clone();
+            q.quantize(fmt).unwrap();
+            let (mut b, _) = super::super::bench::run(
+                Box::new(CpuBackend::new(q, 1)),
+                spec,
+                KvCacheDtype::Bf16,
+                "synthetic:tiny seed 0",
+            )
+            .unwrap();
+            b.attach_roofline(Some(1e9), Some((1.0, "bf16 row".into())));
+            benches.push(b);
+        }
+        let s = RuntimeSection {
+            model: "synthetic:tiny".into(),
+            device: "cuda:0".into(),
+            formats: benches
+                .into_iter()
+                .map(|b| FormatRun {
+                    format: b.weight_format.clone(),
+                    e2e: None,
+                    bench: Some(b),
+                    error: None,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let md = render_markdown(&s);
+        assert!(md.contains("W4A16 batch-1 ≥ 2.5× BF16"), "{md}");
+        assert!(
+            md.contains("of bound") && md.contains("backend cpu"),
+            "{md}"
+        );
+        assert!(md.contains("the parity check did not run"));
+    }
+}

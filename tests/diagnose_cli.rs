@@ -1,0 +1,167 @@
+//! `rigbench diagnose` as a user runs it: exit codes (0 nothing wrong, 4 an error finding, 1 an
+//! unreadable input, 64 a bad command line), Markdown and JSON output, `--out`, `--rig`, and
+//! binary or garbage files. Reads `../shared/fixtures` (fails when it is absent).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn rigbench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rigbench"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn log(prefix: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/logs");
+    assert!(
+        dir.is_dir(),
+        "{} is missing (see the project README)",
+        dir.display()
+    );
+    let p: PathBuf = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no fixture log {prefix}*"));
+    p.to_string_lossy().into_owned()
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn exit_codes_follow_the_findings() {
+    for (prefix, code, needle) in [
+        ("02_", 0, "652,144 tokens"),
+        ("15_", 0, "3.41×"),
+        ("18_", 0, "startup incomplete"),
+        ("13_", 4, "Error Internal"),
+        ("14_", 4, "toolchain too old for sm_120a"),
+        ("16_", 4, "cause not captured in this excerpt"),
+        ("17_", 4, "the drafter accepts nothing"),
+        ("12_", 4, "CUDA out of memory"),
+    ] {
+        let o = rigbench(&["diagnose", "--log", &log(prefix)]);
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "{prefix}: {}{}",
+            out(&o),
+            err(&o)
+        );
+        assert!(out(&o).contains(needle), "{prefix}: {}", out(&o));
+        assert!(!err(&o).contains("panicked"));
+    }
+}
+
+#[test]
+fn json_out_and_rig() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("diag");
+    let o = rigbench(&[
+        "diagnose",
+        "--log",
+        &log("15_"),
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_str(&out(&o)).expect("JSON on stdout");
+    assert_eq!(v["logs"][0]["log"]["boots"].as_array().unwrap().len(), 2);
+    assert!(dir.join("diagnose.md").is_file() && dir.join("diagnose.json").is_file());
+    // --rig: the card from a results.json (here a committed H200 report).
+    let rig =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("baselines/nvidia-h200-sm90/qwen3.6-27b.json");
+    let o = rigbench(&[
+        "diagnose",
+        "--log",
+        &log("06_"),
+        "--rig",
+        rig.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(out(&o).contains("expected on sm_90"), "{}", out(&o));
+    // A CPU-only results.json has no card: say so.
+    let cpu = Path::new(env!("CARGO_MANIFEST_DIR")).join("baselines/ci-cpu/qwen3.6-27b.json");
+    let o = rigbench(&[
+        "diagnose",
+        "--log",
+        &log("06_"),
+        "--rig",
+        cpu.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("--cc"), "{}", err(&o));
+}
+
+#[test]
+fn bad_input_is_named_never_a_panic() {
+    let d = tempfile::tempdir().unwrap();
+    // No input at all, a bad --cc, --cc with --rig: the command line.
+    for args in [
+        vec!["diagnose"],
+        vec!["diagnose", "--log", "x.log", "--cc", "sm_banana"],
+        vec![
+            "diagnose", "--log", "x.log", "--cc", "sm_90", "--rig", "r.json",
+        ],
+    ] {
+        let o = rigbench(&args);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", err(&o));
+    }
+    // A missing file or a folder: named, exit 1.
+    let o = rigbench(&["diagnose", "--log", "/no/such/engine.log"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("/no/such/engine.log"), "{}", err(&o));
+    let o = rigbench(&["diagnose", "--log", d.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("is a folder"), "{}", err(&o));
+    // Binary and garbage: a note, exit 0.
+    let bin = d.path().join("weights.bin");
+    std::fs::write(
+        &bin,
+        (0..4096u32)
+            .map(|i| (i * 7 % 256) as u8)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let junk = d.path().join("junk.txt");
+    std::fs::write(&junk, "hello\nnothing to see\n").unwrap();
+    for f in [&bin, &junk] {
+        for flag in ["--log", "--metrics", "--sse"] {
+            let o = rigbench(&["diagnose", flag, f.to_str().unwrap()]);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{flag} {}: {}",
+                f.display(),
+                err(&o)
+            );
+            assert!(
+                out(&o).contains("nothing recognised") || out(&o).contains("no SSE data"),
+                "{flag} {}: {}",
+                f.display(),
+                out(&o)
+            );
+            assert!(!err(&o).contains("panicked"));
+        }
+    }
+    // A malformed checkpoint: named.
+    std::fs::write(d.path().join("config.json"), "{not json").unwrap();
+    let o = rigbench(&[
+        "diagnose",
+        "--log",
+        &log("06_"),
+        "--checkpoint",
+        d.path().to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("config.json"), "{}", err(&o));
+}
