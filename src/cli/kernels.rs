@@ -163,9 +163,12 @@ pub struct KernelsArgs {
     /// Print the kernel results as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Do not redact host name, user paths and IP addresses.
+    /// Do not redact host name, user paths, IP addresses and tokens.
     #[arg(long)]
     pub no_redact: bool,
+    /// Replace a report already in --out (only once this run has measured something).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Run `rigbench kernels`.
@@ -183,9 +186,11 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         redact: !args.no_redact,
         write_files: args.out.is_some(),
         disabled: Vec::new(),
+        force: args.force,
         devices: args.sel.devices.clone(),
         interconnect: false,
     };
+    crate::signals::install()?;
     let results = crate::report::job::run(job)?;
     if args.json {
         let mut v = serde_json::to_value(&results.kernels)?;
@@ -210,6 +215,10 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
             "{}",
             crate::report::redact::Redactor::for_this_host(!args.no_redact).redact(&md)
         );
+    }
+    if let Some(why) = &results.interrupted {
+        eprintln!("rigbench kernels: INTERRUPTED ({why})");
+        return Ok(ExitStatus::Error);
     }
     Ok(ExitStatus::Ok)
 }

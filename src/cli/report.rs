@@ -48,9 +48,13 @@ pub struct ReportArgs {
     /// Start this engine command (through `sh -c`) instead of the built-in runtime; needs --url.
     #[arg(long, value_name = "COMMAND")]
     pub engine_cmd: Option<String>,
-    /// Do not redact host names, user paths and IP addresses.
+    /// Do not redact host names, user paths, IP addresses and tokens.
     #[arg(long)]
     pub no_redact: bool,
+    /// Replace a report already in --out (it is replaced only once this run has measured
+    /// something; without --force such a folder is refused).
+    #[arg(long)]
+    pub force: bool,
     /// Also save the results as the baseline for this rig and suite
     /// (`<baseline-dir>/<rig-label>/<suite>.json`), the file `rigbench compare --baseline-dir` reads.
     #[arg(long)]
@@ -104,6 +108,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 Some(&target),
                 &results.rig_label,
                 !args.no_redact,
+                args.force,
             )?;
             d.write_results(&results)?;
             d
@@ -141,7 +146,12 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             }
         }
         job::render_into(&dir, &results)?;
-        eprintln!("rigbench: re-rendered {}", dir.path.display());
+        if same {
+            dir.redact_direct_writes()?;
+        } else {
+            dir.commit()?;
+        }
+        eprintln!("rigbench: re-rendered {}", dir.target.display());
         print_summary(&dir, &results);
         return Ok(ExitStatus::Ok);
     }
@@ -214,6 +224,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             &suite,
         )?;
     }
+    // SIGINT/SIGTERM stop the run after the case in flight and write what was measured.
+    crate::signals::install()?;
     let (results, dir) = job::run_with_dir(Job {
         kernels,
         accuracy: true,
@@ -232,6 +244,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         out: args.out.clone(),
         rig_label: args.rig_label.clone(),
         redact: !args.no_redact,
+        force: args.force,
         write_files: true,
         disabled: [
             (args.no_kernels, "kernels", "--no-kernels"),
@@ -247,6 +260,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         devices: args.sel.devices.clone(),
         interconnect: true,
     })?;
+    if let Some(why) = &results.interrupted {
+        let timed = results.kernels.as_ref().map(|k| k.cases.len()).unwrap_or(0);
+        eprintln!(
+            "rigbench: report INTERRUPTED ({why}): {timed} kernel cases timed; report.md and results.json hold what was measured{}",
+            if args.save_baseline { " (no baseline saved from an interrupted run)" } else { "" }
+        );
+        return Ok(ExitStatus::Error);
+    }
     if args.save_baseline {
         let suite = results
             .kernels
@@ -288,7 +309,7 @@ pub fn plural(n: usize, one: &str, many: &str) -> String {
 fn print_summary(dir: &ReportDir, results: &crate::report::Results) {
     let text = format!(
         "Report: {}\n\nVerdict:\n{}",
-        dir.path.join("report.md").display(),
+        dir.target.join("report.md").display(),
         crate::report::verdict::text(results)
     );
     print!("{}", dir.redactor().redact(&text));

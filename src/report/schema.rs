@@ -49,6 +49,10 @@ pub struct Results {
     /// Whether the run finished (false while in progress or after an interruption).
     #[serde(default)]
     pub complete: bool,
+    /// Set when SIGINT or SIGTERM stopped the run: which signal, and that what follows is what
+    /// was measured before it (absent from files of runs that were not interrupted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
 }
 
 /// A part of the job not run.
@@ -77,6 +81,7 @@ impl Results {
             multi_gpu: None,
             skipped: Vec::new(),
             complete: false,
+            interrupted: None,
         }
     }
 
