@@ -17,12 +17,14 @@ pub mod diagnose;
 pub mod e2e;
 pub mod error;
 pub mod formats;
+pub mod fuzz_harness;
 pub mod gpu;
 pub mod kernels;
 pub mod multigpu;
 pub mod report;
 pub mod rig;
 pub mod runtime;
+pub mod signals;
 pub mod stats;
 
 pub use error::{ExitStatus, RigError};

@@ -1,177 +1,114 @@
-//! The end-to-end faults of issue 13, each reproduced with a mock OpenAI-compatible engine
-//! (axum on 127.0.0.1:0) and checked against the right value: the closed loop's opening burst,
-//! truncated fixed-length runs, nondeterminism, usage counts that disagree with the text,
-//! single-chunk answers, sampled KV peaks, a KV capacity label that states a wrong derivation,
-//! and prompt lengths that do not say what they count.
+//! The e2e driver against broken engines, and what rigbench leaves behind when it is stopped:
+//! a mock engine that answers 500 / 429, sends malformed SSE, closes streams early and stalls
+//! (each recorded per request with its reason, nothing waiting past the configured timeout);
+//! engines that refuse connections, exit during start-up or die mid-run (`--engine-cmd`, with
+//! the tail of their log); SIGTERM and a second SIGINT (the engine's whole process group is
+//! stopped, the partial report written); `--out` holding an earlier report (refused without
+//! `--force`, never emptied before anything is measured); redaction of tokens, hosts, IPs and
+//! user paths from engine command lines and logs.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::header;
-use axum::response::Response;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 
 use rigbench::e2e::executor::StopSignal;
 use rigbench::e2e::launcher::EngineChoice;
-use rigbench::e2e::metrics::TokenSource;
 use rigbench::e2e::workload::Suite;
-use rigbench::e2e::{run_session, E2eOptions, E2eResults};
+use rigbench::e2e::{run_session, E2eOptions};
 
-#[derive(Clone)]
-struct Cfg {
-    /// One prefill slot: each request holds it this long before its first token.
-    prefill_ms: u64,
-    /// Delay between decoded tokens.
-    decode_ms: u64,
-    /// Stop after this many tokens (with `finish_reason` "length"), whatever was asked.
-    stop_at: Option<u64>,
-    /// `usage.completion_tokens` multiplied by this.
-    usage_factor: u64,
-    /// Every token in one chunk.
-    one_chunk: bool,
-    /// The second answer to the same prompt differs.
-    nondeterministic: bool,
-    /// Chat template tokens around the user message.
-    template_tokens: u64,
-    /// `vllm:cache_config_info` labels.
-    cache_info: &'static str,
-}
+const BIN: &str = env!("CARGO_BIN_EXE_rigbench");
 
-impl Default for Cfg {
-    fn default() -> Self {
-        Cfg {
-            prefill_ms: 0,
-            decode_ms: 1,
-            stop_at: None,
-            usage_factor: 1,
-            one_chunk: false,
-            nondeterministic: false,
-            template_tokens: 0,
-            cache_info: "block_size=\"16\",num_gpu_blocks=\"512\"",
-        }
-    }
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    Ok,
+    Status(u16),
+    Malformed,
+    CloseEarly,
+    Stall,
 }
 
 struct Mock {
-    cfg: Cfg,
-    prefill: tokio::sync::Mutex<()>,
-    running: Mutex<u64>,
-    seen: Mutex<HashMap<String, u64>>,
+    plan: Vec<Fault>,
+    next: AtomicUsize,
 }
 
-/// Tokens of a text: whitespace-separated words (the mock's tokenizer), plus a BOS when special
-/// tokens are asked for (the default of a real `/tokenize`).
-fn count(text: &str, add_special: bool) -> u64 {
-    text.split_whitespace().count() as u64 + u64::from(add_special)
-}
-
-async fn metrics(State(m): State<Arc<Mock>>) -> String {
-    let running = *m.running.lock().unwrap();
+fn chunk(text: &str) -> String {
     format!(
-        "vllm:prefix_cache_queries_total{{model_name=\"mock\"}} 0\n\
-         vllm:prefix_cache_hits_total{{model_name=\"mock\"}} 0\n\
-         vllm:num_preemptions_total{{model_name=\"mock\"}} 0\n\
-         vllm:num_requests_running{{model_name=\"mock\"}} {running}\n\
-         vllm:num_requests_waiting{{model_name=\"mock\"}} 0\n\
-         vllm:kv_cache_usage_perc{{model_name=\"mock\"}} {}\n\
-         vllm:cache_config_info{{{},model_name=\"mock\"}} 1.0\n",
-        running as f64 * 0.1,
-        m.cfg.cache_info
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]})
     )
 }
 
 async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Response {
-    let prompt = body
-        .pointer("/messages/0/content")
-        .or_else(|| body.get("prompt"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let chat = body.get("messages").is_some();
-    let max_tokens = body.get("max_tokens").and_then(Value::as_u64).unwrap_or(16);
-    let nth = {
-        let mut seen = m.seen.lock().unwrap();
-        let n = seen.entry(prompt.clone()).or_insert(0);
-        *n += 1;
-        *n
-    };
-    let (tx, rx) = tokio::sync::mpsc::channel::<String>(256);
-    let m2 = m.clone();
-    tokio::spawn(async move {
-        let cfg = m2.cfg.clone();
-        *m2.running.lock().unwrap() += 1;
-        if cfg.prefill_ms > 0 {
-            let _slot = m2.prefill.lock().await;
-            tokio::time::sleep(Duration::from_millis(cfg.prefill_ms)).await;
-        }
-        let n = cfg.stop_at.map_or(max_tokens, |s| s.min(max_tokens));
-        let words: Vec<String> = (0..n)
-            .map(|i| {
-                if cfg.nondeterministic && nth > 1 && i == n / 2 {
-                    format!("other{nth} ")
-                } else {
-                    format!("w{i} ")
-                }
-            })
-            .collect();
-        let prompt_tokens = count(&prompt, false) + cfg.template_tokens;
-        let delta = |text: &str| {
-            if chat {
-                json!({"choices":[{"index":0,"delta":{"content": text}}]})
-            } else {
-                json!({"choices":[{"index":0,"text": text}]})
-            }
-        };
-        let chunks: Vec<String> = if cfg.one_chunk {
-            vec![words.concat()]
+    let i = m.next.fetch_add(1, Ordering::SeqCst);
+    let fault = m.plan[i % m.plan.len()];
+    let n = body["max_tokens"].as_u64().unwrap_or(4);
+    if let Fault::Status(code) = fault {
+        let msg = if code == 429 {
+            "slow down"
         } else {
-            words
+            "boom inside"
         };
-        for c in chunks {
-            if tx.send(format!("data: {}\n\n", delta(&c))).await.is_err() {
-                *m2.running.lock().unwrap() -= 1;
+        let status = StatusCode::from_u16(code).unwrap();
+        return (
+            status,
+            Json(json!({"error": {"message": msg, "type": "x", "code": code}})),
+        )
+            .into_response();
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, Infallible>>(16);
+    tokio::spawn(async move {
+        let _ = tx.send(Ok(chunk("a"))).await;
+        match fault {
+            Fault::Malformed => {
+                let _ = tx.send(Ok("data: {\"choices\": [ broken\n\n".into())).await;
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(cfg.decode_ms)).await;
+            Fault::CloseEarly => {
+                let _ = tx.send(Ok(chunk("b"))).await;
+                return; // the connection ends without [DONE]
+            }
+            Fault::Stall => {
+                // No bytes for far longer than the client's request timeout.
+                tokio::time::sleep(Duration::from_secs(120)).await;
+                return;
+            }
+            _ => {}
         }
-        let mut fin = delta("");
-        fin["choices"][0]["finish_reason"] = json!("length");
-        let _ = tx.send(format!("data: {fin}\n\n")).await;
-        let usage = json!({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n * cfg.usage_factor}});
-        let _ = tx.send(format!("data: {usage}\n\n")).await;
-        let _ = tx.send("data: [DONE]\n\n".to_string()).await;
-        *m2.running.lock().unwrap() -= 1;
+        for _ in 1..n {
+            let _ = tx.send(Ok(chunk("a"))).await;
+        }
+        let fin = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]});
+        let usage = json!({"choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": n}});
+        let _ = tx.send(Ok(format!("data: {fin}\n\n"))).await;
+        let _ = tx.send(Ok(format!("data: {usage}\n\n"))).await;
+        let _ = tx.send(Ok("data: [DONE]\n\n".into())).await;
     });
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
-        .body(Body::from_stream(
-            ReceiverStream::new(rx).map(Ok::<String, Infallible>),
-        ))
+        .body(Body::from_stream(ReceiverStream::new(rx)))
         .unwrap()
 }
 
-async fn start(cfg: Cfg) -> String {
+async fn start_mock(plan: Vec<Fault>) -> String {
     let mock = Arc::new(Mock {
-        cfg,
-        prefill: tokio::sync::Mutex::new(()),
-        running: Mutex::new(0),
-        seen: Mutex::new(HashMap::new()),
+        plan,
+        next: AtomicUsize::new(0),
     });
     let app = Router::new()
         .route("/health", get(|| async { "ok" }))
-        .route(
-            "/version",
-            get(|| async { Json(json!({"engine": "mock", "version": "1.0"})) }),
-        )
         .route(
             "/v1/models",
             get(|| async { Json(json!({"data": [{"id": "mock", "owned_by": "tests"}]})) }),
@@ -179,18 +116,12 @@ async fn start(cfg: Cfg) -> String {
         .route(
             "/tokenize",
             post(|Json(b): Json<Value>| async move {
-                let text = b.get("prompt").and_then(Value::as_str).unwrap_or("");
-                let special = b
-                    .get("add_special_tokens")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(true);
-                Json(json!({"count": count(text, special), "max_model_len": 8192}))
+                let n = b.get("prompt").and_then(Value::as_str).map_or(0, str::len);
+                Json(json!({"count": n, "max_model_len": 4096}))
             }),
         )
-        .route("/reset_prefix_cache", post(|| async { "ok" }))
-        .route("/metrics", get(metrics))
-        .route("/v1/chat/completions", post(generate))
         .route("/v1/completions", post(generate))
+        .route("/v1/chat/completions", post(generate))
         .with_state(mock);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -200,290 +131,620 @@ async fn start(cfg: Cfg) -> String {
     format!("http://{addr}")
 }
 
-fn suite(load: &str, workload: &str) -> Suite {
+fn suite(requests: usize) -> Suite {
     let text = format!(
-        "name = 'faults'\n[workload]\n{workload}\n[load]\n{load}\n[sampling]\nthinking = false\ntemperature = 0.0\n"
+        "name = 'faults'\n[workload]\nkind = 'fixed'\ninput_tokens = 16\noutput_tokens = 6\nignore_eos = true\n[load]\nrequests = {requests}\nwarmup = 0\nconcurrency = [1]\n[sampling]\nthinking = false\n"
     );
     Suite::from_toml(&text, Path::new("faults.toml")).unwrap()
 }
 
-fn options(url: &str, suite: Suite) -> E2eOptions {
-    let mut o = E2eOptions::with_suite(suite);
-    o.engine = EngineChoice::Url {
-        url: url.to_string(),
-    };
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_is_recorded_per_request_with_its_reason_within_the_timeout() {
+    let plan = vec![
+        Fault::Ok,
+        Fault::Status(500),
+        Fault::Status(429),
+        Fault::Malformed,
+        Fault::CloseEarly,
+        Fault::Stall,
+        Fault::Ok,
+    ];
+    let url = start_mock(plan.clone()).await;
+    let mut o = E2eOptions::with_suite(suite(plan.len()));
+    o.engine = EngineChoice::Url { url };
     o.progress = false;
     o.handle_ctrl_c = false;
     o.metrics_interval = Duration::from_millis(20);
-    o.request_timeout = Duration::from_secs(60);
-    o
-}
-
-async fn session(o: &E2eOptions) -> E2eResults {
-    run_session(o, StopSignal::new(), &mut |_| {})
+    o.request_timeout = Duration::from_secs(2);
+    let t = Instant::now();
+    let r = run_session(&o, StopSignal::new(), &mut |_| {})
         .await
-        .expect("session")
-}
-
-const FIXED: &str = "kind = 'fixed'\ninput_tokens = 16\noutput_tokens = 12\nignore_eos = true";
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn closed_loop_opening_burst_is_left_out_of_the_latency_statistics() {
-    // One prefill slot (100 ms per prefill), 40 tokens decoded at 10 ms: the 4 requests
-    // released together after the warm-up queue for prefill (TTFT ≈ 100, 200, 300, 400 ms);
-    // in steady state a request waits for at most part of one other prefill.
-    let url = start(Cfg {
-        prefill_ms: 100,
-        decode_ms: 10,
-        ..Default::default()
-    })
-    .await;
-    let workload = "kind = 'fixed'\ninput_tokens = 16\noutput_tokens = 40\nignore_eos = true";
-    let r = session(&options(
-        &url,
-        suite("concurrency = [4]\nwarmup = 4\nrequests = 16", workload),
-    ))
-    .await;
-    let run = &r.runs[0];
-    assert!(run.validity.valid, "{:?}", run.validity);
-    let wave: Vec<f64> = run
-        .requests
-        .iter()
-        .filter(|q| q.opening_wave)
-        .map(|q| q.ttft_s.unwrap())
-        .collect();
-    assert_eq!(wave.len(), 4);
-    let worst_wave = wave.iter().copied().fold(0.0, f64::max);
-    assert!(worst_wave > 0.35, "the burst queued: {wave:?}");
-    let ttft = run.latency.ttft.as_ref().unwrap();
-    assert_eq!(ttft.n, 12, "the opening wave is left out");
-    assert_eq!(run.latency.opening_wave_excluded, 4);
-    // Steady state: about one to two prefills (the issue measured 101–154 ms); with the burst
-    // included p99 read 393 ms. (Relative to the burst, so a loaded machine does not matter.)
-    assert!(
-        ttft.p99 < 0.75 * worst_wave,
-        "p99 TTFT {:.3} s vs the burst's {worst_wave:.3} s",
-        ttft.p99
-    );
-    assert!(ttft.p50 >= 0.095, "every request waits for its own prefill");
-    // Throughput still covers every request.
-    assert_eq!(run.presented_throughput().unwrap().completed, 16);
-    assert!(run
-        .validity
-        .notes
-        .iter()
-        .any(|n| n.contains("opening wave (4 requests")));
-    let md = rigbench::e2e::render_markdown(&r);
-    assert!(md.contains("opening wave"), "{md}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fixed_length_runs_that_stop_short_are_truncated_and_present_no_throughput() {
-    // ignore_eos with 40 tokens asked; the engine stops at 30 (75%: the old rule caught only
-    // stops below 50%).
-    let url = start(Cfg {
-        stop_at: Some(30),
-        ..Default::default()
-    })
-    .await;
-    let workload = "kind = 'fixed'\ninput_tokens = 16\noutput_tokens = 40\nignore_eos = true";
-    let r = session(&options(
-        &url,
-        suite("concurrency = [2]\nwarmup = 0\nrequests = 4", workload),
-    ))
-    .await;
-    let run = &r.runs[0];
-    assert!(!run.validity.valid);
-    assert!(
-        run.validity
-            .reasons
-            .iter()
-            .any(|x| x.contains("4 of 4 outputs truncated")),
-        "{:?}",
-        run.validity
-    );
-    assert!(run
-        .requests
-        .iter()
-        .all(|q| q.flags.contains(&"truncated: 30 of 40 tokens".to_string())));
-    assert!(run.presented_throughput().is_none());
-    // The same engine asked for 30: valid.
-    let workload = "kind = 'fixed'\ninput_tokens = 16\noutput_tokens = 30\nignore_eos = true";
-    let r = session(&options(
-        &url,
-        suite("concurrency = [2]\nwarmup = 0\nrequests = 4", workload),
-    ))
-    .await;
-    assert!(r.runs[0].validity.valid, "{:?}", r.runs[0].validity);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn check_determinism_reports_different_outputs_at_temperature_zero() {
-    let url = start(Cfg {
-        nondeterministic: true,
-        ..Default::default()
-    })
-    .await;
-    let mut o = options(
-        &url,
-        suite("concurrency = [2]\nwarmup = 0\nrequests = 4", FIXED),
-    );
-    o.check_determinism = true;
-    let r = session(&o).await;
-    let d = r.determinism.as_ref().expect("ran");
-    assert!(!d.deterministic());
-    assert_eq!((d.prompts, d.differing.len(), d.identical), (4, 4, 0));
-    assert_eq!(d.temperature, 0.0);
-    // The texts differ from the middle token on ("w0 w1 ... w5 other2 ...").
-    assert_eq!(d.differing[0].first_difference, "w0 w1 w2 w3 w4 w5 ".len());
-    let md = rigbench::e2e::render_markdown(&r);
-    let det = md
-        .find("NONDETERMINISTIC: 4 of 4 prompts")
-        .expect("reported");
-    assert!(
-        det < md.find("### Conditions").unwrap(),
-        "ahead of every figure"
-    );
-    // And compare sees it.
-    let mut res = rigbench::report::Results::new(Default::default(), "x".into(), "t".into());
-    res.e2e = Some(r);
-    let ids: Vec<String> = rigbench::compare::metrics_of(&res)
-        .into_iter()
-        .map(|m| m.id)
-        .collect();
-    assert!(
-        ids.contains(&"e2e/faults/determinism".to_string()),
-        "{ids:?}"
-    );
-
-    // A deterministic engine.
-    let url = start(Cfg::default()).await;
-    let mut o = options(
-        &url,
-        suite("concurrency = [2]\nwarmup = 0\nrequests = 4", FIXED),
-    );
-    o.check_determinism = true;
-    let r = session(&o).await;
-    let d = r.determinism.as_ref().unwrap();
-    assert!(d.deterministic(), "{}", d.summary());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn usage_is_cross_checked_against_the_re_counted_text() {
-    // Right usage: re-counting the whole text without special tokens agrees exactly (a BOS per
-    // counted piece would have doubled a per-token count).
-    let url = start(Cfg::default()).await;
-    let r = session(&options(
-        &url,
-        suite("concurrency = [2]\nwarmup = 0\nrequests = 4", FIXED),
-    ))
-    .await;
-    let c = &r.runs[0].conditions;
-    assert_eq!(c.token_sources, vec![TokenSource::Usage]);
-    let check = c.token_check.as_ref().expect("cross-checked");
-    assert_eq!((check.checked, check.disagreeing), (4, 0));
-    assert_eq!(check.max_rel_diff, 0.0);
-    assert!(r.runs[0]
-        .requests
-        .iter()
-        .all(|q| q.output_tokens_retokenized == Some(12)));
-
-    // Usage that double-counts: flagged on every request, with both numbers.
-    let url = start(Cfg {
-        usage_factor: 2,
-        ..Default::default()
-    })
-    .await;
-    let r = session(&options(
-        &url,
-        suite("concurrency = [2]\nwarmup = 0\nrequests = 4", FIXED),
-    ))
-    .await;
-    let run = &r.runs[0];
-    let check = run.conditions.token_check.as_ref().unwrap();
-    assert_eq!((check.checked, check.disagreeing), (4, 4));
-    assert!((check.max_rel_diff - 0.5).abs() < 1e-12);
-    assert!(run.requests.iter().all(|q| q
-        .flags
-        .contains(&"token count: usage 24 vs re-counted 12 (-50.0%)".to_string())));
-    assert!(run
-        .validity
-        .notes
-        .iter()
-        .any(|n| n.contains("usage disagrees")));
-    let md = rigbench::e2e::render_markdown(&r);
-    assert!(
-        md.contains("**4 of 4 requests disagree by more than 2%**"),
-        "{md}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn single_chunk_answers_have_no_tpot_or_itl() {
-    let url = start(Cfg {
-        one_chunk: true,
-        ..Default::default()
-    })
-    .await;
-    let r = session(&options(
-        &url,
-        suite("concurrency = [1]\nwarmup = 0\nrequests = 4", FIXED),
-    ))
-    .await;
-    let run = &r.runs[0];
-    for q in &run.requests {
-        assert_eq!(q.output_tokens, Some(12));
-        assert_eq!(q.tpot_s, None, "decode time is not observable in one chunk");
-        assert_eq!(q.itl_mean_s, None);
+        .unwrap();
+    // One stalled request waits for the 2 s timeout; nothing else waits at all. The bound is
+    // loose on purpose (a loaded 2-core machine), but far below the stall's 120 s.
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    assert_eq!(r.runs.len(), 1, "{:?} {:?}", r.failure, r.skipped);
+    let reqs = &r.runs[0].requests;
+    assert_eq!(reqs.len(), plan.len());
+    let want = [
+        None,
+        Some("HTTP 500"),
+        Some("HTTP 429"),
+        Some("malformed SSE data"),
+        Some("stream ended before [DONE]"),
+        Some("timed out after 2 s"),
+        None,
+    ];
+    for (q, w) in reqs.iter().zip(want) {
+        match w {
+            None => {
+                assert!(q.ok, "request {}: {:?}", q.index, q.error);
+                assert_eq!(q.output_tokens, Some(6));
+            }
+            Some(w) => {
+                assert!(!q.ok);
+                let e = q.error.as_deref().unwrap_or_default();
+                assert!(e.contains(w), "request {}: '{e}' lacks '{w}'", q.index);
+            }
+        }
     }
-    assert!(run.latency.tpot.is_none() && run.latency.itl.is_none());
-    assert_eq!(run.latency.decode_not_observable, 4);
-    assert!(run.latency.ttft.is_some());
-    let md = rigbench::e2e::render_markdown(&r);
+    assert_eq!(reqs[1].http_status, Some(500));
+    assert!(reqs[1].error.as_deref().unwrap().contains("boom inside"));
+    assert_eq!(reqs[2].http_status, Some(429));
+    // A run with failed requests is not presented as a throughput figure.
+    assert!(!r.runs[0].validity.valid);
+    assert!(r.runs[0].presented_throughput().is_none());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The CLI against real processes.
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn health(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut buf = [0u8; 12];
+    s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.1 200")
+}
+
+/// Whether a process is alive (not gone, not a zombie).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => {
+            let state = s
+                .rfind(')')
+                .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string));
+            !matches!(state.as_deref(), Some("Z") | Some("X") | None)
+        }
+        Err(_) => false,
+    }
+}
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
+fn read_pid(p: &Path) -> Option<u32> {
+    std::fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+/// Wait for a child with a limit; kills it (and fails) past the limit.
+fn wait_exit(child: &mut Child, limit: Duration) -> (Option<i32>, Duration) {
+    let t = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return (s.code(), t.elapsed());
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            panic!("rigbench did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stderr_of(child: &mut Child) -> String {
+    use std::io::Read;
+    let mut s = String::new();
+    if let Some(e) = child.stderr.as_mut() {
+        let _ = e.read_to_string(&mut s);
+    }
+    s
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a process this test started.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+/// `rigbench e2e` against `--engine-cmd`: a shell that starts `rigbench serve` in the
+/// background (not `exec`) and writes both pids, so that the shell and the server are two
+/// processes of the engine's group, as with a real wrapper script.
+fn e2e_with_engine(dir: &Path, port: u16, extra: &[&str]) -> Child {
+    let cmd = format!(
+        "echo $$ > {sh}; {BIN} serve --model synthetic:tiny --port {port} & echo $! > {srv}; wait",
+        sh = dir.join("sh.pid").display(),
+        srv = dir.join("srv.pid").display(),
+    );
+    Command::new(BIN)
+        .args(["e2e", "--no-progress", "--engine-cmd", &cmd, "--port"])
+        .arg(port.to_string())
+        .args(["--startup-timeout", "120"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn sigterm_stops_the_engine_group_and_writes_the_partial_report() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("rep");
+    let port = free_port();
+    let mut child = e2e_with_engine(
+        d.path(),
+        port,
+        &[
+            "--requests",
+            "400",
+            "--concurrency",
+            "1,2",
+            "--output-tokens",
+            "32",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
     assert!(
-        md.contains("not observable: 4 requests arrived in one chunk"),
-        "{md}"
+        wait_until(Duration::from_secs(120), || health(port)),
+        "the engine never answered: {}",
+        stderr_of(&mut child)
+    );
+    // Let requests flow, then do what timeout(1) and CI runners do.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (sh, srv) = (
+        read_pid(&d.path().join("sh.pid")).unwrap(),
+        read_pid(&d.path().join("srv.pid")).unwrap(),
+    );
+    assert!(alive(sh) && alive(srv));
+    signal(child.id(), libc::SIGTERM);
+    let (code, _) = wait_exit(&mut child, Duration::from_secs(60));
+    let err = stderr_of(&mut child);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("SIGTERM"), "{err}");
+    // Neither the shell nor the server it started outlives rigbench.
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(sh)
+            && !alive(srv)
+            && !rigbench::signals::group_alive(sh)),
+        "engine processes left running: sh {} server {}",
+        alive(sh),
+        alive(srv)
+    );
+    assert!(!health(port));
+    // The partial report: parses, says it was interrupted, and re-renders.
+    let r = rigbench::report::Results::load(&out.join("results.json")).unwrap();
+    let e = r.e2e.as_ref().unwrap();
+    assert!(e.interrupted, "{:?}", e.failure);
+    assert!(!r.complete);
+    assert!(out.join("report.md").is_file());
+    assert!(out.join("engine.log").is_file());
+    let o = Command::new(BIN)
+        .args(["report", "--render"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[test]
+fn a_second_sigint_exits_at_once_and_still_kills_the_engine_group() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // An engine wrapper that ignores SIGTERM and SIGINT and lingers after its server: the
+    // orderly stop would wait its 10 s grace before SIGKILL; the second signal must not.
+    let cmd = format!(
+        "trap '' TERM INT; echo $$ > {sh}; {BIN} serve --model synthetic:tiny --port {port} & echo $! > {srv}; wait; sleep 60",
+        sh = d.path().join("sh.pid").display(),
+        srv = d.path().join("srv.pid").display(),
+    );
+    let mut child = Command::new(BIN)
+        .args(["e2e", "--no-progress", "--engine-cmd", &cmd, "--port"])
+        .arg(port.to_string())
+        .args(["--requests", "400", "--output-tokens", "32", "--out"])
+        .arg(d.path().join("rep"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(120), || health(port)),
+        "{}",
+        stderr_of(&mut child)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let (sh, srv) = (
+        read_pid(&d.path().join("sh.pid")).unwrap(),
+        read_pid(&d.path().join("srv.pid")).unwrap(),
+    );
+    signal(child.id(), libc::SIGINT);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the orderly stop cannot be over: the engine ignores SIGTERM for 10 s"
+    );
+    signal(child.id(), libc::SIGINT);
+    let (code, took) = wait_exit(&mut child, Duration::from_secs(20));
+    let err = stderr_of(&mut child);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(took < Duration::from_secs(5), "{took:?}: {err}");
+    assert!(err.contains("second signal"), "{err}");
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(srv)
+            && !rigbench::signals::group_alive(sh)),
+        "engine processes left running: {err}"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn labels_state_only_derivations_that_hold() {
-    // KV capacity stated as kv_cache_size_tokens, with blocks that do not multiply to it; a
-    // chat template of 25 tokens around 64 content tokens; an external engine's KV peak sampled.
-    let url = start(Cfg {
-        template_tokens: 25,
-        decode_ms: 2,
-        cache_info: "block_size=\"4\",kv_cache_size_tokens=\"1179770\",num_gpu_blocks=\"20377\"",
-        ..Default::default()
-    })
-    .await;
-    let workload = "kind = 'fixed'\ninput_tokens = 64\noutput_tokens = 12\nignore_eos = true";
-    let r = session(&options(
-        &url,
-        suite("concurrency = [2]\nwarmup = 0\nrequests = 4", workload),
-    ))
-    .await;
-    let run = &r.runs[0];
-    assert!(run.validity.valid, "{:?}", run.validity);
-    let c = &run.conditions;
-    assert_eq!(c.kv.capacity_tokens.as_ref().unwrap().value, 1_179_770);
-    assert_eq!(c.lengths.template_tokens_mean, Some(25.0));
-    assert_eq!(c.lengths.input_reported_mean, Some(89.0));
-    let src = c.kv.peak_usage_source.as_deref().unwrap();
-    assert!(
-        src.starts_with(&format!(
-            "sampled: the largest of {} /metrics scrapes",
-            run.polls.polls
-        )),
-        "{src}"
+#[test]
+fn an_engine_that_dies_mid_run_is_reported_with_its_log_and_the_runs_so_far() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("rep");
+    let port = free_port();
+    let mut child = e2e_with_engine(
+        d.path(),
+        port,
+        &[
+            "--requests",
+            "400",
+            "--output-tokens",
+            "32",
+            "--out",
+            out.to_str().unwrap(),
+        ],
     );
-    let md = rigbench::e2e::render_markdown(&r);
-    assert!(!md.contains("(20,377 blocks × 4)"), "{md}");
-    assert!(md.contains("1,179,770 tokens"), "{md}");
-    assert!(md.contains("20,377 blocks of 4 tokens, which make 81,508 tokens"));
     assert!(
-        md.contains("64 content tokens per request, token-exact; the engine counted 89 prompt tokens per request: its chat template adds 25"),
-        "{md}"
+        wait_until(Duration::from_secs(120), || health(port)),
+        "{}",
+        stderr_of(&mut child)
     );
-    assert!(md.contains("(sampled, "), "{md}");
+    std::thread::sleep(Duration::from_millis(1000));
+    let srv = read_pid(&d.path().join("srv.pid")).unwrap();
+    signal(srv, libc::SIGKILL);
+    let (code, _) = wait_exit(&mut child, Duration::from_secs(60));
+    let err = stderr_of(&mut child);
+    assert_eq!(code, Some(1), "{err}");
+    let r = rigbench::report::Results::load(&out.join("results.json")).unwrap();
+    let e = r.e2e.unwrap();
+    // Whatever the session was doing when the engine died, the failure says the engine
+    // exited, with the tail of its log.
+    let failure = e.failure.clone().unwrap_or_default();
+    assert!(
+        failure.contains("exited") && failure.contains("last log lines"),
+        "{failure}"
+    );
+    // Requests cut off by the death are recorded with a reason.
+    let failed: Vec<_> = e
+        .runs
+        .iter()
+        .flat_map(|r| r.requests.iter())
+        .filter(|q| !q.ok)
+        .collect();
+    assert!(
+        failed.iter().all(|q| q.error.is_some()),
+        "a failed request without a reason"
+    );
+    assert!(out.join("engine.log").is_file() && out.join("report.md").is_file());
+}
+
+#[test]
+fn a_dead_engine_cmd_is_reported_with_its_log_tail_and_engine_log_is_kept() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("rep");
+    let o = Command::new(BIN)
+        .args([
+            "e2e",
+            "--no-progress",
+            "--engine-cmd",
+            "echo loading weights; echo 'RuntimeError: CUDA error: no kernel image is available' >&2; exit 3",
+            "--port",
+            &free_port().to_string(),
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("exited during startup"), "{err}");
+    assert!(err.contains("no kernel image is available"), "{err}");
+    let log = std::fs::read_to_string(out.join("engine.log")).unwrap();
+    assert!(log.contains("loading weights") && log.contains("no kernel image"));
+    assert!(!out.join("results.json").exists());
+}
+
+#[test]
+fn refused_connections_are_an_environment_error_not_a_flag_error() {
+    let o = Command::new(BIN)
+        .args(["e2e", "--no-progress", "--url"])
+        .arg(format!("http://127.0.0.1:{}", free_port()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--url") && err.contains("/health"), "{err}");
+    assert!(!err.contains("panicked"));
+}
+
+fn make_report(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("results.json"), b"GOOD RESULTS").unwrap();
+    std::fs::write(dir.join("report.md"), b"GOOD REPORT").unwrap();
+}
+
+fn untouched(dir: &Path) {
+    assert_eq!(
+        std::fs::read(dir.join("results.json")).unwrap(),
+        b"GOOD RESULTS"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("report.md")).unwrap(),
+        b"GOOD REPORT"
+    );
+}
+
+#[test]
+fn out_holding_a_report_is_refused_and_never_emptied_by_a_run_that_fails_to_start() {
+    let d = tempfile::tempdir().unwrap();
+    let rep = d.path().join("committed-report");
+    make_report(&rep);
+    let dead_url = format!("http://127.0.0.1:{}", free_port());
+    // Without --force: refused before anything runs, naming the flag and the fix.
+    let o = Command::new(BIN)
+        .args(["e2e", "--no-progress", "--url", &dead_url, "--out"])
+        .arg(&rep)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("--force") && err.contains("committed-report"),
+        "{err}"
+    );
+    untouched(&rep);
+    // With --force and an unreachable URL: the earlier report survives.
+    let o = Command::new(BIN)
+        .args([
+            "e2e",
+            "--no-progress",
+            "--force",
+            "--url",
+            &dead_url,
+            "--out",
+        ])
+        .arg(&rep)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    untouched(&rep);
+    // With --force and an engine that exits at start-up: the earlier report survives and the
+    // engine's log is kept beside it.
+    let o = Command::new(BIN)
+        .args([
+            "e2e",
+            "--no-progress",
+            "--force",
+            "--engine-cmd",
+            "echo 'ValueError: bad quantization' >&2; exit 1",
+            "--port",
+            &free_port().to_string(),
+            "--out",
+        ])
+        .arg(&rep)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    untouched(&rep);
+    let kept: Vec<PathBuf> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.to_string_lossy()
+                .contains("committed-report.failed-start-")
+        })
+        .collect();
+    assert_eq!(kept.len(), 1, "{err}");
+    let log = std::fs::read_to_string(kept[0].join("engine.log")).unwrap();
+    assert!(log.contains("bad quantization"));
+    assert!(err.contains("engine.log"), "{err}");
+    // The report command refuses it the same way.
+    let o = Command::new(BIN)
+        .args(["report", "--no-kernels", "--no-e2e", "--out"])
+        .arg(&rep)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(64));
+    untouched(&rep);
+}
+
+#[test]
+fn a_forced_run_replaces_the_earlier_report_only_after_measuring() {
+    let d = tempfile::tempdir().unwrap();
+    let rep = d.path().join("r");
+    make_report(&rep);
+    std::fs::write(rep.join("kernels_old.svg"), b"stale plot").unwrap();
+    std::fs::write(rep.join("my-notes.txt"), b"mine").unwrap();
+    let o = Command::new(BIN)
+        .args(["report", "--no-kernels", "--no-e2e", "--force", "--out"])
+        .arg(&rep)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = rigbench::report::Results::load(&rep.join("results.json")).unwrap();
+    assert!(r.complete);
+    assert!(!rep.join("kernels_old.svg").exists(), "stale file kept");
+    assert_eq!(std::fs::read(rep.join("my-notes.txt")).unwrap(), b"mine");
+    let leftovers = std::fs::read_dir(d.path()).unwrap().count();
+    assert_eq!(leftovers, 1, "staging folder left behind");
+}
+
+#[test]
+fn tokens_hosts_ips_and_user_paths_from_engine_commands_and_logs_stay_out_of_reports() {
+    let secrets = [
+        "hf_Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2",
+        "sk-live-0123456789abcdefABCDEF",
+        "gpu-node-17.cluster.internal",
+        "10.20.30.40",
+        "/home/alice/models",
+        "hunter2hunter2",
+    ];
+    let run = |redact: bool| -> (PathBuf, tempfile::TempDir) {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("rep");
+        let port = free_port();
+        let cmd = format!(
+            "HF_TOKEN={} API_PASSWORD={} sh -c 'echo loading /home/alice/models on gpu-node-17.cluster.internal from 10.20.30.40 with --api-key {}'; exec {BIN} serve --model synthetic:tiny --port {port}",
+            secrets[0], secrets[5], secrets[1]
+        );
+        let mut c = Command::new(BIN);
+        c.args([
+            "e2e",
+            "--no-progress",
+            "--engine-cmd",
+            &cmd,
+            "--port",
+            &port.to_string(),
+            "--requests",
+            "2",
+            "--concurrency",
+            "1",
+            "--output-tokens",
+            "4",
+            "--out",
+        ])
+        .arg(&out);
+        if !redact {
+            c.arg("--no-redact");
+        }
+        let o = c.output().unwrap();
+        // Whether two requests make a valid run does not matter here; that a report was
+        // written does.
+        assert!(
+            matches!(o.status.code(), Some(0) | Some(1)) && out.join("results.json").is_file(),
+            "{:?}: {}",
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (out, d)
+    };
+    let all_text = |dir: &Path| -> String {
+        let mut s = String::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            s.push_str(&String::from_utf8_lossy(
+                &std::fs::read(e.unwrap().path()).unwrap(),
+            ));
+        }
+        s
+    };
+    let (out, _d) = run(true);
+    let text = all_text(&out);
+    assert!(text.contains("<token>") && text.contains("<host>"));
+    for s in secrets {
+        assert!(!text.contains(s), "'{s}' reached the report files");
+    }
+    let (out, _d2) = run(false);
+    let text = all_text(&out);
+    for s in secrets {
+        assert!(text.contains(s), "--no-redact lost '{s}'");
+    }
+}
+
+#[test]
+fn sigterm_in_the_middle_of_report_leaves_a_parseable_interrupted_report() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("rep");
+    let mut child = Command::new(BIN)
+        .args(["report", "--no-kernels", "--out"])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the first part (the CPU accuracy study) is in results.json, then stop the run
+    // while the end-to-end part is starting or running.
+    let accuracy_done = || {
+        std::fs::read_to_string(out.join("results.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|v| {
+                v.pointer("/kernels/reference_accuracy")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| !a.is_empty())
+            })
+    };
+    assert!(
+        wait_until(Duration::from_secs(300), accuracy_done),
+        "{}",
+        stderr_of(&mut child)
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(child.id(), libc::SIGTERM);
+    let (code, _) = wait_exit(&mut child, Duration::from_secs(120));
+    let err = stderr_of(&mut child);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("INTERRUPTED"), "{err}");
+    let r = rigbench::report::Results::load(&out.join("results.json")).unwrap();
+    assert!(!r.complete);
+    assert!(
+        r.interrupted
+            .as_deref()
+            .unwrap_or_default()
+            .contains("SIGTERM"),
+        "{:?}",
+        r.interrupted
+    );
+    assert!(!r.kernels.unwrap().reference_accuracy.is_empty());
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("INTERRUPTED (SIGTERM"), "{md}");
+    std::fs::remove_file(out.join("report.md")).unwrap();
+    let o = Command::new(BIN)
+        .args(["report", "--render"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(std::fs::read_to_string(out.join("report.md"))
+        .unwrap()
+        .contains("INTERRUPTED"));
 }

@@ -160,12 +160,12 @@ fn replacing_a_baseline_says_what_changed_and_keeps_its_sections() {
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(64), "{err}");
     assert!(
-        err.contains("gates on") && err.contains("e2e") && err.contains("--force"),
+        err.contains("gates on") && err.contains("e2e") && err.contains("--force-baseline"),
         "{err}"
     );
     assert!(!d.path().join("never").exists());
 
-    // ... and results that lack it are refused when saved, unless --force.
+    // ... and results that lack it are refused when saved, unless --force-baseline.
     let no_e2e = report_folder(&d.path().join("no-e2e"), |v| {
         v["e2e"] = serde_json::Value::Null
     });
@@ -179,7 +179,7 @@ fn replacing_a_baseline_says_what_changed_and_keeps_its_sections() {
             s(&bl).into(),
         ];
         if force {
-            a.push("--force".into());
+            a.push("--force-baseline".into());
         }
         a
     };
@@ -197,7 +197,7 @@ fn replacing_a_baseline_says_what_changed_and_keeps_its_sections() {
     let o = rigbench(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(err.contains("dropped with --force: e2e"), "{err}");
+    assert!(err.contains("dropped with --force-baseline: e2e"), "{err}");
 }
 
 fn h200(run: &str) -> String {

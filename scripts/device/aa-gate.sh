@@ -71,7 +71,7 @@ if [ "${AA_SKIP_MEASURE:-0}" != 1 ]; then
         s=$(date +%s)
         if [ "$i" -eq 1 ]; then
             "$BIN" report "${FLAGS[@]}" --repeats "$BASE_REPEATS" --out "$dir" \
-                --save-baseline --baseline-dir "$WORK/baselines" --force \
+                --save-baseline --baseline-dir "$WORK/baselines" --force-baseline \
                 >"$dir.log" 2>&1
         else
             "$BIN" report "${FLAGS[@]}" --repeats "$REPEATS" --out "$dir" >"$dir.log" 2>&1
@@ -93,7 +93,7 @@ else
     say "AA_SKIP_MEASURE=1: using the runs in $WORK (a self-test of the pipeline, not evidence)"
     rm -rf "$WORK/baselines"
     "$BIN" report --render "$WORK/run01" --save-baseline --baseline-dir "$WORK/baselines" \
-        --force >>"$LOG" 2>&1 || { say "cannot save run01 as the baseline"; exit 1; }
+        --force-baseline >>"$LOG" 2>&1 || { say "cannot save run01 as the baseline"; exit 1; }
 fi
 t_measured=$(date +%s)
 BASELINE=$(ls "$WORK"/baselines/*/*.json 2>/dev/null | head -1)

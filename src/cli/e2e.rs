@@ -174,9 +174,13 @@ pub struct E2eFlags {
     /// Report folder (default: reports/<rig>/<UTC time>/).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Do not redact host names, paths and IPs in the report.
+    /// Do not redact host names, paths, IPs and tokens in the report.
     #[arg(long)]
     pub no_redact: bool,
+    /// Replace a report already in --out (only once this run has measured something; without
+    /// --force such a folder is refused).
+    #[arg(long)]
+    pub force: bool,
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
@@ -496,7 +500,7 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     let rig = crate::rig::probe();
     let label = rig.label();
     let existed = args.out.as_deref().is_some_and(|p| p.exists());
-    let dir = ReportDir::create(args.out.as_deref(), &label, !args.no_redact)?;
+    let dir = ReportDir::create(args.out.as_deref(), &label, !args.no_redact, args.force)?;
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
     let results = Arc::new(std::sync::Mutex::new(Results::new(
         rig,
@@ -515,10 +519,21 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
             }
         }
     };
-    eprintln!("rigbench e2e: report folder {}", dir.path.display());
+    eprintln!("rigbench e2e: report folder {}", dir.target.display());
     let mut e2e = match crate::e2e::driver::run_blocking(&opts, &mut on_update) {
         Ok(e) => e,
         Err(e) => {
+            // An engine that failed to start: keep its whole log (that is when it matters),
+            // without touching an earlier report in --out.
+            let failed = e.downcast_ref::<crate::e2e::launcher::EngineStartFailure>();
+            if let Some(f) = failed.filter(|f| !f.log.trim().is_empty()) {
+                match dir.keep_after_failed_start("engine.log", &f.log) {
+                    Ok(p) => eprintln!("rigbench e2e: the engine's log is kept in {}", p.display()),
+                    Err(w) => eprintln!("rigbench e2e: could not keep the engine's log: {w:#}"),
+                }
+                return Err(e);
+            }
+            dir.discard();
             // Nothing was measured: leave no empty report folder behind.
             if !existed && std::fs::read_dir(&dir.path).is_ok_and(|mut d| d.next().is_none()) {
                 let _ = std::fs::remove_dir(&dir.path);
@@ -562,10 +577,11 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
         results.rig_label, results.rigbench_version, results.created_utc, results.command_line
     );
     dir.write_text("report.md", &md)?;
+    dir.commit()?;
     println!("{}", dir.redactor().redact(&section));
     println!(
         "Report: {} (report.md, results.json, e2e_runs.csv, e2e_requests.csv{}{})",
-        dir.path.display(),
+        dir.target.display(),
         plots.iter().map(|p| format!(", {p}")).collect::<String>(),
         if e2e.engine_log.is_some() {
             ", engine.log"

@@ -163,12 +163,15 @@ pub struct KernelsArgs {
     /// Print the kernel results as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Do not redact host name, user paths and IP addresses.
+    /// Do not redact host name, user paths, IP addresses and tokens.
     #[arg(long)]
     pub no_redact: bool,
     /// Run the suite R times, implementations interleaved (see `rigbench report --repeats`).
     #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeats: u32,
+    /// Replace a report already in --out (only once this run has measured something).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Run `rigbench kernels`.
@@ -190,9 +193,11 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         write_files: args.out.is_some(),
         disabled: Vec::new(),
         repeats: args.repeats as usize,
+        force: args.force,
         devices: args.sel.devices.clone(),
         interconnect: false,
     };
+    crate::signals::install()?;
     let results = crate::report::job::run(job)?;
     if args.json {
         let mut v = serde_json::to_value(&results.kernels)?;
@@ -217,6 +222,10 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
             "{}",
             crate::report::redact::Redactor::for_this_host(!args.no_redact).redact(&md)
         );
+    }
+    if let Some(why) = &results.interrupted {
+        eprintln!("rigbench kernels: INTERRUPTED ({why})");
+        return Ok(ExitStatus::Error);
     }
     let timed = results.kernels.as_ref().map_or(0, |k| k.cases.len());
     if timed == 0 {

@@ -48,9 +48,13 @@ pub struct ReportArgs {
     /// Start this engine command (through `sh -c`) instead of the built-in runtime; needs --url.
     #[arg(long, value_name = "COMMAND")]
     pub engine_cmd: Option<String>,
-    /// Do not redact host names, user paths and IP addresses.
+    /// Do not redact host names, user paths, IP addresses and tokens.
     #[arg(long)]
     pub no_redact: bool,
+    /// Replace a report already in --out (it is replaced only once this run has measured
+    /// something; without --force such a folder is refused).
+    #[arg(long)]
+    pub force: bool,
     /// Also save the results as the baseline for this rig and suite
     /// (`<baseline-dir>/<rig-label>/<suite>.json`), the file `rigbench compare --baseline-dir` reads.
     #[arg(long)]
@@ -68,7 +72,7 @@ pub struct ReportArgs {
     /// With --save-baseline: replace a baseline even when the new results lack a whole section
     /// the old one gates on (kernel timings, e2e, checkpoint, ...).
     #[arg(long, requires = "save_baseline")]
-    pub force: bool,
+    pub force_baseline: bool,
     /// Run the kernel suite R times in this process, implementations interleaved (order rotated
     /// per repeat): the repeat is the unit of `compare`'s statistics, and a baseline saved from R
     /// ≥ 2 repeats stores each metric's between-run spread. See docs/gate.md.
@@ -114,7 +118,7 @@ fn save(args: &ReportArgs, results: &crate::report::Results) -> anyhow::Result<(
         results,
         &args.baselines_dir,
         &baseline_suite(results),
-        args.force,
+        args.force_baseline,
     )?;
     match &saved.replaced {
         Some(r) => eprintln!(
@@ -124,7 +128,7 @@ fn save(args: &ReportArgs, results: &crate::report::Results) -> anyhow::Result<(
             if r.dropped.is_empty() {
                 String::new()
             } else {
-                format!(" (dropped with --force: {})", r.dropped.join(", "))
+                format!(" (dropped with --force-baseline: {})", r.dropped.join(", "))
             }
         ),
         None => eprintln!("rigbench: baseline saved to {}", saved.path.display()),
@@ -168,6 +172,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 Some(&target),
                 &results.rig_label,
                 !args.no_redact,
+                args.force,
             )?;
             d.write_results(&results)?;
             d
@@ -205,7 +210,12 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             }
         }
         job::render_into(&dir, &results)?;
-        eprintln!("rigbench: re-rendered {}", dir.path.display());
+        if same {
+            dir.redact_direct_writes()?;
+        } else {
+            dir.commit()?;
+        }
+        eprintln!("rigbench: re-rendered {}", dir.target.display());
         print_summary(&dir, &results);
         if args.save_baseline {
             save(&args, &results)?;
@@ -282,7 +292,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             .unwrap_or_else(|| crate::rig::probe().label());
         let path = crate::compare::baseline_path(&args.baselines_dir, &label, &suite)?;
         crate::compare::baseline::check_writable(&args.baselines_dir)?;
-        if let (Ok(old), false) = (crate::report::Results::load(&path), args.force) {
+        if let (Ok(old), false) = (crate::report::Results::load(&path), args.force_baseline) {
             let have = crate::compare::baseline::sections(&old);
             let off: Vec<(&str, &str)> = [
                 (args.no_e2e, "e2e", "--no-e2e"),
@@ -297,7 +307,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 return Err(RigError::flag(
                     "--save-baseline",
                     format!(
-                        "the baseline {} gates on {}, which this run would not measure ({}); a later full run would compare them as new and pass. Run those parts, or pass --force to drop them",
+                        "the baseline {} gates on {}, which this run would not measure ({}); a later full run would compare them as new and pass. Run those parts, or pass --force-baseline to drop them",
                         path.display(),
                         off.iter().map(|x| x.0).collect::<Vec<_>>().join(", "),
                         off.iter().map(|x| x.1).collect::<Vec<_>>().join(", ")
@@ -322,6 +332,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         o.check_determinism = args.sel.check_determinism;
         Some(o)
     };
+    // SIGINT/SIGTERM stop the run after the case in flight and write what was measured.
+    crate::signals::install()?;
     let (results, dir) = job::run_with_dir(Job {
         kernels,
         accuracy: true,
@@ -332,6 +344,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         out: args.out.clone(),
         rig_label,
         redact: !args.no_redact,
+        force: args.force,
         write_files: true,
         disabled: [
             (args.no_kernels, "kernels", "--no-kernels"),
@@ -348,6 +361,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         devices: args.sel.devices.clone(),
         interconnect: true,
     })?;
+    if let Some(why) = &results.interrupted {
+        let timed = results.kernels.as_ref().map(|k| k.cases.len()).unwrap_or(0);
+        eprintln!(
+            "rigbench: report INTERRUPTED ({why}): {timed} kernel cases timed; report.md and results.json hold what was measured{}",
+            if args.save_baseline { " (no baseline saved from an interrupted run)" } else { "" }
+        );
+        return Ok(ExitStatus::Error);
+    }
     if args.save_baseline {
         if let Err(e) = save(&args, &results) {
             return Err(e.context(format!(
@@ -394,7 +415,7 @@ pub fn plural(n: usize, one: &str, many: &str) -> String {
 fn print_summary(dir: &ReportDir, results: &crate::report::Results) {
     let text = format!(
         "Report: {}\n\nVerdict:\n{}",
-        dir.path.join("report.md").display(),
+        dir.target.join("report.md").display(),
         crate::report::verdict::text(results)
     );
     print!("{}", dir.redactor().redact(&text));

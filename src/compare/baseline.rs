@@ -212,7 +212,7 @@ pub fn check_writable(baselines_dir: &Path) -> Result<(), RigError> {
 ///
 /// Replacing a baseline: the outcome says what changed (metric counts per section); a new
 /// baseline that lacks a whole section the old one had (e.g. a `--no-e2e` refresh, or one made
-/// without a GPU) is refused unless `force`, since every later run would then compare that
+/// without a GPU) is refused unless `force` (`--force-baseline`), since every later run would then compare that
 /// section as "new" and pass.
 ///
 /// `rigbench report --save-baseline` calls this after the run has finished.
@@ -246,7 +246,7 @@ pub fn save_baseline(
     if let Some(r) = &replaced {
         if !r.dropped.is_empty() && !force {
             anyhow::bail!(
-                "refusing to replace baseline {}: the new results have no {} metrics, which the old baseline gates on ({}); a later full run would compare them as new and pass. Re-run with those parts, or pass --force to drop them",
+                "refusing to replace baseline {}: the new results have no {} metrics, which the old baseline gates on ({}); a later full run would compare them as new and pass. Re-run with those parts, or pass --force-baseline to drop them",
                 path.display(),
                 r.dropped.join(", "),
                 r.summary()
@@ -587,7 +587,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("no kernel timings metrics") && e.contains("--force"),
+            e.contains("no kernel timings metrics") && e.contains("--force-baseline"),
             "{e}"
         );
         // The file was not touched.
@@ -595,7 +595,7 @@ mod tests {
             .unwrap()
             .kernels
             .is_some());
-        // --force replaces, and says what was dropped.
+        // --force-baseline replaces, and says what was dropped.
         let forced = save_baseline(&no_k, d.path(), "ci", true).unwrap();
         assert_eq!(
             forced.replaced.unwrap().dropped,

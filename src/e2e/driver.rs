@@ -59,7 +59,8 @@ pub struct E2eOptions {
     pub metrics_interval: Duration,
     /// Show a progress bar (on a terminal).
     pub progress: bool,
-    /// Stop cleanly on Ctrl-C, keeping what was measured.
+    /// Stop cleanly on SIGINT (Ctrl-C) and SIGTERM, keeping what was measured
+    /// (see `crate::signals`).
     pub handle_ctrl_c: bool,
     /// An open-loop arrival counts as late beyond this.
     pub lateness_tolerance: Duration,
@@ -758,12 +759,13 @@ pub async fn run_session(
         ..Default::default()
     };
     if opts.handle_ctrl_c {
+        // SIGINT and SIGTERM (src/signals.rs): stop, stop the engine's process group, keep
+        // what was measured; a second signal exits at once.
+        crate::signals::install()?;
         let s = stop.clone();
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nrigbench e2e: Ctrl-C, stopping; what was measured is kept");
-                s.trigger(StopCause::Interrupted);
-            }
+            crate::signals::wait().await;
+            s.trigger(StopCause::Interrupted);
         });
     }
     let extra_log = match &opts.engine_log {
@@ -885,6 +887,9 @@ pub async fn run_session(
                 results.runs.push(r);
             }
             Err(e) => {
+                // Was it the engine dying? Give its watcher a moment to say so (the message,
+                // with the engine's exit and last log lines, is added below).
+                let _ = engine.wait_exit(Duration::from_secs(2)).await;
                 results.failure = Some(format!("{}: {e:#}", point.label()));
                 for p in &points[i + 1..] {
                     results.skipped.push(format!(
@@ -900,9 +905,12 @@ pub async fn run_session(
     }
     match stop.cause() {
         Some(StopCause::Interrupted) => results.interrupted = true,
-        Some(StopCause::EngineFailed(m)) => {
-            results.failure.get_or_insert(m);
-        }
+        Some(StopCause::EngineFailed(m)) => match &mut results.failure {
+            // A point that failed because the engine died: say so, with the engine's words.
+            Some(f) if !f.contains(&m) => f.push_str(&format!(" (engine: {m})")),
+            Some(_) => {}
+            None => results.failure = Some(m),
+        },
         None => {}
     }
     engine.stop().await;

@@ -128,15 +128,51 @@ impl std::fmt::Debug for EngineHandle {
     }
 }
 
-fn signal_group(pid: u32, sig: &str) {
-    // The engine leads its own process group (process_group(0)), so `kill -SIG -PID` reaches
-    // its workers too (vLLM spawns engine-core and worker processes).
-    let _ = std::process::Command::new("kill")
-        .args([sig, "--", &format!("-{pid}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+fn signal_group(pid: u32, sig: i32) {
+    // The engine leads its own process group (process_group(0)), so `kill(-PID)` reaches its
+    // workers too (vLLM spawns engine-core and worker processes; `sh -c` its server).
+    crate::signals::kill_group(pid, sig);
 }
+
+/// Stop every process of group `pgid`: SIGTERM, then SIGKILL to what is left after `grace`;
+/// returns once none is alive (or after another 5 s). The leader may be gone already: a shell
+/// that died leaves its server behind in the same group.
+async fn stop_group(pgid: u32, grace: Duration) {
+    if crate::signals::group_alive(pgid) {
+        signal_group(pgid, libc::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while crate::signals::group_alive(pgid) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if crate::signals::group_alive(pgid) {
+            signal_group(pgid, libc::SIGKILL);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while crate::signals::group_alive(pgid) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    crate::signals::unregister_group(pgid);
+}
+
+/// An engine that did not become healthy: the message (with the tail of its log and the
+/// startup errors found in it) and the whole captured log, which the caller keeps as
+/// `engine.log` (that is when it matters).
+#[derive(Debug)]
+pub struct EngineStartFailure {
+    /// What happened, with the log tail.
+    pub message: String,
+    /// Everything the engine printed (empty for `--url`).
+    pub log: String,
+}
+
+impl std::fmt::Display for EngineStartFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for EngineStartFailure {}
 
 impl EngineHandle {
     /// The captured log so far (empty for `--url`).
@@ -157,6 +193,16 @@ impl EngineHandle {
     /// How the engine exited, if it has.
     pub fn exit_status(&self) -> Option<String> {
         self.exit_rx.as_ref().and_then(|r| r.borrow().clone())
+    }
+
+    /// Wait up to `within` for the engine process to exit; its exit description if it did
+    /// (`None` at once for `--url`). A request failure may be the first sign of a death the
+    /// watcher is about to report.
+    pub async fn wait_exit(&self, within: Duration) -> Option<String> {
+        let mut rx = self.exit_rx.clone()?;
+        let _ = tokio::time::timeout(within, rx.wait_for(|e| e.is_some())).await;
+        let e = rx.borrow().clone();
+        e
     }
 
     /// Start (or reach) the engine and wait until `GET /health` answers. An unexpected exit
@@ -222,6 +268,9 @@ impl EngineHandle {
             .spawn()
             .with_context(|| format!("cannot start the engine ({})", describe(choice)))?;
         let pid = child.id();
+        if let Some(p) = pid {
+            crate::signals::register_group(p);
+        }
         let (url_tx, url_rx) = oneshot::channel::<String>();
         let mut url_tx = Some(url_tx);
         if let Some(out) = child.stdout.take() {
@@ -264,11 +313,11 @@ impl EngineHandle {
                 s = child.wait() => { expected = false; s }
                 _ = &mut kill_rx => {
                     expected = true;
-                    if let Some(pid) = pid { signal_group(pid, "-TERM"); } else { let _ = child.start_kill(); }
+                    if let Some(pid) = pid { signal_group(pid, libc::SIGTERM); } else { let _ = child.start_kill(); }
                     match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
                         Ok(s) => s,
                         Err(_) => {
-                            if let Some(pid) = pid { signal_group(pid, "-KILL"); }
+                            if let Some(pid) = pid { signal_group(pid, libc::SIGKILL); }
                             let _ = child.start_kill();
                             child.wait().await
                         }
@@ -284,7 +333,7 @@ impl EngineHandle {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 let tail = log_w
                     .lock()
-                    .map(|l| l.last_lines(3).join(" | "))
+                    .map(|l| l.last_lines(10).join(" | "))
                     .unwrap_or_default();
                 stop_w.trigger(StopCause::EngineFailed(format!(
                     "the engine process {desc} (last log lines: {tail})"
@@ -368,10 +417,15 @@ impl EngineHandle {
         if !tail.is_empty() {
             msg.push_str(&format!("\n  last log lines:\n    {tail}"));
         }
-        anyhow::anyhow!(msg)
+        anyhow::Error::new(EngineStartFailure {
+            message: msg,
+            log: self.log_text(),
+        })
     }
 
-    /// Stop the engine (SIGTERM to its process group, SIGKILL after 10 s) and wait for it.
+    /// Stop the engine (SIGTERM to its process group, SIGKILL after 10 s) and wait until no
+    /// process of the group is left, also when its leader (the `sh -c` of `--engine-cmd`) has
+    /// already exited and left its server running.
     pub async fn stop(&mut self) {
         if let Some(tx) = self.kill_tx.take() {
             let _ = tx.send(());
@@ -380,6 +434,9 @@ impl EngineHandle {
                     .await;
             }
         }
+        if let Some(pid) = self.pid {
+            stop_group(pid, Duration::from_secs(10)).await;
+        }
         // Let the log readers reach the end of the pipes.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -387,17 +444,19 @@ impl EngineHandle {
     /// Kill the engine abruptly (SIGKILL to its process group), as a crash would.
     pub fn kill(&self) {
         if let Some(pid) = self.pid {
-            signal_group(pid, "-KILL");
+            signal_group(pid, libc::SIGKILL);
         }
     }
 }
 
 impl Drop for EngineHandle {
     fn drop(&mut self) {
-        if self.kill_tx.is_some() && self.exit_status().is_none() {
-            if let Some(pid) = self.pid {
-                signal_group(pid, "-KILL");
+        // An error path that never called `stop`: leave no process of the group behind.
+        if let Some(pid) = self.pid {
+            if crate::signals::group_alive(pid) {
+                signal_group(pid, libc::SIGKILL);
             }
+            crate::signals::unregister_group(pid);
         }
     }
 }
@@ -451,7 +510,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn url_without_engine_is_a_flag_error() {
+    async fn url_without_engine_names_the_flag() {
         let stop = StopSignal::new();
         let e = EngineHandle::start(
             &EngineChoice::Url {

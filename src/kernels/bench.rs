@@ -306,6 +306,9 @@ pub fn run_on_device(
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     for (si, shape) in opts.suite.shapes.iter().enumerate() {
+        if crate::signals::interrupted().is_some() {
+            break;
+        }
         let mut ready = vec![false; impls.len()];
         for (ii, im) in impls.iter_mut().enumerate() {
             if let Some(reason) = im.unsupported(rig.gpu.cc, shape) {
@@ -324,6 +327,10 @@ pub fn run_on_device(
             }
         }
         for (mi, &m) in opts.suite.m.iter().enumerate() {
+            // SIGINT/SIGTERM (src/signals.rs): stop after the case in flight; what ran is kept.
+            if crate::signals::interrupted().is_some() {
+                break;
+            }
             let case_start = res.cases.len();
             let inp = match make_inputs(&env, m, shape.n, shape.k, (si * 1000 + mi) as u32) {
                 Ok(i) => i,
@@ -343,6 +350,10 @@ pub fn run_on_device(
             };
             let (rows, cols) = sample_axes(m, shape.n, 32, 64, 0xC0FFEE ^ (si * 1000 + mi) as u32);
             for (ii, im) in impls.iter_mut().enumerate() {
+                // SIGINT/SIGTERM (src/signals.rs): stop after the case in flight; what ran is kept.
+                if crate::signals::interrupted().is_some() {
+                    break;
+                }
                 bar.set_message(format!("{} M={m} {}", shape.name, im.id()));
                 bar.inc(1);
                 if !ready[ii] {

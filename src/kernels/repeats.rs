@@ -79,11 +79,23 @@ pub fn run_repeated_with(
         };
         match bench(&o, &mut with_current) {
             Ok(mut k) => {
-                if with_peers {
+                // Stopped by SIGINT/SIGTERM: keep what was measured, start nothing new.
+                let stopped = crate::signals::interrupted();
+                if with_peers && stopped.is_none() {
                     super::peers::run_into(&o, &mut k);
                 }
                 done.push(k);
                 orders.push(order);
+                if let Some(sig) = stopped {
+                    let mut m = merge(&done, &orders);
+                    if r + 1 < repeats {
+                        m.notes.push(format!(
+                            "interrupted by {sig} during repeat {} of {repeats}: the repeats measured so far are kept",
+                            r + 1
+                        ));
+                    }
+                    return Ok(m);
+                }
             }
             Err(e) if r == 0 => return Err(e),
             Err(e) => {

@@ -36,6 +36,8 @@ pub struct Job {
     /// Repeats of the kernel suite on the first device (`--repeats R`; see
     /// [`crate::kernels::repeats`]); other devices run the suite once, alongside.
     pub repeats: usize,
+    /// Replace a report already in `out` (`--force`), once this run has measured something.
+    pub force: bool,
     /// GPUs to bench (`--devices`); the first one's rows are the `kernels` section, the others
     /// run at the same time and are compared with it.
     pub devices: crate::multigpu::DeviceSelection,
@@ -44,7 +46,26 @@ pub struct Job {
     pub interconnect: bool,
 }
 
+/// When SIGINT or SIGTERM has arrived (see `crate::signals`): record `what` as not run and
+/// return true.
+fn skip_if_interrupted(results: &mut Results, what: &str) -> bool {
+    match crate::signals::interrupted() {
+        Some(sig) => {
+            results.skipped.push(Skip {
+                what: what.into(),
+                reason: format!("not run: interrupted by {sig}"),
+            });
+            true
+        }
+        None => false,
+    }
+}
+
 /// Run the job; returns the results (also written to the folder when `write_files`).
+///
+/// SIGINT or SIGTERM (when the caller installed `crate::signals`) stops it after the case in
+/// flight: parts not started are recorded as skipped, `results.json` keeps every finished case,
+/// `report.md` is rendered from it, and [`Results::interrupted`] says which signal it was.
 ///
 /// # Errors
 /// Only for failures that lose the report (the folder cannot be written); failures of parts are
@@ -63,8 +84,16 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
     let mut results = Results::new(rig, label.clone(), command_line);
     let dir = if job.write_files {
-        let d = ReportDir::create(job.out.as_deref(), &label, job.redact)?;
-        eprintln!("rigbench: writing report to {}", d.path.display());
+        let d = ReportDir::create(job.out.as_deref(), &label, job.redact, job.force)?;
+        if d.staged() {
+            eprintln!(
+                "rigbench: writing report to {} (moved to {} at the end)",
+                d.path.display(),
+                d.target.display()
+            );
+        } else {
+            eprintln!("rigbench: writing report to {}", d.path.display());
+        }
         Some(d)
     } else {
         None
@@ -99,7 +128,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     }
 
     results.skipped.extend(job.disabled.iter().cloned());
-    if job.accuracy {
+    if job.accuracy && !skip_if_interrupted(&mut results, "accuracy") {
         eprintln!("rigbench: CPU accuracy study of each format");
         let acc = crate::kernels::accuracy::study();
         results
@@ -109,7 +138,11 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         save(&results)?;
     }
 
-    if let Some(opts) = &job.kernels {
+    if let Some(opts) = job
+        .kernels
+        .as_ref()
+        .filter(|_| !skip_if_interrupted(&mut results, "kernels"))
+    {
         results.kernels.get_or_insert_with(Default::default).suite =
             crate::kernels::schema::SuiteInfo {
                 name: opts.suite.name.clone(),
@@ -196,7 +229,8 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             match outcome {
                 Ok(mut k) => {
                     k.reference_accuracy = accuracy;
-                    if first != 0 && opts.peers != crate::kernels::peers::PeerMode::Off {
+                    if skip_if_interrupted(&mut results, "kernels/peers") {
+                    } else if first != 0 && opts.peers != crate::kernels::peers::PeerMode::Off {
                         k.notes.push(format!("peers not run: they run on CUDA device 0, and the first device selected is {first}"));
                     }
                     results.kernels = Some(k);
@@ -261,7 +295,11 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         }
     }
 
-    if let Some(path) = &job.checkpoint {
+    if let Some(path) = job
+        .checkpoint
+        .as_ref()
+        .filter(|_| !skip_if_interrupted(&mut results, "checkpoint"))
+    {
         eprintln!("rigbench: inspecting checkpoint {}", path.display());
         let opts = crate::checkpoint::InspectOptions::from_rig(&results.rig);
         match crate::checkpoint::inspect(path, &opts) {
@@ -274,16 +312,19 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         save(&results)?;
     }
 
-    if let Some(opts) = &job.e2e {
+    let e2e_job = job
+        .e2e
+        .clone()
+        .filter(|_| !skip_if_interrupted(&mut results, "e2e"));
+    if let Some(opts) = &e2e_job {
         eprintln!("rigbench: end-to-end runs (suite {})", opts.suite.name);
     }
-    let builtin = job
-        .e2e
+    let builtin = e2e_job
         .as_ref()
         .is_some_and(|o| matches!(o.engine, crate::e2e::launcher::EngineChoice::Builtin { .. }));
     let gpu_rig = results.rig.gpu.is_some();
     if let (Some(opts), true, crate::runtime::backend::Device::Cuda(device)) =
-        (&job.e2e, builtin, job.runtime_device)
+        (&e2e_job, builtin, job.runtime_device)
     {
         // The built-in runtime on the GPU: parity first, then BF16, FP8 and W4A16.
         let o = crate::runtime::report::RuntimeReportOptions {
@@ -309,7 +350,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         }
         results.runtime = Some(section);
         save(&results)?;
-    } else if let Some(opts) = &job.e2e {
+    } else if let Some(opts) = &e2e_job {
         let mut opts = opts.clone();
         if let crate::e2e::launcher::EngineChoice::Builtin { args, .. } = &mut opts.engine {
             // The CPU backend, stated, so that a GPU rig's default does not apply.
@@ -332,18 +373,36 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 }
                 results.e2e = Some(r)
             }
-            Err(e) => results.skipped.push(Skip {
-                what: "e2e".into(),
-                reason: format!("{e:#}"),
-            }),
+            Err(e) => {
+                // An engine that failed to start: its log is the evidence; keep it.
+                let failed = e.downcast_ref::<crate::e2e::launcher::EngineStartFailure>();
+                if let (Some(d), Some(f)) = (&dir, failed) {
+                    if !f.log.trim().is_empty() {
+                        d.write_text("engine.log", &f.log)?;
+                    }
+                }
+                results.skipped.push(Skip {
+                    what: "e2e".into(),
+                    reason: format!("{e:#}"),
+                })
+            }
         }
         save(&results)?;
     }
 
-    results.complete = true;
+    match crate::signals::interrupted() {
+        Some(sig) => {
+            results.interrupted = Some(format!(
+                "{sig} stopped the run; results hold every case finished before it"
+            ));
+            results.complete = false;
+        }
+        None => results.complete = true,
+    }
     save(&results)?;
     if let Some(d) = &dir {
         render_into(d, &results)?;
+        d.commit()?;
     }
     Ok((results, dir))
 }

@@ -18,7 +18,11 @@ pub fn render(
         r.rigbench_version,
         r.schema_version,
         r.created_utc,
-        if r.complete { "run complete" } else { "run INCOMPLETE (interrupted or still running): figures below are what was measured before it stopped" },
+        match (&r.interrupted, r.complete) {
+            (Some(i), _) => format!("run INTERRUPTED ({i}): figures below are what was measured before it stopped"),
+            (None, true) => "run complete".to_string(),
+            (None, false) => "run INCOMPLETE (interrupted or still running): figures below are what was measured before it stopped".to_string(),
+        },
     ));
     o.push_str(&super::verdict::markdown(r));
     o.push_str(&format!("Command: `{}`\n\n", r.command_line));

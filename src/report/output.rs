@@ -11,15 +11,27 @@ use super::schema::Results;
 use super::write::{atomic_write, atomic_write_json};
 
 /// Where and how a report is written.
+///
+/// A folder that already holds a report (`results.json` or `report.md`) is refused unless the
+/// caller forces it (`--force`); even then nothing of the earlier report is deleted before the
+/// new run has measured something: the new files go to a staging folder beside it
+/// (`<name>.rigbench-partial-<pid>`) and [`ReportDir::commit`] moves them in at the end (after a
+/// success, an interruption or a failure that left results). A run that fails before measuring
+/// anything leaves the earlier report as it was ([`ReportDir::keep_after_failed_start`]).
 #[derive(Debug, Clone)]
 pub struct ReportDir {
-    /// The report folder.
+    /// Where files are written now: the report folder, or its staging folder while a forced run
+    /// replaces an earlier report.
     pub path: PathBuf,
+    /// The folder the report ends up in.
+    pub target: PathBuf,
     redactor: Redactor,
+    staged: bool,
+    started: std::time::SystemTime,
 }
 
 /// Files rigbench writes into a report folder (and only those), for reuse of a folder.
-fn is_report_file(name: &str) -> bool {
+pub fn is_report_file(name: &str) -> bool {
     matches!(
         name,
         "results.json"
@@ -31,24 +43,51 @@ fn is_report_file(name: &str) -> bool {
     ) || (name.ends_with(".svg") && (name.starts_with("kernels_") || name.starts_with("e2e_")))
 }
 
-fn remove_previous_report_files(dir: &Path) -> usize {
+/// Whether `dir` holds a report (a `results.json` or a `report.md`).
+pub fn holds_report(dir: &Path) -> bool {
+    dir.join("results.json").exists() || dir.join("report.md").exists()
+}
+
+/// Report files in `dir` last written before `before` (an earlier run's).
+fn stale_report_files(dir: &Path, before: std::time::SystemTime) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(dir) else {
-        return 0;
+        return Vec::new();
     };
     rd.filter_map(|e| e.ok())
         .filter(|e| is_report_file(&e.file_name().to_string_lossy()))
-        .filter(|e| std::fs::remove_file(e.path()).is_ok())
-        .count()
+        .filter(|e| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .map(|t| t < before)
+                .unwrap_or(false)
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+fn sibling(target: &Path, suffix: &str) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "report".into());
+    target.with_file_name(format!("{name}.{suffix}"))
 }
 
 impl ReportDir {
     /// Use `out` when given, else `reports/<rig_label>/<UTC timestamp>/` under the current folder.
-    /// Creates the folder.
+    /// Creates the folder (or, with `force` over an earlier report, its staging folder).
     ///
     /// # Errors
-    /// The folder cannot be created (the error names it).
-    pub fn create(out: Option<&Path>, rig_label: &str, redact: bool) -> anyhow::Result<Self> {
-        let path = match out {
+    /// `out` holds a report and `force` is false ([`crate::RigError::BadFlag`] naming `--out`
+    /// and the fix); the folder cannot be created or written (the error names it).
+    pub fn create(
+        out: Option<&Path>,
+        rig_label: &str,
+        redact: bool,
+        force: bool,
+    ) -> anyhow::Result<Self> {
+        let started = std::time::SystemTime::now();
+        let target = match out {
             Some(p) => p.to_path_buf(),
             None => {
                 // Two runs in the same second must not share (and overwrite) a folder.
@@ -64,6 +103,22 @@ impl ReportDir {
                 p
             }
         };
+        let staged = holds_report(&target);
+        if staged && !force {
+            return Err(crate::RigError::flag(
+                "--out",
+                format!(
+                    "{} already holds a report (results.json / report.md); choose another folder, or pass --force to replace it once the new run has measured something",
+                    target.display()
+                ),
+            )
+            .into());
+        }
+        let path = if staged {
+            sibling(&target, &format!("rigbench-partial-{}", std::process::id()))
+        } else {
+            target.clone()
+        };
         std::fs::create_dir_all(&path)
             .with_context(|| format!("cannot create report folder {}", path.display()))?;
         // Fail now, not after the measurements, when the folder cannot be written.
@@ -71,17 +126,12 @@ impl ReportDir {
         std::fs::write(&probe, b"")
             .with_context(|| format!("cannot write into the report folder {}", path.display()))?;
         let _ = std::fs::remove_file(&probe);
-        // A reused folder keeps nothing from an earlier report that this one might not rewrite.
-        let stale = remove_previous_report_files(&path);
-        if stale > 0 {
-            eprintln!(
-                "rigbench: {} already held a report; its {stale} files were removed",
-                path.display()
-            );
-        }
         Ok(Self {
             path,
+            target,
             redactor: Redactor::for_this_host(redact),
+            staged,
+            started,
         })
     }
 
@@ -89,7 +139,131 @@ impl ReportDir {
     pub fn existing(path: &Path, redact: bool) -> Self {
         Self {
             path: path.to_path_buf(),
+            target: path.to_path_buf(),
             redactor: Redactor::for_this_host(redact),
+            staged: false,
+            started: std::time::SystemTime::now(),
+        }
+    }
+
+    /// Whether files go to a staging folder (a forced run over an earlier report).
+    pub fn staged(&self) -> bool {
+        self.staged
+    }
+
+    /// Redact, in place, the report files other modules write straight into the folder (the
+    /// e2e CSV files and the SVG plots: request errors, model names and titles may hold paths,
+    /// hosts or tokens). Placeholders inserted into SVG are escaped (`&lt;host&gt;`). A no-op
+    /// with redaction off.
+    ///
+    /// # Errors
+    /// A file cannot be read or rewritten (the error names it).
+    pub fn redact_direct_writes(&self) -> anyhow::Result<()> {
+        if !self.redactor.enabled() {
+            return Ok(());
+        }
+        let Ok(rd) = std::fs::read_dir(&self.path) else {
+            return Ok(());
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let svg = name.ends_with(".svg");
+            if !is_report_file(&name) || !(svg || name.ends_with(".csv")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(e.path())
+                .with_context(|| format!("cannot read {}", e.path().display()))?;
+            let mut red = self.redactor.redact(&text);
+            if svg {
+                for p in Redactor::PLACEHOLDERS {
+                    red = red.replace(p, &p.replace('<', "&lt;").replace('>', "&gt;"));
+                }
+            }
+            if red != text {
+                atomic_write(&e.path(), red.as_bytes())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Put the finished (or interrupted) report in place: with a staging folder, move its files
+    /// into the target (each rename atomic) and remove the staging folder; in both cases remove
+    /// report files of an earlier run that this run did not rewrite (other files stay).
+    ///
+    /// # Errors
+    /// A file cannot be moved or removed (the error names it; the staging folder is kept).
+    pub fn commit(&self) -> anyhow::Result<()> {
+        self.redact_direct_writes()?;
+        if self.staged {
+            std::fs::create_dir_all(&self.target)
+                .with_context(|| format!("cannot create {}", self.target.display()))?;
+            let entries = std::fs::read_dir(&self.path)
+                .with_context(|| format!("cannot list {}", self.path.display()))?;
+            for e in entries.flatten() {
+                let to = self.target.join(e.file_name());
+                // A report subfolder (`e2e-<format>/` of the GPU runtime) replaces its namesake.
+                if to.is_dir() && e.file_name().to_string_lossy().starts_with("e2e-") {
+                    std::fs::remove_dir_all(&to)
+                        .with_context(|| format!("cannot replace {}", to.display()))?;
+                }
+                std::fs::rename(e.path(), &to).with_context(|| {
+                    format!(
+                        "cannot move {} to {} (the new report stays in {})",
+                        e.path().display(),
+                        to.display(),
+                        self.path.display()
+                    )
+                })?;
+            }
+            let _ = std::fs::remove_dir(&self.path);
+        }
+        let stale = stale_report_files(&self.target, self.started);
+        for f in &stale {
+            std::fs::remove_file(f)
+                .with_context(|| format!("cannot remove the stale file {}", f.display()))?;
+        }
+        if self.staged || !stale.is_empty() {
+            eprintln!(
+                "rigbench: {} held an earlier report; it is replaced ({} of its files not rewritten were removed)",
+                self.target.display(),
+                stale.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// A run that failed before measuring anything: keep `name` (the engine's log) without
+    /// touching an earlier report. Returns where it was written: the report folder when that
+    /// holds no earlier report, else a folder beside it (`<name>.failed-start-<UTC>`).
+    ///
+    /// # Errors
+    /// The file or folder cannot be written.
+    pub fn keep_after_failed_start(&self, name: &str, text: &str) -> anyhow::Result<PathBuf> {
+        self.write_text(name, text)?;
+        if !self.staged {
+            return Ok(self.path.join(name));
+        }
+        let kept = sibling(
+            &self.target,
+            &format!(
+                "failed-start-{}",
+                chrono::Utc::now().format("%Y%m%dT%H%M%SZ")
+            ),
+        );
+        std::fs::rename(&self.path, &kept).with_context(|| {
+            format!(
+                "cannot rename {} to {}",
+                self.path.display(),
+                kept.display()
+            )
+        })?;
+        Ok(kept.join(name))
+    }
+
+    /// Remove the staging folder of a run that measured nothing (no-op without one).
+    pub fn discard(&self) {
+        if self.staged {
+            let _ = std::fs::remove_dir_all(&self.path);
         }
     }
 
@@ -115,22 +289,88 @@ impl ReportDir {
 mod tests {
     use super::*;
 
+    fn names(d: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
     #[test]
-    fn reused_folders_lose_only_report_files() {
+    fn a_folder_holding_a_report_is_refused_without_force() {
         let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("results.json"), b"old").unwrap();
+        let e = ReportDir::create(Some(d.path()), "x", false, false).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("--out") && msg.contains("--force"), "{msg}");
+        assert!(matches!(
+            e.downcast_ref::<crate::RigError>(),
+            Some(crate::RigError::BadFlag { .. })
+        ));
+        assert_eq!(
+            std::fs::read(d.path().join("results.json")).unwrap(),
+            b"old"
+        );
+    }
+
+    #[test]
+    fn forced_runs_replace_only_at_commit_and_keep_other_files() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("rep");
+        std::fs::create_dir(&t).unwrap();
         for f in [
             "results.json",
+            "report.md",
             "e2e_runs.csv",
             "kernels_qkv.svg",
             "notes.txt",
         ] {
-            std::fs::write(d.path().join(f), b"x").unwrap();
+            std::fs::write(t.join(f), b"old").unwrap();
         }
-        let r = ReportDir::create(Some(d.path()), "x", false).unwrap();
-        let left: Vec<String> = std::fs::read_dir(&r.path)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(left, vec!["notes.txt"]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let r = ReportDir::create(Some(&t), "x", false, true).unwrap();
+        assert_ne!(r.path, t);
+        r.write_text("results.json", "new").unwrap();
+        r.write_text("report.md", "new").unwrap();
+        // Nothing of the earlier report is touched before the commit.
+        assert_eq!(std::fs::read(t.join("e2e_runs.csv")).unwrap(), b"old");
+        assert_eq!(std::fs::read(t.join("results.json")).unwrap(), b"old");
+        r.commit().unwrap();
+        assert_eq!(names(&t), vec!["notes.txt", "report.md", "results.json"]);
+        assert_eq!(std::fs::read(t.join("results.json")).unwrap(), b"new");
+        assert!(!r.path.exists(), "staging folder left behind");
+    }
+
+    #[test]
+    fn a_failed_start_keeps_the_log_and_the_earlier_report() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("rep");
+        std::fs::create_dir(&t).unwrap();
+        std::fs::write(t.join("results.json"), b"old").unwrap();
+        let r = ReportDir::create(Some(&t), "x", false, true).unwrap();
+        let kept = r.keep_after_failed_start("engine.log", "boom").unwrap();
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "boom");
+        assert!(!kept.starts_with(&t));
+        assert_eq!(names(&t), vec!["results.json"]);
+        // Into a fresh folder, the log goes into the report folder itself.
+        let fresh = d.path().join("fresh");
+        let r = ReportDir::create(Some(&fresh), "x", false, false).unwrap();
+        let kept = r.keep_after_failed_start("engine.log", "boom").unwrap();
+        assert_eq!(kept, fresh.join("engine.log"));
+    }
+
+    #[test]
+    fn stale_files_of_an_earlier_partial_run_go_at_commit() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("e2e_runs.csv"), b"old").unwrap();
+        std::fs::write(d.path().join("notes.txt"), b"mine").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let r = ReportDir::create(Some(d.path()), "x", false, false).unwrap();
+        assert_eq!(r.path, d.path());
+        r.write_text("results.json", "{}").unwrap();
+        r.commit().unwrap();
+        assert_eq!(names(d.path()), vec!["notes.txt", "results.json"]);
     }
 }

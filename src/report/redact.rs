@@ -1,19 +1,89 @@
-//! Redaction of host names, user names, home and working-directory paths and IP addresses from
-//! everything a report writes (on by default; `--no-redact` turns it off).
+//! Redaction of host names, user names, home and working-directory paths, IP addresses and
+//! secrets (access tokens, API keys, passwords in flags, environment assignments, headers and
+//! URLs) from everything a report writes (on by default; `--no-redact` turns it off). Engine
+//! command lines and engine logs pass through here before they reach a report file.
 
 use regex::Regex;
 
-/// Replaces identifying strings with placeholders (`<host>`, `<user>`, `<home>`, `<cwd>`, `<ip>`).
+/// Replaces identifying strings with placeholders (`<host>`, `<user>`, `<home>`, `<cwd>`, `<ip>`,
+/// `<token>`).
 #[derive(Debug, Clone)]
 pub struct Redactor {
     literals: Vec<(String, &'static str)>,
     ipv4: Regex,
     ipv6: Regex,
     home_like: Regex,
+    secrets: Vec<(Regex, &'static str)>,
+    url_host: Regex,
+    private_host: Regex,
     enabled: bool,
 }
 
+/// Public hosts that identify no one (kept in URLs).
+const PUBLIC_HOSTS: &[&str] = &[
+    "localhost",
+    "www.w3.org",
+    "huggingface.co",
+    "github.com",
+    "raw.githubusercontent.com",
+    "pypi.org",
+    "docs.vllm.ai",
+    "developer.nvidia.com",
+    "docs.nvidia.com",
+];
+
+/// Secret patterns and their replacement (capture group 1, when present, is kept).
+fn secret_patterns() -> Vec<(Regex, &'static str)> {
+    let re = |p: &str| Regex::new(p).expect("static regex");
+    vec![
+        // Known token formats: Hugging Face, OpenAI-style keys, GitHub, Slack, AWS access keys.
+        (re(r"\bhf_[A-Za-z0-9]{20,}"), "<token>"),
+        (re(r"\bsk-[A-Za-z0-9_\-]{16,}"), "<token>"),
+        (
+            re(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
+            "<token>",
+        ),
+        (re(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"), "<token>"),
+        (re(r"\bAKIA[0-9A-Z]{16}\b"), "<token>"),
+        // `Authorization: Bearer X` / `Basic X`.
+        (
+            re(r"(?i)(authorization:\s*(?:bearer|basic|token)\s+)\S+"),
+            "${1}<token>",
+        ),
+        // Flags: `--api-key X`, `--hf-token=X`, `--password X`.
+        (
+            re(
+                r"(?i)(--(?:api[-_]?key|hf[-_]?token|token|access[-_]?token|auth[-_]?token|password|secret)(?:=|\s+))(\S+)",
+            ),
+            "${1}<token>",
+        ),
+        // Environment assignments: `HF_TOKEN=X`, `OPENAI_API_KEY=X`, `DB_PASSWORD=X`.
+        (
+            re(
+                r"\b([A-Z0-9_]*(?:TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*=['\x22]?)([^\s'\x22]+)",
+            ),
+            "${1}<token>",
+        ),
+        // JSON or YAML keys: `"api_key": "X"`, `token: X`.
+        (
+            re(
+                r#"(?i)(\b(?:api[_-]?key|access[_-]?token|auth[_-]?token|hf[_-]?token|token|secret|password)\x22?\s*[:=]\s*\x22?)([^\x22\s,}]+)"#,
+            ),
+            "${1}<token>",
+        ),
+        // Credentials in URLs: `https://user:pass@host`.
+        (
+            re(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s:@]+:[^/\s@]+@"),
+            "${1}<user>:<token>@",
+        ),
+    ]
+}
+
 impl Redactor {
+    /// Every placeholder a redactor writes.
+    pub const PLACEHOLDERS: [&'static str; 6] =
+        ["<host>", "<user>", "<home>", "<cwd>", "<ip>", "<token>"];
+
     /// A redactor that knows this machine's host name, user, home and working directory.
     pub fn for_this_host(enabled: bool) -> Self {
         let mut literals = Vec::new();
@@ -49,7 +119,15 @@ impl Redactor {
             .expect("static regex"),
             ipv6: Regex::new(r"\b[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7}\b")
                 .expect("static regex"),
-            home_like: Regex::new(r"/(?:home|Users)/[^/\s]+").expect("static regex"),
+            home_like: Regex::new(r"/(?:home|Users)/[^/\s]+|(?i)\b[A-Z]:\\Users\\[^\\\s]+")
+                .expect("static regex"),
+            secrets: secret_patterns(),
+            url_host: Regex::new(r"(?i)\b((?:https?|wss?|grpc|tcp|redis|postgres(?:ql)?)://(?:[^/\s@]*@)?)([a-z0-9][a-z0-9.\-]*[a-z0-9])")
+                .expect("static regex"),
+            private_host: Regex::new(
+                r"(?i)\b[a-z0-9](?:[a-z0-9\-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9\-]*[a-z0-9])?)*\.(?:internal|local|lan|corp|intra|intranet|localdomain|cluster|home\.arpa)\b",
+            )
+            .expect("static regex"),
             enabled,
         }
     }
@@ -82,6 +160,41 @@ impl Redactor {
                 out = out.replace(lit.as_str(), repl);
             }
         }
+        for (re, repl) in &self.secrets {
+            if !re.is_match(&out) {
+                continue;
+            }
+            out = re
+                .replace_all(&out, |c: &regex::Captures| {
+                    // A value after a secret-looking name (group 2) is replaced only when it
+                    // could be a secret: not a number, a boolean or a short word
+                    // (`MAX_TOKENS=512`, `token: 3`).
+                    if let Some(v) = c.get(2).map(|m| m.as_str()) {
+                        let benign = v.len() < 6
+                            || v.parse::<f64>().is_ok()
+                            || matches!(v, "true" | "false" | "null" | "None");
+                        if benign {
+                            return c[0].to_string();
+                        }
+                    }
+                    let mut dst = String::new();
+                    c.expand(repl, &mut dst);
+                    dst
+                })
+                .into_owned();
+        }
+        // Host names in URLs (an engine's address, a model server, a proxy), except loopback,
+        // IPs (redacted below) and a few public hosts; and names under private suffixes.
+        let out = self.url_host.replace_all(&out, |c: &regex::Captures| {
+            let host = &c[2];
+            let ip_like = host.chars().all(|ch| ch.is_ascii_digit() || ch == '.');
+            if ip_like || PUBLIC_HOSTS.iter().any(|p| host.eq_ignore_ascii_case(p)) {
+                c[0].to_string()
+            } else {
+                format!("{}<host>", &c[1])
+            }
+        });
+        let out = self.private_host.replace_all(&out, "<host>");
         let out = self.home_like.replace_all(&out, "<home>");
         let out = self.ipv4.replace_all(&out, |c: &regex::Captures| {
             // Keep loopback and unspecified addresses: they identify nothing.
@@ -163,6 +276,55 @@ mod tests {
         assert_eq!(
             v,
             serde_json::json!({"a": ["<ip>", 3], "b": {"c": "x <ip>"}})
+        );
+    }
+
+    #[test]
+    fn secrets_and_foreign_hosts_are_redacted_everywhere_they_appear() {
+        let r = Redactor::with_literals(vec![], true);
+        let cases = [
+            (
+                "HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWx vllm serve m --api-key sk-proj-0123456789abcdefXYZ",
+                "HF_TOKEN=<token> vllm serve m --api-key <token>",
+            ),
+            ("--hf-token=s3cr3tValue9", "--hf-token=<token>"),
+            ("OPENAI_API_KEY='abcdefgh12345678'", "OPENAI_API_KEY='<token>'"),
+            (
+                "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.x.y",
+                "Authorization: Bearer <token>",
+            ),
+            (r#"{"api_key": "k-1234567890"}"#, r#"{"api_key": "<token>"}"#),
+            ("ghp_0123456789abcdefghijABCDEFGHIJ", "<token>"),
+            ("AKIAABCDEFGHIJKLMNOP", "<token>"),
+            (
+                "pull from https://alice:pw12345@hub.corp.example/models",
+                "pull from https://<user>:<token>@<host>/models",
+            ),
+            (
+                "--url http://gpu-node-7.cluster.example.com:8000/v1",
+                "--url http://<host>:8000/v1",
+            ),
+            ("INFO on gpu-node-7.internal ready", "INFO on <host> ready"),
+            (r"C:\Users\alice\models", r"<home>\models"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(r.redact(input), want, "{input}");
+        }
+        // Left alone: numbers after token-ish names, module paths, loopback and public hosts,
+        // the results schema's own keys.
+        for keep in [
+            "MAX_TOKENS=512 max_num_batched_tokens=8192",
+            "vllm.entrypoints.openai.api_server",
+            "http://localhost:8000/v1 http://127.0.0.1:8000",
+            "https://huggingface.co/nvidia/Qwen3.6-35B-A3B-NVFP4",
+            r#"{"token_source": "usage", "output_tokens": 32, "token: 3"}"#,
+            "model.safetensors.index.json",
+        ] {
+            assert_eq!(r.redact(keep), keep);
+        }
+        assert_eq!(
+            Redactor::disabled().redact("HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWx"),
+            "HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWx"
         );
     }
 }

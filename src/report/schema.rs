@@ -54,6 +54,10 @@ pub struct Results {
     /// the baseline side.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub between_run: Option<BetweenRun>,
+    /// Set when SIGINT or SIGTERM stopped the run: which signal, and that what follows is what
+    /// was measured before it (absent from files of runs that were not interrupted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
 }
 
 /// The between-run spread of every timing metric of a results file (see
@@ -93,6 +97,7 @@ impl Results {
             skipped: Vec::new(),
             complete: false,
             between_run: None,
+            interrupted: None,
         }
     }
 

@@ -186,8 +186,27 @@ fn router(app: AppState) -> Router {
         .route("/detokenize", post(detokenize))
         .fallback(not_found)
         // Prompts up to a long context fit; axum's default limit is 2 MiB.
-        .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::map_response(
+            oversized_body_as_openai_error,
+        ))
         .with_state(app)
+}
+
+/// The largest request body accepted, bytes (64 MiB).
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
+/// axum answers a body over the limit with a plain-text 413; clients of an OpenAI-compatible
+/// server expect a JSON error object, as for every other bad request (400).
+async fn oversized_body_as_openai_error(res: Response) -> Response {
+    if res.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::bad(format!(
+            "the request body is larger than this server's limit of {} MiB",
+            MAX_BODY_BYTES >> 20
+        ))
+        .into_response();
+    }
+    res
 }
 
 /// An OpenAI-style error response.
@@ -266,9 +285,11 @@ struct Common {
     stream_options: Option<StreamOptions>,
     max_tokens: Option<Value>,
     max_completion_tokens: Option<Value>,
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    top_k: Option<i64>,
+    // Sampling numbers are read as JSON values and checked by `validate`, so that a wrong type
+    // ("NaN", "0.7") gets an error naming the field, like a wrong value.
+    temperature: Option<Value>,
+    top_p: Option<Value>,
+    top_k: Option<Value>,
     seed: Option<i64>,
     ignore_eos: Option<bool>,
     stop: Option<Value>,
@@ -328,6 +349,17 @@ fn int_field(v: &Value, name: &'static str) -> Result<i64, ApiError> {
         .ok_or_else(|| ApiError::bad(format!("{name} must be an integer, got {v}")).param(name))
 }
 
+/// An optional number field (`null` counts as absent).
+fn num_field(v: &Option<Value>, name: &'static str) -> Result<Option<f64>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| ApiError::bad(format!("{name} must be a number, got {x}")).param(name)),
+    }
+}
+
 fn validate(
     c: &Common,
     prompt_len: usize,
@@ -339,18 +371,24 @@ fn validate(
             return Err(ApiError::bad(format!("n = {n} is not supported; only n = 1")).param("n"));
         }
     }
-    let temperature = c.temperature.unwrap_or(1.0);
+    let temperature = num_field(&c.temperature, "temperature")?.unwrap_or(1.0);
     if !(temperature.is_finite() && temperature >= 0.0) {
         return Err(ApiError::bad(format!(
             "temperature must be a number >= 0, got {temperature}"
         ))
         .param("temperature"));
     }
-    let top_p = c.top_p.unwrap_or(1.0);
+    let top_p = num_field(&c.top_p, "top_p")?.unwrap_or(1.0);
     if !(top_p > 0.0 && top_p <= 1.0) {
         return Err(ApiError::bad(format!("top_p must be in (0, 1], got {top_p}")).param("top_p"));
     }
-    let top_k = match c.top_k {
+    let top_k = match c
+        .top_k
+        .as_ref()
+        .filter(|v| !v.is_null())
+        .map(|v| int_field(v, "top_k"))
+        .transpose()?
+    {
         None | Some(-1) | Some(0) => 0,
         Some(k) if k > 0 => k as usize,
         Some(k) => {
@@ -450,10 +488,26 @@ fn render_chat(
         }
     };
     for (i, m) in msgs.iter().enumerate() {
-        if !m.get("role").is_some_and(Value::is_string) {
+        let Some(role) = m.get("role").and_then(Value::as_str) else {
             return Err(
                 ApiError::bad(format!("messages[{i}] needs a string 'role'")).param("messages"),
             );
+        };
+        // The roles of the OpenAI chat API; anything else is a client mistake, not a prompt.
+        const ROLES: [&str; 6] = [
+            "system",
+            "developer",
+            "user",
+            "assistant",
+            "tool",
+            "function",
+        ];
+        if !ROLES.contains(&role) {
+            return Err(ApiError::bad(format!(
+                "messages[{i}].role '{role}' is not one of {}",
+                ROLES.join(", ")
+            ))
+            .param("messages"));
         }
     }
     let text = app
