@@ -262,6 +262,32 @@ impl Gpu {
             .map_err(|e| cuda_err("stream synchronize", e))
     }
 
+    /// Wait for this stream, then return the memory the device's stream-ordered pool holds but
+    /// no buffer uses (`cuMemPoolTrimTo(pool, 0)`). Buffers come from `cuMemAllocAsync`
+    /// (cudarc's default when the device supports pools); freed ones stay reserved in the pool,
+    /// and `cuMemGetInfo` counts them as used, so a capacity read after many allocate-and-free
+    /// rounds (quantizing weights on the GPU) is low by what the pool kept.
+    ///
+    /// # Errors
+    /// The synchronize or a driver call fails.
+    pub fn trim_memory_pool(&self) -> Result<(), RigError> {
+        self.sync()?;
+        self.bind()?;
+        let mut pool: cudarc::driver::sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: plain out-parameter of the documented type; the device handle is this
+        // context's device.
+        let r = unsafe { cudarc::driver::sys::cuDeviceGetMemPool(&mut pool, self.ctx.cu_device()) };
+        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(cuda_err("cuDeviceGetMemPool", r));
+        }
+        // SAFETY: `pool` was returned by the driver for this device just above.
+        let r = unsafe { cudarc::driver::sys::cuMemPoolTrimTo(pool, 0) };
+        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(cuda_err("cuMemPoolTrimTo", r));
+        }
+        Ok(())
+    }
+
     /// Compile CUDA C++ `source` with NVRTC for this card and load the named kernels.
     ///
     /// # Errors

@@ -193,7 +193,12 @@ pub fn markdown_for(
     caps: &[crate::rig::Capability],
 ) -> String {
     let mut o = String::new();
-    o.push_str(&format!("## Kernels: suite `{}`\n\n", k.suite.name));
+    if k.suite.name.is_empty() {
+        // No suite ran (--no-kernels, or no GPU): no suite name to show.
+        o.push_str("## Kernels\n\n");
+    } else {
+        o.push_str(&format!("## Kernels: suite `{}`\n\n", k.suite.name));
+    }
     if !k.suite.description.is_empty() {
         o.push_str(&format!("{}\n\n", k.suite.description));
     }

@@ -315,6 +315,26 @@ pub fn run_gpu(
         }
         s.formats.push(run);
     }
+    if bw.is_none() && s.formats.iter().any(|f| f.bench.is_some()) {
+        // No kernel bench in this run (--no-kernels): the decode bound still needs the card's
+        // copy bandwidth, the same device-to-device copy the kernel bench measures (about 1 s).
+        // Measured after the runtime runs, so its 2 GiB of buffers never shrink their KV cache.
+        match crate::gpu::Gpu::open_device(o.device)
+            .map_err(anyhow::Error::from)
+            .and_then(|g| crate::kernels::bench::copy_bandwidth(&g))
+        {
+            Ok(c) => {
+                for f in &mut s.formats {
+                    if let Some(b) = &mut f.bench {
+                        b.attach_roofline(Some(c.bytes_per_s), peak.clone());
+                    }
+                }
+            }
+            Err(e) => s
+                .skipped
+                .push(format!("the copy bandwidth for the decode bound: {e:#}")),
+        }
+    }
     s
 }
 
@@ -403,8 +423,9 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
         let b0 = benches[0];
         let _ = writeln!(
             o,
-            "\nConditions: backend {}, device {}, model {}, KV {}; batch 1 after a {}-token prompt ({} tokens timed); batch {} at {}-token contexts; prefill of {} tokens in one pass. Bound = copy bandwidth of this run's kernel bench ÷ bytes per decode step (weights in the format, BF16 lm_head, KV at the mean context). Peak = best BF16 TFLOP/s of this run's kernel rows{}.\n",
+            "\nConditions: backend {}, device {}, model {}, KV {}; batch 1 after a {}-token prompt ({} tokens timed); batch {} at {}-token contexts; prefill of {} tokens in one pass. Bound = copy bandwidth ({}: this run's kernel bench, or the same device-to-device copy measured by this section when kernels did not run) ÷ bytes per decode step (weights in the format, BF16 lm_head, KV at the mean context). Peak = best BF16 TFLOP/s of this run's kernel rows{}.\n",
             b0.backend, b0.device, b0.model, b0.kv_dtype, b0.spec.batch1_prompt, b0.batch1.tokens, b0.spec.batch, b0.spec.batch_context, b0.spec.prefill_tokens,
+            b0.decode_bound.as_ref().map_or("not measured".to_string(), |d| format!("{:.2} TB/s", d.copy_bytes_per_s / 1e12)),
             b0.prefill_vs_peak.as_ref().map_or(String::new(), |p| format!(" ({})", p.peak_source))
         );
         // The targets, as ratios within this run.

@@ -80,6 +80,15 @@ const PART_CAP: usize = 1024;
 /// W4A16 token counts tuned at load (other counts use the next larger bucket's choice).
 const W4_BUCKETS: [usize; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 
+/// Largest M bucket at which [`CudaBackend::tune_fp8`] measures the two FP8 scaling paths
+/// (above it, outer-vector scaling in cuBLASLt; the FP32 buffer of the other path grows with M).
+pub const FP8_TUNE_MAX_M: usize = 256;
+
+/// Largest relative L2 difference allowed between the two FP8 scaling paths on the same
+/// quantized operands: both accumulate in FP32 and round once to BF16 (2⁻⁸ relative), so they
+/// differ by BF16 rounding of the output only.
+pub const FP8_PATHS_REL_L2: f64 = 1e-2;
+
 /// Where the CUDA backend's weights come from.
 #[derive(Debug)]
 pub enum WeightSource {
@@ -133,6 +142,9 @@ pub struct CudaOptions {
     pub tc_prefill: bool,
     /// Draft tokens per step the logits buffer must hold beyond one per sequence.
     pub max_drafts: usize,
+    /// Measure, at load, which FP8 scaling path is faster at each decode M bucket
+    /// ([`FP8_TUNE_MAX_M`]); off: cuBLASLt outer-vector scales at every M.
+    pub tune_fp8: bool,
 }
 
 impl Default for CudaOptions {
@@ -141,6 +153,7 @@ impl Default for CudaOptions {
             cuda_graphs: true,
             tc_prefill: true,
             max_drafts: 0,
+            tune_fp8: true,
         }
     }
 }
@@ -314,6 +327,8 @@ pub struct CudaBackend {
     graphs: HashMap<usize, Graph>,
     graph_sizes: Vec<usize>,
     fp8_rowwise: bool,
+    /// Tuned FP8 scaling path per (N, K, M bucket): `true` = outer-vector scales in cuBLASLt.
+    fp8_choice: HashMap<(usize, usize, usize), bool>,
     opts: CudaOptions,
     max_tokens: usize,
     max_rows: usize,
@@ -516,6 +531,7 @@ impl CudaBackend {
             graphs: HashMap::new(),
             graph_sizes: plan::graph_sizes(spec.max_num_seqs.min(t_max)),
             fp8_rowwise: true,
+            fp8_choice: HashMap::new(),
             opts,
             max_tokens: t_max,
             max_rows: rows,
@@ -534,6 +550,9 @@ impl CudaBackend {
         me.prepare_gemms()?;
         if me.format == WeightFormat::Nvfp4 {
             me.tune_w4()?;
+        }
+        if me.format == WeightFormat::Fp8 && me.opts.tune_fp8 {
+            me.tune_fp8()?;
         }
         if me.opts.tc_prefill && PREFILL_HEAD_DIMS.contains(&me.config.head_dim) {
             match selftest::prefill_matches_decode(&mut me) {
@@ -557,7 +576,14 @@ impl CudaBackend {
                 me.config.head_dim
             ));
         }
-        me.gpu.sync()?;
+        // Freed load-time buffers (BF16 weights before quantization, tuning inputs) stay in the
+        // stream-ordered pool until trimmed, and would count against the KV cache.
+        if let Err(e) = me.gpu.trim_memory_pool() {
+            me.gpu.sync()?;
+            me.notes.push(format!(
+                "the stream-ordered memory pool could not be trimmed after load ({e}); the KV cache may be smaller by what it holds"
+            ));
+        }
         let (free_after, _) = me.gpu.mem_info()?;
         me.memory.free_after_load = free_after as u64;
         me.memory.weights = me.weights.bytes() as u64;
@@ -736,52 +762,8 @@ impl CudaBackend {
                 ..
             } => {
                 let (w, scales, st) = (w.ptr(), scales.ptr(), static_scale.unwrap_or(0.0));
-                self.rt.launch(
-                    &self.gpu,
-                    "rt_quant_fp8_rows",
-                    (m as u32, 1, 1),
-                    (256, 1, 1),
-                    0,
-                    &[
-                        KArg::Ptr(input),
-                        KArg::I32(m as i32),
-                        KArg::I32(k as i32),
-                        KArg::F32(st),
-                        KArg::Ptr(self.bufs.hq.ptr()),
-                        KArg::Ptr(self.bufs.ascale.ptr()),
-                    ],
-                )?;
-                let hq = self.bufs.hq.ptr();
-                if self.fp8_rowwise {
-                    let ascale = self.bufs.ascale.ptr();
-                    let g = lt_plan(&mut self.plans, &self.lt, self.bufs.one.ptr(), (2, m, n, k))?;
-                    g.set_scale_pointers(scales, ascale)?;
-                    g.run(&self.lt, &self.gpu, 1.0, w, hq, out)?;
-                } else {
-                    let acc = self
-                        .bufs
-                        .acc32
-                        .as_ref()
-                        .context("FP32 accumulation buffer missing")?
-                        .ptr();
-                    let g = lt_plan(&mut self.plans, &self.lt, self.bufs.one.ptr(), (3, m, n, k))?;
-                    g.run(&self.lt, &self.gpu, 1.0, w, hq, acc)?;
-                    self.rt.launch(
-                        &self.gpu,
-                        "rt_scale_f32_to_bf16",
-                        grid1(m * n, 256),
-                        (256, 1, 1),
-                        0,
-                        &[
-                            KArg::Ptr(acc),
-                            KArg::I32(m as i32),
-                            KArg::I32(n as i32),
-                            KArg::Ptr(self.bufs.ascale.ptr()),
-                            KArg::Ptr(scales),
-                            KArg::Ptr(out),
-                        ],
-                    )?;
-                }
+                let in_gemm = self.fp8_in_gemm(n, k, m);
+                self.fp8_gemm(m, n, k, (w, scales, st), input, out, in_gemm)?;
             }
             DLinear::W4 { dev } => {
                 let view = dev.view();
@@ -813,6 +795,211 @@ impl CudaBackend {
                 )?;
             }
         }
+        Ok(())
+    }
+
+    /// Whether the FP8 GEMM of `n × k` at `m` tokens applies the per-token × per-channel scales
+    /// inside cuBLASLt (outer-vector scaling) rather than after an FP32-output GEMM: the tuned
+    /// choice of M's bucket ([`CudaBackend::tune_fp8`]); outer-vector above the tuned buckets.
+    fn fp8_in_gemm(&self, n: usize, k: usize, m: usize) -> bool {
+        if !self.fp8_rowwise {
+            return false;
+        }
+        match W4_BUCKETS.iter().copied().find(|b| *b >= m) {
+            Some(b) => self.fp8_choice.get(&(n, k, b)).copied().unwrap_or(true),
+            None => true,
+        }
+    }
+
+    /// One FP8 W8A8 linear: per-token E4M3 quantization of `input` (`m × k` BF16) on the GPU,
+    /// then either cuBLASLt with outer-vector scales (`in_gemm`) or cuBLASLt with unit scales
+    /// into the FP32 buffer `acc32` followed by the scaling kernel. `w = (weights, N per-channel
+    /// scales, static input scale or 0 for dynamic)`. Output `m × n` BF16 at `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn fp8_gemm(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        w: (u64, u64, f32),
+        input: u64,
+        out: u64,
+        in_gemm: bool,
+    ) -> anyhow::Result<()> {
+        let (w, scales, st) = w;
+        self.rt.launch(
+            &self.gpu,
+            "rt_quant_fp8_rows",
+            (m as u32, 1, 1),
+            (1024, 1, 1),
+            0,
+            &[
+                KArg::Ptr(input),
+                KArg::I32(m as i32),
+                KArg::I32(k as i32),
+                KArg::F32(st),
+                KArg::Ptr(self.bufs.hq.ptr()),
+                KArg::Ptr(self.bufs.ascale.ptr()),
+            ],
+        )?;
+        let hq = self.bufs.hq.ptr();
+        if in_gemm {
+            let ascale = self.bufs.ascale.ptr();
+            let g = lt_plan(&mut self.plans, &self.lt, self.bufs.one.ptr(), (2, m, n, k))?;
+            g.set_scale_pointers(scales, ascale)?;
+            g.run(&self.lt, &self.gpu, 1.0, w, hq, out)?;
+        } else {
+            let acc = self
+                .bufs
+                .acc32
+                .as_ref()
+                .context("FP32 accumulation buffer missing")?;
+            anyhow::ensure!(
+                acc.bytes() >= m * n * 4,
+                "FP32 accumulation buffer holds {} B, the FP8 GEMM {m}×{n} needs {} B",
+                acc.bytes(),
+                m * n * 4
+            );
+            let acc = acc.ptr();
+            let one = self.bufs.one.ptr();
+            let g = lt_plan(&mut self.plans, &self.lt, one, (3, m, n, k))?;
+            g.set_scale_pointers(one, one)?;
+            g.run(&self.lt, &self.gpu, 1.0, w, hq, acc)?;
+            self.rt.launch(
+                &self.gpu,
+                "rt_scale_f32_to_bf16",
+                grid1(m * n, 256),
+                (256, 1, 1),
+                0,
+                &[
+                    KArg::Ptr(acc),
+                    KArg::I32(m as i32),
+                    KArg::I32(n as i32),
+                    KArg::Ptr(self.bufs.ascale.ptr()),
+                    KArg::Ptr(scales),
+                    KArg::Ptr(out),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Choose, by measurement, how each FP8 linear (every distinct N × K) applies its scales at
+    /// each M bucket up to [`FP8_TUNE_MAX_M`]: inside cuBLASLt (outer-vector scales) or after an
+    /// FP32-output cuBLASLt GEMM with unit scales. On the H200 the outer-vector heuristic's
+    /// choice at M = 1 ran `down` of Qwen3-32B at about 3× its weight-streaming time (run of
+    /// 2026-11-30 in `reports/nvidia-h200-sm90/`), so this is measured, not assumed. The two
+    /// paths are checked against each other (relative L2 ≤ [`FP8_PATHS_REL_L2`]) before the
+    /// faster is kept; a disagreement keeps the outer-vector path and leaves a note.
+    ///
+    /// # Errors
+    /// A launch, allocation or timer fails.
+    fn tune_fp8(&mut self) -> anyhow::Result<()> {
+        if !self.fp8_rowwise {
+            return Ok(());
+        }
+        let mut shapes: Vec<(usize, usize, u8)> = Vec::new();
+        for which in 0..4u8 {
+            let (n, k) = self.lin(LinRef { layer: 0, which }).nk();
+            if !shapes.iter().any(|s| s.0 == n && s.1 == k) {
+                shapes.push((n, k, which));
+            }
+        }
+        let m_max = self.max_tokens.min(FP8_TUNE_MAX_M);
+        let maxn = self.max_n();
+        let acc_bytes = m_max * maxn * 4;
+        if self
+            .bufs
+            .acc32
+            .as_ref()
+            .is_none_or(|b| b.bytes() < acc_bytes)
+        {
+            self.bufs.acc32 = Some(self.gpu.alloc(acc_bytes)?);
+        }
+        let timer = self.gpu.timer()?;
+        let mut rows_needed = 0usize;
+        let mut summary: Vec<String> = Vec::new();
+        for &(n, k, which) in &shapes {
+            let (w, scales, st) = match self.lin(LinRef { layer: 0, which }) {
+                DLinear::Fp8 {
+                    w,
+                    scales,
+                    static_scale,
+                    ..
+                } => (w.ptr(), scales.ptr(), static_scale.unwrap_or(0.0)),
+                _ => anyhow::bail!("FP8 tuning on a layer that is not FP8"),
+            };
+            let src = if which == 3 {
+                self.bufs.act.ptr()
+            } else {
+                self.bufs.h.ptr()
+            };
+            let len = (m_max * k) as u64;
+            self.rt.launch(
+                &self.gpu,
+                "rt_synth_bf16",
+                grid1(len as usize, 256),
+                (256, 1, 1),
+                0,
+                &[
+                    KArg::Ptr(src),
+                    KArg::U64(len),
+                    KArg::U64(0xF8_0000 + which as u64),
+                    KArg::F32(0.0),
+                    KArg::F32(1.0),
+                ],
+            )?;
+            let (ref_out, out) = (self.bufs.gu.ptr(), self.bufs.qkv.ptr());
+            let mut picks: Vec<String> = Vec::new();
+            for &b in W4_BUCKETS.iter().filter(|b| **b <= m_max) {
+                // Agreement of the two paths on the same quantized operands.
+                self.fp8_gemm(b, n, k, (w, scales, st), src, ref_out, true)?;
+                self.fp8_gemm(b, n, k, (w, scales, st), src, out, false)?;
+                let want: Vec<u16> = self.gpu.download(&self.bufs.gu, 0, b * n)?;
+                let got: Vec<u16> = self.gpu.download(&self.bufs.qkv, 0, b * n)?;
+                let err = rel_l2_bf16(&got, &want);
+                if !fp8_paths_agree(err) {
+                    self.notes.push(format!(
+                        "FP8 {n}×{k} M = {b}: the FP32-output path differs from cuBLASLt's outer-vector scaling by relative L2 {err:.2e} (> {FP8_PATHS_REL_L2:.0e}); outer-vector kept"
+                    ));
+                    self.fp8_choice.insert((n, k, b), true);
+                    continue;
+                }
+                let mut med = [0f64; 2];
+                for (slot, in_gemm) in [(0usize, true), (1, false)] {
+                    let mut times = Vec::with_capacity(7);
+                    for _ in 0..7 {
+                        timer.start(&self.gpu)?;
+                        self.fp8_gemm(b, n, k, (w, scales, st), src, out, in_gemm)?;
+                        times.push(timer.stop(&self.gpu)?);
+                    }
+                    times.sort_by(f64::total_cmp);
+                    med[slot] = times[3];
+                }
+                let in_gemm = fp8_pick_in_gemm(med[0], med[1]);
+                if !in_gemm {
+                    rows_needed = rows_needed.max(b);
+                }
+                self.fp8_choice.insert((n, k, b), in_gemm);
+                picks.push(format!(
+                    "M={b} {} ({:.1} vs {:.1} µs)",
+                    if in_gemm { "outer-vec" } else { "fp32+scale" },
+                    1e6 * med[0].min(med[1]),
+                    1e6 * med[0].max(med[1])
+                ));
+            }
+            summary.push(format!("{n}×{k}: {}", picks.join(", ")));
+        }
+        // Keep only the FP32 rows the chosen fallbacks need.
+        if rows_needed == 0 {
+            self.bufs.acc32 = None;
+        } else if rows_needed < m_max {
+            self.bufs.acc32 = Some(self.gpu.alloc(rows_needed * maxn * 4)?);
+        }
+        self.notes.push(format!(
+            "FP8 scaling path by measurement (median of 7, per-token quantization included): {}",
+            summary.join("; ")
+        ));
         Ok(())
     }
 
@@ -1459,6 +1646,19 @@ impl CudaBackend {
         let toks: Vec<i32> = self.gpu.download(&self.bufs.smp_out, 0, n)?;
         Ok(toks.into_iter().map(|t| t as u32).collect())
     }
+}
+
+/// Whether the two FP8 scaling paths agree: relative L2 `err` of one against the other is
+/// finite and at most [`FP8_PATHS_REL_L2`].
+fn fp8_paths_agree(err: f64) -> bool {
+    err.is_finite() && err <= FP8_PATHS_REL_L2
+}
+
+/// The FP8 scaling path to keep from two median times in seconds: `true` (outer-vector scales
+/// inside cuBLASLt) unless the FP32-output path is strictly faster; ties and unusable times
+/// keep outer-vector scaling, the path that needs no FP32 buffer.
+fn fp8_pick_in_gemm(outer_vec_s: f64, fp32_scale_s: f64) -> bool {
+    !(fp32_scale_s.is_finite() && fp32_scale_s > 0.0 && fp32_scale_s < outer_vec_s)
 }
 
 /// Plan-cache key: (kind class, M, N, K). Classes: 0 BF16 → BF16, 1 BF16 → FP32 (lm_head),
@@ -2237,6 +2437,22 @@ impl Backend for CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fp8_path_choice_keeps_outer_vector_unless_the_fallback_is_faster() {
+        // H200, Qwen3-32B down at M = 1 (2026-11-30): 97.0 µs outer-vector, 50.3 µs FP32 + scale.
+        assert!(!fp8_pick_in_gemm(97.0e-6, 50.3e-6));
+        // M = 256 of the same run's qkv: outer-vector 43.2 µs against 49.2 µs.
+        assert!(fp8_pick_in_gemm(43.2e-6, 49.2e-6));
+        assert!(fp8_pick_in_gemm(40e-6, 40e-6), "a tie keeps outer-vector");
+        assert!(fp8_pick_in_gemm(40e-6, f64::NAN));
+        assert!(fp8_pick_in_gemm(40e-6, 0.0));
+        assert!(fp8_paths_agree(0.0));
+        assert!(fp8_paths_agree(FP8_PATHS_REL_L2));
+        assert!(!fp8_paths_agree(2.0 * FP8_PATHS_REL_L2));
+        assert!(!fp8_paths_agree(f64::NAN));
+        assert!(!fp8_paths_agree(f64::INFINITY));
+    }
 
     #[test]
     fn kernel_names_are_in_the_source() {
