@@ -381,7 +381,7 @@ extern "C" __global__ void rt_silu_mul(const uint16_t* __restrict__ gu, int T, i
 // Dynamic per-token FP8 (src/runtime/backend/cpu.rs `quantize_activations_fp8`): per row,
 // s = amax / 448 (1 for 0), q = e4m3(x * (1 / s)). One block per row. With static_scale > 0 the
 // static per-tensor scale is used instead (ModelOpt `input_scale`).
-extern "C" __global__ void rt_quant_fp8_rows(const uint16_t* __restrict__ in, int T, int K, float static_scale,
+extern "C" __global__ void __launch_bounds__(1024) rt_quant_fp8_rows(const uint16_t* __restrict__ in, int T, int K, float static_scale,
                                              uint8_t* __restrict__ out, float* __restrict__ scales) {
   __shared__ float red[32];
   const int t = blockIdx.x;

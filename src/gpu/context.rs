@@ -263,7 +263,8 @@ impl Gpu {
     }
 
     /// Wait for this stream, then return the memory the device's stream-ordered pool holds but
-    /// no buffer uses (`cuMemPoolTrimTo(pool, 0)`). Buffers come from `cuMemAllocAsync`
+    /// no buffer uses (`cuMemPoolTrimTo(pool, 0)`); only the wait on a device without memory
+    /// pools. Buffers come from `cuMemAllocAsync`
     /// (cudarc's default when the device supports pools); freed ones stay reserved in the pool,
     /// and `cuMemGetInfo` counts them as used, so a capacity read after many allocate-and-free
     /// rounds (quantizing weights on the GPU) is low by what the pool kept.
@@ -272,6 +273,10 @@ impl Gpu {
     /// The synchronize or a driver call fails.
     pub fn trim_memory_pool(&self) -> Result<(), RigError> {
         self.sync()?;
+        if !self.ctx.has_async_alloc() {
+            // cudarc allocates with cuMemAlloc here: no pool holds freed memory.
+            return Ok(());
+        }
         self.bind()?;
         let mut pool: cudarc::driver::sys::CUmemoryPool = std::ptr::null_mut();
         // SAFETY: plain out-parameter of the documented type; the device handle is this

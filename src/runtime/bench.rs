@@ -123,6 +123,10 @@ pub struct DecodeBound {
     pub bound_tok_per_s: f64,
     /// Measured batch-1 tok/s ÷ the bound.
     pub fraction: f64,
+    /// Where the copy bandwidth came from (`None` in results written before this field: the
+    /// kernel bench of the same run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_source: Option<String>,
 }
 
 /// Prefill against the BF16 tensor peak of the same run.
@@ -388,6 +392,7 @@ impl RuntimeBench {
                 step_bytes: self.decode_step_bytes,
                 bound_tok_per_s: bound,
                 fraction: self.batch1.tok_per_s / bound,
+                copy_source: None,
             });
         }
         if let Some((peak, source)) = bf16_peak.filter(|p| p.0 > 0.0) {

@@ -327,6 +327,11 @@ pub fn run_gpu(
                 for f in &mut s.formats {
                     if let Some(b) = &mut f.bench {
                         b.attach_roofline(Some(c.bytes_per_s), peak.clone());
+                        if let Some(d) = &mut b.decode_bound {
+                            d.copy_source = Some(
+                                "measured by this section after the runtime runs (no kernel bench in this run)".into(),
+                            );
+                        }
                     }
                 }
             }
@@ -423,10 +428,17 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
         let b0 = benches[0];
         let _ = writeln!(
             o,
-            "\nConditions: backend {}, device {}, model {}, KV {}; batch 1 after a {}-token prompt ({} tokens timed); batch {} at {}-token contexts; prefill of {} tokens in one pass. Bound = copy bandwidth ({}: this run's kernel bench, or the same device-to-device copy measured by this section when kernels did not run) ÷ bytes per decode step (weights in the format, BF16 lm_head, KV at the mean context). Peak = best BF16 TFLOP/s of this run's kernel rows{}.\n",
+            "\nConditions: backend {}, device {}, model {}, KV {}; batch 1 after a {}-token prompt ({} tokens timed); batch {} at {}-token contexts; prefill of {} tokens in one pass. Bound = copy bandwidth ({}) ÷ bytes per decode step (weights in the format, BF16 lm_head, KV at the mean context).{}\n",
             b0.backend, b0.device, b0.model, b0.kv_dtype, b0.spec.batch1_prompt, b0.batch1.tokens, b0.spec.batch, b0.spec.batch_context, b0.spec.prefill_tokens,
-            b0.decode_bound.as_ref().map_or("not measured".to_string(), |d| format!("{:.2} TB/s", d.copy_bytes_per_s / 1e12)),
-            b0.prefill_vs_peak.as_ref().map_or(String::new(), |p| format!(" ({})", p.peak_source))
+            b0.decode_bound.as_ref().map_or("not measured".to_string(), |d| format!(
+                "{:.2} TB/s, {}",
+                d.copy_bytes_per_s / 1e12,
+                d.copy_source.as_deref().unwrap_or("the copy roofline of this run's kernel bench")
+            )),
+            b0.prefill_vs_peak.as_ref().map_or(
+                " Peak: no BF16 kernel row in this run, so prefill is not compared with it.".to_string(),
+                |p| format!(" Peak = best BF16 TFLOP/s of this run's kernel rows ({}).", p.peak_source)
+            )
         );
         // The targets, as ratios within this run.
         let by = |f: &str| benches.iter().find(|b| b.weight_format == f).copied();

@@ -703,10 +703,11 @@ impl CudaBackend {
         self.w4_choice.get(&(n, k, b)).map(|c| format!("{c:?}"))
     }
 
-    /// Whether FP8 GEMMs apply the per-token scales inside cuBLASLt (outer-vector scaling) or
-    /// afterwards (FP32 output and a scaling kernel).
-    pub fn fp8_rowwise_in_gemm(&self) -> bool {
-        self.fp8_rowwise
+    /// Whether the FP8 GEMM of a weight `n × k` at `m` tokens applies the per-token scales
+    /// inside cuBLASLt (outer-vector scaling, `true`) or after an FP32-output GEMM (`false`):
+    /// the load-time choice of [`CudaBackend::tune_fp8`] (for reports).
+    pub fn fp8_scales_in_gemm(&self, n: usize, k: usize, m: usize) -> bool {
+        self.fp8_in_gemm(n, k, m)
     }
 
     fn kv_elem(&self) -> usize {
@@ -884,13 +885,68 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// One bucket of [`CudaBackend::tune_fp8`]: run both FP8 scaling paths on the same input,
+    /// compare their outputs, then time each (median of 7, L2 flushed by a read of `flush`
+    /// before every sample). `bufs = (reference output, output)`, both `m × n` BF16.
+    #[allow(clippy::too_many_arguments)]
+    fn time_fp8_paths(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        w: (u64, u64, f32),
+        src: u64,
+        bufs: (u64, u64),
+        flush: &DevBuf,
+        timer: &crate::gpu::Timer,
+    ) -> anyhow::Result<Fp8Trial> {
+        let (ref_out, out) = bufs;
+        self.fp8_gemm(m, n, k, w, src, ref_out, true)?;
+        self.fp8_gemm(m, n, k, w, src, out, false)?;
+        let want: Vec<u16> = self.gpu.download(&self.bufs.gu, 0, m * n)?;
+        let got: Vec<u16> = self.gpu.download(&self.bufs.qkv, 0, m * n)?;
+        let err = rel_l2_bf16(&got, &want);
+        if !fp8_paths_agree(err) {
+            return Ok(Fp8Trial::Disagree(err));
+        }
+        let amax = self.bufs.ascale.ptr(); // scratch word; the timed runs rewrite it
+        let mut med = [0f64; 2];
+        for (slot, in_gemm) in [(0usize, true), (1, false)] {
+            let mut times = Vec::with_capacity(7);
+            for _ in 0..7 {
+                self.rt.launch(
+                    &self.gpu,
+                    "rt_amax_bf16",
+                    grid1(flush.bytes() / 2, 256).min((self.gpu.sm_count * 16, 1, 1)),
+                    (256, 1, 1),
+                    0,
+                    &[
+                        KArg::Ptr(flush.ptr()),
+                        KArg::U64((flush.bytes() / 2) as u64),
+                        KArg::Ptr(amax),
+                    ],
+                )?;
+                timer.start(&self.gpu)?;
+                self.fp8_gemm(m, n, k, w, src, out, in_gemm)?;
+                times.push(timer.stop(&self.gpu)?);
+            }
+            times.sort_by(f64::total_cmp);
+            med[slot] = times[3];
+        }
+        Ok(Fp8Trial::Timed {
+            outer_vec: med[0],
+            fp32_scale: med[1],
+        })
+    }
+
     /// Choose, by measurement, how each FP8 linear (every distinct N × K) applies its scales at
     /// each M bucket up to [`FP8_TUNE_MAX_M`]: inside cuBLASLt (outer-vector scales) or after an
     /// FP32-output cuBLASLt GEMM with unit scales. On the H200 the outer-vector heuristic's
     /// choice at M = 1 ran `down` of Qwen3-32B at about 3× its weight-streaming time (run of
     /// 2026-11-30 in `reports/nvidia-h200-sm90/`), so this is measured, not assumed. The two
     /// paths are checked against each other (relative L2 ≤ [`FP8_PATHS_REL_L2`]) before the
-    /// faster is kept; a disagreement keeps the outer-vector path and leaves a note.
+    /// faster is kept, timed with a cold L2; a disagreement, or a failure of either path at a
+    /// bucket, keeps the outer-vector path there and leaves a note.
     ///
     /// # Errors
     /// A launch, allocation or timer fails.
@@ -917,6 +973,12 @@ impl CudaBackend {
             self.bufs.acc32 = Some(self.gpu.alloc(acc_bytes)?);
         }
         let timer = self.gpu.timer()?;
+        // Cold L2 for every timed sample, as in the kernel bench and a decode step (a layer's
+        // weights are evicted by the other layers' before they are read again): a read pass
+        // over 2 × L2 (`rt_amax_bf16` reads every element and writes one word).
+        let flush_elems = ((2 * self.gpu.l2_bytes as usize).max(64 << 20)) / 2;
+        let flush = self.gpu.alloc(flush_elems * 2)?;
+        self.gpu.memset(&flush, 0)?;
         let mut rows_needed = 0usize;
         let mut summary: Vec<String> = Vec::new();
         for &(n, k, which) in &shapes {
@@ -952,41 +1014,47 @@ impl CudaBackend {
             let (ref_out, out) = (self.bufs.gu.ptr(), self.bufs.qkv.ptr());
             let mut picks: Vec<String> = Vec::new();
             for &b in W4_BUCKETS.iter().filter(|b| **b <= m_max) {
-                // Agreement of the two paths on the same quantized operands.
-                self.fp8_gemm(b, n, k, (w, scales, st), src, ref_out, true)?;
-                self.fp8_gemm(b, n, k, (w, scales, st), src, out, false)?;
-                let want: Vec<u16> = self.gpu.download(&self.bufs.gu, 0, b * n)?;
-                let got: Vec<u16> = self.gpu.download(&self.bufs.qkv, 0, b * n)?;
-                let err = rel_l2_bf16(&got, &want);
-                if !fp8_paths_agree(err) {
-                    self.notes.push(format!(
-                        "FP8 {n}×{k} M = {b}: the FP32-output path differs from cuBLASLt's outer-vector scaling by relative L2 {err:.2e} (> {FP8_PATHS_REL_L2:.0e}); outer-vector kept"
-                    ));
-                    self.fp8_choice.insert((n, k, b), true);
-                    continue;
-                }
-                let mut med = [0f64; 2];
-                for (slot, in_gemm) in [(0usize, true), (1, false)] {
-                    let mut times = Vec::with_capacity(7);
-                    for _ in 0..7 {
-                        timer.start(&self.gpu)?;
-                        self.fp8_gemm(b, n, k, (w, scales, st), src, out, in_gemm)?;
-                        times.push(timer.stop(&self.gpu)?);
+                match self.time_fp8_paths(
+                    b,
+                    n,
+                    k,
+                    (w, scales, st),
+                    src,
+                    (ref_out, out),
+                    &flush,
+                    &timer,
+                ) {
+                    Ok(Fp8Trial::Disagree(err)) => {
+                        self.notes.push(format!(
+                            "FP8 {n}×{k} M = {b}: the FP32-output path differs from cuBLASLt's outer-vector scaling by relative L2 {err:.2e} (> {FP8_PATHS_REL_L2:.0e}); outer-vector kept"
+                        ));
+                        self.fp8_choice.insert((n, k, b), true);
                     }
-                    times.sort_by(f64::total_cmp);
-                    med[slot] = times[3];
+                    Ok(Fp8Trial::Timed {
+                        outer_vec,
+                        fp32_scale,
+                    }) => {
+                        let in_gemm = fp8_pick_in_gemm(outer_vec, fp32_scale);
+                        if !in_gemm {
+                            rows_needed = rows_needed.max(b);
+                        }
+                        self.fp8_choice.insert((n, k, b), in_gemm);
+                        picks.push(format!(
+                            "M={b} {} ({:.1} vs {:.1} µs)",
+                            if in_gemm { "outer-vec" } else { "fp32+scale" },
+                            1e6 * outer_vec.min(fp32_scale),
+                            1e6 * outer_vec.max(fp32_scale)
+                        ));
+                    }
+                    Err(e) => {
+                        // The outer-vector path is the one gemm() runs without a choice; a
+                        // failure of the other path costs only the choice.
+                        self.notes.push(format!(
+                            "FP8 {n}×{k} M = {b}: the scaling paths could not be compared ({e:#}); outer-vector kept"
+                        ));
+                        self.fp8_choice.insert((n, k, b), true);
+                    }
                 }
-                let in_gemm = fp8_pick_in_gemm(med[0], med[1]);
-                if !in_gemm {
-                    rows_needed = rows_needed.max(b);
-                }
-                self.fp8_choice.insert((n, k, b), in_gemm);
-                picks.push(format!(
-                    "M={b} {} ({:.1} vs {:.1} µs)",
-                    if in_gemm { "outer-vec" } else { "fp32+scale" },
-                    1e6 * med[0].min(med[1]),
-                    1e6 * med[0].max(med[1])
-                ));
             }
             summary.push(format!("{n}×{k}: {}", picks.join(", ")));
         }
@@ -997,7 +1065,7 @@ impl CudaBackend {
             self.bufs.acc32 = Some(self.gpu.alloc(rows_needed * maxn * 4)?);
         }
         self.notes.push(format!(
-            "FP8 scaling path by measurement (median of 7, per-token quantization included): {}",
+            "FP8 scaling path by measurement (median of 7 with a cold L2, per-token quantization included): {}",
             summary.join("; ")
         ));
         Ok(())
@@ -1646,6 +1714,19 @@ impl CudaBackend {
         let toks: Vec<i32> = self.gpu.download(&self.bufs.smp_out, 0, n)?;
         Ok(toks.into_iter().map(|t| t as u32).collect())
     }
+}
+
+/// Outcome of timing the two FP8 scaling paths at one (N, K, M bucket).
+enum Fp8Trial {
+    /// Their outputs differ by this relative L2 (over [`FP8_PATHS_REL_L2`]): not timed.
+    Disagree(f64),
+    /// Median seconds of each, per-token quantization included.
+    Timed {
+        /// cuBLASLt with outer-vector scales.
+        outer_vec: f64,
+        /// Unit-scale cuBLASLt into FP32, then `rt_scale_f32_to_bf16`.
+        fp32_scale: f64,
+    },
 }
 
 /// Whether the two FP8 scaling paths agree: relative L2 `err` of one against the other is

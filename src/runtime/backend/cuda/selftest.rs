@@ -291,6 +291,56 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
             ),
         });
     }
+    // Per-token FP8 activation quantization (`rt_quant_fp8_rows`, W8A8's dynamic scales): the
+    // vectorized path (K a multiple of 4) and the scalar one.
+    for kk in [k, k - 2] {
+        let t = 5usize;
+        let rows: Vec<u16> = bits[..t * kk].to_vec();
+        let input = b.gpu.upload(&rows)?;
+        let codes = b.gpu.alloc(t * kk)?;
+        let scales = b.gpu.alloc(t * 4)?;
+        b.rt.launch(
+            &b.gpu,
+            "rt_quant_fp8_rows",
+            (t as u32, 1, 1),
+            (1024, 1, 1),
+            0,
+            &[
+                KArg::Ptr(input.ptr()),
+                KArg::I32(t as i32),
+                KArg::I32(kk as i32),
+                KArg::F32(0.0),
+                KArg::Ptr(codes.ptr()),
+                KArg::Ptr(scales.ptr()),
+            ],
+        )?;
+        let got: Vec<u8> = b.gpu.download(&codes, 0, t * kk)?;
+        let got_s: Vec<f32> = b.gpu.download(&scales, 0, t)?;
+        let (mut diff, mut sdiff) = (0usize, 0usize);
+        for r in 0..t {
+            let row: Vec<f32> = rows[r * kk..(r + 1) * kk]
+                .iter()
+                .map(|x| f32::from_bits((*x as u32) << 16))
+                .collect();
+            let sc =
+                crate::formats::fp8::scale_from_amax(row.iter().fold(0f32, |m, v| m.max(v.abs())));
+            let inv = 1.0 / sc;
+            sdiff += usize::from(got_s[r] != sc);
+            diff += row
+                .iter()
+                .zip(&got[r * kk..(r + 1) * kk])
+                .filter(|(v, g)| crate::formats::e4m3::encode(**v * inv) != **g)
+                .count();
+        }
+        out.push(Check {
+            name: format!(
+                "GPU per-token FP8 activation quantization = CPU ({t}×{kk}, {} path)",
+                if kk % 4 == 0 { "vectorized" } else { "scalar" }
+            ),
+            pass: diff == 0 && sdiff == 0,
+            detail: format!("{diff} codes and {sdiff} row scales differ (limit: identical)"),
+        });
+    }
     // NVFP4 + repack.
     let dev = loader.quantize_dev(b.gpu.upload(&bits)?, n, k, WeightFormat::Nvfp4)?;
     let cpu = host.quantized_with_amax(WeightFormat::Nvfp4, amax)?;
