@@ -693,8 +693,10 @@ fn tokens_hosts_ips_and_user_paths_from_engine_commands_and_logs_stay_out_of_rep
 fn sigterm_in_the_middle_of_report_leaves_a_parseable_interrupted_report() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("rep");
+    // 4,000 requests per sweep point keep the end-to-end part running for many seconds even in
+    // a release build (the default 8 finish in well under the 1.5 s wait below).
     let mut child = Command::new(BIN)
-        .args(["report", "--no-kernels", "--out"])
+        .args(["report", "--no-kernels", "--e2e-requests", "4000", "--out"])
         .arg(&out)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -906,6 +906,22 @@ pub async fn run_session(
     match stop.cause() {
         Some(StopCause::Interrupted) => results.interrupted = true,
         Some(StopCause::EngineFailed(m)) => match &mut results.failure {
+            // The requests may notice a dead engine (transport failures) before its watcher
+            // does; the first cause wins the stop, so add the exit here when it comes.
+            _ if !m.contains("the engine process") => {
+                let m = match engine.wait_exit(Duration::from_secs(2)).await {
+                    Some(desc) => format!(
+                        "{m}; the engine process {desc} (last log lines: {})",
+                        engine.log_tail(10)
+                    ),
+                    None => m,
+                };
+                match &mut results.failure {
+                    Some(f) if !f.contains(&m) => f.push_str(&format!(" (engine: {m})")),
+                    Some(_) => {}
+                    None => results.failure = Some(m),
+                }
+            }
             // A point that failed because the engine died: say so, with the engine's words.
             Some(f) if !f.contains(&m) => f.push_str(&format!(" (engine: {m})")),
             Some(_) => {}

@@ -180,6 +180,14 @@ impl EngineHandle {
         self.log.lock().map(|l| l.text()).unwrap_or_default()
     }
 
+    /// The last `n` lines of the captured log, joined with ` | ` (empty for `--url`).
+    pub fn log_tail(&self, n: usize) -> String {
+        self.log
+            .lock()
+            .map(|l| l.last_lines(n).join(" | "))
+            .unwrap_or_default()
+    }
+
     /// Parse the captured log so far.
     pub fn boot_log(&self) -> BootLog {
         BootLog::parse(&self.log_text())
