@@ -789,8 +789,16 @@ fn skipped_line(r: &Results) -> String {
     if let Some(k) = &r.kernels {
         // Group case skips by (provider, implementation, reason).
         let mut groups: Vec<(String, String, Vec<String>)> = Vec::new();
+        let kernels_skipped = r.skipped.iter().any(|s| s.what == "kernels");
         for s in &k.skipped {
-            let who = if s.provider == "rigbench" {
+            // The whole-suite skip (implementation and shape `*`) repeats the run's own
+            // "kernels" skip when there is one.
+            if s.implementation == "*" && s.shape == "*" && kernels_skipped {
+                continue;
+            }
+            let who = if s.implementation == "*" {
+                format!("{} kernel cases", s.provider)
+            } else if s.provider == "rigbench" {
                 s.implementation.clone()
             } else {
                 format!("{}:{}", s.provider, s.implementation)
@@ -802,6 +810,7 @@ fn skipped_line(r: &Results) -> String {
             );
             let what = match s.m {
                 Some(m) => format!("{} M={m}", s.shape),
+                None if s.shape == "*" => "all shapes".to_string(),
                 None => s.shape.clone(),
             };
             match groups.iter_mut().find(|g| g.0 == who && g.1 == reason) {
@@ -1022,6 +1031,15 @@ mod tests {
         });
         r.kernels = Some(KernelResults {
             reference_accuracy: crate::kernels::accuracy::study(),
+            // The whole-suite skip `report` also writes into the kernel section: the verdict
+            // must not repeat it as "* (*)".
+            skipped: vec![crate::kernels::schema::SkippedCase {
+                provider: "rigbench".into(),
+                implementation: "*".into(),
+                shape: "*".into(),
+                m: None,
+                reason: "no CUDA driver found; GPU kernel benches need a GPU".into(),
+            }],
             ..Default::default()
         });
         let l = lines(&r);
