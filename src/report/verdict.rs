@@ -818,6 +818,15 @@ fn skipped_line(r: &Results) -> String {
         shapes.sort_unstable();
         shapes.dedup();
         for (who, reason, cases) in groups {
+            if who == "*" {
+                // Every kernel case (no GPU, or the kernel part never started): the reason is
+                // usually the `kernels` skip already listed; a row named `* (*)` says nothing.
+                let why = first_clause(&reason);
+                if !items.iter().any(|i| i.ends_with(why)) {
+                    items.push(format!("every kernel case: {why}"));
+                }
+                continue;
+            }
             let n = cases.len();
             let which = if n == 1 {
                 cases[0].clone()
@@ -1028,6 +1037,24 @@ mod tests {
         assert_eq!(l.len(), 3, "{l:#?}");
         assert!(l[1].starts_with("**Accuracy**") && l[1].contains("W4A4 1.3e-1 (emulated)"));
         assert_eq!(l[2], "**Skipped:** kernels: no CUDA driver found.");
+        // The kernel part's catch-all skip row (impl and shape `*`) is not listed again as
+        // `* (*)`; alone, it reads "every kernel case".
+        let wildcard = SkippedCase {
+            provider: "rigbench".into(),
+            implementation: "*".into(),
+            shape: "*".into(),
+            m: None,
+            reason: "no CUDA driver found; GPU kernel benches need a GPU".into(),
+        };
+        r.kernels.as_mut().unwrap().skipped.push(wildcard);
+        let l = lines(&r);
+        assert_eq!(l[2], "**Skipped:** kernels: no CUDA driver found.");
+        r.skipped.clear();
+        let l = lines(&r);
+        assert_eq!(
+            l[2],
+            "**Skipped:** every kernel case: no CUDA driver found."
+        );
     }
 
     #[test]
