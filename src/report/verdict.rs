@@ -481,11 +481,18 @@ fn limits_line(r: &Results, k: &KernelResults) -> Option<String> {
             .collect();
         reasons.sort_unstable();
         reasons.dedup();
+        // The lowest SM clock read while a throttled case was sampled: the figure the Notes
+        // give per (shape, M) group (a case's median clock where no readings were kept).
         let low = k
             .cases
             .iter()
             .filter(|c| !c.throttle.is_empty())
-            .filter_map(|c| c.sm_clock_mhz)
+            .filter_map(|c| {
+                c.clocks
+                    .as_ref()
+                    .and_then(|st| st.min_mhz)
+                    .or(c.sm_clock_mhz)
+            })
             .min();
         let max = r
             .rig
@@ -494,11 +501,11 @@ fn limits_line(r: &Results, k: &KernelResults) -> Option<String> {
             .and_then(|g| g.telemetry.as_ref())
             .and_then(|t| t.sm_clock_max_mhz);
         s.push_str(&format!(
-            "; throttling ({}) after {} of {} (shape, M) groups{}{}: those figures may be low (see Notes).",
+            "; throttling ({}) in {} of {} (shape, M) groups{}{}: those figures may be low (see Notes).",
             reasons.join(", "),
             throttled.len(),
             groups.len(),
-            low.map(|l| format!(", SM clock down to {} MHz", thousands(l as u64)))
+            low.map(|l| format!(", lowest SM clock read {} MHz", thousands(l as u64)))
                 .unwrap_or_default(),
             max.map(|m| format!(" (max {} MHz)", thousands(m as u64)))
                 .unwrap_or_default()
@@ -1168,6 +1175,38 @@ mod tests {
             "{all}"
         );
         assert!(all.contains("over the 16 sequences"), "{all}");
+    }
+
+    #[test]
+    fn throttling_counts_groups_and_gives_the_lowest_clock_the_notes_give() {
+        let mut r = results();
+        let k = r.kernels.as_mut().unwrap();
+        let groups = {
+            let mut g: Vec<(String, usize)> =
+                k.cases.iter().map(|c| (c.shape.clone(), c.m)).collect();
+            g.sort();
+            g.dedup();
+            g.len()
+        };
+        let c = &mut k.cases[0];
+        c.throttle = vec!["sw_power_cap".into()];
+        // The case's median clock is higher than the lowest reading its window saw.
+        c.sm_clock_mhz = Some(1305);
+        c.clocks = Some(crate::kernels::schema::ClockStats {
+            readings: 3,
+            min_mhz: Some(1020),
+            median_mhz: Some(1305),
+            max_mhz: Some(1980),
+            throttle_seen: vec!["sw_power_cap".into()],
+            source: "nvml".into(),
+        });
+        let all = lines(&r).join("\n");
+        assert!(
+            all.contains(&format!(
+                "throttling (sw_power_cap) in 1 of {groups} (shape, M) groups, lowest SM clock read 1,020 MHz"
+            )),
+            "{all}"
+        );
     }
 
     #[test]
