@@ -650,7 +650,7 @@ fn runtime_line(r: &Results) -> Option<String> {
     let mut parts: Vec<String> = Vec::new();
     for f in &rt.formats {
         let name = match f.format.as_str() {
-            "nvfp4" => "W4A16".to_string(),
+            "nvfp4" => "W4A16 NVFP4".to_string(),
             other => other.to_ascii_uppercase(),
         };
         match (&f.bench, &f.error) {
@@ -690,8 +690,23 @@ fn runtime_line(r: &Results) -> Option<String> {
                 .join("; ")
         )
     };
+    // The conditions of the tok/s figures, from the first format that ran its benchmark.
+    let conditions = rt
+        .formats
+        .iter()
+        .find_map(|f| f.bench.as_ref())
+        .map(|b| {
+            format!(
+                "; decode tok/s at batch 1 after a {}-token prompt and at batch {} with {}-token contexts, KV {}",
+                thousands(b.spec.batch1_prompt as u64),
+                b.spec.batch,
+                thousands(b.spec.batch_context as u64),
+                b.kv_dtype
+            )
+        })
+        .unwrap_or_default();
     Some(format!(
-        "**Built-in runtime on this GPU** (`{}` on {}, decode of the synthetic or given model, conditions in its section): {}{parity}{skipped}.",
+        "**Built-in runtime on this GPU** (`{}` on {}{conditions}; more in its section): {}{parity}{skipped}.",
         rt.model,
         rt.device,
         if parts.is_empty() {
