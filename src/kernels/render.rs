@@ -241,7 +241,7 @@ pub fn markdown_for(
         o.push_str(&l);
     }
     if k.cases.is_empty() {
-        o.push_str("No kernel case was timed on this machine (see the skips below).\n\n");
+        o.push_str("No kernel case was timed in this run (see the skips below).\n\n");
     } else {
         o.push('\n');
     }
