@@ -537,11 +537,13 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
         }
         if let Some(e) = &f.e2e {
             let _ = writeln!(o, "\n### End to end, {}\n", f.format);
-            o.push_str(&crate::e2e::render_markdown(e).replacen(
-                "## End to end",
-                "#### Session",
-                1,
-            ));
+            // One level down (its sections sit under this format's heading), and its plots
+            // are in the format's own folder, `e2e-<format>/` (see `report::job::render_into`).
+            let md = crate::e2e::render_markdown(e)
+                .replacen("## End to end", "#### Session", 1)
+                .replace("\n### ", "\n#### ")
+                .replace("](e2e_", &format!("]({}/e2e_", e2e_dir(&f.format)));
+            o.push_str(&md);
         }
     }
     o
@@ -550,6 +552,12 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
 /// A goal's verdict, in the words of the kernel goals table.
 fn met(ok: bool) -> String {
     if ok { "met" } else { "NOT met" }.to_string()
+}
+
+/// The folder, relative to report.md, that holds one format's end-to-end CSV files, engine
+/// log and plots.
+pub fn e2e_dir(format: &str) -> String {
+    format!("e2e-{format}")
 }
 
 #[cfg(test)]
