@@ -99,6 +99,9 @@ pub fn lines(r: &Results) -> Vec<String> {
             out.push(l);
         }
     }
+    if let Some(l) = multigpu_line(r) {
+        out.push(l);
+    }
     if let Some(l) = runtime_line(r) {
         out.push(l);
     }
@@ -642,6 +645,129 @@ fn e2e_line(r: &Results) -> Option<String> {
     }
     s.push('.');
     Some(s)
+}
+
+/// Two or more GPUs (`--devices`): per-GPU spread, P2P copies, NCCL all-reduce at one decode
+/// token and at its largest size, and the tensor-parallel prediction at the smallest M.
+fn multigpu_line(r: &Results) -> Option<String> {
+    use crate::report::table::{human_bytes, human_seconds};
+    let mg = r.multi_gpu.as_ref()?;
+    if mg.devices.len() < 2 {
+        return None;
+    }
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(sp) = &mg.spread {
+        let worst = sp
+            .devices
+            .iter()
+            .filter_map(|d| d.geomean_vs_fastest)
+            .fold(None, |a: Option<f64>, g| Some(a.map_or(g, |a| a.max(g))));
+        if let Some(w) = worst {
+            parts.push(format!(
+                "every GPU within {:+.1}% of the fastest GPU of each kernel case (geomean), {}",
+                (w - 1.0) * 100.0,
+                if sp.findings.is_empty() {
+                    "no finding".to_string()
+                } else {
+                    format!(
+                        "**{}**",
+                        crate::report::table::plural(
+                            sp.findings.len() as u64,
+                            "finding",
+                            "findings"
+                        )
+                    )
+                }
+            ));
+        }
+    }
+    if let Some(p) = &mg.p2p {
+        let bw: Vec<f64> = p.copies.iter().map(|c| c.bytes_per_s / 1e9).collect();
+        if let (Some(lo), Some(hi)) = (
+            bw.iter().copied().reduce(f64::min),
+            bw.iter().copied().reduce(f64::max),
+        ) {
+            let each = if (hi - lo) < 0.05 {
+                format!("{hi:.1} GB/s")
+            } else {
+                format!("{lo:.1}–{hi:.1} GB/s")
+            };
+            let both = p
+                .bidirectional
+                .iter()
+                .map(|b| b.bytes_per_s / 1e9)
+                .reduce(f64::min)
+                .map(|b| format!(", {b:.1} GB/s both ways"))
+                .unwrap_or_default();
+            parts.push(format!("P2P copies {each} each way{both}"));
+        }
+    }
+    if let Some(a) = &mg.allreduce {
+        if let Some(w) = a
+            .worlds
+            .iter()
+            .filter(|w| !w.points.is_empty())
+            .max_by_key(|w| w.devices.len())
+        {
+            let small = w
+                .points
+                .iter()
+                .filter(|p| p.m.is_some())
+                .min_by_key(|p| p.bytes);
+            let large = w.points.iter().max_by_key(|p| p.bytes);
+            let mut s = format!(
+                "NCCL {} all-reduce over {} GPUs",
+                a.nccl_version,
+                w.devices.len()
+            );
+            if let Some(p) = small {
+                s.push_str(&format!(
+                    " {} at {} (decode M = {})",
+                    human_seconds(p.timing.median_s),
+                    human_bytes(p.bytes),
+                    p.m.unwrap_or(1)
+                ));
+            }
+            if let Some(p) = large {
+                s.push_str(&format!(
+                    ", bus bandwidth {:.1} GB/s at {}",
+                    p.busbw / 1e9,
+                    human_bytes(p.bytes)
+                ));
+            }
+            parts.push(s);
+        }
+    }
+    if let Some(tp) = &mg.tp {
+        let m = tp.rows.iter().map(|r| r.m).min();
+        let t = tp.rows.iter().map(|r| r.tp).max();
+        if let (Some(m), Some(t)) = (m, t) {
+            let v: Vec<String> = tp
+                .rows
+                .iter()
+                .filter(|r| r.m == m && r.tp == t && t > 1)
+                .map(|r| {
+                    let name = r.label.split(' ').next().unwrap_or(&r.label);
+                    format!("{} {:.2}×", name.to_ascii_uppercase(), r.speedup_vs_tp1)
+                })
+                .collect();
+            if !v.is_empty() {
+                parts.push(format!(
+                    "TP = {t} predicted (not measured) at M = {m}: {} against one GPU",
+                    v.join(", ")
+                ));
+            }
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let gpus: Vec<String> = mg.devices.iter().map(|d| format!("GPU{d}")).collect();
+    Some(format!(
+        "**Multi-GPU** ({}): {}.",
+        gpus.join(", "),
+        parts.join("; ")
+    ))
 }
 
 /// The built-in runtime on the GPU, one run per weight format (`results.runtime`).
