@@ -1269,7 +1269,9 @@ mod tests {
     fn h200_report_renders_the_composite_rows() {
         let k = crate::kernels::composite::tests::h200_run();
         let md = markdown(&k, &[COMPOSITE_PLOT.to_string()]);
-        assert!(md.contains("| 1    | 13.92 ms (1.00×)"), "{md}");
+        assert!(md.contains("| 1     | 13.92 ms (1.00×)"), "{md}");
+        // M digit-grouped, as in the per-shape tables.
+        assert!(md.contains("| 1,024 |"), "{md}");
         assert!(md.contains("w4a16 is faster than bf16 up to M = 16; bf16 is faster from M = 32"));
         assert!(md.contains("![decode-step composite"));
         assert!(md.contains("| NVFP4   | 14.41 GB       | 3.40 ms"), "{md}");
