@@ -40,6 +40,8 @@ fn kernels_that_time_nothing_exit_5_and_say_why_in_the_json() {
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(5), "{err}");
     assert!(err.contains("no case was timed"), "{err}");
+    // The kernel part's own reason, not the multi-GPU part's (which comes first in the list).
+    assert!(err.contains("no case was timed (kernels: "), "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
     let skipped = v["skipped"].as_array().unwrap();
     assert!(!skipped.is_empty(), "{v}");

@@ -231,11 +231,13 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
     if timed == 0 {
         eprintln!(
             "rigbench kernels: no case was timed ({}); exit {}",
+            // The kernel part's own reason (no GPU, …) before any other part's.
             results
                 .skipped
                 .iter()
+                .find(|s| s.what == "kernels")
+                .or_else(|| results.skipped.first())
                 .map(|s| format!("{}: {}", s.what, s.reason))
-                .next()
                 .unwrap_or_else(
                     || "every case failed its check or was skipped; see the output".into()
                 ),

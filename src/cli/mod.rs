@@ -100,15 +100,44 @@ pub fn parse_list<T: std::str::FromStr>(flag: &str, raw: &str) -> Result<Vec<T>,
 where
     T::Err: std::fmt::Display,
 {
+    // What a list of numbers looks like, for the message (other types say what they expect).
+    let ty = std::any::type_name::<T>();
+    let example = if ["usize", "u32", "u64"].contains(&ty) {
+        "; give whole numbers separated by commas, e.g. 1,16,256"
+    } else if ty == "f64" {
+        "; give numbers separated by commas, e.g. 0.5,1,2"
+    } else {
+        ""
+    };
     let mut out = Vec::new();
     for part in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         out.push(
             part.parse::<T>()
-                .map_err(|e| crate::RigError::flag(flag, format!("'{part}': {e}")))?,
+                .map_err(|e| crate::RigError::flag(flag, format!("'{part}': {e}{example}")))?,
         );
     }
     if out.is_empty() {
-        return Err(crate::RigError::flag(flag, "empty list"));
+        return Err(crate::RigError::flag(flag, format!("empty list{example}")));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_list;
+
+    #[test]
+    fn a_bad_list_item_names_the_flag_the_item_and_the_form() {
+        let e = parse_list::<usize>("--m", "1,abc").unwrap_err().to_string();
+        assert!(
+            e.contains("--m") && e.contains("'abc'") && e.contains("e.g. 1,16,256"),
+            "{e}"
+        );
+        let e = parse_list::<f64>("--rate", "x").unwrap_err().to_string();
+        assert!(e.contains("--rate") && e.contains("e.g. 0.5,1,2"), "{e}");
+        let e = parse_list::<String>("--shapes", " , ")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--shapes") && e.contains("empty list"), "{e}");
+    }
 }

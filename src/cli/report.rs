@@ -198,6 +198,22 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 dir.write_text("engine.log", &text)?;
             }
         }
+        // The built-in runtime's per-format end-to-end folders, rewritten elsewhere from
+        // results.json (their engine.log copied), as the run wrote them.
+        if let Some(rt) = results.runtime.as_ref().filter(|_| !same) {
+            for f in &rt.formats {
+                let Some(e) = &f.e2e else { continue };
+                let sub = crate::runtime::report::e2e_dir(&f.format);
+                std::fs::create_dir_all(dir.path.join(&sub))?;
+                crate::e2e::report::write_csv(e, &dir.path.join(&sub))?;
+                let log = source.join(&sub).join("engine.log");
+                if log.is_file() {
+                    let text = std::fs::read_to_string(&log)
+                        .with_context(|| format!("cannot read {}", log.display()))?;
+                    dir.write_text(&format!("{sub}/engine.log"), &text)?;
+                }
+            }
+        }
         // Results written before the engine-log parser of `diagnose` stored its findings under
         // older field names, which read back as nothing recognised: for the report, read the
         // engine.log the run captured again (results.json is not changed).

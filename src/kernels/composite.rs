@@ -324,7 +324,7 @@ fn mode_tables(c: &Composite, mode: StepTiming) -> String {
     let mut body = Vec::new();
     for &m in &ms {
         let base = get("bf16", m).map(|r| r.median_s);
-        let mut r = vec![m.to_string()];
+        let mut r = vec![crate::report::table::thousands(m as u64)];
         for col in &cols {
             r.push(match get(col, m) {
                 Some(x) => match base {
@@ -355,15 +355,15 @@ fn mode_tables(c: &Composite, mode: StepTiming) -> String {
     let body2: Vec<Vec<String>> = ms
         .iter()
         .map(|&m| {
-            let mut r = vec![m.to_string()];
+            let mut r = vec![crate::report::table::thousands(m as u64)];
             for col in &cols {
                 r.push(match get(col, m) {
                     Some(x) => format!(
-                        "{} · {:.0} tok/s",
+                        "{} · {} tok/s",
                         x.pct_of_floor
                             .map(|p| format!("{p:.0}% of floor"))
                             .unwrap_or_else(|| "floor n/a".into()),
-                        x.tok_per_s_bound
+                        crate::report::table::grouped(x.tok_per_s_bound, 0)
                     ),
                     None => "—".into(),
                 });

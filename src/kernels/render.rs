@@ -241,7 +241,7 @@ pub fn markdown_for(
         o.push_str(&l);
     }
     if k.cases.is_empty() {
-        o.push_str("No kernel case was timed on this machine (see the skips below).\n\n");
+        o.push_str("No kernel case was timed in this run (see the skips below).\n\n");
     } else {
         o.push('\n');
     }
@@ -1269,7 +1269,9 @@ mod tests {
     fn h200_report_renders_the_composite_rows() {
         let k = crate::kernels::composite::tests::h200_run();
         let md = markdown(&k, &[COMPOSITE_PLOT.to_string()]);
-        assert!(md.contains("| 1    | 13.92 ms (1.00×)"), "{md}");
+        assert!(md.contains("| 1     | 13.92 ms (1.00×)"), "{md}");
+        // M digit-grouped, as in the per-shape tables.
+        assert!(md.contains("| 1,024 |"), "{md}");
         assert!(md.contains("w4a16 is faster than bf16 up to M = 16; bf16 is faster from M = 32"));
         assert!(md.contains("![decode-step composite"));
         assert!(md.contains("| NVFP4   | 14.41 GB       | 3.40 ms"), "{md}");

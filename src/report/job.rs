@@ -339,7 +339,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         if let Some(d) = &dir {
             for f in &section.formats {
                 if let Some(e) = &f.e2e {
-                    let sub = d.path.join(format!("e2e-{}", f.format));
+                    let sub = d.path.join(crate::runtime::report::e2e_dir(&f.format));
                     std::fs::create_dir_all(&sub)?;
                     crate::e2e::report::write_csv(e, &sub)?;
                     if let Some(log) = &e.engine_log {
@@ -444,6 +444,17 @@ pub fn render_into(dir: &ReportDir, results: &Results) -> anyhow::Result<()> {
     }
     if let Some(e) = &results.e2e {
         plots.extend(crate::e2e::write_plots(e, &dir.path)?);
+    }
+    // The built-in runtime's end-to-end runs on the GPU, one folder per format: report.md
+    // links their plots there.
+    if let Some(rt) = &results.runtime {
+        for f in &rt.formats {
+            if let Some(e) = &f.e2e {
+                let sub = crate::runtime::report::e2e_dir(&f.format);
+                std::fs::create_dir_all(dir.path.join(&sub))?;
+                crate::e2e::write_plots(e, &dir.path.join(&sub))?;
+            }
+        }
     }
     let files: Vec<String> = std::fs::read_dir(&dir.path)
         .map(|rd| {

@@ -36,11 +36,27 @@ pub fn render(
         ("e2e_requests.csv", "`e2e_requests.csv`"),
         ("engine.log", "`engine.log`"),
     ];
-    let listed: Vec<&str> = described
+    let mut listed: Vec<String> = described
         .iter()
         .filter(|(name, _)| files.iter().any(|f| f == name))
-        .map(|(_, text)| *text)
+        .map(|(_, text)| text.to_string())
         .collect();
+    // The built-in runtime's end-to-end runs on the GPU keep their files in one folder per
+    // format.
+    if let Some(rt) = &r.runtime {
+        let dirs: Vec<String> = rt
+            .formats
+            .iter()
+            .filter(|f| f.e2e.is_some())
+            .map(|f| format!("`{}/`", crate::runtime::report::e2e_dir(&f.format)))
+            .collect();
+        if !dirs.is_empty() {
+            listed.push(format!(
+                "{} (each format's end-to-end CSV files, engine log and plot)",
+                dirs.join(", ")
+            ));
+        }
+    }
     if !listed.is_empty() {
         o.push_str(&format!("Machine-readable: {}.\n\n", listed.join(", ")));
     }

@@ -99,6 +99,9 @@ pub fn lines(r: &Results) -> Vec<String> {
             out.push(l);
         }
     }
+    if let Some(l) = multigpu_line(r) {
+        out.push(l);
+    }
     if let Some(l) = runtime_line(r) {
         out.push(l);
     }
@@ -481,11 +484,18 @@ fn limits_line(r: &Results, k: &KernelResults) -> Option<String> {
             .collect();
         reasons.sort_unstable();
         reasons.dedup();
+        // The lowest SM clock read while a throttled case was sampled: the figure the Notes
+        // give per (shape, M) group (a case's median clock where no readings were kept).
         let low = k
             .cases
             .iter()
             .filter(|c| !c.throttle.is_empty())
-            .filter_map(|c| c.sm_clock_mhz)
+            .filter_map(|c| {
+                c.clocks
+                    .as_ref()
+                    .and_then(|st| st.min_mhz)
+                    .or(c.sm_clock_mhz)
+            })
             .min();
         let max = r
             .rig
@@ -494,11 +504,11 @@ fn limits_line(r: &Results, k: &KernelResults) -> Option<String> {
             .and_then(|g| g.telemetry.as_ref())
             .and_then(|t| t.sm_clock_max_mhz);
         s.push_str(&format!(
-            "; throttling ({}) after {} of {} (shape, M) groups{}{}: those figures may be low (see Notes).",
+            "; throttling ({}) in {} of {} (shape, M) groups{}{}: those figures may be low (see Notes).",
             reasons.join(", "),
             throttled.len(),
             groups.len(),
-            low.map(|l| format!(", SM clock down to {} MHz", thousands(l as u64)))
+            low.map(|l| format!(", lowest SM clock read {} MHz", thousands(l as u64)))
                 .unwrap_or_default(),
             max.map(|m| format!(" (max {} MHz)", thousands(m as u64)))
                 .unwrap_or_default()
@@ -637,13 +647,136 @@ fn e2e_line(r: &Results) -> Option<String> {
     Some(s)
 }
 
+/// Two or more GPUs (`--devices`): per-GPU spread, P2P copies, NCCL all-reduce at one decode
+/// token and at its largest size, and the tensor-parallel prediction at the smallest M.
+fn multigpu_line(r: &Results) -> Option<String> {
+    use crate::report::table::{human_bytes, human_seconds};
+    let mg = r.multi_gpu.as_ref()?;
+    if mg.devices.len() < 2 {
+        return None;
+    }
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(sp) = &mg.spread {
+        let worst = sp
+            .devices
+            .iter()
+            .filter_map(|d| d.geomean_vs_fastest)
+            .fold(None, |a: Option<f64>, g| Some(a.map_or(g, |a| a.max(g))));
+        if let Some(w) = worst {
+            parts.push(format!(
+                "every GPU within {:+.1}% of the fastest GPU of each kernel case (geomean), {}",
+                (w - 1.0) * 100.0,
+                if sp.findings.is_empty() {
+                    "no finding".to_string()
+                } else {
+                    format!(
+                        "**{}**",
+                        crate::report::table::plural(
+                            sp.findings.len() as u64,
+                            "finding",
+                            "findings"
+                        )
+                    )
+                }
+            ));
+        }
+    }
+    if let Some(p) = &mg.p2p {
+        let bw: Vec<f64> = p.copies.iter().map(|c| c.bytes_per_s / 1e9).collect();
+        if let (Some(lo), Some(hi)) = (
+            bw.iter().copied().reduce(f64::min),
+            bw.iter().copied().reduce(f64::max),
+        ) {
+            let each = if (hi - lo) < 0.05 {
+                format!("{hi:.1} GB/s")
+            } else {
+                format!("{lo:.1}–{hi:.1} GB/s")
+            };
+            let both = p
+                .bidirectional
+                .iter()
+                .map(|b| b.bytes_per_s / 1e9)
+                .reduce(f64::min)
+                .map(|b| format!(", {b:.1} GB/s both ways"))
+                .unwrap_or_default();
+            parts.push(format!("P2P copies {each} each way{both}"));
+        }
+    }
+    if let Some(a) = &mg.allreduce {
+        if let Some(w) = a
+            .worlds
+            .iter()
+            .filter(|w| !w.points.is_empty())
+            .max_by_key(|w| w.devices.len())
+        {
+            let small = w
+                .points
+                .iter()
+                .filter(|p| p.m.is_some())
+                .min_by_key(|p| p.bytes);
+            let large = w.points.iter().max_by_key(|p| p.bytes);
+            let mut s = format!(
+                "NCCL {} all-reduce over {} GPUs",
+                a.nccl_version,
+                w.devices.len()
+            );
+            if let Some(p) = small {
+                s.push_str(&format!(
+                    " {} at {} (decode M = {})",
+                    human_seconds(p.timing.median_s),
+                    human_bytes(p.bytes),
+                    p.m.unwrap_or(1)
+                ));
+            }
+            if let Some(p) = large {
+                s.push_str(&format!(
+                    ", bus bandwidth {:.1} GB/s at {}",
+                    p.busbw / 1e9,
+                    human_bytes(p.bytes)
+                ));
+            }
+            parts.push(s);
+        }
+    }
+    if let Some(tp) = &mg.tp {
+        let m = tp.rows.iter().map(|r| r.m).min();
+        let t = tp.rows.iter().map(|r| r.tp).max();
+        if let (Some(m), Some(t)) = (m, t) {
+            let v: Vec<String> = tp
+                .rows
+                .iter()
+                .filter(|r| r.m == m && r.tp == t && t > 1)
+                .map(|r| {
+                    let name = r.label.split(' ').next().unwrap_or(&r.label);
+                    format!("{} {:.2}×", name.to_ascii_uppercase(), r.speedup_vs_tp1)
+                })
+                .collect();
+            if !v.is_empty() {
+                parts.push(format!(
+                    "TP = {t} predicted (not measured) at M = {m}: {} against one GPU",
+                    v.join(", ")
+                ));
+            }
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let gpus: Vec<String> = mg.devices.iter().map(|d| format!("GPU{d}")).collect();
+    Some(format!(
+        "**Multi-GPU** ({}): {}.",
+        gpus.join(", "),
+        parts.join("; ")
+    ))
+}
+
 /// The built-in runtime on the GPU, one run per weight format (`results.runtime`).
 fn runtime_line(r: &Results) -> Option<String> {
     let rt = r.runtime.as_ref()?;
     let mut parts: Vec<String> = Vec::new();
     for f in &rt.formats {
         let name = match f.format.as_str() {
-            "nvfp4" => "W4A16".to_string(),
+            "nvfp4" => "W4A16 NVFP4".to_string(),
             other => other.to_ascii_uppercase(),
         };
         match (&f.bench, &f.error) {
@@ -683,8 +816,23 @@ fn runtime_line(r: &Results) -> Option<String> {
                 .join("; ")
         )
     };
+    // The conditions of the tok/s figures, from the first format that ran its benchmark.
+    let conditions = rt
+        .formats
+        .iter()
+        .find_map(|f| f.bench.as_ref())
+        .map(|b| {
+            format!(
+                "; decode tok/s at batch 1 after a {}-token prompt and at batch {} with {}-token contexts, KV {}",
+                thousands(b.spec.batch1_prompt as u64),
+                b.spec.batch,
+                thousands(b.spec.batch_context as u64),
+                b.kv_dtype
+            )
+        })
+        .unwrap_or_default();
     Some(format!(
-        "**Built-in runtime on this GPU** (`{}` on {}, decode of the synthetic or given model, conditions in its section): {}{parity}{skipped}.",
+        "**Built-in runtime on this GPU** (`{}` on {}{conditions}; more in its section): {}{parity}{skipped}.",
         rt.model,
         rt.device,
         if parts.is_empty() {
@@ -789,16 +937,8 @@ fn skipped_line(r: &Results) -> String {
     if let Some(k) = &r.kernels {
         // Group case skips by (provider, implementation, reason).
         let mut groups: Vec<(String, String, Vec<String>)> = Vec::new();
-        let kernels_skipped = r.skipped.iter().any(|s| s.what == "kernels");
         for s in &k.skipped {
-            // The whole-suite skip (implementation and shape `*`) repeats the run's own
-            // "kernels" skip when there is one.
-            if s.implementation == "*" && s.shape == "*" && kernels_skipped {
-                continue;
-            }
-            let who = if s.implementation == "*" {
-                format!("{} kernel cases", s.provider)
-            } else if s.provider == "rigbench" {
+            let who = if s.provider == "rigbench" {
                 s.implementation.clone()
             } else {
                 format!("{}:{}", s.provider, s.implementation)
@@ -810,7 +950,6 @@ fn skipped_line(r: &Results) -> String {
             );
             let what = match s.m {
                 Some(m) => format!("{} M={m}", s.shape),
-                None if s.shape == "*" => "all shapes".to_string(),
                 None => s.shape.clone(),
             };
             match groups.iter_mut().find(|g| g.0 == who && g.1 == reason) {
@@ -827,6 +966,15 @@ fn skipped_line(r: &Results) -> String {
         shapes.sort_unstable();
         shapes.dedup();
         for (who, reason, cases) in groups {
+            if who == "*" {
+                // Every kernel case (no GPU, or the kernel part never started): the reason is
+                // usually the `kernels` skip already listed; a row named `* (*)` says nothing.
+                let why = first_clause(&reason);
+                if !items.iter().any(|i| i.ends_with(why)) {
+                    items.push(format!("every kernel case: {why}"));
+                }
+                continue;
+            }
             let n = cases.len();
             let which = if n == 1 {
                 cases[0].clone()
@@ -1046,6 +1194,24 @@ mod tests {
         assert_eq!(l.len(), 3, "{l:#?}");
         assert!(l[1].starts_with("**Accuracy**") && l[1].contains("W4A4 1.3e-1 (emulated)"));
         assert_eq!(l[2], "**Skipped:** kernels: no CUDA driver found.");
+        // The kernel part's catch-all skip row (impl and shape `*`) is not listed again as
+        // `* (*)`; alone, it reads "every kernel case".
+        let wildcard = SkippedCase {
+            provider: "rigbench".into(),
+            implementation: "*".into(),
+            shape: "*".into(),
+            m: None,
+            reason: "no CUDA driver found; GPU kernel benches need a GPU".into(),
+        };
+        r.kernels.as_mut().unwrap().skipped.push(wildcard);
+        let l = lines(&r);
+        assert_eq!(l[2], "**Skipped:** kernels: no CUDA driver found.");
+        r.skipped.clear();
+        let l = lines(&r);
+        assert_eq!(
+            l[2],
+            "**Skipped:** every kernel case: no CUDA driver found."
+        );
     }
 
     #[test]
@@ -1159,6 +1325,38 @@ mod tests {
             "{all}"
         );
         assert!(all.contains("over the 16 sequences"), "{all}");
+    }
+
+    #[test]
+    fn throttling_counts_groups_and_gives_the_lowest_clock_the_notes_give() {
+        let mut r = results();
+        let k = r.kernels.as_mut().unwrap();
+        let groups = {
+            let mut g: Vec<(String, usize)> =
+                k.cases.iter().map(|c| (c.shape.clone(), c.m)).collect();
+            g.sort();
+            g.dedup();
+            g.len()
+        };
+        let c = &mut k.cases[0];
+        c.throttle = vec!["sw_power_cap".into()];
+        // The case's median clock is higher than the lowest reading its window saw.
+        c.sm_clock_mhz = Some(1305);
+        c.clocks = Some(crate::kernels::schema::ClockStats {
+            readings: 3,
+            min_mhz: Some(1020),
+            median_mhz: Some(1305),
+            max_mhz: Some(1980),
+            throttle_seen: vec!["sw_power_cap".into()],
+            source: "nvml".into(),
+        });
+        let all = lines(&r).join("\n");
+        assert!(
+            all.contains(&format!(
+                "throttling (sw_power_cap) in 1 of {groups} (shape, M) groups, lowest SM clock read 1,020 MHz"
+            )),
+            "{all}"
+        );
     }
 
     #[test]

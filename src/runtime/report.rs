@@ -395,7 +395,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                         "{:.1} ({:.1}× batch 1)",
                         b.batched.tok_per_s, b.batch_speedup
                     ),
-                    format!("{:.0}", b.prefill.tok_per_s),
+                    crate::report::table::grouped(b.prefill.tok_per_s, 0),
                     format!("{:.1}", b.prefill.tflops),
                     b.prefill_vs_peak
                         .as_ref()
@@ -403,8 +403,8 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                     b.kv_capacity.as_ref().map_or("—".into(), |k| {
                         format!(
                             "{} vs {} ({:+.1}%)",
-                            k.allocated_tokens,
-                            k.predicted_tokens,
+                            crate::report::table::thousands(k.allocated_tokens),
+                            crate::report::table::thousands(k.predicted_tokens),
                             100.0 * k.relative_difference
                         )
                     }),
@@ -429,7 +429,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
         let _ = writeln!(
             o,
             "\nConditions: backend {}, device {}, model {}, KV {}; batch 1 after a {}-token prompt ({} tokens timed); batch {} at {}-token contexts; prefill of {} tokens in one pass. Bound = copy bandwidth ({}) ÷ bytes per decode step (weights in the format, BF16 lm_head, KV at the mean context).{}\n",
-            b0.backend, b0.device, b0.model, b0.kv_dtype, b0.spec.batch1_prompt, b0.batch1.tokens, b0.spec.batch, b0.spec.batch_context, b0.spec.prefill_tokens,
+            b0.backend, b0.device, b0.model, b0.kv_dtype, b0.spec.batch1_prompt, b0.batch1.tokens, b0.spec.batch, crate::report::table::thousands(b0.spec.batch_context as u64), crate::report::table::thousands(b0.spec.prefill_tokens as u64),
             b0.decode_bound.as_ref().map_or("not measured".to_string(), |d| format!(
                 "{:.2} TB/s, {}",
                 d.copy_bytes_per_s / 1e12,
@@ -451,7 +451,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                         b.weight_format
                     ),
                     pct(d.fraction),
-                    (d.fraction >= 0.75).to_string(),
+                    met(d.fraction >= 0.75),
                 ]);
             }
         }
@@ -463,19 +463,19 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
             t.push(vec![
                 "W4A16 batch-1 ≥ 2.5× BF16".into(),
                 format!("{rb:.2}×"),
-                (rb >= 2.5).to_string(),
+                met(rb >= 2.5),
             ]);
             t.push(vec![
                 "W4A16 batch-1 ≥ 1.4× FP8".into(),
                 format!("{rf:.2}×"),
-                (rf >= 1.4).to_string(),
+                met(rf >= 1.4),
             ]);
         }
         if let Some(b) = by("bf16") {
             t.push(vec![
                 format!("BF16 batch-{} ≥ 20× batch-1", b.spec.batch),
                 format!("{:.1}×", b.batch_speedup),
-                (b.batch_speedup >= 20.0).to_string(),
+                met(b.batch_speedup >= 20.0),
             ]);
             if let Some(p) = &b.prefill_vs_peak {
                 t.push(vec![
@@ -484,19 +484,23 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                         b.spec.prefill_tokens
                     ),
                     pct(p.fraction),
-                    (p.fraction >= 0.5).to_string(),
+                    met(p.fraction >= 0.5),
                 ]);
             }
             if let Some(k) = &b.kv_capacity {
                 t.push(vec![
                     "KV capacity within 3% of inspect's prediction".into(),
                     format!("{:+.1}%", 100.0 * k.relative_difference),
-                    (k.relative_difference.abs() <= 0.03).to_string(),
+                    met(k.relative_difference.abs() <= 0.03),
                 ]);
             }
         }
         if !t.is_empty() {
-            let _ = writeln!(o, "### Targets (ratios within this run)\n");
+            let _ = writeln!(o, "### rigbench runtime's goals (ratios within this run)\n");
+            let _ = writeln!(
+                o,
+                "Goals for rigbench's own built-in runtime (issue 10): its decode against the weight-streaming bound, its formats and batching against each other, its KV allocation against `inspect`'s prediction. They describe rigbench's runtime, not a property of the card.\n"
+            );
             o.push_str(&crate::report::table::markdown_table(
                 &["target", "measured", "met"],
                 &t,
@@ -545,14 +549,27 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
         }
         if let Some(e) = &f.e2e {
             let _ = writeln!(o, "\n### End to end, {}\n", f.format);
-            o.push_str(&crate::e2e::render_markdown(e).replacen(
-                "## End to end",
-                "#### Session",
-                1,
-            ));
+            // One level down (its sections sit under this format's heading), and its plots
+            // are in the format's own folder, `e2e-<format>/` (see `report::job::render_into`).
+            let md = crate::e2e::render_markdown(e)
+                .replacen("## End to end", "#### Session", 1)
+                .replace("\n### ", "\n#### ")
+                .replace("](e2e_", &format!("]({}/e2e_", e2e_dir(&f.format)));
+            o.push_str(&md);
         }
     }
     o
+}
+
+/// A goal's verdict, in the words of the kernel goals table.
+fn met(ok: bool) -> String {
+    if ok { "met" } else { "NOT met" }.to_string()
+}
+
+/// The folder, relative to report.md, that holds one format's end-to-end CSV files, engine
+/// log and plots.
+pub fn e2e_dir(format: &str) -> String {
+    format!("e2e-{format}")
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use crate::kernels::reference::{sampled_gemm, W4A16_GEMM_REL_L2};
 use crate::kernels::schema::KernelFacts;
 use crate::kernels::suite::Shape;
 use crate::kernels::{Env, GemmImpl, MInputs, W4Module};
+use crate::report::table::plural;
 use crate::rig::ComputeCapability;
 
 /// Seed of the NVFP4 weights.
@@ -756,9 +757,10 @@ impl GemmImpl for W4a16 {
                 chunk,
                 ..
             }) => format!(
-                "rigbench fused W4A16 (E2M1→BF16 in registers, mma.sync m16n8k16 BF16/FP32), flavour '{}': {} tokens/launch, {warps} warps/CTA, {wn} strip(s)/warp, split-K {splits}{}{tuned}",
+                "rigbench fused W4A16 (E2M1→BF16 in registers, mma.sync m16n8k16 BF16/FP32), flavour '{}': {}, {warps} warps/CTA, {}, split-K {splits}{}{tuned}",
                 self.flavor_names.get(*flavor).map(String::as_str).unwrap_or("?"),
-                chunk.min(&(nt * 8)),
+                plural(*chunk.min(&(nt * 8)) as u64, "token/launch", "tokens/launch"),
+                plural(*wn as u64, "strip/warp", "strips/warp"),
                 if *splits > 1 { " (deterministic fixed-order reduction)" } else { "" }
             ),
             Ok(Config::V2 {
@@ -770,8 +772,9 @@ impl GemmImpl for W4a16 {
                 max_slices,
                 ..
             }) => format!(
-                "rigbench W4A16 v2 (Marlin-style: {ctas} persistent CTAs over K×N stripes, {stages}-stage cp.async ring, activations shared in smem, mma.sync m16n8k16 BF16/FP32): {} token slots, {warps} warps/CTA, {wn} strip(s)/warp{}{tuned}",
+                "rigbench W4A16 v2 (Marlin-style: {ctas} persistent CTAs over K×N stripes, {stages}-stage cp.async ring, activations shared in smem, mma.sync m16n8k16 BF16/FP32): {} token slots, {warps} warps/CTA, {}{}{tuned}",
                 nt * 8,
+                plural(*wn as u64, "strip/warp", "strips/warp"),
                 if *max_slices > 1 {
                     format!(", up to {max_slices} slices per column group (deterministic ordered reduction)")
                 } else {
