@@ -489,7 +489,11 @@ fn a_dead_engine_cmd_is_reported_with_its_log_tail_and_engine_log_is_kept() {
 
 #[test]
 fn refused_connections_are_an_environment_error_not_a_flag_error() {
+    // Run from an empty folder without --out: the default report folder
+    // (reports/<rig-label>/<time>/) must not be left behind, empty, when nothing was measured.
+    let cwd = tempfile::tempdir().unwrap();
     let o = Command::new(BIN)
+        .current_dir(cwd.path())
         .args(["e2e", "--no-progress", "--url"])
         .arg(format!("http://127.0.0.1:{}", free_port()))
         .output()
@@ -498,6 +502,10 @@ fn refused_connections_are_an_environment_error_not_a_flag_error() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("--url") && err.contains("/health"), "{err}");
     assert!(!err.contains("panicked"));
+    assert!(
+        !cwd.path().join("reports").exists(),
+        "an empty reports/ folder was left behind: {err}"
+    );
 }
 
 fn make_report(dir: &Path) {

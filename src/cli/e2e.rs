@@ -537,6 +537,17 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
             // Nothing was measured: leave no empty report folder behind.
             if !existed && std::fs::read_dir(&dir.path).is_ok_and(|mut d| d.next().is_none()) {
                 let _ = std::fs::remove_dir(&dir.path);
+                if args.out.is_none() {
+                    // The default location `reports/<rig-label>/<time>/`: its parents too, when
+                    // this run left them empty (remove_dir refuses a folder that holds anything).
+                    let mut up = dir.path.parent();
+                    for _ in 0..2 {
+                        match up {
+                            Some(p) if std::fs::remove_dir(p).is_ok() => up = p.parent(),
+                            _ => break,
+                        }
+                    }
+                }
             }
             return Err(e);
         }
