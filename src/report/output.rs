@@ -27,7 +27,8 @@ pub struct ReportDir {
     pub target: PathBuf,
     redactor: Redactor,
     staged: bool,
-    started: std::time::SystemTime,
+    /// The report files the target folder held when the run started, with their times.
+    before: Vec<(PathBuf, Option<std::time::SystemTime>)>,
 }
 
 /// Files rigbench writes into a report folder (and only those), for reuse of a folder.
@@ -49,19 +50,29 @@ pub fn holds_report(dir: &Path) -> bool {
 }
 
 /// Report files in `dir` last written before `before` (an earlier run's).
-fn stale_report_files(dir: &Path, before: std::time::SystemTime) -> Vec<PathBuf> {
+/// The report files in `dir` now, each with its modification time.
+fn report_files_with_mtime(dir: &Path) -> Vec<(PathBuf, Option<std::time::SystemTime>)> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     rd.filter_map(|e| e.ok())
         .filter(|e| is_report_file(&e.file_name().to_string_lossy()))
-        .filter(|e| {
-            e.metadata()
-                .and_then(|m| m.modified())
-                .map(|t| t < before)
-                .unwrap_or(false)
+        .map(|e| (e.path(), e.metadata().and_then(|m| m.modified()).ok()))
+        .collect()
+}
+
+/// The files of `before` (report files present when the run started) that this run did not
+/// rewrite: still there with the same modification time. Comparing with the snapshot, not with
+/// the start time, matters: file times come from the kernel's coarse clock (a few ms behind the
+/// clock `SystemTime::now` reads), so a file written just after the start can look older than it.
+fn stale_report_files(before: &[(PathBuf, Option<std::time::SystemTime>)]) -> Vec<PathBuf> {
+    before
+        .iter()
+        .filter(|(p, t)| {
+            let now = std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            now.is_some() && now == *t
         })
-        .map(|e| e.path())
+        .map(|(p, _)| p.clone())
         .collect()
 }
 
@@ -86,7 +97,6 @@ impl ReportDir {
         redact: bool,
         force: bool,
     ) -> anyhow::Result<Self> {
-        let started = std::time::SystemTime::now();
         let target = match out {
             Some(p) => p.to_path_buf(),
             None => {
@@ -104,6 +114,7 @@ impl ReportDir {
             }
         };
         let staged = holds_report(&target);
+        let before = report_files_with_mtime(&target);
         if staged && !force {
             return Err(crate::RigError::flag(
                 "--out",
@@ -131,7 +142,7 @@ impl ReportDir {
             target,
             redactor: Redactor::for_this_host(redact),
             staged,
-            started,
+            before,
         })
     }
 
@@ -142,7 +153,7 @@ impl ReportDir {
             target: path.to_path_buf(),
             redactor: Redactor::for_this_host(redact),
             staged: false,
-            started: std::time::SystemTime::now(),
+            before: report_files_with_mtime(path),
         }
     }
 
@@ -217,7 +228,7 @@ impl ReportDir {
             }
             let _ = std::fs::remove_dir(&self.path);
         }
-        let stale = stale_report_files(&self.target, self.started);
+        let stale = stale_report_files(&self.before);
         for f in &stale {
             std::fs::remove_file(f)
                 .with_context(|| format!("cannot remove the stale file {}", f.display()))?;
