@@ -100,12 +100,24 @@ fn real_inputs_from_the_shared_fixtures_replay() {
         ("configs", "config_json"),
         ("configs", "hf_quant_config"),
     ] {
-        for p in files(&shared.join(dir)) {
+        let found = files(&shared.join(dir));
+        assert!(
+            !found.is_empty(),
+            "no files in {}: the shared fixtures are incomplete",
+            shared.join(dir).display()
+        );
+        for p in found {
             run(target, &std::fs::read(&p).unwrap());
             n += 1;
         }
     }
-    for p in files(&shared.join("sse")) {
+    let sse = files(&shared.join("sse"));
+    assert!(
+        !sse.is_empty(),
+        "no files in {}: the shared fixtures are incomplete",
+        shared.join("sse").display()
+    );
+    for p in sse {
         for cut in [0u8, 6, 63] {
             let mut b = vec![cut];
             b.extend(std::fs::read(&p).unwrap());

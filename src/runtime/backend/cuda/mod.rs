@@ -885,6 +885,49 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// The distinct `(N, K)` of a layer's four linears (qkv, o, gate_up, down), each with the
+    /// index of its first linear (0..4), in that order.
+    fn distinct_linear_shapes(&self) -> Vec<(usize, usize, u8)> {
+        let mut shapes: Vec<(usize, usize, u8)> = Vec::new();
+        for which in 0..4u8 {
+            let (n, k) = self.lin(LinRef { layer: 0, which }).nk();
+            if !shapes.iter().any(|s| s.0 == n && s.1 == k) {
+                shapes.push((n, k, which));
+            }
+        }
+        shapes
+    }
+
+    /// Synthesized BF16 activations, `rows × k`, normal(0, 1) with seed `seed + which`, for
+    /// tuning linear `which` (0..4): written to `act` for `down` (K = intermediate) and to `h`
+    /// otherwise, both sized for `max_tokens × max K`. Returns the buffer's device address.
+    ///
+    /// # Errors
+    /// The launch fails.
+    fn synth_tune_input(&self, which: u8, rows: usize, k: usize, seed: u64) -> anyhow::Result<u64> {
+        let src = if which == 3 {
+            self.bufs.act.ptr()
+        } else {
+            self.bufs.h.ptr()
+        };
+        let len = (rows * k) as u64;
+        self.rt.launch(
+            &self.gpu,
+            "rt_synth_bf16",
+            grid1(len as usize, 256),
+            (256, 1, 1),
+            0,
+            &[
+                KArg::Ptr(src),
+                KArg::U64(len),
+                KArg::U64(seed + which as u64),
+                KArg::F32(0.0),
+                KArg::F32(1.0),
+            ],
+        )?;
+        Ok(src)
+    }
+
     /// One bucket of [`CudaBackend::tune_fp8`]: run both FP8 scaling paths on the same input,
     /// compare their outputs, then time each (median of 7, L2 flushed by a read of `flush`
     /// before every sample). `bufs = (reference output, output)`, both `m × n` BF16.
@@ -954,13 +997,7 @@ impl CudaBackend {
         if !self.fp8_rowwise {
             return Ok(());
         }
-        let mut shapes: Vec<(usize, usize, u8)> = Vec::new();
-        for which in 0..4u8 {
-            let (n, k) = self.lin(LinRef { layer: 0, which }).nk();
-            if !shapes.iter().any(|s| s.0 == n && s.1 == k) {
-                shapes.push((n, k, which));
-            }
-        }
+        let shapes = self.distinct_linear_shapes();
         let m_max = self.max_tokens.min(FP8_TUNE_MAX_M);
         let maxn = self.max_n();
         let acc_bytes = m_max * maxn * 4;
@@ -991,26 +1028,7 @@ impl CudaBackend {
                 } => (w.ptr(), scales.ptr(), static_scale.unwrap_or(0.0)),
                 _ => anyhow::bail!("FP8 tuning on a layer that is not FP8"),
             };
-            let src = if which == 3 {
-                self.bufs.act.ptr()
-            } else {
-                self.bufs.h.ptr()
-            };
-            let len = (m_max * k) as u64;
-            self.rt.launch(
-                &self.gpu,
-                "rt_synth_bf16",
-                grid1(len as usize, 256),
-                (256, 1, 1),
-                0,
-                &[
-                    KArg::Ptr(src),
-                    KArg::U64(len),
-                    KArg::U64(0xF8_0000 + which as u64),
-                    KArg::F32(0.0),
-                    KArg::F32(1.0),
-                ],
-            )?;
+            let src = self.synth_tune_input(which, m_max, k, 0xF8_0000)?;
             let (ref_out, out) = (self.bufs.gu.ptr(), self.bufs.qkv.ptr());
             let mut picks: Vec<String> = Vec::new();
             for &b in W4_BUCKETS.iter().filter(|b| **b <= m_max) {
@@ -1096,45 +1114,17 @@ impl CudaBackend {
     /// each candidate against the dequantize + cuBLASLt result (exactly dequantized weights,
     /// FP32 accumulation) under the W4A16 GEMM tolerance: correct before fast.
     fn tune_w4(&mut self) -> anyhow::Result<()> {
-        let mut shapes: Vec<(usize, usize, usize)> = Vec::new(); // (n, k, layer index of it)
-        for which in 0..4u8 {
-            let (n, k) = self.lin(LinRef { layer: 0, which }).nk();
-            if !shapes.iter().any(|s| s.0 == n && s.1 == k) {
-                shapes.push((n, k, which as usize));
-            }
-        }
+        let shapes = self.distinct_linear_shapes();
         let t_max = self.max_tokens;
         let timer = self.gpu.timer()?;
         // Inputs: synthesized BF16 activations in `h`/`act` (both hold t_max × max K).
         for &(n, k, which) in &shapes {
-            let src = if which == 3 {
-                self.bufs.act.ptr()
-            } else {
-                self.bufs.h.ptr()
-            };
-            let len = (t_max * k) as u64;
-            self.rt.launch(
-                &self.gpu,
-                "rt_synth_bf16",
-                grid1(len as usize, 256),
-                (256, 1, 1),
-                0,
-                &[
-                    KArg::Ptr(src),
-                    KArg::U64(len),
-                    KArg::U64(0x5EED_0000 + which as u64),
-                    KArg::F32(0.0),
-                    KArg::F32(1.0),
-                ],
-            )?;
+            let src = self.synth_tune_input(which, t_max, k, 0x5EED_0000)?;
             let refbuf = self.bufs.gu.ptr();
             let outbuf = self.bufs.qkv.ptr();
             for &b in W4_BUCKETS.iter().filter(|b| **b <= t_max) {
                 let (view, strips, kt_n) = {
-                    let DLinear::W4 { dev } = self.lin(LinRef {
-                        layer: 0,
-                        which: which as u8,
-                    }) else {
+                    let DLinear::W4 { dev } = self.lin(LinRef { layer: 0, which }) else {
                         anyhow::bail!("W4A16 tuning on a non-NVFP4 layer");
                     };
                     (dev.view(), dev.strips, dev.kt_n)
