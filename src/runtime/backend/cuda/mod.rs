@@ -703,13 +703,6 @@ impl CudaBackend {
         self.w4_choice.get(&(n, k, b)).map(|c| format!("{c:?}"))
     }
 
-    /// Whether the FP8 GEMM of a weight `n × k` at `m` tokens applies the per-token scales
-    /// inside cuBLASLt (outer-vector scaling, `true`) or after an FP32-output GEMM (`false`):
-    /// the load-time choice of [`CudaBackend::tune_fp8`] (for reports).
-    pub fn fp8_scales_in_gemm(&self, n: usize, k: usize, m: usize) -> bool {
-        self.fp8_in_gemm(n, k, m)
-    }
-
     fn kv_elem(&self) -> usize {
         self.kv.as_ref().map_or(2, |(_, s)| s.dtype.bytes())
     }
