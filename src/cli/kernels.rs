@@ -146,6 +146,8 @@ impl KernelSelection {
             determinism_runs: self.determinism_runs,
             peers: self.peers,
             timing: self.timing,
+            peers_progress: None,
+            peers_resume: false,
         })
     }
 }
@@ -196,6 +198,7 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         force: args.force,
         devices: args.sel.devices.clone(),
         interconnect: false,
+        resume: None,
     };
     crate::signals::install()?;
     let results = crate::report::job::run(job)?;

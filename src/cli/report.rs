@@ -87,6 +87,13 @@ pub struct ReportArgs {
     /// the latter saves the rendered results as the baseline without measuring again).
     #[arg(long, value_name = "RESULTS", conflicts_with_all = RENDER_CONFLICTS)]
     pub render: Option<PathBuf>,
+    /// Continue an interrupted report in this folder (e.g. one stopped by a CI time limit),
+    /// with the same flags as the run that wrote it: its rigbench kernel cases are kept (its
+    /// kernel bench must have finished), the peers continue from the cases they finished
+    /// (`peers-progress.json`), and the later parts (checkpoint, end-to-end) run. The report
+    /// says it was resumed and when
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["render", "out", "save_baseline", "repeats"])]
+    pub resume: Option<PathBuf>,
 }
 
 /// The flags that measure or choose what to measure: `--render` measures nothing, so it refuses
@@ -376,6 +383,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         repeats: args.repeats as usize,
         devices: args.sel.devices.clone(),
         interconnect: true,
+        resume: args.resume.clone(),
     })?;
     if let Some(why) = &results.interrupted {
         let timed = results.kernels.as_ref().map(|k| k.cases.len()).unwrap_or(0);

@@ -338,6 +338,8 @@ pub fn gpu_measure(req: &ConfirmRequest) -> anyhow::Result<KernelResults> {
         determinism_runs: 2,
         peers: crate::kernels::peers::PeerMode::Off,
         timing: policy.as_ref().map(|p| p.modes).unwrap_or_default(),
+        peers_progress: None,
+        peers_resume: false,
     };
     let rig = crate::rig::probe();
     if let Some(reason) = rig.gpu_absent_reason {

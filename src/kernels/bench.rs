@@ -74,6 +74,12 @@ pub struct BenchOptions {
     pub peers: super::peers::PeerMode,
     /// Which timing modes run (`--timing`).
     pub timing: TimingModes,
+    /// Where the peer script keeps its progress (its output, saved after every case): a report
+    /// folder's `peers-progress.json`, so that `report --resume` can continue the peers. `None`:
+    /// a temporary file.
+    pub peers_progress: Option<std::path::PathBuf>,
+    /// Continue the peers from `peers_progress` (its cases and skips are kept, not run again).
+    pub peers_resume: bool,
 }
 
 /// Graph timing: the weight copies of one case together exceed this many L2 sizes.
@@ -300,6 +306,8 @@ pub fn run_on_device(
         res.kernel_facts.extend(im.kernel_facts(&env));
     }
     let total = (opts.suite.shapes.len() * opts.suite.m.len() * impls.len()) as u64;
+    let log_lines = !std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let started = std::time::Instant::now();
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -409,6 +417,21 @@ pub fn run_on_device(
             }
             if let Some(note) = throttle_note(&res.cases[case_start..], &shape.name, m) {
                 res.notes.push(note);
+            }
+            if log_lines {
+                // No progress bar off a terminal (CI, a device call): one line per (shape, M).
+                eprintln!(
+                    "rigbench: kernels: {} M={m}: {} timed ({} of {} cases done, {:.0} s)",
+                    shape.name,
+                    crate::report::table::plural(
+                        (res.cases.len() - case_start) as u64,
+                        "case",
+                        "cases"
+                    ),
+                    bar.position(),
+                    total,
+                    started.elapsed().as_secs_f64()
+                );
             }
             on_update(&res);
         }

@@ -40,6 +40,18 @@ struct PeerOut {
     peers: Vec<PeerStatus>,
     cases: Vec<PeerCase>,
     skipped: Vec<PeerSkip>,
+    /// The case the script was running when it last saved (`null` between cases).
+    #[serde(default)]
+    in_flight: Option<PeerKey>,
+}
+
+/// A peer case's key (the script's `in_flight`).
+#[derive(Deserialize, Clone, Debug)]
+struct PeerKey {
+    provider: String,
+    implementation: String,
+    shape: String,
+    m: usize,
 }
 
 /// Samples of one timed part as the script reports them.
@@ -267,6 +279,14 @@ pub fn run_into(opts: &BenchOptions, k: &mut KernelResults) {
         return;
     }
     let started = std::time::Instant::now();
+    // On resume, the cases an earlier process finished (they are in the progress file).
+    let earlier = opts
+        .peers_progress
+        .as_ref()
+        .filter(|_| opts.peers_resume)
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| serde_json::from_str::<PeerOut>(&t).ok())
+        .map(|o| o.cases.len());
     // Peers run on CUDA device 0; its telemetry is matched by PCI bus id.
     let clocks = ClockMonitor::for_reader(crate::rig::telemetry::TelemetryReader::for_pci_bus_id(
         crate::gpu::multi::pci_bus_id(0).as_deref(),
@@ -274,7 +294,13 @@ pub fn run_into(opts: &BenchOptions, k: &mut KernelResults) {
     ));
     let result = run_script(opts, k);
     match result {
-        Ok(out) => {
+        Ok((out, stopped)) => {
+            if let Some(why) = stopped {
+                k.notes.push(format!(
+                    "the peer script stopped early ({why}): the {} peer cases it finished are kept, the rest were not run",
+                    out.cases.len()
+                ));
+            }
             k.peers.extend(out.peers);
             let copy = k.copy_bandwidth.as_ref().map(|c| c.bytes_per_s);
             let new_cases = to_cases(out.cases, &k.cases, opts.cold_l2, copy, Some(&clocks));
@@ -288,10 +314,16 @@ pub fn run_into(opts: &BenchOptions, k: &mut KernelResults) {
                     reason: s.reason,
                 });
             }
-            k.notes.push(format!(
-                "peer providers ran in {:.0} s",
-                started.elapsed().as_secs_f64()
-            ));
+            k.notes.push(match earlier {
+                Some(n) => format!(
+                    "peer providers ran in {:.0} s in this process, continuing from the {n} peer cases an earlier process finished",
+                    started.elapsed().as_secs_f64()
+                ),
+                None => format!(
+                    "peer providers ran in {:.0} s",
+                    started.elapsed().as_secs_f64()
+                ),
+            });
         }
         Err(e) => {
             k.peers.push(PeerStatus {
@@ -331,36 +363,155 @@ fn spec(opts: &BenchOptions, k: &KernelResults, dirs: &[PathBuf]) -> serde_json:
     })
 }
 
-fn run_script(opts: &BenchOptions, k: &KernelResults) -> anyhow::Result<PeerOut> {
+/// How many times the peer script is started again after a case killed it.
+pub const PEER_RESTARTS: usize = 8;
+
+/// Run the peer script; returns what it wrote and, when it did not finish, why (a signal to
+/// rigbench or to the script, or a failure after partial results). The script saves its output
+/// after every case (atomically) into `opts.peers_progress` (or a temporary file), so the cases
+/// finished before a stop are kept: nothing already measured is lost.
+///
+/// A case that kills the script (a CUDA illegal memory access poisons the whole context, so the
+/// process must end) stays named in the output's `in_flight`: it is recorded as skipped with
+/// the exit status and the script's last error line, and the script is started again with
+/// `resume`, so that the other cases still run (at most [`PEER_RESTARTS`] times).
+///
+/// # Errors
+/// python3 cannot be started, or the script wrote no readable results at all.
+fn run_script(opts: &BenchOptions, k: &KernelResults) -> anyhow::Result<(PeerOut, Option<String>)> {
     let dir = tempfile::tempdir()?;
     let script = dir.path().join("peer_kernels.py");
     std::fs::write(&script, SCRIPT)?;
-    let spec = spec(opts, k, &peer_dirs());
-    let spec_path = dir.path().join("spec.json");
-    std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
-    let out_path = dir.path().join("peers.json");
-    let status = crate::gpu::nccl::apply_child_env(&mut Command::new("python3"))
-        .arg(&script)
+    let out_path = opts
+        .peers_progress
+        .clone()
+        .unwrap_or_else(|| dir.path().join("peers.json"));
+    let mut resume = opts.peers_resume && out_path.exists();
+    let mut restarts = 0usize;
+    loop {
+        let mut spec = spec(opts, k, &peer_dirs());
+        spec["resume"] = serde_json::Value::Bool(resume);
+        let spec_path = dir.path().join("spec.json");
+        std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
+        let (status, last_err) = run_once(&script, &spec_path, &out_path)?;
+        let text = std::fs::read_to_string(&out_path).map_err(|e| {
+            anyhow::anyhow!("the peer script wrote no results ({e}); exit status {status}")
+        })?;
+        let out: PeerOut = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("the peer script's output is malformed: {e}"))?;
+        if status.success() {
+            return Ok((out, None));
+        }
+        if let Some(sig) = crate::signals::interrupted() {
+            return Ok((out, Some(format!("rigbench was interrupted by {sig}"))));
+        }
+        let why = format!(
+            "it exited with {status}{}",
+            last_err
+                .as_deref()
+                .map(|l| format!(" ({l})"))
+                .unwrap_or_default()
+        );
+        let Some(crashed) = out.in_flight.clone() else {
+            return Ok((out, Some(why)));
+        };
+        if restarts >= PEER_RESTARTS {
+            return Ok((
+                out,
+                Some(format!(
+                    "{why}; not started again after {PEER_RESTARTS} restarts"
+                )),
+            ));
+        }
+        restarts += 1;
+        eprintln!(
+            "rigbench: the peer script died on {} {} M={} ({why}); recording it as skipped and starting the script again for the remaining cases",
+            crashed.implementation, crashed.shape, crashed.m
+        );
+        mark_crashed(&out_path, &crashed, &why)?;
+        resume = true;
+    }
+}
+
+/// Run the script once, its stderr passed through; returns its exit status and its last
+/// non-empty stderr line. A SIGINT/SIGTERM of rigbench is passed on to the script (it may not
+/// have received it: `kill <rigbench pid>` reaches rigbench alone).
+fn run_once(
+    script: &std::path::Path,
+    spec_path: &std::path::Path,
+    out_path: &std::path::Path,
+) -> anyhow::Result<(std::process::ExitStatus, Option<String>)> {
+    use std::io::BufRead;
+    let mut child = crate::gpu::nccl::apply_child_env(&mut Command::new("python3"))
+        .arg(script)
         .arg("--spec")
-        .arg(&spec_path)
+        .arg(spec_path)
         .arg("--out")
-        .arg(&out_path)
+        .arg(out_path)
         .env("PYTHONUNBUFFERED", "1")
-        .status()
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| {
             anyhow::anyhow!(
                 "python3 could not be started ({e}); install Python 3 with PyTorch for peer rows"
             )
         })?;
-    let text = std::fs::read_to_string(&out_path).map_err(|e| {
-        anyhow::anyhow!("the peer script wrote no results ({e}); exit status {status}")
-    })?;
-    let out: PeerOut = serde_json::from_str(&text)
-        .map_err(|e| anyhow::anyhow!("the peer script's output is malformed: {e}"))?;
-    if !status.success() {
-        anyhow::bail!("the peer script failed with {status} after writing partial results");
+    let last = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let reader = child.stderr.take().map(|err| {
+        let last = last.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                if !line.trim().is_empty() {
+                    if let Ok(mut l) = last.lock() {
+                        *l = Some(line.trim().to_string());
+                    }
+                }
+            }
+        })
+    });
+    let mut signalled = false;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if !signalled && crate::signals::interrupted().is_some() {
+            signalled = true;
+            // SAFETY: kill(2) on the pid of a child this process spawned and has not reaped.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    if let Some(r) = reader {
+        let _ = r.join();
     }
-    Ok(out)
+    let last = last.lock().ok().and_then(|l| l.clone());
+    Ok((status, last))
+}
+
+/// Record the case that killed the script as skipped in its output file (and clear
+/// `in_flight`), so that a resumed run does not try it again.
+fn mark_crashed(out_path: &std::path::Path, case: &PeerKey, why: &str) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(out_path)?;
+    let mut v: serde_json::Value = serde_json::from_str(&text)?;
+    let skip = serde_json::json!({
+        "provider": case.provider,
+        "implementation": case.implementation,
+        "shape": case.shape,
+        "m": case.m,
+        "reason": format!("the peer process died on this case and was started again for the others: {why}"),
+    });
+    match v.get_mut("skipped").and_then(|s| s.as_array_mut()) {
+        Some(a) => a.push(skip),
+        None => v["skipped"] = serde_json::Value::Array(vec![skip]),
+    }
+    v["in_flight"] = serde_json::Value::Null;
+    let tmp = out_path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(&v)?)?;
+    std::fs::rename(&tmp, out_path)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -446,6 +597,8 @@ mod tests {
             determinism_runs: 5,
             peers: PeerMode::On,
             timing: TimingModes::Both,
+            peers_progress: None,
+            peers_resume: false,
         };
         let k = KernelResults {
             timing_policy: Some(TimingPolicy {

@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
+
 use super::output::ReportDir;
 use super::schema::{Results, Skip};
 use crate::kernels::bench::BenchOptions;
@@ -44,6 +46,118 @@ pub struct Job {
     /// Measure the interconnect and predict tensor-parallel decode when two or more GPUs are
     /// selected (`report`).
     pub interconnect: bool,
+    /// Continue the interrupted report in this folder (`report --resume`): see [`resumable`].
+    pub resume: Option<PathBuf>,
+}
+
+/// The results of an interrupted report that `report --resume DIR` can continue with `job`:
+/// its kernel bench finished (every (shape, M, format) of the suite has a rigbench case or a
+/// skip), on the same rigbench version, suite, M values, formats and timing modes, on a GPU of
+/// the same name, with one repeat on one device. What is kept: the rig facts, the accuracy
+/// study and rigbench's own kernel cases, and the peer cases finished in `DIR/peers-progress.json`;
+/// the remaining peers and every later part (checkpoint, end-to-end) run in the new process.
+///
+/// # Errors
+/// A flag error naming `--resume` and why the folder cannot be continued (no results.json,
+/// a finished report, another version or suite, a kernel bench that stopped before its end).
+pub fn resumable(
+    dir: &std::path::Path,
+    job: &Job,
+    rig: &crate::rig::RigFacts,
+) -> anyhow::Result<Results> {
+    let bad = |m: String| -> anyhow::Error { crate::RigError::flag("--resume", m).into() };
+    let file = dir.join("results.json");
+    let prev = Results::load(&file).map_err(|e| bad(format!("{e}")))?;
+    if prev.interrupted.is_none() && prev.complete {
+        return Err(bad(format!(
+            "{} holds a finished report: nothing to continue (re-render it with --render)",
+            dir.display()
+        )));
+    }
+    let here = env!("CARGO_PKG_VERSION");
+    if prev.rigbench_version != here {
+        return Err(bad(format!(
+            "{} was measured by rigbench {}, this is {here}: start a new report",
+            file.display(),
+            prev.rigbench_version
+        )));
+    }
+    let (Some(opts), Some(k)) = (job.kernels.as_ref(), prev.kernels.as_ref()) else {
+        return Err(bad(
+            "--resume continues the peers of an interrupted kernel bench; this folder or these flags have no kernel section".into(),
+        ));
+    };
+    if job.repeats > 1
+        || job
+            .devices
+            .resolve(rig.gpus.len())
+            .map(|d| d.len())
+            .unwrap_or(1)
+            > 1
+    {
+        return Err(bad("--resume works with one repeat on one GPU".into()));
+    }
+    let same_gpu = match (&prev.rig.gpu, &rig.gpu) {
+        (Some(a), Some(b)) => a.name == b.name,
+        _ => false,
+    };
+    if !same_gpu {
+        return Err(bad(format!(
+            "{} was measured on {}, this machine has {}: start a new report",
+            file.display(),
+            prev.rig
+                .gpu
+                .as_ref()
+                .map(|g| g.name.as_str())
+                .unwrap_or("no GPU"),
+            rig.gpu
+                .as_ref()
+                .map(|g| g.name.as_str())
+                .unwrap_or("no GPU"),
+        )));
+    }
+    let modes = k.timing_policy.as_ref().map(|p| p.modes);
+    if k.suite.name != opts.suite.name || modes != Some(opts.timing) {
+        return Err(bad(format!(
+            "{} ran suite {} with --timing {:?}; these flags ask for suite {} with --timing {:?}: pass the flags of the interrupted run",
+            file.display(),
+            k.suite.name,
+            modes,
+            opts.suite.name,
+            opts.timing
+        )));
+    }
+    let mut missing = Vec::new();
+    for shape in &opts.suite.shapes {
+        for &m in &opts.suite.m {
+            for f in &opts.formats {
+                let id = f.id();
+                let done = k.cases.iter().any(|c| {
+                    c.provider == "rigbench"
+                        && c.implementation == id
+                        && c.shape == shape.name
+                        && c.m == m
+                }) || k.skipped.iter().any(|s| {
+                    s.provider == "rigbench"
+                        && (s.implementation == id || s.implementation == "*")
+                        && (s.shape == shape.name || s.shape == "*")
+                        && (s.m.is_none() || s.m == Some(m))
+                });
+                if !done {
+                    missing.push(format!("{id} {} M={m}", shape.name));
+                }
+            }
+        }
+    }
+    if !missing.is_empty() {
+        return Err(bad(format!(
+            "{}'s kernel bench stopped before its end ({} cases missing, e.g. {}): --resume continues after it (the peers and later parts); start a new report",
+            file.display(),
+            missing.len(),
+            missing[0]
+        )));
+    }
+    Ok(prev)
 }
 
 /// When SIGINT or SIGTERM has arrived (see `crate::signals`): record `what` as not run and
@@ -80,11 +194,38 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
 /// As [`run`].
 pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     let rig = crate::rig::probe();
-    let label = job.rig_label.clone().unwrap_or_else(|| rig.label());
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
-    let mut results = Results::new(rig, label.clone(), command_line);
+    let resumed = match &job.resume {
+        Some(d) => Some(resumable(d, &job, &rig)?),
+        None => None,
+    };
+    let label = match &resumed {
+        Some(prev) => prev.rig_label.clone(),
+        None => job.rig_label.clone().unwrap_or_else(|| rig.label()),
+    };
+    let resumed_at = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let mut results = match &resumed {
+        Some(prev) => {
+            let mut r = prev.clone();
+            r.command_line = format!(
+                "{} (resumed at {resumed_at} by: {command_line})",
+                prev.command_line
+            );
+            r.interrupted = None;
+            r.complete = false;
+            // Every part-level skip is decided again by this run (multi-GPU, disabled parts,
+            // checkpoint, e2e); the kernel section keeps its own skipped cases.
+            r.skipped.clear();
+            r.checkpoint = None;
+            r.e2e = None;
+            r.runtime = None;
+            r
+        }
+        None => Results::new(rig, label.clone(), command_line),
+    };
+    let out = job.resume.as_deref().or(job.out.as_deref());
     let dir = if job.write_files {
-        let d = ReportDir::create(job.out.as_deref(), &label, job.redact, job.force)?;
+        let d = ReportDir::create(out, &label, job.redact, job.force || job.resume.is_some())?;
         if d.staged() {
             eprintln!(
                 "rigbench: writing report to {} (moved to {} at the end)",
@@ -128,7 +269,69 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     }
 
     results.skipped.extend(job.disabled.iter().cloned());
-    if job.accuracy && !skip_if_interrupted(&mut results, "accuracy") {
+    if let (Some(prev), Some(opts)) = (&resumed, job.kernels.as_ref()) {
+        // `report --resume`: rigbench's own cases are kept; the peers continue.
+        let mut k = prev.kernels.clone().unwrap_or_default();
+        let own = k.cases.iter().filter(|c| c.provider == "rigbench").count();
+        // The peer cases the interrupted run finished come back from the progress file; the
+        // SM clock readings that run attached to them are kept from its results.
+        let earlier_peers: Vec<crate::kernels::schema::KernelCase> = k
+            .cases
+            .iter()
+            .filter(|c| c.provider != "rigbench")
+            .cloned()
+            .collect();
+        k.cases.retain(|c| c.provider == "rigbench");
+        k.skipped.retain(|s| s.provider == "rigbench");
+        k.peers.clear();
+        k.notes.retain(|n| {
+            !n.starts_with("the peer script stopped early")
+                && !n.starts_with("peer providers ran in")
+                && !n.starts_with("peers were requested")
+        });
+        k.notes.push(format!(
+            "resumed at {resumed_at} (`report --resume`): the accuracy study and rigbench's {own} kernel cases are the interrupted run's ({}); the peers continued in a new process from the cases that run finished, and the later parts ran in it",
+            prev.created_utc
+        ));
+        let mut o = opts.clone();
+        if let Some(d) = &dir {
+            let from = d.target.join(super::output::PEERS_PROGRESS);
+            let to = d.path.join(super::output::PEERS_PROGRESS);
+            if from.exists() && from != to {
+                std::fs::copy(&from, &to).with_context(|| {
+                    format!("cannot copy {} into {}", from.display(), to.display())
+                })?;
+            }
+            o.peers_progress = Some(to);
+        }
+        o.peers_resume = true;
+        if !skip_if_interrupted(&mut results, "kernels/peers") {
+            eprintln!(
+                "rigbench: resuming the peers of {}",
+                out.map(|p| p.display().to_string()).unwrap_or_default()
+            );
+            crate::kernels::peers::run_into(&o, &mut k);
+            for c in k
+                .cases
+                .iter_mut()
+                .filter(|c| c.provider != "rigbench" && c.clocks.is_none())
+            {
+                if let Some(e) = earlier_peers.iter().find(|e| {
+                    e.provider == c.provider
+                        && e.implementation == c.implementation
+                        && e.shape == c.shape
+                        && e.m == c.m
+                }) {
+                    c.clocks = e.clocks.clone();
+                    c.sm_clock_mhz = e.sm_clock_mhz;
+                    c.throttle = e.throttle.clone();
+                }
+            }
+        }
+        results.kernels = Some(k);
+        save(&results)?;
+    }
+    if resumed.is_none() && job.accuracy && !skip_if_interrupted(&mut results, "accuracy") {
         eprintln!("rigbench: CPU accuracy study of each format");
         let acc = crate::kernels::accuracy::study();
         results
@@ -138,9 +341,16 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         save(&results)?;
     }
 
-    if let Some(opts) = job
-        .kernels
+    let kernel_opts = job.kernels.clone().map(|mut o| {
+        // The peers keep their progress in the report folder, for `report --resume`.
+        if let (Some(d), 1) = (&dir, job.repeats) {
+            o.peers_progress = Some(d.path.join(super::output::PEERS_PROGRESS));
+        }
+        o
+    });
+    if let Some(opts) = kernel_opts
         .as_ref()
+        .filter(|_| resumed.is_none())
         .filter(|_| !skip_if_interrupted(&mut results, "kernels"))
     {
         results.kernels.get_or_insert_with(Default::default).suite =
@@ -467,4 +677,154 @@ pub fn render_into(dir: &ReportDir, results: &Results) -> anyhow::Result<()> {
     let md = super::markdown::render(results, &plots, &files, dir.redactor());
     dir.write_text("report.md", &md)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::schema::{KernelResults, SkippedCase, TimingModes, TimingPolicy};
+
+    fn gpu(name: &str) -> crate::rig::RigFacts {
+        crate::rig::RigFacts {
+            gpu: Some(crate::rig::GpuFacts {
+                name: name.into(),
+                ..Default::default()
+            }),
+            gpus: vec![crate::rig::GpuFacts {
+                name: name.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn job(timing: TimingModes) -> Job {
+        Job {
+            kernels: Some(BenchOptions {
+                suite: crate::kernels::suite::load("smoke").unwrap(),
+                formats: vec![
+                    crate::formats::GemmFormat::Bf16,
+                    crate::formats::GemmFormat::W4a4,
+                ],
+                stopping: crate::stats::StoppingRule::default(),
+                warmup: 3,
+                cold_l2: true,
+                flush: crate::gpu::FlushMethod::Read,
+                tune_samples: 5,
+                determinism_m: vec![],
+                determinism_runs: 5,
+                peers: crate::kernels::peers::PeerMode::On,
+                timing,
+                peers_progress: None,
+                peers_resume: false,
+            }),
+            accuracy: true,
+            checkpoint: None,
+            e2e: None,
+            runtime_model: "synthetic:tiny".into(),
+            runtime_device: crate::runtime::backend::Device::Cpu,
+            out: None,
+            rig_label: None,
+            redact: false,
+            write_files: false,
+            disabled: vec![],
+            repeats: 1,
+            force: false,
+            devices: crate::multigpu::DeviceSelection::List(vec![0]),
+            interconnect: false,
+            resume: None,
+        }
+    }
+
+    /// An interrupted smoke report on `name`: bf16 cases for every (shape, M) but `drop`,
+    /// w4a4 skipped per shape (as on sm_90), one peer row.
+    fn interrupted(name: &str, drop: Option<(&str, usize)>) -> Results {
+        let suite = crate::kernels::suite::load("smoke").unwrap();
+        let mut k = KernelResults {
+            timing_policy: Some(TimingPolicy {
+                warmup_iters: 3,
+                stopping: Default::default(),
+                l2_flush_bytes: 0,
+                timer: String::new(),
+                modes: TimingModes::Cold,
+                graph: None,
+            }),
+            ..Default::default()
+        };
+        k.suite.name = "smoke".into();
+        for s in &suite.shapes {
+            k.skipped.push(SkippedCase {
+                provider: "rigbench".into(),
+                implementation: "w4a4".into(),
+                shape: s.name.clone(),
+                m: None,
+                reason: "fallback".into(),
+            });
+            for &m in &suite.m {
+                if drop == Some((s.name.as_str(), m)) {
+                    continue;
+                }
+                let mut c = crate::kernels::composite::tests::case_for_tests("bf16", 1e-5);
+                c.shape = s.name.clone();
+                c.m = m;
+                k.cases.push(c);
+            }
+        }
+        let mut peer = crate::kernels::composite::tests::case_for_tests("bf16", 1e-5);
+        peer.provider = "torch".into();
+        k.cases.push(peer);
+        let mut r = Results::new(gpu(name), "rig".into(), "rigbench report".into());
+        r.kernels = Some(k);
+        r.interrupted = Some("SIGTERM stopped the run".into());
+        r
+    }
+
+    fn resume_error(prev: &Results, j: &Job, here: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("results.json"),
+            serde_json::to_vec(prev).unwrap(),
+        )
+        .unwrap();
+        match resumable(dir.path(), j, &gpu(here)) {
+            Ok(_) => String::new(),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
+    #[test]
+    fn resume_continues_only_a_finished_kernel_bench_of_the_same_suite_and_gpu() {
+        let j = job(TimingModes::Cold);
+        let done = interrupted("NVIDIA H200", None);
+        assert_eq!(resume_error(&done, &j, "NVIDIA H200"), "");
+
+        let cut = interrupted("NVIDIA H200", Some(("o_proj", 16)));
+        let e = resume_error(&cut, &j, "NVIDIA H200");
+        assert!(
+            e.contains("--resume")
+                && e.contains("stopped before its end")
+                && e.contains("bf16 o_proj M=16"),
+            "{e}"
+        );
+
+        let e = resume_error(&done, &j, "NVIDIA H100 80GB HBM3");
+        assert!(
+            e.contains("NVIDIA H200") && e.contains("start a new report"),
+            "{e}"
+        );
+
+        let e = resume_error(&done, &job(TimingModes::Both), "NVIDIA H200");
+        assert!(e.contains("pass the flags of the interrupted run"), "{e}");
+
+        let mut finished = done.clone();
+        finished.interrupted = None;
+        finished.complete = true;
+        let e = resume_error(&finished, &j, "NVIDIA H200");
+        assert!(e.contains("finished report"), "{e}");
+
+        let mut other = done;
+        other.rigbench_version = "0.0.0-other".into();
+        let e = resume_error(&other, &j, "NVIDIA H200");
+        assert!(e.contains("rigbench 0.0.0-other"), "{e}");
+    }
 }

@@ -31,6 +31,10 @@ pub struct ReportDir {
     before: Vec<(PathBuf, Option<std::time::SystemTime>)>,
 }
 
+/// The peer script's progress in a report folder: its output so far, saved after every peer
+/// case, which `report --resume` continues (see [`crate::kernels::peers`]).
+pub const PEERS_PROGRESS: &str = "peers-progress.json";
+
 /// Files rigbench writes into a report folder (and only those), for reuse of a folder.
 pub fn is_report_file(name: &str) -> bool {
     matches!(
@@ -41,6 +45,7 @@ pub fn is_report_file(name: &str) -> bool {
             | "e2e_runs.csv"
             | "e2e_requests.csv"
             | "engine.log"
+            | PEERS_PROGRESS
     ) || (name.ends_with(".svg") && (name.starts_with("kernels_") || name.starts_with("e2e_")))
 }
 
@@ -179,7 +184,8 @@ impl ReportDir {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             let svg = name.ends_with(".svg");
-            if !is_report_file(&name) || !(svg || name.ends_with(".csv")) {
+            if !is_report_file(&name) || !(svg || name.ends_with(".csv") || name == PEERS_PROGRESS)
+            {
                 continue;
             }
             let text = std::fs::read_to_string(e.path())
