@@ -697,12 +697,6 @@ impl CudaBackend {
         }
     }
 
-    /// Which W4A16 configuration runs for a weight of `n × k` at `m` tokens (for reports).
-    pub fn w4_choice(&self, n: usize, k: usize, m: usize) -> Option<String> {
-        let b = W4_BUCKETS.iter().copied().find(|b| *b >= m)?;
-        self.w4_choice.get(&(n, k, b)).map(|c| format!("{c:?}"))
-    }
-
     fn kv_elem(&self) -> usize {
         self.kv.as_ref().map_or(2, |(_, s)| s.dtype.bytes())
     }
