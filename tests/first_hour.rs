@@ -314,6 +314,27 @@ fn exit_codes_follow_the_readme_table() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let o = rigbench(&["kernels", "--check-determinism", "--determinism-runs", "1"]);
     assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    // --resume: a folder that is not there, another --out, --save-baseline: 64, naming the fix.
+    let r = d.path().join("r");
+    for (cmd, want) in [
+        (
+            vec!["report", "--resume", "no-such-folder"],
+            "does not exist",
+        ),
+        (
+            vec!["report", "--resume", s(&r), "--out", "elsewhere"],
+            "drop --out",
+        ),
+        (
+            vec!["report", "--resume", s(&r), "--save-baseline"],
+            "--render",
+        ),
+        (vec!["report", "--resume", s(&r)], "finished report"),
+    ] {
+        let o = rigbench(&cmd);
+        assert_eq!(o.status.code(), Some(64), "{cmd:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{cmd:?}: {}", stderr(&o));
+    }
 }
 
 /// File names in backticks (`results.json`, `e2e_runs.csv`) on a line of report.md.

@@ -92,7 +92,7 @@ pub struct ReportArgs {
     /// kernel bench must have finished), the peers continue from the cases they finished
     /// (`peers-progress.json`), and the later parts (checkpoint, end-to-end) run. The report
     /// says it was resumed and when
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["render", "out", "save_baseline", "repeats"])]
+    #[arg(long, value_name = "DIR", conflicts_with = "render")]
     pub resume: Option<PathBuf>,
 }
 
@@ -244,6 +244,33 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             save(&args, &results)?;
         }
         return Ok(ExitStatus::Ok);
+    }
+    if let Some(dir) = &args.resume {
+        // The interrupted run's own command line usually has --out DIR: accept that folder.
+        let same = |a: &std::path::Path, b: &std::path::Path| {
+            a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+        };
+        if let Some(out) = args.out.as_ref().filter(|o| !same(o, dir)) {
+            return Err(RigError::flag(
+                "--out",
+                format!(
+                    "--resume continues {} in place; --out {} names another folder: drop --out",
+                    dir.display(),
+                    out.display()
+                ),
+            )
+            .into());
+        }
+        if args.save_baseline {
+            return Err(RigError::flag(
+                "--save-baseline",
+                format!(
+                    "not with --resume: once the resumed report is complete, save it with `rigbench report --render {} --save-baseline`",
+                    dir.display()
+                ),
+            )
+            .into());
+        }
     }
     if let Some(l) = &args.rig_label {
         crate::compare::baseline::check_component("rig label", l)

@@ -66,6 +66,18 @@ pub fn resumable(
     rig: &crate::rig::RigFacts,
 ) -> anyhow::Result<Results> {
     let bad = |m: String| -> anyhow::Error { crate::RigError::flag("--resume", m).into() };
+    if !dir.exists() {
+        return Err(bad(format!(
+            "{} does not exist: give the folder of the interrupted report",
+            dir.display()
+        )));
+    }
+    if !dir.is_dir() {
+        return Err(bad(format!(
+            "{} is a file: --resume takes the report folder (the one holding results.json)",
+            dir.display()
+        )));
+    }
     let file = dir.join("results.json");
     let prev = Results::load(&file).map_err(|e| bad(format!("{e}")))?;
     if prev.interrupted.is_none() && prev.complete {
@@ -82,9 +94,15 @@ pub fn resumable(
             prev.rigbench_version
         )));
     }
-    let (Some(opts), Some(k)) = (job.kernels.as_ref(), prev.kernels.as_ref()) else {
+    let Some(k) = prev.kernels.as_ref().filter(|k| !k.cases.is_empty()) else {
+        return Err(bad(format!(
+            "{} has no kernel cases: --resume continues a report whose kernel bench finished; start a new report",
+            file.display()
+        )));
+    };
+    let Some(opts) = job.kernels.as_ref() else {
         return Err(bad(
-            "--resume continues the peers of an interrupted kernel bench; this folder or these flags have no kernel section".into(),
+            "--no-kernels: --resume continues the peers of the kernel bench; pass the flags of the interrupted run without --no-kernels".into(),
         ));
     };
     if job.repeats > 1
@@ -97,34 +115,84 @@ pub fn resumable(
     {
         return Err(bad("--resume works with one repeat on one GPU".into()));
     }
+    if let Some(l) = job.rig_label.as_ref().filter(|l| **l != prev.rig_label) {
+        return Err(bad(format!(
+            "{} is labelled {}; --rig-label {l} would not match it: drop --rig-label",
+            file.display(),
+            prev.rig_label
+        )));
+    }
+    // The same measurement settings as the interrupted run.
+    let policy = k.timing_policy.as_ref();
+    let mut differ = Vec::new();
+    if k.suite.name != opts.suite.name {
+        differ.push(format!(
+            "suite {} (these flags: {})",
+            k.suite.name, opts.suite.name
+        ));
+    }
+    if let Some(p) = policy {
+        if p.modes != opts.timing {
+            differ.push(
+                format!("--timing {:?} (these flags: {:?})", p.modes, opts.timing).to_lowercase(),
+            );
+        }
+        if p.stopping != opts.stopping {
+            differ.push(
+                "the stopping rule (--max-time, --target-rel-std, --min-samples, --max-samples)"
+                    .into(),
+            );
+        }
+        if p.warmup_iters != opts.warmup {
+            differ.push(format!(
+                "--warmup-launches {} (these flags: {})",
+                p.warmup_iters, opts.warmup
+            ));
+        }
+        if (p.l2_flush_bytes > 0) != (opts.cold_l2 && opts.timing.cold()) {
+            differ.push("--warm-l2".into());
+        }
+    }
+    let in_grid = |shape: &str, m: usize, imp: &str| {
+        opts.suite.shapes.iter().any(|s| s.name == shape)
+            && opts.suite.m.contains(&m)
+            && opts.formats.iter().any(|f| f.id() == imp)
+    };
+    if let Some(c) = k
+        .cases
+        .iter()
+        .find(|c| c.provider == "rigbench" && !in_grid(&c.shape, c.m, &c.implementation))
+    {
+        differ.push(format!(
+            "the cases it measured ({} {} M={} is not asked for by --shapes/--m/--formats)",
+            c.implementation, c.shape, c.m
+        ));
+    }
+    if !differ.is_empty() {
+        return Err(bad(format!(
+            "{} was measured with other settings: {}. Pass the flags of the interrupted run (its command line is in report.md)",
+            file.display(),
+            differ.join("; ")
+        )));
+    }
     let same_gpu = match (&prev.rig.gpu, &rig.gpu) {
         (Some(a), Some(b)) => a.name == b.name,
         _ => false,
     };
     if !same_gpu {
+        let was = prev
+            .rig
+            .gpu
+            .as_ref()
+            .map(|g| g.name.as_str())
+            .unwrap_or("no GPU");
         return Err(bad(format!(
-            "{} was measured on {}, this machine has {}: start a new report",
+            "{} was measured on {was}, this machine has {}: resume it on a machine with {was}",
             file.display(),
-            prev.rig
-                .gpu
-                .as_ref()
-                .map(|g| g.name.as_str())
-                .unwrap_or("no GPU"),
             rig.gpu
                 .as_ref()
                 .map(|g| g.name.as_str())
                 .unwrap_or("no GPU"),
-        )));
-    }
-    let modes = k.timing_policy.as_ref().map(|p| p.modes);
-    if k.suite.name != opts.suite.name || modes != Some(opts.timing) {
-        return Err(bad(format!(
-            "{} ran suite {} with --timing {:?}; these flags ask for suite {} with --timing {:?}: pass the flags of the interrupted run",
-            file.display(),
-            k.suite.name,
-            modes,
-            opts.suite.name,
-            opts.timing
         )));
     }
     let mut missing = Vec::new();
@@ -156,6 +224,19 @@ pub fn resumable(
             missing.len(),
             missing[0]
         )));
+    }
+    let progress = dir.join(super::output::PEERS_PROGRESS);
+    if progress.exists() {
+        let ok = std::fs::read_to_string(&progress)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|v| v.get("cases").is_some_and(|c| c.is_array()));
+        if !ok {
+            return Err(bad(format!(
+                "{} is not the peer script's output (unreadable or malformed): delete it to run every peer case again, or start a new report",
+                progress.display()
+            )));
+        }
     }
     Ok(prev)
 }
@@ -311,6 +392,15 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 out.map(|p| p.display().to_string()).unwrap_or_default()
             );
             crate::kernels::peers::run_into(&o, &mut k);
+            if !earlier_peers.is_empty() && k.cases.iter().all(|c| c.provider == "rigbench") {
+                // The continued peers gave nothing back (the script failed): keep what the
+                // interrupted run had.
+                k.notes.push(format!(
+                    "the continued peer run returned no cases; the {} peer cases of the interrupted run are kept",
+                    earlier_peers.len()
+                ));
+                k.cases.extend(earlier_peers.iter().cloned());
+            }
             for c in k
                 .cases
                 .iter_mut()
@@ -744,7 +834,7 @@ mod tests {
             timing_policy: Some(TimingPolicy {
                 warmup_iters: 3,
                 stopping: Default::default(),
-                l2_flush_bytes: 0,
+                l2_flush_bytes: 120 << 20,
                 timer: String::new(),
                 modes: TimingModes::Cold,
                 graph: None,
@@ -792,6 +882,37 @@ mod tests {
         }
     }
 
+    fn err(r: anyhow::Result<Results>) -> String {
+        match r {
+            Ok(_) => String::new(),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
+    #[test]
+    fn resume_refuses_a_file_a_missing_folder_and_a_malformed_progress_file() {
+        let j = job(TimingModes::Cold);
+        let h200 = gpu("NVIDIA H200");
+        let dir = tempfile::tempdir().unwrap();
+        let e = err(resumable(&dir.path().join("nope"), &j, &h200));
+        assert!(e.contains("does not exist"), "{e}");
+        let file = dir.path().join("results.json");
+        let prev = interrupted("NVIDIA H200", None);
+        std::fs::write(&file, serde_json::to_vec(&prev).unwrap()).unwrap();
+        let e = err(resumable(&file, &j, &h200));
+        assert!(e.contains("takes the report folder"), "{e}");
+        assert_eq!(err(resumable(dir.path(), &j, &h200)), "");
+        let progress = dir.path().join(super::super::output::PEERS_PROGRESS);
+        std::fs::write(&progress, "garbage{").unwrap();
+        let e = err(resumable(dir.path(), &j, &h200));
+        assert!(
+            e.contains("peers-progress.json") && e.contains("delete it"),
+            "{e}"
+        );
+        std::fs::write(&progress, r#"{"peers":[],"cases":[],"skipped":[]}"#).unwrap();
+        assert_eq!(err(resumable(dir.path(), &j, &h200)), "");
+    }
+
     #[test]
     fn resume_continues_only_a_finished_kernel_bench_of_the_same_suite_and_gpu() {
         let j = job(TimingModes::Cold);
@@ -808,13 +929,26 @@ mod tests {
         );
 
         let e = resume_error(&done, &j, "NVIDIA H100 80GB HBM3");
+        assert!(e.contains("resume it on a machine with NVIDIA H200"), "{e}");
+
+        let e = resume_error(&done, &job(TimingModes::Both), "NVIDIA H200");
         assert!(
-            e.contains("NVIDIA H200") && e.contains("start a new report"),
+            e.contains("--timing") && e.contains("Pass the flags of the interrupted run"),
             "{e}"
         );
 
-        let e = resume_error(&done, &job(TimingModes::Both), "NVIDIA H200");
-        assert!(e.contains("pass the flags of the interrupted run"), "{e}");
+        // Fewer M values than the interrupted run measured: its rows are outside the grid.
+        let mut fewer = job(TimingModes::Cold);
+        if let Some(o) = fewer.kernels.as_mut() {
+            o.suite.m = vec![1];
+        }
+        let e = resume_error(&done, &fewer, "NVIDIA H200");
+        assert!(e.contains("--shapes/--m/--formats"), "{e}");
+
+        let mut no_kernels = job(TimingModes::Cold);
+        no_kernels.kernels = None;
+        let e = resume_error(&done, &no_kernels, "NVIDIA H200");
+        assert!(e.contains("--no-kernels"), "{e}");
 
         let mut finished = done.clone();
         finished.interrupted = None;
