@@ -12,10 +12,11 @@ Environment: RIGBENCH_GEMLITE_AUTOTUNE (gemlite's autotune setting: fast, the de
 one config per kernel, for quick checks; max); RIGBENCH_GEMLITE_NATIVE_ATOMIC=1 (keep gemlite's
 BF16 atomic adds in its split-K kernels: faster, but they fail the correctness check at small M).
 
-Progress: the output is saved (atomically) after every case, and before each case its key is
-written as "in_flight". A case that kills the process (e.g. a CUDA illegal memory access, which
-poisons the context) thus stays named there: rigbench records it as skipped with the reason and
-starts the script again with resume, so the other cases still run.
+Progress: the output is saved (atomically) after every case, and before each case (and before
+the GPU work that prepares it) its key is written as "in_flight". A CUDA error (e.g. an illegal
+memory access) poisons the whole CUDA context, so the script then exits at once (status 70)
+leaving that key in place: rigbench records the case as skipped with the error and starts the
+script again with resume, so the other cases still run in a fresh context.
 
 Providers (each checked against a float64 reference on sampled outputs before it is timed):
   torch    torch.matmul BF16 (cuBLAS)
@@ -103,6 +104,12 @@ def main():
     do_cold = bool(timing.get("cold", True))
     do_graph = bool(timing.get("graph", False))
     out = {"peers": [], "cases": [], "skipped": [], "in_flight": None}
+
+    def save():
+        with open(args.out + ".tmp", "w") as f:
+            json.dump(out, f)
+        os.replace(args.out + ".tmp", args.out)
+
     done = set()
     if spec.get("resume") and os.path.exists(args.out):
         with open(args.out) as f:
@@ -110,11 +117,25 @@ def main():
         out["cases"] = list(prev.get("cases") or [])
         out["skipped"] = list(prev.get("skipped") or [])
         done = {(c["provider"], c["implementation"], c["shape"], c["m"]) for c in out["cases"] + out["skipped"]}
+        # A key left in flight by a stopped run is not this run's: clear it before anything else
+        # can fail (rigbench would otherwise blame that case for a failure during start-up).
+        save()
 
-    def save():
-        with open(args.out + ".tmp", "w") as f:
-            json.dump(out, f)
-        os.replace(args.out + ".tmp", args.out)
+    def is_cuda_error(e):
+        return isinstance(e, getattr(torch, "AcceleratorError", ())) or "CUDA error" in str(e) \
+            or "illegal memory access" in str(e)
+
+    def die_on_cuda_error(e):
+        """A CUDA error poisons the context: exit now, leaving out["in_flight"] saved."""
+        key = out.get("in_flight") or {}
+        print(f"CUDA error in {key.get('implementation', '?')} {key.get('shape', '?')} M={key.get('m', '?')}: "
+              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr, flush=True)
+        os._exit(70)
+
+    def claim(provider, impl, shape, m):
+        """Name the case whose GPU work starts now (saved, so a crash leaves it named)."""
+        out["in_flight"] = {"provider": provider, "implementation": impl, "shape": shape, "m": m}
+        save()
 
     try:
         import torch
@@ -295,24 +316,37 @@ def main():
         sz = None
         if scales is not None:
             sz = torch.stack([scales, torch.zeros_like(scales)], dim=2).contiguous()
+            todo = [m for m in spec["m"] if ("torch", "torch._weight_int4pack_mm", name, m) not in done]
+            if todo:
+                claim("torch", "torch._weight_int4pack_mm", name, todo[0])  # a crash here skips that case
             for order, u8 in (("even k in high nibble", ((q_int[:, ::2] << 4) | q_int[:, 1::2]).to(torch.uint8)),
                               ("even k in low nibble", ((q_int[:, 1::2] << 4) | q_int[:, ::2]).to(torch.uint8))):
                 try:
                     int4_packings.append((order, torch._convert_weight_to_int4pack(u8, 8)))
                 except Exception as e:  # noqa: BLE001
+                    if is_cuda_error(e):
+                        die_on_cuda_error(e)
                     int4_err = f"{type(e).__name__}: {e}"
         gl_layer, gl_err_shape = None, None
         if gemlite is not None:
             if scales is None:
                 gl_err_shape = int4_err
             else:
+                todo = [m for m in spec["m"] if ("gemlite", "gemlite.A16W4_INT_g128", name, m) not in done]
+                if todo:
+                    claim("gemlite", "gemlite.A16W4_INT_g128", name, todo[0])  # a crash here skips that case
                 try:
                     gl_layer = gemlite.helper.A16Wn(device="cuda:0", dtype=torch.bfloat16).from_weights(
                         q_int.to(torch.uint8), scales.t().contiguous(),
                         torch.full_like(scales.t().contiguous(), 8.0), 4, GROUP)
                 except Exception as e:  # noqa: BLE001
+                    if is_cuda_error(e):
+                        die_on_cuda_error(e)
                     gl_err_shape = f"gemlite could not pack the weights: {type(e).__name__}: {e}"
         copies_cache = {}
+        if out["in_flight"] is not None:
+            out["in_flight"] = None
+            save()
 
         for m in spec["m"]:
             a = (torch.rand(m, k, device=dev, generator=gen) * 2 - 1).to(torch.bfloat16)
@@ -330,8 +364,7 @@ def main():
                 """Check, then time `make(weights)` cold and/or in a graph over weight copies."""
                 if (provider, impl, name, m) in done:
                     return
-                out["in_flight"] = {"provider": provider, "implementation": impl, "shape": name, "m": m}
-                save()
+                claim(provider, impl, name, m)
                 try:
                     fn = make(weights)
                     res = fn()
@@ -356,6 +389,8 @@ def main():
                         try:
                             case["graph"] = graph_case(impl, make, weights, clone, wbytes, ref, get_out, extra)
                         except Exception as e:  # noqa: BLE001
+                            if is_cuda_error(e):
+                                die_on_cuda_error(e)
                             case["graph_skip"] = f"{type(e).__name__}: {e}"
                     case["t_end"] = time.time()
                     if not case["samples_s"] and case["graph"] is None:
@@ -363,6 +398,8 @@ def main():
                         return
                     out["cases"].append(case)
                 except Exception as e:  # noqa: BLE001
+                    if is_cuda_error(e):
+                        die_on_cuda_error(e)  # os._exit: the finally below does not run
                     skip(provider, impl, f"{type(e).__name__}: {e}")
                 finally:
                     out["in_flight"] = None
@@ -401,7 +438,10 @@ def main():
                    lambda w: (lambda: torch.nn.functional.linear(a, w)), w_bf16, lambda w: w.clone(),
                    nbytes(w_bf16), ref, lambda r: r[rows][:, cols])
 
-            if w_fp8 is not None and hasattr(torch, "_scaled_mm"):
+            if ("torch", "torch._scaled_mm", name, m) in done:
+                pass
+            elif w_fp8 is not None and hasattr(torch, "_scaled_mm"):
+                claim("torch", "torch._scaled_mm", name, m)
                 mp = ((m + 15) // 16) * 16
                 a_pad = torch.zeros(mp, k, device=dev, dtype=torch.bfloat16)
                 a_pad[:m] = a
@@ -428,7 +468,10 @@ def main():
                 w_deq = (q_int[cols] - 8).to(torch.float64) * \
                     scales.t()[cols].repeat_interleave(GROUP, dim=1).to(torch.float64)
                 ref4 = a_s @ w_deq.t()
-            if int4_packings:
+            if ("torch", "torch._weight_int4pack_mm", name, m) in done:
+                pass
+            elif int4_packings:
+                claim("torch", "torch._weight_int4pack_mm", name, m)
                 order, packed = int4_packings[0]
                 for o, p in int4_packings:
                     r = torch._weight_int4pack_mm(a, p, GROUP, sz)
@@ -465,6 +508,8 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except Exception:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001
         traceback.print_exc()
-        sys.exit(1)
+        # A CUDA error outside a case's own try (its preparation): 70, like one inside it; the
+        # case claimed last is still named in the output.
+        sys.exit(70 if "CUDA error" in str(e) or "illegal memory access" in str(e) else 1)

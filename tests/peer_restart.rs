@@ -18,19 +18,35 @@ fn case(shape: &str) -> String {
     CASE.replace("SHAPE", shape)
 }
 
-/// A stand-in python3: without `"resume":true` in the spec it writes one finished case and
-/// `in_flight` = (torch.matmul, second, M=1), prints an error and exits 1 (as a CUDA illegal
-/// memory access ends the real script); with it, it checks that the crashed case was recorded
-/// as skipped, keeps the earlier case and adds a third, and exits 0. Every call is logged.
+/// A stand-in python3, its behaviour chosen by `FAKE_MODE`:
+/// - `crash`: without `"resume":true` in the spec it writes one finished case and `in_flight` =
+///   (torch.matmul, second, M=1), prints a CUDA error and exits 1; with it, it checks that the
+///   crashed case was recorded as skipped and `in_flight` cleared, keeps the earlier case, adds
+///   a third and exits 0;
+/// - `die`: writes one finished case, no case in flight, exits 1 (a failure between cases);
+/// - `term`: writes one case with one in flight and is killed by SIGTERM (as a process group's
+///   signal stops it);
+/// - `always`: crashes like `crash` on every start, resume or not.
+///
+/// Every call is logged.
 fn fake_python(dir: &Path) {
     let first = format!(
         r#"{{"peers":[{{"provider":"torch","implementations":["torch.matmul"],"available":true,"detail":"fake"}}],"cases":[{}],"skipped":[],"in_flight":{{"provider":"torch","implementation":"torch.matmul","shape":"second","m":1}}}}"#,
+        case("first")
+    );
+    let between = format!(
+        r#"{{"peers":[],"cases":[{}],"skipped":[],"in_flight":null}}"#,
         case("first")
     );
     let script = format!(
         r#"#!/bin/sh
 spec=$3; out=$5
 echo call >> "{log}"
+case "$FAKE_MODE" in
+die) printf '%s' '{between}' > "$out"; echo "RuntimeError: something between cases" >&2; exit 1 ;;
+term) printf '%s' '{first}' > "$out"; kill -TERM $$ ;;
+always) if [ -f "$out" ]; then sed -i 's/"in_flight":null/"in_flight":{{"provider":"torch","implementation":"torch.matmul","shape":"second","m":1}}/' "$out"; else printf '%s' '{first}' > "$out"; fi; echo "torch.AcceleratorError: CUDA error: an illegal memory access was encountered" >&2; echo "peers: second M=1 done (1 s)" >&2; exit 70 ;;
+esac
 if grep -q '"resume":true' "$spec"; then
   grep -q 'died on this case' "$out" || {{ echo "resume without the crashed case skipped" >&2; exit 3; }}
   grep -q '"in_flight":null' "$out" || {{ echo "in_flight not cleared" >&2; exit 3; }}
@@ -51,6 +67,20 @@ exit 1
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+fn calls(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("calls.log"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// The skipped entry that says the peer run stopped before its end, if any.
+fn stopped(k: &KernelResults) -> Option<String> {
+    k.skipped
+        .iter()
+        .find(|s| s.provider == rigbench::kernels::peers::PEERS_STOPPED_PROVIDER)
+        .map(|s| s.reason.clone())
+}
+
 fn opts(progress: &Path, resume: bool) -> BenchOptions {
     BenchOptions {
         suite: rigbench::kernels::suite::load("smoke").unwrap(),
@@ -69,6 +99,8 @@ fn opts(progress: &Path, resume: bool) -> BenchOptions {
     }
 }
 
+/// One test (this file is its own process): it changes PATH and FAKE_MODE, which other tests
+/// in the same process would see.
 #[test]
 fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
     let dir = tempfile::tempdir().unwrap();
@@ -81,10 +113,11 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
     std::env::set_var("PATH", path);
     let progress = dir.path().join("peers-progress.json");
 
+    // A case that kills the script: skipped with the exit and the error, the rest run.
+    std::env::set_var("FAKE_MODE", "crash");
     let mut k = KernelResults::default();
     run_into(&opts(&progress, false), &mut k);
-    let calls = std::fs::read_to_string(dir.path().join("calls.log")).unwrap();
-    assert_eq!(calls.lines().count(), 2, "started once, then once again");
+    assert_eq!(calls(dir.path()), 2, "started once, then once again");
     let shapes: Vec<&str> = k.cases.iter().map(|c| c.shape.as_str()).collect();
     assert_eq!(
         shapes,
@@ -97,12 +130,13 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
         .filter(|s| s.shape == "second" && s.implementation == "torch.matmul")
         .collect();
     assert_eq!(crashed.len(), 1, "{:?}", k.skipped);
-    assert!(
-        k.notes.iter().all(|n| !n.contains("stopped early")),
-        "the restarted script finished: {:?}",
-        k.notes
-    );
+    assert_eq!(stopped(&k), None, "the restarted script finished");
     assert!(progress.exists(), "the progress file stays for a resume");
+    let text = std::fs::read_to_string(&progress).unwrap();
+    assert!(
+        text.contains("third"),
+        "the progress file holds the final output"
+    );
 
     // A stopped run (its output holds one case and no in-flight one) is continued on resume.
     std::fs::write(
@@ -115,7 +149,62 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
     .unwrap();
     let mut k = KernelResults::default();
     run_into(&opts(&progress, true), &mut k);
-    let calls = std::fs::read_to_string(dir.path().join("calls.log")).unwrap();
-    assert_eq!(calls.lines().count(), 3, "one more start, with resume");
+    assert_eq!(calls(dir.path()), 3, "one more start, with resume");
     assert_eq!(k.cases.len(), 2);
+
+    // The reason of a crash names the exit and the script's error line, not a progress line;
+    // a case that crashes every time stops the restarts after PEER_RESTARTS.
+    std::env::set_var("FAKE_MODE", "always");
+    let _ = std::fs::remove_file(&progress);
+    let mut k = KernelResults::default();
+    run_into(&opts(&progress, false), &mut k);
+    assert_eq!(
+        calls(dir.path()),
+        3 + 1 + rigbench::kernels::peers::PEER_RESTARTS
+    );
+    let crash = k
+        .skipped
+        .iter()
+        .find(|s| s.reason.contains("died on this case"))
+        .expect("the crashed case is skipped");
+    assert!(
+        crash.reason.contains("exit status: 70") && crash.reason.contains("illegal memory access"),
+        "{}",
+        crash.reason
+    );
+    let why = stopped(&k).expect("the stop is in the skipped list");
+    assert!(
+        why.contains("restarts") && why.contains("--resume"),
+        "{why}"
+    );
+    assert_eq!(k.cases.len(), 1, "the finished case is kept");
+
+    // Dying between cases: no restart (nothing to blame), the stop says how to continue.
+    std::env::set_var("FAKE_MODE", "die");
+    let before = calls(dir.path());
+    let mut k = KernelResults::default();
+    run_into(&opts(&progress, false), &mut k);
+    assert_eq!(calls(dir.path()), before + 1);
+    let why = stopped(&k).expect("the stop is in the skipped list");
+    assert!(
+        why.contains("something between cases") && why.contains("--resume"),
+        "{why}"
+    );
+    assert_eq!(k.cases.len(), 1);
+
+    // Stopped by SIGTERM from outside: not a crash of the case in flight, no restart.
+    std::env::set_var("FAKE_MODE", "term");
+    let before = calls(dir.path());
+    let mut k = KernelResults::default();
+    run_into(&opts(&progress, false), &mut k);
+    assert_eq!(calls(dir.path()), before + 1);
+    assert!(
+        k.skipped
+            .iter()
+            .all(|s| !s.reason.contains("died on this case")),
+        "{:?}",
+        k.skipped
+    );
+    let why = stopped(&k).expect("the stop is in the skipped list");
+    assert!(why.contains("signal 15"), "{why}");
 }

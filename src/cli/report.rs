@@ -90,8 +90,8 @@ pub struct ReportArgs {
     /// Continue an interrupted report in this folder (e.g. one stopped by a CI time limit),
     /// with the same flags as the run that wrote it: its rigbench kernel cases are kept (its
     /// kernel bench must have finished), the peers continue from the cases they finished
-    /// (`peers-progress.json`), and the later parts (checkpoint, end-to-end) run. The report
-    /// says it was resumed and when
+    /// (`peers-progress.json`), and the later parts (checkpoint, end-to-end) run. One repeat,
+    /// one GPU. The report says it was resumed and when.
     #[arg(long, value_name = "DIR", conflicts_with = "render")]
     pub resume: Option<PathBuf>,
 }
@@ -415,7 +415,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     if let Some(why) = &results.interrupted {
         let timed = results.kernels.as_ref().map(|k| k.cases.len()).unwrap_or(0);
         eprintln!(
-            "rigbench: report INTERRUPTED ({why}): {timed} kernel cases timed; report.md and results.json hold what was measured{}",
+            "rigbench: report INTERRUPTED ({why}): {timed} kernel cases timed; report.md and results.json hold what was measured{}; if its kernel bench finished, `rigbench report --resume <its folder>` with the same flags continues it",
             if args.save_baseline { " (no baseline saved from an interrupted run)" } else { "" }
         );
         return Ok(ExitStatus::Error);

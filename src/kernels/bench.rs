@@ -421,7 +421,7 @@ pub fn run_on_device(
             if log_lines {
                 // No progress bar off a terminal (CI, a device call): one line per (shape, M).
                 eprintln!(
-                    "rigbench: kernels: {} M={m}: {} timed ({} of {} cases done, {:.0} s)",
+                    "rigbench: kernels: GPU {device}: {} M={m}: {} timed ({} of {} cases done, {:.0} s)",
                     shape.name,
                     crate::report::table::plural(
                         (res.cases.len() - case_start) as u64,

@@ -296,10 +296,17 @@ pub fn run_into(opts: &BenchOptions, k: &mut KernelResults) {
     match result {
         Ok((out, stopped)) => {
             if let Some(why) = stopped {
-                k.notes.push(format!(
-                    "the peer script stopped early ({why}): the {} peer cases it finished are kept, the rest were not run",
-                    out.cases.len()
-                ));
+                // In the skipped list (the verdict shows it), with the way to finish the rest.
+                k.skipped.push(SkippedCase {
+                    provider: PEERS_STOPPED_PROVIDER.into(),
+                    implementation: "*".into(),
+                    shape: "*".into(),
+                    m: None,
+                    reason: format!(
+                        "{PEERS_STOPPED_PREFIX} ({why}) after {} cases; the cases it finished are kept; `rigbench report --resume <this report's folder>` continues the rest",
+                        out.cases.len()
+                    ),
+                });
             }
             k.peers.extend(out.peers);
             let copy = k.copy_bandwidth.as_ref().map(|c| c.bytes_per_s);
@@ -366,6 +373,11 @@ fn spec(opts: &BenchOptions, k: &KernelResults, dirs: &[PathBuf]) -> serde_json:
 /// How many times the peer script is started again after a case killed it.
 pub const PEER_RESTARTS: usize = 8;
 
+/// The `provider` of the skipped entry that records a peer run stopped before its end.
+pub const PEERS_STOPPED_PROVIDER: &str = "peers";
+/// How the reason of that entry starts (`report --resume` looks for it).
+pub const PEERS_STOPPED_PREFIX: &str = "the peer script stopped before its end";
+
 /// Run the peer script; returns what it wrote and, when it did not finish, why (a signal to
 /// rigbench or to the script, or a failure after partial results). The script saves its output
 /// after every case (atomically) into `opts.peers_progress` (or a temporary file), so the cases
@@ -405,6 +417,17 @@ fn run_script(opts: &BenchOptions, k: &KernelResults) -> anyhow::Result<(PeerOut
         if let Some(sig) = crate::signals::interrupted() {
             return Ok((out, Some(format!("rigbench was interrupted by {sig}"))));
         }
+        {
+            use std::os::unix::process::ExitStatusExt;
+            if let Some(sig) = status
+                .signal()
+                .filter(|s| [libc::SIGINT, libc::SIGTERM, libc::SIGHUP].contains(s))
+            {
+                // Stopped from outside (e.g. the process group's SIGTERM reached the script
+                // before rigbench saw it): not a crash of the case in flight.
+                return Ok((out, Some(format!("the script was stopped by signal {sig}"))));
+            }
+        }
         let why = format!(
             "it exited with {status}{}",
             last_err
@@ -434,8 +457,11 @@ fn run_script(opts: &BenchOptions, k: &KernelResults) -> anyhow::Result<(PeerOut
 }
 
 /// Run the script once, its stderr passed through; returns its exit status and its last
-/// non-empty stderr line. A SIGINT/SIGTERM of rigbench is passed on to the script (it may not
-/// have received it: `kill <rigbench pid>` reaches rigbench alone).
+/// non-empty stderr line other than progress lines. A SIGINT/SIGTERM of rigbench is passed on
+/// to the script (it may not have received it: `kill <rigbench pid>` reaches rigbench alone).
+///
+/// # Errors
+/// python3 cannot be started, or waiting for it fails.
 fn run_once(
     script: &std::path::Path,
     spec_path: &std::path::Path,
@@ -462,7 +488,8 @@ fn run_once(
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
                 eprintln!("{line}");
-                if !line.trim().is_empty() {
+                // Progress lines ("peers: qkv M=1 done") do not explain an exit.
+                if !line.trim().is_empty() && !line.starts_with("peers: ") {
                     if let Ok(mut l) = last.lock() {
                         *l = Some(line.trim().to_string());
                     }

@@ -56,6 +56,8 @@ pub struct Job {
 /// the same name, with one repeat on one device. What is kept: the rig facts, the accuracy
 /// study and rigbench's own kernel cases, and the peer cases finished in `DIR/peers-progress.json`;
 /// the remaining peers and every later part (checkpoint, end-to-end) run in the new process.
+/// A finished report whose peer script stopped early (a skipped entry says so) can be
+/// continued too.
 ///
 /// # Errors
 /// A flag error naming `--resume` and why the folder cannot be continued (no results.json,
@@ -80,7 +82,14 @@ pub fn resumable(
     }
     let file = dir.join("results.json");
     let prev = Results::load(&file).map_err(|e| bad(format!("{e}")))?;
-    if prev.interrupted.is_none() && prev.complete {
+    let peers_stopped = prev.kernels.as_ref().is_some_and(|k| {
+        k.skipped.iter().any(|s| {
+            s.provider == crate::kernels::peers::PEERS_STOPPED_PROVIDER
+                && s.reason
+                    .starts_with(crate::kernels::peers::PEERS_STOPPED_PREFIX)
+        })
+    });
+    if prev.interrupted.is_none() && prev.complete && !peers_stopped {
         return Err(bad(format!(
             "{} holds a finished report: nothing to continue (re-render it with --render)",
             dir.display()
@@ -113,7 +122,9 @@ pub fn resumable(
             .unwrap_or(1)
             > 1
     {
-        return Err(bad("--resume works with one repeat on one GPU".into()));
+        return Err(bad(
+            "--resume works with one repeat on one GPU: drop --repeats and pass --devices 0".into(),
+        ));
     }
     if let Some(l) = job.rig_label.as_ref().filter(|l| **l != prev.rig_label) {
         return Err(bad(format!(
@@ -306,7 +317,11 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     };
     let out = job.resume.as_deref().or(job.out.as_deref());
     let dir = if job.write_files {
-        let d = ReportDir::create(out, &label, job.redact, job.force || job.resume.is_some())?;
+        let d = match &job.resume {
+            // Continued in place: nothing of it is replaced, so nothing is staged.
+            Some(r) => ReportDir::continue_in(r, job.redact)?,
+            None => ReportDir::create(out, &label, job.redact, job.force)?,
+        };
         if d.staged() {
             eprintln!(
                 "rigbench: writing report to {} (moved to {} at the end)",
@@ -354,14 +369,25 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         // `report --resume`: rigbench's own cases are kept; the peers continue.
         let mut k = prev.kernels.clone().unwrap_or_default();
         let own = k.cases.iter().filter(|c| c.provider == "rigbench").count();
-        // The peer cases the interrupted run finished come back from the progress file; the
-        // SM clock readings that run attached to them are kept from its results.
+        // The peer rows the interrupted run finished come back from the progress file; they
+        // are put back as they were whenever the continued peers return none (interrupted at
+        // once, --peers off, python3 missing), and their SM clock readings are kept.
         let earlier_peers: Vec<crate::kernels::schema::KernelCase> = k
             .cases
             .iter()
             .filter(|c| c.provider != "rigbench")
             .cloned()
             .collect();
+        let earlier_skips: Vec<crate::kernels::schema::SkippedCase> = k
+            .skipped
+            .iter()
+            .filter(|s| {
+                s.provider != "rigbench"
+                    && s.provider != crate::kernels::peers::PEERS_STOPPED_PROVIDER
+            })
+            .cloned()
+            .collect();
+        let earlier_status = k.peers.clone();
         k.cases.retain(|c| c.provider == "rigbench");
         k.skipped.retain(|s| s.provider == "rigbench");
         k.peers.clear();
@@ -370,10 +396,6 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 && !n.starts_with("peer providers ran in")
                 && !n.starts_with("peers were requested")
         });
-        k.notes.push(format!(
-            "resumed at {resumed_at} (`report --resume`): the accuracy study and rigbench's {own} kernel cases are the interrupted run's ({}); the peers continued in a new process from the cases that run finished, and the later parts ran in it",
-            prev.created_utc
-        ));
         let mut o = opts.clone();
         if let Some(d) = &dir {
             let from = d.target.join(super::output::PEERS_PROGRESS);
@@ -392,32 +414,39 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 out.map(|p| p.display().to_string()).unwrap_or_default()
             );
             crate::kernels::peers::run_into(&o, &mut k);
-            if !earlier_peers.is_empty() && k.cases.iter().all(|c| c.provider == "rigbench") {
-                // The continued peers gave nothing back (the script failed): keep what the
-                // interrupted run had.
-                k.notes.push(format!(
-                    "the continued peer run returned no cases; the {} peer cases of the interrupted run are kept",
-                    earlier_peers.len()
-                ));
-                k.cases.extend(earlier_peers.iter().cloned());
-            }
-            for c in k
-                .cases
-                .iter_mut()
-                .filter(|c| c.provider != "rigbench" && c.clocks.is_none())
-            {
-                if let Some(e) = earlier_peers.iter().find(|e| {
-                    e.provider == c.provider
-                        && e.implementation == c.implementation
-                        && e.shape == c.shape
-                        && e.m == c.m
-                }) {
-                    c.clocks = e.clocks.clone();
-                    c.sm_clock_mhz = e.sm_clock_mhz;
-                    c.throttle = e.throttle.clone();
-                }
+        }
+        if !earlier_peers.is_empty() && k.cases.iter().all(|c| c.provider == "rigbench") {
+            k.notes.push(format!(
+                "the continued peer run returned no cases; the {} peer cases of the interrupted run are kept as they were",
+                earlier_peers.len()
+            ));
+            k.cases.extend(earlier_peers.iter().cloned());
+            k.skipped.extend(earlier_skips);
+            if k.peers.is_empty() {
+                k.peers = earlier_status;
             }
         }
+        for c in k
+            .cases
+            .iter_mut()
+            .filter(|c| c.provider != "rigbench" && c.clocks.is_none())
+        {
+            if let Some(e) = earlier_peers.iter().find(|e| {
+                e.provider == c.provider
+                    && e.implementation == c.implementation
+                    && e.shape == c.shape
+                    && e.m == c.m
+            }) {
+                c.clocks = e.clocks.clone();
+                c.sm_clock_mhz = e.sm_clock_mhz;
+                c.throttle = e.throttle.clone();
+            }
+        }
+        k.notes.push(format!(
+            "resumed at {resumed_at} by a new process (`report --resume`): the accuracy study and rigbench's {own} kernel cases are the interrupted run's (started {}); the peers went on from the {} peer cases that run finished; any later part (checkpoint, end-to-end) ran in the new process",
+            prev.created_utc,
+            earlier_peers.len()
+        ));
         results.kernels = Some(k);
         save(&results)?;
     }
@@ -529,7 +558,14 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             match outcome {
                 Ok(mut k) => {
                     k.reference_accuracy = accuracy;
-                    if skip_if_interrupted(&mut results, "kernels/peers") {
+                    if let Some(sig) = crate::signals::interrupted() {
+                        // The peer cases finished before the signal are kept (peers-progress.json).
+                        results.skipped.push(Skip {
+                            what: "kernels/peers".into(),
+                            reason: format!(
+                                "stopped by {sig}: the peer cases finished before it are kept; `rigbench report --resume <this report's folder>` continues the rest"
+                            ),
+                        });
                     } else if first != 0 && opts.peers != crate::kernels::peers::PeerMode::Off {
                         k.notes.push(format!("peers not run: they run on CUDA device 0, and the first device selected is {first}"));
                     }
@@ -955,6 +991,20 @@ mod tests {
         finished.complete = true;
         let e = resume_error(&finished, &j, "NVIDIA H200");
         assert!(e.contains("finished report"), "{e}");
+        // Finished, but its peer script stopped before its end: that can be continued.
+        if let Some(k) = finished.kernels.as_mut() {
+            k.skipped.push(SkippedCase {
+                provider: crate::kernels::peers::PEERS_STOPPED_PROVIDER.into(),
+                implementation: "*".into(),
+                shape: "*".into(),
+                m: None,
+                reason: format!(
+                    "{} (it exited with exit status: 1) after 3 cases",
+                    crate::kernels::peers::PEERS_STOPPED_PREFIX
+                ),
+            });
+        }
+        assert_eq!(resume_error(&finished, &j, "NVIDIA H200"), "");
 
         let mut other = done;
         other.rigbench_version = "0.0.0-other".into();

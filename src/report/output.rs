@@ -151,6 +151,25 @@ impl ReportDir {
         })
     }
 
+    /// An interrupted report folder continued in place (`report --resume`): nothing is staged
+    /// and no file of it counts as stale (the run adds to it).
+    ///
+    /// # Errors
+    /// The folder cannot be written (the error names it).
+    pub fn continue_in(path: &Path, redact: bool) -> anyhow::Result<Self> {
+        let probe = path.join(".rigbench-write-test");
+        std::fs::write(&probe, b"")
+            .with_context(|| format!("cannot write into the report folder {}", path.display()))?;
+        let _ = std::fs::remove_file(&probe);
+        Ok(Self {
+            path: path.to_path_buf(),
+            target: path.to_path_buf(),
+            redactor: Redactor::for_this_host(redact),
+            staged: false,
+            before: Vec::new(),
+        })
+    }
+
     /// An existing report folder, used as it is (for re-rendering in place).
     pub fn existing(path: &Path, redact: bool) -> Self {
         Self {
@@ -190,6 +209,17 @@ impl ReportDir {
             }
             let text = std::fs::read_to_string(e.path())
                 .with_context(|| format!("cannot read {}", e.path().display()))?;
+            if name == PEERS_PROGRESS {
+                // JSON that `report --resume` reads back: redact its values, not its text.
+                if let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&text) {
+                    let before = v.clone();
+                    self.redactor.redact_json(&mut v);
+                    if v != before {
+                        atomic_write_json(&e.path(), &v)?;
+                    }
+                }
+                continue;
+            }
             let mut red = self.redactor.redact(&text);
             if svg {
                 for p in Redactor::PLACEHOLDERS {
@@ -305,6 +335,26 @@ impl ReportDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_peer_progress_file_is_redacted_as_json_and_stays_readable() {
+        let d = tempfile::tempdir().unwrap();
+        let mut dir = ReportDir::continue_in(d.path(), true).unwrap();
+        // A user named like a JSON key, whose name would break the text if replaced blindly.
+        dir.redactor = Redactor::with_literals(vec![("cases".into(), "<user>")], true);
+        let f = d.path().join(PEERS_PROGRESS);
+        std::fs::write(
+            &f,
+            r#"{"peers":[{"detail":"looked in /home/cases/x from 10.1.2.3"}],"cases":[],"in_flight":null}"#,
+        )
+        .unwrap();
+        dir.redact_direct_writes().unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        assert!(v.get("cases").is_some_and(|c| c.is_array()), "{v}");
+        let detail = v["peers"][0]["detail"].as_str().unwrap();
+        assert!(!detail.contains("10.1.2.3") && !detail.contains("/home/cases"), "{detail}");
+    }
 
     fn names(d: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(d)
