@@ -126,6 +126,12 @@ pub fn resumable(
             "--resume works with one repeat on one GPU: drop --repeats and pass --devices 0".into(),
         ));
     }
+    if k.repeats.is_some() || prev.multi_gpu.as_ref().is_some_and(|m| m.devices.len() > 1) {
+        return Err(bad(format!(
+            "{} was measured with --repeats or on several GPUs (--devices): --resume continues one repeat on one GPU; start a new report",
+            file.display()
+        )));
+    }
     if let Some(l) = job.rig_label.as_ref().filter(|l| **l != prev.rig_label) {
         return Err(bad(format!(
             "{} is labelled {}; --rig-label {l} would not match it: drop --rig-label",

@@ -353,7 +353,10 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
         assert!(v.get("cases").is_some_and(|c| c.is_array()), "{v}");
         let detail = v["peers"][0]["detail"].as_str().unwrap();
-        assert!(!detail.contains("10.1.2.3") && !detail.contains("/home/cases"), "{detail}");
+        assert!(
+            !detail.contains("10.1.2.3") && !detail.contains("/home/cases"),
+            "{detail}"
+        );
     }
 
     fn names(d: &Path) -> Vec<String> {
