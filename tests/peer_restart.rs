@@ -26,7 +26,8 @@ fn case(shape: &str) -> String {
 /// - `die`: writes one finished case, no case in flight, exits 1 (a failure between cases);
 /// - `term`: writes one case with one in flight and is killed by SIGTERM (as a process group's
 ///   signal stops it);
-/// - `always`: crashes like `crash` on every start, resume or not.
+/// - `always`: crashes like `crash` on every start, resume or not;
+/// - `sleep`: writes one case, then sleeps 30 s (to be stopped by rigbench's SIGTERM).
 ///
 /// Every call is logged.
 fn fake_python(dir: &Path) {
@@ -43,6 +44,7 @@ fn fake_python(dir: &Path) {
 spec=$3; out=$5
 echo call >> "{log}"
 case "$FAKE_MODE" in
+sleep) printf '%s' '{between}' > "$out"; sleep 30; exit 0 ;;
 die) printf '%s' '{between}' > "$out"; echo "RuntimeError: something between cases" >&2; exit 1 ;;
 term) printf '%s' '{first}' > "$out"; kill -TERM $$ ;;
 always) if [ -f "$out" ]; then sed -i 's/"in_flight":null/"in_flight":{{"provider":"torch","implementation":"torch.matmul","shape":"second","m":1}}/' "$out"; else printf '%s' '{first}' > "$out"; fi; echo "torch.AcceleratorError: CUDA error: an illegal memory access was encountered" >&2; echo "peers: second M=1 done (1 s)" >&2; exit 70 ;;
@@ -207,4 +209,27 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
     );
     let why = stopped(&k).expect("the stop is in the skipped list");
     assert!(why.contains("signal 15"), "{why}");
+
+    // SIGTERM to rigbench (last: the flag stays set for this process) reaches the script's
+    // process group: it stops at once, and the case it finished is kept.
+    std::env::set_var("FAKE_MODE", "sleep");
+    rigbench::signals::install().unwrap();
+    std::thread::spawn(|| {
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        // SAFETY: kill(2) on this process's own pid.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGTERM);
+        }
+    });
+    let t0 = std::time::Instant::now();
+    let mut k = KernelResults::default();
+    run_into(&opts(&progress, false), &mut k);
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(15),
+        "the sleeping script was stopped, not waited for ({:?})",
+        t0.elapsed()
+    );
+    let why = stopped(&k).expect("the stop is in the skipped list");
+    assert!(why.contains("interrupted by SIGTERM"), "{why}");
+    assert_eq!(k.cases.len(), 1, "the finished case is kept");
 }

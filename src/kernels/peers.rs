@@ -457,8 +457,9 @@ fn run_script(opts: &BenchOptions, k: &KernelResults) -> anyhow::Result<(PeerOut
 }
 
 /// Run the script once, its stderr passed through; returns its exit status and its last
-/// non-empty stderr line other than progress lines. A SIGINT/SIGTERM of rigbench is passed on
-/// to the script (it may not have received it: `kill <rigbench pid>` reaches rigbench alone).
+/// non-empty stderr line other than progress lines. The script leads its own process group
+/// (registered with `crate::signals`, so a second signal SIGKILLs it); a SIGINT/SIGTERM of
+/// rigbench is passed on to that group (a terminal's Ctrl-C no longer reaches it directly).
 ///
 /// # Errors
 /// python3 cannot be started, or waiting for it fails.
@@ -468,7 +469,11 @@ fn run_once(
     out_path: &std::path::Path,
 ) -> anyhow::Result<(std::process::ExitStatus, Option<String>)> {
     use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    // Its own process group: a second signal to rigbench SIGKILLs the whole group (the script
+    // and any worker it started), as for engines (src/signals.rs).
     let mut child = crate::gpu::nccl::apply_child_env(&mut Command::new("python3"))
+        .process_group(0)
         .arg(script)
         .arg("--spec")
         .arg(spec_path)
@@ -482,6 +487,8 @@ fn run_once(
                 "python3 could not be started ({e}); install Python 3 with PyTorch for peer rows"
             )
         })?;
+    let pgid = child.id();
+    crate::signals::register_group(pgid);
     let last = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
     let reader = child.stderr.take().map(|err| {
         let last = last.clone();
@@ -504,13 +511,11 @@ fn run_once(
         }
         if !signalled && crate::signals::interrupted().is_some() {
             signalled = true;
-            // SAFETY: kill(2) on the pid of a child this process spawned and has not reaped.
-            unsafe {
-                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-            }
+            crate::signals::kill_group(pgid, libc::SIGTERM);
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
+    crate::signals::unregister_group(pgid);
     if let Some(r) = reader {
         let _ = r.join();
     }
