@@ -114,3 +114,35 @@ fn the_two_gpu_report_has_a_multi_gpu_verdict_line() {
     assert_eq!(md.matches("Why the all-reduce figures differ").count(), 1);
     assert!(md.contains("(2 per layer × 64 layers)"), "{md}");
 }
+
+/// The complete kernels of record (two device calls joined by `report --resume`): it
+/// re-renders with every peer, both timing modes, the goals table, and says it was resumed.
+#[test]
+fn the_resumed_kernels_of_record_have_every_peer_and_say_they_were_resumed() {
+    let (md, _d) = render("reports/nvidia-h200-sm90/20261201T021503Z");
+    assert!(md.contains("run complete"), "not marked complete");
+    assert!(
+        md.contains("resumed at 2026-12-01T02:24:33Z"),
+        "no resume note"
+    );
+    assert!(
+        md.contains("(resumed at 2026-12-01T02:24:33Z by: "),
+        "command line"
+    );
+    for peer in [
+        "torch:torch.matmul",
+        "torch:torch._scaled_mm",
+        "torch:torch._weight_int4pack_mm",
+        "gemlite:gemlite.A16W4_INT_g128",
+    ] {
+        assert!(md.contains(peer), "{peer} missing");
+    }
+    // gemlite's rows are all timed (FP32 split-K), none skipped.
+    assert!(
+        md.contains("| gemlite  | gemlite.A16W4_INT_g128                                    | yes | 112         | 0 "),
+        "gemlite: 112 timed, 0 skipped"
+    );
+    assert!(md.contains("### rigbench's kernel goals"));
+    assert!(md.contains("| decode-step composite, M = 1: w4a16 faster than bf16"));
+    assert!(md.contains("Summed GEMM time per decode step, graph timing"));
+}
