@@ -50,6 +50,50 @@ pub struct Job {
     pub resume: Option<PathBuf>,
 }
 
+/// What differs between the rig facts of an interrupted run and of the process resuming it:
+/// host name, GPU PCI bus id, driver version, NVRTC or cuBLASLt version (`None`: nothing).
+fn rig_difference(was: &crate::rig::RigFacts, now: &crate::rig::RigFacts) -> Option<String> {
+    let mut d = Vec::new();
+    let pair = |what: &str, a: Option<&str>, b: Option<&str>, d: &mut Vec<String>| {
+        if a != b {
+            d.push(format!(
+                "{what} {} then, {} now",
+                a.unwrap_or("unknown"),
+                b.unwrap_or("unknown")
+            ));
+        }
+    };
+    // results.json holds the host name redacted (`<host>`) unless --no-redact: then unknown.
+    if !was.host.hostname.starts_with('<') && was.host.hostname != now.host.hostname {
+        d.push("another host".into());
+    }
+    pair(
+        "GPU PCI bus",
+        was.gpu.as_ref().and_then(|g| g.pci_bus_id.as_deref()),
+        now.gpu.as_ref().and_then(|g| g.pci_bus_id.as_deref()),
+        &mut d,
+    );
+    pair(
+        "driver",
+        was.stack.driver_version.as_deref(),
+        now.stack.driver_version.as_deref(),
+        &mut d,
+    );
+    pair(
+        "NVRTC",
+        was.stack.nvrtc_version.as_deref(),
+        now.stack.nvrtc_version.as_deref(),
+        &mut d,
+    );
+    pair(
+        "cuBLASLt",
+        was.stack.cublaslt_version.as_deref(),
+        now.stack.cublaslt_version.as_deref(),
+        &mut d,
+    );
+    (!d.is_empty()).then(|| d.join(", "))
+}
+
 /// The results of an interrupted report that `report --resume DIR` can continue with `job`:
 /// its kernel bench finished (every (shape, M, format) of the suite has a rigbench case or a
 /// skip), on the same rigbench version, suite, M values, formats and timing modes, on a GPU of
@@ -292,6 +336,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
 /// As [`run`].
 pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     let rig = crate::rig::probe();
+    let rig_now = rig.clone();
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
     let resumed = match &job.resume {
         Some(d) => Some(resumable(d, &job, &rig)?),
@@ -447,6 +492,11 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 c.sm_clock_mhz = e.sm_clock_mhz;
                 c.throttle = e.throttle.clone();
             }
+        }
+        if let Some(d) = rig_difference(&prev.rig, &rig_now) {
+            k.notes.push(format!(
+                "the resuming process ran on a different machine state than the interrupted run ({d}): the rig section is the interrupted run's; the peers and later parts ran on this one"
+            ));
         }
         k.notes.push(format!(
             "resumed at {resumed_at} by a new process (`report --resume`): the accuracy study and rigbench's {own} kernel cases are the interrupted run's (started {}); the peers went on from the {} peer cases that run finished; any later part (checkpoint, end-to-end) ran in the new process",
@@ -922,6 +972,27 @@ mod tests {
             Ok(_) => String::new(),
             Err(e) => format!("{e:#}"),
         }
+    }
+
+    #[test]
+    fn a_resume_on_another_host_or_driver_is_named() {
+        let a = gpu("NVIDIA H200");
+        assert_eq!(rig_difference(&a, &a.clone()), None);
+        let mut redacted = a.clone();
+        redacted.host.hostname = "<host>".into();
+        assert_eq!(
+            rig_difference(&redacted, &a),
+            None,
+            "a redacted name is unknown"
+        );
+        let mut b = a.clone();
+        b.host.hostname = "other".into();
+        b.stack.driver_version = Some("580.1".into());
+        let d = rig_difference(&a, &b).unwrap();
+        assert!(
+            d.contains("another host") && d.contains("driver unknown then, 580.1 now"),
+            "{d}"
+        );
     }
 
     fn err(r: anyhow::Result<Results>) -> String {
