@@ -121,9 +121,18 @@ def main():
         # can fail (rigbench would otherwise blame that case for a failure during start-up).
         save()
 
-    def is_cuda_error(e):
-        return isinstance(e, getattr(torch, "AcceleratorError", ())) or "CUDA error" in str(e) \
-            or "illegal memory access" in str(e)
+    def context_broken():
+        """Whether the CUDA context is unusable (an earlier kernel faulted): errors surface at a
+        later call, so ask the GPU to finish its queued work."""
+        try:
+            torch.cuda.synchronize()
+            return False
+        except Exception:  # noqa: BLE001
+            return True
+
+    def is_fatal(e):
+        """A CUDA error that poisons the context (not one a case can be skipped for)."""
+        return isinstance(e, getattr(torch, "AcceleratorError", ())) or context_broken()
 
     def die_on_cuda_error(e):
         """A CUDA error poisons the context: exit now, leaving out["in_flight"] saved."""
@@ -132,10 +141,26 @@ def main():
               f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr, flush=True)
         os._exit(70)
 
+    def settle():
+        """Wait for the GPU work queued so far; a fault in it is the in-flight case's."""
+        try:
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001
+            die_on_cuda_error(e)
+
     def claim(provider, impl, shape, m):
-        """Name the case whose GPU work starts now (saved, so a crash leaves it named)."""
+        """Name the case whose GPU work starts now (saved, so a crash leaves it named). The
+        work queued for the case named before is finished first, so its faults stay its own."""
+        settle()
         out["in_flight"] = {"provider": provider, "implementation": impl, "shape": shape, "m": m}
         save()
+
+    def release():
+        """The in-flight case's GPU work is finished: nothing is in flight."""
+        settle()
+        if out["in_flight"] is not None:
+            out["in_flight"] = None
+            save()
 
     try:
         import torch
@@ -300,6 +325,7 @@ def main():
         n, k, name = shape["n"], shape["k"], shape["name"]
         if done and all((providers.get(i, "torch"), i, name, m) in done for i in impl_names for m in spec["m"]):
             continue  # every case of this shape ran in the earlier run (resume)
+        release()  # the weights made next are no case's own
         gen.manual_seed(sum(map(ord, name)))
         w_bf16 = (torch.rand(n, k, device=dev, generator=gen) * 2 - 1).to(torch.bfloat16)
         w_fp8 = (torch.rand(n, k, device=dev, generator=gen) * 4 - 2).to(e4m3) if e4m3 else None
@@ -319,12 +345,14 @@ def main():
             todo = [m for m in spec["m"] if ("torch", "torch._weight_int4pack_mm", name, m) not in done]
             if todo:
                 claim("torch", "torch._weight_int4pack_mm", name, todo[0])  # a crash here skips that case
-            for order, u8 in (("even k in high nibble", ((q_int[:, ::2] << 4) | q_int[:, 1::2]).to(torch.uint8)),
-                              ("even k in low nibble", ((q_int[:, 1::2] << 4) | q_int[:, ::2]).to(torch.uint8))):
+            orders = (("even k in high nibble", True), ("even k in low nibble", False))
+            for order, even_high in orders if todo else ():
                 try:
+                    hi, lo = (q_int[:, ::2], q_int[:, 1::2]) if even_high else (q_int[:, 1::2], q_int[:, ::2])
+                    u8 = ((hi << 4) | lo).to(torch.uint8)
                     int4_packings.append((order, torch._convert_weight_to_int4pack(u8, 8)))
                 except Exception as e:  # noqa: BLE001
-                    if is_cuda_error(e):
+                    if is_fatal(e):
                         die_on_cuda_error(e)
                     int4_err = f"{type(e).__name__}: {e}"
         gl_layer, gl_err_shape = None, None
@@ -336,19 +364,23 @@ def main():
                 if todo:
                     claim("gemlite", "gemlite.A16W4_INT_g128", name, todo[0])  # a crash here skips that case
                 try:
+                    if not todo:
+                        raise RuntimeError("every gemlite case of this shape ran in the earlier run")
                     gl_layer = gemlite.helper.A16Wn(device="cuda:0", dtype=torch.bfloat16).from_weights(
                         q_int.to(torch.uint8), scales.t().contiguous(),
                         torch.full_like(scales.t().contiguous(), 8.0), 4, GROUP)
                 except Exception as e:  # noqa: BLE001
-                    if is_cuda_error(e):
+                    if is_fatal(e):
                         die_on_cuda_error(e)
                     gl_err_shape = f"gemlite could not pack the weights: {type(e).__name__}: {e}"
         copies_cache = {}
-        if out["in_flight"] is not None:
-            out["in_flight"] = None
-            save()
+        release()
 
         for m in spec["m"]:
+            todo_m = [(providers.get(i, "torch"), i) for i in impl_names if (providers.get(i, "torch"), i, name, m) not in done]
+            if not todo_m:
+                continue  # every case of this M ran in the earlier run (resume)
+            claim(todo_m[0][0], todo_m[0][1], name, m)  # its inputs and references are made now
             a = (torch.rand(m, k, device=dev, generator=gen) * 2 - 1).to(torch.bfloat16)
             rows = sample_idx(m, 32, dev)
             cols = sample_idx(n, 64, dev)
@@ -389,7 +421,7 @@ def main():
                         try:
                             case["graph"] = graph_case(impl, make, weights, clone, wbytes, ref, get_out, extra)
                         except Exception as e:  # noqa: BLE001
-                            if is_cuda_error(e):
+                            if is_fatal(e):
                                 die_on_cuda_error(e)
                             case["graph_skip"] = f"{type(e).__name__}: {e}"
                     case["t_end"] = time.time()
@@ -398,12 +430,11 @@ def main():
                         return
                     out["cases"].append(case)
                 except Exception as e:  # noqa: BLE001
-                    if is_cuda_error(e):
+                    if is_fatal(e):
                         die_on_cuda_error(e)  # os._exit: the finally below does not run
                     skip(provider, impl, f"{type(e).__name__}: {e}")
                 finally:
-                    out["in_flight"] = None
-                    save()
+                    release()
 
             def graph_case(impl, make, weights, clone, wbytes, ref, get_out, extra):
                 copies, launches = graph_plan(wbytes, g_min_total, g_min_launches)
@@ -443,23 +474,33 @@ def main():
             elif w_fp8 is not None and hasattr(torch, "_scaled_mm"):
                 claim("torch", "torch._scaled_mm", name, m)
                 mp = ((m + 15) // 16) * 16
-                a_pad = torch.zeros(mp, k, device=dev, dtype=torch.bfloat16)
-                a_pad[:m] = a
-                a_scale = (a.abs().max().float() / 448.0).clamp(min=1e-12)
-                a_fp8 = (a_pad.float() / a_scale).to(e4m3)
-                ref8 = (a_fp8[:m][rows].double() * a_scale.double()) @ (w_fp8[cols].double() * w_scale.double()).t()
+                try:
+                    a_pad = torch.zeros(mp, k, device=dev, dtype=torch.bfloat16)
+                    a_pad[:m] = a
+                    a_scale = (a.abs().max().float() / 448.0).clamp(min=1e-12)
+                    a_fp8 = (a_pad.float() / a_scale).to(e4m3)
+                    ref8 = (a_fp8[:m][rows].double() * a_scale.double()) @ \
+                        (w_fp8[cols].double() * w_scale.double()).t()
+                    fp8_err = None
+                except Exception as e:  # noqa: BLE001
+                    if is_fatal(e):
+                        die_on_cuda_error(e)
+                    fp8_err = f"preparing its inputs failed: {type(e).__name__}: {e}"
 
                 def quant():
                     s = (a_pad.abs().amax().float() / 448.0).clamp(min=1e-12)
                     return (a_pad.float() / s).to(e4m3), s
 
-                record("torch", "torch._scaled_mm", "fp8",
-                       f"torch._scaled_mm FP8 E4M3 per-tensor, BF16 out (M padded to {mp}); activation quantization "
-                       "in plain torch ops (abs-amax, divide, cast), timed separately",
-                       lambda w: (lambda: torch._scaled_mm(a_fp8, w.t(), scale_a=a_scale, scale_b=w_scale,
-                                                           out_dtype=torch.bfloat16)),
-                       w_fp8, lambda w: w.clone(), nbytes(w_fp8, w_scale), ref8, lambda r: r[:m][rows][:, cols],
-                       extra=[("activation_quant", quant)])
+                if fp8_err:
+                    skip("torch", "torch._scaled_mm", fp8_err)
+                else:
+                    record("torch", "torch._scaled_mm", "fp8",
+                           f"torch._scaled_mm FP8 E4M3 per-tensor, BF16 out (M padded to {mp}); activation quantization "
+                           "in plain torch ops (abs-amax, divide, cast), timed separately",
+                           lambda w: (lambda: torch._scaled_mm(a_fp8, w.t(), scale_a=a_scale, scale_b=w_scale,
+                                                               out_dtype=torch.bfloat16)),
+                           w_fp8, lambda w: w.clone(), nbytes(w_fp8, w_scale), ref8, lambda r: r[:m][rows][:, cols],
+                           extra=[("activation_quant", quant)])
             else:
                 skip("torch", "torch._scaled_mm", "this PyTorch has no float8_e4m3fn / _scaled_mm")
 
@@ -473,15 +514,24 @@ def main():
             elif int4_packings:
                 claim("torch", "torch._weight_int4pack_mm", name, m)
                 order, packed = int4_packings[0]
-                for o, p in int4_packings:
-                    r = torch._weight_int4pack_mm(a, p, GROUP, sz)
-                    if rel_l2(r[rows][:, cols], ref4) <= TOL:
-                        order, packed = o, p
-                        break
-                record("torch", "torch._weight_int4pack_mm", "w4a16",
-                       f"tinygemm INT4 W4A16 (torch._weight_int4pack_mm, group 128, innerKTiles 8; {order})",
-                       lambda w: (lambda: torch._weight_int4pack_mm(a, w[0], GROUP, w[1])), (packed, sz),
-                       lambda w: (w[0].clone(), w[1].clone()), nbytes(packed, sz), ref4, lambda r: r[rows][:, cols])
+                probe_err = None
+                try:
+                    for o, p in int4_packings:
+                        r = torch._weight_int4pack_mm(a, p, GROUP, sz)
+                        if rel_l2(r[rows][:, cols], ref4) <= TOL:
+                            order, packed = o, p
+                            break
+                except Exception as e:  # noqa: BLE001
+                    if is_fatal(e):
+                        die_on_cuda_error(e)
+                    probe_err = f"choosing the nibble order failed: {type(e).__name__}: {e}"
+                if probe_err:
+                    skip("torch", "torch._weight_int4pack_mm", probe_err)
+                else:
+                    record("torch", "torch._weight_int4pack_mm", "w4a16",
+                           f"tinygemm INT4 W4A16 (torch._weight_int4pack_mm, group 128, innerKTiles 8; {order})",
+                           lambda w: (lambda: torch._weight_int4pack_mm(a, w[0], GROUP, w[1])), (packed, sz),
+                           lambda w: (w[0].clone(), w[1].clone()), nbytes(packed, sz), ref4, lambda r: r[rows][:, cols])
             else:
                 skip("torch", "torch._weight_int4pack_mm", int4_err)
 
@@ -510,6 +560,11 @@ if __name__ == "__main__":
         sys.exit(main())
     except Exception as e:  # noqa: BLE001
         traceback.print_exc()
-        # A CUDA error outside a case's own try (its preparation): 70, like one inside it; the
-        # case claimed last is still named in the output.
-        sys.exit(70 if "CUDA error" in str(e) or "illegal memory access" in str(e) else 1)
+        # One line rigbench can quote (a traceback's last line is often a hint, not the error).
+        print(f"peer script failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+              file=sys.stderr, flush=True)
+        # A CUDA error outside a case's own try: 70, like one inside it; the case claimed last
+        # is still named in the output.
+        torch_mod = sys.modules.get("torch")
+        fatal = isinstance(e, getattr(torch_mod, "AcceleratorError", ())) if torch_mod else False
+        sys.exit(70 if fatal or "CUDA error" in str(e) else 1)

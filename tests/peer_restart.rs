@@ -183,6 +183,7 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
 
     // Dying between cases: no restart (nothing to blame), the stop says how to continue.
     std::env::set_var("FAKE_MODE", "die");
+    let _ = std::fs::remove_file(&progress);
     let before = calls(dir.path());
     let mut k = KernelResults::default();
     run_into(&opts(&progress, false), &mut k);
@@ -196,6 +197,7 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
 
     // Stopped by SIGTERM from outside: not a crash of the case in flight, no restart.
     std::env::set_var("FAKE_MODE", "term");
+    let _ = std::fs::remove_file(&progress);
     let before = calls(dir.path());
     let mut k = KernelResults::default();
     run_into(&opts(&progress, false), &mut k);
@@ -213,6 +215,7 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
     // SIGTERM to rigbench (last: the flag stays set for this process) reaches the script's
     // process group: it stops at once, and the case it finished is kept.
     std::env::set_var("FAKE_MODE", "sleep");
+    std::fs::remove_file(&progress).unwrap();
     rigbench::signals::install().unwrap();
     std::thread::spawn(|| {
         std::thread::sleep(std::time::Duration::from_millis(800));
@@ -231,5 +234,11 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
     );
     let why = stopped(&k).expect("the stop is in the skipped list");
     assert!(why.contains("interrupted by SIGTERM"), "{why}");
-    assert_eq!(k.cases.len(), 1, "the finished case is kept");
+    assert_eq!(k.cases.len(), 1, "the case the script finished is kept");
+    assert!(
+        std::fs::read_to_string(&progress)
+            .unwrap()
+            .contains("\"in_flight\":null"),
+        "the sleeping script's own output"
+    );
 }

@@ -472,7 +472,17 @@ fn run_once(
     use std::os::unix::process::CommandExt;
     // Its own process group: a second signal to rigbench SIGKILLs the whole group (the script
     // and any worker it started), as for engines (src/signals.rs).
-    let mut child = crate::gpu::nccl::apply_child_env(&mut Command::new("python3"))
+    let mut cmd = Command::new("python3");
+    // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
+    // which is async-signal-safe. PR_SET_PDEATHSIG: the script is SIGKILLed if rigbench dies
+    // without stopping it (a SIGHUP or SIGKILL of rigbench), so it never outlives it.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = crate::gpu::nccl::apply_child_env(&mut cmd)
         .process_group(0)
         .arg(script)
         .arg("--spec")
@@ -515,6 +525,8 @@ fn run_once(
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
+    // Anything the script left in its group (a worker) goes with it.
+    crate::signals::kill_group(pgid, libc::SIGKILL);
     crate::signals::unregister_group(pgid);
     if let Some(r) = reader {
         let _ = r.join();

@@ -439,6 +439,12 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             .cloned()
             .collect();
         let earlier_status = k.peers.clone();
+        let earlier_stop: Vec<crate::kernels::schema::SkippedCase> = k
+            .skipped
+            .iter()
+            .filter(|s| s.provider == crate::kernels::peers::PEERS_STOPPED_PROVIDER)
+            .cloned()
+            .collect();
         k.cases.retain(|c| c.provider == "rigbench");
         k.skipped.retain(|s| s.provider == "rigbench");
         k.peers.clear();
@@ -473,8 +479,19 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             ));
             k.cases.extend(earlier_peers.iter().cloned());
             k.skipped.extend(earlier_skips);
-            if k.peers.is_empty() {
-                k.peers = earlier_status;
+            // Still not finished: keep saying so (and keep the report resumable).
+            let stop_noted = k
+                .skipped
+                .iter()
+                .any(|s| s.provider == crate::kernels::peers::PEERS_STOPPED_PROVIDER);
+            if !stop_noted {
+                k.skipped.extend(earlier_stop);
+            }
+        }
+        // Provider statuses the continued run did not write (it stopped before, or did not run).
+        for st in earlier_status {
+            if !k.peers.iter().any(|p| p.provider == st.provider) {
+                k.peers.push(st);
             }
         }
         for c in k
