@@ -7,7 +7,7 @@
 
 use rigbench::kernels::bench::BenchOptions;
 use rigbench::kernels::peers::{run_into, PeerMode};
-use rigbench::kernels::schema::{KernelResults, TimingModes};
+use rigbench::kernels::schema::KernelResults;
 use std::path::Path;
 
 const CASE: &str = r#"{"provider":"torch","implementation":"torch.matmul","format":"bf16","shape":"SHAPE","m":1,"n":16,"k":32,"path":"p",
@@ -85,19 +85,11 @@ fn stopped(k: &KernelResults) -> Option<String> {
 
 fn opts(progress: &Path, resume: bool) -> BenchOptions {
     BenchOptions {
-        suite: rigbench::kernels::suite::load("smoke").unwrap(),
         formats: vec![],
-        stopping: rigbench::stats::StoppingRule::default(),
-        warmup: 3,
-        cold_l2: true,
-        flush: rigbench::gpu::FlushMethod::Read,
-        tune_samples: 5,
-        determinism_m: vec![],
-        determinism_runs: 5,
         peers: PeerMode::On,
-        timing: TimingModes::Cold,
         peers_progress: Some(progress.to_path_buf()),
         peers_resume: resume,
+        ..BenchOptions::new(rigbench::kernels::suite::load("smoke").unwrap())
     }
 }
 

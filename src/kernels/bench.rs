@@ -82,6 +82,41 @@ pub struct BenchOptions {
     pub peers_resume: bool,
 }
 
+impl BenchOptions {
+    /// A bench of `suite` with the `kernels` command's defaults: every format (bf16, fp8, w4a16,
+    /// w4a4); sampling until σ/mean ≤ 1% after ≥ 10 samples, at most 200 samples or 0.25 s;
+    /// 3 warm-up launches; an L2 flush by reading before every sample; 5 tuning samples per
+    /// configuration; no determinism check (5 runs when it is turned on); peers when available;
+    /// cold timing only; peer progress in a temporary file.
+    pub fn new(suite: Suite) -> Self {
+        Self {
+            suite,
+            formats: vec![
+                GemmFormat::Bf16,
+                GemmFormat::Fp8,
+                GemmFormat::W4a16,
+                GemmFormat::W4a4,
+            ],
+            stopping: StoppingRule {
+                min_samples: 10,
+                max_samples: 200,
+                target_rel_std: 0.01,
+                max_time_s: 0.25,
+            },
+            warmup: 3,
+            cold_l2: true,
+            flush: crate::gpu::FlushMethod::Read,
+            tune_samples: 5,
+            determinism_m: Vec::new(),
+            determinism_runs: 5,
+            peers: super::peers::PeerMode::Auto,
+            timing: TimingModes::Cold,
+            peers_progress: None,
+            peers_resume: false,
+        }
+    }
+}
+
 /// Graph timing: the weight copies of one case together exceed this many L2 sizes.
 pub const GRAPH_L2_FACTOR: u64 = 4;
 /// Graph timing: at least this many GEMM launches per graph.

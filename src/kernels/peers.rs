@@ -630,19 +630,10 @@ mod tests {
     #[test]
     fn spec_carries_timing_modes_and_peer_folders() {
         let opts = BenchOptions {
-            suite: crate::kernels::suite::load("smoke").unwrap(),
             formats: vec![],
-            stopping: crate::stats::StoppingRule::default(),
-            warmup: 3,
-            cold_l2: true,
-            flush: crate::gpu::FlushMethod::Read,
-            tune_samples: 5,
-            determinism_m: vec![],
-            determinism_runs: 5,
             peers: PeerMode::On,
             timing: TimingModes::Both,
-            peers_progress: None,
-            peers_resume: false,
+            ..BenchOptions::new(crate::kernels::suite::load("smoke").unwrap())
         };
         let k = KernelResults {
             timing_policy: Some(TimingPolicy {

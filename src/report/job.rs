@@ -900,22 +900,13 @@ mod tests {
     fn job(timing: TimingModes) -> Job {
         Job {
             kernels: Some(BenchOptions {
-                suite: crate::kernels::suite::load("smoke").unwrap(),
                 formats: vec![
                     crate::formats::GemmFormat::Bf16,
                     crate::formats::GemmFormat::W4a4,
                 ],
-                stopping: crate::stats::StoppingRule::default(),
-                warmup: 3,
-                cold_l2: true,
-                flush: crate::gpu::FlushMethod::Read,
-                tune_samples: 5,
-                determinism_m: vec![],
-                determinism_runs: 5,
                 peers: crate::kernels::peers::PeerMode::On,
                 timing,
-                peers_progress: None,
-                peers_resume: false,
+                ..BenchOptions::new(crate::kernels::suite::load("smoke").unwrap())
             }),
             accuracy: true,
             checkpoint: None,
@@ -942,7 +933,7 @@ mod tests {
         let mut k = KernelResults {
             timing_policy: Some(TimingPolicy {
                 warmup_iters: 3,
-                stopping: Default::default(),
+                stopping: BenchOptions::new(suite.clone()).stopping,
                 l2_flush_bytes: 120 << 20,
                 timer: String::new(),
                 modes: TimingModes::Cold,
