@@ -279,14 +279,6 @@ pub fn run_into(opts: &BenchOptions, k: &mut KernelResults) {
         return;
     }
     let started = std::time::Instant::now();
-    // On resume, the cases an earlier process finished (they are in the progress file).
-    let earlier = opts
-        .peers_progress
-        .as_ref()
-        .filter(|_| opts.peers_resume)
-        .and_then(|p| std::fs::read_to_string(p).ok())
-        .and_then(|t| serde_json::from_str::<PeerOut>(&t).ok())
-        .map(|o| o.cases.len());
     // Peers run on CUDA device 0; its telemetry is matched by PCI bus id.
     let clocks = ClockMonitor::for_reader(crate::rig::telemetry::TelemetryReader::for_pci_bus_id(
         crate::gpu::multi::pci_bus_id(0).as_deref(),
@@ -303,7 +295,7 @@ pub fn run_into(opts: &BenchOptions, k: &mut KernelResults) {
                     shape: "*".into(),
                     m: None,
                     reason: format!(
-                        "{PEERS_STOPPED_PREFIX} ({why}) after {} cases; the cases it finished are kept; `rigbench report --resume <this report's folder>` continues the rest",
+                        "the peer script stopped before its end ({why}) after {} cases; the cases it finished are kept; `rigbench report --resume <this report's folder>` continues the rest",
                         out.cases.len()
                     ),
                 });
@@ -321,16 +313,15 @@ pub fn run_into(opts: &BenchOptions, k: &mut KernelResults) {
                     reason: s.reason,
                 });
             }
-            k.notes.push(match earlier {
-                Some(n) => format!(
-                    "peer providers ran in {:.0} s in this process, continuing from the {n} peer cases an earlier process finished",
-                    started.elapsed().as_secs_f64()
-                ),
-                None => format!(
-                    "peer providers ran in {:.0} s",
-                    started.elapsed().as_secs_f64()
-                ),
-            });
+            k.notes.push(format!(
+                "peer providers ran in {:.0} s{}",
+                started.elapsed().as_secs_f64(),
+                if opts.peers_resume {
+                    " in this process"
+                } else {
+                    ""
+                }
+            ));
         }
         Err(e) => {
             k.peers.push(PeerStatus {
@@ -373,10 +364,9 @@ fn spec(opts: &BenchOptions, k: &KernelResults, dirs: &[PathBuf]) -> serde_json:
 /// How many times the peer script is started again after a case killed it.
 pub const PEER_RESTARTS: usize = 8;
 
-/// The `provider` of the skipped entry that records a peer run stopped before its end.
+/// The `provider` of the skipped entry that records a peer run stopped before its end (the one
+/// entry with this provider; `report --resume` looks for it).
 pub const PEERS_STOPPED_PROVIDER: &str = "peers";
-/// How the reason of that entry starts (`report --resume` looks for it).
-pub const PEERS_STOPPED_PREFIX: &str = "the peer script stopped before its end";
 
 /// Run the peer script; returns what it wrote and, when it did not finish, why (a signal to
 /// rigbench or to the script, or a failure after partial results). The script saves its output

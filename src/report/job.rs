@@ -5,8 +5,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
-
 use super::output::ReportDir;
 use super::schema::{Results, Skip};
 use crate::kernels::bench::BenchOptions;
@@ -127,11 +125,9 @@ pub fn resumable(
     let file = dir.join("results.json");
     let prev = Results::load(&file).map_err(|e| bad(format!("{e}")))?;
     let peers_stopped = prev.kernels.as_ref().is_some_and(|k| {
-        k.skipped.iter().any(|s| {
-            s.provider == crate::kernels::peers::PEERS_STOPPED_PROVIDER
-                && s.reason
-                    .starts_with(crate::kernels::peers::PEERS_STOPPED_PREFIX)
-        })
+        k.skipped
+            .iter()
+            .any(|s| s.provider == crate::kernels::peers::PEERS_STOPPED_PROVIDER)
     });
     if prev.interrupted.is_none() && prev.complete && !peers_stopped {
         return Err(bad(format!(
@@ -366,12 +362,11 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         }
         None => Results::new(rig, label.clone(), command_line),
     };
-    let out = job.resume.as_deref().or(job.out.as_deref());
     let dir = if job.write_files {
         let d = match &job.resume {
             // Continued in place: nothing of it is replaced, so nothing is staged.
             Some(r) => ReportDir::continue_in(r, job.redact)?,
-            None => ReportDir::create(out, &label, job.redact, job.force)?,
+            None => ReportDir::create(job.out.as_deref(), &label, job.redact, job.force)?,
         };
         if d.staged() {
             eprintln!(
@@ -453,23 +448,14 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 && !n.starts_with("peer providers ran in")
                 && !n.starts_with("peers were requested")
         });
+        // The folder is continued in place (`ReportDir::continue_in`): the script goes on from
+        // its own progress file there.
+        let folder = job.resume.as_deref().unwrap_or(std::path::Path::new("."));
         let mut o = opts.clone();
-        if let Some(d) = &dir {
-            let from = d.target.join(super::output::PEERS_PROGRESS);
-            let to = d.path.join(super::output::PEERS_PROGRESS);
-            if from.exists() && from != to {
-                std::fs::copy(&from, &to).with_context(|| {
-                    format!("cannot copy {} into {}", from.display(), to.display())
-                })?;
-            }
-            o.peers_progress = Some(to);
-        }
+        o.peers_progress = Some(folder.join(super::output::PEERS_PROGRESS));
         o.peers_resume = true;
         if !skip_if_interrupted(&mut results, "kernels/peers") {
-            eprintln!(
-                "rigbench: resuming the peers of {}",
-                out.map(|p| p.display().to_string()).unwrap_or_default()
-            );
+            eprintln!("rigbench: resuming the peers of {}", folder.display());
             crate::kernels::peers::run_into(&o, &mut k);
         }
         if !earlier_peers.is_empty() && k.cases.iter().all(|c| c.provider == "rigbench") {
@@ -1083,10 +1069,7 @@ mod tests {
                 implementation: "*".into(),
                 shape: "*".into(),
                 m: None,
-                reason: format!(
-                    "{} (it exited with exit status: 1) after 3 cases",
-                    crate::kernels::peers::PEERS_STOPPED_PREFIX
-                ),
+                reason: "the peer script stopped before its end (it exited with exit status: 1) after 3 cases".into(),
             });
         }
         assert_eq!(resume_error(&finished, &j, "NVIDIA H200"), "");
