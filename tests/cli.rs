@@ -2,18 +2,9 @@
 //! naming the flag or file and the documented exit code; without a GPU everything still runs and
 //! says what it skipped.
 
-use std::process::{Command, Output};
-
-fn rigbench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rigbench"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::*;
+use std::process::Output;
 
 fn assert_no_panic(o: &Output) {
     let e = stderr(o);

@@ -3,14 +3,9 @@
 //! binary or garbage files. Reads `../shared/fixtures` (fails when it is absent).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn rigbench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rigbench"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+mod common;
+use common::*;
+use std::process::Output;
 
 fn log(prefix: &str) -> String {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/logs");

@@ -3,18 +3,9 @@
 //! exit codes, a report that opens with a verdict).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn rigbench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rigbench"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::*;
+use std::process::Output;
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

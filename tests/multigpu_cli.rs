@@ -2,24 +2,14 @@
 //! with fewer than two GPUs (this one has none) the parts are skipped with the reason; a saved
 //! multi-GPU result renders the GPUs, the topology and the multi-GPU section.
 
-use std::process::{Command, Output};
+mod common;
+use common::*;
 
 use rigbench::multigpu::schema::{
     AllReducePoint, AllReduceResults, AllReduceWorld, MultiGpuResults, OpTiming, P2pCopy,
     P2pResults,
 };
 use rigbench::rig::topology::{TopoGpu, TopoLink, Topology};
-
-fn rigbench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rigbench"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 #[test]
 fn bad_device_lists_exit_64_naming_the_flag() {

@@ -3,14 +3,8 @@
 //! that are there.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn rigbench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rigbench"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+mod common;
+use common::*;
 
 fn evidence(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
