@@ -11,11 +11,18 @@
 //! `d = mean_r y_{c,r} − mean_r y_{b,r}` (the log ratio of the geometric means of the repeats'
 //! medians; reported as `exp(d) − 1`).
 //!
+//! When both sides record each repeat's *slot* (the position of the metric's implementation in
+//! that repeat's rotated order), the change is instead the slot-adjusted `μ_c − μ_b` of the
+//! least-squares fit `y = μ_side + π_slot + e` ([`Paired::slot_fit`]): the position in the
+//! order moves a small kernel's time by a few percent on the H200, which would otherwise read as
+//! between-run variance and bias `d` when the sides hold the slots in different proportions.
+//!
 //! Each `y_{s,r}` varies around the metric's true value by a between-run part (clocks and power
 //! state, memory placement, library heuristics: what changes from one run to the next) plus the
 //! within-run noise of a median. Its variance `σ²` is estimated from:
-//! - the spread of the repeats of both sides (`s_i²` with `R_b − 1 + R_c − 1` degrees of
-//!   freedom; a baseline's stored [`RunSpread`] stands for its side when present);
+//! - the spread of the repeats of both sides: the slot fit's residual variance, or without
+//!   slots `s_i²` with `R_b − 1 + R_c − 1` degrees of freedom (a baseline's stored
+//!   [`RunSpread`] then stands for its side when present);
 //! - a prior for the metric's *family* (the same implementation and part over shapes and M, or
 //!   the same end-to-end metric over sweep points): `s0²` and `d0` estimated from the `s_i²` of
 //!   the family by Smyth's empirical-Bayes method (Smyth 2004, *Linear models and empirical
@@ -29,10 +36,10 @@
 //!   degrees of freedom (Smyth's moderated t), never below the within-run variance of the
 //!   repeats' medians.
 //!
-//! `se² = σ̃²/R_b + σ̃²/R_c`. Without any between-run information (one repeat per side, no stored
-//! spread, no family prior) only the within-run noise is known: `se²` is the sum of the
-//! within-run variances of the two medians and the comparison says so, because it then flags
-//! ordinary run-to-run drift (issue 13).
+//! `se² = σ̃²/R_b + σ̃²/R_c` (with slots, `σ̃²` times the fit's factor). Without any between-run
+//! information (one repeat per side, no stored spread, no family prior) only the within-run
+//! noise is known: `se²` is the sum of the within-run variances of the two medians and the
+//! comparison says so, because it then flags ordinary run-to-run drift (issue 13).
 //!
 //! Within-run variance of `ln median`: the order-statistic standard error of McKean & Schrader
 //! (1984, *A comparison of methods for studentizing the sample median*, Comm. Stat. B 13(6)):
@@ -156,6 +163,10 @@ pub struct SideStats {
     pub n: usize,
     /// Median of all samples pooled (for display).
     pub pooled_median: f64,
+    /// The slot of each repeat: the position of the metric's implementation in that repeat's
+    /// implementation order (`report --repeats` rotates it); empty when unknown. See
+    /// [`Paired::slot_fit`].
+    pub slots: Vec<usize>,
 }
 
 /// Standard normal quantile `z_p`.
@@ -228,6 +239,45 @@ impl SideStats {
             within,
             n: samples.len(),
             pooled_median: median_sorted(&all),
+            slots: Vec::new(),
+        })
+    }
+
+    /// The same side with the slot of each repeat (ignored unless there is one per repeat).
+    pub fn with_slots(mut self, slots: &[usize]) -> Self {
+        if slots.len() == self.y.len() {
+            self.slots = slots.to_vec();
+        }
+        self
+    }
+
+    /// The spread of the repeats around their slot means (see [`Paired::slot_fit`]); the plain
+    /// spread without slots; `None` without a degree of freedom left.
+    pub fn slot_spread(&self) -> Option<RunSpread> {
+        if self.slots.len() != self.y.len() {
+            return self.spread();
+        }
+        let mut levels = self.slots.clone();
+        levels.sort_unstable();
+        levels.dedup();
+        let df = self.y.len().checked_sub(levels.len()).filter(|d| *d > 0)?;
+        let ss: f64 = levels
+            .iter()
+            .map(|l| {
+                let ys: Vec<f64> = self
+                    .y
+                    .iter()
+                    .zip(&self.slots)
+                    .filter(|(_, s)| *s == l)
+                    .map(|(y, _)| *y)
+                    .collect();
+                let m = ys.iter().sum::<f64>() / ys.len() as f64;
+                ys.iter().map(|y| (y - m) * (y - m)).sum::<f64>()
+            })
+            .sum();
+        Some(RunSpread {
+            sd_log: (ss / df as f64).sqrt(),
+            df,
         })
     }
 
@@ -273,20 +323,113 @@ pub struct Paired {
     pub b_stored: Option<RunSpread>,
 }
 
+/// The fit of one metric's repeats with the repeat *slot* as a block factor (see
+/// [`Paired::slot_fit`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlotFit {
+    /// The slot-adjusted change `d = μ_c − μ_b` (log scale).
+    pub d: f64,
+    /// `Var(d̂) / σ²`: `(XᵀX)⁻¹` at the contrast (`1/R_b + 1/R_c` when every slot is shared in
+    /// equal numbers).
+    pub factor: f64,
+    /// Residual sum of squares.
+    pub rss: f64,
+    /// Residual degrees of freedom: repeats of both sides − distinct slots − 1.
+    pub df: usize,
+}
+
 impl Paired {
-    /// `d = mean y_c − mean y_b`.
-    pub fn d(&self) -> f64 {
-        self.c.mean() - self.b.mean()
+    /// The two-way fit `y = μ_side + π_slot + e` of the repeats' `ln median`, by least squares:
+    /// `report --repeats` rotates the implementation order from one repeat to the next, and a
+    /// case's time depends on its position in the order (on the H200, by up to 3-6% for the
+    /// case timed first after a shape's weights are prepared: `docs/gate.md`). Fitting the slot
+    /// as a block factor compares the sides like with like (only slots present on both sides
+    /// inform `d`) and keeps the position effect out of the between-run variance.
+    ///
+    /// `None` when either side lacks slots, or the sides share no slot.
+    pub fn slot_fit(&self) -> Option<SlotFit> {
+        let (b, c) = (&self.b, &self.c);
+        if b.slots.len() != b.y.len() || c.slots.len() != c.y.len() || b.y.is_empty() {
+            return None;
+        }
+        if c.y.is_empty() || !b.slots.iter().any(|s| c.slots.contains(s)) {
+            return None;
+        }
+        let mut levels: Vec<usize> = b.slots.iter().chain(&c.slots).copied().collect();
+        levels.sort_unstable();
+        levels.dedup();
+        // Parameters: μ_b, μ_c, then π of every slot but the first.
+        let k = levels.len() + 1;
+        let rows: Vec<(Vec<f64>, f64)> = [(0usize, b), (1, c)]
+            .into_iter()
+            .flat_map(|(side, st)| {
+                let levels = &levels;
+                st.y.iter().zip(&st.slots).map(move |(y, s)| {
+                    let mut x = vec![0.0; k];
+                    x[side] = 1.0;
+                    let li = levels.binary_search(s).unwrap_or(0);
+                    if li > 0 {
+                        x[1 + li] = 1.0;
+                    }
+                    (x, *y)
+                })
+            })
+            .collect();
+        let mut xtx = vec![vec![0.0; k]; k];
+        let mut xty = vec![0.0; k];
+        for (x, y) in &rows {
+            for i in 0..k {
+                xty[i] += x[i] * y;
+                for j in 0..k {
+                    xtx[i][j] += x[i] * x[j];
+                }
+            }
+        }
+        let inv = invert(xtx)?;
+        let theta: Vec<f64> = inv
+            .iter()
+            .map(|r| r.iter().zip(&xty).map(|(a, b)| a * b).sum())
+            .collect();
+        let rss = rows
+            .iter()
+            .map(|(x, y)| {
+                let f: f64 = x.iter().zip(&theta).map(|(a, b)| a * b).sum();
+                (y - f) * (y - f)
+            })
+            .sum();
+        Some(SlotFit {
+            d: theta[1] - theta[0],
+            factor: inv[0][0] + inv[1][1] - 2.0 * inv[0][1],
+            rss,
+            df: rows.len().saturating_sub(k),
+        })
     }
 
-    /// `√(1/R_b + 1/R_c)`.
+    /// `d = mean y_c − mean y_b`, slot-adjusted when both sides have slots
+    /// ([`Paired::slot_fit`]).
+    pub fn d(&self) -> f64 {
+        match self.slot_fit() {
+            Some(f) => f.d,
+            None => self.c.mean() - self.b.mean(),
+        }
+    }
+
+    /// `se(d)/σ`: `√(1/R_b + 1/R_c)`, or the slot fit's `√factor`.
     pub fn scale(&self) -> f64 {
-        (1.0 / self.b.repeats() as f64 + 1.0 / self.c.repeats() as f64).sqrt()
+        match self.slot_fit() {
+            Some(f) => f.factor.sqrt(),
+            None => (1.0 / self.b.repeats() as f64 + 1.0 / self.c.repeats() as f64).sqrt(),
+        }
     }
 
     /// This metric's own pooled between-run variance of `ln median` and its degrees of freedom
-    /// (`None` without repeats or a stored spread), floored at the within-run variance.
+    /// (`None` without repeats or a stored spread), floored at the within-run variance. With
+    /// slots on both sides it is the slot fit's residual variance (the baseline's stored spread
+    /// is then not used: the baseline's repeats are in the fit).
     pub fn own_variance(&self) -> Option<(f64, usize)> {
+        if let Some(f) = self.slot_fit() {
+            return (f.df > 0).then(|| ((f.rss / f.df as f64).max(self.within_floor()), f.df));
+        }
         let mut parts: Vec<(f64, usize)> = Vec::new();
         if let Some(s) = self.b_stored.filter(|s| s.df > 0) {
             parts.push((s.sd_log * s.sd_log, s.df));
@@ -341,7 +484,10 @@ impl Paired {
                 let wb = self.b.within_mean().unwrap_or(0.0);
                 let wc = self.c.within_mean().unwrap_or(0.0);
                 let var = var.max(MIN_SD_LOG * MIN_SD_LOG);
-                let se2 = var.max(wb) / rb + var.max(wc) / rc;
+                let se2 = match self.slot_fit() {
+                    Some(f) => var.max(wb).max(wc) * f.factor,
+                    None => var.max(wb) / rb + var.max(wc) / rc,
+                };
                 Ok((
                     se2.sqrt(),
                     dfe,
@@ -369,6 +515,40 @@ impl Paired {
             }
         }
     }
+}
+
+/// The inverse of a small symmetric positive-definite matrix (Gauss–Jordan with partial
+/// pivoting); `None` when it is singular.
+fn invert(mut a: Vec<Vec<f64>>) -> Option<Vec<Vec<f64>>> {
+    let n = a.len();
+    let mut inv: Vec<Vec<f64>> = (0..n)
+        .map(|i| (0..n).map(|j| f64::from(u8::from(i == j))).collect())
+        .collect();
+    for col in 0..n {
+        let piv = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        if a[piv][col].abs() < 1e-12 {
+            return None;
+        }
+        a.swap(col, piv);
+        inv.swap(col, piv);
+        let p = a[col][col];
+        for j in 0..n {
+            a[col][j] /= p;
+            inv[col][j] /= p;
+        }
+        for i in 0..n {
+            if i != col {
+                let f = a[i][col];
+                if f != 0.0 {
+                    for j in 0..n {
+                        a[i][j] -= f * a[col][j];
+                        inv[i][j] -= f * inv[col][j];
+                    }
+                }
+            }
+        }
+    }
+    Some(inv)
 }
 
 /// A family's prior for the between-run variance of `ln median`.
@@ -531,6 +711,65 @@ pub fn interval(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn side(y: &[f64], slots: &[usize]) -> SideStats {
+        SideStats {
+            y: y.to_vec(),
+            within: vec![None; y.len()],
+            n: 20 * y.len(),
+            pooled_median: 1.0,
+            slots: slots.to_vec(),
+        }
+    }
+
+    #[test]
+    fn slot_fit_compares_like_with_like() {
+        // Slot 1 is 5% slower than slot 0 on both sides; the current side is 10% slower.
+        // Baseline slots 0, 1, 0, 1 (balanced), current slots 0, 1.
+        let (s1, up) = (0.05f64.ln_1p(), 0.10f64.ln_1p());
+        let p = Paired {
+            b: side(&[0.0, s1, 0.0, s1], &[0, 1, 0, 1]),
+            c: side(&[up, up + s1], &[0, 1]),
+            b_stored: None,
+        };
+        let f = p.slot_fit().expect("shared slots");
+        assert!((f.d - up).abs() < 1e-12, "{f:?}");
+        assert!(f.rss < 1e-20);
+        assert_eq!(f.df, 6 - 3);
+        assert!((f.factor - (1.0 / 4.0 + 1.0 / 2.0)).abs() < 1e-12);
+        // Unbalanced: baseline slots 0, 1, 2, 0, current slots 0, 1 (slot 2 only in the
+        // baseline). The plain mean is biased by the slot effects; the fit is not.
+        let (s2, noise) = (-0.04f64, 0.003);
+        let p = Paired {
+            b: side(&[noise, s1, s2, -noise], &[0, 1, 2, 0]),
+            c: side(&[up, up + s1], &[0, 1]),
+            b_stored: None,
+        };
+        let f = p.slot_fit().expect("shared slots");
+        assert!((f.d - up).abs() < 1e-12, "{f:?}");
+        assert_eq!(f.df, 6 - 4);
+        assert!((p.d() - up).abs() < 1e-12);
+        let plain = p.c.mean() - p.b.mean();
+        assert!((plain - up).abs() > 0.01, "plain {plain}");
+        // The residual variance holds the noise only: 2·noise² over 2 df.
+        let (v, df) = p.own_variance().unwrap();
+        assert_eq!(df, 2);
+        assert!((v - noise * noise).abs() < 1e-12, "{v}");
+        // No shared slot, or no slots on a side: no fit (the plain model).
+        let q = Paired {
+            b: side(&[0.0, s1], &[0, 1]),
+            c: side(&[up], &[2]),
+            b_stored: None,
+        };
+        assert!(q.slot_fit().is_none());
+        let q = Paired {
+            b: side(&[0.0, s1], &[]),
+            c: side(&[up, up], &[0, 1]),
+            b_stored: None,
+        };
+        assert!(q.slot_fit().is_none());
+        assert!((q.d() - (up - s1 / 2.0)).abs() < 1e-12);
+    }
 
     #[test]
     fn trigamma_and_its_inverse() {

@@ -128,6 +128,11 @@ pub enum MetricValue {
         /// The between-run spread stored with a baseline for this metric, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         between_run: Option<super::gate::RunSpread>,
+        /// Per repeat, the position of the metric's implementation in that repeat's
+        /// implementation order (`kernels.repeats.order`); empty when unknown or not repeated.
+        /// The comparison fits it as a block factor ([`super::gate::Paired::slot_fit`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        slots: Vec<usize>,
     },
     /// One deterministic value with its own tolerance.
     Value {
@@ -319,7 +324,13 @@ fn case_prefix(c: &KernelCase) -> String {
     )
 }
 
-fn timing_metric(id: String, t: &Timing, case: &KernelCase, repeats: Vec<usize>) -> Metric {
+fn timing_metric(
+    id: String,
+    t: &Timing,
+    case: &KernelCase,
+    repeats: Vec<usize>,
+    slots: Vec<usize>,
+) -> Metric {
     let mut conditions = BTreeMap::from([
         ("format".to_string(), case.format.id().to_string()),
         ("n".to_string(), case.n.to_string()),
@@ -368,6 +379,7 @@ fn timing_metric(id: String, t: &Timing, case: &KernelCase, repeats: Vec<usize>)
             samples: t.samples_s.clone(),
             repeats,
             between_run: None,
+            slots,
         },
         conditions,
         context,
@@ -378,41 +390,57 @@ impl MetricSource for KernelResults {
     /// Per timed case: the GEMM time, each extra timing, and the correctness check; per
     /// determinism record: `bit_exact`; per reference-accuracy case: `rel_l2_vs_exact`.
     fn metrics(&self, out: &mut Vec<Metric>) {
-        let sizes = |c: &KernelCase, part: Option<&str>| -> Vec<usize> {
-            self.repeats
-                .as_ref()
-                .and_then(|r| r.sizes_of(c, part))
-                .unwrap_or_default()
+        // Per repeat: its sample count, and the slot of the case's implementation in that
+        // repeat's (rotated) implementation order. Slots only for rigbench's own cases timed in
+        // every repeat (peers run in a fixed order after each repeat).
+        let sizes = |c: &KernelCase, part: Option<&str>| -> (Vec<usize>, Vec<usize>) {
+            let Some(r) = self.repeats.as_ref() else {
+                return Default::default();
+            };
+            let sizes = r.sizes_of(c, part).unwrap_or_default();
+            let slots =
+                if c.provider == "rigbench" && sizes.len() >= 2 && sizes.len() == r.order.len() {
+                    r.order
+                        .iter()
+                        .map(|o| o.iter().position(|i| *i == c.implementation))
+                        .collect::<Option<Vec<usize>>>()
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+            (sizes, slots)
         };
         for c in &self.cases {
             let p = case_prefix(c);
-            out.push(timing_metric(
-                format!("{p}/time_s"),
-                &c.timing,
-                c,
-                sizes(c, None),
-            ));
+            let (sz, sl) = sizes(c, None);
+            out.push(timing_metric(format!("{p}/time_s"), &c.timing, c, sz, sl));
             for e in &c.extra {
+                let (sz, sl) = sizes(c, Some(&e.name));
                 out.push(timing_metric(
                     format!("{p}/{}/time_s", e.name),
                     &e.timing,
                     c,
-                    sizes(c, Some(&e.name)),
+                    sz,
+                    sl,
                 ));
             }
             if let Some(g) = &c.graph {
+                let (sz, sl) = sizes(c, Some("graph"));
                 out.push(timing_metric(
                     format!("{p}/graph/time_s"),
                     &g.timing,
                     c,
-                    sizes(c, Some("graph")),
+                    sz,
+                    sl,
                 ));
                 for e in &g.extra {
+                    let (sz, sl) = sizes(c, Some(&format!("graph/{}", e.name)));
                     out.push(timing_metric(
                         format!("{p}/graph/{}/time_s", e.name),
                         &e.timing,
                         c,
-                        sizes(c, Some(&format!("graph/{}", e.name))),
+                        sz,
+                        sl,
                     ));
                 }
             }
@@ -601,6 +629,7 @@ fn composite_metrics(
                 samples: r.samples_s.clone(),
                 repeats: Vec::new(),
                 between_run: None,
+                slots: Vec::new(),
             },
             conditions,
             context,
@@ -1059,6 +1088,7 @@ impl MetricSource for E2eResults {
                         samples,
                         repeats: Vec::new(),
                         between_run: None,
+                        slots: Vec::new(),
                     },
                     conditions: conditions.clone(),
                     context: context.clone(),

@@ -462,6 +462,15 @@ fn aggregates(pending: &[Pending], settings: &Settings) -> Vec<Pending> {
                 .sum::<f64>()
                 / k)
                 .exp(),
+            // The members' slots when they all agree (the order rotates per repeat, not per M).
+            slots: if members
+                .iter()
+                .all(|(_, p)| f(p).slots == f(members[0].1).slots)
+            {
+                f(members[0].1).slots.clone()
+            } else {
+                Vec::new()
+            },
         };
         let b = side(&|p| &p.b, rb);
         let c = side(&|p| &p.c, rc);
@@ -601,7 +610,7 @@ pub fn compare(
     });
     if single {
         warnings.push(
-            "some kernel timings have no between-run information of their own (one repeat on each side and no spread stored in the baseline): their intervals rest on within-run noise and the spread of their family, and will flag cases that drift more than their family between runs; make the baseline and the results with `report --repeats 2` or more".into(),
+            "some kernel timings have no between-run information of their own (one repeat on each side and no spread stored in the baseline): their intervals rest on within-run noise and the spread of their family, and will flag cases that drift more than their family between runs; make the baseline and the results with `report --repeats` (docs/gate.md: 6 for the baseline, 3 per run)".into(),
         );
     }
     for mt in settings

@@ -409,6 +409,9 @@ fn map_diff(b: &BTreeMap<String, String>, c: &BTreeMap<String, String>) -> Vec<S
 
 /// A comparison row still waiting for its timing verdict (which needs the other metrics: the
 /// family prior and the number of timing metrics `m`).
+// One short-lived value per metric of a comparison, most of them timings: boxing the larger
+// variant would add an allocation per metric and save nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Pending {
     /// Already decided (values, labels, conditions that differ, bad samples).
@@ -460,16 +463,19 @@ pub fn begin_metric(b: &Metric, c: &Metric, s: &Settings) -> Pending {
                 samples: bs,
                 repeats: br,
                 between_run,
+                slots: bsl,
             },
             MetricValue::Samples {
                 samples: cs,
                 repeats: cr,
+                slots: csl,
                 ..
             },
         ) => {
             row.threshold = Some(s.threshold_for(&c.id, c.group));
-            let sides = SideStats::of(bs, br, "baseline")
-                .and_then(|b| SideStats::of(cs, cr, "current").map(|c| (b, c)));
+            let sides = SideStats::of(bs, br, "baseline").and_then(|b| {
+                SideStats::of(cs, cr, "current").map(|c| (b.with_slots(bsl), c.with_slots(csl)))
+            });
             match sides {
                 Ok((bst, cst)) => {
                     return Pending::Timing {
