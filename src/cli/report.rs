@@ -75,7 +75,8 @@ pub struct ReportArgs {
     pub force_baseline: bool,
     /// Run the kernel suite R times in this process, implementations interleaved (order rotated
     /// per repeat): the repeat is the unit of `compare`'s statistics, and a baseline saved from R
-    /// ≥ 2 repeats stores each metric's between-run spread. See docs/gate.md.
+    /// ≥ 2 repeats stores each metric's between-run spread. The CI recipe measured on the H200:
+    /// 6 for a baseline, 3 per CI run. See docs/gate.md.
     #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeats: u32,
     /// Requests per sweep point of the end-to-end runs (default: the suite's, 8 for `tiny`);

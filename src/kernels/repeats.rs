@@ -24,6 +24,30 @@ pub fn rotated(formats: &[GemmFormat], repeat: usize) -> Vec<GemmFormat> {
     f
 }
 
+/// The order of repeat `repeat`: the formats that `first` (repeat 0's results) timed, rotated
+/// left by `repeat` places, then the formats it timed nothing of (e.g. native W4A4 below
+/// sm_100), in the given order. Only formats that run take part in the rotation, so a case's
+/// slot cycles with the period of the formats that run, which the comparison fits as a block
+/// factor ([`crate::compare::gate::Paired::slot_fit`]); without `first`, all formats rotate.
+pub fn order_for(
+    formats: &[GemmFormat],
+    first: Option<&KernelResults>,
+    repeat: usize,
+) -> Vec<GemmFormat> {
+    let Some(first) = first else {
+        return rotated(formats, repeat);
+    };
+    let (timed, idle): (Vec<GemmFormat>, Vec<GemmFormat>) = formats.iter().partition(|f| {
+        first
+            .cases
+            .iter()
+            .any(|c| c.provider == "rigbench" && c.format == **f)
+    });
+    let mut o = rotated(&timed, repeat);
+    o.extend(idle);
+    o
+}
+
 /// Run the suite of `opts` `repeats` times on GPU 0 (implementation order rotated per repeat,
 /// the determinism check in the first repeat only; peers after each repeat when `with_peers`)
 /// and merge the repeats. `on_update` sees the merged results after every case.
@@ -65,7 +89,7 @@ pub fn run_repeated_with(
     let mut orders: Vec<Vec<String>> = Vec::new();
     for r in 0..repeats {
         let mut o = opts.clone();
-        o.formats = rotated(&opts.formats, r);
+        o.formats = order_for(&opts.formats, done.first(), r);
         if r > 0 {
             o.determinism_m.clear();
         }
@@ -394,6 +418,37 @@ mod tests {
             graph_skip: None,
             clocks: None,
         }
+    }
+
+    #[test]
+    fn only_formats_that_ran_rotate() {
+        let f = [
+            GemmFormat::Bf16,
+            GemmFormat::Fp8,
+            GemmFormat::W4a16,
+            GemmFormat::W4a4,
+        ];
+        let mut first = KernelResults::default();
+        for (fmt, id) in [(GemmFormat::Bf16, "bf16"), (GemmFormat::W4a16, "w4a16")] {
+            let mut c = case(id, 1, &[1e-5; 8], "p");
+            c.format = fmt;
+            first.cases.push(c);
+        }
+        // Only bf16 and w4a16 were timed: they alternate; fp8 and w4a4 follow in given order.
+        assert_eq!(
+            order_for(&f, Some(&first), 1),
+            vec![
+                GemmFormat::W4a16,
+                GemmFormat::Bf16,
+                GemmFormat::Fp8,
+                GemmFormat::W4a4
+            ]
+        );
+        assert_eq!(
+            order_for(&f, Some(&first), 2)[..2],
+            [GemmFormat::Bf16, GemmFormat::W4a16]
+        );
+        assert_eq!(order_for(&f, None, 1), rotated(&f, 1));
     }
 
     #[test]
