@@ -92,6 +92,10 @@ def main(work, out):
             cf = failing(conf)
             t["confirm_exit"] = rc(stem + "_confirm.rc")
             t["confirm_hit"] = any(i.startswith(prefix) for i in cf)
+            t["confirm_others"] = [i for i in cf if not i.startswith(prefix)]
+            t["confirm_clean"] = t["confirm_hit"] and not t["confirm_others"]
+        # The gate's outcome: `compare --confirm` where it was run, else the plain comparison.
+        t["gate_clean"] = t.get("confirm_clean", t["clean"])
         trials.append(t)
 
     n_aa = len(aa)
@@ -104,6 +108,9 @@ def main(work, out):
     anyhit = sum(1 for t in trials if t["hit"])
     with_others = sum(1 for t in trials if t["others"])
     conf_trials = [t for t in trials if "confirm_exit" in t]
+    gate_clean = sum(1 for t in trials if t["gate_clean"])
+    # Clean trials re-run with --confirm (a sample): does the plant still get caught?
+    conf_sample = [t for t in conf_trials if t["clean"]]
 
     by_target = {}
     for t in trials:
@@ -121,6 +128,11 @@ def main(work, out):
         "planted": {"trials": n_t, "detected_clean": clean, "detected_any": anyhit,
                     "trials_with_other_metrics_flagged": with_others,
                     "detection_rate": clean / n_t if n_t else None,
+                    "detected_clean_with_confirm": gate_clean,
+                    "detection_rate_with_confirm": gate_clean / n_t if n_t else None,
+                    "clean_sample_confirmed": len(conf_sample),
+                    "clean_sample_still_clean": sum(1 for t in conf_sample
+                                                    if t.get("confirm_clean")),
                     "confirm_trials": len(conf_trials),
                     "confirm_detected": sum(1 for t in conf_trials if t.get("confirm_hit")),
                     "by_target": {f"{i}/{s}": {"clean": c, "trials": n}
@@ -135,14 +147,20 @@ def main(work, out):
     if s.get("skip_measure"):
         md.append("**Self-test of the pipeline on runs that were not measured for this session "
                   "(AA_SKIP_MEASURE=1): these rates are not evidence.**\n")
+    flags = (f"`report --no-e2e --peers off --suite {s.get('suite')} --m {s.get('m_list')}`, "
+             f"every shape")
+    if s.get("external_baseline"):
+        runs = (f"Runs: {s.get('runs')} independent runs of one binary with the same flags "
+                f"({flags}), {s.get('repeats')} repeats each, each compared with a baseline "
+                f"saved earlier (`{s.get('baseline_file')}`, another session)")
+    else:
+        runs = (f"Runs: {s.get('runs')} independent runs of one binary with the same flags "
+                f"({flags}): run 1 with {s.get('base_repeats')} repeats saved as the baseline, "
+                f"runs 2-{s.get('runs')} with {s.get('repeats')} repeats each, compared with it")
     md.append(
-        f"Runs: {s.get('runs')} independent runs of one binary with the same flags "
-        f"(`report --no-e2e --peers off --suite {s.get('suite')} --m {s.get('m_list')}`, every "
-        f"shape): run 1 with {s.get('base_repeats')} repeats saved as the baseline, runs 2-"
-        f"{s.get('runs')} with {s.get('repeats')} repeats each, compared with it at the default "
-        f"thresholds (kernels 2%, family-wise confidence 95%). Planted change: "
-        f"+{s.get('plant_percent')}% on one implementation and one shape per trial (raw samples of "
-        f"the results scaled by `compare --plant`).\n")
+        f"{runs} at the default thresholds (kernels 2%, family-wise confidence 95%). Planted "
+        f"change: +{s.get('plant_percent')}% on one implementation and one shape per trial (raw "
+        f"samples of the results scaled by `compare --plant`).\n")
     rows = [
         ("A/A comparisons", str(n_aa)),
         ("A/A exit 0", f"{aa_pass}/{n_aa} ({pct(aa_pass, n_aa)})"),
@@ -154,9 +172,11 @@ def main(work, out):
         ("trials with another metric flagged", f"{with_others}/{n_t}"),
     ]
     if conf_trials:
-        cd = sum(1 for t in conf_trials if t.get("confirm_hit"))
-        rows.append(("planted trials still caught with --confirm",
-                     f"{cd}/{len(conf_trials)}"))
+        rows.append(("detected, nothing else flagged, by the gate (`compare --confirm` on every "
+                     "trial not clean above)", f"{gate_clean}/{n_t} ({pct(gate_clean, n_t)})"))
+        cs = sum(1 for t in conf_sample if t.get("confirm_clean"))
+        rows.append(("sample of clean trials re-run with --confirm: still clean",
+                     f"{cs}/{len(conf_sample)}"))
     rows.append(("time: measuring / A/A compares / planted compares / total (s)",
                  f"{secs.get('measure')} / {secs.get('aa')} / {secs.get('planted')} / "
                  f"{secs.get('total')}"))
@@ -174,15 +194,22 @@ def main(work, out):
         md.append(f"| {a['run']} | {a['exit']} | {fail} | {conf} |")
     md.append("")
     md.append("## Detection by implementation and shape\n")
-    md.append("| implementation/shape | detected cleanly |\n|---|---|")
+    md.append("| implementation/shape | detected cleanly | by the gate (with --confirm) |\n"
+              "|---|---|---|")
     for (i, sh), (c, n) in sorted(by_target.items()):
-        md.append(f"| {i}/{sh} | {c}/{n} |")
+        g = sum(1 for t in trials
+                if (t["implementation"], t["shape"]) == (i, sh) and t["gate_clean"])
+        md.append(f"| {i}/{sh} | {c}/{n} | {g}/{n} |")
     missed = [t for t in trials if not t["clean"]]
     if missed:
         md.append("\nTrials not detected cleanly:\n")
         for t in missed[:40]:
+            conf = ""
+            if "confirm_exit" in t:
+                conf = (f"; with --confirm: exit {t['confirm_exit']}, hit {t['confirm_hit']}, "
+                        f"others {', '.join(t['confirm_others'][:4]) or '—'}")
             md.append(f"- run {t['run']} {t['implementation']}/{t['shape']}: hit {t['hit']}, "
-                      f"others {', '.join(t['others'][:4]) or '—'}")
+                      f"others {', '.join(t['others'][:4]) or '—'}{conf}")
     md.append("")
     with open(os.path.join(out, "aa-gate-summary.md"), "w") as f:
         f.write("\n".join(md))
