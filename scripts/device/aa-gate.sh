@@ -32,6 +32,10 @@
 # steps 2-4, e.g. on runs resampled from committed reports by scripts/aa_gate_resample.py; its
 # rates are not evidence).
 set -uo pipefail
+# Paths given relative to the caller's directory, before moving to the repository root.
+if [ -n "${AA_BASELINE:-}" ] && [ -e "$AA_BASELINE" ]; then
+    AA_BASELINE=$(realpath "$AA_BASELINE")
+fi
 cd "$(dirname "$0")/../.."
 
 BIN=${BIN:-target/release/rigbench}
@@ -48,6 +52,8 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
 WORK=${AA_WORK:-$(mktemp -d)}
 LABEL=aa-gate
 
+# Comparisons of an earlier session in a reused AA_WORK would be counted: start afresh.
+rm -rf "$WORK/compare"
 mkdir -p "$OUT" "$WORK/compare"
 LOG="$OUT/aa-gate.log"
 : >"$LOG"
@@ -107,6 +113,11 @@ else
     fi
 fi
 t_measured=$(date +%s)
+if [ -n "${AA_BASELINE:-}" ]; then
+    # The baseline the comparisons use travels with the evidence.
+    mkdir -p "$WORK/baselines/external"
+    cp "$AA_BASELINE" "$WORK/baselines/external/" 2>/dev/null || true
+fi
 # Keep what was measured even if a time limit stops the comparisons (the final pack replaces it).
 if [ "${AA_SKIP_MEASURE:-0}" != 1 ]; then
     tar -C "$WORK" -czf "$OUT/aa-gate-runs.tgz" --exclude='*.svg' --exclude='kernels.csv' \
@@ -172,7 +183,7 @@ say "planted trials: $(wc -l <"$WORK/trials.txt")"
 if [ "$CONFIRM" = 1 ] && [ "${AA_SKIP_MEASURE:-0}" != 1 ]; then
     python3 - "$WORK" "$CONFIRM_PLANT_TRIALS" >"$WORK/confirm-trials.txt" <<'PY'
 import json, sys
-work, sample = sys.argv[1], int(sys.argv[2])
+work, sample = sys.argv[1], max(0, int(sys.argv[2]))
 unclean, clean = [], []
 for line in open(f"{work}/trials.txt"):
     i, impl, shape = line.split()
@@ -193,7 +204,7 @@ PY
     while read -r i impl shape; do
         out="$WORK/compare/plant_${i}_${impl}_${shape}_confirm"
         "$BIN" compare --baseline "$BASELINE" "$WORK/run$i" --json --confirm \
-            --plant "kernels/rigbench/$impl/$shape/*=$PLANT" >"$out.json" 2>"$out.err"
+            --plant "kernels/rigbench/$impl/$shape/*=$PLANT" >"$out.json" 2>"$out.err" </dev/null
         echo $? >"$out.rc"
         say "planted trial $i $impl $shape with --confirm: exit $(cat "$out.rc")"
     done <"$WORK/confirm-trials.txt"

@@ -173,7 +173,8 @@ def main(work, out):
     ]
     if conf_trials:
         rows.append(("detected, nothing else flagged, by the gate (`compare --confirm` on every "
-                     "trial not clean above)", f"{gate_clean}/{n_t} ({pct(gate_clean, n_t)})"))
+                     "trial not clean above; the clean ones counted as clean, a sample of them "
+                     "re-run below)", f"{gate_clean}/{n_t} ({pct(gate_clean, n_t)})"))
         cs = sum(1 for t in conf_sample if t.get("confirm_clean"))
         rows.append(("sample of clean trials re-run with --confirm: still clean",
                      f"{cs}/{len(conf_sample)}"))

@@ -50,8 +50,9 @@ pub const TEST_HOOKS_ENV: &str = "RIGBENCH_TEST_HOOKS";
 #[command(
     group(clap::ArgGroup::new("baseline_source").required(true).args(["baseline", "baseline_dir"])),
     after_help = "Timings: the repeat is the unit (report --repeats R): the change is the ratio of \
-the geometric means of the repeats' medians (each case's slot in the rotated implementation \
-order fitted as a block factor), its interval uses their between-run variance (moderated across \
+the geometric means of the repeats' medians (when both sides record each repeat's slot in the \
+rotated implementation order, the slot-adjusted change of a fit with the slot as a block \
+factor), its interval uses their between-run variance (moderated across \
 the metric's family) and each interval is built at 1 − α/m over the m timing \
 metrics (Bonferroni; α = 1 − --confidence, family-wise). Regressed/Improved only when the whole \
 interval lies beyond the noise threshold, Same when it lies within it, Not enough samples when it \

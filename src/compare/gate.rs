@@ -251,36 +251,6 @@ impl SideStats {
         self
     }
 
-    /// The spread of the repeats around their slot means (see [`Paired::slot_fit`]); the plain
-    /// spread without slots; `None` without a degree of freedom left.
-    pub fn slot_spread(&self) -> Option<RunSpread> {
-        if self.slots.len() != self.y.len() {
-            return self.spread();
-        }
-        let mut levels = self.slots.clone();
-        levels.sort_unstable();
-        levels.dedup();
-        let df = self.y.len().checked_sub(levels.len()).filter(|d| *d > 0)?;
-        let ss: f64 = levels
-            .iter()
-            .map(|l| {
-                let ys: Vec<f64> = self
-                    .y
-                    .iter()
-                    .zip(&self.slots)
-                    .filter(|(_, s)| *s == l)
-                    .map(|(y, _)| *y)
-                    .collect();
-                let m = ys.iter().sum::<f64>() / ys.len() as f64;
-                ys.iter().map(|y| (y - m) * (y - m)).sum::<f64>()
-            })
-            .sum();
-        Some(RunSpread {
-            sd_log: (ss / df as f64).sqrt(),
-            df,
-        })
-    }
-
     /// Repeats.
     pub fn repeats(&self) -> usize {
         self.y.len()
@@ -319,7 +289,8 @@ pub struct Paired {
     pub b: SideStats,
     /// Current.
     pub c: SideStats,
-    /// The baseline's stored between-run spread, if any (stands for its repeats).
+    /// The baseline's stored between-run spread, if any (stands for its repeats in the plain
+    /// model; not used when the slots are fitted, whose fit holds the baseline's repeats).
     pub b_stored: Option<RunSpread>,
 }
 
@@ -329,12 +300,12 @@ pub struct Paired {
 pub struct SlotFit {
     /// The slot-adjusted change `d = μ_c − μ_b` (log scale).
     pub d: f64,
-    /// `Var(d̂) / σ²`: `(XᵀX)⁻¹` at the contrast (`1/R_b + 1/R_c` when every slot is shared in
-    /// equal numbers).
+    /// `Var(d̂) / σ²`: `(XᵀX)⁻¹` at the contrast (`1/R_b + 1/R_c` when both sides hold the slots
+    /// in the same proportions).
     pub factor: f64,
     /// Residual sum of squares.
     pub rss: f64,
-    /// Residual degrees of freedom: repeats of both sides − distinct slots − 1.
+    /// Residual degrees of freedom: repeats of both sides − distinct slots − 1 (at least 1).
     pub df: usize,
 }
 
@@ -346,7 +317,8 @@ impl Paired {
     /// as a block factor compares the sides like with like (only slots present on both sides
     /// inform `d`) and keeps the position effect out of the between-run variance.
     ///
-    /// `None` when either side lacks slots, or the sides share no slot.
+    /// `None` when either side lacks slots, the sides share no slot, or no residual degree of
+    /// freedom is left (repeats of both sides ≤ distinct slots + 1).
     pub fn slot_fit(&self) -> Option<SlotFit> {
         let (b, c) = (&self.b, &self.c);
         if b.slots.len() != b.y.len() || c.slots.len() != c.y.len() || b.y.is_empty() {
@@ -384,6 +356,11 @@ impl Paired {
                     xtx[i][j] += x[i] * x[j];
                 }
             }
+        }
+        // No residual degree of freedom: the fit would know d but not its variance; the plain
+        // model (with a stored spread, the family prior) then decides d and its variance together.
+        if rows.len() <= k {
+            return None;
         }
         let inv = invert(xtx)?;
         let theta: Vec<f64> = inv
@@ -428,7 +405,7 @@ impl Paired {
     /// is then not used: the baseline's repeats are in the fit).
     pub fn own_variance(&self) -> Option<(f64, usize)> {
         if let Some(f) = self.slot_fit() {
-            return (f.df > 0).then(|| ((f.rss / f.df as f64).max(self.within_floor()), f.df));
+            return Some(((f.rss / f.df as f64).max(self.within_floor()), f.df));
         }
         let mut parts: Vec<(f64, usize)> = Vec::new();
         if let Some(s) = self.b_stored.filter(|s| s.df > 0) {
@@ -505,7 +482,10 @@ impl Paired {
                 };
                 let wb = self.b.within_mean().ok_or_else(too_few)?;
                 let wc = self.c.within_mean().ok_or_else(too_few)?;
-                let se2 = wb / rb + wc / rc;
+                let se2 = match self.slot_fit() {
+                    Some(f) => wb.max(wc) * f.factor,
+                    None => wb / rb + wc / rc,
+                };
                 let n_min = self.b.n.min(self.c.n);
                 Ok((
                     se2.sqrt().max(MIN_SD_LOG),

@@ -128,8 +128,9 @@ pub enum MetricValue {
         /// The between-run spread stored with a baseline for this metric, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         between_run: Option<super::gate::RunSpread>,
-        /// Per repeat, the position of the metric's implementation in that repeat's
-        /// implementation order (`kernels.repeats.order`); empty when unknown or not repeated.
+        /// Per repeat, the slot of the metric's implementation: its rank in that repeat's
+        /// implementation order (`kernels.repeats.order`) among the formats the run timed;
+        /// empty when unknown or not repeated.
         /// The comparison fits it as a block factor ([`super::gate::Paired::slot_fit`]).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         slots: Vec<usize>,
@@ -390,9 +391,20 @@ impl MetricSource for KernelResults {
     /// Per timed case: the GEMM time, each extra timing, and the correctness check; per
     /// determinism record: `bit_exact`; per reference-accuracy case: `rel_l2_vs_exact`.
     fn metrics(&self, out: &mut Vec<Metric>) {
-        // Per repeat: its sample count, and the slot of the case's implementation in that
-        // repeat's (rotated) implementation order. Slots only for rigbench's own cases timed in
-        // every repeat (peers run in a fixed order after each repeat).
+        // Per repeat: its sample count, and the slot of the case's format in that repeat's
+        // (rotated) order: its rank among the formats this run timed (a format skipped on this
+        // card, e.g. native W4A4 on sm_90, takes no slot wherever the order lists it). Slots
+        // only for rigbench's own cases timed in every repeat (peers run in a fixed order after
+        // each repeat).
+        let timed: Vec<&str> = {
+            let mut t: Vec<&str> = Vec::new();
+            for c in self.cases.iter().filter(|c| c.provider == "rigbench") {
+                if !t.contains(&c.format.id()) {
+                    t.push(c.format.id());
+                }
+            }
+            t
+        };
         let sizes = |c: &KernelCase, part: Option<&str>| -> (Vec<usize>, Vec<usize>) {
             let Some(r) = self.repeats.as_ref() else {
                 return Default::default();
@@ -402,7 +414,11 @@ impl MetricSource for KernelResults {
                 if c.provider == "rigbench" && sizes.len() >= 2 && sizes.len() == r.order.len() {
                     r.order
                         .iter()
-                        .map(|o| o.iter().position(|i| *i == c.implementation))
+                        .map(|o| {
+                            o.iter()
+                                .filter(|f| timed.contains(&f.as_str()))
+                                .position(|f| f == c.format.id())
+                        })
                         .collect::<Option<Vec<usize>>>()
                         .unwrap_or_default()
                 } else {
@@ -1218,6 +1234,61 @@ mod tests {
         let mut out = Vec::new();
         E2eResults::default().metrics(&mut out);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn slots_rank_the_formats_that_ran() {
+        // Three repeats; the orders list native W4A4 and W4A16, which timed nothing here: they
+        // take no slot wherever they stand, so the slots rank bf16 and fp8 only.
+        use crate::kernels::schema::{CaseRepeats, SuiteRepeats};
+        let mut bf16 = case(1);
+        bf16.implementation = "bf16".into();
+        bf16.format = GemmFormat::Bf16;
+        bf16.extra.clear();
+        let mut fp8 = case(1);
+        fp8.extra.clear();
+        fp8.timing.samples_s = vec![1.0; 6];
+        bf16.timing.samples_s = vec![1.0; 6];
+        let order = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let rep = |c: &KernelCase| CaseRepeats {
+            provider: c.provider.clone(),
+            implementation: c.implementation.clone(),
+            shape: c.shape.clone(),
+            m: c.m,
+            part: None,
+            sizes: vec![2, 2, 2],
+        };
+        let k = KernelResults {
+            repeats: Some(SuiteRepeats {
+                count: 3,
+                order: vec![
+                    order(&["bf16", "w4a4", "fp8", "w4a16"]),
+                    order(&["fp8", "w4a16", "bf16", "w4a4"]),
+                    order(&["w4a16", "bf16", "fp8", "w4a4"]),
+                ],
+                cases: vec![rep(&bf16), rep(&fp8)],
+            }),
+            cases: vec![bf16, fp8],
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        k.metrics(&mut out);
+        let slots = |id: &str| match &out.iter().find(|m| m.id == id).unwrap().value {
+            MetricValue::Samples { slots, .. } => slots.clone(),
+            _ => unreachable!(),
+        };
+        assert_eq!(slots("kernels/rigbench/fp8/qkv/m=1/time_s"), vec![1, 0, 1]);
+        assert_eq!(slots("kernels/rigbench/bf16/qkv/m=1/time_s"), vec![0, 1, 0]);
+        // A repeat that did not time the case (sizes shorter than the order): no slots.
+        let mut k2 = k.clone();
+        k2.repeats.as_mut().unwrap().cases[1].sizes = vec![3, 3];
+        let mut out = Vec::new();
+        k2.metrics(&mut out);
+        let m = out
+            .iter()
+            .find(|m| m.id == "kernels/rigbench/fp8/qkv/m=1/time_s")
+            .unwrap();
+        assert!(matches!(&m.value, MetricValue::Samples { slots, .. } if slots.is_empty()));
     }
 
     #[test]

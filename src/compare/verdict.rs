@@ -574,8 +574,9 @@ fn not_enough_note(ci: &ChangeInterval, t: f64, p: &Paired) -> String {
             )
         }
         Basis::BetweenRun { .. } => {
-            // se² ∝ 1/R_b + 1/R_c; R per side on both sides such that 2/R = (1/R_b + 1/R_c)/factor.
-            let now = 1.0 / rb as f64 + 1.0 / rc as f64;
+            // se² ∝ 1/R_b + 1/R_c (with slots, the fit's factor: `scale²`); R per side on both
+            // sides (slots balanced) such that 2/R = scale²/factor.
+            let now = p.scale().powi(2);
             let r = ((2.0 * factor / now).ceil() as u64).max(rb.max(rc) as u64 + 1);
             format!(
                 "not enough repeats (R = {rb} and {rc}, n = {} and {}) to decide at ±{:.1}%: between runs this metric varies by about {:.1}%, the interval is ±{:.1}%; about R = {r} per side would decide (report --repeats)",

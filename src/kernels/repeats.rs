@@ -26,9 +26,10 @@ pub fn rotated(formats: &[GemmFormat], repeat: usize) -> Vec<GemmFormat> {
 
 /// The order of repeat `repeat`: the formats that `first` (repeat 0's results) timed, rotated
 /// left by `repeat` places, then the formats it timed nothing of (e.g. native W4A4 below
-/// sm_100), in the given order. Only formats that run take part in the rotation, so a case's
-/// slot cycles with the period of the formats that run, which the comparison fits as a block
-/// factor ([`crate::compare::gate::Paired::slot_fit`]); without `first`, all formats rotate.
+/// sm_100), in the given order. Only formats that run take part in the rotation, so from repeat
+/// 1 on a case's rank among the formats that run (its *slot*, which the comparison fits as a
+/// block factor: [`crate::compare::gate::Paired::slot_fit`]) cycles with their period; repeat 0
+/// (no `first` yet) keeps the given order, where a skipped format takes no slot either.
 pub fn order_for(
     formats: &[GemmFormat],
     first: Option<&KernelResults>,
