@@ -580,3 +580,24 @@ fn position_effects_are_fitted_when_the_slots_are_recorded() {
         "mean se: {undecided} with slots, {undecided_unfitted} without"
     );
 }
+
+#[test]
+fn repeat_sizes_that_do_not_add_up_are_named_not_trusted() {
+    // A hand-edited or truncated results.json: sizes that overflow or do not sum to the samples.
+    let mut rng = StdRng::seed_from_u64(91);
+    let base = timing(draw(&mut rng, 40, 1.0, CONVERGED));
+    for bad in [vec![usize::MAX, 1, 0], vec![20, 19], vec![40, 0]] {
+        let mut cur = timing(draw(&mut rng, 40, 1.0, CONVERGED));
+        if let MetricValue::Samples { repeats, .. } = &mut cur.value {
+            *repeats = bad.clone();
+        }
+        let row = compare_metric(&base, &cur, &Settings::default());
+        assert!(
+            row.notes
+                .iter()
+                .any(|n| n.contains("do not split its 40 samples") && n.contains("results.json")),
+            "{bad:?}: {:?}",
+            row.notes
+        );
+    }
+}

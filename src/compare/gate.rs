@@ -200,10 +200,18 @@ pub fn median_se(sorted: &[f64]) -> Option<f64> {
     Some((sorted[n - c] - sorted[c - 1]) / (2.0 * z975))
 }
 
+/// Whether `sizes` splits `n` samples into at least two non-empty repeats (a sum that
+/// overflows does not add up).
+pub fn sizes_add_up(n: usize, sizes: &[usize]) -> bool {
+    sizes.len() >= 2
+        && !sizes.contains(&0)
+        && sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s)) == Some(n)
+}
+
 /// Split `samples` into repeats of `sizes` (one repeat when `sizes` is empty or does not add up
 /// to the sample count).
 pub fn split_repeats<'a>(samples: &'a [f64], sizes: &[usize]) -> Vec<&'a [f64]> {
-    if sizes.len() < 2 || sizes.iter().sum::<usize>() != samples.len() || sizes.contains(&0) {
+    if !sizes_add_up(samples.len(), sizes) {
         return vec![samples];
     }
     let mut out = Vec::with_capacity(sizes.len());
@@ -775,6 +783,8 @@ mod tests {
 
     #[test]
     fn repeats_split_only_when_sizes_add_up() {
+        assert!(!sizes_add_up(3, &[usize::MAX, 1, 3]));
+        assert_eq!(split_repeats(&[1.0, 2.0, 3.0], &[usize::MAX, 4]).len(), 1);
         let s = [1.0, 2.0, 3.0, 4.0];
         assert_eq!(split_repeats(&s, &[2, 2]).len(), 2);
         assert_eq!(split_repeats(&s, &[3, 2]).len(), 1);

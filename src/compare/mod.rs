@@ -599,19 +599,43 @@ pub fn compare(
     let (mut rows, not_compared, priors) =
         compare_metrics_with(&metrics_of(baseline), &cm, settings, None);
     explain_missing(&mut rows, current);
-    let single = rows.iter().any(|r| {
-        r.id.starts_with("kernels/")
-            && r.interval.is_some_and(|ci| {
-                matches!(
-                    ci.basis,
-                    gate::Basis::WithinRun | gate::Basis::BetweenRun { own_df: 0, .. }
-                )
-            })
-    });
-    if single {
-        warnings.push(
-            "some kernel timings have no between-run information of their own (one repeat on each side and no spread stored in the baseline): their intervals rest on within-run noise and the spread of their family, and will flag cases that drift more than their family between runs; make the baseline and the results with `report --repeats` (docs/gate.md: 6 for the baseline, 3 per run)".into(),
-        );
+    let bad_sizes = rows
+        .iter()
+        .filter(|r| r.notes.iter().any(|n| n.contains("do not split its")))
+        .count();
+    if bad_sizes > 0 {
+        warnings.push(format!(
+            "{bad_sizes} timings have repeat sizes that do not add up to their samples (kernels.repeats of the baseline or results file): each was judged as one repeat; remake the file (see the rows' notes)"
+        ));
+    }
+    let single: Vec<&str> = rows
+        .iter()
+        .filter(|r| {
+            r.id.starts_with("kernels/")
+                && r.interval.is_some_and(|ci| {
+                    matches!(
+                        ci.basis,
+                        gate::Basis::WithinRun | gate::Basis::BetweenRun { own_df: 0, .. }
+                    )
+                })
+        })
+        .map(|r| r.id.as_str())
+        .collect();
+    if !single.is_empty() {
+        if single.iter().all(|id| id.starts_with("kernels/composite/")) {
+            // Made with repeats, the per-case rows have their own spread; the decode-step sums
+            // are derived from pooled samples and never do.
+            warnings.push(format!(
+                "the {} decode-step composite timings (kernels/composite/…) are sums over cases with no repeats of their own: their intervals rest on within-run noise and the spread of their family; the per-case rows carry the between-run spread",
+                single.len()
+            ));
+        } else {
+            warnings.push(format!(
+                "{} kernel timings (e.g. {}) have no between-run information of their own (one repeat on each side and no spread stored in the baseline): their intervals rest on within-run noise and the spread of their family, and will flag cases that drift more than their family between runs; make the baseline and the results with `report --repeats` (docs/gate.md: 6 for the baseline, 3 per run)",
+                single.len(),
+                single[0]
+            ));
+        }
     }
     for mt in settings
         .metric_thresholds

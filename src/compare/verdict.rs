@@ -473,6 +473,17 @@ pub fn begin_metric(b: &Metric, c: &Metric, s: &Settings) -> Pending {
             },
         ) => {
             row.threshold = Some(s.threshold_for(&c.id, c.group));
+            for (side, samples, sizes) in [("baseline's", bs, br), ("results'", cs, cr)] {
+                let adds_up = sizes.iter().try_fold(0usize, |a, &n| a.checked_add(n))
+                    == Some(samples.len())
+                    && !sizes.contains(&0);
+                if !sizes.is_empty() && !adds_up {
+                    row.notes.push(format!(
+                        "the {side} repeat sizes {sizes:?} do not split its {} samples into repeats (kernels.repeats in its results.json): judged as one repeat; remake the file",
+                        samples.len()
+                    ));
+                }
+            }
             let sides = SideStats::of(bs, br, "baseline").and_then(|b| {
                 SideStats::of(cs, cr, "current").map(|c| (b.with_slots(bsl), c.with_slots(csl)))
             });
