@@ -11,8 +11,8 @@
 //! `d = mean_r y_{c,r} − mean_r y_{b,r}` (the log ratio of the geometric means of the repeats'
 //! medians; reported as `exp(d) − 1`).
 //!
-//! When both sides record each repeat's *slot* (the position of the metric's implementation in
-//! that repeat's rotated order), the change is instead the slot-adjusted `μ_c − μ_b` of the
+//! When both sides record each repeat's *slot* (the rank of the metric's implementation in that
+//! repeat's rotated order, among the implementations the run timed), the change is instead the slot-adjusted `μ_c − μ_b` of the
 //! least-squares fit `y = μ_side + π_slot + e` ([`Paired::slot_fit`]): the position in the
 //! order moves a small kernel's time by a few percent on the H200, which would otherwise read as
 //! between-run variance and bias `d` when the sides hold the slots in different proportions.
@@ -163,9 +163,9 @@ pub struct SideStats {
     pub n: usize,
     /// Median of all samples pooled (for display).
     pub pooled_median: f64,
-    /// The slot of each repeat: the position of the metric's implementation in that repeat's
-    /// implementation order (`report --repeats` rotates it); empty when unknown. See
-    /// [`Paired::slot_fit`].
+    /// The slot of each repeat: the rank of the metric's implementation in that repeat's
+    /// implementation order (`report --repeats` rotates it) among the implementations the run
+    /// timed; empty when unknown. See [`Paired::slot_fit`].
     pub slots: Vec<usize>,
 }
 
