@@ -200,10 +200,11 @@ pub fn median_se(sorted: &[f64]) -> Option<f64> {
     Some((sorted[n - c] - sorted[c - 1]) / (2.0 * z975))
 }
 
-/// Whether `sizes` splits `n` samples into at least two non-empty repeats (a sum that
-/// overflows does not add up).
+/// Whether `sizes` (samples per repeat, from `kernels.repeats`) splits `n` samples into
+/// non-empty repeats: at least one size, none zero, summing to `n` (a sum that overflows does
+/// not add up).
 pub fn sizes_add_up(n: usize, sizes: &[usize]) -> bool {
-    sizes.len() >= 2
+    !sizes.is_empty()
         && !sizes.contains(&0)
         && sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s)) == Some(n)
 }
@@ -211,7 +212,7 @@ pub fn sizes_add_up(n: usize, sizes: &[usize]) -> bool {
 /// Split `samples` into repeats of `sizes` (one repeat when `sizes` is empty or does not add up
 /// to the sample count).
 pub fn split_repeats<'a>(samples: &'a [f64], sizes: &[usize]) -> Vec<&'a [f64]> {
-    if !sizes_add_up(samples.len(), sizes) {
+    if sizes.len() < 2 || !sizes_add_up(samples.len(), sizes) {
         return vec![samples];
     }
     let mut out = Vec::with_capacity(sizes.len());
@@ -300,6 +301,8 @@ pub struct Paired {
     /// The baseline's stored between-run spread, if any (stands for its repeats in the plain
     /// model; not used when the slots are fitted, whose fit holds the baseline's repeats).
     pub b_stored: Option<RunSpread>,
+    /// [`Paired::slot_fit`], computed once by [`Paired::new`].
+    fit: Option<SlotFit>,
 }
 
 /// The fit of one metric's repeats with the repeat *slot* as a block factor (see
@@ -318,6 +321,17 @@ pub struct SlotFit {
 }
 
 impl Paired {
+    /// Both sides of a metric, with the slot fit computed once (see [`Paired::slot_fit`]).
+    pub fn new(b: SideStats, c: SideStats, b_stored: Option<RunSpread>) -> Self {
+        let fit = fit_slots(&b, &c);
+        Self {
+            b,
+            c,
+            b_stored,
+            fit,
+        }
+    }
+
     /// The two-way fit `y = μ_side + π_slot + e` of the repeats' `ln median`, by least squares:
     /// `report --repeats` rotates the implementation order from one repeat to the next, and a
     /// case's time depends on its position in the order (on the H200, by up to 3-6% for the
@@ -328,66 +342,7 @@ impl Paired {
     /// `None` when either side lacks slots, the sides share no slot, or no residual degree of
     /// freedom is left (repeats of both sides ≤ distinct slots + 1).
     pub fn slot_fit(&self) -> Option<SlotFit> {
-        let (b, c) = (&self.b, &self.c);
-        if b.slots.len() != b.y.len() || c.slots.len() != c.y.len() || b.y.is_empty() {
-            return None;
-        }
-        if c.y.is_empty() || !b.slots.iter().any(|s| c.slots.contains(s)) {
-            return None;
-        }
-        let mut levels: Vec<usize> = b.slots.iter().chain(&c.slots).copied().collect();
-        levels.sort_unstable();
-        levels.dedup();
-        // Parameters: μ_b, μ_c, then π of every slot but the first.
-        let k = levels.len() + 1;
-        let rows: Vec<(Vec<f64>, f64)> = [(0usize, b), (1, c)]
-            .into_iter()
-            .flat_map(|(side, st)| {
-                let levels = &levels;
-                st.y.iter().zip(&st.slots).map(move |(y, s)| {
-                    let mut x = vec![0.0; k];
-                    x[side] = 1.0;
-                    let li = levels.binary_search(s).unwrap_or(0);
-                    if li > 0 {
-                        x[1 + li] = 1.0;
-                    }
-                    (x, *y)
-                })
-            })
-            .collect();
-        let mut xtx = vec![vec![0.0; k]; k];
-        let mut xty = vec![0.0; k];
-        for (x, y) in &rows {
-            for i in 0..k {
-                xty[i] += x[i] * y;
-                for j in 0..k {
-                    xtx[i][j] += x[i] * x[j];
-                }
-            }
-        }
-        // No residual degree of freedom: the fit would know d but not its variance; the plain
-        // model (with a stored spread, the family prior) then decides d and its variance together.
-        if rows.len() <= k {
-            return None;
-        }
-        let inv = invert(xtx)?;
-        let theta: Vec<f64> = inv
-            .iter()
-            .map(|r| r.iter().zip(&xty).map(|(a, b)| a * b).sum())
-            .collect();
-        let rss = rows
-            .iter()
-            .map(|(x, y)| {
-                let f: f64 = x.iter().zip(&theta).map(|(a, b)| a * b).sum();
-                (y - f) * (y - f)
-            })
-            .sum();
-        Some(SlotFit {
-            d: theta[1] - theta[0],
-            factor: inv[0][0] + inv[1][1] - 2.0 * inv[0][1],
-            rss,
-            df: rows.len().saturating_sub(k),
-        })
+        self.fit
     }
 
     /// `d = mean y_c − mean y_b`, slot-adjusted when both sides have slots
@@ -503,6 +458,69 @@ impl Paired {
             }
         }
     }
+}
+
+/// [`Paired::slot_fit`] of the two sides.
+fn fit_slots(b: &SideStats, c: &SideStats) -> Option<SlotFit> {
+    if b.slots.len() != b.y.len() || c.slots.len() != c.y.len() || b.y.is_empty() {
+        return None;
+    }
+    if c.y.is_empty() || !b.slots.iter().any(|s| c.slots.contains(s)) {
+        return None;
+    }
+    let mut levels: Vec<usize> = b.slots.iter().chain(&c.slots).copied().collect();
+    levels.sort_unstable();
+    levels.dedup();
+    // Parameters: μ_b, μ_c, then π of every slot but the first.
+    let k = levels.len() + 1;
+    let rows: Vec<(Vec<f64>, f64)> = [(0usize, b), (1, c)]
+        .into_iter()
+        .flat_map(|(side, st)| {
+            let levels = &levels;
+            st.y.iter().zip(&st.slots).map(move |(y, s)| {
+                let mut x = vec![0.0; k];
+                x[side] = 1.0;
+                let li = levels.binary_search(s).unwrap_or(0);
+                if li > 0 {
+                    x[1 + li] = 1.0;
+                }
+                (x, *y)
+            })
+        })
+        .collect();
+    let mut xtx = vec![vec![0.0; k]; k];
+    let mut xty = vec![0.0; k];
+    for (x, y) in &rows {
+        for i in 0..k {
+            xty[i] += x[i] * y;
+            for j in 0..k {
+                xtx[i][j] += x[i] * x[j];
+            }
+        }
+    }
+    // No residual degree of freedom: the fit would know d but not its variance; the plain
+    // model (with a stored spread, the family prior) then decides d and its variance together.
+    if rows.len() <= k {
+        return None;
+    }
+    let inv = invert(xtx)?;
+    let theta: Vec<f64> = inv
+        .iter()
+        .map(|r| r.iter().zip(&xty).map(|(a, b)| a * b).sum())
+        .collect();
+    let rss = rows
+        .iter()
+        .map(|(x, y)| {
+            let f: f64 = x.iter().zip(&theta).map(|(a, b)| a * b).sum();
+            (y - f) * (y - f)
+        })
+        .sum();
+    Some(SlotFit {
+        d: theta[1] - theta[0],
+        factor: inv[0][0] + inv[1][1] - 2.0 * inv[0][1],
+        rss,
+        df: rows.len().saturating_sub(k),
+    })
 }
 
 /// The inverse of a small symmetric positive-definite matrix (Gauss–Jordan with partial
@@ -715,11 +733,11 @@ mod tests {
         // Slot 1 is 5% slower than slot 0 on both sides; the current side is 10% slower.
         // Baseline slots 0, 1, 0, 1 (balanced), current slots 0, 1.
         let (s1, up) = (0.05f64.ln_1p(), 0.10f64.ln_1p());
-        let p = Paired {
-            b: side(&[0.0, s1, 0.0, s1], &[0, 1, 0, 1]),
-            c: side(&[up, up + s1], &[0, 1]),
-            b_stored: None,
-        };
+        let p = Paired::new(
+            side(&[0.0, s1, 0.0, s1], &[0, 1, 0, 1]),
+            side(&[up, up + s1], &[0, 1]),
+            None,
+        );
         let f = p.slot_fit().expect("shared slots");
         assert!((f.d - up).abs() < 1e-12, "{f:?}");
         assert!(f.rss < 1e-20);
@@ -728,11 +746,11 @@ mod tests {
         // Unbalanced: baseline slots 0, 1, 2, 0, current slots 0, 1 (slot 2 only in the
         // baseline). The plain mean is biased by the slot effects; the fit is not.
         let (s2, noise) = (-0.04f64, 0.003);
-        let p = Paired {
-            b: side(&[noise, s1, s2, -noise], &[0, 1, 2, 0]),
-            c: side(&[up, up + s1], &[0, 1]),
-            b_stored: None,
-        };
+        let p = Paired::new(
+            side(&[noise, s1, s2, -noise], &[0, 1, 2, 0]),
+            side(&[up, up + s1], &[0, 1]),
+            None,
+        );
         let f = p.slot_fit().expect("shared slots");
         assert!((f.d - up).abs() < 1e-12, "{f:?}");
         assert_eq!(f.df, 6 - 4);
@@ -744,17 +762,9 @@ mod tests {
         assert_eq!(df, 2);
         assert!((v - noise * noise).abs() < 1e-12, "{v}");
         // No shared slot, or no slots on a side: no fit (the plain model).
-        let q = Paired {
-            b: side(&[0.0, s1], &[0, 1]),
-            c: side(&[up], &[2]),
-            b_stored: None,
-        };
+        let q = Paired::new(side(&[0.0, s1], &[0, 1]), side(&[up], &[2]), None);
         assert!(q.slot_fit().is_none());
-        let q = Paired {
-            b: side(&[0.0, s1], &[]),
-            c: side(&[up, up], &[0, 1]),
-            b_stored: None,
-        };
+        let q = Paired::new(side(&[0.0, s1], &[]), side(&[up, up], &[0, 1]), None);
         assert!(q.slot_fit().is_none());
         assert!((q.d() - (up - s1 / 2.0)).abs() < 1e-12);
     }

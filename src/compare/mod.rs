@@ -523,7 +523,7 @@ fn aggregates(pending: &[Pending], settings: &Settings) -> Vec<Pending> {
         };
         out.push(Pending::Timing {
             row,
-            paired: gate::Paired { b, c, b_stored },
+            paired: gate::Paired::new(b, c, b_stored),
             context: Vec::new(),
         });
     }
@@ -596,13 +596,17 @@ pub fn compare(
             planted.len()
         ));
     }
-    let (mut rows, not_compared, priors) =
-        compare_metrics_with(&metrics_of(baseline), &cm, settings, None);
-    explain_missing(&mut rows, current);
-    let bad_sizes = rows
+    let bm = metrics_of(baseline);
+    let bad_sizes = bm
         .iter()
-        .filter(|r| r.notes.iter().any(|n| n.contains("do not split its")))
+        .chain(&cm)
+        .filter(|m| {
+            matches!(&m.value, MetricValue::Samples { samples, repeats, .. }
+                if !repeats.is_empty() && !gate::sizes_add_up(samples.len(), repeats))
+        })
         .count();
+    let (mut rows, not_compared, priors) = compare_metrics_with(&bm, &cm, settings, None);
+    explain_missing(&mut rows, current);
     if bad_sizes > 0 {
         warnings.push(format!(
             "{bad_sizes} timings have repeat sizes that do not add up to their samples (kernels.repeats of the baseline or results file): each was judged as one repeat; remake the file (see the rows' notes)"

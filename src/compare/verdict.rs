@@ -474,10 +474,7 @@ pub fn begin_metric(b: &Metric, c: &Metric, s: &Settings) -> Pending {
         ) => {
             row.threshold = Some(s.threshold_for(&c.id, c.group));
             for (side, samples, sizes) in [("baseline's", bs, br), ("results'", cs, cr)] {
-                let adds_up = sizes.iter().try_fold(0usize, |a, &n| a.checked_add(n))
-                    == Some(samples.len())
-                    && !sizes.contains(&0);
-                if !sizes.is_empty() && !adds_up {
+                if !sizes.is_empty() && !gate::sizes_add_up(samples.len(), sizes) {
                     row.notes.push(format!(
                         "the {side} repeat sizes {sizes:?} do not split its {} samples into repeats (kernels.repeats in its results.json): judged as one repeat; remake the file",
                         samples.len()
@@ -491,11 +488,7 @@ pub fn begin_metric(b: &Metric, c: &Metric, s: &Settings) -> Pending {
                 Ok((bst, cst)) => {
                     return Pending::Timing {
                         row,
-                        paired: Paired {
-                            b: bst,
-                            c: cst,
-                            b_stored: *between_run,
-                        },
+                        paired: Paired::new(bst, cst, *between_run),
                         context: ctx,
                     }
                 }
