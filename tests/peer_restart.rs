@@ -106,12 +106,20 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
     );
     std::env::set_var("PATH", path);
     let progress = dir.path().join("peers-progress.json");
+    // One phase: the fake script in `mode`, a fresh progress file, no resume; the results and
+    // how many times the script was started.
+    let phase = |mode: &str| {
+        std::env::set_var("FAKE_MODE", mode);
+        let _ = std::fs::remove_file(&progress);
+        let before = calls(dir.path());
+        let mut k = KernelResults::default();
+        run_into(&opts(&progress, false), &mut k);
+        (k, calls(dir.path()) - before)
+    };
 
     // A case that kills the script: skipped with the exit and the error, the rest run.
-    std::env::set_var("FAKE_MODE", "crash");
-    let mut k = KernelResults::default();
-    run_into(&opts(&progress, false), &mut k);
-    assert_eq!(calls(dir.path()), 2, "started once, then once again");
+    let (k, starts) = phase("crash");
+    assert_eq!(starts, 2, "started once, then once again");
     let shapes: Vec<&str> = k.cases.iter().map(|c| c.shape.as_str()).collect();
     assert_eq!(
         shapes,
@@ -148,14 +156,8 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
 
     // The reason of a crash names the exit and the script's error line, not a progress line;
     // a case that crashes every time stops the restarts after PEER_RESTARTS.
-    std::env::set_var("FAKE_MODE", "always");
-    let _ = std::fs::remove_file(&progress);
-    let mut k = KernelResults::default();
-    run_into(&opts(&progress, false), &mut k);
-    assert_eq!(
-        calls(dir.path()),
-        3 + 1 + rigbench::kernels::peers::PEER_RESTARTS
-    );
+    let (k, starts) = phase("always");
+    assert_eq!(starts, 1 + rigbench::kernels::peers::PEER_RESTARTS);
     let crash = k
         .skipped
         .iter()
@@ -174,12 +176,8 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
     assert_eq!(k.cases.len(), 1, "the finished case is kept");
 
     // Dying between cases: no restart (nothing to blame), the stop says how to continue.
-    std::env::set_var("FAKE_MODE", "die");
-    let _ = std::fs::remove_file(&progress);
-    let before = calls(dir.path());
-    let mut k = KernelResults::default();
-    run_into(&opts(&progress, false), &mut k);
-    assert_eq!(calls(dir.path()), before + 1);
+    let (k, starts) = phase("die");
+    assert_eq!(starts, 1);
     let why = stopped(&k).expect("the stop is in the skipped list");
     assert!(
         why.contains("something between cases") && why.contains("--resume"),
@@ -188,12 +186,8 @@ fn a_crashing_case_is_skipped_and_the_script_restarted_for_the_rest() {
     assert_eq!(k.cases.len(), 1);
 
     // Stopped by SIGTERM from outside: not a crash of the case in flight, no restart.
-    std::env::set_var("FAKE_MODE", "term");
-    let _ = std::fs::remove_file(&progress);
-    let before = calls(dir.path());
-    let mut k = KernelResults::default();
-    run_into(&opts(&progress, false), &mut k);
-    assert_eq!(calls(dir.path()), before + 1);
+    let (k, starts) = phase("term");
+    assert_eq!(starts, 1);
     assert!(
         k.skipped
             .iter()

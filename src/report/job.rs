@@ -65,30 +65,27 @@ fn rig_difference(was: &crate::rig::RigFacts, now: &crate::rig::RigFacts) -> Opt
     if !was.host.hostname.starts_with('<') && was.host.hostname != now.host.hostname {
         d.push("another host".into());
     }
-    pair(
-        "GPU PCI bus",
-        was.gpu.as_ref().and_then(|g| g.pci_bus_id.as_deref()),
-        now.gpu.as_ref().and_then(|g| g.pci_bus_id.as_deref()),
-        &mut d,
-    );
-    pair(
-        "driver",
-        was.stack.driver_version.as_deref(),
-        now.stack.driver_version.as_deref(),
-        &mut d,
-    );
-    pair(
-        "NVRTC",
-        was.stack.nvrtc_version.as_deref(),
-        now.stack.nvrtc_version.as_deref(),
-        &mut d,
-    );
-    pair(
-        "cuBLASLt",
-        was.stack.cublaslt_version.as_deref(),
-        now.stack.cublaslt_version.as_deref(),
-        &mut d,
-    );
+    let bus = |r: &crate::rig::RigFacts| r.gpu.as_ref().and_then(|g| g.pci_bus_id.clone());
+    for (what, a, b) in [
+        ("GPU PCI bus", bus(was), bus(now)),
+        (
+            "driver",
+            was.stack.driver_version.clone(),
+            now.stack.driver_version.clone(),
+        ),
+        (
+            "NVRTC",
+            was.stack.nvrtc_version.clone(),
+            now.stack.nvrtc_version.clone(),
+        ),
+        (
+            "cuBLASLt",
+            was.stack.cublaslt_version.clone(),
+            now.stack.cublaslt_version.clone(),
+        ),
+    ] {
+        pair(what, a.as_deref(), b.as_deref(), &mut d);
+    }
     (!d.is_empty()).then(|| d.join(", "))
 }
 
