@@ -52,6 +52,10 @@ fn chunk(text: &str) -> String {
 }
 
 async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Response {
+    if body["stream"] == json!(false) {
+        // The session's prompt-overhead probe (one plain answer): not part of the fault plan.
+        return Json(json!({"choices": [{"index": 0, "message": {"content": "a"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 8, "completion_tokens": 1}})).into_response();
+    }
     let i = m.next.fetch_add(1, Ordering::SeqCst);
     let fault = m.plan[i % m.plan.len()];
     let n = body["max_tokens"].as_u64().unwrap_or(4);

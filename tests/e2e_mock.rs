@@ -619,7 +619,8 @@ async fn interrupt_keeps_what_was_measured() {
 async fn engine_that_dies_ends_the_session_with_completed_requests_kept() {
     let (url, _m) = start(Cfg {
         delay_ms: 2,
-        die_after: Some(4),
+        // 4 measured requests and the session's prompt-overhead probe.
+        die_after: Some(5),
         ..Default::default()
     })
     .await;

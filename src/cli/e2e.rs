@@ -441,29 +441,6 @@ impl E2eFlags {
     }
 }
 
-/// What rigbench will do to an engine it did not start, said before it does it: every run
-/// begins with `POST /reset_prefix_cache`. `None` for the built-in engine (rigbench's own).
-pub fn reset_notice(o: &E2eOptions) -> Option<String> {
-    let url = match &o.engine {
-        EngineChoice::Builtin { .. } => return None,
-        EngineChoice::Command { url, .. } | EngineChoice::Url { url } => url,
-    };
-    let l = &o.suite.load;
-    let points = match l.mode {
-        LoadMode::Closed => l.concurrency.len(),
-        LoadMode::Open => l.rates.len(),
-    };
-    Some(format!(
-        "every run starts with POST {url}/reset_prefix_cache: the engine's prefix cache is emptied before each of the {}{}",
-        crate::report::table::plural(points as u64, "sweep point", "sweep points"),
-        if o.suite.load.cache == CacheTemp::Warm {
-            " (warm runs then prime it again)"
-        } else {
-            " (cold runs then check for 0 hits)"
-        }
-    ))
-}
-
 /// `--engine-log FILE` must be a readable regular file: "not found" only when it is missing.
 ///
 /// # Errors
@@ -494,9 +471,11 @@ pub fn check_engine_log(p: &std::path::Path) -> Result<(), RigError> {
 /// Run `rigbench e2e`.
 pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     let opts = args.options()?;
-    if let Some(n) = reset_notice(&opts) {
-        eprintln!("rigbench e2e: {n}");
-    }
+    // What the effective suite is, after the flags (the report's "Suite:" line says the same).
+    eprintln!(
+        "rigbench e2e: suite {}",
+        crate::e2e::report::suite_as_run(&opts.suite)
+    );
     let rig = crate::rig::probe();
     let label = rig.label();
     let existed = args.out.as_deref().is_some_and(|p| p.exists());
@@ -525,9 +504,20 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
         Err(e) => {
             // An engine that failed to start: keep its whole log (that is when it matters),
             // without touching an earlier report in --out.
-            let failed = e.downcast_ref::<crate::e2e::launcher::EngineStartFailure>();
-            if let Some(f) = failed.filter(|f| !f.log.trim().is_empty()) {
-                match dir.keep_after_failed_start("engine.log", &f.log) {
+            // An engine's startup failure quotes its command and log: redacted like the report
+            // (paths, hosts, IPs, tokens), unless --no-redact.
+            let (e, kept_log) = match e.downcast_ref::<crate::e2e::launcher::EngineStartFailure>() {
+                Some(f) => (
+                    anyhow::Error::new(crate::e2e::launcher::EngineStartFailure {
+                        message: dir.redactor().redact(&f.message),
+                        log: f.log.clone(),
+                    }),
+                    Some(f.log.clone()).filter(|l| !l.trim().is_empty()),
+                ),
+                None => (e, None),
+            };
+            if let Some(log) = kept_log {
+                match dir.keep_after_failed_start("engine.log", &log) {
                     Ok(p) => eprintln!("rigbench e2e: the engine's log is kept in {}", p.display()),
                     Err(w) => eprintln!("rigbench e2e: could not keep the engine's log: {w:#}"),
                 }
@@ -605,7 +595,7 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
         return Ok(ExitStatus::Error);
     }
     if let Some(f) = &e2e.failure {
-        eprintln!("rigbench e2e: {f}");
+        eprintln!("rigbench e2e: {}", dir.redactor().redact(f));
         return Ok(ExitStatus::Error);
     }
     if !e2e.any_valid() {
@@ -692,17 +682,23 @@ mod tests {
     }
 
     #[test]
-    fn an_engine_rigbench_did_not_start_is_told_of_the_cache_reset_up_front() {
-        assert_eq!(reset_notice(&opts(&[]).unwrap()), None);
-        let n = reset_notice(
-            &opts(&["--url", "http://127.0.0.1:8000", "--concurrency", "1,4"]).unwrap(),
-        )
-        .unwrap();
+    fn the_cache_reset_is_told_as_it_happened() {
+        use crate::e2e::driver::reset_message;
+        let url = "http://127.0.0.1:8000";
+        let done = reset_message(url, Some(true), 2, CacheTemp::Cold);
         assert!(
-            n.contains("POST http://127.0.0.1:8000/reset_prefix_cache")
-                && n.contains("2 sweep points"),
-            "{n}"
+            done.contains("POST http://127.0.0.1:8000/reset_prefix_cache emptied")
+                && done.contains("2 sweep points"),
+            "{done}"
         );
+        // 404 (llama.cpp has no such endpoint): nothing was emptied, and the message says so.
+        let absent = reset_message(url, None, 1, CacheTemp::Cold);
+        assert!(
+            !absent.contains("reset_prefix_cache emptied") && absent.contains("not emptied"),
+            "{absent}"
+        );
+        let refused = reset_message(url, Some(false), 1, CacheTemp::Warm);
+        assert!(refused.contains("NOT emptied"), "{refused}");
     }
 
     #[test]

@@ -184,17 +184,21 @@ impl SseDecoder {
     }
 }
 
-/// One chunk that carried generated text.
+/// One chunk that carried at least one generated token (see [`StreamOutcome::apply`] for how a
+/// chunk is recognised as such).
 #[derive(Debug, Clone, PartialEq)]
-pub struct TextEvent {
+pub struct TokenEvent {
     /// Arrival time since the request was sent.
     pub at: Duration,
-    /// Characters of content text in the chunk.
+    /// Characters of content text in the chunk (may be 0: vLLM holds back the text of a token
+    /// that ends inside a UTF-8 sequence, and special tokens have none).
     pub content_chars: usize,
     /// Characters of reasoning text in the chunk.
     pub reasoning_chars: usize,
-    /// `usage.completion_tokens` carried by this chunk (continuous usage stats), if any.
-    pub usage_completion_tokens: Option<u64>,
+    /// Tokens this chunk carried, when the stream says so: the increment of the cumulative
+    /// `usage.completion_tokens` (vLLM's `continuous_usage_stats`), or the length of the chunk's
+    /// `token_ids` / `tokens` list. `None`: at least one, count unknown.
+    pub tokens: Option<u64>,
 }
 
 /// `usage` as the engine reported it.
@@ -213,8 +217,8 @@ pub struct Usage {
 pub struct StreamOutcome {
     /// HTTP status, when a response arrived.
     pub http_status: Option<u16>,
-    /// Chunks with text, in arrival order.
-    pub events: Vec<TextEvent>,
+    /// Chunks that carried a generated token, in arrival order.
+    pub events: Vec<TokenEvent>,
     /// Content text.
     pub content: String,
     /// Reasoning text.
@@ -236,6 +240,26 @@ pub struct StreamOutcome {
     /// Per-request speculative-decoding counts the engine sent (see
     /// [`crate::diagnose::spec::RequestSpec`]).
     pub spec: Option<crate::diagnose::spec::RequestSpec>,
+    /// Arrival of the first chunk with a non-empty `choices` list, token or not (a role chunk
+    /// counts): the moment `vllm bench serve` stamps as its TTFT.
+    pub first_chunk: Option<Duration>,
+    /// Arrival of the first chunk with content text (TTFC).
+    pub first_content: Option<Duration>,
+    /// Chunks with a non-empty `choices` list.
+    pub choice_chunks: usize,
+    /// Chunks with a non-empty `choices` list that carried `usage`, counted while every such
+    /// chunk did from the first on (vLLM's `continuous_usage_stats`): then each chunk's tokens
+    /// are the increment of the cumulative count, exactly.
+    pub usage_chunks: usize,
+    /// The cumulative `usage.completion_tokens` of the last chunk with choices that carried it.
+    pub last_completion_tokens: Option<u64>,
+    /// A chunk's cumulative `usage.completion_tokens` went down: per-chunk usage is not used.
+    pub usage_not_monotonic: bool,
+    /// The request was sent again on a fresh connection because the first attempt failed before
+    /// any response arrived (a kept-alive connection the engine had closed): 0 or 1.
+    pub retries: u32,
+    /// Why the first attempt failed, when it was retried.
+    pub retry_reason: Option<String>,
 }
 
 impl StreamOutcome {
@@ -285,6 +309,7 @@ impl StreamOutcome {
         };
         let mut content_chars = 0;
         let mut reasoning_chars = 0;
+        let mut token_ids: Option<u64> = None;
         for c in choices {
             let text = |p: &str| c.pointer(p).and_then(Value::as_str).unwrap_or("");
             let content = if c.get("delta").is_some() {
@@ -303,15 +328,59 @@ impl StreamOutcome {
             if let Some(f) = c.get("finish_reason").and_then(Value::as_str) {
                 self.finish_reason = Some(f.to_string());
             }
+            // vLLM `return_token_ids` (`token_ids` on the choice), llama.cpp `tokens`.
+            for key in ["token_ids", "tokens"] {
+                if let Some(ids) = c.get(key).and_then(Value::as_array) {
+                    *token_ids.get_or_insert(0) += ids.len() as u64;
+                }
+            }
         }
-        if content_chars + reasoning_chars > 0 {
-            self.events.push(TextEvent {
-                at,
-                content_chars,
-                reasoning_chars,
-                usage_completion_tokens: usage.and_then(|u| u.completion_tokens),
-            });
+        if choices.is_empty() {
+            // A usage summary (or a keep-alive object): never a token.
+            return Ok(());
         }
+        self.first_chunk.get_or_insert(at);
+        if content_chars > 0 {
+            self.first_content.get_or_insert(at);
+        }
+        // Per-chunk usage: the increment of the cumulative count is this chunk's tokens, so a
+        // token whose text is held back (an empty `content`) is still counted when it arrives.
+        // Only in a stream where every chunk with choices has carried usage from the first one
+        // on: a `usage` that turns up on a late chunk (a finish chunk) is a total, not a step.
+        let per_chunk = self.usage_chunks == self.choice_chunks;
+        self.choice_chunks += 1;
+        let chunk_usage = usage
+            .and_then(|u| u.completion_tokens)
+            .filter(|_| per_chunk);
+        let tokens = match chunk_usage {
+            Some(ct) if !self.usage_not_monotonic => {
+                self.usage_chunks += 1;
+                let prev = self.last_completion_tokens.unwrap_or(0);
+                self.last_completion_tokens = Some(ct);
+                if ct < prev {
+                    self.usage_not_monotonic = true;
+                    None
+                } else {
+                    Some(ct - prev)
+                }
+            }
+            _ => None,
+        };
+        let tokens = match tokens {
+            Some(0) => return Ok(()), // text (if any) of tokens already counted; a role chunk
+            Some(n) => Some(n),
+            None => match token_ids {
+                Some(n) if n > 0 => Some(n),
+                _ if content_chars + reasoning_chars > 0 => None,
+                _ => return Ok(()), // no token: a role chunk, an empty finish chunk
+            },
+        };
+        self.events.push(TokenEvent {
+            at,
+            content_chars,
+            reasoning_chars,
+            tokens,
+        });
         Ok(())
     }
 }
@@ -330,11 +399,20 @@ pub fn is_transport_error(msg: &str) -> bool {
         || msg.starts_with("stream ended before")
 }
 
+/// How long a kept-alive connection may sit idle in the pool before it is dropped: below the
+/// keep-alive timeout of the engines' HTTP servers (llama.cpp's `llama-server`: 5 s, `Keep-Alive:
+/// timeout=5`; uvicorn under vLLM and SGLang: 5 s by default), so rigbench does not send a
+/// request on a connection the server is closing. See docs/engines/llama.cpp.md.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
 /// The engine's HTTP endpoints.
 #[derive(Debug, Clone)]
 pub struct EngineClient {
     base: String,
     http: reqwest::Client,
+    /// No pooled connections: every request opens its own (the retry of a request whose kept-
+    /// alive connection failed).
+    fresh: reqwest::Client,
 }
 
 /// `POST /tokenize` answer.
@@ -346,13 +424,90 @@ pub struct Tokenized {
     pub max_model_len: Option<u64>,
 }
 
+/// The body an engine's `POST /tokenize` takes (see docs/engines/).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenizeForm {
+    /// vLLM, SGLang and `rigbench serve`: `{"model", "prompt", "add_special_tokens": false}` →
+    /// `{"count", "tokens", "max_model_len"}`.
+    #[default]
+    Vllm,
+    /// llama.cpp's `llama-server`: `{"content", "add_special": false}` → `{"tokens": [...]}`.
+    /// It answers vLLM's form with `200 {"tokens": []}`.
+    LlamaCpp,
+}
+
+impl TokenizeForm {
+    /// The request body for `text`.
+    pub fn body(self, model: &str, text: &str) -> Value {
+        match self {
+            TokenizeForm::Vllm => {
+                json!({"model": model, "prompt": text, "add_special_tokens": false})
+            }
+            TokenizeForm::LlamaCpp => json!({"content": text, "add_special": false}),
+        }
+    }
+
+    /// Short name for reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            TokenizeForm::Vllm => "POST /tokenize {\"prompt\"} (vLLM form)",
+            TokenizeForm::LlamaCpp => "POST /tokenize {\"content\"} (llama.cpp form)",
+        }
+    }
+}
+
+/// Whether a request error happened before any response arrived on a connection that the
+/// server had closed or reset (a kept-alive connection closed while idle, a refused connect):
+/// such a request never reached the engine's scheduler and is sent again once, on a fresh
+/// connection. Read from the error chain: I/O errors of kind reset, aborted, broken pipe or
+/// unexpected EOF, hyper's "connection closed before message completed", or a failed connect.
+pub fn is_stale_connection_error(e: &reqwest::Error) -> bool {
+    if e.is_timeout() || e.is_status() || e.is_body() || e.is_decode() {
+        return false;
+    }
+    if e.is_connect() {
+        return true;
+    }
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            if matches!(
+                io.kind(),
+                K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        let m = c.to_string();
+        if m.contains("connection closed before message completed")
+            || m.contains("connection reset")
+            || m.contains("broken pipe")
+        {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
+}
+
 impl EngineClient {
     /// A client for the engine at `base` (`http://host:port`; a trailing `/` or `/v1` is
-    /// removed).
+    /// removed), dropping idle pooled connections after [`POOL_IDLE_TIMEOUT`].
     ///
     /// # Errors
     /// The HTTP client cannot be built.
     pub fn new(base: &str) -> anyhow::Result<Self> {
+        Self::with_idle_timeout(base, POOL_IDLE_TIMEOUT)
+    }
+
+    /// As [`EngineClient::new`], with idle pooled connections dropped after `idle` (keep it
+    /// below the engine's keep-alive timeout).
+    ///
+    /// # Errors
+    /// The HTTP client cannot be built.
+    pub fn with_idle_timeout(base: &str, idle: Duration) -> anyhow::Result<Self> {
         let mut b = base.trim_end_matches('/').to_string();
         if let Some(s) = b.strip_suffix("/v1") {
             b = s.to_string();
@@ -361,9 +516,20 @@ impl EngineClient {
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true)
             .pool_max_idle_per_host(1024)
+            .pool_idle_timeout(idle)
             .build()
             .context("cannot build the HTTP client")?;
-        Ok(Self { base: b, http })
+        let fresh = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(0)
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Self {
+            base: b,
+            http,
+            fresh,
+        })
     }
 
     /// The base URL.
@@ -443,12 +609,31 @@ impl EngineClient {
         Ok(Some(Exposition::parse(&text)))
     }
 
-    /// `POST /tokenize {"model", "prompt"}`; `None` when the engine has no such endpoint.
+    /// `POST /tokenize` in vLLM's form (see [`EngineClient::tokenize_as`]).
+    ///
+    /// # Errors
+    /// As [`EngineClient::tokenize_as`].
     pub async fn tokenize(&self, model: &str, text: &str) -> anyhow::Result<Option<Tokenized>> {
+        self.tokenize_as(TokenizeForm::Vllm, model, text).await
+    }
+
+    /// `POST /tokenize` with the body `form` describes; `None` when the engine has no such
+    /// endpoint (404, 405, 501).
+    ///
+    /// # Errors
+    /// The request failed, the answer is not JSON or not 2xx, it holds no count, or it counts 0
+    /// tokens for a non-empty `text` (llama.cpp answers a body it does not understand with
+    /// `200 {"tokens": []}`: a failed tokenization, never a count of 0).
+    pub async fn tokenize_as(
+        &self,
+        form: TokenizeForm,
+        model: &str,
+        text: &str,
+    ) -> anyhow::Result<Option<Tokenized>> {
         let r = self
             .http
             .post(self.url("/tokenize"))
-            .json(&json!({"model": model, "prompt": text, "add_special_tokens": false}))
+            .json(&form.body(model, text))
             .timeout(Duration::from_secs(30))
             .send()
             .await
@@ -467,10 +652,53 @@ impl EngineClient {
             .map(|c| c as usize)
             .or_else(|| v.get("tokens").and_then(Value::as_array).map(Vec::len))
             .context("POST /tokenize: answer has neither `count` nor `tokens`")?;
+        if count == 0 && !text.trim().is_empty() {
+            bail!(
+                "POST /tokenize ({}) counted 0 tokens for a non-empty text of {} characters: the engine did not understand the request (a failed tokenization, not a count)",
+                form.label(),
+                text.chars().count()
+            );
+        }
         Ok(Some(Tokenized {
             count,
             max_model_len: v.get("max_model_len").and_then(Value::as_u64),
         }))
+    }
+
+    /// Send `req` once without streaming (`stream: false`, `max_tokens` 1) and return the
+    /// `usage.prompt_tokens` the engine counted: the prompt as the engine sees it, chat template
+    /// included. `None` when the answer carries no such count.
+    ///
+    /// # Errors
+    /// The request failed or was answered with an error.
+    pub async fn prompt_tokens_of(&self, req: &GenRequest) -> anyhow::Result<Option<u64>> {
+        let mut body = req.body();
+        body["stream"] = json!(false);
+        body["max_tokens"] = json!(1);
+        if let Some(o) = body.as_object_mut() {
+            o.remove("stream_options");
+            o.remove("ignore_eos");
+        }
+        let r = self
+            .http
+            .post(self.url(req.api.path()))
+            .json(&body)
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await
+            .with_context(|| format!("POST {}", req.api.path()))?;
+        let status = r.status();
+        let text = r.text().await.unwrap_or_default();
+        if !status.is_success() {
+            bail!(
+                "POST {} answered {status}: {}",
+                req.api.path(),
+                text.chars().take(200).collect::<String>()
+            );
+        }
+        let v: Value = serde_json::from_str(&text)
+            .with_context(|| format!("POST {}: the answer is not JSON", req.api.path()))?;
+        Ok(v.pointer("/usage/prompt_tokens").and_then(Value::as_u64))
     }
 
     /// `POST /reset_prefix_cache`: `Some(true)` when done, `Some(false)` when refused,
@@ -542,14 +770,32 @@ impl EngineClient {
         sent: Instant,
         out: &mut StreamOutcome,
     ) -> Result<(), String> {
-        let resp = self
-            .http
-            .post(self.url(req.api.path()))
-            .header("Accept", "text/event-stream")
-            .json(&req.body())
-            .send()
-            .await
-            .map_err(|e| format!("connection failed: {}", error_chain(&e)))?;
+        let body = req.body();
+        let send = |c: &reqwest::Client| {
+            c.post(self.url(req.api.path()))
+                .header("Accept", "text/event-stream")
+                .json(&body)
+                .send()
+        };
+        let resp = match send(&self.http).await {
+            Ok(r) => r,
+            // Failed before any response arrived, on a connection the server had closed: the
+            // engine never got the request. Once more, on a connection of its own.
+            Err(e) if is_stale_connection_error(&e) => {
+                out.retries = 1;
+                out.retry_reason = Some(error_chain(&e));
+                send(&self.fresh)
+                    .await
+                    .map_err(|e2| {
+                        format!(
+                            "connection failed twice (first on a pooled connection: {}; then on a fresh one: {})",
+                            out.retry_reason.as_deref().unwrap_or(""),
+                            error_chain(&e2)
+                        )
+                    })?
+            }
+            Err(e) => return Err(format!("connection failed: {}", error_chain(&e))),
+        };
         let status = resp.status();
         out.http_status = Some(status.as_u16());
         if !status.is_success() {
@@ -700,7 +946,8 @@ mod tests {
         assert_eq!(o.events.len(), 3);
         assert_eq!(o.reasoning, "hmok");
         assert_eq!(o.content, "Hi there");
-        assert_eq!(o.events[2].usage_completion_tokens, Some(5));
+        // Usage on a late chunk of a stream without per-chunk usage is a total, not a step.
+        assert_eq!(o.events[2].tokens, None);
         assert_eq!(o.finish_reason.as_deref(), Some("length"));
         assert_eq!(
             o.usage,

@@ -7,8 +7,9 @@
 //! 1 + Δaccepted_tokens / Δdrafts, per-position acceptance = Δaccepted_tokens_per_pos[i] /
 //! Δdrafts.
 //!
-//! Prefix cache (vLLM V1 `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits`, in tokens):
-//! hit rate = Δhits / Δqueries over the run.
+//! Prefix cache (vLLM V1 `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits`, in tokens;
+//! llama.cpp `llamacpp:prompt_tokens_cached` with `llamacpp:prompt_tokens`, see
+//! [`super::adapters::prefix_cache_counts`]): hit rate = Δhits / Δqueries over the run.
 //!
 //! KV capacity: `vllm:cache_config_info` `num_gpu_blocks` × `block_size` (or a
 //! `kv_cache_size_tokens` label), SGLang's `sglang:max_total_num_tokens`, else the engine's boot
@@ -64,6 +65,20 @@ pub struct EngineFacts {
     /// states them in `/version` (unknown for other engines).
     #[serde(default)]
     pub runtime: Option<super::runtime_facts::RuntimeFacts>,
+    /// The engine rigbench adapts to (tokenize body, KV source, cache counters).
+    #[serde(default)]
+    pub kind: super::adapters::EngineKind,
+    /// The `POST /tokenize` body that worked, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenize_form: Option<super::client::TokenizeForm>,
+    /// Why `POST /tokenize` is not used, when it is not (absent, failed, counted nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenize_note: Option<String>,
+    /// Prompt tokens the engine adds around the prompt text (chat template, BOS), measured once
+    /// per session: the engine's `usage.prompt_tokens` for a probe prompt minus the tokenizer's
+    /// count of that prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_overhead: Option<Sourced<i64>>,
 }
 
 /// Whether speculative decoding was on.
@@ -123,6 +138,9 @@ pub struct CacheCondition {
     pub hits_allowed: u64,
     /// Whether the requested temperature is confirmed by the counters (`None` = cannot tell).
     pub verified: Option<bool>,
+    /// The hit counters read (`None`: the engine exposes none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<String>,
     /// Human-readable verdict.
     pub note: String,
 }
@@ -148,6 +166,9 @@ pub struct KvCondition {
     pub max_running: Option<f64>,
     /// Most requests waiting at once (sampled).
     pub max_waiting: Option<f64>,
+    /// A disagreement between sources of the capacity, and which one was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_note: Option<String>,
 }
 
 /// Input and output lengths.
@@ -173,6 +194,73 @@ pub struct LengthCondition {
     pub output_mean: Option<f64>,
     /// Output tokens produced: largest.
     pub output_max: Option<u64>,
+    /// Prompt lengths checked against the engine's `usage.prompt_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_check: Option<PromptCheck>,
+}
+
+/// Prompt lengths as prepared, checked against the prompt tokens the engine reported: for each
+/// request with both, expected = tokens counted at preparation + the engine's known overhead
+/// ([`EngineFacts::prompt_overhead`]); a difference beyond max([`PROMPT_TOLERANCE_REL`] ×
+/// expected, [`PROMPT_TOLERANCE_TOKENS`]) is a mismatch, and any mismatch invalidates the run
+/// (the prompts were not the lengths the report states). The token allowance covers a BPE merge
+/// across the boundary between template and prompt text (one or two tokens on a short prompt).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PromptCheck {
+    /// The overhead used, tokens.
+    pub overhead: i64,
+    /// Where it came from.
+    pub overhead_source: String,
+    /// Requests with both counts.
+    pub checked: usize,
+    /// Requests beyond the tolerance.
+    pub mismatched: usize,
+    /// Largest |reported − expected| seen, tokens.
+    pub max_abs_diff: u64,
+    /// The first mismatch, described.
+    pub example: Option<String>,
+}
+
+/// Relative tolerance of a prompt length against the engine's count (2%).
+pub const PROMPT_TOLERANCE_REL: f64 = 0.02;
+/// Absolute tolerance of a prompt length against the engine's count, tokens.
+pub const PROMPT_TOLERANCE_TOKENS: u64 = 2;
+
+/// Check the prompt lengths of `records` against `overhead` (see [`PromptCheck`]); `None`
+/// without an overhead or without a request that has both counts.
+pub fn check_prompt_lengths(
+    records: &[RequestRecord],
+    overhead: Option<&Sourced<i64>>,
+) -> Option<PromptCheck> {
+    let o = overhead?;
+    let mut c = PromptCheck {
+        overhead: o.value,
+        overhead_source: o.source.clone(),
+        ..Default::default()
+    };
+    for r in records.iter().filter(|r| r.ok) {
+        let (Some(counted), Some(reported)) = (r.input_tokens_counted, r.prompt_tokens) else {
+            continue;
+        };
+        c.checked += 1;
+        let expected = (counted as i64 + o.value).max(0) as u64;
+        let diff = reported.abs_diff(expected);
+        c.max_abs_diff = c.max_abs_diff.max(diff);
+        let tol =
+            ((PROMPT_TOLERANCE_REL * expected as f64).floor() as u64).max(PROMPT_TOLERANCE_TOKENS);
+        if diff > tol {
+            c.mismatched += 1;
+            if c.example.is_none() {
+                c.example = Some(format!(
+                    "request {}: the engine counted {reported} prompt tokens, {expected} expected ({counted} prepared + {} overhead), off by {diff} ({:+.1}%)",
+                    r.index,
+                    o.value,
+                    100.0 * (reported as f64 / expected.max(1) as f64 - 1.0)
+                ));
+            }
+        }
+    }
+    (c.checked > 0).then_some(c)
 }
 
 /// Thinking (reasoning) condition.
@@ -256,8 +344,15 @@ pub struct PollStats {
     pub max_running: Option<f64>,
     /// Most requests waiting.
     pub max_waiting: Option<f64>,
-    /// Scrapes taken.
+    /// Scrapes taken (the one at the start and the one at the end included).
     pub polls: usize,
+    /// How long each scrape took, milliseconds, in order (start, in between, end).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scrape_ms: Vec<f64>,
+    /// The shortest wait between scrapes during the run, seconds (the wait adapts up to twice
+    /// it; see [`next_scrape_interval`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_interval_s: Option<f64>,
 }
 
 fn fmax(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -268,16 +363,49 @@ fn fmax(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
+/// The wait before the next `/metrics` scrape during a run: 50 × the last scrape's duration
+/// (so scraping takes about 2% of the engine's time: a CPU vLLM spends ~14 ms per scrape),
+/// kept between `min` and 2 × `min` (`min` is 1 s by default: at most one scrape every 1–2 s).
+pub fn next_scrape_interval(
+    last: std::time::Duration,
+    min: std::time::Duration,
+) -> std::time::Duration {
+    (last * 50).clamp(min, min * 2)
+}
+
 impl PollStats {
-    /// Fold one scrape in (vLLM V1 `kv_cache_usage_perc`, V0 `gpu_cache_usage_perc`).
+    /// Fold in the scrapes gathered by another sampler (the one running during the load).
+    pub fn merge(&mut self, o: &PollStats) {
+        self.polls += o.polls;
+        self.scrape_ms.extend_from_slice(&o.scrape_ms);
+        self.peak_kv_usage = fmax(self.peak_kv_usage, o.peak_kv_usage);
+        self.max_running = fmax(self.max_running, o.max_running);
+        self.max_waiting = fmax(self.max_waiting, o.max_waiting);
+    }
+
+    /// Record one scrape attempt that took `took` (answered or not).
+    pub fn timed(&mut self, took: std::time::Duration) {
+        self.scrape_ms.push(took.as_secs_f64() * 1e3);
+    }
+
+    /// Fold one scrape in (vLLM V1 `kv_cache_usage_perc`, V0 `gpu_cache_usage_perc`; llama.cpp
+    /// `requests_processing` / `requests_deferred`).
     pub fn add(&mut self, e: &Exposition) {
         self.polls += 1;
         let kv = e
             .max("vllm:kv_cache_usage_perc")
             .or_else(|| e.max("vllm:gpu_cache_usage_perc"));
         self.peak_kv_usage = fmax(self.peak_kv_usage, kv);
-        self.max_running = fmax(self.max_running, e.max("vllm:num_requests_running"));
-        self.max_waiting = fmax(self.max_waiting, e.max("vllm:num_requests_waiting"));
+        self.max_running = fmax(
+            self.max_running,
+            e.max("vllm:num_requests_running")
+                .or_else(|| e.max("llamacpp:requests_processing")),
+        );
+        self.max_waiting = fmax(
+            self.max_waiting,
+            e.max("vllm:num_requests_waiting")
+                .or_else(|| e.max("llamacpp:requests_deferred")),
+        );
     }
 }
 
@@ -300,6 +428,35 @@ pub fn spec_condition(
         per_position: Vec::new(),
     };
     let Some(a) = after else { return c };
+    let d = |n: &str| delta(before, after, n).map(|x| x.round() as u64);
+    // llama.cpp: the counters exist whether speculation is on or off, so 0 drafts says nothing
+    // about the configuration (the engine's endpoints, command or log decide; see
+    // `engines::fill_spec`).
+    if a.has_family("llamacpp:spec_decode_num_drafts") {
+        c.drafts = d("llamacpp:spec_decode_num_drafts");
+        c.draft_tokens = d("llamacpp:spec_decode_num_draft_tokens");
+        c.accepted_tokens = d("llamacpp:spec_decode_num_accepted_tokens");
+        match c.drafts {
+            Some(n) if n > 0 => {
+                c.state = SpecState::On;
+                c.evidence = format!("{n} drafts during the run (/metrics llamacpp: deltas)");
+                if let (Some(acc), Some(dt)) = (c.accepted_tokens, c.draft_tokens) {
+                    if dt > 0 {
+                        c.acceptance_rate = Some(acc as f64 / dt as f64);
+                    }
+                    c.mean_acceptance_length = Some(1.0 + acc as f64 / n as f64);
+                }
+            }
+            Some(_) => {
+                c.evidence = "0 drafts during the run (/metrics llamacpp: counters, which exist whether speculation is on or off)".into();
+            }
+            None => {
+                c.evidence =
+                    "llamacpp: speculative counters unreadable before or after the run".into();
+            }
+        }
+        return c;
+    }
     let vllm_names = a.samples.iter().any(|s| s.name.starts_with("vllm:"));
     let has_spec = a.has_family("vllm:spec_decode_num_drafts");
     if !has_spec {
@@ -311,7 +468,6 @@ pub fn spec_condition(
         }
         return c;
     }
-    let d = |n: &str| delta(before, after, n).map(|x| x.round() as u64);
     c.drafts = d("vllm:spec_decode_num_drafts");
     c.draft_tokens = d("vllm:spec_decode_num_draft_tokens");
     c.accepted_tokens = d("vllm:spec_decode_num_accepted_tokens");
@@ -447,8 +603,9 @@ pub fn cache_condition(
     after: Option<&Exposition>,
     exp: CacheExpectation,
 ) -> CacheCondition {
-    let q = delta(before, after, "vllm:prefix_cache_queries").map(|x| x.round() as u64);
-    let h = delta(before, after, "vllm:prefix_cache_hits").map(|x| x.round() as u64);
+    let counts = super::adapters::prefix_cache_counts(before, after);
+    let q = counts.as_ref().and_then(|c| c.queries);
+    let h = counts.as_ref().map(|c| c.hits);
     let hit_rate = match (q, h) {
         (Some(q), Some(h)) if q > 0 => Some(h as f64 / q as f64),
         _ => None,
@@ -517,6 +674,7 @@ pub fn cache_condition(
         hit_rate,
         hits_allowed: exp.hits_allowed,
         verified,
+        counters: counts.map(|c| c.source.to_string()),
         note,
     }
 }
@@ -603,6 +761,7 @@ pub fn length_condition(
         output_min: outs.iter().copied().min(),
         output_mean: crate::stats::mean(&outs.iter().map(|x| *x as f64).collect::<Vec<_>>()),
         output_max: outs.iter().copied().max(),
+        prompt_check: None,
     }
 }
 

@@ -13,8 +13,9 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::adapters::EngineKind;
 use super::bootlog::BootLog;
-use super::client::{Api, EngineClient};
+use super::client::{Api, EngineClient, GenRequest};
 use super::conditions::{
     cache_condition, kv_capacity, length_condition, spec_condition, thinking_condition,
     CacheExpectation, Conditions, EngineFacts, PollStats, Sourced,
@@ -55,8 +56,12 @@ pub struct E2eOptions {
     pub request_timeout: Duration,
     /// Engine startup timeout.
     pub startup_timeout: Duration,
-    /// `/metrics` sampling interval during a run.
+    /// The shortest wait between `/metrics` scrapes during a run; the wait adapts between it and
+    /// twice it (see [`super::conditions::next_scrape_interval`]). 1 s by default.
     pub metrics_interval: Duration,
+    /// Idle pooled connections are dropped after this (below the engine's keep-alive timeout;
+    /// [`super::client::POOL_IDLE_TIMEOUT`] by default).
+    pub pool_idle_timeout: Duration,
     /// Show a progress bar (on a terminal).
     pub progress: bool,
     /// Stop cleanly on SIGINT (Ctrl-C) and SIGTERM, keeping what was measured
@@ -87,7 +92,8 @@ impl E2eOptions {
             spec_k: None,
             request_timeout: Duration::from_secs(600),
             startup_timeout: Duration::from_secs(120),
-            metrics_interval: Duration::from_millis(250),
+            metrics_interval: Duration::from_secs(1),
+            pool_idle_timeout: super::client::POOL_IDLE_TIMEOUT,
             progress: true,
             handle_ctrl_c: true,
             lateness_tolerance: Duration::from_millis(10),
@@ -256,9 +262,15 @@ async fn engine_facts(
     let builtin = matches!(opts.engine, EngineChoice::Builtin { .. });
     // Speculative config: the engine's own word (/version, its log) first, then what rigbench
     // passed to its own engine, then a statement.
+    let command_spec = match &opts.engine {
+        EngineChoice::Command { command, .. } => super::adapters::spec_from_command(command),
+        _ => None,
+    };
     f.spec_method = if let Some(m) = version_method {
         Some(Sourced::new(m, "/version"))
     } else if let Some(m) = probe.spec_method.clone() {
+        Some(m)
+    } else if let Some(m) = command_spec.as_ref().and_then(|c| c.method.clone()) {
         Some(m)
     } else if let Some(m) = &boot.spec_method {
         Some(Sourced::new(m.clone(), "engine log (config)"))
@@ -278,6 +290,8 @@ async fn engine_facts(
         Some(Sourced::new(k, "/version"))
     } else if let Some(k) = probe.spec_k.clone() {
         Some(k)
+    } else if let Some(k) = command_spec.as_ref().and_then(|c| c.k.clone()) {
+        Some(k)
     } else if let Some(k) = boot.spec_k {
         Some(Sourced::new(k, "engine log (config)"))
     } else {
@@ -292,20 +306,102 @@ async fn engine_facts(
             )
         })
     };
-    if let Some(m) = &f.model {
-        match client.tokenize(&m.value, "rigbench").await {
+    f.kind = f
+        .name
+        .as_ref()
+        .map(|n| EngineKind::from_name(&n.value))
+        .unwrap_or_default();
+    // The engine's tokenizer, in the body its kind takes (then the other one, for an engine of
+    // unknown kind). Counting nothing for a non-empty text is a failure, never a length of 0.
+    const PROBE_TEXT: &str = "rigbench counts the tokens of this sentence.";
+    let model = f
+        .model
+        .as_ref()
+        .map(|m| m.value.clone())
+        .unwrap_or_default();
+    let mut forms = vec![f.kind.tokenize_form()];
+    forms.extend(f.kind.fallback_tokenize_form());
+    let mut failures = Vec::new();
+    for form in forms {
+        match client.tokenize_as(form, &model, PROBE_TEXT).await {
             Ok(Some(t)) => {
                 f.tokenize = true;
+                f.tokenize_form = Some(form);
                 f.max_model_len = t.max_model_len;
+                break;
             }
-            Ok(None) | Err(_) => f.tokenize = false,
+            Ok(None) => {
+                failures.push("the engine has no POST /tokenize (404)".to_string());
+                break;
+            }
+            Err(e) => failures.push(format!("{e:#}")),
         }
     }
+    if !f.tokenize {
+        f.tokenize_note = Some(failures.join("; "));
+    }
+    f.max_model_len = f.max_model_len.or(probe.max_model_len);
     Ok(f)
 }
 
 async fn scrape(client: &EngineClient) -> Option<Exposition> {
     client.metrics().await.ok().flatten()
+}
+
+/// The prompt tokens the engine adds around a prompt text (chat template, BOS): one
+/// non-streaming request with the suite's API, thinking setting and a short probe text
+/// (`max_tokens` 1), its `usage.prompt_tokens` minus `counter`'s count of the text. `None`
+/// without a tokenizer or when the engine reports no prompt count.
+async fn prompt_overhead(
+    client: &EngineClient,
+    opts: &E2eOptions,
+    facts: &EngineFacts,
+    counter: &TokenCounter,
+) -> Option<Sourced<i64>> {
+    const TEXT: &str = "[probe] Count the tokens of this short message, please.";
+    let counted = counter.count(TEXT).await.ok().flatten()?;
+    let s = &opts.suite;
+    let req = GenRequest {
+        api: s.workload.api,
+        model: facts
+            .model
+            .as_ref()
+            .map(|m| m.value.clone())
+            .unwrap_or_else(|| "default".into()),
+        prompt: TEXT.to_string(),
+        max_tokens: 1,
+        ignore_eos: false,
+        temperature: 0.0,
+        seed: s.sampling.seed,
+        thinking: if s.workload.api == Api::Chat {
+            s.sampling.thinking
+        } else {
+            None
+        },
+    };
+    let reported = client.prompt_tokens_of(&req).await.ok().flatten()?;
+    Some(Sourced::new(
+        reported as i64 - counted as i64,
+        format!(
+            "measured: a probe {} request counted {reported} prompt tokens for a {counted}-token text ({})",
+            match s.workload.api {
+                Api::Chat => "chat",
+                Api::Completions => "completions",
+            },
+            counter.source().map_or("no tokenizer", |t| t.label())
+        ),
+    ))
+}
+
+/// One scrape at the start or the end of a run, timed and counted into `polls`.
+async fn timed_scrape(client: &EngineClient, polls: &mut PollStats) -> Option<Exposition> {
+    let t = std::time::Instant::now();
+    let e = scrape(client).await;
+    polls.timed(t.elapsed());
+    if let Some(x) = &e {
+        polls.add(x);
+    }
+    e
 }
 
 fn progress_bar(enabled: bool, n: usize, label: &str) -> ProgressBar {
@@ -373,6 +469,14 @@ async fn finish_records(
         } else {
             (None, None, None, Vec::new())
         };
+        let delivery = (ok && !o.events.is_empty()).then(|| {
+            super::metrics::Delivery::of(
+                &o.events,
+                &tokens,
+                output_tokens,
+                split == super::metrics::ChunkSplit::UsagePerChunk,
+            )
+        });
         let itl_p = super::metrics::Percentiles::of(&itl);
         let mut rec = RequestRecord {
             index: r.index,
@@ -412,9 +516,26 @@ async fn finish_records(
             spec: o.spec.clone(),
             opening_wave: false,
             output_tokens_retokenized: None,
+            first_chunk_s: if ok {
+                o.first_chunk.map(|t| t.as_secs_f64())
+            } else {
+                None
+            },
+            token_chunks: o.events.len(),
+            delivery: delivery.clone(),
+            retries: o.retries,
         };
         let text = format!("{}{}", o.reasoning, o.content);
         rec.flags = output_flags(&rec, &text, output_fixed, judge_repetition);
+        if let Some(d) = delivery.filter(|d| d.bursty) {
+            rec.flags.push(d.describe());
+        }
+        if let Some(why) = &o.retry_reason {
+            rec.flags.push(format!(
+                "{}: sent again on a fresh connection after the pooled one failed before any response ({why}); its latencies include the retry",
+                super::metrics::RETRIED_FLAG
+            ));
+        }
         if ok && o.events.len() < 2 && output_tokens.unwrap_or(0) >= 2 {
             rec.flags.push(format!(
                 "{}: {} tokens arrived in one chunk (TPOT and ITL not observable)",
@@ -438,9 +559,54 @@ struct Session<'a> {
     counter: TokenCounter,
     stop: StopSignal,
     exec_cfg: ExecConfig,
+    /// The prefix-cache reset was reported (once per session).
+    reset_told: std::sync::atomic::AtomicBool,
+}
+
+/// What rigbench did to the engine's prefix cache, said once, after the first sweep point's
+/// `POST /reset_prefix_cache` answered: emptied (2xx), refused, or not offered (404/405/501: then
+/// nothing was emptied, and cold runs rest on the salted prompts).
+pub fn reset_message(url: &str, reset: Option<bool>, points: usize, cache: CacheTemp) -> String {
+    let points = crate::report::table::plural(points as u64, "sweep point", "sweep points");
+    match reset {
+        Some(true) => format!(
+            "POST {url}/reset_prefix_cache emptied the engine's prefix cache; rigbench empties it before each of the {points}{}",
+            if cache == CacheTemp::Warm {
+                " (warm runs then prime it again)"
+            } else {
+                " (cold runs then check the hit counters)"
+            }
+        ),
+        Some(false) => format!(
+            "POST {url}/reset_prefix_cache was refused: the engine's prefix cache was NOT emptied; cold runs rest on prompts salted per run and on the hit counters"
+        ),
+        None => format!(
+            "the engine offers no POST {url}/reset_prefix_cache: its prefix cache is not emptied; cold runs rest on prompts salted per run (and on the hit counters, where the engine has them)"
+        ),
+    }
 }
 
 impl Session<'_> {
+    /// Say what the first reset did (engines rigbench did not build: `--engine-cmd`, `--url`).
+    fn tell_reset(&self, reset: Option<bool>) {
+        if self
+            .reset_told
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+            || matches!(self.opts.engine, EngineChoice::Builtin { .. })
+        {
+            return;
+        }
+        let l = &self.opts.suite.load;
+        let points = match l.mode {
+            super::workload::LoadMode::Closed => l.concurrency.len(),
+            super::workload::LoadMode::Open => l.rates.len(),
+        };
+        eprintln!(
+            "rigbench e2e: {}",
+            reset_message(self.client.base(), reset, points, l.cache)
+        );
+    }
+
     fn model(&self) -> String {
         self.facts
             .model
@@ -504,6 +670,7 @@ impl Session<'_> {
         );
         // Cache temperature.
         let reset = self.client.reset_prefix_cache().await.unwrap_or(None);
+        self.tell_reset(reset);
         if suite.load.cache == CacheTemp::Warm {
             let primed: Vec<PreparedRequest> = prepared
                 .iter()
@@ -526,21 +693,30 @@ impl Session<'_> {
         }
         // The engine's high-water marks (rigbench serve) restart here.
         let peaks_reset = self.client.reset_peaks().await.ok().flatten() == Some(true);
-        let before = scrape(&self.client).await;
-        // Sample gauges while the run goes.
+        let mut polls = PollStats {
+            min_interval_s: Some(self.opts.metrics_interval.as_secs_f64()),
+            ..Default::default()
+        };
+        let before = timed_scrape(&self.client, &mut polls).await;
+        // Sample gauges while the run goes: at most every 1–2 s (see `next_scrape_interval`).
         let (poll_stop_tx, mut poll_stop_rx) = tokio::sync::oneshot::channel::<()>();
         let poll_client = self.client.clone();
-        let interval = self.opts.metrics_interval;
+        let min_interval = self.opts.metrics_interval;
         let poller = tokio::spawn(async move {
             let mut stats = PollStats::default();
+            let mut wait = min_interval;
             loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = &mut poll_stop_rx => break,
+                }
+                let t = std::time::Instant::now();
                 if let Some(e) = scrape(&poll_client).await {
                     stats.add(&e);
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(interval) => {}
-                    _ = &mut poll_stop_rx => break,
-                }
+                let took = t.elapsed();
+                stats.timed(took);
+                wait = super::conditions::next_scrape_interval(took, min_interval);
             }
             stats
         });
@@ -549,6 +725,7 @@ impl Session<'_> {
             records,
             duration,
             stop,
+            healthy_after_failures,
         } = execute(
             &self.client,
             point,
@@ -560,11 +737,9 @@ impl Session<'_> {
         .await;
         pb.finish_and_clear();
         let _ = poll_stop_tx.send(());
-        let mut polls = poller.await.unwrap_or_default();
-        let after = scrape(&self.client).await;
-        if let Some(a) = &after {
-            polls.add(a);
-        }
+        let during = poller.await.unwrap_or_default();
+        polls.merge(&during);
+        let after = timed_scrape(&self.client, &mut polls).await;
         let judge_repetition = !model.starts_with("synthetic:");
         let raw_texts: std::collections::BTreeMap<usize, String> = records
             .iter()
@@ -612,14 +787,30 @@ impl Session<'_> {
             0
         };
         let hits_allowed = shared + template;
+        // KV capacity: /metrics, then the engine's own endpoint (llama.cpp /slots, SGLang
+        // /get_server_info), then its log, then the user's statement. The live endpoint wins
+        // over the log: llama.cpp's `llama_kv_cache` line gives cells per sequence.
         let mut kv = kv_capacity(after.as_ref().or(before.as_ref()), Some(boot));
+        let from_metrics = kv
+            .capacity_tokens
+            .as_ref()
+            .is_some_and(|c| c.source.starts_with("/metrics"));
+        if let (false, Some(p)) = (from_metrics, &self.probe.kv_capacity) {
+            if let Some(log) = kv.capacity_tokens.take().filter(|l| l.value != p.value) {
+                kv.capacity_note = Some(format!(
+                    "the engine log gives {} tokens ({}); the engine's own endpoint is used",
+                    crate::report::table::thousands(log.value),
+                    log.source
+                ));
+            }
+            kv.capacity_tokens = Some(p.clone());
+        }
         if kv.capacity_tokens.is_none() {
-            kv.capacity_tokens = self.probe.kv_capacity.clone().or_else(|| {
-                self.opts
-                    .stated
-                    .kv_capacity
-                    .map(|t| Sourced::new(t, stated("--kv-capacity")))
-            });
+            kv.capacity_tokens = self
+                .opts
+                .stated
+                .kv_capacity
+                .map(|t| Sourced::new(t, stated("--kv-capacity")));
         }
         kv.peak_usage = polls.peak_kv_usage;
         let mark = after
@@ -632,9 +823,10 @@ impl Session<'_> {
                 Some("high-water mark kept by the engine (rigbench:kv_cache_usage_peak_perc)".into())
             }
             (None, Some(_)) => Some(format!(
-                "sampled: the largest of {} /metrics scrapes every {} ms (peaks between scrapes are missed)",
+                "sampled: the largest of {} /metrics scrapes (at the start, at the end, and every {}–{} s in between; peaks between scrapes are missed)",
                 polls.polls,
-                self.opts.metrics_interval.as_millis()
+                self.opts.metrics_interval.as_secs_f64(),
+                2.0 * self.opts.metrics_interval.as_secs_f64()
             )),
             (None, None) => None,
         };
@@ -698,8 +890,18 @@ impl Session<'_> {
             chunk_splits,
             token_check,
         };
+        let mut conditions = conditions;
+        conditions.lengths.prompt_check =
+            super::conditions::check_prompt_lengths(&requests, self.facts.prompt_overhead.as_ref());
         let mut validity = assess(&requests, &conditions, &stop);
         validity.notes.extend(wave_note);
+        if healthy_after_failures > 0 {
+            validity.notes.push(format!(
+                "{} consecutive transport failures {} reached while GET /health still answered: the engine was not declared unreachable",
+                self.exec_cfg.connect_failure_limit,
+                if healthy_after_failures == 1 { "once".to_string() } else { format!("{healthy_after_failures} times") }
+            ));
+        }
         if !judge_repetition {
             validity.notes.push(
                 "output text not judged for repetition or <think> tags: the model has synthetic (random) weights".into(),
@@ -786,32 +988,91 @@ pub async fn run_session(
     let mut engine = EngineHandle::start(&opts.engine, opts.startup_timeout, &stop).await?;
     results.engine.url = Some(engine.url.clone());
     let boot = boot_of(&engine, &extra_log);
-    let client = EngineClient::new(&engine.url)?;
-    let probe = super::engines::probe(&client).await;
-    let facts = engine_facts(&client, opts, &boot, &probe).await?;
-    if facts.tokenize && opts.tokenizer.is_some() {
-        results.notes.push(
-            "token counts from the engine's POST /tokenize; --tokenizer was loaded but not needed"
-                .into(),
-        );
-    }
-    let counter = if facts.tokenize {
-        TokenCounter::Engine {
-            client: client.clone(),
-            model: facts
-                .model
-                .as_ref()
-                .map(|m| m.value.clone())
-                .unwrap_or_default(),
+    let client = EngineClient::with_idle_timeout(&engine.url, opts.pool_idle_timeout)?;
+    let mut probe = super::engines::probe(&client).await;
+    // llama.cpp: one cache shared by the slots, or one per slot (its log says which).
+    let log_text = format!(
+        "{}\n{}",
+        engine.log_text(),
+        extra_log.as_deref().unwrap_or("")
+    );
+    if !probe.slot_ctx.is_empty() {
+        if let Some((unified, line)) = super::adapters::llamacpp_kv_unified(&log_text) {
+            super::engines::apply_kv_unified(&mut probe, unified, line);
         }
-    } else if let Some(t) = &opts.tokenizer {
-        TokenCounter::local(t)?
+    }
+    // The command that started the engine says whether (and how) it speculates, where the
+    // engine's endpoints do not.
+    if let EngineChoice::Command { command, .. } = &opts.engine {
+        if let Some(c) = super::adapters::spec_from_command(command) {
+            if probe.spec_on.is_none() && (c.off || c.method.is_some()) {
+                let src = c
+                    .method
+                    .as_ref()
+                    .map(|m| m.source.clone())
+                    .unwrap_or_else(|| "engine command (--spec-type none)".into());
+                probe.spec_on = Some(Sourced::new(!c.off, src));
+            }
+            if probe.spec_method.is_none() {
+                probe.spec_method = c.method;
+            }
+        }
+    }
+    let mut facts = engine_facts(&client, opts, &boot, &probe).await?;
+    let engine_counter = facts.tokenize.then(|| TokenCounter::Engine {
+        client: client.clone(),
+        model: facts
+            .model
+            .as_ref()
+            .map(|m| m.value.clone())
+            .unwrap_or_default(),
+        form: facts.tokenize_form.unwrap_or_default(),
+    });
+    // A tokenizer the user gives is the one used: it was asked for. The engine's own count of
+    // a probe text is compared with it, so a mismatch is visible.
+    let counter = if let Some(t) = &opts.tokenizer {
+        let local = TokenCounter::local(t)?;
+        results.notes.push(match &engine_counter {
+            Some(e) => {
+                const CHECK: &str = "The quick brown fox jumps over the lazy dog, 1234567890 times.";
+                match (local.count(CHECK).await, e.count(CHECK).await) {
+                    (Ok(Some(a)), Ok(Some(b))) if a == b => format!(
+                        "token counts from --tokenizer (as asked); the engine's POST /tokenize agrees on a probe text ({a} tokens)"
+                    ),
+                    (Ok(Some(a)), Ok(Some(b))) => format!(
+                        "token counts from --tokenizer (as asked); the engine's POST /tokenize DISAGREES on a probe text ({a} vs {b} tokens): --tokenizer may not be the served model's tokenizer"
+                    ),
+                    _ => "token counts from --tokenizer (as asked); the engine's POST /tokenize could not be compared".into(),
+                }
+            }
+            None => format!(
+                "token counts from --tokenizer; the engine's POST /tokenize is not used ({})",
+                facts.tokenize_note.as_deref().unwrap_or("not available")
+            ),
+        });
+        local
+    } else if let Some(e) = engine_counter {
+        e
     } else {
-        results.notes.push(
-            "the engine has no POST /tokenize and no --tokenizer was given: prompt lengths are approximate".into(),
-        );
+        results.notes.push(format!(
+            "no usable POST /tokenize ({}) and no --tokenizer: prompt lengths are approximate; give --tokenizer PATH (the model's tokenizer.json) for exact lengths",
+            facts.tokenize_note.as_deref().unwrap_or("not available")
+        ));
         TokenCounter::None
     };
+    if facts.tokenize && opts.tokenizer.is_none() {
+        if let Some(form) = facts.tokenize_form {
+            if form != facts.kind.tokenize_form() {
+                results.notes.push(format!(
+                    "the engine's POST /tokenize answers {} (not the form its kind takes)",
+                    form.label()
+                ));
+            }
+        }
+    }
+    // The tokens the engine adds around a prompt (chat template, BOS), measured once with the
+    // suite's own settings, so prompt lengths can be checked against usage.prompt_tokens.
+    facts.prompt_overhead = prompt_overhead(&client, opts, &facts, &counter).await;
     results.engine.facts = facts.clone();
     let session = Session {
         opts,
@@ -819,6 +1080,7 @@ pub async fn run_session(
         facts,
         probe,
         counter,
+        reset_told: std::sync::atomic::AtomicBool::new(false),
         stop: stop.clone(),
         exec_cfg: ExecConfig {
             request_timeout: opts.request_timeout,

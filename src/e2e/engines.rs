@@ -7,9 +7,13 @@
 //! - SGLang: `GET /get_server_info` (server args: `version`, `speculative_algorithm`,
 //!   `speculative_num_steps`, `max_total_num_tokens`, `context_length`) and `sglang:` metrics.
 //! - llama.cpp `llama-server`: `GET /props` (`build_info`, `default_generation_settings.n_ctx`,
-//!   `total_slots`) and `GET /slots` (per slot `n_ctx`, `speculative`,
+//!   `total_slots`) and `GET /slots` (per slot `n_ctx`, `speculative`, `params["speculative.types"]`,
 //!   `params["speculative.n_max"]`); per-request draft counts in the final chunk's `timings`
-//!   (`draft_n`, `draft_n_accepted`).
+//!   (`draft_n`, `draft_n_accepted`). KV capacity: the slots' `n_ctx` summed (each slot has its
+//!   own cache), or one slot's `n_ctx` when the log says `kv_unified = true` (every slot then
+//!   reports the whole shared cache). `speculative: true` says speculation is on, not how:
+//!   n-gram speculation (`--spec-type ngram-simple`) has no draft model; the method comes from
+//!   `speculative.types`, the engine command or the user. See docs/engines/llama.cpp.md.
 //! - Stated conditions (`--engine-version`, `--kv-capacity`, `--spec off|on`): used only where the
 //!   engine exposes nothing, and marked "stated by the user"; an unknown condition is reported
 //!   as unknown and does not invalidate a run (see `validity`).
@@ -56,6 +60,13 @@ pub struct EngineProbe {
     pub spec_method: Option<Sourced<String>>,
     /// Speculative k.
     pub spec_k: Option<Sourced<u32>>,
+    /// llama.cpp's slots: `n_ctx` of each, as `/slots` (or `/props`) gave them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slot_ctx: Vec<u64>,
+    /// The longest prompt + output one request may have, tokens (llama.cpp: a slot's `n_ctx`;
+    /// SGLang: `context_length`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u64>,
 }
 
 fn http() -> reqwest::Client {
@@ -164,6 +175,7 @@ pub fn apply_sglang(p: &mut EngineProbe, v: &Value) {
     if let Some(t) = tokens {
         p.kv_capacity = Some(Sourced::new(t, format!("{SRC} max_total_num_tokens")));
     }
+    p.max_model_len = v.get("context_length").and_then(Value::as_u64);
     match v.get("speculative_algorithm") {
         Some(Value::String(m)) if !m.is_empty() && m != "None" => {
             p.spec_on = Some(Sourced::new(true, format!("{SRC} speculative_algorithm")));
@@ -204,33 +216,61 @@ pub fn apply_llamacpp(p: &mut EngineProbe, props: Option<&Value>, slots: Option<
         .iter()
         .filter_map(|s| s.get("n_ctx").and_then(Value::as_u64))
         .collect();
+    let props_ctx = props
+        .and_then(|v| v.pointer("/default_generation_settings/n_ctx"))
+        .and_then(Value::as_u64);
+    p.max_model_len = ctx.iter().copied().max().or(props_ctx);
     if !ctx.is_empty() {
+        p.slot_ctx = ctx.clone();
         p.kv_capacity = Some(Sourced::new(
             ctx.iter().sum(),
-            format!("/slots n_ctx summed over {} slot(s)", ctx.len()),
+            format!(
+                "/slots n_ctx summed over {} slot(s) ({}), one cache per slot",
+                ctx.len(),
+                describe_sum(&ctx)
+            ),
         ));
     } else if let (Some(n), Some(slots)) = (
-        props
-            .and_then(|v| v.pointer("/default_generation_settings/n_ctx"))
-            .and_then(Value::as_u64),
+        props_ctx,
         props
             .and_then(|v| v.get("total_slots"))
             .and_then(Value::as_u64),
     ) {
+        p.slot_ctx = vec![n; slots as usize];
         p.kv_capacity = Some(Sourced::new(
             n.saturating_mul(slots),
-            format!("/props n_ctx × total_slots ({n} × {slots})"),
+            format!("/props n_ctx × total_slots ({n} × {slots}), one cache per slot"),
         ));
     }
     let spec: Vec<bool> = slot_list
         .iter()
         .filter_map(|s| s.get("speculative").and_then(Value::as_bool))
         .collect();
+    // The type in use: `params["speculative.types"]` of a slot, else of /props' defaults.
+    let types = slot_list
+        .iter()
+        .find_map(|s| {
+            s.pointer("/params/speculative.types")
+                .and_then(Value::as_str)
+                .map(|t| (t.to_string(), "/slots params speculative.types"))
+        })
+        .or_else(|| {
+            props
+                .and_then(|v| v.pointer("/default_generation_settings/params/speculative.types"))
+                .and_then(Value::as_str)
+                .map(|t| (t.to_string(), "/props params speculative.types"))
+        });
+    let typed = types
+        .as_ref()
+        .and_then(|(t, src)| super::adapters::llamacpp_spec_type(t).map(|m| (m, *src)));
     if !spec.is_empty() {
         let on = spec.iter().any(|x| *x);
         p.spec_on = Some(Sourced::new(on, "/slots speculative"));
         if on {
-            p.spec_method = Some(Sourced::new("draft model".into(), "/slots speculative"));
+            // `speculative: true` says on, not how (n-gram speculation has no draft model).
+            if let Some(((m, raw), src)) = &typed {
+                p.spec_method = Some(Sourced::new(m.clone(), format!("{src} = {raw}")));
+            }
             if let Some(k) = slot_list.iter().find_map(|s| {
                 s.pointer("/params/speculative.n_max")
                     .and_then(Value::as_u64)
@@ -240,6 +280,48 @@ pub fn apply_llamacpp(p: &mut EngineProbe, props: Option<&Value>, slots: Option<
                 });
             }
         }
+    } else if let Some(((m, raw), src)) = typed {
+        p.spec_on = Some(Sourced::new(true, format!("{src} = {raw}")));
+        p.spec_method = Some(Sourced::new(m, format!("{src} = {raw}")));
+    }
+}
+
+fn describe_sum(ctx: &[u64]) -> String {
+    if ctx.windows(2).all(|w| w[0] == w[1]) {
+        format!(
+            "{} × {}",
+            ctx.len(),
+            crate::report::table::thousands(ctx[0])
+        )
+    } else {
+        ctx.iter()
+            .map(|c| crate::report::table::thousands(*c))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    }
+}
+
+/// Apply llama.cpp's `kv_unified` (read from its log, see
+/// [`super::adapters::llamacpp_kv_unified`]; `line` 1-based) to a capacity read from `/slots`:
+/// with a unified cache every slot reports the whole shared cache as its `n_ctx`, so the capacity
+/// is one slot's `n_ctx`, not their sum.
+pub fn apply_kv_unified(p: &mut EngineProbe, unified: bool, line: usize) {
+    let (Some(cap), Some(max)) = (&mut p.kv_capacity, p.slot_ctx.iter().copied().max()) else {
+        return;
+    };
+    if unified {
+        *cap = Sourced::new(
+            max,
+            format!(
+                "/slots n_ctx of one slot: the {} slots share one cache (kv_unified = true, engine log line {line})",
+                p.slot_ctx.len()
+            ),
+        );
+    } else {
+        cap.source = cap.source.replace(
+            "one cache per slot",
+            &format!("one cache per slot (kv_unified = false, engine log line {line})"),
+        );
     }
 }
 
@@ -275,13 +357,23 @@ pub fn fill_spec(
         }
         return c;
     }
+    // What /metrics said when it could not decide (llama.cpp's counters at 0 drafts).
+    let counters = (c.drafts == Some(0)).then(|| c.evidence.clone());
+    let with_counters = |e: String| match &counters {
+        Some(m) => format!("{e}; {m}"),
+        None => e,
+    };
     if let Some(on) = &probe.spec_on {
         c.state = if on.value {
             SpecState::On
         } else {
             SpecState::Off
         };
-        c.evidence = format!("{} ({})", if on.value { "on" } else { "off" }, on.source);
+        c.evidence = with_counters(format!(
+            "{} ({})",
+            if on.value { "on" } else { "off" },
+            on.source
+        ));
         c.method = c.method.or_else(|| probe.spec_method.clone());
         c.k = c.k.or_else(|| probe.spec_k.clone());
         return c;
@@ -289,7 +381,7 @@ pub fn fill_spec(
     if let Some(b) = boot {
         if let Some(why) = b.spec_on() {
             c.state = SpecState::On;
-            c.evidence = format!("on: the engine log shows {why}");
+            c.evidence = with_counters(format!("on: the engine log shows {why}"));
             if c.method.is_none() {
                 c.method = b
                     .spec_config
@@ -310,13 +402,19 @@ pub fn fill_spec(
         }
         if let Some(l) = b.spec_config.off_line {
             c.state = SpecState::Off;
-            c.evidence = format!("off: the engine log's configuration says none (line {l})");
+            c.evidence = with_counters(format!(
+                "off: the engine log's configuration says none (line {l})"
+            ));
             return c;
         }
     }
     if let Some(on) = stated_spec {
         c.state = if on { SpecState::On } else { SpecState::Off };
-        c.evidence = format!("{}: {}", if on { "on" } else { "off" }, stated("--spec"));
+        c.evidence = with_counters(format!(
+            "{}: {}",
+            if on { "on" } else { "off" },
+            stated("--spec")
+        ));
     }
     c
 }

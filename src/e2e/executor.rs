@@ -215,7 +215,8 @@ pub struct ExecConfig {
     pub request_timeout: Duration,
     /// No new request after this long.
     pub duration: Option<Duration>,
-    /// Consecutive connection failures after which the engine counts as gone.
+    /// Consecutive transport failures after which `GET /health` is asked; the engine counts as
+    /// gone (unreachable) only when that fails too.
     pub connect_failure_limit: usize,
 }
 
@@ -228,6 +229,9 @@ pub struct ExecOutcome {
     pub duration: Duration,
     /// How it ended.
     pub stop: ExecStop,
+    /// Times the consecutive-transport-failure limit was reached while `GET /health` still
+    /// answered (the engine was not declared unreachable).
+    pub healthy_after_failures: usize,
 }
 
 struct Shared {
@@ -235,6 +239,7 @@ struct Shared {
     reqs: Arc<Vec<PreparedRequest>>,
     records: Mutex<Vec<RawRecord>>,
     conn_failures: AtomicUsize,
+    healthy_after_failures: AtomicUsize,
     cfg: ExecConfig,
     stop: StopSignal,
     t0: Instant,
@@ -251,10 +256,17 @@ impl Shared {
         match &outcome.error {
             Some(e) if is_transport_error(e) => {
                 let n = self.conn_failures.fetch_add(1, Ordering::SeqCst) + 1;
-                if n >= self.cfg.connect_failure_limit {
-                    self.stop.trigger(StopCause::EngineFailed(format!(
-                        "engine unreachable: {n} consecutive transport failures (last: {e})"
-                    )));
+                if n >= self.cfg.connect_failure_limit && !self.stop.is_stopped() {
+                    // "Unreachable" only when the engine does not answer its health check either:
+                    // a healthy server that closed connections under us is not gone.
+                    if super::engines::healthy(&self.client, Duration::from_secs(5)).await {
+                        self.conn_failures.store(0, Ordering::SeqCst);
+                        self.healthy_after_failures.fetch_add(1, Ordering::SeqCst);
+                    } else {
+                        self.stop.trigger(StopCause::EngineFailed(format!(
+                            "engine unreachable: {n} consecutive transport failures (last: {e}), and GET /health (then GET /v1/models) failed too"
+                        )));
+                    }
                 }
             }
             None => self.conn_failures.store(0, Ordering::SeqCst),
@@ -289,6 +301,7 @@ pub async fn execute(
         reqs,
         records: Mutex::new(Vec::with_capacity(n)),
         conn_failures: AtomicUsize::new(0),
+        healthy_after_failures: AtomicUsize::new(0),
         cfg: cfg.clone(),
         stop: stop.clone(),
         t0,
@@ -380,6 +393,7 @@ pub async fn execute(
         records,
         duration: end,
         stop: stop_kind,
+        healthy_after_failures: shared.healthy_after_failures.load(Ordering::SeqCst),
     }
 }
 

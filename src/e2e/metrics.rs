@@ -2,8 +2,15 @@
 //!
 //! Definitions (the field's standard names; vLLM's `benchmark_serving` and NVIDIA GenAI-Perf use
 //! the same ones):
-//! - TTFT: request sent → first generated token, reasoning included;
-//! - TTFC: request sent → first content (non-reasoning) token;
+//! - TTFT: request sent → the first chunk that carries a generated token, reasoning included. A
+//!   chunk carries a token when its cumulative `usage.completion_tokens` grew (vLLM's
+//!   `continuous_usage_stats`), when it lists token ids, or when it has non-empty content or
+//!   reasoning text; a role chunk or an empty finish chunk carries none. vLLM holds back the
+//!   text of a token that ends inside a UTF-8 sequence, so its first token may arrive in a chunk
+//!   with an empty `content`: it counts. `vllm bench serve` stamps the first chunk with a
+//!   `choices` entry (a role chunk included); that moment is kept as [`RequestRecord::first_chunk_s`]
+//!   and reported beside TTFT when it differs;
+//! - TTFC: request sent → first chunk with content (non-reasoning) text;
 //! - E2E: request sent → end of the stream;
 //! - TPOT = (E2E − TTFT) / (output tokens − 1), for requests with at least two output tokens
 //!   that arrived in at least two chunks: when every token arrived in one chunk the decode time
@@ -11,6 +18,11 @@
 //! - ITL: gaps between successive tokens. A chunk that carries n tokens (speculative decoding)
 //!   contributes n gaps, each 1/n of the time since the previous chunk, so tokens are counted as
 //!   tokens, not chunks;
+//! - bursty delivery ([`Delivery`]): a request whose chunks carry several tokens each, or whose
+//!   token chunks arrive in bursts (gaps under [`BURST_GAP_S`] and under a tenth of its mean
+//!   gap, for at least [`BURSTY_SHARE`] of its gaps). llama.cpp's `llama-server` writes several
+//!   tokens at once under load; then ITL measures how the server delivers, not how fast it
+//!   decodes, and the report says so;
 //! - closed loop: the requests of the opening wave (the first `concurrency` requests, released
 //!   together once the warm-up has finished) queue behind each other and are left out of the
 //!   latency statistics ([`RequestRecord::opening_wave`]); throughput covers the whole run;
@@ -25,7 +37,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::client::{StreamOutcome, TextEvent};
+use super::client::{StreamOutcome, TokenEvent};
 
 /// Where a token count came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,7 +69,8 @@ impl TokenSource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChunkSplit {
-    /// Every chunk carried cumulative `usage` (continuous usage stats): exact.
+    /// Every token chunk said how many tokens it carried (the increment of a cumulative `usage`
+    /// with continuous usage stats, or its token ids): exact.
     UsagePerChunk,
     /// Output tokens equal the number of text chunks: one token per chunk.
     OnePerChunk,
@@ -140,33 +153,129 @@ pub struct RequestRecord {
     /// tokens added), when `output_tokens` came from `usage` and a tokenizer was available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tokens_retokenized: Option<u64>,
+    /// Send → first chunk with a `choices` entry, token or not (`vllm bench serve`'s TTFT),
+    /// seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_chunk_s: Option<f64>,
+    /// Chunks that carried a generated token.
+    #[serde(default)]
+    pub token_chunks: usize,
+    /// How the tokens were delivered (bursts, several tokens per chunk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
+    /// Sent again once on a fresh connection after a kept-alive connection failed before any
+    /// response (0 or 1).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
 }
+
+fn is_zero(x: &u32) -> bool {
+    *x == 0
+}
+
+/// A gap between token chunks shorter than this (and shorter than a tenth of the request's mean
+/// gap) is part of a burst: the chunks were written together, not decoded apart. 1 ms.
+pub const BURST_GAP_S: f64 = 1e-3;
+
+/// Share of a request's token gaps that must be burst gaps (at least 3) for the request to count
+/// as bursty.
+pub const BURSTY_SHARE: f64 = 0.10;
+
+/// How a request's tokens were delivered.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// Gaps between successive token chunks.
+    pub gaps: usize,
+    /// Gaps that were part of a burst (see [`BURST_GAP_S`]).
+    pub burst_gaps: usize,
+    /// Chunks that carried more than one token (counted exactly, or implied when the output
+    /// has more tokens than token chunks).
+    pub multi_token_chunks: usize,
+    /// Tokens beyond one per chunk.
+    pub extra_tokens: u64,
+    /// Bursty: ITL measures delivery, not decode.
+    pub bursty: bool,
+}
+
+impl Delivery {
+    /// Judge the token chunks `events` with `tokens[i]` tokens each (from [`split_tokens`]);
+    /// `exact`: the per-chunk counts are known rather than apportioned.
+    pub fn of(events: &[TokenEvent], tokens: &[u64], total: Option<u64>, exact: bool) -> Self {
+        let n = events.len();
+        let mut d = Delivery {
+            gaps: n.saturating_sub(1),
+            ..Default::default()
+        };
+        if exact {
+            d.multi_token_chunks = tokens.iter().filter(|t| **t > 1).count();
+            d.extra_tokens = tokens.iter().map(|t| t.saturating_sub(1)).sum();
+        } else if let Some(t) = total {
+            d.extra_tokens = t.saturating_sub(n as u64);
+            d.multi_token_chunks = (d.extra_tokens as usize).min(n);
+        }
+        if n >= 2 {
+            let span = (events[n - 1].at - events[0].at).as_secs_f64();
+            let mean = span / (n - 1) as f64;
+            let limit = BURST_GAP_S.min(0.1 * mean);
+            d.burst_gaps = events
+                .windows(2)
+                .filter(|w| w[1].at == w[0].at || (w[1].at - w[0].at).as_secs_f64() < limit)
+                .count();
+        }
+        d.bursty = d.multi_token_chunks > 0
+            || (d.burst_gaps >= 3 && d.burst_gaps as f64 >= BURSTY_SHARE * d.gaps as f64);
+        d
+    }
+
+    /// One line for a request's flags.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.multi_token_chunks > 0 {
+            parts.push(format!(
+                "{} chunk(s) carried several tokens ({} tokens beyond one per chunk)",
+                self.multi_token_chunks, self.extra_tokens
+            ));
+        }
+        if self.burst_gaps > 0 {
+            parts.push(format!(
+                "{} of {} gaps between token chunks were bursts (< 1 ms)",
+                self.burst_gaps, self.gaps
+            ));
+        }
+        format!(
+            "{BURSTY_FLAG}: {}; ITL measures how the server delivered tokens, not decode steps",
+            parts.join(", ")
+        )
+    }
+}
+
+/// The flag of a request sent a second time on a fresh connection.
+pub const RETRIED_FLAG: &str = "retried";
+
+/// The flag of a request that produced tokens but no visible text.
+pub const NO_TEXT_FLAG: &str = "no text";
+
+/// The flag of a request whose tokens arrived in bursts.
+pub const BURSTY_FLAG: &str = "bursty delivery";
 
 /// The flag of a request whose tokens all arrived in one chunk.
 pub const SINGLE_CHUNK_FLAG: &str = "decode not observable";
 
-/// Tokens per text event, and how they were found. `total` is the request's output token count
+/// Tokens per token chunk, and how they were found. `total` is the request's output token count
 /// when known.
-pub fn split_tokens(events: &[TextEvent], total: Option<u64>) -> (Vec<u64>, ChunkSplit) {
+pub fn split_tokens(events: &[TokenEvent], total: Option<u64>) -> (Vec<u64>, ChunkSplit) {
     let n = events.len();
     if n == 0 {
         return (Vec::new(), ChunkSplit::OnePerChunk);
     }
-    // Continuous usage: cumulative completion tokens on every text chunk.
-    if events.iter().all(|e| e.usage_completion_tokens.is_some()) {
-        let mut prev = 0u64;
-        let mut out = Vec::with_capacity(n);
-        let mut ok = true;
-        for e in events {
-            let u = e.usage_completion_tokens.unwrap_or(0);
-            if u <= prev {
-                ok = false;
-                break;
-            }
-            out.push(u - prev);
-            prev = u;
-        }
-        if ok && total.is_none_or(|t| t >= prev) {
+    // Known per chunk (usage increments or token ids), and consistent with the total.
+    if let Some(out) = events
+        .iter()
+        .map(|e| e.tokens)
+        .collect::<Option<Vec<u64>>>()
+    {
+        let sum: u64 = out.iter().sum();
+        if out.iter().all(|t| *t > 0) && total.is_none_or(|t| t == sum) {
             return (out, ChunkSplit::UsagePerChunk);
         }
     }
@@ -207,19 +316,15 @@ pub fn split_tokens(events: &[TextEvent], total: Option<u64>) -> (Vec<u64>, Chun
     (out, ChunkSplit::Estimated)
 }
 
-/// Latencies of one finished stream: `(ttft, ttfc, tpot, itls)` in seconds, from its text
-/// events and the per-event token counts.
+/// Latencies of one finished stream: `(ttft, ttfc, tpot, itls)` in seconds, from its token
+/// chunks and the per-chunk token counts (definitions in the module docs).
 pub fn latencies(
     o: &StreamOutcome,
     tokens: &[u64],
     output_tokens: Option<u64>,
 ) -> (Option<f64>, Option<f64>, Option<f64>, Vec<f64>) {
     let ttft = o.events.first().map(|e| e.at.as_secs_f64());
-    let ttfc = o
-        .events
-        .iter()
-        .find(|e| e.content_chars > 0)
-        .map(|e| e.at.as_secs_f64());
+    let ttfc = o.first_content.map(|t| t.as_secs_f64());
     let e2e = o.end.as_secs_f64();
     // One chunk: the time between the first token and the end of the stream is not decode time.
     let tpot = match (ttft, output_tokens) {
@@ -282,6 +387,9 @@ pub struct LatencySummary {
     pub ttft: Option<Percentiles>,
     /// TTFC.
     pub ttfc: Option<Percentiles>,
+    /// Send → first chunk with a `choices` entry (`vllm bench serve`'s TTFT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_chunk: Option<Percentiles>,
     /// ITL (per token, pooled over requests).
     pub itl: Option<Percentiles>,
     /// TPOT.
@@ -295,6 +403,10 @@ pub struct LatencySummary {
     /// Closed-loop opening-wave requests left out of these statistics.
     #[serde(default)]
     pub opening_wave_excluded: usize,
+    /// Completed requests whose tokens arrived in bursts or several per chunk (ITL measures
+    /// delivery for them; see [`Delivery`]).
+    #[serde(default)]
+    pub bursty: usize,
 }
 
 impl LatencySummary {
@@ -313,6 +425,7 @@ impl LatencySummary {
         Self {
             ttft: pick(&|r| r.ttft_s),
             ttfc: pick(&|r| r.ttfc_s),
+            first_chunk: pick(&|r| r.first_chunk_s),
             itl: Percentiles::of(&itl),
             tpot: pick(&|r| r.tpot_s),
             e2e: pick(&|r| r.e2e_s),
@@ -325,6 +438,10 @@ impl LatencySummary {
             } else {
                 0
             },
+            bursty: ok
+                .iter()
+                .filter(|r| r.delivery.as_ref().is_some_and(|d| d.bursty))
+                .count(),
         }
     }
 }
@@ -408,12 +525,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn ev(ms: u64, chars: usize, usage: Option<u64>) -> TextEvent {
-        TextEvent {
+    /// A token chunk at `ms` with `chars` characters carrying `tokens` tokens (when known).
+    fn ev(ms: u64, chars: usize, tokens: Option<u64>) -> TokenEvent {
+        TokenEvent {
             at: Duration::from_millis(ms),
             content_chars: chars,
             reasoning_chars: 0,
-            usage_completion_tokens: usage,
+            tokens,
         }
     }
 
@@ -422,13 +540,14 @@ mod tests {
         // Continuous usage: 1, then 3 tokens in one chunk (speculative decoding), then 1.
         let e = vec![
             ev(100, 2, Some(1)),
-            ev(130, 9, Some(4)),
-            ev(150, 3, Some(5)),
+            ev(130, 9, Some(3)),
+            ev(150, 3, Some(1)),
         ];
         let (t, how) = split_tokens(&e, Some(5));
         assert_eq!((t.clone(), how), (vec![1, 3, 1], ChunkSplit::UsagePerChunk));
         let o = StreamOutcome {
             events: e,
+            first_content: Some(Duration::from_millis(100)),
             end: Duration::from_millis(160),
             ..Default::default()
         };
@@ -454,9 +573,13 @@ mod tests {
         assert!(t[1] > t[0] && t.iter().all(|x| *x >= 1), "{t:?}");
         let (t, _) = split_tokens(&e, Some(2));
         assert_eq!(t.iter().sum::<u64>(), 2);
-        // Non-increasing usage is not trusted.
+        // Per-chunk counts that disagree with the total are not trusted.
         let e = vec![ev(1, 1, Some(2)), ev(2, 1, Some(2))];
         assert_eq!(split_tokens(&e, Some(2)).1, ChunkSplit::OnePerChunk);
+        assert_eq!(
+            split_tokens(&e, Some(4)),
+            (vec![2, 2], ChunkSplit::UsagePerChunk)
+        );
     }
 
     #[test]
@@ -465,6 +588,7 @@ mod tests {
         r.reasoning_chars = 4;
         let o = StreamOutcome {
             events: vec![r, ev(80, 3, None)],
+            first_content: Some(Duration::from_millis(80)),
             end: Duration::from_millis(90),
             ..Default::default()
         };
@@ -482,6 +606,48 @@ mod tests {
         let (ttft, _, tpot, itl) = latencies(&one, &[2], Some(2));
         assert_eq!((ttft, tpot), (Some(0.05), None));
         assert!(itl.is_empty());
+    }
+
+    #[test]
+    fn bursts_and_multi_token_chunks_are_flagged() {
+        // Smooth: one token every 4 ms, one per chunk.
+        let smooth: Vec<TokenEvent> = (0..20).map(|i| ev(100 + 4 * i, 2, Some(1))).collect();
+        let d = Delivery::of(&smooth, &[1; 20], Some(20), true);
+        assert_eq!((d.gaps, d.burst_gaps, d.multi_token_chunks), (19, 0, 0));
+        assert!(!d.bursty);
+        // Bursts: groups of 5 chunks written within 0.1 ms, a group every 20 ms (llama.cpp under
+        // load); one token per chunk.
+        let bursty: Vec<TokenEvent> = (0..20u64)
+            .map(|i| TokenEvent {
+                at: Duration::from_micros(100_000 + (i / 5) * 20_000 + (i % 5) * 20),
+                content_chars: 2,
+                reasoning_chars: 0,
+                tokens: None,
+            })
+            .collect();
+        let d = Delivery::of(&bursty, &[1; 20], Some(20), false);
+        assert_eq!((d.gaps, d.burst_gaps, d.multi_token_chunks), (19, 16, 0));
+        assert!(d.bursty && d.describe().contains("16 of 19 gaps"));
+        // Several tokens per chunk without per-chunk counts: 32 tokens in 26 chunks.
+        let merged: Vec<TokenEvent> = (0..26).map(|i| ev(100 + 4 * i, 2, None)).collect();
+        let (t, how) = split_tokens(&merged, Some(32));
+        assert_eq!(how, ChunkSplit::Estimated);
+        let d = Delivery::of(&merged, &t, Some(32), false);
+        assert_eq!((d.extra_tokens, d.multi_token_chunks), (6, 6));
+        assert!(d.bursty && d.describe().contains("several tokens"));
+        // Known per-chunk counts: exact.
+        let d = Delivery::of(&smooth[..3], &[1, 3, 1], Some(5), true);
+        assert_eq!((d.multi_token_chunks, d.extra_tokens), (1, 2));
+        // A fast, smooth stream (0.3 ms per token) is not bursty: the bar is relative.
+        let fast: Vec<TokenEvent> = (0..50u64)
+            .map(|i| TokenEvent {
+                at: Duration::from_micros(1000 + 300 * i),
+                content_chars: 1,
+                reasoning_chars: 0,
+                tokens: Some(1),
+            })
+            .collect();
+        assert!(!Delivery::of(&fast, &[1; 50], Some(50), true).bursty);
     }
 
     #[test]

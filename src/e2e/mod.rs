@@ -13,6 +13,7 @@
 //! [`prometheus`] (`/metrics` parser), [`bootlog`] (engine logs), [`conditions`], [`validity`],
 //! [`launcher`], [`driver`], [`report`].
 
+pub mod adapters;
 pub mod bootlog;
 pub mod checks;
 pub mod client;

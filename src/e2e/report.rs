@@ -120,6 +120,75 @@ fn input_length(l: &super::conditions::LengthCondition, chat: bool) -> String {
     }
 }
 
+/// The suite as it ran, after command-line overrides (lengths, load, cache, sampling), with
+/// its own description (which states the values before any override) after it.
+pub fn suite_as_run(s: &super::workload::Suite) -> String {
+    use super::workload::{LoadMode, WorkloadKind};
+    let w = &s.workload;
+    let l = &s.load;
+    let input = match (w.kind, w.input_tokens, w.shared_prefix_tokens) {
+        (WorkloadKind::Fixed, Some(n), _) => format!("{n}-token prompts"),
+        (WorkloadKind::SharedPrefix, Some(n), Some(p)) => {
+            format!("{n}-token prompts sharing a {p}-token prefix")
+        }
+        _ => format!("the {} prompt set", w.prompt_set.name()),
+    };
+    let output = if w.ignore_eos {
+        format!("{} output tokens (fixed, ignore_eos)", w.output_tokens)
+    } else {
+        format!("up to {} output tokens", w.output_tokens)
+    };
+    let list = |v: Vec<String>| v.join(", ");
+    let load = match l.mode {
+        LoadMode::Closed => format!(
+            "closed loop at concurrency {}",
+            list(l.concurrency.iter().map(u32::to_string).collect())
+        ),
+        LoadMode::Open => format!(
+            "open loop at {} req/s ({:?}{}{})",
+            list(l.rates.iter().map(|r| format!("{r}")).collect()),
+            l.arrival,
+            if l.burstiness != 1.0 {
+                format!(", burstiness {}", l.burstiness)
+            } else {
+                String::new()
+            },
+            l.max_concurrency
+                .map(|m| format!(", at most {m} in flight"))
+                .unwrap_or_default()
+        )
+        .to_lowercase(),
+    };
+    let mut text = format!(
+        "`{}` as run: {}, {}, {} API; {}; {} requests per point{}, {} warm-up; {:?} cache; temperature {}",
+        s.name,
+        input,
+        output,
+        match w.api {
+            super::client::Api::Chat => "chat",
+            super::client::Api::Completions => "completions",
+        },
+        load,
+        l.requests,
+        l.duration_s
+            .map(|d| format!(" (at most {d} s)"))
+            .unwrap_or_default(),
+        l.warmup,
+        l.cache,
+        s.sampling.temperature
+    );
+    text = text
+        .replace("Cold cache", "cold cache")
+        .replace("Warm cache", "warm cache");
+    if !s.description.is_empty() {
+        text.push_str(&format!(
+            " (the suite's own description, before command-line overrides: \"{}\")",
+            s.description
+        ));
+    }
+    text
+}
+
 /// Render the e2e section.
 pub fn render_markdown(res: &E2eResults) -> String {
     let mut o = String::new();
@@ -149,7 +218,7 @@ pub fn render_markdown(res: &E2eResults) -> String {
             .unwrap_or_default()
     );
     if let Some(s) = &res.suite {
-        let _ = writeln!(o, "Suite: `{}` — {}.", s.name, s.description);
+        let _ = writeln!(o, "Suite: {}.", suite_as_run(s));
     }
     if res.interrupted {
         let _ = writeln!(
@@ -272,7 +341,25 @@ pub fn render_markdown(res: &E2eResults) -> String {
             }
         )
         .to_lowercase(),
-        "verified per run below (hit counters)".into(),
+        {
+            // One verdict wording for the whole report: this row says what the per-run rows
+            // below can say.
+            let verifiable: Vec<&str> = runs
+                .iter()
+                .filter_map(|r| r.conditions.cache.counters.as_deref())
+                .collect();
+            if verifiable.len() == runs.len() {
+                format!("checked per run below ({})", verifiable[0])
+            } else if verifiable.is_empty() {
+                "cannot be verified: the engine exposes no prefix-cache hit counters".into()
+            } else {
+                format!(
+                    "checked per run below where the counters were readable ({} of {} runs)",
+                    verifiable.len(),
+                    runs.len()
+                )
+            }
+        },
     ]);
     let kv = &c0.kv;
     rows.push(vec![
@@ -287,7 +374,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
         },
         kv.capacity_tokens
             .as_ref()
-            .map(|c| c.source.clone())
+            .map(|c| match &kv.capacity_note {
+                Some(n) => format!("{}; {n}", c.source),
+                None => c.source.clone(),
+            })
             .unwrap_or_else(|| "—".into()),
     ]);
     let l = &c0.lengths;
@@ -300,6 +390,47 @@ pub fn render_markdown(res: &E2eResults) -> String {
         input_length(l, chat),
         "tokenizer at preparation; prompt tokens from the engine's usage".into(),
     ]);
+    let checks: Vec<&super::conditions::PromptCheck> = runs
+        .iter()
+        .filter_map(|r| r.conditions.lengths.prompt_check.as_ref())
+        .collect();
+    if let Some(first) = checks.first() {
+        let checked: usize = checks.iter().map(|c| c.checked).sum();
+        let bad: usize = checks.iter().map(|c| c.mismatched).sum();
+        let max = checks.iter().map(|c| c.max_abs_diff).max().unwrap_or(0);
+        rows.push(vec![
+            "prompt length check".into(),
+            if bad == 0 {
+                format!(
+                    "{checked} prompts: the engine's count = prepared + {} overhead tokens, within max({:.0}%, {} tokens) (largest difference {max})",
+                    first.overhead,
+                    100.0 * super::conditions::PROMPT_TOLERANCE_REL,
+                    super::conditions::PROMPT_TOLERANCE_TOKENS
+                )
+            } else {
+                format!(
+                    "**{bad} of {checked} prompts disagree** with the engine's count beyond max({:.0}%, {} tokens) after {} overhead tokens (largest difference {max}): those runs are invalid",
+                    100.0 * super::conditions::PROMPT_TOLERANCE_REL,
+                    super::conditions::PROMPT_TOLERANCE_TOKENS,
+                    first.overhead
+                )
+            },
+            format!("overhead {}", first.overhead_source),
+        ]);
+    }
+    if let Some(n) = &res.engine.facts.tokenize_note {
+        rows.push(vec![
+            "engine tokenizer".into(),
+            "not used".into(),
+            n.clone(),
+        ]);
+    } else if let Some(f) = res.engine.facts.tokenize_form {
+        rows.push(vec![
+            "engine tokenizer".into(),
+            f.label().into(),
+            "probed at session start".into(),
+        ]);
+    }
     rows.push(vec![
         "output length requested".into(),
         if l.output_fixed {
@@ -433,7 +564,7 @@ pub fn render_markdown(res: &E2eResults) -> String {
                 (Some(_), Some(_)) => format!(
                     "{} (sampled, {} scrapes)",
                     pct(c.kv.peak_usage),
-                    r.polls.polls
+                    r.polls.scrape_ms.len().max(r.polls.polls)
                 ),
                 _ => pct(c.kv.peak_usage),
             },
@@ -491,6 +622,7 @@ pub fn render_markdown(res: &E2eResults) -> String {
         let l = &r.latency;
         for (name, p) in [
             ("TTFT", &l.ttft),
+            ("first chunk", &l.first_chunk),
             ("TTFC", &l.ttfc),
             ("ITL", &l.itl),
             ("TPOT", &l.tpot),
@@ -498,6 +630,9 @@ pub fn render_markdown(res: &E2eResults) -> String {
         ] {
             if name == "TTFC" && same_figures(&l.ttft, &l.ttfc) {
                 ttfc_hidden += 1;
+                continue;
+            }
+            if name == "first chunk" && (p.is_none() || same_figures(&l.ttft, p)) {
                 continue;
             }
             let mut row = vec![r.label.clone(), name.to_string()];
@@ -530,6 +665,9 @@ pub fn render_markdown(res: &E2eResults) -> String {
                     l.decode_not_observable
                 );
             }
+            if name == "ITL" && p.is_some() && l.bursty > 0 {
+                row[1] = format!("ITL (delivery, not decode: {} bursty requests)", l.bursty);
+            }
             if !r.validity.valid {
                 row[1] = format!("{name} (invalid run)");
             }
@@ -540,6 +678,17 @@ pub fn render_markdown(res: &E2eResults) -> String {
         &["run", "metric", "n", "p50", "p90", "p95", "p99", "mean"],
         &rows,
     ));
+    let _ = writeln!(
+        o,
+        "\nTTFT: request sent → the first chunk that carries a generated token (a per-chunk usage increment, token ids, or content or reasoning text; a chunk whose text the engine held back counts, a role chunk does not). TTFC: → the first chunk with content text. `vllm bench serve` stamps its TTFT at the first chunk with a `choices` entry, a role chunk included; where that differs it is shown as \"first chunk\"."
+    );
+    let bursty: usize = runs.iter().map(|r| r.latency.bursty).sum();
+    if bursty > 0 {
+        let _ = writeln!(
+            o,
+            "\n{bursty} requests received their tokens in bursts (chunks under 1 ms apart) or several tokens per chunk: their ITL measures how the server delivered tokens, not its decode steps; TPOT ((E2E − TTFT) / (tokens − 1)) is not affected."
+        );
+    }
     let excluded: Vec<String> = runs
         .iter()
         .filter(|r| r.latency.opening_wave_excluded > 0)
@@ -633,6 +782,42 @@ pub fn render_markdown(res: &E2eResults) -> String {
         &rows,
     ));
     o.push('\n');
+
+    // What the /metrics sampling cost and how often it ran.
+    let scrapes: Vec<String> = runs
+        .iter()
+        .filter(|r| !r.polls.scrape_ms.is_empty())
+        .map(|r| {
+            let v = &r.polls.scrape_ms;
+            let mut sorted = v.clone();
+            sorted.sort_by(f64::total_cmp);
+            let every = r
+                .polls
+                .min_interval_s
+                .map(|m| {
+                    format!(
+                        ", every {}–{} s between",
+                        grouped(m, 2),
+                        grouped(2.0 * m, 2)
+                    )
+                })
+                .unwrap_or_default();
+            format!(
+                "{}: {} scrapes{every}, median {:.1} ms, longest {:.1} ms",
+                r.label,
+                v.len(),
+                sorted[sorted.len() / 2],
+                sorted[sorted.len() - 1]
+            )
+        })
+        .collect();
+    if !scrapes.is_empty() {
+        let _ = writeln!(
+            o,
+            "/metrics was scraped at the start and the end of each run and in between at 50 × the last scrape's duration, kept within the interval given (so scraping costs the engine about 2% of its time): {}.\n",
+            scrapes.join("; ")
+        );
+    }
 
     // Acceptance by position.
     let spec_runs: Vec<&RunResult> = runs

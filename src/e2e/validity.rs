@@ -5,7 +5,12 @@
 //! Rules (each reason is written into the report):
 //! - the run was interrupted, or the engine failed during it;
 //! - no request completed, or any request failed;
-//! - any completed request produced no text;
+//! - any completed request produced no token (`empty`); one that produced tokens but no visible
+//!   text (special tokens, or text vLLM held back as incomplete UTF-8) is a note, and invalidates
+//!   the run only beyond 10% of the requests, like degenerate output;
+//! - a prompt length disagrees with the engine's `usage.prompt_tokens` beyond max(2%, 2
+//!   tokens) after the engine's known overhead (chat template, BOS): the prompts were not the
+//!   lengths the report states ([`super::conditions::PromptCheck`]);
 //! - more than 10% of completed requests are degenerate: the last ≤ 512 characters repeat a
 //!   pattern of period p at least 4 times with ≤ 2% mismatches, or fewer than 25% of the word
 //!   trigrams are distinct (over ≥ 40 words);
@@ -27,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::conditions::{Conditions, SpecState};
 use super::executor::ExecStop;
-use super::metrics::{RequestRecord, TokenSource};
+use super::metrics::{RequestRecord, TokenSource, BURSTY_FLAG, NO_TEXT_FLAG, RETRIED_FLAG};
 
 /// The verdict on one run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -93,9 +98,19 @@ pub fn output_flags(
     if !r.ok {
         return f;
     }
-    if r.content_chars + r.reasoning_chars == 0 || r.output_tokens == Some(0) {
+    // Tokens produced: the engine's count, else the chunks that carried one.
+    let produced = r.output_tokens.unwrap_or(r.token_chunks as u64);
+    if produced == 0 || (r.content_chars + r.reasoning_chars == 0 && r.token_chunks == 0) {
         f.push("empty".to_string());
         return f;
+    }
+    if r.content_chars + r.reasoning_chars == 0 {
+        // vLLM streams a token whose text is held back (incomplete UTF-8) or has none (a special
+        // token) as a chunk with an empty `content`: tokens were produced, none became text.
+        f.push(format!(
+            "{NO_TEXT_FLAG}: {produced} tokens produced in {} chunks, none decoded to visible text (special tokens, or bytes that never completed a UTF-8 character)",
+            r.token_chunks
+        ));
     }
     if judge_repetition {
         if let Some(why) = degenerate(text) {
@@ -166,6 +181,44 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
     if empty > 0 {
         v.reasons.push(format!(
             "{empty} of {} completed requests returned empty output",
+            ok.len()
+        ));
+    }
+    let no_text = count(NO_TEXT_FLAG);
+    if no_text > 0 {
+        let msg = format!(
+            "{no_text} of {} completed requests produced tokens but no visible text (special tokens or incomplete UTF-8; counted from the engine's per-chunk usage)",
+            ok.len()
+        );
+        if no_text as f64 > DEGENERATE_TOLERANCE * ok.len() as f64 {
+            v.reasons.push(msg);
+        } else {
+            v.notes.push(msg);
+        }
+    }
+    if let Some(p) = c.lengths.prompt_check.as_ref().filter(|p| p.mismatched > 0) {
+        v.reasons.push(format!(
+            "{} of {} prompt lengths disagree with the engine's usage.prompt_tokens by more than max({:.0}%, {} tokens) after its overhead of {} tokens ({}): the prompts are not the stated lengths; e.g. {}",
+            p.mismatched,
+            p.checked,
+            100.0 * super::conditions::PROMPT_TOLERANCE_REL,
+            super::conditions::PROMPT_TOLERANCE_TOKENS,
+            p.overhead,
+            p.overhead_source,
+            p.example.as_deref().unwrap_or("")
+        ));
+    }
+    let retried = records.iter().filter(|r| r.retries > 0).count();
+    if retried > 0 {
+        v.notes.push(format!(
+            "{retried} of {} requests were sent again once on a fresh connection: the kept-alive connection failed before any response (the engine had closed it); {RETRIED_FLAG} requests' latencies include the retry",
+            records.len()
+        ));
+    }
+    let bursty = count(BURSTY_FLAG);
+    if bursty > 0 {
+        v.notes.push(format!(
+            "{bursty} of {} completed requests received their tokens in bursts or several per chunk: ITL measures delivery, not decode steps (TPOT, from first token to end, is not affected)",
             ok.len()
         ));
     }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
-use super::client::{Api, EngineClient, GenRequest};
+use super::client::{Api, EngineClient, GenRequest, TokenizeForm};
 use super::metrics::TokenSource;
 use super::prompts::{filler_words, PromptSet};
 use crate::RigError;
@@ -319,6 +319,8 @@ pub enum TokenCounter {
         client: EngineClient,
         /// The model field to send.
         model: String,
+        /// The body the engine takes (vLLM's `prompt` or llama.cpp's `content`).
+        form: TokenizeForm,
     },
     /// A local `tokenizer.json`.
     Local(Arc<tokenizers::Tokenizer>),
@@ -364,12 +366,18 @@ impl TokenCounter {
     /// Token count of `text` (no special tokens added); `None` without a tokenizer.
     ///
     /// # Errors
-    /// The engine's tokenizer failed.
+    /// The engine's tokenizer failed, or counted 0 tokens for a non-empty text (see
+    /// [`EngineClient::tokenize_as`]).
     pub async fn count(&self, text: &str) -> anyhow::Result<Option<usize>> {
         match self {
-            TokenCounter::Engine { client, model } => {
-                Ok(client.tokenize(model, text).await?.map(|t| t.count))
-            }
+            TokenCounter::Engine {
+                client,
+                model,
+                form,
+            } => Ok(client
+                .tokenize_as(*form, model, text)
+                .await?
+                .map(|t| t.count)),
             TokenCounter::Local(t) => {
                 // No special tokens, as the engine's /tokenize is asked: a BOS would add one
                 // token per count (per piece, when a text is counted in pieces).
