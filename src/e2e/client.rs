@@ -532,6 +532,20 @@ impl EngineClient {
         })
     }
 
+    /// Send a request built by `make` on a pooled connection; when that fails before any
+    /// response on a connection the server had closed ([`is_stale_connection_error`]), once
+    /// more on a fresh connection. Side requests (`/metrics`, `/tokenize`, ...) are safe to
+    /// repeat; a lost scrape would lose data.
+    async fn send_retrying(
+        &self,
+        make: impl Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+    ) -> reqwest::Result<reqwest::Response> {
+        match make(&self.http).send().await {
+            Err(e) if is_stale_connection_error(&e) => make(&self.fresh).send().await,
+            r => r,
+        }
+    }
+
     /// The base URL.
     pub fn base(&self) -> &str {
         &self.base
@@ -544,17 +558,15 @@ impl EngineClient {
     /// `GET /health` answered 2xx within `timeout`.
     pub async fn health(&self, timeout: Duration) -> bool {
         matches!(
-            self.http.get(self.url("/health")).timeout(timeout).send().await,
+            self.send_retrying(|c| c.get(self.url("/health")).timeout(timeout))
+                .await,
             Ok(r) if r.status().is_success()
         )
     }
 
     async fn get_json(&self, path: &str) -> anyhow::Result<Option<Value>> {
         let r = self
-            .http
-            .get(self.url(path))
-            .timeout(Duration::from_secs(30))
-            .send()
+            .send_retrying(|c| c.get(self.url(path)).timeout(Duration::from_secs(30)))
             .await
             .with_context(|| format!("GET {path}"))?;
         if !r.status().is_success() {
@@ -596,10 +608,7 @@ impl EngineClient {
     /// `GET /metrics` parsed; `None` when the engine has no such endpoint.
     pub async fn metrics(&self) -> anyhow::Result<Option<Exposition>> {
         let r = self
-            .http
-            .get(self.url("/metrics"))
-            .timeout(Duration::from_secs(30))
-            .send()
+            .send_retrying(|c| c.get(self.url("/metrics")).timeout(Duration::from_secs(30)))
             .await
             .context("GET /metrics")?;
         if !r.status().is_success() {
@@ -631,11 +640,11 @@ impl EngineClient {
         text: &str,
     ) -> anyhow::Result<Option<Tokenized>> {
         let r = self
-            .http
-            .post(self.url("/tokenize"))
-            .json(&form.body(model, text))
-            .timeout(Duration::from_secs(30))
-            .send()
+            .send_retrying(|c| {
+                c.post(self.url("/tokenize"))
+                    .json(&form.body(model, text))
+                    .timeout(Duration::from_secs(30))
+            })
             .await
             .context("POST /tokenize")?;
         if matches!(r.status().as_u16(), 404 | 405 | 501) {
@@ -680,11 +689,11 @@ impl EngineClient {
             o.remove("ignore_eos");
         }
         let r = self
-            .http
-            .post(self.url(req.api.path()))
-            .json(&body)
-            .timeout(Duration::from_secs(120))
-            .send()
+            .send_retrying(|c| {
+                c.post(self.url(req.api.path()))
+                    .json(&body)
+                    .timeout(Duration::from_secs(120))
+            })
             .await
             .with_context(|| format!("POST {}", req.api.path()))?;
         let status = r.status();
@@ -705,10 +714,10 @@ impl EngineClient {
     /// `None` when the engine does not offer it (404/405).
     pub async fn reset_prefix_cache(&self) -> anyhow::Result<Option<bool>> {
         let r = self
-            .http
-            .post(self.url("/reset_prefix_cache"))
-            .timeout(Duration::from_secs(30))
-            .send()
+            .send_retrying(|c| {
+                c.post(self.url("/reset_prefix_cache"))
+                    .timeout(Duration::from_secs(30))
+            })
             .await
             .context("POST /reset_prefix_cache")?;
         Ok(match r.status().as_u16() {
@@ -721,10 +730,10 @@ impl EngineClient {
     /// `Some(true)` when done, `None` when the engine does not offer it.
     pub async fn reset_peaks(&self) -> anyhow::Result<Option<bool>> {
         let r = self
-            .http
-            .post(self.url("/rigbench/reset_peaks"))
-            .timeout(Duration::from_secs(30))
-            .send()
+            .send_retrying(|c| {
+                c.post(self.url("/rigbench/reset_peaks"))
+                    .timeout(Duration::from_secs(30))
+            })
             .await
             .context("POST /rigbench/reset_peaks")?;
         Ok(match r.status().as_u16() {
