@@ -685,19 +685,19 @@ mod tests {
     fn the_cache_reset_is_told_as_it_happened() {
         use crate::e2e::driver::reset_message;
         let url = "http://127.0.0.1:8000";
-        let done = reset_message(url, Some(true), 2, CacheTemp::Cold);
+        let done = reset_message(url, "/reset_prefix_cache", Some(true), 2, CacheTemp::Cold);
         assert!(
             done.contains("POST http://127.0.0.1:8000/reset_prefix_cache emptied")
                 && done.contains("2 sweep points"),
             "{done}"
         );
         // 404 (llama.cpp has no such endpoint): nothing was emptied, and the message says so.
-        let absent = reset_message(url, None, 1, CacheTemp::Cold);
+        let absent = reset_message(url, "/reset_prefix_cache", None, 1, CacheTemp::Cold);
         assert!(
             !absent.contains("reset_prefix_cache emptied") && absent.contains("not emptied"),
             "{absent}"
         );
-        let refused = reset_message(url, Some(false), 1, CacheTemp::Warm);
+        let refused = reset_message(url, "/flush_cache", Some(false), 1, CacheTemp::Warm);
         assert!(refused.contains("NOT emptied"), "{refused}");
     }
 

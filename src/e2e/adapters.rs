@@ -68,6 +68,15 @@ impl EngineKind {
         }
     }
 
+    /// The endpoint that empties the prefix cache: SGLang's `/flush_cache`, everyone else's
+    /// (vLLM, `rigbench serve`) `/reset_prefix_cache`; llama.cpp offers none (404).
+    pub fn reset_path(self) -> &'static str {
+        match self {
+            EngineKind::Sglang => "/flush_cache",
+            _ => "/reset_prefix_cache",
+        }
+    }
+
     /// The other body to try when this one counts nothing (an engine of unknown kind).
     pub fn fallback_tokenize_form(self) -> Option<TokenizeForm> {
         match self {

@@ -210,6 +210,11 @@ pub struct Usage {
     pub completion_tokens: Option<u64>,
     /// `completion_tokens_details.reasoning_tokens`, when given.
     pub reasoning_tokens: Option<u64>,
+    /// `prompt_tokens_details.cached_tokens`: prompt tokens served from the prefix cache
+    /// (llama.cpp always; vLLM with `--enable-prompt-tokens-details`; SGLang with
+    /// `--enable-cache-report`).
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
 }
 
 /// Everything observed about one streamed request.
@@ -297,6 +302,9 @@ impl StreamOutcome {
             completion_tokens: u.get("completion_tokens").and_then(Value::as_u64),
             reasoning_tokens: u
                 .pointer("/completion_tokens_details/reasoning_tokens")
+                .and_then(Value::as_u64),
+            cached_tokens: u
+                .pointer("/prompt_tokens_details/cached_tokens")
                 .and_then(Value::as_u64),
         });
         if usage.is_some() {
@@ -710,16 +718,26 @@ impl EngineClient {
         Ok(v.pointer("/usage/prompt_tokens").and_then(Value::as_u64))
     }
 
-    /// `POST /reset_prefix_cache`: `Some(true)` when done, `Some(false)` when refused,
-    /// `None` when the engine does not offer it (404/405).
+    /// `POST /reset_prefix_cache` (vLLM, `rigbench serve`): see
+    /// [`EngineClient::reset_prefix_cache_at`].
+    ///
+    /// # Errors
+    /// The request failed.
     pub async fn reset_prefix_cache(&self) -> anyhow::Result<Option<bool>> {
+        self.reset_prefix_cache_at("/reset_prefix_cache").await
+    }
+
+    /// Empty the engine's prefix cache with `POST path` (`/reset_prefix_cache` for vLLM,
+    /// `/flush_cache` for SGLang): `Some(true)` when done, `Some(false)` when refused, `None`
+    /// when the engine does not offer it (404/405/501).
+    ///
+    /// # Errors
+    /// The request failed.
+    pub async fn reset_prefix_cache_at(&self, path: &str) -> anyhow::Result<Option<bool>> {
         let r = self
-            .send_retrying(|c| {
-                c.post(self.url("/reset_prefix_cache"))
-                    .timeout(Duration::from_secs(30))
-            })
+            .send_retrying(|c| c.post(self.url(path)).timeout(Duration::from_secs(30)))
             .await
-            .context("POST /reset_prefix_cache")?;
+            .with_context(|| format!("POST {path}"))?;
         Ok(match r.status().as_u16() {
             404 | 405 | 501 => None,
             s => Some((200..300).contains(&s)),
@@ -963,7 +981,8 @@ mod tests {
             Some(Usage {
                 prompt_tokens: Some(7),
                 completion_tokens: Some(6),
-                reasoning_tokens: Some(2)
+                reasoning_tokens: Some(2),
+                cached_tokens: None,
             })
         );
         assert!(o.done);
@@ -982,6 +1001,108 @@ mod tests {
             .unwrap_err()
             .contains("boom"));
         assert!(c.apply(t(2), r#"{"choices":5}"#).is_err());
+    }
+
+    #[test]
+    fn every_chunk_that_carries_a_token_counts() {
+        let t = Duration::from_millis;
+        // vLLM with continuous usage: the role chunk (0), a token with empty content (1), text
+        // (2), a chunk with text of a held-back token and no new token, a spec chunk of 3.
+        let mut o = StreamOutcome::default();
+        for (ms, d) in [
+            (
+                1,
+                r#"{"choices":[{"delta":{"role":"assistant","content":""}}],"usage":{"completion_tokens":0}}"#,
+            ),
+            (
+                2,
+                r#"{"choices":[{"delta":{"content":""}}],"usage":{"completion_tokens":1}}"#,
+            ),
+            (
+                3,
+                r#"{"choices":[{"delta":{"content":"ab"}}],"usage":{"completion_tokens":2}}"#,
+            ),
+            (
+                4,
+                r#"{"choices":[{"delta":{"content":"c"}}],"usage":{"completion_tokens":2}}"#,
+            ),
+            (
+                5,
+                r#"{"choices":[{"delta":{"content":"defg"}}],"usage":{"completion_tokens":5}}"#,
+            ),
+            (6, r#"{"choices":[],"usage":{"completion_tokens":5}}"#),
+        ] {
+            o.apply(t(ms), d).unwrap();
+        }
+        let tokens: Vec<Option<u64>> = o.events.iter().map(|e| e.tokens).collect();
+        assert_eq!(tokens, vec![Some(1), Some(1), Some(3)]);
+        assert_eq!(
+            o.events[0].at,
+            t(2),
+            "TTFT: the first token, with empty content"
+        );
+        assert_eq!(o.first_content, Some(t(3)));
+        assert_eq!(o.first_chunk, Some(t(1)));
+        assert_eq!((o.choice_chunks, o.usage_chunks), (5, 5));
+        // Token ids on a chunk without text count too (vLLM `return_token_ids`).
+        let mut o = StreamOutcome::default();
+        o.apply(
+            t(1),
+            r#"{"choices":[{"delta":{"content":""},"token_ids":[7,8]}]}"#,
+        )
+        .unwrap();
+        o.apply(t(2), r#"{"choices":[{"delta":{"content":"x"}}]}"#)
+            .unwrap();
+        // llama.cpp: a role chunk with null content and an empty finish chunk carry none.
+        o.apply(
+            t(3),
+            r#"{"choices":[{"delta":{},"finish_reason":"length"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            o.events.iter().map(|e| e.tokens).collect::<Vec<_>>(),
+            vec![Some(2), None]
+        );
+        // Cumulative usage that goes back is not used.
+        let mut o = StreamOutcome::default();
+        o.apply(
+            t(1),
+            r#"{"choices":[{"delta":{"content":"a"}}],"usage":{"completion_tokens":3}}"#,
+        )
+        .unwrap();
+        o.apply(
+            t(2),
+            r#"{"choices":[{"delta":{"content":"b"}}],"usage":{"completion_tokens":2}}"#,
+        )
+        .unwrap();
+        assert!(o.usage_not_monotonic);
+        assert_eq!(o.events[1].tokens, None);
+    }
+
+    #[test]
+    fn tokenize_bodies_per_engine() {
+        assert_eq!(
+            TokenizeForm::Vllm.body("m", "hi"),
+            json!({"model": "m", "prompt": "hi", "add_special_tokens": false})
+        );
+        assert_eq!(
+            TokenizeForm::LlamaCpp.body("m", "hi"),
+            json!({"content": "hi", "add_special": false})
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_stale_connection_error() {
+        // Nothing listens on port 9 of the loopback: a connect error, retried once.
+        let e = reqwest::Client::new()
+            .get("http://127.0.0.1:9/health")
+            .send()
+            .await
+            .unwrap_err();
+        assert!(is_stale_connection_error(&e), "{e:?}");
+        let c = EngineClient::new("http://127.0.0.1:9/v1/").unwrap();
+        assert_eq!(c.base(), "http://127.0.0.1:9");
+        assert!(!c.health(Duration::from_secs(2)).await);
     }
 
     #[test]

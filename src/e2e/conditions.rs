@@ -604,8 +604,17 @@ pub fn cache_condition(
     exp: CacheExpectation,
 ) -> CacheCondition {
     let counts = super::adapters::prefix_cache_counts(before, after);
-    let q = counts.as_ref().and_then(|c| c.queries);
-    let h = counts.as_ref().map(|c| c.hits);
+    let mut c = cache_verdict(
+        counts.as_ref().and_then(|c| c.queries),
+        counts.as_ref().map(|c| c.hits),
+        exp,
+    );
+    c.counters = counts.map(|c| c.source.to_string());
+    c
+}
+
+/// The verdict for `h` hit tokens of `q` queried (`None`: no counters) against `exp`.
+fn cache_verdict(q: Option<u64>, h: Option<u64>, exp: CacheExpectation) -> CacheCondition {
     let hit_rate = match (q, h) {
         (Some(q), Some(h)) if q > 0 => Some(h as f64 / q as f64),
         _ => None,
@@ -674,9 +683,39 @@ pub fn cache_condition(
         hit_rate,
         hits_allowed: exp.hits_allowed,
         verified,
-        counters: counts.map(|c| c.source.to_string()),
+        counters: None,
         note,
     }
+}
+
+/// Where `/metrics` has no prefix-cache counters, the requests' own
+/// `usage.prompt_tokens_details.cached_tokens` (hits) over their `prompt_tokens` (queries), when
+/// every completed request reported both; the same verdict rules as [`cache_condition`].
+pub fn cache_condition_with_usage(c: CacheCondition, records: &[RequestRecord]) -> CacheCondition {
+    if c.counters.is_some() {
+        return c;
+    }
+    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
+    let pairs: Option<Vec<(u64, u64)>> = ok
+        .iter()
+        .map(|r| Some((r.prompt_tokens?, r.cached_tokens?)))
+        .collect();
+    let Some(pairs) = pairs.filter(|p| !p.is_empty()) else {
+        return c;
+    };
+    let queries: u64 = pairs.iter().map(|p| p.0).sum();
+    let hits: u64 = pairs.iter().map(|p| p.1).sum();
+    let mut u = cache_verdict(
+        Some(queries),
+        Some(hits),
+        CacheExpectation {
+            temperature: c.temperature,
+            reset: c.reset,
+            hits_allowed: c.hits_allowed,
+        },
+    );
+    u.counters = Some("usage.prompt_tokens_details.cached_tokens of each request".into());
+    u
 }
 
 /// Thinking: what was sent and what came back. `judge_tags`: look for `<think>` tags in the
@@ -845,6 +884,118 @@ mod tests {
         // Counters absent: no verdict, never "0 hits".
         let c = cache_condition(None, Some(&cold), e(CacheTemp::Cold, 0));
         assert_eq!((c.verified, c.hits), (None, None));
+    }
+
+    #[test]
+    fn cache_verdict_from_usage_cached_tokens_when_metrics_have_none() {
+        let r = |p: u64, cached: Option<u64>| RequestRecord {
+            ok: true,
+            prompt_tokens: Some(p),
+            cached_tokens: cached,
+            ..Default::default()
+        };
+        let none = cache_condition(
+            None,
+            None,
+            CacheExpectation {
+                temperature: CacheTemp::Cold,
+                reset: None,
+                hits_allowed: 9 * 2,
+            },
+        );
+        assert_eq!(none.verified, None);
+        // llama.cpp reports cached_tokens per request (9 template tokens in the fixture's
+        // capture): within what the template explains.
+        let c = cache_condition_with_usage(none.clone(), &[r(36, Some(9)), r(36, Some(9))]);
+        assert_eq!(
+            (c.verified, c.hits, c.queries),
+            (Some(true), Some(18), Some(72))
+        );
+        assert!(c.counters.unwrap().contains("cached_tokens"));
+        let c = cache_condition_with_usage(none.clone(), &[r(36, Some(30)), r(36, Some(9))]);
+        assert_eq!(c.verified, Some(false));
+        // One request without the field: no verdict from usage.
+        let c = cache_condition_with_usage(none, &[r(36, Some(9)), r(36, None)]);
+        assert_eq!(c.verified, None);
+    }
+
+    #[test]
+    fn prompt_lengths_against_usage() {
+        let r = |index: usize, counted: u64, reported: u64| RequestRecord {
+            index,
+            ok: true,
+            input_tokens_counted: Some(counted),
+            prompt_tokens: Some(reported),
+            ..Default::default()
+        };
+        let ov = Sourced::new(9i64, "measured");
+        // Within max(2%, 2 tokens): a BPE merge at the template boundary on a short prompt.
+        let c =
+            check_prompt_lengths(&[r(0, 16, 26), r(1, 16, 27), r(2, 16, 23)], Some(&ov)).unwrap();
+        assert_eq!((c.checked, c.mismatched, c.max_abs_diff), (3, 0, 2));
+        // 3 tokens on 25 is beyond both.
+        let c = check_prompt_lengths(&[r(0, 16, 28)], Some(&ov)).unwrap();
+        assert_eq!(c.mismatched, 1);
+        assert!(c.example.unwrap().contains("off by 3"));
+        // Long prompts: 2% of 265 is 5 tokens.
+        let c = check_prompt_lengths(&[r(0, 256, 270), r(1, 256, 271)], Some(&ov)).unwrap();
+        assert_eq!(c.mismatched, 1);
+        // llama.cpp's 0-token /tokenize made 64-token prompts 342 tokens long (−100%
+        // "mismatch"): that cannot pass.
+        let c = check_prompt_lengths(&[r(0, 342, 73)], Some(&ov)).unwrap();
+        assert_eq!(c.mismatched, 1);
+        // Nothing to check: no overhead, or no request with both counts.
+        assert!(check_prompt_lengths(&[r(0, 16, 25)], None).is_none());
+        let failed = RequestRecord {
+            ok: false,
+            ..r(0, 16, 25)
+        };
+        assert!(check_prompt_lengths(&[failed], Some(&ov)).is_none());
+    }
+
+    #[test]
+    fn scrape_interval_adapts_within_one_to_two_minimums() {
+        use std::time::Duration as D;
+        let min = D::from_secs(1);
+        // 14 ms (a CPU vLLM): 700 ms → the 1 s floor.
+        assert_eq!(next_scrape_interval(D::from_millis(14), min), min);
+        // 30 ms → 1.5 s.
+        assert_eq!(
+            next_scrape_interval(D::from_millis(30), min),
+            D::from_millis(1500)
+        );
+        // 200 ms → capped at 2 s.
+        assert_eq!(
+            next_scrape_interval(D::from_millis(200), min),
+            D::from_secs(2)
+        );
+        let mut p = PollStats::default();
+        p.timed(D::from_millis(3));
+        p.add(&expo("vllm:kv_cache_usage_perc 0.5\n"));
+        let mut q = PollStats::default();
+        q.timed(D::from_millis(5));
+        q.add(&expo(
+            "llamacpp:requests_processing 3\nllamacpp:requests_deferred 1\n",
+        ));
+        p.merge(&q);
+        assert_eq!((p.polls, p.scrape_ms.len()), (2, 2));
+        assert_eq!(
+            (p.peak_kv_usage, p.max_running, p.max_waiting),
+            (Some(0.5), Some(3.0), Some(1.0))
+        );
+    }
+
+    #[test]
+    fn llamacpp_spec_counters() {
+        let b = expo("llamacpp:spec_decode_num_drafts_total 0\nllamacpp:spec_decode_num_draft_tokens_total 0\nllamacpp:spec_decode_num_accepted_tokens_total 0\n");
+        let a = expo("llamacpp:spec_decode_num_drafts_total 10\nllamacpp:spec_decode_num_draft_tokens_total 40\nllamacpp:spec_decode_num_accepted_tokens_total 12\n");
+        let c = spec_condition(Some(&b), Some(&a), &EngineFacts::default());
+        assert_eq!(c.state, SpecState::On);
+        assert_eq!(c.acceptance_rate, Some(0.3));
+        assert_eq!(c.mean_acceptance_length, Some(2.2));
+        // 0 drafts: the counters exist with speculation off too, so no verdict from them.
+        let c = spec_condition(Some(&b), Some(&b), &EngineFacts::default());
+        assert_eq!((c.state, c.drafts), (SpecState::Unknown, Some(0)));
     }
 
     #[test]

@@ -503,6 +503,7 @@ async fn finish_records(
             input_tokens_requested: p.input_tokens_requested,
             input_tokens_counted: p.input_tokens_counted,
             prompt_tokens: usage.prompt_tokens,
+            cached_tokens: usage.cached_tokens,
             output_tokens_requested: p.req.max_tokens,
             output_tokens,
             token_source,
@@ -566,11 +567,17 @@ struct Session<'a> {
 /// What rigbench did to the engine's prefix cache, said once, after the first sweep point's
 /// `POST /reset_prefix_cache` answered: emptied (2xx), refused, or not offered (404/405/501: then
 /// nothing was emptied, and cold runs rest on the salted prompts).
-pub fn reset_message(url: &str, reset: Option<bool>, points: usize, cache: CacheTemp) -> String {
+pub fn reset_message(
+    url: &str,
+    path: &str,
+    reset: Option<bool>,
+    points: usize,
+    cache: CacheTemp,
+) -> String {
     let points = crate::report::table::plural(points as u64, "sweep point", "sweep points");
     match reset {
         Some(true) => format!(
-            "POST {url}/reset_prefix_cache emptied the engine's prefix cache; rigbench empties it before each of the {points}{}",
+            "POST {url}{path} emptied the engine's prefix cache; rigbench empties it before each of the {points}{}",
             if cache == CacheTemp::Warm {
                 " (warm runs then prime it again)"
             } else {
@@ -578,10 +585,10 @@ pub fn reset_message(url: &str, reset: Option<bool>, points: usize, cache: Cache
             }
         ),
         Some(false) => format!(
-            "POST {url}/reset_prefix_cache was refused: the engine's prefix cache was NOT emptied; cold runs rest on prompts salted per run and on the hit counters"
+            "POST {url}{path} was refused: the engine's prefix cache was NOT emptied; cold runs rest on prompts salted per run and on the hit counters"
         ),
         None => format!(
-            "the engine offers no POST {url}/reset_prefix_cache: its prefix cache is not emptied; cold runs rest on prompts salted per run (and on the hit counters, where the engine has them)"
+            "the engine offers no POST {url}{path}: its prefix cache is not emptied; cold runs rest on prompts salted per run (and on the hit counters, where the engine has them)"
         ),
     }
 }
@@ -603,7 +610,13 @@ impl Session<'_> {
         };
         eprintln!(
             "rigbench e2e: {}",
-            reset_message(self.client.base(), reset, points, l.cache)
+            reset_message(
+                self.client.base(),
+                self.facts.kind.reset_path(),
+                reset,
+                points,
+                l.cache
+            )
         );
     }
 
@@ -669,7 +682,11 @@ impl Session<'_> {
             .await?,
         );
         // Cache temperature.
-        let reset = self.client.reset_prefix_cache().await.unwrap_or(None);
+        let reset = self
+            .client
+            .reset_prefix_cache_at(self.facts.kind.reset_path())
+            .await
+            .unwrap_or(None);
         self.tell_reset(reset);
         if suite.load.cache == CacheTemp::Warm {
             let primed: Vec<PreparedRequest> = prepared
@@ -866,14 +883,17 @@ impl Session<'_> {
                 Some(boot),
                 self.opts.stated.spec,
             ),
-            cache: cache_condition(
-                before.as_ref(),
-                after.as_ref(),
-                CacheExpectation {
-                    temperature: suite.load.cache,
-                    reset,
-                    hits_allowed,
-                },
+            cache: super::conditions::cache_condition_with_usage(
+                cache_condition(
+                    before.as_ref(),
+                    after.as_ref(),
+                    CacheExpectation {
+                        temperature: suite.load.cache,
+                        reset,
+                        hits_allowed,
+                    },
+                ),
+                &requests,
             ),
             kv,
             lengths: length_condition(

@@ -456,6 +456,49 @@ mod tests {
     }
 
     #[test]
+    fn llamacpp_real_slots_and_speculation_types() {
+        // The real /slots of llama-server 0c1e57098 (-c 8192 -np 4): 4 × 2,048.
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
+            "../shared/fixtures/engines/llama.cpp-0c1e57098/04_llama-server-0c1e57098_slots.json",
+        );
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (the shared fixtures must be beside the checkout)",
+                p.display()
+            )
+        });
+        let slots: Value = serde_json::from_str(&text).unwrap();
+        let mut pr = EngineProbe::default();
+        apply_llamacpp(&mut pr, None, Some(&slots));
+        assert_eq!(pr.kv_capacity.as_ref().unwrap().value, 8192);
+        assert_eq!(pr.max_model_len, Some(2048));
+        assert!(!pr.spec_on.as_ref().unwrap().value);
+        let mut unified = pr.clone();
+        apply_kv_unified(&mut unified, true, 6);
+        assert_eq!(unified.kv_capacity.as_ref().unwrap().value, 2048);
+        apply_kv_unified(&mut pr, false, 6);
+        assert_eq!(pr.kv_capacity.as_ref().unwrap().value, 8192);
+        assert!(pr
+            .kv_capacity
+            .unwrap()
+            .source
+            .contains("kv_unified = false, engine log line 6"));
+        // speculative: true says on, not how; the type names the method.
+        let spec = |types: &str| serde_json::json!([{"id": 0, "n_ctx": 4096, "speculative": true, "params": {"speculative.types": types, "speculative.n_max": 16}}]);
+        let mut pr = EngineProbe::default();
+        apply_llamacpp(&mut pr, None, Some(&spec("ngram-simple")));
+        assert_eq!(pr.spec_method.as_ref().unwrap().value, "ngram");
+        let mut pr = EngineProbe::default();
+        apply_llamacpp(&mut pr, None, Some(&spec("none,draft-mtp")));
+        assert_eq!(pr.spec_method.as_ref().unwrap().value, "mtp");
+        let mut pr = EngineProbe::default();
+        apply_llamacpp(&mut pr, None, Some(&spec("none")));
+        assert!(pr.spec_on.unwrap().value);
+        assert_eq!(pr.spec_method, None, "never guessed as a draft model");
+        assert_eq!(pr.spec_k.unwrap().value, 16);
+    }
+
+    #[test]
     fn spec_from_log_stream_and_statement() {
         let unknown = SpecCondition {
             state: SpecState::Unknown,

@@ -119,6 +119,10 @@ pub struct RequestRecord {
     pub input_tokens_counted: Option<u64>,
     /// Prompt tokens the engine reported (template included for chat).
     pub prompt_tokens: Option<u64>,
+    /// Of those, served from the prefix cache (`usage.prompt_tokens_details.cached_tokens`),
+    /// when the engine reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
     /// `max_tokens` sent.
     pub output_tokens_requested: u32,
     /// Output tokens (reasoning included).

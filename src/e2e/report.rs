@@ -332,8 +332,9 @@ pub fn render_markdown(res: &E2eResults) -> String {
     rows.push(vec![
         "cache temperature".into(),
         format!(
-            "{:?}; prompts salted per run; /reset_prefix_cache: {}",
+            "{:?}; prompts salted per run; {}: {}",
             c0.cache.temperature,
+            res.engine.facts.kind.reset_path(),
             match c0.cache.reset {
                 Some(true) => "done",
                 Some(false) => "refused",
