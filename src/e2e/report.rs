@@ -1253,6 +1253,10 @@ pub fn write_csv(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> {
         "chunks",
         "finish_reason",
         "flags",
+        "first_chunk_s",
+        "token_chunks",
+        "cached_tokens",
+        "retries",
     ])?;
     for r in &res.runs {
         for q in &r.requests {
@@ -1281,6 +1285,10 @@ pub fn write_csv(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> {
                 q.chunks.to_string(),
                 q.finish_reason.clone().unwrap_or_default(),
                 q.flags.join("; "),
+                opt(q.first_chunk_s),
+                q.token_chunks.to_string(),
+                opt(q.cached_tokens),
+                q.retries.to_string(),
             ])?;
         }
     }
