@@ -1173,7 +1173,18 @@ async fn llamacpp_kv_capacity_from_slots_wins_over_the_cells_per_sequence_log_li
         "{}",
         cap.source
     );
-    assert!(cap.source.contains("kv_unified = false"), "{}", cap.source);
+    // The fixture's own line: `load_model: initializing, n_slots = 4, …, kv_unified = 'false'`.
+    let line = read(&llamacpp_file("05_"))
+        .lines()
+        .position(|l| l.contains("kv_unified = 'false'"))
+        .unwrap()
+        + 1;
+    assert!(
+        cap.source
+            .contains(&format!("(kv_unified = false, engine log line {line})")),
+        "{}",
+        cap.source
+    );
     // Other numbers: a unified cache (every slot reports the whole 8,192) is one cache, not 4.
     let mut slots: Value = serde_json::from_str(&read(&llamacpp_file("04_"))).unwrap();
     for s in slots.as_array_mut().unwrap() {

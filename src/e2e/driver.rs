@@ -1011,13 +1011,14 @@ pub async fn run_session(
     let client = EngineClient::with_idle_timeout(&engine.url, opts.pool_idle_timeout)?;
     let mut probe = super::engines::probe(&client).await;
     // llama.cpp: one cache shared by the slots, or one per slot (its log says which).
-    let log_text = format!(
-        "{}\n{}",
-        engine.log_text(),
-        extra_log.as_deref().unwrap_or("")
-    );
+    // Each log alone, so the line number is that file's own.
     if !probe.slot_ctx.is_empty() {
-        if let Some((unified, line)) = super::adapters::llamacpp_kv_unified(&log_text) {
+        let unified = super::adapters::llamacpp_kv_unified(&engine.log_text()).or_else(|| {
+            extra_log
+                .as_deref()
+                .and_then(super::adapters::llamacpp_kv_unified)
+        });
+        if let Some((unified, line)) = unified {
             super::engines::apply_kv_unified(&mut probe, unified, line);
         }
     }

@@ -225,7 +225,7 @@ pub fn apply_llamacpp(p: &mut EngineProbe, props: Option<&Value>, slots: Option<
         p.kv_capacity = Some(Sourced::new(
             ctx.iter().sum(),
             format!(
-                "/slots n_ctx summed over {} slot(s) ({}), one cache per slot",
+                "/slots n_ctx summed over {} slot(s) ({}), one cache per slot {KV_LAYOUT_ASSUMED}",
                 ctx.len(),
                 describe_sum(&ctx)
             ),
@@ -239,7 +239,9 @@ pub fn apply_llamacpp(p: &mut EngineProbe, props: Option<&Value>, slots: Option<
         p.slot_ctx = vec![n; slots as usize];
         p.kv_capacity = Some(Sourced::new(
             n.saturating_mul(slots),
-            format!("/props n_ctx × total_slots ({n} × {slots}), one cache per slot"),
+            format!(
+                "/props n_ctx × total_slots ({n} × {slots}), one cache per slot {KV_LAYOUT_ASSUMED}"
+            ),
         ));
     }
     let spec: Vec<bool> = slot_list
@@ -301,6 +303,10 @@ fn describe_sum(ctx: &[u64]) -> String {
     }
 }
 
+/// What a llama.cpp capacity from `/slots` assumes until the log says which layout it is.
+const KV_LAYOUT_ASSUMED: &str =
+    "(assumed: whether the slots share one cache, kv_unified, is stated only in the engine log)";
+
 /// Apply llama.cpp's `kv_unified` (read from its log, see
 /// [`super::adapters::llamacpp_kv_unified`]; `line` 1-based) to a capacity read from `/slots`:
 /// with a unified cache every slot reports the whole shared cache as its `n_ctx`, so the capacity
@@ -319,8 +325,8 @@ pub fn apply_kv_unified(p: &mut EngineProbe, unified: bool, line: usize) {
         );
     } else {
         cap.source = cap.source.replace(
-            "one cache per slot",
-            &format!("one cache per slot (kv_unified = false, engine log line {line})"),
+            KV_LAYOUT_ASSUMED,
+            &format!("(kv_unified = false, engine log line {line})"),
         );
     }
 }

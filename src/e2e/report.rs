@@ -189,6 +189,9 @@ pub fn suite_as_run(s: &super::workload::Suite) -> String {
     text
 }
 
+/// The latency row of `vllm bench serve`'s TTFT (the first chunk with a `choices` entry).
+const FIRST_CHUNK_ROW: &str = "first chunk (vllm bench TTFT)";
+
 /// Render the e2e section.
 pub fn render_markdown(res: &E2eResults) -> String {
     let mut o = String::new();
@@ -623,7 +626,7 @@ pub fn render_markdown(res: &E2eResults) -> String {
         let l = &r.latency;
         for (name, p) in [
             ("TTFT", &l.ttft),
-            ("first chunk", &l.first_chunk),
+            (FIRST_CHUNK_ROW, &l.first_chunk),
             ("TTFC", &l.ttfc),
             ("ITL", &l.itl),
             ("TPOT", &l.tpot),
@@ -633,7 +636,7 @@ pub fn render_markdown(res: &E2eResults) -> String {
                 ttfc_hidden += 1;
                 continue;
             }
-            if name == "first chunk" && (p.is_none() || same_figures(&l.ttft, p)) {
+            if name == FIRST_CHUNK_ROW && (p.is_none() || same_figures(&l.ttft, p)) {
                 continue;
             }
             let mut row = vec![r.label.clone(), name.to_string()];
@@ -681,7 +684,7 @@ pub fn render_markdown(res: &E2eResults) -> String {
     ));
     let _ = writeln!(
         o,
-        "\nTTFT: request sent → the first chunk that carries a generated token (a per-chunk usage increment, token ids, or content or reasoning text; a chunk whose text the engine held back counts, a role chunk does not). TTFC: → the first chunk with content text. `vllm bench serve` stamps its TTFT at the first chunk with a `choices` entry, a role chunk included; where that differs it is shown as \"first chunk\"."
+        "\nTTFT: request sent → the first chunk that carries a generated token (a per-chunk usage increment, token ids, or content or reasoning text; a chunk whose text the engine held back counts, a role chunk does not). TTFC: → the first chunk with content text. `vllm bench serve` stamps its TTFT at the first chunk with a `choices` entry, a role chunk included; where that differs it is shown as \"{FIRST_CHUNK_ROW}\"."
     );
     let bursty: usize = runs.iter().map(|r| r.latency.bursty).sum();
     if bursty > 0 {
@@ -795,16 +798,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
             let every = r
                 .polls
                 .min_interval_s
-                .map(|m| {
-                    format!(
-                        ", every {}–{} s between",
-                        grouped(m, 2),
-                        grouped(2.0 * m, 2)
-                    )
-                })
+                .map(|m| format!(" (waits {}–{} s)", grouped(m, 2), grouped(2.0 * m, 2)))
                 .unwrap_or_default();
             format!(
-                "{}: {} scrapes{every}, median {:.1} ms, longest {:.1} ms",
+                "{}: {} scrapes{every}, each took {:.1} ms at the median, {:.1} ms at the longest",
                 r.label,
                 v.len(),
                 sorted[sorted.len() / 2],
@@ -815,7 +812,7 @@ pub fn render_markdown(res: &E2eResults) -> String {
     if !scrapes.is_empty() {
         let _ = writeln!(
             o,
-            "/metrics was scraped at the start and the end of each run and in between at 50 × the last scrape's duration, kept within the interval given (so scraping costs the engine about 2% of its time): {}.\n",
+            "/metrics was scraped at the start and the end of each run, and in between after a wait of 50 × the last scrape's duration kept within the range shown, so scraping takes about 2% of the run (more when a scrape outlasts 1/50 of the longest wait): {}.\n",
             scrapes.join("; ")
         );
     }
