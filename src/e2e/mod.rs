@@ -8,10 +8,11 @@
 //! measured under. A run whose output is broken or whose conditions are unknown is marked invalid
 //! and its throughput is not presented.
 //!
-//! Module map: [`client`] (HTTP + SSE), [`executor`] (closed/open loop), [`workload`] (suites,
-//! token-exact prompts), [`prompts`] (prompt sets), [`metrics`] (TTFT, TTFC, ITL, TPOT, E2E),
-//! [`prometheus`] (`/metrics` parser), [`bootlog`] (engine logs), [`conditions`], [`validity`],
-//! [`launcher`], [`driver`], [`report`].
+//! Module map: [`adapters`] (what differs per engine: tokenize body, KV source, cache counters,
+//! speculative method; docs/engines/), [`client`] (HTTP + SSE), [`executor`] (closed/open
+//! loop), [`workload`] (suites, token-exact prompts), [`prompts`] (prompt sets), [`metrics`]
+//! (TTFT, TTFC, ITL, TPOT, E2E), [`prometheus`] (`/metrics` parser), [`bootlog`] (engine logs),
+//! [`conditions`], [`validity`], [`launcher`], [`driver`], [`report`].
 
 pub mod adapters;
 pub mod bootlog;

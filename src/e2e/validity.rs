@@ -358,6 +358,105 @@ mod tests {
     }
 
     #[test]
+    fn tokens_without_text_are_a_note_not_empty_output() {
+        // vLLM: 34 tokens streamed with empty `content` (held back or special), counted from the
+        // per-chunk usage: produced, not empty.
+        let silent = RequestRecord {
+            ok: true,
+            output_tokens: Some(34),
+            token_chunks: 34,
+            token_source: Some(TokenSource::Usage),
+            output_tokens_requested: 34,
+            finish_reason: Some("length".into()),
+            ..Default::default()
+        };
+        let f = output_flags(&silent, "", true, true);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].starts_with(NO_TEXT_FLAG) && f[0].contains("34 tokens"),
+            "{f:?}"
+        );
+        // No token at all is empty.
+        let none = RequestRecord {
+            ok: true,
+            output_tokens: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(output_flags(&none, "", false, true), vec!["empty"]);
+        // One such request of 32 is a note; beyond 10% the run is invalid.
+        let c = conditions();
+        let text = RequestRecord {
+            content_chars: 40,
+            ..silent.clone()
+        };
+        let with = |n_silent: usize| -> Validity {
+            let recs: Vec<RequestRecord> = (0..32)
+                .map(|i| {
+                    let mut r = if i < n_silent {
+                        silent.clone()
+                    } else {
+                        text.clone()
+                    };
+                    r.index = i;
+                    let t = if i < n_silent { "" } else { "a proper answer" };
+                    r.flags = output_flags(&r, t, true, false);
+                    r
+                })
+                .collect();
+            assess(&recs, &c, &ExecStop::Completed)
+        };
+        let v = with(1);
+        assert!(v.valid, "{v:#?}");
+        assert!(v
+            .notes
+            .iter()
+            .any(|n| n.contains("1 of 32 completed requests produced tokens but no visible text")));
+        let v = with(4);
+        assert!(!v.valid);
+    }
+
+    fn conditions() -> Conditions {
+        use super::super::conditions::*;
+        Conditions {
+            engine: None,
+            engine_version: None,
+            model: None,
+            workload: super::super::workload::WorkloadKind::Fixed,
+            temperature: 0.0,
+            thinking: ThinkingCondition::default(),
+            spec: SpecCondition {
+                state: SpecState::Off,
+                evidence: String::new(),
+                method: None,
+                k: None,
+                drafts: None,
+                draft_tokens: None,
+                accepted_tokens: None,
+                acceptance_rate: None,
+                mean_acceptance_length: None,
+                per_position: Vec::new(),
+            },
+            cache: CacheCondition {
+                temperature: super::super::workload::CacheTemp::Cold,
+                reset: None,
+                salted: true,
+                queries: None,
+                hits: None,
+                hit_rate: None,
+                hits_allowed: 0,
+                verified: Some(true),
+                counters: None,
+                note: String::new(),
+            },
+            kv: KvCondition::default(),
+            lengths: LengthCondition::default(),
+            token_sources: vec![TokenSource::Usage],
+            chunk_splits: Vec::new(),
+            token_check: None,
+        }
+    }
+
+    #[test]
     fn flags() {
         let r = RequestRecord {
             ok: true,
