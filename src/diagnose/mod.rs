@@ -24,6 +24,7 @@
 //! - `metrics-no-data`, `metrics-invalid-lines`, `nothing-recognised`, `request-timings` (info).
 
 pub mod cause;
+pub mod engines;
 pub mod line;
 pub mod log;
 pub mod metrics;
@@ -476,6 +477,11 @@ fn log_findings(l: &LogInput, out: &mut Vec<Finding>) {
                             "toolchain too old for {}",
                             target.as_deref().unwrap_or("this card")
                         ),
+                        Cause::CapabilityTooLow { what, .. } => {
+                            format!("{what} needs a newer card")
+                        }
+                        Cause::InvalidArguments { .. } => "the command line was refused".into(),
+                        Cause::PortInUse { .. } => "port already in use".into(),
                     }
                 ),
                 detail,
