@@ -266,6 +266,43 @@ impl InspectReport {
     pub fn findings_of(&self, rule: &str) -> Vec<&Finding> {
         self.findings.iter().filter(|f| f.rule == rule).collect()
     }
+
+    /// Rewrite the strings copied from the checkpoint and the command line (the folder or hub
+    /// reference, file names, module names and patterns, metadata values, the findings'
+    /// details that quote them) with `redact`, and leave rigbench's own text (capacity
+    /// assumptions, verdicts, `KV bytes per token = …`) as written.
+    pub fn redact_inputs(&mut self, redact: &dyn Fn(&str) -> String) {
+        self.checkpoint = redact(&self.checkpoint);
+        for src in &mut self.quantization.sources {
+            if let Some(p) = src.producer.as_mut() {
+                *p = redact(p);
+            }
+            for e in &mut src.exclude {
+                *e = redact(e);
+            }
+            for g in &mut src.groups {
+                for t in &mut g.sample_targets {
+                    *t = redact(t);
+                }
+            }
+        }
+        for fact in &mut self.quantization.facts {
+            fact.value = redact(&fact.value);
+        }
+        for f in &mut self.tensors.files {
+            f.file = redact(&f.file);
+        }
+        for r in &mut self.modules {
+            r.module = redact(&r.module);
+            r.declared = redact(&r.declared);
+        }
+        for f in &mut self.findings {
+            f.detail = redact(&f.detail);
+            for m in &mut f.modules {
+                *m = redact(m);
+            }
+        }
+    }
 }
 
 /// One module with everything known about it.

@@ -174,11 +174,16 @@ pub fn diagnose(args: &DiagnoseArgs) -> anyhow::Result<Diagnosis> {
 
 /// Run `rigbench diagnose`: 0 without error findings, 4 with.
 pub fn run(args: DiagnoseArgs) -> anyhow::Result<ExitStatus> {
-    let d = diagnose(&args)?;
+    let mut d = diagnose(&args)?;
+    // Redaction applies to what the inputs supplied, never to rigbench's own words: the inputs
+    // are redacted and the findings rebuilt from them.
     let redactor = Redactor::for_this_host(!args.no_redact);
-    let md = redactor.redact(&diagnose::render::render_markdown(&d));
-    let mut json = serde_json::to_value(&d)?;
-    redactor.redact_json(&mut json);
+    if redactor.enabled() {
+        diagnose::redact_inputs(&mut d, &|s: &str| redactor.redact(s));
+        d.findings = build_findings(&d);
+    }
+    let md = diagnose::render::render_markdown(&d);
+    let json = serde_json::to_value(&d)?;
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out)
             .map_err(|e| RigError::file(out, format!("cannot create the --out folder: {e}")))?;

@@ -119,6 +119,26 @@ impl Cause {
         }
     }
 
+    /// Rewrite the strings the cause copied from the log (messages, names, arguments) with `f`
+    /// (redaction of user data); figures and rigbench's own words stay.
+    pub fn map_input_text(&mut self, f: &dyn Fn(&str) -> String) {
+        match self {
+            Cause::NoKvMemory { message } => *message = f(message),
+            Cause::CapabilityTooLow { what, .. } => *what = f(what),
+            Cause::InvalidArguments { program, message } => {
+                *message = f(message);
+                if let Some(p) = program {
+                    *p = f(p);
+                }
+            }
+            Cause::QuantizationUnsupported {
+                method: Some(m), ..
+            } => *m = f(m),
+            Cause::ToolchainTooOld { detail, .. } => *detail = f(detail),
+            _ => {}
+        }
+    }
+
     /// The card's compute capability the cause states, e.g. 86.
     pub fn current_capability(&self) -> Option<u32> {
         match self {

@@ -577,6 +577,9 @@ pub struct EngineLog {
     pub kv_scale_warnings: Vec<ScaleWarning>,
     /// The `non-default args: {...}` dictionary text, reported once however often it appears.
     pub non_default_args: Option<String>,
+    /// The line where the engine starts loading the model (llama.cpp `load_model: loading
+    /// model`), for statements about what was (not) loaded with it.
+    pub model_load_line: Option<usize>,
     /// Errors, each with its traceback and cause.
     pub errors: Vec<ErrorGroup>,
     /// Speculative-decoding metrics lines, in log order.
@@ -1414,6 +1417,52 @@ impl EngineLog {
             return Some(format!("method {m} configured at line {l}"));
         }
         None
+    }
+
+    /// Rewrite every string this log copied from its input (messages, process names, paths in
+    /// arguments, kernel names) with `f`, the redaction of user data; rigbench's own words and
+    /// the figures stay as they are. Call after [`EngineLog::finish`].
+    pub fn map_input_text(&mut self, f: &dyn Fn(&str) -> String) {
+        let opt = |o: &mut Option<String>| {
+            if let Some(s) = o.as_mut() {
+                *s = f(s);
+            }
+        };
+        opt(&mut self.engine_version);
+        opt(&mut self.quantization);
+        opt(&mut self.kv_cache_dtype);
+        opt(&mut self.non_default_args);
+        opt(&mut self.spec_method);
+        opt(&mut self.spec_config.method);
+        for b in &mut self.boots {
+            opt(&mut b.engine_version);
+            for k in &mut b.kv_buffers {
+                k.device = f(&k.device);
+            }
+        }
+        for g in &mut self.errors {
+            opt(&mut g.headline);
+            opt(&mut g.exception);
+            opt(&mut g.proc);
+            for c in &mut g.chain {
+                c.exception = f(&c.exception);
+            }
+            if let Some(c) = g.cause.as_mut() {
+                c.map_input_text(f);
+            }
+            for (c, _) in &mut g.causes {
+                c.map_input_text(f);
+            }
+        }
+        if let Some(m) = self.marlin_fp4_fallback.as_mut() {
+            m.call_sites = m.call_sites.iter().map(|s| f(s)).collect();
+        }
+        for k in &mut self.kernel_choices {
+            k.kernel = f(&k.kernel);
+        }
+        for w in &mut self.kv_scale_warnings {
+            w.message = f(&w.message);
+        }
     }
 
     /// Whether anything at all was recognised.

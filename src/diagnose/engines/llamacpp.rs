@@ -137,6 +137,9 @@ impl EngineReader for Llamacpp {
         {
             log.note_form("llama.cpp");
         }
+        if msg.contains("load_model: loading model '") {
+            log.model_load_line.get_or_insert(no);
+        }
         if msg.contains("llama_model_loader: loaded meta data")
             || (msg.contains("load_model: loading model '"))
         {

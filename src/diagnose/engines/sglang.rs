@@ -26,6 +26,10 @@ use super::EngineReader;
 use crate::diagnose::line::Line;
 use crate::diagnose::log::{fnum, num, EngineLog, Repeat, SglangMemory};
 
+/// SGLang's `GB` is 2^30 bytes (`memory_pool.py` `GB = 1024 * 1024 * 1024`,
+/// `get_available_gpu_memory` divides by `1 << 30`).
+const GIB: f64 = 1_073_741_824.0;
+
 /// SGLang.
 pub struct Sglang;
 
@@ -183,7 +187,7 @@ impl EngineReader for Sglang {
                 ) {
                     b.kv_cache_tokens = Some(n);
                     b.kv_cache_tokens_line = Some(no);
-                    b.kv_pool_bytes = pool.map(|g| (g * 1e9).round() as u64);
+                    b.kv_pool_bytes = pool.map(|g| (g * GIB).round() as u64);
                 }
             }
             log.recognised();
@@ -191,7 +195,7 @@ impl EngineReader for Sglang {
             log.note_form("sglang");
             let pool = fnum(&c["k"]).unwrap_or(0.0) + fnum(&c["v"]).unwrap_or(0.0);
             let b = log.boot_for(l, 2);
-            b.kv_pool_bytes = Some((pool * 1e9).round() as u64);
+            b.kv_pool_bytes = Some((pool * GIB).round() as u64);
             log.recognised();
         }
         if let Some(c) = p.max_total.captures(msg) {
