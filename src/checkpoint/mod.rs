@@ -802,6 +802,44 @@ fn rows_from_rules(rules: Option<&Rules>) -> Vec<ModuleRow> {
     rows
 }
 
+/// MXFP4 (OCP MX: E2M1 weights, an E8M0 scale per 32, as gpt-oss ships its MoE experts) on a
+/// card: native on FP4 tensor cores (sm_100 and up: `tcgen05.mma kind::mxf4` on sm_100/sm_103,
+/// `mma.sync … kind::mxf4` with block scales on sm_12x; PTX ISA), weight-only below (the
+/// 4-bit weights dequantized to BF16 in a Marlin or Triton kernel: vLLM's Marlin MXFP4 MoE from
+/// sm_80, Triton `matmul_ogs` on sm_90), none below sm_80. Older vLLM refused MXFP4 below its
+/// minimum capability (`quantization method mxfp4 is not supported for the current GPU.
+/// Minimum capability: 100`, see `docs/diagnose.md`).
+pub fn mxfp4_verdict(cc: ComputeCapability) -> (Support, String, String) {
+    let n = cc.as_int();
+    if n >= 100 {
+        (
+            Support::Native,
+            if cc.major == 12 {
+                "FP4 tensor cores (mma.sync block_scale kind::mxf4, E8M0 scales per 32)".into()
+            } else {
+                "FP4 tensor cores (tcgen05.mma kind::mxf4, E8M0 scales per 32)".into()
+            },
+            format!(
+                "{cc} has FP4 tensor cores (sm_100 and up); the engine runs MXFP4 natively when its build ships MXFP4 kernels for this card (vLLM: FlashInfer TRT-LLM / CUTLASS MoE on sm_100/sm_103; sm_12x builds may still fall back to Marlin, which the engine log names)"
+            ),
+        )
+    } else if n >= 80 {
+        (
+            Support::Fallback,
+            "weight-only: E2M1 weights dequantized to BF16 in the kernel (Marlin MXFP4, or Triton matmul_ogs on sm_90), BF16 activations".into(),
+            format!(
+                "{cc} has no FP4 tensor cores (they start at sm_100); engines dequantize MXFP4 weights (vLLM versions that required sm_100 for mxfp4 refuse it here)"
+            ),
+        )
+    } else {
+        (
+            Support::Unsupported,
+            "none".into(),
+            format!("{cc} has no FP4 tensor cores, and the weight-only MXFP4 kernels need sm_80"),
+        )
+    }
+}
+
 /// Verdicts of the formats found on the card.
 fn card_section(formats: &[(ModuleFormat, u64)], opts: &InspectOptions) -> CardSection {
     let mut s = CardSection {
@@ -830,6 +868,17 @@ fn card_section(formats: &[(ModuleFormat, u64)], opts: &InspectOptions) -> CardS
                     support: Some(c.support),
                     path: c.path,
                     reason: c.reason,
+                }
+            }
+            None if fmt == ModuleFormat::Mxfp4 => {
+                let (support, path, reason) = mxfp4_verdict(cc);
+                FormatVerdict {
+                    format: fmt.to_string(),
+                    gemm_format: None,
+                    modules: n,
+                    support: Some(support),
+                    path,
+                    reason,
                 }
             }
             None => FormatVerdict {
