@@ -457,7 +457,11 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
         .count() as u64;
     // Sliding-window layers are apart only when the window is known; otherwise they are
     // counted with full attention (an upper bound, stated in the capacity assumptions).
-    f.sliding_attention_layers = if f.sliding_window.is_some() { sliding } else { 0 };
+    f.sliding_attention_layers = if f.sliding_window.is_some() {
+        sliding
+    } else {
+        0
+    };
     f.full_attention_layers = if f.layer_types.is_empty() {
         f.num_hidden_layers
     } else {

@@ -919,10 +919,7 @@ fn infer_method(q: &Map<String, Value>, w: &str) -> (String, String) {
         .and_then(Value::as_str)
         .is_some_and(|f| f.to_ascii_lowercase().contains("e4m3") || f.contains("e5m2"));
     if q.contains_key("weight_block_size") || fp8_fmt {
-        return inferred(
-            "fp8",
-            if fp8_fmt { "fmt" } else { "weight_block_size" },
-        );
+        return inferred("fp8", if fp8_fmt { "fmt" } else { "weight_block_size" });
     }
     if q.contains_key("bits") {
         return inferred("gptq", "bits");

@@ -109,7 +109,9 @@ fn cause_title(c: &Cause) -> String {
 /// Error findings: one per distinct cause (over the whole log), one per error without a cause,
 /// an info finding for errors printed after a shutdown request.
 pub(crate) fn error_findings(name: &str, log: &EngineLog, out: &mut Vec<Finding>) {
-    let mut seen: Vec<(Cause, usize)> = Vec::new();
+    // Causes already reported: the same cause again in the same boot and process is another
+    // copy of the same traceback (a logger copy and a plain stderr copy), not another failure.
+    let mut seen: Vec<(Cause, usize, Option<usize>, std::collections::BTreeSet<u32>)> = Vec::new();
     for (i, g) in log.errors.iter().enumerate() {
         let src = lines(name, g.line, g.last_line);
         let printed = prints(g);
@@ -143,17 +145,23 @@ pub(crate) fn error_findings(name: &str, log: &EngineLog, out: &mut Vec<Finding>
                 })
                 .collect();
             for (c, cause_line) in &g.causes {
-                if let Some((_, first)) = seen.iter().find(|(x, _)| x == c) {
+                let copy = seen.iter().find(|(x, _, boot, pids)| {
+                    x == c
+                        && *boot == g.boot
+                        && (pids.is_empty() || g.pids.is_empty() || !pids.is_disjoint(&g.pids))
+                });
+                if let Some((_, first, _, _)) = copy {
                     // The same cause again (another copy of the traceback): say so once.
                     if let Some(fi) = out.iter_mut().find(|x| {
-                        x.id == c.kind().replace('_', "-") && x.source.contains(&first.to_string())
+                        x.id == c.kind().replace('_', "-")
+                            && x.detail.contains(&format!("(line {first}"))
                     }) {
                         fi.detail
                             .push_str(&format!("; named again at line {cause_line}"));
                     }
                     continue;
                 }
-                seen.push((c.clone(), *cause_line));
+                seen.push((c.clone(), *cause_line, g.boot, g.pids.clone()));
                 let phase = if c.is_startup() {
                     "startup failed"
                 } else {

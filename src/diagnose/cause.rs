@@ -360,7 +360,7 @@ fn pats() -> &'static Pats {
             // `X requires compute capability 10.0`, `X requires SM100`, `X is only supported on
             // SM100`, `X is only supported on sm_100 and above`.
             cap_requires: r(
-                r"(?P<what>[\w.\-/' ]{3,80}?) (?:requires|is only supported on|only supports?) (?:GPUs with )?(?:a )?(?:compute capability|SM ?|sm_?)(?:\s*>=?\s*)?(?P<min>\d+(?:\.\d)?)",
+                r"(?P<what>[\w.\-/' ]{3,80}?) (?:requires|is only supported on|only supports?) (?:GPUs with )?(?:a )?(?:compute capability|SM ?|sm_?)\s*(?:>=?\s*)?(?P<min>\d+(?:\.\d)?)",
             ),
             argparse: r(
                 r"^(?P<prog>[\w.\-]+): error: (?P<msg>(?:unrecognized arguments|argument |the following arguments are required|invalid choice|ambiguous option).*)$",
@@ -373,7 +373,7 @@ fn pats() -> &'static Pats {
                 r"(?i)(?:current (?:capability|device)(?: is)?:?\s*(?:sm_?)?|GPU has compute capability )(?P<c>\d+(?:\.\d)?)",
             ),
             port: r(
-                r"(?:\[Errno 98\] (?:error while attempting to bind on address .*?:(?P<p1>\d+)\)?:? ?)?[Aa]ddress already in use|couldn't bind HTTP server socket, hostname: \S+, port: (?P<p2>\d+))",
+                r"(?:\[Errno 98\] (?:error while attempting to bind on address .*?[,:] ?(?P<p1>\d+)\)?:? ?)?[Aa]ddress already in use|couldn't bind HTTP server socket, hostname: \S+, port: (?P<p2>\d+))",
             ),
         }
     })

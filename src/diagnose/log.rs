@@ -594,6 +594,7 @@ pub struct EngineLog {
     pub unreadable: Option<String>,
     #[serde(skip)]
     open: BTreeMap<Option<String>, usize>,
+
     #[serde(skip)]
     plain_tb: Option<usize>,
     #[serde(skip)]
@@ -994,19 +995,24 @@ impl EngineLog {
             l.form,
             Form::Vllm | Form::Glog | Form::Llamacpp | Form::Python | Form::Trtllm
         );
-        let key = (l.proc.clone(), l.site.clone());
+        // A process is its role and, when stated, its pid: two runs of one role are two.
+        let process = match (&l.proc, l.pid) {
+            (Some(p), Some(pid)) => Some(format!("{p}#{pid}")),
+            (p, _) => p.clone(),
+        };
+        let key = (process.clone(), l.site.clone());
         // A header from this process that is not an error closes its open group.
         if headered && !is_err {
-            self.open.remove(&l.proc);
+            self.open.remove(&process);
         }
         if is_err {
-            if let Some(&gi) = self.open.get(&l.proc) {
+            if let Some(&gi) = self.open.get(&process) {
                 if self.errors[gi].key.as_ref() == Some(&key) {
                     self.extend_group(gi, l);
                     return;
                 }
             }
-            self.open.remove(&l.proc);
+            self.open.remove(&process);
             if self.errors.len() >= MAX_ERRORS {
                 return;
             }
@@ -1031,7 +1037,7 @@ impl EngineLog {
             g.text.push((l.no, text.to_string()));
             g.sites.extend(l.site.clone());
             self.errors.push(g);
-            self.open.insert(l.proc.clone(), gi);
+            self.open.insert(process, gi);
             self.chain_tail = None;
             self.recognised();
             return;

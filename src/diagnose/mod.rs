@@ -984,3 +984,5 @@ fn join_findings(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_engines;
