@@ -899,3 +899,5 @@ fn card_section(formats: &[(ModuleFormat, u64)], opts: &InspectOptions) -> CardS
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_kinds;
