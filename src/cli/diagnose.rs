@@ -20,8 +20,8 @@ use crate::{ExitStatus, RigError};
 #[derive(Debug, clap::Args)]
 #[command(after_help = crate::cli::help::DIAGNOSE)]
 pub struct DiagnoseArgs {
-    /// An engine log (vLLM V0/V1, SGLang, llama.cpp llama-server), as saved or pasted; any
-    /// line prefix (docker, journald, kubectl, process tags) is fine. Repeatable.
+    /// An engine log (vLLM V0/V1, SGLang, llama.cpp llama-server, TensorRT-LLM), as saved or
+    /// pasted; any line prefix (docker, journald, kubectl, process tags) is fine. Repeatable.
     #[arg(long = "log", value_name = "FILE")]
     pub logs: Vec<PathBuf>,
     /// A `/metrics` scrape (Prometheus text, or a pasted query table). Repeatable; with two

@@ -3,25 +3,35 @@
 //! (`--engine-log` and the captured log) and `rigbench report` read engine logs through
 //! [`log::EngineLog`] and show [`findings_for_log`].
 //!
-//! Module map: [`line`] (prefixes, levels), [`log`] (boots, errors, kernels, spec lines),
+//! Module map: [`line`] (prefixes, levels, pids), [`engines`] (one reader per engine behind
+//! [`engines::EngineReader`]), [`log`] (boots, processes, errors, kernels, spec lines),
 //! [`cause`] (root causes), [`spec`] (speculative decoding, pooled), [`metrics`] (`/metrics`
-//! facts), [`render`] (Markdown).
+//! facts), [`render`] (Markdown); the findings of a log are built in `boot_findings` (errors,
+//! boots, KV warnings) and `kernels` (native FP4, weight-only paths). `docs/diagnose.md` lists
+//! the lines and metrics read per engine and version, and every finding.
 //!
 //! Findings (id, severity):
 //! - `out-of-memory`, `kv-too-small-for-max-len`, `no-kv-memory`, `quantization-unsupported`,
-//!   `toolchain-too-old` (error): a root cause the log names, with its figures;
+//!   `capability-too-low`, `toolchain-too-old`, `invalid-arguments`, `port-in-use` (error): a
+//!   root cause the log names, with its figures; every distinct cause of an error is reported;
 //! - `engine-error` (error): an error whose cause the log does not hold ("cause not captured in
-//!   this excerpt" when only its traceback is there);
+//!   this excerpt" when only its traceback is there); `engine-error-at-shutdown` (info): one
+//!   printed after the engine was asked to stop;
 //! - `startup-incomplete` (warning): the log stops after the KV-memory line without a KV-size
 //!   line (KV tokens unknown, never derived from GiB); `startup-state-unknown` (info): a boot
 //!   with only its start;
-//! - `kv-capacity` (info) per boot; `kv-inconsistent` (warning): printed KV tokens and max
-//!   concurrency × max length disagree by more than 2% (both reported);
+//! - `kv-capacity` (info) per boot, with how it was read; `kv-inconsistent` (warning): two lines
+//!   of a boot state capacities more than 2% apart (both reported);
+//! - `kv-padding-waste`, `kv-off-gpu`, `kv-pool-capped`, `max-len-reduced`,
+//!   `kv-allocation-replaced`: the engines' KV warnings that change a conclusion;
 //! - `spec-decoding` (info): state, k, pooled acceptance; `spec-accepts-nothing` (error):
-//!   acceptance 0 or below 5%; `spec-low-acceptance` (warning): below 10%;
-//! - `marlin-fp4-fallback` (info when expected for this checkpoint on this card, warning when
-//!   not); `kv-fp8-scale-1` (info/warning): FP8 KV at scale 1.0, whose fault;
-//! - `metrics-no-data`, `metrics-invalid-lines`, `nothing-recognised`, `request-timings` (info).
+//!   acceptance 0 or below 5%, or a mean acceptance length of 1.00; `spec-low-acceptance`
+//!   (warning): below 10%;
+//! - `fp4-native` (info): the card runs FP4 natively; `marlin-fp4-fallback` and
+//!   `fp4-weight-only` (info when expected for this checkpoint, card and engine version, warning
+//!   when not); `kv-fp8-scale-1` (info/warning): FP8 KV at scale 1.0, whose fault;
+//! - `engine-counters`, `prefix-cache`, `metrics-no-data`, `metrics-invalid-lines`,
+//!   `nothing-recognised`, `request-timings` (info).
 
 mod boot_findings;
 pub mod cause;
