@@ -300,7 +300,7 @@ pub(crate) fn boot_findings(l: &LogInput, out: &mut Vec<Finding>) {
             _ if b.has_kv_size() => capacity_finding(b, &tag, &src, mem, out),
             _ => {}
         }
-        engine_warnings(log, b, &tag, name, out);
+        engine_warnings(b, &tag, name, out);
     }
 }
 
@@ -452,7 +452,7 @@ fn capacity_finding(b: &Boot, tag: &str, src: &str, mem: Option<String>, out: &m
 }
 
 /// The warnings each engine prints about its KV cache, as findings.
-fn engine_warnings(log: &EngineLog, b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
+fn engine_warnings(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
     if let Some(p) = &b.padding {
         out.push(f(
             "kv-padding-waste",
@@ -647,7 +647,6 @@ fn engine_warnings(log: &EngineLog, b: &Boot, tag: &str, name: &str, out: &mut V
             format!("{name}:{line}"),
         ));
     }
-    let _ = log;
 }
 
 /// SGLang's profiled pool size when the log holds what SGLang computed it from: `rest_memory`

@@ -64,9 +64,22 @@ fn choice_text(c: &KernelChoice) -> String {
     format!("{} → {} (line {})", c.what, c.kernel, c.line)
 }
 
-/// Log-only: the FP4 kernels named, and the conclusion they allow.
+/// Log-only: the fallbacks the engine warned about, the FP4 kernels named, and the conclusion
+/// they allow.
 pub(crate) fn kernel_findings(l: &LogInput, out: &mut Vec<Finding>) {
     let log = &l.log;
+    for w in &log.fallback_warnings {
+        out.push(f(
+            "kernel-fallback",
+            Severity::Info,
+            format!("the engine fell back: {}", w.message),
+            format!(
+                "a warning at line {}: the engine runs another kernel or backend than it first chose; figures measured on this run are those of the fallback",
+                w.line
+            ),
+            format!("{}:{}", l.name, w.line),
+        ));
+    }
     let fp4: Vec<&KernelChoice> = log
         .kernel_choices
         .iter()

@@ -575,6 +575,10 @@ pub struct EngineLog {
     pub spec_config: SpecConfig,
     /// Warnings about KV-cache scales, deduplicated.
     pub kv_scale_warnings: Vec<ScaleWarning>,
+    /// Warnings that say the engine fell back to another kernel or backend (`Failed to create
+    /// oneDNN linear, fallback to torch linear`, `… falling back to …`), deduplicated; the
+    /// Marlin FP4 fallback has its own record.
+    pub fallback_warnings: Vec<ScaleWarning>,
     /// The `non-default args: {...}` dictionary text, reported once however often it appears.
     pub non_default_args: Option<String>,
     /// The line where the engine starts loading the model (llama.cpp `load_model: loading
@@ -981,6 +985,19 @@ impl EngineLog {
             }
             self.recognised();
         }
+        if l.level == Some(Level::Warning)
+            && fallback_re().is_match(msg)
+            && !msg.contains("native support for FP4")
+        {
+            let m: String = msg.trim().chars().take(240).collect();
+            if !self.fallback_warnings.iter().any(|w| w.message == m) {
+                self.fallback_warnings.push(ScaleWarning {
+                    message: m,
+                    line: l.no,
+                });
+            }
+            self.recognised();
+        }
         if let Some(s) = parse_spec_line(l.no, msg) {
             self.spec_lines.push(s);
             self.recognised();
@@ -1260,6 +1277,16 @@ impl EngineLog {
                 && g.headline
                     .as_deref()
                     .is_some_and(|h| GENERIC.iter().any(|m| h.contains(m)));
+            // An interrupt (Ctrl-C) is the request to stop, not a fault.
+            if g.after_shutdown.is_none() {
+                if let Some(c) = g
+                    .chain
+                    .iter()
+                    .find(|c| c.exception.contains("KeyboardInterrupt"))
+                {
+                    g.after_shutdown = Some(c.line);
+                }
+            }
         }
         // Deduplicate: the same message (several ranks, a worker pool, repeats) is one group;
         // the same message from two pids of a once-per-boot process is two.
@@ -1466,7 +1493,11 @@ impl EngineLog {
         for k in &mut self.kernel_choices {
             k.kernel = f(&k.kernel);
         }
-        for w in &mut self.kv_scale_warnings {
+        for w in self
+            .kv_scale_warnings
+            .iter_mut()
+            .chain(self.fallback_warnings.iter_mut())
+        {
             w.message = f(&w.message);
         }
     }
@@ -1481,11 +1512,19 @@ impl EngineLog {
             && self.kv_cache_dtype.is_none()
             && self.spec_config == SpecConfig::default()
             && self.kv_scale_warnings.is_empty()
+            && self.fallback_warnings.is_empty()
             && self.non_default_args.is_none()
             && self.errors.is_empty()
             && self.spec_lines.is_empty()
             && self.request_timings.is_empty()
     }
+}
+
+fn fallback_re() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"(?i)\b(?:fall(?:ing)? ?back|fallback) to\b").expect("static regex")
+    })
 }
 
 fn kv_scale_re() -> &'static Regex {

@@ -30,6 +30,7 @@
 //! - `fp4-native` (info): the card runs FP4 natively; `marlin-fp4-fallback` and
 //!   `fp4-weight-only` (info when expected for this checkpoint, card and engine version, warning
 //!   when not); `kv-fp8-scale-1` (info/warning): FP8 KV at scale 1.0, whose fault;
+//! - `kernel-fallback` (info): a warning that the engine fell back to another kernel;
 //! - `engine-counters`, `prefix-cache`, `metrics-no-data`, `metrics-invalid-lines`,
 //!   `nothing-recognised`, `request-timings` (info).
 

@@ -244,6 +244,22 @@ fn vllm032_session_shutdown_error_is_not_a_fault() {
     assert!(!d.has_errors(), "{:#?}", d.findings);
     assert_eq!(d.findings_of("engine-error-at-shutdown").len(), 1);
     assert_eq!(l.spec_config.off_line, Some(16));
+    // The CPU build's kernel fallback, as printed.
+    let f = d.findings_of("kernel-fallback");
+    assert_eq!(f.len(), 1, "{:#?}", d.findings);
+    assert!(
+        f[0].title.contains("fallback to torch linear"),
+        "{}",
+        f[0].title
+    );
+    assert!(f[0].source.ends_with(":42"), "{}", f[0].source);
+    // Other forms: TensorRT-LLM's and a `falling back to` wording.
+    let d = diag_text("[12/20/2025-04:21:10] [TRT-LLM] [W] FlashInfer not available, falling back to the TRT-LLM attention backend\n");
+    assert_eq!(d.findings_of("kernel-fallback").len(), 1);
+    // Ctrl-C: the KeyboardInterrupt traceback is the stop itself.
+    let d = diag_text("Traceback (most recent call last):\n  File \"/x/api_server.py\", line 3, in main\n    uvloop.run(serve())\nKeyboardInterrupt\n");
+    assert!(!d.has_errors(), "{:#?}", d.findings);
+    assert_eq!(d.findings_of("engine-error-at-shutdown").len(), 1);
 }
 
 #[test]
@@ -434,6 +450,11 @@ srv    load_model: initializing, n_slots = 4, n_ctx_slot = 65536, kv_unified = '
     assert_eq!(l.boots.len(), 1, "{:#?}", l.boots);
     assert_eq!(l.boots[0].kv_cache_tokens, Some(8_192));
     assert_eq!(l.spec_config.method.as_deref(), Some("draft model"));
+    // The drafter's loader lines after the target's KV cache are not a new boot either.
+    let l = EngineLog::parse(
+        "llama_model_loader: loaded meta data with 30 key-value pairs and 291 tensors from target.gguf\nllama_kv_cache: size = 4.00 MiB ( 2048 cells, 2 layers, 4/4 seqs), K (f16): 2.00 MiB, V (f16): 2.00 MiB\nsrv    load_model: loading draft model 'draft.gguf'\nllama_model_loader: loaded meta data with 25 key-value pairs and 100 tensors from draft.gguf\nllama_context: n_ctx = 8192\nsrv    load_model: initializing, n_slots = 4, n_ctx_slot = 2048, kv_unified = 'false'\n",
+    );
+    assert_eq!(l.boots.len(), 1, "{:#?}", l.boots);
 }
 
 /// SGLang's lines as printed in a real boot (2026-02, a Qwen2 model with
@@ -484,6 +505,12 @@ fn sglang_pool_capped_far_below_the_profiler() {
         "{}",
         f[0].detail
     );
+    // An EAGLE drafter whose weights load after the target's pool: still one boot.
+    let d = diag_text(&SGLANG_CAPPED.replace(
+        "[2026-02-04 11:30:29] Memory pool end. avail mem=77.12 GB",
+        "[2026-02-04 11:30:29] Memory pool end. avail mem=77.12 GB\n[2026-02-04 11:30:30] Load weight begin. avail mem=77.10 GB",
+    ));
+    assert_eq!(d.logs[0].log.boots.len(), 1, "{:#?}", d.logs[0].log.boots);
     // No cap: nothing to say.
     let d = diag_text(&SGLANG_CAPPED.replace("max_total_tokens=20480", "max_total_tokens=None"));
     assert!(d.findings_of("kv-pool-capped").is_empty());

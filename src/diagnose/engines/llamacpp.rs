@@ -140,8 +140,10 @@ impl EngineReader for Llamacpp {
         if msg.contains("load_model: loading model '") {
             log.model_load_line.get_or_insert(no);
         }
-        if msg.contains("llama_model_loader: loaded meta data")
-            || (msg.contains("load_model: loading model '"))
+        let drafting = log.pending.contains_key("draft");
+        if !drafting
+            && (msg.contains("llama_model_loader: loaded meta data")
+                || msg.contains("load_model: loading model '"))
         {
             let b = log.boot_for(l, 0);
             if b.stage == 0 {

@@ -139,7 +139,8 @@ impl EngineReader for Sglang {
             log.recognised();
         }
         if msg.contains("Load weight begin") {
-            log.boot_for(l, 0);
+            // A drafter's weights may load after the target's KV pool: never a new boot.
+            super::aux_boot(log, l);
             if let Some(c) = p.load_begin.captures(msg) {
                 mem(log, l).avail_before_weights_gb = fnum(&c["g"]);
             }
