@@ -999,3 +999,22 @@ fn redaction_rewrites_inputs_never_rigbench_words() {
     assert!(md.contains("<home>/models/x/config.json"), "{md}");
     assert!(md.contains("## rigbench diagnose"));
 }
+
+#[test]
+fn the_redactor_keeps_rates_and_llama_timestamps() {
+    // The redaction code's own words: rates are not secrets, llama.cpp's elapsed-time stamps
+    // (`0.10.110.130 I …`, after a `[pid] ` too) are not addresses; real ones still go.
+    let r = crate::report::redact::Redactor::with_literals(Vec::new(), true);
+    let s = r.redact("KV bytes per token = full-attention layers × 2");
+    assert_eq!(s, "KV bytes per token = full-attention layers × 2");
+    assert!(r.redact("api_key = abcdefghijkl").contains("<token>"));
+    let line = "0.10.110.130 I slot print_timing: id  1 | task 797 | eval time = 459.47 ms";
+    assert_eq!(r.redact(line), line);
+    let pid = "[44105] 2.16.555.898 I slot print_timing: id  1";
+    assert_eq!(r.redact(pid), pid);
+    assert_eq!(
+        r.redact("connecting to 10.1.2.130 I think"),
+        "connecting to <ip> I think"
+    );
+    assert!(r.redact("10.1.2.3 connected").contains("<ip>"));
+}

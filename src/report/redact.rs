@@ -172,7 +172,9 @@ impl Redactor {
                     // (`MAX_TOKENS=512`, `token: 3`), and not a rate (`bytes per token = …`).
                     if let Some(v) = c.get(2).map(|m| m.as_str()) {
                         let start = c.get(0).map_or(0, |m| m.start());
-                        let rate = text[..start].to_ascii_lowercase().ends_with("per ");
+                        let rate = text
+                            .get(start.saturating_sub(4)..start)
+                            .is_some_and(|p| p.eq_ignore_ascii_case("per "));
                         let benign = v.len() < 6
                             || v.parse::<f64>().is_ok()
                             || matches!(v, "true" | "false" | "null" | "None")
