@@ -160,3 +160,134 @@ fn bad_input_is_named_never_a_panic() {
     assert_eq!(o.status.code(), Some(1));
     assert!(err(&o).contains("config.json"), "{}", err(&o));
 }
+
+/// A file of `../shared/fixtures/engines/<engine>/` whose name starts with `prefix`.
+fn engine_file(engine: &str, prefix: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/engines")
+        .join(engine);
+    assert!(
+        dir.is_dir(),
+        "{} is missing (see the project README)",
+        dir.display()
+    );
+    let p: PathBuf = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no fixture {engine}/{prefix}*"));
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn real_engine_output_exit_codes_and_figures() {
+    for (engine, flag, prefix, code, needles) in [
+        (
+            "vllm-0.32.0-cpu",
+            "--log",
+            "06_",
+            4,
+            vec!["unrecognized arguments: --no-such-flag"],
+        ),
+        (
+            "vllm-0.32.0-cpu",
+            "--log",
+            "01_",
+            0,
+            vec![
+                "2,097,152 tokens",
+                "error while the engine was being stopped",
+            ],
+        ),
+        (
+            "llama.cpp-0c1e57098",
+            "--log",
+            "05_",
+            0,
+            vec!["KV cache 8,192 tokens", "2,048 cells × 4 streams"],
+        ),
+        (
+            "llama.cpp-0c1e57098",
+            "--log",
+            "01_",
+            0,
+            vec!["KV cache 8,192 tokens", "152 requests timed"],
+        ),
+        (
+            "llama.cpp-0c1e57098",
+            "--metrics",
+            "02_",
+            0,
+            vec!["6,465 of 25,314 prompt tokens"],
+        ),
+        (
+            "vllm-0.32.0-cpu",
+            "--metrics",
+            "02_",
+            0,
+            vec!["4 metric families announced without samples"],
+        ),
+    ] {
+        let f = engine_file(engine, prefix);
+        let o = rigbench(&["diagnose", flag, &f]);
+        assert_eq!(o.status.code(), Some(code), "{f}: {}{}", out(&o), err(&o));
+        for n in needles {
+            assert!(out(&o).contains(n), "{f}: {n}: {}", out(&o));
+        }
+    }
+}
+
+#[test]
+fn redaction_never_rewrites_rigbench_words() {
+    // The checkpoint sits under the working directory, which the redactor knows.
+    let cwd = tempfile::tempdir().unwrap();
+    let ck = cwd.path().join("ckpt");
+    std::fs::create_dir(&ck).unwrap();
+    std::fs::write(
+        ck.join("config.json"),
+        r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,
+            "num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,
+            "vocab_size":256,"torch_dtype":"bfloat16","max_position_embeddings":4096}"#,
+    )
+    .unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rigbench"))
+        .args([
+            "inspect",
+            ck.to_str().unwrap(),
+            "--cc",
+            "sm_90",
+            "--gpu-mem-gib",
+            "24",
+        ])
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let s = out(&o);
+    assert!(
+        s.contains("KV bytes per token = full-attention layers"),
+        "{s}"
+    );
+    assert!(!s.contains("<token>"), "{s}");
+    assert!(s.contains("<cwd>/ckpt"), "{s}");
+    assert!(!s.contains(cwd.path().to_str().unwrap()), "{s}");
+    // diagnose: a path in an error message is redacted, the finding's words are not.
+    let log = cwd.path().join("engine.log");
+    std::fs::write(
+        &log,
+        format!(
+            "FileNotFoundError: {}/models/x/config.json\n",
+            cwd.path().display()
+        ),
+    )
+    .unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rigbench"))
+        .args(["diagnose", "--log", log.to_str().unwrap()])
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    let s = out(&o);
+    assert!(s.contains("<cwd>/models/x/config.json"), "{s}");
+    assert!(s.contains("engine error"), "{s}");
+}

@@ -3,6 +3,11 @@
 //! Formulas:
 //! - KV bytes per token = full-attention layers × 2 (K and V) × KV heads × head_dim × KV dtype
 //!   bytes (vLLM `AttentionSpec.page_size_bytes` per token, tensor parallelism 1).
+//! - Sliding-window layers (`layer_types` `sliding_attention` with `sliding_window` W, as in
+//!   gpt-oss and Gemma 2/3) keep at most W tokens per sequence: their KV per sequence =
+//!   sliding layers × 2 × KV heads × head_dim × KV dtype bytes × min(W, length) (vLLM
+//!   `SlidingWindowSpec`, whose pages past the window are freed). It does not grow with tokens
+//!   past W.
 //! - Gated-DeltaNet state per sequence = linear-attention layers × (conv_dim × (conv_kernel − 1)
 //!   × conv dtype bytes + value_heads × value_head_dim × key_head_dim × SSM dtype bytes), with
 //!   conv_dim = 2 × key_heads × key_head_dim + value_heads × value_head_dim (vLLM
@@ -13,7 +18,8 @@
 //!   CUDA-graph pool, the CUDA context).
 //! - KV tokens = (budget − one sequence's state) / KV bytes per token; maximum concurrency at
 //!   `max_model_len` L = budget / (L × KV bytes per token + state per sequence) (vLLM's
-//!   "Maximum concurrency for L tokens per request").
+//!   "Maximum concurrency for L tokens per request"); the state per sequence holds the
+//!   Gated-DeltaNet state and the sliding-window layers' KV at min(W, L) tokens.
 
 use serde::{Deserialize, Serialize};
 
@@ -105,6 +111,15 @@ pub struct CapacityPrediction {
     pub kv_bytes_per_token: Option<u64>,
     /// Gated-DeltaNet layers (fixed state per sequence).
     pub linear_attention_layers: u64,
+    /// Sliding-window attention layers, counted apart from full attention.
+    #[serde(default)]
+    pub sliding_attention_layers: u64,
+    /// Their window, tokens.
+    #[serde(default)]
+    pub sliding_window: Option<u64>,
+    /// KV bytes per token of the sliding-window layers (held for at most the window).
+    #[serde(default)]
+    pub sliding_bytes_per_token: Option<u64>,
     /// Recurrent + convolution state bytes per sequence (all linear-attention layers).
     pub state_bytes_per_sequence: Option<u64>,
     /// GPU memory used for the prediction, bytes.
@@ -205,6 +220,8 @@ pub(crate) fn predict(
         reserve_bytes: opts.reserve_bytes,
         linear_attention_layers: facts.linear_attention_layers,
         full_attention_layers: facts.full_attention_layers,
+        sliding_attention_layers: facts.sliding_attention_layers,
+        sliding_window: facts.sliding_window.filter(|_| facts.sliding_modelled()),
         ..Default::default()
     };
     let model_dtype = facts
@@ -300,11 +317,15 @@ pub(crate) fn predict(
         kv,
     ) {
         (Some(l), Some(h), Some(d), Some(b)) => {
-            p.kv_bytes_per_token = l
-                .checked_mul(2)
-                .and_then(|x| x.checked_mul(h))
+            let per_layer = 2u64
+                .checked_mul(h)
                 .and_then(|x| x.checked_mul(d))
                 .and_then(|x| x.checked_mul(b.bytes()));
+            p.kv_bytes_per_token = per_layer.and_then(|x| x.checked_mul(l));
+            if facts.sliding_modelled() {
+                p.sliding_bytes_per_token =
+                    per_layer.and_then(|x| x.checked_mul(facts.sliding_attention_layers));
+            }
             if p.kv_bytes_per_token.is_none() {
                 p.not_computed
                     .push("KV bytes per token: config.json dimensions overflow 64 bits".into());
@@ -385,7 +406,13 @@ pub(crate) fn predict(
     p.max_model_len = max_len;
     p.max_model_len_source = src;
 
-    let state = p.state_bytes_per_sequence.unwrap_or(0);
+    let gdn_state = p.state_bytes_per_sequence.unwrap_or(0);
+    // One sequence's sliding-window KV at min(W, L) tokens (W when L is unknown).
+    let sliding_state = match (p.sliding_bytes_per_token, p.sliding_window) {
+        (Some(b), Some(w)) => b.saturating_mul(max_len.map_or(w, |l| l.min(w))),
+        _ => 0,
+    };
+    let state = gdn_state.saturating_add(sliding_state);
     match (opts.gpu_memory_bytes, p.weight_bytes) {
         (Some(mem), Some(w)) => {
             let budget = kv_budget(mem, opts.gpu_memory_utilization, w, opts.reserve_bytes);
@@ -452,11 +479,32 @@ pub(crate) fn predict(
             facts.attention_extras.join(", ")
         ));
     }
-    if facts.layer_types.iter().any(|t| t == "sliding_attention") {
+    if let (Some(b), Some(w)) = (p.sliding_bytes_per_token, p.sliding_window) {
+        a.push(format!(
+            "{} sliding-window layers (config layer_types, sliding_window {}) keep at most {} tokens per sequence: {} per token up to the window, {} per sequence at min(window, max_model_len), reserved per sequence like a recurrent state; the {} full-attention layers give the KV bytes per token",
+            facts.sliding_attention_layers,
+            crate::report::table::thousands(w),
+            crate::report::table::thousands(w),
+            human_bytes(b),
+            human_bytes(sliding_state),
+            facts.full_attention_layers.unwrap_or(0)
+        ));
+    } else if facts.layer_types.iter().any(|t| t == "sliding_attention") {
         a.push(
-            "sliding-window layers are counted as full attention (an upper bound on their KV)"
+            "sliding-window layers are counted as full attention (config.json states no sliding_window): an upper bound on their KV"
                 .into(),
         );
+    }
+    if let Some(n) = recs
+        .iter()
+        .filter(|r| matches!(r.effective, ModuleFormat::Other { .. }))
+        .map(|r| r.m.multiplicity.max(1))
+        .reduce(|a, b| a + b)
+        .filter(|_| headers.is_none())
+    {
+        a.push(format!(
+            "{n} modules are in a format rigbench does not size; the weight estimate counts them at the model dtype (an upper bound)"
+        ));
     }
     a.append(&mut p.assumptions);
     p.assumptions = a;

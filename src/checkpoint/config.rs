@@ -88,8 +88,17 @@ pub struct ModelFacts {
     pub layer_types: Vec<String>,
     /// Where `layer_types` came from: `layer_types` or `full_attention_interval`.
     pub layer_types_source: Option<String>,
-    /// Layers that keep a per-token KV cache (full or sliding attention).
+    /// Layers whose KV cache grows with every token: full attention (and every attention
+    /// layer when the config has no `layer_types`). Sliding-window layers are counted apart
+    /// when the config names them and states the window.
     pub full_attention_layers: Option<u64>,
+    /// `layer_types` entries `sliding_attention` (gpt-oss, Gemma 2/3), counted apart from full
+    /// attention when `sliding_window` states the window.
+    #[serde(default)]
+    pub sliding_attention_layers: u64,
+    /// `sliding_window`: tokens a sliding-window layer keeps, when in use.
+    #[serde(default)]
+    pub sliding_window: Option<u64>,
     /// Gated-DeltaNet layers (fixed recurrent state per sequence).
     pub linear_attention_layers: u64,
     /// Gated-DeltaNet dimensions, for hybrid models.
@@ -123,8 +132,8 @@ impl ModelFacts {
         if has("index_topk") {
             why.push("indexed sparse attention (index_topk): an indexer keeps its own cache");
         }
-        if has("sliding_window") {
-            why.push("sliding-window attention (sliding_window): those layers keep only the last window of tokens");
+        if has("sliding_window") && !self.sliding_modelled() {
+            why.push("sliding-window attention (sliding_window) without a layer_types list saying which layers use it: those layers keep only the last window of tokens");
         }
         (!why.is_empty()).then(|| {
             format!(
@@ -133,6 +142,12 @@ impl ModelFacts {
                 self.attention_extras.join(", ")
             )
         })
+    }
+
+    /// Whether sliding-window layers are counted apart (the config names them in `layer_types`
+    /// and states `sliding_window`).
+    pub fn sliding_modelled(&self) -> bool {
+        self.sliding_attention_layers > 0 && self.sliding_window.is_some()
     }
 
     /// Layer `i`'s type, `full_attention` when the config has no per-layer types.
@@ -430,6 +445,23 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
         .filter(|t| t.as_str() == "linear_attention")
         .count() as u64;
     f.linear_attention_layers = linear;
+    let in_use = lm.get("use_sliding_window") != Some(&Value::Bool(false));
+    f.sliding_window = opt_u64(lm, "sliding_window", pre, path)
+        .ok()
+        .flatten()
+        .filter(|w| in_use && *w > 0);
+    let sliding = f
+        .layer_types
+        .iter()
+        .filter(|t| t.as_str() == "sliding_attention")
+        .count() as u64;
+    // Sliding-window layers are apart only when the window is known; otherwise they are
+    // counted with full attention (an upper bound, stated in the capacity assumptions).
+    f.sliding_attention_layers = if f.sliding_window.is_some() {
+        sliding
+    } else {
+        0
+    };
     f.full_attention_layers = if f.layer_types.is_empty() {
         f.num_hidden_layers
     } else {
@@ -437,7 +469,8 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
             f.layer_types
                 .iter()
                 .filter(|t| t.contains("attention") && t.as_str() != "linear_attention")
-                .count() as u64,
+                .count() as u64
+                - f.sliding_attention_layers,
         )
     };
     if linear > 0 || lm.contains_key("linear_num_value_heads") {

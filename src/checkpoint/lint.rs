@@ -308,7 +308,7 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
                 None,
             ));
         } else if let Some(r) = inp.followed {
-            if !r.excludes_mtp() {
+            if !r.excludes_mtp_for(inp.facts) {
                 let four_bit_rules: Vec<String> = r
                     .groups
                     .iter()
@@ -337,9 +337,20 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
                     Severity::Warning,
                     "nothing in the exclude/ignore list names the MTP draft head, so it is quantized like the layers its module names resemble; a 4-bit draft head collapses draft acceptance",
                     format!(
-                        "config.json {} = {declared_mtp}; {}'s exclude/ignore list has no MTP entry; without safetensors headers rigbench cannot tell which rules hit the MTP modules{}",
+                        "config.json {} = {declared_mtp}; {}'s exclude/ignore list has no entry for the MTP layers ({}); without safetensors headers rigbench cannot tell which rules hit the MTP modules{}",
                         inp.facts.mtp_field.as_deref().unwrap_or("mtp layers"),
                         r.file,
+                        match (inp.facts.mtp_field.as_deref(), inp.facts.num_hidden_layers) {
+                            (Some("num_nextn_predict_layers"), Some(n)) => format!(
+                                "they are model.layers.{n}{}: exclude them with 'model.layers.{n}*'",
+                                if declared_mtp > 1 {
+                                    format!(" to {}", n + declared_mtp - 1)
+                                } else {
+                                    String::new()
+                                }
+                            ),
+                            _ => "they are mtp.*: exclude them with 'mtp*'".to_string(),
+                        },
                         if four_bit_rules.is_empty() {
                             String::new()
                         } else {

@@ -266,6 +266,43 @@ impl InspectReport {
     pub fn findings_of(&self, rule: &str) -> Vec<&Finding> {
         self.findings.iter().filter(|f| f.rule == rule).collect()
     }
+
+    /// Rewrite the strings copied from the checkpoint and the command line (the folder or hub
+    /// reference, file names, module names and patterns, metadata values, the findings'
+    /// details that quote them) with `redact`, and leave rigbench's own text (capacity
+    /// assumptions, verdicts, `KV bytes per token = …`) as written.
+    pub fn redact_inputs(&mut self, redact: &dyn Fn(&str) -> String) {
+        self.checkpoint = redact(&self.checkpoint);
+        for src in &mut self.quantization.sources {
+            if let Some(p) = src.producer.as_mut() {
+                *p = redact(p);
+            }
+            for e in &mut src.exclude {
+                *e = redact(e);
+            }
+            for g in &mut src.groups {
+                for t in &mut g.sample_targets {
+                    *t = redact(t);
+                }
+            }
+        }
+        for fact in &mut self.quantization.facts {
+            fact.value = redact(&fact.value);
+        }
+        for f in &mut self.tensors.files {
+            f.file = redact(&f.file);
+        }
+        for r in &mut self.modules {
+            r.module = redact(&r.module);
+            r.declared = redact(&r.declared);
+        }
+        for f in &mut self.findings {
+            f.detail = redact(&f.detail);
+            for m in &mut f.modules {
+                *m = redact(m);
+            }
+        }
+    }
 }
 
 /// One module with everything known about it.
@@ -765,6 +802,44 @@ fn rows_from_rules(rules: Option<&Rules>) -> Vec<ModuleRow> {
     rows
 }
 
+/// MXFP4 (OCP MX: E2M1 weights, an E8M0 scale per 32, as gpt-oss ships its MoE experts) on a
+/// card: native on FP4 tensor cores (sm_100 and up: `tcgen05.mma kind::mxf4` on sm_100/sm_103,
+/// `mma.sync … kind::mxf4` with block scales on sm_12x; PTX ISA), weight-only below (the
+/// 4-bit weights dequantized to BF16 in a Marlin or Triton kernel: vLLM's Marlin MXFP4 MoE from
+/// sm_80, Triton `matmul_ogs` on sm_90), none below sm_80. Older vLLM refused MXFP4 below its
+/// minimum capability (`quantization method mxfp4 is not supported for the current GPU.
+/// Minimum capability: 100`, see `docs/diagnose.md`).
+pub fn mxfp4_verdict(cc: ComputeCapability) -> (Support, String, String) {
+    let n = cc.as_int();
+    if n >= 100 {
+        (
+            Support::Native,
+            if cc.major == 12 {
+                "FP4 tensor cores (mma.sync block_scale kind::mxf4, E8M0 scales per 32)".into()
+            } else {
+                "FP4 tensor cores (tcgen05.mma kind::mxf4, E8M0 scales per 32)".into()
+            },
+            format!(
+                "{cc} has FP4 tensor cores (sm_100 and up); the engine runs MXFP4 natively when its build ships MXFP4 kernels for this card (vLLM: FlashInfer TRT-LLM / CUTLASS MoE on sm_100/sm_103; sm_12x builds may still fall back to Marlin, which the engine log names)"
+            ),
+        )
+    } else if n >= 80 {
+        (
+            Support::Fallback,
+            "weight-only: E2M1 weights dequantized to BF16 in the kernel (Marlin MXFP4, or Triton matmul_ogs on sm_90), BF16 activations".into(),
+            format!(
+                "{cc} has no FP4 tensor cores (they start at sm_100); engines dequantize MXFP4 weights (vLLM versions that required sm_100 for mxfp4 refuse it here)"
+            ),
+        )
+    } else {
+        (
+            Support::Unsupported,
+            "none".into(),
+            format!("{cc} has no FP4 tensor cores, and the weight-only MXFP4 kernels need sm_80"),
+        )
+    }
+}
+
 /// Verdicts of the formats found on the card.
 fn card_section(formats: &[(ModuleFormat, u64)], opts: &InspectOptions) -> CardSection {
     let mut s = CardSection {
@@ -795,6 +870,17 @@ fn card_section(formats: &[(ModuleFormat, u64)], opts: &InspectOptions) -> CardS
                     reason: c.reason,
                 }
             }
+            None if fmt == ModuleFormat::Mxfp4 => {
+                let (support, path, reason) = mxfp4_verdict(cc);
+                FormatVerdict {
+                    format: fmt.to_string(),
+                    gemm_format: None,
+                    modules: n,
+                    support: Some(support),
+                    path,
+                    reason,
+                }
+            }
             None => FormatVerdict {
                 format: fmt.to_string(),
                 gemm_format: None,
@@ -813,3 +899,5 @@ fn card_section(formats: &[(ModuleFormat, u64)], opts: &InspectOptions) -> CardS
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_kinds;

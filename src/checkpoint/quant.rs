@@ -57,11 +57,20 @@ pub struct QuantGroup {
 
 /// One quantization metadata source (a file, or config.json's `quantization_config`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct QuantSource {
     /// `hf_quant_config.json` or `config.json` (its `quantization_config`).
     pub file: String,
-    /// `modelopt`, `compressed-tensors`, or the `quant_method` as written.
+    /// Where the fields live in the file: `quantization.` (hf_quant_config.json),
+    /// `quantization_config.`, `text_config.quantization_config.` or `compression_config.`.
+    pub prefix: String,
+    /// The keys present in that object (so that a fact cites only a key that exists).
+    pub keys: Vec<String>,
+    /// `modelopt`, `compressed-tensors`, or the `quant_method` as written; when the object has
+    /// no `quant_method` key, the method its other keys imply (see `quant_method_evidence`).
     pub quant_method: String,
+    /// Where `quant_method` came from: the key, or the keys it was inferred from.
+    pub quant_method_evidence: String,
     /// Producer and version (`modelopt 0.44.0`; compressed-tensors `version`).
     pub producer: Option<String>,
     /// `quant_algo` (ModelOpt).
@@ -389,6 +398,47 @@ impl Rules {
         self.exclude.iter().any(Pattern::mentions_mtp)
     }
 
+    /// Does the exclude list cover the MTP draft head in the model's own convention (for when
+    /// module names are unknown)? Two conventions: a separate `mtp.*` tree (Qwen3.5/3.6,
+    /// `mtp_num_hidden_layers`), where an entry naming `mtp`/`nextn` covers it; and the MTP
+    /// layers appended as `model.layers.{num_hidden_layers + i}` (DeepSeek V3, GLM-4.5,
+    /// `num_nextn_predict_layers`), where an entry must match that layer's MLP modules
+    /// (`model.layers.92*`, `re:model\.layers\.92\..*`), with or without the `model.` /
+    /// `model.language_model.` prefix.
+    pub fn excludes_mtp_for(&self, facts: &super::config::ModelFacts) -> bool {
+        if self.excludes_mtp() {
+            return true;
+        }
+        let (Some(n), Some(k)) = (facts.num_hidden_layers, facts.mtp_layers) else {
+            return false;
+        };
+        if facts.mtp_field.as_deref() != Some("num_nextn_predict_layers") || k == 0 {
+            return false;
+        }
+        let prefixes = [
+            "model.layers.",
+            "model.language_model.layers.",
+            "language_model.model.layers.",
+            "layers.",
+        ];
+        let mlp = [
+            "mlp.down_proj",
+            "mlp.experts.0.down_proj",
+            "mlp.shared_experts.down_proj",
+            "ffn.experts.0.w2",
+        ];
+        (n..n.saturating_add(k.min(16))).all(|i| {
+            prefixes.iter().any(|p| {
+                mlp.iter().any(|m| {
+                    let name = format!("{p}{i}.{m}");
+                    self.exclude
+                        .iter()
+                        .any(|pat| pat.matches(&name, ModClass::Linear))
+                })
+            })
+        })
+    }
+
     /// Patterns that failed to compile.
     pub fn invalid_patterns(&self) -> Vec<(String, String)> {
         self.exclude
@@ -698,7 +748,10 @@ pub(crate) fn parse_hf_quant_config(
     };
     let source = QuantSource {
         file: rules.file.clone(),
+        prefix: w.to_string(),
+        keys: q.keys().cloned().collect(),
         quant_method: "modelopt".into(),
+        quant_method_evidence: "hf_quant_config.json is ModelOpt's export".into(),
         producer: rules.producer.clone(),
         quant_algo: algo,
         format: None,
@@ -748,17 +801,10 @@ pub(crate) fn parse_config_quant(
     } else {
         return Ok(None);
     };
-    let method_raw = q
-        .get("quant_method")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| {
-            if q.contains_key("config_groups") {
-                "compressed-tensors".into()
-            } else {
-                "unknown".into()
-            }
-        });
+    let (method_raw, method_evidence) = match q.get("quant_method").and_then(Value::as_str) {
+        Some(m) => (m.to_string(), format!("config.json {w}quant_method")),
+        None => infer_method(q, w),
+    };
     let method = match method_raw.as_str() {
         "modelopt" | "modelopt_fp4" | "modelopt_mixed" => Method::ModelOpt,
         "compressed-tensors" | "compressed_tensors" => Method::CompressedTensors,
@@ -835,7 +881,10 @@ pub(crate) fn parse_config_quant(
     };
     let source = QuantSource {
         file: "config.json".into(),
+        prefix: w.to_string(),
+        keys: q.keys().cloned().collect(),
         quant_method: method_raw,
+        quant_method_evidence: method_evidence,
         producer,
         quant_algo: algo,
         format: top_format.map(str::to_string),
@@ -846,6 +895,39 @@ pub(crate) fn parse_config_quant(
         groups: group_summary,
     };
     Ok(Some((rules, source)))
+}
+
+/// The method a `quantization_config` without a `quant_method` key implies, with the keys
+/// that say so: `config_groups` (compressed-tensors), `quant_algo` (ModelOpt),
+/// `weight_block_size` or `fmt: e4m3` (FP8, DeepSeek's form), `bits` (GPTQ/AWQ-style integer).
+/// `unknown` when none does.
+fn infer_method(q: &Map<String, Value>, w: &str) -> (String, String) {
+    let inferred = |m: &str, keys: &str| {
+        (
+            m.to_string(),
+            format!("inferred from config.json {w}{keys} (the object has no quant_method key)"),
+        )
+    };
+    if q.contains_key("config_groups") {
+        return inferred("compressed-tensors", "config_groups");
+    }
+    if q.contains_key("quant_algo") {
+        return inferred("modelopt", "quant_algo");
+    }
+    let fp8_fmt = q
+        .get("fmt")
+        .and_then(Value::as_str)
+        .is_some_and(|f| f.to_ascii_lowercase().contains("e4m3") || f.contains("e5m2"));
+    if q.contains_key("weight_block_size") || fp8_fmt {
+        return inferred("fp8", if fp8_fmt { "fmt" } else { "weight_block_size" });
+    }
+    if q.contains_key("bits") {
+        return inferred("gptq", "bits");
+    }
+    (
+        "unknown".into(),
+        format!("config.json {w} has no quant_method key and no key that implies one"),
+    )
 }
 
 /// One format for the `quant_method`s that quantize every Linear layer alike.
@@ -895,11 +977,14 @@ pub(crate) fn summarize(
     for (_, src) in [hf, cfg].into_iter().flatten() {
         s.sources.push(src.clone());
         let file = src.file.as_str();
+        // A fact cites `file prefix.key` only when the key exists; otherwise it says which
+        // key is missing.
+        let has = |k: &str| src.keys.is_empty() || src.keys.iter().any(|x| x == k);
         let field = |f: &str| -> String {
-            if file == "hf_quant_config.json" {
-                format!("{file} quantization.{f}")
+            if has(f.split('.').next().unwrap_or(f)) {
+                format!("{file} {}{f}", src.prefix)
             } else {
-                format!("{file} quantization_config.{f}")
+                format!("{file} {}(no {f} key)", src.prefix)
             }
         };
         let mut push = |fact: &str, value: String, source: String| {
@@ -913,7 +998,7 @@ pub(crate) fn summarize(
             push(
                 "quant_method",
                 src.quant_method.clone(),
-                field("quant_method"),
+                src.quant_method_evidence.clone(),
             );
         }
         if let Some(p) = &src.producer {
@@ -938,21 +1023,28 @@ pub(crate) fn summarize(
         if let Some(g) = src.group_size {
             push("group_size", g.to_string(), field("group_size"));
         }
+        let kv_key = if file == "hf_quant_config.json" {
+            "kv_cache_quant_algo"
+        } else if has("kv_cache_scheme") || !has("kv_cache_quant_algo") {
+            "kv_cache_scheme"
+        } else {
+            "kv_cache_quant_algo"
+        };
         push(
             "KV cache",
             src.kv_cache
                 .clone()
                 .unwrap_or_else(|| "none declared".into()),
-            if file == "hf_quant_config.json" {
-                field("kv_cache_quant_algo")
-            } else {
-                field("kv_cache_scheme")
-            },
+            field(kv_key),
         );
         let list = if file == "hf_quant_config.json" {
             "exclude_modules"
-        } else {
+        } else if has("ignore") || !(has("modules_to_not_convert") || has("ignored_layers")) {
             "ignore"
+        } else if has("modules_to_not_convert") {
+            "modules_to_not_convert"
+        } else {
+            "ignored_layers"
         };
         push(
             "excluded modules",

@@ -341,6 +341,21 @@ pub fn render_markdown(r: &InspectReport) -> String {
             },
         ],
     ];
+    if let (Some(b), Some(w)) = (c.sliding_bytes_per_token, c.sliding_window) {
+        rows.push(vec![
+            "sliding-window KV per token".into(),
+            format!("{} B", thousands(b)),
+            format!(
+                "{}, each holding at most {} tokens per sequence",
+                plural(
+                    c.sliding_attention_layers,
+                    "sliding-window layer",
+                    "sliding-window layers"
+                ),
+                thousands(w)
+            ),
+        ]);
+    }
     if c.linear_attention_layers > 0 {
         rows.push(vec![
             "recurrent state per sequence".into(),

@@ -20,8 +20,8 @@ use crate::{ExitStatus, RigError};
 #[derive(Debug, clap::Args)]
 #[command(after_help = crate::cli::help::DIAGNOSE)]
 pub struct DiagnoseArgs {
-    /// An engine log (vLLM V0/V1, SGLang, llama.cpp llama-server), as saved or pasted; any
-    /// line prefix (docker, journald, kubectl, process tags) is fine. Repeatable.
+    /// An engine log (vLLM V0/V1, SGLang, llama.cpp llama-server, TensorRT-LLM), as saved or
+    /// pasted; any line prefix (docker, journald, kubectl, process tags) is fine. Repeatable.
     #[arg(long = "log", value_name = "FILE")]
     pub logs: Vec<PathBuf>,
     /// A `/metrics` scrape (Prometheus text, or a pasted query table). Repeatable; with two
@@ -174,11 +174,16 @@ pub fn diagnose(args: &DiagnoseArgs) -> anyhow::Result<Diagnosis> {
 
 /// Run `rigbench diagnose`: 0 without error findings, 4 with.
 pub fn run(args: DiagnoseArgs) -> anyhow::Result<ExitStatus> {
-    let d = diagnose(&args)?;
+    let mut d = diagnose(&args)?;
+    // Redaction applies to what the inputs supplied, never to rigbench's own words: the inputs
+    // are redacted and the findings rebuilt from them.
     let redactor = Redactor::for_this_host(!args.no_redact);
-    let md = redactor.redact(&diagnose::render::render_markdown(&d));
-    let mut json = serde_json::to_value(&d)?;
-    redactor.redact_json(&mut json);
+    if redactor.enabled() {
+        diagnose::redact_inputs(&mut d, &|s: &str| redactor.redact(s));
+        d.findings = build_findings(&d);
+    }
+    let md = diagnose::render::render_markdown(&d);
+    let json = serde_json::to_value(&d)?;
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out)
             .map_err(|e| RigError::file(out, format!("cannot create the --out folder: {e}")))?;

@@ -176,14 +176,17 @@ pub fn inspect_any(
 /// Run `rigbench inspect`: 0 without lint errors, 4 with, 1 on bad input, 64 on a bad flag value.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     let opts = options(&args)?;
-    let report = inspect_any(&args.dir, &opts)?;
+    let mut report = inspect_any(&args.dir, &opts)?;
+    // Redaction applies to what the checkpoint and the command line supplied, never to
+    // rigbench's own words.
     let redactor = Redactor::for_this_host(!args.no_redact);
+    if redactor.enabled() {
+        report.redact_inputs(&|s: &str| redactor.redact(s));
+    }
     if args.json {
-        let mut v = serde_json::to_value(&report)?;
-        redactor.redact_json(&mut v);
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", redactor.redact(&checkpoint::render_markdown(&report)));
+        print!("{}", checkpoint::render_markdown(&report));
     }
     Ok(if report.has_errors() {
         ExitStatus::LintErrors

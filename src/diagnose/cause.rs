@@ -1,7 +1,9 @@
 //! Root causes named from an engine's own words: out of memory (with the sizes), a KV cache too
 //! small for `max_model_len`, a quantization method the card's compute capability cannot run,
-//! and a toolchain too old for the card (PTX ISA vs `sm_XXXa`, a PyTorch build without the
-//! card's architecture).
+//! an option or dtype that needs a newer card, a toolchain too old for the card (PTX ISA vs
+//! `sm_XXXa`, a PyTorch build without the card's architecture), a command line the engine's
+//! argument parser refused, and a port already in use. `docs/diagnose.md` lists the messages
+//! per engine.
 //!
 //! Minimum PTX ISA per target, checked with ptxas of CUDA 13.0 (a `.version` below it gives
 //! `PTX .version X does not support .target sm_XXXa`): sm_90a 8.0, sm_100a 8.6, sm_120a 8.7,
@@ -61,6 +63,32 @@ pub enum Cause {
         /// The card's capability, e.g. 86.
         current_capability: Option<u32>,
     },
+    /// An option, dtype or kernel that needs a newer compute capability than the card has
+    /// (`Bfloat16 is only supported on GPUs with compute capability of at least 8.0`,
+    /// `... requires compute capability 10.0`, `... is only supported on SM100`).
+    CapabilityTooLow {
+        /// What needs it, as the message names it.
+        what: String,
+        /// Minimum capability, e.g. 100 for sm_100.
+        min_capability: Option<u32>,
+        /// The card's capability, when stated.
+        current_capability: Option<u32>,
+    },
+    /// The engine's argument parser refused the command line (`vllm: error: unrecognized
+    /// arguments: --x`, argparse `invalid choice`, llama.cpp `error: invalid argument`,
+    /// click `Error: No such option`).
+    InvalidArguments {
+        /// The program that printed it (`vllm`, `launch_server.py`), when named.
+        program: Option<String>,
+        /// The parser's message after `error:`.
+        message: String,
+    },
+    /// The server could not bind its port (`[Errno 98] Address already in use`, llama.cpp
+    /// `couldn't bind HTTP server socket`).
+    PortInUse {
+        /// The port, when stated.
+        port: Option<u32>,
+    },
     /// The compiler toolchain or a prebuilt binary does not know the card's architecture.
     ToolchainTooOld {
         /// The architecture target (`sm_120a`, `compute_120`).
@@ -84,7 +112,43 @@ impl Cause {
             Cause::NoKvMemory { .. } => "no_kv_memory",
             Cause::OutOfMemory { .. } => "out_of_memory",
             Cause::QuantizationUnsupported { .. } => "quantization_unsupported",
+            Cause::CapabilityTooLow { .. } => "capability_too_low",
+            Cause::InvalidArguments { .. } => "invalid_arguments",
+            Cause::PortInUse { .. } => "port_in_use",
             Cause::ToolchainTooOld { .. } => "toolchain_too_old",
+        }
+    }
+
+    /// Rewrite the strings the cause copied from the log (messages, names, arguments) with `f`
+    /// (redaction of user data); figures and rigbench's own words stay.
+    pub fn map_input_text(&mut self, f: &dyn Fn(&str) -> String) {
+        match self {
+            Cause::NoKvMemory { message } => *message = f(message),
+            Cause::CapabilityTooLow { what, .. } => *what = f(what),
+            Cause::InvalidArguments { program, message } => {
+                *message = f(message);
+                if let Some(p) = program {
+                    *p = f(p);
+                }
+            }
+            Cause::QuantizationUnsupported {
+                method: Some(m), ..
+            } => *m = f(m),
+            Cause::ToolchainTooOld { detail, .. } => *detail = f(detail),
+            _ => {}
+        }
+    }
+
+    /// The card's compute capability the cause states, e.g. 86.
+    pub fn current_capability(&self) -> Option<u32> {
+        match self {
+            Cause::QuantizationUnsupported {
+                current_capability, ..
+            }
+            | Cause::CapabilityTooLow {
+                current_capability, ..
+            } => *current_capability,
+            _ => None,
         }
     }
 
@@ -167,6 +231,23 @@ impl Cause {
                 min_capability.map(cc_text).unwrap_or_else(|| "(not stated)".into()),
                 current_capability.map(cc_text).unwrap_or_else(|| "(not stated)".into()),
             ),
+            Cause::CapabilityTooLow {
+                what,
+                min_capability,
+                current_capability,
+            } => format!(
+                "{what} needs compute capability {} and the card has {}",
+                min_capability.map(cc_text).unwrap_or_else(|| "(not stated)".into()),
+                current_capability.map(cc_text).unwrap_or_else(|| "(not stated)".into()),
+            ),
+            Cause::InvalidArguments { program, message } => format!(
+                "the command line was refused by {}'s argument parser: {message}; fix the flag (see the engine's --help for its version)",
+                program.as_deref().unwrap_or("the engine")
+            ),
+            Cause::PortInUse { port } => format!(
+                "the server could not bind {}: another process holds it; stop it or choose another --port",
+                port.map(|p| format!("port {p}")).unwrap_or_else(|| "its port".into())
+            ),
             Cause::ToolchainTooOld { detail, .. } => format!("toolchain too old for this card: {detail}"),
         }
     }
@@ -224,6 +305,13 @@ struct Pats {
     nvcc_arch: Regex,
     torch_arch: Regex,
     nvcc_version: Regex,
+    cap_at_least: Regex,
+    cap_requires: Regex,
+    argparse: Regex,
+    llama_args: Regex,
+    click_args: Regex,
+    port: Regex,
+    cur_cap: Regex,
 }
 
 fn pats() -> &'static Pats {
@@ -264,6 +352,29 @@ fn pats() -> &'static Pats {
                 r"(?:CUDA capability )?(?P<t>sm_\d+) is not compatible with the current PyTorch installation",
             ),
             nvcc_version: r(r"cuda_nvcc-(?P<v>\d+\.\d+)"),
+            // vLLM `_check_if_gpu_supports_dtype`: `Bfloat16 is only supported on GPUs with
+            // compute capability of at least 8.0. Your Tesla V100 GPU has compute capability 7.0.`
+            cap_at_least: r(
+                r"(?P<what>[\w.\-/ ]+?) (?:is|are) only supported on GPUs with compute capability of at least (?P<min>\d+(?:\.\d)?)\.(?:.*?compute capability (?P<cur>\d+(?:\.\d)?))?",
+            ),
+            // `X requires compute capability 10.0`, `X requires SM100`, `X is only supported on
+            // SM100`, `X is only supported on sm_100 and above`.
+            cap_requires: r(
+                r"(?P<what>[\w.\-/' ]{3,80}?) (?:requires|is only supported on|only supports?) (?:GPUs with )?(?:a )?(?:compute capability|SM ?|sm_?)\s*(?:>=?\s*)?(?P<min>\d+(?:\.\d)?)",
+            ),
+            argparse: r(
+                r"^(?P<prog>[\w.\-]+): error: (?P<msg>(?:unrecognized arguments|argument |the following arguments are required|invalid choice|ambiguous option).*)$",
+            ),
+            llama_args: r(
+                r"^error: (?P<msg>(?:invalid argument|unknown argument|error while handling argument).*)$",
+            ),
+            click_args: r(r"^Error: (?P<msg>(?:No such option|Invalid value for|Missing argument|Missing option|Got unexpected extra argument).*)$"),
+            cur_cap: r(
+                r"(?i)(?:current (?:capability|device)(?: is)?:?\s*(?:sm_?)?|GPU has compute capability )(?P<c>\d+(?:\.\d)?)",
+            ),
+            port: r(
+                r"(?:\[Errno 98\] (?:error while attempting to bind on address .*?[,:] ?(?P<p1>\d+)\)?:? ?)?[Aa]ddress already in use|couldn't bind HTTP server socket, hostname: \S+, port: (?P<p2>\d+))",
+            ),
         }
     })
 }
@@ -276,10 +387,45 @@ fn fnum(s: &str) -> Option<f64> {
     s.parse().ok().filter(|x: &f64| x.is_finite())
 }
 
+/// `8.0` → 80, `100` → 100, `10` → 100 (a major version alone), `9.0` → 90.
+fn capability(s: &str) -> Option<u32> {
+    match s.split_once('.') {
+        Some((a, b)) => Some(a.parse::<u32>().ok()? * 10 + b.parse::<u32>().ok()?),
+        None => {
+            let n: u32 = s.parse().ok()?;
+            Some(if n < 20 { n * 10 } else { n })
+        }
+    }
+}
+
 /// The cause a message names, if any. `context` is the text of the lines around it (a
 /// traceback or glog block), searched for supporting facts such as the ptxas version.
 pub fn classify(msg: &str, context: &str) -> Option<Cause> {
     let p = pats();
+    if let Some(c) = p.argparse.captures(msg.trim()) {
+        return Some(Cause::InvalidArguments {
+            program: Some(c["prog"].to_string()),
+            message: c["msg"].trim().to_string(),
+        });
+    }
+    if let Some(c) = p
+        .llama_args
+        .captures(msg.trim())
+        .or_else(|| p.click_args.captures(msg.trim()))
+    {
+        return Some(Cause::InvalidArguments {
+            program: None,
+            message: c["msg"].trim().to_string(),
+        });
+    }
+    if let Some(c) = p.port.captures(msg) {
+        return Some(Cause::PortInUse {
+            port: c
+                .name("p1")
+                .or_else(|| c.name("p2"))
+                .and_then(|m| m.as_str().parse().ok()),
+        });
+    }
     if let Some(c) = p.v0_maxlen.captures(msg) {
         return Some(Cause::KvTooSmallForMaxLen {
             max_model_len: num(&c["len"])?,
@@ -425,6 +571,28 @@ pub fn classify(msg: &str, context: &str) -> Option<Cause> {
             needs_ptx_isa: None,
             needs_cuda: None,
         });
+    }
+    if let Some(c) = p.cap_at_least.captures(msg) {
+        return Some(Cause::CapabilityTooLow {
+            what: c["what"].trim().to_string(),
+            min_capability: capability(&c["min"]),
+            current_capability: c.name("cur").and_then(|m| capability(m.as_str())),
+        });
+    }
+    if let Some(c) = p.cap_requires.captures(msg) {
+        let what = c["what"]
+            .trim()
+            .trim_start_matches(|ch: char| !ch.is_alphanumeric() && ch != '-')
+            .to_string();
+        // `Current capability: 90` / `current device is sm_90` when stated.
+        let cur = p.cur_cap.captures(msg).and_then(|m| capability(&m["c"]));
+        if !what.is_empty() {
+            return Some(Cause::CapabilityTooLow {
+                what,
+                min_capability: capability(&c["min"]),
+                current_capability: cur,
+            });
+        }
     }
     if msg.contains("no kernel image is available for execution on the device") {
         return Some(Cause::ToolchainTooOld {

@@ -2,7 +2,9 @@
 //!
 //! Engines print a header (vLLM: `LEVEL MM-DD hh:mm:ss [file.py:N] `, older
 //! `LEVEL MM-DD hh:mm:ss file.py:N] `; torch/glog: `E0701 14:28:21.083000 911603 file.py:539] `;
-//! SGLang: `[YYYY-MM-DD hh:mm:ss TP0] `; llama.cpp with `--log-prefix`: `0.00.035.099 I `;
+//! SGLang: `[YYYY-MM-DD hh:mm:ss TP0] `; llama.cpp with `--log-prefix`: `0.00.035.099 I `
+//! (optionally after its pid, `[44105] `; a timestamp that a redactor turned into `<ip>` is
+//! accepted too); TensorRT-LLM's C++ `[TensorRT-LLM][INFO] ` and Python `[TRT-LLM] [I] `;
 //! Python's default `ERROR:logger:`), and the tools in between put their own prefixes before it:
 //! Docker Desktop (`YYYY-MM-DD hh:mm:ss.mmm | `), `docker compose` (`service-1  | `), journald
 //! (`Mon DD hh:mm:ss host unit[pid]: `), `kubectl logs --timestamps` / `docker logs -t`
@@ -50,6 +52,8 @@ pub enum Form {
     Sglang,
     /// llama.cpp's `--log-prefix` form `0.00.035.099 I`.
     Llamacpp,
+    /// TensorRT-LLM: C++ `[TensorRT-LLM][INFO]`, Python `[TRT-LLM] [I]`.
+    Trtllm,
     /// Python logging's default `LEVEL:logger:`, or uvicorn's `LEVEL:     `.
     Python,
     /// No header: the message is the line without its known prefixes.
@@ -69,6 +73,9 @@ pub struct Line<'a> {
     pub proc: Option<String>,
     /// Tensor-parallel or torch rank, when a tag names one.
     pub rank: Option<u32>,
+    /// The process id, when a tag states one (`(EngineCore pid=N)`, journald's `unit[N]:`,
+    /// llama.cpp's `[N] ` before its timestamp).
+    pub pid: Option<u32>,
     /// `file.py:N` of the header.
     pub site: Option<String>,
     /// The message after the header (or after the prefixes), trailing whitespace removed.
@@ -80,8 +87,10 @@ struct Pats {
     glog: Regex,
     sglang: Regex,
     llamacpp: Regex,
+    trtllm: Regex,
     python: Regex,
     proc: Regex,
+    journald_pid: Regex,
     rank: Regex,
     prefixes: Vec<Regex>,
     rank_in_proc: Regex,
@@ -101,9 +110,15 @@ fn pats() -> &'static Pats {
             sglang: r(
                 r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:,\d+)?(?: (?P<proc>(?:[A-Z]{2,4}\d+ ?)+))?\] ",
             ),
-            llamacpp: r(r"^\d+\.\d{2}\.\d{3}\.\d{3} (?P<lvl>[IWED]) "),
+            llamacpp: r(
+                r"^(?:\[(?P<pid>\d+)\] )?(?:\d+\.\d{2}\.\d{3}\.\d{3}|<ip>) (?P<lvl>[IWED]) ",
+            ),
+            trtllm: r(
+                r"(?:^|\] )(?:\[TensorRT-LLM\](?:\[RANK (?P<r1>\d+)\])?\[(?P<lvl1>INFO|WARNING|ERROR|DEBUG|TRACE|VERBOSE|INTERNAL_ERROR)\]|\[TRT-LLM\] (?:\[RANK (?P<r2>\d+)\] )?\[(?P<lvl2>[IWEDVF])\]) ?",
+            ),
             python: r(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:[\w.]+:| +)"),
-            proc: r(r"\((?P<proc>[A-Za-z_][\w-]*) pid=\d+(?:, ip=[\d.:a-f]+)?\)"),
+            proc: r(r"\((?P<proc>[A-Za-z_][\w-]*) pid=(?P<pid>\d+)(?:, ip=[\w.:<>-]+)?\)"),
+            journald_pid: r(r"^[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \S+ [\w.@/-]+\[(?P<pid>\d+)\]: "),
             rank: r(r"\[rank(?P<r>\d+)\]:?"),
             prefixes: vec![
                 // Docker Desktop's viewer.
@@ -114,7 +129,7 @@ fn pats() -> &'static Pats {
                 r(r"^[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \S+ [\w.@/-]+(?:\[\d+\])?: "),
                 // docker compose.
                 r(r"^[\w.-]+(?:[-_]\d+)?\s+\| "),
-                r(r"^\((?:[A-Za-z_][\w-]*) pid=\d+(?:, ip=[\d.:a-f]+)?\) ?"),
+                r(r"^\((?:[A-Za-z_][\w-]*) pid=\d+(?:, ip=[\w.:<>-]+)?\) ?"),
                 r(r"^\[rank\d+\]: ?"),
             ],
             rank_in_proc: r(r"(?:TP|rank)(\d+)|_(\d+)$"),
@@ -124,11 +139,11 @@ fn pats() -> &'static Pats {
 
 fn level_of(s: &str) -> Option<Level> {
     Some(match s {
-        "DEBUG" | "D" => Level::Debug,
+        "DEBUG" | "D" | "TRACE" | "VERBOSE" | "V" => Level::Debug,
         "INFO" | "I" => Level::Info,
         "WARNING" | "WARN" | "W" => Level::Warning,
         "ERROR" | "E" => Level::Error,
-        "CRITICAL" | "F" => Level::Critical,
+        "CRITICAL" | "F" | "INTERNAL_ERROR" => Level::Critical,
         _ => return None,
     })
 }
@@ -166,6 +181,7 @@ impl<'a> Line<'a> {
             form: Form::Plain,
             proc: None,
             rank: None,
+            pid: None,
             site: None,
             msg: "",
         };
@@ -204,6 +220,19 @@ impl<'a> Line<'a> {
             if let Some(c) = p.llamacpp.captures(rest) {
                 line.level = level_of(&c["lvl"]);
                 line.form = Form::Llamacpp;
+                line.pid = c.name("pid").and_then(|m| m.as_str().parse().ok());
+                msg_start = Some(off + c.get(0).expect("match").end());
+            } else if let Some(c) = p.trtllm.captures(rest) {
+                let lvl = c
+                    .name("lvl1")
+                    .or_else(|| c.name("lvl2"))
+                    .map(|m| m.as_str());
+                line.level = lvl.and_then(level_of);
+                line.form = Form::Trtllm;
+                line.rank = c
+                    .name("r1")
+                    .or_else(|| c.name("r2"))
+                    .and_then(|m| m.as_str().parse().ok());
                 msg_start = Some(off + c.get(0).expect("match").end());
             } else if let Some(c) = p.python.captures(rest) {
                 line.level = level_of(&c["lvl"]);
@@ -217,12 +246,21 @@ impl<'a> Line<'a> {
         if line.proc.is_none() {
             if let Some(c) = p.proc.captures_iter(before).last() {
                 line.proc = Some(c["proc"].to_string());
+                line.pid = c["pid"].parse().ok();
             }
+        }
+        if line.pid.is_none() {
+            line.pid = p
+                .journald_pid
+                .captures(raw)
+                .and_then(|c| c["pid"].parse().ok());
         }
         if let Some(c) = p.rank.captures(before) {
             line.rank = c["r"].parse().ok();
-        } else if let Some(pr) = &line.proc {
-            line.rank = rank_of(pr);
+        } else if line.rank.is_none() {
+            if let Some(pr) = &line.proc {
+                line.rank = rank_of(pr);
+            }
         }
         line.msg = raw[msg_start.unwrap_or(0).min(raw.len())..].trim_end();
         line

@@ -1,26 +1,36 @@
-//! Engine logs: what vLLM (V0 and V1), SGLang and llama.cpp's `llama-server` say about their
-//! boots, KV cache, quantization kernels, speculative decoding and failures.
+//! Engine logs: what vLLM (V0 and V1), SGLang, llama.cpp's `llama-server`, TensorRT-LLM and
+//! `rigbench serve` say about their boots, KV cache, quantization kernels, speculative decoding
+//! and failures. The line forms each engine prints, per version, are read by one reader per
+//! engine ([`super::engines`]); `docs/diagnose.md` lists them.
 //!
 //! Every line is first split by [`super::line::Line`], so collector prefixes never hide a level.
 //! Then:
 //! - **Boots.** Startup facts come in a fixed order: start (version, model loading) → KV memory
 //!   (`Available KV cache memory`, V0 `kv_cache_size=`) → KV size (`GPU KV cache size: N
-//!   tokens`, V0 `# GPU blocks: N`, SGLang `KV Cache is allocated. #tokens: N` /
-//!   `max_total_num_tokens=N`, llama.cpp `llama_kv_cache: ... (N cells`) → max concurrency →
-//!   ready (`Starting vLLM API server`, `Started server process`, `The server is fired up`,
-//!   `server is listening`). A fact of an earlier stage than the current boot has reached, or a
-//!   second value of the same fact from the same process, starts a new boot; the same fact from
-//!   another rank (TP workers) stays in its boot. Each boot is a separate [`Boot`] record.
+//!   tokens`, V0 `# GPU blocks: N`, SGLang `KV Cache is allocated. #tokens: N`, llama.cpp
+//!   `llama_kv_cache: size = … (N cells, …, S/T seqs)`, TensorRT-LLM `Allocated X GiB for max
+//!   tokens in paged KV cache (N)`) → max concurrency → ready. A fact of an earlier stage than
+//!   the current boot has reached, or another value of a fact the same process already stated,
+//!   starts a new boot; the same value printed again by the same process is a repeated print of
+//!   the same boot (counted in [`Boot::repeated_lines`]); the same fact from another rank (TP
+//!   workers) stays in its boot. A process that runs once per boot (an API server, an engine
+//!   core) appearing with a new pid after that role already failed with another pid starts a
+//!   new boot too. Each boot is a separate [`Boot`] record.
 //! - **Errors.** Consecutive ERROR lines of one process and call site are one message (vLLM and
 //!   glog print a multi-line message with a header on every line), so a traceback stays under
-//!   its ERROR line; a plain `Traceback (most recent call last):` block is one error too. The
-//!   same message from several ranks is one [`ErrorGroup`]. Each group's text is searched for a
-//!   root cause ([`super::cause::classify`]); a generic wrapper (`EngineCore failed to start.`)
-//!   points at the cause found elsewhere in the log.
+//!   its ERROR line; a plain `Traceback (most recent call last):` block is one error too, and a
+//!   chained traceback (`The above exception was the direct cause of the following exception`,
+//!   `During handling of the above exception, another exception occurred`) stays one error with
+//!   every exception of the chain in order. The same message from several ranks (or several
+//!   processes of a worker pool) is one [`ErrorGroup`]; the same message from two runs of a
+//!   once-per-boot process (two pids) is two. Each group's text is searched for every root
+//!   cause it names ([`super::cause::classify`]); a generic wrapper (`EngineCore failed to
+//!   start.`) points at the cause found elsewhere in the log. An error printed after the engine
+//!   was told to shut down (SIGTERM, `shutdown triggered`) is marked so.
 //! - Line numbers are the file's own, 1-based.
 //!
 //! KV tokens are taken only from lines that state tokens (or blocks with a stated or implied
-//! block size), never derived from GiB.
+//! block size, or cells and streams), never derived from GiB.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
@@ -29,6 +39,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use super::cause::{classify, Cause};
+use super::engines;
 use super::line::{is_exception_line, Form, Level, Line};
 use super::spec::{parse_spec_line, pool_spec, SpecLogLine, SpecPooled};
 
@@ -44,6 +55,109 @@ pub enum BootStatus {
     Incomplete,
 }
 
+/// vLLM's hybrid KV-cache allocator padding: `Add N padding layers, may waste at most X% KV
+/// cache memory` (`vllm/v1/core/kv_cache_utils.py`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KvPadding {
+    /// Padding layers added.
+    pub layers: u64,
+    /// At most this fraction of the KV memory is wasted (0..1).
+    pub waste: f64,
+    /// 1-based line.
+    pub line: usize,
+}
+
+/// One llama.cpp KV buffer: `llama_kv_cache:      CUDA0 KV buffer size =   512.00 MiB`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KvBuffer {
+    /// The backend buffer's name (`CPU`, `CUDA0`, `ROCm0`, `Vulkan0`, `MTL0`, `CUDA_Host`).
+    pub device: String,
+    /// Size, MiB.
+    pub mib: f64,
+    /// 1-based line.
+    pub line: usize,
+}
+
+impl KvBuffer {
+    /// Whether the buffer lives in host memory (`CPU`, `CUDA_Host`, `CPU_Mapped`).
+    pub fn on_host(&self) -> bool {
+        let d = self.device.to_ascii_lowercase();
+        d.contains("cpu") || d.ends_with("_host")
+    }
+}
+
+/// llama.cpp's `llama_kv_cache: size = 4.00 MiB (2048 cells, 2 layers, 4/4 seqs)`: cells per
+/// stream, layers, and (since the split KV cache) `n_seq_max/n_stream`
+/// (`src/llama-kv-cache.cpp`, `llama_kv_cache::llama_kv_cache`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KvCells {
+    /// Cells per stream (`kv_size`).
+    pub cells: u64,
+    /// Layers holding this cache.
+    pub layers: Option<u64>,
+    /// Sequences (`n_seq_max`).
+    pub seqs: Option<u64>,
+    /// Streams (`n_stream`: 1 when unified, `n_seq_max` when not); `None` for the older form
+    /// that prints one number (a unified cache).
+    pub streams: Option<u64>,
+    /// Size, MiB.
+    pub mib: Option<f64>,
+    /// 1-based line.
+    pub line: usize,
+}
+
+/// llama-server's slots: `load_model: initializing, n_slots = 4, n_ctx_slot = 2048,
+/// kv_unified = 'false'` (or the older `initializing slots, n_slots = 4` with per-slot
+/// `new slot n_ctx_slot = 2048` lines).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Slots {
+    /// `n_slots` (`-np`).
+    pub n_slots: Option<u64>,
+    /// Context per slot.
+    pub n_ctx_slot: Option<u64>,
+    /// `kv_unified`, when stated.
+    pub unified: Option<bool>,
+    /// 1-based line.
+    pub line: usize,
+}
+
+/// SGLang's memory lines around the KV pool, for the `--max-total-tokens` cap.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SglangMemory {
+    /// `server_args` `max_total_tokens` (the `--max-total-tokens` cap), with the line.
+    pub max_total_tokens: Option<(u64, usize)>,
+    /// `server_args` `mem_fraction_static`.
+    pub mem_fraction_static: Option<f64>,
+    /// `server_args` `page_size`.
+    pub page_size: Option<u64>,
+    /// `Load weight begin. avail mem=X GB` (the free memory SGLang sizes against), GB.
+    pub avail_before_weights_gb: Option<f64>,
+    /// `Load weight end. … avail mem=X GB`, GB.
+    pub avail_after_weights_gb: Option<f64>,
+    /// `Memory profiling: … rest_memory=X GB` (the KV budget SGLang computed), GB, with line.
+    pub rest_memory_gb: Option<(f64, usize)>,
+    /// `max_total_tokens=N is larger than the profiled value M`: (asked, profiled, line).
+    pub larger_than_profiled: Option<(u64, i64, usize)>,
+    /// `Memory pool end. avail mem=X GB`, GB, with line.
+    pub avail_after_pool_gb: Option<(f64, usize)>,
+}
+
+/// A maximum length the engine lowered to fit its KV cache (TensorRT-LLM `Adjusted
+/// max_seq_len to N`, `maxAttentionWindow and maxSequenceLen are too large … reduced to N`,
+/// `Attention window size A exceeds upper bound B … Reducing to B`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reduced {
+    /// What was lowered.
+    pub what: String,
+    /// The value before, when stated.
+    pub from: Option<u64>,
+    /// The value after.
+    pub to: u64,
+    /// 1-based line.
+    pub line: usize,
+}
+
 /// One engine start found in a log.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -56,14 +170,18 @@ pub struct Boot {
     pub last_line: usize,
     /// Engine version stated during this boot.
     pub engine_version: Option<String>,
-    /// `GPU KV cache size: N tokens` (V1), SGLang's `#tokens`, llama.cpp's cells, or rigbench's
-    /// `KV cache: N tokens`.
+    /// KV capacity in tokens as the engine states it (vLLM `GPU KV cache size: N tokens`,
+    /// SGLang `#tokens`, llama.cpp cells × streams, TensorRT-LLM `max tokens in paged KV
+    /// cache (N)`, rigbench's `KV cache: N tokens`).
     pub kv_cache_tokens: Option<u64>,
     /// Line of `kv_cache_tokens`.
     pub kv_cache_tokens_line: Option<usize>,
-    /// `# GPU blocks: N` (V0) or `num_gpu_blocks is: N`.
+    /// How `kv_cache_tokens` was read from its line(s), when it took more than copying a
+    /// number (`2,048 cells × 4 streams`).
+    pub kv_cache_tokens_rule: Option<String>,
+    /// `# GPU blocks: N` (V0), `num_gpu_blocks is: N`, TensorRT-LLM's primary-pool blocks.
     pub gpu_blocks: Option<u64>,
-    /// `# CPU blocks: N` (V0 swap space).
+    /// `# CPU blocks: N` (V0 swap space), TensorRT-LLM's secondary (host) pool blocks.
     pub cpu_blocks: Option<u64>,
     /// Tokens per KV block, when stated or implied.
     pub block_size: Option<u64>,
@@ -73,14 +191,21 @@ pub struct Boot {
     pub max_concurrency: Option<(u64, f64)>,
     /// Line of `max_concurrency`.
     pub max_concurrency_line: Option<usize>,
-    /// `Available KV cache memory: X GiB` (V1) or `kv_cache_size=X GiB` (V0), bytes.
+    /// `Available KV cache memory: X GiB` (V1), `kv_cache_size=X GiB` (V0), the CPU backend's
+    /// `Explicitly set (X/…) GiB for KV cache`, bytes.
     pub available_kv_memory_bytes: Option<u64>,
     /// Line of `available_kv_memory_bytes`.
     pub available_kv_memory_line: Option<usize>,
-    /// The context length the engine states (SGLang `context_len`, llama.cpp `n_ctx_slot`).
+    /// Bytes of the KV pool itself (SGLang K + V size, TensorRT-LLM `Allocated X GiB`,
+    /// llama.cpp `size = X MiB`).
+    pub kv_pool_bytes: Option<u64>,
+    /// The context length the engine states (SGLang `context_len`, llama.cpp `n_ctx_slot`,
+    /// TensorRT-LLM `max_seq_len`).
     pub context_len: Option<u64>,
     /// The line that says the server is up.
     pub ready_line: Option<usize>,
+    /// The first line that asks the engine to stop (SIGTERM, `shutdown triggered`).
+    pub shutdown_line: Option<usize>,
     /// Ready, failed or incomplete (set by [`EngineLog::finish`]).
     pub status: Option<BootStatus>,
     /// Printed KV tokens against max concurrency × max length.
@@ -92,8 +217,37 @@ pub struct Boot {
     pub stage: u8,
     /// Description and line of the last startup stage seen.
     pub last_stage: Option<(String, usize)>,
+    /// vLLM's KV padding layers.
+    pub padding: Option<KvPadding>,
+    /// llama.cpp KV buffers per backend.
+    pub kv_buffers: Vec<KvBuffer>,
+    /// llama.cpp's full-attention (non-SWA) KV cache line.
+    pub kv_cells: Option<KvCells>,
+    /// llama.cpp's sliding-window KV cache line (iSWA models), when there is one.
+    pub kv_cells_swa: Option<KvCells>,
+    /// llama-server's slots.
+    pub slots: Option<Slots>,
+    /// llama.cpp `llama_context: n_ctx = N`, with its line.
+    pub n_ctx: Option<(u64, usize)>,
+    /// llama.cpp `load_tensors: offloaded N/M layers to GPU`: (N, M, line).
+    pub offloaded_layers: Option<(u64, u64, usize)>,
+    /// llama.cpp model buffers on a GPU backend (`load_tensors: CUDA0 model buffer size`).
+    pub gpu_model_buffer_line: Option<usize>,
+    /// SGLang's memory lines.
+    pub sglang: Option<SglangMemory>,
+    /// Lengths the engine lowered to fit the KV cache.
+    pub reduced: Vec<Reduced>,
+    /// An earlier KV allocation of the same process that a later one replaced (TensorRT-LLM
+    /// sizes a small cache first, then the real one): (tokens, line).
+    pub replaced_allocation: Option<(u64, usize)>,
+    /// Process ids seen in this boot.
+    pub pids: BTreeSet<u32>,
+    /// Startup lines printed again with the same value by the same process (ignored).
+    pub repeated_lines: usize,
     #[serde(skip)]
-    setters: BTreeMap<&'static str, Option<String>>,
+    setters: BTreeMap<&'static str, (Option<String>, String)>,
+    #[serde(skip)]
+    role_pids: BTreeMap<String, u32>,
 }
 
 /// Whether the printed KV size agrees with max concurrency × max length.
@@ -120,6 +274,56 @@ impl Boot {
     pub fn has_kv_size(&self) -> bool {
         self.kv_cache_tokens.is_some() || self.gpu_blocks.is_some()
     }
+
+    /// The KV capacity with the line it was read from and how, for callers that must say where
+    /// a figure came from (`rigbench e2e` records it as the KV condition's source).
+    pub fn kv_reading(&self) -> Option<KvReading> {
+        let tokens = self.capacity_tokens()?;
+        let line = self.kv_cache_tokens_line.unwrap_or(self.line);
+        let rule = match (&self.kv_cache_tokens_rule, self.kv_cache_tokens) {
+            (Some(r), _) => r.clone(),
+            (None, Some(_)) => "as printed".into(),
+            (None, None) => format!(
+                "{} blocks × {} tokens per block ({})",
+                self.gpu_blocks.unwrap_or(0),
+                self.block_size.unwrap_or(0),
+                self.block_size_source.as_deref().unwrap_or("stated")
+            ),
+        };
+        Some(KvReading {
+            tokens,
+            line,
+            rule,
+            boot: self.index,
+        })
+    }
+}
+
+/// A KV capacity read from an engine log: tokens, the line, how they were read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KvReading {
+    /// Tokens the KV cache holds (all sequences together).
+    pub tokens: u64,
+    /// 1-based line of the figure.
+    pub line: usize,
+    /// How the tokens were read (`as printed`, `2,048 cells × 4 streams`, `n_slots 4 ×
+    /// n_ctx_slot 2,048`).
+    pub rule: String,
+    /// The boot (1-based).
+    pub boot: usize,
+}
+
+/// One exception of a traceback chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainLink {
+    /// The exception line.
+    pub exception: String,
+    /// 1-based line.
+    pub line: usize,
+    /// How it relates to the one before: `direct cause` (`The above exception was the direct
+    /// cause of the following exception`) or `during handling` (`During handling of the above
+    /// exception, another exception occurred`); `None` for the first.
+    pub relation: Option<String>,
 }
 
 /// An error message with everything under it (its traceback), deduplicated over ranks.
@@ -132,34 +336,44 @@ pub struct ErrorGroup {
     pub last_line: usize,
     /// The message that opens it; `None` when the excerpt holds only traceback lines.
     pub headline: Option<String>,
-    /// The exception line that ends its traceback, when present.
+    /// The exception line that ends its traceback, when present (the last of a chain).
     pub exception: Option<String>,
+    /// Every exception of a chained traceback, first (the original) to last.
+    pub chain: Vec<ChainLink>,
     /// Traceback lines under it.
     pub traceback_lines: usize,
     /// The level printed (`None` for plain stderr lines).
     pub level: Option<Level>,
     /// The process tag.
     pub proc: Option<String>,
+    /// Process ids that printed it.
+    pub pids: BTreeSet<u32>,
     /// Ranks that printed it.
     pub ranks: BTreeSet<u32>,
     /// How many times it appeared (ranks, repeats).
     pub occurrences: usize,
-    /// The root cause its text names.
+    /// The root cause its text names (the first of `causes`).
     pub cause: Option<Cause>,
     /// The line that names the cause.
     pub cause_line: Option<usize>,
+    /// Every distinct cause its text names, with the line, in order.
+    pub causes: Vec<(Cause, usize)>,
     /// The boot it belongs to (1-based), if any.
     pub boot: Option<usize>,
     /// A generic wrapper (`EngineCore failed to start.`) that names no cause of its own.
     pub generic: bool,
     /// For a generic wrapper: the index of the error whose cause explains it.
     pub explained_by: Option<usize>,
+    /// Printed after the engine was asked to shut down (line of that request).
+    pub after_shutdown: Option<usize>,
     #[serde(skip)]
     text: Vec<(usize, String)>,
     #[serde(skip)]
     sites: BTreeSet<String>,
     #[serde(skip)]
     key: Option<(Option<String>, Option<String>)>,
+    #[serde(skip)]
+    pending_relation: Option<String>,
 }
 
 impl ErrorGroup {
@@ -192,6 +406,22 @@ pub struct MarlinFallback {
     pub line: usize,
 }
 
+/// What a kernel named in the log does with 4-bit weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelPath {
+    /// An FP4 tensor-core kernel (CUTLASS, FlashInfer CUTLASS/TRT-LLM/CuTe-DSL, cuBLASLt,
+    /// TensorRT-LLM): the card runs FP4 natively.
+    NativeFp4,
+    /// A weight-only kernel that dequantizes 4-bit weights to BF16 (Marlin, Humming, a
+    /// `…W4A16…` kernel, Triton MoE).
+    WeightOnly,
+    /// Emulation (quantize-dequantize, then a BF16 GEMM).
+    Emulated,
+    /// Not known to rigbench.
+    Unknown,
+}
+
 /// A kernel or backend the engine says it chose (`Using MarlinNvFp4LinearKernel for NVFP4 GEMM`,
 /// `Using 'MARLIN' NvFp4 MoE backend`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -208,6 +438,40 @@ impl KernelChoice {
     /// Whether it is the Marlin weight-only path.
     pub fn is_marlin(&self) -> bool {
         self.kernel.to_ascii_lowercase().contains("marlin")
+    }
+
+    /// What the kernel does, from its name (the engines' class and backend names, see
+    /// `docs/diagnose.md`).
+    pub fn path(&self) -> KernelPath {
+        let k = self
+            .kernel
+            .to_ascii_lowercase()
+            .replace(['-', '_', ' '], "");
+        if k.contains("emulat") {
+            KernelPath::Emulated
+        } else if k.contains("marlin")
+            || k.contains("humming")
+            || k.contains("w4a16")
+            || k.contains("triton")
+        {
+            KernelPath::WeightOnly
+        } else if [
+            "cutlass",
+            "flashinfer",
+            "trtllm",
+            "cutedsl",
+            "cublaslt",
+            "cudnn",
+            "b12x",
+            "deepgemm",
+        ]
+        .iter()
+        .any(|n| k.contains(n))
+        {
+            KernelPath::NativeFp4
+        } else {
+            KernelPath::Unknown
+        }
     }
 }
 
@@ -242,24 +506,35 @@ impl From<ScaleWarningRepr> for ScaleWarning {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SpecConfig {
-    /// Method (`ngram`, `mtp`, `eagle`, `EAGLE`, `draft_model`).
+    /// Method (`ngram`, `mtp`, `eagle`, `EAGLE`, `draft model`, llama.cpp's `ngram-simple`).
     pub method: Option<String>,
-    /// Draft tokens per step.
+    /// Where the method was read.
+    pub method_source: Option<String>,
+    /// Draft tokens per step (vLLM `num_speculative_tokens`, SGLang `speculative_num_steps`).
     pub k: Option<u32>,
+    /// SGLang `speculative_num_draft_tokens` (tokens verified per step, the bonus position
+    /// included).
+    pub draft_tokens: Option<u32>,
+    /// SGLang `speculative_eagle_topk`.
+    pub topk: Option<u32>,
     /// Line of the configuration.
     pub line: Option<usize>,
     /// Line where a drafter model was loaded.
     pub drafter_line: Option<usize>,
     /// The configuration says speculation is off (`speculative_config=None`,
-    /// `speculative_algorithm=None`).
+    /// `speculative_algorithm=None`, llama.cpp `no implementations specified`).
     pub off_line: Option<usize>,
 }
 
-/// One request's timing line pair from llama.cpp's `print_timings`.
+/// One request's timings from llama.cpp's `print_timings` (one line per figure since the
+/// `slot print_timing: id N | task T | …` form, a block of lines before it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestTiming {
     /// Line of `prompt eval time`.
     pub line: usize,
+    /// The task id, when the line names it.
+    #[serde(default)]
+    pub task: Option<u64>,
     /// Prompt tokens processed.
     pub prompt_tokens: Option<u64>,
     /// Prompt processing time, ms.
@@ -275,10 +550,13 @@ pub struct RequestTiming {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct EngineLog {
-    /// The engine that wrote it (`vllm`, `sglang`, `llama.cpp`, `rigbench`), from its line forms.
+    /// The engine that wrote it (`vllm`, `sglang`, `llama.cpp`, `tensorrt-llm`, `rigbench`),
+    /// from its line forms.
     pub engine: Option<String>,
     /// Engine version stated in the log.
     pub engine_version: Option<String>,
+    /// The line that stated the version.
+    pub engine_version_line: Option<usize>,
     /// Boots, in log order.
     pub boots: Vec<Boot>,
     /// The Marlin FP4 fallback, when warned.
@@ -297,8 +575,15 @@ pub struct EngineLog {
     pub spec_config: SpecConfig,
     /// Warnings about KV-cache scales, deduplicated.
     pub kv_scale_warnings: Vec<ScaleWarning>,
+    /// Warnings that say the engine fell back to another kernel or backend (`Failed to create
+    /// oneDNN linear, fallback to torch linear`, `… falling back to …`), deduplicated; the
+    /// Marlin FP4 fallback has its own record.
+    pub fallback_warnings: Vec<ScaleWarning>,
     /// The `non-default args: {...}` dictionary text, reported once however often it appears.
     pub non_default_args: Option<String>,
+    /// The line where the engine starts loading the model (llama.cpp `load_model: loading
+    /// model`), for statements about what was (not) loaded with it.
+    pub model_load_line: Option<usize>,
     /// Errors, each with its traceback and cause.
     pub errors: Vec<ErrorGroup>,
     /// Speculative-decoding metrics lines, in log order.
@@ -313,121 +598,17 @@ pub struct EngineLog {
     pub unreadable: Option<String>,
     #[serde(skip)]
     open: BTreeMap<Option<String>, usize>,
+
     #[serde(skip)]
     plain_tb: Option<usize>,
     #[serde(skip)]
+    chain_tail: Option<(usize, usize)>,
+    #[serde(skip)]
+    usage_line: Option<usize>,
+    #[serde(skip)]
     forms: BTreeMap<&'static str, usize>,
-}
-
-struct Pats {
-    kv_tokens: Regex,
-    max_conc: Regex,
-    avail_kv: Regex,
-    v0_profile_kv: Regex,
-    gpu_blocks: Regex,
-    late_blocks: Regex,
-    rigbench_kv: Regex,
-    sglang_kv: Regex,
-    sglang_max_total: Regex,
-    sglang_ctx: Regex,
-    llama_kv: Regex,
-    llama_ctx: Regex,
-    call_site: Regex,
-    version: Regex,
-    llama_build: Regex,
-    quant_dict: Regex,
-    quant_cfg: Regex,
-    kvdtype_dict: Regex,
-    kvdtype_cfg: Regex,
-    kvdtype_using: Regex,
-    spec_method: Regex,
-    spec_k: Regex,
-    sglang_spec_alg: Regex,
-    sglang_spec_steps: Regex,
-    kv_scale: Regex,
-    nvfp4_gemm: Regex,
-    nvfp4_moe: Regex,
-    llama_prompt: Regex,
-    llama_eval: Regex,
-}
-
-fn pats() -> &'static Pats {
-    static P: OnceLock<Pats> = OnceLock::new();
-    P.get_or_init(|| {
-        let r = |s: &str| Regex::new(s).expect("static regex");
-        Pats {
-            // vLLM and `rigbench serve` on a GPU say "GPU"; rigbench's CPU backend says "CPU".
-            kv_tokens: r(r"(?:GPU|CPU) KV cache size:\s*(?P<n>\d+(?:,\d{3})*)\s*tokens"),
-            max_conc: r(
-                r"(?i)Maximum concurrency for\s*(?P<len>\d+(?:,\d{3})*)\s*tokens per request:\s*(?P<x>\d+(?:,\d{3})*(?:\.\d+)?)\s*x",
-            ),
-            avail_kv: r(r"Available KV cache memory:\s*(?P<v>[\d.]+)\s*(?P<u>[KMGT]i?B)"),
-            v0_profile_kv: r(r"\bkv_cache_size=(?P<v>[\d.]+)\s*(?P<u>[KMGT]i?B)"),
-            gpu_blocks: r(
-                r"#?\s*GPU blocks:\s*(?P<g>\d+(?:,\d{3})*)(?:,\s*#?\s*CPU blocks:\s*(?P<c>\d+(?:,\d{3})*))?",
-            ),
-            late_blocks: r(r"num_gpu_blocks is:\s*(?P<g>\d+)"),
-            rigbench_kv: r(
-                r"KV cache:\s*(?P<n>\d+(?:,\d{3})*)\s*tokens\s*\((?P<b>\d+(?:,\d{3})*)\s*blocks\s*[×x*]\s*(?P<bs>\d+)\)(?:;\s*max concurrency at\s*(?P<len>\d+(?:,\d{3})*)\s*tokens:\s*(?P<x>\d+(?:,\d{3})*(?:\.\d+)?)\s*x)?",
-            ),
-            sglang_kv: r(r"KV Cache is allocated\. #tokens: (?P<n>\d+)"),
-            sglang_max_total: r(r"\bmax_total_num_tokens=(?P<n>\d+)"),
-            sglang_ctx: r(r"\bcontext_len=(?P<n>\d+)"),
-            llama_kv: r(r"llama_kv_cache(?:_unified)?(?:_iswa)?:\s+size\s*=.*?\(\s*(?P<n>\d+) cells"),
-            llama_ctx: r(r"n_ctx_slot = (?P<n>\d+)"),
-            call_site: r(r"\[?(?P<site>[\w.-]+\.py:\d+)\]"),
-            version: r(
-                r"(?:vLLM API server version|LLM engine \(v|vLLM version)\s*(?P<v>v?\d+\.\d+[\w.+-]*)",
-            ),
-            llama_build: r(r"^build: (?P<v>\d+ \([0-9a-f]+\))"),
-            quant_dict: r(r"'quantization':\s*'(?P<q>[\w-]+)'"),
-            quant_cfg: r(r"\bquantization=(?P<q>[\w-]+)"),
-            kvdtype_dict: r(r"'kv_cache_dtype':\s*'(?P<q>[\w-]+)'"),
-            kvdtype_cfg: r(r"\bkv_cache_dtype=(?P<q>[\w-]+)"),
-            kvdtype_using: r(r"Using (?P<q>fp8\w*) data type to store kv cache"),
-            spec_method: r(r#"['"]?method['"]?\s*[:=]\s*['"](?P<m>[\w-]+)['"]"#),
-            spec_k: r(r#"['"]?num_spec(?:ulative)?_tokens['"]?\s*[:=]\s*(?P<k>\d+)"#),
-            sglang_spec_alg: r(r"\bspeculative_algorithm=(?:'(?P<m>[\w-]+)'|None)"),
-            sglang_spec_steps: r(r"\bspeculative_num_steps=(?P<k>\d+)"),
-            kv_scale: r(
-                r"(?i)(?:\b[kvq]_scale|kv_scale|prob_scale|KV cache scaling factor|k/v_scale|q scaling factor)",
-            ),
-            nvfp4_gemm: r(r"Using (?P<k>[\w.]+) for (?P<w>NVFP4|MXFP4|FP4) GEMM"),
-            nvfp4_moe: r(r"Using '?(?P<k>[\w.]+)'? (?P<w>NvFp4|Nvfp4|NVFP4|Mxfp4|MXFP4) MoE backend"),
-            llama_prompt: r(
-                r"^\s*prompt eval time =\s*(?P<ms>[\d.]+) ms /\s*(?P<n>\d+) tokens",
-            ),
-            llama_eval: r(r"^\s*eval time =\s*(?P<ms>[\d.]+) ms /\s*(?P<n>\d+) (?:tokens|runs)"),
-        }
-    })
-}
-
-fn num(s: &str) -> Option<u64> {
-    s.replace(',', "").parse().ok()
-}
-
-fn fnum(s: &str) -> Option<f64> {
-    s.trim_end_matches(',')
-        .replace(',', "")
-        .parse()
-        .ok()
-        .filter(|x: &f64| x.is_finite())
-}
-
-fn to_bytes(v: f64, unit: &str) -> Option<u64> {
-    let mult = match unit {
-        "KiB" => 1024.0,
-        "MiB" => 1024.0 * 1024.0,
-        "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "TiB" => 1024.0f64.powi(4),
-        "KB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        _ => return None,
-    };
-    let b = v * mult;
-    (b.is_finite() && (0.0..1e19).contains(&b)).then(|| b.round() as u64)
+    #[serde(skip)]
+    pub(crate) pending: BTreeMap<&'static str, usize>,
 }
 
 /// Generic wrappers that name no cause of their own.
@@ -443,6 +624,21 @@ const GENERIC: &[&str] = &[
     "Received sigquit from a child process",
     "exiting due to model loading error",
     "failed to load model",
+    "Executor worker returned error",
+];
+
+/// Lines that ask an engine to stop (vLLM `[shutdown]` lines and signal handling, uvicorn,
+/// llama.cpp's interrupt handling, SGLang's SIGTERM handler).
+const SHUTDOWN: &[&str] = &[
+    "shutdown triggered",
+    "received signal=SIGTERM",
+    "received signal SIGTERM",
+    "Received SIGTERM",
+    "SIGTERM received",
+    "Shutting down",
+    "cleaning up before exit",
+    "Received second interrupt",
+    "KeyboardInterrupt",
 ];
 
 /// The largest number of error groups kept (a crash-looping log repeats itself).
@@ -467,6 +663,66 @@ pub fn binary_reason(bytes: &[u8]) -> Option<String> {
     } else {
         None
     }
+}
+
+/// A number as printed (`652,144`, `2048`).
+pub(crate) fn num(s: &str) -> Option<u64> {
+    s.replace(',', "").trim().parse().ok()
+}
+
+/// A finite float as printed (`1,024.00`, `0.38`).
+pub(crate) fn fnum(s: &str) -> Option<f64> {
+    s.trim()
+        .trim_end_matches(',')
+        .replace(',', "")
+        .parse()
+        .ok()
+        .filter(|x: &f64| x.is_finite())
+}
+
+/// A size in `unit` (KiB … TiB, KB … TB) in bytes, when finite and below 10^19.
+pub(crate) fn to_bytes(v: f64, unit: &str) -> Option<u64> {
+    let mult = match unit {
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "TiB" => 1024.0f64.powi(4),
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        _ => return None,
+    };
+    let b = v * mult;
+    (b.is_finite() && (0.0..1e19).contains(&b)).then(|| b.round() as u64)
+}
+
+/// Whether a process role runs several processes per boot (a worker pool: `VllmWorker`,
+/// `Worker_TP1`, `VllmWorkerProcess`, `RayWorkerWrapper`), as opposed to once per boot
+/// (`APIServer`, `EngineCore_DP0`).
+fn worker_role(role: &str) -> bool {
+    role.contains("Worker") || role.contains("worker") || super::line::rank_of(role).is_some()
+}
+
+/// `Exception`-like: a (dotted) CamelCase name, then `: ` or the end (`torch._dynamo.exc.
+/// BackendCompilerFailed: …`), for the last line of a traceback whose name has no `Error`
+/// suffix.
+fn exception_like(text: &str) -> bool {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"^(?:[A-Za-z_]\w*\.)*[A-Z][A-Za-z0-9_]*(?::\s|:$|$)").expect("static regex")
+    })
+    .is_match(text.trim())
+}
+
+/// How a fact relates to what the current boot already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Repeat {
+    /// Another value from the same process starts a new boot (the default).
+    NewBoot,
+    /// Another value from the same process replaces the first (TensorRT-LLM sizes a small KV
+    /// cache before the real one).
+    Replace,
 }
 
 impl EngineLog {
@@ -502,428 +758,113 @@ impl EngineLog {
         Ok(Self::parse_bytes(&bytes))
     }
 
-    fn note_form(&mut self, f: &'static str) {
-        *self.forms.entry(f).or_insert(0) += 1;
+    /// Count one line of `engine`'s own form (the engine is the most frequent form).
+    pub(crate) fn note_form(&mut self, engine: &'static str) {
+        *self.forms.entry(engine).or_insert(0) += 1;
     }
 
-    /// The boot a startup fact of `stage` belongs to: the current one, or a new one when the
-    /// fact goes back in the startup order or repeats from the same process.
-    fn boot_for(
-        &mut self,
-        no: usize,
-        stage: u8,
-        field: &'static str,
-        proc: &Option<String>,
-    ) -> &mut Boot {
+    /// Count a line that gave a fact.
+    pub(crate) fn recognised(&mut self) {
+        self.lines_recognised += 1;
+    }
+
+    /// Record the engine version (the first one stated is the log's; each boot keeps its own).
+    pub(crate) fn set_version(&mut self, l: &Line, v: String) {
+        if let Some(b) = self.fact(l, 0, "version", &v, "engine start", Repeat::NewBoot) {
+            b.engine_version = Some(v.clone());
+        }
+        if self.engine_version.is_none() {
+            self.engine_version = Some(v);
+            self.engine_version_line = Some(l.no);
+        }
+        self.recognised();
+    }
+
+    /// The boot being read, if any.
+    pub(crate) fn current_boot(&mut self) -> Option<&mut Boot> {
+        self.boots.last_mut()
+    }
+
+    fn new_boot(&mut self, no: usize) {
+        let index = self.boots.len() + 1;
+        self.boots.push(Boot {
+            index,
+            line: no,
+            last_line: no,
+            ..Default::default()
+        });
+    }
+
+    /// The boot a startup fact of `stage` belongs to (see the module docs), created when none
+    /// fits. `start marker` facts (a model-loading line) only open a boot.
+    pub(crate) fn boot_for(&mut self, l: &Line, stage: u8) -> &mut Boot {
         let need_new = match self.boots.last() {
             None => true,
-            Some(b) => {
-                if stage < b.stage {
-                    true
-                } else {
-                    match b.setters.get(field) {
-                        Some(p) => p == proc,
-                        None => false,
-                    }
-                }
-            }
+            Some(b) => stage < b.stage,
         };
         if need_new {
-            let index = self.boots.len() + 1;
-            self.boots.push(Boot {
-                index,
-                line: no,
-                last_line: no,
-                ..Default::default()
-            });
+            self.new_boot(l.no);
         }
         let b = self.boots.last_mut().expect("pushed above");
         b.stage = b.stage.max(stage);
-        b.last_line = no;
+        b.last_line = l.no;
         b
     }
 
-    /// Record a fact in the current boot; `false` when another rank already set it.
-    fn set_fact(
+    /// Record a fact in the current boot (see the module docs for when it starts a new boot);
+    /// `None` when another rank already set it or the same process printed the same value again.
+    pub(crate) fn fact(
         &mut self,
-        no: usize,
+        l: &Line,
         stage: u8,
         field: &'static str,
-        proc: &Option<String>,
+        value: &str,
         what: &str,
+        repeat: Repeat,
     ) -> Option<&mut Boot> {
-        let b = self.boot_for(no, stage, field, proc);
-        if b.setters.contains_key(field) {
-            return None;
+        enum Decision {
+            Repeated,
+            OtherRank,
+            Replace,
+            NewBoot,
+            Here,
         }
-        b.setters.insert(field, proc.clone());
-        b.last_stage = Some((what.to_string(), no));
+        let proc = l.proc.clone();
+        let decision = match self.boots.last() {
+            None => Decision::NewBoot,
+            Some(b) => match b.setters.get(field) {
+                Some((p, v)) if *p == proc && v == value => Decision::Repeated,
+                Some((p, v)) if *p != proc && (v == value || stage >= b.stage) => {
+                    Decision::OtherRank
+                }
+                Some((p, _)) if *p == proc && repeat == Repeat::Replace => Decision::Replace,
+                Some(_) => Decision::NewBoot,
+                None if stage < b.stage => Decision::NewBoot,
+                None => Decision::Here,
+            },
+        };
+        match decision {
+            Decision::Repeated | Decision::OtherRank => {
+                let b = self.boots.last_mut().expect("checked");
+                if matches!(decision, Decision::Repeated) {
+                    b.repeated_lines += 1;
+                }
+                b.last_line = l.no;
+                return None;
+            }
+            Decision::NewBoot => self.new_boot(l.no),
+            Decision::Replace | Decision::Here => {}
+        }
+        let b = self.boots.last_mut().expect("a boot");
+        b.stage = b.stage.max(stage);
+        b.last_line = l.no;
+        b.setters.insert(field, (proc, value.to_string()));
+        b.last_stage = Some((what.to_string(), l.no));
         Some(b)
     }
 
-    /// Feed one line (1-based `no`).
-    pub fn push_line(&mut self, no: usize, raw: &str) {
-        self.lines_read += 1;
-        let l = Line::parse(no, raw);
-        let recognised_before = self.lines_recognised;
-        match l.form {
-            Form::Vllm => self.note_form("vllm"),
-            Form::Sglang => self.note_form("sglang"),
-            Form::Glog => self.note_form("torch"),
-            _ => {}
-        }
-        self.errors_from(&l);
-        let msg = l.text();
-        if msg.is_empty() {
-            return;
-        }
-        let p = pats();
-        let proc = l.proc.clone();
-
-        // Engine and version.
-        if let Some(c) = p.version.captures(msg) {
-            let v = c["v"].trim_start_matches('v').to_string();
-            self.note_form("vllm");
-            if let Some(b) = self.set_fact(no, 0, "version", &proc, "engine start") {
-                b.engine_version = Some(v.clone());
-            }
-            self.engine_version.get_or_insert(v);
-        }
-        if let Some(c) = p.llama_build.captures(msg) {
-            self.note_form("llama.cpp");
-            let v = format!("b{}", &c["v"]);
-            if let Some(b) = self.set_fact(no, 0, "version", &proc, "engine start") {
-                b.engine_version = Some(v.clone());
-            }
-            self.engine_version.get_or_insert(v);
-        }
-        if msg.starts_with("llama_model_loader:")
-            || msg.starts_with("llama_context:")
-            || msg.starts_with("srv ")
-            || msg.starts_with("slot ")
-            || msg.starts_with("main: server is listening")
-        {
-            self.note_form("llama.cpp");
-        }
-        for m in [
-            "Loading model weights took",
-            "Model loading took",
-            "Loading weights took",
-            "Load weight begin",
-            "llama_model_loader: loaded meta data",
-        ] {
-            if msg.contains(m) {
-                let b = self.boot_for(no, 0, "start-marker", &proc);
-                if b.stage == 0 {
-                    b.last_stage = Some((format!("'{m}'"), no));
-                }
-                self.lines_recognised += 1;
-            }
-        }
-        if msg.contains("server_args=ServerArgs(") {
-            self.note_form("sglang");
-            self.boot_for(no, 0, "start-marker", &proc);
-            self.lines_recognised += 1;
-        }
-
-        // KV memory (stage 1).
-        if let Some(c) = p
-            .avail_kv
-            .captures(msg)
-            .or_else(|| p.v0_profile_kv.captures(msg))
-        {
-            if let Some(bytes) = fnum(&c["v"]).and_then(|v| to_bytes(v, &c["u"])) {
-                if let Some(b) = self.set_fact(no, 1, "memory", &proc, "the KV-memory line") {
-                    b.available_kv_memory_bytes = Some(bytes);
-                    b.available_kv_memory_line = Some(no);
-                }
-            }
-        }
-
-        // KV size (stage 2).
-        if let Some(c) = p.rigbench_kv.captures(msg) {
-            self.note_form("rigbench");
-            if let Some(b) = self.set_fact(no, 2, "size", &proc, "the KV-size line") {
-                b.kv_cache_tokens = num(&c["n"]);
-                b.kv_cache_tokens_line = Some(no);
-                b.gpu_blocks = num(&c["b"]);
-                b.block_size = num(&c["bs"]);
-                b.block_size_source = Some("stated".into());
-            }
-            if let (Some(l), Some(x)) = (c.name("len"), c.name("x")) {
-                if let (Some(len), Some(x)) = (num(l.as_str()), fnum(x.as_str())) {
-                    if let Some(b) =
-                        self.set_fact(no, 3, "concurrency", &proc, "the max-concurrency line")
-                    {
-                        b.max_concurrency = Some((len, x));
-                        b.max_concurrency_line = Some(no);
-                    }
-                }
-            }
-        } else {
-            if let Some(c) = p.kv_tokens.captures(msg) {
-                if let Some(n) = num(&c["n"]) {
-                    if let Some(b) = self.set_fact(no, 2, "size", &proc, "the KV-size line") {
-                        b.kv_cache_tokens = Some(n);
-                        b.kv_cache_tokens_line = Some(no);
-                    }
-                }
-            }
-            if let Some(c) = p.gpu_blocks.captures(msg) {
-                if let Some(g) = num(&c["g"]) {
-                    let cpu = c.name("c").and_then(|m| num(m.as_str()));
-                    if let Some(b) = self.set_fact(no, 2, "blocks", &proc, "the GPU-blocks line") {
-                        b.gpu_blocks = Some(g);
-                        b.cpu_blocks = cpu;
-                        b.kv_cache_tokens_line.get_or_insert(no);
-                    }
-                }
-            }
-            if let Some(c) = p.max_conc.captures(msg) {
-                if let (Some(len), Some(x)) = (num(&c["len"]), fnum(&c["x"])) {
-                    if let Some(b) =
-                        self.set_fact(no, 3, "concurrency", &proc, "the max-concurrency line")
-                    {
-                        b.max_concurrency = Some((len, x));
-                        b.max_concurrency_line = Some(no);
-                    }
-                }
-            }
-        }
-        if let Some(c) = p.late_blocks.captures(msg) {
-            // `cache_config_info ... num_gpu_blocks is: N` comes after the concurrency line.
-            if let (Some(g), Some(b)) = (num(&c["g"]), self.boots.last_mut()) {
-                if b.gpu_blocks.is_none() {
-                    b.gpu_blocks = Some(g);
-                    b.last_line = no;
-                    self.lines_recognised += 1;
-                }
-            }
-        }
-        if let Some(c) = p.sglang_kv.captures(msg) {
-            self.note_form("sglang");
-            if let Some(n) = num(&c["n"]) {
-                if let Some(b) = self.set_fact(no, 2, "size", &proc, "the KV-size line") {
-                    b.kv_cache_tokens = Some(n);
-                    b.kv_cache_tokens_line = Some(no);
-                }
-            }
-        }
-        if let Some(c) = p.sglang_max_total.captures(msg) {
-            self.note_form("sglang");
-            let ctx = p.sglang_ctx.captures(msg).and_then(|c| num(&c["n"]));
-            if let Some(n) = num(&c["n"]) {
-                // The same figure as `#tokens` a few lines earlier: fill, never start a boot.
-                let same_boot = self
-                    .boots
-                    .last()
-                    .is_some_and(|b| b.stage <= 2 || b.kv_cache_tokens == Some(n));
-                if same_boot {
-                    let b = self.boots.last_mut().expect("checked");
-                    b.kv_cache_tokens.get_or_insert(n);
-                    b.kv_cache_tokens_line.get_or_insert(no);
-                    b.context_len = b.context_len.or(ctx);
-                    b.stage = b.stage.max(2);
-                    b.last_line = no;
-                } else if let Some(b) = self.set_fact(no, 2, "size", &proc, "the KV-size line") {
-                    b.kv_cache_tokens = Some(n);
-                    b.kv_cache_tokens_line = Some(no);
-                    b.context_len = ctx;
-                }
-                self.lines_recognised += 1;
-            }
-        }
-        if let Some(c) = p.llama_kv.captures(msg) {
-            self.note_form("llama.cpp");
-            if let Some(n) = num(&c["n"]) {
-                if let Some(b) = self.set_fact(no, 2, "size", &proc, "the KV-size line") {
-                    b.kv_cache_tokens = Some(n);
-                    b.kv_cache_tokens_line = Some(no);
-                }
-            }
-        }
-        if let Some(c) = p.llama_ctx.captures(msg) {
-            if let (Some(n), Some(b)) = (num(&c["n"]), self.boots.last_mut()) {
-                b.context_len.get_or_insert(n);
-                self.lines_recognised += 1;
-            }
-        }
-
-        // Ready (stage 4).
-        for m in [
-            "Starting vLLM API server",
-            "Started server process",
-            "Application startup complete",
-            "Uvicorn running on",
-            "The server is fired up and ready to roll",
-            "server is listening on",
-        ] {
-            if msg.contains(m) {
-                if let Some(b) = self.boots.last_mut() {
-                    if b.stage < 4 && b.ready_line.is_none() {
-                        b.ready_line = Some(no);
-                        b.last_stage = Some(("the server-ready line".into(), no));
-                    }
-                    b.stage = 4;
-                    b.last_line = no;
-                }
-                self.lines_recognised += 1;
-                break;
-            }
-        }
-
-        // Marlin FP4 fallback: one finding over ranks and call sites.
-        if msg.contains("does not have native support for FP4 computation") {
-            let f = self
-                .marlin_fp4_fallback
-                .get_or_insert_with(|| MarlinFallback {
-                    line: no,
-                    ..Default::default()
-                });
-            f.occurrences += 1;
-            if let Some(rank) = l.rank {
-                f.ranks.insert(rank);
-            }
-            if let Some(site) = l
-                .site
-                .clone()
-                .or_else(|| p.call_site.captures(raw).map(|c| c["site"].to_string()))
-            {
-                f.call_sites.insert(site);
-            }
-            self.lines_recognised += 1;
-        }
-        if let Some(c) = p.nvfp4_gemm.captures(msg) {
-            self.push_choice(format!("{} GEMM", c["w"].to_ascii_uppercase()), &c["k"], no);
-        }
-        if let Some(c) = p.nvfp4_moe.captures(msg) {
-            self.push_choice(format!("{} MoE", c["w"].to_ascii_uppercase()), &c["k"], no);
-        }
-        if msg.contains("Using Marlin backend")
-            && l.site.as_deref().is_some_and(|s| s.starts_with("mxfp4"))
-        {
-            self.push_choice("MXFP4 MoE".into(), "Marlin", no);
-        }
-
-        // Engine configuration: non-default args (once), resolved quantization, KV dtype, spec.
-        if let Some(pos) = msg.find("non-default args:") {
-            let args = msg[pos + "non-default args:".len()..].trim().to_string();
-            if self.non_default_args.is_none() {
-                self.non_default_args = Some(args);
-            }
-            self.lines_recognised += 1;
-        }
-        let is_config = msg.contains("non-default args:")
-            || msg.contains("with config:")
-            || msg.contains("speculative_config")
-            || msg.contains("server_args=");
-        if is_config {
-            if let Some(c) = p
-                .quant_dict
-                .captures(msg)
-                .or_else(|| p.quant_cfg.captures(msg))
-            {
-                if c["q"] != *"None" {
-                    self.quantization = Some(c["q"].to_string());
-                }
-            }
-            if let Some(c) = p
-                .kvdtype_dict
-                .captures(msg)
-                .or_else(|| p.kvdtype_cfg.captures(msg))
-            {
-                self.kv_cache_dtype = Some(c["q"].to_string());
-            }
-            if let Some(pos) = msg.find("speculative_config") {
-                let tail = &msg[pos..];
-                if tail.starts_with("speculative_config=None")
-                    || tail.starts_with("speculative_config': None")
-                {
-                    self.spec_config.off_line.get_or_insert(no);
-                }
-                if let Some(c) = p.spec_method.captures(tail) {
-                    if c["m"] != *"None" {
-                        self.spec_config.method = Some(c["m"].to_string());
-                        self.spec_config.line.get_or_insert(no);
-                    }
-                }
-                if let Some(c) = p.spec_k.captures(tail) {
-                    self.spec_config.k = c["k"].parse().ok();
-                    self.spec_config.line.get_or_insert(no);
-                }
-            }
-            if let Some(c) = p.sglang_spec_alg.captures(msg) {
-                match c.name("m") {
-                    Some(m) => {
-                        self.spec_config.method = Some(m.as_str().to_string());
-                        self.spec_config.line.get_or_insert(no);
-                        if let Some(k) = p.sglang_spec_steps.captures(msg) {
-                            self.spec_config.k = k["k"].parse().ok();
-                        }
-                    }
-                    None => {
-                        self.spec_config.off_line.get_or_insert(no);
-                    }
-                }
-            }
-        }
-        if let Some(c) = p.kvdtype_using.captures(msg) {
-            self.kv_cache_dtype.get_or_insert(c["q"].to_string());
-        }
-        if msg.contains("Loading drafter model")
-            || msg.contains("Loading draft model")
-            || msg.contains("loading draft model")
-            || msg.contains("Detected MTP model")
-        {
-            self.spec_config.drafter_line.get_or_insert(no);
-            self.lines_recognised += 1;
-        }
-
-        if l.level == Some(Level::Warning) && p.kv_scale.is_match(msg) {
-            let m = msg.trim().to_string();
-            if !self.kv_scale_warnings.iter().any(|w| w.message == m) {
-                self.kv_scale_warnings.push(ScaleWarning {
-                    message: m,
-                    line: no,
-                });
-            }
-            self.lines_recognised += 1;
-        }
-
-        if let Some(s) = parse_spec_line(no, msg) {
-            self.spec_lines.push(s);
-            self.lines_recognised += 1;
-        }
-
-        // llama.cpp per-request timings.
-        if let Some(c) = p.llama_prompt.captures(l.msg) {
-            self.request_timings.push(RequestTiming {
-                line: no,
-                prompt_tokens: num(&c["n"]),
-                prompt_ms: fnum(&c["ms"]),
-                generated_tokens: None,
-                generation_ms: None,
-            });
-            self.lines_recognised += 1;
-        } else if let Some(c) = p.llama_eval.captures(l.msg) {
-            if let Some(t) = self
-                .request_timings
-                .last_mut()
-                .filter(|t| t.generated_tokens.is_none() && no <= t.line + 3)
-            {
-                t.generated_tokens = num(&c["n"]);
-                t.generation_ms = fnum(&c["ms"]);
-                self.lines_recognised += 1;
-            }
-        }
-        if self.lines_recognised == recognised_before
-            && self.boots.last().is_some_and(|b| b.last_line == no)
-        {
-            self.lines_recognised += 1;
-        }
-    }
-
-    fn push_choice(&mut self, what: String, kernel: &str, no: usize) {
+    /// Record a kernel choice once.
+    pub(crate) fn push_choice(&mut self, what: String, kernel: &str, no: usize) {
         if !self
             .kernel_choices
             .iter()
@@ -935,7 +876,132 @@ impl EngineLog {
                 line: no,
             });
         }
-        self.lines_recognised += 1;
+        self.recognised();
+    }
+
+    /// A new process of a once-per-boot role, after that role failed under another pid in the
+    /// current boot, starts a new boot.
+    fn track_process(&mut self, l: &Line) {
+        let (Some(pid), Some(role)) = (l.pid, l.proc.as_deref()) else {
+            return;
+        };
+        let role = role.to_string();
+        let failed_role = |log: &EngineLog, b: &Boot, other: u32| {
+            log.errors
+                .iter()
+                .any(|g| g.boot == Some(b.index) && g.pids.contains(&other))
+        };
+        let new = match self.boots.last() {
+            Some(b) => match b.role_pids.get(&role) {
+                Some(&other) if other != pid && !worker_role(&role) => failed_role(self, b, other),
+                _ => false,
+            },
+            None => false,
+        };
+        if new {
+            self.new_boot(l.no);
+            if let Some(b) = self.boots.last_mut() {
+                b.last_stage = Some((format!("a new {role} process (pid {pid})"), l.no));
+            }
+        }
+        if let Some(b) = self.boots.last_mut() {
+            b.role_pids.insert(role, pid);
+            b.pids.insert(pid);
+        }
+    }
+
+    /// Feed one line (1-based `no`).
+    pub fn push_line(&mut self, no: usize, raw: &str) {
+        self.lines_read += 1;
+        let l = Line::parse(no, raw);
+        let recognised_before = self.lines_recognised;
+        match l.form {
+            Form::Vllm => self.note_form("vllm"),
+            Form::Sglang => self.note_form("sglang"),
+            Form::Llamacpp => self.note_form("llama.cpp"),
+            Form::Trtllm => self.note_form("tensorrt-llm"),
+            Form::Glog => self.note_form("torch"),
+            _ => {}
+        }
+        self.track_process(&l);
+        self.errors_from(&l);
+        let msg = l.text();
+        if msg.is_empty() {
+            return;
+        }
+        for r in engines::readers() {
+            r.read(self, &l);
+        }
+        self.common(&l);
+        if self.lines_recognised == recognised_before
+            && self.boots.last().is_some_and(|b| b.last_line == no)
+        {
+            self.lines_recognised += 1;
+        }
+    }
+
+    /// Lines every engine prints alike: ready and shutdown markers, KV-scale warnings,
+    /// speculative-decoding metrics.
+    fn common(&mut self, l: &Line) {
+        let msg = l.text();
+        for m in [
+            "Starting vLLM API server",
+            "Starting vLLM server on",
+            "Started server process",
+            "Application startup complete",
+            "Uvicorn running on",
+            "The server is fired up and ready to roll",
+            "server is listening on",
+            "llama_server: listening on",
+            "Engine loaded and ready to serve",
+        ] {
+            if msg.contains(m) {
+                if let Some(b) = self.boots.last_mut() {
+                    if b.stage < 4 && b.ready_line.is_none() {
+                        b.ready_line = Some(l.no);
+                        b.last_stage = Some(("the server-ready line".into(), l.no));
+                    }
+                    b.stage = 4;
+                    b.last_line = l.no;
+                }
+                self.recognised();
+                break;
+            }
+        }
+        if SHUTDOWN.iter().any(|m| msg.contains(m)) && !l.level.is_some_and(Level::is_error) {
+            if let Some(b) = self.boots.last_mut() {
+                b.shutdown_line.get_or_insert(l.no);
+                b.last_line = l.no;
+            }
+            self.recognised();
+        }
+        if l.level == Some(Level::Warning) && kv_scale_re().is_match(msg) {
+            let m = msg.trim().to_string();
+            if !self.kv_scale_warnings.iter().any(|w| w.message == m) {
+                self.kv_scale_warnings.push(ScaleWarning {
+                    message: m,
+                    line: l.no,
+                });
+            }
+            self.recognised();
+        }
+        if l.level == Some(Level::Warning)
+            && fallback_re().is_match(msg)
+            && !msg.contains("native support for FP4")
+        {
+            let m: String = msg.trim().chars().take(240).collect();
+            if !self.fallback_warnings.iter().any(|w| w.message == m) {
+                self.fallback_warnings.push(ScaleWarning {
+                    message: m,
+                    line: l.no,
+                });
+            }
+            self.recognised();
+        }
+        if let Some(s) = parse_spec_line(l.no, msg) {
+            self.spec_lines.push(s);
+            self.recognised();
+        }
     }
 
     /// Group error lines (see the module docs).
@@ -944,68 +1010,84 @@ impl EngineLog {
         let is_err = l.level.is_some_and(Level::is_error);
         let headered = matches!(
             l.form,
-            Form::Vllm | Form::Glog | Form::Llamacpp | Form::Python
+            Form::Vllm | Form::Glog | Form::Llamacpp | Form::Python | Form::Trtllm
         );
-        let key = (l.proc.clone(), l.site.clone());
+        // A process is its role and, when stated, its pid: two runs of one role are two.
+        let process = match (&l.proc, l.pid) {
+            (Some(p), Some(pid)) => Some(format!("{p}#{pid}")),
+            (p, _) => p.clone(),
+        };
+        let key = (process.clone(), l.site.clone());
         // A header from this process that is not an error closes its open group.
         if headered && !is_err {
-            self.open.remove(&l.proc);
+            self.open.remove(&process);
         }
         if is_err {
-            if let Some(&gi) = self.open.get(&l.proc) {
+            if let Some(&gi) = self.open.get(&process) {
                 if self.errors[gi].key.as_ref() == Some(&key) {
                     self.extend_group(gi, l);
                     return;
                 }
             }
-            self.open.remove(&l.proc);
+            self.open.remove(&process);
             if self.errors.len() >= MAX_ERRORS {
                 return;
             }
             let piece = l.is_traceback_piece();
             let gi = self.errors.len();
-            let mut g = ErrorGroup {
-                line: l.no,
-                last_line: l.no,
-                level: l.level,
-                proc: l.proc.clone(),
-                occurrences: 1,
-                boot: self.boots.last().map(|b| b.index),
-                key: Some(key),
-                ..Default::default()
-            };
-            if let Some(r) = l.rank {
-                g.ranks.insert(r);
-            }
+            let mut g = self.group_at(l);
+            g.key = Some(key);
+            g.level = l.level;
             if piece {
                 g.traceback_lines = 1;
-                if text.starts_with("Traceback") {
-                    g.traceback_lines = 1;
-                }
             } else if is_exception_line(text) {
                 g.exception = Some(text.to_string());
                 g.headline = Some(text.to_string());
+                g.chain.push(ChainLink {
+                    exception: text.to_string(),
+                    line: l.no,
+                    relation: None,
+                });
             } else if !text.is_empty() {
                 g.headline = Some(text.to_string());
             }
             g.text.push((l.no, text.to_string()));
             g.sites.extend(l.site.clone());
             self.errors.push(g);
-            self.open.insert(l.proc.clone(), gi);
-            self.lines_recognised += 1;
+            self.open.insert(process, gi);
+            self.chain_tail = None;
+            self.recognised();
             return;
         }
+        // A chained traceback continues after its exception line: blank lines, then the glue.
+        if let Some((gi, _)) = self.chain_tail {
+            let glue = text.starts_with("The above exception was the direct cause")
+                || text.starts_with("During handling of the above exception");
+            if glue && self.errors[gi].proc == l.proc {
+                self.plain_tb = Some(gi);
+                self.chain_tail = None;
+                self.extend_group(gi, l);
+                return;
+            }
+            if !text.is_empty() {
+                self.chain_tail = None;
+            }
+        }
         // Plain (headerless) tracebacks and exception lines.
-        if l.form == Form::Plain || l.form == Form::Sglang {
+        if matches!(l.form, Form::Plain | Form::Sglang) {
             if let Some(gi) = self.plain_tb {
                 let same_proc = self.errors[gi].proc == l.proc;
                 if same_proc && (l.is_traceback_piece() || text.is_empty()) {
                     self.extend_group(gi, l);
                     return;
                 }
-                if same_proc && is_exception_line(text) {
-                    self.extend_group(gi, l);
+                if same_proc
+                    && (is_exception_line(text)
+                        || (exception_like(text) && self.errors[gi].traceback_lines > 1))
+                {
+                    self.extend_group_exception(gi, l);
                     self.plain_tb = None;
+                    self.chain_tail = Some((gi, l.no));
                     return;
                 }
                 self.plain_tb = None;
@@ -1013,59 +1095,113 @@ impl EngineLog {
             if text.contains("Traceback (most recent call last)") && self.errors.len() < MAX_ERRORS
             {
                 let gi = self.errors.len();
-                self.errors.push(ErrorGroup {
-                    line: l.no,
-                    last_line: l.no,
-                    proc: l.proc.clone(),
-                    occurrences: 1,
-                    traceback_lines: 1,
-                    boot: self.boots.last().map(|b| b.index),
-                    headline: text
-                        .find("Traceback (most recent call last)")
-                        .map(|i| text[..i].trim().trim_end_matches(':').trim().to_string())
-                        .filter(|h| !h.is_empty()),
-                    text: vec![(l.no, text.to_string())],
-                    ..Default::default()
-                });
+                let mut g = self.group_at(l);
+                g.traceback_lines = 1;
+                g.headline = text
+                    .find("Traceback (most recent call last)")
+                    .map(|i| text[..i].trim().trim_end_matches(':').trim().to_string())
+                    .filter(|h| !h.is_empty());
+                g.text.push((l.no, text.to_string()));
+                self.errors.push(g);
                 self.plain_tb = Some(gi);
-                self.lines_recognised += 1;
+                self.recognised();
+                return;
+            }
+            // argparse prints its usage block before `prog: error: …`.
+            if text.starts_with("usage: ") {
+                self.usage_line = Some(l.no);
                 return;
             }
         }
         // A line outside any error block that names a cause (plain `ValueError: ...`, the
-        // engine's `Value error, ...`, a toolchain warning), or a plain exception line.
+        // engine's `Value error, ...`, argparse's `prog: error: ...`, a toolchain warning), or a
+        // plain exception line.
         let candidate = l.level.is_none()
             || (l.level == Some(Level::Warning)
                 && text.contains("not compatible with the current PyTorch"));
         if candidate && self.errors.len() < MAX_ERRORS {
-            let cause = classify(text, "");
+            let looks_error = is_exception_line(text)
+                || text.to_ascii_lowercase().contains("error")
+                || text.contains("not supported");
+            let cause = classify(text, "").filter(|c| {
+                !matches!(c, Cause::CapabilityTooLow { .. } | Cause::PortInUse { .. })
+                    || looks_error
+            });
             let exception = is_exception_line(text) && !text.contains("Warning");
             let plain_error = [
                 "error loading model",
                 "failed to load model",
                 "exiting due to model loading error",
+                "exiting due to HTTP server error",
                 "Scheduler hit an exception",
+                "failed to initialize the context",
             ]
             .iter()
             .any(|m| text.contains(m));
             if cause.is_some() || exception || plain_error {
-                self.errors.push(ErrorGroup {
-                    line: l.no,
-                    last_line: l.no,
-                    headline: Some(text.to_string()),
-                    exception: exception.then(|| text.to_string()),
-                    level: l.level,
-                    proc: l.proc.clone(),
-                    ranks: l.rank.into_iter().collect(),
-                    occurrences: 1,
-                    cause,
-                    cause_line: None,
-                    boot: self.boots.last().map(|b| b.index),
-                    text: vec![(l.no, text.to_string())],
-                    ..Default::default()
-                });
-                self.lines_recognised += 1;
+                let first = match (&cause, self.usage_line) {
+                    (Some(Cause::InvalidArguments { .. }), Some(u)) if l.no - u <= 40 => u,
+                    _ => l.no,
+                };
+                let mut g = self.group_at(l);
+                g.line = first;
+                g.headline = Some(text.to_string());
+                g.exception = exception.then(|| text.to_string());
+                if exception {
+                    g.chain.push(ChainLink {
+                        exception: text.to_string(),
+                        line: l.no,
+                        relation: None,
+                    });
+                }
+                g.level = l.level;
+                if let Some(c) = cause {
+                    g.causes.push((c.clone(), l.no));
+                    g.cause = Some(c);
+                    g.cause_line = Some(l.no);
+                }
+                g.text.push((l.no, text.to_string()));
+                let gi = self.errors.len();
+                self.errors.push(g);
+                if exception {
+                    self.chain_tail = Some((gi, l.no));
+                }
+                self.usage_line = None;
+                self.recognised();
             }
+        }
+    }
+
+    /// A new group opened by line `l`, in the current boot.
+    fn group_at(&self, l: &Line) -> ErrorGroup {
+        let boot = self.boots.last();
+        ErrorGroup {
+            line: l.no,
+            last_line: l.no,
+            proc: l.proc.clone(),
+            pids: l.pid.into_iter().collect(),
+            ranks: l.rank.into_iter().collect(),
+            occurrences: 1,
+            boot: boot.map(|b| b.index),
+            after_shutdown: boot.and_then(|b| b.shutdown_line),
+            ..Default::default()
+        }
+    }
+
+    fn extend_group_exception(&mut self, gi: usize, l: &Line) {
+        self.extend_group(gi, l);
+        let text = l.text();
+        let g = &mut self.errors[gi];
+        if g.exception.as_deref() != Some(text) {
+            g.exception = Some(text.to_string());
+        }
+        if !g.chain.iter().any(|c| c.line == l.no) {
+            let relation = g.pending_relation.take();
+            g.chain.push(ChainLink {
+                exception: text.to_string(),
+                line: l.no,
+                relation,
+            });
         }
     }
 
@@ -1076,11 +1212,27 @@ impl EngineLog {
         if let Some(r) = l.rank {
             g.ranks.insert(r);
         }
-        if l.is_traceback_piece() {
-            g.traceback_lines += 1;
-        } else if is_exception_line(text) {
+        if let Some(p) = l.pid {
+            g.pids.insert(p);
+        }
+        if text.starts_with("The above exception was the direct cause") {
+            g.pending_relation = Some("direct cause".into());
+        } else if text.starts_with("During handling of the above exception") {
+            g.pending_relation = Some("during handling".into());
+        }
+        let exception = is_exception_line(text)
+            || (exception_like(text) && g.traceback_lines > 1 && l.msg.len() == text.len());
+        if exception && !l.is_traceback_piece() {
             g.traceback_lines += 1;
             g.exception = Some(text.to_string());
+            let relation = g.pending_relation.take();
+            g.chain.push(ChainLink {
+                exception: text.to_string(),
+                line: l.no,
+                relation,
+            });
+        } else if l.is_traceback_piece() {
+            g.traceback_lines += 1;
         } else if g.headline.is_none() && !text.is_empty() && g.traceback_lines == 0 {
             g.headline = Some(text.to_string());
         }
@@ -1088,7 +1240,7 @@ impl EngineLog {
             g.text.push((l.no, text.to_string()));
         }
         g.sites.extend(l.site.clone());
-        self.lines_recognised += 1;
+        self.recognised();
     }
 
     /// Close the parse: causes, deduplication, boot statuses and checks. Called by
@@ -1096,22 +1248,27 @@ impl EngineLog {
     pub fn finish(&mut self) {
         self.open.clear();
         self.plain_tb = None;
-        // Causes from each group's whole text.
+        self.chain_tail = None;
+        // Causes from each group's whole text: every distinct one, in order.
         for g in &mut self.errors {
-            if g.cause.is_none() {
-                let context = g
-                    .sites
-                    .iter()
-                    .map(String::as_str)
-                    .chain(g.text.iter().map(|(_, t)| t.as_str()))
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                for (no, t) in &g.text {
-                    if let Some(c) = classify(t, &context) {
-                        g.cause = Some(c);
-                        g.cause_line = Some(*no);
-                        break;
+            let context = g
+                .sites
+                .iter()
+                .map(String::as_str)
+                .chain(g.text.iter().map(|(_, t)| t.as_str()))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for (no, t) in &g.text {
+                if let Some(c) = classify(t, &context) {
+                    if !g.causes.iter().any(|(x, _)| *x == c) {
+                        g.causes.push((c, *no));
                     }
+                }
+            }
+            if g.cause.is_none() {
+                if let Some((c, no)) = g.causes.first() {
+                    g.cause = Some(c.clone());
+                    g.cause_line = Some(*no);
                 }
             } else if g.cause_line.is_none() {
                 g.cause_line = Some(g.line);
@@ -1120,21 +1277,40 @@ impl EngineLog {
                 && g.headline
                     .as_deref()
                     .is_some_and(|h| GENERIC.iter().any(|m| h.contains(m)));
+            // An interrupt (Ctrl-C) is the request to stop, not a fault.
+            if g.after_shutdown.is_none() {
+                if let Some(c) = g
+                    .chain
+                    .iter()
+                    .find(|c| c.exception.contains("KeyboardInterrupt"))
+                {
+                    g.after_shutdown = Some(c.line);
+                }
+            }
         }
-        // Deduplicate: the same message (several ranks, repeats) is one group.
+        // Deduplicate: the same message (several ranks, a worker pool, repeats) is one group;
+        // the same message from two pids of a once-per-boot process is two.
         let mut merged: Vec<ErrorGroup> = Vec::new();
         for g in std::mem::take(&mut self.errors) {
             let same = merged.iter_mut().find(|m| {
+                let two_runs = m.proc.is_some()
+                    && m.proc == g.proc
+                    && !m.proc.as_deref().is_some_and(worker_role)
+                    && !m.pids.is_empty()
+                    && !g.pids.is_empty()
+                    && m.pids.is_disjoint(&g.pids);
                 m.headline == g.headline
                     && m.exception == g.exception
                     && m.cause == g.cause
                     && m.boot == g.boot
                     && (m.headline.is_some() || m.exception.is_some())
+                    && !two_runs
             });
             match same {
                 Some(m) => {
                     m.occurrences += g.occurrences;
                     m.ranks.extend(g.ranks.iter().copied());
+                    m.pids.extend(g.pids.iter().copied());
                 }
                 None => merged.push(g),
             }
@@ -1164,11 +1340,14 @@ impl EngineLog {
                 b.last_line = b.last_line.max(g.last_line);
             }
         }
+        engines::finish_boots(self);
         // Boot statuses, implied block sizes and the KV check.
-        let n = self.boots.len();
-        for (bi, b) in self.boots.iter_mut().enumerate() {
+        for b in self.boots.iter_mut() {
             let startup_error = b.errors.iter().any(|&i| {
                 let g = &self.errors[i];
+                if g.after_shutdown.is_some() {
+                    return false;
+                }
                 match &g.cause {
                     Some(c) => {
                         c.is_startup()
@@ -1219,24 +1398,17 @@ impl EngineLog {
                     });
                 }
             }
-            let _ = (bi, n);
         }
-        // The engine: the most frequent line form wins; an explicit version line says vLLM.
+        // The engine: the most frequent line form wins.
         if self.engine.is_none() {
-            self.engine = ["llama.cpp", "sglang", "rigbench", "vllm"]
+            self.engine = ["llama.cpp", "sglang", "tensorrt-llm", "rigbench", "vllm"]
                 .iter()
                 .filter_map(|e| self.forms.get(e).map(|n| (*n, *e)))
                 .max_by_key(|(n, _)| *n)
                 .map(|(_, e)| e.to_string())
                 .or_else(|| {
                     (!self.spec_lines.is_empty()
-                        && self.spec_lines.iter().all(|s| {
-                            !matches!(
-                                s.generation,
-                                super::spec::SpecLogGeneration::Sglang
-                                    | super::spec::SpecLogGeneration::Llamacpp
-                            )
-                        }))
+                        && self.spec_lines.iter().all(|s| s.generation.is_vllm()))
                     .then(|| "vllm".to_string())
                 });
         }
@@ -1250,6 +1422,14 @@ impl EngineLog {
             .iter()
             .rev()
             .find_map(|b| b.capacity_tokens().map(|t| (t, b)))
+    }
+
+    /// The KV capacity of the last boot that states one, with its line and how it was read
+    /// (for llama.cpp: cells × streams of the `llama_kv_cache` line, else `n_slots ×
+    /// n_ctx_slot` of the `load_model` line, or `n_ctx_slot` alone when `kv_unified`).
+    /// `rigbench e2e` uses this when the engine's endpoints do not state the capacity.
+    pub fn kv_reading(&self) -> Option<KvReading> {
+        self.boots.iter().rev().find_map(Boot::kv_reading)
     }
 
     /// Speculative decoding pooled over every line; `None` without spec lines.
@@ -1272,6 +1452,56 @@ impl EngineLog {
         None
     }
 
+    /// Rewrite every string this log copied from its input (messages, process names, paths in
+    /// arguments, kernel names) with `f`, the redaction of user data; rigbench's own words and
+    /// the figures stay as they are. Call after [`EngineLog::finish`].
+    pub fn map_input_text(&mut self, f: &dyn Fn(&str) -> String) {
+        let opt = |o: &mut Option<String>| {
+            if let Some(s) = o.as_mut() {
+                *s = f(s);
+            }
+        };
+        opt(&mut self.engine_version);
+        opt(&mut self.quantization);
+        opt(&mut self.kv_cache_dtype);
+        opt(&mut self.non_default_args);
+        opt(&mut self.spec_method);
+        opt(&mut self.spec_config.method);
+        for b in &mut self.boots {
+            opt(&mut b.engine_version);
+            for k in &mut b.kv_buffers {
+                k.device = f(&k.device);
+            }
+        }
+        for g in &mut self.errors {
+            opt(&mut g.headline);
+            opt(&mut g.exception);
+            opt(&mut g.proc);
+            for c in &mut g.chain {
+                c.exception = f(&c.exception);
+            }
+            if let Some(c) = g.cause.as_mut() {
+                c.map_input_text(f);
+            }
+            for (c, _) in &mut g.causes {
+                c.map_input_text(f);
+            }
+        }
+        if let Some(m) = self.marlin_fp4_fallback.as_mut() {
+            m.call_sites = m.call_sites.iter().map(|s| f(s)).collect();
+        }
+        for k in &mut self.kernel_choices {
+            k.kernel = f(&k.kernel);
+        }
+        for w in self
+            .kv_scale_warnings
+            .iter_mut()
+            .chain(self.fallback_warnings.iter_mut())
+        {
+            w.message = f(&w.message);
+        }
+    }
+
     /// Whether anything at all was recognised.
     pub fn is_empty(&self) -> bool {
         self.engine_version.is_none()
@@ -1282,9 +1512,27 @@ impl EngineLog {
             && self.kv_cache_dtype.is_none()
             && self.spec_config == SpecConfig::default()
             && self.kv_scale_warnings.is_empty()
+            && self.fallback_warnings.is_empty()
             && self.non_default_args.is_none()
             && self.errors.is_empty()
             && self.spec_lines.is_empty()
             && self.request_timings.is_empty()
     }
+}
+
+fn fallback_re() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"(?i)\b(?:fall(?:ing)? ?back|fallback) to\b").expect("static regex")
+    })
+}
+
+fn kv_scale_re() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(
+            r"(?i)(?:\b[kvq]_scale|kv_scale|prob_scale|KV cache scaling factor|k/v_scale|q scaling factor)",
+        )
+        .expect("static regex")
+    })
 }

@@ -1,11 +1,18 @@
-//! What a `/metrics` scrape says about the engine: its name (metric prefix), KV capacity and
-//! speculative decoding. Names: vLLM V1 (`vllm:cache_config_info`, `vllm:spec_decode_*`),
-//! SGLang (`sglang:max_total_num_tokens`, `sglang:spec_accept_length`), llama.cpp
-//! (`llamacpp:*`, which carries no capacity).
+//! What a `/metrics` scrape says about the engine: its name (metric prefix), KV capacity,
+//! speculative decoding, prompt and generation counters, and the prefix cache. Names: vLLM V1
+//! (`vllm:cache_config_info`, `vllm:spec_decode_*`, `vllm:prefix_cache_{queries,hits}`,
+//! `vllm:{prompt,generation}_tokens`), SGLang (`sglang:max_total_num_tokens`,
+//! `sglang:spec_accept_length`, `sglang:spec_accept_rate`), llama.cpp (`llamacpp:prompt_tokens`,
+//! `llamacpp:prompt_seconds`, `llamacpp:tokens_predicted`, `llamacpp:tokens_predicted_seconds`,
+//! `llamacpp:prompt_tokens_cached` (prompt tokens reused from its prompt cache, a prefix-cache
+//! counter), `llamacpp:spec_decode_num_{drafts,draft_tokens,accepted_tokens}`; no capacity).
+//!
+//! A family counts as "without samples" only when neither its values nor its `_created`
+//! series have a sample: a `_created` gauge with samples is data.
 
 use serde::{Deserialize, Serialize};
 
-use super::spec::{k_from_counts, SpecPooled};
+use super::spec::{k_from_counts, pool_sglang, SpecLogGeneration, SpecLogLine, SpecPooled};
 use crate::e2e::prometheus::Exposition;
 
 /// Facts read from one scrape (or from the difference of two).
@@ -25,6 +32,39 @@ pub struct MetricsFacts {
     pub spec: Option<SpecPooled>,
     /// How spec was established (`drafts counter`, `families present, no samples`).
     pub spec_evidence: Option<String>,
+    /// Prompt and generation counters.
+    #[serde(default)]
+    pub tokens: Option<TokenCounters>,
+    /// Prefix-cache counters.
+    #[serde(default)]
+    pub prefix_cache: Option<PrefixCache>,
+}
+
+/// Prompt and generation counters since the engine started (or between two scrapes).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TokenCounters {
+    /// Prompt tokens processed (llama.cpp: excluding tokens reused from its cache).
+    pub prompt_tokens: Option<f64>,
+    /// Seconds spent on prompts, summed over slots (llama.cpp).
+    pub prompt_seconds: Option<f64>,
+    /// Generated tokens.
+    pub generated_tokens: Option<f64>,
+    /// Seconds spent generating, summed over slots (llama.cpp).
+    pub generation_seconds: Option<f64>,
+    /// The families read.
+    pub source: String,
+}
+
+/// Prefix-cache counters: tokens found in the cache of the tokens looked up.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PrefixCache {
+    /// Tokens served from the cache.
+    pub hits: f64,
+    /// Tokens looked up (hits included).
+    pub queries: f64,
+    /// The families read and how `queries` was formed.
+    pub source: String,
 }
 
 /// The engine a scrape comes from, by its metric-name prefix.
@@ -80,10 +120,13 @@ pub fn spec(before: Option<&Exposition>, after: &Exposition) -> Option<(SpecPool
             None => Some(a),
         }
     };
-    if after.has_family("vllm:spec_decode_num_drafts") {
-        let drafts = d("vllm:spec_decode_num_drafts");
-        let draft_tokens = d("vllm:spec_decode_num_draft_tokens");
-        let accepted = d("vllm:spec_decode_num_accepted_tokens");
+    let prefix = ["vllm:", "llamacpp:"]
+        .into_iter()
+        .find(|p| after.has_family(&format!("{p}spec_decode_num_drafts")));
+    if let Some(prefix) = prefix {
+        let drafts = d(&format!("{prefix}spec_decode_num_drafts"));
+        let draft_tokens = d(&format!("{prefix}spec_decode_num_draft_tokens"));
+        let accepted = d(&format!("{prefix}spec_decode_num_accepted_tokens"));
         let Some(drafts) = drafts else {
             return Some((
                 SpecPooled::default(),
@@ -100,7 +143,8 @@ pub fn spec(before: Option<&Exposition>, after: &Exposition) -> Option<(SpecPool
         p.drafted = draft_tokens.map_or(0, |a| a.round() as u64);
         let positions = after.sum_by("vllm:spec_decode_num_accepted_tokens_per_pos", "position");
         if let Some(dt) = draft_tokens {
-            if let Some(k) = k_from_counts(dt, drafts) {
+            // llama.cpp's n-gram drafts vary in length: their mean is not k.
+            if let Some(k) = k_from_counts(dt, drafts).filter(|_| prefix == "vllm:") {
                 p.k = Some(k);
                 p.k_source = Some("/metrics draft_tokens / drafts".into());
             }
@@ -129,13 +173,23 @@ pub fn spec(before: Option<&Exposition>, after: &Exposition) -> Option<(SpecPool
         return Some((p, why));
     }
     if let Some(len) = after.max("sglang:spec_accept_length") {
+        // The gauge is SGLang's accept len (the bonus token counted); its accept rate is not
+        // the acceptance rate (see `super::spec`): without k the rate stays unknown.
+        let line = SpecLogLine {
+            generation: SpecLogGeneration::Sglang,
+            accepted: None,
+            drafted: None,
+            emitted: None,
+            acceptance_rate: after.max("sglang:spec_accept_rate"),
+            mean_acceptance_length: Some(len),
+            per_position: Vec::new(),
+            k: None,
+            line: 0,
+            drafts: None,
+            method: None,
+        };
         return Some((
-            SpecPooled {
-                mean_acceptance_length: Some(len),
-                acceptance_rate: after.max("sglang:spec_accept_rate"),
-                samples: 1,
-                ..Default::default()
-            },
+            pool_sglang(&[&line], None),
             "sglang:spec_accept_length gauge".into(),
         ));
     }
@@ -154,12 +208,84 @@ pub fn facts(e: &Exposition) -> MetricsFacts {
     f.families_without_samples = e
         .families
         .keys()
-        .filter(|k| e.matching(k).next().is_none() && e.histogram(k).is_none())
+        .filter(|k| {
+            e.matching(k).next().is_none()
+                && e.histogram(k).is_none()
+                && !e.created.iter().any(|s| s.name == **k)
+        })
         .cloned()
         .collect();
+    f.tokens = token_counters(None, e);
+    f.prefix_cache = prefix_cache(None, e);
     if let Some((s, why)) = spec(None, e) {
         f.spec = Some(s);
         f.spec_evidence = Some(why);
     }
     f
+}
+
+/// The value of `name` in `after`, less its value in `before` when given (`None` when absent or
+/// when the counter went down: a restart).
+fn delta(before: Option<&Exposition>, after: &Exposition, name: &str) -> Option<f64> {
+    let a = after.sum(name)?;
+    match before {
+        Some(b) => {
+            let b = b.sum(name).unwrap_or(0.0);
+            (a >= b).then_some(a - b)
+        }
+        None => Some(a),
+    }
+}
+
+/// Prompt and generation counters: llama.cpp `llamacpp:prompt_tokens`, `prompt_seconds`,
+/// `tokens_predicted`, `tokens_predicted_seconds`; vLLM `vllm:prompt_tokens`,
+/// `vllm:generation_tokens`.
+pub fn token_counters(before: Option<&Exposition>, after: &Exposition) -> Option<TokenCounters> {
+    if after.has_family("llamacpp:prompt_tokens") || after.has_family("llamacpp:tokens_predicted") {
+        let t = TokenCounters {
+            prompt_tokens: delta(before, after, "llamacpp:prompt_tokens"),
+            prompt_seconds: delta(before, after, "llamacpp:prompt_seconds"),
+            generated_tokens: delta(before, after, "llamacpp:tokens_predicted"),
+            generation_seconds: delta(before, after, "llamacpp:tokens_predicted_seconds"),
+            source: "llamacpp:prompt_tokens_total, prompt_seconds_total, tokens_predicted_total, tokens_predicted_seconds_total".into(),
+        };
+        return (t.prompt_tokens.is_some() || t.generated_tokens.is_some()).then_some(t);
+    }
+    if after.has_family("vllm:generation_tokens") || after.has_family("vllm:prompt_tokens") {
+        let t = TokenCounters {
+            prompt_tokens: delta(before, after, "vllm:prompt_tokens"),
+            generated_tokens: delta(before, after, "vllm:generation_tokens"),
+            source: "vllm:prompt_tokens_total, vllm:generation_tokens_total".into(),
+            ..Default::default()
+        };
+        return (t.prompt_tokens.is_some() || t.generated_tokens.is_some()).then_some(t);
+    }
+    None
+}
+
+/// Prefix-cache counters: vLLM `vllm:prefix_cache_hits` / `vllm:prefix_cache_queries` (tokens);
+/// llama.cpp `llamacpp:prompt_tokens_cached` of (cached + `llamacpp:prompt_tokens`, which
+/// excludes cached tokens).
+pub fn prefix_cache(before: Option<&Exposition>, after: &Exposition) -> Option<PrefixCache> {
+    if let (Some(h), Some(q)) = (
+        delta(before, after, "vllm:prefix_cache_hits"),
+        delta(before, after, "vllm:prefix_cache_queries"),
+    ) {
+        return Some(PrefixCache {
+            hits: h,
+            queries: q,
+            source: "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total".into(),
+        });
+    }
+    if let (Some(c), Some(p)) = (
+        delta(before, after, "llamacpp:prompt_tokens_cached"),
+        delta(before, after, "llamacpp:prompt_tokens"),
+    ) {
+        return Some(PrefixCache {
+            hits: c,
+            queries: c + p,
+            source: "llamacpp:prompt_tokens_cached_total / (prompt_tokens_cached_total + prompt_tokens_total, which excludes cached tokens)".into(),
+        });
+    }
+    None
 }

@@ -3,27 +3,41 @@
 //! (`--engine-log` and the captured log) and `rigbench report` read engine logs through
 //! [`log::EngineLog`] and show [`findings_for_log`].
 //!
-//! Module map: [`line`] (prefixes, levels), [`log`] (boots, errors, kernels, spec lines),
+//! Module map: [`line`] (prefixes, levels, pids), [`engines`] (one reader per engine behind
+//! [`engines::EngineReader`]), [`log`] (boots, processes, errors, kernels, spec lines),
 //! [`cause`] (root causes), [`spec`] (speculative decoding, pooled), [`metrics`] (`/metrics`
-//! facts), [`render`] (Markdown).
+//! facts), [`render`] (Markdown); the findings of a log are built in `boot_findings` (errors,
+//! boots, KV warnings) and `kernels` (native FP4, weight-only paths). `docs/diagnose.md` lists
+//! the lines and metrics read per engine and version, and every finding.
 //!
 //! Findings (id, severity):
 //! - `out-of-memory`, `kv-too-small-for-max-len`, `no-kv-memory`, `quantization-unsupported`,
-//!   `toolchain-too-old` (error): a root cause the log names, with its figures;
+//!   `capability-too-low`, `toolchain-too-old`, `invalid-arguments`, `port-in-use` (error): a
+//!   root cause the log names, with its figures; every distinct cause of an error is reported;
 //! - `engine-error` (error): an error whose cause the log does not hold ("cause not captured in
-//!   this excerpt" when only its traceback is there);
+//!   this excerpt" when only its traceback is there); `engine-error-at-shutdown` (info): one
+//!   printed after the engine was asked to stop;
 //! - `startup-incomplete` (warning): the log stops after the KV-memory line without a KV-size
 //!   line (KV tokens unknown, never derived from GiB); `startup-state-unknown` (info): a boot
 //!   with only its start;
-//! - `kv-capacity` (info) per boot; `kv-inconsistent` (warning): printed KV tokens and max
-//!   concurrency × max length disagree by more than 2% (both reported);
+//! - `kv-capacity` (info) per boot, with how it was read; `kv-inconsistent` (warning): two lines
+//!   of a boot state capacities more than 2% apart (both reported);
+//! - `kv-padding-waste`, `kv-off-gpu`, `kv-pool-capped`, `max-len-reduced`,
+//!   `kv-allocation-replaced`: the engines' KV warnings that change a conclusion;
 //! - `spec-decoding` (info): state, k, pooled acceptance; `spec-accepts-nothing` (error):
-//!   acceptance 0 or below 5%; `spec-low-acceptance` (warning): below 10%;
-//! - `marlin-fp4-fallback` (info when expected for this checkpoint on this card, warning when
-//!   not); `kv-fp8-scale-1` (info/warning): FP8 KV at scale 1.0, whose fault;
-//! - `metrics-no-data`, `metrics-invalid-lines`, `nothing-recognised`, `request-timings` (info).
+//!   acceptance 0 or below 5%, or a mean acceptance length of 1.00; `spec-low-acceptance`
+//!   (warning): below 10%;
+//! - `fp4-native` (info): the card runs FP4 natively; `marlin-fp4-fallback` and
+//!   `fp4-weight-only` (info when expected for this checkpoint, card and engine version, warning
+//!   when not); `kv-fp8-scale-1` (info/warning): FP8 KV at scale 1.0, whose fault;
+//! - `kernel-fallback` (info): a warning that the engine fell back to another kernel;
+//! - `engine-counters`, `prefix-cache`, `metrics-no-data`, `metrics-invalid-lines`,
+//!   `nothing-recognised`, `request-timings` (info).
 
+mod boot_findings;
 pub mod cause;
+pub mod engines;
+mod kernels;
 pub mod line;
 pub mod log;
 pub mod metrics;
@@ -39,7 +53,7 @@ use crate::checkpoint::{self, InspectOptions, LayerKind, ModuleFormat};
 use crate::e2e::prometheus::Exposition;
 use crate::rig::ComputeCapability;
 use cause::{thousands, Cause};
-use log::{BootStatus, EngineLog};
+use log::EngineLog;
 use spec::{RequestSpec, SpecPooled};
 
 /// One finding.
@@ -149,6 +163,45 @@ impl Diagnosis {
     /// Findings with one id.
     pub fn findings_of(&self, id: &str) -> Vec<&Finding> {
         self.findings.iter().filter(|f| f.id == id).collect()
+    }
+}
+
+/// Rewrite every string the inputs supplied (file names, log messages and arguments, metric
+/// names, the checkpoint path, where the card came from) with `redact`, and nothing rigbench
+/// wrote itself: call it before [`build_findings`], so findings quote redacted input inside
+/// rigbench's own, unredacted words (`KV bytes per token = …` stays as written).
+pub fn redact_inputs(d: &mut Diagnosis, redact: &dyn Fn(&str) -> String) {
+    for l in &mut d.logs {
+        l.name = redact(&l.name);
+        l.log.map_input_text(redact);
+    }
+    for m in &mut d.metrics {
+        m.name = redact(&m.name);
+        for x in &mut m.facts.families_without_samples {
+            *x = redact(x);
+        }
+        for x in &mut m.facts.warnings {
+            *x = redact(x);
+        }
+        if let Some(e) = m.exposition.as_mut() {
+            for s in e.samples.iter_mut().chain(e.created.iter_mut()) {
+                for v in s.labels.values_mut() {
+                    *v = redact(v);
+                }
+            }
+        }
+    }
+    for s in &mut d.sse {
+        s.name = redact(&s.name);
+    }
+    if let Some(c) = d.checkpoint.as_mut() {
+        c.dir = redact(&c.dir);
+        if let Some(k) = c.kv_declared.as_mut() {
+            *k = redact(k);
+        }
+    }
+    if let Some(c) = d.card.as_mut() {
+        c.source = redact(&c.source);
     }
 }
 
@@ -270,7 +323,13 @@ pub fn parse_metrics(name: &str, bytes: &[u8]) -> MetricsInput {
     }
 }
 
-fn f(id: &str, severity: Severity, title: String, detail: String, source: String) -> Finding {
+pub(crate) fn f(
+    id: &str,
+    severity: Severity,
+    title: String,
+    detail: String,
+    source: String,
+) -> Finding {
     Finding {
         id: id.into(),
         severity,
@@ -280,15 +339,15 @@ fn f(id: &str, severity: Severity, title: String, detail: String, source: String
     }
 }
 
-fn gib(bytes: u64) -> String {
+pub(crate) fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
-fn pct(x: f64) -> String {
+pub(crate) fn pct(x: f64) -> String {
     format!("{:.2}%", x * 100.0)
 }
 
-fn lines(name: &str, a: usize, b: usize) -> String {
+pub(crate) fn lines(name: &str, a: usize, b: usize) -> String {
     if a == b {
         format!("{name}:{a}")
     } else {
@@ -296,35 +355,35 @@ fn lines(name: &str, a: usize, b: usize) -> String {
     }
 }
 
-/// The card a log names (`Current capability: 86`, `CUDA capability sm_120`), if any.
+/// The card a log names (`Current capability: 86`, `GPU has compute capability 7.0`, `CUDA
+/// capability sm_120`), if any.
 fn card_from_log(l: &LogInput) -> Option<Card> {
     for g in &l.log.errors {
-        match &g.cause {
-            Some(Cause::QuantizationUnsupported {
-                current_capability: Some(c),
-                ..
-            }) => {
+        for (c, line) in &g.causes {
+            if let Some(cur) = c.current_capability() {
                 return Some(Card {
-                    cc: ComputeCapability::new(c / 10, c % 10),
-                    source: format!("{}:{} (Current capability)", l.name, g.line),
-                })
+                    cc: ComputeCapability::new(cur / 10, cur % 10),
+                    source: format!("{}:{line} (the card's capability in the message)", l.name),
+                });
             }
-            Some(Cause::ToolchainTooOld {
+            if let Cause::ToolchainTooOld {
                 target: Some(t), ..
-            }) if t.starts_with("sm_")
-                && g.headline
-                    .as_deref()
-                    .is_some_and(|h| h.contains("capability")) =>
+            } = c
             {
-                let n: String = t[3..].chars().take_while(|c| c.is_ascii_digit()).collect();
-                if let Ok(n) = n.parse::<u32>() {
-                    return Some(Card {
-                        cc: ComputeCapability::new(n / 10, n % 10),
-                        source: format!("{}:{}", l.name, g.line),
-                    });
+                let capability_line = g
+                    .headline
+                    .as_deref()
+                    .is_some_and(|h| h.contains("capability"));
+                if t.starts_with("sm_") && capability_line {
+                    let n: String = t[3..].chars().take_while(|c| c.is_ascii_digit()).collect();
+                    if let Ok(n) = n.parse::<u32>() {
+                        return Some(Card {
+                            cc: ComputeCapability::new(n / 10, n % 10),
+                            source: format!("{}:{}", l.name, g.line),
+                        });
+                    }
                 }
             }
-            _ => {}
         }
     }
     None
@@ -396,269 +455,11 @@ fn log_findings(l: &LogInput, out: &mut Vec<Finding>) {
         ));
         return;
     }
-    // Errors.
-    for (i, g) in log.errors.iter().enumerate() {
-        let src = lines(name, g.line, g.last_line);
-        let ranks = if g.ranks.len() > 1 || g.occurrences > 1 {
-            format!(
-                " (printed {} times{})",
-                g.occurrences,
-                if g.ranks.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " by ranks {}",
-                        g.ranks
-                            .iter()
-                            .map(u32::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                }
-            )
-        } else {
-            String::new()
-        };
-        if g.generic && g.explained_by.is_some() {
-            continue; // folded into its cause below
-        }
-        if let Some(c) = &g.cause {
-            let consequences: Vec<String> = log
-                .errors
-                .iter()
-                .filter(|x| x.explained_by == Some(i))
-                .map(|x| {
-                    format!(
-                        "'{}' at line {}",
-                        x.headline.as_deref().unwrap_or("error"),
-                        x.line
-                    )
-                })
-                .collect();
-            let phase = if c.is_startup() {
-                "startup failed"
-            } else {
-                "out of memory"
-            };
-            let mut detail = format!(
-                "{} (line {}{}){ranks}",
-                c.describe(),
-                g.cause_line.unwrap_or(g.line),
-                if g.line != g.last_line {
-                    format!(", the error spans lines {}–{}", g.line, g.last_line)
-                } else {
-                    String::new()
-                }
-            );
-            if !consequences.is_empty() {
-                detail.push_str(&format!(
-                    "; then {}, which is the consequence, not the cause",
-                    consequences.join(", ")
-                ));
-            }
-            out.push(f(
-                &c.kind().replace('_', "-"),
-                Severity::Error,
-                format!(
-                    "{phase}: {}",
-                    match c {
-                        Cause::KvTooSmallForMaxLen { max_model_len, .. } => format!(
-                            "KV cache too small for max_model_len {}",
-                            thousands(*max_model_len)
-                        ),
-                        Cause::NoKvMemory { .. } => "no memory for the KV cache".into(),
-                        Cause::OutOfMemory { .. } => "CUDA out of memory".into(),
-                        Cause::QuantizationUnsupported { method, .. } => format!(
-                            "quantization {} unsupported on this compute capability",
-                            method.as_deref().unwrap_or("scheme")
-                        ),
-                        Cause::ToolchainTooOld { target, .. } => format!(
-                            "toolchain too old for {}",
-                            target.as_deref().unwrap_or("this card")
-                        ),
-                    }
-                ),
-                detail,
-                src,
-            ));
-            continue;
-        }
-        let (title, detail) = match (&g.headline, &g.exception) {
-            (None, None) => (
-                "engine error, cause not captured in this excerpt".to_string(),
-                format!(
-                    "only traceback lines ({} of them) at error level: the message that opened the error and the exception that ended it are outside this excerpt; include the lines before line {} and after line {}",
-                    g.traceback_lines, g.line, g.last_line
-                ),
-            ),
-            (Some(h), None) if g.traceback_lines > 0 => (
-                format!("engine error: {h}"),
-                format!(
-                    "the traceback under it (lines {}–{}) ends before its exception line: cause not captured in this excerpt{ranks}",
-                    g.line + 1,
-                    g.last_line
-                ),
-            ),
-            (Some(h), None) => (format!("engine error: {h}"), format!("no cause named in the log{ranks}")),
-            (h, Some(e)) => (
-                format!("engine error: {}", h.as_deref().unwrap_or(e)),
-                format!("raised {e}{ranks}"),
-            ),
-        };
-        out.push(f("engine-error", Severity::Error, title, detail, src));
-    }
-    // Boots.
-    let n = log.boots.len();
-    for b in &log.boots {
-        let tag = if n > 1 {
-            format!("boot {} of {n}", b.index)
-        } else {
-            "boot".to_string()
-        };
-        let src = lines(name, b.line, b.last_line);
-        let mem = b.available_kv_memory_bytes.map(|m| {
-            format!(
-                "{} available for KV (line {})",
-                gib(m),
-                b.available_kv_memory_line.unwrap_or(b.line)
-            )
-        });
-        match b.status {
-            Some(BootStatus::Incomplete) => {
-                let last = b
-                    .last_stage
-                    .clone()
-                    .unwrap_or_else(|| ("its start".into(), b.line));
-                let next = (b.index < n).then(|| log.boots[b.index].line);
-                if b.available_kv_memory_bytes.is_some() {
-                    out.push(f(
-                        "startup-incomplete",
-                        Severity::Warning,
-                        format!("{tag}: startup incomplete, KV tokens unknown"),
-                        format!(
-                            "{}; the log {} after {} (line {}) without a KV-size line ('GPU KV cache size' / '# GPU blocks'); KV tokens are not derived from GiB. The engine may still be profiling, or died without an error line: look at the lines after the excerpt, or dmesg for an OOM kill",
-                            mem.unwrap_or_default(),
-                            match next {
-                                Some(l) => format!("moves on to the next boot (line {l})"),
-                                None => "stops".into(),
-                            },
-                            last.0,
-                            last.1
-                        ),
-                        src,
-                    ));
-                } else {
-                    out.push(f(
-                        "startup-state-unknown",
-                        Severity::Info,
-                        format!("{tag}: only its start is in the log"),
-                        format!(
-                            "the log {} after {} (line {}), before any KV-cache line: startup state unknown",
-                            match next {
-                                Some(l) => format!("moves on to the next boot (line {l})"),
-                                None => "stops".into(),
-                            },
-                            last.0,
-                            last.1
-                        ),
-                        src,
-                    ));
-                }
-            }
-            Some(BootStatus::Failed) if !b.has_kv_size() => {} // the error findings say it
-            _ => {
-                if !b.has_kv_size() {
-                    continue;
-                }
-                let mut parts = Vec::new();
-                match (b.kv_cache_tokens, b.gpu_blocks, b.capacity_tokens()) {
-                    (Some(t), _, _) => parts.push(format!(
-                        "{} KV tokens (line {})",
-                        thousands(t),
-                        b.kv_cache_tokens_line.unwrap_or(b.line)
-                    )),
-                    (None, Some(g), Some(t)) => parts.push(format!(
-                        "{} GPU blocks × {} = {} KV tokens (block size {})",
-                        thousands(g),
-                        b.block_size.unwrap_or(0),
-                        thousands(t),
-                        b.block_size_source.as_deref().unwrap_or("stated")
-                    )),
-                    (None, Some(g), None) => parts.push(format!(
-                        "{} GPU blocks (block size not in the log: KV tokens unknown)",
-                        thousands(g)
-                    )),
-                    _ => {}
-                }
-                if b.kv_cache_tokens.is_some() {
-                    if let Some(g) = b.gpu_blocks {
-                        parts.push(format!(
-                            "{} GPU blocks{}",
-                            thousands(g),
-                            b.block_size
-                                .map(|s| format!(" of {s} tokens"))
-                                .unwrap_or_default()
-                        ));
-                    }
-                }
-                if let Some((len, x)) = b.max_concurrency {
-                    parts.push(format!(
-                        "max concurrency {x:.2}x at {} tokens per request (line {})",
-                        thousands(len),
-                        b.max_concurrency_line.unwrap_or(b.line)
-                    ));
-                }
-                if let Some(m) = mem {
-                    parts.push(m);
-                }
-                if let Some(v) = &b.engine_version {
-                    parts.push(format!("engine {v}"));
-                }
-                if b.status == Some(BootStatus::Failed) {
-                    parts.push("then a startup error (below)".into());
-                }
-                out.push(f(
-                    "kv-capacity",
-                    Severity::Info,
-                    format!(
-                        "{tag}: KV cache {}",
-                        b.capacity_tokens()
-                            .map(|t| format!("{} tokens", thousands(t)))
-                            .unwrap_or_else(|| "size unknown".into())
-                    ),
-                    parts.join("; "),
-                    src.clone(),
-                ));
-                if let Some(k) = b.kv_check.as_ref().filter(|k| !k.consistent) {
-                    let (len, x) = b.max_concurrency.unwrap_or((0, 0.0));
-                    out.push(f(
-                        "kv-inconsistent",
-                        Severity::Warning,
-                        format!(
-                            "{tag}: KV size line and max-concurrency line disagree ({:.2}×)",
-                            k.factor
-                        ),
-                        format!(
-                            "printed {} tokens, but {x:.2} × {} tokens per request = {} tokens; they differ by more than 2%, so both are reported and neither is taken alone. Hybrid models (attention + Mamba / linear-attention layers) share the KV memory between layer groups, and vLLM computes the two lines differently for them; measure admission with concurrent long requests if it matters",
-                            thousands(k.printed_tokens),
-                            thousands(len),
-                            thousands(k.implied_tokens)
-                        ),
-                        src,
-                    ));
-                }
-            }
-        }
-    }
+    boot_findings::error_findings(name, log, out);
+    boot_findings::boot_findings(l, out);
+    kernels::kernel_findings(l, out);
     // Speculative decoding.
-    spec_findings(
-        name,
-        log.spec_pooled(),
-        log.spec_on(),
-        &log.spec_config,
-        log.spec_lines.first().map(|s| s.line),
-        out,
-    );
+    spec_findings(name, log, out);
     // llama.cpp request timings.
     let t: Vec<_> = log
         .request_timings
@@ -688,22 +489,47 @@ fn log_findings(l: &LogInput, out: &mut Vec<Finding>) {
     }
 }
 
-/// Speculative-decoding findings for one source.
-fn spec_findings(
-    source: &str,
-    pooled: Option<SpecPooled>,
-    on: Option<String>,
-    cfg: &log::SpecConfig,
-    first_line: Option<usize>,
-    out: &mut Vec<Finding>,
-) {
+/// The method in words, with what it means for where drafts come from.
+fn method_words(log: &EngineLog) -> Option<String> {
+    let cfg = &log.spec_config;
+    let engine = log.engine.as_deref();
+    match cfg.method.as_deref() {
+        Some(m) if m.starts_with("ngram") || m.starts_with("NGRAM") => Some(format!(
+            "n-gram, {m}: drafts are looked up in the prompt and the output so far, no draft model{}",
+            cfg.method_source
+                .as_ref()
+                .map(|s| format!("; from {s}"))
+                .unwrap_or_default()
+        )),
+        Some(m) => Some(format!(
+            "{m}{}",
+            cfg.method_source
+                .as_ref()
+                .map(|s| format!(", from {s}"))
+                .unwrap_or_default()
+        )),
+        None if engine == Some("llama.cpp") => Some(match (log.model_load_line, cfg.drafter_line) {
+            (Some(l), None) => format!(
+                "self-speculation, not a draft model: the model loads at line {l} and no 'loading draft model' line follows, so drafts come from n-gram lookup (or an MTP head when the model has one); the log does not name the --spec-type"
+            ),
+            _ => "method not stated in the log: llama.cpp prints the same acceptance lines for n-gram, MTP and draft-model speculation".into(),
+        }),
+        None => None,
+    }
+}
+
+/// Speculative-decoding findings for one log.
+fn spec_findings(source: &str, log: &EngineLog, out: &mut Vec<Finding>) {
+    let cfg = &log.spec_config;
+    let first_line = log.spec_lines.first().map(|s| s.line);
     let src = match first_line {
         Some(l) => format!("{source}:{l}"),
         None => source.to_string(),
     };
-    if let Some(p) = pooled {
-        judge_spec(&src, &p, cfg.method.as_deref(), out);
-    } else if let Some(on) = on {
+    let method = method_words(log);
+    if let Some(p) = log.spec_pooled() {
+        judge_spec(&src, &p, method.as_deref(), out);
+    } else if let Some(on) = log.spec_on() {
         let k = cfg
             .k
             .map(|k| format!(", k = {k}"))
@@ -718,7 +544,10 @@ fn spec_findings(
                     .map(|m| format!(" ({m})"))
                     .unwrap_or_default()
             ),
-            format!("{on}; no acceptance metrics in the log (vLLM prints them every 10 s while requests run; /metrics has the counters)"),
+            format!(
+                "{on}{}; no acceptance metrics in the log (vLLM prints them every 10 s while requests run, llama.cpp after each request; /metrics has the counters)",
+                method.map(|m| format!("; method: {m}")).unwrap_or_default()
+            ),
             src,
         ));
     } else if let Some(l) = cfg.off_line {
@@ -732,7 +561,9 @@ fn spec_findings(
     }
 }
 
-/// The acceptance verdict: 0 or below 5% is an error, below 10% a warning.
+/// The acceptance verdict: 0 or below 5% is an error, below 10% a warning. A source without
+/// counts or rate but with a mean acceptance length (SGLang without k) is judged on that:
+/// 1.00 means nothing was accepted.
 fn judge_spec(src: &str, p: &SpecPooled, method: Option<&str>, out: &mut Vec<Finding>) {
     let k =
         p.k.map(|k| {
@@ -745,14 +576,50 @@ fn judge_spec(src: &str, p: &SpecPooled, method: Option<&str>, out: &mut Vec<Fin
             )
         })
         .unwrap_or_else(|| "k unknown".into());
-    let m = method.map(|m| format!(" ({m})")).unwrap_or_default();
+    let m = method
+        .map(|m| format!(" ({})", m.split([',', ':']).next().unwrap_or(m)))
+        .unwrap_or_default();
+    let method_note = method.map(|m| format!(" Method: {m}.")).unwrap_or_default();
+    let engine_rate = p
+        .engine_rate
+        .as_ref()
+        .map(|(r, what)| format!(" The engine's own figure: {r:.2} ({what})."))
+        .unwrap_or_default();
+    let mal = p
+        .mean_acceptance_length
+        .map(|x| format!(", mean acceptance length {x:.2}"))
+        .unwrap_or_default();
     let Some(rate) = p.acceptance_rate else {
+        if let Some(len) = p.mean_acceptance_length {
+            let summary = format!(
+                "mean acceptance length {len:.2} (mean of {} interval values, the engine prints no counts; 1.00 means no draft token was accepted), {k}: the acceptance rate needs k.{engine_rate}{method_note}",
+                p.samples
+            );
+            if len <= 1.005 {
+                out.push(f(
+                    "spec-accepts-nothing",
+                    Severity::Error,
+                    format!("the drafter accepts nothing: mean acceptance length {len:.2}"),
+                    format!("{summary} Every step pays for its draft tokens and keeps none, so decoding is slower than without speculation: a broken draft model, a drafter that does not match the checkpoint, or a wrong draft configuration. Turn speculation off or fix the drafter"),
+                    src.to_string(),
+                ));
+            } else {
+                out.push(f(
+                    "spec-decoding",
+                    Severity::Info,
+                    format!("speculative decoding on{m}: mean acceptance length {len:.2}, {k}"),
+                    summary,
+                    src.to_string(),
+                ));
+            }
+            return;
+        }
         out.push(f(
             "spec-decoding",
             Severity::Info,
             format!("speculative decoding on{m}, {k}"),
             format!(
-                "{}acceptance not reported (no accepted-token counts)",
+                "{}acceptance not reported (no accepted-token counts){engine_rate}{method_note}",
                 p.drafts
                     .map(|d| format!("{d} drafts; "))
                     .unwrap_or_default()
@@ -761,19 +628,18 @@ fn judge_spec(src: &str, p: &SpecPooled, method: Option<&str>, out: &mut Vec<Fin
         ));
         return;
     };
-    let counts = if p.counts {
-        format!("{} of {} drafted tokens accepted", p.accepted, p.drafted)
-    } else {
-        format!(
+    let counts = match (&p.acceptance_rule, p.counts) {
+        (Some(rule), _) => format!("acceptance = {rule}; mean of {} interval values", p.samples),
+        (None, true) => format!("{} of {} drafted tokens accepted", p.accepted, p.drafted),
+        (None, false) => format!(
             "mean of {} interval rates (the engine prints no counts)",
             p.samples
-        )
+        ),
     };
-    let mal = p
-        .mean_acceptance_length
-        .map(|x| format!(", mean acceptance length {x:.2}"))
-        .unwrap_or_default();
-    let summary = format!("acceptance {} at {k}{mal}: {counts}", pct(rate));
+    let summary = format!(
+        "acceptance {} at {k}{mal}: {counts}.{engine_rate}{method_note}",
+        pct(rate)
+    );
     let enough = !p.counts || p.drafted >= 20;
     if enough && (rate == 0.0 || rate < 0.05) {
         out.push(f(
@@ -785,7 +651,7 @@ fn judge_spec(src: &str, p: &SpecPooled, method: Option<&str>, out: &mut Vec<Fin
                 pct(rate)
             ),
             format!(
-                "{summary}. Every step pays for k draft tokens and keeps none, so decoding is slower than without speculation: a broken draft model, a drafter that does not match the checkpoint (other tokenizer, other fine-tune, a 4-bit MTP head), or a wrong draft configuration. Turn speculation off or fix the drafter"
+                "{summary} Every step pays for k draft tokens and keeps none, so decoding is slower than without speculation: a broken draft model, a drafter that does not match the checkpoint (other tokenizer, other fine-tune, a 4-bit MTP head), or a wrong draft configuration. Turn speculation off or fix the drafter"
             ),
             src.to_string(),
         ));
@@ -794,7 +660,11 @@ fn judge_spec(src: &str, p: &SpecPooled, method: Option<&str>, out: &mut Vec<Fin
             "spec-low-acceptance",
             Severity::Warning,
             format!("low draft acceptance: {} at {k}", pct(rate)),
-            format!("{summary}. Below 10% the drafting rarely pays for itself; check the drafter against the checkpoint, or lower k"),
+            if method.is_some_and(|m| m.contains("n-gram")) {
+                format!("{summary} N-gram drafts are copied from text already seen: on text that does not repeat they are rarely right, so low acceptance is their nature, not a fault; if decoding got slower, turn speculation off")
+            } else {
+                format!("{summary} Below 10% the drafting rarely pays for itself; check the drafter against the checkpoint, or lower k")
+            },
             src.to_string(),
         ));
     } else {
@@ -888,14 +758,30 @@ fn metrics_findings(m: &MetricsInput, out: &mut Vec<Finding>) {
             name.clone(),
         ));
     }
+    counter_findings(
+        x.tokens.as_ref(),
+        x.prefix_cache.as_ref(),
+        "since the engine started (counter totals)",
+        name,
+        out,
+    );
     if let Some(p) = &x.spec {
         let why = x.spec_evidence.clone().unwrap_or_default();
         if p.drafts == Some(0) {
+            let llama = x.engine.as_deref() == Some("llama.cpp");
             out.push(f(
                 "spec-decoding",
                 Severity::Info,
-                "speculative decoding configured, 0 drafts".into(),
-                why,
+                if llama {
+                    "no speculative draft counted".into()
+                } else {
+                    "speculative decoding configured, 0 drafts".into()
+                },
+                if llama {
+                    format!("{why}; llama.cpp exports its spec_decode counters whether or not speculation is configured, so 0 says no draft was made, not whether speculation is on")
+                } else {
+                    why
+                },
                 name.clone(),
             ));
         } else if p.drafts.is_none() && p.mean_acceptance_length.is_none() {
@@ -912,6 +798,63 @@ fn metrics_findings(m: &MetricsInput, out: &mut Vec<Finding>) {
     }
 }
 
+/// Prompt/generation counters and the prefix cache, as findings.
+fn counter_findings(
+    t: Option<&metrics::TokenCounters>,
+    pc: Option<&metrics::PrefixCache>,
+    when: &str,
+    src: &str,
+    out: &mut Vec<Finding>,
+) {
+    if let Some(t) = t {
+        let speed = |n: Option<f64>, s: Option<f64>, what: &str| {
+            match (n, s) {
+            (Some(n), Some(s)) if s > 0.0 => Some(format!(
+                "{what} {} tokens in {s:.2} s ({:.1} tok/s: seconds summed over slots, so a per-slot speed, not the server's throughput)",
+                thousands(n.round() as u64),
+                n / s
+            )),
+            (Some(n), _) => Some(format!("{what} {} tokens", thousands(n.round() as u64))),
+            _ => None,
+        }
+        };
+        let parts: Vec<String> = [
+            speed(t.prompt_tokens, t.prompt_seconds, "prompt"),
+            speed(t.generated_tokens, t.generation_seconds, "generated"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !parts.is_empty() {
+            out.push(f(
+                "engine-counters",
+                Severity::Info,
+                format!("prompt and generation counters {when}"),
+                format!("{} (from {})", parts.join("; "), t.source),
+                src.to_string(),
+            ));
+        }
+    }
+    if let Some(c) = pc {
+        out.push(f(
+            "prefix-cache",
+            Severity::Info,
+            if c.queries > 0.0 {
+                format!(
+                    "prefix cache: {} of {} prompt tokens ({}) reused {when}",
+                    thousands(c.hits.round() as u64),
+                    thousands(c.queries.round() as u64),
+                    pct(c.hits / c.queries)
+                )
+            } else {
+                format!("prefix cache: no prompt token looked up {when}")
+            },
+            format!("from {}", c.source),
+            src.to_string(),
+        ));
+    }
+}
+
 /// Two or more scrapes of one engine: speculative decoding between the first and the last
 /// (counter deltas, the way `rigbench e2e` measures a run).
 fn metrics_delta_findings(ms: &[MetricsInput], out: &mut Vec<Finding>) {
@@ -925,14 +868,35 @@ fn metrics_delta_findings(ms: &[MetricsInput], out: &mut Vec<Finding>) {
     let (Some(a), Some(b)) = (&first.exposition, &last.exposition) else {
         return;
     };
+    counter_findings(
+        metrics::token_counters(Some(a), b).as_ref(),
+        metrics::prefix_cache(Some(a), b).as_ref(),
+        "between the scrapes",
+        &format!("{} → {}", first.name, last.name),
+        out,
+    );
     if let Some((p, why)) = metrics::spec(Some(a), b) {
         let src = format!("{} → {} ({why})", first.name, last.name);
         if p.drafts == Some(0) {
+            let generated = metrics::token_counters(Some(a), b)
+                .and_then(|t| t.generated_tokens)
+                .filter(|g| *g > 0.0);
             out.push(f(
                 "spec-decoding",
                 Severity::Info,
                 "no drafts between the scrapes".into(),
-                "speculative decoding configured, but no request ran between the scrapes (or counters reset)".into(),
+                match generated {
+                    Some(g) => format!(
+                        "{} tokens were generated between the scrapes and not one draft was made: speculation proposed nothing (an n-gram drafter finds no match in free text), or it is not configured{}",
+                        thousands(g.round() as u64),
+                        if first.facts.engine.as_deref() == Some("llama.cpp") {
+                            " (llama.cpp exports these counters either way)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    None => "no request ran between the scrapes (no generated tokens counted), or the counters reset".into(),
+                },
                 src,
             ));
         } else if p.drafts.is_some() {
@@ -984,45 +948,7 @@ fn join_findings(
         (Some(e), None) => format!("{e} (version not in the log)"),
         _ => "the engine".into(),
     };
-    if let Some(m) = &log.marlin_fp4_fallback {
-        let src = format!("{}:{}", l.name, m.line);
-        let seen = format!(
-            "the Marlin FP4 warning ({} lines{}{})",
-            m.occurrences,
-            if m.ranks.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    ", ranks {}",
-                    m.ranks
-                        .iter()
-                        .map(u32::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            },
-            if m.call_sites.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    ", from {}",
-                    m.call_sites
-                        .iter()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(" and ")
-                )
-            }
-        );
-        let (sev, title, detail) = explain_marlin(log, ck, card, &engine);
-        out.push(f(
-            "marlin-fp4-fallback",
-            sev,
-            title,
-            format!("{seen}: {detail}"),
-            src,
-        ));
-    }
+    kernels::marlin_findings(l, ck, card, &engine, out);
     if let Some(w) = log.kv_scale_warnings.first() {
         let src = format!("{}:{}", l.name, w.line);
         let (sev, detail) = match ck {
@@ -1067,201 +993,7 @@ fn join_findings(
     }
 }
 
-fn list(v: &[String]) -> String {
-    v.join(", ")
-}
-
-/// Why the Marlin FP4 warning appeared: (severity, title, explanation).
-fn explain_marlin(
-    log: &EngineLog,
-    ck: Option<&CheckpointFacts>,
-    card: Option<&Card>,
-    engine: &str,
-) -> (Severity, String, String) {
-    let marlin_choices: Vec<String> = log
-        .kernel_choices
-        .iter()
-        .filter(|c| c.is_marlin())
-        .map(|c| format!("{} → {} (line {})", c.what, c.kernel, c.line))
-        .collect();
-    let native_choices: Vec<String> = log
-        .kernel_choices
-        .iter()
-        .filter(|c| !c.is_marlin())
-        .map(|c| format!("{} → {} (line {})", c.what, c.kernel, c.line))
-        .collect();
-    let choices = if log.kernel_choices.is_empty() {
-        String::new()
-    } else {
-        format!(
-            " The log names its kernels: {}.",
-            marlin_choices
-                .iter()
-                .chain(native_choices.iter())
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ")
-        )
-    };
-    let w4a16 = ck.map(|c| c.w4a16_kinds.clone()).unwrap_or_default();
-    let w4a4 = ck.map(|c| c.w4a4_kinds.clone()).unwrap_or_default();
-    let Some(card) = card else {
-        let settle = "give --cc sm_XX (or --rig results.json) to settle it";
-        return match ck {
-            Some(_) if !w4a16.is_empty() => (
-                Severity::Info,
-                "Marlin FP4 fallback: expected for the W4A16 layers".into(),
-                format!("the checkpoint's {} are weights-only NVFP4 (W4A16), which run on Marlin on every card.{} Whether its W4A4 layers ({}) run natively depends on the card: {settle}", list(&w4a16), choices, if w4a4.is_empty() { "none".into() } else { list(&w4a4) }),
-            ),
-            Some(_) => (
-                Severity::Info,
-                "Marlin FP4 fallback: expected only on a card without FP4 tensor cores".into(),
-                format!("every NVFP4 layer of the checkpoint is W4A4 ({}): the fallback is expected below sm_100 and means a missing native kernel on sm_100 and up.{choices} {settle}", list(&w4a4)),
-            ),
-            None => (
-                Severity::Info,
-                "Marlin FP4 fallback: expected or not depends on the checkpoint and the card".into(),
-                format!("W4A16 NVFP4 layers run on Marlin on every card; W4A4 layers run natively only on cards with FP4 tensor cores (sm_100 and up) when the engine has kernels for them.{choices} Give --checkpoint DIR (config.json + hf_quant_config.json are enough) and --cc sm_XX to settle it"),
-            ),
-        };
-    };
-    let cc = card.cc;
-    let ccs = format!("sm_{} ({})", cc.as_int(), card.source);
-    if cc.as_int() < 100 {
-        let lose = if w4a4.is_empty() {
-            String::new()
-        } else {
-            format!(" The checkpoint's W4A4 layers ({}) lose their 4-bit activations here: speed and accuracy are those of W4A16.", list(&w4a4))
-        };
-        return (
-            Severity::Info,
-            format!("Marlin FP4 fallback: expected on sm_{}", cc.as_int()),
-            format!("{ccs} has no FP4 tensor cores, so every NVFP4 layer runs on Marlin as W4A16 (4-bit weights dequantized to BF16 inside the kernel, BF16 activations).{lose}{choices}"),
-        );
-    }
-    let Some(_) = ck else {
-        return (
-            Severity::Info,
-            format!("Marlin FP4 fallback on sm_{}: expected or not depends on the checkpoint", cc.as_int()),
-            format!("{ccs} has FP4 tensor cores: weights-only (W4A16) NVFP4 layers still run on Marlin on every card, but W4A4 layers should run natively.{choices} Give --checkpoint DIR (config.json + hf_quant_config.json are enough) to tell which layers are which"),
-        );
-    };
-    let consumer = matches!(cc.as_int(), 120 | 121);
-    let expected_part = if w4a16.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "these layers are weights-only NVFP4 ({}), which run on Marlin on every card",
-            list(&w4a16)
-        )
-    };
-    if !consumer {
-        if w4a4.is_empty() || !w4a16.is_empty() {
-            let rest = if w4a4.is_empty() {
-                "; the checkpoint has no W4A4 layers".to_string()
-            } else {
-                format!("; the W4A4 layers ({}) run natively", list(&w4a4))
-            };
-            let sev = if marlin_choices.iter().any(|c| c.contains("MoE"))
-                && w4a4.iter().any(|k| k.contains("MoE"))
-            {
-                Severity::Warning
-            } else {
-                Severity::Info
-            };
-            return (
-                sev,
-                format!("Marlin FP4 fallback on sm_{}: expected", cc.as_int()),
-                format!(
-                    "expected: {}{rest}.{choices}",
-                    if expected_part.is_empty() {
-                        "no W4A16 layer".into()
-                    } else {
-                        expected_part
-                    }
-                ),
-            );
-        }
-        return (
-            Severity::Warning,
-            format!("Marlin FP4 fallback on sm_{}: not expected for this checkpoint", cc.as_int()),
-            format!("{ccs} has FP4 tensor cores and every NVFP4 layer of the checkpoint is W4A4 ({}), so {engine} should run them natively: this build lacks (or did not select) its native FP4 kernels for the card.{choices} Check the engine's 'Using … for NVFP4 GEMM' / 'NvFp4 MoE backend' lines and its FlashInfer/CUTLASS build", list(&w4a4)),
-        );
-    }
-    // sm_120 / sm_121: which layers have no native path in this engine build, and why.
-    let mut no_native: Vec<String> = Vec::new();
-    for c in log.kernel_choices.iter().filter(|c| c.is_marlin()) {
-        let kinds: Vec<String> = if c.what.contains("MoE") {
-            w4a4.iter().filter(|k| k.contains("MoE")).cloned().collect()
-        } else {
-            w4a4.iter()
-                .filter(|k| !k.contains("MoE"))
-                .cloned()
-                .collect()
-        };
-        if !kinds.is_empty() {
-            no_native.push(format!(
-                "{} ({} chose {} at line {})",
-                list(&kinds),
-                c.what,
-                c.kernel,
-                c.line
-            ));
-        }
-    }
-    let why_12x = format!(
-        "on sm_{} native NVFP4 needs FP4 kernels compiled for the card (sm_120a / sm_120f, or sm_121a): engine builds whose FP4 MoE kernels cover only sm_100, or only sm_120 on an sm_121 card, have none and fall back to Marlin (vLLM issues #31085, #50925)",
-        cc.as_int()
-    );
-    let mut parts = Vec::new();
-    if !expected_part.is_empty() {
-        parts.push(format!(
-            "expected{}: {expected_part}",
-            if w4a4.is_empty() {
-                ""
-            } else {
-                " for part of it"
-            }
-        ));
-    }
-    let sev;
-    if w4a4.is_empty() {
-        sev = Severity::Info;
-        parts.push("the checkpoint has no W4A4 layers, so nothing native is lost".into());
-    } else if !no_native.is_empty() {
-        sev = Severity::Warning;
-        parts.push(format!(
-            "no native path in {engine} on this card for the W4A4 {}: {why_12x}",
-            no_native.join("; ")
-        ));
-    } else if log.kernel_choices.is_empty() {
-        let look = "the engine's 'Using … for NVFP4 GEMM' / 'NvFp4 MoE backend' lines (at INFO, or with VLLM_LOGGING_LEVEL=DEBUG) name the kernel per layer kind";
-        if w4a16.is_empty() {
-            sev = Severity::Warning;
-            parts.push(format!(
-                "every NVFP4 layer of the checkpoint is W4A4 ({}), so the warning means some of them have no native path in {engine} on this card: {why_12x}; {look}",
-                list(&w4a4)
-            ));
-        } else {
-            sev = Severity::Info;
-            parts.push(format!(
-                "the log does not say whether the W4A4 layers ({}) fell back as well: {why_12x}; {look}",
-                list(&w4a4)
-            ));
-        }
-    } else {
-        sev = Severity::Info;
-        parts.push(format!(
-            "the W4A4 layers ({}) got native kernels",
-            list(&w4a4)
-        ));
-    }
-    (
-        sev,
-        format!("Marlin FP4 fallback on sm_{}", cc.as_int()),
-        format!("{}.{choices}", parts.join("; ")),
-    )
-}
-
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_engines;

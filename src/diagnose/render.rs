@@ -1,9 +1,9 @@
 //! The diagnosis as Markdown: the findings (errors first, each with where it was found and
-//! why), then per log its boots and speculative decoding.
+//! why), then per log its boots and the kernels it names (with what each does with FP4).
 
 use std::fmt::Write;
 
-use super::log::BootStatus;
+use super::log::{BootStatus, KernelPath};
 use super::{Diagnosis, Finding, Severity};
 use crate::report::table::{markdown_table, thousands};
 
@@ -133,6 +133,37 @@ pub fn render_markdown(d: &Diagnosis) -> String {
                 "KV memory",
                 "tokens vs concurrency × length",
             ],
+            &rows,
+        ));
+        o.push('\n');
+    }
+    for l in &d.logs {
+        if l.log.kernel_choices.is_empty() {
+            continue;
+        }
+        let _ = writeln!(o, "### Kernels named in `{}`\n", l.name);
+        let rows: Vec<Vec<String>> = l
+            .log
+            .kernel_choices
+            .iter()
+            .map(|c| {
+                vec![
+                    c.what.clone(),
+                    c.kernel.clone(),
+                    match c.path() {
+                        KernelPath::NativeFp4 => "FP4 tensor cores (native)".into(),
+                        KernelPath::WeightOnly => {
+                            "weight-only: 4-bit weights dequantized to BF16".into()
+                        }
+                        KernelPath::Emulated => "emulated".into(),
+                        KernelPath::Unknown => "not known to rigbench".into(),
+                    },
+                    c.line.to_string(),
+                ]
+            })
+            .collect();
+        o.push_str(&markdown_table(
+            &["layers", "kernel", "runs as", "line"],
             &rows,
         ));
         o.push('\n');

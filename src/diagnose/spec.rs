@@ -12,9 +12,20 @@
 //! is Σaccepted / Σdrafted, never a mean of per-interval rates.
 //!
 //! SGLang prints per-interval ratios only (`accept len: 2.50[, accept rate: 0.38]` on its
-//! `Decode batch.` lines, `scheduler.py`): without counts they are averaged per interval and
-//! marked so. llama.cpp's `llama-server` prints per request `draft acceptance rate = 0.57143
-//! (   12 accepted /    21 generated)` (`server_slot::print_timings`): counts, summed.
+//! `Decode batch.` lines, `scheduler_metrics_mixin.py` `log_decode_stats`): without counts they
+//! are averaged per interval and marked so. Its `accept len` is (accepted drafts + one bonus
+//! token per verify step) / verify steps, the same quantity as vLLM's mean acceptance length,
+//! so 1.00 means no draft token was accepted. Its `accept rate` is accept len / draft tokens
+//! per step (`speculative_num_draft_tokens`, the bonus position included), which is not vLLM's
+//! acceptance rate (accepted / drafted): rigbench converts, (accept len − 1) / k with k the
+//! draft tokens per step from the configuration, and labels SGLang's own figure with its
+//! meaning. llama.cpp's `llama-server` prints per request `draft acceptance rate = 0.57143
+//! (   12 accepted /    21 generated)`, newer builds `draft acceptance = 0.16667 ( 2 accepted
+//! / 12 generated), mean len = 3.00` (mean len = 1 + accepted / verify steps), and per
+//! implementation cumulative `statistics ngram_simple: #calls = …, #gen drafts = D, #acc drafts
+//! = …, #gen tokens = G, #acc tokens = A` lines (`common/speculative.cpp`): per-request counts
+//! are summed; the cumulative lines count only when no per-request line exists, the last of
+//! each run per implementation.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
@@ -41,14 +52,31 @@ pub enum SpecLogGeneration {
     V1,
     /// SGLang `Decode batch. ... accept len: X[, accept rate: Y]` (per interval, ratios only).
     Sglang,
-    /// llama.cpp `draft acceptance rate = R (A accepted / D generated)` (per request).
+    /// llama.cpp `draft acceptance rate = R (A accepted / D generated)` or `draft acceptance =
+    /// R (A accepted / D generated), mean len = M` (per request).
     Llamacpp,
+    /// llama.cpp `statistics NAME: … #gen drafts = D, … #gen tokens = G, #acc tokens = A`
+    /// (cumulative per speculative implementation).
+    LlamacppStatistics,
 }
 
 impl SpecLogGeneration {
     /// Whether counts are cumulative since engine start (else per interval or per request).
     pub fn cumulative(self) -> bool {
-        matches!(self, SpecLogGeneration::V0Cumulative)
+        matches!(
+            self,
+            SpecLogGeneration::V0Cumulative | SpecLogGeneration::LlamacppStatistics
+        )
+    }
+
+    /// Whether the form is vLLM's.
+    pub fn is_vllm(self) -> bool {
+        !matches!(
+            self,
+            SpecLogGeneration::Sglang
+                | SpecLogGeneration::Llamacpp
+                | SpecLogGeneration::LlamacppStatistics
+        )
     }
 }
 
@@ -73,10 +101,17 @@ pub struct SpecLogLine {
     pub k: Option<u32>,
     /// 1-based line number in its file.
     pub line: usize,
+    /// Verify steps (drafts), when the line states them (llama.cpp `#gen drafts`).
+    #[serde(default)]
+    pub drafts: Option<u64>,
+    /// The speculative implementation the line reports (llama.cpp `statistics ngram_simple`).
+    #[serde(default)]
+    pub method: Option<String>,
 }
 
 /// Speculative decoding pooled over lines (or scrapes, or requests).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SpecPooled {
     /// Σ accepted tokens (0 when the source prints no counts; see `counts`).
     pub accepted: u64,
@@ -98,6 +133,12 @@ pub struct SpecPooled {
     pub k_source: Option<String>,
     /// Lines (or requests) pooled.
     pub samples: usize,
+    /// How `acceptance_rate` was obtained, when not Σaccepted / Σdrafted (SGLang: from its
+    /// accept len and k).
+    pub acceptance_rule: Option<String>,
+    /// A rate the engine printed under another definition, with that definition (SGLang's
+    /// `accept rate`), shown beside rigbench's acceptance rate, never instead of it.
+    pub engine_rate: Option<(f64, String)>,
 }
 
 struct Pats {
@@ -105,6 +146,7 @@ struct Pats {
     sglang: Regex,
     sglang_rate: Regex,
     llamacpp: Regex,
+    llama_stats: Regex,
 }
 
 fn pats() -> &'static Pats {
@@ -118,7 +160,10 @@ fn pats() -> &'static Pats {
             sglang: r(r"Decode batch\..*?\baccept len: (?P<len>[\d.]+)"),
             sglang_rate: r(r"\baccept rate: (?P<r>[\d.]+)"),
             llamacpp: r(
-                r"draft acceptance rate = (?P<r>[\d.]+) \(\s*(?P<a>\d+) accepted /\s*(?P<d>\d+) generated\)",
+                r"draft acceptance(?: rate)? = (?P<r>[\d.]+) \(\s*(?P<a>\d+) accepted /\s*(?P<d>\d+) generated\)(?:, mean len =\s*(?P<m>[\d.]+))?",
+            ),
+            llama_stats: r(
+                r"statistics\s+(?P<n>[\w.\-]+):.*?#gen drafts\s*=\s*(?P<gd>\d+).*?#gen tokens\s*=\s*(?P<gt>\d+).*?#acc tokens\s*=\s*(?P<at>\d+)",
             ),
         }
     })
@@ -157,16 +202,48 @@ pub fn parse_spec_line(line_no: usize, msg: &str) -> Option<SpecLogLine> {
     if let Some(c) = p.llamacpp.captures(msg) {
         let a = num(&c["a"]);
         let d = num(&c["d"]);
+        let m = c.name("m").and_then(|m| fnum(m.as_str()));
+        // mean len = 1 + accepted / verify steps: the steps follow when anything was accepted.
+        let drafts = match (a, m) {
+            (Some(a), Some(m)) if a > 0 && m > 1.0 => Some((a as f64 / (m - 1.0)).round() as u64),
+            _ => None,
+        };
         return Some(SpecLogLine {
             generation: SpecLogGeneration::Llamacpp,
             accepted: a,
             drafted: d,
             emitted: None,
             acceptance_rate: fnum(&c["r"]),
-            mean_acceptance_length: None,
+            mean_acceptance_length: m,
             per_position: Vec::new(),
             k: None,
             line: line_no,
+            drafts,
+            method: None,
+        });
+    }
+    if let Some(c) = p.llama_stats.captures(msg) {
+        let a = num(&c["at"]);
+        let d = num(&c["gt"]);
+        let drafts = num(&c["gd"]);
+        return Some(SpecLogLine {
+            generation: SpecLogGeneration::LlamacppStatistics,
+            accepted: a,
+            drafted: d,
+            emitted: None,
+            acceptance_rate: match (a, d) {
+                (Some(a), Some(d)) if d > 0 => Some(a as f64 / d as f64),
+                _ => None,
+            },
+            mean_acceptance_length: match (a, drafts) {
+                (Some(a), Some(n)) if n > 0 => Some(1.0 + a as f64 / n as f64),
+                _ => None,
+            },
+            per_position: Vec::new(),
+            k: None,
+            line: line_no,
+            drafts,
+            method: Some(c["n"].replace('_', "-")),
         });
     }
     if let Some(c) = p.sglang.captures(msg) {
@@ -180,6 +257,8 @@ pub fn parse_spec_line(line_no: usize, msg: &str) -> Option<SpecLogLine> {
             per_position: Vec::new(),
             k: None,
             line: line_no,
+            drafts: None,
+            method: None,
         });
     }
     let (body, v1) = if let Some(i) = msg.find("SpecDecoding metrics:") {
@@ -239,7 +318,49 @@ pub fn parse_spec_line(line_no: usize, msg: &str) -> Option<SpecLogLine> {
         per_position,
         k,
         line: line_no,
+        drafts: None,
+        method: None,
     })
+}
+
+/// SGLang's interval lines pooled: the mean accept len (= mean acceptance length), the
+/// acceptance rate converted from it when k is known, SGLang's own `accept rate` labelled.
+/// `config_k` is the draft tokens per step (`speculative_num_steps`).
+pub fn pool_sglang(lines: &[&SpecLogLine], config_k: Option<u32>) -> SpecPooled {
+    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let mal = mean(
+        lines
+            .iter()
+            .filter_map(|l| l.mean_acceptance_length)
+            .collect(),
+    );
+    let printed = mean(lines.iter().filter_map(|l| l.acceptance_rate).collect());
+    let k = config_k.filter(|k| *k > 0);
+    let acceptance_rate = match (mal, k) {
+        (Some(m), Some(k)) => Some(((m - 1.0) / f64::from(k)).clamp(0.0, 1.0)),
+        _ => None,
+    };
+    SpecPooled {
+        counts: false,
+        acceptance_rate,
+        acceptance_rule: acceptance_rate.map(|_| {
+            format!(
+                "(mean accept len − 1) / k, k = {} from the configuration: SGLang's accept len counts the bonus token of every verify step",
+                k.unwrap_or(0)
+            )
+        }),
+        engine_rate: printed.map(|r| {
+            (
+                r,
+                "SGLang's accept rate = accept len / draft tokens per step, the bonus token included; not the acceptance rate (accepted / drafted)".to_string(),
+            )
+        }),
+        mean_acceptance_length: mal,
+        k,
+        k_source: k.map(|_| "engine configuration in the log".to_string()),
+        samples: lines.len(),
+        ..Default::default()
+    }
 }
 
 /// Pool speculative-decoding lines (see the module docs for the rule). `config_k` is k from the
@@ -248,46 +369,43 @@ pub fn pool_spec(lines: &[SpecLogLine], config_k: Option<u32>) -> Option<SpecPoo
     if lines.is_empty() {
         return None;
     }
+    let per_request_llama = lines
+        .iter()
+        .any(|l| l.generation == SpecLogGeneration::Llamacpp);
     let counted: Vec<&SpecLogLine> = lines
         .iter()
         .filter(|l| l.generation != SpecLogGeneration::Sglang)
+        .filter(|l| !(per_request_llama && l.generation == SpecLogGeneration::LlamacppStatistics))
         .collect();
     if counted.is_empty() {
-        // SGLang: ratios only, averaged per interval.
-        let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-        return Some(SpecPooled {
-            counts: false,
-            acceptance_rate: mean(lines.iter().filter_map(|l| l.acceptance_rate).collect()),
-            mean_acceptance_length: mean(
-                lines
-                    .iter()
-                    .filter_map(|l| l.mean_acceptance_length)
-                    .collect(),
-            ),
-            k: config_k,
-            k_source: config_k.map(|_| "engine configuration in the log".to_string()),
-            samples: lines.len(),
-            ..Default::default()
-        });
+        let sglang: Vec<&SpecLogLine> = lines.iter().collect();
+        return Some(pool_sglang(&sglang, config_k));
     }
     // Per-line contributions (interval deltas): cumulative lines contribute only the last line
-    // of each non-decreasing run.
+    // of each non-decreasing run, per implementation.
     let mut contrib: Vec<&SpecLogLine> = Vec::new();
-    let cumulative: Vec<&SpecLogLine> = counted
+    let methods: BTreeSet<Option<&str>> = counted
         .iter()
-        .copied()
         .filter(|l| l.generation.cumulative())
+        .map(|l| l.method.as_deref())
         .collect();
-    for (i, l) in cumulative.iter().enumerate() {
-        let next_resets = match cumulative.get(i + 1) {
-            None => true,
-            Some(n) => {
-                n.drafted.unwrap_or(0) < l.drafted.unwrap_or(0)
-                    || n.accepted.unwrap_or(0) < l.accepted.unwrap_or(0)
+    for m in methods {
+        let cumulative: Vec<&SpecLogLine> = counted
+            .iter()
+            .copied()
+            .filter(|l| l.generation.cumulative() && l.method.as_deref() == m)
+            .collect();
+        for (i, l) in cumulative.iter().enumerate() {
+            let next_resets = match cumulative.get(i + 1) {
+                None => true,
+                Some(n) => {
+                    n.drafted.unwrap_or(0) < l.drafted.unwrap_or(0)
+                        || n.accepted.unwrap_or(0) < l.accepted.unwrap_or(0)
+                }
+            };
+            if next_resets {
+                contrib.push(l);
             }
-        };
-        if next_resets {
-            contrib.push(l);
         }
     }
     contrib.extend(
@@ -313,9 +431,13 @@ pub fn pool_spec(lines: &[SpecLogLine], config_k: Option<u32>) -> Option<SpecPoo
         any_counts = true;
         accepted = accepted.saturating_add(a);
         drafted = drafted.saturating_add(d);
-        match l.k.or(config_k).filter(|k| *k > 0) {
-            Some(k) => {
-                let drafts = d as f64 / f64::from(k);
+        let drafts = match (l.drafts, l.k.or(config_k).filter(|k| *k > 0)) {
+            (Some(n), _) => Some(n as f64),
+            (None, Some(k)) => Some(d as f64 / f64::from(k)),
+            (None, None) => None,
+        };
+        match drafts {
+            Some(drafts) => {
                 acc_k += a as f64;
                 drafts_k += drafts;
                 if !l.per_position.is_empty() {
@@ -367,7 +489,7 @@ pub fn pool_spec(lines: &[SpecLogLine], config_k: Option<u32>) -> Option<SpecPoo
         } else {
             lines.iter().rev().find_map(|l| l.acceptance_rate)
         },
-        mean_acceptance_length: (drafts_k > 0.0).then(|| 1.0 + acc_k / drafts_k),
+        mean_acceptance_length: (all_have_k && drafts_k > 0.0).then(|| 1.0 + acc_k / drafts_k),
         per_position: if pos_weight > 0.0 {
             pos_sum.iter().map(|s| s / pos_weight).collect()
         } else {
@@ -376,6 +498,7 @@ pub fn pool_spec(lines: &[SpecLogLine], config_k: Option<u32>) -> Option<SpecPoo
         k,
         k_source,
         samples: lines.len(),
+        ..Default::default()
     })
 }
 

@@ -164,15 +164,21 @@ impl Redactor {
             if !re.is_match(&out) {
                 continue;
             }
+            let text = out.clone();
             out = re
-                .replace_all(&out, |c: &regex::Captures| {
+                .replace_all(&text, |c: &regex::Captures| {
                     // A value after a secret-looking name (group 2) is replaced only when it
                     // could be a secret: not a number, a boolean or a short word
-                    // (`MAX_TOKENS=512`, `token: 3`).
+                    // (`MAX_TOKENS=512`, `token: 3`), and not a rate (`bytes per token = …`).
                     if let Some(v) = c.get(2).map(|m| m.as_str()) {
+                        let start = c.get(0).map_or(0, |m| m.start());
+                        let rate = text
+                            .get(start.saturating_sub(4)..start)
+                            .is_some_and(|p| p.eq_ignore_ascii_case("per "));
                         let benign = v.len() < 6
                             || v.parse::<f64>().is_ok()
-                            || matches!(v, "true" | "false" | "null" | "None");
+                            || matches!(v, "true" | "false" | "null" | "None")
+                            || rate;
                         if benign {
                             return c[0].to_string();
                         }
@@ -197,9 +203,19 @@ impl Redactor {
         let out = self.private_host.replace_all(&out, "<host>");
         let out = self.home_like.replace_all(&out, "<home>");
         let out = self.ipv4.replace_all(&out, |c: &regex::Captures| {
-            // Keep loopback and unspecified addresses: they identify nothing.
+            // Keep loopback and unspecified addresses: they identify nothing. Keep llama.cpp's
+            // log timestamp too (`0.10.110.130 I slot …` at the start of a line: elapsed time,
+            // not an address).
             let m = &c[0];
-            if m.starts_with("127.") || m == "0.0.0.0" {
+            let at = c.get(0).map_or(0, |x| x.start());
+            let line_start = at == 0 || out[..at].ends_with('\n') || out[..at].ends_with("] ");
+            let after = &out[c.get(0).map_or(0, |x| x.end())..];
+            let llama_stamp = line_start
+                && after.len() >= 3
+                && after.as_bytes()[0] == b' '
+                && matches!(after.as_bytes()[1], b'I' | b'W' | b'E' | b'D')
+                && after.as_bytes()[2] == b' ';
+            if m.starts_with("127.") || m == "0.0.0.0" || llama_stamp {
                 m.to_string()
             } else {
                 "<ip>".to_string()

@@ -1,0 +1,455 @@
+//! Kernels the engine names, joined with the checkpoint and the card: whether the card runs
+//! FP4 natively (an FP4 tensor-core kernel named for NVFP4 layers), and whether a weight-only
+//! path (the Marlin FP4 fallback warning, a Marlin, Humming or `…W4A16…` kernel) is expected
+//! for this checkpoint on this card with this engine version.
+//!
+//! Which kernel vLLM runs weight-only (W4A16) NVFP4 layers on depends on its version and the
+//! card (`docs/diagnose.md`): before 0.33, Marlin on every card; from 0.33, Humming on sm_90,
+//! FlashInfer CuTe-DSL on sm_100 and sm_103, Marlin elsewhere. W4A4 layers run natively on
+//! cards with FP4 tensor cores (sm_100 and up) when the build has kernels for the card, and as
+//! W4A16 below sm_100.
+
+use super::log::{EngineLog, KernelChoice, KernelPath};
+use super::{f, Card, CheckpointFacts, Finding, LogInput, Severity};
+
+/// `0.33.0rc1` → (0, 33, 0); `v0.11.1.dev41+g6c3c` → (0, 11, 1).
+pub(crate) fn version_triple(v: &str) -> Option<(u32, u32, u32)> {
+    let v = v.trim().trim_start_matches('v');
+    let mut it = v.split(|c: char| !c.is_ascii_digit());
+    let a = it.next()?.parse().ok()?;
+    let b = it.next()?.parse().ok()?;
+    let c = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+    Some((a, b, c))
+}
+
+/// The kernel a vLLM build runs weight-only NVFP4 layers on for card `cc`: `(kernel, why)`;
+/// the kernel is `None` when it depends on a version the log does not state.
+pub(crate) fn vllm_w4a16_kernel(version: Option<&str>, cc: u32) -> (Option<&'static str>, String) {
+    let newer = match cc {
+        90 => Some("Humming"),
+        100 | 103 => Some("FlashInfer CuTe-DSL"),
+        _ => None,
+    };
+    let Some(newer) = newer else {
+        return (
+            Some("Marlin"),
+            format!("vLLM runs weight-only NVFP4 on Marlin on sm_{cc} in every version"),
+        );
+    };
+    match version.and_then(version_triple) {
+        Some(v) if v >= (0, 33, 0) => (
+            Some(newer),
+            format!(
+                "vLLM {}.{}.{} runs weight-only NVFP4 on {newer} on sm_{cc} (0.33 and later)",
+                v.0, v.1, v.2
+            ),
+        ),
+        Some(v) => (
+            Some("Marlin"),
+            format!(
+                "vLLM {}.{}.{} runs weight-only NVFP4 on Marlin on every card (before 0.33)",
+                v.0, v.1, v.2
+            ),
+        ),
+        None => (
+            None,
+            format!(
+                "vLLM before 0.33 runs weight-only NVFP4 on Marlin on every card; 0.33 and later run it on {newer} on sm_{cc}, and the log does not state the version"
+            ),
+        ),
+    }
+}
+
+fn choice_text(c: &KernelChoice) -> String {
+    format!("{} → {} (line {})", c.what, c.kernel, c.line)
+}
+
+/// Log-only: the fallbacks the engine warned about, the FP4 kernels named, and the conclusion
+/// they allow.
+pub(crate) fn kernel_findings(l: &LogInput, out: &mut Vec<Finding>) {
+    let log = &l.log;
+    for w in &log.fallback_warnings {
+        out.push(f(
+            "kernel-fallback",
+            Severity::Info,
+            format!("the engine fell back: {}", w.message),
+            format!(
+                "a warning at line {}: the engine runs another kernel or backend than it first chose; figures measured on this run are those of the fallback",
+                w.line
+            ),
+            format!("{}:{}", l.name, w.line),
+        ));
+    }
+    let fp4: Vec<&KernelChoice> = log
+        .kernel_choices
+        .iter()
+        .filter(|c| c.what.contains("FP4"))
+        .collect();
+    let native: Vec<&KernelChoice> = fp4
+        .iter()
+        .copied()
+        .filter(|c| c.path() == KernelPath::NativeFp4)
+        .collect();
+    let weight_only: Vec<&KernelChoice> = fp4
+        .iter()
+        .copied()
+        .filter(|c| matches!(c.path(), KernelPath::WeightOnly | KernelPath::Emulated))
+        .collect();
+    if let Some(first) = native.first() {
+        out.push(f(
+            "fp4-native",
+            Severity::Info,
+            format!(
+                "the card runs FP4 natively: {}",
+                native
+                    .iter()
+                    .map(|c| format!("{} for {}", c.kernel, c.what))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            format!(
+                "the engine names FP4 tensor-core kernels: {}{}",
+                native.iter().map(|c| choice_text(c)).collect::<Vec<_>>().join("; "),
+                if weight_only.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ". Not every FP4 layer kind does: {} run weight-only (4-bit weights dequantized to BF16, BF16 activations)",
+                        weight_only.iter().map(|c| choice_text(c)).collect::<Vec<_>>().join("; ")
+                    )
+                }
+            ),
+            format!("{}:{}", l.name, first.line),
+        ));
+    }
+}
+
+/// Joins of the named kernels with the checkpoint and the card: the Marlin FP4 fallback (the
+/// warning, or a Marlin kernel chosen for FP4 layers), and other weight-only FP4 kernels.
+pub(crate) fn marlin_findings(
+    l: &LogInput,
+    ck: Option<&CheckpointFacts>,
+    card: Option<&Card>,
+    engine: &str,
+    out: &mut Vec<Finding>,
+) {
+    let log = &l.log;
+    let marlin_choice = log
+        .kernel_choices
+        .iter()
+        .find(|c| c.what.contains("FP4") && c.is_marlin());
+    let seen = match (&log.marlin_fp4_fallback, marlin_choice) {
+        (Some(m), _) => Some((
+            m.line,
+            format!(
+                "the Marlin FP4 warning ({} lines{}{})",
+                m.occurrences,
+                if m.ranks.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", ranks {}",
+                        m.ranks
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+                if m.call_sites.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", from {}",
+                        m.call_sites
+                            .iter()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(" and ")
+                    )
+                }
+            ),
+        )),
+        (None, Some(c)) => Some((
+            c.line,
+            format!("the engine chose Marlin ({})", choice_text(c)),
+        )),
+        (None, None) => None,
+    };
+    if let Some((line, seen)) = seen {
+        let (sev, title, detail) = explain_marlin(log, ck, card, engine);
+        out.push(f(
+            "marlin-fp4-fallback",
+            sev,
+            title,
+            format!("{seen}: {detail}"),
+            format!("{}:{line}", l.name),
+        ));
+    }
+    // Other weight-only FP4 kernels (Humming, a W4A16 CuTe-DSL kernel, Triton).
+    for c in log
+        .kernel_choices
+        .iter()
+        .filter(|c| c.what.contains("FP4") && !c.is_marlin() && c.path() == KernelPath::WeightOnly)
+    {
+        let w4a4 = ck.map(|k| k.w4a4_kinds.clone()).unwrap_or_default();
+        let moe = c.what.contains("MoE");
+        let hit: Vec<String> = w4a4
+            .iter()
+            .filter(|k| k.contains("MoE") == moe)
+            .cloned()
+            .collect();
+        let (sev, why) = match card.map(|c| c.cc.as_int()) {
+            Some(cc) if cc >= 100 && !hit.is_empty() => (
+                Severity::Warning,
+                format!(
+                    "sm_{cc} has FP4 tensor cores and the checkpoint's {} are W4A4: a native kernel would keep their 4-bit activations; this build chose a weight-only one (vLLM picked its W4A16 kernel over the W4A4 ones on sm_12x until its kernel order was fixed, see docs/diagnose.md); disable it (VLLM_DISABLED_KERNELS) or update",
+                    hit.join(", ")
+                ),
+            ),
+            Some(cc) => (
+                Severity::Info,
+                match vllm_w4a16_kernel(log.engine_version.as_deref(), cc) {
+                    (Some(k), why) => format!("{why}; the log names {} (expected kernel: {k})", c.kernel),
+                    (None, why) => why,
+                },
+            ),
+            None => (
+                Severity::Info,
+                "whether it is expected depends on the card: give --cc sm_XX".into(),
+            ),
+        };
+        out.push(f(
+            "fp4-weight-only",
+            sev,
+            format!("{} runs weight-only on {}", c.what, c.kernel),
+            format!(
+                "{}: 4-bit weights dequantized to BF16, BF16 activations (no FP4 tensor cores for these layers); {why}",
+                choice_text(c)
+            ),
+            format!("{}:{}", l.name, c.line),
+        ));
+    }
+}
+
+pub(crate) fn list(v: &[String]) -> String {
+    v.join(", ")
+}
+
+/// Why the Marlin FP4 warning appeared: (severity, title, explanation).
+fn explain_marlin(
+    log: &EngineLog,
+    ck: Option<&CheckpointFacts>,
+    card: Option<&Card>,
+    engine: &str,
+) -> (Severity, String, String) {
+    let marlin_choices: Vec<String> = log
+        .kernel_choices
+        .iter()
+        .filter(|c| c.is_marlin())
+        .map(|c| format!("{} → {} (line {})", c.what, c.kernel, c.line))
+        .collect();
+    let native_choices: Vec<String> = log
+        .kernel_choices
+        .iter()
+        .filter(|c| !c.is_marlin())
+        .map(|c| format!("{} → {} (line {})", c.what, c.kernel, c.line))
+        .collect();
+    let choices = if log.kernel_choices.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " The log names its kernels: {}.",
+            marlin_choices
+                .iter()
+                .chain(native_choices.iter())
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    };
+    let w4a16 = ck.map(|c| c.w4a16_kinds.clone()).unwrap_or_default();
+    let w4a4 = ck.map(|c| c.w4a4_kinds.clone()).unwrap_or_default();
+    let Some(card) = card else {
+        let settle = "give --cc sm_XX (or --rig results.json) to settle it";
+        return match ck {
+            Some(_) if !w4a16.is_empty() => (
+                Severity::Info,
+                "Marlin FP4 fallback: expected for the W4A16 layers".into(),
+                format!("the checkpoint's {} are weights-only NVFP4 (W4A16), which run on Marlin on every card.{} Whether its W4A4 layers ({}) run natively depends on the card: {settle}", list(&w4a16), choices, if w4a4.is_empty() { "none".into() } else { list(&w4a4) }),
+            ),
+            Some(_) => (
+                Severity::Info,
+                "Marlin FP4 fallback: expected only on a card without FP4 tensor cores".into(),
+                format!("every NVFP4 layer of the checkpoint is W4A4 ({}): the fallback is expected below sm_100 and means a missing native kernel on sm_100 and up.{choices} {settle}", list(&w4a4)),
+            ),
+            None => (
+                Severity::Info,
+                "Marlin FP4 fallback: expected or not depends on the checkpoint and the card".into(),
+                format!("W4A16 NVFP4 layers run on Marlin on every card; W4A4 layers run natively only on cards with FP4 tensor cores (sm_100 and up) when the engine has kernels for them.{choices} Give --checkpoint DIR (config.json + hf_quant_config.json are enough) and --cc sm_XX to settle it"),
+            ),
+        };
+    };
+    let cc = card.cc;
+    let ccs = format!("sm_{} ({})", cc.as_int(), card.source);
+    // vLLM 0.33 and later run weight-only NVFP4 on Humming (sm_90) or FlashInfer CuTe-DSL
+    // (sm_100, sm_103): there a Marlin fallback is not the expected path.
+    let vllm_like = log.engine.as_deref().is_none_or(|e| e == "vllm");
+    let keyed = vllm_like.then(|| vllm_w4a16_kernel(log.engine_version.as_deref(), cc.as_int()));
+    if let Some((Some(k), why)) = &keyed {
+        if *k != "Marlin" {
+            return (
+                Severity::Warning,
+                format!("Marlin FP4 fallback on sm_{}: not expected with {engine}", cc.as_int()),
+                format!(
+                    "{why}, so a Marlin line means this build did not select {k}: {}, or a flag forced Marlin (VLLM_NVFP4_GEMM_BACKEND=marlin, --linear-backend marlin, --moe-backend marlin).{choices}",
+                    if *k == "Humming" {
+                        "Humming is an optional dependency (pip install humming)"
+                    } else {
+                        "FlashInfer is missing or too old for its CuTe-DSL kernels"
+                    }
+                ),
+            );
+        }
+    }
+    let version_note = match &keyed {
+        Some((None, why)) => format!(
+            " Which path is expected depends on the version: {why}; before 0.33 this fallback is expected, from 0.33 it is not."
+        ),
+        _ => String::new(),
+    };
+    if cc.as_int() < 100 {
+        let lose = if w4a4.is_empty() {
+            String::new()
+        } else {
+            format!(" The checkpoint's W4A4 layers ({}) lose their 4-bit activations here: speed and accuracy are those of W4A16.", list(&w4a4))
+        };
+        return (
+            Severity::Info,
+            format!("Marlin FP4 fallback: expected on sm_{}", cc.as_int()),
+            format!("{ccs} has no FP4 tensor cores, so every NVFP4 layer runs weight-only as W4A16 (4-bit weights dequantized to BF16 inside the kernel, BF16 activations).{lose}{version_note}{choices}"),
+        );
+    }
+    let Some(_) = ck else {
+        return (
+            Severity::Info,
+            format!("Marlin FP4 fallback on sm_{}: expected or not depends on the checkpoint", cc.as_int()),
+            format!("{ccs} has FP4 tensor cores: weights-only (W4A16) NVFP4 layers still run on Marlin on every card, but W4A4 layers should run natively.{choices} Give --checkpoint DIR (config.json + hf_quant_config.json are enough) to tell which layers are which"),
+        );
+    };
+    let consumer = matches!(cc.as_int(), 120 | 121);
+    let expected_part = if w4a16.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "these layers are weights-only NVFP4 ({}), which run on Marlin on every card",
+            list(&w4a16)
+        )
+    };
+    if !consumer {
+        if w4a4.is_empty() || !w4a16.is_empty() {
+            let rest = if w4a4.is_empty() {
+                "; the checkpoint has no W4A4 layers".to_string()
+            } else {
+                format!("; the W4A4 layers ({}) run natively", list(&w4a4))
+            };
+            let sev = if marlin_choices.iter().any(|c| c.contains("MoE"))
+                && w4a4.iter().any(|k| k.contains("MoE"))
+            {
+                Severity::Warning
+            } else {
+                Severity::Info
+            };
+            return (
+                sev,
+                format!("Marlin FP4 fallback on sm_{}: expected", cc.as_int()),
+                format!(
+                    "expected: {}{rest}.{version_note}{choices}",
+                    if expected_part.is_empty() {
+                        "no W4A16 layer".into()
+                    } else {
+                        expected_part
+                    }
+                ),
+            );
+        }
+        return (
+            Severity::Warning,
+            format!("Marlin FP4 fallback on sm_{}: not expected for this checkpoint", cc.as_int()),
+            format!("{ccs} has FP4 tensor cores and every NVFP4 layer of the checkpoint is W4A4 ({}), so {engine} should run them natively: this build lacks (or did not select) its native FP4 kernels for the card.{choices} Check the engine's 'Using … for NVFP4 GEMM' / 'NvFp4 MoE backend' lines and its FlashInfer/CUTLASS build", list(&w4a4)),
+        );
+    }
+    // sm_120 / sm_121: which layers have no native path in this engine build, and why.
+    let mut no_native: Vec<String> = Vec::new();
+    for c in log.kernel_choices.iter().filter(|c| c.is_marlin()) {
+        let kinds: Vec<String> = if c.what.contains("MoE") {
+            w4a4.iter().filter(|k| k.contains("MoE")).cloned().collect()
+        } else {
+            w4a4.iter()
+                .filter(|k| !k.contains("MoE"))
+                .cloned()
+                .collect()
+        };
+        if !kinds.is_empty() {
+            no_native.push(format!(
+                "{} ({} chose {} at line {})",
+                list(&kinds),
+                c.what,
+                c.kernel,
+                c.line
+            ));
+        }
+    }
+    let why_12x = format!(
+        "on sm_{} native NVFP4 needs FP4 kernels compiled for the card (sm_120a / sm_120f, or sm_121a): engine builds whose FP4 MoE kernels cover only sm_100, or only sm_120 on an sm_121 card, have none and fall back to Marlin (vLLM issues #31085, #50925)",
+        cc.as_int()
+    );
+    let mut parts = Vec::new();
+    if !expected_part.is_empty() {
+        parts.push(format!(
+            "expected{}: {expected_part}",
+            if w4a4.is_empty() {
+                ""
+            } else {
+                " for part of it"
+            }
+        ));
+    }
+    let sev;
+    if w4a4.is_empty() {
+        sev = Severity::Info;
+        parts.push("the checkpoint has no W4A4 layers, so nothing native is lost".into());
+    } else if !no_native.is_empty() {
+        sev = Severity::Warning;
+        parts.push(format!(
+            "no native path in {engine} on this card for the W4A4 {}: {why_12x}",
+            no_native.join("; ")
+        ));
+    } else if log.kernel_choices.is_empty() {
+        let look = "the engine's 'Using … for NVFP4 GEMM' / 'NvFp4 MoE backend' lines (at INFO, or with VLLM_LOGGING_LEVEL=DEBUG) name the kernel per layer kind";
+        if w4a16.is_empty() {
+            sev = Severity::Warning;
+            parts.push(format!(
+                "every NVFP4 layer of the checkpoint is W4A4 ({}), so the warning means some of them have no native path in {engine} on this card: {why_12x}; {look}",
+                list(&w4a4)
+            ));
+        } else {
+            sev = Severity::Info;
+            parts.push(format!(
+                "the log does not say whether the W4A4 layers ({}) fell back as well: {why_12x}; {look}",
+                list(&w4a4)
+            ));
+        }
+    } else {
+        sev = Severity::Info;
+        parts.push(format!(
+            "the W4A4 layers ({}) got native kernels",
+            list(&w4a4)
+        ));
+    }
+    (
+        sev,
+        format!("Marlin FP4 fallback on sm_{}", cc.as_int()),
+        format!("{}.{choices}", parts.join("; ")),
+    )
+}
