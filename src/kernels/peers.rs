@@ -24,6 +24,10 @@ pub const SCRIPT: &str = include_str!("../../scripts/peer_kernels.py");
 /// in the working directory, or next to the source tree the binary was built in).
 pub const PEERS_DIR_ENV: &str = "RIGBENCH_PEERS_DIR";
 
+/// The peer providers the script knows (`--peer-providers`): PyTorch's own ops, gemlite,
+/// Humming, vLLM's Marlin built from its sources, and vLLM's ops when it is installed.
+pub const PROVIDERS: &[&str] = &["torch", "gemlite", "humming", "vllm-marlin", "vllm"];
+
 /// Whether to run peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PeerMode {
@@ -103,6 +107,10 @@ struct PeerCase {
     t_start: Option<f64>,
     #[serde(default)]
     t_end: Option<f64>,
+    /// The configuration the implementation chose for this case (Humming's heuristic, Marlin's
+    /// launch plan), in words.
+    #[serde(default)]
+    config: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -216,7 +224,10 @@ fn to_cases(
             m: c.m,
             n: c.n,
             k: c.k,
-            path: c.path,
+            path: match c.config.as_deref().filter(|x| !x.is_empty()) {
+                Some(cfg) => format!("{}; {CONFIG_LABEL}{cfg}", c.path),
+                None => c.path,
+            },
             check: Some(c.check),
             timing,
             extra,
@@ -243,6 +254,9 @@ fn to_cases(
     }
     cases
 }
+
+/// What precedes the configuration a peer chose in its case's `path`.
+pub const CONFIG_LABEL: &str = "configuration: ";
 
 /// Folders of carried pure-Python peer packages that exist: `$RIGBENCH_PEERS_DIR`, `./.peers`,
 /// and `.peers` at the root of the source tree the binary sits in (`target/release/rigbench`).
@@ -358,7 +372,13 @@ fn spec(opts: &BenchOptions, k: &KernelResults, dirs: &[PathBuf]) -> serde_json:
             "graph_max_copies": super::bench::GRAPH_MAX_COPIES,
         },
         "sys_path": dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
+        "providers": if opts.peer_providers.is_empty() { serde_json::Value::Null } else { serde_json::json!(opts.peer_providers) },
     })
+}
+
+/// Whether provider `p` runs under `opts`.
+fn wants(opts: &BenchOptions, p: &str) -> bool {
+    opts.peer_providers.is_empty() || opts.peer_providers.iter().any(|x| x == p)
 }
 
 /// How many times the peer script is started again after a case killed it.
@@ -390,9 +410,23 @@ fn run_script(opts: &BenchOptions, k: &KernelResults) -> anyhow::Result<(PeerOut
         .unwrap_or_else(|| dir.path().join("peers.json"));
     let mut resume = opts.peers_resume && out_path.exists();
     let mut restarts = 0usize;
+    // rigbench's NVFP4 operands and CPU references for the NVFP4 peers (computed once).
+    let nvfp4 = ["humming", "vllm-marlin", "vllm"]
+        .iter()
+        .any(|p| wants(opts, p))
+        .then(|| {
+            super::peer_nvfp4::spec_section(
+                &opts.suite,
+                super::impls::w4a16::SEED_W,
+                super::data::host_threads(),
+            )
+        });
     loop {
         let mut spec = spec(opts, k, &peer_dirs());
         spec["resume"] = serde_json::Value::Bool(resume);
+        if let Some(v) = &nvfp4 {
+            spec["nvfp4"] = v.clone();
+        }
         let spec_path = dir.path().join("spec.json");
         std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
         let (status, last_err) = run_once(&script, &spec_path, &out_path)?;
