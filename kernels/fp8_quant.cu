@@ -23,7 +23,15 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
+#ifdef __CUDACC_RTC__
+// NVRTC ships no C library headers.
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#else
 #include <stdint.h>
+#endif
 
 __device__ __forceinline__ float fq_bf2f(uint32_t h) { return __uint_as_float(h << 16); }
 

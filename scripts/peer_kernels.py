@@ -5,9 +5,13 @@ values, L2 flush, stopping rule and timing modes as rigbench's own cases.
 Driven by rigbench: `python3 scripts/peer_kernels.py --spec spec.json --out peers.json`.
 The spec (written by rigbench) holds: shapes [{name, n, k}], m [..], l2_flush_bytes, warmup,
 stopping {min_samples, max_samples, target_rel_std, max_time_s}, timing {cold, graph,
-graph_min_total_bytes, graph_min_launches, graph_max_copies}, sys_path [folders of carried
-pure-Python packages, e.g. .peers/ holding gemlite/], resume [true: --out holds the output of
-an earlier, stopped run of this script; its cases and skips are kept and not run again].
+graph_min_total_bytes, graph_min_launches, graph_max_copies}, sys_path [peer folders, e.g. .peers/
+holding gemlite/, humming/*.whl and vllm-marlin/libmarlin_nvfp4.so, see scripts/fetch-peers.sh],
+resume [true: --out holds the output of an earlier, stopped run of this script; its cases and
+skips are kept and not run again], providers [the providers to run; absent: all], nvfp4
+[rigbench's NVFP4 generator, per-shape probes and per-(shape, M) activation seeds, sampled
+coordinates and f64 references, and the tolerance: src/kernels/peer_nvfp4.rs].
+`--self-test INTS` prints the pure helpers' values as JSON for rigbench's host tests.
 Environment: RIGBENCH_GEMLITE_AUTOTUNE (gemlite's autotune setting: fast, the default; default =
 one config per kernel, for quick checks; max); RIGBENCH_GEMLITE_NATIVE_ATOMIC=1 (keep gemlite's
 BF16 atomic adds in its split-K kernels: faster, but they fail the correctness check at small M).
@@ -28,10 +32,18 @@ Providers (each checked against a float64 reference on sampled outputs before it
   gemlite  gemlite.A16W4_INT_g128: gemlite's Triton INT4 weight-only GEMM, group 128, BF16
            activations, HQQ convention (W_q - zero) * scale; needs the `gemlite/` package folder
            on a sys_path entry (see scripts/fetch-peers.sh) and triton >= 3.6
-  vllm     Marlin NVFP4 GEMM: reported unavailable (not importable, or its driver not written)
+  humming      Humming (PyPI humming-kernels; imported, or installed offline from the carried
+               wheel): W4A16 NVFP4 on rigbench's own tensors, its configuration recorded per case;
+               a shape it refuses (AssertionError, N = 96) is skipped with the REFUSED prefix
+  vllm-marlin  vLLM's Marlin NVFP4 x BF16 kernels from the carried libmarlin_nvfp4.so (built by
+               scripts/build-marlin.sh), weights and scales repacked here as vLLM does; its launch
+               plan recorded per case
+  vllm         vLLM's own prepare_fp4_layer_for_marlin / apply_fp4_marlin_linear when importable
+The NVFP4 providers are checked against rigbench's CPU reference from the spec (rel_l2 within
+its W4A16 tolerance) on rigbench's activations, regenerated bit for bit from the case's seed.
 
 Output JSON: {"peers": [{provider, implementations, available, detail}],
-              "cases": [{provider, implementation, format, shape, m, n, k, path, check,
+              "cases": [{provider, implementation, format, shape, m, n, k, path, config, check,
                          samples_s, stop_reason, weight_bytes, extra: [{name, samples_s,
                          stop_reason}], graph: {samples_s, stop_reason, launches, weight_copies,
                          weight_bytes_total, extra} | null, graph_skip, t_start, t_end}],

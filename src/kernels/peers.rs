@@ -682,9 +682,83 @@ mod tests {
         assert_eq!(v["stopping"]["min_samples"], opts.stopping.min_samples);
     }
 
+    /// The script's pure helpers against rigbench's (python3 runs them; no torch needed): the
+    /// hash, the NVFP4 code and scale bytes, the activation bits, Marlin's padding, its weight
+    /// permutation (a permutation of one 16×64 block group) and the refusal prefix the composite
+    /// reads.
+    #[test]
+    fn peer_script_helpers_match_rigbench() {
+        use crate::kernels::data::{hash32, nvfp4_code_byte, nvfp4_scale_byte};
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("peer_kernels.py");
+        std::fs::write(&script, SCRIPT).unwrap();
+        let vals: Vec<u32> = vec![0, 1, 2, 255, 65_535, 123_456_789, 4_000_000_000, u32::MAX];
+        let arg: Vec<String> = vals.iter().map(|v| v.to_string()).collect();
+        let out = Command::new("python3")
+            .arg(&script)
+            .arg("--self-test")
+            .arg(arg.join(","))
+            .output()
+            .expect("python3 runs (the peer script needs it; install Python 3)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let seed = super::super::impls::w4a16::SEED_W;
+        assert_eq!(seed, 0x4A16_0001, "the self-test's seed");
+        for (i, x) in vals.iter().enumerate() {
+            assert_eq!(v["hash32"][i].as_u64().unwrap(), hash32(*x) as u64, "hash32({x})");
+            assert_eq!(
+                v["code_bits"][i].as_u64().unwrap(),
+                nvfp4_code_byte(*x, seed) as u64,
+                "code byte {x}"
+            );
+            assert_eq!(
+                v["scale_bits"][i].as_u64().unwrap(),
+                nvfp4_scale_byte(*x, seed) as u64,
+                "scale byte {x}"
+            );
+            let bits = v["uniform_bits"][i].as_u64().unwrap() as f32;
+            let value = bits * (1.0 / 16_777_216.0) * 2.0 - 1.0;
+            assert_eq!(
+                crate::formats::bf16_round(value),
+                crate::kernels::data::bf16_uniform(*x, 7, 1.0),
+                "activation {x}"
+            );
+        }
+        assert_eq!(
+            v["marlin_padded_nk"],
+            serde_json::json!([[128, 5120], [5120, 6144], [128, 256]])
+        );
+        let perm: Vec<u64> = v["marlin_weight_perm"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        let mut sorted = perm.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..1024).collect::<Vec<u64>>());
+        assert_eq!(&perm[..8], &[0, 128, 8, 136, 16, 144, 24, 152]);
+        let sp: Vec<u64> = v["marlin_scale_perm"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(&sp[..10], &[0, 8, 16, 24, 32, 40, 48, 56, 1, 9]);
+        assert_eq!(
+            v["refused"].as_str().unwrap(),
+            crate::kernels::composite::REFUSED_PREFIX
+        );
+    }
+
     #[test]
     fn the_script_is_embedded() {
         assert!(SCRIPT.contains("_weight_int4pack_mm") && SCRIPT.contains("--spec"));
+        assert!(SCRIPT.contains("HummingLayer") && SCRIPT.contains("libmarlin_nvfp4.so"));
         assert!(SCRIPT.contains("gemlite") && SCRIPT.contains("CUDAGraph"));
         // The script's copy rule is rigbench's.
         assert!(SCRIPT.contains("copies = max(2, min_total // max(1, nbytes) + 1)"));
