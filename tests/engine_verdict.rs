@@ -13,7 +13,11 @@ const REPORT: &str = "reports/nvidia-h200-sm90/20261201T021503Z/results.json";
 
 fn load() -> Results {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(REPORT);
-    assert!(path.exists(), "{} is part of the repository", path.display());
+    assert!(
+        path.exists(),
+        "{} is part of the repository",
+        path.display()
+    );
     Results::load(&path).expect("the committed report loads")
 }
 
@@ -21,7 +25,9 @@ fn load() -> Results {
 fn graph_of(k: &KernelResults, provider: &str, imp: &str, shape: &str, m: usize) -> Option<f64> {
     k.cases
         .iter()
-        .find(|c| c.provider == provider && c.implementation == imp && c.shape == shape && c.m == m)?
+        .find(|c| {
+            c.provider == provider && c.implementation == imp && c.shape == shape && c.m == m
+        })?
         .graph_total_s()
 }
 
@@ -56,7 +62,11 @@ fn humming_factor(m: usize) -> f64 {
 fn with_engine_peers() -> (Results, f64) {
     let mut r = load();
     let mut k = r.kernels.take().expect("kernel section");
-    let step = k.suite.decode_step.clone().expect("the suite's decode step");
+    let step = k
+        .suite
+        .decode_step
+        .clone()
+        .expect("the suite's decode step");
     refresh(&mut k);
     let fp8_16 = k
         .composite
@@ -100,7 +110,10 @@ fn with_engine_peers() -> (Results, f64) {
         extra.push(peer_case(c, "vllm-marlin", "marlin.nvfp4", t * 1.5));
     }
     k.cases.extend(extra);
-    for (p, i) in [("humming", "humming.nvfp4"), ("vllm-marlin", "marlin.nvfp4")] {
+    for (p, i) in [
+        ("humming", "humming.nvfp4"),
+        ("vllm-marlin", "marlin.nvfp4"),
+    ] {
         k.peers.push(PeerStatus {
             provider: p.into(),
             implementations: vec![i.into()],
@@ -138,7 +151,11 @@ fn the_verdict_names_the_best_implementation_of_each_format() {
             s.count as f64 * graph_of(k, p, i, &s.shape, 1).unwrap()
         })
         .sum();
-    assert!((h1.median_s - by_hand).abs() < 1e-12, "{} vs {by_hand}", h1.median_s);
+    assert!(
+        (h1.median_s - by_hand).abs() < 1e-12,
+        "{} vs {by_hand}",
+        h1.median_s
+    );
     let w1: f64 = step
         .shapes
         .iter()
@@ -156,7 +173,10 @@ fn the_verdict_names_the_best_implementation_of_each_format() {
         "{fastest}"
     );
     // M = 1: rigbench's W4A16 is the fastest W4A16 and the fastest format.
-    assert!(fastest.contains("**W4A16 (rigbench)** at M = 1"), "{fastest}");
+    assert!(
+        fastest.contains("**W4A16 (rigbench)** at M = 1"),
+        "{fastest}"
+    );
     // M = 16: the best FP8 and Humming within 2%: "≈", the faster first.
     let fp8_label = {
         let best = c
@@ -186,9 +206,13 @@ fn the_verdict_names_the_best_implementation_of_each_format() {
     );
     assert!(own.contains("rigbench's faster up to M = 8"), "{own}");
     // The crossovers and the headline use the best implementation of each format too.
-    assert!(all.contains("**Crossovers**") && all.contains("peers included; graph timing"), "{all}");
     assert!(
-        all.contains("**Decode-step composite** (graph timing;") && all.contains("W4A16 (rigbench)"),
+        all.contains("**Crossovers**") && all.contains("peers included; graph timing"),
+        "{all}"
+    );
+    assert!(
+        all.contains("**Decode-step composite** (graph timing;")
+            && all.contains("W4A16 (rigbench)"),
         "{all}"
     );
 
@@ -222,7 +246,9 @@ fn without_engine_peers_the_goals_say_they_were_not_measured() {
         .find(|x| x.goal.contains("no slower than Humming"))
         .unwrap();
     assert!(
-        hm.verdict.text().starts_with("not measured: humming was not run"),
+        hm.verdict
+            .text()
+            .starts_with("not measured: humming was not run"),
         "{hm:?}"
     );
     // The verdict still names rigbench's and the torch/gemlite peers' implementations.
@@ -234,5 +260,8 @@ fn without_engine_peers_the_goals_say_they_were_not_measured() {
         .iter()
         .find(|l| l.starts_with("**Fastest format by M**"))
         .unwrap();
-    assert!(fastest.contains("(rigbench)") || fastest.contains("(cuBLASLt"), "{fastest}");
+    assert!(
+        fastest.contains("(rigbench)") || fastest.contains("(cuBLASLt"),
+        "{fastest}"
+    );
 }

@@ -800,13 +800,19 @@ pub(crate) mod tests {
         }
         // Cold timing only in this run: the goals say so.
         let m64 = find("M = 64 (cold timing)");
-        assert_eq!((m64.measured.as_str(), &m64.verdict), ("0.36×", &Verdict::NotMet));
+        assert_eq!(
+            (m64.measured.as_str(), &m64.verdict),
+            ("0.36×", &Verdict::NotMet)
+        );
         let floor = find("byte floor");
         assert_eq!(floor.verdict, Verdict::NotMet);
         assert!(floor.measured.starts_with("50."), "{}", floor.measured);
         assert_eq!(find("M = 16 ÷ its time at M = 1").measured, "1.56×");
         let t0 = find("T0, every M ≤ 16");
-        assert!(t0.measured.contains("5/5") || t0.measured.contains("0/5"), "{t0:?}");
+        assert!(
+            t0.measured.contains("5/5") || t0.measured.contains("0/5"),
+            "{t0:?}"
+        );
         assert!(matches!(
             find("per-token FP8 activation quantization").verdict,
             Verdict::NotMeasured(_)
@@ -822,7 +828,10 @@ pub(crate) mod tests {
                 && md.contains("docs/w4a16-notes.md")
                 && md.contains("not measured: ")
         );
-        assert!(!md.contains("issue"), "goal texts cite the notes, not issues: {md}");
+        assert!(
+            !md.contains("issue"),
+            "goal texts cite the notes, not issues: {md}"
+        );
     }
 
     /// The multi-GPU tensor-parallel prediction reads the composite through its JSON form

@@ -120,7 +120,9 @@ pub fn launch_rmsnorm_quant_rows(
     scales: u64,
 ) -> anyhow::Result<()> {
     let (t, v) = variant_for(k).ok_or_else(|| {
-        anyhow::anyhow!("the fused RMSNorm + FP8 quantization needs K a multiple of 8 up to 65,536; K = {k}")
+        anyhow::anyhow!(
+            "the fused RMSNorm + FP8 quantization needs K a multiple of 8 up to 65,536; K = {k}"
+        )
     })?;
     module.launch(
         gpu,
@@ -182,7 +184,10 @@ mod tests {
         let names = kernel_names();
         assert_eq!(names.len(), 2 * VARIANTS.len() + 2);
         for n in &names {
-            assert!(SRC.contains(n.as_str()) || SRC.contains("FQ_VARIANT"), "{n}");
+            assert!(
+                SRC.contains(n.as_str()) || SRC.contains("FQ_VARIANT"),
+                "{n}"
+            );
         }
         assert!(SRC.contains(ANY_K) && SRC.contains(SCALE_OUT));
     }

@@ -199,7 +199,11 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
                 .collect(),
             None => vec![],
         };
-        let label = if provider == "humming" { "Humming" } else { "vLLM's Marlin" };
+        let label = if provider == "humming" {
+            "Humming"
+        } else {
+            "vLLM's Marlin"
+        };
         out.push(judge_or(
             format!("decode-step composite, every M ≤ 1024 ({tname} timing): w4a16 no slower than {label} ({col}; time {provider} ÷ w4a16)"),
             1.0,
@@ -224,7 +228,13 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
         true,
         "×",
         ratio(64, "bf16"),
-        || if composite.is_none() { no_comp() } else { w4_missing(64) },
+        || {
+            if composite.is_none() {
+                no_comp()
+            } else {
+                w4_missing(64)
+            }
+        },
     ));
     let floor: Vec<(String, f64)> = composite
         .and_then(|c| row(c, "w4a16", 1, t))
@@ -243,7 +253,8 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
         .and_then(|c| {
             let a = row(c, "w4a16", 1, t)?;
             let b = row(c, "w4a16", 16, t)?;
-            (a.median_s > 0.0).then(|| vec![("M = 16 ÷ M = 1".to_string(), b.median_s / a.median_s)])
+            (a.median_s > 0.0)
+                .then(|| vec![("M = 16 ÷ M = 1".to_string(), b.median_s / a.median_s)])
         })
         .unwrap_or_default();
     out.push(judge_or(
@@ -252,7 +263,13 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
         false,
         "×",
         flat,
-        || if composite.is_none() { no_comp() } else { "w4a16 lacks a composite row at M = 1 or 16".into() },
+        || {
+            if composite.is_none() {
+                no_comp()
+            } else {
+                "w4a16 lacks a composite row at M = 1 or 16".into()
+            }
+        },
     ));
     // Fits.
     let mut ms: Vec<usize> = k
@@ -264,8 +281,18 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
     ms.sort_unstable();
     ms.dedup();
     for (label, sel, t0_max, bw_min) in [
-        ("every M ≤ 16", ms.iter().copied().filter(|m| *m <= 16).collect::<Vec<_>>(), 6.0, 3.8),
-        ("M = 64", ms.iter().copied().filter(|m| *m == 64).collect::<Vec<_>>(), 8.0, 3.0),
+        (
+            "every M ≤ 16",
+            ms.iter().copied().filter(|m| *m <= 16).collect::<Vec<_>>(),
+            6.0,
+            3.8,
+        ),
+        (
+            "M = 64",
+            ms.iter().copied().filter(|m| *m == 64).collect::<Vec<_>>(),
+            8.0,
+            3.0,
+        ),
     ] {
         let fits: Vec<(usize, super::fit::Fit)> = sel
             .iter()
@@ -283,7 +310,9 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
             t0_max,
             false,
             " µs",
-            fits.iter().map(|(m, f)| (format!("M = {m}"), f.t0_s * 1e6)).collect(),
+            fits.iter()
+                .map(|(m, f)| (format!("M = {m}"), f.t0_s * 1e6))
+                .collect(),
             why,
         ));
         out.push(judge_or(
@@ -326,7 +355,12 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
                 .iter()
                 .filter(|r| r.column() == rw && r.timing == t && r.m <= 16 && r.act_quant_s > 0.0)
                 .filter(|r| r.median_s > r.act_quant_s)
-                .map(|r| (format!("M = {}", r.m), r.median_s / (r.median_s - r.act_quant_s)))
+                .map(|r| {
+                    (
+                        format!("M = {}", r.m),
+                        r.median_s / (r.median_s - r.act_quant_s),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -344,7 +378,11 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
         .iter()
         .filter(|s| s.provider == "rigbench" && s.reason.contains("correctness check"))
         .count();
-    let own: Vec<_> = k.cases.iter().filter(|c| c.provider == "rigbench").collect();
+    let own: Vec<_> = k
+        .cases
+        .iter()
+        .filter(|c| c.provider == "rigbench")
+        .collect();
     let passed = own
         .iter()
         .filter(|c| c.check.as_ref().is_some_and(|x| x.passed))

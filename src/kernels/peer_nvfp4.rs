@@ -153,19 +153,30 @@ mod tests {
         let col = c["cols"][0].as_u64().unwrap() as usize;
         let seed_a = c["seed_a"].as_u64().unwrap() as u32;
         let want: f64 = (0..5120)
-            .map(|kk| bf16_uniform((2 * 5120 + kk) as u32, seed_a, 1.0) as f64 * w.value_f64(col, kk))
+            .map(|kk| {
+                bf16_uniform((2 * 5120 + kk) as u32, seed_a, 1.0) as f64 * w.value_f64(col, kk)
+            })
             .sum();
         let got = c["values"][2 * 64].as_f64().unwrap();
-        assert!((got - want).abs() <= 1e-12 * want.abs().max(1.0), "{got} vs {want}");
+        assert!(
+            (got - want).abs() <= 1e-12 * want.abs().max(1.0),
+            "{got} vs {want}"
+        );
         // The probe's bytes are the weight's.
         for pair in ba["probe"]["codes"].as_array().unwrap() {
-            let (i, b) = (pair[0].as_u64().unwrap() as usize, pair[1].as_u64().unwrap());
+            let (i, b) = (
+                pair[0].as_u64().unwrap() as usize,
+                pair[1].as_u64().unwrap(),
+            );
             assert_eq!(w.packed[i] as u64, b);
         }
         let sc = ba["probe"]["scales"].as_array().unwrap();
         assert!(sc.len() >= 10);
         let last = sc.last().unwrap();
         assert_eq!(last[0].as_u64().unwrap() as usize, 96 * 5120 / 16 - 1);
-        assert_eq!(w.block_scales[96 * 5120 / 16 - 1] as u64, last[1].as_u64().unwrap());
+        assert_eq!(
+            w.block_scales[96 * 5120 / 16 - 1] as u64,
+            last[1].as_u64().unwrap()
+        );
     }
 }

@@ -709,7 +709,11 @@ mod tests {
         let seed = super::super::impls::w4a16::SEED_W;
         assert_eq!(seed, 0x4A16_0001, "the self-test's seed");
         for (i, x) in vals.iter().enumerate() {
-            assert_eq!(v["hash32"][i].as_u64().unwrap(), hash32(*x) as u64, "hash32({x})");
+            assert_eq!(
+                v["hash32"][i].as_u64().unwrap(),
+                hash32(*x) as u64,
+                "hash32({x})"
+            );
             assert_eq!(
                 v["code_bits"][i].as_u64().unwrap(),
                 nvfp4_code_byte(*x, seed) as u64,

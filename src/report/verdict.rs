@@ -8,8 +8,8 @@
 //!    (engine kernels) included and named, FP8 including its activation quantization, over the
 //!    decode-step composite (else the format fastest on most shapes at each M); formats within
 //!    [`SAME_WITHIN`] of the fastest are joined with "≈";
-//! 3. the crossovers per shape (W4A16 against FP8 and BF16, best implementation of each);
-//! 3b. rigbench's own kernels against the best peer of their format (composite time ratios);
+//! 3. the crossovers per shape (W4A16 against FP8 and BF16, best implementation of each), and
+//!    rigbench's own kernels against the best peer of their format (composite time ratios);
 //! 4. the measured limits (copy bandwidth, highest BF16/FP8 TFLOP/s) and throttling seen;
 //! 5. the decode-step composite headline;
 //! 6. whether the end-to-end figures ran on this GPU, and on which backend;
@@ -48,7 +48,9 @@ pub struct StepPoint {
 /// The timing the verdict reads: graph timing when peers (engine kernels, dispatched from Python)
 /// have graph-timed composite rows, as cold single launches would charge them their host
 /// dispatch; otherwise cold timing, or graph timing when the run had only that.
-pub fn verdict_timing(c: &crate::kernels::composite::Composite) -> crate::kernels::composite::StepTiming {
+pub fn verdict_timing(
+    c: &crate::kernels::composite::Composite,
+) -> crate::kernels::composite::StepTiming {
     use crate::kernels::composite::StepTiming;
     let has = |t: StepTiming, peer: bool| {
         c.rows
@@ -115,7 +117,10 @@ fn composite_rows(
 /// per-step counts (results written before the composite existed).
 pub fn composite_points(k: &KernelResults) -> (Vec<StepPoint>, bool) {
     let (rows, complete, _) = composite_rows(k);
-    let own: Vec<_> = rows.into_iter().filter(|r| r.provider == "rigbench").collect();
+    let own: Vec<_> = rows
+        .into_iter()
+        .filter(|r| r.provider == "rigbench")
+        .collect();
     (best_points(&own, false), complete)
 }
 
@@ -442,7 +447,10 @@ fn fastest_by_composite(points: &[StepPoint], graph: bool) -> Option<String> {
 
 /// rigbench's own kernel of each format against the best peer of the same format, as composite
 /// time ratios (< 1: rigbench's is faster), at a few M.
-fn own_vs_peer_line(rows: &[crate::kernels::composite::CompositeRow], graph: bool) -> Option<String> {
+fn own_vs_peer_line(
+    rows: &[crate::kernels::composite::CompositeRow],
+    graph: bool,
+) -> Option<String> {
     let mut parts = Vec::new();
     for f in [GemmFormat::W4a16, GemmFormat::Fp8, GemmFormat::Bf16] {
         let mut ms: Vec<usize> = rows.iter().filter(|r| r.format == f).map(|r| r.m).collect();
@@ -479,9 +487,19 @@ fn own_vs_peer_line(rows: &[crate::kernels::composite::CompositeRow], graph: boo
         } else {
             picked
         };
+        // The pair compared is named where it changes.
+        let mut last: Option<&str> = None;
         let list: Vec<String> = show
             .iter()
-            .map(|(m, r, who)| format!("{r:.2} at M = {} ({who})", thousands(*m as u64)))
+            .map(|(m, r, who)| {
+                let named = if last == Some(who.as_str()) {
+                    String::new()
+                } else {
+                    format!(" ({who})")
+                };
+                last = Some(who.as_str());
+                format!("{r:.2} at M = {}{named}", thousands(*m as u64))
+            })
             .collect();
         let summary = if pts.iter().all(|p| p.1 < 1.0) {
             "rigbench's faster at every M".to_string()

@@ -71,7 +71,10 @@ impl Fp8RowWise {
 
     fn run_with(&self, env: &Env, inp: &MInputs, w: &DevBuf) -> anyhow::Result<()> {
         let lt = env.lt.context("cuBLASLt is not available")?;
-        let (way, g) = self.ways.get(self.chosen).context("fp8-rowwise: prepare_m not called")?;
+        let (way, g) = self
+            .ways
+            .get(self.chosen)
+            .context("fp8-rowwise: prepare_m not called")?;
         let qa = self.qa.as_ref().context("fp8-rowwise: no buffers")?;
         match way {
             Way::OuterVec => g.run(lt, env.gpu, 1.0, w.ptr(), qa.ptr(), inp.out.ptr())?,
