@@ -204,14 +204,39 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
         } else {
             "vLLM's Marlin"
         };
-        out.push(judge_or(
+        // M values where rigbench's W4A16 has a row and the peer none: not judged there.
+        let missing: Vec<String> = composite
+            .map(|c| {
+                c.rows
+                    .iter()
+                    .filter(|r| r.column() == "w4a16" && r.timing == t && r.m <= 1024)
+                    .filter(|r| row(c, col, r.m, t).is_none())
+                    .map(|r| r.m.to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let partial = !vals.is_empty() && !missing.is_empty();
+        let mut g = judge_or(
             format!("decode-step composite, every M ≤ 1024 ({tname} timing): w4a16 no slower than {label} ({col}; time {provider} ÷ w4a16)"),
             1.0,
             true,
             "×",
             vals,
             || peer_missing(k, composite, provider),
-        ));
+        );
+        if partial {
+            g.measured.push_str(&format!(
+                "; no {provider} row at M = {}",
+                missing.join(", ")
+            ));
+            if g.verdict == Verdict::Met {
+                g.verdict = Verdict::NotMeasured(format!(
+                    "{col} has no composite row at M = {}",
+                    missing.join(", ")
+                ));
+            }
+        }
+        out.push(g);
     }
     let ratio = |m: usize, base: &str| -> Vec<(String, f64)> {
         composite

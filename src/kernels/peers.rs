@@ -422,6 +422,26 @@ fn run_script(opts: &BenchOptions, k: &KernelResults) -> anyhow::Result<(PeerOut
             )
         });
     loop {
+        if let Some(sig) = crate::signals::interrupted() {
+            // Stopped before (re)starting the script: what an earlier start of this run (or
+            // the run being resumed) saved is kept.
+            let out = resume
+                .then(|| std::fs::read_to_string(&out_path).ok())
+                .flatten()
+                .and_then(|t| serde_json::from_str::<PeerOut>(&t).ok())
+                .unwrap_or(PeerOut {
+                    peers: vec![],
+                    cases: vec![],
+                    skipped: vec![],
+                    in_flight: None,
+                });
+            return Ok((
+                out,
+                Some(format!(
+                    "rigbench was interrupted by {sig} before the peer script started"
+                )),
+            ));
+        }
         let mut spec = spec(opts, k, &peer_dirs());
         spec["resume"] = serde_json::Value::Bool(resume);
         if let Some(v) = &nvfp4 {
