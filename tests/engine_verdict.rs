@@ -265,3 +265,31 @@ fn without_engine_peers_the_goals_say_they_were_not_measured() {
         "{fastest}"
     );
 }
+
+/// A rigbench W4A16 case missing at one M (failed or skipped) while the peer ran there: that M is
+/// not judged, so a goal otherwise met is "not measured", never "met".
+#[test]
+fn a_missing_w4a16_row_keeps_the_engine_goal_from_being_met() {
+    let (r, _) = with_engine_peers();
+    let mut k = r.kernels.unwrap();
+    let before = k.cases.len();
+    k.cases.retain(|c| {
+        !(c.provider == "rigbench"
+            && c.implementation == "w4a16"
+            && c.shape == "gate_up"
+            && c.m == 1024)
+    });
+    assert_eq!(k.cases.len(), before - 1, "the report has that case");
+    refresh(&mut k);
+    let goals = rigbench::kernels::goals::evaluate(&k, k.composite.as_ref());
+    let vm = goals
+        .iter()
+        .find(|x| x.goal.contains("no slower than vLLM's Marlin"))
+        .unwrap();
+    use rigbench::kernels::goals::Verdict;
+    match &vm.verdict {
+        Verdict::NotMeasured(why) => assert!(why.contains("no w4a16 row at M = 1024"), "{why}"),
+        v => panic!("{v:?}"),
+    }
+    assert!(vm.measured.contains("10/10 meet it"), "{vm:?}");
+}

@@ -10,10 +10,12 @@
 # its kernels with it), $OUT.
 # Device `run`:  carry ["target/release/rigbench", ".peers"],
 #                command "bash scripts/device/peers-dev.sh"
-# Budget: under 4 minutes (Humming JIT-compiles about 15 s per shape; the 200 s guard keeps what
-# ran: results.json in the archive, re-render with `rigbench report --render DIR`).
-# Returns in $OUT: peers-dev.tgz (the report folder), report.md, table.txt (one line per peer
-# case and skip), log.txt, nvidia-smi.txt.
+# Budget: about 4.5 minutes at most (Humming JIT-compiles about 15 s per shape; the sanity check
+# has 75 s, rigbench 185 s; the guard keeps what ran: results.json in the archive, re-render with
+# `rigbench report --render DIR`).
+# Returns in $OUT: sanity.txt (scripts/device/peers_sanity.py: each peer alone), peers-dev.tgz
+# (the report folder), report.md, table.txt (one line per peer case and skip), log.txt,
+# nvidia-smi.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the output folder}"
@@ -30,8 +32,14 @@ else
     echo "Humming wheel did not install (see above)" >> "$log"
 fi
 python3 -c "import ctypes; l = ctypes.CDLL('.peers/vllm-marlin/libmarlin_nvfp4.so'); print('marlin entry ABI', l.rb_marlin_abi_version())" >> "$log" 2>&1
+# Each peer on its own first, outside rigbench (whole outputs against a float64 reference, every
+# Marlin launch path, one graph replay each): tells a peer's failure from rigbench's driving of
+# it, and fills Humming's kernel cache for o_proj.
 start=$(date +%s)
-timeout -k 5 200 ./target/release/rigbench kernels --suite smoke --m 1,16,64 \
+PYTHONUNBUFFERED=1 timeout -k 5 75 python3 scripts/device/peers_sanity.py > "$OUT/sanity.txt" 2>&1
+echo "sanity exit $? after $(( $(date +%s) - start )) s" >> "$OUT/sanity.txt"
+start=$(date +%s)
+timeout -k 5 185 ./target/release/rigbench kernels --suite smoke --m 1,16,64 \
     --formats bf16,fp8,w4a16 --timing both --peers on --peer-providers humming,vllm-marlin \
     --max-time 0.1 --out "$OUT/peers-dev" >> "$log" 2>&1
 rc=$?
@@ -65,5 +73,6 @@ EOF
 fi
 [ -f "$OUT/peers-dev/report.md" ] && cp "$OUT/peers-dev/report.md" "$OUT/report.md"
 tar czf "$OUT/peers-dev.tgz" -C "$OUT" peers-dev 2>> "$log" && rm -rf "$OUT/peers-dev"
+grep -E "^sanity|^  plan" "$OUT/sanity.txt"
 tail -8 "$log"
 exit "$rc"

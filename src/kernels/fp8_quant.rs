@@ -167,6 +167,49 @@ pub fn rmsnorm_row(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
         .collect()
 }
 
+/// Check the GPU's fused RMSNorm + quantization of one row (`codes`, `scale`) against the CPU
+/// ([`rmsnorm_row`], then the rule of [`quant_row`]). The GPU sums the squares in FP32 in its
+/// own order, so its `y` may differ from the CPU's by one BF16 step at a few elements: the scale
+/// must be within one BF16 step (2⁻⁷ relative) of the CPU's, and the codes must equal the CPU's
+/// `y` quantized with the GPU's scale at all but 1% of the elements.
+///
+/// # Errors
+/// What differs, in words.
+pub fn check_fused_row(
+    x: &[f32],
+    w: &[f32],
+    eps: f32,
+    codes: &[u8],
+    scale: f32,
+) -> Result<(), String> {
+    if codes.len() != x.len() || w.len() != x.len() {
+        return Err(format!(
+            "{} codes and {} norm weights for a row of {}",
+            codes.len(),
+            w.len(),
+            x.len()
+        ));
+    }
+    let y = rmsnorm_row(x, w, eps);
+    let (_, s) = quant_row(&y);
+    if !(scale.is_finite() && scale > 0.0 && (scale - s).abs() <= s * (1.0 / 128.0)) {
+        return Err(format!("scale {scale:e}, the CPU's {s:e}"));
+    }
+    let inv = 1.0 / scale;
+    let differ = y
+        .iter()
+        .zip(codes)
+        .filter(|(v, c)| e4m3::encode(*v * inv) != **c)
+        .count();
+    if differ > x.len() / 100 {
+        return Err(format!(
+            "{differ} of {} codes differ from the CPU's",
+            x.len()
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +250,42 @@ mod tests {
         // An all-zero row: scale 1, codes 0.
         let (q0, s0) = quant_row(&[0.0; 8]);
         assert_eq!((q0, s0), (vec![0u8; 8], 1.0));
+    }
+
+    #[test]
+    fn the_fused_check_takes_the_cpus_result_and_refuses_wrong_ones() {
+        let k = 512;
+        let x: Vec<f32> = (0..k)
+            .map(|i| crate::kernels::data::bf16_uniform(i as u32, 5, 3.0))
+            .collect();
+        let w: Vec<f32> = (0..k).map(|i| 0.5 + (i % 16) as f32 / 16.0).collect();
+        let (q, s) = quant_row(&rmsnorm_row(&x, &w, 1e-6));
+        assert_eq!(check_fused_row(&x, &w, 1e-6, &q, s), Ok(()));
+        // The norm weights reversed (a wrong index): most codes differ.
+        let wr: Vec<f32> = w.iter().rev().copied().collect();
+        let (qr, sr) = quant_row(&rmsnorm_row(&x, &wr, 1e-6));
+        let e = check_fused_row(&x, &w, 1e-6, &qr, sr).unwrap_err();
+        assert!(e.contains("codes differ") || e.contains("scale"), "{e}");
+        // Without the norm (the plain quantization of x): the scale is off.
+        let (qx, sx) = quant_row(&x);
+        assert!(check_fused_row(&x, &w, 1e-6, &qx, sx)
+            .unwrap_err()
+            .contains("scale"));
+        // A scale one BF16 step off passes (the codes then follow the GPU's scale).
+        let s2 = s * (1.0 + 1.0 / 256.0);
+        let q2: Vec<u8> = rmsnorm_row(&x, &w, 1e-6)
+            .iter()
+            .map(|v| e4m3::encode(v * (1.0 / s2)))
+            .collect();
+        assert_eq!(check_fused_row(&x, &w, 1e-6, &q2, s2), Ok(()));
+        // A few codes wrong pass; many do not.
+        let mut q3 = q.clone();
+        q3[0] ^= 1;
+        assert_eq!(check_fused_row(&x, &w, 1e-6, &q3, s), Ok(()));
+        for c in q3.iter_mut().take(20) {
+            *c ^= 1;
+        }
+        assert!(check_fused_row(&x, &w, 1e-6, &q3, s).is_err());
     }
 
     #[test]

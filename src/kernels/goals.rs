@@ -215,7 +215,19 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
                     .collect()
             })
             .unwrap_or_default();
-        let partial = !vals.is_empty() && !missing.is_empty();
+        // And M values where the peer has a row and rigbench's W4A16 none (a failed or skipped
+        // w4a16 case): not judged there either, so never "met".
+        let own_missing: Vec<String> = composite
+            .map(|c| {
+                c.rows
+                    .iter()
+                    .filter(|r| r.column() == col && r.timing == t && r.m <= 1024)
+                    .filter(|r| row(c, "w4a16", r.m, t).is_none())
+                    .map(|r| r.m.to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let partial = !vals.is_empty() && (!missing.is_empty() || !own_missing.is_empty());
         let mut g = judge_or(
             format!("decode-step composite, every M ≤ 1024 ({tname} timing): w4a16 no slower than {label} ({col}; time {provider} ÷ w4a16)"),
             1.0,
@@ -225,15 +237,16 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
             || peer_missing(k, composite, provider),
         );
         if partial {
-            g.measured.push_str(&format!(
-                "; no {provider} row at M = {}",
-                missing.join(", ")
-            ));
+            let mut gaps = Vec::new();
+            if !missing.is_empty() {
+                gaps.push(format!("no {provider} row at M = {}", missing.join(", ")));
+            }
+            if !own_missing.is_empty() {
+                gaps.push(format!("no w4a16 row at M = {}", own_missing.join(", ")));
+            }
+            g.measured.push_str(&format!("; {}", gaps.join("; ")));
             if g.verdict == Verdict::Met {
-                g.verdict = Verdict::NotMeasured(format!(
-                    "{col} has no composite row at M = {}",
-                    missing.join(", ")
-                ));
+                g.verdict = Verdict::NotMeasured(format!("{col}: {}", gaps.join("; ")));
             }
         }
         out.push(g);
@@ -330,7 +343,27 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
                 format!("w4a16 has fewer than two shapes with a {tname} timing there")
             }
         };
-        out.push(judge_or(
+        // An M of the selection without a fit is not judged: the goal is then not met by the
+        // others alone.
+        let unfitted: Vec<String> = sel
+            .iter()
+            .filter(|m| !fits.iter().any(|(fm, _)| fm == *m))
+            .map(|m| m.to_string())
+            .collect();
+        let partial = |mut g: Goal| {
+            if !fits.is_empty() && !unfitted.is_empty() {
+                g.measured
+                    .push_str(&format!("; no fit at M = {}", unfitted.join(", ")));
+                if g.verdict == Verdict::Met {
+                    g.verdict = Verdict::NotMeasured(format!(
+                        "no {tname}-timed fit at M = {} (fewer than two shapes)",
+                        unfitted.join(", ")
+                    ));
+                }
+            }
+            g
+        };
+        out.push(partial(judge_or(
             format!("w4a16 fitted fixed cost T0, {label} ({tname} timing)"),
             t0_max,
             false,
@@ -339,8 +372,8 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
                 .map(|(m, f)| (format!("M = {m}"), f.t0_s * 1e6))
                 .collect(),
             why,
-        ));
-        out.push(judge_or(
+        )));
+        out.push(partial(judge_or(
             format!("w4a16 fitted streaming rate BW, {label} ({tname} timing)"),
             bw_min,
             true,
@@ -349,7 +382,7 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
                 .map(|(m, f)| (format!("M = {m}"), f.bytes_per_s.unwrap_or(0.0) / 1e12))
                 .collect(),
             why,
-        ));
+        )));
     }
     // FP8 as engines run it.
     let rw = super::impls::fp8_rowwise::ID;
@@ -366,14 +399,35 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
             Some((format!("{} M = {}", c.shape, c.m), q.median_s * 1e6))
         })
         .collect();
-    out.push(judge_or(
+    // A shape and M ≤ 64 where fp8-rowwise was skipped (failed its check, or did not run) is not
+    // judged: the goal is then not met by the others alone.
+    let rw_skipped: Vec<String> = k
+        .skipped
+        .iter()
+        .filter(|s| s.provider == "rigbench" && s.implementation == rw)
+        .filter(|s| s.m.is_none_or(|m| m <= 64))
+        .map(|s| {
+            format!(
+                "{} M = {}",
+                s.shape,
+                s.m.map_or_else(|| "all".to_string(), |m| m.to_string())
+            )
+        })
+        .collect();
+    let mut g = judge_or(
         format!("{rw}: per-token FP8 activation quantization per GEMM, every shape, M ≤ 64 ({tname} timing)"),
         3.0,
         false,
         " µs",
         quant,
         || format!("no {rw} case with a timed activation quantization at M ≤ 64 (FP8 not run, or kernels/fp8_quant.cu did not build: see the notes)"),
-    ));
+    );
+    if !rw_skipped.is_empty() && g.verdict == Verdict::Met {
+        g.measured
+            .push_str(&format!("; skipped: {}", rw_skipped.join(", ")));
+        g.verdict = Verdict::NotMeasured(format!("{rw} was skipped at {}", rw_skipped.join(", ")));
+    }
+    out.push(g);
     let share: Vec<(String, f64)> = composite
         .map(|c| {
             c.rows
@@ -408,9 +462,17 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
         .iter()
         .filter(|c| c.provider == "rigbench")
         .collect();
+    // A graph timing whose output failed the check (discarded, the case kept with its cold
+    // timing) is a failed check too.
+    let graph_failed = |c: &super::schema::KernelCase| {
+        c.graph_skip
+            .as_deref()
+            .is_some_and(|g| g.contains("correctness check"))
+    };
+    let failed = failed + own.iter().filter(|c| graph_failed(c)).count();
     let passed = own
         .iter()
-        .filter(|c| c.check.as_ref().is_some_and(|x| x.passed))
+        .filter(|c| c.check.as_ref().is_some_and(|x| x.passed) && !graph_failed(c))
         .count();
     out.push(Goal {
         goal: "every rigbench case passes its correctness check".into(),

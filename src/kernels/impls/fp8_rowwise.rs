@@ -293,6 +293,38 @@ impl GemmImpl for Fp8RowWise {
                 gpu_s[r]
             );
         }
+        // The codes of a few sampled rows, bit for bit; and the fused RMSNorm + quantization
+        // (`rmsnorm_quant`, timed beside the case) on the same rows, so that no part is timed
+        // unchecked.
+        let qa = self.qa.as_ref().context("fp8-rowwise: no buffers")?;
+        self.quantize(env, inp, true)?;
+        env.gpu.sync()?;
+        let fused_s: Vec<f32> = env.gpu.download(
+            self.a_scales2.as_ref().context("fp8-rowwise: no buffers")?,
+            0,
+            inp.m,
+        )?;
+        let nw: Vec<f32> = (0..k).map(norm_weight).collect();
+        for &r in rows.iter().take(4) {
+            let x = act(r);
+            let (want, _) = fp8_quant::quant_row(&x);
+            let got: Vec<u8> = env.gpu.download(qa, r * k, k)?;
+            let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            anyhow::ensure!(
+                differ == 0,
+                "failed its correctness check: the per-token FP8 codes of row {r} differ from the CPU's at {differ} of {k} positions"
+            );
+            let fused: Vec<u8> = env.gpu.download(
+                self.qa2.as_ref().context("fp8-rowwise: no buffers")?,
+                r * k,
+                k,
+            )?;
+            fp8_quant::check_fused_row(&x, &nw, RMS_EPS, &fused, fused_s[r]).map_err(|e| {
+                anyhow::anyhow!(
+                    "failed its correctness check: the fused RMSNorm + FP8 quantization ({RMSNORM_QUANT}) of row {r}: {e}"
+                )
+            })?;
+        }
         let a_row = |row: usize| -> Vec<f64> {
             let (q, s) = fp8_quant::quant_row(&act(row));
             q.iter()
