@@ -69,6 +69,10 @@ pub struct KernelSelection {
     /// gemlite INT4 W4A16 when `.peers/gemlite` is there, vLLM Marlin NVFP4 when importable).
     #[arg(long, value_enum, default_value_t = PeerMode::Auto)]
     pub peers: PeerMode,
+    /// Only these peer providers (comma-separated): torch, gemlite, humming, vllm-marlin, vllm.
+    /// Default: all (scripts/fetch-peers.sh fetches gemlite, Humming and vLLM's Marlin sources).
+    #[arg(long, value_name = "LIST")]
+    pub peer_providers: Option<String>,
     /// Timing mode: cold (one launch between CUDA events after an L2 flush), graph
     /// (back-to-back launches over rotating weight copies larger than 4× L2, captured in a CUDA
     /// graph), or both (cold, with graph beside it and whether they agree).
@@ -129,6 +133,25 @@ impl KernelSelection {
         } else {
             Vec::new()
         };
+        let peer_providers: Vec<String> = match &self.peer_providers {
+            Some(list) => {
+                let v: Vec<String> = parse_list("--peer-providers", list)?;
+                if let Some(bad) = v
+                    .iter()
+                    .find(|p| !crate::kernels::peers::PROVIDERS.contains(&p.as_str()))
+                {
+                    return Err(RigError::flag(
+                        "--peer-providers",
+                        format!(
+                            "unknown provider '{bad}'; known: {}",
+                            crate::kernels::peers::PROVIDERS.join(", ")
+                        ),
+                    ));
+                }
+                v
+            }
+            None => Vec::new(),
+        };
         Ok(BenchOptions {
             suite: s,
             formats,
@@ -148,6 +171,7 @@ impl KernelSelection {
             timing: self.timing,
             peers_progress: None,
             peers_resume: false,
+            peer_providers,
         })
     }
 }

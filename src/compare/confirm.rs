@@ -340,6 +340,7 @@ pub fn gpu_measure(req: &ConfirmRequest) -> anyhow::Result<KernelResults> {
         timing: policy.as_ref().map(|p| p.modes).unwrap_or_default(),
         peers_progress: None,
         peers_resume: false,
+        peer_providers: Vec::new(),
     };
     let rig = crate::rig::probe();
     if let Some(reason) = rig.gpu_absent_reason {

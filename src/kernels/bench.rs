@@ -80,6 +80,9 @@ pub struct BenchOptions {
     pub peers_progress: Option<std::path::PathBuf>,
     /// Continue the peers from `peers_progress` (its cases and skips are kept, not run again).
     pub peers_resume: bool,
+    /// Which peer providers run (`--peer-providers`; names as in [`super::peers::PROVIDERS`]);
+    /// empty: all of them.
+    pub peer_providers: Vec<String>,
 }
 
 impl BenchOptions {
@@ -113,6 +116,7 @@ impl BenchOptions {
             timing: TimingModes::Cold,
             peers_progress: None,
             peers_resume: false,
+            peer_providers: Vec::new(),
         }
     }
 }
@@ -132,6 +136,15 @@ pub fn graph_plan(bytes: u64, min_total: u64, min_launches: usize) -> (usize, us
     let copies = ((min_total / bytes.max(1)) as usize + 1).max(2);
     let launches = copies * min_launches.div_ceil(copies).max(1);
     (copies, launches)
+}
+
+/// Seeds of the case at shape index `si` and M index `mi` of a suite: the activations'
+/// ([`super::data::bf16_uniform`] with scale 1) and the sampled check coordinates'
+/// ([`super::reference::sample_axes`], 32 rows × 64 columns). The peers' NVFP4 references use the
+/// same ([`super::peer_nvfp4`]).
+pub fn case_seeds(si: usize, mi: usize) -> (u32, u32) {
+    let s = (si * 1000 + mi) as u32;
+    (s, 0xC0FFEE ^ s)
 }
 
 /// Collect samples from `take` until `rule` says stop, with `elapsed()` giving the seconds since
@@ -183,6 +196,7 @@ struct Rig {
     util: crate::gpu::Module,
     w4: Vec<super::W4Module>,
     w4v2: Option<crate::gpu::Module>,
+    fp8q: Option<crate::gpu::Module>,
     flusher: L2Flusher,
     clocks: ClockMonitor,
     /// The same device on a created stream, for graph capture (when graph timing runs).
@@ -271,6 +285,27 @@ pub fn run_on_device(
             None
         }
     };
+    let fq_names = super::fp8_quant::kernel_names();
+    let fq_refs: Vec<&str> = fq_names.iter().map(String::as_str).collect();
+    let fp8q = if opts.formats.contains(&GemmFormat::Fp8) {
+        match gpu.compile("fp8_quant", super::fp8_quant::SRC, &fq_refs) {
+            Ok(m) => {
+                res.notes.push(format!(
+                    "kernels/fp8_quant.cu compiled by NVRTC for {} in {:.2} s",
+                    m.arch, m.compile_s
+                ));
+                Some(m)
+            }
+            Err(e) => {
+                res.notes.push(format!(
+                    "kernels/fp8_quant.cu failed to build: {e}; fp8-rowwise is skipped"
+                ));
+                None
+            }
+        }
+    } else {
+        None
+    };
     let flusher = L2Flusher::new(&gpu, opts.flush)?;
     let capture = if opts.timing.graph() {
         match gpu.on_new_stream() {
@@ -297,6 +332,7 @@ pub fn run_on_device(
         util,
         w4,
         w4v2,
+        fp8q,
     };
     let env = Env {
         gpu: &rig.gpu,
@@ -304,6 +340,7 @@ pub fn run_on_device(
         util: &rig.util,
         w4: &rig.w4,
         w4v2: rig.w4v2.as_ref(),
+        fp8q: rig.fp8q.as_ref(),
     };
     res.timing_policy = Some(TimingPolicy {
         warmup_iters: opts.warmup,
@@ -336,7 +373,7 @@ pub fn run_on_device(
     res.copy_bandwidth = Some(copy_bandwidth(&rig.gpu)?);
     on_update(&res);
 
-    let mut impls: Vec<Box<dyn GemmImpl>> = opts.formats.iter().map(|f| impls::make(*f)).collect();
+    let mut impls: Vec<Box<dyn GemmImpl>> = impls::make_for(&opts.formats);
     for im in &impls {
         res.kernel_facts.extend(im.kernel_facts(&env));
     }
@@ -375,7 +412,8 @@ pub fn run_on_device(
                 break;
             }
             let case_start = res.cases.len();
-            let inp = match make_inputs(&env, m, shape.n, shape.k, (si * 1000 + mi) as u32) {
+            let (act_seed, axes_seed) = case_seeds(si, mi);
+            let inp = match make_inputs(&env, m, shape.n, shape.k, act_seed) {
                 Ok(i) => i,
                 Err(e) => {
                     for im in &impls {
@@ -391,7 +429,7 @@ pub fn run_on_device(
                     continue;
                 }
             };
-            let (rows, cols) = sample_axes(m, shape.n, 32, 64, 0xC0FFEE ^ (si * 1000 + mi) as u32);
+            let (rows, cols) = sample_axes(m, shape.n, 32, 64, axes_seed);
             for (ii, im) in impls.iter_mut().enumerate() {
                 // SIGINT/SIGTERM (src/signals.rs): stop after the case in flight; what ran is kept.
                 if crate::signals::interrupted().is_some() {
@@ -717,6 +755,7 @@ fn graph_timing_with_copies(
         util: env.util,
         w4: env.w4,
         w4v2: env.w4v2,
+        fp8q: env.fp8q,
     };
     let err = |what: &str, e: anyhow::Error| format!("{what}: {e:#}");
     rig.gpu.sync().map_err(|e| err("sync", e.into()))?;
@@ -1122,6 +1161,7 @@ mod tests {
                 "util" => UTIL_KERNELS.iter().map(|k| k.to_string()).collect(),
                 "w4a16" => impls::w4a16::kernel_names(),
                 "w4a16_v2" => impls::w4a16::v2_kernel_names(),
+                "fp8_quant" => super::super::fp8_quant::kernel_names(),
                 "runtime" => crate::runtime::backend::cuda::RUNTIME_KERNELS
                     .iter()
                     .map(|k| k.to_string())

@@ -46,27 +46,45 @@ pub fn fp8_code(i: u32, seed: u32) -> u8 {
     (sign | (ex << 3) | man) as u8
 }
 
+/// Salt of the packed E2M1 code bytes of [`nvfp4_weight`].
+pub const NVFP4_CODE_SALT: u32 = 0x5eed_0001;
+/// Salt of the E4M3 block-scale bytes of [`nvfp4_weight`].
+pub const NVFP4_SCALE_SALT: u32 = 0x5eed_0002;
+/// `weight_scale_2` of every [`nvfp4_weight`].
+pub const NVFP4_GLOBAL_SCALE: f32 = 1.0 / 64.0;
+
+/// Byte `i` of the packed codes of [`nvfp4_weight`] with `seed` (row-major `[n, k/2]`).
+#[inline]
+pub fn nvfp4_code_byte(i: u32, seed: u32) -> u8 {
+    hash32(i ^ hash32(seed ^ NVFP4_CODE_SALT)) as u8
+}
+
+/// Byte `i` of the block scales of [`nvfp4_weight`] with `seed` (row-major `[n, k/16]`): an
+/// E4M3 code with exponent field 5..9 (0.25 .. 7.5), any mantissa, positive.
+#[inline]
+pub fn nvfp4_scale_byte(i: u32, seed: u32) -> u8 {
+    let h = hash32(i ^ hash32(seed ^ NVFP4_SCALE_SALT));
+    (((5 + (h >> 8) % 5) << 3) | (h & 7)) as u8
+}
+
 /// A random `[n, k]` NVFP4 weight in ModelOpt layout (built with `threads` threads).
 pub fn nvfp4_weight(n: usize, k: usize, seed: u32, threads: usize) -> Nvfp4Weight {
     let mut packed = vec![0u8; n * k / 2];
     let mut scales = vec![0u8; n * k / NVFP4_BLOCK];
     let threads = threads.max(1);
-    let fill = |buf: &mut [u8], offset: usize, salt: u32, f: &(dyn Fn(u32) -> u8 + Sync)| {
+    let fill = |buf: &mut [u8], offset: usize, f: fn(u32, u32) -> u8| {
         for (i, b) in buf.iter_mut().enumerate() {
-            *b = f(hash32((offset + i) as u32 ^ hash32(seed ^ salt)));
+            *b = f((offset + i) as u32, seed);
         }
     };
-    let code_byte = |h: u32| h as u8;
-    // Exponent field 5..9 (0.25 .. 7.5), any mantissa, positive.
-    let scale_byte = |h: u32| (((5 + (h >> 8) % 5) << 3) | (h & 7)) as u8;
     std::thread::scope(|s| {
         let chunk = packed.len().div_ceil(threads).max(1);
         for (ci, c) in packed.chunks_mut(chunk).enumerate() {
-            s.spawn(move || fill(c, ci * chunk, 0x5eed_0001, &code_byte));
+            s.spawn(move || fill(c, ci * chunk, nvfp4_code_byte));
         }
         let chunk = scales.len().div_ceil(threads).max(1);
         for (ci, c) in scales.chunks_mut(chunk).enumerate() {
-            s.spawn(move || fill(c, ci * chunk, 0x5eed_0002, &scale_byte));
+            s.spawn(move || fill(c, ci * chunk, nvfp4_scale_byte));
         }
     });
     Nvfp4Weight {
@@ -74,8 +92,22 @@ pub fn nvfp4_weight(n: usize, k: usize, seed: u32, threads: usize) -> Nvfp4Weigh
         k,
         packed,
         block_scales: scales,
-        global_scale: 1.0 / 64.0,
+        global_scale: NVFP4_GLOBAL_SCALE,
     }
+}
+
+/// Row `row` of [`nvfp4_weight`]`(n, k, seed, _)` dequantized exactly in f64 (the value
+/// [`Nvfp4Weight::value_f64`] gives), computed from the hashes without building the matrix.
+pub fn nvfp4_row_f64(row: usize, k: usize, seed: u32) -> Vec<f64> {
+    use crate::formats::{e2m1, e4m3};
+    (0..k)
+        .map(|kk| {
+            let byte = nvfp4_code_byte(((row * k + kk) / 2) as u32, seed);
+            let code = if kk % 2 == 0 { byte & 0xF } else { byte >> 4 };
+            let sc = nvfp4_scale_byte(((row * k + kk) / NVFP4_BLOCK) as u32, seed);
+            e2m1::decode(code) as f64 * e4m3::decode(sc) as f64 * NVFP4_GLOBAL_SCALE as f64
+        })
+        .collect()
 }
 
 /// Threads to use for host-side generation on this machine.
@@ -116,6 +148,17 @@ mod tests {
             let v = crate::formats::e4m3::decode(c);
             assert!(v.is_finite());
             assert!((0.125..=7.5).contains(&v.abs()), "{c:#x} {v}");
+        }
+    }
+
+    #[test]
+    fn nvfp4_rows_from_the_hashes_equal_the_built_weight() {
+        let w = nvfp4_weight(24, 64, 0x4A16_0001, 2);
+        for row in [0, 7, 23] {
+            let r = nvfp4_row_f64(row, 64, 0x4A16_0001);
+            for (kk, v) in r.iter().enumerate() {
+                assert_eq!(*v, w.value_f64(row, kk), "row {row} k {kk}");
+            }
         }
     }
 

@@ -13,9 +13,11 @@ pub mod clocks;
 pub mod composite;
 pub mod data;
 pub mod fit;
+pub mod fp8_quant;
 pub mod goals;
 pub mod impls;
 pub mod peak;
+pub mod peer_nvfp4;
 pub mod peers;
 pub mod reference;
 pub mod render;
@@ -46,6 +48,8 @@ pub struct Env<'a> {
     pub w4: &'a [W4Module],
     /// `kernels/w4a16_v2.cu`, when it compiled.
     pub w4v2: Option<&'a Module>,
+    /// `kernels/fp8_quant.cu` (per-token FP8 quantization), when it compiled.
+    pub fp8q: Option<&'a Module>,
 }
 
 /// One compiled flavour of kernels/w4a16.cu.

@@ -24,6 +24,10 @@ pub const SCRIPT: &str = include_str!("../../scripts/peer_kernels.py");
 /// in the working directory, or next to the source tree the binary was built in).
 pub const PEERS_DIR_ENV: &str = "RIGBENCH_PEERS_DIR";
 
+/// The peer providers the script knows (`--peer-providers`): PyTorch's own ops, gemlite,
+/// Humming, vLLM's Marlin built from its sources, and vLLM's ops when it is installed.
+pub const PROVIDERS: &[&str] = &["torch", "gemlite", "humming", "vllm-marlin", "vllm"];
+
 /// Whether to run peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PeerMode {
@@ -103,6 +107,10 @@ struct PeerCase {
     t_start: Option<f64>,
     #[serde(default)]
     t_end: Option<f64>,
+    /// The configuration the implementation chose for this case (Humming's heuristic, Marlin's
+    /// launch plan), in words.
+    #[serde(default)]
+    config: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -216,7 +224,10 @@ fn to_cases(
             m: c.m,
             n: c.n,
             k: c.k,
-            path: c.path,
+            path: match c.config.as_deref().filter(|x| !x.is_empty()) {
+                Some(cfg) => format!("{}; {CONFIG_LABEL}{cfg}", c.path),
+                None => c.path,
+            },
             check: Some(c.check),
             timing,
             extra,
@@ -243,6 +254,9 @@ fn to_cases(
     }
     cases
 }
+
+/// What precedes the configuration a peer chose in its case's `path`.
+pub const CONFIG_LABEL: &str = "configuration: ";
 
 /// Folders of carried pure-Python peer packages that exist: `$RIGBENCH_PEERS_DIR`, `./.peers`,
 /// and `.peers` at the root of the source tree the binary sits in (`target/release/rigbench`).
@@ -358,7 +372,13 @@ fn spec(opts: &BenchOptions, k: &KernelResults, dirs: &[PathBuf]) -> serde_json:
             "graph_max_copies": super::bench::GRAPH_MAX_COPIES,
         },
         "sys_path": dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
+        "providers": if opts.peer_providers.is_empty() { serde_json::Value::Null } else { serde_json::json!(opts.peer_providers) },
     })
+}
+
+/// Whether provider `p` runs under `opts`.
+fn wants(opts: &BenchOptions, p: &str) -> bool {
+    opts.peer_providers.is_empty() || opts.peer_providers.iter().any(|x| x == p)
 }
 
 /// How many times the peer script is started again after a case killed it.
@@ -390,9 +410,43 @@ fn run_script(opts: &BenchOptions, k: &KernelResults) -> anyhow::Result<(PeerOut
         .unwrap_or_else(|| dir.path().join("peers.json"));
     let mut resume = opts.peers_resume && out_path.exists();
     let mut restarts = 0usize;
+    // rigbench's NVFP4 operands and CPU references for the NVFP4 peers (computed once).
+    let nvfp4 = ["humming", "vllm-marlin", "vllm"]
+        .iter()
+        .any(|p| wants(opts, p))
+        .then(|| {
+            super::peer_nvfp4::spec_section(
+                &opts.suite,
+                super::impls::w4a16::SEED_W,
+                super::data::host_threads(),
+            )
+        });
     loop {
+        if let Some(sig) = crate::signals::interrupted() {
+            // Stopped before (re)starting the script: what an earlier start of this run (or
+            // the run being resumed) saved is kept.
+            let out = resume
+                .then(|| std::fs::read_to_string(&out_path).ok())
+                .flatten()
+                .and_then(|t| serde_json::from_str::<PeerOut>(&t).ok())
+                .unwrap_or(PeerOut {
+                    peers: vec![],
+                    cases: vec![],
+                    skipped: vec![],
+                    in_flight: None,
+                });
+            return Ok((
+                out,
+                Some(format!(
+                    "rigbench was interrupted by {sig} before the peer script started"
+                )),
+            ));
+        }
         let mut spec = spec(opts, k, &peer_dirs());
         spec["resume"] = serde_json::Value::Bool(resume);
+        if let Some(v) = &nvfp4 {
+            spec["nvfp4"] = v.clone();
+        }
         let spec_path = dir.path().join("spec.json");
         std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
         let (status, last_err) = run_once(&script, &spec_path, &out_path)?;
@@ -648,9 +702,87 @@ mod tests {
         assert_eq!(v["stopping"]["min_samples"], opts.stopping.min_samples);
     }
 
+    /// The script's pure helpers against rigbench's (python3 runs them; no torch needed): the
+    /// hash, the NVFP4 code and scale bytes, the activation bits, Marlin's padding, its weight
+    /// permutation (a permutation of one 16×64 block group) and the refusal prefix the composite
+    /// reads.
+    #[test]
+    fn peer_script_helpers_match_rigbench() {
+        use crate::kernels::data::{hash32, nvfp4_code_byte, nvfp4_scale_byte};
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("peer_kernels.py");
+        std::fs::write(&script, SCRIPT).unwrap();
+        let vals: Vec<u32> = vec![0, 1, 2, 255, 65_535, 123_456_789, 4_000_000_000, u32::MAX];
+        let arg: Vec<String> = vals.iter().map(|v| v.to_string()).collect();
+        let out = Command::new("python3")
+            .arg(&script)
+            .arg("--self-test")
+            .arg(arg.join(","))
+            .output()
+            .expect("python3 runs (the peer script needs it; install Python 3)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let seed = super::super::impls::w4a16::SEED_W;
+        assert_eq!(seed, 0x4A16_0001, "the self-test's seed");
+        for (i, x) in vals.iter().enumerate() {
+            assert_eq!(
+                v["hash32"][i].as_u64().unwrap(),
+                hash32(*x) as u64,
+                "hash32({x})"
+            );
+            assert_eq!(
+                v["code_bits"][i].as_u64().unwrap(),
+                nvfp4_code_byte(*x, seed) as u64,
+                "code byte {x}"
+            );
+            assert_eq!(
+                v["scale_bits"][i].as_u64().unwrap(),
+                nvfp4_scale_byte(*x, seed) as u64,
+                "scale byte {x}"
+            );
+            let bits = v["uniform_bits"][i].as_u64().unwrap() as f32;
+            let value = bits * (1.0 / 16_777_216.0) * 2.0 - 1.0;
+            assert_eq!(
+                crate::formats::bf16_round(value),
+                crate::kernels::data::bf16_uniform(*x, 7, 1.0),
+                "activation {x}"
+            );
+        }
+        assert_eq!(
+            v["marlin_padded_nk"],
+            serde_json::json!([[128, 5120], [5120, 6144], [128, 256]])
+        );
+        let perm: Vec<u64> = v["marlin_weight_perm"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        let mut sorted = perm.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..1024).collect::<Vec<u64>>());
+        assert_eq!(&perm[..8], &[0, 128, 8, 136, 16, 144, 24, 152]);
+        let sp: Vec<u64> = v["marlin_scale_perm"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(&sp[..10], &[0, 8, 16, 24, 32, 40, 48, 56, 1, 9]);
+        assert_eq!(
+            v["refused"].as_str().unwrap(),
+            crate::kernels::composite::REFUSED_PREFIX
+        );
+    }
+
     #[test]
     fn the_script_is_embedded() {
         assert!(SCRIPT.contains("_weight_int4pack_mm") && SCRIPT.contains("--spec"));
+        assert!(SCRIPT.contains("HummingLayer") && SCRIPT.contains("libmarlin_nvfp4.so"));
         assert!(SCRIPT.contains("gemlite") && SCRIPT.contains("CUDAGraph"));
         // The script's copy rule is rigbench's.
         assert!(SCRIPT.contains("copies = max(2, min_total // max(1, nbytes) + 1)"));

@@ -634,6 +634,30 @@ fn peer_section(k: &KernelResults) -> String {
         &rows,
     ));
     o.push('\n');
+    // The configuration each peer chose (Humming's heuristic, Marlin's launch plan), per case.
+    let label = super::peers::CONFIG_LABEL;
+    let chosen: Vec<Vec<String>> = k
+        .cases
+        .iter()
+        .filter(|c| c.provider != "rigbench")
+        .filter_map(|c| {
+            let cfg = c.path.split(label).nth(1)?;
+            Some(vec![
+                format!("{}:{}", c.provider, c.implementation),
+                c.shape.clone(),
+                thousands(c.m as u64),
+                cfg.to_string(),
+            ])
+        })
+        .collect();
+    if !chosen.is_empty() {
+        o.push_str("<details><summary>Configuration each peer chose, per case</summary>\n\n");
+        o.push_str(&markdown_table(
+            &["implementation", "shape", "M", "configuration"],
+            &chosen,
+        ));
+        o.push_str("\n</details>\n\n");
+    }
     o
 }
 
@@ -1229,7 +1253,7 @@ mod tests {
         );
         // The composite, the fits and the goals are there.
         assert!(md.contains("### Decode-step composite: a test step"));
-        assert!(md.contains("fp8 (incl. act. quant)"));
+        assert!(md.contains("fp8 (incl. act. quant, per-tensor"), "{md}");
         assert!(md.contains("### Fixed cost and streaming rate"));
         assert!(md.contains("### rigbench's kernel goals"));
         assert!(

@@ -4,9 +4,12 @@
 //!
 //! Lines, each present only when its part of the results is:
 //! 1. what the card runs natively per format, and what falls back to what (capability table);
-//! 2. the fastest format by M range (rigbench's own kernels, FP8 including its activation
-//!    quantization, the format fastest on most shapes at each M);
-//! 3. the crossovers per shape (W4A16 against FP8 and BF16);
+//! 2. the fastest format by M range: the best implementation measured for each format, peers
+//!    (engine kernels) included and named, FP8 including its activation quantization, over the
+//!    decode-step composite (else the format fastest on most shapes at each M); formats within
+//!    [`SAME_WITHIN`] of the fastest are joined with "≈";
+//! 3. the crossovers per shape (W4A16 against FP8 and BF16, best implementation of each), and
+//!    rigbench's own kernels against the best peer of their format (composite time ratios);
 //! 4. the measured limits (copy bandwidth, highest BF16/FP8 TFLOP/s) and throttling seen;
 //! 5. the decode-step composite headline;
 //! 6. whether the end-to-end figures ran on this GPU, and on which backend;
@@ -25,12 +28,16 @@ use crate::kernels::schema::{KernelCase, KernelResults};
 use crate::report::table::thousands;
 use crate::rig::Support;
 
+/// Formats whose composite times are within this fraction of the fastest are "≈" it.
+pub const SAME_WITHIN: f64 = 0.02;
+
 /// One point of the decode-step composite: the summed GEMM time of every linear layer of one
-/// decode step of the suite's model at `m`, for one format (FP8 including its activation
+/// decode step of the suite's model at `m`, for one implementation (FP8 including its activation
 /// quantization). See ARCHITECTURE.md, "Terms", and [`crate::kernels::composite`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepPoint {
-    /// The format (`BF16`, `FP8`, `W4A16`, `W4A4`).
+    /// The format (`BF16`, `FP8`, `W4A16`, `W4A4`), or the format and the implementation
+    /// (`W4A16 (Humming)`) in the lines that name it.
     pub format: String,
     /// Tokens in flight.
     pub m: usize,
@@ -38,37 +45,113 @@ pub struct StepPoint {
     pub time_s: f64,
 }
 
-/// The decode-step composite of rigbench's own implementations in `k` (recorded, or computed
-/// from the suite's per-step counts), in its cold timing (graph timing when the run had only
-/// that); with whether the shapes cover the whole step. Empty when the results carry no
-/// per-step counts (results written before the composite existed).
-pub fn composite_points(k: &KernelResults) -> (Vec<StepPoint>, bool) {
+/// The timing the verdict reads: graph timing when peers (engine kernels, dispatched from Python)
+/// have graph-timed composite rows, as cold single launches would charge them their host
+/// dispatch; otherwise cold timing, or graph timing when the run had only that.
+pub fn verdict_timing(
+    c: &crate::kernels::composite::Composite,
+) -> crate::kernels::composite::StepTiming {
     use crate::kernels::composite::StepTiming;
+    let has = |t: StepTiming, peer: bool| {
+        c.rows
+            .iter()
+            .any(|r| r.timing == t && (r.provider != "rigbench") == peer)
+    };
+    if has(StepTiming::Graph, true) && has(StepTiming::Graph, false) {
+        StepTiming::Graph
+    } else if has(StepTiming::Cold, false) || has(StepTiming::Cold, true) {
+        StepTiming::Cold
+    } else {
+        StepTiming::Graph
+    }
+}
+
+/// A short name for an implementation in the verdict: rigbench's own kernel is `rigbench`, its
+/// cuBLASLt rows `cuBLASLt` (FP8 per tensor or per token), peers by their library.
+pub fn impl_label(provider: &str, implementation: &str) -> String {
+    match (provider, implementation) {
+        ("rigbench", "w4a16") => "rigbench".into(),
+        ("rigbench", "fp8") => "cuBLASLt, per-tensor act. quant".into(),
+        ("rigbench", "fp8-rowwise") => "cuBLASLt, per-token act. quant".into(),
+        ("rigbench", _) => "cuBLASLt".into(),
+        ("humming", _) => "Humming".into(),
+        ("vllm-marlin", _) => "vLLM Marlin".into(),
+        ("vllm", _) => "vLLM".into(),
+        ("gemlite", _) => "gemlite INT4 g128".into(),
+        ("torch", "torch._weight_int4pack_mm") => "tinygemm INT4 g128".into(),
+        ("torch", i) => i.to_string(),
+        (p, i) => format!("{p}:{i}"),
+    }
+}
+
+/// The decode-step composite rows the verdict reads (recorded, or computed from the suite's
+/// per-step counts), in [`verdict_timing`]; with whether the shapes cover the whole step, and the
+/// timing. Empty when the results carry no per-step counts.
+fn composite_rows(
+    k: &KernelResults,
+) -> (
+    Vec<crate::kernels::composite::CompositeRow>,
+    bool,
+    Option<crate::kernels::composite::StepTiming>,
+) {
     let Some(c) = k
         .composite
         .clone()
         .or_else(|| crate::kernels::composite::compute(k))
     else {
-        return (Vec::new(), false);
+        return (Vec::new(), false, None);
     };
-    let own = |t: StepTiming| -> Vec<StepPoint> {
-        c.rows
-            .iter()
-            .filter(|r| r.provider == "rigbench" && r.timing == t && r.median_s > 0.0)
-            .map(|r| StepPoint {
-                format: short_name(r.format).to_string(),
-                m: r.m,
-                time_s: r.median_s,
-            })
-            .collect()
-    };
-    let cold = own(StepTiming::Cold);
-    let points = if cold.is_empty() {
-        own(StepTiming::Graph)
-    } else {
-        cold
-    };
-    (points, c.step.complete)
+    let t = verdict_timing(&c);
+    let rows = c
+        .rows
+        .iter()
+        .filter(|r| r.timing == t && r.median_s > 0.0)
+        .cloned()
+        .collect();
+    (rows, c.step.complete, Some(t))
+}
+
+/// The decode-step composite of rigbench's own implementations in `k` (recorded, or computed
+/// from the suite's per-step counts), in the verdict's timing ([`verdict_timing`]), the best of
+/// each format; with whether the shapes cover the whole step. Empty when the results carry no
+/// per-step counts (results written before the composite existed).
+pub fn composite_points(k: &KernelResults) -> (Vec<StepPoint>, bool) {
+    let (rows, complete, _) = composite_rows(k);
+    let own: Vec<_> = rows
+        .into_iter()
+        .filter(|r| r.provider == "rigbench")
+        .collect();
+    (best_points(&own, false), complete)
+}
+
+/// The fastest row of each format at each M as points; `named`: the format carries the
+/// implementation (`W4A16 (Humming)`).
+fn best_points(rows: &[crate::kernels::composite::CompositeRow], named: bool) -> Vec<StepPoint> {
+    let mut out: Vec<StepPoint> = Vec::new();
+    let mut best: BTreeMap<(usize, GemmFormat), &crate::kernels::composite::CompositeRow> =
+        BTreeMap::new();
+    for r in rows {
+        let e = best.entry((r.m, r.format)).or_insert(r);
+        if r.median_s < e.median_s {
+            *e = r;
+        }
+    }
+    for ((m, f), r) in best {
+        out.push(StepPoint {
+            format: if named {
+                format!(
+                    "{} ({})",
+                    short_name(f),
+                    impl_label(&r.provider, &r.implementation)
+                )
+            } else {
+                short_name(f).to_string()
+            },
+            m,
+            time_s: r.median_s,
+        });
+    }
+    out
 }
 
 /// The verdict's lines (Markdown inline: `**bold**` lead-ins and backticks).
@@ -79,21 +162,30 @@ pub fn lines(r: &Results) -> Vec<String> {
     }
     out.push(formats_line(r));
     if let Some(k) = &r.kernels {
-        let own = own_cases(k);
-        if !own.is_empty() {
-            let step = composite_points(k).0;
-            if let Some(l) = fastest_by_composite(&step).or_else(|| fastest_line(&own)) {
+        let cases = passing_cases(k);
+        if cases.iter().any(|c| c.provider == "rigbench") {
+            let (rows, complete, timing) = composite_rows(k);
+            let graph = timing == Some(crate::kernels::composite::StepTiming::Graph);
+            let named = best_points(&rows, true);
+            if let Some(l) =
+                fastest_by_composite(&named, graph).or_else(|| fastest_line(&cases, graph))
+            {
                 out.push(l);
             }
-            if let Some(l) = crossover_line(&own) {
+            if let Some(l) = crossover_line(&cases, graph) {
+                out.push(l);
+            }
+            if let Some(l) = own_vs_peer_line(&rows, graph) {
                 out.push(l);
             }
             if let Some(l) = limits_line(r, k) {
                 out.push(l);
             }
-            let (points, complete) = composite_points(k);
-            let mut l = composite_line(&points);
-            if !points.is_empty() && !complete {
+            let mut l = composite_line(&named);
+            if graph {
+                l = l.replacen("(summed GEMM time", "(graph timing; summed GEMM time", 1);
+            }
+            if !named.is_empty() && !complete {
                 l.push_str(" These shapes are only part of a decode step: the sums are a part of its linear-layer time.");
             }
             out.push(l);
@@ -209,27 +301,36 @@ fn formats_line(r: &Results) -> String {
     format!("**Formats on {name} ({cc}):** {}.", parts.join("; "))
 }
 
-/// rigbench's own timed cases of the four formats whose correctness check passed.
-fn own_cases(k: &KernelResults) -> Vec<&KernelCase> {
+/// Every timed case (rigbench's and peers') whose correctness check passed.
+fn passing_cases(k: &KernelResults) -> Vec<&KernelCase> {
     k.cases
         .iter()
-        .filter(|c| c.provider == "rigbench")
         .filter(|c| c.check.as_ref().is_none_or(|x| x.passed))
         .filter(|c| c.timing.median_s.is_finite() && c.timing.median_s > 0.0)
         .collect()
 }
 
-/// A case's time with its separately timed parts (FP8's activation quantization) added.
-fn time_incl(c: &KernelCase) -> f64 {
-    c.timing.median_s + c.extra.iter().map(|e| e.timing.median_s).sum::<f64>()
+/// A case's time with its activation quantization (FP8) added, in graph timing (`graph`) or in
+/// its cold timing; `None` when it has no such timing.
+fn time_incl(c: &KernelCase, graph: bool) -> Option<f64> {
+    if graph {
+        c.graph_total_s()
+    } else {
+        let t = c.cold_timing()?;
+        Some(t.median_s + KernelCase::act_quant(&c.extra).map_or(0.0, |q| q.median_s))
+    }
 }
 
-/// (shape → (format → (M → time incl. extras))) in suite order of shapes.
+/// (shape → (format → (M → the best time of the format's implementations))) in suite order of
+/// shapes.
 type Grid = Vec<(String, BTreeMap<GemmFormat, BTreeMap<usize, f64>>)>;
 
-fn grid(cases: &[&KernelCase]) -> Grid {
+fn grid(cases: &[&KernelCase], graph: bool) -> Grid {
     let mut g: Grid = Vec::new();
     for c in cases {
+        let Some(t) = time_incl(c, graph) else {
+            continue;
+        };
         let i = match g.iter().position(|(s, _)| *s == c.shape) {
             Some(i) => i,
             None => {
@@ -237,10 +338,10 @@ fn grid(cases: &[&KernelCase]) -> Grid {
                 g.len() - 1
             }
         };
-        g[i].1
-            .entry(c.format)
-            .or_default()
-            .insert(c.m, time_incl(c));
+        let e = g[i].1.entry(c.format).or_default().entry(c.m).or_insert(t);
+        if t < *e {
+            *e = t;
+        }
     }
     g
 }
@@ -253,8 +354,8 @@ fn m_range(a: usize, b: usize) -> String {
     }
 }
 
-fn fastest_line(cases: &[&KernelCase]) -> Option<String> {
-    let g = grid(cases);
+fn fastest_line(cases: &[&KernelCase], graph: bool) -> Option<String> {
+    let g = grid(cases, graph);
     let mut ms: Vec<usize> = cases.iter().map(|c| c.m).collect();
     ms.sort_unstable();
     ms.dedup();
@@ -287,53 +388,140 @@ fn fastest_line(cases: &[&KernelCase]) -> Option<String> {
     if winners.is_empty() {
         return None;
     }
+    let text = segments(winners);
+    Some(format!(
+        "**Fastest format by M** (best implementation of each format, peers included; FP8 including its activation quantization; {} timing; the format fastest on most of the {} shapes at each M): {}.",
+        if graph { "graph" } else { "cold" },
+        g.len(),
+        text
+    ))
+}
+
+/// `(M, label)` runs joined: `**A** at M = 1…4, **B** at M = 16`.
+fn segments(points: Vec<(usize, String)>) -> String {
     let mut segs: Vec<(String, usize, usize)> = Vec::new();
-    for (m, w) in winners {
+    for (m, w) in points {
         match segs.last_mut() {
             Some(s) if s.0 == w => s.2 = m,
             _ => segs.push((w, m, m)),
         }
     }
-    let text: Vec<String> = segs
-        .iter()
+    segs.iter()
         .map(|(w, a, b)| format!("**{w}** at {}", m_range(*a, *b)))
-        .collect();
-    Some(format!(
-        "**Fastest format by M** (rigbench's kernels; FP8 including its activation quantization; the format fastest on most of the {} shapes at each M): {}.",
-        g.len(),
-        text.join(", ")
-    ))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
-/// The fastest format by M range from the decode-step composite, when the results have one.
-fn fastest_by_composite(points: &[StepPoint]) -> Option<String> {
+/// The fastest format by M range from the decode-step composite, when the results have one:
+/// `points` are the best implementation of each format at each M, named; formats within
+/// [`SAME_WITHIN`] of the fastest are joined with "≈".
+fn fastest_by_composite(points: &[StepPoint], graph: bool) -> Option<String> {
     let mut ms: Vec<usize> = points.iter().map(|p| p.m).collect();
     ms.sort_unstable();
     ms.dedup();
-    let mut segs: Vec<(String, usize, usize)> = Vec::new();
+    let mut per_m: Vec<(usize, String)> = Vec::new();
     for m in ms {
-        let here: Vec<&StepPoint> = points.iter().filter(|p| p.m == m).collect();
+        let mut here: Vec<&StepPoint> = points.iter().filter(|p| p.m == m).collect();
         if here.len() < 2 {
             continue;
         }
-        let Some(best) = here.iter().min_by(|a, b| a.time_s.total_cmp(&b.time_s)) else {
-            continue;
-        };
-        match segs.last_mut() {
-            Some(s) if s.0 == best.format => s.2 = m,
-            _ => segs.push((best.format.clone(), m, m)),
-        }
+        here.sort_by(|a, b| a.time_s.total_cmp(&b.time_s));
+        let best = here[0].time_s;
+        let same: Vec<&str> = here
+            .iter()
+            .take_while(|p| p.time_s <= best * (1.0 + SAME_WITHIN))
+            .map(|p| p.format.as_str())
+            .collect();
+        per_m.push((m, same.join(" ≈ ")));
     }
-    if segs.is_empty() {
+    if per_m.is_empty() {
         return None;
     }
-    let text: Vec<String> = segs
-        .iter()
-        .map(|(w, a, b)| format!("**{w}** at {}", m_range(*a, *b)))
-        .collect();
     Some(format!(
-        "**Fastest format by M** (rigbench's kernels over one decode step, the composite below; FP8 including its activation quantization): {}.",
-        text.join(", ")
+        "**Fastest format by M** (the best implementation measured for each format, peers included and named, over one decode step, the composite below; {} timing; FP8 including its activation quantization; \"≈\": within {:.0}%): {}.",
+        if graph { "graph" } else { "cold" },
+        SAME_WITHIN * 100.0,
+        segments(per_m)
+    ))
+}
+
+/// rigbench's own kernel of each format against the best peer of the same format, as composite
+/// time ratios (< 1: rigbench's is faster), at a few M.
+fn own_vs_peer_line(
+    rows: &[crate::kernels::composite::CompositeRow],
+    graph: bool,
+) -> Option<String> {
+    let mut parts = Vec::new();
+    for f in [GemmFormat::W4a16, GemmFormat::Fp8, GemmFormat::Bf16] {
+        let mut ms: Vec<usize> = rows.iter().filter(|r| r.format == f).map(|r| r.m).collect();
+        ms.sort_unstable();
+        ms.dedup();
+        let mut pts: Vec<(usize, f64, String)> = Vec::new();
+        for m in ms {
+            let best = |own: bool| {
+                rows.iter()
+                    .filter(|r| r.format == f && r.m == m && (r.provider == "rigbench") == own)
+                    .min_by(|a, b| a.median_s.total_cmp(&b.median_s))
+            };
+            if let (Some(o), Some(p)) = (best(true), best(false)) {
+                pts.push((
+                    m,
+                    o.median_s / p.median_s,
+                    format!(
+                        "{} vs {}",
+                        impl_label(&o.provider, &o.implementation),
+                        impl_label(&p.provider, &p.implementation)
+                    ),
+                ));
+            }
+        }
+        if pts.is_empty() {
+            continue;
+        }
+        let picked: Vec<&(usize, f64, String)> = pts
+            .iter()
+            .filter(|p| [1, 4, 16, 64, 128, 1024].contains(&p.0))
+            .collect();
+        let show: Vec<&(usize, f64, String)> = if picked.is_empty() {
+            pts.iter().collect()
+        } else {
+            picked
+        };
+        // The pair compared is named where it changes.
+        let mut last: Option<&str> = None;
+        let list: Vec<String> = show
+            .iter()
+            .map(|(m, r, who)| {
+                let named = if last == Some(who.as_str()) {
+                    String::new()
+                } else {
+                    format!(" ({who})")
+                };
+                last = Some(who.as_str());
+                format!("{r:.2} at M = {}{named}", thousands(*m as u64))
+            })
+            .collect();
+        let summary = if pts.iter().all(|p| p.1 < 1.0) {
+            "rigbench's faster at every M".to_string()
+        } else {
+            match pts.iter().take_while(|p| p.1 < 1.0).last() {
+                Some(p) => format!("rigbench's faster up to M = {}", thousands(p.0 as u64)),
+                None => "rigbench's slower from the smallest M".to_string(),
+            }
+        };
+        parts.push(format!(
+            "{}: own ÷ best peer time {}; {summary}",
+            short_name(f),
+            list.join(", ")
+        ));
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "**rigbench's kernels against the best peer of their format** (decode-step composite, {} timing): {}.",
+        if graph { "graph" } else { "cold" },
+        parts.join("; ")
     ))
 }
 
@@ -426,8 +614,8 @@ fn cross_summary(g: &Grid, a: GemmFormat, b: GemmFormat) -> Option<String> {
     Some(format!("faster than {what} {}", parts.join(", ")))
 }
 
-fn crossover_line(cases: &[&KernelCase]) -> Option<String> {
-    let g = grid(cases);
+fn crossover_line(cases: &[&KernelCase], graph: bool) -> Option<String> {
+    let g = grid(cases, graph);
     let parts: Vec<String> = [GemmFormat::Fp8, GemmFormat::Bf16]
         .iter()
         .filter_map(|b| cross_summary(&g, GemmFormat::W4a16, *b))
@@ -436,8 +624,9 @@ fn crossover_line(cases: &[&KernelCase]) -> Option<String> {
         return None;
     }
     Some(format!(
-        "**Crossovers** ({} shapes): W4A16 is {} (per-shape lines under each table).",
+        "**Crossovers** ({} shapes; best implementation of each format per shape and M, peers included; {} timing): W4A16 is {} (per-shape lines under each table).",
         g.len(),
+        if graph { "graph" } else { "cold" },
         parts.join("; it is ")
     ))
 }
@@ -1313,17 +1502,19 @@ mod tests {
         let all = lines(&r).join("\n");
         assert!(
             all.contains("over one decode step")
-                && all.contains("**W4A16** at M = 1, **FP8** at M = 16…1,024"),
+                && all.contains("**W4A16 (rigbench)** at M = 1, **FP8 (cuBLASLt, per-tensor act. quant)** at M = 16…1,024"),
             "{all}"
         );
         assert!(
-            all.contains("at M = 1: W4A16 30.0 µs < FP8 70.0 µs < BF16 120.0 µs (≤ 33,333 tok/s from the linear layers alone)"),
+            all.contains("at M = 1: W4A16 (rigbench) 30.0 µs < FP8 (cuBLASLt, per-tensor act. quant) 70.0 µs < BF16 (cuBLASLt) 120.0 µs (≤ 33,333 tok/s from the linear layers alone)"),
             "{all}"
         );
         assert!(
-            all.contains("at M = 16: FP8 81.0 µs < W4A16 90.0 µs"),
+            all.contains("at M = 16: FP8 (cuBLASLt, per-tensor act. quant) 81.0 µs < W4A16 (rigbench) 90.0 µs"),
             "{all}"
         );
+        // No peers: no line comparing rigbench's kernels with them.
+        assert!(!all.contains("best peer of their format"), "{all}");
         assert!(all.contains("over the 16 sequences"), "{all}");
     }
 

@@ -1,14 +1,29 @@
-//! The implementations: `bf16` and `fp8` (cuBLASLt), `w4a16` (rigbench's NVRTC kernel), `w4a4`
+//! The implementations: `bf16`, `fp8` (per-tensor scales) and `fp8-rowwise` (per-token × per-channel
+//! scales, the runtime's path) through cuBLASLt, `w4a16` (rigbench's NVRTC kernel), `w4a4`
 //! (native NVFP4 through cuBLASLt's block-scaled FP4 path, sm_100 and up).
 
 pub mod bf16;
 pub mod fp8;
+pub mod fp8_rowwise;
 pub mod w4a16;
 pub mod w4a4;
 
 use super::{Env, GemmImpl};
 use crate::formats::GemmFormat;
 use crate::gpu::DevBuf;
+
+/// The implementations that run for `formats`, in order: each format's, and for FP8 also the
+/// runtime's row-wise path ([`fp8_rowwise`]) after the per-tensor one.
+pub fn make_for(formats: &[GemmFormat]) -> Vec<Box<dyn GemmImpl>> {
+    let mut v: Vec<Box<dyn GemmImpl>> = Vec::new();
+    for f in formats {
+        v.push(make(*f));
+        if *f == GemmFormat::Fp8 {
+            v.push(Box::new(fp8_rowwise::Fp8RowWise::default()));
+        }
+    }
+    v
+}
 
 /// A fresh implementation for `format`.
 pub fn make(format: GemmFormat) -> Box<dyn GemmImpl> {
