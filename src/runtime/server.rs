@@ -114,10 +114,8 @@ impl Drop for ServerHandle {
 /// # Errors
 /// Loading errors (naming the flag or file at fault) and bind errors naming `--host`/`--port`.
 pub async fn start(config: ServeConfig) -> anyhow::Result<ServerHandle> {
-    let cfg = config.clone();
-    let loaded = tokio::task::spawn_blocking(move || engine::load(&cfg))
-        .await
-        .map_err(|e| anyhow::anyhow!("model loading panicked: {e}"))??;
+    // The port first: a busy one is found at once, not after the model has loaded (minutes for
+    // a large preset). Connections wait in the backlog until the server below accepts them.
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
         .await
         // The environment (a busy port, an address this host does not have), not the command
@@ -129,6 +127,10 @@ pub async fn start(config: ServeConfig) -> anyhow::Result<ServerHandle> {
                 config.port
             )
         })?;
+    let cfg = config.clone();
+    let loaded = tokio::task::spawn_blocking(move || engine::load(&cfg))
+        .await
+        .map_err(|e| anyhow::anyhow!("model loading panicked: {e}"))??;
     let addr = listener.local_addr()?;
     let (engine, engine_thread) = engine::spawn(loaded)?;
     let app = Arc::new(App {
