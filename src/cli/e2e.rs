@@ -396,38 +396,38 @@ pub fn e2e_options(
         .spec_method
         .as_deref()
         .is_some_and(|m| matches!(m.to_ascii_lowercase().as_str(), "none" | "off"));
-    let engine = match kind {
-        EngineKind::Builtin => {
-            if args.engine_cmd.is_some() || args.url.is_some() {
-                return Err(RigError::flag(
-                    "--engine",
-                    "builtin starts its own server; drop --engine-cmd / --url",
-                ));
+    let engine =
+        match kind {
+            EngineKind::Builtin => {
+                if args.engine_cmd.is_some() || args.url.is_some() {
+                    return Err(RigError::flag(
+                        "--engine",
+                        "builtin starts its own server; drop --engine-cmd / --url",
+                    ));
+                }
+                let mut serve = vec!["--model".to_string(), builtin.model.to_string()];
+                if let Some(q) = builtin.quantize {
+                    serve.extend([SERVE_QUANTIZE_FLAG.to_string(), q.to_string()]);
+                }
+                if let Some(m) = args.spec_method.as_ref().filter(|_| !spec_none) {
+                    serve.extend([SERVE_SPEC_METHOD_FLAG.to_string(), m.clone()]);
+                }
+                if let Some(k) = args.spec_k {
+                    serve.extend([SERVE_SPEC_K_FLAG.to_string(), k.to_string()]);
+                }
+                serve.extend(builtin.serve_args.iter().cloned());
+                // What `rigbench serve` would reject is a bad command line here too.
+                crate::cli::serve::check_args(&serve)?;
+                EngineChoice::Builtin {
+                    program: None,
+                    args: serve,
+                }
             }
-            let mut serve = vec!["--model".to_string(), builtin.model.to_string()];
-            if let Some(q) = builtin.quantize {
-                serve.extend([SERVE_QUANTIZE_FLAG.to_string(), q.to_string()]);
-            }
-            if let Some(m) = args.spec_method.as_ref().filter(|_| !spec_none) {
-                serve.extend([SERVE_SPEC_METHOD_FLAG.to_string(), m.clone()]);
-            }
-            if let Some(k) = args.spec_k {
-                serve.extend([SERVE_SPEC_K_FLAG.to_string(), k.to_string()]);
-            }
-            serve.extend(builtin.serve_args.iter().cloned());
-            // What `rigbench serve` would reject is a bad command line here too.
-            crate::cli::serve::check_args(&serve)?;
-            EngineChoice::Builtin {
-                program: None,
-                args: serve,
-            }
-        }
-        EngineKind::Cmd => {
-            let command = args
-                .engine_cmd
-                .clone()
-                .ok_or_else(|| RigError::flag("--engine", "cmd needs --engine-cmd \"COMMAND\""))?;
-            let url = match (&args.url, args.port) {
+            EngineKind::Cmd => {
+                let command = args.engine_cmd.clone().ok_or_else(|| {
+                    RigError::flag("--engine", "cmd needs --engine-cmd \"COMMAND\"")
+                })?;
+                let url = match (&args.url, args.port) {
                 (Some(u), _) => u.clone(),
                 (None, Some(p)) => format!("http://127.0.0.1:{p}"),
                 (None, None) => return Err(RigError::flag(
@@ -435,16 +435,15 @@ pub fn e2e_options(
                     "say where the engine will listen with --url http://HOST:PORT or --port PORT",
                 )),
             };
-            EngineChoice::Command { command, url }
-        }
-        EngineKind::Url => {
-            let url = args
-                .url
-                .clone()
-                .ok_or_else(|| RigError::flag("--engine", "url needs --url http://HOST:PORT"))?;
-            EngineChoice::Url { url }
-        }
-    };
+                EngineChoice::Command { command, url }
+            }
+            EngineKind::Url => {
+                let url = args.url.clone().ok_or_else(|| {
+                    RigError::flag("--engine", "url needs --url http://HOST:PORT")
+                })?;
+                EngineChoice::Url { url }
+            }
+        };
     if let EngineChoice::Command { url: u, .. } | EngineChoice::Url { url: u } = &engine {
         if !(u.starts_with("http://") || u.starts_with("https://")) {
             return Err(RigError::flag(

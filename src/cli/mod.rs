@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 use crate::ExitStatus;
 
+pub mod board;
 pub mod compare;
 pub mod devcheck;
 pub mod diagnose;
@@ -18,10 +19,7 @@ pub mod serve;
 
 /// rigbench: benchmark and validate quantized LLM inference (BF16, FP8, NVFP4) on NVIDIA GPUs.
 ///
-/// Exit codes: 0 ok; 1 error; 2 regression (compare); 3 baseline missing or incompatible
-/// (compare); 4 error-level findings (inspect, diagnose); 5 asked to time kernel cases and timed
-/// none (kernels; report with a GPU); 64 bad command line (an unknown flag or a value rigbench
-/// rejects).
+/// The exit codes of every command are in [`help::exits`].
 #[derive(Debug, Parser)]
 #[command(name = "rigbench", version, about, long_about = None, propagate_version = true,
           after_help = help::after_help(help::Cmd::Top))]
@@ -50,6 +48,8 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Explain an engine's logs and /metrics against the checkpoint and the card.
     Diagnose(diagnose::DiagnoseArgs),
+    /// One table of many rigs' reports: decode-step composite, e2e tok/s, KV capacity.
+    Board(board::BoardArgs),
     /// Developer checks of the CUDA runtime (parity with the CPU, kernel checks, speed).
     #[command(hide = true)]
     Devcheck(devcheck::DevcheckArgs),
@@ -92,6 +92,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Report(a) => report::run(a),
         Command::Compare(a) => compare::run(a),
         Command::Diagnose(a) => diagnose::run(a),
+        Command::Board(a) => board::run(a),
     }
 }
 

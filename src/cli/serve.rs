@@ -203,9 +203,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitStatus> {
         // thread, which the runtime's shutdown leaves behind).
         let signal = shutdown_signal()?;
         tokio::pin!(signal);
+        // The port before the model: a busy one fails at once.
+        let listener = crate::runtime::server::bind(&config).await?;
         eprintln!("rigbench serve: loading {} ...", config.model);
         let handle = tokio::select! {
-            h = crate::runtime::server::start(config) => h?,
+            h = crate::runtime::server::start_on(listener, config) => h?,
             _ = &mut signal => {
                 eprintln!("rigbench serve: stopped while loading the model");
                 return Ok(ExitStatus::Ok);
