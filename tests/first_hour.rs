@@ -493,12 +493,7 @@ fn the_reports_readme_states_the_compare_exit_codes_of_today() {
             .find(|l| l.contains(&format!("`{a}`, `{b}`")))
             .unwrap_or_else(|| panic!("no line for the pair {a}, {b}"));
         assert!(line.contains(says), "{line}");
-        let o = rigbench(&[
-            "compare",
-            "--baseline",
-            s(&dir.join(a)),
-            s(&dir.join(b)),
-        ]);
+        let o = rigbench(&["compare", "--baseline", s(&dir.join(a)), s(&dir.join(b))]);
         assert_eq!(o.status.code(), Some(2), "{a} {b}: {}", stderr(&o));
     }
 }
