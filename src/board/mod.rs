@@ -292,21 +292,23 @@ fn kernel_rows(r: &Results, report: usize, tags: &mut Tags, notes: &mut Vec<Stri
     rows
 }
 
+/// The end-to-end figures of one session, for the board.
+struct E2eFigures {
+    /// Valid sweep points.
+    points: Vec<E2ePoint>,
+    /// The conditions in words.
+    conditions: String,
+    /// KV capacity and its source.
+    kv: Option<(u64, String)>,
+    /// The model served.
+    model: Option<String>,
+    /// The weight format, when the engine states it, else `as served`.
+    format: String,
+}
+
 /// The end-to-end figures of one session: its valid sweep points, conditions, KV capacity and
 /// format; `Err(why)` when they are not the card's (a CPU self-test) or there are none.
-fn e2e_figures(
-    e: &crate::e2e::E2eResults,
-    gpu_rig: bool,
-) -> Result<
-    (
-        Vec<E2ePoint>,
-        String,
-        Option<(u64, String)>,
-        Option<String>,
-        String,
-    ),
-    String,
-> {
+fn e2e_figures(e: &crate::e2e::E2eResults, gpu_rig: bool) -> Result<E2eFigures, String> {
     let f = &e.engine.facts;
     let rt = f.runtime.as_ref();
     let backend = rt.and_then(|r| r.backend.as_ref()).map(|b| b.value.clone());
@@ -386,7 +388,13 @@ fn e2e_figures(
         .and_then(|r| r.weight_format.as_ref())
         .map(|w| runtime_format(&w.value))
         .unwrap_or_else(|| "as served".into());
-    Ok((points, text, kv, model, format))
+    Ok(E2eFigures {
+        points,
+        conditions: text,
+        kv,
+        model,
+        format,
+    })
 }
 
 impl Board {
@@ -484,9 +492,15 @@ impl Board {
             for (fmt, e) in sessions {
                 match e2e_figures(e, r.rig.gpu.is_some()) {
                     Err(why) => entry.notes.push(why),
-                    Ok((points, text, kv, model, engine_fmt)) => {
+                    Ok(E2eFigures {
+                        points,
+                        conditions,
+                        kv,
+                        model,
+                        format: engine_fmt,
+                    }) => {
                         let format = fmt.unwrap_or(engine_fmt);
-                        let tag = etags.tag("E", text);
+                        let tag = etags.tag("E", conditions);
                         match rows
                             .iter_mut()
                             .find(|x| x.format == format && x.e2e.is_empty())

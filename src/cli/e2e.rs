@@ -384,7 +384,7 @@ pub fn e2e_options(
     }
     suite
         .validate()
-        .map_err(|m| RigError::flag(&format!("{suite_flag} and its overrides"), m))?;
+        .map_err(|m| RigError::flag(format!("{suite_flag} and its overrides"), m))?;
 
     let kind = match (args.engine, &args.engine_cmd, &args.url) {
         (Some(k), _, _) => k,

@@ -43,7 +43,7 @@ pub enum Command {
     /// Drive end-to-end runs against the built-in runtime or an OpenAI-compatible engine.
     E2e(e2e::E2eArgs),
     /// The main job: rig + kernels + e2e (+ inspect) into one rig report.
-    Report(report::ReportArgs),
+    Report(Box<report::ReportArgs>),
     /// Compare results with a baseline; statistical verdict per metric; exit code for CI.
     Compare(compare::CompareArgs),
     /// Explain an engine's logs and /metrics against the checkpoint and the card.
@@ -89,7 +89,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Serve(a) => serve::run(a),
         Command::E2e(a) => e2e::run(a),
         Command::Devcheck(a) => devcheck::run(a),
-        Command::Report(a) => report::run(a),
+        Command::Report(a) => report::run(*a),
         Command::Compare(a) => compare::run(a),
         Command::Diagnose(a) => diagnose::run(a),
         Command::Board(a) => board::run(a),
