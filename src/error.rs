@@ -28,7 +28,7 @@ pub enum ExitStatus {
 
 impl ExitStatus {
     /// The numeric code.
-    pub fn code(self) -> u8 {
+    pub const fn code(self) -> u8 {
         match self {
             ExitStatus::Ok => 0,
             ExitStatus::Error => 1,
@@ -40,6 +40,12 @@ impl ExitStatus {
         }
     }
 }
+
+/// The exit code after a second SIGINT (128 + 2, the shell's convention): the run stops at once
+/// (`crate::signals`).
+pub const EXIT_SECOND_SIGINT: u8 = 130;
+/// The exit code after a second SIGTERM (128 + 15).
+pub const EXIT_SECOND_SIGTERM: u8 = 143;
 
 impl From<ExitStatus> for std::process::ExitCode {
     fn from(s: ExitStatus) -> Self {

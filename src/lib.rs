@@ -10,6 +10,7 @@
 
 #![warn(missing_docs)]
 
+pub mod board;
 pub mod checkpoint;
 pub mod cli;
 pub mod compare;

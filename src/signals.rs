@@ -127,6 +127,30 @@ pub async fn wait() {
     let _ = rx.wait_for(|v| *v).await;
 }
 
+/// The environment variable of [`test_hold`] (read only with `RIGBENCH_TEST_HOOKS=1`).
+pub const TEST_HOLD_ENV: &str = "RIGBENCH_TEST_HOLD";
+
+/// Test hook, for the tests of the exit codes: with `RIGBENCH_TEST_HOOKS=1` and
+/// `RIGBENCH_TEST_HOLD=first-signal`, a measuring command (`report`, `kernels`, `e2e`) waits here,
+/// before it measures anything, until the first SIGINT or SIGTERM (then it goes on, interrupted);
+/// with `RIGBENCH_TEST_HOLD=forever` it waits on after that too, so that only a second signal
+/// ends it. It says so on stderr first, so a test sends its signals once it has read that line,
+/// not after a guessed delay. Without the two variables it returns at once.
+pub fn test_hold() {
+    if std::env::var("RIGBENCH_TEST_HOOKS").as_deref() != Ok("1") {
+        return;
+    }
+    let forever = match std::env::var(TEST_HOLD_ENV).as_deref() {
+        Ok("first-signal") => false,
+        Ok("forever") => true,
+        _ => return,
+    };
+    eprintln!("rigbench: test hook: holding until a signal");
+    while interrupted().is_none() || forever {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Record an engine's process group (its leader's pid), to be killed on a second signal.
 pub fn register_group(pgid: u32) {
     if let Ok(mut g) = GROUPS.lock() {

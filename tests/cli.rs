@@ -62,15 +62,45 @@ fn malformed_suite_files_are_named() {
     for (file, text, what) in cases {
         let p = d.path().join(file);
         std::fs::write(&p, text).unwrap();
+        // A suite that cannot be used is a bad --suite value (64), as in every command.
         let o = rigbench(&["kernels", "--suite", p.to_str().unwrap()]);
-        assert_eq!(o.status.code(), Some(1), "{file}: {}", stderr(&o));
+        assert_eq!(o.status.code(), Some(64), "{file}: {}", stderr(&o));
         let e = stderr(&o);
         assert!(e.contains(file) && e.contains(what), "{file}: {e}");
         assert_no_panic(&o);
     }
-    let o = rigbench(&["kernels", "--suite", "/nonexistent/suite.toml"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("/nonexistent/suite.toml"));
+    // A missing suite file: 64 from every command that takes a suite, naming the file.
+    for cmd in [
+        vec!["kernels", "--suite", "/nonexistent/suite.toml"],
+        vec!["report", "--suite", "/nonexistent/suite.toml"],
+        vec!["report", "--e2e-suite", "/nonexistent/suite.toml"],
+        vec!["e2e", "--suite", "/nonexistent/suite.toml"],
+    ] {
+        let o = rigbench(&cmd);
+        assert_eq!(o.status.code(), Some(64), "{cmd:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("/nonexistent/suite.toml"), "{cmd:?}");
+        assert!(stderr(&o).contains("--suite") || stderr(&o).contains("--e2e-suite"));
+    }
+    // An unknown key in a suite file and an unknown suite name: the same code, 64, both in
+    // kernels and in e2e.
+    let k = d.path().join("unknown-key.toml");
+    std::fs::write(
+        &k,
+        "name='x'\nm=[1]\nbogus=1\n[[shapes]]\nname='a'\nn=16\nk=16\n",
+    )
+    .unwrap();
+    let e = d.path().join("unknown-key-e2e.toml");
+    std::fs::write(&e, "name = 'x'\nbogus = 1\n").unwrap();
+    for cmd in [
+        vec!["kernels", "--suite", k.to_str().unwrap()],
+        vec!["kernels", "--suite", "no-such-suite"],
+        vec!["e2e", "--suite", e.to_str().unwrap()],
+        vec!["e2e", "--suite", "no-such-suite"],
+    ] {
+        let o = rigbench(&cmd);
+        assert_eq!(o.status.code(), Some(64), "{cmd:?}: {}", stderr(&o));
+        assert_no_panic(&o);
+    }
 }
 
 #[test]

@@ -199,10 +199,25 @@ fn ten_percent_slowdown_exits_2_and_names_the_metric() {
         "--baseline",
         s(&b),
         s(&c),
+        "--threshold-metric",
+        "kernels/*/w4a16/*/m=1/*=15",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).0);
+    // The old spelling is a hidden alias: it still parses, and help shows only the new one.
+    let o = rigbench(&[
+        "compare",
+        "--baseline",
+        s(&b),
+        s(&c),
         "--metric-threshold",
         "kernels/*/w4a16/*/m=1/*=15",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o).0);
+    let help = text(&rigbench(&["compare", "--help"])).0;
+    assert!(
+        help.contains("--threshold-metric") && !help.contains("--metric-threshold"),
+        "{help}"
+    );
 }
 
 #[test]
@@ -420,7 +435,7 @@ fn errors_and_bad_flags() {
     let c = write(d.path(), "cur.json", &results(2, 1.0));
     for bad in [
         vec!["--threshold-kernels", "abc"],
-        vec!["--metric-threshold", "no-equals-sign"],
+        vec!["--threshold-metric", "no-equals-sign"],
         vec!["--confidence", "100"],
     ] {
         let mut args = vec!["compare", "--baseline", s(&b), s(&c)];

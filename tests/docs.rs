@@ -74,3 +74,35 @@ fn readme_says_what_rust_it_requires_and_how_to_call_the_binary() {
     );
     assert!(text.contains("target/release/rigbench") && text.contains("cargo install --path ."));
 }
+
+/// The README's two set-up commands build the dependencies once (both in the release profile),
+/// and `.ci/run` runs the README's test command.
+#[test]
+fn the_readme_set_up_commands_share_one_profile_and_ci_runs_the_test_command() {
+    let text = readme();
+    let block = text
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the README opens with a sh block of its set-up commands");
+    let cmds: Vec<&str> = block
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| l.starts_with("cargo "))
+        .collect();
+    assert_eq!(cmds.len(), 2, "{cmds:?}");
+    assert!(
+        cmds.iter().all(|c| c.contains("--release")),
+        "both in the release profile, or the dependencies are built twice: {cmds:?}"
+    );
+    let test = cmds
+        .iter()
+        .find(|c| c.starts_with("cargo test"))
+        .expect("a test command");
+    let ci = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/run"))
+        .expect(".ci/run");
+    assert!(
+        ci.lines().any(|l| l.trim() == *test),
+        ".ci/run does not run the README's test command `{test}`"
+    );
+}

@@ -477,3 +477,23 @@ fn re_rendering_old_results_keeps_their_engine_log_findings() {
         serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(a["kernels"]["cases"], b["kernels"]["cases"]);
 }
+
+/// `reports/nvidia-h200-sm90/README.md` states the exit code `compare` gives for its committed
+/// pairs: it is what today's binary gives.
+#[test]
+fn the_reports_readme_states_the_compare_exit_codes_of_today() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/nvidia-h200-sm90");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    for (a, b, says) in [
+        ("20261130T055604Z", "20261130T055632Z", "exits 2"),
+        ("20261130T062920Z", "20261130T062948Z", "exit 2"),
+    ] {
+        let line = readme
+            .lines()
+            .find(|l| l.contains(&format!("`{a}`, `{b}`")))
+            .unwrap_or_else(|| panic!("no line for the pair {a}, {b}"));
+        assert!(line.contains(says), "{line}");
+        let o = rigbench(&["compare", "--baseline", s(&dir.join(a)), s(&dir.join(b))]);
+        assert_eq!(o.status.code(), Some(2), "{a} {b}: {}", stderr(&o));
+    }
+}

@@ -44,7 +44,9 @@ fn kernels_of_record_give_the_lowest_clock_the_notes_give() {
     let (md, _d) = render("reports/nvidia-h200-sm90/20261130T225116Z");
     let v = verdict(&md);
     assert!(
-        v.contains("in 45 of 112 (shape, M) groups, lowest SM clock read 1,020 MHz"),
+        v.contains(
+            "in 45 of 112 (shape, M) groups of rigbench's cases, lowest SM clock read 1,020 MHz"
+        ),
         "{v}"
     );
     assert!(

@@ -49,25 +49,7 @@ pub const TEST_HOOKS_ENV: &str = "RIGBENCH_TEST_HOOKS";
 #[derive(Debug, clap::Args)]
 #[command(
     group(clap::ArgGroup::new("baseline_source").required(true).args(["baseline", "baseline_dir"])),
-    after_help = "Timings: the repeat is the unit (report --repeats R): the change is the ratio of \
-the geometric means of the repeats' medians (when both sides record each repeat's slot in the \
-rotated implementation order, the slot-adjusted change of a fit with the slot as a block \
-factor), its interval uses their between-run variance (moderated across \
-the metric's family) and each interval is built at 1 − α/m over the m timing \
-metrics (Bonferroni; α = 1 − --confidence, family-wise). Regressed/Improved only when the whole \
-interval lies beyond the noise threshold, Same when it lies within it, Not enough samples when it \
-is wider, Ambiguous otherwise. --confirm re-measures the regressed kernel cases with this binary \
-and keeps a regression only when it reproduces. Values are compared against their own tolerance, \
-labels exactly or by rank. --deterministic-only compares values and labels only. See \
-docs/gate.md.\n\n\
-Exit codes: 0 no regression; 2 a metric regressed, or a baseline metric is missing from RESULTS \
-(a vanished metric usually means a case now fails or is skipped); 3 baseline missing or unusable \
-(unreadable, other schema version, other suite, rig mismatch without --allow-rig-mismatch); \
-1 error; 64 bad command line.\n\n\
-Examples:\n  \
-rigbench compare --baseline-dir baselines reports/<rig>/<time>\n  \
-rigbench compare --baseline reports/<rig>/<time-a> reports/<rig>/<time-b>\n  \
-rigbench compare --deterministic-only --baseline b.json target/ci-report"
+    after_help = crate::cli::help::after_help(crate::cli::help::Cmd::Compare)
 )]
 pub struct CompareArgs {
     /// The results to judge: a results.json, or a report folder that holds one.
@@ -91,7 +73,11 @@ pub struct CompareArgs {
     pub threshold_e2e: f64,
     /// Threshold for the timing metrics whose id matches GLOB (`*` any characters, `?` one),
     /// in percent; repeatable, the last match wins. E.g. `kernels/*/w4a4/*=5`.
-    #[arg(long = "metric-threshold", value_name = "GLOB=PERCENT")]
+    #[arg(
+        long = "threshold-metric",
+        alias = "metric-threshold",
+        value_name = "GLOB=PERCENT"
+    )]
     pub metric_threshold: Vec<MetricThreshold>,
     /// Family-wise confidence, in percent: the chance that every timing interval of the
     /// comparison covers its true change (each is built at 1 − (1 − confidence)/m).

@@ -18,7 +18,7 @@ use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench diagnose`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::cli::help::DIAGNOSE)]
+#[command(after_help = crate::cli::help::after_help(crate::cli::help::Cmd::Diagnose))]
 pub struct DiagnoseArgs {
     /// An engine log (vLLM V0/V1, SGLang, llama.cpp llama-server, TensorRT-LLM), as saved or
     /// pasted; any line prefix (docker, journald, kubectl, process tags) is fine. Repeatable.
@@ -42,9 +42,13 @@ pub struct DiagnoseArgs {
     /// Take the card from a rigbench results.json (or a report folder holding one).
     #[arg(long, value_name = "FILE")]
     pub rig: Option<PathBuf>,
-    /// Also write diagnose.md and diagnose.json into this folder.
+    /// Also write diagnose.md and diagnose.json into this folder (a folder that holds an earlier
+    /// diagnosis is refused without --force).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Replace an earlier diagnosis in --out.
+    #[arg(long, requires = "out")]
+    pub force: bool,
     /// Print JSON instead of Markdown.
     #[arg(long)]
     pub json: bool,
@@ -130,9 +134,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> anyhow::Result<Diagnosis> {
     }
     let card = match (&args.cc, &args.rig) {
         (Some(c), _) => Some(Card {
-            cc: c
-                .parse::<ComputeCapability>()
-                .map_err(|e| RigError::flag("--cc", e))?,
+            cc: ComputeCapability::parse_card(c).map_err(|e| RigError::flag("--cc", e))?,
             source: "--cc".into(),
         }),
         (None, Some(r)) => Some(card_from_results(r)?),
@@ -172,8 +174,36 @@ pub fn diagnose(args: &DiagnoseArgs) -> anyhow::Result<Diagnosis> {
     Ok(d)
 }
 
+/// The files `--out` receives.
+const OUT_FILES: [&str; 2] = ["diagnose.md", "diagnose.json"];
+
+/// `--out DIR` must not hold an earlier diagnosis unless `--force` is given (as `report`, `e2e`
+/// and `kernels` refuse a folder that holds a report).
+///
+/// # Errors
+/// [`RigError::BadFlag`] naming `--out`, the file found and the fix.
+pub fn check_out(out: &Path, force: bool) -> Result<(), RigError> {
+    if force {
+        return Ok(());
+    }
+    if let Some(f) = OUT_FILES.iter().map(|f| out.join(f)).find(|p| p.exists()) {
+        return Err(RigError::flag(
+            "--out",
+            format!(
+                "{} holds an earlier diagnosis ({}): pass --force to replace it, or choose another folder",
+                out.display(),
+                f.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Run `rigbench diagnose`: 0 without error findings, 4 with.
 pub fn run(args: DiagnoseArgs) -> anyhow::Result<ExitStatus> {
+    if let Some(out) = &args.out {
+        check_out(out, args.force)?;
+    }
     let mut d = diagnose(&args)?;
     // Redaction applies to what the inputs supplied, never to rigbench's own words: the inputs
     // are redacted and the findings rebuilt from them.

@@ -51,7 +51,7 @@ pub enum Thinking {
 
 /// Arguments of `rigbench e2e`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::cli::help::E2E)]
+#[command(after_help = crate::cli::help::after_help(crate::cli::help::Cmd::E2e))]
 pub struct E2eArgs {
     /// The flags (boxed: they are many, and the subcommand enum stays small).
     #[command(flatten)]
@@ -65,9 +65,62 @@ impl std::ops::Deref for E2eArgs {
     }
 }
 
-/// The flags of `rigbench e2e`.
+/// The flags of `rigbench e2e`: the engine and the load (shared with `report`), the built-in
+/// engine's own flags, the suite, and where the report goes.
 #[derive(Debug, clap::Args)]
 pub struct E2eFlags {
+    /// The engine, and what rigbench is told about it.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// The workload and the load (override the suite's).
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Built-in engine: the model to serve (`synthetic:tiny`, a preset, or a checkpoint folder).
+    #[arg(long, default_value = "synthetic:tiny")]
+    pub model: String,
+    /// Built-in engine: quantize the weights at load (passed to `rigbench serve`).
+    #[arg(long)]
+    pub quantize: Option<String>,
+    /// Extra argument for `rigbench serve` (repeatable), e.g. --serve-arg=--kv-cache-memory=1GiB.
+    #[arg(long = "serve-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub serve_args: Vec<String>,
+    /// Suite: a built-in name or a TOML file (`report` spells it --e2e-suite, beside its kernel
+    /// --suite; both spellings work here).
+    #[arg(long, visible_alias = "e2e-suite", default_value = "tiny")]
+    pub suite: String,
+    /// The old spelling of --warmup-requests.
+    #[arg(
+        long = "warmup",
+        value_name = "N",
+        hide = true,
+        conflicts_with = "warmup_requests"
+    )]
+    pub warmup_old: Option<u32>,
+    /// Report folder (default: reports/<rig>/<UTC time>/).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Do not redact host names, paths, IPs and tokens in the report.
+    #[arg(long)]
+    pub no_redact: bool,
+    /// Replace a report already in --out (only once this run has measured something; without
+    /// --force such a folder is refused).
+    #[arg(long)]
+    pub force: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Before the sweep, send the same seeded prompts twice at temperature 0 and compare the
+    /// outputs' hashes; nondeterminism is reported ahead of every speed or quality figure.
+    #[arg(long)]
+    pub check_determinism: bool,
+}
+
+/// The engine of end-to-end runs, how to reach it, and the facts rigbench is told about it:
+/// shared by `rigbench e2e` and `rigbench report` (`#[command(flatten)]` in both), so that the two
+/// spell every such flag the same way. A flag added here reaches both commands; read it in
+/// [`e2e_options`].
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct EngineArgs {
     /// Engine: builtin (default), cmd (with --engine-cmd) or url (with --url). Implied by
     /// --engine-cmd / --url when not given.
     #[arg(long, value_enum)]
@@ -85,22 +138,6 @@ pub struct E2eFlags {
     /// Parse this engine log too (e.g. the vLLM log of a server started elsewhere).
     #[arg(long, value_name = "FILE")]
     pub engine_log: Option<PathBuf>,
-    /// Built-in engine: the model to serve (`synthetic:tiny`, a preset, or a checkpoint folder).
-    #[arg(long, default_value = "synthetic:tiny")]
-    pub model: String,
-    /// Built-in engine: quantize the weights at load (passed to `rigbench serve`).
-    #[arg(long)]
-    pub quantize: Option<String>,
-    /// Speculative method: passed to the built-in engine; for other engines a statement used
-    /// when their log does not say (marked "stated, not verified").
-    #[arg(long)]
-    pub spec_method: Option<String>,
-    /// Draft tokens per step (k): passed to the built-in engine; stated for others.
-    #[arg(long)]
-    pub spec_k: Option<u32>,
-    /// Extra argument for `rigbench serve` (repeatable), e.g. --serve-arg=--kv-cache-memory=1GiB.
-    #[arg(long = "serve-arg", value_name = "ARG", allow_hyphen_values = true)]
-    pub serve_args: Vec<String>,
     /// The `model` field sent with requests (default: the first id of /v1/models).
     #[arg(
         long = "served-model-name",
@@ -108,9 +145,40 @@ pub struct E2eFlags {
         value_name = "NAME"
     )]
     pub served_model: Option<String>,
-    /// Suite: a built-in name or a TOML file.
-    #[arg(long, default_value = "tiny")]
-    pub suite: String,
+    /// A tokenizer.json (or a folder with one) for engines without POST /tokenize.
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
+    /// Seconds to wait for the engine to answer /health [default: 120 for the built-in engine,
+    /// 1800 for --engine-cmd and --url].
+    #[arg(long, value_name = "SECONDS")]
+    pub startup_timeout: Option<f64>,
+    /// Per-request timeout, seconds [default: 600 in `e2e`, 120 in `report`].
+    #[arg(long, value_name = "SECONDS")]
+    pub request_timeout: Option<f64>,
+    /// The engine's version, for engines that do not expose it (marked "stated by the user").
+    #[arg(long, value_name = "VERSION")]
+    pub engine_version: Option<String>,
+    /// The engine's KV capacity in tokens, for engines that do not expose it (marked "stated by
+    /// the user").
+    #[arg(long, value_name = "TOKENS")]
+    pub kv_capacity: Option<u64>,
+    /// Whether speculative decoding is on, for engines that do not expose it (marked "stated by
+    /// the user"); `--spec-method none` says off too.
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub spec: Option<SpecStated>,
+    /// Speculative method: passed to the built-in engine; for other engines a statement used
+    /// when their log does not say (marked "stated, not verified").
+    #[arg(long)]
+    pub spec_method: Option<String>,
+    /// Draft tokens per step (k): passed to the built-in engine; stated for others.
+    #[arg(long)]
+    pub spec_k: Option<u32>,
+}
+
+/// The workload and the load of end-to-end runs, each overriding the suite's value: shared by
+/// `rigbench e2e` and `rigbench report` (`#[command(flatten)]` in both).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LoadArgs {
     /// API: chat or completions (overrides the suite).
     #[arg(long, value_enum)]
     pub api: Option<Api>,
@@ -146,15 +214,17 @@ pub struct E2eFlags {
     /// Open loop: most requests in flight; later arrivals wait and are recorded as late.
     #[arg(long)]
     pub max_concurrency: Option<u32>,
-    /// Requests per sweep point.
-    #[arg(long)]
+    /// Requests per sweep point (default: the suite's, 8 for `tiny`); `compare` names the count
+    /// that would decide at its threshold when a point has too few.
+    #[arg(long, alias = "e2e-requests", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=100000))]
     pub requests: Option<u32>,
     /// Stop sending new requests after this many seconds per sweep point.
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
     /// Unmeasured warm-up requests before each sweep point.
-    #[arg(long = "warmup-requests", alias = "warmup", value_name = "N")]
-    pub warmup: Option<u32>,
+    #[arg(long = "warmup-requests", value_name = "N")]
+    pub warmup_requests: Option<u32>,
     /// Prefix-cache temperature: cold (unique salted prompts, cache reset, hits verified 0) or
     /// warm (replay, hit rate measured).
     #[arg(long, value_enum)]
@@ -168,43 +238,17 @@ pub struct E2eFlags {
     /// Sampling seed.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// A tokenizer.json (or a folder with one) for engines without POST /tokenize.
-    #[arg(long, value_name = "PATH")]
-    pub tokenizer: Option<PathBuf>,
-    /// Report folder (default: reports/<rig>/<UTC time>/).
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// Do not redact host names, paths, IPs and tokens in the report.
-    #[arg(long)]
-    pub no_redact: bool,
-    /// Replace a report already in --out (only once this run has measured something; without
-    /// --force such a folder is refused).
-    #[arg(long)]
-    pub force: bool,
-    /// No progress bar.
-    #[arg(long)]
-    pub no_progress: bool,
-    /// Seconds to wait for the engine to answer /health.
-    #[arg(long, value_name = "SECONDS")]
-    pub startup_timeout: Option<f64>,
-    /// Per-request timeout, seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
-    pub request_timeout: f64,
-    /// The engine's version, for engines that do not expose it (marked "stated by the user").
-    #[arg(long, value_name = "VERSION")]
-    pub engine_version: Option<String>,
-    /// The engine's KV capacity in tokens, for engines that do not expose it (marked "stated by
-    /// the user").
-    #[arg(long, value_name = "TOKENS")]
-    pub kv_capacity: Option<u64>,
-    /// Whether speculative decoding is on, for engines that do not expose it (marked "stated by
-    /// the user"); `--spec-method none` says off too.
-    #[arg(long, value_enum, value_name = "on|off")]
-    pub spec: Option<SpecStated>,
-    /// Before the sweep, send the same seeded prompts twice at temperature 0 and compare the
-    /// outputs' hashes; nondeterminism is reported ahead of every speed or quality figure.
-    #[arg(long)]
-    pub check_determinism: bool,
+}
+
+/// The built-in engine's own settings, which `e2e` takes from its flags and `report` fixes.
+#[derive(Debug, Clone, Copy)]
+pub struct BuiltinEngine<'a> {
+    /// `--model` of `rigbench serve`.
+    pub model: &'a str,
+    /// `--quantize` of `rigbench serve`.
+    pub quantize: Option<&'a str>,
+    /// Further `rigbench serve` arguments.
+    pub serve_args: &'a [String],
 }
 
 /// `--spec`.
@@ -233,212 +277,241 @@ impl E2eFlags {
     /// # Errors
     /// [`RigError::BadFlag`] / [`RigError::BadFile`] for bad values, naming the flag or file.
     pub fn options(&self) -> Result<E2eOptions, RigError> {
-        let mut suite = Suite::load(&self.suite)?;
-        let w = &mut suite.workload;
-        if let Some(a) = self.api {
-            w.api = a;
+        let mut load = self.load.clone();
+        if load.warmup_requests.is_none() {
+            load.warmup_requests = self.warmup_old;
         }
-        if let Some(n) = self.input_tokens {
-            w.input_tokens = Some(n);
-        }
-        if let Some(n) = self.shared_prefix_tokens {
-            w.shared_prefix_tokens = Some(n);
-        }
-        if let Some(n) = self.output_tokens {
-            w.output_tokens = n;
-        }
-        if self.no_ignore_eos {
-            w.ignore_eos = false;
-        } else if let Some(b) = self.ignore_eos {
-            w.ignore_eos = b;
-        }
-        let l = &mut suite.load;
-        if let Some(c) = &self.concurrency {
-            l.mode = LoadMode::Closed;
-            l.concurrency = crate::cli::parse_list("--concurrency", c)?;
-        }
-        if let Some(r) = &self.rate {
-            l.mode = LoadMode::Open;
-            l.rates = crate::cli::parse_list("--rate", r)?;
-        }
-        if let Some(a) = self.arrival {
-            l.arrival = a;
-        }
-        if let Some(b) = self.burstiness {
-            l.burstiness = positive("--burstiness", b)?;
-        }
-        if self.max_concurrency.is_some() {
-            l.max_concurrency = self.max_concurrency;
-        }
-        if let Some(n) = self.requests {
-            l.requests = n;
-        }
-        if let Some(d) = self.duration {
-            l.duration_s = Some(positive("--duration", d)?);
-        }
-        if let Some(n) = self.warmup {
-            l.warmup = n;
-        }
-        if let Some(c) = self.cache {
-            l.cache = c;
-        }
-        let s = &mut suite.sampling;
-        if let Some(t) = self.thinking {
-            s.thinking = match t {
-                Thinking::On => Some(true),
-                Thinking::Off => Some(false),
-                Thinking::Unset => None,
-            };
-        }
-        if suite.workload.api == Api::Completions && self.thinking.is_none() {
-            suite.sampling.thinking = None;
-        }
-        if let Some(t) = self.temperature {
-            suite.sampling.temperature = t;
-        }
-        if let Some(seed) = self.seed {
-            suite.sampling.seed = Some(seed);
-        }
-        suite
-            .validate()
-            .map_err(|m| RigError::flag("--suite and its overrides", m))?;
+        let mut o = e2e_options(
+            "--suite",
+            &self.suite,
+            &load,
+            &self.engine,
+            BuiltinEngine {
+                model: &self.model,
+                quantize: self.quantize.as_deref(),
+                serve_args: &self.serve_args,
+            },
+            600.0,
+        )?;
+        o.progress = !self.no_progress;
+        o.check_determinism = self.check_determinism;
+        Ok(o)
+    }
+}
 
-        let kind = match (self.engine, &self.engine_cmd, &self.url) {
-            (Some(k), _, _) => k,
-            (None, Some(_), _) => EngineKind::Cmd,
-            (None, None, Some(_)) => EngineKind::Url,
-            (None, None, None) => EngineKind::Builtin,
+/// Session options from the shared flags: the suite `suite` (named by `suite_flag` in errors)
+/// loaded and overridden by `load`, the engine chosen and described by `args`, the built-in
+/// engine configured by `builtin`; a request timeout of `request_timeout_s` seconds unless
+/// `--request-timeout` says otherwise. Progress bars and the determinism check are the caller's.
+///
+/// # Errors
+/// [`RigError::BadFlag`] for bad values, naming the flag (a suite that cannot be used is a bad
+/// `suite_flag` value whose message names the file); [`RigError::BadFile`] for an unreadable
+/// `--engine-log` or `--tokenizer`.
+pub fn e2e_options(
+    suite_flag: &str,
+    suite: &str,
+    load: &LoadArgs,
+    args: &EngineArgs,
+    builtin: BuiltinEngine<'_>,
+    request_timeout_s: f64,
+) -> Result<E2eOptions, RigError> {
+    let mut suite = Suite::load(suite).map_err(|e| crate::cli::suite_error(suite_flag, e))?;
+    let w = &mut suite.workload;
+    if let Some(a) = load.api {
+        w.api = a;
+    }
+    if let Some(n) = load.input_tokens {
+        w.input_tokens = Some(n);
+    }
+    if let Some(n) = load.shared_prefix_tokens {
+        w.shared_prefix_tokens = Some(n);
+    }
+    if let Some(n) = load.output_tokens {
+        w.output_tokens = n;
+    }
+    if load.no_ignore_eos {
+        w.ignore_eos = false;
+    } else if let Some(b) = load.ignore_eos {
+        w.ignore_eos = b;
+    }
+    let l = &mut suite.load;
+    if let Some(c) = &load.concurrency {
+        l.mode = LoadMode::Closed;
+        l.concurrency = crate::cli::parse_list("--concurrency", c)?;
+    }
+    if let Some(r) = &load.rate {
+        l.mode = LoadMode::Open;
+        l.rates = crate::cli::parse_list("--rate", r)?;
+    }
+    if let Some(a) = load.arrival {
+        l.arrival = a;
+    }
+    if let Some(b) = load.burstiness {
+        l.burstiness = positive("--burstiness", b)?;
+    }
+    if load.max_concurrency.is_some() {
+        l.max_concurrency = load.max_concurrency;
+    }
+    if let Some(n) = load.requests {
+        l.requests = n;
+    }
+    if let Some(d) = load.duration {
+        l.duration_s = Some(positive("--duration", d)?);
+    }
+    if let Some(n) = load.warmup_requests {
+        l.warmup = n;
+    }
+    if let Some(c) = load.cache {
+        l.cache = c;
+    }
+    let s = &mut suite.sampling;
+    if let Some(t) = load.thinking {
+        s.thinking = match t {
+            Thinking::On => Some(true),
+            Thinking::Off => Some(false),
+            Thinking::Unset => None,
         };
-        let engine = match kind {
+    }
+    if suite.workload.api == Api::Completions && load.thinking.is_none() {
+        suite.sampling.thinking = None;
+    }
+    if let Some(t) = load.temperature {
+        suite.sampling.temperature = t;
+    }
+    if let Some(seed) = load.seed {
+        suite.sampling.seed = Some(seed);
+    }
+    suite
+        .validate()
+        .map_err(|m| RigError::flag(format!("{suite_flag} and its overrides"), m))?;
+
+    let kind = match (args.engine, &args.engine_cmd, &args.url) {
+        (Some(k), _, _) => k,
+        (None, Some(_), _) => EngineKind::Cmd,
+        (None, None, Some(_)) => EngineKind::Url,
+        (None, None, None) => EngineKind::Builtin,
+    };
+    let spec_none = args
+        .spec_method
+        .as_deref()
+        .is_some_and(|m| matches!(m.to_ascii_lowercase().as_str(), "none" | "off"));
+    let engine =
+        match kind {
             EngineKind::Builtin => {
-                if self.engine_cmd.is_some() || self.url.is_some() {
+                if args.engine_cmd.is_some() || args.url.is_some() {
                     return Err(RigError::flag(
                         "--engine",
                         "builtin starts its own server; drop --engine-cmd / --url",
                     ));
                 }
-                let mut args = vec!["--model".to_string(), self.model.clone()];
-                if let Some(q) = &self.quantize {
-                    args.extend([SERVE_QUANTIZE_FLAG.to_string(), q.clone()]);
+                let mut serve = vec!["--model".to_string(), builtin.model.to_string()];
+                if let Some(q) = builtin.quantize {
+                    serve.extend([SERVE_QUANTIZE_FLAG.to_string(), q.to_string()]);
                 }
-                if let Some(m) = self
-                    .spec_method
-                    .as_ref()
-                    .filter(|m| !matches!(m.to_ascii_lowercase().as_str(), "none" | "off"))
-                {
-                    args.extend([SERVE_SPEC_METHOD_FLAG.to_string(), m.clone()]);
+                if let Some(m) = args.spec_method.as_ref().filter(|_| !spec_none) {
+                    serve.extend([SERVE_SPEC_METHOD_FLAG.to_string(), m.clone()]);
                 }
-                if let Some(k) = self.spec_k {
-                    args.extend([SERVE_SPEC_K_FLAG.to_string(), k.to_string()]);
+                if let Some(k) = args.spec_k {
+                    serve.extend([SERVE_SPEC_K_FLAG.to_string(), k.to_string()]);
                 }
-                args.extend(self.serve_args.iter().cloned());
+                serve.extend(builtin.serve_args.iter().cloned());
                 // What `rigbench serve` would reject is a bad command line here too.
-                crate::cli::serve::check_args(&args)?;
+                crate::cli::serve::check_args(&serve)?;
                 EngineChoice::Builtin {
                     program: None,
-                    args,
+                    args: serve,
                 }
             }
             EngineKind::Cmd => {
-                let command = self.engine_cmd.clone().ok_or_else(|| {
+                let command = args.engine_cmd.clone().ok_or_else(|| {
                     RigError::flag("--engine", "cmd needs --engine-cmd \"COMMAND\"")
                 })?;
-                let url = match (&self.url, self.port) {
-                    (Some(u), _) => u.clone(),
-                    (None, Some(p)) => format!("http://127.0.0.1:{p}"),
-                    (None, None) => {
-                        return Err(RigError::flag(
-                            "--engine-cmd",
-                            "say where the engine will listen with --url http://HOST:PORT or --port PORT",
-                        ))
-                    }
-                };
+                let url = match (&args.url, args.port) {
+                (Some(u), _) => u.clone(),
+                (None, Some(p)) => format!("http://127.0.0.1:{p}"),
+                (None, None) => return Err(RigError::flag(
+                    "--engine-cmd",
+                    "say where the engine will listen with --url http://HOST:PORT or --port PORT",
+                )),
+            };
                 EngineChoice::Command { command, url }
             }
             EngineKind::Url => {
-                let url = self.url.clone().ok_or_else(|| {
+                let url = args.url.clone().ok_or_else(|| {
                     RigError::flag("--engine", "url needs --url http://HOST:PORT")
                 })?;
                 EngineChoice::Url { url }
             }
         };
-        if let Some(u) = match &engine {
-            EngineChoice::Command { url, .. } | EngineChoice::Url { url } => Some(url),
-            _ => None,
-        } {
-            if !(u.starts_with("http://") || u.starts_with("https://")) {
-                return Err(RigError::flag(
-                    "--url",
-                    format!("'{u}' must start with http://"),
-                ));
-            }
-        }
-        if kind != EngineKind::Builtin && (self.quantize.is_some() || !self.serve_args.is_empty()) {
+    if let EngineChoice::Command { url: u, .. } | EngineChoice::Url { url: u } = &engine {
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
             return Err(RigError::flag(
-                "--quantize/--serve-arg",
-                "these configure the built-in engine only; configure other engines in their own command",
+                "--url",
+                format!("'{u}' must start with http://"),
             ));
         }
-        if let Some(p) = &self.engine_log {
-            check_engine_log(p)?;
-        }
-        if let Some(t) = &self.tokenizer {
-            // Loaded now, so a wrong path fails before any engine starts, whether or not the
-            // engine turns out to count tokens itself.
-            crate::e2e::workload::TokenCounter::local(t).map_err(|e| match e {
-                RigError::BadFile { path, message } => RigError::file(
-                    path,
-                    format!(
-                        "--tokenizer: {message} (give a tokenizer.json or a folder that holds one)"
-                    ),
-                ),
-                other => other,
-            })?;
-        }
-        let mut o = E2eOptions::with_suite(suite);
-        o.engine = engine;
-        o.engine_log = self.engine_log.clone();
-        o.served_model = self.served_model.clone();
-        o.tokenizer = self.tokenizer.clone();
-        let spec_none = self
-            .spec_method
-            .as_deref()
-            .is_some_and(|m| matches!(m.to_ascii_lowercase().as_str(), "none" | "off"));
-        o.spec_method = self.spec_method.clone().filter(|_| !spec_none);
-        o.spec_k = self.spec_k;
-        if let Some(0) = self.kv_capacity {
-            return Err(RigError::flag("--kv-capacity", "must be at least 1 token"));
-        }
-        o.stated = crate::e2e::engines::Stated {
-            engine_version: self.engine_version.clone(),
-            kv_capacity: self.kv_capacity,
-            spec: match (self.spec, spec_none) {
-                (Some(SpecStated::On), true) => {
-                    return Err(RigError::flag(
-                        "--spec",
-                        "--spec on contradicts --spec-method none",
-                    ))
-                }
-                (Some(s), _) => Some(s == SpecStated::On),
-                (None, true) => Some(false),
-                // A stated method (for engines that do not expose one) says on.
-                (None, false) if kind != EngineKind::Builtin => {
-                    self.spec_method.as_ref().map(|_| true)
-                }
-                (None, false) => None,
-            },
-        };
-        o.request_timeout =
-            Duration::from_secs_f64(positive("--request-timeout", self.request_timeout)?);
-        o.startup_timeout = Duration::from_secs_f64(match self.startup_timeout {
-            Some(t) => positive("--startup-timeout", t)?,
-            None if kind == EngineKind::Builtin => 120.0,
-            None => 1800.0,
-        });
-        o.progress = !self.no_progress;
-        o.check_determinism = self.check_determinism;
-        Ok(o)
     }
+    if kind != EngineKind::Builtin && (builtin.quantize.is_some() || !builtin.serve_args.is_empty())
+    {
+        return Err(RigError::flag(
+            "--quantize/--serve-arg",
+            "these configure the built-in engine only; configure other engines in their own command",
+        ));
+    }
+    if let Some(p) = &args.engine_log {
+        check_engine_log(p)?;
+    }
+    if let Some(t) = &args.tokenizer {
+        // Loaded now, so a wrong path fails before any engine starts, whether or not the
+        // engine turns out to count tokens itself.
+        crate::e2e::workload::TokenCounter::local(t).map_err(|e| match e {
+            RigError::BadFile { path, message } => RigError::file(
+                path,
+                format!(
+                    "--tokenizer: {message} (give a tokenizer.json or a folder that holds one)"
+                ),
+            ),
+            other => other,
+        })?;
+    }
+    let mut o = E2eOptions::with_suite(suite);
+    o.engine = engine;
+    o.engine_log = args.engine_log.clone();
+    o.served_model = args.served_model.clone();
+    o.tokenizer = args.tokenizer.clone();
+    o.spec_method = args.spec_method.clone().filter(|_| !spec_none);
+    o.spec_k = args.spec_k;
+    if let Some(0) = args.kv_capacity {
+        return Err(RigError::flag("--kv-capacity", "must be at least 1 token"));
+    }
+    o.stated = crate::e2e::engines::Stated {
+        engine_version: args.engine_version.clone(),
+        kv_capacity: args.kv_capacity,
+        spec: match (args.spec, spec_none) {
+            (Some(SpecStated::On), true) => {
+                return Err(RigError::flag(
+                    "--spec",
+                    "--spec on contradicts --spec-method none",
+                ))
+            }
+            (Some(s), _) => Some(s == SpecStated::On),
+            (None, true) => Some(false),
+            // A stated method (for engines that do not expose one) says on.
+            (None, false) if kind != EngineKind::Builtin => args.spec_method.as_ref().map(|_| true),
+            (None, false) => None,
+        },
+    };
+    o.request_timeout = Duration::from_secs_f64(positive(
+        "--request-timeout",
+        args.request_timeout.unwrap_or(request_timeout_s),
+    )?);
+    o.startup_timeout = Duration::from_secs_f64(match args.startup_timeout {
+        Some(t) => positive("--startup-timeout", t)?,
+        None if kind == EngineKind::Builtin => 120.0,
+        None => 1800.0,
+    });
+    Ok(o)
 }
 
 /// `--engine-log FILE` must be a readable regular file: "not found" only when it is missing.
@@ -480,7 +553,7 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     let label = rig.label();
     let existed = args.out.as_deref().is_some_and(|p| p.exists());
     let dir = ReportDir::create(args.out.as_deref(), &label, !args.no_redact, args.force)?;
-    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    let command_line = crate::cli::command_line();
     let results = Arc::new(std::sync::Mutex::new(Results::new(
         rig,
         label,
@@ -499,6 +572,8 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
         }
     };
     eprintln!("rigbench e2e: report folder {}", dir.target.display());
+    crate::signals::install()?;
+    crate::signals::test_hold();
     let mut e2e = match crate::e2e::driver::run_blocking(&opts, &mut on_update) {
         Ok(e) => e,
         Err(e) => {

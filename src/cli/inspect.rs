@@ -12,7 +12,7 @@ use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench inspect`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::cli::help::INSPECT)]
+#[command(after_help = crate::cli::help::after_help(crate::cli::help::Cmd::Inspect))]
 pub struct InspectArgs {
     /// The checkpoint folder (config.json, optional hf_quant_config.json and safetensors), or
     /// hf://ORG/NAME[@REV] to read config files and safetensors headers from the Hugging Face hub
@@ -82,10 +82,7 @@ pub fn options(args: &InspectArgs) -> Result<InspectOptions, RigError> {
         ),
     };
     let cc = match &args.cc {
-        Some(s) => Some(
-            s.parse::<ComputeCapability>()
-                .map_err(|e| RigError::flag("--cc", e))?,
-        ),
+        Some(s) => Some(ComputeCapability::parse_card(s).map_err(|e| RigError::flag("--cc", e))?),
         None => None,
     };
     let mem = match args.gpu_mem_gib {

@@ -90,7 +90,7 @@ impl KernelSelection {
     /// # Errors
     /// [`RigError::BadFlag`] / [`RigError::BadFile`] naming the flag or suite file.
     pub fn resolve(&self) -> Result<BenchOptions, RigError> {
-        let mut s = suite::load(&self.suite)?;
+        let mut s = suite::load(&self.suite).map_err(|e| super::suite_error("--suite", e))?;
         if let Some(sh) = &self.shapes {
             let names: Vec<String> = parse_list("--shapes", sh)?;
             s.select_shapes(&names)?;
@@ -178,7 +178,7 @@ impl KernelSelection {
 
 /// Arguments of `rigbench kernels`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::cli::help::KERNELS)]
+#[command(after_help = crate::cli::help::after_help(crate::cli::help::Cmd::Kernels))]
 pub struct KernelsArgs {
     /// Case selection and timing.
     #[command(flatten)]

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 use crate::ExitStatus;
 
+pub mod board;
 pub mod compare;
 pub mod devcheck;
 pub mod diagnose;
@@ -18,13 +19,10 @@ pub mod serve;
 
 /// rigbench: benchmark and validate quantized LLM inference (BF16, FP8, NVFP4) on NVIDIA GPUs.
 ///
-/// Exit codes: 0 ok; 1 error; 2 regression (compare); 3 baseline missing or incompatible
-/// (compare); 4 error-level findings (inspect, diagnose); 5 asked to time kernel cases and timed
-/// none (kernels; report with a GPU); 64 bad command line (an unknown flag or a value rigbench
-/// rejects).
+/// The exit codes of every command are in [`help::exits`].
 #[derive(Debug, Parser)]
 #[command(name = "rigbench", version, about, long_about = None, propagate_version = true,
-          after_help = help::TOP)]
+          after_help = help::after_help(help::Cmd::Top))]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -50,6 +48,8 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Explain an engine's logs and /metrics against the checkpoint and the card.
     Diagnose(diagnose::DiagnoseArgs),
+    /// One table of many rigs' reports: decode-step composite, e2e tok/s, KV capacity.
+    Board(board::BoardArgs),
     /// Developer checks of the CUDA runtime (parity with the CPU, kernel checks, speed).
     #[command(hide = true)]
     Devcheck(devcheck::DevcheckArgs),
@@ -92,7 +92,44 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Report(a) => report::run(*a),
         Command::Compare(a) => compare::run(a),
         Command::Diagnose(a) => diagnose::run(a),
+        Command::Board(a) => board::run(a),
     }
+}
+
+/// A suite given with `suite_flag` that cannot be used (no such name, a missing or malformed
+/// file) is a bad value of that flag (exit 64), as in every command that takes a suite; the
+/// message still names the file.
+pub fn suite_error(suite_flag: &str, e: crate::RigError) -> crate::RigError {
+    use crate::RigError;
+    match e {
+        RigError::BadFile { path, message } => {
+            RigError::flag(suite_flag, format!("{}: {message}", path.display()))
+        }
+        RigError::BadFlag { message, .. } => RigError::flag(suite_flag, message),
+        other => other,
+    }
+}
+
+/// `arg` as a POSIX shell word: unchanged when it holds only characters no shell treats
+/// specially (letters, digits and `_ - . / : = , @ % + ^`), else in single quotes (a `'` inside
+/// written `'\''`); the empty string is `''`.
+pub fn shell_quote(arg: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:=,@%+^".contains(c);
+    if !arg.is_empty() && arg.chars().all(plain) {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+/// This process's command line as a shell would take it back: each argument
+/// [`shell_quote`]d, joined by spaces (the `Command:` line of report.md; redacted later with the
+/// rest of the report).
+pub fn command_line() -> String {
+    std::env::args_os()
+        .map(|a| shell_quote(&a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Parse a comma-separated list flag (`--m 1,16,64`), naming the flag in the error.
@@ -124,7 +161,36 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::parse_list;
+    use super::{parse_list, shell_quote};
+
+    #[test]
+    fn the_command_line_keeps_its_quoting() {
+        assert_eq!(shell_quote("--url"), "--url");
+        assert_eq!(
+            shell_quote("http://127.0.0.1:8000"),
+            "http://127.0.0.1:8000"
+        );
+        assert_eq!(shell_quote("echo boom; exit 3"), "'echo boom; exit 3'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("a*b"), "'a*b'");
+        assert_eq!(shell_quote("$HOME"), "'$HOME'");
+        // What a shell makes of the quoted words is the original argument list.
+        let args = ["report", "--engine-cmd", "echo 'boom'; exit 3", "", "x y"];
+        let line: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "for a in {}; do printf '[%s]' \"$a\"; done",
+                line.join(" ")
+            ))
+            .output()
+            .expect("sh runs");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "[report][--engine-cmd][echo 'boom'; exit 3][][x y]"
+        );
+    }
 
     #[test]
     fn a_bad_list_item_names_the_flag_the_item_and_the_form() {

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use crate::cli::e2e::{BuiltinEngine, EngineArgs, LoadArgs};
 use crate::cli::kernels::KernelSelection;
 use crate::report::job::{self, Job};
 use anyhow::Context;
@@ -13,7 +14,7 @@ use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench report`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::cli::help::REPORT)]
+#[command(after_help = crate::cli::help::after_help(crate::cli::help::Cmd::Report))]
 pub struct ReportArgs {
     /// Report folder (default: reports/<rig-label>/<UTC timestamp>/).
     #[arg(long)]
@@ -42,12 +43,17 @@ pub struct ReportArgs {
     /// else cpu). A CPU run on a GPU rig is a harness self-test, kept out of baselines.
     #[arg(long)]
     pub runtime_device: Option<crate::runtime::backend::Device>,
-    /// Drive an engine already running at this URL instead of the built-in runtime.
-    #[arg(long)]
-    pub url: Option<String>,
-    /// Start this engine command (through `sh -c`) instead of the built-in runtime; needs --url.
-    #[arg(long, value_name = "COMMAND")]
-    pub engine_cmd: Option<String>,
+    /// The engine of the end-to-end runs (the built-in runtime unless --url or --engine-cmd) and
+    /// what rigbench is told about it: `e2e`'s flags.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// The workload and load of the end-to-end runs: `e2e`'s flags, overriding the e2e suite's.
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// The end-to-end suite: a built-in name (tiny, fixed-1k-256, narrative, code, shared-prefix,
+    /// open-loop) or a TOML file; `e2e --suite` (here --suite is the kernel suite).
+    #[arg(long = "e2e-suite", value_name = "SUITE", default_value = "tiny")]
+    pub e2e_suite: String,
     /// Do not redact host names, user paths, IP addresses and tokens.
     #[arg(long)]
     pub no_redact: bool,
@@ -79,10 +85,6 @@ pub struct ReportArgs {
     /// 6 for a baseline, 3 per CI run. See docs/gate.md.
     #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeats: u32,
-    /// Requests per sweep point of the end-to-end runs (default: the suite's, 8 for `tiny`);
-    /// `compare` names the count that would decide at its threshold when a point has too few.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100000))]
-    pub e2e_requests: Option<u32>,
     /// Re-render report.md, the CSV files and plots from an existing results.json (or its
     /// folder) instead of measuring (only --out, --no-redact and --save-baseline go with it:
     /// the latter saves the rendered results as the baseline without measuring again).
@@ -98,16 +100,19 @@ pub struct ReportArgs {
 }
 
 /// The flags that measure or choose what to measure: `--render` measures nothing, so it refuses
-/// them (clap ids; `KernelSelection` is the group of every kernel-selection flag). With
+/// them (clap ids; `KernelSelection`, `EngineArgs` and `LoadArgs` are the groups of the flags of
+/// those structs). With
 /// `--save-baseline` it saves what it renders.
-const RENDER_CONFLICTS: [&str; 7] = [
+const RENDER_CONFLICTS: [&str; 9] = [
     "KernelSelection",
+    "EngineArgs",
+    "LoadArgs",
     "rig_label",
     "no_kernels",
     "no_e2e",
     "checkpoint",
     "repeats",
-    "e2e_requests",
+    "e2e_suite",
 ];
 
 /// The suite name a baseline of `results` is filed under.
@@ -284,26 +289,28 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             );
         }
     }
-    let external = match (&args.engine_cmd, &args.url) {
-        (Some(c), Some(u)) => Some(crate::e2e::launcher::EngineChoice::Command {
-            command: c.clone(),
-            url: u.clone(),
-        }),
-        (Some(_), None) => {
-            return Err(RigError::flag(
-                "--engine-cmd",
-                "say where the engine will listen with --url http://HOST:PORT",
-            )
-            .into())
-        }
-        (None, Some(u)) => Some(crate::e2e::launcher::EngineChoice::Url { url: u.clone() }),
-        (None, None) => None,
+    // The end-to-end options, checked before anything is measured (a flag of a part that is
+    // off is not checked).
+    let e2e = if args.no_e2e {
+        None
+    } else {
+        let mut o = crate::cli::e2e::e2e_options(
+            "--e2e-suite",
+            &args.e2e_suite,
+            &args.load,
+            &args.engine,
+            BuiltinEngine {
+                model: "synthetic:tiny",
+                quantize: None,
+                serve_args: &[],
+            },
+            120.0,
+        )?;
+        o.progress = false;
+        // --check-determinism covers the end-to-end runs too.
+        o.check_determinism = args.sel.check_determinism;
+        Some(o)
     };
-    if let Some(u) = &args.url {
-        if !(u.starts_with("http://") || u.starts_with("https://")) {
-            return Err(RigError::flag("--url", format!("'{u}' is not an http(s) URL")).into());
-        }
-    }
     let runtime_device = crate::runtime::device::resolve_device(
         args.runtime_device,
         &match args.runtime_device {
@@ -369,20 +376,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         }
         rig_label = Some(label);
     }
-    let e2e = if args.no_e2e {
-        None
-    } else {
-        let mut o = crate::e2e::E2eOptions::default_for_report();
-        if let Some(e) = external {
-            o.engine = e;
-        }
-        if let Some(n) = args.e2e_requests {
-            o.suite.load.requests = n;
-        }
-        // --check-determinism covers the end-to-end runs too.
-        o.check_determinism = args.sel.check_determinism;
-        Some(o)
-    };
+    if let Some(n) = e2e.as_ref().and_then(crate::cli::e2e::reset_notice) {
+        eprintln!("rigbench: {n}");
+    }
     // SIGINT/SIGTERM stop the run after the case in flight and write what was measured.
     crate::signals::install()?;
     let (results, dir) = job::run_with_dir(Job {
@@ -418,6 +414,20 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         eprintln!(
             "rigbench: report INTERRUPTED ({why}): {timed} kernel cases timed; report.md and results.json hold what was measured{}; if its kernel bench finished, `rigbench report --resume <its folder>` with the same flags continues it",
             if args.save_baseline { " (no baseline saved from an interrupted run)" } else { "" }
+        );
+        return Ok(ExitStatus::Error);
+    }
+    if !results.failed.is_empty() {
+        for f in &results.failed {
+            eprintln!("rigbench: {} FAILED: {}", f.what, f.reason);
+        }
+        if let Some(dir) = &dir {
+            print_summary(dir, &results);
+        }
+        eprintln!(
+            "rigbench: report written with what was measured, but a part it was asked for failed (exit {}){}",
+            ExitStatus::Error.code(),
+            if args.save_baseline { "; no baseline saved from it" } else { "" }
         );
         return Ok(ExitStatus::Error);
     }

@@ -7,7 +7,7 @@ use crate::ExitStatus;
 
 /// Arguments of `rigbench rig`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::cli::help::RIG)]
+#[command(after_help = crate::cli::help::after_help(crate::cli::help::Cmd::Rig))]
 pub struct RigArgs {
     /// Print JSON (the `rig` object of the results schema) instead of tables.
     #[arg(long)]

@@ -4,8 +4,9 @@
 //! At start it prints the KV lines in vLLM's form (`Available KV cache memory: X GiB`,
 //! `GPU KV cache size: N tokens` — `CPU KV cache size` on the CPU backend —, `Maximum
 //! concurrency for L tokens per request: X.XXx`) and then `rigbench serve: listening on
-//! http://HOST:PORT` on stdout, flushed; launchers parse the latter to find the port. It serves
-//! until Ctrl-C (or SIGTERM).
+//! http://HOST:PORT` on stdout, flushed; launchers parse the latter to find the port. It binds
+//! the port before it loads the model (a busy port fails at once), and serves until Ctrl-C (or
+//! SIGTERM), which also stops it while the model loads (exit 0 either way).
 
 use std::io::Write;
 
@@ -16,7 +17,7 @@ use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench serve`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::cli::help::SERVE)]
+#[command(after_help = crate::cli::help::after_help(crate::cli::help::Cmd::Serve))]
 pub struct ServeArgs {
     /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b` (seeded weights at the real
     /// dimensions), or a local checkpoint directory (config.json + *.safetensors).
@@ -196,9 +197,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitStatus> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(async move {
+    let status = rt.block_on(async move {
+        // The handlers are in place before anything is said: Ctrl-C or SIGTERM while the model
+        // loads stops it as it stops a serving server, exit 0 (the load runs on a blocking
+        // thread, which the runtime's shutdown leaves behind).
+        let signal = shutdown_signal()?;
+        tokio::pin!(signal);
+        // The port before the model: a busy one fails at once.
+        let listener = crate::runtime::server::bind(&config).await?;
         eprintln!("rigbench serve: loading {} ...", config.model);
-        let handle = crate::runtime::server::start(config).await?;
+        let handle = tokio::select! {
+            h = crate::runtime::server::start_on(listener, config) => h?,
+            _ = &mut signal => {
+                eprintln!("rigbench serve: stopped while loading the model");
+                return Ok(ExitStatus::Ok);
+            }
+        };
         let i = handle.info();
         eprintln!(
             "rigbench serve: {} backend on {}, {}, {} layers, hidden {}, vocab {}, {} weights ({}), KV {}, tokenizer {}, chat template {}",
@@ -225,33 +239,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitStatus> {
             writeln!(out, "rigbench serve: listening on {}", handle.url())?;
             out.flush()?;
         }
-        shutdown_signal().await;
+        signal.await;
         eprintln!("rigbench serve: shutting down");
         handle.shutdown().await;
         Ok::<_, anyhow::Error>(ExitStatus::Ok)
-    })
+    });
+    // A model still loading on a blocking thread is not waited for.
+    rt.shutdown_background();
+    status
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM. The handlers are installed when this is
+/// called (inside the runtime), not when the future is first polled, so a signal sent right
+/// after is never missed.
+///
+/// # Errors
+/// The signal streams cannot be set up.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    })
 }
 
 #[cfg(test)]

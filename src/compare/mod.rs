@@ -559,6 +559,27 @@ pub fn compare(
             );
         }
     }
+    // The end-to-end suites: another workload is another contract, not a set of missing
+    // metrics (its sweep points and sizes differ).
+    let e2e_suite = |r: &Results| {
+        r.e2e
+            .as_ref()
+            .and_then(|e| e.suite.as_ref())
+            .map(|s| s.name.clone())
+    };
+    if let (Some(bs), Some(cs)) = (e2e_suite(baseline), e2e_suite(current)) {
+        if bs != cs {
+            return Comparison::unusable(
+                cinfo,
+                Some(binfo.clone()),
+                settings,
+                format!(
+                    "the baseline {} has end-to-end runs of suite '{bs}', the results of suite '{cs}': another workload, not comparable; compare against a baseline made with the e2e suite '{cs}'",
+                    binfo.path
+                ),
+            );
+        }
+    }
     let rig = check_rig(&baseline.rig, &current.rig);
     if !rig.compatible() && !allow_rig_mismatch {
         let mut c = Comparison::unusable(
@@ -651,7 +672,7 @@ pub fn compare(
             .any(|r| r.threshold.is_some() && mt.matches(&r.id))
         {
             warnings.push(format!(
-                "--metric-threshold '{}' matched no timing metric",
+                "--threshold-metric '{}' matched no timing metric",
                 mt.glob
             ));
         }

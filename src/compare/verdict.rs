@@ -624,7 +624,12 @@ pub fn timing_verdict(ci: ChangeInterval, t: f64, direction: Direction) -> Verdi
         (Direction::HigherIsBetter, true, _) => Verdict::Improved,
         (Direction::HigherIsBetter, _, true) => Verdict::Regressed,
         (Direction::MustMatch, true, _) | (Direction::MustMatch, _, true) => Verdict::Regressed,
-        _ if 0.5 * (hi - lo) > t => Verdict::NotEnoughSamples,
+        // Wider than the threshold, measured as the interval is built: on the log of the ratio
+        // (an interval centred on no change is symmetric there, so it is Same or Not enough
+        // samples, never Ambiguous).
+        _ if 0.5 * ((1.0 + hi).ln() - (1.0 + lo).ln()) > (1.0 + t).ln() => {
+            Verdict::NotEnoughSamples
+        }
         _ => Verdict::Ambiguous,
     }
 }
@@ -755,11 +760,27 @@ mod tests {
         assert_eq!(timing_verdict(ci(-0.05, -0.03), t, l), Verdict::Improved);
         assert_eq!(timing_verdict(ci(-0.01, 0.015), t, l), Verdict::Same);
         assert_eq!(timing_verdict(ci(0.01, 0.05), t, l), Verdict::Ambiguous);
-        assert_eq!(timing_verdict(ci(-0.01, 0.03), t, l), Verdict::Ambiguous);
+        assert_eq!(timing_verdict(ci(-0.005, 0.03), t, l), Verdict::Ambiguous);
         assert_eq!(
             timing_verdict(ci(-0.05, 0.05), t, l),
             Verdict::NotEnoughSamples
         );
+        // A run compared with itself (+0.00%): its interval is symmetric on the log scale, as
+        // [-1.97%, +2.01%] of the committed H200 report was, and is Same or Not enough samples,
+        // never Ambiguous, at any width and threshold.
+        assert_eq!(
+            timing_verdict(ci(-0.0197, 0.0201), t, l),
+            Verdict::NotEnoughSamples
+        );
+        for t in [0.01, 0.02, 0.05] {
+            for half in [0.001, 0.0099, 0.0198, 0.019803, 0.0199, 0.03, 0.2] {
+                let v = timing_verdict(ci(f64::exp(-half) - 1.0, f64::exp(half) - 1.0), t, l);
+                assert!(
+                    matches!(v, Verdict::Same | Verdict::NotEnoughSamples),
+                    "±{half} at {t}: {v:?}"
+                );
+            }
+        }
         let h = Direction::HigherIsBetter;
         assert_eq!(timing_verdict(ci(0.03, 0.05), t, h), Verdict::Improved);
         assert_eq!(timing_verdict(ci(-0.05, -0.03), t, h), Verdict::Regressed);

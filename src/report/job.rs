@@ -330,7 +330,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
 pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     let rig = crate::rig::probe();
     let rig_now = rig.clone();
-    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    let command_line = crate::cli::command_line();
     let resumed = match &job.resume {
         Some(d) => Some(resumable(d, &job, &rig)?),
         None => None,
@@ -388,6 +388,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         Ok(())
     };
     save(&results)?;
+    crate::signals::test_hold();
 
     // Resolve --devices before measuring anything (a device the machine lacks is a flag error).
     let devices = job.devices.resolve(results.rig.gpus.len())?;
@@ -763,6 +764,12 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                         d.write_text("engine.log", log)?;
                     }
                 }
+                if let Some(why) = e2e_failure(&r) {
+                    results.failed.push(Skip {
+                        what: "e2e".into(),
+                        reason: why,
+                    });
+                }
                 results.e2e = Some(r)
             }
             Err(e) => {
@@ -773,7 +780,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                         d.write_text("engine.log", &f.log)?;
                     }
                 }
-                results.skipped.push(Skip {
+                results.failed.push(Skip {
                     what: "e2e".into(),
                     reason: format!("{e:#}"),
                 })
@@ -797,6 +804,28 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         d.commit()?;
     }
     Ok((results, dir))
+}
+
+/// Why the end-to-end part failed, as `rigbench e2e` judges it (an engine that stopped during
+/// the runs, no sweep point run, no valid run); `None` when it did not fail, or was interrupted
+/// (an interruption has its own mark and exit).
+pub fn e2e_failure(e: &crate::e2e::E2eResults) -> Option<String> {
+    if e.interrupted {
+        return None;
+    }
+    if let Some(f) = &e.failure {
+        return Some(f.clone());
+    }
+    if e.runs.is_empty() {
+        return Some("no sweep point ran".into());
+    }
+    if !e.any_valid() {
+        return Some(format!(
+            "no valid run of {} (see the Validity section)",
+            crate::report::table::plural(e.runs.len() as u64, "sweep point", "sweep points")
+        ));
+    }
+    None
 }
 
 /// The per-GPU comparison of the first device's kernel rows with the others'.

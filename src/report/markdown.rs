@@ -85,6 +85,19 @@ pub fn render(
         o.push_str(&crate::e2e::render_markdown(e));
         o.push('\n');
     }
+    if !r.failed.is_empty() {
+        o.push_str(
+            "## Failed\n\nParts that were asked for and failed (`rigbench report` exits 1):\n\n",
+        );
+        for f in &r.failed {
+            o.push_str(&format!(
+                "- **{}**:\n\n```text\n{}\n```\n",
+                f.what,
+                f.reason.trim_end()
+            ));
+        }
+        o.push('\n');
+    }
     if !r.skipped.is_empty() {
         o.push_str("## Skipped\n\n");
         for s in &r.skipped {

@@ -98,6 +98,9 @@ pub fn composite_chart(
     ch.configure_mesh()
         .x_desc("M (tokens in flight)")
         .y_desc("ms per step (FP8 incl. act. quant)")
+        // 10, 100, 1,000 rather than plotters' "10.0 … 10000.0".
+        .x_label_formatter(&crate::report::axis::count_tick)
+        .y_label_formatter(&crate::report::axis::tick)
         .draw()
         .map_err(|e| err(&e))?;
     for f in &c.floors {
@@ -149,4 +152,59 @@ pub fn composite_chart(
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::kernels::composite::{Composite, CompositeRow, StepTiming};
+
+    /// The composite chart's log axes read 1, 10, 100, 1,000 …, never `10.0` or `10000.0`.
+    #[test]
+    fn composite_axes_are_digit_grouped_without_spurious_decimals() {
+        let mut c = Composite {
+            step: Default::default(),
+            copy_bytes_per_s: None,
+            floors: Vec::new(),
+            rows: Vec::new(),
+            gaps: Vec::new(),
+        };
+        for (i, m) in [1usize, 16, 64, 256, 1024, 8192].into_iter().enumerate() {
+            let median_s = 1e-3 * 1.5f64.powi(i as i32) * 20.0;
+            c.rows.push(CompositeRow {
+                provider: "rigbench".into(),
+                implementation: "bf16".into(),
+                format: crate::formats::GemmFormat::Bf16,
+                m,
+                timing: StepTiming::Cold,
+                median_s,
+                samples_s: vec![median_s],
+                act_quant_included: false,
+                weight_bytes: 1 << 30,
+                floor_s: None,
+                pct_of_floor: None,
+                tok_per_s_bound: m as f64 / median_s,
+            });
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c.svg");
+        super::composite_chart(&c, &p).unwrap();
+        let svg = std::fs::read_to_string(&p).unwrap();
+        let labels: Vec<&str> = svg
+            .split("</text>")
+            .filter_map(|t| t.rsplit('>').next())
+            .map(str::trim)
+            .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || ".,".contains(c)))
+            .collect();
+        assert!(labels.contains(&"1,000"), "{labels:?}");
+        assert!(labels.contains(&"100"), "{labels:?}");
+        for l in &labels {
+            assert!(
+                !l.ends_with(".0") && !l.contains("000."),
+                "{l} in {labels:?}"
+            );
+            if l.len() > 3 && !l.contains('.') {
+                assert!(l.contains(','), "{l} is not digit-grouped: {labels:?}");
+            }
+        }
+    }
 }

@@ -46,6 +46,12 @@ pub struct Results {
     /// Parts of the job not run, with the reason.
     #[serde(default)]
     pub skipped: Vec<Skip>,
+    /// Parts that were asked for and failed, with the whole reason: an engine the end-to-end
+    /// part was to measure that did not start, stopped during the runs, or gave no valid run.
+    /// `rigbench report` exits 1 on them, and the verdict opens with them. (Absent from files
+    /// written before this field; such a failure was then only in `skipped`.)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<Skip>,
     /// Whether the run finished (false while in progress or after an interruption).
     #[serde(default)]
     pub complete: bool,
@@ -95,6 +101,7 @@ impl Results {
             runtime: None,
             multi_gpu: None,
             skipped: Vec::new(),
+            failed: Vec::new(),
             complete: false,
             between_run: None,
             interrupted: None,

@@ -157,6 +157,14 @@ fn best_points(rows: &[crate::kernels::composite::CompositeRow], named: bool) ->
 /// The verdict's lines (Markdown inline: `**bold**` lead-ins and backticks).
 pub fn lines(r: &Results) -> Vec<String> {
     let mut out = Vec::new();
+    // A part that was asked for and failed comes first, with its whole reason.
+    for f in &r.failed {
+        out.push(format!(
+            "**FAILED: {}**: {}.",
+            f.what,
+            one_line(&f.reason).trim_end_matches('.')
+        ));
+    }
     if !r.complete {
         out.push("**Run INCOMPLETE** (interrupted or still running): every line below covers only what was measured before it stopped.".to_string());
     }
@@ -250,9 +258,44 @@ fn join_and(v: &[String]) -> String {
     }
 }
 
-/// The first clause of a long reason (up to the first `; `), for a one-line summary.
+/// The first clause of a long reason, for a one-line summary: up to the first `; ` that is not
+/// inside parentheses, brackets, backticks or quotes (a command such as `(echo boom; exit 3)` is
+/// never cut), on its first line.
 fn first_clause(s: &str) -> &str {
-    s.split("; ").next().unwrap_or(s).trim_end_matches('.')
+    let line = s.lines().next().unwrap_or(s);
+    let mut depth = 0i32;
+    let mut quoted: Option<char> = None;
+    let mut prev = ' ';
+    for (i, c) in line.char_indices() {
+        match (quoted, c) {
+            (Some(q), c) if c == q => quoted = None,
+            (Some(_), _) => {}
+            (None, '`') | (None, '"') => quoted = Some(c),
+            // An apostrophe inside a word ("engine's") opens nothing.
+            (None, '\'') if !prev.is_alphanumeric() => quoted = Some(c),
+            (None, '(' | '[' | '{') => depth += 1,
+            (None, ')' | ']' | '}') => depth -= 1,
+            (None, ';') if depth <= 0 && line[i + 1..].starts_with(' ') => {
+                return line[..i].trim_end_matches('.');
+            }
+            _ => {}
+        }
+        prev = c;
+    }
+    line.trim_end_matches('.')
+}
+
+/// A reason on one line: its lines trimmed and joined (`; ` after a line that ends a clause, a
+/// space after one that ends with `:`).
+fn one_line(s: &str) -> String {
+    let mut o = String::new();
+    for l in s.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if !o.is_empty() {
+            o.push_str(if o.ends_with(':') { " " } else { "; " });
+        }
+        o.push_str(l);
+    }
+    o
 }
 
 fn formats_line(r: &Results) -> String {
@@ -651,12 +694,75 @@ fn limits_line(r: &Results, k: &KernelResults) -> Option<String> {
         return None;
     }
     let mut s = format!("**Measured limits in this run:** {}", parts.join(", "));
-    // Throttling seen, per (shape, M) group.
-    let mut groups: Vec<(&str, usize)> = k.cases.iter().map(|c| (c.shape.as_str(), c.m)).collect();
+    // Throttling seen, per (shape, M) group: rigbench's own cases, as the Notes count and name
+    // them (one note per group, with the lowest SM clock any of the group's cases read); the
+    // peers' cases after, when they saw it too.
+    let (own, peers): (Vec<&KernelCase>, Vec<&KernelCase>) =
+        k.cases.iter().partition(|c| c.provider == "rigbench");
+    let max = r
+        .rig
+        .gpu
+        .as_ref()
+        .and_then(|g| g.telemetry.as_ref())
+        .and_then(|t| t.sm_clock_max_mhz);
+    let own_t = throttling(&own);
+    let peer_t = throttling(&peers);
+    let mhz = |l: Option<u32>| {
+        l.map(|l| format!(", lowest SM clock read {} MHz", thousands(u64::from(l))))
+            .unwrap_or_default()
+    };
+    match (&own_t, &peer_t) {
+        (None, None) => s.push_str("; no throttling recorded."),
+        (Some(t), _) => {
+            s.push_str(&format!(
+                "; throttling ({}) in {} of {} (shape, M) groups of rigbench's cases{}{}",
+                t.reasons.join(", "),
+                t.throttled,
+                t.groups,
+                mhz(t.lowest_mhz),
+                max.map(|m| format!(" (max {} MHz)", thousands(u64::from(m))))
+                    .unwrap_or_default()
+            ));
+            if let Some(p) = &peer_t {
+                s.push_str(&format!(
+                    "; the peers' cases in {} of {} groups{}",
+                    p.throttled,
+                    p.groups,
+                    mhz(p.lowest_mhz)
+                ));
+            }
+            s.push_str(": those figures may be low (see Notes).");
+        }
+        (None, Some(p)) => s.push_str(&format!(
+            "; no throttling in rigbench's cases; throttling ({}) in {} of {} (shape, M) groups of the peers' cases{}: those figures may be low.",
+            p.reasons.join(", "),
+            p.throttled,
+            p.groups,
+            mhz(p.lowest_mhz)
+        )),
+    }
+    Some(s)
+}
+
+/// Throttling seen in a set of kernel cases, counted per (shape, M) group.
+struct Throttling {
+    /// The harmful throttle reasons seen, sorted.
+    reasons: Vec<String>,
+    /// Groups with at least one throttled case.
+    throttled: usize,
+    /// Groups in all.
+    groups: usize,
+    /// The lowest SM clock any case of a throttled group read while sampled, as the kernel
+    /// bench's Notes give it per group; for results without clock readings, the lowest median
+    /// clock of a throttled case.
+    lowest_mhz: Option<u32>,
+}
+
+fn throttling(cases: &[&KernelCase]) -> Option<Throttling> {
+    let mut groups: Vec<(&str, usize)> = cases.iter().map(|c| (c.shape.as_str(), c.m)).collect();
     groups.sort_unstable();
     groups.dedup();
-    let mut throttled: Vec<(&str, usize)> = k
-        .cases
+    let mut throttled: Vec<(&str, usize)> = cases
         .iter()
         .filter(|c| !c.throttle.is_empty())
         .map(|c| (c.shape.as_str(), c.m))
@@ -664,46 +770,28 @@ fn limits_line(r: &Results, k: &KernelResults) -> Option<String> {
     throttled.sort_unstable();
     throttled.dedup();
     if throttled.is_empty() {
-        s.push_str("; no throttling recorded.");
-    } else {
-        let mut reasons: Vec<&str> = k
-            .cases
-            .iter()
-            .flat_map(|c| c.throttle.iter().map(String::as_str))
-            .collect();
-        reasons.sort_unstable();
-        reasons.dedup();
-        // The lowest SM clock read while a throttled case was sampled: the figure the Notes
-        // give per (shape, M) group (a case's median clock where no readings were kept).
-        let low = k
-            .cases
-            .iter()
-            .filter(|c| !c.throttle.is_empty())
-            .filter_map(|c| {
-                c.clocks
-                    .as_ref()
-                    .and_then(|st| st.min_mhz)
-                    .or(c.sm_clock_mhz)
-            })
-            .min();
-        let max = r
-            .rig
-            .gpu
-            .as_ref()
-            .and_then(|g| g.telemetry.as_ref())
-            .and_then(|t| t.sm_clock_max_mhz);
-        s.push_str(&format!(
-            "; throttling ({}) in {} of {} (shape, M) groups{}{}: those figures may be low (see Notes).",
-            reasons.join(", "),
-            throttled.len(),
-            groups.len(),
-            low.map(|l| format!(", lowest SM clock read {} MHz", thousands(l as u64)))
-                .unwrap_or_default(),
-            max.map(|m| format!(" (max {} MHz)", thousands(m as u64)))
-                .unwrap_or_default()
-        ));
+        return None;
     }
-    Some(s)
+    let mut reasons: Vec<String> = cases.iter().flat_map(|c| c.throttle.clone()).collect();
+    reasons.sort_unstable();
+    reasons.dedup();
+    let in_throttled = |c: &&&KernelCase| throttled.contains(&(c.shape.as_str(), c.m));
+    let read = cases
+        .iter()
+        .filter(in_throttled)
+        .filter_map(|c| c.clocks.as_ref().and_then(|st| st.min_mhz))
+        .min();
+    let median = cases
+        .iter()
+        .filter(|c| !c.throttle.is_empty())
+        .filter_map(|c| c.sm_clock_mhz)
+        .min();
+    Some(Throttling {
+        reasons,
+        throttled: throttled.len(),
+        groups: groups.len(),
+        lowest_mhz: read.or(median),
+    })
 }
 
 /// The decode-step composite headline from `points` (see [`composite_points`]).
@@ -1544,9 +1632,100 @@ mod tests {
         let all = lines(&r).join("\n");
         assert!(
             all.contains(&format!(
-                "throttling (sw_power_cap) in 1 of {groups} (shape, M) groups, lowest SM clock read 1,020 MHz"
+                "throttling (sw_power_cap) in 1 of {groups} (shape, M) groups of rigbench's cases, lowest SM clock read 1,020 MHz"
             )),
             "{all}"
+        );
+    }
+
+    /// The kernels of record of 2026-12-01 said "lowest SM clock read 1,110 MHz (see Notes)",
+    /// a peer case's reading, where the Notes (rigbench's cases) say 1,155: the verdict's figure
+    /// is the Notes' one, the peers' given apart.
+    #[test]
+    fn a_peer_cases_lower_clock_is_not_given_as_the_notes_figure() {
+        let clocks = |min: u32| crate::kernels::schema::ClockStats {
+            readings: 3,
+            min_mhz: Some(min),
+            median_mhz: Some(1500),
+            max_mhz: Some(1980),
+            throttle_seen: vec!["sw_power_cap".into()],
+            source: "nvml".into(),
+        };
+        for (own_min, peer_min) in [(1155, 1110), (1400, 990)] {
+            let mut r = results();
+            let k = r.kernels.as_mut().unwrap();
+            let mut own = k.cases[0].clone();
+            own.throttle = vec!["sw_power_cap".into()];
+            own.clocks = Some(clocks(own_min));
+            k.cases[0] = own.clone();
+            // A peer case of the same group read a lower clock.
+            let mut peer = own;
+            peer.provider = "torch".into();
+            peer.implementation = "torch.matmul".into();
+            peer.clocks = Some(clocks(peer_min));
+            k.cases.push(peer);
+            let all = lines(&r).join("\n");
+            let own_text = format!("lowest SM clock read {} MHz", thousands(u64::from(own_min)));
+            let peer_text = format!(
+                "the peers' cases in 1 of 1 groups, lowest SM clock read {} MHz",
+                thousands(u64::from(peer_min))
+            );
+            assert!(
+                all.contains(&format!("groups of rigbench's cases, {own_text}")),
+                "{all}"
+            );
+            assert!(all.contains(&peer_text), "{all}");
+            // The Notes' own note for that group gives the same figure.
+            let group: Vec<KernelCase> = r
+                .kernels
+                .as_ref()
+                .unwrap()
+                .cases
+                .iter()
+                .filter(|c| c.provider == "rigbench" && c.shape == "a" && c.m == 1)
+                .cloned()
+                .collect();
+            let note = crate::kernels::bench::throttle_note(&group, "a", 1).unwrap();
+            assert!(
+                note.contains(&format!("lowest SM clock read {own_min} MHz")),
+                "{note}"
+            );
+        }
+    }
+
+    /// A reason is not cut inside parentheses or quotes: the command `echo boom; exit 3` stays
+    /// whole, and a failure opens the verdict with all of its reason.
+    #[test]
+    fn reasons_are_not_cut_at_a_semicolon_inside_a_command() {
+        assert_eq!(
+            first_clause(
+                "the engine (echo boom; exit 3) exited during startup\n  last log lines:\n    boom"
+            ),
+            "the engine (echo boom; exit 3) exited during startup"
+        );
+        assert_eq!(
+            first_clause("the engine `a; b` died; see engine.log"),
+            "the engine `a; b` died"
+        );
+        assert_eq!(
+            first_clause("no CUDA driver found; GPU kernel benches need a GPU."),
+            "no CUDA driver found"
+        );
+        assert_eq!(
+            first_clause("the engine's log is empty; nothing to read"),
+            "the engine's log is empty"
+        );
+        let mut r = results();
+        r.failed.push(Skip {
+            what: "e2e".into(),
+            reason:
+                "the engine (echo boom; exit 3) exited during startup\n  last log lines:\n    boom"
+                    .into(),
+        });
+        let l = lines(&r);
+        assert_eq!(
+            l[0],
+            "**FAILED: e2e**: the engine (echo boom; exit 3) exited during startup; last log lines: boom."
         );
     }
 

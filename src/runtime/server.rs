@@ -109,26 +109,46 @@ impl Drop for ServerHandle {
     }
 }
 
-/// Load the model, bind `host:port` and serve in the background.
+/// Bind `host:port` ([`bind`]), load the model and serve in the background ([`start_on`]).
 ///
 /// # Errors
 /// Loading errors (naming the flag or file at fault) and bind errors naming `--host`/`--port`.
 pub async fn start(config: ServeConfig) -> anyhow::Result<ServerHandle> {
-    let cfg = config.clone();
-    let loaded = tokio::task::spawn_blocking(move || engine::load(&cfg))
+    let listener = bind(&config).await?;
+    start_on(listener, config).await
+}
+
+/// Bind `config`'s host and port. `rigbench serve` does it before loading the model, so that a
+/// busy port is found at once, not after the model has loaded (minutes for a large preset);
+/// connections wait in the backlog until [`start_on`] serves them.
+///
+/// # Errors
+/// The address cannot be bound (a busy port, an address this host does not have): an error of
+/// the environment (exit 1), naming the flags that choose another.
+pub async fn bind(config: &ServeConfig) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind((config.host.as_str(), config.port))
         .await
-        .map_err(|e| anyhow::anyhow!("model loading panicked: {e}"))??;
-    let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
-        .await
-        // The environment (a busy port, an address this host does not have), not the command
-        // line: exit 1, naming the flags that choose another.
         .map_err(|e| {
             anyhow::anyhow!(
                 "cannot listen on {}:{}: {e}; choose another with --host/--port (--port 0 picks a free one)",
                 config.host,
                 config.port
             )
-        })?;
+        })
+}
+
+/// [`start`] on a listener already bound ([`bind`]): load the model, then serve.
+///
+/// # Errors
+/// As [`start`].
+pub async fn start_on(
+    listener: tokio::net::TcpListener,
+    config: ServeConfig,
+) -> anyhow::Result<ServerHandle> {
+    let cfg = config.clone();
+    let loaded = tokio::task::spawn_blocking(move || engine::load(&cfg))
+        .await
+        .map_err(|e| anyhow::anyhow!("model loading panicked: {e}"))??;
     let addr = listener.local_addr()?;
     let (engine, engine_thread) = engine::spawn(loaded)?;
     let app = Arc::new(App {
