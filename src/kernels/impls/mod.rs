@@ -1,9 +1,11 @@
-//! The implementations: `bf16` and `fp8` (cuBLASLt), `w4a16` (rigbench's NVRTC kernel), `w4a4`
+//! The implementations: `bf16` and `fp8` (cuBLASLt), `w4a16` (rigbench's NVRTC kernels; the
+//! Hopper wgmma one's host side in [`w4a16_wg`]), `w4a4`
 //! (native NVFP4 through cuBLASLt's block-scaled FP4 path, sm_100 and up).
 
 pub mod bf16;
 pub mod fp8;
 pub mod w4a16;
+pub mod w4a16_wg;
 pub mod w4a4;
 
 use super::{Env, GemmImpl};

@@ -1,12 +1,18 @@
 //! `w4a16`: rigbench's own W4A16 NVFP4 GEMM (kernels/w4a16.cu): NVFP4 weights (ModelOpt layout,
 //! repacked offline by [`crate::formats::w4a16_pack`]), BF16 activations, BF16 output.
 //!
-//! Two paths, both holding only the 4-bit weights between calls:
+//! Paths, all holding only the 4-bit weights between calls:
 //! - fused (M ≤ 512): E2M1 → BF16 in registers and `mma.sync` BF16 with FP32 accumulation, split-K
-//!   across CTAs with a deterministic fixed-order reduction; M > 64 runs as chunks of 64 tokens;
+//!   across CTAs with a deterministic fixed-order reduction; M > 64 runs as chunks of 64 tokens
+//!   (kernels/w4a16.cu), or the Marlin-style version 2 (kernels/w4a16_v2.cu, M ≤ 128);
+//! - wgmma (sm_90 only, any M): the same dequantization feeding Hopper's `wgmma` as its register
+//!   A operand, tokens as its N (kernels/w4a16_wg.cu, [`super::w4a16_wg`]);
 //! - dequant + GEMM (M ≥ 128): the weights are expanded to a BF16 scratch buffer and multiplied by
 //!   cuBLASLt, as vLLM's AWQ path does for large batches (`awq_dequantize` + matmul once the
 //!   token count reaches 256). Its time includes the expansion.
+//!
+//! [`ENV_KINDS`] restricts the paths offered (a development switch that makes one path's checks
+//! and times visible on every case).
 //!
 //! Which path and launch configuration runs is chosen per (shape, M) by measurement among the
 //! candidates below (each checked against the reference first); the report names the choice.
@@ -38,6 +44,64 @@ pub const WN_VARIANTS: [usize; 3] = [1, 2, 4];
 pub const FUSED_MAX_M: usize = 512;
 /// Smallest M the dequant + GEMM path is offered for.
 pub const DEQUANT_MIN_M: usize = 128;
+/// Environment variable: a comma-separated subset of `fused`, `v2`, `wgmma`, `dequant`; only
+/// those paths are offered to the tuners (default: all).
+pub const ENV_KINDS: &str = "RIGBENCH_W4A16_KINDS";
+
+pub use super::w4a16_wg::module_for as wg_module_for;
+
+/// The kind of a configuration, as [`ENV_KINDS`] names it.
+pub fn kind(cfg: &Config) -> &'static str {
+    match cfg {
+        Config::Fused { .. } => "fused",
+        Config::V2 { .. } => "v2",
+        Config::Wg { .. } => "wgmma",
+        Config::DequantGemm => "dequant",
+    }
+}
+
+/// Whether [`ENV_KINDS`] lets configurations of kind `k` be offered.
+pub fn kind_offered(k: &str) -> bool {
+    match std::env::var(ENV_KINDS) {
+        Ok(v) if !v.trim().is_empty() => v.split(',').any(|x| x.trim() == k),
+        _ => true,
+    }
+}
+
+/// Every configuration offered for `m` tokens of a weight with `strips` strips and `kt_n` k
+/// tiles: the fused kernel's (M ≤ [`FUSED_MAX_M`]), version 2's, the wgmma kernel's when its
+/// module is among `modules`, and dequantize + cuBLASLt from [`DEQUANT_MIN_M`] when `lt` is
+/// there; filtered by [`ENV_KINDS`].
+///
+/// # Errors
+/// A failing occupancy or attribute query.
+pub fn all_candidates(
+    gpu: &Gpu,
+    modules: &[W4Module],
+    v2: Option<&crate::gpu::Module>,
+    has_lt: bool,
+    strips: usize,
+    kt_n: usize,
+    m: usize,
+) -> anyhow::Result<Vec<Config>> {
+    let mut cands = Vec::new();
+    if m <= FUSED_MAX_M && modules.iter().any(|f| !f.is_wg()) {
+        cands.extend(fused_candidates(gpu, modules, strips, kt_n, m)?);
+        if let Some(v2) = v2 {
+            cands.extend(v2_candidates(gpu, v2, strips, kt_n, m)?);
+        }
+    }
+    if let Some(wg) = modules.iter().find(|f| f.is_wg()) {
+        cands.extend(super::w4a16_wg::candidates(
+            gpu, &wg.module, strips, kt_n, m,
+        )?);
+    }
+    if m >= DEQUANT_MIN_M && has_lt {
+        cands.push(Config::DequantGemm);
+    }
+    cands.retain(|c| kind_offered(kind(c)));
+    Ok(cands)
+}
 
 /// All kernel names in kernels/w4a16.cu.
 pub fn kernel_names() -> Vec<String> {
@@ -237,6 +301,21 @@ pub enum Config {
         /// Dynamic shared memory, bytes.
         smem: usize,
     },
+    /// The Hopper wgmma kernel (kernels/w4a16_wg.cu; [`super::w4a16_wg`]).
+    Wg {
+        /// Token tile (wgmma N): 8, 16, 32, 64, 128 or 256.
+        tn: usize,
+        /// Warpgroups per CTA (64 weight rows each).
+        wg: usize,
+        /// Pipeline stages (k-tile pairs in flight).
+        stages: usize,
+        /// CTAs per token tile (persistent stripes over (group, k-tile pair) units).
+        ctas: usize,
+        /// Token tiles (grid.y).
+        tiles: usize,
+        /// Dynamic shared memory, bytes.
+        smem: usize,
+    },
 }
 
 /// The W4A16 implementation.
@@ -273,7 +352,10 @@ pub fn fused_candidates(
     kt_n: usize,
     m: usize,
 ) -> anyhow::Result<Vec<Config>> {
-    anyhow::ensure!(!modules.is_empty(), "kernels/w4a16.cu did not compile");
+    anyhow::ensure!(
+        modules.iter().any(|f| !f.is_wg()),
+        "kernels/w4a16.cu did not compile"
+    );
     let sm = gpu.sm_count.max(1) as usize;
     let chunk = m.min(64);
     let tiles = chunk.div_ceil(8);
@@ -281,6 +363,9 @@ pub fn fused_candidates(
     let pairs = kt_n / 2;
     let mut out = Vec::new();
     for (flavor, fm) in modules.iter().enumerate() {
+        if fm.is_wg() {
+            continue;
+        }
         let w4 = &fm.module;
         for warps in WARP_VARIANTS {
             for wn in WN_VARIANTS {
@@ -435,6 +520,10 @@ pub fn scratch_needs(cfg: &Config, n: usize, k: usize) -> (usize, usize, usize) 
             ..
         } => (if *splits > 1 { splits * chunk * n } else { 0 }, *ctas_x, 0),
         Config::DequantGemm => (0, 0, n * k * 2),
+        Config::Wg { .. } => {
+            let (ws, ctr) = super::w4a16_wg::scratch(cfg, n, k.div_ceil(128) * 2);
+            (ws, ctr, 0)
+        }
     }
 }
 
@@ -546,9 +635,17 @@ pub fn launch_view(
                 ],
             )?;
         }
+        Config::Wg { .. } => {
+            let wg = modules
+                .iter()
+                .find(|f| f.is_wg())
+                .context("kernels/w4a16_wg.cu is not loaded")?;
+            super::w4a16_wg::launch(gpu, &wg.module, w, cfg, act, out, m, ws, counters)?;
+        }
         Config::DequantGemm => {
             let first = modules
-                .first()
+                .iter()
+                .find(|f| !f.is_wg())
                 .context("kernels/w4a16.cu did not compile")?;
             anyhow::ensure!(scratch != 0, "w4a16: no dequantization scratch");
             let units = w.strips * w.kt_n;
@@ -649,20 +746,19 @@ impl GemmImpl for W4a16 {
         *self = Self::default();
     }
     fn prepare_m(&mut self, env: &Env, inp: &MInputs) -> anyhow::Result<usize> {
-        let mut cands = Vec::new();
-        if inp.m <= FUSED_MAX_M {
-            let (_, _, strips, kt_n, _) = self.meta()?;
-            cands.extend(fused_candidates(env.gpu, env.w4, strips, kt_n, inp.m)?);
-            if let Some(v2) = env.w4v2 {
-                cands.extend(v2_candidates(env.gpu, v2, strips, kt_n, inp.m)?);
-            }
-        }
-        if inp.m >= DEQUANT_MIN_M && env.lt.is_some() {
-            cands.push(Config::DequantGemm);
-        }
+        let (_, _, strips, kt_n, _) = self.meta()?;
+        let cands = all_candidates(
+            env.gpu,
+            env.w4,
+            env.w4v2,
+            env.lt.is_some(),
+            strips,
+            kt_n,
+            inp.m,
+        )?;
         anyhow::ensure!(
             !cands.is_empty(),
-            "no W4A16 path for M = {} (cuBLASLt missing)",
+            "no W4A16 path for M = {} (cuBLASLt missing, or {ENV_KINDS} offers none)",
             inp.m
         );
         // Buffers for the largest candidate.
@@ -781,6 +877,7 @@ impl GemmImpl for W4a16 {
                     String::new()
                 }
             ),
+            Ok(c @ Config::Wg { .. }) => format!("{}{tuned}", super::w4a16_wg::describe(c)),
             Ok(Config::DequantGemm) => format!(
                 "rigbench dequant NVFP4→BF16 scratch + {}{tuned}",
                 self.gemm.as_ref().map(|g| g.description.as_str()).unwrap_or("cuBLASLt BF16")
@@ -807,6 +904,26 @@ impl GemmImpl for W4a16 {
         let mut out = Vec::new();
         for fm in env.w4 {
             let w4 = &fm.module;
+            if fm.is_wg() {
+                for &tn in &super::w4a16_wg::TN_VARIANTS {
+                    for &wg in &super::w4a16_wg::WG_VARIANTS {
+                        let name = super::w4a16_wg::name(tn, wg);
+                        if let Ok(a) = w4.attrs(&name) {
+                            out.push(KernelFacts {
+                                name,
+                                registers: a.registers,
+                                local_bytes: a.local_bytes,
+                                static_shared_bytes: a.static_shared_bytes,
+                                dynamic_shared_bytes: super::w4a16_wg::smem_bytes(tn, wg, 4) as u32,
+                                threads_per_block: (wg * 128) as u32,
+                                max_threads_per_block: a.max_threads_per_block,
+                                arch: w4.arch.clone(),
+                            });
+                        }
+                    }
+                }
+                continue;
+            }
             out.extend(kernel_names().iter().filter_map(|name| {
                 let a = w4.attrs(name).ok()?;
                 let threads = name
