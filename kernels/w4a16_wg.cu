@@ -401,17 +401,45 @@ __device__ __forceinline__ void w4wg_body(const uint8_t* __restrict__ wq, const 
       __syncthreads();
       if (s_last) {
         __threadfence();
-        // Slice q (CTA first + q) holds this group in its first segment when its stripe starts
-        // in the group, else in its last one. Summed in slice order: deterministic.
-        for (int idx = tid; idx < ROWS * mt; idx += NTHR) {
-          const int m = idx / ROWS, row = idx % ROWS;
-          const int n = strip0 * 16 + row;
-          float s = 0.f;
-          for (int q = first; q <= last; ++q) {
-            const int part = ((long long)q * units / ctas) / pairs == grp ? 0 : 1;
-            s += __ldcg(&ws[(((size_t)tile * ctas + q) * 2 + part) * (size_t)(ROWS * TN) + idx]);
+        // CTA q holds this group in its first segment (slot part 0) when its stripe starts in
+        // the group, which every CTA after `first` does; `first` holds it in its last segment
+        // (part 1) when its stripe started in an earlier group. Summed in slice order
+        // (deterministic); the loads of QB slices are issued before their adds.
+        // Outputs are summed CH per thread at a time, QB slices' loads in flight before their adds.
+        const int first_part = ((long long)first * units / ctas) < g0 ? 1 : 0;
+        constexpr int PER = ROWS * TN / NTHR;  // outputs per thread (TN / 2)
+        constexpr int CH = PER < 8 ? PER : 8;
+        constexpr int QB = 4;
+        for (int e0 = 0; e0 < PER && tid + e0 * NTHR < ROWS * mt; e0 += CH) {
+          float sum[CH];
+#pragma unroll
+          for (int e = 0; e < CH; ++e) sum[e] = 0.f;
+          for (int q0 = first; q0 <= last; q0 += QB) {
+            float v[QB][CH];
+#pragma unroll
+            for (int b = 0; b < QB; ++b) {
+              const int q = q0 + b;
+              const float* src =
+                  ws + (((size_t)tile * ctas + q) * 2 + (q == first ? first_part : 0)) * (size_t)(ROWS * TN);
+#pragma unroll
+              for (int e = 0; e < CH; ++e) {
+                const int idx = tid + (e0 + e) * NTHR;
+                v[b][e] = (q <= last && idx < ROWS * mt) ? __ldcg(&src[idx]) : 0.f;
+              }
+            }
+#pragma unroll
+            for (int b = 0; b < QB; ++b)
+#pragma unroll
+              for (int e = 0; e < CH; ++e)
+                if (q0 + b <= last) sum[e] += v[b][e];
           }
-          if (n < N) out[(size_t)(tok0 + m) * N + n] = __float2bfloat16_rn(s * out_scale);
+#pragma unroll
+          for (int e = 0; e < CH; ++e) {
+            const int idx = tid + (e0 + e) * NTHR;
+            const int m = idx / ROWS, row = idx % ROWS;
+            const int n = strip0 * 16 + row;
+            if (idx < ROWS * mt && n < N) out[(size_t)(tok0 + m) * N + n] = __float2bfloat16_rn(sum[e] * out_scale);
+          }
         }
         if (tid == 0) counters[gi] = 0u;
       }

@@ -103,13 +103,31 @@ pub fn all_candidates(
     Ok(cands)
 }
 
+/// Whether the fused kernel has an in-CTA split-K instance (`_ks`: the CTA's warps share its
+/// strips and split K, summed in shared memory in warp order) for this token tile and strip
+/// count: token tiles 1 and 2 (M ≤ 16), 1 or 2 strips.
+pub fn has_ks(nt: usize, wn: usize) -> bool {
+    nt <= 2 && wn <= 2
+}
+
+/// The k-tile pairs `[begin, end)` warp `warp` of an in-CTA split-K (`_ks`) CTA takes of the
+/// CTA's pairs `[pair0, pair1)` (as `w4a16_body` computes them with KS).
+pub fn ks_pairs(pair0: usize, pair1: usize, warps: usize, warp: usize) -> (usize, usize) {
+    let share = (pair1 - pair0).div_ceil(warps);
+    let b = pair1.min(pair0 + warp * share);
+    (b, pair1.min(b + share))
+}
+
 /// All kernel names in kernels/w4a16.cu.
 pub fn kernel_names() -> Vec<String> {
     let mut v = Vec::new();
     for nt in NT_VARIANTS {
         for w in WARP_VARIANTS {
             for wn in WN_VARIANTS {
-                v.push(fused_name(nt, w, wn));
+                v.push(fused_name(nt, w, wn, false));
+                if has_ks(nt, wn) {
+                    v.push(fused_name(nt, w, wn, true));
+                }
             }
         }
     }
@@ -117,8 +135,8 @@ pub fn kernel_names() -> Vec<String> {
     v
 }
 
-fn fused_name(nt: usize, warps: usize, wn: usize) -> String {
-    format!("w4a16_nt{nt}_w{warps}_n{wn}")
+fn fused_name(nt: usize, warps: usize, wn: usize, ks: bool) -> String {
+    format!("w4a16_nt{nt}_w{warps}_n{wn}{}", if ks { "_ks" } else { "" })
 }
 
 /// Source of the version-2 kernel (Marlin-style: stripes over the SMs, cp.async ring).
@@ -271,6 +289,8 @@ pub enum Config {
         warps: usize,
         /// Strips per warp.
         wn: usize,
+        /// In-CTA split-K instance (`_ks`): the warps share the CTA's `wn` strips.
+        ks: bool,
         /// CTAs along K (split-K).
         splits: usize,
         /// k-tile pairs per split.
@@ -367,9 +387,16 @@ pub fn fused_candidates(
             continue;
         }
         let w4 = &fm.module;
-        for warps in WARP_VARIANTS {
-            for wn in WN_VARIANTS {
-                let name = fused_name(nt, warps, wn);
+        for (warps, wn, ks) in WARP_VARIANTS.iter().flat_map(|w| {
+            WN_VARIANTS
+                .iter()
+                .flat_map(move |wn| [(*w, *wn, false), (*w, *wn, true)])
+        }) {
+            if ks && !has_ks(nt, wn) {
+                continue;
+            }
+            {
+                let name = fused_name(nt, warps, wn, ks);
                 let attrs = w4.attrs(&name)?;
                 if attrs.local_bytes > 0 {
                     continue; // spills registers to local memory
@@ -379,7 +406,7 @@ pub fn fused_candidates(
                     continue;
                 }
                 let slots = occ * sm;
-                let ctas_x = strips.div_ceil(warps * wn);
+                let ctas_x = strips.div_ceil(if ks { wn } else { warps * wn });
                 let total = |s: usize| ctas_x * pairs.div_ceil(pairs.div_ceil(s));
                 let eff = |s: usize| {
                     let t = total(s);
@@ -392,7 +419,7 @@ pub fn fused_candidates(
                 {
                     splits.push(best);
                 }
-                if ctas_x >= slots / 2 {
+                if ctas_x >= slots / 2 || ks {
                     splits.push(1);
                 }
                 for sp in splits {
@@ -403,6 +430,7 @@ pub fn fused_candidates(
                         nt,
                         warps,
                         wn,
+                        ks,
                         splits: sp,
                         pairs_per_split: pps,
                         ctas_x,
@@ -555,6 +583,7 @@ pub fn launch_view(
             nt,
             warps,
             wn,
+            ks,
             splits,
             pairs_per_split,
             ctas_x,
@@ -564,7 +593,7 @@ pub fn launch_view(
                 .get(*flavor)
                 .context("w4a16: flavour index out of range")?
                 .module;
-            let name = fused_name(*nt, *warps, *wn);
+            let name = fused_name(*nt, *warps, *wn, *ks);
             let mut m0 = 0;
             while m0 < m {
                 let mc = (*chunk).min(m - m0);
@@ -849,14 +878,20 @@ impl GemmImpl for W4a16 {
                 nt,
                 warps,
                 wn,
+                ks,
                 splits,
                 chunk,
                 ..
             }) => format!(
-                "rigbench fused W4A16 (E2M1→BF16 in registers, mma.sync m16n8k16 BF16/FP32), flavour '{}': {}, {warps} warps/CTA, {}, split-K {splits}{}{tuned}",
+                "rigbench fused W4A16 (E2M1→BF16 in registers, mma.sync m16n8k16 BF16/FP32), flavour '{}': {}, {warps} warps/CTA, {}{}, split-K {splits}{}{tuned}",
                 self.flavor_names.get(*flavor).map(String::as_str).unwrap_or("?"),
                 plural(*chunk.min(&(nt * 8)) as u64, "token/launch", "tokens/launch"),
                 plural(*wn as u64, "strip/warp", "strips/warp"),
+                if *ks {
+                    " shared by the CTA's warps, K split between them (in-CTA ordered sum)"
+                } else {
+                    ""
+                },
                 if *splits > 1 { " (deterministic fixed-order reduction)" } else { "" }
             ),
             Ok(Config::V2 {
@@ -1017,16 +1052,39 @@ mod tests {
     }
 
     #[test]
+    fn ks_warps_partition_the_ctas_pairs() {
+        for (p0, p1, warps) in [(0, 40, 8), (0, 40, 4), (10, 13, 8), (0, 1, 8), (5, 5, 4)] {
+            let mut next = p0;
+            for w in 0..warps {
+                let (b, e) = ks_pairs(p0, p1, warps, w);
+                assert!(
+                    b <= e && (b == next || b == e),
+                    "{p0}..{p1} warp {w}: {b}..{e}"
+                );
+                if e > b {
+                    next = e;
+                }
+            }
+            assert_eq!(next, p1, "{p0}..{p1} over {warps} warps");
+        }
+        assert!(has_ks(1, 1) && has_ks(2, 2) && !has_ks(4, 1) && !has_ks(1, 4));
+    }
+
+    #[test]
     fn kernel_names_match_the_cuda_source() {
         let src = include_str!("../../../kernels/w4a16.cu");
         for name in kernel_names() {
             if let Some(rest) = name.strip_prefix("w4a16_nt") {
-                // W4A16_KERNEL(NT, WARPS, WN)
+                // W4A16_KERNEL(NT, WARPS, WN) or W4A16_KS_KERNEL(NT, WARPS, WN) for `_ks`
+                let (rest, mac) = match rest.strip_suffix("_ks") {
+                    Some(r) => (r, "W4A16_KS_KERNEL"),
+                    None => (rest, "W4A16_KERNEL"),
+                };
                 let parts: Vec<&str> = rest
                     .split(['_', 'w', 'n'])
                     .filter(|s| !s.is_empty())
                     .collect();
-                let inst = format!("W4A16_KERNEL({}, {}, {})", parts[0], parts[1], parts[2]);
+                let inst = format!("{mac}({}, {}, {})", parts[0], parts[1], parts[2]);
                 assert!(src.contains(&inst), "{inst} missing from w4a16.cu");
             } else {
                 assert!(src.contains(&name), "{name} missing");

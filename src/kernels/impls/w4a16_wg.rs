@@ -859,12 +859,13 @@ pub fn emulate(p: &W4a16Packed, act: &[u16], m: usize, l: EmuLaunch, order: &[us
                     let prev = counters[gi];
                     counters[gi] += 1;
                     if prev == (slices - 1) as u32 {
+                        let first_part = usize::from(stripe(first, units, ctas).0 < grp * pairs);
                         for idx in 0..rows * mt {
                             let (mm, row) = (idx / rows, idx % rows);
                             let nn = strip0 * 16 + row;
                             let mut s = 0f64;
                             for q in first..=last {
-                                let part = usize::from(stripe(q, units, ctas).0 / pairs != grp);
+                                let part = if q == first { first_part } else { 0 };
                                 s += ws[((tile * ctas + q) * 2 + part) * rows * tn + idx];
                             }
                             if nn < n {
