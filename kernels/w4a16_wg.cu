@@ -27,8 +27,9 @@
 // - A group whose k range is split between CTAs is reduced deterministically: each slice writes
 //   its FP32 partial to its own workspace slot, and the last slice to arrive (atomic counter)
 //   sums the slots in slice order, writes the output and resets the counter.
-// Everything here is mirrored on the CPU by src/kernels/impls/w4a16_wg.rs (`emulate`), whose
-// tests check it against the reference GEMM bit for bit where the arithmetic is exact.
+// The index math here is mirrored on the CPU by src/kernels/impls/w4a16_wg.rs (`emulate`), whose
+// tests check a whole launch against the exact reference GEMM (f64, 1e-9 relative) and the
+// split-K reduction for independence from the CTAs' arrival order.
 
 #include <cuda_bf16.h>
 #ifdef __CUDACC_RTC__

@@ -107,8 +107,10 @@ fn tiles_for(m: usize, tn_big: usize) -> (usize, usize) {
 }
 
 /// The CTA counts per token tile offered for `units` units of `groups` groups: the persistent
-/// grid (`slots` resident CTAs over the tiles), one CTA per SM, and one CTA per group (no
-/// split-K), each at most `units`, deduplicated, largest first.
+/// grid (`slots` resident CTAs over the tiles), one CTA per SM, one CTA per group (no split-K),
+/// and, where they fit in one wave, 2, 4 and 8 CTAs per group (a few slices to reduce instead
+/// of many: small N such as in_proj_ba's 96 rows); each at most `units`, deduplicated, largest
+/// first.
 pub fn grid_options(
     units: usize,
     groups: usize,
@@ -116,9 +118,16 @@ pub fn grid_options(
     sms: usize,
     tiles: usize,
 ) -> Vec<usize> {
-    let mut v: Vec<usize> = [(slots / tiles).max(1), (sms / tiles).max(1), groups]
-        .iter()
-        .map(|c| (*c).clamp(1, units.max(1)))
+    let wave = (slots / tiles).max(1);
+    let mut v: Vec<usize> = [wave, (sms / tiles).max(1), groups]
+        .into_iter()
+        .chain(
+            [2, 4, 8]
+                .into_iter()
+                .map(|f| f * groups)
+                .filter(|c| *c <= wave),
+        )
+        .map(|c| c.clamp(1, units.max(1)))
         .collect();
     v.sort_unstable_by(|a, b| b.cmp(a));
     v.dedup();
@@ -362,7 +371,8 @@ pub fn module_for(gpu: &Gpu, device: usize) -> Result<(W4Module, String), String
 }
 
 fn probe_in_child_cached(device: usize, ptx: &str) -> Result<String, String> {
-    static DONE: OnceLock<Mutex<Vec<(usize, Result<String, String>)>>> = OnceLock::new();
+    type Verdicts = Vec<(usize, Result<String, String>)>;
+    static DONE: OnceLock<Mutex<Verdicts>> = OnceLock::new();
     let done = DONE.get_or_init(|| Mutex::new(Vec::new()));
     let mut g = done.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, r)) = g.iter().find(|(d, _)| *d == device) {
@@ -787,13 +797,13 @@ pub fn emulate(p: &W4a16Packed, act: &[u16], m: usize, l: EmuLaunch, order: &[us
                                     let wbase = b + w_off + warp * 1024 + 512 * h + lane * 16;
                                     let lo = scale_bf16_bits(sw.to_le_bytes()[2 * h]);
                                     let hi = scale_bf16_bits(sw.to_le_bytes()[2 * h + 1]);
-                                    for j in 0..4 {
+                                    for (j, regs) in ah[wq][lane].iter_mut().enumerate() {
                                         let q = read_u32(&smem, wbase + 4 * j);
-                                        for r in 0..4 {
+                                        for (r, reg) in regs.iter_mut().enumerate() {
                                             let pair = extract_reg(q, r);
                                             // scale2: the scale's BF16 in both halves.
                                             let s = if r % 2 == 0 { lo } else { hi } as u32;
-                                            ah[wq][lane][j][r] = bf16x2_mul(pair, s | (s << 16));
+                                            *reg = bf16x2_mul(pair, s | (s << 16));
                                         }
                                     }
                                 }
@@ -1117,8 +1127,11 @@ mod tests {
         assert_eq!(ws_floats(16, 1, 2, 1, 80, 40), 0);
         assert_eq!(ws_floats(16, 1, 3, 1, 80, 40), 3 * 2 * 64 * 16);
         // Grid options: persistent, per SM, per group; clamped to the units, largest first.
-        assert_eq!(grid_options(1600, 40, 264, 132, 1), vec![264, 132, 40]);
-        assert_eq!(grid_options(80, 2, 528, 132, 1), vec![80, 2]);
+        assert_eq!(
+            grid_options(1600, 40, 264, 132, 1),
+            vec![264, 160, 132, 80, 40]
+        );
+        assert_eq!(grid_options(80, 2, 528, 132, 1), vec![80, 16, 8, 4, 2]);
         assert_eq!(grid_options(1600, 40, 264, 132, 4), vec![66, 40, 33]);
         assert_eq!(tiles_for(1, 256), (8, 1));
         assert_eq!(tiles_for(17, 256), (32, 1));
