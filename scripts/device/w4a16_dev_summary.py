@@ -100,6 +100,14 @@ def summarize(k, tl):
     counts = {s["shape"]: s["count"] for s in step.get("shapes", [])}
     copy = (k.get("copy_bandwidth") or {}).get("bytes_per_s")
     ms = sorted({c["m"] for c in cases})
+    if not ms:
+        print("no rigbench case was timed; skips and notes:\n")
+        for s in k.get("skipped", [])[:10]:
+            print(f"- skipped {s.get('implementation')} {s.get('shape')} M={s.get('m')}: {s.get('reason', '')[:300]}")
+        for n in k.get("notes", [])[:10]:
+            print(f"- note: {n[:400]}")
+        print()
+        return
     impls = [i for i in ("bf16", "fp8", "w4a16") if any(c["implementation"] == i for c in cases)]
     mode = case_time(cases[0])[1] if cases else "?"
 
