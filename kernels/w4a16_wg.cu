@@ -21,7 +21,8 @@
 //   units, as kernels/w4a16_v2.cu; a `stages`-deep cp.async ring (16-byte L2-only copies for
 //   codes and scales, 4-byte copies for the activations) with one CTA barrier per stage. Each
 //   warpgroup dequantizes the pair's two k tiles into two register sets and issues 4 + 4 wgmmas
-//   (two commit groups), then waits for them before the next stage is reused.
+//   (two commit groups), then waits for them before the next stage is reused; the `_p`
+//   instances (TN >= 64) keep one commit group in flight instead (loads run stages - 2 ahead).
 // - Token tiles: blockIdx.y selects tokens [TN·y, TN·y + TN); rows of a tile beyond M are zeroed
 //   once and never loaded.
 // - A group whose k range is split between CTAs is reduced deterministically: each slice writes
@@ -240,7 +241,7 @@ __device__ __forceinline__ int owner_of(long long u, int units, int ctas) {
 // partial sums go to workspace slot (token tile, CTA, 0 = first segment / 1 = last), each
 // 64·WG rows × TN floats: token tiles × CTAs × 2 slots when any group is split. Counters: token
 // tiles × groups, zero before the first launch (the kernel leaves them zero).
-template <int TN, int WG>
+template <int TN, int WG, bool PIPE>
 __device__ __forceinline__ void w4wg_body(const uint8_t* __restrict__ wq, const uint32_t* __restrict__ sc,
                                           const __nv_bfloat16* __restrict__ act, __nv_bfloat16* __restrict__ out,
                                           float* __restrict__ ws, unsigned* __restrict__ counters, int M, int N, int K,
@@ -323,15 +324,23 @@ __device__ __forceinline__ void w4wg_body(const uint8_t* __restrict__ wq, const 
 #pragma unroll
     for (int r = 0; r < NACC; ++r) acc[r] = 0.f;
     __syncthreads();  // the previous segment's stages are no longer read; the zeroing is done
-    for (int s = 0; s < stages - 1; ++s) {
+    // Tiles loaded ahead: stages - 1, or with PIPE stages - 2 (a stage is reused two iterations
+    // after it was read, while the wgmmas of the last iteration may still run).
+    const int ahead = PIPE ? stages - 2 : stages - 1;
+    for (int s = 0; s < ahead; ++s) {
       if (s < np) load(s, pa + s);
       cp_async_commit();
     }
+    // One stage: wait for it, load `ahead` tiles on, dequantize its two k tiles and issue
+    // 4 + 4 wgmmas (two commit groups). Without PIPE both groups are waited for at the end; with
+    // PIPE one group stays in flight (wait_group 1 before each register set is rewritten), so
+    // the tensor cores work while the next stage is waited for and dequantized.
+    uint32_t a0[4][4], a1[4][4];
     for (int i = 0; i < np; ++i) {
-      cp_async_wait_dyn(stages - 2);
+      cp_async_wait_dyn(ahead - 1);
       fence_proxy_async();
-      __syncthreads();  // stage i has landed for every thread; stage i-1 is no longer read
-      const int nxt = i + stages - 1;
+      __syncthreads();  // stage i has landed for every thread; the stage reloaded below is no longer read
+      const int nxt = i + ahead;
       if (nxt < np) load(nxt % stages, pa + nxt);
       cp_async_commit();
       const int st = i % stages;
@@ -340,7 +349,6 @@ __device__ __forceinline__ void w4wg_body(const uint8_t* __restrict__ wq, const 
       const uint4 w0 = *reinterpret_cast<const uint4*>(b + W_OFF + warp * 1024 + lane * 16);
       const uint4 w1 = *reinterpret_cast<const uint4*>(b + W_OFF + warp * 1024 + 512 + lane * 16);
       const uint32_t sw = *reinterpret_cast<const uint32_t*>(b + S_OFF + warp * 128 + lane * 4);
-      uint32_t a0[4][4], a1[4][4];
       {
         const uint32_t lo = scale2(sw, 0), hi = scale2(sw, 1);
         dequant_step(w0.x, lo, hi, a0[0]);
@@ -354,6 +362,7 @@ __device__ __forceinline__ void w4wg_body(const uint8_t* __restrict__ wq, const 
 #pragma unroll
       for (int j = 0; j < 4; ++j) wgmma_tn<TN>(acc, a0[j], desc_b(bs + 32 * j));
       wgmma_commit();
+      if constexpr (PIPE) wgmma_wait<1>();  // the previous stage's second group: a1 is free
       {
         const uint32_t lo = scale2(sw, 2), hi = scale2(sw, 3);
         dequant_step(w1.x, lo, hi, a1[0]);
@@ -365,6 +374,15 @@ __device__ __forceinline__ void w4wg_body(const uint8_t* __restrict__ wq, const 
 #pragma unroll
       for (int j = 0; j < 4; ++j) wgmma_tn<TN>(acc, a1[j], desc_b(bs + A_TILE + 32 * j));
       wgmma_commit();
+      if constexpr (PIPE) {
+        wgmma_wait<1>();  // this stage's first group: a0 is free
+      } else {
+        wgmma_wait<0>();
+      }
+#pragma unroll
+      for (int r = 0; r < NACC; ++r) fence_reg(acc[r]);
+    }
+    if constexpr (PIPE) {
       wgmma_wait<0>();
 #pragma unroll
       for (int r = 0; r < NACC; ++r) fence_reg(acc[r]);
@@ -454,7 +472,16 @@ __device__ __forceinline__ void w4wg_body(const uint8_t* __restrict__ wq, const 
       const uint8_t* __restrict__ wq, const uint32_t* __restrict__ sc, const __nv_bfloat16* __restrict__ act,    \
       __nv_bfloat16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ counters, int M, int N,     \
       int K, int strips, int kt_n, int stages, float out_scale) {                                                \
-    w4wg_body<TN, WG>(wq, sc, act, out, ws, counters, M, N, K, strips, kt_n, stages, out_scale);                \
+    w4wg_body<TN, WG, false>(wq, sc, act, out, ws, counters, M, N, K, strips, kt_n, stages, out_scale);         \
+  }
+// The same with one commit group of wgmmas kept in flight (PIPE; stages >= 3): for the
+// compute-bound token tiles.
+#define W4WG_PIPE_KERNEL(TN, WG)                                                                                \
+  extern "C" __global__ void __launch_bounds__(WG * 128, 1) w4wg_t##TN##_g##WG##_p(                             \
+      const uint8_t* __restrict__ wq, const uint32_t* __restrict__ sc, const __nv_bfloat16* __restrict__ act,    \
+      __nv_bfloat16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ counters, int M, int N,     \
+      int K, int strips, int kt_n, int stages, float out_scale) {                                                \
+    w4wg_body<TN, WG, true>(wq, sc, act, out, ws, counters, M, N, K, strips, kt_n, stages, out_scale);          \
   }
 
 W4WG_KERNEL(8, 1)
@@ -469,3 +496,9 @@ W4WG_KERNEL(128, 1)
 W4WG_KERNEL(128, 2)
 W4WG_KERNEL(256, 1)
 W4WG_KERNEL(256, 2)
+W4WG_PIPE_KERNEL(64, 1)
+W4WG_PIPE_KERNEL(64, 2)
+W4WG_PIPE_KERNEL(128, 1)
+W4WG_PIPE_KERNEL(128, 2)
+W4WG_PIPE_KERNEL(256, 1)
+W4WG_PIPE_KERNEL(256, 2)

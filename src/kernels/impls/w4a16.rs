@@ -327,6 +327,8 @@ pub enum Config {
         tn: usize,
         /// Warpgroups per CTA (64 weight rows each).
         wg: usize,
+        /// One commit group of wgmmas kept in flight across stages (the `_p` instances).
+        pipe: bool,
         /// Pipeline stages (k-tile pairs in flight).
         stages: usize,
         /// CTAs per token tile (persistent stripes over (group, k-tile pair) units).
@@ -395,50 +397,48 @@ pub fn fused_candidates(
             if ks && !has_ks(nt, wn) {
                 continue;
             }
+            let name = fused_name(nt, warps, wn, ks);
+            let attrs = w4.attrs(&name)?;
+            if attrs.local_bytes > 0 {
+                continue; // spills registers to local memory
+            }
+            let occ = w4.occupancy(&name, (warps * 32) as u32)? as usize;
+            if occ == 0 {
+                continue;
+            }
+            let slots = occ * sm;
+            let ctas_x = strips.div_ceil(if ks { wn } else { warps * wn });
+            let total = |s: usize| ctas_x * pairs.div_ceil(pairs.div_ceil(s));
+            let eff = |s: usize| {
+                let t = total(s);
+                t as f64 / (t.div_ceil(slots) * slots) as f64
+            };
+            let fill = slots.div_ceil(ctas_x).clamp(1, pairs);
+            let mut splits = vec![fill];
+            if let Some(best) =
+                (1..=pairs.min(4 * fill)).find(|s| total(*s) >= slots / 2 && eff(*s) >= 0.95)
             {
-                let name = fused_name(nt, warps, wn, ks);
-                let attrs = w4.attrs(&name)?;
-                if attrs.local_bytes > 0 {
-                    continue; // spills registers to local memory
-                }
-                let occ = w4.occupancy(&name, (warps * 32) as u32)? as usize;
-                if occ == 0 {
-                    continue;
-                }
-                let slots = occ * sm;
-                let ctas_x = strips.div_ceil(if ks { wn } else { warps * wn });
-                let total = |s: usize| ctas_x * pairs.div_ceil(pairs.div_ceil(s));
-                let eff = |s: usize| {
-                    let t = total(s);
-                    t as f64 / (t.div_ceil(slots) * slots) as f64
+                splits.push(best);
+            }
+            if ctas_x >= slots / 2 || ks {
+                splits.push(1);
+            }
+            for sp in splits {
+                let pps = pairs.div_ceil(sp);
+                let sp = pairs.div_ceil(pps);
+                let c = Config::Fused {
+                    flavor,
+                    nt,
+                    warps,
+                    wn,
+                    ks,
+                    splits: sp,
+                    pairs_per_split: pps,
+                    ctas_x,
+                    chunk,
                 };
-                let fill = slots.div_ceil(ctas_x).clamp(1, pairs);
-                let mut splits = vec![fill];
-                if let Some(best) =
-                    (1..=pairs.min(4 * fill)).find(|s| total(*s) >= slots / 2 && eff(*s) >= 0.95)
-                {
-                    splits.push(best);
-                }
-                if ctas_x >= slots / 2 || ks {
-                    splits.push(1);
-                }
-                for sp in splits {
-                    let pps = pairs.div_ceil(sp);
-                    let sp = pairs.div_ceil(pps);
-                    let c = Config::Fused {
-                        flavor,
-                        nt,
-                        warps,
-                        wn,
-                        ks,
-                        splits: sp,
-                        pairs_per_split: pps,
-                        ctas_x,
-                        chunk,
-                    };
-                    if !out.contains(&c) {
-                        out.push(c);
-                    }
+                if !out.contains(&c) {
+                    out.push(c);
                 }
             }
         }
@@ -940,21 +940,23 @@ impl GemmImpl for W4a16 {
         for fm in env.w4 {
             let w4 = &fm.module;
             if fm.is_wg() {
-                for &tn in &super::w4a16_wg::TN_VARIANTS {
-                    for &wg in &super::w4a16_wg::WG_VARIANTS {
-                        let name = super::w4a16_wg::name(tn, wg);
-                        if let Ok(a) = w4.attrs(&name) {
-                            out.push(KernelFacts {
-                                name,
-                                registers: a.registers,
-                                local_bytes: a.local_bytes,
-                                static_shared_bytes: a.static_shared_bytes,
-                                dynamic_shared_bytes: super::w4a16_wg::smem_bytes(tn, wg, 4) as u32,
-                                threads_per_block: (wg * 128) as u32,
-                                max_threads_per_block: a.max_threads_per_block,
-                                arch: w4.arch.clone(),
-                            });
-                        }
+                for (tn, wg, pipe) in super::w4a16_wg::instances() {
+                    let name = super::w4a16_wg::name(tn, wg, pipe);
+                    if let Ok(a) = w4.attrs(&name) {
+                        out.push(KernelFacts {
+                            name,
+                            registers: a.registers,
+                            local_bytes: a.local_bytes,
+                            static_shared_bytes: a.static_shared_bytes,
+                            dynamic_shared_bytes: super::w4a16_wg::smem_bytes(
+                                tn,
+                                wg,
+                                super::w4a16_wg::STAGE_CHOICES[0],
+                            ) as u32,
+                            threads_per_block: (wg * 128) as u32,
+                            max_threads_per_block: a.max_threads_per_block,
+                            arch: w4.arch.clone(),
+                        });
                     }
                 }
                 continue;

@@ -40,16 +40,33 @@ pub const ENV_ENABLE: &str = "RIGBENCH_W4A16_WG";
 /// Environment variable: `off` trusts the kernel without the child-process probe.
 pub const ENV_PROBE: &str = "RIGBENCH_W4A16_WG_PROBE";
 
-/// Kernel name of an instance.
-pub fn name(tn: usize, wg: usize) -> String {
-    format!("w4wg_t{tn}_g{wg}")
+/// Smallest token tile with a `_p` instance (one commit group of wgmmas kept in flight).
+pub const PIPE_MIN_TN: usize = 64;
+
+/// Kernel name of an instance (`pipe`: the `_p` instance, TN ≥ [`PIPE_MIN_TN`]).
+pub fn name(tn: usize, wg: usize, pipe: bool) -> String {
+    format!("w4wg_t{tn}_g{wg}{}", if pipe { "_p" } else { "" })
+}
+
+/// The (TN, WG, pipe) instances of kernels/w4a16_wg.cu.
+pub fn instances() -> Vec<(usize, usize, bool)> {
+    let mut v = Vec::new();
+    for tn in TN_VARIANTS {
+        for wg in WG_VARIANTS {
+            v.push((tn, wg, false));
+            if tn >= PIPE_MIN_TN {
+                v.push((tn, wg, true));
+            }
+        }
+    }
+    v
 }
 
 /// All kernel names in kernels/w4a16_wg.cu.
 pub fn kernel_names() -> Vec<String> {
-    TN_VARIANTS
-        .iter()
-        .flat_map(|tn| WG_VARIANTS.iter().map(move |wg| name(*tn, *wg)))
+    instances()
+        .into_iter()
+        .map(|(tn, wg, pipe)| name(tn, wg, pipe))
         .collect()
 }
 
@@ -160,8 +177,11 @@ pub fn candidates(
     let pairs = kt_n / 2;
     let mut out = Vec::new();
     for (tn, tiles) in shapes {
-        for wg in WG_VARIANTS {
-            let kname = name(tn, wg);
+        for (itn, wg, pipe) in instances() {
+            if itn != tn {
+                continue;
+            }
+            let kname = name(tn, wg, pipe);
             let attrs = module.attrs(&kname)?;
             if attrs.local_bytes > 0 {
                 continue; // spills registers to local memory
@@ -186,6 +206,7 @@ pub fn candidates(
                     let c = Config::Wg {
                         tn,
                         wg,
+                        pipe,
                         stages,
                         ctas,
                         tiles,
@@ -243,6 +264,7 @@ pub fn launch(
     let Config::Wg {
         tn,
         wg,
+        pipe,
         stages,
         ctas,
         tiles,
@@ -258,7 +280,7 @@ pub fn launch(
     // The kernel's dynamic shared-memory limit was raised by the occupancy queries of
     // [`candidates`] (to its largest configuration), not here: a launch may be captured into a
     // CUDA graph.
-    let kname = name(*tn, *wg);
+    let kname = name(*tn, *wg, *pipe);
     module.launch(
         gpu,
         &kname,
@@ -290,12 +312,14 @@ pub fn describe(cfg: &Config) -> String {
         Config::Wg {
             tn,
             wg,
+            pipe,
             stages,
             ctas,
             tiles,
             ..
         } => format!(
-            "rigbench W4A16 wgmma (sm_90a: E2M1→BF16 in registers as wgmma's A, tokens as its N = {tn}, activations in 128-byte-swizzled smem, {stages}-stage cp.async ring): {} rows/CTA, {ctas} CTAs × {tiles} token tile(s)",
+            "rigbench W4A16 wgmma (sm_90a: E2M1→BF16 in registers as wgmma's A, tokens as its N = {tn}, activations in 128-byte-swizzled smem, {stages}-stage cp.async ring{}): {} rows/CTA, {ctas} CTAs × {tiles} token tile(s)",
+            if *pipe { ", one wgmma group kept in flight" } else { "" },
             64 * wg
         ),
         _ => String::new(),
@@ -608,11 +632,16 @@ pub struct EmuLaunch {
     pub tn: usize,
     /// Warpgroups per CTA.
     pub wg: usize,
+    /// The `_p` instance: loads run stages − 2 ahead, one wgmma group stays in flight.
+    pub pipe: bool,
     /// Pipeline stages.
     pub stages: usize,
     /// CTAs per token tile.
     pub ctas: usize,
 }
+
+/// Opt-in shared memory per block of an H200 (227 KiB), the limit [`emulate`] checks.
+pub const H200_SMEM_OPTIN: usize = 232_448;
 
 /// Shared-memory address of the dynamic buffer in the emulation (the kernel's 16 bytes of
 /// static shared memory come first); the kernel aligns its ring up from it.
@@ -670,11 +699,24 @@ pub fn emulate(p: &W4a16Packed, act: &[u16], m: usize, l: EmuLaunch, order: &[us
     let EmuLaunch {
         tn,
         wg,
+        pipe,
         stages,
         ctas,
     } = l;
-    assert!(TN_VARIANTS.contains(&tn) && WG_VARIANTS.contains(&wg));
-    assert!((2..=8).contains(&stages));
+    assert!(instances().contains(&(tn, wg, pipe)));
+    assert!((2..=8).contains(&stages) && (!pipe || stages >= 3));
+    // The H200's opt-in shared memory per block (and the descriptor's 14-bit start address,
+    // 256 KiB, would wrap beyond it).
+    assert!(
+        smem_bytes(tn, wg, stages) <= H200_SMEM_OPTIN,
+        "{l:?} needs {} bytes of shared memory",
+        smem_bytes(tn, wg, stages)
+    );
+    // Tiles loaded ahead (the kernel's `ahead`), and how many iterations after its last read a
+    // stage may be reloaded: 1 when every wgmma is waited for within its iteration, 2 when one
+    // commit group stays in flight into the next.
+    let ahead = if pipe { stages - 2 } else { stages - 1 };
+    let reuse_gap = if pipe { 2 } else { 1 };
     let (n, k) = (p.n, p.k);
     let strips = p.strips();
     let kt_n = p.k_tiles();
@@ -773,17 +815,26 @@ pub fn emulate(p: &W4a16Packed, act: &[u16], m: usize, l: EmuLaunch, order: &[us
                 };
                 // acc[warp][lane][r], the wgmma D fragments of each warp.
                 let mut acc = vec![vec![vec![0f64; tn / 2]; 32]; gs];
-                for s in 0..stages - 1 {
+                // Iteration that last read each stage (the wgmmas' asynchronous reads included).
+                let mut last_read: Vec<Option<usize>> = vec![None; stages];
+                for s in 0..ahead {
                     if s < np {
                         load(&mut smem, s, pa + s);
                     }
                 }
                 for i in 0..np {
-                    let nxt = i + stages - 1;
+                    let nxt = i + ahead;
                     if nxt < np {
-                        load(&mut smem, nxt % stages, pa + nxt);
+                        let st = nxt % stages;
+                        assert!(
+                            last_read[st].is_none_or(|r| r + reuse_gap <= i),
+                            "{l:?}: iteration {i} reloads stage {st} while iteration {:?} may still read it",
+                            last_read[st]
+                        );
+                        load(&mut smem, st, pa + nxt);
                     }
                     let st = i % stages;
+                    last_read[st] = Some(i);
                     let b = sh(sbase) + st * stage;
                     let bs = sbase + (st * stage) as u32;
                     for warpgroup in 0..wg {
@@ -999,6 +1050,7 @@ mod tests {
             EmuLaunch {
                 tn: 8,
                 wg: 1,
+                pipe: false,
                 stages: 3,
                 ctas: 1,
             },
@@ -1008,12 +1060,16 @@ mod tests {
     #[test]
     fn emulated_wgmma_kernel_matches_reference_split_k_and_groups() {
         // 13 strips: 4 groups of 4 (WG = 1) or 2 of 8 (WG = 2); K = 640: 5 pairs; stripes that
-        // start and end inside groups; several token tiles with a partial last one.
-        for (tn, wg, stages, ctas, m) in [
-            (8, 1, 2, 7, 1),
-            (16, 2, 3, 3, 40),
-            (32, 1, 4, 20, 20),
-            (64, 2, 6, 4, 64),
+        // start and end inside groups; one CTA walking every group through a 2-stage ring;
+        // several token tiles with a partial last one; the `_p` ring (loads 2 fewer ahead).
+        for (tn, wg, pipe, stages, ctas, m) in [
+            (8, 1, false, 2, 7, 1),
+            (16, 1, false, 2, 1, 9),
+            (16, 2, false, 3, 3, 40),
+            (32, 1, false, 4, 20, 20),
+            (64, 2, false, 6, 4, 64),
+            (64, 1, true, 3, 3, 50),
+            (64, 2, true, 4, 1, 64),
         ] {
             check(
                 200,
@@ -1022,6 +1078,7 @@ mod tests {
                 EmuLaunch {
                     tn,
                     wg,
+                    pipe,
                     stages,
                     ctas,
                 },
@@ -1039,6 +1096,7 @@ mod tests {
             EmuLaunch {
                 tn: 128,
                 wg: 1,
+                pipe: false,
                 stages: 2,
                 ctas: 2,
             },
@@ -1050,7 +1108,20 @@ mod tests {
             EmuLaunch {
                 tn: 256,
                 wg: 2,
+                pipe: false,
                 stages: 2,
+                ctas: 1,
+            },
+        );
+        check(
+            64,
+            1024,
+            200,
+            EmuLaunch {
+                tn: 256,
+                wg: 1,
+                pipe: true,
+                stages: 3,
                 ctas: 1,
             },
         );
@@ -1058,16 +1129,19 @@ mod tests {
 
     #[test]
     fn names_match_the_cuda_source_and_sizes_fit_hopper() {
-        for tn in TN_VARIANTS {
-            for wg in WG_VARIANTS {
-                let inst = format!("W4WG_KERNEL({tn}, {wg})");
-                assert!(WG_SRC.contains(&inst), "{inst} missing from w4a16_wg.cu");
-                assert!(WG_SRC.contains(&format!("wgmma_m64n{tn}(")));
-                // At least two stages fit the H200's 227 KiB of opt-in shared memory.
-                assert!(smem_bytes(tn, wg, 2) <= 232_448, "{tn} {wg}");
-            }
+        for (tn, wg, pipe) in instances() {
+            let mac = if pipe {
+                "W4WG_PIPE_KERNEL"
+            } else {
+                "W4WG_KERNEL"
+            };
+            let inst = format!("{mac}({tn}, {wg})");
+            assert!(WG_SRC.contains(&inst), "{inst} missing from w4a16_wg.cu");
+            assert!(WG_SRC.contains(&format!("wgmma_m64n{tn}(")));
+            // Three stages fit the H200's 227 KiB of opt-in shared memory.
+            assert!(smem_bytes(tn, wg, 3) <= H200_SMEM_OPTIN, "{tn} {wg}");
         }
-        assert_eq!(kernel_names().len(), 12);
+        assert_eq!(kernel_names().len(), 18);
         // Stage = 2 activation tiles + codes + scales, rounded to 1 KiB.
         assert_eq!(stage_bytes(16, 1), 9216);
         assert_eq!(stage_bytes(64, 2), 25600);
