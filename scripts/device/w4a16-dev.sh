@@ -9,6 +9,9 @@
 # Device `run`:  carry ["target/release/rigbench"], command "bash scripts/device/w4a16-dev.sh"
 # Budget: about 4 to 5 minutes (probe ≤ 120 s, bench ≤ BENCH_LIMIT = 210 s, fallback only when
 # the bench died early).
+# Returns in $OUT (at most 6 files): summary.md (also printed last), wg-probe.txt, tune.log
+# (tune-nowg.log), log.txt, bench.tgz (the bench folders: report.md, results.json, kernels.csv,
+# plots; and logs-full.txt: nvidia-smi and the benches' logs without the tuner lines).
 #
 # Steps:
 #   1. `rigbench devcheck --only wg-probe`, in its own process: every launch configuration of the
@@ -20,8 +23,9 @@
 #      (report.md, results.json, kernels.csv ...), $OUT/tune.log, $OUT/bench.log. When step 1
 #      failed, the wgmma kernel is switched off here (RIGBENCH_W4A16_WG=off); when it passed,
 #      the bench does not probe again (RIGBENCH_W4A16_WG_PROBE=off).
-#   3. Only if step 2 died (a fault poisons the CUDA context, a hang hits the limit) with the
-#      wgmma kernel on: the same bench without it -> $OUT/bench-nowg/.
+#   3. Only if step 2 failed with the wgmma kernel on (a crash, or CUDA errors among its skips: a
+#      fault poisons the CUDA context): the same bench without it -> $OUT/bench-nowg/. A bench
+#      stopped by its time limit keeps its partial results (written as it goes).
 #   4. scripts/device/w4a16_dev_summary.py -> $OUT/summary.md, printed last: the probe's verdict,
 #      the composite per M, the T0 / BW fits, the byte floor at M = 1, the chosen path and best
 #      time per kind for every (shape, M), failed checks and skips.
@@ -64,8 +68,9 @@ say "   bench exit $bench_rc after $(elapsed) s; $(wc -l <"$OUT/tune.log") tuner
 
 # A kernel fault poisons the CUDA context: every later case is skipped with a CUDA error while
 # the process still exits normally, so look for such errors too.
+# A bench stopped by its time limit (124, 137) was slow, not broken: its partial results stand.
 died=0
-if [ "$bench_rc" -ne 0 ]; then died=1; fi
+case "$bench_rc" in 0|124|137) ;; *) died=1 ;; esac
 if grep -qE 'CUDA_ERROR_(ILLEGAL|LAUNCH_FAILED|MISALIGNED|HARDWARE|ASSERT)' "$OUT/bench/results.json" 2>/dev/null; then
     died=1
 fi
@@ -78,7 +83,19 @@ if [ "$died" -eq 1 ] && [ "$wg" = on ] && [ "$left" -gt 60 ]; then
 fi
 
 python3 scripts/device/w4a16_dev_summary.py "$OUT" >"$OUT/summary.md" 2>>"$LOG"
-say "done after $(elapsed) s"
-tail -n 4 "$OUT/bench.stderr" 2>/dev/null | grep -v '^tune' >&2
+# At most 8 files come back from $OUT: keep summary.md, wg-probe.txt, tune.log (and
+# tune-nowg.log), log.txt; the bench folders and their full logs go into bench.tgz.
+for f in nvidia-smi.txt bench.log bench.stderr bench-nowg.log bench-nowg.stderr; do
+    [ -f "$OUT/$f" ] && { echo "=== $f"; grep -v -P '^tune\t' "$OUT/$f"; } >>"$LOG.full"
+done
+dirs=""
+for d in bench bench-nowg; do [ -d "$OUT/$d" ] && dirs="$dirs $d"; done
+[ -f "$LOG.full" ] && mv "$LOG.full" "$OUT/logs-full.txt" && dirs="$dirs logs-full.txt"
+if [ -n "$dirs" ]; then
+    # shellcheck disable=SC2086
+    tar czf "$OUT/bench.tgz" -C "$OUT" $dirs && (cd "$OUT" && rm -rf $dirs)
+fi
+rm -f "$OUT"/nvidia-smi.txt "$OUT"/bench.log "$OUT"/bench.stderr "$OUT"/bench-nowg.log "$OUT"/bench-nowg.stderr
+say "done after $(elapsed) s; files: $(cd "$OUT" && ls | tr '\n' ' ')"
 cat "$OUT/summary.md"
 exit "$bench_rc"
