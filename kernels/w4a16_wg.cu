@@ -423,8 +423,8 @@ __device__ __forceinline__ void w4wg_body(const uint8_t* __restrict__ wq, const 
         // CTA q holds this group in its first segment (slot part 0) when its stripe starts in
         // the group, which every CTA after `first` does; `first` holds it in its last segment
         // (part 1) when its stripe started in an earlier group. Summed in slice order
-        // (deterministic); the loads of QB slices are issued before their adds.
-        // Outputs are summed CH per thread at a time, QB slices' loads in flight before their adds.
+        // (deterministic), CH outputs per thread at a time, QB slices' loads issued before their
+        // adds.
         const int first_part = ((long long)first * units / ctas) < g0 ? 1 : 0;
         constexpr int PER = ROWS * TN / NTHR;  // outputs per thread (TN / 2)
         constexpr int CH = PER < 8 ? PER : 8;
