@@ -8,7 +8,7 @@
 // as BF16 (scale * 2^119) in one bf16x2 multiply; the FP32 epilogue applies weight_scale_2 * 2^7.
 // This file mirrors formats::w4a16_pack::{extract_reg, scale_bf16_bits, emulate_warp_tile}.
 //
-// Small M (<= 64): w4a16_nt{NT}_w{WARPS}_n{WN}: weights stream from HBM with 16-byte
+// Small M (<= 64): w4a16_nt{NT}_w{WARPS}_n{WN}[_ks]: weights stream from HBM with 16-byte
 // L1::no_allocate loads through a 4-tile register ring; activations come through L1; split-K across CTAs
 // (grid.y) with a deterministic fixed-order reduction done by the last CTA of each column of
 // CTAs (threadfence reduction; counters reset themselves).
@@ -107,21 +107,33 @@ __device__ __forceinline__ void load_act16(const __nv_bfloat16* __restrict__ row
   }
 }
 
-template <int NT, int WARPS, int WN>
+// KS (K split inside the CTA): the CTA's WARPS warps share the same WN strips and each takes a
+// contiguous share of the CTA's k-tile pairs; their sums are added in shared memory in warp
+// order (deterministic) and warp 0 finishes as the other variants do. No cross-CTA reduction is
+// needed when grid.y is 1: the small-M fixed cost of the threadfence / counter / second read.
+template <int NT, int WARPS, int WN, bool KS = false>
 __device__ __forceinline__ void w4a16_body(
     const uint4* __restrict__ wq, const uint32_t* __restrict__ sc, const __nv_bfloat16* __restrict__ act,
     __nv_bfloat16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ counters,
     int M, int N, int K, int strips, int kt_n, int splits, int pairs_per_split, float out_scale) {
+  constexpr int CTA_STRIPS = KS ? WN : WARPS * WN;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;
   const int t = lane & 3;
-  const int strip0 = (blockIdx.x * WARPS + warp) * WN;
+  const int strip0 = KS ? blockIdx.x * WN : (blockIdx.x * WARPS + warp) * WN;
   const int pairs = kt_n >> 1;
-  const int pair0 = blockIdx.y * pairs_per_split;
-  const int pair1 = min(pairs, pair0 + pairs_per_split);
+  int pair0 = blockIdx.y * pairs_per_split;
+  int pair1 = min(pairs, pair0 + pairs_per_split);
+  if (KS) {
+    const int share = (pair1 - pair0 + WARPS - 1) / WARPS;
+    pair0 = min(pair1, pair0 + warp * share);
+    pair1 = min(pair1, pair0 + share);
+  }
   const int kt0 = 2 * pair0;
   const int kt1 = 2 * pair1;
+  // Writes of the final sums: every warp, or warp 0 alone after the in-CTA reduction.
+  const bool writer = !KS || warp == 0;
 
   float acc[WN][NT][4];
 #pragma unroll
@@ -226,6 +238,30 @@ __device__ __forceinline__ void w4a16_body(
     }
   }
 
+  if constexpr (KS) {
+    __shared__ float red[WARPS][WN * NT * 4][32];
+#pragma unroll
+    for (int r = 0; r < WN; ++r)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) red[warp][(r * NT + nt) * 4 + i][lane] = acc[r][nt][i];
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int r = 0; r < WN; ++r)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float s = red[0][(r * NT + nt) * 4 + i][lane];
+#pragma unroll
+            for (int w = 1; w < WARPS; ++w) s += red[w][(r * NT + nt) * 4 + i][lane];
+            acc[r][nt][i] = s;
+          }
+    }
+  }
+
   if (gridDim.y == 1) {
 #pragma unroll
     for (int r = 0; r < WN; ++r)
@@ -235,7 +271,7 @@ __device__ __forceinline__ void w4a16_body(
         for (int i = 0; i < 4; ++i) {
           const int n = (strip0 + r) * 16 + g + (i >= 2 ? 8 : 0);
           const int m = nt * 8 + 2 * t + (i & 1);
-          if (sok[r] && n < N && m < M) out[(size_t)m * N + n] = __float2bfloat16_rn(acc[r][nt][i] * out_scale);
+          if (writer && sok[r] && n < N && m < M) out[(size_t)m * N + n] = __float2bfloat16_rn(acc[r][nt][i] * out_scale);
         }
     return;
   }
@@ -249,7 +285,7 @@ __device__ __forceinline__ void w4a16_body(
       for (int i = 0; i < 4; ++i) {
         const int n = (strip0 + r) * 16 + g + (i >= 2 ? 8 : 0);
         const int m = nt * 8 + 2 * t + (i & 1);
-        if (sok[r] && n < N && m < M) wsp[(size_t)m * N + n] = acc[r][nt][i];
+        if (writer && sok[r] && n < N && m < M) wsp[(size_t)m * N + n] = acc[r][nt][i];
       }
   __threadfence();
   __syncthreads();
@@ -261,8 +297,8 @@ __device__ __forceinline__ void w4a16_body(
   __syncthreads();
   if (s_last == 0u) return;
   __threadfence();
-  const int n_lo = blockIdx.x * WARPS * WN * 16;
-  const int n_hi = min(N, n_lo + WARPS * WN * 16);
+  const int n_lo = blockIdx.x * CTA_STRIPS * 16;
+  const int n_hi = min(N, n_lo + CTA_STRIPS * 16);
   const int rows = n_hi - n_lo;
   const int total = rows * M;
   for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
@@ -283,6 +319,24 @@ __device__ __forceinline__ void w4a16_body(
     w4a16_body<NT, WARPS, WN>(wq, sc, act, out, ws, counters, M, N, K, strips, kt_n, splits,              \
                               pairs_per_split, out_scale);                                                 \
   }
+
+#define W4A16_KS_KERNEL(NT, WARPS, WN)                                                                     \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32) w4a16_nt##NT##_w##WARPS##_n##WN##_ks(           \
+      const uint4* __restrict__ wq, const uint32_t* __restrict__ sc, const __nv_bfloat16* __restrict__ act, \
+      __nv_bfloat16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ counters, int M,       \
+      int N, int K, int strips, int kt_n, int splits, int pairs_per_split, float out_scale) {               \
+    w4a16_body<NT, WARPS, WN, true>(wq, sc, act, out, ws, counters, M, N, K, strips, kt_n, splits,        \
+                                    pairs_per_split, out_scale);                                           \
+  }
+
+W4A16_KS_KERNEL(1, 4, 1)
+W4A16_KS_KERNEL(1, 4, 2)
+W4A16_KS_KERNEL(1, 8, 1)
+W4A16_KS_KERNEL(1, 8, 2)
+W4A16_KS_KERNEL(2, 4, 1)
+W4A16_KS_KERNEL(2, 4, 2)
+W4A16_KS_KERNEL(2, 8, 1)
+W4A16_KS_KERNEL(2, 8, 2)
 
 W4A16_KERNEL(1, 4, 1)
 W4A16_KERNEL(1, 4, 2)

@@ -29,7 +29,10 @@ pub struct DevcheckArgs {
     /// loaded on the GPU from its safetensors and must reproduce every token.
     #[arg(long = "hf-reference")]
     pub hf_reference: Vec<std::path::PathBuf>,
-    /// Run only these parts: kernels, parity, reference, anatomy, speed (default: all).
+    /// Run only these parts: kernels, parity, reference, anatomy, wg-probe, speed (default: all).
+    /// `wg-probe` runs every launch configuration of the Hopper W4A16 wgmma kernel once against
+    /// the CPU reference (the child process the bench and the runtime start before they use
+    /// that kernel).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }
@@ -191,6 +194,9 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
             }
         }
     }
+    if part("wg-probe") {
+        failed |= !wg_probe(&mut out, a.device)?;
+    }
     if part("anatomy") {
         let shapes = [(5120, 6144), (34816, 5120), (5120, 17408), (96, 5120)];
         for m in [1usize, 16] {
@@ -277,4 +283,67 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
     } else {
         ExitStatus::Ok
     })
+}
+
+/// `devcheck --only wg-probe`: [`crate::kernels::impls::w4a16_wg::probe`] on device `device`,
+/// one line per (shape, M) and a last line `PASS wg-probe: …` / `FAIL wg-probe: …` (`SKIP` when
+/// the card cannot run the kernel). Returns false on a failure.
+fn wg_probe(out: &mut impl Write, device: usize) -> anyhow::Result<bool> {
+    use crate::kernels::impls::w4a16_wg as wg;
+    let gpu = crate::gpu::Gpu::open_device(device)?;
+    if let Err(why) = wg::wanted(&gpu) {
+        writeln!(out, "SKIP wg-probe: {why}")?;
+        return Ok(true);
+    }
+    let module = match wg::compile(&gpu) {
+        Ok((m, _)) => m,
+        Err(e) => {
+            writeln!(
+                out,
+                "FAIL wg-probe: kernels/w4a16_wg.cu did not build: {e:#}"
+            )?;
+            return Ok(false);
+        }
+    };
+    if std::env::var_os(wg::ENV_PTX).is_some() {
+        writeln!(out, "wg-probe: loaded the parent's PTX for {}", module.arch)?;
+    } else {
+        writeln!(
+            out,
+            "wg-probe: kernels/w4a16_wg.cu compiled for {} in {:.2} s",
+            module.arch, module.compile_s
+        )?;
+    }
+    out.flush()?;
+    let cases = wg::probe(&gpu, &module)?;
+    let (mut configs, mut bad, mut worst) = (0usize, 0usize, 0f64);
+    for c in &cases {
+        configs += c.configs;
+        bad += c.failed.len();
+        worst = worst.max(c.worst_rel_l2);
+        writeln!(
+            out,
+            "  case {}x{} M={}: {} configurations, {} failed, worst rel_l2 {:.2e}",
+            c.n,
+            c.k,
+            c.m,
+            c.configs,
+            c.failed.len(),
+            c.worst_rel_l2
+        )?;
+        for (cfg, why) in &c.failed {
+            writeln!(out, "    failed: {cfg}: {why}")?;
+        }
+    }
+    let verdict = if bad == 0 && configs > 0 {
+        "PASS"
+    } else {
+        "FAIL"
+    };
+    writeln!(
+        out,
+        "{verdict} wg-probe: {} cases, {configs} configurations, {bad} failed, worst rel_l2 {worst:.2e}",
+        cases.len()
+    )?;
+    Ok(verdict == "PASS")
 }

@@ -310,6 +310,70 @@ impl Gpu {
         kernels: &[&str],
         extra: &[String],
     ) -> Result<Module, RigError> {
+        self.compile_for(name, source, kernels, &self.cc.arch_flag(), extra)
+    }
+
+    /// [`Gpu::compile_with`] for architecture `arch` instead of this card's plain `sm_XY`, e.g.
+    /// `sm_90a` for the architecture-specific instructions (wgmma) only an sm_90 card runs;
+    /// the caller checks that the card matches.
+    pub fn compile_for(
+        &self,
+        name: &str,
+        source: &str,
+        kernels: &[&str],
+        arch: &str,
+        extra: &[String],
+    ) -> Result<Module, RigError> {
+        let (ptx, compile_s) = self.nvrtc(name, source, arch, extra)?;
+        self.load(name, ptx, kernels, arch, compile_s)
+    }
+
+    /// [`Gpu::compile_for`], also returning the PTX text (for [`Gpu::load_ptx`] in another
+    /// process, which then skips NVRTC).
+    ///
+    /// # Errors
+    /// As [`Gpu::compile`].
+    pub fn compile_for_ptx(
+        &self,
+        name: &str,
+        source: &str,
+        kernels: &[&str],
+        arch: &str,
+        extra: &[String],
+    ) -> Result<(Module, String), RigError> {
+        let (ptx, compile_s) = self.nvrtc(name, source, arch, extra)?;
+        let text = ptx.to_src();
+        Ok((self.load(name, ptx, kernels, arch, compile_s)?, text))
+    }
+
+    /// Load PTX text that NVRTC made for `arch` (see [`Gpu::compile_for_ptx`]) and the named
+    /// kernels; the module's compile time reads 0.
+    ///
+    /// # Errors
+    /// The driver rejects the PTX, or a kernel name is not in it.
+    pub fn load_ptx(
+        &self,
+        name: &str,
+        ptx: &str,
+        kernels: &[&str],
+        arch: &str,
+    ) -> Result<Module, RigError> {
+        self.load(
+            name,
+            cudarc::nvrtc::Ptx::from_src(ptx.to_string()),
+            kernels,
+            arch,
+            0.0,
+        )
+    }
+
+    fn nvrtc(
+        &self,
+        name: &str,
+        source: &str,
+        arch: &str,
+        extra: &[String],
+    ) -> Result<(cudarc::nvrtc::Ptx, f64), RigError> {
         if !libraries().nvrtc {
             return Err(RigError::NoGpu(
                 "NVRTC (libnvrtc.so) not found: cannot build rigbench's kernels".into(),
@@ -321,8 +385,17 @@ impl Gpu {
                     .into(),
             )
         })?;
-        let (ptx, compile_s) =
-            nvrtc_compile_with(name, source, &self.cc.arch_flag(), &include, extra)?;
+        nvrtc_compile_with(name, source, arch, &include, extra)
+    }
+
+    fn load(
+        &self,
+        name: &str,
+        ptx: cudarc::nvrtc::Ptx,
+        kernels: &[&str],
+        arch: &str,
+        compile_s: f64,
+    ) -> Result<Module, RigError> {
         let module = self
             .ctx
             .load_module(ptx)
@@ -337,7 +410,7 @@ impl Gpu {
         Ok(Module {
             _module: module,
             funcs,
-            arch: self.cc.arch_flag(),
+            arch: arch.to_string(),
             compile_s,
         })
     }

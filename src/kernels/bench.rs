@@ -306,6 +306,15 @@ pub fn run_on_device(
     } else {
         None
     };
+    match impls::w4a16_wg::module_for(&gpu, device) {
+        Ok((m, how)) => {
+            res.notes.push(how);
+            w4.push(m);
+        }
+        Err(why) => res.notes.push(format!(
+            "the W4A16 wgmma kernel (kernels/w4a16_wg.cu) is not offered: {why}"
+        )),
+    }
     let flusher = L2Flusher::new(&gpu, opts.flush)?;
     let capture = if opts.timing.graph() {
         match gpu.on_new_stream() {
@@ -441,7 +450,17 @@ pub fn run_on_device(
                     continue;
                 }
                 let wb = im.weight_stream_bytes(shape);
-                match run_case(&rig, &env, opts, im.as_mut(), &inp, &rows, &cols, wb) {
+                match run_case(
+                    &rig,
+                    &env,
+                    opts,
+                    im.as_mut(),
+                    (&inp, &shape.name),
+                    &rows,
+                    &cols,
+                    wb,
+                    &mut res.notes,
+                ) {
                     Ok(Outcome::Case(mut c)) => {
                         c.shape = shape.name.clone();
                         c.derived.weight_bytes = wb;
@@ -816,16 +835,42 @@ fn graph_timing_with_copies(
     Ok(GraphTimings { timing, extra })
 }
 
+/// One tuner line on stderr when `RIGBENCH_TUNE_LOG` is set: tab-separated `tune`, the
+/// implementation, `N×K`, `M=…`, the shape, `ok` / `rejected` / `error`, the time in µs (or
+/// `-`), and the configuration's path or what went wrong.
+fn tune_log(
+    im: &dyn GemmImpl,
+    inp: &MInputs,
+    shape: &str,
+    status: &str,
+    us: Option<f64>,
+    what: &str,
+) {
+    if std::env::var_os("RIGBENCH_TUNE_LOG").is_some() {
+        eprintln!(
+            "tune\t{}\t{}x{}\tM={}\t{shape}\t{status}\t{}\t{what}",
+            im.id(),
+            inp.n,
+            inp.k,
+            inp.m,
+            us.map(|u| format!("{u:.2}")).unwrap_or_else(|| "-".into())
+        );
+    }
+}
+
+/// Check, tune and time one case. Configurations that fail their check or whose launch fails
+/// while tuning are skipped (never timed, never chosen); `notes` says so.
 #[allow(clippy::too_many_arguments)]
 fn run_case(
     rig: &Rig,
     env: &Env,
     opts: &BenchOptions,
     im: &mut dyn GemmImpl,
-    inp: &MInputs,
+    (inp, shape): (&MInputs, &str),
     rows: &[usize],
     cols: &[usize],
     weight_bytes: u64,
+    notes: &mut Vec<String>,
 ) -> anyhow::Result<Outcome> {
     let ncand = im.prepare_m(env, inp)?;
     let want = im.reference(env, inp, rows, cols)?;
@@ -840,28 +885,73 @@ fn run_case(
             max_time_s: 1.0,
         };
         let mut best = f64::INFINITY;
+        let mut rejected: Vec<String> = Vec::new();
         for c in 0..ncand {
             im.select(c);
-            im.run(env, inp)?;
-            let err = rel_l2(&gather(env, inp, rows, cols)?, &want);
+            let checked = im
+                .run(env, inp)
+                .and_then(|_| Ok(rel_l2(&gather(env, inp, rows, cols)?, &want)));
+            let err = match checked {
+                Ok(e) => e,
+                Err(e) => {
+                    let why = format!("launch failed: {e:#}");
+                    tune_log(
+                        im,
+                        inp,
+                        shape,
+                        "error",
+                        None,
+                        &format!("{why}; {}", im.path()),
+                    );
+                    rejected.push(format!("{} ({why})", im.path()));
+                    continue;
+                }
+            };
             if err.is_nan() || err > tol {
+                tune_log(
+                    im,
+                    inp,
+                    shape,
+                    "rejected",
+                    None,
+                    &format!("rel_l2 {err:.3e}; {}", im.path()),
+                );
+                rejected.push(format!("{} (rel_l2 {err:.3e})", im.path()));
                 continue;
             }
             let imr: &dyn GemmImpl = im;
-            let t = time_it(rig, opts, &quick, &|| imr.run(env, inp))?;
-            if std::env::var_os("RIGBENCH_TUNE_LOG").is_some() {
-                eprintln!(
-                    "tune {} M={} {:.1} us  {}",
-                    imr.id(),
-                    inp.m,
-                    t.median_s * 1e6,
-                    imr.path()
-                );
-            }
+            let t = match time_it(rig, opts, &quick, &|| imr.run(env, inp)) {
+                Ok(t) => t,
+                Err(e) => {
+                    let why = format!("timing failed: {e:#}");
+                    tune_log(
+                        imr,
+                        inp,
+                        shape,
+                        "error",
+                        None,
+                        &format!("{why}; {}", imr.path()),
+                    );
+                    rejected.push(format!("{} ({why})", imr.path()));
+                    continue;
+                }
+            };
+            tune_log(imr, inp, shape, "ok", Some(t.median_s * 1e6), &imr.path());
             if t.median_s < best {
                 best = t.median_s;
                 chosen = c;
             }
+        }
+        if !rejected.is_empty() {
+            let shown: Vec<&str> = rejected.iter().take(3).map(String::as_str).collect();
+            notes.push(format!(
+                "{} {shape} M={}: {} of {ncand} configurations failed their check or launch while tuning and were not used: {}{}",
+                im.id(),
+                inp.m,
+                rejected.len(),
+                shown.join("; "),
+                if rejected.len() > 3 { "; …" } else { "" }
+            ));
         }
     }
     im.select(chosen);
@@ -1153,8 +1243,14 @@ mod tests {
             } else {
                 Vec::new()
             };
+            // The wgmma kernel is sm_90a-only (architecture-specific instructions).
+            let arch = if name == "w4a16_wg" {
+                impls::w4a16_wg::WG_ARCH
+            } else {
+                "sm_90"
+            };
             let (ptx, _) =
-                crate::gpu::context::nvrtc_compile_with(&name, &src, "sm_90", &inc, &defines)
+                crate::gpu::context::nvrtc_compile_with(&name, &src, arch, &inc, &defines)
                     .unwrap_or_else(|e| panic!("{} does not compile: {e}", f.display()));
             let text = ptx.to_src();
             let expected: Vec<String> = match name.as_str() {
@@ -1162,6 +1258,7 @@ mod tests {
                 "w4a16" => impls::w4a16::kernel_names(),
                 "w4a16_v2" => impls::w4a16::v2_kernel_names(),
                 "fp8_quant" => super::super::fp8_quant::kernel_names(),
+                "w4a16_wg" => impls::w4a16_wg::kernel_names(),
                 "runtime" => crate::runtime::backend::cuda::RUNTIME_KERNELS
                     .iter()
                     .map(|k| k.to_string())
@@ -1179,7 +1276,15 @@ mod tests {
                 assert!(text.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
                 assert!(text.contains("ld.global.nc.L1::no_allocate.v4.u32"));
             }
-            eprintln!("compiled {} for sm_90", f.display());
+            if name == "w4a16_wg" {
+                for tn in impls::w4a16_wg::TN_VARIANTS {
+                    let op = format!("wgmma.mma_async.sync.aligned.m64n{tn}k16.f32.bf16.bf16");
+                    assert!(text.contains(&op), "{op} missing from the PTX");
+                }
+                assert!(text.contains(".target sm_90a"));
+                assert!(text.contains("fence.proxy.async.shared::cta"));
+            }
+            eprintln!("compiled {} for {arch}", f.display());
         }
     }
 }

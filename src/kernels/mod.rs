@@ -43,8 +43,9 @@ pub struct Env<'a> {
     pub lt: Option<&'a Lt>,
     /// `kernels/util.cu`.
     pub util: &'a Module,
-    /// `kernels/w4a16.cu`, compiled once per flavour (load instruction, ring depth); empty when
-    /// it did not compile.
+    /// `kernels/w4a16.cu`, compiled once per flavour (load instruction, ring depth), and on sm_90
+    /// `kernels/w4a16_wg.cu` as the flavour `wgmma` (see [`W4Module::is_wg`]); empty when
+    /// nothing compiled.
     pub w4: &'a [W4Module],
     /// `kernels/w4a16_v2.cu`, when it compiled.
     pub w4v2: Option<&'a Module>,
@@ -60,6 +61,14 @@ pub struct W4Module {
     pub defines: Vec<String>,
     /// The module.
     pub module: Module,
+}
+
+impl W4Module {
+    /// Whether this is the Hopper wgmma kernel (kernels/w4a16_wg.cu) rather than a flavour of
+    /// kernels/w4a16.cu.
+    pub fn is_wg(&self) -> bool {
+        self.flavor == impls::w4a16_wg::WG_FLAVOR
+    }
 }
 
 /// The W4A16 kernel flavours rigbench compiles: name and NVRTC defines (see kernels/w4a16.cu).

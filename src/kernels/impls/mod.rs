@@ -1,11 +1,13 @@
 //! The implementations: `bf16`, `fp8` (per-tensor scales) and `fp8-rowwise` (per-token × per-channel
-//! scales, the runtime's path) through cuBLASLt, `w4a16` (rigbench's NVRTC kernel), `w4a4`
+//! scales, the runtime's path) through cuBLASLt, `w4a16` (rigbench's NVRTC kernels; the Hopper
+//! wgmma one's host side in [`w4a16_wg`]), `w4a4`
 //! (native NVFP4 through cuBLASLt's block-scaled FP4 path, sm_100 and up).
 
 pub mod bf16;
 pub mod fp8;
 pub mod fp8_rowwise;
 pub mod w4a16;
+pub mod w4a16_wg;
 pub mod w4a4;
 
 use super::{Env, GemmImpl};

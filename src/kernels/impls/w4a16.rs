@@ -1,12 +1,18 @@
 //! `w4a16`: rigbench's own W4A16 NVFP4 GEMM (kernels/w4a16.cu): NVFP4 weights (ModelOpt layout,
 //! repacked offline by [`crate::formats::w4a16_pack`]), BF16 activations, BF16 output.
 //!
-//! Two paths, both holding only the 4-bit weights between calls:
+//! Paths, all holding only the 4-bit weights between calls:
 //! - fused (M ≤ 512): E2M1 → BF16 in registers and `mma.sync` BF16 with FP32 accumulation, split-K
-//!   across CTAs with a deterministic fixed-order reduction; M > 64 runs as chunks of 64 tokens;
+//!   across CTAs with a deterministic fixed-order reduction; M > 64 runs as chunks of 64 tokens
+//!   (kernels/w4a16.cu), or the Marlin-style version 2 (kernels/w4a16_v2.cu, M ≤ 128);
+//! - wgmma (sm_90 only, any M): the same dequantization feeding Hopper's `wgmma` as its register
+//!   A operand, tokens as its N (kernels/w4a16_wg.cu, [`super::w4a16_wg`]);
 //! - dequant + GEMM (M ≥ 128): the weights are expanded to a BF16 scratch buffer and multiplied by
 //!   cuBLASLt, as vLLM's AWQ path does for large batches (`awq_dequantize` + matmul once the
 //!   token count reaches 256). Its time includes the expansion.
+//!
+//! [`ENV_KINDS`] restricts the paths offered (a development switch that makes one path's checks
+//! and times visible on every case).
 //!
 //! Which path and launch configuration runs is chosen per (shape, M) by measurement among the
 //! candidates below (each checked against the reference first); the report names the choice.
@@ -38,6 +44,79 @@ pub const WN_VARIANTS: [usize; 3] = [1, 2, 4];
 pub const FUSED_MAX_M: usize = 512;
 /// Smallest M the dequant + GEMM path is offered for.
 pub const DEQUANT_MIN_M: usize = 128;
+/// Environment variable: a comma-separated subset of `fused`, `v2`, `wgmma`, `dequant`; only
+/// those paths are offered to the tuners (default: all).
+pub const ENV_KINDS: &str = "RIGBENCH_W4A16_KINDS";
+
+pub use super::w4a16_wg::module_for as wg_module_for;
+
+/// The kind of a configuration, as [`ENV_KINDS`] names it.
+pub fn kind(cfg: &Config) -> &'static str {
+    match cfg {
+        Config::Fused { .. } => "fused",
+        Config::V2 { .. } => "v2",
+        Config::Wg { .. } => "wgmma",
+        Config::DequantGemm => "dequant",
+    }
+}
+
+/// Whether [`ENV_KINDS`] lets configurations of kind `k` be offered.
+pub fn kind_offered(k: &str) -> bool {
+    match std::env::var(ENV_KINDS) {
+        Ok(v) if !v.trim().is_empty() => v.split(',').any(|x| x.trim() == k),
+        _ => true,
+    }
+}
+
+/// Every configuration offered for `m` tokens of a weight with `strips` strips and `kt_n` k
+/// tiles: the fused kernel's (M ≤ [`FUSED_MAX_M`]), version 2's, the wgmma kernel's when its
+/// module is among `modules`, and dequantize + cuBLASLt from [`DEQUANT_MIN_M`] when `lt` is
+/// there; filtered by [`ENV_KINDS`].
+///
+/// # Errors
+/// A failing occupancy or attribute query.
+pub fn all_candidates(
+    gpu: &Gpu,
+    modules: &[W4Module],
+    v2: Option<&crate::gpu::Module>,
+    has_lt: bool,
+    strips: usize,
+    kt_n: usize,
+    m: usize,
+) -> anyhow::Result<Vec<Config>> {
+    let mut cands = Vec::new();
+    if m <= FUSED_MAX_M && modules.iter().any(|f| !f.is_wg()) {
+        cands.extend(fused_candidates(gpu, modules, strips, kt_n, m)?);
+        if let Some(v2) = v2 {
+            cands.extend(v2_candidates(gpu, v2, strips, kt_n, m)?);
+        }
+    }
+    if let Some(wg) = modules.iter().find(|f| f.is_wg()) {
+        cands.extend(super::w4a16_wg::candidates(
+            gpu, &wg.module, strips, kt_n, m,
+        )?);
+    }
+    if m >= DEQUANT_MIN_M && has_lt {
+        cands.push(Config::DequantGemm);
+    }
+    cands.retain(|c| kind_offered(kind(c)));
+    Ok(cands)
+}
+
+/// Whether the fused kernel has an in-CTA split-K instance (`_ks`: the CTA's warps share its
+/// strips and split K, summed in shared memory in warp order) for this token tile and strip
+/// count: token tiles 1 and 2 (M ≤ 16), 1 or 2 strips.
+pub fn has_ks(nt: usize, wn: usize) -> bool {
+    nt <= 2 && wn <= 2
+}
+
+/// The k-tile pairs `[begin, end)` warp `warp` of an in-CTA split-K (`_ks`) CTA takes of the
+/// CTA's pairs `[pair0, pair1)` (as `w4a16_body` computes them with KS).
+pub fn ks_pairs(pair0: usize, pair1: usize, warps: usize, warp: usize) -> (usize, usize) {
+    let share = (pair1 - pair0).div_ceil(warps);
+    let b = pair1.min(pair0 + warp * share);
+    (b, pair1.min(b + share))
+}
 
 /// All kernel names in kernels/w4a16.cu.
 pub fn kernel_names() -> Vec<String> {
@@ -45,7 +124,10 @@ pub fn kernel_names() -> Vec<String> {
     for nt in NT_VARIANTS {
         for w in WARP_VARIANTS {
             for wn in WN_VARIANTS {
-                v.push(fused_name(nt, w, wn));
+                v.push(fused_name(nt, w, wn, false));
+                if has_ks(nt, wn) {
+                    v.push(fused_name(nt, w, wn, true));
+                }
             }
         }
     }
@@ -53,8 +135,8 @@ pub fn kernel_names() -> Vec<String> {
     v
 }
 
-fn fused_name(nt: usize, warps: usize, wn: usize) -> String {
-    format!("w4a16_nt{nt}_w{warps}_n{wn}")
+fn fused_name(nt: usize, warps: usize, wn: usize, ks: bool) -> String {
+    format!("w4a16_nt{nt}_w{warps}_n{wn}{}", if ks { "_ks" } else { "" })
 }
 
 /// Source of the version-2 kernel (Marlin-style: stripes over the SMs, cp.async ring).
@@ -207,6 +289,8 @@ pub enum Config {
         warps: usize,
         /// Strips per warp.
         wn: usize,
+        /// In-CTA split-K instance (`_ks`): the warps share the CTA's `wn` strips.
+        ks: bool,
         /// CTAs along K (split-K).
         splits: usize,
         /// k-tile pairs per split.
@@ -234,6 +318,23 @@ pub enum Config {
         groups: usize,
         /// Most slices a group's k range is split into.
         max_slices: usize,
+        /// Dynamic shared memory, bytes.
+        smem: usize,
+    },
+    /// The Hopper wgmma kernel (kernels/w4a16_wg.cu; [`super::w4a16_wg`]).
+    Wg {
+        /// Token tile (wgmma N): 8, 16, 32, 64, 128 or 256.
+        tn: usize,
+        /// Warpgroups per CTA (64 weight rows each).
+        wg: usize,
+        /// One commit group of wgmmas kept in flight across stages (the `_p` instances).
+        pipe: bool,
+        /// Pipeline stages (k-tile pairs in flight).
+        stages: usize,
+        /// CTAs per token tile (persistent stripes over (group, k-tile pair) units).
+        ctas: usize,
+        /// Token tiles (grid.y).
+        tiles: usize,
         /// Dynamic shared memory, bytes.
         smem: usize,
     },
@@ -273,7 +374,10 @@ pub fn fused_candidates(
     kt_n: usize,
     m: usize,
 ) -> anyhow::Result<Vec<Config>> {
-    anyhow::ensure!(!modules.is_empty(), "kernels/w4a16.cu did not compile");
+    anyhow::ensure!(
+        modules.iter().any(|f| !f.is_wg()),
+        "kernels/w4a16.cu did not compile"
+    );
     let sm = gpu.sm_count.max(1) as usize;
     let chunk = m.min(64);
     let tiles = chunk.div_ceil(8);
@@ -281,51 +385,60 @@ pub fn fused_candidates(
     let pairs = kt_n / 2;
     let mut out = Vec::new();
     for (flavor, fm) in modules.iter().enumerate() {
+        if fm.is_wg() {
+            continue;
+        }
         let w4 = &fm.module;
-        for warps in WARP_VARIANTS {
-            for wn in WN_VARIANTS {
-                let name = fused_name(nt, warps, wn);
-                let attrs = w4.attrs(&name)?;
-                if attrs.local_bytes > 0 {
-                    continue; // spills registers to local memory
-                }
-                let occ = w4.occupancy(&name, (warps * 32) as u32)? as usize;
-                if occ == 0 {
-                    continue;
-                }
-                let slots = occ * sm;
-                let ctas_x = strips.div_ceil(warps * wn);
-                let total = |s: usize| ctas_x * pairs.div_ceil(pairs.div_ceil(s));
-                let eff = |s: usize| {
-                    let t = total(s);
-                    t as f64 / (t.div_ceil(slots) * slots) as f64
+        for (warps, wn, ks) in WARP_VARIANTS.iter().flat_map(|w| {
+            WN_VARIANTS
+                .iter()
+                .flat_map(move |wn| [(*w, *wn, false), (*w, *wn, true)])
+        }) {
+            if ks && !has_ks(nt, wn) {
+                continue;
+            }
+            let name = fused_name(nt, warps, wn, ks);
+            let attrs = w4.attrs(&name)?;
+            if attrs.local_bytes > 0 {
+                continue; // spills registers to local memory
+            }
+            let occ = w4.occupancy(&name, (warps * 32) as u32)? as usize;
+            if occ == 0 {
+                continue;
+            }
+            let slots = occ * sm;
+            let ctas_x = strips.div_ceil(if ks { wn } else { warps * wn });
+            let total = |s: usize| ctas_x * pairs.div_ceil(pairs.div_ceil(s));
+            let eff = |s: usize| {
+                let t = total(s);
+                t as f64 / (t.div_ceil(slots) * slots) as f64
+            };
+            let fill = slots.div_ceil(ctas_x).clamp(1, pairs);
+            let mut splits = vec![fill];
+            if let Some(best) =
+                (1..=pairs.min(4 * fill)).find(|s| total(*s) >= slots / 2 && eff(*s) >= 0.95)
+            {
+                splits.push(best);
+            }
+            if ctas_x >= slots / 2 || ks {
+                splits.push(1);
+            }
+            for sp in splits {
+                let pps = pairs.div_ceil(sp);
+                let sp = pairs.div_ceil(pps);
+                let c = Config::Fused {
+                    flavor,
+                    nt,
+                    warps,
+                    wn,
+                    ks,
+                    splits: sp,
+                    pairs_per_split: pps,
+                    ctas_x,
+                    chunk,
                 };
-                let fill = slots.div_ceil(ctas_x).clamp(1, pairs);
-                let mut splits = vec![fill];
-                if let Some(best) =
-                    (1..=pairs.min(4 * fill)).find(|s| total(*s) >= slots / 2 && eff(*s) >= 0.95)
-                {
-                    splits.push(best);
-                }
-                if ctas_x >= slots / 2 {
-                    splits.push(1);
-                }
-                for sp in splits {
-                    let pps = pairs.div_ceil(sp);
-                    let sp = pairs.div_ceil(pps);
-                    let c = Config::Fused {
-                        flavor,
-                        nt,
-                        warps,
-                        wn,
-                        splits: sp,
-                        pairs_per_split: pps,
-                        ctas_x,
-                        chunk,
-                    };
-                    if !out.contains(&c) {
-                        out.push(c);
-                    }
+                if !out.contains(&c) {
+                    out.push(c);
                 }
             }
         }
@@ -435,6 +548,10 @@ pub fn scratch_needs(cfg: &Config, n: usize, k: usize) -> (usize, usize, usize) 
             ..
         } => (if *splits > 1 { splits * chunk * n } else { 0 }, *ctas_x, 0),
         Config::DequantGemm => (0, 0, n * k * 2),
+        Config::Wg { .. } => {
+            let (ws, ctr) = super::w4a16_wg::scratch(cfg, n, k.div_ceil(128) * 2);
+            (ws, ctr, 0)
+        }
     }
 }
 
@@ -466,6 +583,7 @@ pub fn launch_view(
             nt,
             warps,
             wn,
+            ks,
             splits,
             pairs_per_split,
             ctas_x,
@@ -475,7 +593,7 @@ pub fn launch_view(
                 .get(*flavor)
                 .context("w4a16: flavour index out of range")?
                 .module;
-            let name = fused_name(*nt, *warps, *wn);
+            let name = fused_name(*nt, *warps, *wn, *ks);
             let mut m0 = 0;
             while m0 < m {
                 let mc = (*chunk).min(m - m0);
@@ -546,9 +664,17 @@ pub fn launch_view(
                 ],
             )?;
         }
+        Config::Wg { .. } => {
+            let wg = modules
+                .iter()
+                .find(|f| f.is_wg())
+                .context("kernels/w4a16_wg.cu is not loaded")?;
+            super::w4a16_wg::launch(gpu, &wg.module, w, cfg, act, out, m, ws, counters)?;
+        }
         Config::DequantGemm => {
             let first = modules
-                .first()
+                .iter()
+                .find(|f| !f.is_wg())
                 .context("kernels/w4a16.cu did not compile")?;
             anyhow::ensure!(scratch != 0, "w4a16: no dequantization scratch");
             let units = w.strips * w.kt_n;
@@ -649,20 +775,19 @@ impl GemmImpl for W4a16 {
         *self = Self::default();
     }
     fn prepare_m(&mut self, env: &Env, inp: &MInputs) -> anyhow::Result<usize> {
-        let mut cands = Vec::new();
-        if inp.m <= FUSED_MAX_M {
-            let (_, _, strips, kt_n, _) = self.meta()?;
-            cands.extend(fused_candidates(env.gpu, env.w4, strips, kt_n, inp.m)?);
-            if let Some(v2) = env.w4v2 {
-                cands.extend(v2_candidates(env.gpu, v2, strips, kt_n, inp.m)?);
-            }
-        }
-        if inp.m >= DEQUANT_MIN_M && env.lt.is_some() {
-            cands.push(Config::DequantGemm);
-        }
+        let (_, _, strips, kt_n, _) = self.meta()?;
+        let cands = all_candidates(
+            env.gpu,
+            env.w4,
+            env.w4v2,
+            env.lt.is_some(),
+            strips,
+            kt_n,
+            inp.m,
+        )?;
         anyhow::ensure!(
             !cands.is_empty(),
-            "no W4A16 path for M = {} (cuBLASLt missing)",
+            "no W4A16 path for M = {} (cuBLASLt missing, or {ENV_KINDS} offers none)",
             inp.m
         );
         // Buffers for the largest candidate.
@@ -753,14 +878,20 @@ impl GemmImpl for W4a16 {
                 nt,
                 warps,
                 wn,
+                ks,
                 splits,
                 chunk,
                 ..
             }) => format!(
-                "rigbench fused W4A16 (E2M1→BF16 in registers, mma.sync m16n8k16 BF16/FP32), flavour '{}': {}, {warps} warps/CTA, {}, split-K {splits}{}{tuned}",
+                "rigbench fused W4A16 (E2M1→BF16 in registers, mma.sync m16n8k16 BF16/FP32), flavour '{}': {}, {warps} warps/CTA, {}{}, split-K {splits}{}{tuned}",
                 self.flavor_names.get(*flavor).map(String::as_str).unwrap_or("?"),
                 plural(*chunk.min(&(nt * 8)) as u64, "token/launch", "tokens/launch"),
                 plural(*wn as u64, "strip/warp", "strips/warp"),
+                if *ks {
+                    " shared by the CTA's warps, K split between them (in-CTA ordered sum)"
+                } else {
+                    ""
+                },
                 if *splits > 1 { " (deterministic fixed-order reduction)" } else { "" }
             ),
             Ok(Config::V2 {
@@ -781,6 +912,7 @@ impl GemmImpl for W4a16 {
                     String::new()
                 }
             ),
+            Ok(c @ Config::Wg { .. }) => format!("{}{tuned}", super::w4a16_wg::describe(c)),
             Ok(Config::DequantGemm) => format!(
                 "rigbench dequant NVFP4→BF16 scratch + {}{tuned}",
                 self.gemm.as_ref().map(|g| g.description.as_str()).unwrap_or("cuBLASLt BF16")
@@ -807,6 +939,28 @@ impl GemmImpl for W4a16 {
         let mut out = Vec::new();
         for fm in env.w4 {
             let w4 = &fm.module;
+            if fm.is_wg() {
+                for (tn, wg, pipe) in super::w4a16_wg::instances() {
+                    let name = super::w4a16_wg::name(tn, wg, pipe);
+                    if let Ok(a) = w4.attrs(&name) {
+                        out.push(KernelFacts {
+                            name,
+                            registers: a.registers,
+                            local_bytes: a.local_bytes,
+                            static_shared_bytes: a.static_shared_bytes,
+                            dynamic_shared_bytes: super::w4a16_wg::smem_bytes(
+                                tn,
+                                wg,
+                                super::w4a16_wg::STAGE_CHOICES[0],
+                            ) as u32,
+                            threads_per_block: (wg * 128) as u32,
+                            max_threads_per_block: a.max_threads_per_block,
+                            arch: w4.arch.clone(),
+                        });
+                    }
+                }
+                continue;
+            }
             out.extend(kernel_names().iter().filter_map(|name| {
                 let a = w4.attrs(name).ok()?;
                 let threads = name
@@ -900,16 +1054,39 @@ mod tests {
     }
 
     #[test]
+    fn ks_warps_partition_the_ctas_pairs() {
+        for (p0, p1, warps) in [(0, 40, 8), (0, 40, 4), (10, 13, 8), (0, 1, 8), (5, 5, 4)] {
+            let mut next = p0;
+            for w in 0..warps {
+                let (b, e) = ks_pairs(p0, p1, warps, w);
+                assert!(
+                    b <= e && (b == next || b == e),
+                    "{p0}..{p1} warp {w}: {b}..{e}"
+                );
+                if e > b {
+                    next = e;
+                }
+            }
+            assert_eq!(next, p1, "{p0}..{p1} over {warps} warps");
+        }
+        assert!(has_ks(1, 1) && has_ks(2, 2) && !has_ks(4, 1) && !has_ks(1, 4));
+    }
+
+    #[test]
     fn kernel_names_match_the_cuda_source() {
         let src = include_str!("../../../kernels/w4a16.cu");
         for name in kernel_names() {
             if let Some(rest) = name.strip_prefix("w4a16_nt") {
-                // W4A16_KERNEL(NT, WARPS, WN)
+                // W4A16_KERNEL(NT, WARPS, WN) or W4A16_KS_KERNEL(NT, WARPS, WN) for `_ks`
+                let (rest, mac) = match rest.strip_suffix("_ks") {
+                    Some(r) => (r, "W4A16_KS_KERNEL"),
+                    None => (rest, "W4A16_KERNEL"),
+                };
                 let parts: Vec<&str> = rest
                     .split(['_', 'w', 'n'])
                     .filter(|s| !s.is_empty())
                     .collect();
-                let inst = format!("W4A16_KERNEL({}, {}, {})", parts[0], parts[1], parts[2]);
+                let inst = format!("{mac}({}, {}, {})", parts[0], parts[1], parts[2]);
                 assert!(src.contains(&inst), "{inst} missing from w4a16.cu");
             } else {
                 assert!(src.contains(&name), "{name} missing");

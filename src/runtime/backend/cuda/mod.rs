@@ -472,6 +472,19 @@ impl CudaBackend {
                 });
             }
         }
+        // The Hopper wgmma kernel joins the W4A16 modules when this card runs it and its probe
+        // passes (kernels/w4a16_wg.cu; impls::w4a16_wg::module_for); otherwise a note says why.
+        let wg_note = if format == WeightFormat::Nvfp4 {
+            Some(match w4::wg_module_for(&gpu, spec.device) {
+                Ok((m, how)) => {
+                    w4m.push(m);
+                    how
+                }
+                Err(why) => format!("the W4A16 wgmma kernel is not offered: {why}"),
+            })
+        } else {
+            None
+        };
         let w4v2 = if format == WeightFormat::Nvfp4 {
             let names = w4::v2_kernel_names();
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -544,7 +557,7 @@ impl CudaBackend {
                 workspace: 0,
             },
             stats: CudaStats::default(),
-            notes: Vec::new(),
+            notes: wg_note.into_iter().collect(),
             prof: None,
         };
         me.prepare_gemms()?;
@@ -1116,13 +1129,15 @@ impl CudaBackend {
                     };
                     (dev.view(), dev.strips, dev.kt_n)
                 };
-                let mut cands = w4::fused_candidates(&self.gpu, &self.w4m, strips, kt_n, b)?;
-                if let Some(v2) = &self.w4v2 {
-                    cands.extend(w4::v2_candidates(&self.gpu, v2, strips, kt_n, b)?);
-                }
-                if b >= w4::DEQUANT_MIN_M {
-                    cands.push(W4Config::DequantGemm);
-                }
+                let cands = w4::all_candidates(
+                    &self.gpu,
+                    &self.w4m,
+                    self.w4v2.as_ref(),
+                    true,
+                    strips,
+                    kt_n,
+                    b,
+                )?;
                 // Reference: dequantize + cuBLASLt.
                 self.ensure_w4_scratch(&cands, n, k)?;
                 lt_plan(&mut self.plans, &self.lt, self.bufs.one.ptr(), (0, b, n, k))?;
@@ -1171,7 +1186,10 @@ impl CudaBackend {
                         )
                     };
                     self.gpu.memset_range(&self.bufs.qkv, 0, b * n * 2, 0xFF)?;
-                    run(self)?;
+                    if run(self).and_then(|_| Ok(self.gpu.sync()?)).is_err() {
+                        rejected += 1; // a launch that fails (e.g. shared memory) is not used
+                        continue;
+                    }
                     let got: Vec<u16> = self.gpu.download(&self.bufs.qkv, 0, b * n)?;
                     let err = rel_l2_bf16(&got, &want);
                     if err.is_nan() || err > crate::kernels::reference::W4A16_GEMM_REL_L2 {
