@@ -14,7 +14,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use super::config::{ModelConfig, WeightFormat};
+use super::config::{ModelConfig, QuantRecipe, WeightFormat};
 use crate::formats::fp8::{self, Fp8Granularity, Fp8Tensor};
 use crate::formats::nvfp4::{self, Nvfp4Weight, NVFP4_BLOCK};
 use crate::formats::{e2m1, e4m3};
@@ -237,6 +237,112 @@ pub struct LayerWeights {
     pub k_scale: Option<f32>,
     /// FP8 KV cache scale for V (checkpoint `v_scale`), if the checkpoint has one.
     pub v_scale: Option<f32>,
+    /// The Gated-DeltaNet mixer of a `linear_attention` layer of a hybrid; such a layer has no
+    /// attention: its `q`, `k`, `v`, `o` are empty (0 × 0) and its q/k norms `None`.
+    pub gdn: Option<GdnWeights>,
+}
+
+/// The Gated-DeltaNet mixer's weights of one layer (transformers' `Qwen3_5GatedDeltaNet`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GdnWeights {
+    /// `in_proj_qkv`, `[2·key_dim + value_dim, H]`.
+    pub qkv: Linear,
+    /// `in_proj_z` (the output gate of the gated norm), `[value_dim, H]`.
+    pub z: Linear,
+    /// `in_proj_a` (decay input), `[value_heads, H]`.
+    pub a: Linear,
+    /// `in_proj_b` (β input), `[value_heads, H]`.
+    pub b: Linear,
+    /// `out_proj`, `[H, value_dim]`.
+    pub out: Linear,
+    /// `conv1d.weight` as `[conv_dim][K]` f32.
+    pub conv_w: Vec<f32>,
+    /// `A_log`, one per value head.
+    pub a_log: Vec<f32>,
+    /// `dt_bias`, one per value head.
+    pub dt_bias: Vec<f32>,
+    /// The gated RMSNorm weight, value_head_dim (used as stored).
+    pub norm: Vec<f32>,
+}
+
+impl GdnWeights {
+    /// The parameters other than the linears, for [`crate::runtime::gdn`].
+    pub fn params(&self) -> crate::runtime::gdn::GdnParams<'_> {
+        crate::runtime::gdn::GdnParams {
+            conv_w: &self.conv_w,
+            a_log: &self.a_log,
+            dt_bias: &self.dt_bias,
+        }
+    }
+
+    /// The five linears with their roles.
+    pub fn linears(&self) -> [(LinearRole, &Linear); 5] {
+        [
+            (LinearRole::GdnQkv, &self.qkv),
+            (LinearRole::GdnZ, &self.z),
+            (LinearRole::GdnA, &self.a),
+            (LinearRole::GdnB, &self.b),
+            (LinearRole::GdnOut, &self.out),
+        ]
+    }
+
+    fn extra_bytes(&self) -> usize {
+        4 * (self.conv_w.len() + self.a_log.len() + self.dt_bias.len() + self.norm.len())
+    }
+}
+
+impl LayerWeights {
+    /// A Gated-DeltaNet layer: `input_norm`, the mixer, `post_norm` and the MLP
+    /// (`[gate, up, down]`); the attention fields are empty.
+    pub fn gdn_layer(
+        input_norm: Vec<f32>,
+        gdn: GdnWeights,
+        post_norm: Vec<f32>,
+        mlp: [Linear; 3],
+    ) -> Self {
+        let empty = || Linear::Bf16 {
+            n: 0,
+            k: 0,
+            data: Vec::new(),
+        };
+        let [gate, up, down] = mlp;
+        LayerWeights {
+            input_norm,
+            q: empty(),
+            k: empty(),
+            v: empty(),
+            o: empty(),
+            q_norm: None,
+            k_norm: None,
+            post_norm,
+            gate,
+            up,
+            down,
+            k_scale: None,
+            v_scale: None,
+            gdn: Some(gdn),
+        }
+    }
+
+    /// Every linear of the layer with its role (the attention or the Gated-DeltaNet ones, then
+    /// the MLP).
+    pub fn linears(&self) -> Vec<(LinearRole, &Linear)> {
+        let mut v: Vec<(LinearRole, &Linear)> = match &self.gdn {
+            Some(g) => g.linears().to_vec(),
+            None => vec![
+                (LinearRole::Q, &self.q),
+                (LinearRole::K, &self.k),
+                (LinearRole::V, &self.v),
+                (LinearRole::O, &self.o),
+            ],
+        };
+        v.extend([
+            (LinearRole::Gate, &self.gate),
+            (LinearRole::Up, &self.up),
+            (LinearRole::Down, &self.down),
+        ]);
+        v
+    }
 }
 
 /// A whole decoder's weights.
@@ -260,12 +366,16 @@ impl ModelWeights {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 
-    /// The format of the decoder's linear layers: the first layer's q_proj (mixed checkpoints
-    /// report their attention format).
+    /// The format of the decoder's linear layers: the first layer's first projection (q_proj,
+    /// or in_proj_qkv of a Gated-DeltaNet layer; mixed checkpoints report their attention
+    /// format).
     pub fn linear_format(&self) -> WeightFormat {
         self.layers
             .first()
-            .map(|l| l.q.format())
+            .map(|l| match &l.gdn {
+                Some(g) => g.qkv.format(),
+                None => l.q.format(),
+            })
             .unwrap_or(WeightFormat::Bf16)
     }
 
@@ -276,49 +386,77 @@ impl ModelWeights {
             b += h.stored_bytes();
         }
         for l in &self.layers {
-            for w in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
+            for (_, w) in l.linears() {
                 b += w.stored_bytes();
+            }
+            if let Some(g) = &l.gdn {
+                b += g.extra_bytes();
             }
         }
         b
     }
 
     /// Quantize every decoder linear layer stored in BF16 to `format` (embedding and lm_head stay
-    /// BF16, as ModelOpt exports leave them by default). q/k/v share one per-tensor scale, and so
-    /// do gate/up (see [`Linear::quantized_with_amax`]): serving engines, and the CUDA backend,
-    /// run each group as one fused GEMM.
+    /// BF16, as ModelOpt exports leave them by default; so do Gated-DeltaNet's `in_proj_a` /
+    /// `in_proj_b`). q/k/v share one per-tensor scale, and so do gate/up and Gated-DeltaNet's
+    /// in_proj_qkv/in_proj_z (see [`Linear::quantized_with_amax`]): serving engines, and the
+    /// CUDA backend, run each group as one fused GEMM.
     ///
     /// # Errors
     /// A shape error when a K is not a multiple of 16 for NVFP4.
     pub fn quantize(&mut self, format: WeightFormat) -> anyhow::Result<()> {
-        if format == WeightFormat::Bf16 {
+        self.quantize_recipe(QuantRecipe::Uniform(format))
+    }
+
+    /// Quantize the BF16 linears by `recipe` ([`QuantRecipe::format_for`] per role, the fused
+    /// groups of [`Self::quantize`] sharing one per-tensor scale); the untied lm_head too when
+    /// the recipe names a format for it.
+    ///
+    /// # Errors
+    /// As [`Self::quantize`].
+    pub fn quantize_recipe(&mut self, recipe: QuantRecipe) -> anyhow::Result<()> {
+        if recipe == QuantRecipe::Uniform(WeightFormat::Bf16) {
             return Ok(());
         }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let group = |ws: &[&Linear]| -> f32 {
+            ws.iter().filter_map(|w| w.bf16_amax()).fold(0f32, f32::max)
+        };
         for (i, l) in self.layers.iter_mut().enumerate() {
-            let group = |ws: &[&Linear]| -> f32 {
-                ws.iter().filter_map(|w| w.bf16_amax()).fold(0f32, f32::max)
-            };
-            let qkv = group(&[&l.q, &l.k, &l.v]);
             let gu = group(&[&l.gate, &l.up]);
-            let own_o = l.o.bf16_amax().unwrap_or(0.0);
             let own_d = l.down.bf16_amax().unwrap_or(0.0);
-            let mut slots: Vec<(&mut Linear, f32)> = vec![
-                (&mut l.q, qkv),
-                (&mut l.k, qkv),
-                (&mut l.v, qkv),
-                (&mut l.o, own_o),
-                (&mut l.gate, gu),
-                (&mut l.up, gu),
-                (&mut l.down, own_d),
-            ];
+            let mut slots: Vec<(&mut Linear, f32, WeightFormat)> = Vec::new();
+            match &mut l.gdn {
+                Some(g) => {
+                    let qz = group(&[&g.qkv, &g.z]);
+                    let own_out = g.out.bf16_amax().unwrap_or(0.0);
+                    let own_a = g.a.bf16_amax().unwrap_or(0.0);
+                    let own_b = g.b.bf16_amax().unwrap_or(0.0);
+                    slots.push((&mut g.qkv, qz, recipe.format_for(LinearRole::GdnQkv)));
+                    slots.push((&mut g.z, qz, recipe.format_for(LinearRole::GdnZ)));
+                    slots.push((&mut g.a, own_a, recipe.format_for(LinearRole::GdnA)));
+                    slots.push((&mut g.b, own_b, recipe.format_for(LinearRole::GdnB)));
+                    slots.push((&mut g.out, own_out, recipe.format_for(LinearRole::GdnOut)));
+                }
+                None => {
+                    let qkv = group(&[&l.q, &l.k, &l.v]);
+                    let own_o = l.o.bf16_amax().unwrap_or(0.0);
+                    slots.push((&mut l.q, qkv, recipe.format_for(LinearRole::Q)));
+                    slots.push((&mut l.k, qkv, recipe.format_for(LinearRole::K)));
+                    slots.push((&mut l.v, qkv, recipe.format_for(LinearRole::V)));
+                    slots.push((&mut l.o, own_o, recipe.format_for(LinearRole::O)));
+                }
+            }
+            slots.push((&mut l.gate, gu, recipe.format_for(LinearRole::Gate)));
+            slots.push((&mut l.up, gu, recipe.format_for(LinearRole::Up)));
+            slots.push((&mut l.down, own_d, recipe.format_for(LinearRole::Down)));
             let results: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
                 let chunk = slots.len().div_ceil(threads.max(1));
                 let handles: Vec<_> = slots
                     .chunks_mut(chunk.max(1))
                     .map(|group| {
                         s.spawn(move || -> anyhow::Result<()> {
-                            for (w, amax) in group.iter_mut() {
+                            for (w, amax, fmt) in group.iter_mut() {
                                 let owned = std::mem::replace(
                                     &mut **w,
                                     Linear::Bf16 {
@@ -327,7 +465,7 @@ impl ModelWeights {
                                         data: Vec::new(),
                                     },
                                 );
-                                **w = owned.quantized_with_amax(format, *amax)?;
+                                **w = owned.quantized_with_amax(*fmt, *amax)?;
                             }
                             Ok(())
                         })
@@ -342,7 +480,14 @@ impl ModelWeights {
                     .collect()
             });
             for r in results {
-                r.with_context(|| format!("quantizing layer {i} to {}", format.id()))?;
+                r.with_context(|| format!("quantizing layer {i} to {}", recipe.id()))?;
+            }
+        }
+        let head = recipe.lm_head_format();
+        if head != WeightFormat::Bf16 {
+            if let Some(h) = self.lm_head.take() {
+                let q = h.quantized(head).context("quantizing lm_head")?;
+                self.lm_head = Some(q);
             }
         }
         Ok(())
@@ -400,7 +545,9 @@ pub fn synth_stream_base(seed: u64, tensor_id: u64) -> u64 {
 
 /// Tensor ids of [`synthesize`]: embedding 1, final norm 2, lm_head 3, and for layer `i` the
 /// ids `1000 + 100·i + j` with `j` = 0 input norm, 1 q, 2 k, 3 v, 4 o, 5 q_norm, 6 k_norm,
-/// 7 post-attention norm, 8 gate, 9 up, 10 down.
+/// 7 post-attention norm, 8 gate, 9 up, 10 down; Gated-DeltaNet layers use 11 in_proj_qkv,
+/// 12 in_proj_z, 13 in_proj_a, 14 in_proj_b, 15 out_proj, 16 conv1d, 17 A_log, 18 dt_bias,
+/// 19 the gated norm (and 0, 7–10 as above).
 pub fn synth_tensor_id(layer: Option<usize>, j: u64) -> u64 {
     match layer {
         None => j,
@@ -496,9 +643,35 @@ pub fn synthesize_with_progress(
     let mut layers = Vec::with_capacity(config.num_layers);
     for i in 0..config.num_layers {
         let id = |j: u64| synth_tensor_id(Some(i), j);
+        let mlp = || {
+            [
+                synth_linear(seed, id(8), config.intermediate_size, h, inv(h)),
+                synth_linear(seed, id(9), config.intermediate_size, h, inv(h)),
+                synth_linear(
+                    seed,
+                    id(10),
+                    h,
+                    config.intermediate_size,
+                    inv(config.intermediate_size),
+                ),
+            ]
+        };
+        if let (Some(hy), crate::runtime::hybrid::LayerType::Gdn) =
+            (&config.hybrid, config.layer_type(i))
+        {
+            let gdn = synth_gdn(seed, &id, h, hy);
+            layers.push(LayerWeights::gdn_layer(
+                synth_norm(seed, id(0), h),
+                gdn,
+                synth_norm(seed, id(7), h),
+                mlp(),
+            ));
+            progress(i + 1, config.num_layers);
+            continue;
+        }
         layers.push(LayerWeights {
             input_norm: synth_norm(seed, id(0), h),
-            q: synth_linear(seed, id(1), config.q_dim(), h, inv(h)),
+            q: synth_linear(seed, id(1), config.q_proj_rows(), h, inv(h)),
             k: synth_linear(seed, id(2), config.kv_dim(), h, inv(h)),
             v: synth_linear(seed, id(3), config.kv_dim(), h, inv(h)),
             o: synth_linear(seed, id(4), h, config.q_dim(), inv(config.q_dim())),
@@ -520,6 +693,7 @@ pub fn synthesize_with_progress(
             ),
             k_scale: None,
             v_scale: None,
+            gdn: None,
         });
         progress(i + 1, config.num_layers);
     }
@@ -530,6 +704,40 @@ pub fn synthesize_with_progress(
         norm: synth_norm(seed, 2, h),
         lm_head: (!config.tie_word_embeddings)
             .then(|| synth_linear(seed, 3, config.vocab_size, h, emb_std)),
+    }
+}
+
+/// Mean and standard deviation of synthesized Gated-DeltaNet parameters other than the linears
+/// (`(mean, std)` of the BF16 normals): `conv1d` N(0, 1/K) (unit-variance outputs from
+/// unit-variance inputs), `A_log` N(−1, 0.5²) and `dt_bias` N(0, 0.5²) (decays
+/// `exp(−e^{A_log} · softplus(a + dt_bias))` around 0.6 per token: the state keeps a few tokens'
+/// history, in the range trained models show), the gated norm N(1, 0.1²) like every norm.
+pub const SYNTH_GDN_A_LOG: (f32, f32) = (-1.0, 0.5);
+/// See [`SYNTH_GDN_A_LOG`].
+pub const SYNTH_GDN_DT_BIAS: (f32, f32) = (0.0, 0.5);
+
+/// A synthesized Gated-DeltaNet mixer (tensor ids 11–19 of [`synth_tensor_id`]).
+fn synth_gdn(
+    seed: u64,
+    id: &dyn Fn(u64) -> u64,
+    h: usize,
+    hy: &crate::runtime::hybrid::HybridConfig,
+) -> GdnWeights {
+    let inv = |fan_in: usize| 1.0 / (fan_in as f32).sqrt();
+    let f32s = |j: u64, len: usize, (mean, std): (f32, f32)| {
+        crate::formats::from_bf16_bits(&synth_bf16(seed, id(j), len, mean, std))
+    };
+    let (cd, vd, nv) = (hy.conv_dim(), hy.value_dim(), hy.num_value_heads);
+    GdnWeights {
+        qkv: synth_linear(seed, id(11), cd, h, inv(h)),
+        z: synth_linear(seed, id(12), vd, h, inv(h)),
+        a: synth_linear(seed, id(13), nv, h, inv(h)),
+        b: synth_linear(seed, id(14), nv, h, inv(h)),
+        out: synth_linear(seed, id(15), h, vd, inv(vd)),
+        conv_w: f32s(16, cd * hy.conv_kernel, (0.0, inv(hy.conv_kernel))),
+        a_log: f32s(17, nv, SYNTH_GDN_A_LOG),
+        dt_bias: f32s(18, nv, SYNTH_GDN_DT_BIAS),
+        norm: f32s(19, hy.value_head_dim, (1.0, SYNTH_NORM_JITTER)),
     }
 }
 

@@ -115,6 +115,7 @@ pub fn prefill_matches_decode(b: &mut CudaBackend) -> anyhow::Result<Option<Stri
         first_pos: 0,
         block_table: (0..blocks as u32).collect(),
         num_logits: 0,
+        state_slot: 0,
     };
     let batch = ForwardBatch {
         token_ids: vec![0; len],
@@ -422,6 +423,7 @@ pub fn forced_run(
                 first_pos: 0,
                 block_table: bt,
                 num_logits: 1,
+                state_slot: i as u32,
             }],
         };
         let l = be.forward(&batch)?;
@@ -439,6 +441,7 @@ pub fn forced_run(
                 first_pos: s.len() - 1,
                 block_table: tables[i].clone(),
                 num_logits: 1,
+                state_slot: i as u32,
             });
             batch.token_ids.push(*s.last().unwrap_or(&0));
         }
@@ -704,6 +707,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
             first_pos: 0,
             block_table: bt.clone(),
             num_logits: 1,
+            state_slot: 0,
         }],
     };
     b.sample_forward(&pre, &greedy(1))?;
@@ -721,6 +725,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
                 first_pos: pos,
                 block_table: bt.clone(),
                 num_logits: 1,
+                state_slot: 0,
             }],
         };
         for i in 0..3 {
@@ -754,6 +759,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
             first_pos: 0,
             block_table: bt.clone(),
             num_logits: 1,
+            state_slot: 0,
         }],
     };
     b.sample_forward(&short, &greedy(1))?;
@@ -768,6 +774,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
                     first_pos: 128 + i,
                     block_table: bt.clone(),
                     num_logits: 1,
+                    state_slot: 0,
                 }],
             },
             &greedy(1),
@@ -784,6 +791,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
                     first_pos: 131 + i,
                     block_table: bt.clone(),
                     num_logits: 1,
+                    state_slot: 0,
                 }],
             },
             &greedy(1),
@@ -805,6 +813,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
                 first_pos: pos,
                 block_table: tables[s].clone(),
                 num_logits: 1,
+                state_slot: s as u32,
             })
             .collect(),
     };
