@@ -10,7 +10,7 @@
 use std::io::Write;
 
 use crate::runtime::backend::Device;
-use crate::runtime::config::{parse_size, KvCacheDtype, ServeConfig, SpecConfig, WeightFormat};
+use crate::runtime::config::{parse_size, KvCacheDtype, QuantRecipe, ServeConfig, SpecConfig};
 use crate::runtime::device::{probe_gpus, resolve_device, GpuPresence};
 use crate::{ExitStatus, RigError};
 
@@ -28,10 +28,12 @@ pub struct ServeArgs {
     /// Port to bind; 0 picks a free port (printed at start).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Quantize BF16 weights at load: bf16, fp8 (W8A8, E4M3 per-tensor) or nvfp4 (W4A16,
-    /// ModelOpt layout). Weights stay in that format and are dequantized in the matmul.
+    /// Quantize BF16 weights at load: bf16, fp8 (W8A8, E4M3 per-tensor), nvfp4 (W4A16,
+    /// ModelOpt layout), or nvfp4-mixed (NVIDIA's Qwen3.6-NVFP4 recipe for hybrids: NVFP4 MLP
+    /// and lm_head, FP8 attention and Gated-DeltaNet projections, BF16 in_proj_a/in_proj_b).
+    /// Weights stay in that format and are dequantized in the matmul.
     #[arg(long)]
-    pub quantize: Option<WeightFormat>,
+    pub quantize: Option<QuantRecipe>,
     /// Seed of synthesized weights and of requests without a seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -120,6 +122,12 @@ impl ServeArgs {
             (None, None) => None,
             (None, Some(_)) => return Err(RigError::flag("--spec-k", "needs --spec-method ngram")),
             (Some(m), k) => {
+                if m.eq_ignore_ascii_case("mtp") {
+                    return Err(RigError::flag(
+                        "--spec-method",
+                        "'mtp' is not available in the built-in runtime: it does not load MTP draft layers, and on Gated-DeltaNet hybrids (Qwen3.5 / 3.6) MTP verification would also need every layer's recurrent state rolled back for rejected drafts; use ngram",
+                    ));
+                }
                 if !m.eq_ignore_ascii_case("ngram") {
                     return Err(RigError::flag(
                         "--spec-method",
@@ -301,7 +309,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.kv_cache_memory, Some(256 << 20));
         assert_eq!(c.device, Device::Cpu, "no GPU: the default is the CPU");
-        assert_eq!(c.quantize, Some(WeightFormat::Nvfp4));
+        assert_eq!(
+            c.quantize,
+            Some(QuantRecipe::Uniform(crate::runtime::WeightFormat::Nvfp4))
+        );
         assert_eq!(c.kv_cache_dtype, KvCacheDtype::Fp8);
         assert_eq!(c.speculative.as_ref().unwrap().num_speculative_tokens, 3);
         assert!(!c.enable_prefix_caching);

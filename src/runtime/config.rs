@@ -877,7 +877,7 @@ pub struct ServeConfig {
     /// Port to bind; 0 picks a free port.
     pub port: u16,
     /// Quantize BF16 (or synthesized) weights at load; `None` keeps the stored format.
-    pub quantize: Option<WeightFormat>,
+    pub quantize: Option<QuantRecipe>,
     /// Seed of synthesized weights and of requests without their own seed.
     pub seed: u64,
     /// Keep only the first N decoder layers.

@@ -86,6 +86,7 @@ fn load_cuda(
             config: config.clone(),
         },
     };
+    let quantize = quantize.map(crate::runtime::config::QuantRecipe::from);
     CudaBackend::load(CudaLoadSpec {
         device: o.device,
         weights,

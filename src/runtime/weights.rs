@@ -759,6 +759,54 @@ pub(crate) mod tests {
     use safetensors::tensor::TensorView;
     use safetensors::Dtype;
 
+    /// The `config.json` of `c` in transformers' form (`qwen3`, or `qwen3_5_text` for hybrids,
+    /// with `mamba_ssm_dtype: float32` as the published Qwen3.5 / 3.6 configs).
+    pub(crate) fn config_json(c: &ModelConfig) -> serde_json::Value {
+        let mut cfg = serde_json::json!({
+            "model_type": "qwen3", "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
+            "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
+            "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim, "vocab_size": c.vocab_size,
+            "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta,
+            "max_position_embeddings": c.max_position_embeddings,
+            "tie_word_embeddings": c.tie_word_embeddings, "eos_token_id": c.eos_token_ids,
+        });
+        if let Some(h) = &c.hybrid {
+            let m = cfg.as_object_mut().unwrap();
+            m.remove("rope_theta");
+            let types: Vec<&str> = h.layer_types[..c.num_layers]
+                .iter()
+                .map(|t| match t {
+                    crate::runtime::hybrid::LayerType::Attention => "full_attention",
+                    crate::runtime::hybrid::LayerType::Gdn => "linear_attention",
+                })
+                .collect();
+            for (k, v) in [
+                ("model_type", serde_json::json!("qwen3_5_text")),
+                ("architectures", serde_json::json!(["Qwen3_5ForCausalLM"])),
+                ("hidden_act", serde_json::json!("silu")),
+                ("layer_types", serde_json::json!(types)),
+                ("linear_conv_kernel_dim", serde_json::json!(h.conv_kernel)),
+                ("linear_key_head_dim", serde_json::json!(h.key_head_dim)),
+                ("linear_value_head_dim", serde_json::json!(h.value_head_dim)),
+                ("linear_num_key_heads", serde_json::json!(h.num_key_heads)),
+                (
+                    "linear_num_value_heads",
+                    serde_json::json!(h.num_value_heads),
+                ),
+                ("mamba_ssm_dtype", serde_json::json!("float32")),
+                ("dtype", serde_json::json!("bfloat16")),
+                (
+                    "rope_parameters",
+                    serde_json::json!({"rope_type": "default", "rope_theta": c.rope_theta,
+                        "partial_rotary_factor": c.rotary_dim as f64 / c.head_dim as f64}),
+                ),
+            ] {
+                m.insert(k.into(), v);
+            }
+        }
+        cfg
+    }
+
     /// Write `weights` as a ModelOpt-style safetensors checkpoint with its config.json into
     /// `dir` (used by loader tests here and in the backend tests).
     pub(crate) fn write_checkpoint(dir: &Path, w: &ModelWeights) {
@@ -816,6 +864,15 @@ pub(crate) mod tests {
                 }
             }
         };
+        // The Qwen3.5 family stores its zero-centred norms as w (applied as 1 + w).
+        let hybrid = w.config.is_hybrid();
+        let norm = |v: &[f32]| -> Vec<u8> {
+            if hybrid {
+                f32s(&v.iter().map(|x| x - 1.0).collect::<Vec<f32>>())
+            } else {
+                f32s(v)
+            }
+        };
         lin("model.embed_tokens", &w.embed, &mut bufs);
         if let Some(h) = &w.lm_head {
             lin("lm_head", h, &mut bufs);
@@ -824,45 +881,49 @@ pub(crate) mod tests {
             "model.norm.weight".into(),
             Dtype::F32,
             vec![w.norm.len()],
-            f32s(&w.norm),
+            norm(&w.norm),
         ));
         for (i, l) in w.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
-            for (n, x) in [
-                ("self_attn.q_proj", &l.q),
-                ("self_attn.k_proj", &l.k),
-                ("self_attn.v_proj", &l.v),
-                ("self_attn.o_proj", &l.o),
-                ("mlp.gate_proj", &l.gate),
-                ("mlp.up_proj", &l.up),
-                ("mlp.down_proj", &l.down),
-            ] {
-                lin(&format!("{p}.{n}"), x, &mut bufs);
+            for (role, x) in l.linears() {
+                lin(&format!("{p}.{}", role.module()), x, &mut bufs);
+            }
+            if let Some(g) = &l.gdn {
+                let c = g.conv_w.len() / w.config.hybrid.as_ref().map_or(1, |h| h.conv_kernel);
+                let kk = g.conv_w.len() / c.max(1);
+                for (n, shape, v) in [
+                    ("conv1d.weight", vec![c, 1, kk], &g.conv_w),
+                    ("A_log", vec![g.a_log.len()], &g.a_log),
+                    ("dt_bias", vec![g.dt_bias.len()], &g.dt_bias),
+                    ("norm.weight", vec![g.norm.len()], &g.norm),
+                ] {
+                    bufs.push((format!("{p}.linear_attn.{n}"), Dtype::F32, shape, f32s(v)));
+                }
             }
             bufs.push((
                 format!("{p}.input_layernorm.weight"),
                 Dtype::F32,
                 vec![l.input_norm.len()],
-                f32s(&l.input_norm),
+                norm(&l.input_norm),
             ));
             bufs.push((
                 format!("{p}.post_attention_layernorm.weight"),
                 Dtype::F32,
                 vec![l.post_norm.len()],
-                f32s(&l.post_norm),
+                norm(&l.post_norm),
             ));
             if let (Some(q), Some(k)) = (&l.q_norm, &l.k_norm) {
                 bufs.push((
                     format!("{p}.self_attn.q_norm.weight"),
                     Dtype::F32,
                     vec![q.len()],
-                    f32s(q),
+                    norm(q),
                 ));
                 bufs.push((
                     format!("{p}.self_attn.k_norm.weight"),
                     Dtype::F32,
                     vec![k.len()],
-                    f32s(k),
+                    norm(k),
                 ));
             }
             if let Some(s) = l.k_scale {
@@ -889,14 +950,7 @@ pub(crate) mod tests {
         let bytes = safetensors::serialize(views, None).unwrap();
         std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
         let c = &w.config;
-        let cfg = serde_json::json!({
-            "model_type": "qwen3", "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-            "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
-            "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim, "vocab_size": c.vocab_size,
-            "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta,
-            "max_position_embeddings": c.max_position_embeddings,
-            "tie_word_embeddings": c.tie_word_embeddings, "eos_token_id": c.eos_token_ids,
-        });
+        let cfg = config_json(c);
         std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
         // ModelOpt's quantization metadata for quantized weights (without it, the metadata
         // declares BF16 and the loader refuses the checkpoint as inspect's
@@ -907,10 +961,19 @@ pub(crate) mod tests {
             WeightFormat::Nvfp4 => Some("W4A16_NVFP4"),
         };
         if let Some(algo) = algo {
+            let mut exclude = vec!["lm_head"];
+            if c.is_hybrid() {
+                // ModelOpt leaves the Gated-DeltaNet decay and β inputs in BF16.
+                exclude.extend([
+                    "*linear_attn.in_proj_a",
+                    "*linear_attn.in_proj_b",
+                    "*conv1d",
+                ]);
+            }
             let q = serde_json::json!({
                 "producer": {"name": "modelopt", "version": "0.29.0"},
                 "quantization": {"quant_algo": algo, "group_size": 16,
-                    "kv_cache_quant_algo": null, "exclude_modules": ["lm_head"]},
+                    "kv_cache_quant_algo": null, "exclude_modules": exclude},
             });
             std::fs::write(dir.join("hf_quant_config.json"), q.to_string()).unwrap();
         }
@@ -970,6 +1033,78 @@ pub(crate) mod tests {
             c1.num_layers = 1;
             assert_eq!(load_dir(dir.path(), &c1).unwrap().layers.len(), 1);
         }
+    }
+
+    #[test]
+    fn hybrid_checkpoint_round_trip_and_recipe() {
+        let c = crate::runtime::hybrid::tiny_hybrid();
+        for recipe in [
+            QuantRecipe::Uniform(WeightFormat::Bf16),
+            QuantRecipe::Uniform(WeightFormat::Fp8),
+            QuantRecipe::Uniform(WeightFormat::Nvfp4),
+        ] {
+            let mut w = synthesize(&c, 3);
+            w.quantize_recipe(recipe).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            write_checkpoint(dir.path(), &w);
+            let cfg = ModelConfig::read_hf_config(&dir.path().join("config.json"))
+                .unwrap()
+                .config;
+            assert_eq!(cfg, c, "{recipe:?}");
+            let back = load_dir(dir.path(), &cfg).unwrap();
+            for (a, b) in back.layers.iter().zip(&w.layers) {
+                assert_eq!(a.linears(), b.linears(), "{recipe:?}");
+                assert_eq!(a.gdn, b.gdn);
+                for (x, y) in a.input_norm.iter().zip(&b.input_norm) {
+                    assert!((x - y).abs() < 1e-6, "1 + (w - 1) round trip");
+                }
+            }
+        }
+        // The mixed recipe: NVFP4 MLP and lm_head, FP8 attention and GDN projections, BF16 a/b.
+        let mut c2 = c.clone();
+        c2.tie_word_embeddings = false;
+        let mut w = synthesize(&c2, 3);
+        w.quantize_recipe(QuantRecipe::Nvfp4Mixed).unwrap();
+        let g = w.layers[0].gdn.as_ref().unwrap();
+        assert_eq!(
+            [
+                g.qkv.format(),
+                g.z.format(),
+                g.a.format(),
+                g.b.format(),
+                g.out.format()
+            ],
+            [
+                WeightFormat::Fp8,
+                WeightFormat::Fp8,
+                WeightFormat::Bf16,
+                WeightFormat::Bf16,
+                WeightFormat::Fp8
+            ]
+        );
+        let attn = &w.layers[3];
+        assert_eq!(
+            [
+                attn.q.format(),
+                attn.o.format(),
+                attn.gate.format(),
+                attn.down.format()
+            ],
+            [
+                WeightFormat::Fp8,
+                WeightFormat::Fp8,
+                WeightFormat::Nvfp4,
+                WeightFormat::Nvfp4
+            ]
+        );
+        assert_eq!(w.lm_head().format(), WeightFormat::Nvfp4);
+        assert_eq!(w.embed.format(), WeightFormat::Bf16);
+        // in_proj_qkv and in_proj_z run as one GEMM: one per-tensor scale.
+        let scale = |l: &Linear| match l {
+            Linear::Fp8 { w, .. } => w.scales.clone(),
+            _ => panic!("FP8 expected"),
+        };
+        assert_eq!(scale(&g.qkv), scale(&g.z));
     }
 
     #[test]

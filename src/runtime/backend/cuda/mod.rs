@@ -34,7 +34,7 @@ use crate::gpu::cublaslt::{Lt, LtGemm, LtKind, OutType};
 use crate::gpu::{DevBuf, Gpu, Graph, KArg, Module};
 use crate::kernels::impls::w4a16::{self as w4, Config as W4Config, W4a16Device};
 use crate::kernels::W4Module;
-use crate::runtime::config::{KvCacheDtype, ModelConfig, WeightFormat};
+use crate::runtime::config::{KvCacheDtype, ModelConfig, QuantRecipe, WeightFormat};
 use crate::runtime::weights::{self, Linear, ModelWeights};
 use crate::RigError;
 
@@ -120,7 +120,7 @@ pub struct CudaLoadSpec {
     /// The weights.
     pub weights: WeightSource,
     /// Quantize BF16 weights on the GPU at load (`--quantize`).
-    pub quantize: Option<WeightFormat>,
+    pub quantize: Option<QuantRecipe>,
     /// Largest number of tokens in one forward pass (activation buffers are sized for it).
     pub max_num_batched_tokens: usize,
     /// Most sequences in one forward pass.
@@ -439,7 +439,18 @@ impl CudaBackend {
             (_, Some(m)) => m.format(),
             _ => WeightFormat::Bf16,
         };
-        let format = spec.quantize.unwrap_or(stored);
+        let quantize = match spec.quantize {
+            None => None,
+            Some(QuantRecipe::Uniform(f)) => Some(f),
+            Some(r) => {
+                return Err(RigError::flag(
+                    "--quantize",
+                    format!("{} is not implemented by the CUDA backend", r.id()),
+                )
+                .into())
+            }
+        };
+        let format = quantize.unwrap_or(stored);
         let need = predicted_weight_bytes(&config, format);
         if need > free_before as u64 {
             return Err(RigError::flag(
@@ -485,14 +496,14 @@ impl CudaBackend {
         let lt = Lt::new(&gpu)?;
         let loader = Loader { gpu: &gpu, rt: &rt };
         let weights = match spec.weights {
-            WeightSource::Host(w) => loader.host_weights(&w, spec.quantize)?,
+            WeightSource::Host(w) => loader.host_weights(&w, quantize)?,
             WeightSource::Synthetic { config, seed } => {
-                loader.synthetic(&config, seed, spec.quantize)?
+                loader.synthetic(&config, seed, quantize)?
             }
             WeightSource::Checkpoint { dir, .. } => {
                 let m = mapped.as_ref().context("checkpoint not mapped")?;
                 loader
-                    .checkpoint(m, spec.quantize)
+                    .checkpoint(m, quantize)
                     .with_context(|| format!("uploading {}", dir.display()))?
             }
         };

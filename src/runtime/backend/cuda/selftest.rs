@@ -669,7 +669,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
     let mut b = CudaBackend::load(CudaLoadSpec {
         device,
         weights: WeightSource::Synthetic { config, seed: 0 },
-        quantize: Some(format),
+        quantize: Some(format.into()),
         max_num_batched_tokens: 4096,
         max_num_seqs: 32,
         max_model_len: 4096 + 64,
