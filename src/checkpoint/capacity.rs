@@ -193,6 +193,40 @@ pub fn predict_kv_tokens(
         .flatten()
 }
 
+/// [`predict_kv_tokens`] for a model with a recurrent state per sequence (Gated-DeltaNet
+/// hybrids): `slots = min(max_num_seqs, ⌊(budget − max_model_len × KV bytes per token) /
+/// state⌋)` states are taken from the budget first, as rigbench's built-in runtime reserves
+/// them; `state_bytes` 0 is [`predict_kv_tokens`].
+#[allow(clippy::too_many_arguments)]
+pub fn predict_kv_tokens_with_states(
+    gpu_memory: u64,
+    utilization: f64,
+    weights: u64,
+    reserve: u64,
+    kv_bytes_per_token: u64,
+    state_bytes: u64,
+    max_num_seqs: u64,
+    max_model_len: u64,
+) -> Option<u64> {
+    let b = kv_budget(gpu_memory, utilization, weights, reserve);
+    if b <= 0 {
+        return None;
+    }
+    let b = b as u64;
+    let reserved = match state_bytes {
+        0 => 0,
+        s => {
+            let one_request = max_model_len.saturating_mul(kv_bytes_per_token);
+            let slots = max_num_seqs.min(b.saturating_sub(one_request) / s);
+            if slots == 0 {
+                return None;
+            }
+            slots * s
+        }
+    };
+    (b - reserved).checked_div(kv_bytes_per_token)
+}
+
 /// Predict the footprint and capacity.
 pub(crate) fn predict(
     facts: &ModelFacts,

@@ -14,6 +14,9 @@ use crate::runtime::config::{parse_size, KvCacheDtype, QuantRecipe, ServeConfig,
 use crate::runtime::device::{probe_gpus, resolve_device, GpuPresence};
 use crate::{ExitStatus, RigError};
 
+/// `--max-num-seqs` when not given (vLLM's default).
+pub const DEFAULT_MAX_NUM_SEQS: usize = 256;
+
 /// Arguments of `rigbench serve`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = crate::cli::help::SERVE)]
@@ -58,8 +61,9 @@ pub struct ServeArgs {
     /// KV cache element type: bf16 or fp8 (E4M3 with per-layer scales).
     #[arg(long, default_value = "bf16")]
     pub kv_cache_dtype: KvCacheDtype,
-    /// Most requests running at once.
-    #[arg(long, default_value_t = 256)]
+    /// Most requests running at once (a Gated-DeltaNet hybrid reserves one recurrent state per
+    /// sequence, and runs fewer when the KV budget cannot hold them all).
+    #[arg(long, default_value_t = DEFAULT_MAX_NUM_SEQS)]
     pub max_num_seqs: usize,
     /// Token budget of one engine step (prefill chunks + decode tokens; chunked prefill).
     #[arg(long, default_value_t = 2048)]

@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::backend::DeviceMemory;
-use super::config::{KvCacheDtype, ModelConfig, WeightFormat};
+use super::config::{KvCacheDtype, ModelConfig, QuantRecipe, WeightFormat};
 use super::kv_cache::{kv_bytes_per_block, KvCapacity};
 use crate::report::table::{human_bytes, thousands};
 
@@ -389,7 +389,7 @@ pub fn linear_bytes(format: WeightFormat, n: usize, k: usize) -> u64 {
     }
 }
 
-/// Bytes of the decoder linears of one layer in `format`.
+/// Bytes of the decoder linears of one full-attention layer in `format`.
 pub fn layer_linear_bytes(c: &ModelConfig, format: WeightFormat) -> u64 {
     use super::weights::LinearRole;
     LinearRole::ALL
@@ -401,19 +401,52 @@ pub fn layer_linear_bytes(c: &ModelConfig, format: WeightFormat) -> u64 {
         .sum()
 }
 
+/// Bytes of every decoder linear of `c` quantized by `recipe` (per layer its attention or
+/// Gated-DeltaNet linears and the MLP; each role in [`QuantRecipe::format_for`]'s format).
+pub fn decoder_linear_bytes(c: &ModelConfig, recipe: QuantRecipe) -> u64 {
+    use super::weights::LinearRole;
+    (0..c.num_layers)
+        .flat_map(|i| LinearRole::of_layer(c, i).iter())
+        .map(|r| {
+            let (n, k) = r.shape(c);
+            linear_bytes(recipe.format_for(*r), n, k)
+        })
+        .sum()
+}
+
+/// Bytes of the parameters other than the linears and the embedding, at 4 bytes each as the
+/// runtime keeps them: RMSNorm weights (input, post-attention, q/k per head, final) and, in
+/// Gated-DeltaNet layers, the convolution weights, `A_log`, `dt_bias` and the gated norm.
+fn small_param_bytes(c: &ModelConfig) -> u64 {
+    let per_layer = |i: usize| -> usize {
+        match (&c.hybrid, c.layer_type(i)) {
+            (Some(h), super::hybrid::LayerType::Gdn) => {
+                2 * c.hidden_size
+                    + h.conv_dim() * h.conv_kernel
+                    + 2 * h.num_value_heads
+                    + h.value_head_dim
+            }
+            _ => 2 * c.hidden_size + 2 * c.head_dim,
+        }
+    };
+    4 * ((0..c.num_layers).map(per_layer).sum::<usize>() + c.hidden_size) as u64
+}
+
 /// Bytes of every weight of `c` with the decoder linears in `format` (embedding and lm_head
-/// BF16, norms at 4 bytes as the runtime keeps them).
+/// BF16, Gated-DeltaNet's in_proj_a / in_proj_b BF16, norms and the other small parameters at
+/// 4 bytes as the runtime keeps them).
 pub fn estimate_weight_bytes(c: &ModelConfig, format: WeightFormat) -> u64 {
     let emb = 2 * (c.vocab_size * c.hidden_size) as u64;
     let head = if c.tie_word_embeddings { 0 } else { emb };
-    let norms = 4 * (c.num_layers * (2 * c.hidden_size + 2 * c.head_dim) + c.hidden_size) as u64;
-    c.num_layers as u64 * layer_linear_bytes(c, format) + emb + head + norms
+    decoder_linear_bytes(c, QuantRecipe::Uniform(format)) + emb + head + small_param_bytes(c)
 }
 
-/// Bytes one batch-1 decode step reads at context `ctx`: every decoder linear in `format`, the
-/// lm_head (BF16, the embedding when tied), one embedding row, the norms, and the KV cache of
-/// `ctx` tokens (K and V, all layers, in `kv`). The weight-streaming floor of a decode step
-/// (each byte read once; caches ignored).
+/// Bytes one batch-1 decode step reads at context `ctx`: every decoder linear in `format`
+/// (Gated-DeltaNet's in_proj_a / in_proj_b in BF16), the lm_head (BF16, the embedding when
+/// tied), one embedding row, the norms and other small parameters, the KV cache of `ctx` tokens
+/// (K and V, the layers with attention, in `kv`) and, for a Gated-DeltaNet hybrid, its state
+/// read and written once (BF16 convolution state, FP32 recurrent state). The weight-streaming
+/// floor of a decode step (each byte moved once; caches ignored).
 pub fn decode_step_bytes(
     c: &ModelConfig,
     format: WeightFormat,
@@ -421,15 +454,15 @@ pub fn decode_step_bytes(
     ctx: usize,
 ) -> DecodeBytes {
     let head = 2 * (c.vocab_size * c.hidden_size) as u64;
-    let norms = 4 * (c.num_layers * (2 * c.hidden_size + 2 * c.head_dim) + c.hidden_size) as u64;
-    let weights = c.num_layers as u64 * layer_linear_bytes(c, format)
+    let weights = decoder_linear_bytes(c, QuantRecipe::Uniform(format))
         + head
         + 2 * c.hidden_size as u64
-        + norms;
-    let kv_bytes = 2 * (c.num_layers * c.kv_dim() * ctx * kv.bytes()) as u64;
+        + small_param_bytes(c);
+    let kv_bytes = 2 * (c.num_attention_layers() * c.kv_dim() * ctx * kv.bytes()) as u64;
     DecodeBytes {
         weights,
         kv: kv_bytes,
+        state: 2 * c.gdn_state_bytes(super::hybrid::CONV_STATE_ELEM_BYTES),
     }
 }
 
@@ -440,12 +473,15 @@ pub struct DecodeBytes {
     pub weights: u64,
     /// KV-cache bytes.
     pub kv: u64,
+    /// Recurrent-state bytes read and written (Gated-DeltaNet hybrids; 0 otherwise).
+    #[serde(default)]
+    pub state: u64,
 }
 
 impl DecodeBytes {
-    /// Weights + KV.
+    /// Weights + KV + state.
     pub fn total(&self) -> u64 {
-        self.weights + self.kv
+        self.weights + self.kv + self.state
     }
 }
 
@@ -806,6 +842,27 @@ mod tests {
             e.contains("Gated-DeltaNet state") && e.contains("--max-model-len"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn hybrid_decode_bytes_count_the_state_read_and_written() {
+        let c = ModelConfig::preset("qwen3.6-27b").unwrap();
+        let b = decode_step_bytes(&c, WeightFormat::Bf16, KvCacheDtype::Bf16, 1024);
+        // 48 GDN layers × (3 × 10,240 × 2 B + 48 × 128 × 128 × 4 B), read and written.
+        assert_eq!(b.state, 2 * 48 * (3 * 10_240 * 2 + 48 * 128 * 128 * 4));
+        // KV of the 16 attention layers only: 16 × 4 × 256 × 2 (K, V) × 2 B per token.
+        assert_eq!(b.kv, 16 * 4 * 256 * 2 * 2 * 1024);
+        // The weights are the model's: 26.9e9 parameters in BF16 less the embedding table
+        // (one row read), about 51.3 GB.
+        let gb = b.weights as f64 / 1e9;
+        assert!((51.0..52.0).contains(&gb), "{gb}");
+        assert_eq!(b.total(), b.weights + b.kv + b.state);
+        // W4A16 reads far fewer weight bytes, the same state.
+        let n = decode_step_bytes(&c, WeightFormat::Nvfp4, KvCacheDtype::Bf16, 1024);
+        assert!(n.weights * 2 < b.weights && n.state == b.state);
+        // The estimate of all weights: the 27B's BF16 checkpoint without vision and MTP.
+        let w = estimate_weight_bytes(&c, WeightFormat::Bf16) as f64 / 1e9;
+        assert!((53.5..54.5).contains(&w), "{w}");
     }
 
     #[test]

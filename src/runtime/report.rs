@@ -281,13 +281,21 @@ pub fn run_gpu(
                             let w = super::memory::estimate_weight_bytes(&config, fmt);
                             let per_tok =
                                 super::kv_cache::kv_bytes_per_block(&config, 1, KvCacheDtype::Bf16);
-                            if let Some(p) = crate::checkpoint::capacity::predict_kv_tokens(
-                                mem,
-                                0.9,
-                                w,
-                                crate::checkpoint::DEFAULT_RESERVE_BYTES,
-                                per_tok,
-                            ) {
+                            if let Some(p) =
+                                crate::checkpoint::capacity::predict_kv_tokens_with_states(
+                                    mem,
+                                    0.9,
+                                    w,
+                                    crate::checkpoint::DEFAULT_RESERVE_BYTES,
+                                    per_tok,
+                                    config.gdn_state_bytes(
+                                        crate::runtime::hybrid::CONV_STATE_ELEM_BYTES,
+                                    ),
+                                    // The e2e engine runs with rigbench serve's defaults.
+                                    crate::cli::serve::DEFAULT_MAX_NUM_SEQS as u64,
+                                    config.max_position_embeddings as u64,
+                                )
+                            {
                                 bench.attach_kv_capacity(a, p, format!(
                                     "inspect's formula: {} × 0.9 − weights {} − reserve {}, ÷ {per_tok} B/token; allocated from the e2e run's /metrics",
                                     crate::report::table::human_bytes(mem),
