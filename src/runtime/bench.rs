@@ -69,6 +69,22 @@ impl RuntimeBenchSpec {
     }
 }
 
+impl RuntimeBenchSpec {
+    /// The sizes for model `c`: a Gated-DeltaNet hybrid decodes its batch at 4,096-token
+    /// contexts (the hybrid targets: its attention layers' KV grows with the context while the
+    /// state does not); dense decoders keep the sizes given.
+    pub fn for_model(self, c: &ModelConfig) -> Self {
+        if c.is_hybrid() {
+            RuntimeBenchSpec {
+                batch_context: self.batch_context.max(4096),
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+}
+
 /// A decode throughput figure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecodeFigure {

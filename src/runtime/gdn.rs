@@ -141,6 +141,7 @@ fn bf16(x: f32) -> f32 {
 /// The causal depthwise convolution with SiLU over `t` rows of `x` (`[t][C]`, pre-convolution
 /// `in_proj_qkv` outputs), continuing from `state` (`[K − 1][C]`, updated to the last `K − 1`
 /// inputs). Writes `[t][C]` to `out`; with `round`, each output rounded to BF16.
+#[allow(clippy::too_many_arguments)]
 pub fn causal_conv_silu(
     x: &[f32],
     t: usize,

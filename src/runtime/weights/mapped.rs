@@ -290,6 +290,7 @@ pub struct MappedCheckpoint {
     layouts: Vec<Vec<(LinearRole, LinearTensors)>>,
     lm_head: Option<LinearTensors>,
     format: WeightFormat,
+    formats: Vec<WeightFormat>,
     hash: String,
     notes: Vec<String>,
 }
@@ -409,6 +410,7 @@ impl MappedCheckpoint {
             layouts,
             lm_head,
             format: WeightFormat::Bf16,
+            formats: Vec::new(),
             hash: format!("fnv1a64:{hash:016x}"),
             notes: support.notes,
         };
@@ -435,6 +437,8 @@ impl MappedCheckpoint {
             .max_by_key(|(f, c)| (**c, Some(**f) == first))
             .map(|(f, _)| *f)
             .unwrap_or(WeightFormat::Bf16);
+        m.formats = counts.keys().copied().collect();
+        m.formats.sort_by_key(|f| f.id());
         if counts.len() > 1 {
             let mut parts: Vec<String> = counts
                 .iter()
@@ -472,6 +476,11 @@ impl MappedCheckpoint {
     /// Notes of the resolver (W4A4 run as W4A16, mixed formats, config defaults).
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+
+    /// Every format among the decoder linears (a ModelOpt `MIXED_PRECISION` export has several).
+    pub fn formats(&self) -> &[WeightFormat] {
+        &self.formats
     }
 
     /// Format of the decoder linears: the majority format (ties: the first layer's q_proj's);

@@ -272,6 +272,7 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
     let loader = super::Loader {
         gpu: &b.gpu,
         rt: &b.rt,
+        recipe: None,
     };
     let mut out = Vec::new();
     // FP8.
@@ -608,6 +609,7 @@ pub fn greedy_parity(
     };
     let mut cpu = CpuBackend::new(w.clone(), 4).with_gpu_rounding(true);
     cpu.init_kv_cache(kv)?;
+    cpu.init_state_slots(n_prompts)?;
     let reference = greedy_run(&mut cpu, &ps, steps, bs)?;
     let mut gpu = CudaBackend::load_with(
         CudaLoadSpec {
@@ -623,6 +625,7 @@ pub fn greedy_parity(
         CudaOptions::default(),
     )?;
     gpu.init_kv_cache(kv)?;
+    gpu.init_state_slots(n_prompts)?;
     let forced = forced_run(&mut gpu, &ps, steps, bs, Some(&reference.0))?;
     gpu.init_kv_cache(kv)?;
     let free = greedy_run(&mut gpu, &ps, steps, bs)?;
