@@ -21,8 +21,9 @@ pub const DEFAULT_MAX_NUM_SEQS: usize = 256;
 #[derive(Debug, clap::Args)]
 #[command(after_help = crate::cli::help::SERVE)]
 pub struct ServeArgs {
-    /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b` (seeded weights at the real
-    /// dimensions), or a local checkpoint directory (config.json + *.safetensors).
+    /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b`, `synthetic:tiny-hybrid`,
+    /// `synthetic:qwen3.6-27b` (seeded weights at the real dimensions; the last two are
+    /// Gated-DeltaNet hybrids), or a local checkpoint directory (config.json + *.safetensors).
     #[arg(long, default_value = "synthetic:tiny")]
     pub model: String,
     /// Address to bind.

@@ -48,7 +48,8 @@ pub enum RopeScaling {
     },
 }
 
-/// The shape of a dense Qwen3/Llama decoder, as in Hugging Face `config.json`.
+/// The shape of a decoder (dense Qwen3 / Llama, or a Qwen3.5 / 3.6 Gated-DeltaNet hybrid), as in
+/// Hugging Face `config.json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
     /// The family (from `model_type`).
@@ -866,7 +867,8 @@ pub struct SpecConfig {
 /// fields, or from the command line through `crate::cli::serve::ServeArgs`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServeConfig {
-    /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b`, or a checkpoint directory
+    /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b`, `synthetic:tiny-hybrid`,
+    /// `synthetic:qwen3.6-27b`, or a checkpoint directory
     /// (with `config.json`, `*.safetensors`, optionally `tokenizer.json`,
     /// `tokenizer_config.json`, `generation_config.json`).
     pub model: String,
@@ -1018,7 +1020,7 @@ impl ServeConfig {
         if !dir.is_dir() {
             return Err(RigError::file(
                 &dir,
-                "not a checkpoint directory (expected a folder with config.json and *.safetensors, or synthetic:tiny|qwen3-8b|qwen3-32b)",
+                "not a checkpoint directory (expected a folder with config.json and *.safetensors, or synthetic:tiny|qwen3-8b|qwen3-32b|tiny-hybrid|qwen3.6-27b)",
             ));
         }
         if !dir.join("config.json").is_file() {

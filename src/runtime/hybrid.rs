@@ -698,7 +698,7 @@ mod tests {
         // parameters with the vision tower (about 0.46e9) and the MTP layer (about 0.43e9).
         let p = c.num_params() as f64 / 1e9;
         assert!((26.6..27.2).contains(&p), "{p}");
-        // 48 layers × (3 × 10,240 × 2 B + 48 × 128 × 128 × 4 B) = 153.0 MB per sequence.
+        // 48 layers × (3 × 10,240 × 2 B + 48 × 128 × 128 × 4 B) = 153.9 MB per sequence.
         assert_eq!(
             c.gdn_state_bytes(CONV_STATE_ELEM_BYTES),
             48 * (3 * 10_240 * 2 + 48 * 128 * 128 * 4)
