@@ -952,6 +952,38 @@ pub(crate) mod tests {
         let c = &w.config;
         let cfg = config_json(c);
         std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        // Several quantized formats: ModelOpt's MIXED_PRECISION form, one entry per quantized
+        // module (as NVIDIA's Qwen3.6 exports).
+        let algo_of = |l: &Linear| match l {
+            Linear::Fp8 { .. } => Some(serde_json::json!({"quant_algo": "FP8"})),
+            Linear::Nvfp4(_) => {
+                Some(serde_json::json!({"quant_algo": "W4A16_NVFP4", "group_size": 16}))
+            }
+            Linear::Bf16 { .. } => None,
+        };
+        let mut layers = serde_json::Map::new();
+        let mut formats = std::collections::BTreeSet::new();
+        for (i, l) in w.layers.iter().enumerate() {
+            for (role, x) in l.linears() {
+                if let Some(a) = algo_of(x) {
+                    formats.insert(x.format().id());
+                    layers.insert(format!("model.layers.{i}.{}", role.module()), a);
+                }
+            }
+        }
+        if let Some(a) = w.lm_head.as_ref().and_then(algo_of) {
+            formats.insert(w.lm_head().format().id());
+            layers.insert("lm_head".into(), a);
+        }
+        if formats.len() > 1 {
+            let q = serde_json::json!({
+                "producer": {"name": "modelopt", "version": "0.44.0"},
+                "quantization": {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": null,
+                    "quantized_layers": layers},
+            });
+            std::fs::write(dir.join("hf_quant_config.json"), q.to_string()).unwrap();
+            return;
+        }
         // ModelOpt's quantization metadata for quantized weights (without it, the metadata
         // declares BF16 and the loader refuses the checkpoint as inspect's
         // metadata-tensor-mismatch).
@@ -1065,6 +1097,37 @@ pub(crate) mod tests {
         c2.tie_word_embeddings = false;
         let mut w = synthesize(&c2, 3);
         w.quantize_recipe(QuantRecipe::Nvfp4Mixed).unwrap();
+        // Written as ModelOpt's MIXED_PRECISION export (whose FP8 modules carry a static
+        // activation scale, as NVIDIA's do), it loads module by module in its own formats.
+        let mut exported = w.clone();
+        let set = |l: &mut Linear| {
+            if let Linear::Fp8 { input_scale, .. } = l {
+                *input_scale = Some(0.02);
+            }
+        };
+        for l in &mut exported.layers {
+            for x in [&mut l.q, &mut l.k, &mut l.v, &mut l.o] {
+                set(x);
+            }
+            if let Some(g) = &mut l.gdn {
+                for x in [&mut g.qkv, &mut g.z, &mut g.out] {
+                    set(x);
+                }
+            }
+        }
+        let w = exported;
+        let dir = tempfile::tempdir().unwrap();
+        write_checkpoint(dir.path(), &w);
+        let m = MappedCheckpoint::open(dir.path(), &c2).unwrap();
+        assert_eq!(
+            m.formats(),
+            &[WeightFormat::Bf16, WeightFormat::Fp8, WeightFormat::Nvfp4]
+        );
+        let back = m.to_weights().unwrap();
+        for (a, b) in back.layers.iter().zip(&w.layers) {
+            assert_eq!(a.linears(), b.linears());
+        }
+        assert_eq!(back.lm_head, w.lm_head);
         let g = w.layers[0].gdn.as_ref().unwrap();
         assert_eq!(
             [
