@@ -494,6 +494,54 @@ mod tests {
         assert_eq!((p[0].first_pos, p[0].num_tokens), (4, 5));
     }
 
+    /// Every running sequence holds its own state slot, one of `max_num_seqs`; slots come back
+    /// when a sequence finishes or is preempted, and the batch carries them.
+    #[test]
+    fn running_sequences_hold_distinct_state_slots() {
+        let mut s = Scheduler::new(
+            SchedulerConfig {
+                max_num_seqs: 2,
+                max_num_batched_tokens: 100,
+            },
+            BlockPool::new(6, 4, false),
+        );
+        for id in 0..3 {
+            s.add(Seq::new(id, (0..8).map(|t| t + 10 * id as u32).collect()));
+        }
+        let plan = step(&mut s);
+        assert_eq!(
+            plan.len(),
+            2,
+            "two slots: the third waits although blocks are free"
+        );
+        let slots: Vec<u32> = s.running().iter().map(|q| q.state_slot).collect();
+        assert_eq!(slots, vec![0, 1]);
+        // Sequence 0 finishes: its slot goes to sequence 2, which starts at position 0.
+        s.remove(0);
+        let plan = s.schedule();
+        let b = s.batch(&plan);
+        assert_eq!(s.get(2).unwrap().state_slot, 0);
+        assert!(b
+            .seqs
+            .iter()
+            .any(|g| g.state_slot == 0 && g.first_pos == 0 && g.len == 8));
+        assert!(b.seqs.iter().any(|g| g.state_slot == 1 && g.first_pos == 8));
+        for p in &plan {
+            s.commit(p.id, p.num_tokens, &[7]);
+        }
+        // Blocks run out: the newest is preempted and gives its slot back.
+        for _ in 0..16 {
+            if s.num_preemptions > 0 {
+                break;
+            }
+            step(&mut s);
+        }
+        assert_eq!(s.num_preemptions, 1);
+        assert_eq!(s.running().len(), 1);
+        assert_eq!(s.running()[0].state_slot, 1);
+        assert_eq!(s.free_slots, vec![0]);
+    }
+
     #[test]
     fn prefix_hits_are_counted_in_tokens_and_reused() {
         let mut s = sched(16, 8, 100);
