@@ -164,8 +164,11 @@ impl KvPlan {
             self.max_concurrency()
         ));
         if let (Some((attn, gdn)), true) = (self.layers, self.state_slots > 0) {
+            use crate::report::table::plural;
             v.push(format!(
-                "Hybrid model: the KV cache size counts tokens of the {attn} full-attention layers only; the {gdn} Gated-DeltaNet layers keep a fixed state of {} per running sequence instead, {} slots ({} of the budget, --max-num-seqs {}), so the concurrency is also at most {}",
+                "Hybrid model: the KV cache size counts tokens of the {} only; the {} keep a fixed state of {} per running sequence instead, {} slots ({} of the budget, --max-num-seqs {}), so the concurrency is also at most {}",
+                plural(attn as u64, "full-attention layer", "full-attention layers"),
+                plural(gdn as u64, "Gated-DeltaNet layer", "Gated-DeltaNet layers"),
                 human_bytes(self.state_bytes_per_slot),
                 self.state_slots,
                 human_bytes(self.state_slots as u64 * self.state_bytes_per_slot),
@@ -788,7 +791,7 @@ mod tests {
         assert!(
             lines
                 .iter()
-                .any(|l| l.contains("1 full-attention layers only")),
+                .any(|l| l.contains("1 full-attention layer only")),
             "{lines:?}"
         );
     }
