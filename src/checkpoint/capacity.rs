@@ -20,6 +20,9 @@
 //!   `max_model_len` L = budget / (L × KV bytes per token + state per sequence) (vLLM's
 //!   "Maximum concurrency for L tokens per request"); the state per sequence holds the
 //!   Gated-DeltaNet state and the sliding-window layers' KV at min(W, L) tokens.
+//! - With `--max-num-seqs N` (rigbench's built-in runtime: a state slot per sequence that may
+//!   run, reserved before the KV cache), `slots = min(N, ⌊(budget − L × KV bytes per token) /
+//!   state⌋)` states are reserved instead of one, and the concurrency is also at most `slots`.
 
 use serde::{Deserialize, Serialize};
 
@@ -203,6 +206,40 @@ pub fn predict_kv_tokens(
     (b > 0)
         .then(|| (b as u64).checked_div(kv_bytes_per_token))
         .flatten()
+}
+
+/// [`predict_kv_tokens`] for a model with a recurrent state per sequence (Gated-DeltaNet
+/// hybrids): `slots = min(max_num_seqs, ⌊(budget − max_model_len × KV bytes per token) /
+/// state⌋)` states are taken from the budget first, as rigbench's built-in runtime reserves
+/// them; `state_bytes` 0 is [`predict_kv_tokens`].
+#[allow(clippy::too_many_arguments)]
+pub fn predict_kv_tokens_with_states(
+    gpu_memory: u64,
+    utilization: f64,
+    weights: u64,
+    reserve: u64,
+    kv_bytes_per_token: u64,
+    state_bytes: u64,
+    max_num_seqs: u64,
+    max_model_len: u64,
+) -> Option<u64> {
+    let b = kv_budget(gpu_memory, utilization, weights, reserve);
+    if b <= 0 {
+        return None;
+    }
+    let b = b as u64;
+    let reserved = match state_bytes {
+        0 => 0,
+        s => {
+            let one_request = max_model_len.saturating_mul(kv_bytes_per_token);
+            let slots = max_num_seqs.min(b.saturating_sub(one_request) / s);
+            if slots == 0 {
+                return None;
+            }
+            slots * s
+        }
+    };
+    (b - reserved).checked_div(kv_bytes_per_token)
 }
 
 /// Predict the footprint and capacity.
@@ -413,6 +450,7 @@ pub(crate) fn predict(
         _ => 0,
     };
     let state = gdn_state.saturating_add(sliding_state);
+    let mut slots: Option<u64> = None;
     match (opts.gpu_memory_bytes, p.weight_bytes) {
         (Some(mem), Some(w)) => {
             let budget = kv_budget(mem, opts.gpu_memory_utilization, w, opts.reserve_bytes);
@@ -428,11 +466,31 @@ pub(crate) fn predict(
                 ));
             } else if p.facts_ok_for_tokens() {
                 let per_tok = p.kv_bytes_per_token.unwrap_or(0);
-                if let Some(tokens) = (budget as u64 - state).checked_div(per_tok) {
+                // States reserved before the KV cache: one (vLLM), or a slot per sequence that
+                // may run (--max-num-seqs, the built-in runtime), fewer when they would not
+                // leave room for one request of max_model_len tokens.
+                let reserved = match opts.max_num_seqs.filter(|_| state > 0) {
+                    None => state,
+                    Some(n) => {
+                        let one_request = max_len.unwrap_or(0).saturating_mul(per_tok);
+                        let fit = (budget as u64).saturating_sub(one_request) / state;
+                        let s = n.min(fit).max(1);
+                        slots = Some(s);
+                        s.saturating_mul(state)
+                    }
+                };
+                if let Some(tokens) = (budget as u64)
+                    .saturating_sub(reserved)
+                    .checked_div(per_tok)
+                {
                     p.kv_tokens = Some(tokens);
                     if let Some(l) = max_len {
                         let per_seq = l as f64 * per_tok as f64 + state as f64;
-                        p.max_concurrency = Some(budget as f64 / per_seq);
+                        let c = budget as f64 / per_seq;
+                        p.max_concurrency = Some(match slots {
+                            Some(s) => (tokens as f64 / l.max(1) as f64).min(s as f64),
+                            None => c,
+                        });
                     }
                 } else if state > 0 {
                     p.max_concurrency = Some(budget as f64 / state as f64);
@@ -464,6 +522,14 @@ pub(crate) fn predict(
     ];
     if p.kv_not_modelled.is_none() {
         a.push("KV bytes per token = full-attention layers × 2 (K and V) × KV heads × head_dim × KV dtype bytes; per-tensor FP8 KV scales are negligible and not counted; one GPU (tensor parallelism 1)".to_string());
+    }
+    if let (Some(s), Some(n)) = (slots, opts.max_num_seqs) {
+        a.push(format!(
+            "--max-num-seqs {n}: {s} Gated-DeltaNet states of {} reserved before the KV cache ({}), as rigbench's built-in runtime reserves one slot per sequence that may run{}",
+            human_bytes(state),
+            human_bytes(s.saturating_mul(state)),
+            if s < n { " (fewer than asked: more would not leave room for one request of max_model_len tokens)" } else { "" }
+        ));
     }
     if facts.mtp_layers.unwrap_or(0) > 0 && p.kv_not_modelled.is_none() {
         let n = facts.mtp_layers.unwrap_or(0);

@@ -66,6 +66,11 @@ pub struct InspectOptions {
     pub kv_cache_dtype: Option<KvCacheDtype>,
     /// Memory assumed for activations, the CUDA-graph pool and the CUDA context, bytes.
     pub reserve_bytes: u64,
+    /// Sequences whose Gated-DeltaNet state a hybrid reserves up front (`--max-num-seqs`: the
+    /// built-in runtime's scheme, one state slot per sequence that may run); `None` reserves
+    /// one sequence's state, as vLLM's allocator, which takes states from the shared pool as
+    /// requests arrive.
+    pub max_num_seqs: Option<u64>,
 }
 
 /// Default reserve for activations, CUDA graphs and context: 1.5 GiB (an assumption; vLLM
@@ -84,6 +89,7 @@ impl Default for InspectOptions {
             max_model_len: None,
             kv_cache_dtype: None,
             reserve_bytes: DEFAULT_RESERVE_BYTES,
+            max_num_seqs: None,
         }
     }
 }

@@ -7,8 +7,11 @@
 //!   `metadata-tensor-mismatch`, `nvfp4-group-size`, `safetensors-truncated`, `index-mismatch`)
 //!   refuses with that rule's id;
 //! - anything else the runtime does not implement (another `model_type` or architecture, a RoPE
-//!   type, sliding-window layers, a weight format) is [`RUNTIME_UNSUPPORTED`], an info finding
-//!   in `inspect` (the checkpoint may be fine for another engine).
+//!   type, sliding-window layers, mixture-of-experts MLPs, a weight format) is
+//!   [`RUNTIME_UNSUPPORTED`], an info finding in `inspect` (the checkpoint may be fine for
+//!   another engine). Gated-DeltaNet hybrids of the dense Qwen3.5 / 3.6 family run, each module
+//!   in its own format (ModelOpt `MIXED_PRECISION` exports load per module); the vision tower of
+//!   their multimodal wrapper is not loaded.
 //!
 //! Formats the runtime runs, per decoder linear layer (and lm_head): BF16 (FP16 and FP32 are
 //! converted to BF16 on the CPU path); FP8 E4M3 with a per-tensor or per-channel scale, static
@@ -105,7 +108,17 @@ pub fn support(
         .extend(hf.warnings.iter().map(|w| format!("config.json: {w}")));
     for row in modules {
         match row.kind {
-            LayerKind::FullAttention | LayerKind::Mlp | LayerKind::LmHead => {
+            LayerKind::LinearAttention if !hf.config.is_hybrid() => {
+                return Err(refuse(format!(
+                    "{} ({}): config.json describes no Gated-DeltaNet layers",
+                    row.module,
+                    row.kind.label()
+                )))
+            }
+            LayerKind::FullAttention
+            | LayerKind::Mlp
+            | LayerKind::LmHead
+            | LayerKind::LinearAttention => {
                 if !linear_format_supported(&row.format) {
                     return Err(refuse(format!(
                         "{} is {}; the runtime runs {SUPPORTED_LINEAR_FORMATS}",
@@ -139,18 +152,18 @@ pub fn support(
                     s.notes.push(note);
                 }
             }
+            // The text part of a Qwen3.5 / 3.6 wrapper runs; its vision tower is not loaded
+            // (the config reader's note names it).
+            LayerKind::Vision if hf.config.is_hybrid() => {}
             LayerKind::Vision => {
                 return Err(refuse(format!(
                     "{}: vision towers are not supported (text decoders only)",
                     row.module
                 )))
             }
-            LayerKind::MoeExperts
-            | LayerKind::SharedExpert
-            | LayerKind::Router
-            | LayerKind::LinearAttention => {
+            LayerKind::MoeExperts | LayerKind::SharedExpert | LayerKind::Router => {
                 return Err(refuse(format!(
-                    "{} ({}): the runtime runs dense qwen3/llama decoders only",
+                    "{} ({}): the runtime runs dense decoders (qwen3, llama, and the dense Qwen3.5 / 3.6 Gated-DeltaNet hybrids) only",
                     row.module,
                     row.kind.label()
                 )))

@@ -29,12 +29,15 @@ pub struct DevcheckArgs {
     /// loaded on the GPU from its safetensors and must reproduce every token.
     #[arg(long = "hf-reference")]
     pub hf_reference: Vec<std::path::PathBuf>,
-    /// Run only these parts: kernels, parity, reference, anatomy, wg-probe, speed (default: all).
-    /// `wg-probe` runs every launch configuration of the Hopper W4A16 wgmma kernel once against
-    /// the CPU reference (the child process the bench and the runtime start before they use
-    /// that kernel).
+    /// Run only these parts: kernels, parity, hybrid, reference, anatomy, wg-probe, speed
+    /// (default: all). `wg-probe` runs every launch configuration of the Hopper W4A16 wgmma
+    /// kernel once against the CPU reference (the child process the bench and the runtime start
+    /// before they use that kernel).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Hybrid presets: also measure the speed of `--quantize nvfp4-mixed` (NVIDIA's recipe).
+    #[arg(long)]
+    pub with_mixed: bool,
 }
 
 /// Run the checks.
@@ -111,6 +114,9 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
             }
         }
         out.flush()?;
+    }
+    if part("hybrid") {
+        failed |= hybrid_checks(&a, &mut out)?;
     }
     if part("reference") {
         for dir in &a.hf_reference {
@@ -228,7 +234,11 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
             out.flush()?;
         }
     }
-    if a.preset != "none" && part("speed") {
+    let hybrid_preset = ModelConfig::preset(&a.preset).is_some_and(|c| c.is_hybrid());
+    if hybrid_preset && part("speed") {
+        failed |= hybrid_speed(&a, &mut out)?;
+    }
+    if a.preset != "none" && !hybrid_preset && part("speed") {
         let gpu = crate::gpu::Gpu::open_device(a.device)?;
         let bw = crate::kernels::bench::copy_bandwidth(&gpu)?.bytes_per_s;
         drop(gpu);
@@ -346,4 +356,185 @@ fn wg_probe(out: &mut impl Write, device: usize) -> anyhow::Result<bool> {
         cases.len()
     )?;
     Ok(verdict == "PASS")
+}
+
+fn print_checks(out: &mut impl Write, checks: &[selftest::Check]) -> anyhow::Result<bool> {
+    let mut failed = false;
+    for c in checks {
+        failed |= !c.pass;
+        writeln!(
+            out,
+            "{} {}: {}",
+            if c.pass { "PASS" } else { "FAIL" },
+            c.name,
+            c.detail
+        )?;
+    }
+    Ok(failed)
+}
+
+/// The Gated-DeltaNet hybrid checks: the GDN kernels against the CPU, parity of whole hybrids
+/// (`synthetic:tiny-hybrid`, and a variant with head_dim 256 that takes the wide attention
+/// kernel) in every format, and state consistency across prefill forms. Returns whether any
+/// failed.
+fn hybrid_checks(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
+    use crate::runtime::backend::cuda::{hybrid_check, CudaBackend, CudaLoadSpec, WeightSource};
+    let mut failed = false;
+    let tiny = crate::runtime::hybrid::tiny_hybrid();
+    let w = crate::runtime::weights::synthesize(&tiny, 0);
+    let mut wide_c = tiny.clone();
+    wide_c.head_dim = 256;
+    wide_c.rotary_dim = 64;
+    let wide = crate::runtime::weights::synthesize(&wide_c, 0);
+    match CudaBackend::load(CudaLoadSpec {
+        device: a.device,
+        weights: WeightSource::Host(Box::new(w.clone())),
+        quantize: None,
+        max_num_batched_tokens: 256,
+        max_num_seqs: 8,
+        max_model_len: 1024,
+        kv_dtype: KvCacheDtype::Bf16,
+        block_size: 16,
+    })
+    .and_then(|b| hybrid_check::gdn_kernels_match_cpu(&b))
+    {
+        Ok(checks) => failed |= print_checks(out, &checks)?,
+        Err(e) => {
+            failed = true;
+            writeln!(out, "FAIL Gated-DeltaNet kernels: {e:#}")?;
+        }
+    }
+    let cases = [
+        ("tiny-hybrid", &w, WeightFormat::Bf16, KvCacheDtype::Bf16),
+        ("tiny-hybrid", &w, WeightFormat::Fp8, KvCacheDtype::Bf16),
+        ("tiny-hybrid", &w, WeightFormat::Nvfp4, KvCacheDtype::Bf16),
+        ("tiny-hybrid", &w, WeightFormat::Bf16, KvCacheDtype::Fp8),
+        (
+            "tiny-hybrid head_dim 256",
+            &wide,
+            WeightFormat::Bf16,
+            KvCacheDtype::Bf16,
+        ),
+        (
+            "tiny-hybrid head_dim 256",
+            &wide,
+            WeightFormat::Bf16,
+            KvCacheDtype::Fp8,
+        ),
+    ];
+    for (name, weights, fmt, kv) in cases {
+        match selftest::greedy_parity(a.device, weights, fmt, kv, a.prompts, a.steps) {
+            Ok(p) => {
+                failed |= !p.pass();
+                writeln!(
+                    out,
+                    "{} parity {name} {} KV {}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e}, max |Δ| {:.3} (tolerance {:?})",
+                    if p.pass() { "PASS" } else { "FAIL" },
+                    fmt.id(),
+                    kv.vllm_name(),
+                    p.top1_equal,
+                    p.tokens,
+                    p.near_ties,
+                    p.greedy_identical,
+                    p.max_rel_l2,
+                    p.mean_rel_l2,
+                    p.max_abs,
+                    p.tol
+                )?;
+            }
+            Err(e) => {
+                failed = true;
+                writeln!(out, "FAIL parity {name} {}: {e:#}", fmt.id())?;
+            }
+        }
+        out.flush()?;
+    }
+    for (name, weights) in [("tiny-hybrid", &w), ("tiny-hybrid head_dim 256", &wide)] {
+        match hybrid_check::prefill_forms_agree(a.device, weights) {
+            Ok(c) => {
+                failed |= !c.pass;
+                writeln!(
+                    out,
+                    "{} {} ({name}): {}",
+                    if c.pass { "PASS" } else { "FAIL" },
+                    c.name,
+                    c.detail
+                )?;
+            }
+            Err(e) => {
+                failed = true;
+                writeln!(out, "FAIL prefill forms ({name}): {e:#}")?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(failed)
+}
+
+/// Speed of a hybrid preset per format (and NVIDIA's mixed recipe with `--with-mixed`), against
+/// the weight-streaming bound of a batch-1 step at the 4,096-token context: weights as resident
+/// on the GPU + the Gated-DeltaNet state read and written + the KV of the attention layers.
+fn hybrid_speed(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
+    use crate::runtime::backend::cuda::hybrid_check;
+    use crate::runtime::config::QuantRecipe;
+    let mut failed = false;
+    let c = ModelConfig::preset(&a.preset).ok_or_else(|| anyhow::anyhow!("preset"))?;
+    let gpu = crate::gpu::Gpu::open_device(a.device)?;
+    let bw = crate::kernels::bench::copy_bandwidth(&gpu)?.bytes_per_s;
+    drop(gpu);
+    writeln!(out, "copy bandwidth {:.2} TB/s", bw / 1e12)?;
+    let mut recipes: Vec<QuantRecipe> =
+        a.formats.iter().map(|f| QuantRecipe::Uniform(*f)).collect();
+    if a.with_mixed {
+        recipes.push(QuantRecipe::Nvfp4Mixed);
+    }
+    let step =
+        crate::runtime::memory::decode_step_bytes(&c, WeightFormat::Bf16, KvCacheDtype::Bf16, 4096);
+    for r in recipes {
+        match hybrid_check::hybrid_speed(a.device, &a.preset, r) {
+            Ok(s) => {
+                let bytes = s.weight_bytes + step.kv + step.state;
+                let bound = bw / bytes as f64;
+                writeln!(
+                    out,
+                    "speed {} {}: weights {:.2} GB + state {:.0} MB read and written + KV {:.0} MB at 4,096 tokens; batch-1 decode {:.1} tok/s ({:.0}% of the bound {:.1}; no graphs {:.1}); batch-32 @4k {:.0} tok/s ({:.1}x batch 1); prefill 4k {:.0} tok/s",
+                    a.preset,
+                    r.id(),
+                    s.weight_bytes as f64 / 1e9,
+                    step.state as f64 / 1e6,
+                    step.kv as f64 / 1e6,
+                    s.b1_tok_s,
+                    100.0 * s.b1_tok_s / bound,
+                    bound,
+                    s.b1_tok_s_no_graph,
+                    s.b32_tok_s,
+                    s.b32_tok_s / s.b1_tok_s,
+                    s.prefill_tok_s
+                )?;
+                writeln!(
+                    out,
+                    "  batch-1 decode at a 128-token context: {:.1} tok/s",
+                    s.b1_short_tok_s
+                )?;
+                let total: f64 = s.profile.iter().map(|p| p.2).sum();
+                writeln!(
+                    out,
+                    "  profile of one eager batch-1 step at a 4,096-token context (sum {:.2} ms):",
+                    total * 1e3
+                )?;
+                for (name, calls, secs) in &s.profile {
+                    writeln!(out, "    {name}: {calls} calls, {:.3} ms", secs * 1e3)?;
+                }
+                for n in s.notes {
+                    writeln!(out, "  note: {n}")?;
+                }
+            }
+            Err(e) => {
+                failed = true;
+                writeln!(out, "FAIL speed {} {}: {e:#}", a.preset, r.id())?;
+            }
+        }
+        out.flush()?;
+    }
+    Ok(failed)
 }

@@ -41,6 +41,11 @@ pub struct InspectArgs {
     /// Memory assumed for activations, the CUDA-graph pool and the CUDA context, GiB.
     #[arg(long, default_value_t = 1.5, value_name = "GIB")]
     pub reserve_gib: f64,
+    /// Gated-DeltaNet hybrids: reserve the recurrent state of this many sequences before the KV
+    /// cache, as rigbench's built-in runtime does (one slot per --max-num-seqs); default: one
+    /// sequence's state, as vLLM's shared-pool allocator.
+    #[arg(long, value_name = "N")]
+    pub max_num_seqs: Option<u64>,
     /// Do not redact host name, user paths and IP addresses.
     #[arg(long)]
     pub no_redact: bool,
@@ -67,6 +72,10 @@ pub fn options(args: &InspectArgs) -> Result<InspectOptions, RigError> {
     }
     o.gpu_memory_utilization = args.gpu_memory_utilization;
     o.reserve_bytes = gib_bytes("--reserve-gib", args.reserve_gib)?;
+    if args.max_num_seqs == Some(0) {
+        return Err(RigError::flag("--max-num-seqs", "must be at least 1"));
+    }
+    o.max_num_seqs = args.max_num_seqs;
     if let Some(l) = args.max_model_len {
         if l == 0 {
             return Err(RigError::flag("--max-model-len", "must be at least 1"));

@@ -11,16 +11,20 @@
 use std::io::Write;
 
 use crate::runtime::backend::Device;
-use crate::runtime::config::{parse_size, KvCacheDtype, ServeConfig, SpecConfig, WeightFormat};
+use crate::runtime::config::{parse_size, KvCacheDtype, QuantRecipe, ServeConfig, SpecConfig};
 use crate::runtime::device::{probe_gpus, resolve_device, GpuPresence};
 use crate::{ExitStatus, RigError};
+
+/// `--max-num-seqs` when not given (vLLM's default).
+pub const DEFAULT_MAX_NUM_SEQS: usize = 256;
 
 /// Arguments of `rigbench serve`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = crate::cli::help::after_help(crate::cli::help::Cmd::Serve))]
 pub struct ServeArgs {
-    /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b` (seeded weights at the real
-    /// dimensions), or a local checkpoint directory (config.json + *.safetensors).
+    /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b`, `synthetic:tiny-hybrid`,
+    /// `synthetic:qwen3.6-27b` (seeded weights at the real dimensions; the last two are
+    /// Gated-DeltaNet hybrids), or a local checkpoint directory (config.json + *.safetensors).
     #[arg(long, default_value = "synthetic:tiny")]
     pub model: String,
     /// Address to bind.
@@ -29,10 +33,12 @@ pub struct ServeArgs {
     /// Port to bind; 0 picks a free port (printed at start).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Quantize BF16 weights at load: bf16, fp8 (W8A8, E4M3 per-tensor) or nvfp4 (W4A16,
-    /// ModelOpt layout). Weights stay in that format and are dequantized in the matmul.
+    /// Quantize BF16 weights at load: bf16, fp8 (W8A8, E4M3 per-tensor), nvfp4 (W4A16,
+    /// ModelOpt layout), or nvfp4-mixed (NVIDIA's Qwen3.6-NVFP4 recipe for hybrids: NVFP4 MLP
+    /// and lm_head, FP8 attention and Gated-DeltaNet projections, BF16 in_proj_a/in_proj_b).
+    /// Weights stay in that format and are dequantized in the matmul.
     #[arg(long)]
-    pub quantize: Option<WeightFormat>,
+    pub quantize: Option<QuantRecipe>,
     /// Seed of synthesized weights and of requests without a seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -57,8 +63,9 @@ pub struct ServeArgs {
     /// KV cache element type: bf16 or fp8 (E4M3 with per-layer scales).
     #[arg(long, default_value = "bf16")]
     pub kv_cache_dtype: KvCacheDtype,
-    /// Most requests running at once.
-    #[arg(long, default_value_t = 256)]
+    /// Most requests running at once (a Gated-DeltaNet hybrid reserves one recurrent state per
+    /// sequence, and runs fewer when the KV budget cannot hold them all).
+    #[arg(long, default_value_t = DEFAULT_MAX_NUM_SEQS)]
     pub max_num_seqs: usize,
     /// Token budget of one engine step (prefill chunks + decode tokens; chunked prefill).
     #[arg(long, default_value_t = 2048)]
@@ -121,6 +128,12 @@ impl ServeArgs {
             (None, None) => None,
             (None, Some(_)) => return Err(RigError::flag("--spec-k", "needs --spec-method ngram")),
             (Some(m), k) => {
+                if m.eq_ignore_ascii_case("mtp") {
+                    return Err(RigError::flag(
+                        "--spec-method",
+                        "'mtp' is not available in the built-in runtime: it does not load MTP draft layers, and on Gated-DeltaNet hybrids (Qwen3.5 / 3.6) MTP verification would also need every layer's recurrent state rolled back for rejected drafts; use ngram",
+                    ));
+                }
                 if !m.eq_ignore_ascii_case("ngram") {
                     return Err(RigError::flag(
                         "--spec-method",
@@ -314,7 +327,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.kv_cache_memory, Some(256 << 20));
         assert_eq!(c.device, Device::Cpu, "no GPU: the default is the CPU");
-        assert_eq!(c.quantize, Some(WeightFormat::Nvfp4));
+        assert_eq!(
+            c.quantize,
+            Some(QuantRecipe::Uniform(crate::runtime::WeightFormat::Nvfp4))
+        );
         assert_eq!(c.kv_cache_dtype, KvCacheDtype::Fp8);
         assert_eq!(c.speculative.as_ref().unwrap().num_speculative_tokens, 3);
         assert!(!c.enable_prefix_caching);

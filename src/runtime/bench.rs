@@ -69,6 +69,22 @@ impl RuntimeBenchSpec {
     }
 }
 
+impl RuntimeBenchSpec {
+    /// The sizes for model `c`: a Gated-DeltaNet hybrid decodes its batch at 4,096-token
+    /// contexts (the hybrid targets: its attention layers' KV grows with the context while the
+    /// state does not); dense decoders keep the sizes given.
+    pub fn for_model(self, c: &ModelConfig) -> Self {
+        if c.is_hybrid() {
+            RuntimeBenchSpec {
+                batch_context: self.batch_context.max(4096),
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+}
+
 /// A decode throughput figure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecodeFigure {
@@ -173,16 +189,33 @@ pub struct RuntimeBench {
     pub prefill_vs_peak: Option<PrefillVsPeak>,
 }
 
-/// FLOPs per prompt token of a prefill of `len` tokens (module docs).
+/// FLOPs per prompt token of a prefill of `len` tokens (module docs). For a Gated-DeltaNet
+/// hybrid: each layer's own linears, causal attention in the full-attention layers only, and in
+/// the Gated-DeltaNet layers the chunked delta rule, per value head and token about
+/// `6·dk·dv` (state read, correction, update) `+ 2·64·(dk + dv)` (the 64-token chunk's
+/// within-chunk products).
 pub fn prefill_flops_per_token(c: &ModelConfig, len: usize) -> f64 {
-    let linear: f64 = LinearRole::ALL
-        .iter()
-        .map(|r| {
-            let (n, k) = r.shape(c);
-            2.0 * n as f64 * k as f64
+    let attn = 4.0 * c.q_dim() as f64 * (len as f64 + 1.0) / 2.0;
+    (0..c.num_layers)
+        .map(|i| {
+            let linear: f64 = LinearRole::of_layer(c, i)
+                .iter()
+                .map(|r| {
+                    let (n, k) = r.shape(c);
+                    2.0 * n as f64 * k as f64
+                })
+                .sum();
+            let mixer = match (&c.hybrid, c.layer_type(i)) {
+                (Some(h), super::hybrid::LayerType::Gdn) => {
+                    let (dk, dv) = (h.key_head_dim as f64, h.value_head_dim as f64);
+                    h.num_value_heads as f64
+                        * (6.0 * dk * dv + 2.0 * super::gdn::CHUNK as f64 * (dk + dv))
+                }
+                _ => attn,
+            };
+            linear + mixer
         })
-        .sum();
-    c.num_layers as f64 * (linear + 4.0 * c.q_dim() as f64 * (len as f64 + 1.0) / 2.0)
+        .sum()
 }
 
 fn prompt(vocab: usize, len: usize, seed: u64) -> Vec<u32> {

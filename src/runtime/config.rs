@@ -8,15 +8,20 @@ use anyhow::Context;
 
 use crate::RigError;
 
-/// The decoder families the runtime runs. Both are dense pre-norm decoders with RMSNorm, GQA
+/// The decoder families the runtime runs. All are pre-norm decoders with RMSNorm, GQA
 /// attention with RoPE and a SwiGLU MLP; Qwen3 adds a per-head RMSNorm on q and k before RoPE
-/// (`Qwen3Attention.q_norm` / `k_norm` in Hugging Face transformers).
+/// (`Qwen3Attention.q_norm` / `k_norm` in Hugging Face transformers); Qwen3.5 / 3.6 mix
+/// Gated-DeltaNet layers with gated full-attention layers (see [`super::hybrid`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {
     /// `model_type: "qwen3"` (Qwen3ForCausalLM): q/k RMSNorm per head, no attention bias.
     Qwen3,
     /// `model_type: "llama"` (LlamaForCausalLM): no q/k norm, no attention bias.
     Llama,
+    /// `model_type: "qwen3_5_text"` (Qwen3_5ForCausalLM) and the text part of `qwen3_5`
+    /// (Qwen3_5ForConditionalGeneration): Gated-DeltaNet + gated attention hybrid; the layer mix
+    /// and the Gated-DeltaNet dimensions are in [`ModelConfig::hybrid`].
+    Qwen35,
 }
 
 /// RoPE frequency scaling (the `rope_scaling` entry of `config.json`).
@@ -43,7 +48,8 @@ pub enum RopeScaling {
     },
 }
 
-/// The shape of a dense Qwen3/Llama decoder, as in Hugging Face `config.json`.
+/// The shape of a decoder (dense Qwen3 / Llama, or a Qwen3.5 / 3.6 Gated-DeltaNet hybrid), as in
+/// Hugging Face `config.json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
     /// The family (from `model_type`).
@@ -74,13 +80,24 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     /// End-of-sequence ids from `config.json` (`eos_token_id`, a number or a list).
     pub eos_token_ids: Vec<u32>,
+    /// Leading dimensions of each head that RoPE rotates (`head_dim · partial_rotary_factor`;
+    /// `head_dim` for full rotary embeddings). The rest pass through unrotated (transformers'
+    /// `apply_rotary_pos_emb` with `rotary_dim = cos.shape[-1]`).
+    pub rotary_dim: usize,
+    /// The Gated-DeltaNet layer mix of a hybrid ([`Arch::Qwen35`]); `None` for dense decoders.
+    pub hybrid: Option<super::hybrid::HybridConfig>,
 }
 
 /// `model_type` values the built-in runtime runs.
-pub const SUPPORTED_MODEL_TYPES: [&str; 2] = ["qwen3", "llama"];
+pub const SUPPORTED_MODEL_TYPES: [&str; 4] = ["qwen3", "llama", "qwen3_5_text", "qwen3_5"];
 
 /// `architectures` entries the built-in runtime runs (one per supported `model_type`).
-pub const SUPPORTED_ARCHITECTURES: [&str; 2] = ["Qwen3ForCausalLM", "LlamaForCausalLM"];
+pub const SUPPORTED_ARCHITECTURES: [&str; 4] = [
+    "Qwen3ForCausalLM",
+    "LlamaForCausalLM",
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
+];
 
 /// RoPE types the built-in runtime implements (`rope_parameters.rope_type` /
 /// `rope_scaling.rope_type`).
@@ -99,17 +116,21 @@ pub struct HfConfig {
 }
 
 /// Reads an optional number field of a JSON object (object, key, path prefix for messages).
-type FloatField =
+pub(super) type FloatField =
     dyn Fn(&serde_json::Map<String, serde_json::Value>, &str, &str) -> anyhow::Result<Option<f64>>;
 
 /// RoPE base and scaling from `rope_parameters` (transformers 5) or `rope_theta` +
 /// `rope_scaling` (older). Both forms present and disagreeing is an error; neither giving a base
 /// takes transformers' default 10,000 with a warning.
-fn parse_rope(
+///
+/// `partial_ok`: the caller reads `partial_rotary_factor` and the `mrope_*` fields itself (the
+/// Qwen3.5 family), so they are not refused here.
+pub(super) fn parse_rope(
     root: &serde_json::Map<String, serde_json::Value>,
     family: &str,
     warnings: &mut Vec<String>,
     float: &FloatField,
+    partial_ok: bool,
 ) -> anyhow::Result<(f32, RopeScaling)> {
     use serde_json::Value;
     let obj = |key: &str| -> anyhow::Result<Option<&serde_json::Map<String, Value>>> {
@@ -157,7 +178,7 @@ fn parse_rope(
     if !(theta > 0.0 && theta.is_finite()) {
         anyhow::bail!("rope_theta = {theta}; expected a positive number");
     }
-    if let Some(f) = float(root, "partial_rotary_factor", "")? {
+    if let Some(f) = float(root, "partial_rotary_factor", "")?.filter(|_| !partial_ok) {
         if f != 1.0 {
             anyhow::bail!("partial_rotary_factor = {f}: only full rotary embeddings are supported");
         }
@@ -213,6 +234,14 @@ fn parse_rope(
         if k == "partial_rotary_factor" && v.as_f64() == Some(1.0) {
             continue;
         }
+        if partial_ok
+            && matches!(
+                k.as_str(),
+                "partial_rotary_factor" | "mrope_section" | "mrope_interleaved"
+            )
+        {
+            continue;
+        }
         anyhow::bail!(
             "{at}{k} = {v} is not understood by the built-in runtime for rope_type '{kind}' (it reads {})",
             if allowed.is_empty() { "only rope_theta".to_string() } else { format!("rope_theta, {}", allowed.join(", ")) }
@@ -253,7 +282,13 @@ fn parse_rope(
 }
 
 /// The named presets of `--model synthetic:NAME`.
-pub const PRESETS: [&str; 3] = ["tiny", "qwen3-8b", "qwen3-32b"];
+pub const PRESETS: [&str; 5] = [
+    "tiny",
+    "qwen3-8b",
+    "qwen3-32b",
+    "tiny-hybrid",
+    "qwen3.6-27b",
+];
 
 impl ModelConfig {
     /// The `synthetic:tiny` shape: 2 layers, H = 64, 4 query heads and 2 KV heads of 16, MLP 192,
@@ -276,11 +311,15 @@ impl ModelConfig {
             max_position_embeddings: 32_768,
             tie_word_embeddings: true,
             eos_token_ids: vec![crate::runtime::tokenizer::ByteTokenizer::ENDOFTEXT],
+            rotary_dim: 16,
+            hybrid: None,
         }
     }
 
-    /// A preset by name (`tiny`, `qwen3-8b`, `qwen3-32b`). The Qwen3 presets carry the
-    /// dimensions of the published `Qwen/Qwen3-8B` and `Qwen/Qwen3-32B` `config.json` files.
+    /// A preset by name (`tiny`, `qwen3-8b`, `qwen3-32b`, `tiny-hybrid`, `qwen3.6-27b`). The
+    /// Qwen3 presets carry the dimensions of the published `Qwen/Qwen3-8B` and `Qwen/Qwen3-32B`
+    /// `config.json` files; `qwen3.6-27b` those of `Qwen/Qwen3.6-27B`'s text decoder
+    /// ([`super::hybrid::qwen36_27b`]); `tiny-hybrid` is a small Gated-DeltaNet hybrid for tests.
     pub fn preset(name: &str) -> Option<Self> {
         let qwen3 = |hidden, inter, layers, heads| ModelConfig {
             arch: Arch::Qwen3,
@@ -298,11 +337,15 @@ impl ModelConfig {
             tie_word_embeddings: false,
             // Qwen3's <|im_end|> (151645) and <|endoftext|> (151643).
             eos_token_ids: vec![151_645, 151_643],
+            rotary_dim: 128,
+            hybrid: None,
         };
         match name {
             "tiny" => Some(Self::tiny()),
             "qwen3-8b" => Some(qwen3(4096, 12288, 36, 32)),
             "qwen3-32b" => Some(qwen3(5120, 25600, 64, 64)),
+            "tiny-hybrid" => Some(super::hybrid::tiny_hybrid()),
+            "qwen3.6-27b" => Some(super::hybrid::qwen36_27b()),
             _ => None,
         }
     }
@@ -338,6 +381,10 @@ impl ModelConfig {
             anyhow::bail!("not a JSON object (a config.json is one)");
         };
         let mut warnings = Vec::new();
+        // The Qwen3.5 / 3.6 family (and its siblings, refused by name) has its own reader.
+        if let Some(h) = super::hybrid::parse_family(&root)? {
+            return Ok(h);
+        }
         if root.get("hidden_size").is_none()
             && root.get("text_config").is_some_and(|v| !v.is_null())
         {
@@ -381,6 +428,7 @@ impl ModelConfig {
             let want = match arch {
                 Arch::Qwen3 => "Qwen3ForCausalLM",
                 Arch::Llama => "LlamaForCausalLM",
+                Arch::Qwen35 => "Qwen3_5ForCausalLM",
             };
             for v in a {
                 let name = v.as_str().unwrap_or("(not a string)");
@@ -396,6 +444,7 @@ impl ModelConfig {
         let family = match arch {
             Arch::Qwen3 => "Qwen3Config",
             Arch::Llama => "LlamaConfig",
+            Arch::Qwen35 => "Qwen3_5TextConfig",
         };
         let uint = |key: &str| -> anyhow::Result<Option<usize>> {
             match root.get(key) {
@@ -486,6 +535,7 @@ impl ModelConfig {
                 // transformers: Qwen3Config(head_dim=128); LlamaConfig derives H / heads.
                 let d = match arch {
                     Arch::Qwen3 => 128,
+                    Arch::Qwen35 => 256,
                     Arch::Llama => {
                         if hidden_size % num_heads != 0 {
                             anyhow::bail!(
@@ -502,7 +552,7 @@ impl ModelConfig {
         if head_dim % 2 != 0 {
             anyhow::bail!("head_dim {head_dim} is odd; RoPE needs an even head_dim");
         }
-        let (rope_theta, rope_scaling) = parse_rope(&root, family, &mut warnings, &float)?;
+        let (rope_theta, rope_scaling) = parse_rope(&root, family, &mut warnings, &float, false)?;
         let rms_norm_eps = match float(&root, "rms_norm_eps", "")? {
             Some(e) if e > 0.0 && e.is_finite() => e as f32,
             Some(e) => anyhow::bail!("rms_norm_eps = {e}; expected a small positive number"),
@@ -526,7 +576,7 @@ impl ModelConfig {
             Some(n) if n > 0 => n,
             _ => {
                 let d = match arch {
-                    Arch::Qwen3 => 32_768,
+                    Arch::Qwen3 | Arch::Qwen35 => 32_768,
                     Arch::Llama => 2048,
                 };
                 warnings.push(format!(
@@ -573,6 +623,8 @@ impl ModelConfig {
                 max_position_embeddings,
                 tie_word_embeddings,
                 eos_token_ids,
+                rotary_dim: head_dim,
+                hybrid: None,
             },
             warnings,
             dtype,
@@ -589,15 +641,18 @@ impl ModelConfig {
         self.num_kv_heads * self.head_dim
     }
 
-    /// Whether the family has Qwen3's per-head q/k RMSNorm.
+    /// Whether the family has Qwen3's per-head q/k RMSNorm (Qwen3.5's attention layers have it
+    /// too).
     pub fn has_qk_norm(&self) -> bool {
-        self.arch == Arch::Qwen3
+        matches!(self.arch, Arch::Qwen3 | Arch::Qwen35)
     }
 
-    /// RoPE inverse frequencies, `head_dim / 2` of them (rotate-half convention of
-    /// transformers' `rotate_half`: pairs are `(x[i], x[i + d/2])`).
+    /// RoPE inverse frequencies, `rotary_dim / 2` of them (rotate-half convention of
+    /// transformers' `rotate_half` over the first `rotary_dim` dimensions: pairs are
+    /// `(x[i], x[i + rotary_dim/2])`; `inv_freq[i] = theta^(-2i / rotary_dim)`, as
+    /// transformers' `compute_default_rope_parameters` with `partial_rotary_factor`).
     pub fn rope_inv_freq(&self) -> Vec<f32> {
-        let d = self.head_dim;
+        let d = self.rotary_dim;
         let base: Vec<f64> = (0..d / 2)
             .map(|i| 1.0 / (self.rope_theta as f64).powf(2.0 * i as f64 / d as f64))
             .collect();
@@ -640,6 +695,9 @@ impl ModelConfig {
 
     /// Parameters of the decoder (embedding, layers, final norm, lm_head when untied).
     pub fn num_params(&self) -> u64 {
+        if let Some(hy) = &self.hybrid {
+            return hy.num_params(self);
+        }
         let h = self.hidden_size as u64;
         let per_layer = h * (self.q_dim() as u64) * 2
             + h * (self.kv_dim() as u64) * 2
@@ -684,6 +742,70 @@ impl std::str::FromStr for WeightFormat {
             other => Err(format!(
                 "unknown weight format '{other}'; expected bf16, fp8 or nvfp4"
             )),
+        }
+    }
+}
+
+/// What `--quantize` asks for: one format for every decoder linear, or NVIDIA's mixed recipe of
+/// the Qwen3.5 / 3.6 hybrids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QuantRecipe {
+    /// Every decoder linear in this format; the embedding, the lm_head and Gated-DeltaNet's
+    /// `in_proj_a` / `in_proj_b` stay BF16 (as ModelOpt exports leave them).
+    Uniform(WeightFormat),
+    /// The recipe of NVIDIA's ModelOpt export `Qwen3.6-27B-NVFP4` (`quant_algo:
+    /// MIXED_PRECISION`): MLP gate/up/down and the lm_head W4A16 NVFP4 (group 16); attention
+    /// q/k/v/o and Gated-DeltaNet in_proj_qkv / in_proj_z / out_proj FP8 E4M3 (per-tensor
+    /// weight scale; activations quantized per token here, as no calibration data exists for
+    /// synthetic weights); Gated-DeltaNet in_proj_a / in_proj_b BF16.
+    Nvfp4Mixed,
+}
+
+impl QuantRecipe {
+    /// `bf16`, `fp8`, `nvfp4`, `nvfp4-mixed`.
+    pub fn id(self) -> &'static str {
+        match self {
+            Self::Uniform(f) => f.id(),
+            Self::Nvfp4Mixed => "nvfp4-mixed",
+        }
+    }
+
+    /// The format of a decoder linear of `role`.
+    pub fn format_for(self, role: super::weights::LinearRole) -> WeightFormat {
+        use super::weights::LinearRole as R;
+        match (self, role) {
+            (_, R::GdnA | R::GdnB) => WeightFormat::Bf16,
+            (Self::Uniform(f), _) => f,
+            (Self::Nvfp4Mixed, R::Gate | R::Up | R::Down) => WeightFormat::Nvfp4,
+            (Self::Nvfp4Mixed, _) => WeightFormat::Fp8,
+        }
+    }
+
+    /// The format of an untied lm_head: BF16, or NVFP4 in the mixed recipe.
+    pub fn lm_head_format(self) -> WeightFormat {
+        match self {
+            Self::Uniform(_) => WeightFormat::Bf16,
+            Self::Nvfp4Mixed => WeightFormat::Nvfp4,
+        }
+    }
+}
+
+impl From<WeightFormat> for QuantRecipe {
+    fn from(f: WeightFormat) -> Self {
+        Self::Uniform(f)
+    }
+}
+
+impl std::str::FromStr for QuantRecipe {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "nvfp4-mixed" | "nvfp4_mixed" | "mixed" => Ok(Self::Nvfp4Mixed),
+            other => other.parse::<WeightFormat>().map(Self::Uniform).map_err(|_| {
+                format!(
+                    "unknown quantization '{other}'; expected bf16, fp8, nvfp4 or nvfp4-mixed (NVIDIA's Qwen3.6-NVFP4 recipe: NVFP4 MLP and lm_head, FP8 attention and Gated-DeltaNet projections, BF16 in_proj_a/in_proj_b)"
+                )
+            }),
         }
     }
 }
@@ -745,7 +867,8 @@ pub struct SpecConfig {
 /// fields, or from the command line through `crate::cli::serve::ServeArgs`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServeConfig {
-    /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b`, or a checkpoint directory
+    /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b`, `synthetic:tiny-hybrid`,
+    /// `synthetic:qwen3.6-27b`, or a checkpoint directory
     /// (with `config.json`, `*.safetensors`, optionally `tokenizer.json`,
     /// `tokenizer_config.json`, `generation_config.json`).
     pub model: String,
@@ -756,7 +879,7 @@ pub struct ServeConfig {
     /// Port to bind; 0 picks a free port.
     pub port: u16,
     /// Quantize BF16 (or synthesized) weights at load; `None` keeps the stored format.
-    pub quantize: Option<WeightFormat>,
+    pub quantize: Option<QuantRecipe>,
     /// Seed of synthesized weights and of requests without their own seed.
     pub seed: u64,
     /// Keep only the first N decoder layers.
@@ -897,7 +1020,7 @@ impl ServeConfig {
         if !dir.is_dir() {
             return Err(RigError::file(
                 &dir,
-                "not a checkpoint directory (expected a folder with config.json and *.safetensors, or synthetic:tiny|qwen3-8b|qwen3-32b)",
+                "not a checkpoint directory (expected a folder with config.json and *.safetensors, or synthetic:tiny|qwen3-8b|qwen3-32b|tiny-hybrid|qwen3.6-27b)",
             ));
         }
         if !dir.join("config.json").is_file() {

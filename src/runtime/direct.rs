@@ -87,6 +87,8 @@ impl<'a> DirectSession<'a> {
             block_size,
             dtype: kv_dtype,
         })?;
+        // One recurrent-state slot per sequence (hybrids; a no-op for dense decoders).
+        backend.init_state_slots(num_seqs)?;
         Ok(DirectSession {
             backend,
             num_seqs,
@@ -179,6 +181,7 @@ impl<'a> DirectSession<'a> {
                     first_pos: pos,
                     block_table: self.table(parts[pi].0, pos + toks.len()),
                     num_logits: nl,
+                    state_slot: parts[pi].0 as u32,
                 });
                 batch.token_ids.extend_from_slice(toks);
                 members.push(pi);

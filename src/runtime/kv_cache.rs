@@ -16,10 +16,15 @@ use super::config::{KvCacheDtype, ModelConfig};
 use super::prefix_cache::{BlockHash, PrefixCache};
 use crate::formats::e4m3;
 
-/// Bytes one block takes over all layers, K and V: `2 · layers · kv_heads · head_dim ·
-/// block_size · bytes(dtype)` (scales are per layer and not counted).
+/// Bytes one block takes over all layers with a KV cache, K and V: `2 · layers · kv_heads ·
+/// head_dim · block_size · bytes(dtype)` (scales are per layer and not counted). Only the
+/// full-attention layers of a Gated-DeltaNet hybrid count; its other layers keep a fixed state
+/// per sequence instead ([`ModelConfig::gdn_state_bytes`]).
 pub fn kv_bytes_per_block(config: &ModelConfig, block_size: usize, dtype: KvCacheDtype) -> u64 {
-    2 * config.num_layers as u64 * config.kv_dim() as u64 * block_size as u64 * dtype.bytes() as u64
+    2 * config.num_attention_layers() as u64
+        * config.kv_dim() as u64
+        * block_size as u64
+        * dtype.bytes() as u64
 }
 
 /// KV capacity: blocks that fit the budget and what they mean for requests.

@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::backend::DeviceMemory;
-use super::config::{KvCacheDtype, ModelConfig, WeightFormat};
+use super::config::{KvCacheDtype, ModelConfig, QuantRecipe, WeightFormat};
 use super::kv_cache::{kv_bytes_per_block, KvCapacity};
 use crate::report::table::{human_bytes, thousands};
 
@@ -58,6 +58,26 @@ pub struct KvPlan {
     pub device_memory: Option<DeviceMemorySnapshot>,
     /// Notes (which flag won, an ignored flag).
     pub notes: Vec<String>,
+    /// Recurrent-state slots taken from the budget before the KV blocks (Gated-DeltaNet
+    /// hybrids: one per sequence that may run at once; 0 for dense decoders).
+    #[serde(default)]
+    pub state_slots: usize,
+    /// Bytes of one slot (all Gated-DeltaNet layers' convolution and delta-rule states).
+    #[serde(default)]
+    pub state_bytes_per_slot: u64,
+    /// Layers with a KV cache, and Gated-DeltaNet layers (what "KV cache size" counts).
+    #[serde(default)]
+    pub layers: Option<(usize, usize)>,
+}
+
+/// The recurrent state a hybrid's plan reserves: one slot per running sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateSpec {
+    /// Bytes of one sequence's state ([`super::backend::Backend::state_bytes_per_slot`]).
+    pub bytes_per_slot: u64,
+    /// `--max-num-seqs`: slots wanted (fewer are planned when the budget cannot hold them and
+    /// one request of `max_model_len` tokens).
+    pub max_num_seqs: usize,
 }
 
 /// Serializable copy of [`DeviceMemory`].
@@ -105,9 +125,15 @@ impl KvPlan {
         self.num_blocks * self.block_size
     }
 
-    /// Requests of `max_model_len` that fit at once (vLLM: blocks / blocks per request).
+    /// Requests of `max_model_len` that fit at once (vLLM: blocks / blocks per request); for
+    /// a hybrid also at most its state slots.
     pub fn max_concurrency(&self) -> f64 {
-        self.capacity().max_concurrency()
+        let kv = self.capacity().max_concurrency();
+        if self.state_slots > 0 {
+            kv.min(self.state_slots as f64)
+        } else {
+            kv
+        }
     }
 
     /// The startup lines, in vLLM's form (`GPU KV cache size: N tokens`, `Maximum concurrency
@@ -137,6 +163,19 @@ impl KvPlan {
             thousands(self.max_model_len as u64),
             self.max_concurrency()
         ));
+        if let (Some((attn, gdn)), true) = (self.layers, self.state_slots > 0) {
+            use crate::report::table::plural;
+            v.push(format!(
+                "Hybrid model: the KV cache size counts tokens of the {} only; the {} keep a fixed state of {} per running sequence instead, {} slots ({} of the budget, --max-num-seqs {}), so the concurrency is also at most {}",
+                plural(attn as u64, "full-attention layer", "full-attention layers"),
+                plural(gdn as u64, "Gated-DeltaNet layer", "Gated-DeltaNet layers"),
+                human_bytes(self.state_bytes_per_slot),
+                self.state_slots,
+                human_bytes(self.state_slots as u64 * self.state_bytes_per_slot),
+                self.state_slots,
+                self.state_slots
+            ));
+        }
         v.extend(self.notes.iter().cloned());
         v
     }
@@ -186,6 +225,39 @@ pub fn plan_kv(
     dtype: KvCacheDtype,
     max_model_len: usize,
     utilization_given: bool,
+) -> Result<KvPlan, String> {
+    plan_memory(
+        config,
+        memory,
+        gpu_memory_utilization,
+        explicit,
+        block_size,
+        dtype,
+        max_model_len,
+        utilization_given,
+        None,
+    )
+}
+
+/// [`plan_kv`] for a model with a recurrent state (Gated-DeltaNet hybrids, `state` given): the
+/// budget is computed the same way; `slots = min(--max-num-seqs, ⌊(budget − KV of one
+/// max_model_len request) / state⌋)` state slots are taken from it first, and the rest is cut
+/// into KV blocks (of the full-attention layers only). Fewer slots than asked leave a note.
+///
+/// # Errors
+/// As [`plan_kv`], and a budget that cannot hold one sequence's state beside the KV of one
+/// request of `max_model_len` tokens (both sizes named).
+#[allow(clippy::too_many_arguments)]
+pub fn plan_memory(
+    config: &ModelConfig,
+    memory: Option<&DeviceMemory>,
+    gpu_memory_utilization: f64,
+    explicit: Option<u64>,
+    block_size: usize,
+    dtype: KvCacheDtype,
+    max_model_len: usize,
+    utilization_given: bool,
+    state: Option<StateSpec>,
 ) -> Result<KvPlan, String> {
     if !(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0) {
         return Err(format!(
@@ -246,8 +318,36 @@ pub fn plan_kv(
         BudgetSource::GpuMemoryUtilization => "--gpu-memory-utilization",
         _ => "--kv-cache-memory",
     };
-    let cap =
-        KvCapacity::from_budget(config, block_size, dtype, budget, max_model_len).map_err(|e| {
+    let (slots, state_bytes) = match state.filter(|s| s.bytes_per_slot > 0) {
+        None => (0usize, 0u64),
+        Some(s) => {
+            let one_request = max_model_len.div_ceil(block_size) as u64 * per_block;
+            let fit = budget.saturating_sub(one_request) / s.bytes_per_slot;
+            let slots = (s.max_num_seqs as u64).min(fit) as usize;
+            if slots == 0 {
+                return Err(format!(
+                    "{flag} gives a budget of {} ({} bytes); one sequence needs {} of Gated-DeltaNet state beside {} of KV cache for a request of --max-model-len {} tokens; raise {flag} or lower --max-model-len",
+                    human_bytes(budget),
+                    thousands(budget),
+                    human_bytes(s.bytes_per_slot),
+                    human_bytes(one_request),
+                    thousands(max_model_len as u64)
+                ));
+            }
+            if slots < s.max_num_seqs {
+                notes.push(format!(
+                    "--max-num-seqs {} lowered to {slots}: each running sequence of this hybrid holds {} of Gated-DeltaNet state, and the budget keeps room for the KV of one request of {} tokens",
+                    s.max_num_seqs,
+                    human_bytes(s.bytes_per_slot),
+                    thousands(max_model_len as u64)
+                ));
+            }
+            (slots, s.bytes_per_slot)
+        }
+    };
+    let kv_budget = budget - slots as u64 * state_bytes;
+    let cap = KvCapacity::from_budget(config, block_size, dtype, kv_budget, max_model_len)
+        .map_err(|e| {
             if flag == "--kv-cache-memory" {
                 e
             } else {
@@ -272,6 +372,11 @@ pub fn plan_kv(
         gpu_memory_utilization: memory.map(|_| gpu_memory_utilization),
         device_memory: memory.map(DeviceMemorySnapshot::from),
         notes,
+        state_slots: slots,
+        state_bytes_per_slot: state_bytes,
+        layers: config
+            .is_hybrid()
+            .then(|| (config.num_attention_layers(), config.num_gdn_layers())),
     })
 }
 
@@ -287,7 +392,7 @@ pub fn linear_bytes(format: WeightFormat, n: usize, k: usize) -> u64 {
     }
 }
 
-/// Bytes of the decoder linears of one layer in `format`.
+/// Bytes of the decoder linears of one full-attention layer in `format`.
 pub fn layer_linear_bytes(c: &ModelConfig, format: WeightFormat) -> u64 {
     use super::weights::LinearRole;
     LinearRole::ALL
@@ -299,19 +404,52 @@ pub fn layer_linear_bytes(c: &ModelConfig, format: WeightFormat) -> u64 {
         .sum()
 }
 
+/// Bytes of every decoder linear of `c` quantized by `recipe` (per layer its attention or
+/// Gated-DeltaNet linears and the MLP; each role in [`QuantRecipe::format_for`]'s format).
+pub fn decoder_linear_bytes(c: &ModelConfig, recipe: QuantRecipe) -> u64 {
+    use super::weights::LinearRole;
+    (0..c.num_layers)
+        .flat_map(|i| LinearRole::of_layer(c, i).iter())
+        .map(|r| {
+            let (n, k) = r.shape(c);
+            linear_bytes(recipe.format_for(*r), n, k)
+        })
+        .sum()
+}
+
+/// Bytes of the parameters other than the linears and the embedding, at 4 bytes each as the
+/// runtime keeps them: RMSNorm weights (input, post-attention, q/k per head, final) and, in
+/// Gated-DeltaNet layers, the convolution weights, `A_log`, `dt_bias` and the gated norm.
+fn small_param_bytes(c: &ModelConfig) -> u64 {
+    let per_layer = |i: usize| -> usize {
+        match (&c.hybrid, c.layer_type(i)) {
+            (Some(h), super::hybrid::LayerType::Gdn) => {
+                2 * c.hidden_size
+                    + h.conv_dim() * h.conv_kernel
+                    + 2 * h.num_value_heads
+                    + h.value_head_dim
+            }
+            _ => 2 * c.hidden_size + 2 * c.head_dim,
+        }
+    };
+    4 * ((0..c.num_layers).map(per_layer).sum::<usize>() + c.hidden_size) as u64
+}
+
 /// Bytes of every weight of `c` with the decoder linears in `format` (embedding and lm_head
-/// BF16, norms at 4 bytes as the runtime keeps them).
+/// BF16, Gated-DeltaNet's in_proj_a / in_proj_b BF16, norms and the other small parameters at
+/// 4 bytes as the runtime keeps them).
 pub fn estimate_weight_bytes(c: &ModelConfig, format: WeightFormat) -> u64 {
     let emb = 2 * (c.vocab_size * c.hidden_size) as u64;
     let head = if c.tie_word_embeddings { 0 } else { emb };
-    let norms = 4 * (c.num_layers * (2 * c.hidden_size + 2 * c.head_dim) + c.hidden_size) as u64;
-    c.num_layers as u64 * layer_linear_bytes(c, format) + emb + head + norms
+    decoder_linear_bytes(c, QuantRecipe::Uniform(format)) + emb + head + small_param_bytes(c)
 }
 
-/// Bytes one batch-1 decode step reads at context `ctx`: every decoder linear in `format`, the
-/// lm_head (BF16, the embedding when tied), one embedding row, the norms, and the KV cache of
-/// `ctx` tokens (K and V, all layers, in `kv`). The weight-streaming floor of a decode step
-/// (each byte read once; caches ignored).
+/// Bytes one batch-1 decode step reads at context `ctx`: every decoder linear in `format`
+/// (Gated-DeltaNet's in_proj_a / in_proj_b in BF16), the lm_head (BF16, the embedding when
+/// tied), one embedding row, the norms and other small parameters, the KV cache of `ctx` tokens
+/// (K and V, the layers with attention, in `kv`) and, for a Gated-DeltaNet hybrid, its state
+/// read and written once (BF16 convolution state, FP32 recurrent state). The weight-streaming
+/// floor of a decode step (each byte moved once; caches ignored).
 pub fn decode_step_bytes(
     c: &ModelConfig,
     format: WeightFormat,
@@ -319,15 +457,15 @@ pub fn decode_step_bytes(
     ctx: usize,
 ) -> DecodeBytes {
     let head = 2 * (c.vocab_size * c.hidden_size) as u64;
-    let norms = 4 * (c.num_layers * (2 * c.hidden_size + 2 * c.head_dim) + c.hidden_size) as u64;
-    let weights = c.num_layers as u64 * layer_linear_bytes(c, format)
+    let weights = decoder_linear_bytes(c, QuantRecipe::Uniform(format))
         + head
         + 2 * c.hidden_size as u64
-        + norms;
-    let kv_bytes = 2 * (c.num_layers * c.kv_dim() * ctx * kv.bytes()) as u64;
+        + small_param_bytes(c);
+    let kv_bytes = 2 * (c.num_attention_layers() * c.kv_dim() * ctx * kv.bytes()) as u64;
     DecodeBytes {
         weights,
         kv: kv_bytes,
+        state: 2 * c.gdn_state_bytes(super::hybrid::CONV_STATE_ELEM_BYTES),
     }
 }
 
@@ -338,12 +476,15 @@ pub struct DecodeBytes {
     pub weights: u64,
     /// KV-cache bytes.
     pub kv: u64,
+    /// Recurrent-state bytes read and written (Gated-DeltaNet hybrids; 0 otherwise).
+    #[serde(default)]
+    pub state: u64,
 }
 
 impl DecodeBytes {
-    /// Weights + KV.
+    /// Weights + KV + state.
     pub fn total(&self) -> u64 {
-        self.weights + self.kv
+        self.weights + self.kv + self.state
     }
 }
 
@@ -506,6 +647,225 @@ mod tests {
                 && e.contains("3.0 GiB")
                 && e.contains("--gpu-memory-utilization")
         );
+    }
+
+    /// The built-in runtime's KV cache of a hybrid (its full-attention layers' KV blocks after
+    /// one state slot per sequence) against `inspect`'s prediction with `--max-num-seqs`, for
+    /// the same config.json and the same budget. The bound is 3%; at the 27B shape the
+    /// two agree to block rounding.
+    const HYBRID_KV_VS_INSPECT: f64 = 0.03;
+
+    fn inspect_dir(c: &ModelConfig, dir: &std::path::Path) {
+        std::fs::write(
+            dir.join("config.json"),
+            crate::runtime::weights::tests::config_json(c).to_string(),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn hybrid_plan_agrees_with_inspect_at_the_27b_shape() {
+        let c = ModelConfig::preset("qwen3.6-27b").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        inspect_dir(&c, dir.path());
+        for (slots, max_len) in [(256u64, 32_768u64), (32, 262_144), (1024, 4096)] {
+            let opts = crate::checkpoint::InspectOptions {
+                gpu_memory_bytes: Some(141 << 30),
+                gpu_memory_source: Some("H200".into()),
+                max_num_seqs: Some(slots),
+                max_model_len: Some(max_len),
+                ..Default::default()
+            };
+            let r = crate::checkpoint::inspect(dir.path(), &opts).unwrap();
+            let p = &r.capacity;
+            let budget = p.kv_budget_bytes.unwrap() as u64;
+            let predicted = p.kv_tokens.unwrap();
+            // The runtime on a GPU: BF16 convolution state, FP32 recurrent state.
+            let plan = plan_memory(
+                &c,
+                None,
+                0.9,
+                Some(budget),
+                16,
+                KvCacheDtype::Bf16,
+                max_len as usize,
+                false,
+                Some(StateSpec {
+                    bytes_per_slot: c
+                        .gdn_state_bytes(crate::runtime::hybrid::CONV_STATE_ELEM_BYTES),
+                    max_num_seqs: slots as usize,
+                }),
+            )
+            .unwrap();
+            assert_eq!(
+                Some(plan.state_bytes_per_slot),
+                p.state_bytes_per_sequence,
+                "state per sequence"
+            );
+            let got = plan.tokens() as f64;
+            let rel = got / predicted as f64 - 1.0;
+            assert!(
+                rel.abs() < HYBRID_KV_VS_INSPECT,
+                "{slots} slots, {max_len}: runtime {got} vs inspect {predicted} ({rel:+.4})"
+            );
+            // What "KV cache size" counts is said.
+            let lines = plan.lines("cuda");
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.contains("16 full-attention layers only")
+                        && l.contains("48 Gated-DeltaNet layers")),
+                "{lines:?}"
+            );
+            assert!(plan.max_concurrency() <= plan.state_slots as f64);
+            // Without --max-num-seqs inspect keeps vLLM's one-state reservation: far more tokens.
+            if slots == 256 {
+                let vllm = crate::checkpoint::inspect(
+                    dir.path(),
+                    &crate::checkpoint::InspectOptions {
+                        max_num_seqs: None,
+                        ..opts.clone()
+                    },
+                )
+                .unwrap();
+                assert!(vllm.capacity.kv_tokens.unwrap() as f64 > 1.5 * got);
+            }
+        }
+    }
+
+    #[test]
+    fn hybrid_engine_allocates_what_inspect_predicts_on_the_cpu() {
+        // A real engine start on the CPU backend from a checkpoint directory, and inspect of the
+        // same directory with the budget set to the engine's (GPU memory = budget + weights,
+        // utilization 1, no reserve).
+        let c = crate::runtime::hybrid::tiny_hybrid();
+        let w = crate::runtime::weights::synthesize(&c, 1);
+        let dir = tempfile::tempdir().unwrap();
+        crate::runtime::weights::tests::write_checkpoint(dir.path(), &w);
+        let budget: u64 = 6 << 20;
+        let mut sc = crate::runtime::ServeConfig::tiny();
+        sc.model = dir.path().display().to_string();
+        sc.kv_cache_memory = Some(budget);
+        sc.max_num_seqs = 24;
+        sc.max_model_len = Some(4096);
+        sc.enable_prefix_caching = true;
+        let loaded = crate::runtime::engine::load(&sc).unwrap();
+        let info = &loaded.info;
+        assert_eq!(info.kv_plan.state_slots, 24);
+        assert!(
+            !info.enable_prefix_caching,
+            "prefix caching is off for hybrids"
+        );
+        assert!(
+            info.notes
+                .iter()
+                .any(|n| n.contains("prefix caching off") && n.contains("Gated-DeltaNet")),
+            "{:?}",
+            info.notes
+        );
+        let allocated = info.capacity.tokens() as f64;
+        let headers = crate::checkpoint::inspect(dir.path(), &Default::default()).unwrap();
+        let weights = headers.capacity.weight_bytes.unwrap();
+        let r = crate::checkpoint::inspect(
+            dir.path(),
+            &crate::checkpoint::InspectOptions {
+                gpu_memory_bytes: Some(budget + weights),
+                gpu_memory_source: Some("test".into()),
+                gpu_memory_utilization: 1.0,
+                reserve_bytes: 0,
+                max_num_seqs: Some(24),
+                max_model_len: Some(4096),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(r.capacity.kv_budget_bytes, Some(budget as i64));
+        let predicted = r.capacity.kv_tokens.unwrap() as f64;
+        let rel = allocated / predicted - 1.0;
+        assert!(
+            rel.abs() < HYBRID_KV_VS_INSPECT,
+            "engine {allocated} vs inspect {predicted} ({rel:+.4})"
+        );
+        // The lines say what the size counts.
+        let lines = info.kv_plan.lines("cpu");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("1 full-attention layer only")),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn hybrid_slots_shrink_to_the_budget_with_a_note() {
+        let c = ModelConfig::preset("qwen3.6-27b").unwrap();
+        let state = c.gdn_state_bytes(crate::runtime::hybrid::CONV_STATE_ELEM_BYTES);
+        let kv_per_token = kv_bytes_per_block(&c, 1, KvCacheDtype::Bf16);
+        // 16 layers × 2 × 4 KV heads × 256 × 2 bytes.
+        assert_eq!(kv_per_token, 65_536);
+        let spec = |n| {
+            Some(StateSpec {
+                bytes_per_slot: state,
+                max_num_seqs: n,
+            })
+        };
+        // Room for the KV of one 8k request and 10.5 states: 10 slots, with a note.
+        let budget = 8192 * kv_per_token + state * 21 / 2;
+        let p = plan_memory(
+            &c,
+            None,
+            0.9,
+            Some(budget),
+            16,
+            KvCacheDtype::Bf16,
+            8192,
+            false,
+            spec(256),
+        )
+        .unwrap();
+        assert_eq!(p.state_slots, 10);
+        assert!(p
+            .notes
+            .iter()
+            .any(|n| n.contains("--max-num-seqs 256 lowered to 10")));
+        // No room for one state beside one request: an error naming both sizes.
+        let e = plan_memory(
+            &c,
+            None,
+            0.9,
+            Some(8192 * kv_per_token + state / 2),
+            16,
+            KvCacheDtype::Bf16,
+            8192,
+            false,
+            spec(4),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("Gated-DeltaNet state") && e.contains("--max-model-len"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn hybrid_decode_bytes_count_the_state_read_and_written() {
+        let c = ModelConfig::preset("qwen3.6-27b").unwrap();
+        let b = decode_step_bytes(&c, WeightFormat::Bf16, KvCacheDtype::Bf16, 1024);
+        // 48 GDN layers × (3 × 10,240 × 2 B + 48 × 128 × 128 × 4 B), read and written.
+        assert_eq!(b.state, 2 * 48 * (3 * 10_240 * 2 + 48 * 128 * 128 * 4));
+        // KV of the 16 attention layers only: 16 × 4 × 256 × 2 (K, V) × 2 B per token.
+        assert_eq!(b.kv, 16 * 4 * 256 * 2 * 2 * 1024);
+        // The weights are the model's: 26.9e9 parameters in BF16 less the embedding table
+        // (one row read), about 51.3 GB.
+        let gb = b.weights as f64 / 1e9;
+        assert!((51.0..52.0).contains(&gb), "{gb}");
+        assert_eq!(b.total(), b.weights + b.kv + b.state);
+        // W4A16 reads far fewer weight bytes, the same state.
+        let n = decode_step_bytes(&c, WeightFormat::Nvfp4, KvCacheDtype::Bf16, 1024);
+        assert!(n.weights * 2 < b.weights && n.state == b.state);
+        // The estimate of all weights: the 27B's BF16 checkpoint without vision and MTP.
+        let w = estimate_weight_bytes(&c, WeightFormat::Bf16) as f64 / 1e9;
+        assert!((53.5..54.5).contains(&w), "{w}");
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //! - [`weights`]: BF16 / FP8 / NVFP4 linear weights, safetensors loading, seeded synthesis;
 //! - [`tokenizer`], [`template`]: `tokenizer.json` or byte-level; Jinja chat templates;
 //! - [`model`]: the decoder's math (RMSNorm, RoPE, SwiGLU, attention);
+//! - [`hybrid`], [`gdn`]: Qwen3.5 / 3.6 hybrids: the layer mix and its config reader; the
+//!   Gated-DeltaNet math (causal convolution, chunked and recurrent gated delta rule, gated
+//!   RMSNorm) and the per-sequence state;
 //! - [`backend`]: the device interface ([`backend::Backend`]) and the CPU backend;
 //! - [`kv_cache`], [`prefix_cache`]: paged KV blocks, capacity, hashing of full blocks;
 //! - [`device`]: `--device` resolution; [`memory`]: the memory planner (weights fit, KV budget);
@@ -26,6 +29,8 @@ pub mod config;
 pub mod device;
 pub mod direct;
 pub mod engine;
+pub mod gdn;
+pub mod hybrid;
 pub mod kv_cache;
 pub mod memory;
 pub mod metrics;

@@ -86,17 +86,19 @@ fn load_cuda(
             config: config.clone(),
         },
     };
+    let quantize = quantize.map(crate::runtime::config::QuantRecipe::from);
+    let bench = o.bench.for_model(config);
     CudaBackend::load(CudaLoadSpec {
         device: o.device,
         weights,
         quantize,
-        max_num_batched_tokens: o.bench.prefill_tokens.max(o.bench.batch_context).max(2048),
-        max_num_seqs: o.bench.batch.max(FIDELITY_PROMPTS.len()),
-        max_model_len: (o.bench.prefill_tokens + 1)
-            .max(o.bench.batch_context + o.bench.batch_tokens)
+        max_num_batched_tokens: bench.prefill_tokens.max(bench.batch_context).max(2048),
+        max_num_seqs: bench.batch.max(FIDELITY_PROMPTS.len()),
+        max_model_len: (bench.prefill_tokens + 1)
+            .max(bench.batch_context + bench.batch_tokens)
             .max(256),
         kv_dtype: KvCacheDtype::Bf16,
-        block_size: o.bench.block_size,
+        block_size: bench.block_size,
     })
 }
 
@@ -130,15 +132,26 @@ fn provenance(o: &RuntimeReportOptions) -> String {
 }
 
 /// Correct before fast: the CUDA backend against the CPU backend on `synthetic:tiny` weights
-/// (identical: passed as host weights), greedy tokens for 64 steps on 8 prompts and logits
-/// within [`ParityTolerance::bf16_vs_f32`]. The CPU backend rounds to BF16 where the CUDA
-/// backend does ([`CpuBackend::with_gpu_rounding`]), so both compute the same function up to
-/// FP32 summation order and a greedy difference can only be a near-tie or a bug.
+/// (`synthetic:tiny-hybrid` when the report's model is a Gated-DeltaNet hybrid; identical:
+/// passed as host weights), greedy tokens for 64 steps on 8 prompts and logits within
+/// [`ParityTolerance::bf16_vs_f32`]. The CPU backend rounds to BF16 where the CUDA backend does
+/// ([`CpuBackend::with_gpu_rounding`]), so both compute the same function up to FP32 summation
+/// order and a greedy difference can only be a near-tie or a bug.
 ///
 /// # Errors
 /// The CUDA backend cannot load, or a forward fails.
 pub fn gpu_parity(device: usize) -> anyhow::Result<ParityReport> {
-    let w = super::weights::synthesize(&ModelConfig::tiny(), 0);
+    gpu_parity_of(device, "tiny")
+}
+
+/// [`gpu_parity`] on the synthetic preset `preset`.
+///
+/// # Errors
+/// As [`gpu_parity`]; an unknown preset.
+pub fn gpu_parity_of(device: usize, preset: &str) -> anyhow::Result<ParityReport> {
+    let mc = ModelConfig::preset(preset)
+        .ok_or_else(|| anyhow::anyhow!("unknown preset synthetic:{preset}"))?;
+    let w = super::weights::synthesize(&mc, 0);
     let mut cpu = CpuBackend::new(w.clone(), 2).with_gpu_rounding(true);
     let mut gpu = CudaBackend::load(CudaLoadSpec {
         device,
@@ -150,7 +163,7 @@ pub fn gpu_parity(device: usize) -> anyhow::Result<ParityReport> {
         kv_dtype: KvCacheDtype::Bf16,
         block_size: 16,
     })?;
-    let tok = super::tokenizer::Tokenizer::bytes(ModelConfig::tiny().vocab_size, &[])?;
+    let tok = super::tokenizer::Tokenizer::bytes(mc.vocab_size, &[])?;
     let prompts: Vec<Vec<u32>> = FIDELITY_PROMPTS[..8]
         .iter()
         .map(|p| tok.encode(p, false))
@@ -175,7 +188,12 @@ pub fn run_gpu(
         device: format!("cuda:{}", o.device),
         ..Default::default()
     };
-    match gpu_parity(o.device) {
+    // A hybrid model is checked on the hybrid path (Gated-DeltaNet and gated attention kernels).
+    let parity_preset = match model_config(&o.model) {
+        Ok(c) if c.is_hybrid() => "tiny-hybrid",
+        _ => "tiny",
+    };
+    match gpu_parity_of(o.device, parity_preset) {
         Ok(p) => {
             let passed = p.passed;
             s.parity = Some(p);
@@ -267,7 +285,12 @@ pub fn run_gpu(
                         )),
                     }
                 }
-                match super::bench::run(b, o.bench, KvCacheDtype::Bf16, &model_desc) {
+                match super::bench::run(
+                    b,
+                    o.bench.for_model(&config),
+                    KvCacheDtype::Bf16,
+                    &model_desc,
+                ) {
                     Ok((mut bench, _back)) => {
                         bench.attach_roofline(bw, peak.clone());
                         let allocated = run
@@ -280,13 +303,21 @@ pub fn run_gpu(
                             let w = super::memory::estimate_weight_bytes(&config, fmt);
                             let per_tok =
                                 super::kv_cache::kv_bytes_per_block(&config, 1, KvCacheDtype::Bf16);
-                            if let Some(p) = crate::checkpoint::capacity::predict_kv_tokens(
-                                mem,
-                                0.9,
-                                w,
-                                crate::checkpoint::DEFAULT_RESERVE_BYTES,
-                                per_tok,
-                            ) {
+                            if let Some(p) =
+                                crate::checkpoint::capacity::predict_kv_tokens_with_states(
+                                    mem,
+                                    0.9,
+                                    w,
+                                    crate::checkpoint::DEFAULT_RESERVE_BYTES,
+                                    per_tok,
+                                    config.gdn_state_bytes(
+                                        crate::runtime::hybrid::CONV_STATE_ELEM_BYTES,
+                                    ),
+                                    // The e2e engine runs with rigbench serve's defaults.
+                                    crate::cli::serve::DEFAULT_MAX_NUM_SEQS as u64,
+                                    config.max_position_embeddings as u64,
+                                )
+                            {
                                 bench.attach_kv_capacity(a, p, format!(
                                     "inspect's formula: {} × 0.9 − weights {} − reserve {}, ÷ {per_tok} B/token; allocated from the e2e run's /metrics",
                                     crate::report::table::human_bytes(mem),

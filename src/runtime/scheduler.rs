@@ -44,6 +44,9 @@ pub struct Seq {
     pub num_preemptions: u32,
     /// Prompt tokens served from the prefix cache at first admission.
     pub num_cached_tokens: usize,
+    /// Recurrent-state slot while running (Gated-DeltaNet hybrids; one of `max_num_seqs`,
+    /// [`Seq::NO_SLOT`] while waiting).
+    pub state_slot: u32,
 }
 
 impl Seq {
@@ -60,8 +63,12 @@ impl Seq {
             drafts: Vec::new(),
             num_preemptions: 0,
             num_cached_tokens: 0,
+            state_slot: Self::NO_SLOT,
         }
     }
+
+    /// [`Seq::state_slot`] of a sequence that holds none.
+    pub const NO_SLOT: u32 = u32::MAX;
 
     /// Generated tokens.
     pub fn output(&self) -> &[u32] {
@@ -96,6 +103,9 @@ pub struct Scheduler {
     pool: BlockPool,
     waiting: VecDeque<Seq>,
     running: Vec<Seq>,
+    /// Free recurrent-state slots (`max_num_seqs` of them in all): a running sequence holds
+    /// one, so the running count never exceeds the slots a hybrid's backend allocated.
+    free_slots: Vec<u32>,
     /// Preemptions so far.
     pub num_preemptions: u64,
     /// Prefix-cache counters so far.
@@ -110,6 +120,7 @@ impl Scheduler {
             pool,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            free_slots: (0..config.max_num_seqs as u32).rev().collect(),
             num_preemptions: 0,
             prefix_stats: PrefixCacheStats::default(),
         }
@@ -123,8 +134,9 @@ impl Scheduler {
     /// Remove a sequence wherever it is and free its blocks; returns it if it existed.
     pub fn remove(&mut self, id: u64) -> Option<Seq> {
         if let Some(i) = self.running.iter().position(|s| s.id == id) {
-            let s = self.running.remove(i);
+            let mut s = self.running.remove(i);
             self.pool.free(&s.block_table);
+            self.release_slot(&mut s);
             return Some(s);
         }
         if let Some(i) = self.waiting.iter().position(|s| s.id == id) {
@@ -184,9 +196,18 @@ impl Scheduler {
         n.div_ceil(self.pool.block_size())
     }
 
+    fn release_slot(&mut self, s: &mut Seq) {
+        if s.state_slot != Seq::NO_SLOT {
+            self.free_slots.push(s.state_slot);
+            s.state_slot = Seq::NO_SLOT;
+        }
+    }
+
     fn preempt_last(&mut self) -> Option<u64> {
         let mut s = self.running.pop()?;
         self.pool.free(&s.block_table);
+        // The state restarts with the recomputation (its first segment is at position 0).
+        self.release_slot(&mut s);
         s.block_table.clear();
         s.num_computed = 0;
         s.num_cached_blocks = 0;
@@ -292,9 +313,13 @@ impl Scheduler {
             if need > free_after_touch {
                 break;
             }
+            if self.free_slots.is_empty() {
+                break;
+            }
             let Some(mut s) = self.waiting.pop_front() else {
                 break;
             };
+            s.state_slot = self.free_slots.pop().unwrap_or(Seq::NO_SLOT);
             for &b in &hits {
                 self.pool.touch(b);
             }
@@ -342,6 +367,7 @@ impl Scheduler {
                 first_pos: p.first_pos,
                 block_table: s.block_table.clone(),
                 num_logits: if p.samples { 1 + p.drafts.len() } else { 0 },
+                state_slot: s.state_slot,
             });
         }
         b
@@ -466,6 +492,54 @@ mod tests {
         // Its first block survived in the prefix cache (the tail block was evicted first), so
         // recompute starts at position 4 and covers the rest of prompt + generated token.
         assert_eq!((p[0].first_pos, p[0].num_tokens), (4, 5));
+    }
+
+    /// Every running sequence holds its own state slot, one of `max_num_seqs`; slots come back
+    /// when a sequence finishes or is preempted, and the batch carries them.
+    #[test]
+    fn running_sequences_hold_distinct_state_slots() {
+        let mut s = Scheduler::new(
+            SchedulerConfig {
+                max_num_seqs: 2,
+                max_num_batched_tokens: 100,
+            },
+            BlockPool::new(6, 4, false),
+        );
+        for id in 0..3 {
+            s.add(Seq::new(id, (0..8).map(|t| t + 10 * id as u32).collect()));
+        }
+        let plan = step(&mut s);
+        assert_eq!(
+            plan.len(),
+            2,
+            "two slots: the third waits although blocks are free"
+        );
+        let slots: Vec<u32> = s.running().iter().map(|q| q.state_slot).collect();
+        assert_eq!(slots, vec![0, 1]);
+        // Sequence 0 finishes: its slot goes to sequence 2, which starts at position 0.
+        s.remove(0);
+        let plan = s.schedule();
+        let b = s.batch(&plan);
+        assert_eq!(s.get(2).unwrap().state_slot, 0);
+        assert!(b
+            .seqs
+            .iter()
+            .any(|g| g.state_slot == 0 && g.first_pos == 0 && g.len == 8));
+        assert!(b.seqs.iter().any(|g| g.state_slot == 1 && g.first_pos == 8));
+        for p in &plan {
+            s.commit(p.id, p.num_tokens, &[7]);
+        }
+        // Blocks run out: the newest is preempted and gives its slot back.
+        for _ in 0..16 {
+            if s.num_preemptions > 0 {
+                break;
+            }
+            step(&mut s);
+        }
+        assert_eq!(s.num_preemptions, 1);
+        assert_eq!(s.running().len(), 1);
+        assert_eq!(s.running()[0].state_slot, 1);
+        assert_eq!(s.free_slots, vec![0]);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use super::config::{ModelConfig, WeightFormat};
+use super::config::{ModelConfig, QuantRecipe, WeightFormat};
 use crate::formats::fp8::{self, Fp8Granularity, Fp8Tensor};
 use crate::formats::nvfp4::{self, Nvfp4Weight, NVFP4_BLOCK};
 use crate::formats::{e2m1, e4m3};
@@ -237,6 +237,112 @@ pub struct LayerWeights {
     pub k_scale: Option<f32>,
     /// FP8 KV cache scale for V (checkpoint `v_scale`), if the checkpoint has one.
     pub v_scale: Option<f32>,
+    /// The Gated-DeltaNet mixer of a `linear_attention` layer of a hybrid; such a layer has no
+    /// attention: its `q`, `k`, `v`, `o` are empty (0 × 0) and its q/k norms `None`.
+    pub gdn: Option<GdnWeights>,
+}
+
+/// The Gated-DeltaNet mixer's weights of one layer (transformers' `Qwen3_5GatedDeltaNet`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GdnWeights {
+    /// `in_proj_qkv`, `[2·key_dim + value_dim, H]`.
+    pub qkv: Linear,
+    /// `in_proj_z` (the output gate of the gated norm), `[value_dim, H]`.
+    pub z: Linear,
+    /// `in_proj_a` (decay input), `[value_heads, H]`.
+    pub a: Linear,
+    /// `in_proj_b` (β input), `[value_heads, H]`.
+    pub b: Linear,
+    /// `out_proj`, `[H, value_dim]`.
+    pub out: Linear,
+    /// `conv1d.weight` as `[conv_dim][K]` f32.
+    pub conv_w: Vec<f32>,
+    /// `A_log`, one per value head.
+    pub a_log: Vec<f32>,
+    /// `dt_bias`, one per value head.
+    pub dt_bias: Vec<f32>,
+    /// The gated RMSNorm weight, value_head_dim (used as stored).
+    pub norm: Vec<f32>,
+}
+
+impl GdnWeights {
+    /// The parameters other than the linears, for [`crate::runtime::gdn`].
+    pub fn params(&self) -> crate::runtime::gdn::GdnParams<'_> {
+        crate::runtime::gdn::GdnParams {
+            conv_w: &self.conv_w,
+            a_log: &self.a_log,
+            dt_bias: &self.dt_bias,
+        }
+    }
+
+    /// The five linears with their roles.
+    pub fn linears(&self) -> [(LinearRole, &Linear); 5] {
+        [
+            (LinearRole::GdnQkv, &self.qkv),
+            (LinearRole::GdnZ, &self.z),
+            (LinearRole::GdnA, &self.a),
+            (LinearRole::GdnB, &self.b),
+            (LinearRole::GdnOut, &self.out),
+        ]
+    }
+
+    fn extra_bytes(&self) -> usize {
+        4 * (self.conv_w.len() + self.a_log.len() + self.dt_bias.len() + self.norm.len())
+    }
+}
+
+impl LayerWeights {
+    /// A Gated-DeltaNet layer: `input_norm`, the mixer, `post_norm` and the MLP
+    /// (`[gate, up, down]`); the attention fields are empty.
+    pub fn gdn_layer(
+        input_norm: Vec<f32>,
+        gdn: GdnWeights,
+        post_norm: Vec<f32>,
+        mlp: [Linear; 3],
+    ) -> Self {
+        let empty = || Linear::Bf16 {
+            n: 0,
+            k: 0,
+            data: Vec::new(),
+        };
+        let [gate, up, down] = mlp;
+        LayerWeights {
+            input_norm,
+            q: empty(),
+            k: empty(),
+            v: empty(),
+            o: empty(),
+            q_norm: None,
+            k_norm: None,
+            post_norm,
+            gate,
+            up,
+            down,
+            k_scale: None,
+            v_scale: None,
+            gdn: Some(gdn),
+        }
+    }
+
+    /// Every linear of the layer with its role (the attention or the Gated-DeltaNet ones, then
+    /// the MLP).
+    pub fn linears(&self) -> Vec<(LinearRole, &Linear)> {
+        let mut v: Vec<(LinearRole, &Linear)> = match &self.gdn {
+            Some(g) => g.linears().to_vec(),
+            None => vec![
+                (LinearRole::Q, &self.q),
+                (LinearRole::K, &self.k),
+                (LinearRole::V, &self.v),
+                (LinearRole::O, &self.o),
+            ],
+        };
+        v.extend([
+            (LinearRole::Gate, &self.gate),
+            (LinearRole::Up, &self.up),
+            (LinearRole::Down, &self.down),
+        ]);
+        v
+    }
 }
 
 /// A whole decoder's weights.
@@ -260,12 +366,16 @@ impl ModelWeights {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 
-    /// The format of the decoder's linear layers: the first layer's q_proj (mixed checkpoints
-    /// report their attention format).
+    /// The format of the decoder's linear layers: the first layer's first projection (q_proj,
+    /// or in_proj_qkv of a Gated-DeltaNet layer; mixed checkpoints report their attention
+    /// format).
     pub fn linear_format(&self) -> WeightFormat {
         self.layers
             .first()
-            .map(|l| l.q.format())
+            .map(|l| match &l.gdn {
+                Some(g) => g.qkv.format(),
+                None => l.q.format(),
+            })
             .unwrap_or(WeightFormat::Bf16)
     }
 
@@ -276,49 +386,77 @@ impl ModelWeights {
             b += h.stored_bytes();
         }
         for l in &self.layers {
-            for w in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
+            for (_, w) in l.linears() {
                 b += w.stored_bytes();
+            }
+            if let Some(g) = &l.gdn {
+                b += g.extra_bytes();
             }
         }
         b
     }
 
     /// Quantize every decoder linear layer stored in BF16 to `format` (embedding and lm_head stay
-    /// BF16, as ModelOpt exports leave them by default). q/k/v share one per-tensor scale, and so
-    /// do gate/up (see [`Linear::quantized_with_amax`]): serving engines, and the CUDA backend,
-    /// run each group as one fused GEMM.
+    /// BF16, as ModelOpt exports leave them by default; so do Gated-DeltaNet's `in_proj_a` /
+    /// `in_proj_b`). q/k/v share one per-tensor scale, and so do gate/up and Gated-DeltaNet's
+    /// in_proj_qkv/in_proj_z (see [`Linear::quantized_with_amax`]): serving engines, and the
+    /// CUDA backend, run each group as one fused GEMM.
     ///
     /// # Errors
     /// A shape error when a K is not a multiple of 16 for NVFP4.
     pub fn quantize(&mut self, format: WeightFormat) -> anyhow::Result<()> {
-        if format == WeightFormat::Bf16 {
+        self.quantize_recipe(QuantRecipe::Uniform(format))
+    }
+
+    /// Quantize the BF16 linears by `recipe` ([`QuantRecipe::format_for`] per role, the fused
+    /// groups of [`Self::quantize`] sharing one per-tensor scale); the untied lm_head too when
+    /// the recipe names a format for it.
+    ///
+    /// # Errors
+    /// As [`Self::quantize`].
+    pub fn quantize_recipe(&mut self, recipe: QuantRecipe) -> anyhow::Result<()> {
+        if recipe == QuantRecipe::Uniform(WeightFormat::Bf16) {
             return Ok(());
         }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let group = |ws: &[&Linear]| -> f32 {
+            ws.iter().filter_map(|w| w.bf16_amax()).fold(0f32, f32::max)
+        };
         for (i, l) in self.layers.iter_mut().enumerate() {
-            let group = |ws: &[&Linear]| -> f32 {
-                ws.iter().filter_map(|w| w.bf16_amax()).fold(0f32, f32::max)
-            };
-            let qkv = group(&[&l.q, &l.k, &l.v]);
             let gu = group(&[&l.gate, &l.up]);
-            let own_o = l.o.bf16_amax().unwrap_or(0.0);
             let own_d = l.down.bf16_amax().unwrap_or(0.0);
-            let mut slots: Vec<(&mut Linear, f32)> = vec![
-                (&mut l.q, qkv),
-                (&mut l.k, qkv),
-                (&mut l.v, qkv),
-                (&mut l.o, own_o),
-                (&mut l.gate, gu),
-                (&mut l.up, gu),
-                (&mut l.down, own_d),
-            ];
+            let mut slots: Vec<(&mut Linear, f32, WeightFormat)> = Vec::new();
+            match &mut l.gdn {
+                Some(g) => {
+                    let qz = group(&[&g.qkv, &g.z]);
+                    let own_out = g.out.bf16_amax().unwrap_or(0.0);
+                    let own_a = g.a.bf16_amax().unwrap_or(0.0);
+                    let own_b = g.b.bf16_amax().unwrap_or(0.0);
+                    slots.push((&mut g.qkv, qz, recipe.format_for(LinearRole::GdnQkv)));
+                    slots.push((&mut g.z, qz, recipe.format_for(LinearRole::GdnZ)));
+                    slots.push((&mut g.a, own_a, recipe.format_for(LinearRole::GdnA)));
+                    slots.push((&mut g.b, own_b, recipe.format_for(LinearRole::GdnB)));
+                    slots.push((&mut g.out, own_out, recipe.format_for(LinearRole::GdnOut)));
+                }
+                None => {
+                    let qkv = group(&[&l.q, &l.k, &l.v]);
+                    let own_o = l.o.bf16_amax().unwrap_or(0.0);
+                    slots.push((&mut l.q, qkv, recipe.format_for(LinearRole::Q)));
+                    slots.push((&mut l.k, qkv, recipe.format_for(LinearRole::K)));
+                    slots.push((&mut l.v, qkv, recipe.format_for(LinearRole::V)));
+                    slots.push((&mut l.o, own_o, recipe.format_for(LinearRole::O)));
+                }
+            }
+            slots.push((&mut l.gate, gu, recipe.format_for(LinearRole::Gate)));
+            slots.push((&mut l.up, gu, recipe.format_for(LinearRole::Up)));
+            slots.push((&mut l.down, own_d, recipe.format_for(LinearRole::Down)));
             let results: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
                 let chunk = slots.len().div_ceil(threads.max(1));
                 let handles: Vec<_> = slots
                     .chunks_mut(chunk.max(1))
                     .map(|group| {
                         s.spawn(move || -> anyhow::Result<()> {
-                            for (w, amax) in group.iter_mut() {
+                            for (w, amax, fmt) in group.iter_mut() {
                                 let owned = std::mem::replace(
                                     &mut **w,
                                     Linear::Bf16 {
@@ -327,7 +465,7 @@ impl ModelWeights {
                                         data: Vec::new(),
                                     },
                                 );
-                                **w = owned.quantized_with_amax(format, *amax)?;
+                                **w = owned.quantized_with_amax(*fmt, *amax)?;
                             }
                             Ok(())
                         })
@@ -342,7 +480,14 @@ impl ModelWeights {
                     .collect()
             });
             for r in results {
-                r.with_context(|| format!("quantizing layer {i} to {}", format.id()))?;
+                r.with_context(|| format!("quantizing layer {i} to {}", recipe.id()))?;
+            }
+        }
+        let head = recipe.lm_head_format();
+        if head != WeightFormat::Bf16 {
+            if let Some(h) = self.lm_head.take() {
+                let q = h.quantized(head).context("quantizing lm_head")?;
+                self.lm_head = Some(q);
             }
         }
         Ok(())
@@ -400,7 +545,9 @@ pub fn synth_stream_base(seed: u64, tensor_id: u64) -> u64 {
 
 /// Tensor ids of [`synthesize`]: embedding 1, final norm 2, lm_head 3, and for layer `i` the
 /// ids `1000 + 100·i + j` with `j` = 0 input norm, 1 q, 2 k, 3 v, 4 o, 5 q_norm, 6 k_norm,
-/// 7 post-attention norm, 8 gate, 9 up, 10 down.
+/// 7 post-attention norm, 8 gate, 9 up, 10 down; Gated-DeltaNet layers use 11 in_proj_qkv,
+/// 12 in_proj_z, 13 in_proj_a, 14 in_proj_b, 15 out_proj, 16 conv1d, 17 A_log, 18 dt_bias,
+/// 19 the gated norm (and 0, 7–10 as above).
 pub fn synth_tensor_id(layer: Option<usize>, j: u64) -> u64 {
     match layer {
         None => j,
@@ -496,9 +643,35 @@ pub fn synthesize_with_progress(
     let mut layers = Vec::with_capacity(config.num_layers);
     for i in 0..config.num_layers {
         let id = |j: u64| synth_tensor_id(Some(i), j);
+        let mlp = || {
+            [
+                synth_linear(seed, id(8), config.intermediate_size, h, inv(h)),
+                synth_linear(seed, id(9), config.intermediate_size, h, inv(h)),
+                synth_linear(
+                    seed,
+                    id(10),
+                    h,
+                    config.intermediate_size,
+                    inv(config.intermediate_size),
+                ),
+            ]
+        };
+        if let (Some(hy), crate::runtime::hybrid::LayerType::Gdn) =
+            (&config.hybrid, config.layer_type(i))
+        {
+            let gdn = synth_gdn(seed, &id, h, hy);
+            layers.push(LayerWeights::gdn_layer(
+                synth_norm(seed, id(0), h),
+                gdn,
+                synth_norm(seed, id(7), h),
+                mlp(),
+            ));
+            progress(i + 1, config.num_layers);
+            continue;
+        }
         layers.push(LayerWeights {
             input_norm: synth_norm(seed, id(0), h),
-            q: synth_linear(seed, id(1), config.q_dim(), h, inv(h)),
+            q: synth_linear(seed, id(1), config.q_proj_rows(), h, inv(h)),
             k: synth_linear(seed, id(2), config.kv_dim(), h, inv(h)),
             v: synth_linear(seed, id(3), config.kv_dim(), h, inv(h)),
             o: synth_linear(seed, id(4), h, config.q_dim(), inv(config.q_dim())),
@@ -520,6 +693,7 @@ pub fn synthesize_with_progress(
             ),
             k_scale: None,
             v_scale: None,
+            gdn: None,
         });
         progress(i + 1, config.num_layers);
     }
@@ -530,6 +704,40 @@ pub fn synthesize_with_progress(
         norm: synth_norm(seed, 2, h),
         lm_head: (!config.tie_word_embeddings)
             .then(|| synth_linear(seed, 3, config.vocab_size, h, emb_std)),
+    }
+}
+
+/// Mean and standard deviation of synthesized Gated-DeltaNet parameters other than the linears
+/// (`(mean, std)` of the BF16 normals): `conv1d` N(0, 1/K) (unit-variance outputs from
+/// unit-variance inputs), `A_log` N(−1, 0.5²) and `dt_bias` N(0, 0.5²) (decays
+/// `exp(−e^{A_log} · softplus(a + dt_bias))` around 0.6 per token: the state keeps a few tokens'
+/// history, in the range trained models show), the gated norm N(1, 0.1²) like every norm.
+pub const SYNTH_GDN_A_LOG: (f32, f32) = (-1.0, 0.5);
+/// See [`SYNTH_GDN_A_LOG`].
+pub const SYNTH_GDN_DT_BIAS: (f32, f32) = (0.0, 0.5);
+
+/// A synthesized Gated-DeltaNet mixer (tensor ids 11–19 of [`synth_tensor_id`]).
+fn synth_gdn(
+    seed: u64,
+    id: &dyn Fn(u64) -> u64,
+    h: usize,
+    hy: &crate::runtime::hybrid::HybridConfig,
+) -> GdnWeights {
+    let inv = |fan_in: usize| 1.0 / (fan_in as f32).sqrt();
+    let f32s = |j: u64, len: usize, (mean, std): (f32, f32)| {
+        crate::formats::from_bf16_bits(&synth_bf16(seed, id(j), len, mean, std))
+    };
+    let (cd, vd, nv) = (hy.conv_dim(), hy.value_dim(), hy.num_value_heads);
+    GdnWeights {
+        qkv: synth_linear(seed, id(11), cd, h, inv(h)),
+        z: synth_linear(seed, id(12), vd, h, inv(h)),
+        a: synth_linear(seed, id(13), nv, h, inv(h)),
+        b: synth_linear(seed, id(14), nv, h, inv(h)),
+        out: synth_linear(seed, id(15), h, vd, inv(vd)),
+        conv_w: f32s(16, cd * hy.conv_kernel, (0.0, inv(hy.conv_kernel))),
+        a_log: f32s(17, nv, SYNTH_GDN_A_LOG),
+        dt_bias: f32s(18, nv, SYNTH_GDN_DT_BIAS),
+        norm: f32s(19, hy.value_head_dim, (1.0, SYNTH_NORM_JITTER)),
     }
 }
 
@@ -550,6 +758,54 @@ pub(crate) mod tests {
     use super::*;
     use safetensors::tensor::TensorView;
     use safetensors::Dtype;
+
+    /// The `config.json` of `c` in transformers' form (`qwen3`, or `qwen3_5_text` for hybrids,
+    /// with `mamba_ssm_dtype: float32` as the published Qwen3.5 / 3.6 configs).
+    pub(crate) fn config_json(c: &ModelConfig) -> serde_json::Value {
+        let mut cfg = serde_json::json!({
+            "model_type": "qwen3", "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
+            "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
+            "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim, "vocab_size": c.vocab_size,
+            "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta,
+            "max_position_embeddings": c.max_position_embeddings,
+            "tie_word_embeddings": c.tie_word_embeddings, "eos_token_id": c.eos_token_ids,
+        });
+        if let Some(h) = &c.hybrid {
+            let m = cfg.as_object_mut().unwrap();
+            m.remove("rope_theta");
+            let types: Vec<&str> = h.layer_types[..c.num_layers]
+                .iter()
+                .map(|t| match t {
+                    crate::runtime::hybrid::LayerType::Attention => "full_attention",
+                    crate::runtime::hybrid::LayerType::Gdn => "linear_attention",
+                })
+                .collect();
+            for (k, v) in [
+                ("model_type", serde_json::json!("qwen3_5_text")),
+                ("architectures", serde_json::json!(["Qwen3_5ForCausalLM"])),
+                ("hidden_act", serde_json::json!("silu")),
+                ("layer_types", serde_json::json!(types)),
+                ("linear_conv_kernel_dim", serde_json::json!(h.conv_kernel)),
+                ("linear_key_head_dim", serde_json::json!(h.key_head_dim)),
+                ("linear_value_head_dim", serde_json::json!(h.value_head_dim)),
+                ("linear_num_key_heads", serde_json::json!(h.num_key_heads)),
+                (
+                    "linear_num_value_heads",
+                    serde_json::json!(h.num_value_heads),
+                ),
+                ("mamba_ssm_dtype", serde_json::json!("float32")),
+                ("dtype", serde_json::json!("bfloat16")),
+                (
+                    "rope_parameters",
+                    serde_json::json!({"rope_type": "default", "rope_theta": c.rope_theta,
+                        "partial_rotary_factor": c.rotary_dim as f64 / c.head_dim as f64}),
+                ),
+            ] {
+                m.insert(k.into(), v);
+            }
+        }
+        cfg
+    }
 
     /// Write `weights` as a ModelOpt-style safetensors checkpoint with its config.json into
     /// `dir` (used by loader tests here and in the backend tests).
@@ -608,6 +864,15 @@ pub(crate) mod tests {
                 }
             }
         };
+        // The Qwen3.5 family stores its zero-centred norms as w (applied as 1 + w).
+        let hybrid = w.config.is_hybrid();
+        let norm = |v: &[f32]| -> Vec<u8> {
+            if hybrid {
+                f32s(&v.iter().map(|x| x - 1.0).collect::<Vec<f32>>())
+            } else {
+                f32s(v)
+            }
+        };
         lin("model.embed_tokens", &w.embed, &mut bufs);
         if let Some(h) = &w.lm_head {
             lin("lm_head", h, &mut bufs);
@@ -616,45 +881,49 @@ pub(crate) mod tests {
             "model.norm.weight".into(),
             Dtype::F32,
             vec![w.norm.len()],
-            f32s(&w.norm),
+            norm(&w.norm),
         ));
         for (i, l) in w.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
-            for (n, x) in [
-                ("self_attn.q_proj", &l.q),
-                ("self_attn.k_proj", &l.k),
-                ("self_attn.v_proj", &l.v),
-                ("self_attn.o_proj", &l.o),
-                ("mlp.gate_proj", &l.gate),
-                ("mlp.up_proj", &l.up),
-                ("mlp.down_proj", &l.down),
-            ] {
-                lin(&format!("{p}.{n}"), x, &mut bufs);
+            for (role, x) in l.linears() {
+                lin(&format!("{p}.{}", role.module()), x, &mut bufs);
+            }
+            if let Some(g) = &l.gdn {
+                let c = g.conv_w.len() / w.config.hybrid.as_ref().map_or(1, |h| h.conv_kernel);
+                let kk = g.conv_w.len() / c.max(1);
+                for (n, shape, v) in [
+                    ("conv1d.weight", vec![c, 1, kk], &g.conv_w),
+                    ("A_log", vec![g.a_log.len()], &g.a_log),
+                    ("dt_bias", vec![g.dt_bias.len()], &g.dt_bias),
+                    ("norm.weight", vec![g.norm.len()], &g.norm),
+                ] {
+                    bufs.push((format!("{p}.linear_attn.{n}"), Dtype::F32, shape, f32s(v)));
+                }
             }
             bufs.push((
                 format!("{p}.input_layernorm.weight"),
                 Dtype::F32,
                 vec![l.input_norm.len()],
-                f32s(&l.input_norm),
+                norm(&l.input_norm),
             ));
             bufs.push((
                 format!("{p}.post_attention_layernorm.weight"),
                 Dtype::F32,
                 vec![l.post_norm.len()],
-                f32s(&l.post_norm),
+                norm(&l.post_norm),
             ));
             if let (Some(q), Some(k)) = (&l.q_norm, &l.k_norm) {
                 bufs.push((
                     format!("{p}.self_attn.q_norm.weight"),
                     Dtype::F32,
                     vec![q.len()],
-                    f32s(q),
+                    norm(q),
                 ));
                 bufs.push((
                     format!("{p}.self_attn.k_norm.weight"),
                     Dtype::F32,
                     vec![k.len()],
-                    f32s(k),
+                    norm(k),
                 ));
             }
             if let Some(s) = l.k_scale {
@@ -681,15 +950,40 @@ pub(crate) mod tests {
         let bytes = safetensors::serialize(views, None).unwrap();
         std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
         let c = &w.config;
-        let cfg = serde_json::json!({
-            "model_type": "qwen3", "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-            "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
-            "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim, "vocab_size": c.vocab_size,
-            "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta,
-            "max_position_embeddings": c.max_position_embeddings,
-            "tie_word_embeddings": c.tie_word_embeddings, "eos_token_id": c.eos_token_ids,
-        });
+        let cfg = config_json(c);
         std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        // Several quantized formats: ModelOpt's MIXED_PRECISION form, one entry per quantized
+        // module (as NVIDIA's Qwen3.6 exports).
+        let algo_of = |l: &Linear| match l {
+            Linear::Fp8 { .. } => Some(serde_json::json!({"quant_algo": "FP8"})),
+            Linear::Nvfp4(_) => {
+                Some(serde_json::json!({"quant_algo": "W4A16_NVFP4", "group_size": 16}))
+            }
+            Linear::Bf16 { .. } => None,
+        };
+        let mut layers = serde_json::Map::new();
+        let mut formats = std::collections::BTreeSet::new();
+        for (i, l) in w.layers.iter().enumerate() {
+            for (role, x) in l.linears() {
+                if let Some(a) = algo_of(x) {
+                    formats.insert(x.format().id());
+                    layers.insert(format!("model.layers.{i}.{}", role.module()), a);
+                }
+            }
+        }
+        if let Some(a) = w.lm_head.as_ref().and_then(algo_of) {
+            formats.insert(w.lm_head().format().id());
+            layers.insert("lm_head".into(), a);
+        }
+        if formats.len() > 1 {
+            let q = serde_json::json!({
+                "producer": {"name": "modelopt", "version": "0.44.0"},
+                "quantization": {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": null,
+                    "quantized_layers": layers},
+            });
+            std::fs::write(dir.join("hf_quant_config.json"), q.to_string()).unwrap();
+            return;
+        }
         // ModelOpt's quantization metadata for quantized weights (without it, the metadata
         // declares BF16 and the loader refuses the checkpoint as inspect's
         // metadata-tensor-mismatch).
@@ -699,10 +993,19 @@ pub(crate) mod tests {
             WeightFormat::Nvfp4 => Some("W4A16_NVFP4"),
         };
         if let Some(algo) = algo {
+            let mut exclude = vec!["lm_head"];
+            if c.is_hybrid() {
+                // ModelOpt leaves the Gated-DeltaNet decay and β inputs in BF16.
+                exclude.extend([
+                    "*linear_attn.in_proj_a",
+                    "*linear_attn.in_proj_b",
+                    "*conv1d",
+                ]);
+            }
             let q = serde_json::json!({
                 "producer": {"name": "modelopt", "version": "0.29.0"},
                 "quantization": {"quant_algo": algo, "group_size": 16,
-                    "kv_cache_quant_algo": null, "exclude_modules": ["lm_head"]},
+                    "kv_cache_quant_algo": null, "exclude_modules": exclude},
             });
             std::fs::write(dir.join("hf_quant_config.json"), q.to_string()).unwrap();
         }
@@ -762,6 +1065,109 @@ pub(crate) mod tests {
             c1.num_layers = 1;
             assert_eq!(load_dir(dir.path(), &c1).unwrap().layers.len(), 1);
         }
+    }
+
+    #[test]
+    fn hybrid_checkpoint_round_trip_and_recipe() {
+        let c = crate::runtime::hybrid::tiny_hybrid();
+        for recipe in [
+            QuantRecipe::Uniform(WeightFormat::Bf16),
+            QuantRecipe::Uniform(WeightFormat::Fp8),
+            QuantRecipe::Uniform(WeightFormat::Nvfp4),
+        ] {
+            let mut w = synthesize(&c, 3);
+            w.quantize_recipe(recipe).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            write_checkpoint(dir.path(), &w);
+            let cfg = ModelConfig::read_hf_config(&dir.path().join("config.json"))
+                .unwrap()
+                .config;
+            assert_eq!(cfg, c, "{recipe:?}");
+            let back = load_dir(dir.path(), &cfg).unwrap();
+            for (a, b) in back.layers.iter().zip(&w.layers) {
+                assert_eq!(a.linears(), b.linears(), "{recipe:?}");
+                assert_eq!(a.gdn, b.gdn);
+                for (x, y) in a.input_norm.iter().zip(&b.input_norm) {
+                    assert!((x - y).abs() < 1e-6, "1 + (w - 1) round trip");
+                }
+            }
+        }
+        // The mixed recipe: NVFP4 MLP and lm_head, FP8 attention and GDN projections, BF16 a/b.
+        let mut c2 = c.clone();
+        c2.tie_word_embeddings = false;
+        let mut w = synthesize(&c2, 3);
+        w.quantize_recipe(QuantRecipe::Nvfp4Mixed).unwrap();
+        // Written as ModelOpt's MIXED_PRECISION export (whose FP8 modules carry a static
+        // activation scale, as NVIDIA's do), it loads module by module in its own formats.
+        let mut exported = w.clone();
+        let set = |l: &mut Linear| {
+            if let Linear::Fp8 { input_scale, .. } = l {
+                *input_scale = Some(0.02);
+            }
+        };
+        for l in &mut exported.layers {
+            for x in [&mut l.q, &mut l.k, &mut l.v, &mut l.o] {
+                set(x);
+            }
+            if let Some(g) = &mut l.gdn {
+                for x in [&mut g.qkv, &mut g.z, &mut g.out] {
+                    set(x);
+                }
+            }
+        }
+        let w = exported;
+        let dir = tempfile::tempdir().unwrap();
+        write_checkpoint(dir.path(), &w);
+        let m = MappedCheckpoint::open(dir.path(), &c2).unwrap();
+        assert_eq!(
+            m.formats(),
+            &[WeightFormat::Bf16, WeightFormat::Fp8, WeightFormat::Nvfp4]
+        );
+        let back = m.to_weights().unwrap();
+        for (a, b) in back.layers.iter().zip(&w.layers) {
+            assert_eq!(a.linears(), b.linears());
+        }
+        assert_eq!(back.lm_head, w.lm_head);
+        let g = w.layers[0].gdn.as_ref().unwrap();
+        assert_eq!(
+            [
+                g.qkv.format(),
+                g.z.format(),
+                g.a.format(),
+                g.b.format(),
+                g.out.format()
+            ],
+            [
+                WeightFormat::Fp8,
+                WeightFormat::Fp8,
+                WeightFormat::Bf16,
+                WeightFormat::Bf16,
+                WeightFormat::Fp8
+            ]
+        );
+        let attn = &w.layers[3];
+        assert_eq!(
+            [
+                attn.q.format(),
+                attn.o.format(),
+                attn.gate.format(),
+                attn.down.format()
+            ],
+            [
+                WeightFormat::Fp8,
+                WeightFormat::Fp8,
+                WeightFormat::Nvfp4,
+                WeightFormat::Nvfp4
+            ]
+        );
+        assert_eq!(w.lm_head().format(), WeightFormat::Nvfp4);
+        assert_eq!(w.embed.format(), WeightFormat::Bf16);
+        // in_proj_qkv and in_proj_z run as one GEMM: one per-tensor scale.
+        let scale = |l: &Linear| match l {
+            Linear::Fp8 { w, .. } => w.scales.clone(),
+            _ => panic!("FP8 expected"),
+        };
+        assert_eq!(scale(&g.qkv), scale(&g.z));
     }
 
     #[test]

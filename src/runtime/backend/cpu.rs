@@ -13,6 +13,7 @@ use anyhow::Context;
 use super::{Backend, ForwardBatch, KvCacheSpec, Logits};
 use crate::formats::e4m3;
 use crate::runtime::config::{ModelConfig, WeightFormat};
+use crate::runtime::gdn::{self, Form, GdnDims, GdnLayerState};
 use crate::runtime::kv_cache::PagedKvStore;
 use crate::runtime::model::{
     apply_rope, attend_one, dot, rms_norm, rms_norm_inplace, silu, AttnShape,
@@ -107,6 +108,35 @@ pub struct CpuBackend {
     kv: Option<PagedKvStore>,
     threads: usize,
     gpu_rounding: bool,
+    /// Recurrent-state slots of a hybrid (empty for dense decoders).
+    states: Vec<SlotState>,
+}
+
+/// One sequence slot's Gated-DeltaNet state over all its layers.
+#[derive(Debug, Clone)]
+struct SlotState {
+    /// Tokens the state has absorbed (the position its next segment starts at).
+    pos: usize,
+    /// Per Gated-DeltaNet layer.
+    layers: Vec<GdnLayerState>,
+    /// Taken before a segment that verifies drafts, so the state can go back to any position
+    /// inside that segment.
+    snap: Option<Snapshot>,
+}
+
+/// The state before a multi-logit segment and that segment's mixer inputs: replaying the first
+/// `n` tokens from it gives the state a segment of exactly those tokens would have left.
+#[derive(Debug, Clone)]
+struct Snapshot {
+    /// Position the segment started at.
+    base: usize,
+    /// Tokens in the segment.
+    len: usize,
+    /// The state before it.
+    layers: Vec<GdnLayerState>,
+    /// Per Gated-DeltaNet layer: the segment's `in_proj_qkv`, `in_proj_a`, `in_proj_b`
+    /// outputs (`[len][conv_dim]`, `[len][nv]`, `[len][nv]`).
+    inputs: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>,
 }
 
 impl CpuBackend {
@@ -119,12 +149,14 @@ impl CpuBackend {
             kv: None,
             threads: threads.max(1),
             gpu_rounding: false,
+            states: Vec::new(),
         }
     }
 
     /// Round to BF16 where the CUDA backend does (every GEMM input and output, the q vector after
-    /// RoPE; the residual stream stays f32), so that the two backends compute the same function
-    /// up to summation order: the reference of the GPU parity check. Off by default (plain f32).
+    /// RoPE; the residual stream stays f32; in Gated-DeltaNet layers the convolution output and
+    /// the mixer output), so that the two backends compute the same function up to summation
+    /// order: the reference of the GPU parity check. Off by default (plain f32).
     pub fn with_gpu_rounding(mut self, on: bool) -> Self {
         self.gpu_rounding = on;
         self
@@ -133,6 +165,10 @@ impl CpuBackend {
     /// The weights.
     pub fn weights(&self) -> &ModelWeights {
         &self.weights
+    }
+
+    fn gdn_dims(&self) -> Option<GdnDims> {
+        self.weights.config.hybrid.as_ref().map(GdnDims::from)
     }
 }
 
@@ -155,12 +191,15 @@ impl Backend for CpuBackend {
 
     fn init_kv_cache(&mut self, spec: KvCacheSpec) -> anyhow::Result<()> {
         let c = &self.weights.config;
+        // Storage for the layers with attention only (all of them in dense decoders).
         let scales: Vec<(f32, f32)> = self
             .weights
             .layers
             .iter()
+            .filter(|l| l.gdn.is_none())
             .map(|l| (l.k_scale.unwrap_or(1.0), l.v_scale.unwrap_or(1.0)))
             .collect();
+        let kv_layers = c.num_attention_layers();
         let elems = spec.num_blocks as u128 * spec.block_size as u128 * c.kv_dim() as u128;
         anyhow::ensure!(
             elems <= isize::MAX as u128 / 2,
@@ -173,26 +212,10 @@ impl Backend for CpuBackend {
             crate::runtime::config::KvCacheDtype::Bf16 => 2,
             crate::runtime::config::KvCacheDtype::Fp8 => 1,
         };
-        let bytes = elems * 2 * c.num_layers as u128 * elem_bytes;
-        let available = sysinfo::System::new_with_specifics(
-            sysinfo::RefreshKind::nothing()
-                .with_memory(sysinfo::MemoryRefreshKind::nothing().with_ram()),
-        )
-        .map(|s| s.available_memory() as u128)
-        .unwrap_or(u128::MAX);
-        if bytes > available {
-            return Err(crate::RigError::flag(
-                "--kv-cache-memory",
-                format!(
-                    "the CPU backend's KV cache needs {} of host memory but only {} is available; choose a smaller --kv-cache-memory",
-                    crate::report::table::human_bytes(bytes.min(u64::MAX as u128) as u64),
-                    crate::report::table::human_bytes(available.min(u64::MAX as u128) as u64)
-                ),
-            )
-            .into());
-        }
+        let bytes = elems * 2 * kv_layers as u128 * elem_bytes;
+        check_host_memory(bytes, "KV cache", "--kv-cache-memory")?;
         self.kv = Some(PagedKvStore::new(
-            c.num_layers,
+            kv_layers,
             c.kv_dim(),
             spec.num_blocks,
             spec.block_size,
@@ -202,12 +225,51 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    /// f32 for both parts of the state (the convolution state holds f32 projection outputs
+    /// here; a GPU stores it in BF16).
+    fn state_bytes_per_slot(&self) -> u64 {
+        self.weights.config.gdn_state_bytes(4)
+    }
+
+    fn init_state_slots(&mut self, n: usize) -> anyhow::Result<()> {
+        let Some(d) = self.gdn_dims() else {
+            self.states.clear();
+            return Ok(());
+        };
+        let layers = self.weights.config.num_gdn_layers();
+        check_host_memory(
+            n as u128 * self.state_bytes_per_slot() as u128,
+            "Gated-DeltaNet state",
+            "--max-num-seqs",
+        )?;
+        self.states = (0..n)
+            .map(|_| SlotState {
+                pos: 0,
+                layers: (0..layers).map(|_| GdnLayerState::zeros(&d)).collect(),
+                snap: None,
+            })
+            .collect();
+        Ok(())
+    }
+
+    fn supports_state_rollback(&self) -> bool {
+        true
+    }
+
     fn forward(&mut self, batch: &ForwardBatch) -> anyhow::Result<Logits> {
         let kv = self.kv.as_mut().context("forward before init_kv_cache")?;
+        prepare_states(
+            &self.weights,
+            &mut self.states,
+            batch,
+            self.threads,
+            self.gpu_rounding,
+        )?;
         forward_impl(
             &self.weights,
             &self.inv_freq,
             kv,
+            &mut self.states,
             batch,
             self.threads,
             self.gpu_rounding,
@@ -215,10 +277,122 @@ impl Backend for CpuBackend {
     }
 }
 
+/// Refuse a host allocation larger than the available memory (instead of letting the allocator
+/// abort the process), naming what and the flag that sizes it.
+fn check_host_memory(bytes: u128, what: &str, flag: &str) -> anyhow::Result<()> {
+    let available = sysinfo::System::new_with_specifics(
+        sysinfo::RefreshKind::nothing()
+            .with_memory(sysinfo::MemoryRefreshKind::nothing().with_ram()),
+    )
+    .map(|s| s.available_memory() as u128)
+    .unwrap_or(u128::MAX);
+    if bytes > available {
+        return Err(crate::RigError::flag(
+            flag,
+            format!(
+                "the CPU backend's {what} needs {} of host memory but only {} is available; choose a smaller {flag}",
+                crate::report::table::human_bytes(bytes.min(u64::MAX as u128) as u64),
+                crate::report::table::human_bytes(available.min(u64::MAX as u128) as u64)
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Bring every hybrid segment's state slot to its `first_pos` before the pass: reset at 0,
+/// continue where the slot ended, or roll back inside the slot's last multi-logit segment
+/// (restore the snapshot and replay the kept tokens); then take a snapshot for segments that
+/// produce more than one logit row (draft verification).
+fn prepare_states(
+    w: &ModelWeights,
+    states: &mut [SlotState],
+    batch: &ForwardBatch,
+    threads: usize,
+    round: bool,
+) -> anyhow::Result<()> {
+    let Some(hy) = &w.config.hybrid else {
+        return Ok(());
+    };
+    let d = GdnDims::from(hy);
+    let mut seen = std::collections::HashSet::new();
+    for s in &batch.seqs {
+        let slot = s.state_slot as usize;
+        anyhow::ensure!(
+            slot < states.len(),
+            "state slot {slot} of a batch segment; the backend has {} (init_state_slots)",
+            states.len()
+        );
+        anyhow::ensure!(
+            seen.insert(slot),
+            "two segments of one batch use state slot {slot}"
+        );
+        let st = &mut states[slot];
+        if s.first_pos == 0 {
+            st.layers.iter_mut().for_each(GdnLayerState::reset);
+            st.pos = 0;
+            st.snap = None;
+        } else if s.first_pos != st.pos {
+            let snap = st.snap.take().filter(|p| {
+                s.first_pos >= p.base && s.first_pos < st.pos && s.first_pos - p.base <= p.len
+            });
+            let Some(snap) = snap else {
+                anyhow::bail!(
+                    "state slot {slot} holds the state after {} tokens; a segment at position {} cannot continue it",
+                    st.pos,
+                    s.first_pos
+                );
+            };
+            let keep = s.first_pos - snap.base;
+            st.layers = snap.layers;
+            let gdn_layers = w.layers.iter().filter_map(|l| l.gdn.as_ref());
+            for ((g, state), (qkv, a, b)) in gdn_layers.zip(&mut st.layers).zip(&snap.inputs) {
+                if keep > 0 {
+                    gdn::mixer_core(
+                        &d,
+                        &g.params(),
+                        &qkv[..keep * d.conv_dim()],
+                        &a[..keep * d.nv],
+                        &b[..keep * d.nv],
+                        keep,
+                        state,
+                        Form::Recurrent,
+                        round,
+                        threads,
+                    );
+                }
+            }
+            st.pos = s.first_pos;
+        }
+        st.snap = (s.num_logits > 1).then(|| Snapshot {
+            base: s.first_pos,
+            len: s.len,
+            layers: st.layers.clone(),
+            inputs: Vec::new(),
+        });
+        st.pos = s.first_pos + s.len;
+    }
+    Ok(())
+}
+
+/// The delta-rule form of a segment of `len` tokens asking for `num_logits` rows: chunked for a
+/// prefill chunk (several tokens, at most one logit row), recurrent otherwise (decode, and draft
+/// verification: token by token, the recurrent form gives every row exactly what decoding that
+/// token alone gives, so speculative greedy output equals plain greedy output and a rollback by
+/// replay matches a sequence that never saw the rejected drafts, bit for bit).
+fn form_for(len: usize, num_logits: usize) -> Form {
+    if len > 1 && num_logits <= 1 {
+        Form::Chunked(gdn::CHUNK)
+    } else {
+        Form::Recurrent
+    }
+}
+
 fn forward_impl(
     w: &ModelWeights,
     inv_freq: &[f32],
     kv: &mut PagedKvStore,
+    states: &mut [SlotState],
     batch: &ForwardBatch,
     threads: usize,
     gpu_rounding: bool,
@@ -271,9 +445,11 @@ fn forward_impl(
         head_dim: hd,
     };
     let group = c.num_heads / c.num_kv_heads;
+    let gated = c.attn_output_gate();
     let mut hbuf = vec![0f32; t * h];
     let (mut kctx, mut vctx) = (Vec::new(), Vec::new());
-    for (li, layer) in w.layers.iter().enumerate() {
+    let (mut kv_layer, mut gdn_layer) = (0usize, 0usize);
+    for layer in &w.layers {
         for i in 0..t {
             rms_norm(
                 &x[i * h..(i + 1) * h],
@@ -283,102 +459,177 @@ fn forward_impl(
             );
         }
         r(&mut hbuf);
-        let mut q = mm(&hbuf, t, &layer.q);
-        let mut k = mm(&hbuf, t, &layer.k);
-        let v = mm(&hbuf, t, &layer.v);
-        // Per-head q/k norm (Qwen3) and RoPE, then store K/V.
-        for s in &batch.seqs {
-            for i in 0..s.len {
-                let ti = s.start + i;
-                let pos = s.first_pos + i;
-                for hh in 0..c.num_heads {
-                    let qh = &mut q[ti * qd + hh * hd..ti * qd + (hh + 1) * hd];
-                    if let Some(nw) = &layer.q_norm {
-                        rms_norm_inplace(qh, nw, c.rms_norm_eps);
-                    }
-                    apply_rope(qh, pos, inv_freq);
-                    r(qh);
-                }
-                for hh in 0..c.num_kv_heads {
-                    let kh = &mut k[ti * kvd + hh * hd..ti * kvd + (hh + 1) * hd];
-                    if let Some(nw) = &layer.k_norm {
-                        rms_norm_inplace(kh, nw, c.rms_norm_eps);
-                    }
-                    apply_rope(kh, pos, inv_freq);
-                }
-                kv.write(
-                    li,
-                    slots[ti],
-                    &k[ti * kvd..(ti + 1) * kvd],
-                    &v[ti * kvd..(ti + 1) * kvd],
+        if let Some(g) = &layer.gdn {
+            // Gated-DeltaNet mixer.
+            let d = GdnDims::from(
+                c.hybrid
+                    .as_ref()
+                    .context("a Gated-DeltaNet layer in a dense config")?,
+            );
+            let qkv = mm(&hbuf, t, &g.qkv);
+            let z = mm(&hbuf, t, &g.z);
+            let a = mm(&hbuf, t, &g.a);
+            let b = mm(&hbuf, t, &g.b);
+            let (cd, vd, nv) = (d.conv_dim(), d.value_dim(), d.nv);
+            let mut o = vec![0f32; t * vd];
+            for s in &batch.seqs {
+                let st = &mut states[s.state_slot as usize];
+                let (r0, r1) = (s.start, s.start + s.len);
+                let (sq, sa, sb) = (
+                    &qkv[r0 * cd..r1 * cd],
+                    &a[r0 * nv..r1 * nv],
+                    &b[r0 * nv..r1 * nv],
                 );
+                if let Some(snap) = &mut st.snap {
+                    snap.inputs.push((sq.to_vec(), sa.to_vec(), sb.to_vec()));
+                }
+                let out = gdn::mixer_core(
+                    &d,
+                    &g.params(),
+                    sq,
+                    sa,
+                    sb,
+                    s.len,
+                    &mut st.layers[gdn_layer],
+                    form_for(s.len, s.num_logits),
+                    gpu_rounding,
+                    threads,
+                );
+                o[r0 * vd..r1 * vd].copy_from_slice(&out);
             }
-        }
-        // Attention, reading every position (the new ones included) back from the cache.
-        let mut attn = vec![0f32; t * qd];
-        for s in &batch.seqs {
-            let ctx = s.first_pos + s.len;
-            kv.gather(li, &s.block_table, ctx, &mut kctx, &mut vctx)?;
-            let work = s.len * ctx * qd;
-            let nt = if work < PAR_MIN_WORK {
-                1
+            gdn::gated_rms_norm(&mut o, &z, &g.norm, d.dv, c.rms_norm_eps);
+            r(&mut o);
+            let out = mm(&o, t, &g.out);
+            for (a, b) in x.iter_mut().zip(&out) {
+                *a += b;
+            }
+            gdn_layer += 1;
+        } else {
+            let li = kv_layer;
+            kv_layer += 1;
+            let qp = mm(&hbuf, t, &layer.q);
+            let mut k = mm(&hbuf, t, &layer.k);
+            let v = mm(&hbuf, t, &layer.v);
+            // q_proj of a gated layer emits, per head, head_dim query values then head_dim gate
+            // values (transformers' `view(..., -1, 2 · head_dim)` then `chunk(2)`).
+            let (mut q, gate) = if gated {
+                let mut q = vec![0f32; t * qd];
+                let mut gt = vec![0f32; t * qd];
+                for ti in 0..t {
+                    for hh in 0..c.num_heads {
+                        let src = ti * 2 * qd + hh * 2 * hd;
+                        let dst = ti * qd + hh * hd;
+                        q[dst..dst + hd].copy_from_slice(&qp[src..src + hd]);
+                        gt[dst..dst + hd].copy_from_slice(&qp[src + hd..src + 2 * hd]);
+                    }
+                }
+                (q, Some(gt))
             } else {
-                threads.min(c.num_heads)
+                (qp, None)
             };
-            let per = c.num_heads.div_ceil(nt);
-            let run = |h0: usize, h1: usize, out: &mut [f32]| {
-                // out: [s.len, (h1 - h0) · hd]
-                let width = (h1 - h0) * hd;
-                let mut scores = vec![0f32; ctx];
+            // Per-head q/k norm (Qwen3) and RoPE (over the first rotary_dim dimensions), then
+            // store K/V.
+            for s in &batch.seqs {
                 for i in 0..s.len {
                     let ti = s.start + i;
                     let pos = s.first_pos + i;
-                    for hh in h0..h1 {
-                        let qh = &q[ti * qd + hh * hd..ti * qd + (hh + 1) * hd];
-                        let o =
-                            &mut out[i * width + (hh - h0) * hd..i * width + (hh - h0 + 1) * hd];
-                        attend_one(qh, &kctx, &vctx, shape, hh / group, pos, &mut scores, o);
+                    for hh in 0..c.num_heads {
+                        let qh = &mut q[ti * qd + hh * hd..ti * qd + (hh + 1) * hd];
+                        if let Some(nw) = &layer.q_norm {
+                            rms_norm_inplace(qh, nw, c.rms_norm_eps);
+                        }
+                        apply_rope(qh, pos, inv_freq);
+                        r(qh);
                     }
+                    for hh in 0..c.num_kv_heads {
+                        let kh = &mut k[ti * kvd + hh * hd..ti * kvd + (hh + 1) * hd];
+                        if let Some(nw) = &layer.k_norm {
+                            rms_norm_inplace(kh, nw, c.rms_norm_eps);
+                        }
+                        apply_rope(kh, pos, inv_freq);
+                    }
+                    kv.write(
+                        li,
+                        slots[ti],
+                        &k[ti * kvd..(ti + 1) * kvd],
+                        &v[ti * kvd..(ti + 1) * kvd],
+                    );
                 }
-            };
-            if nt == 1 {
-                run(
-                    0,
-                    c.num_heads,
-                    &mut attn[s.start * qd..(s.start + s.len) * qd],
-                );
-            } else {
-                let parts: Vec<(usize, usize, Vec<f32>)> = std::thread::scope(|sc| {
-                    let hs: Vec<_> = (0..nt)
-                        .map(|i| {
-                            let (h0, h1) = (i * per, ((i + 1) * per).min(c.num_heads));
-                            let run = &run;
-                            sc.spawn(move || {
-                                let mut local = vec![0f32; s.len * h1.saturating_sub(h0) * hd];
-                                if h1 > h0 {
-                                    run(h0, h1, &mut local);
-                                }
-                                (h0, h1, local)
-                            })
-                        })
-                        .collect();
-                    hs.into_iter()
-                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                        .collect()
-                });
-                for (h0, h1, local) in parts {
+            }
+            // Attention, reading every position (the new ones included) back from the cache.
+            let mut attn = vec![0f32; t * qd];
+            for s in &batch.seqs {
+                let ctx = s.first_pos + s.len;
+                kv.gather(li, &s.block_table, ctx, &mut kctx, &mut vctx)?;
+                let work = s.len * ctx * qd;
+                let nt = if work < PAR_MIN_WORK {
+                    1
+                } else {
+                    threads.min(c.num_heads)
+                };
+                let per = c.num_heads.div_ceil(nt);
+                let run = |h0: usize, h1: usize, out: &mut [f32]| {
+                    // out: [s.len, (h1 - h0) · hd]
                     let width = (h1 - h0) * hd;
+                    let mut scores = vec![0f32; ctx];
                     for i in 0..s.len {
-                        let dst = (s.start + i) * qd + h0 * hd;
-                        attn[dst..dst + width].copy_from_slice(&local[i * width..(i + 1) * width]);
+                        let ti = s.start + i;
+                        let pos = s.first_pos + i;
+                        for hh in h0..h1 {
+                            let qh = &q[ti * qd + hh * hd..ti * qd + (hh + 1) * hd];
+                            let o = &mut out
+                                [i * width + (hh - h0) * hd..i * width + (hh - h0 + 1) * hd];
+                            attend_one(qh, &kctx, &vctx, shape, hh / group, pos, &mut scores, o);
+                        }
+                    }
+                };
+                if nt == 1 {
+                    run(
+                        0,
+                        c.num_heads,
+                        &mut attn[s.start * qd..(s.start + s.len) * qd],
+                    );
+                } else {
+                    let parts: Vec<(usize, usize, Vec<f32>)> = std::thread::scope(|sc| {
+                        let hs: Vec<_> = (0..nt)
+                            .map(|i| {
+                                let (h0, h1) = (i * per, ((i + 1) * per).min(c.num_heads));
+                                let run = &run;
+                                sc.spawn(move || {
+                                    let mut local = vec![0f32; s.len * h1.saturating_sub(h0) * hd];
+                                    if h1 > h0 {
+                                        run(h0, h1, &mut local);
+                                    }
+                                    (h0, h1, local)
+                                })
+                            })
+                            .collect();
+                        hs.into_iter()
+                            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                            .collect()
+                    });
+                    for (h0, h1, local) in parts {
+                        let width = (h1 - h0) * hd;
+                        for i in 0..s.len {
+                            let dst = (s.start + i) * qd + h0 * hd;
+                            attn[dst..dst + width]
+                                .copy_from_slice(&local[i * width..(i + 1) * width]);
+                        }
                     }
                 }
             }
-        }
-        r(&mut attn);
-        let o = mm(&attn, t, &layer.o);
-        for (a, b) in x.iter_mut().zip(&o) {
-            *a += b;
+            r(&mut attn);
+            if let Some(gt) = &gate {
+                // Output gate: attn · sigmoid(gate) (transformers' Qwen3_5Attention).
+                for (a, gv) in attn.iter_mut().zip(gt) {
+                    *a *= gdn::sigmoid(*gv);
+                }
+                r(&mut attn);
+            }
+            let o = mm(&attn, t, &layer.o);
+            for (a, b) in x.iter_mut().zip(&o) {
+                *a += b;
+            }
         }
         for i in 0..t {
             rms_norm(
@@ -612,6 +863,7 @@ mod tests {
                 first_pos: 0,
                 block_table: table,
                 num_logits: tokens.len(),
+                state_slot: 0,
             }],
         })
         .unwrap()
@@ -829,6 +1081,7 @@ mod tests {
                 first_pos: start,
                 block_table: table.clone(),
                 num_logits: len,
+                state_slot: 0,
             };
             let other = SeqSegment {
                 start: len,
@@ -836,6 +1089,7 @@ mod tests {
                 first_pos: 0,
                 block_table: vec![0],
                 num_logits: 1,
+                state_slot: 1,
             };
             let mut toks = PROMPT[start..start + len].to_vec();
             toks.extend([1u32, 2, 3]);
@@ -880,6 +1134,7 @@ mod tests {
                 first_pos: 0,
                 block_table: vec![6, 9, 2],
                 num_logits: 1,
+                state_slot: 0,
             }],
         })
         .unwrap();
@@ -892,6 +1147,7 @@ mod tests {
                     first_pos: 8,
                     block_table: vec![6, 9, 11],
                     num_logits: 3,
+                    state_slot: 0,
                 }],
             })
             .unwrap();
@@ -912,6 +1168,7 @@ mod tests {
                 first_pos: 0,
                 block_table: vec![0],
                 num_logits: 1,
+                state_slot: 0,
             }],
         };
         assert!(b.forward(&batch).is_err(), "no KV cache yet");
@@ -939,3 +1196,6 @@ mod tests {
         assert!(b.forward(&bad).is_err());
     }
 }
+
+#[cfg(test)]
+pub(crate) mod hybrid_tests;

@@ -42,6 +42,13 @@ pub struct SeqSegment {
     /// Logits wanted for the last `num_logits` tokens of the segment (0 for a prefill chunk that
     /// does not reach the end of the prompt; 1 + drafts when verifying drafts).
     pub num_logits: usize,
+    /// The recurrent-state slot of the sequence (Gated-DeltaNet hybrids; ignored by dense
+    /// decoders): every running sequence owns one of the slots allocated by
+    /// [`Backend::init_state_slots`]. A segment at `first_pos` 0 starts the slot afresh; a
+    /// later one continues it from where the slot's previous segment ended, or from a shorter
+    /// position inside the previous segment when that one verified drafts (rollback of rejected
+    /// drafts; see [`Backend::supports_state_rollback`]).
+    pub state_slot: u32,
 }
 
 /// A batch of segments (prefill chunks, decode tokens and draft tokens alike).
@@ -183,6 +190,33 @@ pub trait Backend: Send {
     /// # Errors
     /// When the memory cannot be allocated.
     fn init_kv_cache(&mut self, spec: KvCacheSpec) -> anyhow::Result<()>;
+    /// Bytes of one sequence's recurrent state (the Gated-DeltaNet layers' convolution and
+    /// delta-rule states of a hybrid, as this backend stores them; 0 for dense decoders).
+    fn state_bytes_per_slot(&self) -> u64 {
+        self.config()
+            .gdn_state_bytes(super::hybrid::CONV_STATE_ELEM_BYTES)
+    }
+    /// Allocate `n` recurrent-state slots (replacing any previous ones), one per sequence that
+    /// may run at once ([`SeqSegment::state_slot`]); a no-op for dense decoders.
+    ///
+    /// # Errors
+    /// When the memory cannot be allocated, or the backend runs no hybrid (while the model is
+    /// one).
+    fn init_state_slots(&mut self, n: usize) -> anyhow::Result<()> {
+        let _ = n;
+        anyhow::ensure!(
+            !self.config().is_hybrid(),
+            "the {} backend does not run Gated-DeltaNet hybrids",
+            self.name()
+        );
+        Ok(())
+    }
+    /// Whether a sequence's recurrent state can go back to a position inside its previous
+    /// segment (needed by speculative decoding to drop rejected drafts). Dense decoders have no
+    /// such state, so `true` for them.
+    fn supports_state_rollback(&self) -> bool {
+        !self.config().is_hybrid()
+    }
     /// Run the decoder over `batch`: write K/V of every token into its slot, return logits.
     ///
     /// # Errors

@@ -26,7 +26,8 @@ use crate::RigError;
 /// A decoder layer's linear layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LinearRole {
-    /// `self_attn.q_proj`, `[num_heads·head_dim, H]`.
+    /// `self_attn.q_proj`, `[num_heads·head_dim, H]` (`[2·num_heads·head_dim, H]` when it also
+    /// emits the output gate: the Qwen3.5 family).
     Q,
     /// `self_attn.k_proj`, `[num_kv_heads·head_dim, H]`.
     K,
@@ -40,10 +41,20 @@ pub enum LinearRole {
     Up,
     /// `mlp.down_proj`, `[H, I]`.
     Down,
+    /// Gated-DeltaNet `linear_attn.in_proj_qkv`, `[2·key_dim + value_dim, H]`.
+    GdnQkv,
+    /// Gated-DeltaNet `linear_attn.in_proj_z`, `[value_dim, H]`.
+    GdnZ,
+    /// Gated-DeltaNet `linear_attn.in_proj_a`, `[value_heads, H]`.
+    GdnA,
+    /// Gated-DeltaNet `linear_attn.in_proj_b`, `[value_heads, H]`.
+    GdnB,
+    /// Gated-DeltaNet `linear_attn.out_proj`, `[H, value_dim]`.
+    GdnOut,
 }
 
 impl LinearRole {
-    /// All seven, in the order of a layer's forward pass.
+    /// The seven linears of a full-attention layer, in the order of its forward pass.
     pub const ALL: [LinearRole; 7] = [
         LinearRole::Q,
         LinearRole::K,
@@ -53,6 +64,26 @@ impl LinearRole {
         LinearRole::Up,
         LinearRole::Down,
     ];
+
+    /// The eight linears of a Gated-DeltaNet layer, in the order of its forward pass.
+    pub const GDN: [LinearRole; 8] = [
+        LinearRole::GdnQkv,
+        LinearRole::GdnZ,
+        LinearRole::GdnA,
+        LinearRole::GdnB,
+        LinearRole::GdnOut,
+        LinearRole::Gate,
+        LinearRole::Up,
+        LinearRole::Down,
+    ];
+
+    /// The linears of layer `layer` of `c` ([`Self::ALL`] or [`Self::GDN`]).
+    pub fn of_layer(c: &ModelConfig, layer: usize) -> &'static [LinearRole] {
+        match c.layer_type(layer) {
+            crate::runtime::hybrid::LayerType::Attention => &Self::ALL,
+            crate::runtime::hybrid::LayerType::Gdn => &Self::GDN,
+        }
+    }
 
     /// The module name inside a layer (`self_attn.q_proj`, ...).
     pub fn module(self) -> &'static str {
@@ -64,18 +95,30 @@ impl LinearRole {
             LinearRole::Gate => "mlp.gate_proj",
             LinearRole::Up => "mlp.up_proj",
             LinearRole::Down => "mlp.down_proj",
+            LinearRole::GdnQkv => "linear_attn.in_proj_qkv",
+            LinearRole::GdnZ => "linear_attn.in_proj_z",
+            LinearRole::GdnA => "linear_attn.in_proj_a",
+            LinearRole::GdnB => "linear_attn.in_proj_b",
+            LinearRole::GdnOut => "linear_attn.out_proj",
         }
     }
 
-    /// `(N, K)` of this layer for `c`.
+    /// `(N, K)` of this layer for `c` (Gated-DeltaNet roles of a dense config are `(0, H)`).
     pub fn shape(self, c: &ModelConfig) -> (usize, usize) {
         let h = c.hidden_size;
+        let (kd, vd, nv) = c.hybrid.as_ref().map_or((0, 0, 0), |hy| {
+            (hy.key_dim(), hy.value_dim(), hy.num_value_heads)
+        });
         match self {
-            LinearRole::Q => (c.q_dim(), h),
+            LinearRole::Q => (c.q_proj_rows(), h),
             LinearRole::K | LinearRole::V => (c.kv_dim(), h),
             LinearRole::O => (h, c.q_dim()),
             LinearRole::Gate | LinearRole::Up => (c.intermediate_size, h),
             LinearRole::Down => (h, c.intermediate_size),
+            LinearRole::GdnQkv => (2 * kd + vd, h),
+            LinearRole::GdnZ => (vd, h),
+            LinearRole::GdnA | LinearRole::GdnB => (nv, h),
+            LinearRole::GdnOut => (h, vd),
         }
     }
 }
@@ -93,6 +136,9 @@ pub enum NormRole {
     K(usize),
     /// `model.norm`, H.
     Final,
+    /// Gated-DeltaNet `model.layers.{i}.linear_attn.norm` (the gated RMSNorm), value_head_dim;
+    /// used as stored (never `1 + w`).
+    GdnNorm(usize),
 }
 
 /// A linear weight borrowed from the mapping, always in ModelOpt conventions (a
@@ -238,9 +284,13 @@ pub struct MappedCheckpoint {
     config: ModelConfig,
     shards: Vec<Shard>,
     tensors: HashMap<String, TensorLoc>,
-    layouts: Vec<[LinearTensors; 7]>,
+    /// Prefix of the language model's tensors: `model.` or, for multimodal wrappers
+    /// (`Qwen3_5ForConditionalGeneration`), `model.language_model.`.
+    prefix: String,
+    layouts: Vec<Vec<(LinearRole, LinearTensors)>>,
     lm_head: Option<LinearTensors>,
     format: WeightFormat,
+    formats: Vec<WeightFormat>,
     hash: String,
     notes: Vec<String>,
 }
@@ -324,16 +374,18 @@ impl MappedCheckpoint {
             shards.push(Shard { path, map });
         }
         let dtype_of = |name: &str| tensors.get(name).map(|t: &TensorLoc| t.dtype.to_string());
+        let prefix = lm_prefix(&|n: &str| tensors.contains_key(n));
         let mut layouts = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
-            let mut v = Vec::with_capacity(7);
-            for role in LinearRole::ALL {
-                let prefix = format!("model.layers.{i}.{}", role.module());
-                v.push(linear_tensors(&prefix, &dtype_of).map_err(|e| RigError::file(dir, e))?);
+            let mut v = Vec::with_capacity(8);
+            for &role in LinearRole::of_layer(config, i) {
+                let name = format!("{prefix}layers.{i}.{}", role.module());
+                v.push((
+                    role,
+                    linear_tensors(&name, &dtype_of).map_err(|e| RigError::file(dir, e))?,
+                ));
             }
-            layouts.push(
-                <[LinearTensors; 7]>::try_from(v).map_err(|_| anyhow::anyhow!("seven roles"))?,
-            );
+            layouts.push(v);
         }
         let lm_head = if config.tie_word_embeddings {
             None
@@ -354,27 +406,39 @@ impl MappedCheckpoint {
             config: config.clone(),
             shards,
             tensors,
+            prefix,
             layouts,
             lm_head,
             format: WeightFormat::Bf16,
+            formats: Vec::new(),
             hash: format!("fnv1a64:{hash:016x}"),
             notes: support.notes,
         };
         // Check every linear once (shapes, dtypes, scales) and take the majority format.
         let mut counts: HashMap<WeightFormat, usize> = HashMap::new();
         for i in 0..config.num_layers {
-            for role in LinearRole::ALL {
+            for &role in LinearRole::of_layer(config, i) {
                 let v = m.linear_any(i, role)?;
                 *counts.entry(v.format()).or_insert(0) += 1;
             }
-            m.kv_scales_checked(i)?;
+            if config.layer_type(i) == crate::runtime::hybrid::LayerType::Gdn {
+                m.gdn_params(i)?;
+            } else {
+                m.kv_scales_checked(i)?;
+            }
         }
-        let first = m.layouts.first().map(|l| m.format_of(&l[0]));
+        let first = m
+            .layouts
+            .first()
+            .and_then(|l| l.first())
+            .map(|(_, t)| m.format_of(t));
         m.format = counts
             .iter()
             .max_by_key(|(f, c)| (**c, Some(**f) == first))
             .map(|(f, _)| *f)
             .unwrap_or(WeightFormat::Bf16);
+        m.formats = counts.keys().copied().collect();
+        m.formats.sort_by_key(|f| f.id());
         if counts.len() > 1 {
             let mut parts: Vec<String> = counts
                 .iter()
@@ -414,6 +478,11 @@ impl MappedCheckpoint {
         &self.notes
     }
 
+    /// Every format among the decoder linears (a ModelOpt `MIXED_PRECISION` export has several).
+    pub fn formats(&self) -> &[WeightFormat] {
+        &self.formats
+    }
+
     /// Format of the decoder linears: the majority format (ties: the first layer's q_proj's);
     /// [`Self::notes`] says when they are mixed, and each [`LinearView`] carries its own.
     pub fn format(&self) -> WeightFormat {
@@ -425,7 +494,7 @@ impl MappedCheckpoint {
     pub fn weight_bytes(&self) -> u64 {
         let mut b = 0u64;
         for i in 0..self.config.num_layers {
-            for role in LinearRole::ALL {
+            for &role in LinearRole::of_layer(&self.config, i) {
                 b += self.linear_any(i, role).map_or(0, |v| v.stored_bytes());
             }
         }
@@ -657,11 +726,20 @@ impl MappedCheckpoint {
     }
 
     fn layout(&self, layer: usize, role: LinearRole) -> anyhow::Result<&LinearTensors> {
-        let i = role as usize;
-        self.layouts
+        let l = self
+            .layouts
             .get(layer)
-            .map(|l| &l[i])
-            .ok_or_else(|| anyhow::anyhow!("layer {layer} of {}", self.config.num_layers))
+            .ok_or_else(|| anyhow::anyhow!("layer {layer} of {}", self.config.num_layers))?;
+        l.iter()
+            .find(|(r, _)| *r == role)
+            .map(|(_, t)| t)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "layer {layer} is a {:?} layer and has no {}",
+                    self.config.layer_type(layer),
+                    role.module()
+                )
+            })
     }
 
     /// Layer `layer`'s linear `role`, borrowed from the mapping.
@@ -697,9 +775,13 @@ impl MappedCheckpoint {
         self.view(t, n, k)?.to_linear()
     }
 
+    fn embed_name(&self) -> String {
+        format!("{}embed_tokens.weight", self.prefix)
+    }
+
     fn embed_loc(&self) -> anyhow::Result<&TensorLoc> {
         self.nk_tensor(
-            "model.embed_tokens.weight",
+            &self.embed_name(),
             self.config.vocab_size,
             self.config.hidden_size,
             "",
@@ -711,7 +793,7 @@ impl MappedCheckpoint {
         if !matches!(t.dtype, Dtype::BF16 | Dtype::F16 | Dtype::F32) {
             return Err(self.bad(
                 t,
-                "model.embed_tokens.weight",
+                &self.embed_name(),
                 format!("is {}; the runtime needs a BF16/F16/F32 embedding", t.dtype),
             ));
         }
@@ -726,7 +808,7 @@ impl MappedCheckpoint {
     pub fn embed(&self) -> anyhow::Result<LinearView<'_>> {
         self.view(
             &LinearTensors::Plain {
-                weight: "model.embed_tokens.weight".into(),
+                weight: self.embed_name(),
             },
             self.config.vocab_size,
             self.config.hidden_size,
@@ -762,39 +844,76 @@ impl MappedCheckpoint {
         }
     }
 
-    /// An RMSNorm weight as f32 (BF16, F16 or F32 stored).
+    /// An RMSNorm weight as f32 (BF16, F16 or F32 stored). The zero-centred norms of the
+    /// Qwen3.5 family (`Qwen3_5RMSNorm`: `norm(x) · (1 + w)`) come back as `1 + w`, so every
+    /// backend multiplies by the weight it gets; the gated norm ([`NormRole::GdnNorm`]) as
+    /// stored.
     ///
     /// # Errors
     /// Missing, of the wrong size or dtype; a q/k norm asked of a Llama model.
     pub fn norm(&self, which: NormRole) -> anyhow::Result<Vec<f32>> {
         let c = &self.config;
+        let p = &self.prefix;
         let (name, len) = match which {
             NormRole::Input(i) => (
-                format!("model.layers.{i}.input_layernorm.weight"),
+                format!("{p}layers.{i}.input_layernorm.weight"),
                 c.hidden_size,
             ),
             NormRole::Post(i) => (
-                format!("model.layers.{i}.post_attention_layernorm.weight"),
+                format!("{p}layers.{i}.post_attention_layernorm.weight"),
                 c.hidden_size,
             ),
             NormRole::Q(i) | NormRole::K(i) if !c.has_qk_norm() => {
                 anyhow::bail!("layer {i}: {:?} has no q/k norm", c.arch)
             }
-            NormRole::Q(i) => (
-                format!("model.layers.{i}.self_attn.q_norm.weight"),
-                c.head_dim,
-            ),
-            NormRole::K(i) => (
-                format!("model.layers.{i}.self_attn.k_norm.weight"),
-                c.head_dim,
-            ),
-            NormRole::Final => ("model.norm.weight".into(), c.hidden_size),
+            NormRole::Q(i) => (format!("{p}layers.{i}.self_attn.q_norm.weight"), c.head_dim),
+            NormRole::K(i) => (format!("{p}layers.{i}.self_attn.k_norm.weight"), c.head_dim),
+            NormRole::Final => (format!("{p}norm.weight"), c.hidden_size),
+            NormRole::GdnNorm(i) => {
+                let dv = c.hybrid.as_ref().map_or(0, |h| h.value_head_dim);
+                return self.floats(&format!("{p}layers.{i}.linear_attn.norm.weight"), dv);
+            }
         };
-        self.floats(&name, len)
+        let mut v = self.floats(&name, len)?;
+        if c.arch == crate::runtime::config::Arch::Qwen35 {
+            v.iter_mut().for_each(|w| *w += 1.0);
+        }
+        Ok(v)
+    }
+
+    /// The Gated-DeltaNet parameters of layer `layer` other than its linears, as f32:
+    /// `conv1d.weight` (`[conv_dim, 1, K]` read as `[conv_dim][K]`), `A_log` and `dt_bias`
+    /// (one per value head).
+    ///
+    /// # Errors
+    /// Missing, of the wrong size or dtype; a layer that is not Gated-DeltaNet.
+    pub fn gdn_params(&self, layer: usize) -> anyhow::Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+        let h = self
+            .config
+            .hybrid
+            .as_ref()
+            .filter(|_| self.config.layer_type(layer) == crate::runtime::hybrid::LayerType::Gdn)
+            .ok_or_else(|| anyhow::anyhow!("layer {layer} is not a Gated-DeltaNet layer"))?;
+        let p = format!("{}layers.{layer}.linear_attn", self.prefix);
+        let conv_name = format!("{p}.conv1d.weight");
+        let t = self.loc(&conv_name)?;
+        let want = [h.conv_dim(), 1, h.conv_kernel];
+        if t.shape != want && t.shape != [h.conv_dim(), h.conv_kernel] {
+            return Err(self.bad(
+                t,
+                &conv_name,
+                format!("shape {:?}; expected {want:?}", t.shape),
+            ));
+        }
+        Ok((
+            self.floats(&conv_name, h.conv_dim() * h.conv_kernel)?,
+            self.floats(&format!("{p}.A_log"), h.num_value_heads)?,
+            self.floats(&format!("{p}.dt_bias"), h.num_value_heads)?,
+        ))
     }
 
     fn kv_scales_checked(&self, layer: usize) -> anyhow::Result<(Option<f32>, Option<f32>)> {
-        let p = format!("model.layers.{layer}");
+        let p = format!("{}layers.{layer}", self.prefix);
         let first = |names: [String; 3]| -> anyhow::Result<Option<f32>> {
             for n in names {
                 if self.tensors.contains_key(&n) {
@@ -833,6 +952,31 @@ impl MappedCheckpoint {
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
             let lin = |r: LinearRole| self.linear_owned(i, r);
+            if c.layer_type(i) == crate::runtime::hybrid::LayerType::Gdn {
+                let (conv_w, a_log, dt_bias) = self.gdn_params(i)?;
+                let gdn = super::GdnWeights {
+                    qkv: lin(LinearRole::GdnQkv)?,
+                    z: lin(LinearRole::GdnZ)?,
+                    a: lin(LinearRole::GdnA)?,
+                    b: lin(LinearRole::GdnB)?,
+                    out: lin(LinearRole::GdnOut)?,
+                    conv_w,
+                    a_log,
+                    dt_bias,
+                    norm: self.norm(NormRole::GdnNorm(i))?,
+                };
+                layers.push(LayerWeights::gdn_layer(
+                    self.norm(NormRole::Input(i))?,
+                    gdn,
+                    self.norm(NormRole::Post(i))?,
+                    [
+                        lin(LinearRole::Gate)?,
+                        lin(LinearRole::Up)?,
+                        lin(LinearRole::Down)?,
+                    ],
+                ));
+                continue;
+            }
             let (k_scale, v_scale) = self.kv_scales(i);
             layers.push(LayerWeights {
                 input_norm: self.norm(NormRole::Input(i))?,
@@ -856,11 +1000,12 @@ impl MappedCheckpoint {
                 down: lin(LinearRole::Down)?,
                 k_scale,
                 v_scale,
+                gdn: None,
             });
         }
         let embed = self.owned(
             &LinearTensors::Plain {
-                weight: "model.embed_tokens.weight".into(),
+                weight: self.embed_name(),
             },
             c.vocab_size,
             c.hidden_size,
@@ -877,6 +1022,18 @@ impl MappedCheckpoint {
             lm_head,
         })
     }
+}
+
+/// The prefix of the language model's tensors, from which embedding is present:
+/// `model.language_model.` (transformers 5's multimodal wrappers), `language_model.model.`
+/// (older wrappers), else `model.`.
+fn lm_prefix(has: &dyn Fn(&str) -> bool) -> String {
+    for p in ["model.language_model.", "language_model.model."] {
+        if has(&format!("{p}embed_tokens.weight")) {
+            return p.to_string();
+        }
+    }
+    "model.".to_string()
 }
 
 #[cfg(test)]

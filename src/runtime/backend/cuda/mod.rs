@@ -19,6 +19,8 @@
 //! Decode steps (every sequence one new token) are replayed from CUDA graphs captured per
 //! padded batch size ([`plan::graph_sizes`]) unless graphs are off.
 
+pub mod gdn;
+pub mod hybrid_check;
 pub mod plan;
 pub mod selftest;
 
@@ -34,7 +36,7 @@ use crate::gpu::cublaslt::{Lt, LtGemm, LtKind, OutType};
 use crate::gpu::{DevBuf, Gpu, Graph, KArg, Module};
 use crate::kernels::impls::w4a16::{self as w4, Config as W4Config, W4a16Device};
 use crate::kernels::W4Module;
-use crate::runtime::config::{KvCacheDtype, ModelConfig, WeightFormat};
+use crate::runtime::config::{KvCacheDtype, ModelConfig, QuantRecipe, WeightFormat};
 use crate::runtime::weights::{self, Linear, ModelWeights};
 use crate::RigError;
 
@@ -120,7 +122,7 @@ pub struct CudaLoadSpec {
     /// The weights.
     pub weights: WeightSource,
     /// Quantize BF16 weights on the GPU at load (`--quantize`).
-    pub quantize: Option<WeightFormat>,
+    pub quantize: Option<QuantRecipe>,
     /// Largest number of tokens in one forward pass (activation buffers are sized for it).
     pub max_num_batched_tokens: usize,
     /// Most sequences in one forward pass.
@@ -208,6 +210,9 @@ struct DLayer {
     down: DLinear,
     k_scale: f32,
     v_scale: f32,
+    /// A Gated-DeltaNet layer's other tensors (its `qkv` is `[in_proj_qkv; in_proj_z]`, its `o`
+    /// is `out_proj`; see [`gdn`]).
+    gdn: Option<gdn::GdnDevLayer>,
 }
 
 struct DWeights {
@@ -229,6 +234,7 @@ impl DWeights {
             for w in [&l.qkv, &l.o, &l.gate_up, &l.down] {
                 b += w.bytes();
             }
+            b += l.gdn.as_ref().map_or(0, |g| g.bytes());
         }
         b
     }
@@ -339,6 +345,8 @@ pub struct CudaBackend {
     prof: Option<Profiler>,
     /// Notes for reports (self-check outcomes, fallbacks taken).
     pub notes: Vec<String>,
+    /// The Gated-DeltaNet kernels, buffers and state of a hybrid ([`gdn`]).
+    hy: Option<gdn::HybridRt>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -361,6 +369,9 @@ fn grid1(n: usize, threads: usize) -> (u32, u32, u32) {
 /// embedding and lm_head, norms in f32; NVFP4 in the kernel layout with padding), used to
 /// refuse a model that cannot fit before anything is loaded.
 pub fn predicted_weight_bytes(config: &ModelConfig, format: WeightFormat) -> u64 {
+    if config.is_hybrid() {
+        return gdn::predicted_weight_bytes(config, QuantRecipe::Uniform(format));
+    }
     let h = config.hidden_size as u64;
     let v = config.vocab_size as u64;
     let lin = |n: u64, k: u64| -> u64 {
@@ -417,7 +428,10 @@ impl CudaBackend {
             }
             WeightSource::Host(w) => w.config.clone(),
         };
-        {
+        if let Some(why) = gdn::unsupported_shape(&config) {
+            anyhow::bail!(why);
+        }
+        if !config.is_hybrid() {
             let g = config.num_heads / config.num_kv_heads.max(1);
             anyhow::ensure!(
                 config.head_dim % 16 == 0
@@ -439,8 +453,33 @@ impl CudaBackend {
             (_, Some(m)) => m.format(),
             _ => WeightFormat::Bf16,
         };
-        let format = spec.quantize.unwrap_or(stored);
-        let need = predicted_weight_bytes(&config, format);
+        let quantize = match spec.quantize {
+            None => None,
+            Some(QuantRecipe::Uniform(f)) => Some(f),
+            Some(r) if config.is_hybrid() => Some(r.format_for(weights::LinearRole::Gate)),
+            Some(r) => {
+                return Err(RigError::flag(
+                    "--quantize",
+                    format!(
+                        "{} is implemented by the CUDA backend for the Qwen3.5 / 3.6 hybrids only",
+                        r.id()
+                    ),
+                )
+                .into())
+            }
+        };
+        let format = quantize.unwrap_or(stored);
+        let need = match (config.is_hybrid(), spec.quantize) {
+            (true, Some(r)) => gdn::predicted_weight_bytes(&config, r),
+            _ => predicted_weight_bytes(&config, format),
+        };
+        // W4A16 kernels are built when any linear will be NVFP4 (one format, a mixed recipe, or
+        // a mixed checkpoint).
+        let needs_w4 = format == WeightFormat::Nvfp4
+            || spec.quantize == Some(QuantRecipe::Nvfp4Mixed)
+            || mapped
+                .as_ref()
+                .is_some_and(|m| m.formats().contains(&WeightFormat::Nvfp4));
         if need > free_before as u64 {
             return Err(RigError::flag(
                 "--model",
@@ -459,7 +498,7 @@ impl CudaBackend {
         let names = w4::kernel_names();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut w4m = Vec::new();
-        if format == WeightFormat::Nvfp4 {
+        if needs_w4 {
             for (flavor, defines) in crate::kernels::w4a16_flavors() {
                 let defines: Vec<String> = defines.iter().map(|d| d.to_string()).collect();
                 let module = gpu
@@ -474,7 +513,7 @@ impl CudaBackend {
         }
         // The Hopper wgmma kernel joins the W4A16 modules when this card runs it and its probe
         // passes (kernels/w4a16_wg.cu; impls::w4a16_wg::module_for); otherwise a note says why.
-        let wg_note = if format == WeightFormat::Nvfp4 {
+        let wg_note = if needs_w4 {
             Some(match w4::wg_module_for(&gpu, spec.device) {
                 Ok((m, how)) => {
                     w4m.push(m);
@@ -485,7 +524,7 @@ impl CudaBackend {
         } else {
             None
         };
-        let w4v2 = if format == WeightFormat::Nvfp4 {
+        let w4v2 = if needs_w4 {
             let names = w4::v2_kernel_names();
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
             Some(
@@ -496,16 +535,20 @@ impl CudaBackend {
             None
         };
         let lt = Lt::new(&gpu)?;
-        let loader = Loader { gpu: &gpu, rt: &rt };
+        let loader = Loader {
+            gpu: &gpu,
+            rt: &rt,
+            recipe: spec.quantize,
+        };
         let weights = match spec.weights {
-            WeightSource::Host(w) => loader.host_weights(&w, spec.quantize)?,
+            WeightSource::Host(w) => loader.host_weights(&w)?,
             WeightSource::Synthetic { config, seed } => {
-                loader.synthetic(&config, seed, spec.quantize)?
+                loader.synthetic(&config, seed, quantize)?
             }
             WeightSource::Checkpoint { dir, .. } => {
                 let m = mapped.as_ref().context("checkpoint not mapped")?;
                 loader
-                    .checkpoint(m, spec.quantize)
+                    .checkpoint(m, quantize)
                     .with_context(|| format!("uploading {}", dir.display()))?
             }
         };
@@ -524,6 +567,11 @@ impl CudaBackend {
             spec.max_model_len,
             spec.block_size,
         )?;
+        let hy = if config.is_hybrid() {
+            Some(gdn::HybridRt::new(&gpu, &config, t_max)?)
+        } else {
+            None
+        };
         let mut me = CudaBackend {
             device: spec.device,
             gpu,
@@ -559,12 +607,42 @@ impl CudaBackend {
             stats: CudaStats::default(),
             notes: wg_note.into_iter().collect(),
             prof: None,
+            hy,
         };
+        if let Some(h) = &me.hy {
+            if h.chunk() != crate::runtime::gdn::CHUNK {
+                me.notes.push(format!(
+                    "the chunked delta rule runs in chunks of {} rows on {} (its shared memory for {} does not fit); the CPU reference uses {}",
+                    h.chunk(),
+                    me.gpu.name,
+                    crate::runtime::gdn::CHUNK,
+                    crate::runtime::gdn::CHUNK
+                ));
+            }
+        }
+        if let Some(m) = &mapped {
+            if m.lm_head()
+                .ok()
+                .flatten()
+                .is_some_and(|v| v.format() != WeightFormat::Bf16)
+            {
+                me.notes.push(
+                    "the quantized lm_head runs dequantized to BF16 (its values exactly; the CUDA backend's lm_head GEMM is BF16 with FP32 logits)"
+                        .into(),
+                );
+            }
+        }
+        if spec.quantize == Some(QuantRecipe::Nvfp4Mixed) {
+            me.notes.push(
+                "--quantize nvfp4-mixed: the lm_head stays BF16 on the CUDA backend (the recipe's NVFP4 lm_head runs on the CPU backend only)"
+                    .into(),
+            );
+        }
         me.prepare_gemms()?;
-        if me.format == WeightFormat::Nvfp4 {
+        if me.has_format(WeightFormat::Nvfp4) {
             me.tune_w4()?;
         }
-        if me.format == WeightFormat::Fp8 && me.opts.tune_fp8 {
+        if me.has_format(WeightFormat::Fp8) && me.opts.tune_fp8 {
             me.tune_fp8()?;
         }
         if me.opts.tc_prefill && PREFILL_HEAD_DIMS.contains(&me.config.head_dim) {
@@ -600,7 +678,8 @@ impl CudaBackend {
         let (free_after, _) = me.gpu.mem_info()?;
         me.memory.free_after_load = free_after as u64;
         me.memory.weights = me.weights.bytes() as u64;
-        me.memory.activations = me.bufs.bytes() as u64;
+        me.memory.activations =
+            (me.bufs.bytes() + me.hy.as_ref().map_or(0, |h| h.buffer_bytes())) as u64;
         me.memory.workspace = (free_before as u64)
             .saturating_sub(free_after as u64)
             .saturating_sub(me.memory.weights + me.memory.activations);
@@ -717,8 +796,8 @@ impl CudaBackend {
     /// Plans the cuBLASLt GEMMs of the first decode sizes, and finds out whether FP8 per-token
     /// scaling is available in cuBLASLt on this card.
     fn prepare_gemms(&mut self) -> anyhow::Result<()> {
-        if self.format == WeightFormat::Fp8 {
-            let (n, k) = self.weights.layers[0].qkv.nk();
+        if let Some(first) = self.first_of_format(WeightFormat::Fp8) {
+            let (n, k) = self.lin(first).nk();
             let kind = LtKind::Fp8RowWise {
                 w_scales_ptr: self.bufs.one.ptr(),
                 a_scales_ptr: self.bufs.ascale.ptr(),
@@ -741,9 +820,32 @@ impl CudaBackend {
 
     fn max_n(&self) -> usize {
         let c = &self.config;
-        (c.q_dim() + 2 * c.kv_dim())
+        gdn::max_fused_rows(c)
             .max(2 * c.intermediate_size)
             .max(c.hidden_size)
+    }
+
+    /// Whether any decoder linear is stored in `f`.
+    fn has_format(&self, f: WeightFormat) -> bool {
+        self.first_of_format(f).is_some()
+    }
+
+    /// The first decoder linear stored in `f`.
+    fn first_of_format(&self, f: WeightFormat) -> Option<LinRef> {
+        self.all_linears()
+            .into_iter()
+            .find(|r| self.lin(*r).format() == f)
+    }
+
+    /// Every decoder linear: per layer qkv, o, gate_up, down and, in Gated-DeltaNet layers,
+    /// the fused in_proj_a / in_proj_b (`which` 4).
+    fn all_linears(&self) -> Vec<LinRef> {
+        let mut v = Vec::new();
+        for (layer, l) in self.weights.layers.iter().enumerate() {
+            let n = if l.gdn.is_some() { 5 } else { 4 };
+            v.extend((0..n).map(|which| LinRef { layer, which }));
+        }
+        v
     }
 
     /// `out[m, N] = input[m, K] · Wᵀ` (BF16 in and out).
@@ -885,14 +987,19 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The distinct `(N, K)` of a layer's four linears (qkv, o, gate_up, down), each with the
-    /// index of its first linear (0..4), in that order.
-    fn distinct_linear_shapes(&self) -> Vec<(usize, usize, u8)> {
-        let mut shapes: Vec<(usize, usize, u8)> = Vec::new();
-        for which in 0..4u8 {
-            let (n, k) = self.lin(LinRef { layer: 0, which }).nk();
+    /// The distinct `(N, K)` of the linears stored in `format` over all layers (a dense
+    /// decoder's four: qkv, o, gate_up, down; a hybrid's Gated-DeltaNet layers add theirs), each
+    /// with its first linear, in layer order.
+    fn distinct_linear_shapes(&self, format: WeightFormat) -> Vec<(usize, usize, LinRef)> {
+        let mut shapes: Vec<(usize, usize, LinRef)> = Vec::new();
+        for r in self.all_linears() {
+            let lin = self.lin(r);
+            if lin.format() != format {
+                continue;
+            }
+            let (n, k) = lin.nk();
             if !shapes.iter().any(|s| s.0 == n && s.1 == k) {
-                shapes.push((n, k, which));
+                shapes.push((n, k, r));
             }
         }
         shapes
@@ -997,7 +1104,7 @@ impl CudaBackend {
         if !self.fp8_rowwise {
             return Ok(());
         }
-        let shapes = self.distinct_linear_shapes();
+        let shapes = self.distinct_linear_shapes(WeightFormat::Fp8);
         let m_max = self.max_tokens.min(FP8_TUNE_MAX_M);
         let maxn = self.max_n();
         let acc_bytes = m_max * maxn * 4;
@@ -1018,8 +1125,9 @@ impl CudaBackend {
         self.gpu.memset(&flush, 0)?;
         let mut rows_needed = 0usize;
         let mut summary: Vec<String> = Vec::new();
-        for &(n, k, which) in &shapes {
-            let (w, scales, st) = match self.lin(LinRef { layer: 0, which }) {
+        for &(n, k, r) in &shapes {
+            let which = r.which;
+            let (w, scales, st) = match self.lin(r) {
                 DLinear::Fp8 {
                     w,
                     scales,
@@ -1091,10 +1199,12 @@ impl CudaBackend {
 
     fn lin(&self, r: LinRef) -> &DLinear {
         let l = &self.weights.layers[r.layer];
-        match r.which {
-            0 => &l.qkv,
-            1 => &l.o,
-            2 => &l.gate_up,
+        match (r.which, &l.gdn) {
+            (0, _) => &l.qkv,
+            (1, _) => &l.o,
+            (2, _) => &l.gate_up,
+            (4, Some(g)) => &g.ab,
+            // `which` 4 is asked only of Gated-DeltaNet layers (all_linears, gdn::queue_mixer).
             _ => &l.down,
         }
     }
@@ -1114,17 +1224,18 @@ impl CudaBackend {
     /// each candidate against the dequantize + cuBLASLt result (exactly dequantized weights,
     /// FP32 accumulation) under the W4A16 GEMM tolerance: correct before fast.
     fn tune_w4(&mut self) -> anyhow::Result<()> {
-        let shapes = self.distinct_linear_shapes();
+        let shapes = self.distinct_linear_shapes(WeightFormat::Nvfp4);
         let t_max = self.max_tokens;
         let timer = self.gpu.timer()?;
         // Inputs: synthesized BF16 activations in `h`/`act` (both hold t_max × max K).
-        for &(n, k, which) in &shapes {
+        for &(n, k, r) in &shapes {
+            let which = r.which;
             let src = self.synth_tune_input(which, t_max, k, 0x5EED_0000)?;
             let refbuf = self.bufs.gu.ptr();
             let outbuf = self.bufs.qkv.ptr();
             for &b in W4_BUCKETS.iter().filter(|b| **b <= t_max) {
                 let (view, strips, kt_n) = {
-                    let DLinear::W4 { dev } = self.lin(LinRef { layer: 0, which }) else {
+                    let DLinear::W4 { dev } = self.lin(r) else {
                         anyhow::bail!("W4A16 tuning on a non-NVFP4 layer");
                     };
                     (dev.view(), dev.strips, dev.kt_n)
@@ -1262,6 +1373,8 @@ impl CudaBackend {
     fn kv_ptrs(&self, layer: usize) -> anyhow::Result<(u64, u64)> {
         let (buf, spec) = self.kv.as_ref().context("forward before init_kv_cache")?;
         let c = &self.config;
+        // Only the layers with attention have a KV cache (all of them in a dense decoder).
+        let layer = gdn::attention_index(c, layer);
         let region = (spec.num_blocks + 1)
             * c.num_kv_heads
             * spec.block_size
@@ -1311,6 +1424,23 @@ impl CudaBackend {
             self.op_begin()?;
             self.norm(delta, 0, t, in_norm, self.bufs.h.ptr())?;
             self.op_end("residual add + RMSNorm")?;
+            if self.hy.is_some() {
+                // Hybrids: the Gated-DeltaNet or gated attention mixer, then the common tail.
+                let o_in = gdn::queue_mixer(self, li, p, kc, vc, ks, vs, fp8_kv, spec.block_size)?;
+                self.op_begin()?;
+                self.gemm(
+                    LinRef {
+                        layer: li,
+                        which: 1,
+                    },
+                    t,
+                    o_in,
+                    self.bufs.hout.ptr(),
+                )?;
+                self.op_end("GEMM o_proj / out_proj")?;
+                self.mlp(li, t, post_norm)?;
+                continue;
+            }
             self.op_begin()?;
             self.gemm(
                 LinRef {
@@ -1365,47 +1495,7 @@ impl CudaBackend {
                 self.bufs.hout.ptr(),
             )?;
             self.op_end("GEMM o_proj")?;
-            self.op_begin()?;
-            self.norm(self.bufs.hout.ptr(), 0, t, post_norm, self.bufs.h.ptr())?;
-            self.op_end("residual add + RMSNorm")?;
-            self.op_begin()?;
-            self.gemm(
-                LinRef {
-                    layer: li,
-                    which: 2,
-                },
-                t,
-                self.bufs.h.ptr(),
-                self.bufs.gu.ptr(),
-            )?;
-            self.op_end("GEMM gate_up")?;
-            let i = c.intermediate_size;
-            self.op_begin()?;
-            self.rt.launch(
-                &self.gpu,
-                "rt_silu_mul",
-                grid1(t * i, 256),
-                (256, 1, 1),
-                0,
-                &[
-                    KArg::Ptr(self.bufs.gu.ptr()),
-                    KArg::I32(t as i32),
-                    KArg::I32(i as i32),
-                    KArg::Ptr(self.bufs.act.ptr()),
-                ],
-            )?;
-            self.op_end("SwiGLU")?;
-            self.op_begin()?;
-            self.gemm(
-                LinRef {
-                    layer: li,
-                    which: 3,
-                },
-                t,
-                self.bufs.act.ptr(),
-                self.bufs.hout.ptr(),
-            )?;
-            self.op_end("GEMM down")?;
+            self.mlp(li, t, post_norm)?;
         }
         self.op_begin()?;
         // Last residual add, final norm on the logit rows, lm_head in FP32.
@@ -1456,6 +1546,53 @@ impl CudaBackend {
             )?;
             self.op_end("GEMM lm_head (FP32 logits)")?;
         }
+        Ok(())
+    }
+
+    /// The residual add + post-attention RMSNorm and the MLP of layer `li` (its output in
+    /// `hout`).
+    fn mlp(&mut self, li: usize, t: usize, post_norm: u64) -> anyhow::Result<()> {
+        self.op_begin()?;
+        self.norm(self.bufs.hout.ptr(), 0, t, post_norm, self.bufs.h.ptr())?;
+        self.op_end("residual add + RMSNorm")?;
+        self.op_begin()?;
+        self.gemm(
+            LinRef {
+                layer: li,
+                which: 2,
+            },
+            t,
+            self.bufs.h.ptr(),
+            self.bufs.gu.ptr(),
+        )?;
+        self.op_end("GEMM gate_up")?;
+        let i = self.config.intermediate_size;
+        self.op_begin()?;
+        self.rt.launch(
+            &self.gpu,
+            "rt_silu_mul",
+            grid1(t * i, 256),
+            (256, 1, 1),
+            0,
+            &[
+                KArg::Ptr(self.bufs.gu.ptr()),
+                KArg::I32(t as i32),
+                KArg::I32(i as i32),
+                KArg::Ptr(self.bufs.act.ptr()),
+            ],
+        )?;
+        self.op_end("SwiGLU")?;
+        self.op_begin()?;
+        self.gemm(
+            LinRef {
+                layer: li,
+                which: 3,
+            },
+            t,
+            self.bufs.act.ptr(),
+            self.bufs.hout.ptr(),
+        )?;
+        self.op_end("GEMM down")?;
         Ok(())
     }
 
@@ -1630,6 +1767,7 @@ impl CudaBackend {
             p.image.len() * 4
         );
         self.gpu.write(&self.bufs.meta, 0, &p.image)?;
+        gdn::write_plan(self, batch, pad)?;
         self.stats.forwards += 1;
         if p.tiles > 0 {
             self.stats.prefill_tc += 1;
@@ -1647,6 +1785,11 @@ impl CudaBackend {
                     r?;
                     self.graphs.insert(b, g?);
                     self.stats.graphs_captured += 1;
+                    if self.hy.is_some() {
+                        // The eager pass computed this step; replaying it too would advance
+                        // the Gated-DeltaNet states twice (the KV writes are idempotent).
+                        return Ok(p);
+                    }
                 }
                 self.graphs[&b].launch()?;
                 self.stats.graph_replays += 1;
@@ -1823,8 +1966,8 @@ fn alloc_bufs(
     block_size: usize,
 ) -> anyhow::Result<Bufs> {
     let (h, i) = (c.hidden_size, c.intermediate_size);
-    let qkvd = c.q_dim() + 2 * c.kv_dim();
-    let maxk = h.max(c.q_dim()).max(i);
+    let qkvd = gdn::max_fused_rows(c);
+    let maxk = gdn::max_k(c);
     let _ = w;
     let max_blocks = max_model_len.div_ceil(block_size.max(1)) + 1;
     let caps = plan::Caps::for_batch(t, rows.max(1).min(t), rows);
@@ -1865,6 +2008,8 @@ fn alloc_bufs(
 struct Loader<'a> {
     gpu: &'a Gpu,
     rt: &'a Module,
+    /// `--quantize` (hybrids take their per-role formats from it).
+    recipe: Option<QuantRecipe>,
 }
 
 impl Loader<'_> {
@@ -1950,16 +2095,12 @@ impl Loader<'_> {
         }
     }
 
-    fn host_weights(
-        &self,
-        w: &ModelWeights,
-        quantize: Option<WeightFormat>,
-    ) -> anyhow::Result<DWeights> {
+    fn host_weights(&self, w: &ModelWeights) -> anyhow::Result<DWeights> {
         let owned;
-        let w = match quantize {
-            Some(f) if f != w.linear_format() => {
+        let w = match self.recipe {
+            Some(r) if r != QuantRecipe::Uniform(w.linear_format()) => {
                 let mut c = w.clone();
-                c.quantize(f)?;
+                c.quantize_recipe(r)?;
                 owned = c;
                 &owned
             }
@@ -1973,6 +2114,10 @@ impl Loader<'_> {
         };
         let mut layers = Vec::with_capacity(w.layers.len());
         for l in &w.layers {
+            if w.config.is_hybrid() {
+                layers.push(self.hybrid_host_layer(l)?);
+                continue;
+            }
             layers.push(DLayer {
                 input_norm: self.f32s(&l.input_norm)?,
                 post_norm: self.f32s(&l.post_norm)?,
@@ -1984,6 +2129,7 @@ impl Loader<'_> {
                 down: self.fuse_host(&[&l.down])?,
                 k_scale: l.k_scale.unwrap_or(1.0),
                 v_scale: l.v_scale.unwrap_or(1.0),
+                gdn: None,
             });
         }
         Ok(DWeights {
@@ -2328,6 +2474,10 @@ impl Loader<'_> {
         };
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
+            if c.is_hybrid() {
+                layers.push(self.hybrid_checkpoint_layer(m, i, self.recipe)?);
+                continue;
+            }
             let (ks, vs) = m.kv_scales(i);
             layers.push(DLayer {
                 input_norm: self.f32s(&m.norm(N::Input(i))?)?,
@@ -2349,10 +2499,18 @@ impl Loader<'_> {
                 down: self.fuse_views(&[m.linear(i, R::Down)?], q)?,
                 k_scale: ks.unwrap_or(1.0),
                 v_scale: vs.unwrap_or(1.0),
+                gdn: None,
             });
         }
         let embed = bf(m.embed()?)?;
-        let lm_head = m.lm_head()?.map(bf).transpose()?;
+        // A quantized lm_head (ModelOpt's mixed recipes) runs dequantized to BF16.
+        let lm_head = match m.lm_head()? {
+            Some(v) if v.format() != WeightFormat::Bf16 => {
+                let vals = v.to_linear()?.dequantize();
+                Some(self.gpu.upload(&crate::formats::to_bf16_bits(&vals))?)
+            }
+            other => other.map(bf).transpose()?,
+        };
         let norm = self.f32s(&m.norm(N::Final)?)?;
         self.gpu.sync()?;
         Ok(DWeights {
@@ -2376,6 +2534,11 @@ impl Loader<'_> {
         let id = |layer: Option<usize>, j: u64| weights::synth_tensor_id(layer, j);
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
+            if c.is_hybrid() {
+                let recipe = self.recipe.unwrap_or(QuantRecipe::Uniform(fmt));
+                layers.push(self.hybrid_synth_layer(c, seed, i, recipe)?);
+                continue;
+            }
             let l = Some(i);
             layers.push(DLayer {
                 input_norm: self.synth_norm(seed, id(l, 0), h)?,
@@ -2419,6 +2582,7 @@ impl Loader<'_> {
                 )?,
                 k_scale: 1.0,
                 v_scale: 1.0,
+                gdn: None,
             });
         }
         let bf = |j: u64| -> anyhow::Result<DevBuf> {
@@ -2469,7 +2633,8 @@ impl Backend for CudaBackend {
             * spec.block_size
             * c.head_dim
             * spec.dtype.bytes();
-        let bytes = 2 * c.num_layers * region;
+        // The layers with attention only (all of them in a dense decoder).
+        let bytes = 2 * c.num_attention_layers() * region;
         let (free, _) = self.gpu.mem_info()?;
         let buf = self.gpu.alloc(bytes).map_err(|e| {
             anyhow::anyhow!(
@@ -2486,6 +2651,9 @@ impl Backend for CudaBackend {
         self.kv = Some((buf, spec));
         let _ = self.kv_elem();
         Ok(())
+    }
+    fn init_state_slots(&mut self, n: usize) -> anyhow::Result<()> {
+        gdn::init_state_slots(self, n)
     }
     fn samples_on_device(&self) -> bool {
         true

@@ -382,6 +382,7 @@ mod tests {
             first_pos,
             block_table: bt,
             num_logits: logits,
+            state_slot: 0,
         }
     }
 

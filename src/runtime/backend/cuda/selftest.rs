@@ -115,6 +115,7 @@ pub fn prefill_matches_decode(b: &mut CudaBackend) -> anyhow::Result<Option<Stri
         first_pos: 0,
         block_table: (0..blocks as u32).collect(),
         num_logits: 0,
+        state_slot: 0,
     };
     let batch = ForwardBatch {
         token_ids: vec![0; len],
@@ -271,6 +272,7 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
     let loader = super::Loader {
         gpu: &b.gpu,
         rt: &b.rt,
+        recipe: None,
     };
     let mut out = Vec::new();
     // FP8.
@@ -422,6 +424,7 @@ pub fn forced_run(
                 first_pos: 0,
                 block_table: bt,
                 num_logits: 1,
+                state_slot: i as u32,
             }],
         };
         let l = be.forward(&batch)?;
@@ -439,6 +442,7 @@ pub fn forced_run(
                 first_pos: s.len() - 1,
                 block_table: tables[i].clone(),
                 num_logits: 1,
+                state_slot: i as u32,
             });
             batch.token_ids.push(*s.last().unwrap_or(&0));
         }
@@ -605,6 +609,7 @@ pub fn greedy_parity(
     };
     let mut cpu = CpuBackend::new(w.clone(), 4).with_gpu_rounding(true);
     cpu.init_kv_cache(kv)?;
+    cpu.init_state_slots(n_prompts)?;
     let reference = greedy_run(&mut cpu, &ps, steps, bs)?;
     let mut gpu = CudaBackend::load_with(
         CudaLoadSpec {
@@ -620,6 +625,7 @@ pub fn greedy_parity(
         CudaOptions::default(),
     )?;
     gpu.init_kv_cache(kv)?;
+    gpu.init_state_slots(n_prompts)?;
     let forced = forced_run(&mut gpu, &ps, steps, bs, Some(&reference.0))?;
     gpu.init_kv_cache(kv)?;
     let free = greedy_run(&mut gpu, &ps, steps, bs)?;
@@ -666,7 +672,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
     let mut b = CudaBackend::load(CudaLoadSpec {
         device,
         weights: WeightSource::Synthetic { config, seed: 0 },
-        quantize: Some(format),
+        quantize: Some(format.into()),
         max_num_batched_tokens: 4096,
         max_num_seqs: 32,
         max_model_len: 4096 + 64,
@@ -704,6 +710,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
             first_pos: 0,
             block_table: bt.clone(),
             num_logits: 1,
+            state_slot: 0,
         }],
     };
     b.sample_forward(&pre, &greedy(1))?;
@@ -721,6 +728,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
                 first_pos: pos,
                 block_table: bt.clone(),
                 num_logits: 1,
+                state_slot: 0,
             }],
         };
         for i in 0..3 {
@@ -754,6 +762,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
             first_pos: 0,
             block_table: bt.clone(),
             num_logits: 1,
+            state_slot: 0,
         }],
     };
     b.sample_forward(&short, &greedy(1))?;
@@ -768,6 +777,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
                     first_pos: 128 + i,
                     block_table: bt.clone(),
                     num_logits: 1,
+                    state_slot: 0,
                 }],
             },
             &greedy(1),
@@ -784,6 +794,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
                     first_pos: 131 + i,
                     block_table: bt.clone(),
                     num_logits: 1,
+                    state_slot: 0,
                 }],
             },
             &greedy(1),
@@ -805,6 +816,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
                 first_pos: pos,
                 block_table: tables[s].clone(),
                 num_logits: 1,
+                state_slot: s as u32,
             })
             .collect(),
     };
