@@ -6,6 +6,8 @@
 //! - [`config`]: model shape (`config.json` or a preset) and [`ServeConfig`];
 //! - [`weights`]: BF16 / FP8 / NVFP4 linear weights, safetensors loading, seeded synthesis;
 //! - [`tokenizer`], [`template`]: `tokenizer.json` or byte-level; Jinja chat templates;
+//! - [`gguf_model`], [`gguf_tokenizer`]: GGUF checkpoints (weights dequantized to BF16,
+//!   tokenizer and chat template from the metadata);
 //! - [`model`]: the decoder's math (RMSNorm, RoPE, SwiGLU, attention);
 //! - [`backend`]: the device interface ([`backend::Backend`]) and the CPU backend;
 //! - [`kv_cache`], [`prefix_cache`]: paged KV blocks, capacity, hashing of full blocks;
@@ -26,11 +28,14 @@ pub mod config;
 pub mod device;
 pub mod direct;
 pub mod engine;
+pub mod gguf_model;
+pub mod gguf_tokenizer;
 pub mod kv_cache;
 pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod prefix_cache;
+pub mod quality;
 pub mod report;
 pub mod sampler;
 pub mod scheduler;
