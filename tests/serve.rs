@@ -510,19 +510,28 @@ async fn logprobs_echo_and_prompt_logprobs_as_vllm_answers_them() {
     assert_eq!(st, 200, "{v}");
     let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
     let n = v["usage"]["completion_tokens"].as_u64().unwrap() as usize;
-    assert!((1..=4).contains(&content.len()) && content.len() == n, "{v}");
+    assert!(
+        (1..=4).contains(&content.len()) && content.len() == n,
+        "{v}"
+    );
     for e in content {
         let lp = e["logprob"].as_f64().unwrap();
         let top = e["top_logprobs"].as_array().unwrap();
         assert_eq!(top.len(), 3);
         // Greedy: the chosen token is the most likely one.
-        assert!((lp - top[0]["logprob"].as_f64().unwrap()).abs() < 1e-6, "{e}");
+        assert!(
+            (lp - top[0]["logprob"].as_f64().unwrap()).abs() < 1e-6,
+            "{e}"
+        );
         assert!(lp <= 0.0 && e["bytes"].is_array());
     }
     body["top_logprobs"] = json!(21);
     let (st, v) = post(&s, "/v1/chat/completions", body.clone()).await;
     assert_eq!(st, 400, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("top_logprobs"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("top_logprobs"));
     // Without logprobs: null, as before.
     let (_, v) = post(&s, "/v1/chat/completions", chat("hi", 2)).await;
     assert!(v["choices"][0]["logprobs"].is_null());
@@ -538,7 +547,10 @@ async fn logprobs_echo_and_prompt_logprobs_as_vllm_answers_them() {
     .await;
     assert_eq!(st, 200, "{v}");
     let c = &v["choices"][0];
-    assert!(c["text"].as_str().unwrap().starts_with("Hello world"), "{c}");
+    assert!(
+        c["text"].as_str().unwrap().starts_with("Hello world"),
+        "{c}"
+    );
     let lp = &c["logprobs"];
     let tl = lp["token_logprobs"].as_array().unwrap();
     assert_eq!(tl.len(), prompt.len() + 2);
@@ -564,7 +576,11 @@ async fn logprobs_echo_and_prompt_logprobs_as_vllm_answers_them() {
     .unwrap();
     for (i, w) in want.iter().enumerate() {
         let got = tl[i + 1].as_f64().unwrap();
-        assert!((got - w).abs() < 1e-4, "prompt token {}: {got} vs {w}", i + 1);
+        assert!(
+            (got - w).abs() < 1e-4,
+            "prompt token {}: {got} vs {w}",
+            i + 1
+        );
     }
     // Streaming completions carry the logprobs of their tokens.
     let evs = stream(
@@ -578,7 +594,11 @@ async fn logprobs_echo_and_prompt_logprobs_as_vllm_answers_them() {
         .iter()
         .filter(|e| *e != "[DONE]")
         .filter_map(|e| serde_json::from_str::<Value>(e).ok())
-        .filter_map(|v| v["choices"][0]["logprobs"]["token_logprobs"].as_array().map(|a| a.len()))
+        .filter_map(|v| {
+            v["choices"][0]["logprobs"]["token_logprobs"]
+                .as_array()
+                .map(|a| a.len())
+        })
         .sum();
     assert_eq!(n, 3);
     s.shutdown().await;

@@ -20,13 +20,13 @@ const FIXTURES: &str = "tests/fixtures/smollm2";
 
 fn model() -> &'static GgufModel {
     static M: OnceLock<GgufModel> = OnceLock::new();
-    M.get_or_init(|| {
-        GgufModel::load(&smollm2_for_tests(), None).expect("the SmolLM2 GGUF loads")
-    })
+    M.get_or_init(|| GgufModel::load(&smollm2_for_tests(), None).expect("the SmolLM2 GGUF loads"))
 }
 
 fn json(name: &str) -> Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURES).join(name);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(FIXTURES)
+        .join(name);
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -77,7 +77,9 @@ fn inspect_lists_every_tensor_type_as_the_files_own_table() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     // gguf-py's reading of the same file, one line per tensor.
     let tsv = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURES).join("tensors.tsv"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(FIXTURES)
+            .join("tensors.tsv"),
     )
     .unwrap();
     let mut want: std::collections::BTreeMap<String, u64> = Default::default();
@@ -114,9 +116,13 @@ fn inspect_lists_every_tensor_type_as_the_files_own_table() {
     assert_eq!(got, want);
     assert_eq!(
         want,
-        [("F32".to_string(), 61), ("Q4_1".into(), 210), ("Q8_0".into(), 1)]
-            .into_iter()
-            .collect()
+        [
+            ("F32".to_string(), 61),
+            ("Q4_1".into(), 210),
+            ("Q8_0".into(), 1)
+        ]
+        .into_iter()
+        .collect()
     );
     // The architecture and llama.cpp's KV cache: 30 layers × 3 KV heads × (64 + 64) × 2 bytes.
     assert_eq!(v["architecture"], "llama");
@@ -128,11 +134,17 @@ fn inspect_lists_every_tensor_type_as_the_files_own_table() {
         .iter()
         .find(|m| m["module"] == "blk.*.attn_q.weight")
         .unwrap();
-    assert_eq!((q["count"].as_u64(), q["bytes_per_weight"].as_f64()), (Some(30), Some(0.625)));
+    assert_eq!(
+        (q["count"].as_u64(), q["bytes_per_weight"].as_f64()),
+        (Some(30), Some(0.625))
+    );
     // Markdown names the assumptions.
     let md = common::rigbench(&["inspect", path.to_str().unwrap(), "--parallel", "4"]);
     let md = String::from_utf8_lossy(&md.stdout);
-    assert!(md.contains("-np 4") && md.contains("Q4_1") && md.contains("f16"), "{md}");
+    assert!(
+        md.contains("-np 4") && md.contains("Q4_1") && md.contains("f16"),
+        "{md}"
+    );
 }
 
 #[test]
@@ -150,9 +162,7 @@ fn tokenizer_and_chat_template_match_transformers() {
         let prompt = c["prompt"].as_str().unwrap();
         let rendered = if c["kind"] == "chat" {
             let msgs = vec![serde_json::json!({"role": "user", "content": prompt})];
-            m.template
-                .render(&msgs, true, &Default::default())
-                .unwrap()
+            m.template.render(&msgs, true, &Default::default()).unwrap()
         } else {
             prompt.to_string()
         };
@@ -164,7 +174,11 @@ fn tokenizer_and_chat_template_match_transformers() {
         );
     }
     // <|im_end|> (the GGUF's EOS) ends generation.
-    assert!(m.tokenizer.eos_ids.contains(&2), "{:?}", m.tokenizer.eos_ids);
+    assert!(
+        m.tokenizer.eos_ids.contains(&2),
+        "{:?}",
+        m.tokenizer.eos_ids
+    );
 }
 
 /// Logit gap under which transformers' own top two candidates are a near-tie that BF16 weights
@@ -233,7 +247,12 @@ fn bf16_perplexity_is_within_1_percent_of_transformers() {
         100.0 * (got.ppl - want) / want
     );
     assert_eq!(got.tokens, n - 1);
-    assert!(rel < 0.01, "{} vs {want}: {:.2}% apart", got.ppl, 100.0 * rel);
+    assert!(
+        rel < 0.01,
+        "{} vs {want}: {:.2}% apart",
+        got.ppl,
+        100.0 * rel
+    );
 }
 
 #[test]
@@ -278,7 +297,11 @@ fn fidelity_on_trained_weights_meets_the_floors_and_the_emulation() {
             f.perplexity.ppl
         );
     }
-    assert!((q.bf16_perplexity.ppl - e["bf16_perplexity"].as_f64().unwrap()).abs() / q.bf16_perplexity.ppl < 0.01);
+    assert!(
+        (q.bf16_perplexity.ppl - e["bf16_perplexity"].as_f64().unwrap()).abs()
+            / q.bf16_perplexity.ppl
+            < 0.01
+    );
 }
 
 /// `rigbench serve` on SmolLM2 answers an echoed prompt with the log-probabilities the CPU
@@ -292,7 +315,10 @@ async fn quality_probe_through_serve_equals_the_in_process_perplexity() {
     cfg.kv_cache_memory = Some(128 << 20);
     let s = rigbench::runtime::start(cfg).await.unwrap();
     // The first ~120 tokens of the fixed text (the probe's whole text takes minutes on a CPU).
-    let text: String = rigbench::runtime::quality::FIXED_TEXT.chars().take(600).collect();
+    let text: String = rigbench::runtime::quality::FIXED_TEXT
+        .chars()
+        .take(600)
+        .collect();
     let q = rigbench::e2e::quality::run_with(
         &s.url(),
         &path.display().to_string(),

@@ -450,9 +450,15 @@ impl<'a> Reader<'a> {
             1 => Array::I8(self.take(n, what)?.iter().map(|b| *b as i8).collect()),
             2 => fixed!(U16, 2, |c: &[u8]| u16::from_le_bytes([c[0], c[1]])),
             3 => fixed!(I16, 2, |c: &[u8]| i16::from_le_bytes([c[0], c[1]])),
-            4 => fixed!(U32, 4, |c: &[u8]| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-            5 => fixed!(I32, 4, |c: &[u8]| i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-            6 => fixed!(F32, 4, |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            4 => fixed!(U32, 4, |c: &[u8]| u32::from_le_bytes([
+                c[0], c[1], c[2], c[3]
+            ])),
+            5 => fixed!(I32, 4, |c: &[u8]| i32::from_le_bytes([
+                c[0], c[1], c[2], c[3]
+            ])),
+            6 => fixed!(F32, 4, |c: &[u8]| f32::from_le_bytes([
+                c[0], c[1], c[2], c[3]
+            ])),
             7 => {
                 let raw = self.take(n, what)?;
                 if let Some(i) = raw.iter().position(|b| *b > 1) {
@@ -477,9 +483,15 @@ impl<'a> Reader<'a> {
                 }
                 Array::Array(v)
             }
-            10 => fixed!(U64, 8, |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
-            11 => fixed!(I64, 8, |c: &[u8]| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
-            _ => fixed!(F64, 8, |c: &[u8]| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))),
+            10 => fixed!(U64, 8, |c: &[u8]| u64::from_le_bytes(
+                c.try_into().unwrap_or([0; 8])
+            )),
+            11 => fixed!(I64, 8, |c: &[u8]| i64::from_le_bytes(
+                c.try_into().unwrap_or([0; 8])
+            )),
+            _ => fixed!(F64, 8, |c: &[u8]| f64::from_le_bytes(
+                c.try_into().unwrap_or([0; 8])
+            )),
         })
     }
 }
@@ -593,7 +605,9 @@ pub fn parse(bytes: &[u8]) -> Result<GgufHeader, GgufError> {
         if offset % alignment != 0 {
             return Err(r.err(
                 off_at,
-                format!("{what}: data offset {offset} is not a multiple of the alignment {alignment}"),
+                format!(
+                    "{what}: data offset {offset} is not a multiple of the alignment {alignment}"
+                ),
             ));
         }
         if !names.insert(name.clone()) {
@@ -734,9 +748,8 @@ impl Gguf {
         // own mmap loading has the same caveat).
         let map = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|e| RigError::file(&path, format!("cannot memory-map: {e}")))?;
-        let header = parse(&map).map_err(|e| {
-            RigError::file(&path, format!("not a valid GGUF file: {e}"))
-        })?;
+        let header = parse(&map)
+            .map_err(|e| RigError::file(&path, format!("not a valid GGUF file: {e}")))?;
         let index = header
             .tensors
             .iter()
@@ -879,8 +892,7 @@ pub(crate) mod tests {
             self
         }
         pub fn tensor(&mut self, name: &str, ne: &[u64], ty: GgmlType, data: Vec<u8>) -> &mut Self {
-            self.tensors
-                .push((name.into(), ne.to_vec(), ty.id(), data));
+            self.tensors.push((name.into(), ne.to_vec(), ty.id(), data));
             self
         }
         pub fn bytes(&self) -> Vec<u8> {

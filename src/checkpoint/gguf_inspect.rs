@@ -342,16 +342,24 @@ fn kv_capacity(g: &Gguf, arch: Option<&str>, opts: &GgufKvOptions) -> GgufKvCapa
     };
     let num = |key: &str| g.get(&format!("{a}.{key}")).and_then(Value::as_u64);
     let Some(layers) = num("block_count") else {
-        k.notes.push(format!(
-            "no {a}.block_count: the KV cache is not predicted"
-        ));
+        k.notes
+            .push(format!("no {a}.block_count: the KV cache is not predicted"));
         return k;
     };
     k.layers = Some(layers);
     for (key, why) in [
-        ("ssm.state_size", "recurrent (SSM) layers keep a fixed state per sequence"),
-        ("attention.sliding_window", "sliding-window layers keep only the window"),
-        ("attention.kv_lora_rank", "MLA caches a compressed latent, not K and V"),
+        (
+            "ssm.state_size",
+            "recurrent (SSM) layers keep a fixed state per sequence",
+        ),
+        (
+            "attention.sliding_window",
+            "sliding-window layers keep only the window",
+        ),
+        (
+            "attention.kv_lora_rank",
+            "MLA caches a compressed latent, not K and V",
+        ),
     ] {
         if g.get(&format!("{a}.{key}")).is_some() {
             k.notes.push(format!(
@@ -387,7 +395,9 @@ fn kv_capacity(g: &Gguf, arch: Option<&str>, opts: &GgufKvOptions) -> GgufKvCapa
         (Some(c), _) => (Some(c), format!("-c {c} (--ctx-size)")),
         (None, Some(c)) => (
             Some(c),
-            format!("{a}.context_length = {c} (llama.cpp's -c 0 takes the model's training context)"),
+            format!(
+                "{a}.context_length = {c} (llama.cpp's -c 0 takes the model's training context)"
+            ),
         ),
         (None, None) => (None, "unknown: no --ctx-size and no context_length".into()),
     };
@@ -486,7 +496,14 @@ pub fn render_markdown(r: &GgufInspection) -> String {
         })
         .collect();
     o.push_str(&markdown_table(
-        &["type", "tensors", "weights", "bytes", "bits/weight", "of bytes"],
+        &[
+            "type",
+            "tensors",
+            "weights",
+            "bytes",
+            "bits/weight",
+            "of bytes",
+        ],
         &rows,
     ));
     o.push_str("\n### Modules\n\n");
@@ -528,20 +545,30 @@ pub fn render_markdown(r: &GgufInspection) -> String {
     ));
     let k = &r.kv;
     o.push_str("\n### KV cache under llama.cpp (a prediction)\n\n");
-    let f = |v: Option<u64>, fmt: &dyn Fn(u64) -> String| v.map(fmt).unwrap_or_else(|| "unknown".into());
+    let f = |v: Option<u64>, fmt: &dyn Fn(u64) -> String| {
+        v.map(fmt).unwrap_or_else(|| "unknown".into())
+    };
     let mut rows = vec![
         vec![
             "KV bytes per token (all layers, K+V)".to_string(),
-            f(k.bytes_per_token, &|b| format!("{} ({b} B)", human_bytes(b))),
+            f(k.bytes_per_token, &|b| {
+                format!("{} ({b} B)", human_bytes(b))
+            }),
         ],
-        vec!["context cells (-c)".into(), format!("{} — {}", f(k.ctx_size, &thousands), k.ctx_source)],
+        vec![
+            "context cells (-c)".into(),
+            format!("{} — {}", f(k.ctx_size, &thousands), k.ctx_source),
+        ],
         vec!["parallel slots (-np)".into(), k.parallel.to_string()],
         vec!["tokens per slot".into(), f(k.tokens_per_slot, &thousands)],
         vec!["KV cache allocated".into(), f(k.kv_bytes, &human_bytes)],
         vec!["weights".into(), human_bytes(k.weight_bytes)],
     ];
     if let Some((m, src)) = &k.gpu_memory {
-        rows.push(vec!["GPU memory".into(), format!("{} ({src})", human_bytes(*m))]);
+        rows.push(vec![
+            "GPU memory".into(),
+            format!("{} ({src})", human_bytes(*m)),
+        ]);
         rows.push(vec![
             "fits (weights + KV + reserve)".into(),
             match k.fits {
@@ -598,8 +625,18 @@ mod tests {
                 vec![0; 256],
             );
         }
-        w.tensor("token_embd.weight", &[64, 10], GgmlType::Q8_0, vec![0; 2 * 10 * 34]);
-        w.tensor("blk.0.ffn_up.weight", &[256, 4], GgmlType::IQ2_XXS, vec![0; 4 * 66]);
+        w.tensor(
+            "token_embd.weight",
+            &[64, 10],
+            GgmlType::Q8_0,
+            vec![0; 2 * 10 * 34],
+        );
+        w.tensor(
+            "blk.0.ffn_up.weight",
+            &[256, 4],
+            GgmlType::IQ2_XXS,
+            vec![0; 4 * 66],
+        );
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("toy.gguf");
         std::fs::write(&p, w.bytes()).unwrap();
@@ -618,17 +655,30 @@ mod tests {
             .iter()
             .find(|m| m.module == "blk.*.attn_q.weight")
             .unwrap();
-        assert_eq!((q.layers.as_str(), q.count, q.bytes_per_weight), ("0-1", 2, 0.625));
+        assert_eq!(
+            (q.layers.as_str(), q.count, q.bytes_per_weight),
+            ("0-1", 2, 0.625)
+        );
         assert_eq!(r.modules[0].module, "token_embd.weight");
-        assert!(r.notes.iter().any(|n| n.contains("IQ2_XXS")), "{:?}", r.notes);
+        assert!(
+            r.notes.iter().any(|n| n.contains("IQ2_XXS")),
+            "{:?}",
+            r.notes
+        );
         assert!(r.notes.iter().any(|n| n.contains("tied")));
         // 2 layers × 2 KV heads × (16 + 16) × 2 bytes = 256 B per token.
         assert_eq!(r.kv.bytes_per_token, Some(256));
-        assert_eq!((r.kv.ctx_size, r.kv.tokens_per_slot), (Some(1024), Some(256)));
+        assert_eq!(
+            (r.kv.ctx_size, r.kv.tokens_per_slot),
+            (Some(1024), Some(256))
+        );
         assert_eq!(r.kv.kv_bytes, Some(256 * 1024));
         assert_eq!(r.kv.fits, Some(true));
         let md = render_markdown(&r);
-        assert!(md.contains("-np 4") && md.contains("f16") && md.contains("IQ2_XXS"), "{md}");
+        assert!(
+            md.contains("-np 4") && md.contains("f16") && md.contains("IQ2_XXS"),
+            "{md}"
+        );
         o.ctx_size = Some(4096);
         o.kv_type = ("f32".into(), 4.0);
         let r = inspect_path(&p, &o).unwrap();

@@ -90,15 +90,18 @@ pub fn perplexity_from_response(v: &Value, text: &str) -> Result<PerplexityProbe
         .and_then(|u| u.get("prompt_tokens"))
         .and_then(Value::as_u64)
         .map(|n| n as usize);
-    let (lps, source): (Vec<f64>, &str) = if let Some(Value::Array(pl)) =
-        choice.get("prompt_logprobs").or_else(|| v.get("prompt_logprobs"))
+    let (lps, source): (Vec<f64>, &str) = if let Some(Value::Array(pl)) = choice
+        .get("prompt_logprobs")
+        .or_else(|| v.get("prompt_logprobs"))
     {
         // vLLM: [null, {"<id>": {"logprob", "rank", ...}}, ...]; the prompt token's entry is
         // the one that is not among the top alternatives when it ranks below them, so take the
         // entry whose rank is its own: the first key is the prompt token in vLLM's order.
         let mut out = Vec::new();
         for e in pl.iter().skip(1) {
-            let m = e.as_object().ok_or("a prompt_logprobs entry is not an object")?;
+            let m = e
+                .as_object()
+                .ok_or("a prompt_logprobs entry is not an object")?;
             let first = m
                 .values()
                 .next()
@@ -114,13 +117,18 @@ pub fn perplexity_from_response(v: &Value, text: &str) -> Result<PerplexityProbe
             .and_then(|l| l.get("token_logprobs"))
             .and_then(Value::as_array)
             .ok_or("the response has no logprobs.token_logprobs: the engine returned no prompt log-probabilities for echo")?;
-        let n = prompt_tokens.unwrap_or(tl.len().saturating_sub(1)).min(tl.len());
+        let n = prompt_tokens
+            .unwrap_or(tl.len().saturating_sub(1))
+            .min(tl.len());
         let mut out = Vec::new();
         for (i, x) in tl.iter().take(n).enumerate() {
             match x {
                 Value::Null if i == 0 => {}
                 Value::Null => return Err(format!("prompt token {i} has no log-probability")),
-                x => out.push(x.as_f64().ok_or("a token log-probability is not a number")?),
+                x => out.push(
+                    x.as_f64()
+                        .ok_or("a token log-probability is not a number")?,
+                ),
             }
         }
         (out, "logprobs.token_logprobs with echo")
@@ -141,7 +149,9 @@ pub fn perplexity_from_response(v: &Value, text: &str) -> Result<PerplexityProbe
 
 /// A recall case's prompt: filler words with the needle sentence at `depth`.
 pub fn recall_prompt(words: usize, depth: f64, code: &str) -> String {
-    let filler: Vec<&str> = crate::runtime::quality::FIXED_TEXT.split_whitespace().collect();
+    let filler: Vec<&str> = crate::runtime::quality::FIXED_TEXT
+        .split_whitespace()
+        .collect();
     let mut hay: Vec<String> = (0..words)
         .map(|i| filler[i % filler.len()].to_string())
         .collect();
@@ -211,7 +221,9 @@ pub async fn run_with(
                 Ok(p) => out.perplexity = Some(p),
                 Err(e) => out.notes.push(format!("perplexity: {e}")),
             },
-            Err(e) => out.notes.push(format!("perplexity: the response is not JSON: {e}")),
+            Err(e) => out
+                .notes
+                .push(format!("perplexity: the response is not JSON: {e}")),
         },
         Ok(r) => {
             let status = r.status();
@@ -300,9 +312,11 @@ mod tests {
         let v = json!({"choices": [{"prompt_logprobs": [null, {"5": {"logprob": -2.0, "rank": 3}}, {"7": {"logprob": -4.0, "rank": 1}}]}]});
         let p = perplexity_from_response(&v, "t").unwrap();
         assert!((p.mean_nll - 3.0).abs() < 1e-12);
-        assert!(perplexity_from_response(&json!({"choices": [{"text": "x"}]}), "t")
-            .unwrap_err()
-            .contains("no prompt log-probabilities"));
+        assert!(
+            perplexity_from_response(&json!({"choices": [{"text": "x"}]}), "t")
+                .unwrap_err()
+                .contains("no prompt log-probabilities")
+        );
         let r = recall_prompt(20, 0.5, "1234");
         assert!(r.contains("pass code is 1234") && r.ends_with("number only."));
     }

@@ -525,14 +525,20 @@ mod tests {
     /// `scripts/ref/smollm2_reference.py`.
     #[test]
     fn every_dequantized_type_matches_gguf_py() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/smollm2/dequant_cases.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/smollm2/dequant_cases.json"
+        );
         let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let cases = v["cases"].as_array().unwrap();
         assert!(cases.len() >= 12);
         for c in cases {
             let name = c["type"].as_str().unwrap();
-            let t = GgmlType::ALL.into_iter().find(|t| t.name() == name).unwrap();
+            let t = GgmlType::ALL
+                .into_iter()
+                .find(|t| t.name() == name)
+                .unwrap();
             let hex = c["bytes_hex"].as_str().unwrap();
             let bytes: Vec<u8> = (0..hex.len() / 2)
                 .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())

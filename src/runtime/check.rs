@@ -730,8 +730,7 @@ mod tests {
         let out = check_reference_greedy(&mut b, &reference).unwrap();
         assert_eq!(out[0].first_mismatch, Some(0));
         // A file without the field reads as no explicit mask.
-        let r: ReferenceGreedy =
-            serde_json::from_str(r#"{"source":"s","cases":[]}"#).unwrap();
+        let r: ReferenceGreedy = serde_json::from_str(r#"{"source":"s","cases":[]}"#).unwrap();
         assert!(r.masked_ids.is_empty());
     }
 

@@ -644,8 +644,10 @@ impl Engine {
                         .get(p.id)
                         .map(|s| s.tokens.clone())
                         .unwrap_or_default();
-                    if let Some((k, lps)) =
-                        self.reqs.get_mut(&p.id).and_then(|r| r.prompt_logprobs.as_mut())
+                    if let Some((k, lps)) = self
+                        .reqs
+                        .get_mut(&p.id)
+                        .and_then(|r| r.prompt_logprobs.as_mut())
                     {
                         for j in 0..prompt_rows {
                             let next = p.first_pos + j + 1;
@@ -1115,9 +1117,7 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
                     config: mc.clone(),
                 },
                 ModelSource::Gguf(_) => WeightSource::Host(Box::new(
-                    gguf_weights
-                        .take()
-                        .context("GGUF weights not loaded")?,
+                    gguf_weights.take().context("GGUF weights not loaded")?,
                 )),
             };
             let b = CudaBackend::load(CudaLoadSpec {

@@ -35,7 +35,11 @@ pub const SMOLLM2_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5b
 /// rigbench's cache folder: `$RIGBENCH_CACHE_DIR`, else `$XDG_CACHE_HOME/rigbench`, else
 /// `$HOME/.cache/rigbench` (the rule `scripts/fetch-smollm2.sh` follows).
 pub fn cache_dir() -> Option<PathBuf> {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     env("RIGBENCH_CACHE_DIR")
         .or_else(|| env("XDG_CACHE_HOME").map(|p| p.join("rigbench")))
         .or_else(|| env("HOME").map(|p| p.join(".cache").join("rigbench")))
@@ -73,10 +77,13 @@ pub fn model_config(g: &Gguf) -> anyhow::Result<(ModelConfig, Vec<String>)> {
     let uint = |k: &str| -> anyhow::Result<Option<usize>> {
         match get(k) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|x| Some(x as usize))
-                .ok_or_else(|| anyhow::anyhow!("{a}.{k} is {} {}, expected a non-negative integer", v.type_name(), v.display(40))),
+            Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{a}.{k} is {} {}, expected a non-negative integer",
+                    v.type_name(),
+                    v.display(40)
+                )
+            }),
         }
     };
     let need = |k: &str| -> anyhow::Result<usize> {
@@ -115,13 +122,18 @@ pub fn model_config(g: &Gguf) -> anyhow::Result<(ModelConfig, Vec<String>)> {
             "{a}.rope.dimension_count = {r} rotates part of a {head_dim}-wide head: partial rotary embeddings are not run by the built-in runtime"
         );
     }
-    anyhow::ensure!(head_dim % 2 == 0, "head size {head_dim} is odd; RoPE needs an even one");
+    anyhow::ensure!(
+        head_dim % 2 == 0,
+        "head size {head_dim} is odd; RoPE needs an even one"
+    );
     let float = |k: &str| get(k).and_then(Value::as_f64);
     let rope_theta = match float("rope.freq_base") {
         Some(t) if t > 0.0 => t as f32,
         Some(t) => anyhow::bail!("{a}.rope.freq_base = {t}; expected a positive number"),
         None => {
-            warnings.push(format!("{a}.rope.freq_base absent: using 10000 (llama.cpp's default)"));
+            warnings.push(format!(
+                "{a}.rope.freq_base absent: using 10000 (llama.cpp's default)"
+            ));
             10_000.0
         }
     };
@@ -231,7 +243,13 @@ pub struct GgufModel {
     pub notes: Vec<String>,
 }
 
-fn linear(g: &Gguf, name: &str, n: usize, k: usize, unpermute: Option<usize>) -> anyhow::Result<Linear> {
+fn linear(
+    g: &Gguf,
+    name: &str,
+    n: usize,
+    k: usize,
+    unpermute: Option<usize>,
+) -> anyhow::Result<Linear> {
     let t = g
         .tensor(name)
         .ok_or_else(|| RigError::file(&g.path, format!("tensor '{name}' is missing")))?;
@@ -323,7 +341,10 @@ pub fn load_weights(g: &Gguf, c: &ModelConfig, threads: usize) -> anyhow::Result
             })
             .collect();
         hs.into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a loader thread panicked"))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a loader thread panicked")))
+            })
             .collect()
     });
     let mut layers = Vec::with_capacity(c.num_layers);
@@ -390,10 +411,15 @@ impl GgufModel {
                 tokenizer.eos_token.clone(),
             )
             .map_err(|e| {
-                RigError::file(&g.path, format!("tokenizer.chat_template does not compile: {e}"))
+                RigError::file(
+                    &g.path,
+                    format!("tokenizer.chat_template does not compile: {e}"),
+                )
             })?,
             None => {
-                notes.push("GGUF: no tokenizer.chat_template: the built-in ChatML template is used".into());
+                notes.push(
+                    "GGUF: no tokenizer.chat_template: the built-in ChatML template is used".into(),
+                );
                 ChatTemplate::builtin()
             }
         };

@@ -89,10 +89,12 @@ pub fn build(g: &Gguf) -> anyhow::Result<(tokenizers::Tokenizer, GgufVocab)> {
         .ok_or_else(|| anyhow::anyhow!("no tokenizer.ggml.tokens"))?;
     let types: Vec<i64> = match g.get("tokenizer.ggml.token_type") {
         None => vec![1; tokens.len()],
-        Some(v) => v
-            .as_array()
-            .and_then(Array::as_i64s)
-            .ok_or_else(|| anyhow::anyhow!("tokenizer.ggml.token_type is {}, expected an integer array", v.type_name()))?,
+        Some(v) => v.as_array().and_then(Array::as_i64s).ok_or_else(|| {
+            anyhow::anyhow!(
+                "tokenizer.ggml.token_type is {}, expected an integer array",
+                v.type_name()
+            )
+        })?,
     };
     anyhow::ensure!(
         types.len() == tokens.len(),
@@ -125,8 +127,10 @@ pub fn build(g: &Gguf) -> anyhow::Result<(tokenizers::Tokenizer, GgufVocab)> {
     let mut added = Vec::new();
     for (i, (t, ty)) in tokens.iter().zip(&types).enumerate() {
         if *ty == 3 || *ty == 4 {
-            added.push(json!({"id": i, "content": t, "single_word": false, "lstrip": false,
-                "rstrip": false, "normalized": false, "special": *ty == 3}));
+            added.push(
+                json!({"id": i, "content": t, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": *ty == 3}),
+            );
         }
     }
     let post = match (&bos, add_bos) {
@@ -266,11 +270,7 @@ fn spm_merges(tokens: &[String], scores: &[f32]) -> Vec<Value> {
         merges.extend(local.into_iter().map(|(a, b, la, lb)| (*s, la, lb, a, b)));
     }
     // Best score first; ties as Python's stable reverse sort of (score, len(l), len(r)).
-    merges.sort_by(|x, y| {
-        y.0.total_cmp(&x.0)
-            .then(y.1.cmp(&x.1))
-            .then(y.2.cmp(&x.2))
-    });
+    merges.sort_by(|x, y| y.0.total_cmp(&x.0).then(y.1.cmp(&x.1)).then(y.2.cmp(&x.2)));
     merges
         .into_iter()
         .map(|(_, _, _, a, b)| json!([tokens[a], tokens[b]]))
@@ -295,7 +295,16 @@ mod tests {
     fn gpt2_vocab_with_digits_split_and_control_tokens() {
         // Byte-level spellings: 'Ġ' is the space.
         let toks = [
-            "<|im_end|>", "a", "b", "Ġ", "1", "2", "ab", "Ġab", "12", "<think>",
+            "<|im_end|>",
+            "a",
+            "b",
+            "Ġ",
+            "1",
+            "2",
+            "ab",
+            "Ġab",
+            "12",
+            "<think>",
         ];
         let mut w = Writer::new();
         w.str("tokenizer.ggml.model", "gpt2")
@@ -307,7 +316,11 @@ mod tests {
         w.tensor("x", &[1], GgmlType::F32, vec![0; 4]);
         let (_d, g) = open(&w);
         let (t, v) = build(&g).unwrap();
-        let ids = t.encode("ab ab12<|im_end|><think>", false).unwrap().get_ids().to_vec();
+        let ids = t
+            .encode("ab ab12<|im_end|><think>", false)
+            .unwrap()
+            .get_ids()
+            .to_vec();
         // "12" stays two tokens: llama.cpp's smollm split isolates every digit.
         assert_eq!(ids, vec![6, 7, 4, 5, 0, 9]);
         assert_eq!(t.decode(&ids, true).unwrap(), "ab ab12<think>");
@@ -316,7 +329,11 @@ mod tests {
         // The default split merges the digits.
         let mut w2 = Writer::new();
         w2.kv = w.kv.clone();
-        w2.kv[1] = ("tokenizer.ggml.pre".into(), 8, crate::checkpoint::gguf::tests::s("default"));
+        w2.kv[1] = (
+            "tokenizer.ggml.pre".into(),
+            8,
+            crate::checkpoint::gguf::tests::s("default"),
+        );
         w2.tensor("x", &[1], GgmlType::F32, vec![0; 4]);
         let (_d2, g2) = open(&w2);
         let (t2, _) = build(&g2).unwrap();
@@ -324,7 +341,11 @@ mod tests {
         // An unknown pre-tokenizer is refused by name.
         let mut w3 = Writer::new();
         w3.kv = w.kv.clone();
-        w3.kv[1] = ("tokenizer.ggml.pre".into(), 8, crate::checkpoint::gguf::tests::s("martian"));
+        w3.kv[1] = (
+            "tokenizer.ggml.pre".into(),
+            8,
+            crate::checkpoint::gguf::tests::s("martian"),
+        );
         let (_d3, g3) = open(&w3);
         let e = build(&g3).unwrap_err().to_string();
         assert!(e.contains("martian"), "{e}");
@@ -333,7 +354,15 @@ mod tests {
     #[test]
     fn sentencepiece_vocab_with_scores_bos_and_byte_fallback() {
         let toks = [
-            "<unk>", "<s>", "</s>", "<0x0A>", "\u{2581}", "h", "i", "\u{2581}h", "\u{2581}hi",
+            "<unk>",
+            "<s>",
+            "</s>",
+            "<0x0A>",
+            "\u{2581}",
+            "h",
+            "i",
+            "\u{2581}h",
+            "\u{2581}hi",
         ];
         let mut w = Writer::new();
         w.str("tokenizer.ggml.model", "llama")

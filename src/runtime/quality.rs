@@ -77,7 +77,13 @@ pub fn teacher_force(
     while off < n {
         let end = (off + CHUNK).min(n);
         let rows = s.run(&[(0, off, &ids[off..end], end - off)])?;
-        for (j, r) in rows.into_iter().next().unwrap_or_default().iter().enumerate() {
+        for (j, r) in rows
+            .into_iter()
+            .next()
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
             row(off + j, r)?;
         }
         off = end;
@@ -179,8 +185,15 @@ fn greedy(
     tokens: usize,
 ) -> anyhow::Result<Vec<GreedyRun>> {
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    DirectSession::new(b, prompts.len(), longest + tokens, 16, KvCacheDtype::Bf16, 512)?
-        .greedy(prompts, tokens, false)
+    DirectSession::new(
+        b,
+        prompts.len(),
+        longest + tokens,
+        16,
+        KvCacheDtype::Bf16,
+        512,
+    )?
+    .greedy(prompts, tokens, false)
 }
 
 /// Run the study on `weights` (BF16) with `tokenizer`, described as `model`.
@@ -196,7 +209,11 @@ pub fn study(
 ) -> anyhow::Result<QualityReport> {
     let ids_all = tokenizer.encode(FIXED_TEXT, false)?;
     let ids: Vec<u32> = ids_all.iter().copied().take(spec.text_tokens).collect();
-    anyhow::ensure!(ids.len() >= 2, "the fixed text encodes to {} tokens", ids.len());
+    anyhow::ensure!(
+        ids.len() >= 2,
+        "the fixed text encodes to {} tokens",
+        ids.len()
+    );
     let prompts: Vec<Vec<u32>> = super::check::FIDELITY_PROMPTS
         .iter()
         .take(spec.prompts)
@@ -322,8 +339,12 @@ pub fn render_markdown(r: &QualityReport) -> String {
         o.push_str(&format!("- `{}`: {}\n", f.format, f.label));
     }
     match r.w4a4_worse_than_w4a16_in_kl {
-        Some(true) => o.push_str("\nW4A4 (emulated) is below W4A16 in KL, as 4-bit activations add error.\n"),
-        Some(false) => o.push_str("\nW4A4 (emulated) is NOT below W4A16 in KL on this text: its KL is not larger.\n"),
+        Some(true) => {
+            o.push_str("\nW4A4 (emulated) is below W4A16 in KL, as 4-bit activations add error.\n")
+        }
+        Some(false) => o.push_str(
+            "\nW4A4 (emulated) is NOT below W4A16 in KL on this text: its KL is not larger.\n",
+        ),
         None => {}
     }
     o.push_str("\nMethod and the independent PyTorch emulation these figures are checked against: docs/fidelity.md.\n");

@@ -125,7 +125,10 @@ fn model_config(model: &str) -> anyhow::Result<ModelConfig> {
 /// The tokenizer the model is served with: the byte-level one of the synthetic presets, a
 /// checkpoint's `tokenizer.json`, or a GGUF file's vocabulary. The fidelity prompts are encoded
 /// with it (real text as the model's own tokens, not bytes).
-fn model_tokenizer(model: &str, config: &ModelConfig) -> anyhow::Result<super::tokenizer::Tokenizer> {
+fn model_tokenizer(
+    model: &str,
+    config: &ModelConfig,
+) -> anyhow::Result<super::tokenizer::Tokenizer> {
     if model.starts_with("synthetic:") {
         return super::tokenizer::Tokenizer::bytes(config.vocab_size, &[]);
     }
@@ -252,8 +255,9 @@ pub fn run_gpu(
             .filter_map(|p| t.encode(p, false).ok())
             .collect(),
         Err(e) => {
-            s.skipped
-                .push(format!("fidelity: the model's tokenizer did not load: {e:#}"));
+            s.skipped.push(format!(
+                "fidelity: the model's tokenizer did not load: {e:#}"
+            ));
             Vec::new()
         }
     };

@@ -328,8 +328,13 @@ fn token_text(app: &App, id: u32) -> String {
 /// OpenAI's legacy completions `logprobs` object for `entries` (one per token; `None` for a
 /// token nothing predicts, the first prompt token under `echo`), `text_offset` counted from
 /// `offset` in characters of the returned text.
-fn completion_logprobs(app: &App, entries: &[(u32, Option<&TokenLogprob>)], offset: usize) -> Value {
-    let (mut tokens, mut lps, mut tops, mut offs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+fn completion_logprobs(
+    app: &App,
+    entries: &[(u32, Option<&TokenLogprob>)],
+    offset: usize,
+) -> Value {
+    let (mut tokens, mut lps, mut tops, mut offs) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut at = offset;
     for (id, e) in entries {
         let t = token_text(app, *id);
@@ -741,7 +746,7 @@ async fn chat_inner(app: AppState, body: Bytes) -> Result<Response, ApiError> {
         }
         (_, Some(_)) => {
             return Err(
-                ApiError::bad("top_logprobs needs logprobs set to true").param("top_logprobs"),
+                ApiError::bad("top_logprobs needs logprobs set to true").param("top_logprobs")
             )
         }
         _ => {}
@@ -941,7 +946,10 @@ async fn collect(
                     for (i, id) in pids.iter().enumerate() {
                         entries.push((
                             *id,
-                            prompt_lps.as_ref().and_then(|v| v.get(i)).and_then(Option::as_ref),
+                            prompt_lps
+                                .as_ref()
+                                .and_then(|v| v.get(i))
+                                .and_then(Option::as_ref),
                         ));
                     }
                 }
