@@ -324,7 +324,7 @@ async fn quality_probe_through_serve_equals_the_in_process_perplexity() {
         &path.display().to_string(),
         std::time::Duration::from_secs(900),
         rigbench::e2e::quality::ProbeSpec {
-            text: (&text, "prefix"),
+            text: (text.as_str(), "prefix"),
             recall_words: &[40],
             recall_depths: &[0.5],
         },
