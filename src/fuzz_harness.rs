@@ -27,6 +27,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("engine_log", engine_log),
     ("suite_toml", suite_toml),
     ("results_json", results_json),
+    ("gguf_header", gguf_header),
 ];
 
 const FIXTURE_CONFIG: &[u8] =
@@ -98,6 +99,26 @@ pub fn safetensors_header(data: &[u8]) {
     with_scratch(|dir| {
         if let Some(p) = put(dir, "model.safetensors", data) {
             let _ = crate::checkpoint::headers::read_header(&p, "model.safetensors");
+        }
+    });
+}
+
+/// A whole GGUF file: header, metadata, tensor table and data, parsed by
+/// [`crate::checkpoint::gguf::parse`]; what parses is written to a scratch file and inspected
+/// and rendered as `rigbench inspect FILE.gguf` does, and its tokenizer built as the runtime
+/// builds it.
+pub fn gguf_header(data: &[u8]) {
+    if crate::checkpoint::gguf::parse(data).is_err() {
+        return;
+    }
+    with_scratch(|dir| {
+        clear(dir);
+        if let Some(p) = put(dir, "model.gguf", data) {
+            if let Ok(g) = crate::checkpoint::gguf::Gguf::open(&p) {
+                let r = crate::checkpoint::gguf_inspect::inspect_gguf(&g, &Default::default());
+                let _ = crate::checkpoint::gguf_inspect::render_markdown(&r);
+                let _ = serde_json::to_string(&r);
+            }
         }
     });
 }

@@ -492,3 +492,114 @@ async fn speculative_decoding_keeps_greedy_output_and_counts() {
     plain.shutdown().await;
     spec.shutdown().await;
 }
+
+/// Log-probabilities as vLLM answers them: chat `logprobs`/`top_logprobs`, completions
+/// `logprobs` with `echo` (the prompt's tokens, the first without a value), vLLM's
+/// `prompt_logprobs`; and the prompt's figures equal the CPU backend's own teacher-forced
+/// log-softmax on the same weights (synthetic:tiny seed 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_echo_and_prompt_logprobs_as_vllm_answers_them() {
+    let s = start(ServeConfig::tiny()).await.unwrap();
+    // Chat.
+    let mut body = chat("hello there", 4);
+    body["logprobs"] = json!(true);
+    body["top_logprobs"] = json!(3);
+    // (ignore_eos masks special tokens, so the chosen token would not always be the top one.)
+    body["ignore_eos"] = json!(false);
+    let (st, v) = post(&s, "/v1/chat/completions", body.clone()).await;
+    assert_eq!(st, 200, "{v}");
+    let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    let n = v["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    assert!(
+        (1..=4).contains(&content.len()) && content.len() == n,
+        "{v}"
+    );
+    for e in content {
+        let lp = e["logprob"].as_f64().unwrap();
+        let top = e["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        // Greedy: the chosen token is the most likely one.
+        assert!(
+            (lp - top[0]["logprob"].as_f64().unwrap()).abs() < 1e-6,
+            "{e}"
+        );
+        assert!(lp <= 0.0 && e["bytes"].is_array());
+    }
+    body["top_logprobs"] = json!(21);
+    let (st, v) = post(&s, "/v1/chat/completions", body.clone()).await;
+    assert_eq!(st, 400, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("top_logprobs"));
+    // Without logprobs: null, as before.
+    let (_, v) = post(&s, "/v1/chat/completions", chat("hi", 2)).await;
+    assert!(v["choices"][0]["logprobs"].is_null());
+
+    // Completions with echo and logprobs.
+    let prompt: Vec<u32> = vec![72, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100];
+    let (st, v) = post(
+        &s,
+        "/v1/completions",
+        json!({"model": "synthetic:tiny", "prompt": prompt, "max_tokens": 2, "temperature": 0,
+               "echo": true, "logprobs": 1, "prompt_logprobs": 2, "ignore_eos": true}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let c = &v["choices"][0];
+    assert!(
+        c["text"].as_str().unwrap().starts_with("Hello world"),
+        "{c}"
+    );
+    let lp = &c["logprobs"];
+    let tl = lp["token_logprobs"].as_array().unwrap();
+    assert_eq!(tl.len(), prompt.len() + 2);
+    assert!(tl[0].is_null() && lp["top_logprobs"][0].is_null());
+    assert_eq!(lp["tokens"][0], "H");
+    assert_eq!(lp["text_offset"][1], 1);
+    // vLLM's prompt_logprobs: null, then {id: {logprob, rank, decoded_token}}.
+    let pl = c["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(pl.len(), prompt.len());
+    assert!(pl[0].is_null());
+    let e1 = &pl[1]["101"];
+    assert_eq!(e1["decoded_token"], "e");
+    assert!((e1["logprob"].as_f64().unwrap() - tl[1].as_f64().unwrap()).abs() < 1e-6);
+    assert!(pl[1].as_object().unwrap().len() >= 2);
+    // The same numbers as the CPU backend teacher-forced on the prompt.
+    let w = rigbench::runtime::weights::synthesize(&rigbench::runtime::ModelConfig::tiny(), 0);
+    let mut b = rigbench::runtime::backend::cpu::CpuBackend::new(w, 1);
+    let mut want = Vec::new();
+    rigbench::runtime::quality::teacher_force(&mut b, &prompt, &mut |i, row| {
+        want.push(rigbench::runtime::direct::log_softmax(row)[prompt[i + 1] as usize]);
+        Ok(())
+    })
+    .unwrap();
+    for (i, w) in want.iter().enumerate() {
+        let got = tl[i + 1].as_f64().unwrap();
+        assert!(
+            (got - w).abs() < 1e-4,
+            "prompt token {}: {got} vs {w}",
+            i + 1
+        );
+    }
+    // Streaming completions carry the logprobs of their tokens.
+    let evs = stream(
+        &s,
+        "/v1/completions",
+        json!({"model": "synthetic:tiny", "prompt": "abc", "max_tokens": 3, "temperature": 0,
+               "logprobs": 0, "stream": true, "ignore_eos": true}),
+    )
+    .await;
+    let n: usize = evs
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|v| {
+            v["choices"][0]["logprobs"]["token_logprobs"]
+                .as_array()
+                .map(|a| a.len())
+        })
+        .sum();
+    assert_eq!(n, 3);
+    s.shutdown().await;
+}

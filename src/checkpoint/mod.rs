@@ -15,6 +15,8 @@
 pub mod capacity;
 pub mod config;
 pub mod format;
+pub mod gguf;
+pub mod gguf_inspect;
 pub mod headers;
 pub mod hub;
 mod lint;

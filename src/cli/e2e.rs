@@ -113,6 +113,12 @@ pub struct E2eFlags {
     /// outputs' hashes; nondeterminism is reported ahead of every speed or quality figure.
     #[arg(long)]
     pub check_determinism: bool,
+    /// Before the sweep, probe quality: the perplexity of a fixed public-domain text through
+    /// `echo` + `logprobs` (vLLM, `rigbench serve`; vLLM's `prompt_logprobs` too), and an
+    /// exact-recall pass rate (a pass code hidden in filler text at several depths and
+    /// lengths), reported beside speed.
+    #[arg(long)]
+    pub quality: bool,
 }
 
 /// The engine of end-to-end runs, how to reach it, and the facts rigbench is told about it:
@@ -295,6 +301,7 @@ impl E2eFlags {
         )?;
         o.progress = !self.no_progress;
         o.check_determinism = self.check_determinism;
+        o.quality = self.quality;
         Ok(o)
     }
 }

@@ -14,7 +14,8 @@ use crate::{ExitStatus, RigError};
 #[derive(Debug, clap::Args)]
 #[command(after_help = crate::cli::help::after_help(crate::cli::help::Cmd::Inspect))]
 pub struct InspectArgs {
-    /// The checkpoint folder (config.json, optional hf_quant_config.json and safetensors), or
+    /// The checkpoint folder (config.json, optional hf_quant_config.json and safetensors), a
+    /// GGUF file (or a folder holding one and no config.json), or
     /// hf://ORG/NAME[@REV] to read config files and safetensors headers from the Hugging Face hub
     /// with range requests (no weights downloaded; HF_ENDPOINT for a mirror, HF_TOKEN for gated
     /// repos).
@@ -46,6 +47,13 @@ pub struct InspectArgs {
     /// sequence's state, as vLLM's shared-pool allocator.
     #[arg(long, value_name = "N")]
     pub max_num_seqs: Option<u64>,
+    /// GGUF files: llama.cpp's `-c`, the KV cells it allocates (default: the model's
+    /// context_length, as `-c 0`).
+    #[arg(long, value_name = "N")]
+    pub ctx_size: Option<u64>,
+    /// GGUF files: llama.cpp's `-np`, the parallel slots sharing the context.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub parallel: u64,
     /// Do not redact host name, user paths and IP addresses.
     #[arg(long)]
     pub no_redact: bool,
@@ -179,9 +187,63 @@ pub fn inspect_any(
     }
 }
 
+/// The llama.cpp KV settings of `rigbench inspect FILE.gguf` from the flags.
+///
+/// # Errors
+/// `--parallel 0`, `--ctx-size 0`, or `--kv-cache-dtype fp8` (llama.cpp has no FP8 KV cache).
+pub fn gguf_options(
+    args: &InspectArgs,
+    opts: &InspectOptions,
+) -> Result<checkpoint::gguf_inspect::GgufKvOptions, RigError> {
+    if args.parallel == 0 {
+        return Err(RigError::flag("--parallel", "must be at least 1"));
+    }
+    if args.ctx_size == Some(0) {
+        return Err(RigError::flag(
+            "--ctx-size",
+            "0 means the model's context_length: leave the flag out for that",
+        ));
+    }
+    let kv_type = match opts.kv_cache_dtype {
+        None | Some(KvCacheDtype::F16) => ("f16".to_string(), 2.0),
+        Some(KvCacheDtype::Bf16) => ("bf16".to_string(), 2.0),
+        Some(KvCacheDtype::F32) => ("f32".to_string(), 4.0),
+        Some(KvCacheDtype::Fp8) => {
+            return Err(RigError::flag(
+                "--kv-cache-dtype",
+                "llama.cpp has no FP8 KV cache (its -ctk/-ctv types are f16, bf16, f32, q8_0, q4_0, ...); use fp16, bf16 or fp32 for a GGUF file",
+            ))
+        }
+    };
+    Ok(checkpoint::gguf_inspect::GgufKvOptions {
+        ctx_size: args.ctx_size,
+        parallel: args.parallel,
+        kv_type,
+        gpu_memory: opts
+            .gpu_memory_bytes
+            .map(|b| (b, opts.gpu_memory_source.clone().unwrap_or_default())),
+        reserve_bytes: opts.reserve_bytes,
+    })
+}
+
 /// Run `rigbench inspect`: 0 without lint errors, 4 with, 1 on bad input, 64 on a bad flag value.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     let opts = options(&args)?;
+    if checkpoint::gguf::is_gguf_path(&args.dir) {
+        let g = checkpoint::gguf_inspect::inspect_path(&args.dir, &gguf_options(&args, &opts)?)?;
+        let redactor = Redactor::for_this_host(!args.no_redact);
+        if args.json {
+            let mut v = serde_json::to_value(&g)?;
+            redactor.redact_json(&mut v);
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            print!(
+                "{}",
+                redactor.redact(&checkpoint::gguf_inspect::render_markdown(&g))
+            );
+        }
+        return Ok(ExitStatus::Ok);
+    }
     let mut report = inspect_any(&args.dir, &opts)?;
     // Redaction applies to what the checkpoint and the command line supplied, never to
     // rigbench's own words.

@@ -209,6 +209,7 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
     let job = crate::report::job::Job {
         kernels: Some(opts),
         accuracy: true,
+        quality: false,
         checkpoint: None,
         e2e: None,
         runtime_model: String::new(),

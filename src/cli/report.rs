@@ -34,11 +34,12 @@ pub struct ReportArgs {
     /// Also inspect this checkpoint folder (config.json, quantization metadata, safetensors headers).
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
-    /// The model of the end-to-end runs on the GPU runtime (BF16, FP8 and W4A16 on identical
-    /// weights): a synthetic preset or a checkpoint folder. Without a GPU the e2e runs use
-    /// synthetic:tiny on the CPU.
-    #[arg(long, default_value = "synthetic:qwen3-8b")]
-    pub model: String,
+    /// The model of the built-in runtime's end-to-end runs: a synthetic preset, a checkpoint
+    /// folder or a GGUF file. On the GPU (BF16, FP8 and W4A16 on identical weights) the default
+    /// is synthetic:qwen3-8b; on the CPU (no GPU, or --runtime-device cpu) it is synthetic:tiny,
+    /// and a model given here is served on the CPU.
+    #[arg(long)]
+    pub model: Option<String>,
     /// Where the built-in runtime's e2e runs go: cuda[:N] or cpu (default: cuda:0 with a GPU,
     /// else cpu). A CPU run on a GPU rig is a harness self-test, kept out of baselines.
     #[arg(long)]
@@ -322,13 +323,17 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         RigError::BadFlag { message, .. } => RigError::flag("--runtime-device", message),
         other => other,
     })?;
-    if !args.model.starts_with("synthetic:") && !std::path::Path::new(&args.model).is_dir() {
+    let model = args
+        .model
+        .clone()
+        .unwrap_or_else(|| "synthetic:qwen3-8b".to_string());
+    if !model.starts_with("synthetic:")
+        && !std::path::Path::new(&model).is_dir()
+        && !crate::checkpoint::gguf::is_gguf_path(std::path::Path::new(&model))
+    {
         return Err(RigError::flag(
             "--model",
-            format!(
-                "{} is neither a synthetic:PRESET nor a checkpoint folder",
-                args.model
-            ),
+            format!("{model} is neither a synthetic:PRESET, a checkpoint folder nor a GGUF file"),
         )
         .into());
     }
@@ -376,6 +381,16 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         }
         rig_label = Some(label);
     }
+    // On the CPU the built-in runtime serves synthetic:tiny unless a model was named; a named
+    // one is served (it was dropped without a word before).
+    let mut e2e = e2e;
+    if let (Some(o), Some(m), crate::runtime::backend::Device::Cpu) =
+        (e2e.as_mut(), &args.model, runtime_device)
+    {
+        if let crate::e2e::launcher::EngineChoice::Builtin { args, .. } = &mut o.engine {
+            args.extend(["--model".to_string(), m.clone()]);
+        }
+    }
     if let Some(n) = e2e.as_ref().and_then(crate::cli::e2e::reset_notice) {
         eprintln!("rigbench: {n}");
     }
@@ -384,9 +399,10 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     let (results, dir) = job::run_with_dir(Job {
         kernels,
         accuracy: true,
+        quality: true,
         checkpoint: args.checkpoint.clone(),
         e2e,
-        runtime_model: args.model.clone(),
+        runtime_model: model.clone(),
         runtime_device,
         out: args.out.clone(),
         rig_label,

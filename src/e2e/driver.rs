@@ -74,6 +74,9 @@ pub struct E2eOptions {
     /// Before the sweep, send the same seeded prompts twice at temperature 0 and compare the
     /// outputs (`--check-determinism`; see [`super::checks::determinism_check`]).
     pub check_determinism: bool,
+    /// Before the sweep, measure the perplexity of the fixed text and the exact-recall pass rate
+    /// (`--quality`; see [`super::quality`]).
+    pub quality: bool,
 }
 
 impl E2eOptions {
@@ -99,6 +102,7 @@ impl E2eOptions {
             lateness_tolerance: Duration::from_millis(10),
             stated: Default::default(),
             check_determinism: false,
+            quality: false,
         }
     }
 
@@ -142,7 +146,17 @@ pub struct RunResult {
     pub polls: PollStats,
     /// Per-request records.
     pub requests: Vec<RequestRecord>,
+    /// The output text of the first [`OUTPUT_SAMPLES`] requests, at most
+    /// [`OUTPUT_SAMPLE_CHARS`] characters each (reasoning first), so a report shows what the
+    /// engine wrote; redacted with the rest of the results when written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_samples: Vec<String>,
 }
+
+/// Requests per run whose output text is kept as a sample.
+pub const OUTPUT_SAMPLES: usize = 3;
+/// Characters kept per sample.
+pub const OUTPUT_SAMPLE_CHARS: usize = 200;
 
 impl RunResult {
     /// The throughput to present, `None` for an invalid run.
@@ -767,6 +781,11 @@ impl Session<'_> {
                 )
             })
             .collect();
+        let output_samples: Vec<String> = raw_texts
+            .values()
+            .take(OUTPUT_SAMPLES)
+            .map(|t| t.chars().take(OUTPUT_SAMPLE_CHARS).collect())
+            .collect();
         let (mut requests, texts) = finish_records(
             records,
             &prepared,
@@ -946,6 +965,7 @@ impl Session<'_> {
             warmup_requests: warm_n,
             polls,
             requests,
+            output_samples,
         })
     }
 }
@@ -1144,6 +1164,16 @@ pub async fn run_session(
                 .push(format!("the determinism check could not run: {e:#}")),
         }
         on_update(&results);
+    }
+    if opts.quality {
+        if let Some(url) = results.engine.url.clone() {
+            let q = super::quality::run(&url, &session.model(), opts.request_timeout).await;
+            if opts.progress {
+                eprint!("{}", super::quality::render_markdown(&q));
+            }
+            results.quality = Some(q);
+            on_update(&results);
+        }
     }
     let points = sweep(&opts.suite);
     for (i, point) in points.iter().enumerate() {

@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod parallel;
 pub mod prometheus;
 pub mod prompts;
+pub mod quality;
 pub mod report;
 pub mod runtime_facts;
 pub mod validity;
@@ -77,6 +78,10 @@ pub struct E2eResults {
     /// The determinism check (`e2e --check-determinism`), made before the sweep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub determinism: Option<checks::DeterminismCheck>,
+    /// The quality probes (`e2e --quality`): perplexity of the fixed text and exact recall,
+    /// made before the sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<quality::QualityProbes>,
     /// The captured engine log (written as `engine.log`, not into results.json).
     #[serde(skip)]
     pub engine_log: Option<String>,

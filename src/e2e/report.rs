@@ -240,6 +240,21 @@ pub fn render_markdown(res: &E2eResults) -> String {
             d.prompts, d.temperature, d.max_tokens, d.concurrency, d.summary()
         );
     }
+    if let Some(r) = res.runs.iter().find(|r| !r.output_samples.is_empty()) {
+        let _ = writeln!(
+            o,
+            "\nOutput sample ({}, first {} requests, up to {} characters each):",
+            r.label,
+            r.output_samples.len(),
+            super::driver::OUTPUT_SAMPLE_CHARS
+        );
+        for s in &r.output_samples {
+            let _ = writeln!(o, "- `{}`", s.replace('`', "'").replace('\n', "⏎"));
+        }
+    }
+    if let Some(q) = &res.quality {
+        let _ = writeln!(o, "\n{}", super::quality::render_markdown(q));
+    }
     for s in &res.skipped {
         let _ = writeln!(o, "- skipped {s}");
     }

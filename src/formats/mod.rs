@@ -7,6 +7,7 @@
 pub mod e2m1;
 pub mod e4m3;
 pub mod fp8;
+pub mod ggml;
 pub mod nvfp4;
 pub mod w4a16_pack;
 

@@ -15,6 +15,10 @@ pub struct Job {
     pub kernels: Option<BenchOptions>,
     /// The CPU reference accuracy study of each format (runs everywhere).
     pub accuracy: bool,
+    /// The fidelity study on trained weights (`crate::runtime::quality`), run on the CPU when the
+    /// SmolLM2 GGUF is in the cache folder (`scripts/fetch-smollm2.sh`); skipped with the reason
+    /// otherwise.
+    pub quality: bool,
     /// Checkpoint to inspect (card and memory taken from the rig probe).
     pub checkpoint: Option<PathBuf>,
     /// End-to-end runs (the engine in it: the built-in runtime, or an external one).
@@ -655,6 +659,43 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         }
     }
 
+    if job.quality && resumed.is_none() && !skip_if_interrupted(&mut results, "quality") {
+        match crate::runtime::gguf_model::smollm2_if_cached() {
+            Some(path) => {
+                eprintln!(
+                    "rigbench: fidelity on trained weights ({}, CPU backend)",
+                    path.display()
+                );
+                let outcome = crate::runtime::gguf_model::GgufModel::load(&path, None).and_then(|m| {
+                    crate::runtime::quality::study(
+                        &m.weights,
+                        &m.tokenizer,
+                        &format!("SmolLM2-135M-Instruct {} ({})", m.path.display(), m.content_hash),
+                        crate::runtime::quality::QualitySpec::report(),
+                        &mut |what| eprintln!("rigbench: fidelity: {what}"),
+                    )
+                });
+                match outcome {
+                    Ok(q) => results.quality = Some(q),
+                    Err(e) => results.skipped.push(Skip {
+                        what: "quality".into(),
+                        reason: format!("the fidelity study on SmolLM2 failed: {e:#}"),
+                    }),
+                }
+            }
+            None => results.skipped.push(Skip {
+                what: "quality".into(),
+                reason: format!(
+                    "no trained model: the SmolLM2 GGUF is not at {}; run scripts/fetch-smollm2.sh to fetch it (fidelity figures below, if any, come from random weights)",
+                    crate::runtime::gguf_model::smollm2_path()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_else(|| "(no cache folder: HOME unset)".into())
+                ),
+            }),
+        }
+        save(&results)?;
+    }
+
     if job.interconnect {
         let model = job.kernels.as_ref().and_then(|o| o.suite.model.clone());
         let peers = job
@@ -921,6 +962,7 @@ mod tests {
                 ..BenchOptions::new(crate::kernels::suite::load("smoke").unwrap())
             }),
             accuracy: true,
+            quality: false,
             checkpoint: None,
             e2e: None,
             runtime_model: "synthetic:tiny".into(),

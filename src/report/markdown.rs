@@ -77,6 +77,10 @@ pub fn render(
         o.push_str(&crate::checkpoint::render_markdown(c));
         o.push('\n');
     }
+    if let Some(q) = &r.quality {
+        o.push_str(&crate::runtime::quality::render_markdown(q));
+        o.push('\n');
+    }
     if let Some(rt) = &r.runtime {
         o.push_str(&crate::runtime::report::render_markdown(rt));
         o.push('\n');

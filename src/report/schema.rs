@@ -39,6 +39,10 @@ pub struct Results {
     /// The built-in runtime on the GPU: parity, per-format e2e and benchmarks, fidelity.
     #[serde(default)]
     pub runtime: Option<crate::runtime::report::RuntimeSection>,
+    /// Fidelity of FP8, W4A16 and emulated W4A4 against BF16 on trained weights (SmolLM2 on the
+    /// CPU backend; docs/fidelity.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::runtime::quality::QualityReport>,
     /// Multi-GPU parts: other GPUs' kernel rows and their spread, the interconnect, the
     /// tensor-parallel prediction (`--devices` with two or more GPUs).
     #[serde(default)]
@@ -100,6 +104,7 @@ impl Results {
             e2e: None,
             runtime: None,
             multi_gpu: None,
+            quality: None,
             skipped: Vec::new(),
             failed: Vec::new(),
             complete: false,

@@ -36,6 +36,11 @@ pub struct ReferenceGreedy {
     pub source: String,
     /// The cases.
     pub cases: Vec<ReferenceCase>,
+    /// Token ids the reference could not produce: transformers' `min_new_tokens` sets the EOS
+    /// ids' logits to −∞ until the continuation is long enough. Empty (absent from older files)
+    /// means the model's own EOS ids (`eos_token_id` of its config).
+    #[serde(default)]
+    pub masked_ids: Vec<u32>,
 }
 
 impl ReferenceGreedy {
@@ -144,7 +149,10 @@ impl ReferenceOutcome {
 }
 
 /// Run the reference's prompts through `backend` greedily (as many tokens as the reference has,
-/// no EOS stop: the references are made with `min_new_tokens`) and compare token by token.
+/// no EOS stop) and compare token by token. The references are made with `min_new_tokens`,
+/// which masks the EOS ids, so the same ids are masked here ([`ReferenceGreedy::masked_ids`],
+/// else the model's EOS ids): otherwise a model whose top pick is its end-of-text token would
+/// fail where the reference had no choice.
 ///
 /// # Errors
 /// A prompt token outside the model's vocabulary, or a backend failure.
@@ -153,6 +161,11 @@ pub fn check_reference_greedy(
     reference: &ReferenceGreedy,
 ) -> anyhow::Result<Vec<ReferenceOutcome>> {
     let vocab = backend.config().vocab_size;
+    let masked: Vec<u32> = if reference.masked_ids.is_empty() {
+        backend.config().eos_token_ids.clone()
+    } else {
+        reference.masked_ids.clone()
+    };
     for c in &reference.cases {
         if let Some(t) = c.prompt_ids.iter().find(|t| **t as usize >= vocab) {
             anyhow::bail!(
@@ -186,7 +199,7 @@ pub fn check_reference_greedy(
         KvCacheDtype::Bf16,
         2048,
     )?;
-    let runs = s.greedy(&prompts, n, false)?;
+    let runs = s.greedy_masked(&prompts, n, false, &masked)?;
     Ok(reference
         .cases
         .iter()
@@ -678,6 +691,47 @@ mod tests {
         fake.got[0] = (fake.expected[0] + 1) % 383;
         let e = explain_mismatch(&w, &reference, &fake, NEAR_TIE_LOGITS).unwrap();
         assert!(!e.near_tie, "{e:?}");
+    }
+
+    #[test]
+    fn the_reference_check_masks_what_the_reference_masked() {
+        // A reference made with the model's first greedy pick masked (as min_new_tokens masks
+        // EOS): the check passes only when it masks the same id.
+        let w = synthesize(&ModelConfig::tiny(), 9);
+        let p = prompts(2);
+        let mut b = CpuBackend::new(w.clone(), 1);
+        let first = DirectSession::new(&mut b, 2, 64, 16, KvCacheDtype::Bf16, 512)
+            .unwrap()
+            .greedy(&p, 1, false)
+            .unwrap()[0]
+            .tokens[0];
+        let masked = DirectSession::new(&mut b, 2, 64, 16, KvCacheDtype::Bf16, 512)
+            .unwrap()
+            .greedy_masked(&p, 8, false, &[first])
+            .unwrap();
+        assert_ne!(masked[0].tokens[0], first);
+        let mut reference = ReferenceGreedy {
+            source: "test".into(),
+            cases: p
+                .iter()
+                .zip(&masked)
+                .map(|(p, r)| ReferenceCase {
+                    prompt: format!("{p:?}"),
+                    prompt_ids: p.clone(),
+                    greedy_ids: r.tokens.clone(),
+                })
+                .collect(),
+            masked_ids: vec![first],
+        };
+        let out = check_reference_greedy(&mut b, &reference).unwrap();
+        assert!(out.iter().all(ReferenceOutcome::matches), "{out:?}");
+        // Without the mask (the model's EOS ids instead), prompt 0 leaves at step 0.
+        reference.masked_ids.clear();
+        let out = check_reference_greedy(&mut b, &reference).unwrap();
+        assert_eq!(out[0].first_mismatch, Some(0));
+        // A file without the field reads as no explicit mask.
+        let r: ReferenceGreedy = serde_json::from_str(r#"{"source":"s","cases":[]}"#).unwrap();
+        assert!(r.masked_ids.is_empty());
     }
 
     #[test]

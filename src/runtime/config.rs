@@ -1017,10 +1017,13 @@ impl ServeConfig {
             };
         }
         let dir = PathBuf::from(&self.model);
+        if crate::checkpoint::gguf::is_gguf_path(&dir) {
+            return Ok(ModelSource::Gguf(dir));
+        }
         if !dir.is_dir() {
             return Err(RigError::file(
                 &dir,
-                "not a checkpoint directory (expected a folder with config.json and *.safetensors, or synthetic:tiny|qwen3-8b|qwen3-32b|tiny-hybrid|qwen3.6-27b)",
+                "not a checkpoint (expected a folder with config.json and *.safetensors, a .gguf file, or synthetic:tiny|qwen3-8b|qwen3-32b|tiny-hybrid|qwen3.6-27b)",
             ));
         }
         if !dir.join("config.json").is_file() {
@@ -1078,6 +1081,9 @@ pub enum ModelSource {
     Synthetic(String),
     /// A local checkpoint directory.
     Dir(PathBuf),
+    /// A GGUF file, or a folder holding one and no config.json (see
+    /// `crate::runtime::gguf_model`).
+    Gguf(PathBuf),
 }
 
 /// Parse a human size: a number (decimal point allowed) with an optional unit. `B`; decimal

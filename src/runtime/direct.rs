@@ -217,6 +217,21 @@ impl<'a> DirectSession<'a> {
         new_tokens: usize,
         keep_logits: bool,
     ) -> anyhow::Result<Vec<GreedyRun>> {
+        self.greedy_masked(prompts, new_tokens, keep_logits, &[])
+    }
+
+    /// [`Self::greedy`] with the ids in `masked` never chosen (their logits count as −∞, as
+    /// transformers' `min_new_tokens` does to the EOS ids); kept logit rows are unmasked.
+    ///
+    /// # Errors
+    /// As [`Self::greedy`].
+    pub fn greedy_masked(
+        &mut self,
+        prompts: &[Vec<u32>],
+        new_tokens: usize,
+        keep_logits: bool,
+        masked: &[u32],
+    ) -> anyhow::Result<Vec<GreedyRun>> {
         anyhow::ensure!(
             prompts.len() <= self.num_seqs,
             "{} prompts for a session of {} sequences",
@@ -240,7 +255,17 @@ impl<'a> DirectSession<'a> {
             .collect();
         let rows = self.run(&parts)?;
         let take = |runs: &mut Vec<GreedyRun>, i: usize, row: &[f32]| -> anyhow::Result<u32> {
-            let t = argmax(row)?;
+            let t = if masked.is_empty() {
+                argmax(row)?
+            } else {
+                let mut m = row.to_vec();
+                for &id in masked {
+                    if let Some(v) = m.get_mut(id as usize) {
+                        *v = f32::NEG_INFINITY;
+                    }
+                }
+                argmax(&m)?
+            };
             runs[i].tokens.push(t);
             if keep_logits {
                 runs[i].logits.push(row.to_vec());

@@ -27,7 +27,7 @@ use super::kv_cache::{BlockPool, KvCapacity};
 use super::memory::KvPlan;
 use super::metrics::{CacheInfo, FinishedLabel, Metrics};
 use super::sampler::{Sampler, SamplingParams};
-use super::scheduler::{Scheduler, SchedulerConfig, Seq};
+use super::scheduler::{Scheduled, Scheduler, SchedulerConfig, Seq};
 use super::spec::{self, NgramDrafter, SpecStats};
 use super::template::ChatTemplate;
 use super::tokenizer::{IncrementalDecoder, Tokenizer};
@@ -92,6 +92,46 @@ impl FinishReason {
     }
 }
 
+/// A token's log-probability under the model (log-softmax of the raw logits, before
+/// temperature and top-k/top-p, as vLLM reports by default) and the most likely alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    /// The token.
+    pub token: u32,
+    /// Its log-probability, nats.
+    pub logprob: f32,
+    /// Its rank among all tokens (1 = the most likely).
+    pub rank: usize,
+    /// The `k` most likely tokens and their log-probabilities, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprob {
+    /// The log-probability of `token` in a logit row, with the `k` most likely alternatives.
+    pub fn of(row: &[f32], token: u32, k: usize) -> Self {
+        let lp = super::direct::log_softmax(row);
+        let chosen = lp.get(token as usize).copied().unwrap_or(f64::NEG_INFINITY);
+        let rank = 1 + lp.iter().filter(|v| **v > chosen).count();
+        let mut top: Vec<(u32, f32)> = Vec::with_capacity(k);
+        if k > 0 {
+            let mut idx: Vec<usize> = (0..lp.len()).collect();
+            let k = k.min(idx.len());
+            idx.select_nth_unstable_by(k.saturating_sub(1), |a, b| {
+                lp[*b].total_cmp(&lp[*a]).then(a.cmp(b))
+            });
+            idx.truncate(k);
+            idx.sort_by(|a, b| lp[*b].total_cmp(&lp[*a]).then(a.cmp(b)));
+            top = idx.into_iter().map(|i| (i as u32, lp[i] as f32)).collect();
+        }
+        TokenLogprob {
+            token,
+            logprob: chosen as f32,
+            rank,
+            top,
+        }
+    }
+}
+
 /// One step's output for one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestOutput {
@@ -109,6 +149,11 @@ pub struct RequestOutput {
     pub cached_tokens: usize,
     /// Tokens generated so far.
     pub completion_tokens: usize,
+    /// Log-probabilities of this output's tokens (when the request asked for them).
+    pub logprobs: Vec<TokenLogprob>,
+    /// Log-probabilities of the prompt tokens, one per prompt position (`None` for the first,
+    /// which nothing predicts); on the first output of a request that asked for them.
+    pub prompt_logprobs: Option<Vec<Option<TokenLogprob>>>,
 }
 
 /// Engine settings derived from a [`ServeConfig`].
@@ -295,6 +340,10 @@ struct ReqState {
     num_prompt: usize,
     num_output: usize,
     cached_tokens: usize,
+    /// Alternatives per generated token's log-probability, when asked for.
+    logprobs: Option<usize>,
+    /// Alternatives per prompt token's log-probability, when asked for, and the entries so far.
+    prompt_logprobs: Option<(usize, Vec<Option<TokenLogprob>>)>,
 }
 
 /// Commands to the engine thread.
@@ -388,6 +437,7 @@ impl Engine {
         tx: tmpsc::UnboundedSender<RequestOutput>,
     ) {
         let num_prompt = req.prompt.len();
+        let (logprobs, prompt_logprobs) = (req.params.logprobs, req.params.prompt_logprobs);
         let text = TextState::new(req.reasoning, &self.tokenizer, req.stop.clone());
         let fallback = self.config.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         self.reqs.insert(
@@ -411,9 +461,13 @@ impl Engine {
                 num_prompt,
                 num_output: 0,
                 cached_tokens: 0,
+                logprobs,
+                prompt_logprobs: prompt_logprobs.map(|k| (k, vec![None; num_prompt])),
             },
         );
-        self.scheduler.add(Seq::new(id, req.prompt));
+        let mut seq = Seq::new(id, req.prompt);
+        seq.prompt_logits = prompt_logprobs.is_some();
+        self.scheduler.add(seq);
         self.publish_gauges();
     }
 
@@ -473,6 +527,8 @@ impl Engine {
                 prompt_tokens: r.num_prompt,
                 cached_tokens: r.cached_tokens,
                 completion_tokens: r.num_output,
+                logprobs: Vec::new(),
+                prompt_logprobs: None,
             });
             self.metrics
                 .update(|m| m.finished[FinishedLabel::Abort as usize] += 1);
@@ -500,7 +556,15 @@ impl Engine {
         }
         let batch = self.scheduler.batch(&plan);
         let now;
-        if self.backend.samples_on_device() && plan.iter().all(|p| p.drafts.is_empty()) {
+        // Log-probabilities need the logit rows on the host.
+        let wants_rows = |p: &Scheduled| {
+            self.reqs
+                .get(&p.id)
+                .is_some_and(|r| r.logprobs.is_some() || r.prompt_logprobs.is_some())
+        };
+        if self.backend.samples_on_device()
+            && plan.iter().all(|p| p.drafts.is_empty() && !wants_rows(p))
+        {
             // Sample on the device: only token ids cross to the host.
             let mut rows = Vec::new();
             for p in plan.iter().filter(|p| p.samples) {
@@ -555,7 +619,7 @@ impl Engine {
                 self.scheduler.commit(p.id, p.num_tokens, &[t]);
                 let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
                 let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
-                self.process(p.id, &[t], total_len, cached, now);
+                self.process(p.id, &[t], total_len, cached, now, Vec::new());
             }
         } else {
             let logits = match self.backend.forward(&batch) {
@@ -572,16 +636,52 @@ impl Engine {
             now = Instant::now();
             let mut row = 0;
             for p in &plan {
+                let rows = self.scheduler.logit_rows(p);
+                // Rows before the sampling row(s) predict prompt tokens (prompt log-probs).
+                let prompt_rows = if p.samples {
+                    rows.saturating_sub(1 + p.drafts.len())
+                } else {
+                    rows
+                };
+                if prompt_rows > 0 {
+                    let tokens = self
+                        .scheduler
+                        .get(p.id)
+                        .map(|s| s.tokens.clone())
+                        .unwrap_or_default();
+                    if let Some((k, lps)) = self
+                        .reqs
+                        .get_mut(&p.id)
+                        .and_then(|r| r.prompt_logprobs.as_mut())
+                    {
+                        for j in 0..prompt_rows {
+                            let next = p.first_pos + j + 1;
+                            if let (Some(slot), Some(&t)) = (lps.get_mut(next), tokens.get(next)) {
+                                *slot = Some(TokenLogprob::of(logits.row(row + j), t, *k));
+                            }
+                        }
+                    }
+                }
                 if !p.samples {
                     self.scheduler.commit(p.id, p.num_tokens, &[]);
+                    row += rows;
                     continue;
                 }
+                let sample_row = row + prompt_rows;
+                row += rows;
                 let Some(r) = self.reqs.get_mut(&p.id) else {
-                    row += 1 + p.drafts.len();
                     continue;
                 };
-                let v = spec::verify(&logits, row, &p.drafts, &mut r.sampler);
-                row += 1 + p.drafts.len();
+                let v = spec::verify(&logits, sample_row, &p.drafts, &mut r.sampler);
+                let lps: Vec<TokenLogprob> = match r.logprobs {
+                    Some(k) => v
+                        .tokens
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| TokenLogprob::of(logits.row(sample_row + i), *t, k))
+                        .collect(),
+                    None => Vec::new(),
+                };
                 if self.drafter.is_some() {
                     self.spec_stats.record(p.drafts.len(), v.accepted);
                 }
@@ -589,7 +689,7 @@ impl Engine {
                     .commit(p.id, p.num_tokens + v.accepted, &v.tokens);
                 let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
                 let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
-                self.process(p.id, &v.tokens, total_len, cached, now);
+                self.process(p.id, &v.tokens, total_len, cached, now, lps);
             }
         }
         let _ = now;
@@ -615,7 +715,15 @@ impl Engine {
     }
 
     /// Turn a sequence's new tokens into text and outputs; finish it when due.
-    fn process(&mut self, id: u64, tokens: &[u32], total_len: usize, cached: usize, now: Instant) {
+    fn process(
+        &mut self,
+        id: u64,
+        tokens: &[u32],
+        total_len: usize,
+        cached: usize,
+        now: Instant,
+        mut logprobs: Vec<TokenLogprob>,
+    ) {
         let Some(r) = self.reqs.get_mut(&id) else {
             return;
         };
@@ -648,6 +756,7 @@ impl Engine {
         {
             r.text.finish(&self.tokenizer, &mut d);
         }
+        logprobs.truncate(produced);
         let out = RequestOutput {
             content: d.content,
             reasoning: d.reasoning,
@@ -656,6 +765,12 @@ impl Engine {
             prompt_tokens: r.num_prompt,
             cached_tokens: cached,
             completion_tokens: r.num_output,
+            logprobs,
+            prompt_logprobs: if first {
+                r.prompt_logprobs.take().map(|(_, v)| v)
+            } else {
+                None
+            },
         };
         let (arrival, last, num_prompt, num_output) =
             (r.arrival, r.last_token_at, r.num_prompt, r.num_output);
@@ -872,6 +987,8 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
     // The shape, tokenizer, template and provenance; a checkpoint is mapped (headers only
     // read) and its format resolved here, before any weight is touched.
     let mut mapped = None;
+    // A GGUF file's weights, dequantized to BF16 while loading (both backends take them).
+    let mut gguf_weights: Option<super::weights::ModelWeights> = None;
     let (mc, tokenizer, template, provenance) = match &source {
         ModelSource::Synthetic(name) => {
             let mut mc = ModelConfig::preset(name)
@@ -923,6 +1040,17 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
             mapped = Some(m);
             (mc, tok, tmpl, prov)
         }
+        ModelSource::Gguf(path) => {
+            let m = super::gguf_model::GgufModel::load(path, config.num_layers)?;
+            notes.extend(m.notes.iter().cloned());
+            let prov = ModelProvenance::Checkpoint {
+                path: m.path.display().to_string(),
+                content_hash: m.content_hash.clone(),
+            };
+            let (mc, tok, tmpl) = (m.config.clone(), m.tokenizer, m.template);
+            gguf_weights = Some(m.weights);
+            (mc, tok, tmpl, prov)
+        }
     };
     let stored = mapped
         .as_ref()
@@ -952,8 +1080,9 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
     }
     let backend: Box<dyn Backend> = match config.device {
         Device::Cpu => {
-            let mut weights = match &mapped {
-                None => {
+            let mut weights = match (&mapped, gguf_weights.take()) {
+                (_, Some(w)) => w,
+                (None, None) => {
                     // Large presets take minutes on a CPU: say how far synthesis is, as plain
                     // lines on stderr (a terminal is not needed), at most every 2 s.
                     let start = std::time::Instant::now();
@@ -970,7 +1099,7 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
                     };
                     super::weights::synthesize_with_progress(&mc, config.seed, &mut report)
                 }
-                Some(m) => m.to_weights()?,
+                (Some(m), None) => m.to_weights()?,
             };
             drop(mapped);
             if let Some(recipe) = config.quantize {
@@ -992,6 +1121,9 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
                     dir: dir.clone(),
                     config: mc.clone(),
                 },
+                ModelSource::Gguf(_) => WeightSource::Host(Box::new(
+                    gguf_weights.take().context("GGUF weights not loaded")?,
+                )),
             };
             let b = CudaBackend::load(CudaLoadSpec {
                 device: ordinal,

@@ -6,6 +6,8 @@
 //! - [`config`]: model shape (`config.json` or a preset) and [`ServeConfig`];
 //! - [`weights`]: BF16 / FP8 / NVFP4 linear weights, safetensors loading, seeded synthesis;
 //! - [`tokenizer`], [`template`]: `tokenizer.json` or byte-level; Jinja chat templates;
+//! - [`gguf_model`], [`gguf_tokenizer`]: GGUF checkpoints (weights dequantized to BF16,
+//!   tokenizer and chat template from the metadata);
 //! - [`model`]: the decoder's math (RMSNorm, RoPE, SwiGLU, attention);
 //! - [`hybrid`], [`gdn`]: Qwen3.5 / 3.6 hybrids: the layer mix and its config reader; the
 //!   Gated-DeltaNet math (causal convolution, chunked and recurrent gated delta rule, gated
@@ -31,11 +33,14 @@ pub mod direct;
 pub mod engine;
 pub mod gdn;
 pub mod hybrid;
+pub mod gguf_model;
+pub mod gguf_tokenizer;
 pub mod kv_cache;
 pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod prefix_cache;
+pub mod quality;
 pub mod report;
 pub mod sampler;
 pub mod scheduler;

@@ -71,17 +71,24 @@ pub struct RuntimeReportOptions {
     pub gpu_memory_bytes: Option<u64>,
 }
 
+fn is_gguf(model: &str) -> bool {
+    !model.starts_with("synthetic:")
+        && crate::checkpoint::gguf::is_gguf_path(std::path::Path::new(model))
+}
+
 fn load_cuda(
     o: &RuntimeReportOptions,
     config: &ModelConfig,
     quantize: Option<WeightFormat>,
+    host: Option<&super::weights::ModelWeights>,
 ) -> anyhow::Result<CudaBackend> {
-    let weights = match o.model.strip_prefix("synthetic:") {
-        Some(_) => WeightSource::Synthetic {
+    let weights = match (o.model.strip_prefix("synthetic:"), host) {
+        (_, Some(w)) => WeightSource::Host(Box::new(w.clone())),
+        (Some(_), None) => WeightSource::Synthetic {
             config: config.clone(),
             seed: o.seed,
         },
-        None => WeightSource::Checkpoint {
+        (None, None) => WeightSource::Checkpoint {
             dir: o.model.clone().into(),
             config: config.clone(),
         },
@@ -103,6 +110,10 @@ fn load_cuda(
 }
 
 fn model_config(model: &str) -> anyhow::Result<ModelConfig> {
+    if is_gguf(model) {
+        let g = crate::checkpoint::gguf::Gguf::open(std::path::Path::new(model))?;
+        return Ok(super::gguf_model::model_config(&g)?.0);
+    }
     match model.strip_prefix("synthetic:") {
         Some(p) => ModelConfig::preset(p).ok_or_else(|| {
             crate::RigError::flag("--model", format!("unknown preset synthetic:{p}")).into()
@@ -113,7 +124,42 @@ fn model_config(model: &str) -> anyhow::Result<ModelConfig> {
     }
 }
 
+/// The tokenizer the model is served with: the byte-level one of the synthetic presets, a
+/// checkpoint's `tokenizer.json`, or a GGUF file's vocabulary. The fidelity prompts are encoded
+/// with it (real text as the model's own tokens, not bytes).
+fn model_tokenizer(
+    model: &str,
+    config: &ModelConfig,
+) -> anyhow::Result<super::tokenizer::Tokenizer> {
+    if model.starts_with("synthetic:") {
+        return super::tokenizer::Tokenizer::bytes(config.vocab_size, &[]);
+    }
+    if is_gguf(model) {
+        let g = crate::checkpoint::gguf::Gguf::open(std::path::Path::new(model))?;
+        let (hf, v) = super::gguf_tokenizer::build(&g)?;
+        return Ok(super::tokenizer::Tokenizer::from_hf(
+            hf,
+            &config.eos_token_ids,
+            v.bos.map(|b| b.0),
+            v.eos.map(|e| e.0),
+            "GGUF metadata".into(),
+        ));
+    }
+    let dir = std::path::Path::new(model);
+    if dir.join("tokenizer.json").is_file() {
+        super::tokenizer::Tokenizer::from_dir(dir, &config.eos_token_ids)
+    } else {
+        super::tokenizer::Tokenizer::bytes(config.vocab_size, &config.eos_token_ids)
+    }
+}
+
 fn provenance(o: &RuntimeReportOptions) -> String {
+    if is_gguf(&o.model) {
+        return match crate::checkpoint::gguf::Gguf::open(std::path::Path::new(&o.model)) {
+            Ok(g) => format!("GGUF {} ({})", o.model, g.content_hash()),
+            Err(e) => format!("GGUF {} (not opened: {e:#})", o.model),
+        };
+    }
     match o.model.strip_prefix("synthetic:") {
         Some(_) => format!("{} seed {}", o.model, o.seed),
         None => {
@@ -220,15 +266,31 @@ pub fn run_gpu(
     let (bw, peak) = kernels
         .map(super::bench::roofline_of)
         .unwrap_or((None, None));
-    let tok = super::tokenizer::Tokenizer::bytes(config.vocab_size, &[]).ok();
-    let prompts: Vec<Vec<u32>> = tok
-        .map(|t| {
-            FIDELITY_PROMPTS
-                .iter()
-                .filter_map(|p| t.encode(p, false).ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    // The prompts are the model's own tokens of real text.
+    let prompts: Vec<Vec<u32>> = match model_tokenizer(&o.model, &config) {
+        Ok(t) => FIDELITY_PROMPTS
+            .iter()
+            .filter_map(|p| t.encode(p, false).ok())
+            .collect(),
+        Err(e) => {
+            s.skipped.push(format!(
+                "fidelity: the model's tokenizer did not load: {e:#}"
+            ));
+            Vec::new()
+        }
+    };
+    // A GGUF file's weights, dequantized once and handed to each CUDA load.
+    let host = if is_gguf(&o.model) {
+        match super::gguf_model::GgufModel::load(std::path::Path::new(&o.model), None) {
+            Ok(m) => Some(m.weights),
+            Err(e) => {
+                s.skipped.push(format!("the GGUF runs: {e:#}"));
+                return s;
+            }
+        }
+    } else {
+        None
+    };
     for fmt in REPORT_FORMATS {
         let mut run = FormatRun {
             format: fmt.id().into(),
@@ -259,13 +321,13 @@ pub fn run_gpu(
         }
         // In-process benchmarks and fidelity.
         let quantize = (fmt != WeightFormat::Bf16).then_some(fmt);
-        match load_cuda(o, &config, quantize) {
+        match load_cuda(o, &config, quantize, host.as_ref()) {
             Ok(b) => {
                 let mut b: Box<dyn Backend> = Box::new(b);
                 if fmt != WeightFormat::Bf16 {
                     // The BF16 reference on identical weights, loaded only for the comparison
                     // (so that no e2e session shares the GPU with it).
-                    match load_cuda(o, &config, None) {
+                    match load_cuda(o, &config, None, host.as_ref()) {
                         Ok(mut r) => {
                             match super::check::fidelity(
                                 &mut r,
@@ -540,7 +602,19 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
         }
     }
     if !s.fidelity.is_empty() {
-        let _ = writeln!(o, "### Fidelity on identical weights\n");
+        if s.model.starts_with("synthetic:") {
+            let _ = writeln!(
+                o,
+                "### Fidelity on identical weights (random weights: a numerics check, not a quality figure)\n"
+            );
+            let _ = writeln!(
+                o,
+                "The weights of `{}` are random: their logits are nearly flat, so any perturbation flips the arg-max. These figures check the formats' arithmetic; they say nothing about quality on a trained model (see the section on trained weights and docs/fidelity.md).\n",
+                s.model
+            );
+        } else {
+            let _ = writeln!(o, "### Fidelity on identical weights\n");
+        }
         let rows: Vec<Vec<String>> = s
             .fidelity
             .iter()

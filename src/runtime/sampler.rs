@@ -20,6 +20,13 @@ pub struct SamplingParams {
     pub top_k: usize,
     /// Seed of the request's generator (None: drawn from the engine's seed and the request id).
     pub seed: Option<u64>,
+    /// Log-probabilities of the generated tokens, with this many alternatives each (OpenAI
+    /// `logprobs` / `top_logprobs`); `None` = none.
+    pub logprobs: Option<usize>,
+    /// Log-probabilities of the prompt tokens, with this many alternatives each (vLLM
+    /// `prompt_logprobs`, and completions' `echo` with `logprobs`); `None` = none. The
+    /// request's prompt is then computed in full (no prefix-cache hit).
+    pub prompt_logprobs: Option<usize>,
 }
 
 impl Default for SamplingParams {
@@ -29,6 +36,8 @@ impl Default for SamplingParams {
             top_p: 1.0,
             top_k: 0,
             seed: None,
+            logprobs: None,
+            prompt_logprobs: None,
         }
     }
 }

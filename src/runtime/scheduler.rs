@@ -47,6 +47,9 @@ pub struct Seq {
     /// Recurrent-state slot while running (Gated-DeltaNet hybrids; one of `max_num_seqs`,
     /// [`Seq::NO_SLOT`] while waiting).
     pub state_slot: u32,
+    /// Every prompt position needs its logit row (prompt log-probabilities): the prompt is
+    /// computed in full, never taken from the prefix cache.
+    pub prompt_logits: bool,
 }
 
 impl Seq {
@@ -64,6 +67,7 @@ impl Seq {
             num_preemptions: 0,
             num_cached_tokens: 0,
             state_slot: Self::NO_SLOT,
+            prompt_logits: false,
         }
     }
 
@@ -296,7 +300,7 @@ impl Scheduler {
             extend_block_hashes(&mut s.block_hashes, &s.tokens, bs);
             // Hits: full blocks, never the whole sequence (its last token needs computing).
             let max_hit_blocks = (s.tokens.len() - 1) / bs;
-            let hits: Vec<u32> = if s.block_table.is_empty() {
+            let hits: Vec<u32> = if s.block_table.is_empty() && !s.prompt_logits {
                 let mut h = self.pool.lookup(&s.block_hashes);
                 h.truncate(max_hit_blocks);
                 h
@@ -352,6 +356,20 @@ impl Scheduler {
         out
     }
 
+    /// Logit rows a planned step produces for its sequence: `1 + drafts` when it samples, none
+    /// for a prefill chunk that does not reach the end; every position of a chunk that computes
+    /// prompt tokens of a [`Seq::prompt_logits`] sequence (the last one samples when the chunk
+    /// reaches the end).
+    pub fn logit_rows(&self, p: &Scheduled) -> usize {
+        match self.get(p.id) {
+            Some(s) if s.prompt_logits && p.first_pos < s.num_prompt => {
+                p.num_tokens + if p.samples { p.drafts.len() } else { 0 }
+            }
+            _ if p.samples => 1 + p.drafts.len(),
+            _ => 0,
+        }
+    }
+
     /// The forward batch of a plan.
     pub fn batch(&self, plan: &[Scheduled]) -> ForwardBatch {
         let mut b = ForwardBatch::default();
@@ -366,7 +384,7 @@ impl Scheduler {
                 len: p.num_tokens + p.drafts.len(),
                 first_pos: p.first_pos,
                 block_table: s.block_table.clone(),
-                num_logits: if p.samples { 1 + p.drafts.len() } else { 0 },
+                num_logits: self.logit_rows(p),
                 state_slot: s.state_slot,
             });
         }

@@ -30,6 +30,7 @@ use tokio::sync::mpsc as tmpsc;
 pub use super::config::ServeConfig;
 use super::engine::{
     self, EngineHandle, EngineInfo, FinishReason, GenerateRequest, ReasoningMode, RequestOutput,
+    TokenLogprob,
 };
 use super::sampler::SamplingParams;
 
@@ -314,12 +315,132 @@ struct Common {
     ignore_eos: Option<bool>,
     stop: Option<Value>,
     n: Option<i64>,
+    /// vLLM's extra field: the prompt tokens' log-probabilities with this many alternatives.
+    prompt_logprobs: Option<Value>,
+}
+
+/// Most alternatives per token a request may ask for (vLLM's default `max_logprobs`).
+pub const MAX_LOGPROBS: i64 = 20;
+
+/// An optional count of log-probability alternatives (`null` counts as absent), 0 to
+/// [`MAX_LOGPROBS`].
+fn logprob_count(v: &Option<Value>, name: &'static str) -> Result<Option<usize>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => {
+            let n = int_field(x, name)?;
+            if !(0..=MAX_LOGPROBS).contains(&n) {
+                return Err(ApiError::bad(format!(
+                    "{name} must be between 0 and {MAX_LOGPROBS}, got {n}"
+                ))
+                .param(name));
+            }
+            Ok(Some(n as usize))
+        }
+    }
+}
+
+/// A token as text (its own decoding, special tokens included).
+fn token_text(app: &App, id: u32) -> String {
+    app.engine.tokenizer.decode(&[id], false)
+}
+
+/// OpenAI's legacy completions `logprobs` object for `entries` (one per token; `None` for a
+/// token nothing predicts, the first prompt token under `echo`), `text_offset` counted from
+/// `offset` in characters of the returned text.
+fn completion_logprobs(
+    app: &App,
+    entries: &[(u32, Option<&TokenLogprob>)],
+    offset: usize,
+) -> Value {
+    let (mut tokens, mut lps, mut tops, mut offs) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut at = offset;
+    for (id, e) in entries {
+        let t = token_text(app, *id);
+        offs.push(json!(at));
+        at += t.chars().count();
+        tokens.push(json!(t));
+        match e {
+            Some(e) => {
+                lps.push(json!(e.logprob));
+                let mut m = serde_json::Map::new();
+                for (tid, lp) in &e.top {
+                    m.insert(token_text(app, *tid), json!(lp));
+                }
+                tops.push(Value::Object(m));
+            }
+            None => {
+                lps.push(Value::Null);
+                tops.push(Value::Null);
+            }
+        }
+    }
+    json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs})
+}
+
+/// The chat `logprobs` object: `{"content": [{token, logprob, bytes, top_logprobs}]}`.
+fn chat_logprobs(app: &App, entries: &[TokenLogprob]) -> Value {
+    let one = |id: u32, lp: f32| {
+        let t = token_text(app, id);
+        json!({"token": t, "logprob": lp, "bytes": t.as_bytes()})
+    };
+    let content: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            let mut v = one(e.token, e.logprob);
+            v["top_logprobs"] = Value::Array(e.top.iter().map(|(t, lp)| one(*t, *lp)).collect());
+            v
+        })
+        .collect();
+    json!({ "content": content })
+}
+
+/// vLLM's `prompt_logprobs`: per prompt position `null` (the first) or
+/// `{"<id>": {"logprob", "rank", "decoded_token"}}` with the prompt token and the alternatives.
+fn vllm_prompt_logprobs(app: &App, entries: &[Option<TokenLogprob>]) -> Value {
+    Value::Array(
+        entries
+            .iter()
+            .map(|e| match e {
+                None => Value::Null,
+                Some(e) => {
+                    let mut m = serde_json::Map::new();
+                    m.insert(
+                        e.token.to_string(),
+                        json!({"logprob": e.logprob, "rank": e.rank, "decoded_token": token_text(app, e.token)}),
+                    );
+                    for (i, (t, lp)) in e.top.iter().enumerate() {
+                        m.entry(t.to_string()).or_insert_with(|| {
+                            json!({"logprob": lp, "rank": i + 1, "decoded_token": token_text(app, *t)})
+                        });
+                    }
+                    Value::Object(m)
+                }
+            })
+            .collect(),
+    )
+}
+
+/// What a request asked for beyond text: log-probabilities and echo.
+#[derive(Debug, Clone, Default)]
+struct Extras {
+    /// Chat `logprobs: true`, or completions `logprobs: N`.
+    logprobs: bool,
+    /// vLLM `prompt_logprobs` (returned as that field).
+    prompt_logprobs_field: bool,
+    /// Completions `echo`: the prompt text and ids, returned before the completion.
+    echo: Option<(String, Vec<u32>)>,
 }
 
 #[derive(Debug, Deserialize)]
 struct ChatRequest {
     #[serde(flatten)]
     common: Common,
+    /// Chat: return the generated tokens' log-probabilities.
+    logprobs: Option<bool>,
+    /// Chat: alternatives per token (0-20; needs `logprobs`).
+    top_logprobs: Option<Value>,
     messages: Option<Value>,
     chat_template_kwargs: Option<serde_json::Map<String, Value>>,
     add_generation_prompt: Option<bool>,
@@ -331,6 +452,8 @@ struct CompletionRequest {
     common: Common,
     prompt: Option<Value>,
     echo: Option<bool>,
+    /// Completions: alternatives per token (0-20); present = return log-probabilities.
+    logprobs: Option<Value>,
 }
 
 impl App {
@@ -356,6 +479,7 @@ impl App {
 /// Validated generation settings.
 struct Gen {
     params: SamplingParams,
+    extras: Extras,
     max_tokens: usize,
     ignore_eos: bool,
     stop: Vec<String>,
@@ -470,12 +594,19 @@ fn validate(
         }
         None => default_max.unwrap_or(room).min(room),
     };
+    let prompt_logprobs = logprob_count(&c.prompt_logprobs, "prompt_logprobs")?;
     Ok(Gen {
         params: SamplingParams {
             temperature: temperature as f32,
             top_p: top_p as f32,
             top_k,
             seed: c.seed.map(|s| s as u64),
+            logprobs: None,
+            prompt_logprobs,
+        },
+        extras: Extras {
+            prompt_logprobs_field: prompt_logprobs.is_some(),
+            ..Default::default()
         },
         max_tokens,
         ignore_eos: c.ignore_eos.unwrap_or(false),
@@ -626,7 +757,20 @@ async fn chat_inner(app: AppState, body: Bytes) -> Result<Response, ApiError> {
         &kwargs,
         req.add_generation_prompt.unwrap_or(true),
     )?;
-    let gen = validate(&req.common, prompt.len(), app.max_model_len(), None)?;
+    let mut gen = validate(&req.common, prompt.len(), app.max_model_len(), None)?;
+    let top = logprob_count(&req.top_logprobs, "top_logprobs")?;
+    match (req.logprobs, top) {
+        (Some(true), t) => {
+            gen.params.logprobs = Some(t.unwrap_or(0));
+            gen.extras.logprobs = true;
+        }
+        (_, Some(_)) => {
+            return Err(
+                ApiError::bad("top_logprobs needs logprobs set to true").param("top_logprobs")
+            )
+        }
+        _ => {}
+    }
     let mode = reasoning_mode(&app, &kwargs, &prompt);
     run_generation(
         app,
@@ -651,9 +795,6 @@ async fn completions_inner(app: AppState, body: Bytes) -> Result<Response, ApiEr
     let arrival = Instant::now();
     let req: CompletionRequest = parse_body(&body)?;
     app.check_model(&req.common.model)?;
-    if req.echo == Some(true) {
-        return Err(ApiError::bad("echo is not supported").param("echo"));
-    }
     let vocab = app.engine.info.model_config.vocab_size;
     let ids_of = |a: &[Value]| -> Result<Vec<u32>, ApiError> {
         a.iter()
@@ -687,7 +828,19 @@ async fn completions_inner(app: AppState, body: Bytes) -> Result<Response, ApiEr
         return Err(ApiError::bad("the prompt is empty after tokenization").param("prompt"));
     }
     // OpenAI's and vLLM's default for completions.
-    let gen = validate(&req.common, prompt.len(), app.max_model_len(), Some(16))?;
+    let mut gen = validate(&req.common, prompt.len(), app.max_model_len(), Some(16))?;
+    if let Some(k) = logprob_count(&req.logprobs, "logprobs")? {
+        gen.params.logprobs = Some(k);
+        gen.extras.logprobs = true;
+    }
+    if req.echo == Some(true) {
+        // The prompt comes back before the completion; with logprobs, its tokens' too.
+        let text = app.engine.tokenizer.decode(&prompt, false);
+        gen.extras.echo = Some((text, prompt.clone()));
+        if let Some(k) = gen.params.logprobs {
+            gen.params.prompt_logprobs = Some(gen.params.prompt_logprobs.unwrap_or(0).max(k));
+        }
+    }
     run_generation(
         app,
         Kind::Completion,
@@ -744,14 +897,18 @@ async fn run_generation(
             include_usage: gen.include_usage,
             started: false,
             finished: false,
+            app: app.clone(),
+            extras: gen.extras.clone(),
+            text_len: 0,
         };
         let stream = futures::stream::unfold(st, next_events)
             .flat_map(|v| futures::stream::iter(v.into_iter().map(Ok::<Event, Infallible>)));
         return Ok(Sse::new(stream).into_response());
     }
-    collect(rx, guard, kind, rid, created, model).await
+    collect(rx, guard, kind, rid, created, model, &app, &gen.extras).await
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn collect(
     mut rx: tmpsc::UnboundedReceiver<RequestOutput>,
     mut guard: AbortGuard,
@@ -759,8 +916,12 @@ async fn collect(
     rid: String,
     created: u64,
     model: String,
+    app: &App,
+    extras: &Extras,
 ) -> Result<Response, ApiError> {
     let (mut content, mut reasoning) = (String::new(), String::new());
+    let mut lps: Vec<TokenLogprob> = Vec::new();
+    let mut prompt_lps: Option<Vec<Option<TokenLogprob>>> = None;
     loop {
         let Some(o) = rx.recv().await else {
             guard.done = true;
@@ -770,30 +931,70 @@ async fn collect(
         };
         content.push_str(&o.content);
         reasoning.push_str(&o.reasoning);
+        lps.extend(o.logprobs.iter().cloned());
+        if o.prompt_logprobs.is_some() {
+            prompt_lps = o.prompt_logprobs.clone();
+        }
         let Some(f) = &o.finish else { continue };
         guard.done = true;
         if let FinishReason::Error(msg) = f {
             return Err(ApiError::internal(msg.clone()));
         }
         let usage = usage_json(&o);
-        let body = match kind {
+        let mut body = match kind {
             Kind::Chat => {
                 let mut message = json!({"role": "assistant", "content": content});
                 if !reasoning.is_empty() {
                     message["reasoning_content"] = Value::String(reasoning);
                 }
+                let logprobs = if extras.logprobs {
+                    chat_logprobs(app, &lps)
+                } else {
+                    Value::Null
+                };
                 json!({
                     "id": rid, "object": "chat.completion", "created": created, "model": model,
-                    "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": f.as_openai()}],
+                    "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": f.as_openai()}],
                     "usage": usage,
                 })
             }
-            Kind::Completion => json!({
-                "id": rid, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"index": 0, "text": content, "logprobs": null, "finish_reason": f.as_openai()}],
-                "usage": usage,
-            }),
+            Kind::Completion => {
+                let (mut text, mut entries): (String, Vec<(u32, Option<&TokenLogprob>)>) =
+                    (String::new(), Vec::new());
+                if let Some((ptext, pids)) = &extras.echo {
+                    text.push_str(ptext);
+                    for (i, id) in pids.iter().enumerate() {
+                        entries.push((
+                            *id,
+                            prompt_lps
+                                .as_ref()
+                                .and_then(|v| v.get(i))
+                                .and_then(Option::as_ref),
+                        ));
+                    }
+                }
+                text.push_str(&content);
+                entries.extend(lps.iter().map(|e| (e.token, Some(e))));
+                let logprobs = if extras.logprobs {
+                    completion_logprobs(app, &entries, 0)
+                } else {
+                    Value::Null
+                };
+                json!({
+                    "id": rid, "object": "text_completion", "created": created, "model": model,
+                    "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": f.as_openai()}],
+                    "usage": usage,
+                })
+            }
         };
+        if extras.prompt_logprobs_field {
+            let v = vllm_prompt_logprobs(app, prompt_lps.as_deref().unwrap_or(&[]));
+            // vLLM puts it in the choice for completions and at the top for chat.
+            match kind {
+                Kind::Completion => body["choices"][0]["prompt_logprobs"] = v,
+                Kind::Chat => body["prompt_logprobs"] = v,
+            }
+        }
         return Ok(Json(body).into_response());
     }
 }
@@ -808,21 +1009,47 @@ struct StreamState {
     include_usage: bool,
     started: bool,
     finished: bool,
+    app: AppState,
+    extras: Extras,
+    /// Characters of completion text sent so far (the `text_offset` of the next token).
+    text_len: usize,
 }
 
 impl StreamState {
     fn chunk(&self, delta: Value, finish: Option<&str>) -> Event {
+        self.chunk_with(delta, finish, Value::Null)
+    }
+
+    fn chunk_with(&self, delta: Value, finish: Option<&str>, logprobs: Value) -> Event {
         let body = match self.kind {
             Kind::Chat => json!({
                 "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+                "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
             }),
             Kind::Completion => json!({
                 "id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "text": delta.get("content").and_then(Value::as_str).unwrap_or(""), "logprobs": null, "finish_reason": finish}],
+                "choices": [{"index": 0, "text": delta.get("content").and_then(Value::as_str).unwrap_or(""), "logprobs": logprobs, "finish_reason": finish}],
             }),
         };
         Event::default().data(body.to_string())
+    }
+
+    /// The `logprobs` value of a chunk carrying `o`'s tokens (and, for the first chunk of an
+    /// echoed completion, the prompt's).
+    fn logprobs_of(&mut self, o: &RequestOutput, content: &str) -> Value {
+        if !self.extras.logprobs {
+            return Value::Null;
+        }
+        match self.kind {
+            Kind::Chat => chat_logprobs(&self.app, &o.logprobs),
+            Kind::Completion => {
+                let entries: Vec<(u32, Option<&TokenLogprob>)> =
+                    o.logprobs.iter().map(|e| (e.token, Some(e))).collect();
+                let v = completion_logprobs(&self.app, &entries, self.text_len);
+                self.text_len += content.chars().count();
+                v
+            }
+        }
     }
 }
 
@@ -837,6 +1064,9 @@ async fn next_events(mut st: StreamState) -> Option<(Vec<Event>, StreamState)> {
     }
     let mut evs = Vec::new();
     loop {
+        // An echoed completion opens with the prompt (its log-probabilities come with the
+        // first output, which carries them).
+        let echo_first = st.kind == Kind::Completion && !st.started && st.extras.echo.is_some();
         let Some(o) = st.rx.recv().await else {
             st.finished = true;
             st.guard.done = true;
@@ -859,9 +1089,35 @@ async fn next_events(mut st: StreamState) -> Option<(Vec<Event>, StreamState)> {
                 evs.push(st.chunk(json!({"content": o.reasoning}), None));
             }
         }
+        if echo_first {
+            st.started = true;
+            if let Some((ptext, pids)) = st.extras.echo.clone() {
+                let lp = if st.extras.logprobs {
+                    let entries: Vec<(u32, Option<&TokenLogprob>)> = pids
+                        .iter()
+                        .enumerate()
+                        .map(|(i, id)| {
+                            (
+                                *id,
+                                o.prompt_logprobs
+                                    .as_ref()
+                                    .and_then(|v| v.get(i))
+                                    .and_then(Option::as_ref),
+                            )
+                        })
+                        .collect();
+                    completion_logprobs(&st.app, &entries, 0)
+                } else {
+                    Value::Null
+                };
+                st.text_len = ptext.chars().count();
+                evs.push(st.chunk_with(json!({"content": ptext}), None, lp));
+            }
+        }
         let finish = o.finish.as_ref().map(FinishReason::as_openai);
-        if !o.content.is_empty() {
-            evs.push(st.chunk(json!({"content": o.content}), finish));
+        if !o.content.is_empty() || !o.logprobs.is_empty() {
+            let lp = st.logprobs_of(&o, &o.content);
+            evs.push(st.chunk_with(json!({"content": o.content}), finish, lp));
         } else if finish.is_some() {
             evs.push(st.chunk(json!({}), finish));
         }

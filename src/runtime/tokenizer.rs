@@ -223,6 +223,38 @@ impl Tokenizer {
         })
     }
 
+    /// Wrap a `tokenizers` tokenizer built elsewhere (a GGUF file's vocabulary: see
+    /// `crate::runtime::gguf_tokenizer`). `eos_ids` end generation; `<|im_end|>` and
+    /// `<|endoftext|>` are added when the vocabulary has them, as [`Tokenizer::from_dir`] does.
+    pub fn from_hf(
+        hf: tokenizers::Tokenizer,
+        eos_ids: &[u32],
+        bos_token: Option<String>,
+        eos_token: Option<String>,
+        source: String,
+    ) -> Self {
+        let mut ids: Vec<u32> = Vec::new();
+        for id in eos_ids
+            .iter()
+            .copied()
+            .chain(hf.token_to_id("<|im_end|>"))
+            .chain(hf.token_to_id("<|endoftext|>"))
+        {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        Tokenizer {
+            think_start: hf.token_to_id("<think>"),
+            think_end: hf.token_to_id("</think>"),
+            kind: Kind::Hf(Box::new(hf)),
+            eos_ids: ids,
+            bos_token,
+            eos_token,
+            source,
+        }
+    }
+
     /// Encode text. `add_special_tokens` applies the tokenizer's post-processor (e.g. a BOS);
     /// special token strings in the text become their ids either way.
     ///

@@ -39,6 +39,23 @@ pub fn quantize_activations_fp8(x: &[f32], k: usize, input_scale: Option<f32>) -
     out
 }
 
+/// Quantize activations to NVFP4 and return their dequantized values, for the emulated W4A4
+/// path: per token (row), a per-row FP32 scale `amax(|row|) / (6 · 448)` and an E4M3 scale per
+/// 16 values (the weights' ModelOpt math, [`crate::formats::nvfp4::quantize`], applied to one
+/// row). Dynamic per-token scaling is the best case of W4A4: engines use a calibrated static
+/// per-tensor `input_scale` (docs/fidelity.md).
+pub fn quantize_activations_nvfp4(x: &[f32], k: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(k) {
+        match crate::formats::nvfp4::quantize(row, 1, k) {
+            Ok(q) => out.extend(q.dequantize()),
+            // K not a multiple of 16: NVFP4 weights could not exist either; keep the row.
+            Err(_) => out.extend_from_slice(row),
+        }
+    }
+    out
+}
+
 /// `y = x · Wᵀ` for `x` `[m, K]` and `w` `[N, K]`: returns `[m, N]`. FP8 weights also quantize
 /// the activations (W8A8, see [`quantize_activations_fp8`]); BF16 and NVFP4 (W4A16) use the f32
 /// activations as they are.
@@ -110,6 +127,7 @@ pub struct CpuBackend {
     gpu_rounding: bool,
     /// Recurrent-state slots of a hybrid (empty for dense decoders).
     states: Vec<SlotState>,
+    emulate_w4a4: bool,
 }
 
 /// One sequence slot's Gated-DeltaNet state over all its layers.
@@ -150,7 +168,21 @@ impl CpuBackend {
             threads: threads.max(1),
             gpu_rounding: false,
             states: Vec::new(),
+            emulate_w4a4: false,
         }
+    }
+
+    /// Emulated W4A4: the activations entering every NVFP4 linear layer are quantized to NVFP4
+    /// first ([`quantize_activations_nvfp4`]), then multiplied in f32 (an accuracy figure only,
+    /// never a speed). No effect on BF16 and FP8 layers. Off by default (W4A16).
+    pub fn with_emulated_w4a4(mut self, on: bool) -> Self {
+        self.emulate_w4a4 = on;
+        self
+    }
+
+    /// Whether [`Self::with_emulated_w4a4`] is on.
+    pub fn emulates_w4a4(&self) -> bool {
+        self.emulate_w4a4
     }
 
     /// Round to BF16 where the CUDA backend does (every GEMM input and output, the q vector after
@@ -272,7 +304,7 @@ impl Backend for CpuBackend {
             &mut self.states,
             batch,
             self.threads,
-            self.gpu_rounding,
+            (self.gpu_rounding, self.emulate_w4a4),
         )
     }
 }
@@ -395,7 +427,7 @@ fn forward_impl(
     states: &mut [SlotState],
     batch: &ForwardBatch,
     threads: usize,
-    gpu_rounding: bool,
+    (gpu_rounding, emulate_w4a4): (bool, bool),
 ) -> anyhow::Result<Logits> {
     // BF16 rounding at the CUDA backend's rounding points (identity unless `gpu_rounding`).
     let r = |v: &mut [f32]| {
@@ -405,7 +437,12 @@ fn forward_impl(
         }
     };
     let mm = |x: &[f32], m: usize, l: &Linear| {
-        let mut y = matmul(x, m, l, threads);
+        let mut y = match l {
+            Linear::Nvfp4(w) if emulate_w4a4 => {
+                matmul(&quantize_activations_nvfp4(x, w.k), m, l, threads)
+            }
+            _ => matmul(x, m, l, threads),
+        };
         r(&mut y);
         y
     };

@@ -1,0 +1,352 @@
+//! Quality on trained weights: perplexity of a fixed text, and the fidelity of FP8, W4A16
+//! NVFP4 and emulated W4A4 NVFP4 against BF16 on identical weights (docs/fidelity.md).
+//!
+//! Method (the same as llama.cpp's `llama-perplexity --kl-divergence`, which compares a
+//! quantized model with a reference on a text corpus):
+//! - every format is teacher-forced on the same token ids of the fixed text
+//!   (`tests/fixtures/text/public-domain.txt`, [`FIXED_TEXT`]); at each position the candidate's
+//!   logit row is compared with BF16's: top-1 agreement (same arg-max) and KL(P_BF16 ‖ P_cand)
+//!   in nats from log-softmax in f64; and each format's perplexity, `exp(mean NLL)` of the
+//!   text's next tokens;
+//! - greedy agreement: each format decodes the first prompts of
+//!   [`crate::runtime::check::FIDELITY_PROMPTS`], encoded by the model's own tokenizer, greedily
+//!   (no EOS stop); the fraction of positions where its token equals BF16's, and the mean number
+//!   of tokens before the first difference.
+//!
+//! BF16 is the weights as loaded (a GGUF file dequantized to BF16); FP8 and NVFP4 quantize
+//! those weights with [`crate::runtime::weights::ModelWeights::quantize`]; W4A4 runs the NVFP4
+//! weights on the CPU backend with its activations quantized to NVFP4 per token
+//! ([`crate::runtime::backend::cpu::CpuBackend::with_emulated_w4a4`]): emulated, an accuracy
+//! figure only.
+
+use serde::{Deserialize, Serialize};
+
+use super::backend::cpu::CpuBackend;
+use super::backend::Backend;
+use super::config::{KvCacheDtype, WeightFormat};
+use super::direct::{argmax, log_softmax, DirectSession, GreedyRun};
+use super::tokenizer::Tokenizer;
+use super::weights::ModelWeights;
+
+/// The fixed public-domain text (see `tests/fixtures/text/README.md` for its sources).
+pub const FIXED_TEXT: &str = include_str!("../../tests/fixtures/text/public-domain.txt");
+
+/// Its name in reports.
+pub const FIXED_TEXT_NAME: &str = "tests/fixtures/text/public-domain.txt (Austen, Lincoln, the Declaration of Independence, the US Constitution's preamble; public domain)";
+
+/// Tokens per forward pass of the teacher-forced runs (bounds the logit rows held at once).
+const CHUNK: usize = 128;
+
+/// Perplexity of a token sequence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Perplexity {
+    /// Tokens scored (the sequence length − 1: the first token is not predicted).
+    pub tokens: usize,
+    /// Mean negative log-likelihood of the scored tokens, nats.
+    pub mean_nll: f64,
+    /// `exp(mean_nll)`.
+    pub ppl: f64,
+}
+
+impl Perplexity {
+    /// From a sum of NLLs over `n` tokens.
+    pub fn from_sum(sum: f64, n: usize) -> Self {
+        let mean = sum / n.max(1) as f64;
+        Perplexity {
+            tokens: n,
+            mean_nll: mean,
+            ppl: mean.exp(),
+        }
+    }
+}
+
+/// Teacher-force `ids` through `backend` (one sequence) and call `row(i, logits)` with the row
+/// that predicts `ids[i + 1]`, for every `i` in `0..ids.len() - 1`.
+///
+/// # Errors
+/// Fewer than 2 ids, or a backend failure.
+pub fn teacher_force(
+    backend: &mut dyn Backend,
+    ids: &[u32],
+    row: &mut dyn FnMut(usize, &[f32]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(ids.len() >= 2, "need at least 2 tokens, got {}", ids.len());
+    let n = ids.len() - 1;
+    let mut s = DirectSession::new(backend, 1, n, 16, KvCacheDtype::Bf16, CHUNK)?;
+    let mut off = 0;
+    while off < n {
+        let end = (off + CHUNK).min(n);
+        let rows = s.run(&[(0, off, &ids[off..end], end - off)])?;
+        for (j, r) in rows
+            .into_iter()
+            .next()
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            row(off + j, r)?;
+        }
+        off = end;
+    }
+    Ok(())
+}
+
+/// The perplexity of `ids` under `backend`.
+///
+/// # Errors
+/// As [`teacher_force`].
+pub fn perplexity(backend: &mut dyn Backend, ids: &[u32]) -> anyhow::Result<Perplexity> {
+    let mut sum = 0f64;
+    teacher_force(backend, ids, &mut |i, r| {
+        let lp = log_softmax(r);
+        let t = ids[i + 1] as usize;
+        anyhow::ensure!(t < lp.len(), "token {t} outside the vocabulary");
+        sum -= lp[t];
+        Ok(())
+    })?;
+    Ok(Perplexity::from_sum(sum, ids.len() - 1))
+}
+
+/// One format against BF16 on identical weights.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FormatQuality {
+    /// `fp8`, `nvfp4` (W4A16) or `nvfp4-w4a4` (emulated).
+    pub format: String,
+    /// In words: `FP8 W8A8 (E4M3 weights and per-token activations)`, ...
+    pub label: String,
+    /// Whether the figure comes from an emulation (W4A4 on the CPU).
+    pub emulated: bool,
+    /// Teacher-forced on the text: fraction of positions where the arg-max equals BF16's.
+    pub top1_agreement: f64,
+    /// Teacher-forced on the text: mean KL(P_BF16 ‖ P_format), nats.
+    pub mean_kl: f64,
+    /// Largest per-position KL, nats.
+    pub max_kl: f64,
+    /// Perplexity of the text.
+    pub perplexity: Perplexity,
+    /// Free-running greedy: fraction of positions where the token equals BF16's.
+    pub greedy_agreement: f64,
+    /// Free-running greedy: mean tokens before the first difference.
+    pub mean_matched_prefix: f64,
+}
+
+/// The fidelity study on trained weights (see the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QualityReport {
+    /// The model and its identity (`checkpoint PATH (fnv1a64:...)`).
+    pub model: String,
+    /// `cpu` (the backend every figure comes from).
+    pub backend: String,
+    /// The text.
+    pub text: String,
+    /// Tokens of the text used (the first N of the tokenizer's ids).
+    pub text_tokens: usize,
+    /// Greedy prompts.
+    pub prompts: usize,
+    /// Greedy tokens per prompt.
+    pub greedy_tokens: usize,
+    /// BF16's perplexity of the text.
+    pub bf16_perplexity: Perplexity,
+    /// FP8, W4A16, W4A4 (emulated).
+    pub formats: Vec<FormatQuality>,
+    /// Whether W4A4 has a larger mean KL than W4A16 (`None` when one is missing).
+    pub w4a4_worse_than_w4a16_in_kl: Option<bool>,
+}
+
+/// Sizes of the study.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QualitySpec {
+    /// First N tokens of the fixed text.
+    pub text_tokens: usize,
+    /// First P prompts of `FIDELITY_PROMPTS`.
+    pub prompts: usize,
+    /// Greedy tokens per prompt.
+    pub greedy_tokens: usize,
+    /// CPU threads.
+    pub threads: usize,
+}
+
+impl QualitySpec {
+    /// What `rigbench report` and the tests run: 256 text tokens, 8 prompts × 16 greedy tokens
+    /// (about four minutes of one 135M-parameter model on two cores, all formats).
+    pub fn report() -> Self {
+        QualitySpec {
+            text_tokens: 256,
+            prompts: 8,
+            greedy_tokens: 16,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+fn greedy(
+    b: &mut dyn Backend,
+    prompts: &[Vec<u32>],
+    tokens: usize,
+) -> anyhow::Result<Vec<GreedyRun>> {
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    DirectSession::new(
+        b,
+        prompts.len(),
+        longest + tokens,
+        16,
+        KvCacheDtype::Bf16,
+        512,
+    )?
+    .greedy(prompts, tokens, false)
+}
+
+/// Run the study on `weights` (BF16) with `tokenizer`, described as `model`.
+///
+/// # Errors
+/// A text or prompt the tokenizer cannot encode, a quantization error, a backend failure.
+pub fn study(
+    weights: &ModelWeights,
+    tokenizer: &Tokenizer,
+    model: &str,
+    spec: QualitySpec,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<QualityReport> {
+    let ids_all = tokenizer.encode(FIXED_TEXT, false)?;
+    let ids: Vec<u32> = ids_all.iter().copied().take(spec.text_tokens).collect();
+    anyhow::ensure!(
+        ids.len() >= 2,
+        "the fixed text encodes to {} tokens",
+        ids.len()
+    );
+    let prompts: Vec<Vec<u32>> = super::check::FIDELITY_PROMPTS
+        .iter()
+        .take(spec.prompts)
+        .map(|p| tokenizer.encode(p, false))
+        .collect::<anyhow::Result<_>>()?;
+    progress("BF16 reference");
+    let mut bf16 = CpuBackend::new(weights.clone(), spec.threads);
+    let mut ref_rows: Vec<Vec<f32>> = Vec::with_capacity(ids.len());
+    let mut nll = 0f64;
+    teacher_force(&mut bf16, &ids, &mut |i, r| {
+        nll -= log_softmax(r)[ids[i + 1] as usize];
+        ref_rows.push(r.to_vec());
+        Ok(())
+    })?;
+    let bf16_ppl = Perplexity::from_sum(nll, ids.len() - 1);
+    let ref_greedy = greedy(&mut bf16, &prompts, spec.greedy_tokens)?;
+    drop(bf16);
+    let mut formats = Vec::new();
+    for (fmt, w4a4, id, label) in [
+        (WeightFormat::Fp8, false, "fp8", "FP8 W8A8 (E4M3 weights, per-tensor scale; E4M3 activations, per-token scale)"),
+        (WeightFormat::Nvfp4, false, "nvfp4", "W4A16 NVFP4 (E2M1 weights, E4M3 scale per 16, FP32 per-tensor scale; f32 activations)"),
+        (WeightFormat::Nvfp4, true, "nvfp4-w4a4", "W4A4 NVFP4, emulated (W4A16's weights; activations quantized to NVFP4 per token, then multiplied in f32)"),
+    ] {
+        progress(id);
+        let mut q = weights.clone();
+        q.quantize(fmt)?;
+        let mut b = CpuBackend::new(q, spec.threads).with_emulated_w4a4(w4a4);
+        let (mut top1, mut kl_sum, mut kl_max, mut nll) = (0usize, 0f64, 0f64, 0f64);
+        teacher_force(&mut b, &ids, &mut |i, r| {
+            let rr = &ref_rows[i];
+            if argmax(r)? == argmax(rr)? {
+                top1 += 1;
+            }
+            let kl = super::check::kl_divergence(rr, r);
+            kl_sum += kl;
+            kl_max = kl_max.max(kl);
+            nll -= log_softmax(r)[ids[i + 1] as usize];
+            Ok(())
+        })?;
+        let n = ids.len() - 1;
+        let g = greedy(&mut b, &prompts, spec.greedy_tokens)?;
+        let (mut same, mut prefix) = (0usize, 0usize);
+        for (a, c) in ref_greedy.iter().zip(&g) {
+            same += a.tokens.iter().zip(&c.tokens).filter(|(x, y)| x == y).count();
+            prefix += a
+                .tokens
+                .iter()
+                .zip(&c.tokens)
+                .take_while(|(x, y)| x == y)
+                .count();
+        }
+        let total = (prompts.len() * spec.greedy_tokens).max(1) as f64;
+        formats.push(FormatQuality {
+            format: id.into(),
+            label: label.into(),
+            emulated: w4a4,
+            top1_agreement: top1 as f64 / n as f64,
+            mean_kl: kl_sum / n as f64,
+            max_kl: kl_max,
+            perplexity: Perplexity::from_sum(nll, n),
+            greedy_agreement: same as f64 / total,
+            mean_matched_prefix: prefix as f64 / prompts.len().max(1) as f64,
+        });
+    }
+    let kl = |f: &str| formats.iter().find(|x| x.format == f).map(|x| x.mean_kl);
+    let order = match (kl("nvfp4"), kl("nvfp4-w4a4")) {
+        (Some(a), Some(b)) => Some(b > a),
+        _ => None,
+    };
+    Ok(QualityReport {
+        model: model.to_string(),
+        backend: "cpu".into(),
+        text: FIXED_TEXT_NAME.into(),
+        text_tokens: ids.len(),
+        prompts: prompts.len(),
+        greedy_tokens: spec.greedy_tokens,
+        bf16_perplexity: bf16_ppl,
+        formats,
+        w4a4_worse_than_w4a16_in_kl: order,
+    })
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+/// The report section (Markdown).
+pub fn render_markdown(r: &QualityReport) -> String {
+    let mut o = String::from("## Fidelity on trained weights\n\n");
+    o.push_str(&format!(
+        "Model {}; every figure from the {} backend (format accuracy, not speed). Teacher-forced on the first {} tokens of {}; greedy on {} prompts × {} tokens. BF16 perplexity {:.3}.\n\n",
+        r.model, r.backend, r.text_tokens, r.text, r.prompts, r.greedy_tokens, r.bf16_perplexity.ppl
+    ));
+    let rows: Vec<Vec<String>> = r
+        .formats
+        .iter()
+        .map(|f| {
+            vec![
+                format!("{} vs bf16", f.format),
+                pct(f.top1_agreement),
+                format!("{:.4}", f.mean_kl),
+                format!("{:.3}", f.max_kl),
+                format!("{:.3}", f.perplexity.ppl),
+                pct(f.greedy_agreement),
+                format!("{:.1}", f.mean_matched_prefix),
+            ]
+        })
+        .collect();
+    o.push_str(&crate::report::table::markdown_table(
+        &[
+            "format",
+            "top-1 agreement (teacher-forced)",
+            "mean KL (nats)",
+            "max KL",
+            "perplexity",
+            "greedy agreement",
+            "mean tokens before divergence",
+        ],
+        &rows,
+    ));
+    o.push('\n');
+    for f in &r.formats {
+        o.push_str(&format!("- `{}`: {}\n", f.format, f.label));
+    }
+    match r.w4a4_worse_than_w4a16_in_kl {
+        Some(true) => {
+            o.push_str("\nW4A4 (emulated) is below W4A16 in KL, as 4-bit activations add error.\n")
+        }
+        Some(false) => o.push_str(
+            "\nW4A4 (emulated) is NOT below W4A16 in KL on this text: its KL is not larger.\n",
+        ),
+        None => {}
+    }
+    o.push_str("\nMethod and the independent PyTorch emulation these figures are checked against: docs/fidelity.md.\n");
+    o
+}
