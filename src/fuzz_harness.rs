@@ -254,7 +254,7 @@ pub fn results_json(data: &[u8]) {
             let _ = crate::compare::compare_results(&r, b, &settings);
         }
         let _ = crate::compare::compare_results(&r, &r, &settings);
-        let redactor = crate::report::redact::Redactor::disabled();
+        let redactor = crate::output::redact::Redactor::disabled();
         let files = ["results.json".to_string(), "engine.log".to_string()];
         let _ = crate::report::markdown::render(&r, &[], &files, &redactor);
     });

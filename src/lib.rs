@@ -21,6 +21,7 @@ pub mod fuzz_harness;
 pub mod gpu;
 pub mod kernels;
 pub mod multigpu;
+pub mod output;
 pub mod report;
 pub mod rig;
 pub mod runtime;

@@ -116,7 +116,7 @@ fn results(seed: u64, slow: f64) -> Results {
 
 fn write(dir: &Path, name: &str, r: &Results) -> PathBuf {
     let p = dir.join(name);
-    rigbench::report::write::atomic_write_json(&p, r).unwrap();
+    rigbench::output::write::atomic_write_json(&p, r).unwrap();
     p
 }
 

@@ -22,7 +22,7 @@ use super::format::ModuleFormat;
 use super::headers::Headers;
 use super::quant::Rules;
 use super::{InspectOptions, Rec};
-use crate::report::table::human_bytes;
+use crate::output::table::human_bytes;
 
 /// KV-cache dtype for the prediction (vLLM `--kv-cache-dtype`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -442,7 +442,7 @@ pub(crate) fn predict(
         let n = facts.mtp_layers.unwrap_or(0);
         a.push(format!(
             "the {} {} not counted in KV per token: engines allocate their KV only when MTP speculative decoding is on (add one full-attention layer each)",
-            crate::report::table::plural(n, "MTP layer", "MTP layers"),
+            crate::output::table::plural(n, "MTP layer", "MTP layers"),
             if n == 1 { "is" } else { "are" }
         ));
     }

@@ -400,7 +400,7 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     let mut inventory_error = None;
     let module_list: Vec<Module> = match &hdrs {
         Some(h) => {
-            let plural = crate::report::table::plural;
+            let plural = crate::output::table::plural;
             report.module_source = if h.names_only {
                 format!(
                     "model.safetensors.index.json weight map ({} in {} not downloaded)",
@@ -561,9 +561,9 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     if other_count > 0 {
         report.other_tensors = Some(format!(
             "{} that {} not GEMM weights (norms, biases, recurrence parameters such as A_log and dt_bias, KV scales), {}",
-            crate::report::table::plural(other_count as u64, "tensor", "tensors"),
+            crate::output::table::plural(other_count as u64, "tensor", "tensors"),
             if other_count == 1 { "is" } else { "are" },
-            crate::report::table::human_bytes(other_bytes)
+            crate::output::table::human_bytes(other_bytes)
         ));
     }
 

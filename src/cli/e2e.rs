@@ -16,7 +16,7 @@ use crate::e2e::client::Api;
 use crate::e2e::launcher::EngineChoice;
 use crate::e2e::workload::{ArrivalKind, CacheTemp, LoadMode, Suite};
 use crate::e2e::E2eOptions;
-use crate::report::output::ReportDir;
+use crate::report::folder::ReportDir;
 use crate::report::Results;
 use crate::{ExitStatus, RigError};
 
@@ -455,7 +455,7 @@ pub fn reset_notice(o: &E2eOptions) -> Option<String> {
     };
     Some(format!(
         "every run starts with POST {url}/reset_prefix_cache: the engine's prefix cache is emptied before each of the {}{}",
-        crate::report::table::plural(points as u64, "sweep point", "sweep points"),
+        crate::output::table::plural(points as u64, "sweep point", "sweep points"),
         if o.suite.load.cache == CacheTemp::Warm {
             " (warm runs then prime it again)"
         } else {

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use crate::checkpoint::{self, InspectOptions, KvCacheDtype};
-use crate::report::redact::Redactor;
+use crate::output::redact::Redactor;
 use crate::rig::ComputeCapability;
 use crate::{ExitStatus, RigError};
 

@@ -8,7 +8,7 @@ use crate::cli::kernels::KernelSelection;
 use crate::report::job::{self, Job};
 use anyhow::Context;
 
-use crate::report::output::ReportDir;
+use crate::report::folder::ReportDir;
 use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench report`.
@@ -174,9 +174,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         let same = target.canonicalize().ok() == source.canonicalize().ok();
         let dir = if same {
             // In place: keep results.json (creating the folder afresh would clear it).
-            crate::report::output::ReportDir::existing(&target, !args.no_redact)
+            crate::report::folder::ReportDir::existing(&target, !args.no_redact)
         } else {
-            let d = crate::report::output::ReportDir::create(
+            let d = crate::report::folder::ReportDir::create(
                 Some(&target),
                 &results.rig_label,
                 !args.no_redact,
@@ -458,7 +458,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
 pub fn plural(n: usize, one: &str, many: &str) -> String {
     format!(
         "{} {}",
-        crate::report::table::thousands(n as u64),
+        crate::output::table::thousands(n as u64),
         if n == 1 { one } else { many }
     )
 }

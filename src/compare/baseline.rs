@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::report::redact::Redactor;
+use crate::output::redact::Redactor;
 use crate::report::Results;
 use crate::rig::RigFacts;
 use crate::RigError;
@@ -207,7 +207,7 @@ pub fn check_writable(baselines_dir: &Path) -> Result<(), RigError> {
 /// Save `results` as the baseline of `suite` for its rig: `<baselines_dir>/<rig_label>/<suite>.json`,
 /// in the results schema (so it records the rig facts it was measured on), with each timing
 /// metric's between-run spread when the run was repeated ([`between_run_of`]), written
-/// atomically ([`crate::report::write::atomic_write_json`]) and redacted (host name, user, home
+/// atomically ([`crate::output::write::atomic_write_json`]) and redacted (host name, user, home
 /// and working directory, IP addresses), since baselines are committed.
 ///
 /// Replacing a baseline: the outcome says what changed (metric counts per section); a new
@@ -255,7 +255,7 @@ pub fn save_baseline(
     }
     let mut v = serde_json::to_value(&results).context("cannot serialize the results")?;
     Redactor::for_this_host(true).redact_json(&mut v);
-    crate::report::write::atomic_write_json(&path, &v)
+    crate::output::write::atomic_write_json(&path, &v)
         .with_context(|| format!("cannot write baseline {}", path.display()))?;
     Ok(Saved { path, replaced })
 }

@@ -328,7 +328,7 @@ pub fn run_on_device(
             min_launches: GRAPH_MIN_LAUNCHES,
             description: format!(
                 "weight copies of each case together exceed {GRAPH_L2_FACTOR} × L2 ({}), at least 2 and at most {GRAPH_MAX_COPIES}; at least {GRAPH_MIN_LAUNCHES} launches per graph, a multiple of the copy count, rotating over the copies; activations and output stay the same buffers (as in a decode step, where they are hot); {} graph launches of warm-up, then the stopping rule on per-GEMM times; the output is checked against the reference again after timing",
-                crate::report::table::human_bytes(GRAPH_L2_FACTOR * rig.gpu.l2_bytes),
+                crate::output::table::human_bytes(GRAPH_L2_FACTOR * rig.gpu.l2_bytes),
                 opts.warmup.max(1)
             ),
         }),
@@ -458,7 +458,7 @@ pub fn run_on_device(
                 eprintln!(
                     "rigbench: kernels: GPU {device}: {} M={m}: {} timed ({} of {} cases done, {:.0} s)",
                     shape.name,
-                    crate::report::table::plural(
+                    crate::output::table::plural(
                         (res.cases.len() - case_start) as u64,
                         "case",
                         "cases"
@@ -675,8 +675,8 @@ fn graph_timing(
         if total.saturating_add(256 << 20) > free as u64 {
             return Err(format!(
                 "{copies} weight copies ({}) do not fit in the {} of free device memory",
-                crate::report::table::human_bytes(total),
-                crate::report::table::human_bytes(free as u64)
+                crate::output::table::human_bytes(total),
+                crate::output::table::human_bytes(free as u64)
             ));
         }
     }

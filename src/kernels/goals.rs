@@ -16,7 +16,7 @@
 use super::composite::{Composite, CompositeRow, StepTiming};
 use super::fit::fit_of;
 use super::schema::KernelResults;
-use crate::report::table::markdown_table;
+use crate::output::table::markdown_table;
 
 /// Shapes with at most this many output features count as "small N" (the in_proj_ba goal).
 pub const SMALL_N: usize = 128;

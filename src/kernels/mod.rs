@@ -11,6 +11,7 @@ pub mod anatomy;
 pub mod bench;
 pub mod clocks;
 pub mod composite;
+pub mod composite_chart;
 pub mod data;
 pub mod fit;
 pub mod goals;

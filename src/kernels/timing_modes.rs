@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::schema::{KernelCase, KernelResults};
-use crate::report::table::{human_seconds, markdown_table};
+use crate::output::table::{human_seconds, markdown_table};
 
 /// The agreement bound: |graph / cold − 1| ≤ 5 % (GPU.md: cuBLAS BF16 and FP8 at M = 1–64 agree
 /// within about 5 % on the H200).

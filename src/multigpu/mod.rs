@@ -9,7 +9,6 @@
 
 pub mod peers;
 pub mod render;
-pub mod run;
 pub mod schema;
 pub mod spread;
 pub mod tp;

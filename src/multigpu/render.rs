@@ -3,7 +3,7 @@
 //! step) beside PyTorch's figures, and the tensor-parallel prediction with what it leaves out.
 
 use super::schema::{MultiGpuResults, PeerAllReduce, PeerCopy};
-use crate::report::table::{human_bytes, human_seconds, markdown_table};
+use crate::output::table::{human_bytes, human_seconds, markdown_table};
 use crate::rig::RigFacts;
 
 /// rigbench's figure and a peer's agree when they differ by at most this fraction (issue 15).

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::output::ReportDir;
+use super::folder::ReportDir;
 use super::schema::{Results, Skip};
 use crate::kernels::bench::BenchOptions;
 
@@ -279,7 +279,7 @@ pub fn resumable(
             missing[0]
         )));
     }
-    let progress = dir.join(super::output::PEERS_PROGRESS);
+    let progress = dir.join(super::folder::PEERS_PROGRESS);
     if progress.exists() {
         let ok = std::fs::read_to_string(&progress)
             .ok()
@@ -391,7 +391,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
 
     // Resolve --devices before measuring anything (a device the machine lacks is a flag error).
     let devices = job.devices.resolve(results.rig.gpus.len())?;
-    if let Some(why) = crate::multigpu::run::single_gpu_reason(
+    if let Some(why) = super::multigpu::single_gpu_reason(
         &devices,
         results.rig.gpus.len(),
         results.rig.gpu_absent_reason.as_deref(),
@@ -449,7 +449,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         // its own progress file there.
         let folder = job.resume.as_deref().unwrap_or(std::path::Path::new("."));
         let mut o = opts.clone();
-        o.peers_progress = Some(folder.join(super::output::PEERS_PROGRESS));
+        o.peers_progress = Some(folder.join(super::folder::PEERS_PROGRESS));
         o.peers_resume = true;
         if !skip_if_interrupted(&mut results, "kernels/peers") {
             eprintln!("rigbench: resuming the peers of {}", folder.display());
@@ -519,7 +519,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     let kernel_opts = job.kernels.clone().map(|mut o| {
         // The peers keep their progress in the report folder, for `report --resume`.
         if let (Some(d), 1) = (&dir, job.repeats) {
-            o.peers_progress = Some(d.path.join(super::output::PEERS_PROGRESS));
+            o.peers_progress = Some(d.path.join(super::folder::PEERS_PROGRESS));
         }
         o
     });
@@ -560,9 +560,9 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             eprintln!(
                 "rigbench: kernels: suite {}, {} × {} × {} cases (a progress bar shows on a terminal)",
                 opts.suite.name,
-                crate::report::table::plural(opts.suite.shapes.len() as u64, "shape", "shapes"),
-                crate::report::table::plural(opts.suite.m.len() as u64, "M value", "M values"),
-                crate::report::table::plural(opts.formats.len() as u64, "format", "formats"),
+                crate::output::table::plural(opts.suite.shapes.len() as u64, "shape", "shapes"),
+                crate::output::table::plural(opts.suite.m.len() as u64, "M value", "M values"),
+                crate::output::table::plural(opts.formats.len() as u64, "format", "formats"),
             );
             let accuracy = results
                 .kernels
@@ -585,7 +585,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 .collect();
             let mut last_err = None;
             let (outcome, other_kernels) =
-                crate::multigpu::run::bench_devices(opts, &others, |others_now| {
+                super::multigpu::bench_devices(opts, &others, |others_now| {
                     // Peers run on CUDA device 0 only.
                     crate::kernels::repeats::run_repeated_with(
                         opts,
@@ -663,16 +663,10 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             .unwrap_or(crate::kernels::peers::PeerMode::Auto);
         if let Some(mut mg) = results.multi_gpu.take() {
             let mut skipped = Vec::new();
-            crate::multigpu::run::interconnect(
-                &devices,
-                model.as_ref(),
-                peers,
-                &mut mg,
-                &mut skipped,
-            );
+            super::multigpu::interconnect(&devices, model.as_ref(), peers, &mut mg, &mut skipped);
             results.multi_gpu = Some(mg);
             results.skipped.extend(skipped);
-            match crate::multigpu::run::tp_prediction(&results, model.as_ref()) {
+            match super::multigpu::tp_prediction(&results, model.as_ref()) {
                 Ok(tp) => {
                     if let Some(mg) = results.multi_gpu.as_mut() {
                         mg.tp = Some(tp);
@@ -1006,7 +1000,7 @@ mod tests {
         let e = err(resumable(&file, &j, &h200));
         assert!(e.contains("takes the report folder"), "{e}");
         assert_eq!(err(resumable(dir.path(), &j, &h200)), "");
-        let progress = dir.path().join(super::super::output::PEERS_PROGRESS);
+        let progress = dir.path().join(super::super::folder::PEERS_PROGRESS);
         std::fs::write(&progress, "garbage{").unwrap();
         let e = err(resumable(dir.path(), &j, &h200));
         assert!(

@@ -9,7 +9,7 @@ pub fn render(
     r: &Results,
     plots: &[String],
     files: &[String],
-    redactor: &crate::report::redact::Redactor,
+    redactor: &crate::output::redact::Redactor,
 ) -> String {
     let mut o = String::new();
     o.push_str(&format!("# rigbench report: {}\n\n", r.rig_label));
@@ -60,7 +60,7 @@ pub fn render(
     if !listed.is_empty() {
         o.push_str(&format!("Machine-readable: {}.\n\n", listed.join(", ")));
     }
-    o.push_str(&crate::cli::rig::render(&r.rig, false, redactor).replace("\n## ", "\n### "));
+    o.push_str(&crate::rig::render::render(&r.rig, false, redactor).replace("\n## ", "\n### "));
     o.push('\n');
     if let Some(k) = &r.kernels {
         o.push_str(&crate::kernels::render::markdown_for(
@@ -111,7 +111,7 @@ mod tests {
             what: "kernels".into(),
             reason: "no CUDA driver found".into(),
         });
-        let md = render(&r, &[], &[], &crate::report::redact::Redactor::disabled());
+        let md = render(&r, &[], &[], &crate::output::redact::Redactor::disabled());
         assert!(md.contains("# rigbench report: cpu-x86-64"));
         assert!(
             !md.contains("Machine-readable"),
@@ -121,7 +121,7 @@ mod tests {
         assert!(md.contains("**kernels**: no CUDA driver found"));
         r.complete = true;
         assert!(
-            render(&r, &[], &[], &crate::report::redact::Redactor::disabled())
+            render(&r, &[], &[], &crate::output::redact::Redactor::disabled())
                 .contains("run complete")
         );
     }

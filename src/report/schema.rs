@@ -150,7 +150,7 @@ mod tests {
             "rigbench report".into(),
         );
         let p = d.path().join("results.json");
-        crate::report::write::atomic_write_json(&p, &r).unwrap();
+        crate::output::write::atomic_write_json(&p, &r).unwrap();
         assert_eq!(Results::load(&p).unwrap(), r);
 
         let mut v = serde_json::to_value(&r).unwrap();
@@ -165,5 +165,19 @@ mod tests {
             .to_string()
             .contains("not valid JSON"));
         assert!(Results::load(&d.path().join("missing.json")).is_err());
+    }
+
+    /// Results written by older versions (the committed baselines, with their engine logs) read
+    /// back under today's schema.
+    #[test]
+    fn committed_baselines_read_back() {
+        for f in [
+            "baselines/ci-cpu/qwen3.6-27b.json",
+            "baselines/nvidia-h200-sm90/qwen3.6-27b.json",
+        ] {
+            let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(f);
+            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{f}: {e}"));
+            let _: Results = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
+        }
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod capability;
 pub mod host;
+pub mod render;
 pub mod telemetry;
 pub mod topology;
 

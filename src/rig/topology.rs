@@ -485,7 +485,7 @@ pub fn probe_nvidia_smi(n: usize) -> Option<Topology> {
 /// The topology section of `rig`: the connection matrix (as `nvidia-smi topo -m` writes it, with
 /// CUDA indices), P2P access, and per GPU its NUMA node, CPUs, PCIe link and NVLinks.
 pub fn render(t: &Topology) -> String {
-    use crate::report::table::markdown_table;
+    use crate::output::table::markdown_table;
     let n = t.gpus.len();
     let mut out = String::new();
     out.push_str(&format!(
@@ -551,7 +551,7 @@ pub fn render(t: &Topology) -> String {
 
 /// One row per GPU: the facts `rig` shows for the first GPU, side by side (two or more GPUs).
 pub fn render_gpus(gpus: &[super::GpuFacts]) -> String {
-    use crate::report::table::{human_bytes, markdown_table};
+    use crate::output::table::{human_bytes, markdown_table};
     let na = || "n/a".to_string();
     let rows: Vec<Vec<String>> = gpus
         .iter()

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::backend::DeviceMemory;
 use super::config::{KvCacheDtype, ModelConfig, WeightFormat};
 use super::kv_cache::{kv_bytes_per_block, KvCapacity};
-use crate::report::table::{human_bytes, thousands};
+use crate::output::table::{human_bytes, thousands};
 
 /// The CPU backend's KV budget when `--kv-cache-memory` is not given: 512 MiB.
 pub const DEFAULT_CPU_KV_BYTES: u64 = 512 << 20;

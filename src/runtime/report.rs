@@ -289,9 +289,9 @@ pub fn run_gpu(
                             ) {
                                 bench.attach_kv_capacity(a, p, format!(
                                     "inspect's formula: {} × 0.9 − weights {} − reserve {}, ÷ {per_tok} B/token; allocated from the e2e run's /metrics",
-                                    crate::report::table::human_bytes(mem),
-                                    crate::report::table::human_bytes(w),
-                                    crate::report::table::human_bytes(crate::checkpoint::DEFAULT_RESERVE_BYTES)
+                                    crate::output::table::human_bytes(mem),
+                                    crate::output::table::human_bytes(w),
+                                    crate::output::table::human_bytes(crate::checkpoint::DEFAULT_RESERVE_BYTES)
                                 ));
                             }
                         }
@@ -395,7 +395,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                         "{:.1} ({:.1}× batch 1)",
                         b.batched.tok_per_s, b.batch_speedup
                     ),
-                    crate::report::table::grouped(b.prefill.tok_per_s, 0),
+                    crate::output::table::grouped(b.prefill.tok_per_s, 0),
                     format!("{:.1}", b.prefill.tflops),
                     b.prefill_vs_peak
                         .as_ref()
@@ -403,15 +403,15 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                     b.kv_capacity.as_ref().map_or("—".into(), |k| {
                         format!(
                             "{} vs {} ({:+.1}%)",
-                            crate::report::table::thousands(k.allocated_tokens),
-                            crate::report::table::thousands(k.predicted_tokens),
+                            crate::output::table::thousands(k.allocated_tokens),
+                            crate::output::table::thousands(k.predicted_tokens),
                             100.0 * k.relative_difference
                         )
                     }),
                 ]
             })
             .collect();
-        o.push_str(&crate::report::table::markdown_table(
+        o.push_str(&crate::output::table::markdown_table(
             &[
                 "format",
                 "batch-1 tok/s",
@@ -429,7 +429,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
         let _ = writeln!(
             o,
             "\nConditions: backend {}, device {}, model {}, KV {}; batch 1 after a {}-token prompt ({} tokens timed); batch {} at {}-token contexts; prefill of {} tokens in one pass. Bound = copy bandwidth ({}) ÷ bytes per decode step (weights in the format, BF16 lm_head, KV at the mean context).{}\n",
-            b0.backend, b0.device, b0.model, b0.kv_dtype, b0.spec.batch1_prompt, b0.batch1.tokens, b0.spec.batch, crate::report::table::thousands(b0.spec.batch_context as u64), crate::report::table::thousands(b0.spec.prefill_tokens as u64),
+            b0.backend, b0.device, b0.model, b0.kv_dtype, b0.spec.batch1_prompt, b0.batch1.tokens, b0.spec.batch, crate::output::table::thousands(b0.spec.batch_context as u64), crate::output::table::thousands(b0.spec.prefill_tokens as u64),
             b0.decode_bound.as_ref().map_or("not measured".to_string(), |d| format!(
                 "{:.2} TB/s, {}",
                 d.copy_bytes_per_s / 1e12,
@@ -501,7 +501,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                 o,
                 "Goals for rigbench's own built-in runtime (issue 10): its decode against the weight-streaming bound, its formats and batching against each other, its KV allocation against `inspect`'s prediction. They describe rigbench's runtime, not a property of the card.\n"
             );
-            o.push_str(&crate::report::table::markdown_table(
+            o.push_str(&crate::output::table::markdown_table(
                 &["target", "measured", "met"],
                 &t,
             ));
@@ -524,7 +524,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                 ]
             })
             .collect();
-        o.push_str(&crate::report::table::markdown_table(
+        o.push_str(&crate::output::table::markdown_table(
             &[
                 "format",
                 "greedy agreement",

@@ -23,7 +23,7 @@ use crate::kernels::reference::{sampled_gemm, W4A16_GEMM_REL_L2};
 use crate::kernels::schema::KernelFacts;
 use crate::kernels::suite::Shape;
 use crate::kernels::{Env, GemmImpl, MInputs, W4Module};
-use crate::report::table::plural;
+use crate::output::table::plural;
 use crate::rig::ComputeCapability;
 
 /// Seed of the NVFP4 weights.

@@ -185,8 +185,8 @@ impl Backend for CpuBackend {
                 "--kv-cache-memory",
                 format!(
                     "the CPU backend's KV cache needs {} of host memory but only {} is available; choose a smaller --kv-cache-memory",
-                    crate::report::table::human_bytes(bytes.min(u64::MAX as u128) as u64),
-                    crate::report::table::human_bytes(available.min(u64::MAX as u128) as u64)
+                    crate::output::table::human_bytes(bytes.min(u64::MAX as u128) as u64),
+                    crate::output::table::human_bytes(available.min(u64::MAX as u128) as u64)
                 ),
             )
             .into());

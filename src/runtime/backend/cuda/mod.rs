@@ -446,9 +446,9 @@ impl CudaBackend {
                 "--model",
                 format!(
                     "the weights need {} on {} but only {} is free; use a smaller model, --quantize fp8|nvfp4, or --num-layers",
-                    crate::report::table::human_bytes(need),
+                    crate::output::table::human_bytes(need),
                     gpu.name,
-                    crate::report::table::human_bytes(free_before as u64)
+                    crate::output::table::human_bytes(free_before as u64)
                 ),
             )
             .into());
@@ -2456,10 +2456,10 @@ impl Backend for CudaBackend {
         let buf = self.gpu.alloc(bytes).map_err(|e| {
             anyhow::anyhow!(
                 "allocating the KV cache ({} for {} blocks of {} tokens) failed with {} free: {e}",
-                crate::report::table::human_bytes(bytes as u64),
+                crate::output::table::human_bytes(bytes as u64),
                 spec.num_blocks,
                 spec.block_size,
-                crate::report::table::human_bytes(free as u64)
+                crate::output::table::human_bytes(free as u64)
             )
         })?;
         // Zero it: stale NaN bit patterns must not reach attention through padding reads.
