@@ -25,6 +25,7 @@ pub mod output;
 pub mod report;
 pub mod rig;
 pub mod runtime;
+pub mod runtime_eval;
 pub mod signals;
 pub mod stats;
 

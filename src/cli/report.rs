@@ -211,7 +211,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         if let Some(rt) = results.runtime.as_ref().filter(|_| !same) {
             for f in &rt.formats {
                 let Some(e) = &f.e2e else { continue };
-                let sub = crate::runtime::report::e2e_dir(&f.format);
+                let sub = crate::runtime_eval::section::e2e_dir(&f.format);
                 std::fs::create_dir_all(dir.path.join(&sub))?;
                 crate::e2e::report::write_csv(e, &dir.path.join(&sub))?;
                 let log = source.join(&sub).join("engine.log");

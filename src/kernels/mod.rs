@@ -70,6 +70,11 @@ pub const W4A16_FLAVORS: &[(&str, &[&str])] = &[
     ("nc-ring8", &["-DW4_LOAD=0", "-DW4_RING=8"]),
 ];
 
+/// The flavour rigbench compiles by default ([`w4a16_flavors`] without the variable), and the only
+/// one the built-in runtime compiles: `RIGBENCH_W4A16_FLAVORS` is a kernel-bench setting, which
+/// the runtime does not follow.
+pub const W4A16_DEFAULT_FLAVOR: (&str, &[&str]) = W4A16_FLAVORS[0];
+
 /// The flavours to compile in this run: `nc` unless `RIGBENCH_W4A16_FLAVORS` is `all` or a
 /// comma-separated list of names.
 pub fn w4a16_flavors() -> Vec<(&'static str, &'static [&'static str])> {

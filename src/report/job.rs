@@ -713,19 +713,21 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         (&e2e_job, builtin, job.runtime_device)
     {
         // The built-in runtime on the GPU: parity first, then BF16, FP8 and W4A16.
-        let o = crate::runtime::report::RuntimeReportOptions {
+        let o = crate::runtime_eval::section::RuntimeReportOptions {
             model: job.runtime_model.clone(),
             device,
             seed: 0,
             e2e: opts.clone(),
-            bench: crate::runtime::bench::RuntimeBenchSpec::issue_targets(),
+            bench: crate::runtime_eval::bench::RuntimeBenchSpec::issue_targets(),
             gpu_memory_bytes: results.rig.gpu.as_ref().map(|g| g.memory_bytes),
         };
-        let section = crate::runtime::report::run_gpu(&o, results.kernels.as_ref());
+        let section = crate::runtime_eval::section::run_gpu(&o, results.kernels.as_ref());
         if let Some(d) = &dir {
             for f in &section.formats {
                 if let Some(e) = &f.e2e {
-                    let sub = d.path.join(crate::runtime::report::e2e_dir(&f.format));
+                    let sub = d
+                        .path
+                        .join(crate::runtime_eval::section::e2e_dir(&f.format));
                     std::fs::create_dir_all(&sub)?;
                     crate::e2e::report::write_csv(e, &sub)?;
                     if let Some(log) = &e.engine_log {
@@ -836,7 +838,7 @@ pub fn render_into(dir: &ReportDir, results: &Results) -> anyhow::Result<()> {
     if let Some(rt) = &results.runtime {
         for f in &rt.formats {
             if let Some(e) = &f.e2e {
-                let sub = crate::runtime::report::e2e_dir(&f.format);
+                let sub = crate::runtime_eval::section::e2e_dir(&f.format);
                 std::fs::create_dir_all(dir.path.join(&sub))?;
                 crate::e2e::write_plots(e, &dir.path.join(&sub))?;
             }

@@ -48,7 +48,7 @@ pub fn render(
             .formats
             .iter()
             .filter(|f| f.e2e.is_some())
-            .map(|f| format!("`{}/`", crate::runtime::report::e2e_dir(&f.format)))
+            .map(|f| format!("`{}/`", crate::runtime_eval::section::e2e_dir(&f.format)))
             .collect();
         if !dirs.is_empty() {
             listed.push(format!(
@@ -78,7 +78,7 @@ pub fn render(
         o.push('\n');
     }
     if let Some(rt) = &r.runtime {
-        o.push_str(&crate::runtime::report::render_markdown(rt));
+        o.push_str(&crate::runtime_eval::section::render_markdown(rt));
         o.push('\n');
     }
     if let Some(e) = &r.e2e {

@@ -38,7 +38,7 @@ pub struct Results {
     pub e2e: Option<crate::e2e::E2eResults>,
     /// The built-in runtime on the GPU: parity, per-format e2e and benchmarks, fidelity.
     #[serde(default)]
-    pub runtime: Option<crate::runtime::report::RuntimeSection>,
+    pub runtime: Option<crate::runtime_eval::section::RuntimeSection>,
     /// Multi-GPU parts: other GPUs' kernel rows and their spread, the interconnect, the
     /// tensor-parallel prediction (`--devices` with two or more GPUs).
     #[serde(default)]

@@ -12,16 +12,15 @@
 //! - [`device`]: `--device` resolution; [`memory`]: the memory planner (weights fit, KV budget);
 //! - [`scheduler`], [`sampler`], [`spec`]: continuous batching with chunked prefill and
 //!   preemption; sampling; n-gram speculative decoding;
-//! - [`direct`]: a backend driven without the scheduler; [`check`]: reference, parity and
-//!   fidelity checks over any backend;
-//! - [`bench`]: runtime benchmarks (batch-1 and batched decode, prefill, decode bound);
+//! - [`direct`]: a backend driven without the scheduler (what the checks and benchmarks of
+//!   `crate::runtime_eval` drive);
 //! - [`engine`]: the engine thread; [`metrics`]: Prometheus text with vLLM's names;
-//! - [`report`]: the GPU runtime's part of `rigbench report`;
 //! - [`server`]: the HTTP server, [`server::start`] and [`server::ServerHandle`].
+//!
+//! This is the engine only: its benchmarks, checks and report section are in
+//! `crate::runtime_eval` (docs/architecture.md).
 
 pub mod backend;
-pub mod bench;
-pub mod check;
 pub mod config;
 pub mod device;
 pub mod direct;
@@ -31,7 +30,6 @@ pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod prefix_cache;
-pub mod report;
 pub mod sampler;
 pub mod scheduler;
 pub mod server;

@@ -57,6 +57,11 @@ fn fused_name(nt: usize, warps: usize, wn: usize) -> String {
     format!("w4a16_nt{nt}_w{warps}_n{wn}")
 }
 
+/// Source of rigbench's W4A16 kernels (`kernels/w4a16.cu`), compiled at run time by NVRTC in
+/// the flavours of [`crate::kernels::W4A16_FLAVORS`]; the kernel bench and the runtime both build
+/// it from here.
+pub const SRC: &str = include_str!("../../../kernels/w4a16.cu");
+
 /// Source of the version-2 kernel (Marlin-style: stripes over the SMs, cp.async ring).
 pub const V2_SRC: &str = include_str!("../../../kernels/w4a16_v2.cu");
 

@@ -8,7 +8,7 @@
 //!   [`crate::checkpoint::capacity::predict_kv_tokens`]).
 //!
 //! Figures against the kernel bench of the same run ([`RuntimeBench::attach_roofline`]):
-//! - decode bound: the bytes one batch-1 decode step reads ([`super::memory::decode_step_bytes`]:
+//! - decode bound: the bytes one batch-1 decode step reads ([`crate::runtime::memory::decode_step_bytes`]:
 //!   weights in the run's format, BF16 lm_head, KV at the mean context) ÷ the device-to-device
 //!   copy bandwidth measured in the same run = the weight-streaming upper bound on batch-1 tok/s;
 //!   the fraction achieved is measured ÷ bound;
@@ -24,15 +24,15 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::backend::{Backend, KvCacheSpec};
-use super::config::{KvCacheDtype, ModelConfig};
-use super::engine::{Engine, EngineConfig, GenerateRequest, ReasoningMode};
-use super::memory::{decode_step_bytes, DecodeBytes};
-use super::metrics::{CacheInfo, Metrics};
-use super::sampler::SamplingParams;
-use super::scheduler::SchedulerConfig;
-use super::tokenizer::Tokenizer;
-use super::weights::{LinearRole, SplitMix64};
+use crate::runtime::backend::{Backend, KvCacheSpec};
+use crate::runtime::config::{KvCacheDtype, ModelConfig};
+use crate::runtime::engine::{Engine, EngineConfig, GenerateRequest, ReasoningMode};
+use crate::runtime::memory::{decode_step_bytes, DecodeBytes};
+use crate::runtime::metrics::{CacheInfo, Metrics};
+use crate::runtime::sampler::SamplingParams;
+use crate::runtime::scheduler::SchedulerConfig;
+use crate::runtime::tokenizer::Tokenizer;
+use crate::runtime::weights::{LinearRole, SplitMix64};
 
 /// Sizes of the runtime benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,15 +10,15 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::backend::cpu::CpuBackend;
-use super::backend::cuda::{CudaBackend, CudaLoadSpec, WeightSource};
-use super::backend::Backend;
 use super::bench::{RuntimeBench, RuntimeBenchSpec};
 use super::check::{
     FidelityReport, ParityReport, ParityTolerance, FIDELITY_PROMPTS, FIDELITY_TOKENS,
 };
-use super::config::{KvCacheDtype, ModelConfig, WeightFormat};
 use crate::e2e::E2eResults;
+use crate::runtime::backend::cpu::CpuBackend;
+use crate::runtime::backend::cuda::{CudaBackend, CudaLoadSpec, WeightSource};
+use crate::runtime::backend::Backend;
+use crate::runtime::config::{KvCacheDtype, ModelConfig, WeightFormat};
 
 /// The formats the report runs, in order (BF16 first: the reference).
 pub const REPORT_FORMATS: [WeightFormat; 3] =
@@ -117,7 +117,7 @@ fn provenance(o: &RuntimeReportOptions) -> String {
         None => {
             match ModelConfig::read_hf_config(&std::path::Path::new(&o.model).join("config.json"))
                 .and_then(|h| {
-                    super::weights::MappedCheckpoint::open(
+                    crate::runtime::weights::MappedCheckpoint::open(
                         std::path::Path::new(&o.model),
                         &h.config,
                     )
@@ -138,7 +138,7 @@ fn provenance(o: &RuntimeReportOptions) -> String {
 /// # Errors
 /// The CUDA backend cannot load, or a forward fails.
 pub fn gpu_parity(device: usize) -> anyhow::Result<ParityReport> {
-    let w = super::weights::synthesize(&ModelConfig::tiny(), 0);
+    let w = crate::runtime::weights::synthesize(&ModelConfig::tiny(), 0);
     let mut cpu = CpuBackend::new(w.clone(), 2).with_gpu_rounding(true);
     let mut gpu = CudaBackend::load(CudaLoadSpec {
         device,
@@ -150,7 +150,7 @@ pub fn gpu_parity(device: usize) -> anyhow::Result<ParityReport> {
         kv_dtype: KvCacheDtype::Bf16,
         block_size: 16,
     })?;
-    let tok = super::tokenizer::Tokenizer::bytes(ModelConfig::tiny().vocab_size, &[])?;
+    let tok = crate::runtime::tokenizer::Tokenizer::bytes(ModelConfig::tiny().vocab_size, &[])?;
     let prompts: Vec<Vec<u32>> = FIDELITY_PROMPTS[..8]
         .iter()
         .map(|p| tok.encode(p, false))
@@ -202,7 +202,7 @@ pub fn run_gpu(
     let (bw, peak) = kernels
         .map(super::bench::roofline_of)
         .unwrap_or((None, None));
-    let tok = super::tokenizer::Tokenizer::bytes(config.vocab_size, &[]).ok();
+    let tok = crate::runtime::tokenizer::Tokenizer::bytes(config.vocab_size, &[]).ok();
     let prompts: Vec<Vec<u32>> = tok
         .map(|t| {
             FIDELITY_PROMPTS
@@ -277,9 +277,12 @@ pub fn run_gpu(
                             .and_then(|r| r.conditions.kv.capacity_tokens.as_ref())
                             .map(|t| t.value);
                         if let (Some(a), Some(mem)) = (allocated, o.gpu_memory_bytes) {
-                            let w = super::memory::estimate_weight_bytes(&config, fmt);
-                            let per_tok =
-                                super::kv_cache::kv_bytes_per_block(&config, 1, KvCacheDtype::Bf16);
+                            let w = crate::runtime::memory::estimate_weight_bytes(&config, fmt);
+                            let per_tok = crate::runtime::kv_cache::kv_bytes_per_block(
+                                &config,
+                                1,
+                                KvCacheDtype::Bf16,
+                            );
                             if let Some(p) = crate::checkpoint::capacity::predict_kv_tokens(
                                 mem,
                                 0.9,
@@ -578,7 +581,7 @@ mod tests {
 
     #[test]
     fn renders_targets_and_fidelity_from_figures() {
-        let w = super::super::weights::synthesize(&ModelConfig::tiny(), 0);
+        let w = crate::runtime::weights::synthesize(&ModelConfig::tiny(), 0);
         let spec = RuntimeBenchSpec {
             batch1_prompt: 4,
             batch1_tokens: 3,
