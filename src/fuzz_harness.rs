@@ -72,7 +72,7 @@ fn clear(dir: &Path) {
 
 fn inspect_options() -> crate::checkpoint::InspectOptions {
     crate::checkpoint::InspectOptions {
-        cc: Some(crate::rig::ComputeCapability {
+        cc: Some(crate::gpu::ComputeCapability {
             major: 12,
             minor: 0,
         }),

@@ -8,12 +8,13 @@ use std::process::{Command, Output};
 use rand::{rngs::StdRng, SeedableRng};
 use rand_distr::{Distribution, LogNormal};
 use rigbench::formats::GemmFormat;
+use rigbench::gpu::ComputeCapability;
 use rigbench::kernels::schema::{
     AccuracyCase, CheckResult, DeterminismResult, KernelCase, SkippedCase, SuiteInfo, Timing,
 };
 use rigbench::kernels::KernelResults;
 use rigbench::report::Results;
-use rigbench::rig::{ComputeCapability, GpuFacts, RigFacts};
+use rigbench::rig::{GpuFacts, RigFacts};
 
 fn h200(driver: &str) -> RigFacts {
     let mut f = RigFacts::default();

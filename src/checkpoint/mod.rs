@@ -39,7 +39,8 @@ pub use quant::{QuantFact, QuantGroup, QuantSource, QuantSummary};
 pub use render::render_markdown;
 
 use crate::formats::GemmFormat;
-use crate::rig::{ComputeCapability, RigFacts, Support};
+use crate::gpu::ComputeCapability;
+use crate::rig::{RigFacts, Support};
 use crate::RigError;
 
 use modules::{Module, TensorEvidence};

@@ -12,8 +12,8 @@ use anyhow::Context;
 use crate::diagnose::{
     self, build_findings, checkpoint_facts, parse_metrics, parse_sse, Card, Diagnosis, LogInput,
 };
+use crate::gpu::ComputeCapability;
 use crate::output::redact::Redactor;
-use crate::rig::ComputeCapability;
 use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench diagnose`.

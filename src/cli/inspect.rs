@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use crate::checkpoint::{self, InspectOptions, KvCacheDtype};
+use crate::gpu::ComputeCapability;
 use crate::output::redact::Redactor;
-use crate::rig::ComputeCapability;
 use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench inspect`.

@@ -320,7 +320,7 @@ pub fn check_rig(b: &RigFacts, c: &RigFacts) -> RigCheck {
                 ));
             }
             if bg.compute_capability != cg.compute_capability {
-                let cc = |x: Option<crate::rig::ComputeCapability>| {
+                let cc = |x: Option<crate::gpu::ComputeCapability>| {
                     x.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into())
                 };
                 r.mismatches.push(format!(
@@ -400,7 +400,8 @@ pub fn check_rig(b: &RigFacts, c: &RigFacts) -> RigCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rig::{ComputeCapability, GpuFacts};
+    use crate::gpu::ComputeCapability;
+    use crate::rig::GpuFacts;
 
     fn gpu(name: &str, cc: (u32, u32), driver: Option<&str>) -> RigFacts {
         let mut f = RigFacts::default();
@@ -569,7 +570,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut r = with_e2e_and_repeats();
         r.rig.capabilities =
-            crate::rig::capability::table(crate::rig::ComputeCapability::new(9, 0));
+            crate::rig::capability::table(crate::gpu::ComputeCapability::new(9, 0));
         save_baseline(&r, d.path(), "ci", false).unwrap();
         // The same again: replaced, nothing dropped.
         let again = save_baseline(&r, d.path(), "ci", false).unwrap();

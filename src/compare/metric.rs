@@ -1210,7 +1210,7 @@ mod tests {
     fn ids_kinds_and_duplicates() {
         let mut r = Results::new(RigFacts::default(), "cpu-x86-64".into(), "t".into());
         r.rig.capabilities =
-            crate::rig::capability::table(crate::rig::ComputeCapability::new(12, 0));
+            crate::rig::capability::table(crate::gpu::ComputeCapability::new(12, 0));
         r.kernels = Some(KernelResults {
             cases: vec![case(1), case(1)],
             ..Default::default()

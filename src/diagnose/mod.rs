@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::checkpoint::Severity;
 use crate::checkpoint::{self, InspectOptions, LayerKind, ModuleFormat};
 use crate::e2e::prometheus::Exposition;
-use crate::rig::ComputeCapability;
+use crate::gpu::ComputeCapability;
 use cause::{thousands, Cause};
 use log::{BootStatus, EngineLog};
 use spec::{RequestSpec, SpecPooled};

@@ -30,8 +30,8 @@ pub use schema::KernelResults;
 
 use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::Lt;
+use crate::gpu::ComputeCapability;
 use crate::gpu::{DevBuf, Gpu, Module};
-use crate::rig::ComputeCapability;
 use suite::Shape;
 
 /// The GPU objects an implementation may use.

@@ -6,12 +6,12 @@
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
-use crate::gpu::multi::P2pOptions;
-use crate::gpu::nccl::AllReduceOptions;
 use crate::kernels::bench::BenchOptions;
 use crate::kernels::peers::PeerMode;
 use crate::kernels::suite::ModelInfo;
 use crate::kernels::KernelResults;
+use crate::multigpu::allreduce::AllReduceOptions;
+use crate::multigpu::p2p::P2pOptions;
 use crate::multigpu::schema::{AllReduceResults, DeviceKernels, MultiGpuResults, TpPrediction};
 use crate::report::{Results, Skip};
 
@@ -147,7 +147,7 @@ pub fn interconnect(
     let devs = devices.to_vec();
     let o = p2p_opts.clone();
     match in_thread("peer-to-peer copies", PART_DEADLINE, move || {
-        crate::gpu::multi::measure_p2p(&devs, &o)
+        crate::multigpu::p2p::measure_p2p(&devs, &o)
     }) {
         Ok(Ok(p)) => mg.p2p = Some(p),
         Ok(Err(e)) => skipped.push(Skip {
@@ -196,7 +196,7 @@ pub fn interconnect(
                 let r = in_thread(
                     &format!("all-reduce over GPUs {devs:?}"),
                     PART_DEADLINE,
-                    move || crate::gpu::nccl::measure_allreduce(&devs, &o),
+                    move || crate::multigpu::allreduce::measure_allreduce(&devs, &o),
                 );
                 match r {
                     Ok(Ok(world)) => ar.worlds.push(world),

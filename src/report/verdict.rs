@@ -1004,9 +1004,10 @@ fn skipped_line(r: &Results) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::ComputeCapability;
     use crate::kernels::schema::{CopyBandwidth, Derived, NamedTiming, SkippedCase, Timing};
     use crate::report::Skip;
-    use crate::rig::{capability, ComputeCapability, GpuFacts, RigFacts};
+    use crate::rig::{capability, GpuFacts, RigFacts};
 
     fn t(s: f64) -> Timing {
         Timing {

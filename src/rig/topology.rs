@@ -4,9 +4,9 @@
 //! Sources, in order: NVML (`nvmlDeviceGetNvLinkState` / `GetNvLinkRemotePciInfo` for the links,
 //! `nvmlDeviceGetTopologyCommonAncestor` for the PCIe path, `nvmlDeviceGetNumaNodeId`, the PCIe
 //! link generation and width), and when NVML cannot be loaded the text of `nvidia-smi topo -m`
-//! ([`parse_topo_matrix`]). Peer access comes from CUDA (`cuDeviceCanAccessPeer`), filled in by
-//! [`crate::gpu::probe_into`]. NUMA node and CPU list fall back to sysfs
-//! (`/sys/bus/pci/devices/<bus id>/numa_node`, `local_cpulist`).
+//! ([`parse_topo_matrix`]). Peer access comes from CUDA (`cuDeviceCanAccessPeer`,
+//! [`crate::gpu::multi::peer_access`]), filled in by [`crate::rig::probe`]. NUMA node and CPU
+//! list fall back to sysfs (`/sys/bus/pci/devices/<bus id>/numa_node`, `local_cpulist`).
 //!
 //! Connection codes are those of `nvidia-smi topo -m`'s legend: `NV#` (a bonded set of # NVLinks),
 //! `PIX` (at most one PCIe bridge), `PXB` (several PCIe bridges, no host bridge), `PHB` (a PCIe

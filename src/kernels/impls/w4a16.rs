@@ -17,6 +17,7 @@ use crate::formats::nvfp4::Nvfp4Weight;
 use crate::formats::w4a16_pack::{repack, W4a16Packed};
 use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::{Lt, LtGemm, LtKind};
+use crate::gpu::ComputeCapability;
 use crate::gpu::{DevBuf, Gpu, KArg};
 use crate::kernels::data::{host_threads, nvfp4_weight};
 use crate::kernels::reference::{sampled_gemm, W4A16_GEMM_REL_L2};
@@ -24,7 +25,6 @@ use crate::kernels::schema::KernelFacts;
 use crate::kernels::suite::Shape;
 use crate::kernels::{Env, GemmImpl, MInputs, W4Module};
 use crate::output::table::plural;
-use crate::rig::ComputeCapability;
 
 /// Seed of the NVFP4 weights.
 pub const SEED_W: u32 = 0x4A16_0001;
