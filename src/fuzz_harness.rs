@@ -79,6 +79,7 @@ fn inspect_options() -> crate::checkpoint::InspectOptions {
         card: Some("fuzz".into()),
         gpu_memory_bytes: Some(32 << 30),
         gpu_memory_source: Some("fuzz".into()),
+        runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
         ..Default::default()
     }
 }
@@ -141,8 +142,8 @@ pub fn hf_quant_config(data: &[u8]) {
 pub fn prometheus(data: &[u8]) {
     use crate::e2e::conditions::{cache_condition, kv_capacity, spec_condition, CacheExpectation};
     let text = String::from_utf8_lossy(data);
-    let e = crate::e2e::prometheus::Exposition::parse(&text);
-    let empty = crate::e2e::prometheus::Exposition::default();
+    let e = crate::diagnose::prometheus::Exposition::parse(&text);
+    let empty = crate::diagnose::prometheus::Exposition::default();
     for name in [
         "vllm:num_requests_running",
         "vllm:kv_cache_usage_perc",

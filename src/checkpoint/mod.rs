@@ -47,7 +47,7 @@ use modules::{Module, TensorEvidence};
 use quant::{Declared, ModClass, Rules};
 
 /// Options of an inspection: the card to classify for and the capacity assumptions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct InspectOptions {
     /// Compute capability to give card verdicts for; `None` skips them.
     pub cc: Option<ComputeCapability>,
@@ -67,6 +67,11 @@ pub struct InspectOptions {
     pub kv_cache_dtype: Option<KvCacheDtype>,
     /// Memory assumed for activations, the CUDA-graph pool and the CUDA context, bytes.
     pub reserve_bytes: u64,
+    /// The built-in runtime's config.json reader, consulted for the `runtime-unsupported`
+    /// finding ([`runtime::ConfigReader`]). Every command passes the runtime's
+    /// (`crate::runtime::ModelConfig::check_hf_config`); `None` (the default) judges the module
+    /// formats only.
+    pub runtime_config: Option<runtime::ConfigReader>,
 }
 
 /// Default reserve for activations, CUDA graphs and context: 1.5 GiB (an assumption; vLLM
@@ -85,6 +90,7 @@ impl Default for InspectOptions {
             max_model_len: None,
             kv_cache_dtype: None,
             reserve_bytes: DEFAULT_RESERVE_BYTES,
+            runtime_config: None,
         }
     }
 }
@@ -586,7 +592,7 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     };
     report.card = card_section(&formats, opts);
     report.capacity = capacity::predict(&facts, &recs, followed, other, hdrs.as_ref(), opts);
-    let runtime_refusal = runtime::support(&root, &report.modules).err();
+    let runtime_refusal = runtime::support(&root, &report.modules, opts.runtime_config).err();
     report.findings = lint::run(&lint::LintInput {
         facts: &facts,
         recs: &recs,

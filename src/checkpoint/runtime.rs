@@ -67,6 +67,11 @@ pub struct RuntimeSupport {
     pub notes: Vec<String>,
 }
 
+/// The built-in runtime's reader of `config.json` (the file's text in): `Ok` with its warnings
+/// when it runs the model, else why not. The runtime, which sits above this module, supplies
+/// it (`crate::runtime::ModelConfig::check_hf_config`; docs/architecture.md).
+pub type ConfigReader = fn(&str) -> Result<Vec<String>, String>;
+
 fn refuse(detail: impl Into<String>) -> RuntimeRefusal {
     RuntimeRefusal {
         rule: RUNTIME_UNSUPPORTED.into(),
@@ -88,6 +93,7 @@ pub fn linear_format_supported(f: &ModuleFormat) -> bool {
 }
 
 /// The support verdict from the config.json object and the module table (no lint findings).
+/// `reader` is the runtime's config.json reader; without it only the module table is judged.
 ///
 /// # Errors
 /// [`RUNTIME_UNSUPPORTED`] with the reason: the runtime's own config.json reader refuses the
@@ -96,13 +102,15 @@ pub fn linear_format_supported(f: &ModuleFormat) -> bool {
 pub fn support(
     config: &serde_json::Map<String, serde_json::Value>,
     modules: &[ModuleRow],
+    reader: Option<ConfigReader>,
 ) -> Result<RuntimeSupport, RuntimeRefusal> {
-    let text = serde_json::Value::Object(config.clone()).to_string();
-    let hf = crate::runtime::config::ModelConfig::parse_hf_config(&text)
-        .map_err(|e| refuse(format!("config.json: {e:#}")))?;
     let mut s = RuntimeSupport::default();
-    s.notes
-        .extend(hf.warnings.iter().map(|w| format!("config.json: {w}")));
+    if let Some(read) = reader {
+        let text = serde_json::Value::Object(config.clone()).to_string();
+        let warnings = read(&text).map_err(|e| refuse(format!("config.json: {e}")))?;
+        s.notes
+            .extend(warnings.iter().map(|w| format!("config.json: {w}")));
+    }
     for row in modules {
         match row.kind {
             LayerKind::FullAttention | LayerKind::Mlp | LayerKind::LmHead => {
@@ -170,6 +178,7 @@ pub fn support(
 pub fn verdict(
     report: &InspectReport,
     config: &serde_json::Map<String, serde_json::Value>,
+    reader: Option<ConfigReader>,
 ) -> Result<RuntimeSupport, RuntimeRefusal> {
     if let Some(f) = report
         .findings
@@ -186,7 +195,7 @@ pub fn verdict(
             detail: format!("{}{modules}; {}", f.detail, f.why),
         });
     }
-    support(config, &report.modules)
+    support(config, &report.modules, reader)
 }
 
 /// How one NVFP4 weight stores its per-tensor scale.

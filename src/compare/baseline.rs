@@ -84,7 +84,7 @@ pub fn list_baselines(baselines_dir: &Path) -> Vec<String> {
 }
 
 /// The between-run spread of every timing metric of `results` measured in at least two repeats
-/// (see [`crate::compare::gate::RunSpread`]); `None` when nothing was repeated.
+/// (see [`crate::report::schema::RunSpread`]); `None` when nothing was repeated.
 pub fn between_run_of(results: &Results) -> Option<crate::report::schema::BetweenRun> {
     let mut out = crate::report::schema::BetweenRun::default();
     for m in crate::compare::metrics_of(results) {

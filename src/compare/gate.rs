@@ -65,6 +65,8 @@
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ChiSquared, ContinuousCDF, Normal, StudentsT};
 
+use crate::report::schema::RunSpread;
+
 /// Fewest samples for a within-run standard error of a median (McKean–Schrader needs a few
 /// order statistics on each side of the middle). A one-repeat side with fewer samples cannot be
 /// judged ("too few samples").
@@ -121,16 +123,6 @@ pub enum Basis {
         /// The moderated between-run standard deviation of `ln median`.
         sd_log: f64,
     },
-}
-
-/// Between-run spread of one metric: the standard deviation of `ln median` across repeats and
-/// its degrees of freedom (repeats − 1). Baselines store it per timing metric.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct RunSpread {
-    /// Standard deviation of the repeats' `ln median` (≈ the relative spread: 0.01 = 1%).
-    pub sd_log: f64,
-    /// Degrees of freedom (repeats − 1).
-    pub df: usize,
 }
 
 /// Why a metric has no interval.

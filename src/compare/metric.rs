@@ -127,7 +127,7 @@ pub enum MetricValue {
         repeats: Vec<usize>,
         /// The between-run spread stored with a baseline for this metric, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        between_run: Option<super::gate::RunSpread>,
+        between_run: Option<crate::report::schema::RunSpread>,
         /// Per repeat, the slot of the metric's implementation: its rank in that repeat's
         /// implementation order (`kernels.repeats.order`) among the formats the run timed;
         /// empty when unknown or not repeated.

@@ -4,8 +4,9 @@
 //! [`log::EngineLog`] and show [`findings_for_log`].
 //!
 //! Module map: [`line`] (prefixes, levels), [`log`] (boots, errors, kernels, spec lines),
-//! [`cause`] (root causes), [`spec`] (speculative decoding, pooled), [`metrics`] (`/metrics`
-//! facts), [`render`] (Markdown).
+//! [`cause`] (root causes), [`spec`] (speculative decoding, pooled), [`prometheus`] (the
+//! `/metrics` text parser, which e2e's scrapes use too), [`metrics`] (`/metrics` facts),
+//! [`render`] (Markdown).
 //!
 //! Findings (id, severity):
 //! - `out-of-memory`, `kv-too-small-for-max-len`, `no-kv-memory`, `quantization-unsupported`,
@@ -27,6 +28,7 @@ pub mod cause;
 pub mod line;
 pub mod log;
 pub mod metrics;
+pub mod prometheus;
 pub mod render;
 pub mod spec;
 
@@ -36,10 +38,10 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::checkpoint::Severity;
 use crate::checkpoint::{self, InspectOptions, LayerKind, ModuleFormat};
-use crate::e2e::prometheus::Exposition;
 use crate::gpu::ComputeCapability;
 use cause::{thousands, Cause};
 use log::{BootStatus, EngineLog};
+use prometheus::Exposition;
 use spec::{RequestSpec, SpecPooled};
 
 /// One finding.
@@ -196,6 +198,7 @@ pub fn checkpoint_facts(
     let opts = InspectOptions {
         cc,
         card: cc.map(|_| "diagnose".to_string()),
+        runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
         ..Default::default()
     };
     let r = checkpoint::inspect(dir, &opts)?;

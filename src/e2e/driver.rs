@@ -27,12 +27,12 @@ use super::launcher::{EngineChoice, EngineHandle};
 use super::metrics::{
     latencies, split_tokens, LatencySummary, Lateness, RequestRecord, Throughput, TokenSource,
 };
-use super::prometheus::Exposition;
 use super::validity::{assess, output_flags, Validity};
 use super::workload::{
     prepare, CacheTemp, LoadMode, PreparedRequest, Suite, TokenCounter, WorkloadKind,
 };
 use super::{E2eResults, EngineSummary};
+use crate::diagnose::prometheus::Exposition;
 
 /// Everything a session needs.
 #[derive(Debug, Clone)]

@@ -10,8 +10,8 @@
 //!
 //! Module map: [`client`] (HTTP + SSE), [`executor`] (closed/open loop), [`workload`] (suites,
 //! token-exact prompts), [`prompts`] (prompt sets), [`metrics`] (TTFT, TTFC, ITL, TPOT, E2E),
-//! [`prometheus`] (`/metrics` parser), [`bootlog`] (engine logs), [`conditions`], [`validity`],
-//! [`launcher`], [`driver`], [`report`].
+//! [`crate::diagnose::prometheus`] (`/metrics` parser), [`bootlog`] (engine logs), [`conditions`],
+//! [`validity`], [`launcher`], [`driver`], [`report`].
 
 pub mod bootlog;
 pub mod checks;
@@ -23,7 +23,6 @@ pub mod executor;
 pub mod launcher;
 pub mod metrics;
 pub mod parallel;
-pub mod prometheus;
 pub mod prompts;
 pub mod report;
 pub mod runtime_facts;

@@ -687,7 +687,10 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         .filter(|_| !skip_if_interrupted(&mut results, "checkpoint"))
     {
         eprintln!("rigbench: inspecting checkpoint {}", path.display());
-        let opts = crate::checkpoint::InspectOptions::from_rig(&results.rig);
+        let opts = crate::checkpoint::InspectOptions {
+            runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
+            ..crate::checkpoint::InspectOptions::from_rig(&results.rig)
+        };
         match crate::checkpoint::inspect(path, &opts) {
             Ok(r) => results.checkpoint = Some(r),
             Err(e) => results.skipped.push(Skip {

@@ -60,14 +60,24 @@ pub struct Results {
     pub interrupted: Option<String>,
 }
 
-/// The between-run spread of every timing metric of a results file (see
-/// [`crate::compare::gate`]).
+/// The between-run spread of every timing metric of a results file (what `rigbench compare`'s
+/// gate uses for the baseline side: docs/gate.md).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BetweenRun {
     /// Repeats the spread was measured over.
     pub repeats: usize,
     /// Metric id → standard deviation of the repeats' `ln median` and its degrees of freedom.
-    pub metrics: std::collections::BTreeMap<String, crate::compare::gate::RunSpread>,
+    pub metrics: std::collections::BTreeMap<String, RunSpread>,
+}
+
+/// Between-run spread of one metric: the standard deviation of `ln median` across repeats and
+/// its degrees of freedom (repeats − 1). Baselines store it per timing metric.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RunSpread {
+    /// Standard deviation of the repeats' `ln median` (≈ the relative spread: 0.01 = 1%).
+    pub sd_log: f64,
+    /// Degrees of freedom (repeats − 1).
+    pub df: usize,
 }
 
 /// A part of the job not run.
