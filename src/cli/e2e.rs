@@ -578,7 +578,7 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     }
     dir.write_results(&results)?;
     let plots = crate::e2e::write_plots(&e2e, &dir.path).context("cannot write the e2e plots")?;
-    crate::e2e::report::write_csv(&e2e, &dir.path).context("cannot write the e2e CSV files")?;
+    crate::e2e::render::write_csv(&e2e, &dir.path).context("cannot write the e2e CSV files")?;
     if let Some(log) = &e2e.engine_log {
         dir.write_text("engine.log", log)?;
     }

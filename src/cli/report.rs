@@ -196,7 +196,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         }
         if let Some(e) = &results.e2e {
             if !same || !dir.path.join("e2e_runs.csv").is_file() {
-                crate::e2e::report::write_csv(e, &dir.path)?;
+                crate::e2e::render::write_csv(e, &dir.path)?;
             }
             // engine.log is not in results.json: carry it over from the source folder.
             let log = source.join("engine.log");
@@ -213,7 +213,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 let Some(e) = &f.e2e else { continue };
                 let sub = crate::runtime_eval::section::e2e_dir(&f.format);
                 std::fs::create_dir_all(dir.path.join(&sub))?;
-                crate::e2e::report::write_csv(e, &dir.path.join(&sub))?;
+                crate::e2e::render::write_csv(e, &dir.path.join(&sub))?;
                 let log = source.join(&sub).join("engine.log");
                 if log.is_file() {
                     let text = std::fs::read_to_string(&log)
@@ -468,7 +468,7 @@ fn print_summary(dir: &ReportDir, results: &crate::report::Results) {
     let text = format!(
         "Report: {}\n\nVerdict:\n{}",
         dir.target.join("report.md").display(),
-        crate::report::verdict::text(results)
+        crate::report::headline::text(results)
     );
     print!("{}", dir.redactor().redact(&text));
 }

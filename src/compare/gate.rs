@@ -39,7 +39,7 @@
 //! `se² = σ̃²/R_b + σ̃²/R_c` (with slots, `σ̃²` times the fit's factor). Without any between-run
 //! information (one repeat per side, no stored spread, no family prior) only the within-run
 //! noise is known: `se²` is the sum of the within-run variances of the two medians and the
-//! comparison says so, because it then flags ordinary run-to-run drift (issue 13).
+//! comparison says so, because it then flags ordinary run-to-run drift (docs/gate.md).
 //!
 //! Within-run variance of `ln median`: the order-statistic standard error of McKean & Schrader
 //! (1984, *A comparison of methods for studentizing the sample median*, Comm. Stat. B 13(6)):

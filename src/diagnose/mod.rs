@@ -5,7 +5,7 @@
 //!
 //! Module map: [`line`] (prefixes, levels), [`log`] (boots, errors, kernels, spec lines),
 //! [`cause`] (root causes), [`spec`] (speculative decoding, pooled), [`prometheus`] (the
-//! `/metrics` text parser, which e2e's scrapes use too), [`metrics`] (`/metrics` facts),
+//! `/metrics` text parser, which e2e's scrapes use too), [`scrape`] (what a scrape says),
 //! [`render`] (Markdown).
 //!
 //! Findings (id, severity):
@@ -27,9 +27,9 @@
 pub mod cause;
 pub mod line;
 pub mod log;
-pub mod metrics;
 pub mod prometheus;
 pub mod render;
+pub mod scrape;
 pub mod spec;
 
 use std::path::Path;
@@ -74,7 +74,7 @@ pub struct MetricsInput {
     /// The file name as given.
     pub name: String,
     /// What was found.
-    pub facts: metrics::MetricsFacts,
+    pub facts: scrape::MetricsFacts,
     /// Why the input was not parsed (binary), when it was not.
     pub unreadable: Option<String>,
     /// The parsed scrape, kept for comparisons between scrapes.
@@ -267,7 +267,7 @@ pub fn parse_metrics(name: &str, bytes: &[u8]) -> MetricsInput {
     let e = Exposition::parse(&String::from_utf8_lossy(bytes));
     MetricsInput {
         name: name.to_string(),
-        facts: metrics::facts(&e),
+        facts: scrape::facts(&e),
         unreadable: None,
         exposition: Some(e),
     }
@@ -928,7 +928,7 @@ fn metrics_delta_findings(ms: &[MetricsInput], out: &mut Vec<Finding>) {
     let (Some(a), Some(b)) = (&first.exposition, &last.exposition) else {
         return;
     };
-    if let Some((p, why)) = metrics::spec(Some(a), b) {
+    if let Some((p, why)) = scrape::spec(Some(a), b) {
         let src = format!("{} → {} ({why})", first.name, last.name);
         if p.drafts == Some(0) {
             out.push(f(

@@ -202,7 +202,7 @@ async fn engine_facts(
     if f.name.is_none() {
         let prefix = metrics
             .as_ref()
-            .and_then(crate::diagnose::metrics::engine_of);
+            .and_then(crate::diagnose::scrape::engine_of);
         let owned = models
             .first()
             .and_then(|m| m.1.clone())

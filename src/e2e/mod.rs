@@ -9,9 +9,10 @@
 //! and its throughput is not presented.
 //!
 //! Module map: [`client`] (HTTP + SSE), [`executor`] (closed/open loop), [`workload`] (suites,
-//! token-exact prompts), [`prompts`] (prompt sets), [`metrics`] (TTFT, TTFC, ITL, TPOT, E2E),
-//! [`crate::diagnose::prometheus`] (`/metrics` parser), [`bootlog`] (engine logs), [`conditions`],
-//! [`validity`], [`launcher`], [`driver`], [`report`].
+//! token-exact prompts), [`prompts`] (prompt sets), [`metrics`] (serving metrics: TTFT, TTFC,
+//! ITL, TPOT, E2E), [`crate::diagnose::prometheus`] (`/metrics` parser), [`bootlog`] (engine
+//! logs), [`conditions`], [`validity`], [`launcher`], [`driver`], [`render`] (the e2e section
+//! of a report).
 
 pub mod bootlog;
 pub mod checks;
@@ -24,7 +25,7 @@ pub mod launcher;
 pub mod metrics;
 pub mod parallel;
 pub mod prompts;
-pub mod report;
+pub mod render;
 pub mod runtime_facts;
 pub mod validity;
 pub mod workload;
@@ -97,7 +98,7 @@ impl E2eResults {
 /// Render end-to-end results as Markdown (the report's e2e section: conditions first, then
 /// latency and throughput tables, with links to the plots written by [`write_plots`]).
 pub fn render_markdown(results: &E2eResults) -> String {
-    let mut md = report::render_markdown(results);
+    let mut md = render::render_markdown(results);
     if let Some(m) = &results.multi_gpu {
         md.push_str(&parallel::render(m));
     }
@@ -109,7 +110,7 @@ pub fn render_markdown(results: &E2eResults) -> String {
 /// # Errors
 /// Drawing or writing a plot failed.
 pub fn write_plots(results: &E2eResults, dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
-    report::write_plots(results, dir)
+    render::write_plots(results, dir)
 }
 
 /// Run an e2e session synchronously for `rigbench report` (builds its own tokio runtime).

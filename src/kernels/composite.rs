@@ -1,4 +1,4 @@
-//! The decode-step composite (ARCHITECTURE.md, "Terms"): for each implementation, timing mode
+//! The decode-step composite (docs/architecture.md, "Terms"): for each implementation, timing mode
 //! and M, the summed GEMM time of one decode step of the suite's model, `Σ count(shape) ×
 //! time(shape, M)`, with each shape's count per step from the suite TOML (`per_step`).
 //!
@@ -576,9 +576,9 @@ pub(crate) mod tests {
         assert!(c.rows.iter().all(|r| r.timing == StepTiming::Cold));
     }
 
-    /// The byte floors of one Qwen3.6-27B decode step, against the figures of issue 11 (NVFP4
-    /// weights of the step at 4.24 TB/s take 3.4 ms) and hand arithmetic: 25,621,954,560
-    /// weight elements per step (see the suite's per_step counts).
+    /// The byte floors of one Qwen3.6-27B decode step, against the figures quoted with the kernel
+    /// goals (NVFP4 weights of the step at 4.24 TB/s take 3.4 ms) and hand arithmetic:
+    /// 25,621,954,560 weight elements per step (see the suite's per_step counts).
     #[test]
     fn qwen_step_floors_match_issue_11() {
         let s = crate::kernels::suite::load("qwen3.6-27b").unwrap();
@@ -607,8 +607,9 @@ pub(crate) mod tests {
     /// The committed H200 run (reports/nvidia-h200-sm90/20261130T062726Z, suite qwen3.6-27b,
     /// before per_step existed) with the suite's decode step added: the composite, fits and
     /// goals against figures computed independently (Python over the same results.json) and
-    /// against issue 11's table (BF16 13.9 / 14.1 / 14.4 ms and W4A16 6.80 / 10.5 / 40.6 ms at
-    /// M = 1 / 16 / 64; W4A16 T0 8.4 µs at 3.5 TB/s, BF16 4.9 µs at 4.1 TB/s).
+    /// against the table quoted with the kernel goals (docs/w4a16-notes.md has the goals): BF16
+    /// 13.9 / 14.1 / 14.4 ms and W4A16 6.80 / 10.5 / 40.6 ms at M = 1 / 16 / 64; W4A16 T0
+    /// 8.4 µs at 3.5 TB/s, BF16 4.9 µs at 4.1 TB/s.
     pub(crate) fn h200_run() -> KernelResults {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -649,11 +650,11 @@ pub(crate) mod tests {
         assert!(close(ms("w4a16", 1), 6.75412793457508));
         assert!(close(ms("w4a16", 16), 10.520799957215786));
         assert!(close(ms("w4a16", 64), 40.68017598986626));
-        // FP8 with its activation quantization (issue 11's 7.97 ms left it out).
+        // FP8 with its activation quantization (the 7.97 ms quoted with the goals left it out).
         assert!(close(ms("fp8", 1), 10.179055807879195));
         let fp8 = c.rows.iter().find(|r| r.implementation == "fp8").unwrap();
         assert!(fp8.act_quant_included);
-        // BF16 reaches 87% of its byte floor at M = 1, W4A16 50% (issue 11: 86% and 50%).
+        // BF16 reaches 87% of its byte floor at M = 1, W4A16 50% (quoted with the goals: 86%, 50%).
         let pct = |imp: &str| {
             c.rows
                 .iter()

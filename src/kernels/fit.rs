@@ -1,6 +1,6 @@
 //! Fixed cost and streaming rate of each implementation: the least-squares line
 //! `time = T0 + bytes / BW` through its (weight-stream bytes, median time) points over the
-//! suite's shapes at one M (issue 11, item 2). At small M a GEMM is a weight stream, so `BW` is
+//! suite's shapes at one M (docs/w4a16-notes.md). At small M a GEMM is a weight stream, so `BW` is
 //! the rate it streams weights at and `T0` what every launch costs on top (ramp-up, tail,
 //! split-K reduction, launch).
 //!

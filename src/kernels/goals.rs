@@ -1,4 +1,4 @@
-//! rigbench's kernel goals (issue 11's targets), evaluated on the run's own rows: ratios within
+//! rigbench's kernel goals (docs/w4a16-notes.md), evaluated on the run's own rows: ratios within
 //! one run (same card, same conditions). They are goals for rigbench's W4A16 kernel, not
 //! properties of the card.
 //!
@@ -290,7 +290,7 @@ pub fn markdown(k: &KernelResults, composite: Option<&Composite>) -> String {
         return String::new();
     }
     let goals = evaluate(k, composite);
-    let mut o = String::from("### rigbench's kernel goals\n\nGoals for rigbench's own W4A16 kernel (issue 11), evaluated on this run's rows: every ratio is between two implementations measured in this run (same card, same conditions). They describe rigbench's kernel against cuBLAS, not a property of the card.");
+    let mut o = String::from("### rigbench's kernel goals\n\nGoals for rigbench's own W4A16 kernel (docs/w4a16-notes.md), evaluated on this run's rows: every ratio is between two implementations measured in this run (same card, same conditions). They describe rigbench's kernel against cuBLAS, not a property of the card.");
     if let Some(c) = composite {
         if !c.step.complete {
             o.push_str(&format!(

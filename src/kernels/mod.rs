@@ -4,7 +4,7 @@
 //! in the same session ([`peers`]); and the report section ([`render`]).
 //!
 //! Convention: `C[M, N] = A[M, K] · W[N, K]ᵀ`, all row-major with K contiguous; M tokens, N output
-//! features, K input features (ARCHITECTURE.md, "Terms").
+//! features, K input features (docs/architecture.md, "Terms").
 
 pub mod accuracy;
 pub mod anatomy;

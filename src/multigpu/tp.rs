@@ -108,8 +108,8 @@ pub const NO_COMPOSITE: &str = "the kernel results have no decode-step composite
 /// The decode-step composite the prediction starts from, read from `results.kernels`, with a
 /// sentence naming its source.
 ///
-/// The composite is issue 11's (`kernels.composite`: `step.complete`, `step.description`, and
-/// rows of `provider`, `implementation`, `m`, `timing` (`cold` / `graph`), `median_s`,
+/// The composite is the kernel results' (`kernels.composite`: `step.complete`, `step.description`,
+/// and rows of `provider`, `implementation`, `m`, `timing` (`cold` / `graph`), `median_s`,
 /// `act_quant_included`). It is read through the results' JSON form so that this module does not
 /// depend on the composite's Rust types; see [`composite_points`].
 ///
@@ -315,7 +315,7 @@ mod tests {
             .contains("no kernel results"));
         let k = crate::kernels::KernelResults::default();
         assert_eq!(decode_composite(Some(&k)).unwrap_err(), NO_COMPOSITE);
-        // The composite's JSON form (issue 11's schema), abridged.
+        // The composite's JSON form (the kernels schema), abridged.
         let k = serde_json::json!({"composite": {
         "step": {"description": "one Qwen3.6-27B decode step", "complete": true, "shapes": []},
         "rows": [

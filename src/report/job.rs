@@ -721,7 +721,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             device,
             seed: 0,
             e2e: opts.clone(),
-            bench: crate::runtime_eval::bench::RuntimeBenchSpec::issue_targets(),
+            bench: crate::runtime_eval::bench::RuntimeBenchSpec::runtime_targets(),
             gpu_memory_bytes: results.rig.gpu.as_ref().map(|g| g.memory_bytes),
         };
         let section = crate::runtime_eval::section::run_gpu(&o, results.kernels.as_ref());
@@ -732,7 +732,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                         .path
                         .join(crate::runtime_eval::section::e2e_dir(&f.format));
                     std::fs::create_dir_all(&sub)?;
-                    crate::e2e::report::write_csv(e, &sub)?;
+                    crate::e2e::render::write_csv(e, &sub)?;
                     if let Some(log) = &e.engine_log {
                         d.write_text(&format!("e2e-{}/engine.log", f.format), log)?;
                     }
@@ -757,7 +757,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             Ok(mut r) => {
                 crate::e2e::parallel::annotate(&mut r, &results.rig, None);
                 if let Some(d) = &dir {
-                    crate::e2e::report::write_csv(&r, &d.path)?;
+                    crate::e2e::render::write_csv(&r, &d.path)?;
                     if let Some(log) = &r.engine_log {
                         d.write_text("engine.log", log)?;
                     }

@@ -24,7 +24,7 @@ pub fn render(
             (None, false) => "run INCOMPLETE (interrupted or still running): figures below are what was measured before it stopped".to_string(),
         },
     ));
-    o.push_str(&super::verdict::markdown(r));
+    o.push_str(&super::headline::markdown(r));
     o.push_str(&format!("Command: `{}`\n\n", r.command_line));
     let described = [
         (

@@ -3,10 +3,10 @@
 //! primitives it writes with (tables, atomic writes, redaction, plots) are in [`crate::output`].
 
 pub mod folder;
+pub mod headline;
 pub mod job;
 pub mod markdown;
 pub mod multigpu;
 pub mod schema;
-pub mod verdict;
 
 pub use schema::{Results, Skip, SCHEMA_VERSION};

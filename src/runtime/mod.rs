@@ -14,7 +14,7 @@
 //!   preemption; sampling; n-gram speculative decoding;
 //! - [`direct`]: a backend driven without the scheduler (what the checks and benchmarks of
 //!   `crate::runtime_eval` drive);
-//! - [`engine`]: the engine thread; [`metrics`]: Prometheus text with vLLM's names;
+//! - [`engine`]: the engine thread; [`vllm_metrics`]: Prometheus text with vLLM's names;
 //! - [`server`]: the HTTP server, [`server::start`] and [`server::ServerHandle`].
 //!
 //! This is the engine only: its benchmarks, checks and report section are in
@@ -27,7 +27,6 @@ pub mod direct;
 pub mod engine;
 pub mod kv_cache;
 pub mod memory;
-pub mod metrics;
 pub mod model;
 pub mod prefix_cache;
 pub mod sampler;
@@ -36,6 +35,7 @@ pub mod server;
 pub mod spec;
 pub mod template;
 pub mod tokenizer;
+pub mod vllm_metrics;
 pub mod weights;
 
 pub use config::{KvCacheDtype, ModelConfig, ServeConfig, SpecConfig, WeightFormat};

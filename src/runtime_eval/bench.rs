@@ -1,5 +1,6 @@
-//! Runtime benchmarks for the issue's targets, driven through the [`Engine`] directly (no
-//! HTTP), generic over the backend (they take `Box<dyn Backend>` and give it back):
+//! Runtime benchmarks for the runtime's targets (docs/runtime.md, "Benchmarks"), driven through the
+//! [`Engine`] directly (no HTTP), generic over the backend (they take `Box<dyn Backend>` and give
+//! it back):
 //!
 //! - batch-1 decode tok/s;
 //! - batch-N decode throughput (N = 32 with 1,024-token contexts by default);
@@ -28,10 +29,10 @@ use crate::runtime::backend::{Backend, KvCacheSpec};
 use crate::runtime::config::{KvCacheDtype, ModelConfig};
 use crate::runtime::engine::{Engine, EngineConfig, GenerateRequest, ReasoningMode};
 use crate::runtime::memory::{decode_step_bytes, DecodeBytes};
-use crate::runtime::metrics::{CacheInfo, Metrics};
 use crate::runtime::sampler::SamplingParams;
 use crate::runtime::scheduler::SchedulerConfig;
 use crate::runtime::tokenizer::Tokenizer;
+use crate::runtime::vllm_metrics::{CacheInfo, Metrics};
 use crate::runtime::weights::{LinearRole, SplitMix64};
 
 /// Sizes of the runtime benchmarks.
@@ -54,9 +55,9 @@ pub struct RuntimeBenchSpec {
 }
 
 impl RuntimeBenchSpec {
-    /// The issue's targets: batch-1 decode (128-token prompt, 128 tokens), batch 32 with
-    /// 1,024-token contexts (32 tokens each), prefill of 4,096 tokens.
-    pub fn issue_targets() -> Self {
+    /// The runtime's targets (docs/runtime.md): batch-1 decode (128-token prompt, 128 tokens),
+    /// batch 32 with 1,024-token contexts (32 tokens each), prefill of 4,096 tokens.
+    pub fn runtime_targets() -> Self {
         RuntimeBenchSpec {
             batch1_prompt: 128,
             batch1_tokens: 128,

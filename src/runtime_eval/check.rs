@@ -535,7 +535,7 @@ pub const FIDELITY_PROMPTS: [&str; 32] = [
     "Translate to French: The cat is sleeping on the sofa.",
 ];
 
-/// Tokens per fidelity prompt (the issue asks for at least 64).
+/// Tokens per fidelity prompt (at least 64: docs/runtime.md, "Fidelity").
 pub const FIDELITY_TOKENS: usize = 64;
 
 #[cfg(test)]

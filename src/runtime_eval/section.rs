@@ -443,7 +443,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                 |p| format!(" Peak = best BF16 TFLOP/s of this run's kernel rows ({}).", p.peak_source)
             )
         );
-        // The issue's targets, as ratios within this run.
+        // The runtime's targets (docs/runtime.md), as ratios within this run.
         let by = |f: &str| benches.iter().find(|b| b.weight_format == f).copied();
         let mut t: Vec<Vec<String>> = Vec::new();
         for b in &benches {
@@ -502,7 +502,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
             let _ = writeln!(o, "### rigbench runtime's goals (ratios within this run)\n");
             let _ = writeln!(
                 o,
-                "Goals for rigbench's own built-in runtime (issue 10): its decode against the weight-streaming bound, its formats and batching against each other, its KV allocation against `inspect`'s prediction. They describe rigbench's runtime, not a property of the card.\n"
+                "Goals for rigbench's own built-in runtime (docs/runtime.md): its decode against the weight-streaming bound, its formats and batching against each other, its KV allocation against `inspect`'s prediction. They describe rigbench's runtime, not a property of the card.\n"
             );
             o.push_str(&crate::output::table::markdown_table(
                 &["target", "measured", "met"],

@@ -27,7 +27,7 @@ use crate::rig::Support;
 
 /// One point of the decode-step composite: the summed GEMM time of every linear layer of one
 /// decode step of the suite's model at `m`, for one format (FP8 including its activation
-/// quantization). See ARCHITECTURE.md, "Terms", and [`crate::kernels::composite`].
+/// quantization). See docs/architecture.md, "Terms", and [`crate::kernels::composite`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepPoint {
     /// The format (`BF16`, `FP8`, `W4A16`, `W4A4`).
