@@ -73,13 +73,14 @@ fn clear(dir: &Path) {
 
 fn inspect_options() -> crate::checkpoint::InspectOptions {
     crate::checkpoint::InspectOptions {
-        cc: Some(crate::rig::ComputeCapability {
+        cc: Some(crate::gpu::ComputeCapability {
             major: 12,
             minor: 0,
         }),
         card: Some("fuzz".into()),
         gpu_memory_bytes: Some(32 << 30),
         gpu_memory_source: Some("fuzz".into()),
+        runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
         ..Default::default()
     }
 }
@@ -162,8 +163,8 @@ pub fn hf_quant_config(data: &[u8]) {
 pub fn prometheus(data: &[u8]) {
     use crate::e2e::conditions::{cache_condition, kv_capacity, spec_condition, CacheExpectation};
     let text = String::from_utf8_lossy(data);
-    let e = crate::e2e::prometheus::Exposition::parse(&text);
-    let empty = crate::e2e::prometheus::Exposition::default();
+    let e = crate::diagnose::prometheus::Exposition::parse(&text);
+    let empty = crate::diagnose::prometheus::Exposition::default();
     for name in [
         "vllm:num_requests_running",
         "vllm:kv_cache_usage_perc",
@@ -275,7 +276,7 @@ pub fn results_json(data: &[u8]) {
             let _ = crate::compare::compare_results(&r, b, &settings);
         }
         let _ = crate::compare::compare_results(&r, &r, &settings);
-        let redactor = crate::report::redact::Redactor::disabled();
+        let redactor = crate::output::redact::Redactor::disabled();
         let files = ["results.json".to_string(), "engine.log".to_string()];
         let _ = crate::report::markdown::render(&r, &[], &files, &redactor);
     });

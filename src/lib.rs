@@ -5,8 +5,8 @@
 //! quantized safely and how much KV cache it leaves; what an engine reaches end to end under
 //! stated conditions; and whether anything regressed against a committed baseline.
 //!
-//! Layout: see `ARCHITECTURE.md` of the project. Only [`gpu`] imports cudarc; every command runs
-//! without a GPU and says what it skipped and why.
+//! Layout: see docs/architecture.md (the tiers, and where a new line belongs). Only [`gpu`]
+//! imports cudarc; every command runs without a GPU and says what it skipped and why.
 
 #![warn(missing_docs)]
 
@@ -22,9 +22,11 @@ pub mod fuzz_harness;
 pub mod gpu;
 pub mod kernels;
 pub mod multigpu;
+pub mod output;
 pub mod report;
 pub mod rig;
 pub mod runtime;
+pub mod runtime_eval;
 pub mod signals;
 pub mod stats;
 

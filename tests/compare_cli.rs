@@ -8,12 +8,13 @@ use std::process::{Command, Output};
 use rand::{rngs::StdRng, SeedableRng};
 use rand_distr::{Distribution, LogNormal};
 use rigbench::formats::GemmFormat;
+use rigbench::gpu::ComputeCapability;
 use rigbench::kernels::schema::{
     AccuracyCase, CheckResult, DeterminismResult, KernelCase, SkippedCase, SuiteInfo, Timing,
 };
 use rigbench::kernels::KernelResults;
 use rigbench::report::Results;
-use rigbench::rig::{ComputeCapability, GpuFacts, RigFacts};
+use rigbench::rig::{GpuFacts, RigFacts};
 
 fn h200(driver: &str) -> RigFacts {
     let mut f = RigFacts::default();
@@ -116,7 +117,7 @@ fn results(seed: u64, slow: f64) -> Results {
 
 fn write(dir: &Path, name: &str, r: &Results) -> PathBuf {
     let p = dir.join(name);
-    rigbench::report::write::atomic_write_json(&p, r).unwrap();
+    rigbench::output::write::atomic_write_json(&p, r).unwrap();
     p
 }
 

@@ -162,7 +162,7 @@ fn the_verdict_names_the_best_implementation_of_each_format() {
         .map(|s| s.count as f64 * graph_of(k, "rigbench", "w4a16", &s.shape, 1).unwrap())
         .sum();
 
-    let lines = rigbench::report::verdict::lines(&r);
+    let lines = rigbench::report::headline::lines(&r);
     let all = lines.join("\n");
     let fastest = lines
         .iter()
@@ -186,7 +186,7 @@ fn the_verdict_names_the_best_implementation_of_each_format() {
             .min_by(|a, b| a.median_s.total_cmp(&b.median_s))
             .unwrap();
         assert_eq!(best.median_s, fp8_16);
-        rigbench::report::verdict::impl_label(&best.provider, &best.implementation)
+        rigbench::report::headline::impl_label(&best.provider, &best.implementation)
     };
     assert!(
         fastest.contains(&format!("FP8 ({fp8_label}) ≈ W4A16 (Humming)")),
@@ -252,7 +252,7 @@ fn without_engine_peers_the_goals_say_they_were_not_measured() {
         "{hm:?}"
     );
     // The verdict still names rigbench's and the torch/gemlite peers' implementations.
-    let lines = rigbench::report::verdict::lines(&Results {
+    let lines = rigbench::report::headline::lines(&Results {
         kernels: Some(k),
         ..load()
     });

@@ -80,9 +80,17 @@ fn checkpoint() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/checkpoints/qwen36-mixed-clean")
 }
 
+/// What `rigbench inspect` passes (no card).
+fn cli_options() -> InspectOptions {
+    InspectOptions {
+        runtime_config: Some(rigbench::runtime::ModelConfig::check_hf_config),
+        ..Default::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hub_headers_by_range_equal_the_local_folder() {
-    let local = inspect(&checkpoint(), &InspectOptions::default()).unwrap();
+    let local = inspect(&checkpoint(), &cli_options()).unwrap();
     let shard = std::fs::metadata(checkpoint().join("model.safetensors"))
         .unwrap()
         .len();
@@ -108,7 +116,7 @@ async fn hub_headers_by_range_equal_the_local_folder() {
         }
         let remote = tokio::task::spawn_blocking({
             let p = tmp.path().to_path_buf();
-            move || inspect(&p, &InspectOptions::default()).unwrap()
+            move || inspect(&p, &cli_options()).unwrap()
         })
         .await
         .unwrap();

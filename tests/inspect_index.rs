@@ -19,8 +19,12 @@ fn fixture(rel: &str) -> PathBuf {
     p
 }
 
+/// What `rigbench inspect` passes (no card).
 fn opts() -> InspectOptions {
-    InspectOptions::default()
+    InspectOptions {
+        runtime_config: Some(rigbench::runtime::ModelConfig::check_hf_config),
+        ..Default::default()
+    }
 }
 
 #[test]

@@ -105,7 +105,7 @@ fn saved_two_gpu_results_render_gpus_topology_and_interconnect() {
         r.rig.gpus.push(rigbench::rig::GpuFacts {
             index: i,
             name: "NVIDIA H200".into(),
-            compute_capability: Some(rigbench::rig::ComputeCapability::new(9, 0)),
+            compute_capability: Some(rigbench::gpu::ComputeCapability::new(9, 0)),
             pci_bus_id: Some(format!("0000:{:02x}:00.0", 0x18 + i)),
             ..Default::default()
         });

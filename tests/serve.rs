@@ -569,7 +569,7 @@ async fn logprobs_echo_and_prompt_logprobs_as_vllm_answers_them() {
     let w = rigbench::runtime::weights::synthesize(&rigbench::runtime::ModelConfig::tiny(), 0);
     let mut b = rigbench::runtime::backend::cpu::CpuBackend::new(w, 1);
     let mut want = Vec::new();
-    rigbench::runtime::quality::teacher_force(&mut b, &prompt, &mut |i, row| {
+    rigbench::runtime_eval::quality::teacher_force(&mut b, &prompt, &mut |i, row| {
         want.push(rigbench::runtime::direct::log_softmax(row)[prompt[i + 1] as usize]);
         Ok(())
     })

@@ -12,8 +12,8 @@ use std::sync::OnceLock;
 
 use rigbench::checkpoint::gguf::Gguf;
 use rigbench::runtime::backend::cpu::CpuBackend;
-use rigbench::runtime::check::{check_reference_greedy, ReferenceCase, ReferenceGreedy};
 use rigbench::runtime::gguf_model::{smollm2_for_tests, GgufModel};
+use rigbench::runtime_eval::check::{check_reference_greedy, ReferenceCase, ReferenceGreedy};
 use serde_json::Value;
 
 const FIXTURES: &str = "tests/fixtures/smollm2";
@@ -55,7 +55,7 @@ fn the_file_is_the_one_the_references_were_made_on() {
     // The fetch script checks the SHA-256; here the header identity and the fixed text.
     let g = Gguf::open(&path).unwrap();
     assert_eq!(g.header.tensors.len(), 272);
-    let text = rigbench::runtime::quality::FIXED_TEXT;
+    let text = rigbench::runtime_eval::quality::FIXED_TEXT;
     let sha = r["text"]["sha256"].as_str().unwrap();
     let out = std::process::Command::new("sha256sum")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/text/public-domain.txt"))
@@ -154,7 +154,7 @@ fn tokenizer_and_chat_template_match_transformers() {
     let want = ids(&r["text"]["ids"]);
     let got = m
         .tokenizer
-        .encode(rigbench::runtime::quality::FIXED_TEXT, false)
+        .encode(rigbench::runtime_eval::quality::FIXED_TEXT, false)
         .unwrap();
     assert_eq!(got.len(), want.len());
     assert_eq!(got, want, "the fixed text's ids differ from transformers'");
@@ -239,7 +239,7 @@ fn bf16_perplexity_is_within_1_percent_of_transformers() {
         .as_f64()
         .unwrap();
     let mut b = CpuBackend::new(m.weights.clone(), threads());
-    let got = rigbench::runtime::quality::perplexity(&mut b, &ids).unwrap();
+    let got = rigbench::runtime_eval::quality::perplexity(&mut b, &ids).unwrap();
     let rel = (got.ppl - want).abs() / want;
     eprintln!(
         "perplexity of the first {n} tokens: rigbench BF16 weights {:.4}, transformers float32 {want:.4} ({:+.3}%)",
@@ -258,21 +258,21 @@ fn bf16_perplexity_is_within_1_percent_of_transformers() {
 #[test]
 fn fidelity_on_trained_weights_meets_the_floors_and_the_emulation() {
     let m = model();
-    let q = rigbench::runtime::quality::study(
+    let q = rigbench::runtime_eval::quality::study(
         &m.weights,
         &m.tokenizer,
         "SmolLM2-135M-Instruct Q4_1",
-        rigbench::runtime::quality::QualitySpec::report(),
+        rigbench::runtime_eval::quality::QualitySpec::report(),
         &mut |_| {},
     )
     .unwrap();
-    eprintln!("{}", rigbench::runtime::quality::render_markdown(&q));
+    eprintln!("{}", rigbench::runtime_eval::quality::render_markdown(&q));
     let by = |f: &str| q.formats.iter().find(|x| x.format == f).unwrap();
     assert!(by("fp8").top1_agreement >= 0.90, "{:?}", by("fp8"));
     assert!(by("nvfp4").top1_agreement >= 0.70, "{:?}", by("nvfp4"));
     assert!(by("nvfp4-w4a4").emulated);
     // W4A4 below W4A16 in KL, or the report says it is not.
-    let md = rigbench::runtime::quality::render_markdown(&q);
+    let md = rigbench::runtime_eval::quality::render_markdown(&q);
     match q.w4a4_worse_than_w4a16_in_kl {
         Some(true) => assert!(by("nvfp4-w4a4").mean_kl > by("nvfp4").mean_kl),
         _ => assert!(md.contains("NOT below W4A16")),
@@ -315,7 +315,7 @@ async fn quality_probe_through_serve_equals_the_in_process_perplexity() {
     cfg.kv_cache_memory = Some(128 << 20);
     let s = rigbench::runtime::start(cfg).await.unwrap();
     // The first ~120 tokens of the fixed text (the probe's whole text takes minutes on a CPU).
-    let text: String = rigbench::runtime::quality::FIXED_TEXT
+    let text: String = rigbench::runtime_eval::quality::FIXED_TEXT
         .chars()
         .take(600)
         .collect();
@@ -337,7 +337,7 @@ async fn quality_probe_through_serve_equals_the_in_process_perplexity() {
     let ids = m.tokenizer.encode(&text, false).unwrap();
     assert_eq!(p.prompt_tokens, ids.len());
     let mut b = CpuBackend::new(m.weights.clone(), threads());
-    let want = rigbench::runtime::quality::perplexity(&mut b, &ids).unwrap();
+    let want = rigbench::runtime_eval::quality::perplexity(&mut b, &ids).unwrap();
     assert_eq!(p.scored_tokens, want.tokens);
     assert!(
         (p.ppl - want.ppl).abs() / want.ppl < 1e-4,

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use crate::formats::GemmFormat;
 use crate::kernels::composite::StepTiming;
-use crate::report::table::{human_seconds, thousands};
+use crate::output::table::{human_seconds, thousands};
 use crate::report::Results;
 
 /// The M values of the composite columns.
@@ -603,7 +603,7 @@ impl Board {
                 format!(
                     "{} {}",
                     p.label,
-                    crate::report::table::grouped(p.tok_per_s, 1)
+                    crate::output::table::grouped(p.tok_per_s, 1)
                 )
             })
             .collect::<Vec<_>>()
@@ -682,13 +682,13 @@ impl Board {
                 ]
             })
             .collect();
-        o.push_str(&crate::report::table::markdown_table(&head, &body));
+        o.push_str(&crate::output::table::markdown_table(&head, &body));
         o.push_str("\nComposite: the summed GEMM time of one decode step of the suite's model on rigbench's own kernels (FP8 including its activation quantization), and in brackets the decode tok/s the linear layers alone allow (M ÷ time). A rank compares the rows of one kernel-conditions tag only; rows of different tags are not ranked against each other, since their conditions differ:\n\n");
         for c in &self.kernel_conditions {
             o.push_str(&format!(
                 "- **{}** ({}): {}\n",
                 c.tag,
-                crate::report::table::plural(c.rows as u64, "row", "rows"),
+                crate::output::table::plural(c.rows as u64, "row", "rows"),
                 c.text
             ));
         }
@@ -700,7 +700,7 @@ impl Board {
             o.push_str(&format!(
                 "- **{}** ({}): {}\n",
                 c.tag,
-                crate::report::table::plural(c.rows as u64, "row", "rows"),
+                crate::output::table::plural(c.rows as u64, "row", "rows"),
                 c.text
             ));
         }
@@ -830,7 +830,7 @@ mod tests {
         std::fs::create_dir_all(&a).unwrap();
         let mut r = Results::new(Default::default(), "cpu-x86-64".into(), "x".into());
         r.complete = true;
-        crate::report::write::atomic_write_json(&a.join("results.json"), &r).unwrap();
+        crate::output::write::atomic_write_json(&a.join("results.json"), &r).unwrap();
         let b = d.path().join("b");
         std::fs::create_dir_all(&b).unwrap();
         let mut v = serde_json::to_value(&r).unwrap();

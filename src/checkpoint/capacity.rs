@@ -31,7 +31,7 @@ use super::format::ModuleFormat;
 use super::headers::Headers;
 use super::quant::Rules;
 use super::{InspectOptions, Rec};
-use crate::report::table::human_bytes;
+use crate::output::table::human_bytes;
 
 /// KV-cache dtype for the prediction (vLLM `--kv-cache-dtype`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -535,7 +535,7 @@ pub(crate) fn predict(
         let n = facts.mtp_layers.unwrap_or(0);
         a.push(format!(
             "the {} {} not counted in KV per token: engines allocate their KV only when MTP speculative decoding is on (add one full-attention layer each)",
-            crate::report::table::plural(n, "MTP layer", "MTP layers"),
+            crate::output::table::plural(n, "MTP layer", "MTP layers"),
             if n == 1 { "is" } else { "are" }
         ));
     }
@@ -549,8 +549,8 @@ pub(crate) fn predict(
         a.push(format!(
             "{} sliding-window layers (config layer_types, sliding_window {}) keep at most {} tokens per sequence: {} per token up to the window, {} per sequence at min(window, max_model_len), reserved per sequence like a recurrent state; the {} full-attention layers give the KV bytes per token",
             facts.sliding_attention_layers,
-            crate::report::table::thousands(w),
-            crate::report::table::thousands(w),
+            crate::output::table::thousands(w),
+            crate::output::table::thousands(w),
             human_bytes(b),
             human_bytes(sliding_state),
             facts.full_attention_layers.unwrap_or(0)

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::gguf::{Gguf, Value};
 use crate::formats::ggml::GgmlType;
-use crate::report::table::{human_bytes, markdown_table, thousands};
+use crate::output::table::{human_bytes, markdown_table, thousands};
 
 /// The llama.cpp settings the KV prediction assumes.
 #[derive(Debug, Clone, PartialEq)]

@@ -324,7 +324,7 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
         if missing > 0 {
             out.index_mismatches.push(format!(
                 "{} named by model.safetensors.index.json {} not in the shard it names, e.g. {}",
-                crate::report::table::plural(missing as u64, "tensor", "tensors"),
+                crate::output::table::plural(missing as u64, "tensor", "tensors"),
                 if missing == 1 { "is" } else { "are" },
                 example.unwrap_or_default()
             ));
@@ -336,7 +336,7 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
         if extra > 0 {
             out.index_mismatches.push(format!(
                 "{} in the shards {} missing from model.safetensors.index.json's weight_map",
-                crate::report::table::plural(extra as u64, "tensor", "tensors"),
+                crate::output::table::plural(extra as u64, "tensor", "tensors"),
                 if extra == 1 { "is" } else { "are" }
             ));
         }

@@ -134,7 +134,7 @@ pub(crate) fn does_not_fit(p: &super::capacity::CapacityPrediction) -> Option<Fi
     if p.fits != Some(false) {
         return None;
     }
-    use crate::report::table::human_bytes;
+    use crate::output::table::human_bytes;
     let budget = p.kv_budget_bytes.unwrap_or(0);
     let signed = if budget >= 0 {
         human_bytes(budget as u64)

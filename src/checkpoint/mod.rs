@@ -41,14 +41,15 @@ pub use quant::{QuantFact, QuantGroup, QuantSource, QuantSummary};
 pub use render::render_markdown;
 
 use crate::formats::GemmFormat;
-use crate::rig::{ComputeCapability, RigFacts, Support};
+use crate::gpu::ComputeCapability;
+use crate::rig::{RigFacts, Support};
 use crate::RigError;
 
 use modules::{Module, TensorEvidence};
 use quant::{Declared, ModClass, Rules};
 
 /// Options of an inspection: the card to classify for and the capacity assumptions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct InspectOptions {
     /// Compute capability to give card verdicts for; `None` skips them.
     pub cc: Option<ComputeCapability>,
@@ -73,6 +74,11 @@ pub struct InspectOptions {
     /// one sequence's state, as vLLM's allocator, which takes states from the shared pool as
     /// requests arrive.
     pub max_num_seqs: Option<u64>,
+    /// The built-in runtime's config.json reader, consulted for the `runtime-unsupported`
+    /// finding ([`runtime::ConfigReader`]). Every command passes the runtime's
+    /// (`crate::runtime::ModelConfig::check_hf_config`); `None` (the default) judges the module
+    /// formats only.
+    pub runtime_config: Option<runtime::ConfigReader>,
 }
 
 /// Default reserve for activations, CUDA graphs and context: 1.5 GiB (an assumption; vLLM
@@ -92,6 +98,7 @@ impl Default for InspectOptions {
             kv_cache_dtype: None,
             reserve_bytes: DEFAULT_RESERVE_BYTES,
             max_num_seqs: None,
+            runtime_config: None,
         }
     }
 }
@@ -445,7 +452,7 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     let mut inventory_error = None;
     let module_list: Vec<Module> = match &hdrs {
         Some(h) => {
-            let plural = crate::report::table::plural;
+            let plural = crate::output::table::plural;
             report.module_source = if h.names_only {
                 format!(
                     "model.safetensors.index.json weight map ({} in {} not downloaded)",
@@ -606,9 +613,9 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     if other_count > 0 {
         report.other_tensors = Some(format!(
             "{} that {} not GEMM weights (norms, biases, recurrence parameters such as A_log and dt_bias, KV scales), {}",
-            crate::report::table::plural(other_count as u64, "tensor", "tensors"),
+            crate::output::table::plural(other_count as u64, "tensor", "tensors"),
             if other_count == 1 { "is" } else { "are" },
-            crate::report::table::human_bytes(other_bytes)
+            crate::output::table::human_bytes(other_bytes)
         ));
     }
 
@@ -630,7 +637,7 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     };
     report.card = card_section(&formats, opts);
     report.capacity = capacity::predict(&facts, &recs, followed, other, hdrs.as_ref(), opts);
-    let runtime_refusal = runtime::support(&root, &report.modules).err();
+    let runtime_refusal = runtime::support(&root, &report.modules, opts.runtime_config).err();
     report.findings = lint::run(&lint::LintInput {
         facts: &facts,
         recs: &recs,

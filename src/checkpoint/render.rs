@@ -2,7 +2,7 @@
 //! checkpoint section of `rigbench report --checkpoint DIR`.
 
 use super::{InspectReport, Severity};
-use crate::report::table::{human_bytes, markdown_table, plural, thousands};
+use crate::output::table::{human_bytes, markdown_table, plural, thousands};
 
 fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref()
@@ -413,7 +413,7 @@ pub fn render_markdown(r: &InspectReport) -> String {
     rows.push(vec![
         "predicted max concurrency".into(),
         c.max_concurrency
-            .map(|x| format!("{}x", crate::report::table::grouped(x, 2)))
+            .map(|x| format!("{}x", crate::output::table::grouped(x, 2)))
             .unwrap_or_else(|| "not computed".into()),
         match (c.max_model_len, &c.max_model_len_source) {
             (Some(l), Some(s)) => format!("at {} tokens per request ({s})", thousands(l)),

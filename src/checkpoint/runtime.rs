@@ -70,6 +70,12 @@ pub struct RuntimeSupport {
     pub notes: Vec<String>,
 }
 
+/// The built-in runtime's reader of `config.json` (the file's text in): `Ok` with its warnings
+/// and whether the model is a Gated-DeltaNet hybrid when it runs the model, else why not. The
+/// runtime, which sits above this module, supplies it
+/// (`crate::runtime::ModelConfig::check_hf_config`; docs/architecture.md).
+pub type ConfigReader = fn(&str) -> Result<(Vec<String>, bool), String>;
+
 fn refuse(detail: impl Into<String>) -> RuntimeRefusal {
     RuntimeRefusal {
         rule: RUNTIME_UNSUPPORTED.into(),
@@ -91,6 +97,7 @@ pub fn linear_format_supported(f: &ModuleFormat) -> bool {
 }
 
 /// The support verdict from the config.json object and the module table (no lint findings).
+/// `reader` is the runtime's config.json reader; without it only the module table is judged.
 ///
 /// # Errors
 /// [`RUNTIME_UNSUPPORTED`] with the reason: the runtime's own config.json reader refuses the
@@ -99,16 +106,22 @@ pub fn linear_format_supported(f: &ModuleFormat) -> bool {
 pub fn support(
     config: &serde_json::Map<String, serde_json::Value>,
     modules: &[ModuleRow],
+    reader: Option<ConfigReader>,
 ) -> Result<RuntimeSupport, RuntimeRefusal> {
-    let text = serde_json::Value::Object(config.clone()).to_string();
-    let hf = crate::runtime::config::ModelConfig::parse_hf_config(&text)
-        .map_err(|e| refuse(format!("config.json: {e:#}")))?;
     let mut s = RuntimeSupport::default();
-    s.notes
-        .extend(hf.warnings.iter().map(|w| format!("config.json: {w}")));
+    // Whether config.json describes Gated-DeltaNet layers (unknown without the runtime's reader:
+    // the module table is then judged alone).
+    let mut hybrid: Option<bool> = None;
+    if let Some(read) = reader {
+        let text = serde_json::Value::Object(config.clone()).to_string();
+        let (warnings, is_hybrid) = read(&text).map_err(|e| refuse(format!("config.json: {e}")))?;
+        hybrid = Some(is_hybrid);
+        s.notes
+            .extend(warnings.iter().map(|w| format!("config.json: {w}")));
+    }
     for row in modules {
         match row.kind {
-            LayerKind::LinearAttention if !hf.config.is_hybrid() => {
+            LayerKind::LinearAttention if hybrid == Some(false) => {
                 return Err(refuse(format!(
                     "{} ({}): config.json describes no Gated-DeltaNet layers",
                     row.module,
@@ -154,7 +167,7 @@ pub fn support(
             }
             // The text part of a Qwen3.5 / 3.6 wrapper runs; its vision tower is not loaded
             // (the config reader's note names it).
-            LayerKind::Vision if hf.config.is_hybrid() => {}
+            LayerKind::Vision if hybrid != Some(false) => {}
             LayerKind::Vision => {
                 return Err(refuse(format!(
                     "{}: vision towers are not supported (text decoders only)",
@@ -183,6 +196,7 @@ pub fn support(
 pub fn verdict(
     report: &InspectReport,
     config: &serde_json::Map<String, serde_json::Value>,
+    reader: Option<ConfigReader>,
 ) -> Result<RuntimeSupport, RuntimeRefusal> {
     if let Some(f) = report
         .findings
@@ -199,7 +213,7 @@ pub fn verdict(
             detail: format!("{}{modules}; {}", f.detail, f.why),
         });
     }
-    support(config, &report.modules)
+    support(config, &report.modules, reader)
 }
 
 /// How one NVFP4 weight stores its per-tensor scale.

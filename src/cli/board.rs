@@ -49,8 +49,8 @@ pub fn run(args: BoardArgs) -> anyhow::Result<ExitStatus> {
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out)
             .map_err(|e| RigError::file(out, format!("cannot create the --out folder: {e}")))?;
-        crate::report::write::atomic_write(&out.join("BOARD.md"), md.as_bytes())?;
-        crate::report::write::atomic_write(&out.join("board.csv"), board.csv()?.as_bytes())?;
+        crate::output::write::atomic_write(&out.join("BOARD.md"), md.as_bytes())?;
+        crate::output::write::atomic_write(&out.join("board.csv"), board.csv()?.as_bytes())?;
         crate::board::sqlite::write(&board, &out.join("board.sqlite"))?;
         eprintln!(
             "rigbench board: {} rows from {} reports; wrote {}, {} and {}",

@@ -13,7 +13,7 @@ use anyhow::Context;
 use crate::compare::confirm::DEFAULT_CONFIRM_REPEATS;
 use crate::compare::verdict::{parse_percent, Plant};
 use crate::compare::{self, render, Comparison, MetricThreshold, RunInfo, Settings};
-use crate::report::redact::Redactor;
+use crate::output::redact::Redactor;
 use crate::report::Results;
 use crate::{ExitStatus, RigError};
 
@@ -285,7 +285,7 @@ fn emit(args: &CompareArgs, c: &Comparison) -> anyhow::Result<()> {
         print!("{md}");
     }
     if let Some(f) = &args.markdown {
-        crate::report::write::atomic_write(f, md.as_bytes())
+        crate::output::write::atomic_write(f, md.as_bytes())
             .with_context(|| format!("cannot write --markdown {}", f.display()))?;
     }
     eprintln!(

@@ -3,8 +3,9 @@
 
 use std::io::Write;
 
-use crate::runtime::backend::cuda::selftest;
+use crate::runtime::backend::cuda::self_check;
 use crate::runtime::config::{KvCacheDtype, ModelConfig, WeightFormat};
+use crate::runtime_eval::cuda_check;
 use crate::ExitStatus;
 
 /// Arguments of `rigbench devcheck`.
@@ -65,8 +66,8 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
         for n in &b.notes {
             writeln!(out, "note: {n}")?;
         }
-        let mut checks = vec![selftest::synthesis_matches_cpu(&b, 0)?];
-        checks.extend(selftest::quantization_matches_cpu(&b)?);
+        let mut checks = vec![self_check::synthesis_matches_cpu(&b, 0)?];
+        checks.extend(self_check::quantization_matches_cpu(&b)?);
         for c in checks {
             failed |= !c.pass;
             writeln!(
@@ -89,7 +90,7 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
         &[]
     };
     for &(fmt, kv) in parity_cases {
-        match selftest::greedy_parity(a.device, &w, fmt, kv, a.prompts, a.steps) {
+        match cuda_check::greedy_parity(a.device, &w, fmt, kv, a.prompts, a.steps) {
             Ok(p) => {
                 failed |= !p.pass();
                 writeln!(
@@ -120,12 +121,12 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
     }
     if part("reference") {
         for dir in &a.hf_reference {
-            let r = (|| -> anyhow::Result<Vec<(crate::runtime::check::ReferenceOutcome, Option<crate::runtime::check::MismatchExplanation>)>> {
+            let r = (|| -> anyhow::Result<Vec<(crate::runtime_eval::check::ReferenceOutcome, Option<crate::runtime_eval::check::MismatchExplanation>)>> {
                 let hf = ModelConfig::read_hf_config(&dir.join("config.json"))?;
                 for w in &hf.warnings {
                     writeln!(out, "  config warning: {w}")?;
                 }
-                let reference = crate::runtime::check::ReferenceGreedy::load(
+                let reference = crate::runtime_eval::check::ReferenceGreedy::load(
                     &dir.join("reference_greedy.json"),
                 )?;
                 let mut b = crate::runtime::backend::cuda::CudaBackend::load(
@@ -143,18 +144,18 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
                         block_size: 16,
                     },
                 )?;
-                let outs = crate::runtime::check::check_reference_greedy(&mut b, &reference)?;
+                let outs = crate::runtime_eval::check::check_reference_greedy(&mut b, &reference)?;
                 let host = crate::runtime::weights::load_dir(dir, &hf.config)?;
                 outs.into_iter()
                     .map(|o| {
                         let e = if o.matches() {
                             None
                         } else {
-                            Some(crate::runtime::check::explain_mismatch(
+                            Some(crate::runtime_eval::check::explain_mismatch(
                                 &host,
                                 &reference,
                                 &o,
-                                crate::runtime::check::NEAR_TIE_LOGITS,
+                                crate::runtime_eval::check::NEAR_TIE_LOGITS,
                             )?)
                         };
                         Ok((o, e))
@@ -187,7 +188,7 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
                             o.first_mismatch,
                             e.map(|e| format!(
                                 "; at step {} the f32 logits of the reference's token {} and the GPU's {} differ by {:.4} (near-tie below {}): BF16 activations flip it",
-                                e.step, e.tokens.0, e.tokens.1, e.f32_margin, crate::runtime::check::NEAR_TIE_LOGITS
+                                e.step, e.tokens.0, e.tokens.1, e.f32_margin, crate::runtime_eval::check::NEAR_TIE_LOGITS
                             ))
                             .unwrap_or_default()
                         )?;
@@ -244,7 +245,7 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
         drop(gpu);
         writeln!(out, "copy bandwidth {:.2} TB/s", bw / 1e12)?;
         for fmt in &a.formats {
-            match selftest::decode_speed(a.device, &a.preset, *fmt) {
+            match cuda_check::decode_speed(a.device, &a.preset, *fmt) {
                 Ok(s) => {
                     let bound = bw / s.weight_bytes as f64;
                     writeln!(
@@ -358,7 +359,10 @@ fn wg_probe(out: &mut impl Write, device: usize) -> anyhow::Result<bool> {
     Ok(verdict == "PASS")
 }
 
-fn print_checks(out: &mut impl Write, checks: &[selftest::Check]) -> anyhow::Result<bool> {
+fn print_checks(
+    out: &mut impl Write,
+    checks: &[crate::runtime::backend::cuda::self_check::Check],
+) -> anyhow::Result<bool> {
     let mut failed = false;
     for c in checks {
         failed |= !c.pass;
@@ -423,7 +427,9 @@ fn hybrid_checks(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool>
         ),
     ];
     for (name, weights, fmt, kv) in cases {
-        match selftest::greedy_parity(a.device, weights, fmt, kv, a.prompts, a.steps) {
+        match crate::runtime_eval::cuda_check::greedy_parity(
+            a.device, weights, fmt, kv, a.prompts, a.steps,
+        ) {
             Ok(p) => {
                 failed |= !p.pass();
                 writeln!(
@@ -450,7 +456,7 @@ fn hybrid_checks(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool>
         out.flush()?;
     }
     for (name, weights) in [("tiny-hybrid", &w), ("tiny-hybrid head_dim 256", &wide)] {
-        match hybrid_check::prefill_forms_agree(a.device, weights) {
+        match crate::runtime_eval::hybrid_check::prefill_forms_agree(a.device, weights) {
             Ok(c) => {
                 failed |= !c.pass;
                 writeln!(
@@ -475,7 +481,6 @@ fn hybrid_checks(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool>
 /// the weight-streaming bound of a batch-1 step at the 4,096-token context: weights as resident
 /// on the GPU + the Gated-DeltaNet state read and written + the KV of the attention layers.
 fn hybrid_speed(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
-    use crate::runtime::backend::cuda::hybrid_check;
     use crate::runtime::config::QuantRecipe;
     let mut failed = false;
     let c = ModelConfig::preset(&a.preset).ok_or_else(|| anyhow::anyhow!("preset"))?;
@@ -491,7 +496,7 @@ fn hybrid_speed(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> 
     let step =
         crate::runtime::memory::decode_step_bytes(&c, WeightFormat::Bf16, KvCacheDtype::Bf16, 4096);
     for r in recipes {
-        match hybrid_check::hybrid_speed(a.device, &a.preset, r) {
+        match crate::runtime_eval::hybrid_check::hybrid_speed(a.device, &a.preset, r) {
             Ok(s) => {
                 let bytes = s.weight_bytes + step.kv + step.state;
                 let bound = bw / bytes as f64;

@@ -12,8 +12,8 @@ use anyhow::Context;
 use crate::diagnose::{
     self, build_findings, checkpoint_facts, parse_metrics, parse_sse, Card, Diagnosis, LogInput,
 };
-use crate::report::redact::Redactor;
-use crate::rig::ComputeCapability;
+use crate::gpu::ComputeCapability;
+use crate::output::redact::Redactor;
 use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench diagnose`.
@@ -217,8 +217,8 @@ pub fn run(args: DiagnoseArgs) -> anyhow::Result<ExitStatus> {
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out)
             .map_err(|e| RigError::file(out, format!("cannot create the --out folder: {e}")))?;
-        crate::report::write::atomic_write(&out.join("diagnose.md"), md.as_bytes())?;
-        crate::report::write::atomic_write_json(&out.join("diagnose.json"), &json)?;
+        crate::output::write::atomic_write(&out.join("diagnose.md"), md.as_bytes())?;
+        crate::output::write::atomic_write_json(&out.join("diagnose.json"), &json)?;
         eprintln!(
             "wrote {} and {}",
             out.join("diagnose.md").display(),

@@ -16,7 +16,7 @@ use crate::e2e::client::Api;
 use crate::e2e::launcher::EngineChoice;
 use crate::e2e::workload::{ArrivalKind, CacheTemp, LoadMode, Suite};
 use crate::e2e::E2eOptions;
-use crate::report::output::ReportDir;
+use crate::report::folder::ReportDir;
 use crate::report::Results;
 use crate::{ExitStatus, RigError};
 
@@ -554,7 +554,7 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     // What the effective suite is, after the flags (the report's "Suite:" line says the same).
     eprintln!(
         "rigbench e2e: suite {}",
-        crate::e2e::report::suite_as_run(&opts.suite)
+        crate::e2e::render::suite_as_run(&opts.suite)
     );
     let rig = crate::rig::probe();
     let label = rig.label();
@@ -650,7 +650,7 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     }
     dir.write_results(&results)?;
     let plots = crate::e2e::write_plots(&e2e, &dir.path).context("cannot write the e2e plots")?;
-    crate::e2e::report::write_csv(&e2e, &dir.path).context("cannot write the e2e CSV files")?;
+    crate::e2e::render::write_csv(&e2e, &dir.path).context("cannot write the e2e CSV files")?;
     if let Some(log) = &e2e.engine_log {
         dir.write_text("engine.log", log)?;
     }

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use crate::checkpoint::{self, InspectOptions, KvCacheDtype};
-use crate::report::redact::Redactor;
-use crate::rig::ComputeCapability;
+use crate::gpu::ComputeCapability;
+use crate::output::redact::Redactor;
 use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench inspect`.
@@ -71,7 +71,10 @@ fn gib_bytes(flag: &str, v: f64) -> Result<u64, RigError> {
 /// Build [`InspectOptions`] from the flags, probing the GPU only when `--cc` or
 /// `--gpu-mem-gib` leaves something to find out.
 pub fn options(args: &InspectArgs) -> Result<InspectOptions, RigError> {
-    let mut o = InspectOptions::default();
+    let mut o = InspectOptions {
+        runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
+        ..Default::default()
+    };
     if !(args.gpu_memory_utilization > 0.0 && args.gpu_memory_utilization <= 1.0) {
         return Err(RigError::flag(
             "--gpu-memory-utilization",

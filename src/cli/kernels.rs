@@ -229,7 +229,7 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
     let results = crate::report::job::run(job)?;
     if args.json {
         let mut v = serde_json::to_value(&results.kernels)?;
-        crate::report::redact::Redactor::for_this_host(!args.no_redact).redact_json(&mut v);
+        crate::output::redact::Redactor::for_this_host(!args.no_redact).redact_json(&mut v);
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         let mut md = String::new();
@@ -248,7 +248,7 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         }
         print!(
             "{}",
-            crate::report::redact::Redactor::for_this_host(!args.no_redact).redact(&md)
+            crate::output::redact::Redactor::for_this_host(!args.no_redact).redact(&md)
         );
     }
     if let Some(why) = &results.interrupted {

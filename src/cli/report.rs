@@ -9,7 +9,7 @@ use crate::cli::kernels::KernelSelection;
 use crate::report::job::{self, Job};
 use anyhow::Context;
 
-use crate::report::output::ReportDir;
+use crate::report::folder::ReportDir;
 use crate::{ExitStatus, RigError};
 
 /// Arguments of `rigbench report`.
@@ -180,9 +180,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         let same = target.canonicalize().ok() == source.canonicalize().ok();
         let dir = if same {
             // In place: keep results.json (creating the folder afresh would clear it).
-            crate::report::output::ReportDir::existing(&target, !args.no_redact)
+            crate::report::folder::ReportDir::existing(&target, !args.no_redact)
         } else {
-            let d = crate::report::output::ReportDir::create(
+            let d = crate::report::folder::ReportDir::create(
                 Some(&target),
                 &results.rig_label,
                 !args.no_redact,
@@ -202,7 +202,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         }
         if let Some(e) = &results.e2e {
             if !same || !dir.path.join("e2e_runs.csv").is_file() {
-                crate::e2e::report::write_csv(e, &dir.path)?;
+                crate::e2e::render::write_csv(e, &dir.path)?;
             }
             // engine.log is not in results.json: carry it over from the source folder.
             let log = source.join("engine.log");
@@ -217,9 +217,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         if let Some(rt) = results.runtime.as_ref().filter(|_| !same) {
             for f in &rt.formats {
                 let Some(e) = &f.e2e else { continue };
-                let sub = crate::runtime::report::e2e_dir(&f.format);
+                let sub = crate::runtime_eval::section::e2e_dir(&f.format);
                 std::fs::create_dir_all(dir.path.join(&sub))?;
-                crate::e2e::report::write_csv(e, &dir.path.join(&sub))?;
+                crate::e2e::render::write_csv(e, &dir.path.join(&sub))?;
                 let log = source.join(&sub).join("engine.log");
                 if log.is_file() {
                     let text = std::fs::read_to_string(&log)
@@ -391,9 +391,6 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             args.extend(["--model".to_string(), m.clone()]);
         }
     }
-    if let Some(n) = e2e.as_ref().and_then(crate::cli::e2e::reset_notice) {
-        eprintln!("rigbench: {n}");
-    }
     // SIGINT/SIGTERM stop the run after the case in flight and write what was measured.
     crate::signals::install()?;
     let (results, dir) = job::run_with_dir(Job {
@@ -484,7 +481,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
 pub fn plural(n: usize, one: &str, many: &str) -> String {
     format!(
         "{} {}",
-        crate::report::table::thousands(n as u64),
+        crate::output::table::thousands(n as u64),
         if n == 1 { one } else { many }
     )
 }
@@ -494,7 +491,7 @@ fn print_summary(dir: &ReportDir, results: &crate::report::Results) {
     let text = format!(
         "Report: {}\n\nVerdict:\n{}",
         dir.target.join("report.md").display(),
-        crate::report::verdict::text(results)
+        crate::report::headline::text(results)
     );
     print!("{}", dir.redactor().redact(&text));
 }

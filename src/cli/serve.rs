@@ -236,7 +236,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitStatus> {
             i.model_config.hidden_size,
             i.model_config.vocab_size,
             i.weight_format.id(),
-            crate::report::table::human_bytes(i.weight_bytes),
+            crate::output::table::human_bytes(i.weight_bytes),
             i.kv.dtype.vllm_name(),
             i.tokenizer_source,
             i.template_source,

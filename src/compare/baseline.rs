@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::report::redact::Redactor;
+use crate::output::redact::Redactor;
 use crate::report::Results;
 use crate::rig::RigFacts;
 use crate::RigError;
@@ -84,7 +84,7 @@ pub fn list_baselines(baselines_dir: &Path) -> Vec<String> {
 }
 
 /// The between-run spread of every timing metric of `results` measured in at least two repeats
-/// (see [`crate::compare::gate::RunSpread`]); `None` when nothing was repeated.
+/// (see [`crate::report::schema::RunSpread`]); `None` when nothing was repeated.
 pub fn between_run_of(results: &Results) -> Option<crate::report::schema::BetweenRun> {
     let mut out = crate::report::schema::BetweenRun::default();
     for m in crate::compare::metrics_of(results) {
@@ -207,7 +207,7 @@ pub fn check_writable(baselines_dir: &Path) -> Result<(), RigError> {
 /// Save `results` as the baseline of `suite` for its rig: `<baselines_dir>/<rig_label>/<suite>.json`,
 /// in the results schema (so it records the rig facts it was measured on), with each timing
 /// metric's between-run spread when the run was repeated ([`between_run_of`]), written
-/// atomically ([`crate::report::write::atomic_write_json`]) and redacted (host name, user, home
+/// atomically ([`crate::output::write::atomic_write_json`]) and redacted (host name, user, home
 /// and working directory, IP addresses), since baselines are committed.
 ///
 /// Replacing a baseline: the outcome says what changed (metric counts per section); a new
@@ -255,7 +255,7 @@ pub fn save_baseline(
     }
     let mut v = serde_json::to_value(&results).context("cannot serialize the results")?;
     Redactor::for_this_host(true).redact_json(&mut v);
-    crate::report::write::atomic_write_json(&path, &v)
+    crate::output::write::atomic_write_json(&path, &v)
         .with_context(|| format!("cannot write baseline {}", path.display()))?;
     Ok(Saved { path, replaced })
 }
@@ -320,7 +320,7 @@ pub fn check_rig(b: &RigFacts, c: &RigFacts) -> RigCheck {
                 ));
             }
             if bg.compute_capability != cg.compute_capability {
-                let cc = |x: Option<crate::rig::ComputeCapability>| {
+                let cc = |x: Option<crate::gpu::ComputeCapability>| {
                     x.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into())
                 };
                 r.mismatches.push(format!(
@@ -400,7 +400,8 @@ pub fn check_rig(b: &RigFacts, c: &RigFacts) -> RigCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rig::{ComputeCapability, GpuFacts};
+    use crate::gpu::ComputeCapability;
+    use crate::rig::GpuFacts;
 
     fn gpu(name: &str, cc: (u32, u32), driver: Option<&str>) -> RigFacts {
         let mut f = RigFacts::default();
@@ -569,7 +570,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut r = with_e2e_and_repeats();
         r.rig.capabilities =
-            crate::rig::capability::table(crate::rig::ComputeCapability::new(9, 0));
+            crate::rig::capability::table(crate::gpu::ComputeCapability::new(9, 0));
         save_baseline(&r, d.path(), "ci", false).unwrap();
         // The same again: replaced, nothing dropped.
         let again = save_baseline(&r, d.path(), "ci", false).unwrap();

@@ -39,7 +39,7 @@
 //! `se² = σ̃²/R_b + σ̃²/R_c` (with slots, `σ̃²` times the fit's factor). Without any between-run
 //! information (one repeat per side, no stored spread, no family prior) only the within-run
 //! noise is known: `se²` is the sum of the within-run variances of the two medians and the
-//! comparison says so, because it then flags ordinary run-to-run drift (issue 13).
+//! comparison says so, because it then flags ordinary run-to-run drift (docs/gate.md).
 //!
 //! Within-run variance of `ln median`: the order-statistic standard error of McKean & Schrader
 //! (1984, *A comparison of methods for studentizing the sample median*, Comm. Stat. B 13(6)):
@@ -64,6 +64,8 @@
 
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ChiSquared, ContinuousCDF, Normal, StudentsT};
+
+use crate::report::schema::RunSpread;
 
 /// Fewest samples for a within-run standard error of a median (McKean–Schrader needs a few
 /// order statistics on each side of the middle). A one-repeat side with fewer samples cannot be
@@ -121,16 +123,6 @@ pub enum Basis {
         /// The moderated between-run standard deviation of `ln median`.
         sd_log: f64,
     },
-}
-
-/// Between-run spread of one metric: the standard deviation of `ln median` across repeats and
-/// its degrees of freedom (repeats − 1). Baselines store it per timing metric.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct RunSpread {
-    /// Standard deviation of the repeats' `ln median` (≈ the relative spread: 0.01 = 1%).
-    pub sd_log: f64,
-    /// Degrees of freedom (repeats − 1).
-    pub df: usize,
 }
 
 /// Why a metric has no interval.

@@ -127,7 +127,7 @@ pub enum MetricValue {
         repeats: Vec<usize>,
         /// The between-run spread stored with a baseline for this metric, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        between_run: Option<super::gate::RunSpread>,
+        between_run: Option<crate::report::schema::RunSpread>,
         /// Per repeat, the slot of the metric's implementation: its rank in that repeat's
         /// implementation order (`kernels.repeats.order`) among the formats the run timed;
         /// empty when unknown or not repeated.
@@ -1210,7 +1210,7 @@ mod tests {
     fn ids_kinds_and_duplicates() {
         let mut r = Results::new(RigFacts::default(), "cpu-x86-64".into(), "t".into());
         r.rig.capabilities =
-            crate::rig::capability::table(crate::rig::ComputeCapability::new(12, 0));
+            crate::rig::capability::table(crate::gpu::ComputeCapability::new(12, 0));
         r.kernels = Some(KernelResults {
             cases: vec![case(1), case(1)],
             ..Default::default()

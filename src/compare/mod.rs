@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 pub use baseline::{
     baseline_path, check_rig, find_baseline, list_baselines, save_baseline, RigCheck,
 };
-pub use gate::{ChangeInterval, RunSpread, MIN_SAMPLES};
+pub use gate::{ChangeInterval, MIN_SAMPLES};
 pub use metric::{
     metrics_of, point_id, Direction, Group, Metric, MetricSource, MetricValue, Tolerance, Unit,
 };
@@ -480,7 +480,7 @@ fn aggregates(pending: &[Pending], settings: &Settings) -> Vec<Pending> {
             .iter()
             .map(|(_, p)| p.b_stored)
             .collect::<Option<Vec<_>>>()
-            .map(|v| gate::RunSpread {
+            .map(|v| crate::report::schema::RunSpread {
                 sd_log: (v.iter().map(|s| s.sd_log * s.sd_log).sum::<f64>() / k).sqrt(),
                 df: v.iter().map(|s| s.df).min().unwrap_or(0),
             });

@@ -1,7 +1,7 @@
 //! Rendering a [`Comparison`] as Markdown, for terminals and CI job summaries (the JSON form is
 //! the serde serialization of [`Comparison`]).
 
-use crate::report::table::{human_bytes, human_seconds, markdown_table, thousands};
+use crate::output::table::{human_bytes, human_seconds, markdown_table, thousands};
 
 use super::metric::Unit;
 use super::verdict::{Row, Side, Verdict};

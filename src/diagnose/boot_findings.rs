@@ -9,7 +9,7 @@
 use super::cause::Cause;
 use super::log::{Boot, BootStatus, EngineLog, ErrorGroup};
 use super::{f, gib, lines, Finding, LogInput, Severity};
-use crate::report::table::thousands;
+use crate::output::table::thousands;
 
 fn join_nums(v: impl IntoIterator<Item = u32>) -> String {
     v.into_iter()
@@ -359,7 +359,7 @@ fn capacity_finding(b: &Boot, tag: &str, src: &str, mem: Option<String>, out: &m
     if let Some(p) = b.kv_pool_bytes {
         parts.push(format!(
             "the KV pool holds {}",
-            crate::report::table::human_bytes(p)
+            crate::output::table::human_bytes(p)
         ));
     }
     if let Some(s) = &b.kv_cells_swa {

@@ -257,7 +257,7 @@ fn cc_text(c: u32) -> String {
     format!("sm_{c} ({}.{})", c / 10, c % 10)
 }
 
-pub use crate::report::table::thousands;
+pub use crate::output::table::thousands;
 
 /// Minimum PTX ISA for an architecture target (see the module docs).
 pub fn min_ptx_isa(target: &str) -> Option<&'static str> {

@@ -5,10 +5,11 @@
 //!
 //! Module map: [`line`] (prefixes, levels, pids), [`engines`] (one reader per engine behind
 //! [`engines::EngineReader`]), [`log`] (boots, processes, errors, kernels, spec lines),
-//! [`cause`] (root causes), [`spec`] (speculative decoding, pooled), [`metrics`] (`/metrics`
-//! facts), [`render`] (Markdown); the findings of a log are built in `boot_findings` (errors,
-//! boots, KV warnings) and `kernels` (native FP4, weight-only paths). `docs/diagnose.md` lists
-//! the lines and metrics read per engine and version, and every finding.
+//! [`cause`] (root causes), [`spec`] (speculative decoding, pooled), [`prometheus`] (the
+//! `/metrics` text parser, which e2e's scrapes use too), [`scrape`] (what a scrape says),
+//! [`render`] (Markdown); the findings of a log are built in `boot_findings` (errors, boots, KV
+//! warnings) and `kernels` (native FP4, weight-only paths). `docs/diagnose.md` lists the lines
+//! and metrics read per engine and version, and every finding.
 //!
 //! Findings (id, severity):
 //! - `out-of-memory`, `kv-too-small-for-max-len`, `no-kv-memory`, `quantization-unsupported`,
@@ -40,8 +41,9 @@ pub mod engines;
 mod kernels;
 pub mod line;
 pub mod log;
-pub mod metrics;
+pub mod prometheus;
 pub mod render;
+pub mod scrape;
 pub mod spec;
 
 use std::path::Path;
@@ -50,10 +52,10 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::checkpoint::Severity;
 use crate::checkpoint::{self, InspectOptions, LayerKind, ModuleFormat};
-use crate::e2e::prometheus::Exposition;
-use crate::rig::ComputeCapability;
+use crate::gpu::ComputeCapability;
 use cause::{thousands, Cause};
 use log::EngineLog;
+use prometheus::Exposition;
 use spec::{RequestSpec, SpecPooled};
 
 /// One finding.
@@ -86,7 +88,7 @@ pub struct MetricsInput {
     /// The file name as given.
     pub name: String,
     /// What was found.
-    pub facts: metrics::MetricsFacts,
+    pub facts: scrape::MetricsFacts,
     /// Why the input was not parsed (binary), when it was not.
     pub unreadable: Option<String>,
     /// The parsed scrape, kept for comparisons between scrapes.
@@ -249,6 +251,7 @@ pub fn checkpoint_facts(
     let opts = InspectOptions {
         cc,
         card: cc.map(|_| "diagnose".to_string()),
+        runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
         ..Default::default()
     };
     let r = checkpoint::inspect(dir, &opts)?;
@@ -317,7 +320,7 @@ pub fn parse_metrics(name: &str, bytes: &[u8]) -> MetricsInput {
     let e = Exposition::parse(&String::from_utf8_lossy(bytes));
     MetricsInput {
         name: name.to_string(),
-        facts: metrics::facts(&e),
+        facts: scrape::facts(&e),
         unreadable: None,
         exposition: Some(e),
     }
@@ -800,8 +803,8 @@ fn metrics_findings(m: &MetricsInput, out: &mut Vec<Finding>) {
 
 /// Prompt/generation counters and the prefix cache, as findings.
 fn counter_findings(
-    t: Option<&metrics::TokenCounters>,
-    pc: Option<&metrics::PrefixCache>,
+    t: Option<&scrape::TokenCounters>,
+    pc: Option<&scrape::PrefixCache>,
     when: &str,
     src: &str,
     out: &mut Vec<Finding>,
@@ -869,16 +872,16 @@ fn metrics_delta_findings(ms: &[MetricsInput], out: &mut Vec<Finding>) {
         return;
     };
     counter_findings(
-        metrics::token_counters(Some(a), b).as_ref(),
-        metrics::prefix_cache(Some(a), b).as_ref(),
+        scrape::token_counters(Some(a), b).as_ref(),
+        scrape::prefix_cache(Some(a), b).as_ref(),
         "between the scrapes",
         &format!("{} → {}", first.name, last.name),
         out,
     );
-    if let Some((p, why)) = metrics::spec(Some(a), b) {
+    if let Some((p, why)) = scrape::spec(Some(a), b) {
         let src = format!("{} → {} ({why})", first.name, last.name);
         if p.drafts == Some(0) {
-            let generated = metrics::token_counters(Some(a), b)
+            let generated = scrape::token_counters(Some(a), b)
                 .and_then(|t| t.generated_tokens)
                 .filter(|g| *g > 0.0);
             out.push(f(

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use super::log::{BootStatus, KernelPath};
 use super::{Diagnosis, Finding, Severity};
-use crate::report::table::{markdown_table, thousands};
+use crate::output::table::{markdown_table, thousands};
 
 /// One finding as a Markdown list item: severity, id, title, where; the detail indented below.
 pub fn finding_item(x: &Finding) -> String {
@@ -19,7 +19,7 @@ pub fn finding_item(x: &Finding) -> String {
 pub fn findings_markdown(findings: &[Finding]) -> String {
     let mut o = String::new();
     let n = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
-    let plural = crate::report::table::plural;
+    let plural = crate::output::table::plural;
     let _ = writeln!(
         o,
         "{}, {}, {} info\n",

@@ -1,7 +1,7 @@
 //! Speculative decoding: the engines' log lines, `/metrics` counters and vLLM's per-request
 //! object in the last SSE chunk, pooled into one acceptance figure with its k.
 //!
-//! Definitions (vLLM's, see `ARCHITECTURE.md` Terms): acceptance rate = accepted / drafted
+//! Definitions (vLLM's, see docs/architecture.md, "Terms"): acceptance rate = accepted / drafted
 //! tokens; mean acceptance length = 1 + accepted / drafts (a draft is one speculation step of k
 //! tokens, so drafts = drafted / k); per-position acceptance = accepted at position i / drafts.
 //!

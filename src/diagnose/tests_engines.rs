@@ -485,7 +485,7 @@ fn sglang_pool_capped_far_below_the_profiler() {
     let per_token = 0.24 * 1_073_741_824.0 / 20_480.0;
     let want = (rest * 1_073_741_824.0 / per_token).floor() as u64;
     assert!(
-        f[0].title.contains(&crate::report::table::thousands(want)),
+        f[0].title.contains(&crate::output::table::thousands(want)),
         "{} (want ≈{want})",
         f[0].title
     );
@@ -1004,7 +1004,7 @@ fn redaction_rewrites_inputs_never_rigbench_words() {
 fn the_redactor_keeps_rates_and_llama_timestamps() {
     // The redaction code's own words: rates are not secrets, llama.cpp's elapsed-time stamps
     // (`0.10.110.130 I …`, after a `[pid] ` too) are not addresses; real ones still go.
-    let r = crate::report::redact::Redactor::with_literals(Vec::new(), true);
+    let r = crate::output::redact::Redactor::with_literals(Vec::new(), true);
     let s = r.redact("KV bytes per token = full-attention layers × 2");
     assert_eq!(s, "KV bytes per token = full-attention layers × 2");
     assert!(r.redact("api_key = abcdefghijkl").contains("<token>"));

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::client::TokenizeForm;
 use super::conditions::{delta, Sourced};
-use super::prometheus::Exposition;
+use crate::diagnose::prometheus::Exposition;
 
 /// The engine a session drives, as far as rigbench adapts to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -1,4 +1,4 @@
-//! Checks that keep end-to-end figures honest on the streams real engines send (issue 13):
+//! Checks that keep end-to-end figures honest on the streams real engines send:
 //!
 //! - [`mark_opening_wave`]: a closed loop releases `concurrency` requests at once after the
 //!   warm-up; against an engine with one prefill slot they queue behind each other (TTFT 108,

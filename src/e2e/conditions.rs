@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use super::bootlog::BootLog;
 use super::client::Api;
 use super::metrics::{ChunkSplit, RequestRecord, TokenSource};
-use super::prometheus::Exposition;
 use super::workload::{CacheTemp, WorkloadKind};
+use crate::diagnose::prometheus::Exposition;
 
 /// A value with the place it was read from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

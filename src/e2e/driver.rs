@@ -28,12 +28,12 @@ use super::launcher::{EngineChoice, EngineHandle};
 use super::metrics::{
     latencies, split_tokens, LatencySummary, Lateness, RequestRecord, Throughput, TokenSource,
 };
-use super::prometheus::Exposition;
 use super::validity::{assess, output_flags, Validity};
 use super::workload::{
     prepare, CacheTemp, LoadMode, PreparedRequest, Suite, TokenCounter, WorkloadKind,
 };
 use super::{E2eResults, EngineSummary};
+use crate::diagnose::prometheus::Exposition;
 
 /// Everything a session needs.
 #[derive(Debug, Clone)]
@@ -222,7 +222,7 @@ async fn engine_facts(
     if f.name.is_none() {
         let prefix = metrics
             .as_ref()
-            .and_then(crate::diagnose::metrics::engine_of);
+            .and_then(crate::diagnose::scrape::engine_of);
         let owned = models
             .first()
             .and_then(|m| m.1.clone())
@@ -588,7 +588,7 @@ pub fn reset_message(
     points: usize,
     cache: CacheTemp,
 ) -> String {
-    let points = crate::report::table::plural(points as u64, "sweep point", "sweep points");
+    let points = crate::output::table::plural(points as u64, "sweep point", "sweep points");
     match reset {
         Some(true) => format!(
             "POST {url}{path} emptied the engine's prefix cache; rigbench empties it before each of the {points}{}",
@@ -835,7 +835,7 @@ impl Session<'_> {
             if let Some(log) = kv.capacity_tokens.take().filter(|l| l.value != p.value) {
                 kv.capacity_note = Some(format!(
                     "the engine log gives {} tokens ({}); the engine's own endpoint is used",
-                    crate::report::table::thousands(log.value),
+                    crate::output::table::thousands(log.value),
                     log.source
                 ));
             }

@@ -293,11 +293,11 @@ fn describe_sum(ctx: &[u64]) -> String {
         format!(
             "{} × {}",
             ctx.len(),
-            crate::report::table::thousands(ctx[0])
+            crate::output::table::thousands(ctx[0])
         )
     } else {
         ctx.iter()
-            .map(|c| crate::report::table::thousands(*c))
+            .map(|c| crate::output::table::thousands(*c))
             .collect::<Vec<_>>()
             .join(" + ")
     }

@@ -11,8 +11,9 @@
 //! Module map: [`adapters`] (what differs per engine: tokenize body, KV source, cache counters,
 //! speculative method; docs/engines/), [`client`] (HTTP + SSE), [`executor`] (closed/open
 //! loop), [`workload`] (suites, token-exact prompts), [`prompts`] (prompt sets), [`metrics`]
-//! (TTFT, TTFC, ITL, TPOT, E2E), [`prometheus`] (`/metrics` parser), [`bootlog`] (engine logs),
-//! [`conditions`], [`validity`], [`launcher`], [`driver`], [`report`].
+//! (serving metrics: TTFT, TTFC, ITL, TPOT, E2E), [`crate::diagnose::prometheus`] (`/metrics`
+//! parser), [`bootlog`] (engine logs), [`conditions`], [`validity`], [`launcher`], [`driver`],
+//! [`quality`] (perplexity and exact-recall probes), [`render`] (the e2e section of a report).
 
 pub mod adapters;
 pub mod bootlog;
@@ -25,10 +26,9 @@ pub mod executor;
 pub mod launcher;
 pub mod metrics;
 pub mod parallel;
-pub mod prometheus;
 pub mod prompts;
 pub mod quality;
-pub mod report;
+pub mod render;
 pub mod runtime_facts;
 pub mod validity;
 pub mod workload;
@@ -105,7 +105,7 @@ impl E2eResults {
 /// Render end-to-end results as Markdown (the report's e2e section: conditions first, then
 /// latency and throughput tables, with links to the plots written by [`write_plots`]).
 pub fn render_markdown(results: &E2eResults) -> String {
-    let mut md = report::render_markdown(results);
+    let mut md = render::render_markdown(results);
     if let Some(m) = &results.multi_gpu {
         md.push_str(&parallel::render(m));
     }
@@ -117,7 +117,7 @@ pub fn render_markdown(results: &E2eResults) -> String {
 /// # Errors
 /// Drawing or writing a plot failed.
 pub fn write_plots(results: &E2eResults, dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
-    report::write_plots(results, dir)
+    render::write_plots(results, dir)
 }
 
 /// Run an e2e session synchronously for `rigbench report` (builds its own tokio runtime).

@@ -1,7 +1,7 @@
 //! Quality probes against any OpenAI-compatible engine (`rigbench e2e --quality`):
 //!
 //! - **Perplexity** of the fixed public-domain text
-//!   ([`crate::runtime::quality::FIXED_TEXT`]): one `/v1/completions` request with the text as
+//!   ([`FIXED_TEXT`]): one `/v1/completions` request with the text as
 //!   the prompt, `echo: true`, `logprobs: 0` and `max_tokens: 1`, as vLLM and `rigbench serve`
 //!   answer it (the prompt tokens' log-probabilities in `logprobs.token_logprobs`, the first
 //!   `null`); vLLM's `prompt_logprobs` field is read when present instead. Perplexity =
@@ -17,6 +17,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+
+/// The fixed public-domain text of the perplexity probes, here and in the built-in runtime's
+/// fidelity study (see `tests/fixtures/text/README.md` for its sources).
+pub const FIXED_TEXT: &str = include_str!("../../tests/fixtures/text/public-domain.txt");
+
+/// Its name in reports.
+pub const FIXED_TEXT_NAME: &str = "tests/fixtures/text/public-domain.txt (Austen, Lincoln, the Declaration of Independence, the US Constitution's preamble; public domain)";
 
 /// The perplexity probe's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -149,9 +156,7 @@ pub fn perplexity_from_response(v: &Value, text: &str) -> Result<PerplexityProbe
 
 /// A recall case's prompt: filler words with the needle sentence at `depth`.
 pub fn recall_prompt(words: usize, depth: f64, code: &str) -> String {
-    let filler: Vec<&str> = crate::runtime::quality::FIXED_TEXT
-        .split_whitespace()
-        .collect();
+    let filler: Vec<&str> = FIXED_TEXT.split_whitespace().collect();
     let mut hay: Vec<String> = (0..words)
         .map(|i| filler[i % filler.len()].to_string())
         .collect();
@@ -181,10 +186,7 @@ impl Default for ProbeSpec<'static> {
     /// The fixed text whole; [`RECALL_WORDS`] × [`RECALL_DEPTHS`].
     fn default() -> Self {
         ProbeSpec {
-            text: (
-                crate::runtime::quality::FIXED_TEXT,
-                crate::runtime::quality::FIXED_TEXT_NAME,
-            ),
+            text: (FIXED_TEXT, FIXED_TEXT_NAME),
             recall_words: &RECALL_WORDS,
             recall_depths: &RECALL_DEPTHS,
         }

@@ -469,7 +469,7 @@ mod tests {
             output_flags(&r, "0123456789", true, true),
             vec!["truncated: 3 of 32 tokens"]
         );
-        // Any shortfall is truncation, not only below half (issue 13: 600 of 1024 passed).
+        // Any shortfall is truncation, not only below half (a 600-of-1024 answer once passed).
         let r600 = RequestRecord {
             output_tokens: Some(600),
             output_tokens_requested: 1024,

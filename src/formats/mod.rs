@@ -13,6 +13,25 @@ pub mod w4a16_pack;
 
 use serde::{Deserialize, Serialize};
 
+/// Test data for this module's tests: `n` values uniform in [−1, 1) from the "lowbias32" hash
+/// (Chris Wellons, 2018), the same values as `crate::kernels::data::uniform_pm1(i, seed)` for
+/// `i` in `0..n` (a test there checks that they agree). Computed here because formats sits
+/// below kernels (docs/architecture.md).
+#[cfg(test)]
+pub(crate) fn test_uniform(seed: u32, n: usize) -> Vec<f32> {
+    fn lowbias32(mut x: u32) -> u32 {
+        x ^= x >> 16;
+        x = x.wrapping_mul(0x7feb_352d);
+        x ^= x >> 15;
+        x = x.wrapping_mul(0x846c_a68b);
+        x ^= x >> 16;
+        x
+    }
+    (0..n as u32)
+        .map(|i| (lowbias32(i ^ lowbias32(seed)) >> 8) as f32 * (1.0 / 16_777_216.0) * 2.0 - 1.0)
+        .collect()
+}
+
 /// Errors from format conversions: a shape that does not fit the format, or an invalid scale.
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum FormatError {

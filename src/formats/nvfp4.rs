@@ -268,9 +268,7 @@ mod tests {
     use super::*;
 
     fn lcg(seed: u32, n: usize) -> Vec<f32> {
-        (0..n as u32)
-            .map(|i| crate::kernels::data::uniform_pm1(i, seed))
-            .collect()
+        crate::formats::test_uniform(seed, n)
     }
 
     #[test]

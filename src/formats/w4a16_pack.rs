@@ -440,9 +440,7 @@ mod tests {
     }
 
     fn seeded(seed: u32, n: usize) -> Vec<f32> {
-        (0..n as u32)
-            .map(|i| crate::kernels::data::uniform_pm1(i, seed))
-            .collect()
+        crate::formats::test_uniform(seed, n)
     }
 
     fn check_emulation(n: usize, k: usize, tokens: usize) {

@@ -13,7 +13,7 @@ use cudarc::driver::{
 };
 
 use super::probe::{check_driver_version, cuda_include_dir, libraries};
-use crate::rig::ComputeCapability;
+use super::ComputeCapability;
 use crate::RigError;
 
 fn cuda_err(context: &str, e: impl std::fmt::Debug) -> RigError {

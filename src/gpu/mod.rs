@@ -8,11 +8,13 @@
 
 pub mod probe;
 
-pub use probe::{libraries, probe_into, LibraryStatus, MIN_DRIVER_CUDA};
+pub use probe::{libraries, LibraryStatus, MIN_DRIVER_CUDA};
+pub mod compute_capability;
 pub mod context;
 pub mod cublaslt;
 pub mod graph;
 pub mod multi;
 pub mod nccl;
 
+pub use compute_capability::ComputeCapability;
 pub use context::{DevBuf, FlushMethod, FuncAttrs, Gpu, Graph, KArg, L2Flusher, Module, Timer};

@@ -1,5 +1,7 @@
-//! Several GPUs in one process: CUDA's peer-access verdict per pair, and peer-to-peer copy
-//! bandwidth (each ordered pair, and both directions at once).
+//! Several GPUs in one process: CUDA's peer-access verdict per pair, one device of a multi-GPU
+//! measurement ([`Dev`]: its context and stream) with `cuMemAlloc` buffers ([`RawBuf`]), and the
+//! timed peer-to-peer copies (each ordered pair, and both directions at once) that
+//! `crate::multigpu::p2p` measures with.
 //!
 //! Each device gets its own (primary) context and a non-blocking stream. Buffers come from
 //! `cuMemAlloc` (not the stream-ordered pool: pool memory needs `cuMemPoolSetAccess` for peers,
@@ -18,10 +20,10 @@ use cudarc::driver::sys::{self, CUevent_flags};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use super::probe::{check_driver_version, libraries};
-use crate::multigpu::schema::{OpTiming, P2pBidir, P2pCopy, P2pResults};
 use crate::RigError;
 
-fn cuda_err(context: &str, e: impl std::fmt::Debug) -> RigError {
+/// A CUDA failure as [`RigError::Cuda`]: `context` and the error's `Debug` text.
+pub(crate) fn cuda_err(context: &str, e: impl std::fmt::Debug) -> RigError {
     RigError::Cuda {
         context: context.to_string(),
         message: format!("{e:?}"),
@@ -125,6 +127,14 @@ impl Dev {
             .map_err(|e| cuda_err(&format!("synchronizing device {}", self.index), e))
     }
 
+    /// Free and total memory of this device, bytes (`cuMemGetInfo`).
+    pub(crate) fn mem_info(&self) -> Result<(usize, usize), RigError> {
+        self.bind()?;
+        self.ctx
+            .mem_get_info()
+            .map_err(|e| cuda_err("cuMemGetInfo", e))
+    }
+
     fn event(&self) -> Result<CudaEvent, RigError> {
         self.ctx
             .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
@@ -174,7 +184,7 @@ impl Drop for RawBuf {
 }
 
 /// Let `from`'s context access `to`'s memory. Returns whether peer access is on.
-fn enable_peer(from: &Dev, to: &Dev) -> Result<bool, RigError> {
+pub(crate) fn enable_peer(from: &Dev, to: &Dev) -> Result<bool, RigError> {
     let mut can: std::ffi::c_int = 0;
     // SAFETY: valid device handles; writes one int.
     unsafe { sys::cuDeviceCanAccessPeer(&mut can, from.ctx.cu_device(), to.ctx.cu_device()) }
@@ -197,27 +207,6 @@ fn enable_peer(from: &Dev, to: &Dev) -> Result<bool, RigError> {
             ),
             e,
         )),
-    }
-}
-
-/// How the peer-to-peer copies are measured.
-#[derive(Debug, Clone)]
-pub struct P2pOptions {
-    /// Bytes per copy (capped at a quarter of the smallest free memory).
-    pub bytes: usize,
-    /// Untimed copies first.
-    pub warmup: usize,
-    /// Timed copies.
-    pub samples: usize,
-}
-
-impl Default for P2pOptions {
-    fn default() -> Self {
-        Self {
-            bytes: 256 << 20,
-            warmup: 3,
-            samples: 20,
-        }
     }
 }
 
@@ -248,119 +237,22 @@ fn peer_copy(
     })
 }
 
-/// Measure peer-to-peer copies between every ordered pair of `devices`, and both directions at
-/// once for every unordered pair.
+/// One copy of `bytes` from `sbuf` on `src` to `dbuf` on `dst`, checked (the first and last
+/// 4 KiB of the destination must then hold the source's 0x5A bytes), then `warmup` untimed
+/// copies and `samples` (at least one) copies each between CUDA events on the source's stream.
+/// Returns each sample's time in seconds.
 ///
 /// # Errors
-/// No GPU, fewer than two devices, or a device that cannot be opened. A pair that fails is
-/// recorded in [`P2pResults::notes`] and the others still run.
-pub fn measure_p2p(devices: &[usize], opts: &P2pOptions) -> Result<P2pResults, RigError> {
-    let n = device_count()?;
-    if devices.len() < 2 {
-        return Err(RigError::NoGpu(
-            "peer-to-peer copies need two or more GPUs".into(),
-        ));
-    }
-    if let Some(d) = devices.iter().find(|d| **d >= n) {
-        return Err(RigError::NoGpu(format!(
-            "no CUDA device {d} (the driver reports {n})"
-        )));
-    }
-    let devs: Vec<Dev> = devices
-        .iter()
-        .map(|&i| Dev::open(i))
-        .collect::<Result<_, _>>()?;
-    let mut free_min = usize::MAX;
-    for d in &devs {
-        d.bind()?;
-        let (free, _) = d
-            .ctx
-            .mem_get_info()
-            .map_err(|e| cuda_err("cuMemGetInfo", e))?;
-        free_min = free_min.min(free);
-    }
-    let bytes = opts.bytes.min(free_min / 4).max(1 << 20);
-    let mut res = P2pResults {
-        bytes: bytes as u64,
-        method: format!(
-            "cuMemcpyPeerAsync of {} MiB on the source GPU's stream, checked once (the first and last 4 KiB of the destination must hold the source's bytes), {} warm-up copies, then {} copies each between CUDA events (timing enabled) on that stream; bandwidth = bytes / median time (each byte counted once). Both-ways figure: the two copies started together (the second stream waits on the first's start event) and timed until both finished; bandwidth = 2 × bytes / median time",
-            bytes >> 20,
-            opts.warmup,
-            opts.samples
-        ),
-        ..Default::default()
-    };
-    // Peer access both ways for every pair, before any buffer is made.
-    let mut access = vec![vec![false; devs.len()]; devs.len()];
-    for (i, a) in devs.iter().enumerate() {
-        for (j, b) in devs.iter().enumerate() {
-            if i != j {
-                match enable_peer(a, b) {
-                    Ok(on) => access[i][j] = on,
-                    Err(e) => res.notes.push(format!("{e}")),
-                }
-            }
-        }
-    }
-    let bufs: Vec<(RawBuf, RawBuf)> = devs
-        .iter()
-        .map(|d| Ok((RawBuf::new(d, bytes, 0x5A)?, RawBuf::new(d, bytes, 0)?)))
-        .collect::<Result<_, RigError>>()?;
-    for (i, a) in devs.iter().enumerate() {
-        for (j, b) in devs.iter().enumerate() {
-            if i == j {
-                continue;
-            }
-            match time_copy(a, &bufs[i].0, b, &bufs[j].1, bytes, opts) {
-                Ok(t) => {
-                    let bw = bytes as f64 / t.median_s;
-                    res.copies.push(P2pCopy {
-                        src: a.index,
-                        dst: b.index,
-                        peer_access: access[i][j] && access[j][i],
-                        timing: t,
-                        bytes_per_s: bw,
-                    });
-                }
-                Err(e) => res
-                    .notes
-                    .push(format!("copy GPU{} → GPU{} failed: {e}", a.index, b.index)),
-            }
-        }
-    }
-    for i in 0..devs.len() {
-        for j in i + 1..devs.len() {
-            match time_bidir(&devs[i], &bufs[i], &devs[j], &bufs[j], bytes, opts) {
-                Ok(t) => {
-                    let bw = 2.0 * bytes as f64 / t.median_s;
-                    res.bidirectional.push(P2pBidir {
-                        a: devs[i].index,
-                        b: devs[j].index,
-                        timing: t,
-                        bytes_per_s: bw,
-                    });
-                }
-                Err(e) => res.notes.push(format!(
-                    "both-ways copy GPU{} ⇄ GPU{} failed: {e}",
-                    devs[i].index, devs[j].index
-                )),
-            }
-        }
-    }
-    for d in &devs {
-        d.sync()?;
-    }
-    Ok(res)
-}
-
-fn time_copy(
+/// The check fails (the copy is not timed) or a CUDA call fails.
+pub(crate) fn time_copy(
     src: &Dev,
     sbuf: &RawBuf,
     dst: &Dev,
     dbuf: &RawBuf,
     bytes: usize,
-    opts: &P2pOptions,
-) -> Result<OpTiming, RigError> {
+    warmup: usize,
+    samples: usize,
+) -> Result<Vec<f64>, RigError> {
     // The check: the destination must hold the source's bytes (0x5A) after one copy.
     dst.bind()?;
     // SAFETY: writes exactly the first `bytes` bytes of the destination buffer.
@@ -387,13 +279,13 @@ fn time_copy(
             ));
         }
     }
-    for _ in 0..opts.warmup {
+    for _ in 0..warmup {
         peer_copy(src, (dst, dbuf), (src, sbuf), bytes)?;
     }
     src.sync()?;
     let (start, end) = (src.event()?, src.event()?);
-    let mut samples = Vec::with_capacity(opts.samples);
-    for _ in 0..opts.samples.max(1) {
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples.max(1) {
         start
             .record(&src.stream)
             .map_err(|e| cuda_err("event record", e))?;
@@ -403,23 +295,31 @@ fn time_copy(
         let ms = start
             .elapsed_ms(&end)
             .map_err(|e| cuda_err("event elapsed time", e))?;
-        samples.push(ms as f64 * 1e-3);
+        times.push(ms as f64 * 1e-3);
     }
-    OpTiming::of(samples).ok_or_else(|| cuda_err("timing", "no samples"))
+    Ok(times)
 }
 
-fn time_bidir(
+/// Both directions at once between `a` and `b` (buffers: (source, destination) on each): the
+/// second device's stream waits on the first's start event, both copies run, and the time is
+/// taken until both finished; `warmup` untimed rounds, then `samples` (at least one) timed.
+/// Returns each sample's time in seconds.
+///
+/// # Errors
+/// A CUDA call fails.
+pub(crate) fn time_bidir(
     a: &Dev,
     abuf: &(RawBuf, RawBuf),
     b: &Dev,
     bbuf: &(RawBuf, RawBuf),
     bytes: usize,
-    opts: &P2pOptions,
-) -> Result<OpTiming, RigError> {
+    warmup: usize,
+    samples: usize,
+) -> Result<Vec<f64>, RigError> {
     let (start, end) = (a.event()?, a.event()?);
     let b_done = b.event()?;
-    let mut samples = Vec::new();
-    for s in 0..opts.warmup + opts.samples.max(1) {
+    let mut times = Vec::new();
+    for s in 0..warmup + samples.max(1) {
         a.bind()?;
         start
             .record(&a.stream)
@@ -444,12 +344,12 @@ fn time_bidir(
         let ms = start
             .elapsed_ms(&end)
             .map_err(|e| cuda_err("event elapsed time", e))?;
-        if s >= opts.warmup {
-            samples.push(ms as f64 * 1e-3);
+        if s >= warmup {
+            times.push(ms as f64 * 1e-3);
         }
     }
     b.sync()?;
-    OpTiming::of(samples).ok_or_else(|| cuda_err("timing", "no samples"))
+    Ok(times)
 }
 
 #[cfg(test)]
@@ -459,13 +359,7 @@ mod tests {
     #[test]
     fn bad_requests_are_errors_not_panics() {
         assert_eq!(peer_access(0, 1 << 20), None, "no machine has that device");
-        let e = measure_p2p(&[0], &P2pOptions::default())
-            .unwrap_err()
-            .to_string();
-        if libraries().driver {
-            assert!(e.contains("two or more") || e.contains("no GPU"), "{e}");
-        } else {
-            assert!(e.contains("no CUDA driver"), "{e}");
+        if !libraries().driver {
             assert!(device_count().is_err());
         }
     }

@@ -1,4 +1,6 @@
-//! NCCL, loaded at run time, and the all-reduce measurement.
+//! NCCL, loaded at run time: the library, its environment, and a group of communicators over
+//! several GPUs that runs BF16 sum all-reduces ([`AllReduceGroup`]), with which
+//! `crate::multigpu::allreduce` measures.
 //!
 //! Loading: `$RIGBENCH_NCCL_LIB` when set, else `libnccl.so.2` (the name the `libnccl2` package
 //! and PyTorch's `nvidia-nccl` wheel install), else `libnccl.so`. cudarc 0.19's `nccl` feature
@@ -10,18 +12,13 @@
 //! `NCCL_NVLS_ENABLE=0` is set in this process before NCCL is loaded ([`NCCL_ENV`]), and in the
 //! environment of every child rigbench starts ([`apply_child_env`]).
 //!
-//! Timing follows nccl-tests (`-g N`: one process and thread drive all GPUs, each all-reduce is
-//! one `ncclGroupStart`/`ncclAllReduce` per rank/`ncclGroupEnd`): warm-up, then per sample a run
-//! of back-to-back all-reduces between stream synchronizations on every GPU, timed on the host
-//! clock and divided by the count. Bus bandwidth per nccl-tests' `doc/PERFORMANCE.md`: algbw =
-//! bytes / time, busbw = algbw · 2(n−1)/n for all-reduce.
+//! As in nccl-tests (`-g N`), one process and thread drive all GPUs, and each all-reduce is one
+//! `ncclGroupStart`/`ncclAllReduce` per rank/`ncclGroupEnd`.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::OnceLock;
-use std::time::Instant;
 
 use super::multi::{device_count, Dev, RawBuf};
-use crate::multigpu::schema::{AllReducePoint, AllReduceWorld, OpTiming};
 use crate::RigError;
 
 /// The NCCL environment rigbench keeps in every environment it sets up.
@@ -211,42 +208,6 @@ fn check(a: &Api, what: &str, r: c_int) -> Result<(), RigError> {
     })
 }
 
-/// Bus bandwidth of an all-reduce over `ranks` GPUs from its algorithm bandwidth: busbw =
-/// algbw · 2(n−1)/n (nccl-tests, `doc/PERFORMANCE.md`, "AllReduce").
-pub fn allreduce_busbw(algbw: f64, ranks: usize) -> f64 {
-    if ranks == 0 {
-        return 0.0;
-    }
-    algbw * 2.0 * (ranks as f64 - 1.0) / ranks as f64
-}
-
-/// How the all-reduces are measured.
-#[derive(Debug, Clone)]
-pub struct AllReduceOptions {
-    /// Message sizes in bytes (per rank, BF16), each with the decode M it stands for, if any.
-    pub sizes: Vec<(u64, Option<usize>)>,
-    /// Untimed all-reduces per size.
-    pub warmup: usize,
-    /// Timed samples per size.
-    pub samples: usize,
-    /// Aim for samples of about this long, seconds (sets all-reduces per sample).
-    pub target_sample_s: f64,
-    /// Bounds on all-reduces per sample.
-    pub iters: (usize, usize),
-}
-
-impl Default for AllReduceOptions {
-    fn default() -> Self {
-        Self {
-            sizes: Vec::new(),
-            warmup: 5,
-            samples: 10,
-            target_sample_s: 2e-3,
-            iters: (5, 200),
-        }
-    }
-}
-
 struct Comms<'a> {
     api: &'a Api,
     comms: Vec<Comm>,
@@ -301,151 +262,130 @@ fn sync_all(devs: &[Dev]) -> Result<(), RigError> {
     Ok(())
 }
 
-/// Measure BF16 sum all-reduces over `devices` (one communicator, one rank per GPU) at each size
-/// of `opts`. Checks the result once on small data first (rank r sends r + 1 everywhere; every
-/// output must equal n(n+1)/2 exactly).
-///
-/// # Errors
-/// NCCL missing ([`RigError::NoGpu`] with [`probe`]'s reason), no GPU, fewer than two devices,
-/// or an NCCL or CUDA failure (sizes measured before it are lost only in that case; the caller
-/// records the error).
-pub fn measure_allreduce(
-    devices: &[usize],
-    opts: &AllReduceOptions,
-) -> Result<AllReduceWorld, RigError> {
-    let a = api().map_err(RigError::NoGpu)?;
-    let n = device_count()?;
-    if devices.len() < 2 {
-        return Err(RigError::NoGpu("all-reduce needs two or more GPUs".into()));
-    }
-    if let Some(d) = devices.iter().find(|d| **d >= n) {
-        return Err(RigError::NoGpu(format!(
-            "no CUDA device {d} (the driver reports {n})"
-        )));
-    }
-    let devs: Vec<Dev> = devices
-        .iter()
-        .map(|&i| Dev::open(i))
-        .collect::<Result<_, _>>()?;
-    let ranks = devs.len();
-    let list: Vec<c_int> = devices.iter().map(|&d| d as c_int).collect();
-    let mut comms = Comms {
-        api: a,
-        comms: vec![std::ptr::null_mut(); ranks],
-    };
-    // SAFETY: `comms` has room for `ranks` handles; `list` names valid devices.
-    check(a, "ncclCommInitAll", unsafe {
-        (a.comm_init_all)(comms.comms.as_mut_ptr(), ranks as c_int, list.as_ptr())
-    })?;
-    let max_bytes = opts.sizes.iter().map(|s| s.0).max().unwrap_or(0).max(4096) as usize;
-    let bufs: Vec<(RawBuf, RawBuf)> = devs
-        .iter()
-        .map(|d| Ok((RawBuf::new(d, max_bytes, 0)?, RawBuf::new(d, max_bytes, 0)?)))
-        .collect::<Result<_, RigError>>()?;
+/// One communicator over several GPUs (one rank per GPU) with a send and a receive buffer of
+/// `max_bytes` on each, for BF16 sum all-reduces. Dropped in order: buffers, communicators,
+/// devices.
+pub(crate) struct AllReduceGroup {
+    bufs: Vec<(RawBuf, RawBuf)>,
+    comms: Comms<'static>,
+    devs: Vec<Dev>,
+    api: &'static Api,
+}
 
-    // The check.
-    let count = 1024usize;
-    for (r, d) in devs.iter().enumerate() {
-        let v = vec![half::bf16::from_f32((r + 1) as f32).to_bits(); count];
-        d.bind()?;
-        // SAFETY: the buffer holds ≥ 2048 bytes.
-        unsafe { cudarc::driver::result::memcpy_htod_sync(bufs[r].0.ptr, &v) }.map_err(|e| {
-            RigError::Cuda {
-                context: "upload".into(),
-                message: format!("{e:?}"),
-            }
-        })?;
-        // The DMA of a pageable upload may still run after the call returns.
-        d.ctx_sync()?;
-    }
-    all_reduce_once(a, &comms, &devs, &bufs, count)?;
-    sync_all(&devs)?;
-    let want = (ranks * (ranks + 1) / 2) as f32;
-    let mut wrong = 0usize;
-    for (r, d) in devs.iter().enumerate() {
-        let mut out = vec![0u16; count];
-        d.bind()?;
-        // SAFETY: reads 2048 bytes of a live buffer.
-        unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut out, bufs[r].1.ptr) }.map_err(
-            |e| RigError::Cuda {
-                context: "download".into(),
-                message: format!("{e:?}"),
-            },
-        )?;
-        wrong += out
+impl AllReduceGroup {
+    /// Load NCCL, open `devices` (two or more, each below the driver's count), create their
+    /// communicator (`ncclCommInitAll`) and allocate the buffers.
+    ///
+    /// # Errors
+    /// NCCL missing ([`RigError::NoGpu`] with [`probe`]'s reason), no GPU, fewer than two
+    /// devices, an unknown device, or an NCCL or CUDA failure.
+    pub(crate) fn open(devices: &[usize], max_bytes: usize) -> Result<Self, RigError> {
+        let a = api().map_err(RigError::NoGpu)?;
+        let n = device_count()?;
+        if devices.len() < 2 {
+            return Err(RigError::NoGpu("all-reduce needs two or more GPUs".into()));
+        }
+        if let Some(d) = devices.iter().find(|d| **d >= n) {
+            return Err(RigError::NoGpu(format!(
+                "no CUDA device {d} (the driver reports {n})"
+            )));
+        }
+        let devs: Vec<Dev> = devices
             .iter()
-            .filter(|b| half::bf16::from_bits(**b).to_f32() != want)
-            .count();
-    }
-    let mut world = AllReduceWorld {
-        devices: devices.to_vec(),
-        check: format!(
-            "BF16 sum of {count} elements, rank r sending r + 1: every output of every rank must be {want} exactly; {wrong} were not"
-        ),
-        check_passed: wrong == 0,
-        ..Default::default()
-    };
-    if wrong > 0 {
-        world.error = Some("the all-reduce result was wrong: not timed".into());
-        return Ok(world);
+            .map(|&i| Dev::open(i))
+            .collect::<Result<_, _>>()?;
+        let ranks = devs.len();
+        let list: Vec<c_int> = devices.iter().map(|&d| d as c_int).collect();
+        let mut comms = Comms {
+            api: a,
+            comms: vec![std::ptr::null_mut(); ranks],
+        };
+        // SAFETY: `comms` has room for `ranks` handles; `list` names valid devices.
+        check(a, "ncclCommInitAll", unsafe {
+            (a.comm_init_all)(comms.comms.as_mut_ptr(), ranks as c_int, list.as_ptr())
+        })?;
+        let bufs: Vec<(RawBuf, RawBuf)> = devs
+            .iter()
+            .map(|d| Ok((RawBuf::new(d, max_bytes, 0)?, RawBuf::new(d, max_bytes, 0)?)))
+            .collect::<Result<_, RigError>>()?;
+        Ok(Self {
+            bufs,
+            comms,
+            devs,
+            api: a,
+        })
     }
 
-    for &(bytes, m) in &opts.sizes {
-        let count = (bytes / 2) as usize;
-        for _ in 0..opts.warmup {
-            all_reduce_once(a, &comms, &devs, &bufs, count)?;
-        }
-        sync_all(&devs)?;
-        // Estimate the time of one to choose the count per sample.
-        let t0 = Instant::now();
-        let probe_n = 3;
-        for _ in 0..probe_n {
-            all_reduce_once(a, &comms, &devs, &bufs, count)?;
-        }
-        sync_all(&devs)?;
-        let est = t0.elapsed().as_secs_f64() / probe_n as f64;
-        let iters = ((opts.target_sample_s / est.max(1e-7)).ceil() as usize)
-            .clamp(opts.iters.0.max(1), opts.iters.1.max(opts.iters.0.max(1)));
-        let mut samples = Vec::with_capacity(opts.samples);
-        for _ in 0..opts.samples.max(1) {
-            sync_all(&devs)?;
-            let t = Instant::now();
-            for _ in 0..iters {
-                all_reduce_once(a, &comms, &devs, &bufs, count)?;
-            }
-            sync_all(&devs)?;
-            samples.push(t.elapsed().as_secs_f64() / iters as f64);
-        }
-        let timing = OpTiming::of(samples).ok_or_else(|| RigError::Cuda {
-            context: "all-reduce timing".into(),
-            message: "no samples".into(),
-        })?;
-        let algbw = bytes as f64 / timing.median_s;
-        world.points.push(AllReducePoint {
-            bytes,
-            m,
-            iters,
-            busbw: allreduce_busbw(algbw, ranks),
-            algbw,
-            timing,
-        });
+    /// Ranks (GPUs) in the group.
+    pub(crate) fn ranks(&self) -> usize {
+        self.devs.len()
     }
-    Ok(world)
+
+    /// Queue one all-reduce of `count` BF16 elements on every rank (`count · 2` ≤ the buffers'
+    /// bytes).
+    ///
+    /// # Errors
+    /// An NCCL failure.
+    pub(crate) fn all_reduce(&self, count: usize) -> Result<(), RigError> {
+        all_reduce_once(self.api, &self.comms, &self.devs, &self.bufs, count)
+    }
+
+    /// Wait for every rank's stream.
+    ///
+    /// # Errors
+    /// A CUDA failure.
+    pub(crate) fn sync(&self) -> Result<(), RigError> {
+        sync_all(&self.devs)
+    }
+
+    /// The check before timing: rank r sends `count` BF16 elements of value r + 1, one all-reduce
+    /// runs, and every output element of every rank is compared with n(n+1)/2. Returns how many
+    /// were not equal to it, and the value.
+    ///
+    /// # Errors
+    /// A CUDA or NCCL failure.
+    pub(crate) fn check_sum(&self, count: usize) -> Result<(usize, f32), RigError> {
+        let (devs, bufs) = (&self.devs, &self.bufs);
+        for (r, d) in devs.iter().enumerate() {
+            let v = vec![half::bf16::from_f32((r + 1) as f32).to_bits(); count];
+            d.bind()?;
+            // SAFETY: the buffer holds ≥ 2 · count bytes.
+            unsafe { cudarc::driver::result::memcpy_htod_sync(bufs[r].0.ptr, &v) }.map_err(
+                |e| RigError::Cuda {
+                    context: "upload".into(),
+                    message: format!("{e:?}"),
+                },
+            )?;
+            // The DMA of a pageable upload may still run after the call returns.
+            d.ctx_sync()?;
+        }
+        self.all_reduce(count)?;
+        self.sync()?;
+        let ranks = devs.len();
+        let want = (ranks * (ranks + 1) / 2) as f32;
+        let mut wrong = 0usize;
+        for (r, d) in devs.iter().enumerate() {
+            let mut out = vec![0u16; count];
+            d.bind()?;
+            // SAFETY: reads 2 · count bytes of a live buffer.
+            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut out, bufs[r].1.ptr) }.map_err(
+                |e| RigError::Cuda {
+                    context: "download".into(),
+                    message: format!("{e:?}"),
+                },
+            )?;
+            wrong += out
+                .iter()
+                .filter(|b| half::bf16::from_bits(**b).to_f32() != want)
+                .count();
+        }
+        Ok((wrong, want))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bus_bandwidth_follows_nccl_tests() {
-        // nccl-tests PERFORMANCE.md: busbw = algbw · 2(n−1)/n; n = 2 → ×1, n = 8 → ×1.75.
-        assert_eq!(allreduce_busbw(100.0, 2), 100.0);
-        assert_eq!(allreduce_busbw(100.0, 8), 175.0);
-        assert_eq!(allreduce_busbw(100.0, 4), 150.0);
-        assert_eq!(allreduce_busbw(100.0, 1), 0.0);
-        assert_eq!(allreduce_busbw(100.0, 0), 0.0);
-    }
 
     #[test]
     fn versions_decode_both_schemes() {
@@ -484,7 +424,9 @@ mod tests {
         }
         // Loading sets NVLS off in this process either way.
         assert_eq!(std::env::var("NCCL_NVLS_ENABLE").as_deref(), Ok("0"));
-        let e = measure_allreduce(&[0], &AllReduceOptions::default()).unwrap_err();
+        let e = AllReduceGroup::open(&[0], 4096)
+            .err()
+            .expect("one GPU is not a group");
         assert!(!e.to_string().is_empty());
     }
 }

@@ -1,6 +1,7 @@
-//! Probe the CUDA driver, NVRTC and cuBLASLt libraries and read every device's facts.
+//! Probe the CUDA driver, NVRTC and cuBLASLt libraries and read every device's facts, as plain
+//! facts ([`DeviceProbe`]); `crate::rig` turns them into the rig's facts.
 
-use crate::rig::{ComputeCapability, GpuFacts, RigFacts};
+use super::ComputeCapability;
 
 /// The CUDA version rigbench's bindings are built for (cudarc feature `cuda-13000`): the driver
 /// must support at least this (`cuDriverGetVersion` ≥ 13000; NVIDIA driver 580 or newer).
@@ -110,48 +111,90 @@ fn attr(dev: cudarc::driver::sys::CUdevice, a: cudarc::driver::sys::CUdevice_att
         .unwrap_or(0)
 }
 
-/// Fill `facts.gpus` (every device), `facts.gpu` (device 0), `facts.stack` (or
-/// `facts.gpu_absent_reason`). Never panics.
-pub fn probe_into(facts: &mut RigFacts) {
+/// What the CUDA libraries and the driver say about this machine: library versions, what is
+/// missing or unusable, and every device the driver reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceProbe {
+    /// The CUDA version rigbench's bindings are built for, `major.minor` ([`MIN_DRIVER_CUDA`]).
+    pub built_for_cuda: String,
+    /// NVRTC version found at run time.
+    pub nvrtc_version: Option<String>,
+    /// cuBLASLt version found at run time.
+    pub cublaslt_version: Option<String>,
+    /// Where the CUDA headers for NVRTC were found.
+    pub cuda_include_dir: Option<String>,
+    /// Highest CUDA version the driver supports (`cuDriverGetVersion`, e.g. "13.0").
+    pub driver_cuda_version: Option<String>,
+    /// Libraries not found, or found but unusable, with the reason, in the order found.
+    pub problems: Vec<String>,
+    /// Why no device can be used (no driver, driver failed to initialise, no GPU), if so.
+    pub absent_reason: Option<String>,
+    /// Every device the driver reports, in CUDA order.
+    pub devices: Vec<DeviceFacts>,
+}
+
+/// One CUDA device's facts, from driver attributes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceFacts {
+    /// CUDA device ordinal.
+    pub index: usize,
+    /// Device name as the driver reports it.
+    pub name: String,
+    /// Compute capability (`None` when the driver reports 0).
+    pub compute_capability: Option<ComputeCapability>,
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// Device memory, bytes.
+    pub memory_bytes: u64,
+    /// L2 cache, bytes.
+    pub l2_bytes: u64,
+    /// Opt-in shared memory per block, bytes.
+    pub max_shared_mem_per_block_optin: u64,
+    /// Memory bus width, bits.
+    pub memory_bus_width_bits: u32,
+    /// PCI bus id `dddd:bb:dd.0`, when the driver reports one.
+    pub pci_bus_id: Option<String>,
+}
+
+/// Probe the libraries, the driver and every device. Never panics: a missing library or driver
+/// becomes a [`DeviceProbe::problems`] entry or [`DeviceProbe::absent_reason`].
+pub fn probe_devices() -> DeviceProbe {
     let libs = libraries();
-    facts.stack.built_for_cuda = format!("{}.{}", MIN_DRIVER_CUDA.0, MIN_DRIVER_CUDA.1);
-    facts.stack.nvrtc_version = nvrtc_version();
-    facts.stack.cublaslt_version = cublaslt_version();
-    facts.stack.cuda_include_dir = cuda_include_dir().map(|p| p.display().to_string());
+    let mut p = DeviceProbe {
+        built_for_cuda: format!("{}.{}", MIN_DRIVER_CUDA.0, MIN_DRIVER_CUDA.1),
+        nvrtc_version: nvrtc_version(),
+        cublaslt_version: cublaslt_version(),
+        cuda_include_dir: cuda_include_dir().map(|p| p.display().to_string()),
+        ..Default::default()
+    };
     if !libs.nvrtc {
-        facts
-            .stack
-            .problems
+        p.problems
             .push("NVRTC (libnvrtc.so) not found: rigbench's own kernels cannot be built".into());
     }
     if !libs.cublaslt {
-        facts.stack.problems.push(
+        p.problems.push(
             "cuBLASLt (libcublasLt.so) not found: the bf16 and fp8 benches cannot run".into(),
         );
     }
-    let telem_reader = crate::rig::telemetry::TelemetryReader::new(0);
-    let telemetry = telem_reader.read();
-    facts.stack.driver_version = telemetry.as_ref().and_then(|t| t.driver_version.clone());
     if !libs.driver {
-        facts.gpu_absent_reason =
-            Some("no CUDA driver found (libcuda.so could not be loaded)".into());
-        return;
+        p.absent_reason = Some("no CUDA driver found (libcuda.so could not be loaded)".into());
+        return p;
     }
     if let Err(e) = cudarc::driver::result::init() {
-        facts.gpu_absent_reason = Some(format!("the CUDA driver failed to initialise: {e:?}"));
-        return;
+        p.absent_reason = Some(format!("the CUDA driver failed to initialise: {e:?}"));
+        return p;
     }
     match driver_cuda_version() {
-        Ok(v) => facts.stack.driver_cuda_version = Some(format!("{}.{}", v.0, v.1)),
-        Err(e) => facts.stack.problems.push(e),
+        Ok(v) => p.driver_cuda_version = Some(format!("{}.{}", v.0, v.1)),
+        Err(e) => p.problems.push(e),
     }
     if let Err(e) = check_driver_version() {
-        facts.stack.problems.push(e);
+        p.problems.push(e);
     }
     let count = cudarc::driver::result::device::get_count().unwrap_or(0);
     if count <= 0 {
-        facts.gpu_absent_reason = Some("the CUDA driver loaded but reports no GPU".into());
-        return;
+        p.absent_reason = Some("the CUDA driver loaded but reports no GPU".into());
+        return p;
     }
     use cudarc::driver::sys::CUdevice_attribute as A;
     for i in 0..count {
@@ -159,23 +202,11 @@ pub fn probe_into(facts: &mut RigFacts) {
             continue;
         };
         let name = cudarc::driver::result::device::get_name(dev).unwrap_or_default();
-        if i > 0 {
-            facts.other_gpus.push(format!("{i}: {name}"));
-        }
         let major = attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) as u32;
         let minor = attr(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) as u32;
         // SAFETY: driver initialised, `dev` valid.
         let mem = unsafe { cudarc::driver::result::device::total_mem(dev) }.unwrap_or(0);
-        let pci_bus_id = pci_bus_id(dev);
-        // NVML numbers GPUs in PCI order, CUDA by its own rules and after CUDA_VISIBLE_DEVICES:
-        // match them by bus id.
-        let telemetry = if i == 0 && pci_bus_id.is_none() {
-            telemetry.clone()
-        } else {
-            crate::rig::telemetry::TelemetryReader::for_pci_bus_id(pci_bus_id.as_deref(), i as u32)
-                .read()
-        };
-        facts.gpus.push(GpuFacts {
+        p.devices.push(DeviceFacts {
             index: i as usize,
             name,
             compute_capability: (major > 0).then(|| ComputeCapability::new(major, minor)),
@@ -187,11 +218,10 @@ pub fn probe_into(facts: &mut RigFacts) {
                 A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
             ) as u64,
             memory_bus_width_bits: attr(dev, A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH) as u32,
-            telemetry,
-            pci_bus_id,
+            pci_bus_id: pci_bus_id(dev),
         });
     }
-    facts.gpu = facts.gpus.first().cloned();
+    p
 }
 
 /// The PCI bus id of a device as `dddd:bb:dd.0` (lower case; the form sysfs uses), from the
@@ -210,14 +240,13 @@ mod tests {
 
     #[test]
     fn probe_never_panics_and_explains_absence() {
-        let mut f = RigFacts::default();
-        probe_into(&mut f);
-        if f.gpu.is_none() {
+        let p = probe_devices();
+        if p.devices.is_empty() {
             assert!(
-                f.gpu_absent_reason.is_some(),
+                p.absent_reason.is_some(),
                 "a missing GPU must carry a reason"
             );
         }
-        assert_eq!(f.stack.built_for_cuda, "13.0");
+        assert_eq!(p.built_for_cuda, "13.0");
     }
 }

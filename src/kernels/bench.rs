@@ -35,8 +35,6 @@ use crate::stats::{StopReason, StoppingRule, Summary};
 
 /// Source of the kernels, compiled at run time by NVRTC.
 pub const UTIL_SRC: &str = include_str!("../../kernels/util.cu");
-/// Source of rigbench's W4A16 kernels.
-pub const W4A16_SRC: &str = include_str!("../../kernels/w4a16.cu");
 /// Kernels of kernels/util.cu.
 pub const UTIL_KERNELS: &[&str] = &[
     "fill_uniform_bf16",
@@ -250,7 +248,7 @@ pub fn run_on_device(
     let mut w4 = Vec::new();
     for (flavor, defines) in super::w4a16_flavors() {
         let defines: Vec<String> = defines.iter().map(|d| d.to_string()).collect();
-        match gpu.compile_with("w4a16", W4A16_SRC, &refs, &defines) {
+        match gpu.compile_with("w4a16", impls::w4a16::SRC, &refs, &defines) {
             Ok(m) => {
                 res.notes.push(format!(
                     "kernels/w4a16.cu flavour '{flavor}' ({}) compiled by NVRTC for {} in {:.2} s",
@@ -374,7 +372,7 @@ pub fn run_on_device(
             min_launches: GRAPH_MIN_LAUNCHES,
             description: format!(
                 "weight copies of each case together exceed {GRAPH_L2_FACTOR} × L2 ({}), at least 2 and at most {GRAPH_MAX_COPIES}; at least {GRAPH_MIN_LAUNCHES} launches per graph, a multiple of the copy count, rotating over the copies; activations and output stay the same buffers (as in a decode step, where they are hot); {} graph launches of warm-up, then the stopping rule on per-GEMM times; the output is checked against the reference again after timing",
-                crate::report::table::human_bytes(GRAPH_L2_FACTOR * rig.gpu.l2_bytes),
+                crate::output::table::human_bytes(GRAPH_L2_FACTOR * rig.gpu.l2_bytes),
                 opts.warmup.max(1)
             ),
         }),
@@ -515,7 +513,7 @@ pub fn run_on_device(
                 eprintln!(
                     "rigbench: kernels: GPU {device}: {} M={m}: {} timed ({} of {} cases done, {:.0} s)",
                     shape.name,
-                    crate::report::table::plural(
+                    crate::output::table::plural(
                         (res.cases.len() - case_start) as u64,
                         "case",
                         "cases"
@@ -732,8 +730,8 @@ fn graph_timing(
         if total.saturating_add(256 << 20) > free as u64 {
             return Err(format!(
                 "{copies} weight copies ({}) do not fit in the {} of free device memory",
-                crate::report::table::human_bytes(total),
-                crate::report::table::human_bytes(free as u64)
+                crate::output::table::human_bytes(total),
+                crate::output::table::human_bytes(free as u64)
             ));
         }
     }
@@ -1200,93 +1198,6 @@ mod tests {
         );
         assert!(throttle_note(&[b], "qkv", 16).is_none());
     }
-
-    /// Compiles every `kernels/*.cu` with NVRTC for sm_90 (no GPU needed) and checks the
-    /// kernels rigbench launches are in the PTX. Without libnvrtc or the CUDA headers it says so
-    /// plainly, and fails when `RIGBENCH_REQUIRE_NVRTC=1` (what `.ci/run` sets when libnvrtc is
-    /// installed).
-    #[test]
-    fn every_kernel_source_compiles_with_nvrtc() {
-        let require = std::env::var("RIGBENCH_REQUIRE_NVRTC").as_deref() == Ok("1");
-        let missing = if !crate::gpu::libraries().nvrtc {
-            Some("libnvrtc not found (install the CUDA 13 toolkit or add its lib folder to LD_LIBRARY_PATH)".to_string())
-        } else if crate::gpu::probe::cuda_include_dir().is_none() {
-            Some("CUDA headers not found (set CUDA_HOME)".to_string())
-        } else {
-            None
-        };
-        if let Some(why) = missing {
-            assert!(!require, "RIGBENCH_REQUIRE_NVRTC=1 but {why}");
-            eprintln!("NOT RUN: kernels/*.cu were NOT compiled: {why}");
-            return;
-        }
-        let inc = crate::gpu::probe::cuda_include_dir().expect("checked above");
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
-        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
-            .expect("kernels/ is readable")
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "cu"))
-            .collect();
-        files.sort();
-        assert!(files.len() >= 2, "kernels/*.cu: {files:?}");
-        for f in &files {
-            let name = f.file_stem().unwrap().to_string_lossy().into_owned();
-            let src = std::fs::read_to_string(f).expect("readable");
-            // The flavour rigbench compiles by default (see `w4a16_flavors`).
-            let defines: Vec<String> = if name == "w4a16" {
-                super::super::W4A16_FLAVORS[0]
-                    .1
-                    .iter()
-                    .map(|d| d.to_string())
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            // The wgmma kernel is sm_90a-only (architecture-specific instructions).
-            let arch = if name == "w4a16_wg" {
-                impls::w4a16_wg::WG_ARCH
-            } else {
-                "sm_90"
-            };
-            let (ptx, _) =
-                crate::gpu::context::nvrtc_compile_with(&name, &src, arch, &inc, &defines)
-                    .unwrap_or_else(|e| panic!("{} does not compile: {e}", f.display()));
-            let text = ptx.to_src();
-            let expected: Vec<String> = match name.as_str() {
-                "util" => UTIL_KERNELS.iter().map(|k| k.to_string()).collect(),
-                "w4a16" => impls::w4a16::kernel_names(),
-                "w4a16_v2" => impls::w4a16::v2_kernel_names(),
-                "fp8_quant" => super::super::fp8_quant::kernel_names(),
-                "w4a16_wg" => impls::w4a16_wg::kernel_names(),
-                "runtime" => crate::runtime::backend::cuda::RUNTIME_KERNELS
-                    .iter()
-                    .map(|k| k.to_string())
-                    .collect(),
-                _ => Vec::new(),
-            };
-            for k in expected {
-                assert!(
-                    text.contains(&k),
-                    "{k} missing from the PTX of {}",
-                    f.display()
-                );
-            }
-            if name == "w4a16" {
-                assert!(text.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
-                assert!(text.contains("ld.global.nc.L1::no_allocate.v4.u32"));
-            }
-            if name == "w4a16_wg" {
-                for tn in impls::w4a16_wg::TN_VARIANTS {
-                    let op = format!("wgmma.mma_async.sync.aligned.m64n{tn}k16.f32.bf16.bf16");
-                    assert!(text.contains(&op), "{op} missing from the PTX");
-                }
-                assert!(text.contains(".target sm_90a"));
-                assert!(text.contains("fence.proxy.async.shared::cta"));
-            }
-            eprintln!("compiled {} for {arch}", f.display());
-        }
-    }
 }
 
 #[cfg(test)]
@@ -1298,7 +1209,10 @@ mod dump {
             return;
         };
         let inc = crate::gpu::probe::cuda_include_dir().expect("CUDA headers");
-        for (name, src) in [("util", super::UTIL_SRC), ("w4a16", super::W4A16_SRC)] {
+        for (name, src) in [
+            ("util", super::UTIL_SRC),
+            ("w4a16", super::impls::w4a16::SRC),
+        ] {
             let (ptx, _) =
                 crate::gpu::context::nvrtc_compile(name, src, "sm_90", &inc).expect("compiles");
             std::fs::write(format!("{dir}/{name}.ptx"), ptx.to_src()).expect("write");

@@ -1,4 +1,4 @@
-//! SM clock and throttle reasons polled while cases are sampled (issue 13): a background thread
+//! SM clock and throttle reasons polled while cases are sampled (docs/gate.md): a background thread
 //! reads NVML (through [`crate::rig::telemetry::TelemetryReader`]) every few milliseconds for the
 //! whole bench and keeps time-stamped readings; each case then takes the readings of its own
 //! sampling window ([`ClockMonitor::window`]) as min / median / max SM clock and every harmful

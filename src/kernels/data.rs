@@ -122,6 +122,15 @@ pub fn host_threads() -> usize {
 mod tests {
     use super::*;
 
+    /// The formats tests' data (computed there, below kernels) is this generator's.
+    #[test]
+    fn the_formats_test_data_is_this_generator() {
+        for seed in [0u32, 3, 11, 0xDEAD_BEEF] {
+            let want: Vec<f32> = (0..257u32).map(|i| uniform_pm1(i, seed)).collect();
+            assert_eq!(crate::formats::test_uniform(seed, 257), want, "seed {seed}");
+        }
+    }
+
     #[test]
     fn hash_known_values() {
         // lowbias32 reference values (from the author's C implementation).

@@ -1,6 +1,6 @@
 //! Fixed cost and streaming rate of each implementation: the least-squares line
 //! `time = T0 + bytes / BW` through its (weight-stream bytes, median time) points over the
-//! suite's shapes at one M (issue 11, item 2). At small M a GEMM is a weight stream, so `BW` is
+//! suite's shapes at one M (docs/w4a16-notes.md). At small M a GEMM is a weight stream, so `BW` is
 //! the rate it streams weights at and `T0` what every launch costs on top (ramp-up, tail,
 //! split-K reduction, launch).
 //!
@@ -157,7 +157,7 @@ pub fn markdown(k: &KernelResults) -> String {
                 mode.id().to_string(),
                 f.shapes.len().to_string(),
                 f.fit
-                    .map(|x| crate::report::table::human_seconds(x.t0_s))
+                    .map(|x| crate::output::table::human_seconds(x.t0_s))
                     .unwrap_or_else(|| "—".into()),
                 f.fit
                     .and_then(|x| x.bytes_per_s)
@@ -184,7 +184,7 @@ pub fn markdown(k: &KernelResults) -> String {
     };
     let mut o = format!("### Fixed cost and streaming rate: time = T0 + bytes / BW at {which}\n\n");
     o.push_str("A least-squares line through each implementation's (weight-stream bytes, median time) points over the shapes it ran at that M. T0 is what every GEMM costs on top of streaming its weights (ramp-up, tail, split-K reduction, launch); BW is the rate it streams them at, shown also as a share of the copy rate measured in this run. GEMM time only: FP8's activation quantization is not in it.\n\n");
-    o.push_str(&crate::report::table::markdown_table(
+    o.push_str(&crate::output::table::markdown_table(
         &[
             "implementation",
             "timing",

@@ -21,7 +21,7 @@
 use super::composite::{Composite, CompositeRow, StepTiming};
 use super::fit::fit_of;
 use super::schema::KernelResults;
-use crate::report::table::markdown_table;
+use crate::output::table::markdown_table;
 
 /// Outcome of one goal.
 #[derive(Debug, Clone, PartialEq)]

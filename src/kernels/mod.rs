@@ -4,13 +4,14 @@
 //! in the same session ([`peers`]); and the report section ([`render`]).
 //!
 //! Convention: `C[M, N] = A[M, K] · W[N, K]ᵀ`, all row-major with K contiguous; M tokens, N output
-//! features, K input features (ARCHITECTURE.md, "Terms").
+//! features, K input features (docs/architecture.md, "Terms").
 
 pub mod accuracy;
 pub mod anatomy;
 pub mod bench;
 pub mod clocks;
 pub mod composite;
+pub mod composite_chart;
 pub mod data;
 pub mod fit;
 pub mod fp8_quant;
@@ -31,8 +32,8 @@ pub use schema::KernelResults;
 
 use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::Lt;
+use crate::gpu::ComputeCapability;
 use crate::gpu::{DevBuf, Gpu, Module};
-use crate::rig::ComputeCapability;
 use suite::Shape;
 
 /// The GPU objects an implementation may use.
@@ -81,6 +82,11 @@ pub const W4A16_FLAVORS: &[(&str, &[&str])] = &[
     ("cs", &["-DW4_LOAD=2", "-DW4_RING=4"]),
     ("nc-ring8", &["-DW4_LOAD=0", "-DW4_RING=8"]),
 ];
+
+/// The flavour rigbench compiles by default ([`w4a16_flavors`] without the variable), and the only
+/// one the built-in runtime compiles: `RIGBENCH_W4A16_FLAVORS` is a kernel-bench setting, which
+/// the runtime does not follow.
+pub const W4A16_DEFAULT_FLAVOR: (&str, &[&str]) = W4A16_FLAVORS[0];
 
 /// The flavours to compile in this run: `nc` unless `RIGBENCH_W4A16_FLAVORS` is `all` or a
 /// comma-separated list of names.

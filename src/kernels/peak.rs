@@ -9,7 +9,7 @@
 
 use super::schema::{KernelCase, KernelResults};
 use crate::formats::GemmFormat;
-use crate::report::table::markdown_table;
+use crate::output::table::markdown_table;
 
 /// The highest TFLOP/s one arithmetic reached in a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,7 +75,7 @@ pub fn pct_of_peak(peaks: &[Peak], format: GemmFormat, tflops: f64) -> Option<f6
 /// Format a TFLOP/s figure: three significant digits, digit-grouped above 1,000.
 pub fn fmt_tflops(t: f64) -> String {
     if t >= 1000.0 {
-        crate::report::table::thousands(t.round() as u64)
+        crate::output::table::thousands(t.round() as u64)
     } else if t >= 100.0 {
         format!("{t:.0}")
     } else if t >= 10.0 {
@@ -138,7 +138,7 @@ pub fn markdown(k: &KernelResults) -> String {
         let Some(m) = k.cases.iter().filter(|c| c.shape == s).map(|c| c.m).max() else {
             continue;
         };
-        let mut r = vec![s.to_string(), crate::report::table::thousands(m as u64)];
+        let mut r = vec![s.to_string(), crate::output::table::thousands(m as u64)];
         for col in &cols {
             let c = k.cases.iter().find(|c| {
                 c.shape == s

@@ -14,7 +14,7 @@ use super::schema::{KernelCase, KernelResults, TimingModes};
 
 /// File name of the decode-step composite chart.
 pub const COMPOSITE_PLOT: &str = "kernels_composite.svg";
-use crate::report::table::{human_bytes, human_seconds, markdown_table, thousands};
+use crate::output::table::{human_bytes, human_seconds, markdown_table, thousands};
 
 /// Column key of a case: `bf16`, or `torch:torch.matmul` for peers.
 fn col_key(c: &KernelCase) -> String {
@@ -765,7 +765,7 @@ pub fn plot_name(shape: &str) -> String {
     format!("kernels_{}.svg", crate::rig::slug(shape))
 }
 
-use crate::report::plot::PALETTE;
+use crate::output::plot::PALETTE;
 
 /// Write one SVG per shape (time and weight bandwidth against M, with the copy roofline) and the
 /// fastest-format chart; returns the file names.
@@ -795,7 +795,7 @@ pub fn write_plots(k: &KernelResults, dir: &Path) -> anyhow::Result<Vec<String>>
     }
     if let Some(c) = k.composite.clone().or_else(|| super::composite::compute(k)) {
         let path = dir.join(COMPOSITE_PLOT);
-        crate::report::plot::composite_chart(&c, &path)
+        crate::kernels::composite_chart::composite_chart(&c, &path)
             .map_err(|e| anyhow::anyhow!("cannot draw {}: {e}", path.display()))?;
         out.push(COMPOSITE_PLOT.into());
     }
@@ -852,8 +852,8 @@ fn draw_shape(
     ch.configure_mesh()
         .x_desc("M (tokens)")
         .y_desc("µs")
-        .x_label_formatter(&crate::report::axis::count_tick)
-        .y_label_formatter(&crate::report::axis::tick)
+        .x_label_formatter(&crate::output::axis::count_tick)
+        .y_label_formatter(&crate::output::axis::tick)
         .draw()?;
     for (i, col) in cols.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
@@ -863,7 +863,7 @@ fn draw_shape(
             .map(|((_, m), c)| (*m as f64, c.total_s() * 1e6))
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        crate::report::plot::line_with_points(&mut ch, &pts, color, &col_header(cases, col))?;
+        crate::output::plot::line_with_points(&mut ch, &pts, color, &col_header(cases, col))?;
     }
     ch.configure_series_labels()
         .background_style(WHITE.mix(0.8))
@@ -893,8 +893,8 @@ fn draw_shape(
     ch.configure_mesh()
         .x_desc("M (tokens)")
         .y_desc("TB/s")
-        .x_label_formatter(&crate::report::axis::count_tick)
-        .y_label_formatter(&crate::report::axis::tick)
+        .x_label_formatter(&crate::output::axis::count_tick)
+        .y_label_formatter(&crate::output::axis::tick)
         .draw()?;
     if let Some(bw) = copy_bw {
         let y = bw / 1e12;

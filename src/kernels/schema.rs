@@ -102,7 +102,7 @@ pub struct TimingPolicy {
     pub graph: Option<GraphPolicy>,
 }
 
-/// The timing modes of a run (`--timing`; ARCHITECTURE.md, "Timing modes").
+/// The timing modes of a run (`--timing`; docs/architecture.md, "Terms").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum TimingModes {

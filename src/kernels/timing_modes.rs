@@ -1,12 +1,12 @@
-//! Cold versus graph timing (issue 11, item 4): for every implementation timed both ways
-//! (`--timing both`), whether the two agree within [`AGREE_WITHIN`] per GEMM, and by how much
-//! they differ where they do not. GEMM time only (FP8's activation quantization is timed in
-//! both modes too, and compared in the detail table).
+//! Cold versus graph timing (docs/architecture.md, "Terms"): for every implementation timed both
+//! ways (`--timing both`), whether the two agree within [`AGREE_WITHIN`] per GEMM, and by how much
+//! they differ where they do not. GEMM time only (FP8's activation quantization is timed in both
+//! modes too, and compared in the detail table).
 
 use std::collections::BTreeMap;
 
 use super::schema::{KernelCase, KernelResults};
-use crate::report::table::{human_seconds, markdown_table};
+use crate::output::table::{human_seconds, markdown_table};
 
 /// The agreement bound: |graph / cold − 1| ≤ 5 % (GPU.md: cuBLAS BF16 and FP8 at M = 1–64 agree
 /// within about 5 % on the H200).
@@ -264,8 +264,9 @@ mod tests {
     fn agreement_per_implementation() {
         let k = KernelResults {
             cases: vec![
-                // Issue 11's PyTorch figures on the H200: o_proj M = 1, 18.7 µs graph against
-                // 19.9 µs cold (6% apart: outside 5%); gate_up 91.7 against 90.1 (within).
+                // PyTorch's figures on the H200, quoted when the timing modes were set:
+                // o_proj M = 1, 18.7 µs graph against 19.9 µs cold (6% apart: outside 5%);
+                // gate_up 91.7 against 90.1 (within).
                 case("bf16", "o_proj", 1, 19.9e-6, Some(18.7e-6)),
                 case("bf16", "gate_up", 1, 90.1e-6, Some(91.7e-6)),
                 case("fp8", "o_proj", 1, 10e-6, Some(9.8e-6)),

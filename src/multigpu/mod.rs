@@ -4,12 +4,15 @@
 //! tensor-parallel prediction ([`tp`]), PyTorch's figures for the same transfers ([`peers`]), and
 //! the report section ([`render`]).
 //!
-//! The GPU work is in [`crate::gpu::multi`] and [`crate::gpu::nccl`]; this module is host logic,
-//! tested on the CPU. With one GPU, or none, every part is skipped with the reason.
+//! The measurements of the interconnect are here ([`p2p`], [`allreduce`]); the device work they
+//! call (contexts, buffers, peer copies, NCCL) is in [`crate::gpu::multi`] and
+//! [`crate::gpu::nccl`]. The rest is host logic, tested on the CPU. With one GPU, or none, every
+//! part is skipped with the reason.
 
+pub mod allreduce;
+pub mod p2p;
 pub mod peers;
 pub mod render;
-pub mod run;
 pub mod schema;
 pub mod spread;
 pub mod tp;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use super::allreduce::allreduce_busbw;
 use super::schema::{AllReduceResults, MultiPeers, OpTiming, P2pResults, PeerAllReduce, PeerCopy};
-use crate::gpu::nccl::allreduce_busbw;
 use crate::kernels::schema::PeerStatus;
 
 /// The provider script.

@@ -3,10 +3,11 @@
 //! step) beside PyTorch's figures, and the tensor-parallel prediction with what it leaves out.
 
 use super::schema::{MultiGpuResults, PeerAllReduce, PeerCopy};
-use crate::report::table::{human_bytes, human_seconds, markdown_table};
+use crate::output::table::{human_bytes, human_seconds, markdown_table};
 use crate::rig::RigFacts;
 
-/// rigbench's figure and a peer's agree when they differ by at most this fraction (issue 15).
+/// rigbench's figure and a peer's agree when they differ by at most this fraction
+/// (docs/multi-gpu.md, "Peers").
 pub const PEER_AGREEMENT: f64 = 0.10;
 
 fn gbs(bytes_per_s: f64) -> String {

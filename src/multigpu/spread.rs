@@ -15,7 +15,7 @@ use super::schema::{DeviceSummary, Finding, SpreadReport, SpreadRow};
 use crate::kernels::KernelResults;
 
 /// A GPU more than this much slower (geometric mean) than the fastest same-model GPU gets a
-/// finding (issue 15: "more than 5% slower at the same clocks").
+/// finding (docs/multi-gpu.md: "more than 5% slower").
 pub const SLOWER_PCT: f64 = 5.0;
 
 /// A median SM clock more than this far below the best same-model GPU's counts as lower clocks

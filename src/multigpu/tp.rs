@@ -108,20 +108,17 @@ pub const NO_COMPOSITE: &str = "the kernel results have no decode-step composite
 /// The decode-step composite the prediction starts from, read from `results.kernels`, with a
 /// sentence naming its source.
 ///
-/// The composite is issue 11's (`kernels.composite`: `step.complete`, `step.description`, and
-/// rows of `provider`, `implementation`, `m`, `timing` (`cold` / `graph`), `median_s`,
+/// The composite is the kernel results' (`kernels.composite`: `step.complete`, `step.description`,
+/// and rows of `provider`, `implementation`, `m`, `timing` (`cold` / `graph`), `median_s`,
 /// `act_quant_included`). It is read through the results' JSON form so that this module does not
 /// depend on the composite's Rust types; see [`composite_points`].
 ///
 /// # Errors
 /// The reason no composite is available ([`NO_COMPOSITE`] when the results have none).
 pub fn decode_composite(
-    results: &crate::report::Results,
+    kernels: Option<&crate::kernels::KernelResults>,
 ) -> Result<(String, Vec<CompositePoint>), String> {
-    let k = results
-        .kernels
-        .as_ref()
-        .ok_or("no kernel results in this run")?;
+    let k = kernels.ok_or("no kernel results in this run")?;
     let v = serde_json::to_value(k).map_err(|e| format!("kernel results: {e}"))?;
     composite_points(&v)
 }
@@ -313,14 +310,12 @@ mod tests {
 
     #[test]
     fn composite_rows_are_read_from_the_results() {
-        let r = crate::report::Results::new(Default::default(), "x".into(), "c".into());
-        assert!(decode_composite(&r)
+        assert!(decode_composite(None)
             .unwrap_err()
             .contains("no kernel results"));
-        let mut r = r;
-        r.kernels = Some(Default::default());
-        assert_eq!(decode_composite(&r).unwrap_err(), NO_COMPOSITE);
-        // The composite's JSON form (issue 11's schema), abridged.
+        let k = crate::kernels::KernelResults::default();
+        assert_eq!(decode_composite(Some(&k)).unwrap_err(), NO_COMPOSITE);
+        // The composite's JSON form (the kernels schema), abridged.
         let k = serde_json::json!({"composite": {
         "step": {"description": "one Qwen3.6-27B decode step", "complete": true, "shapes": []},
         "rows": [
@@ -349,5 +344,28 @@ mod tests {
         assert_eq!(pts[0].label, "w4a16");
         let k = serde_json::json!({"composite": {"rows": [{"provider": "rigbench", "timing": "cold"}]}});
         assert!(composite_points(&k).unwrap_err().contains("lacks"));
+    }
+
+    /// The multi-GPU tensor-parallel prediction reads the composite through its JSON form
+    /// ([`composite_points`]): the kernels schema must keep feeding it.
+    #[test]
+    fn the_multi_gpu_prediction_reads_this_schema() {
+        let mut k = crate::kernels::composite::tests::h200_run();
+        crate::kernels::composite::refresh(&mut k);
+        let v = serde_json::to_value(&k).unwrap();
+        let (src, pts) = composite_points(&v).unwrap();
+        assert!(
+            src.contains("cold timing") && !src.contains("PART"),
+            "{src}"
+        );
+        let fp8 = pts
+            .iter()
+            .find(|p| p.label == "fp8 (incl. activation quantization)" && p.m == 1)
+            .unwrap();
+        assert!((fp8.seconds * 1e3 - 10.179055807879195).abs() < 1e-9);
+        assert!(
+            pts.iter().all(|p| !p.label.starts_with("torch")),
+            "rigbench's rows only"
+        );
     }
 }

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::output::ReportDir;
+use super::folder::ReportDir;
 use super::schema::{Results, Skip};
 use crate::kernels::bench::BenchOptions;
 
@@ -15,7 +15,7 @@ pub struct Job {
     pub kernels: Option<BenchOptions>,
     /// The CPU reference accuracy study of each format (runs everywhere).
     pub accuracy: bool,
-    /// The fidelity study on trained weights (`crate::runtime::quality`), run on the CPU when the
+    /// The fidelity study on trained weights (`crate::runtime_eval::quality`), run on the CPU when the
     /// SmolLM2 GGUF is in the cache folder (`scripts/fetch-smollm2.sh`); skipped with the reason
     /// otherwise.
     pub quality: bool,
@@ -283,7 +283,7 @@ pub fn resumable(
             missing[0]
         )));
     }
-    let progress = dir.join(super::output::PEERS_PROGRESS);
+    let progress = dir.join(super::folder::PEERS_PROGRESS);
     if progress.exists() {
         let ok = std::fs::read_to_string(&progress)
             .ok()
@@ -396,7 +396,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
 
     // Resolve --devices before measuring anything (a device the machine lacks is a flag error).
     let devices = job.devices.resolve(results.rig.gpus.len())?;
-    if let Some(why) = crate::multigpu::run::single_gpu_reason(
+    if let Some(why) = super::multigpu::single_gpu_reason(
         &devices,
         results.rig.gpus.len(),
         results.rig.gpu_absent_reason.as_deref(),
@@ -454,7 +454,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         // its own progress file there.
         let folder = job.resume.as_deref().unwrap_or(std::path::Path::new("."));
         let mut o = opts.clone();
-        o.peers_progress = Some(folder.join(super::output::PEERS_PROGRESS));
+        o.peers_progress = Some(folder.join(super::folder::PEERS_PROGRESS));
         o.peers_resume = true;
         if !skip_if_interrupted(&mut results, "kernels/peers") {
             eprintln!("rigbench: resuming the peers of {}", folder.display());
@@ -524,7 +524,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     let kernel_opts = job.kernels.clone().map(|mut o| {
         // The peers keep their progress in the report folder, for `report --resume`.
         if let (Some(d), 1) = (&dir, job.repeats) {
-            o.peers_progress = Some(d.path.join(super::output::PEERS_PROGRESS));
+            o.peers_progress = Some(d.path.join(super::folder::PEERS_PROGRESS));
         }
         o
     });
@@ -565,9 +565,9 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             eprintln!(
                 "rigbench: kernels: suite {}, {} × {} × {} cases (a progress bar shows on a terminal)",
                 opts.suite.name,
-                crate::report::table::plural(opts.suite.shapes.len() as u64, "shape", "shapes"),
-                crate::report::table::plural(opts.suite.m.len() as u64, "M value", "M values"),
-                crate::report::table::plural(opts.formats.len() as u64, "format", "formats"),
+                crate::output::table::plural(opts.suite.shapes.len() as u64, "shape", "shapes"),
+                crate::output::table::plural(opts.suite.m.len() as u64, "M value", "M values"),
+                crate::output::table::plural(opts.formats.len() as u64, "format", "formats"),
             );
             let accuracy = results
                 .kernels
@@ -590,7 +590,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 .collect();
             let mut last_err = None;
             let (outcome, other_kernels) =
-                crate::multigpu::run::bench_devices(opts, &others, |others_now| {
+                super::multigpu::bench_devices(opts, &others, |others_now| {
                     // Peers run on CUDA device 0 only.
                     crate::kernels::repeats::run_repeated_with(
                         opts,
@@ -667,11 +667,11 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                     path.display()
                 );
                 let outcome = crate::runtime::gguf_model::GgufModel::load(&path, None).and_then(|m| {
-                    crate::runtime::quality::study(
+                    crate::runtime_eval::quality::study(
                         &m.weights,
                         &m.tokenizer,
                         &format!("SmolLM2-135M-Instruct {} ({})", m.path.display(), m.content_hash),
-                        crate::runtime::quality::QualitySpec::report(),
+                        crate::runtime_eval::quality::QualitySpec::report(),
                         &mut |what| eprintln!("rigbench: fidelity: {what}"),
                     )
                 });
@@ -705,16 +705,10 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             .unwrap_or(crate::kernels::peers::PeerMode::Auto);
         if let Some(mut mg) = results.multi_gpu.take() {
             let mut skipped = Vec::new();
-            crate::multigpu::run::interconnect(
-                &devices,
-                model.as_ref(),
-                peers,
-                &mut mg,
-                &mut skipped,
-            );
+            super::multigpu::interconnect(&devices, model.as_ref(), peers, &mut mg, &mut skipped);
             results.multi_gpu = Some(mg);
             results.skipped.extend(skipped);
-            match crate::multigpu::run::tp_prediction(&results, model.as_ref()) {
+            match super::multigpu::tp_prediction(&results, model.as_ref()) {
                 Ok(tp) => {
                     if let Some(mg) = results.multi_gpu.as_mut() {
                         mg.tp = Some(tp);
@@ -735,7 +729,10 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         .filter(|_| !skip_if_interrupted(&mut results, "checkpoint"))
     {
         eprintln!("rigbench: inspecting checkpoint {}", path.display());
-        let opts = crate::checkpoint::InspectOptions::from_rig(&results.rig);
+        let opts = crate::checkpoint::InspectOptions {
+            runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
+            ..crate::checkpoint::InspectOptions::from_rig(&results.rig)
+        };
         match crate::checkpoint::inspect(path, &opts) {
             Ok(r) => results.checkpoint = Some(r),
             Err(e) => results.skipped.push(Skip {
@@ -761,21 +758,23 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         (&e2e_job, builtin, job.runtime_device)
     {
         // The built-in runtime on the GPU: parity first, then BF16, FP8 and W4A16.
-        let o = crate::runtime::report::RuntimeReportOptions {
+        let o = crate::runtime_eval::section::RuntimeReportOptions {
             model: job.runtime_model.clone(),
             device,
             seed: 0,
             e2e: opts.clone(),
-            bench: crate::runtime::bench::RuntimeBenchSpec::issue_targets(),
+            bench: crate::runtime_eval::bench::RuntimeBenchSpec::runtime_targets(),
             gpu_memory_bytes: results.rig.gpu.as_ref().map(|g| g.memory_bytes),
         };
-        let section = crate::runtime::report::run_gpu(&o, results.kernels.as_ref());
+        let section = crate::runtime_eval::section::run_gpu(&o, results.kernels.as_ref());
         if let Some(d) = &dir {
             for f in &section.formats {
                 if let Some(e) = &f.e2e {
-                    let sub = d.path.join(crate::runtime::report::e2e_dir(&f.format));
+                    let sub = d
+                        .path
+                        .join(crate::runtime_eval::section::e2e_dir(&f.format));
                     std::fs::create_dir_all(&sub)?;
-                    crate::e2e::report::write_csv(e, &sub)?;
+                    crate::e2e::render::write_csv(e, &sub)?;
                     if let Some(log) = &e.engine_log {
                         d.write_text(&format!("e2e-{}/engine.log", f.format), log)?;
                     }
@@ -800,7 +799,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             Ok(mut r) => {
                 crate::e2e::parallel::annotate(&mut r, &results.rig, None);
                 if let Some(d) = &dir {
-                    crate::e2e::report::write_csv(&r, &d.path)?;
+                    crate::e2e::render::write_csv(&r, &d.path)?;
                     if let Some(log) = &r.engine_log {
                         d.write_text("engine.log", log)?;
                     }
@@ -863,7 +862,7 @@ pub fn e2e_failure(e: &crate::e2e::E2eResults) -> Option<String> {
     if !e.any_valid() {
         return Some(format!(
             "no valid run of {} (see the Validity section)",
-            crate::report::table::plural(e.runs.len() as u64, "sweep point", "sweep points")
+            crate::output::table::plural(e.runs.len() as u64, "sweep point", "sweep points")
         ));
     }
     None
@@ -912,7 +911,7 @@ pub fn render_into(dir: &ReportDir, results: &Results) -> anyhow::Result<()> {
     if let Some(rt) = &results.runtime {
         for f in &rt.formats {
             if let Some(e) = &f.e2e {
-                let sub = crate::runtime::report::e2e_dir(&f.format);
+                let sub = crate::runtime_eval::section::e2e_dir(&f.format);
                 std::fs::create_dir_all(dir.path.join(&sub))?;
                 crate::e2e::write_plots(e, &dir.path.join(&sub))?;
             }
@@ -1077,7 +1076,7 @@ mod tests {
         let e = err(resumable(&file, &j, &h200));
         assert!(e.contains("takes the report folder"), "{e}");
         assert_eq!(err(resumable(dir.path(), &j, &h200)), "");
-        let progress = dir.path().join(super::super::output::PEERS_PROGRESS);
+        let progress = dir.path().join(super::super::folder::PEERS_PROGRESS);
         std::fs::write(&progress, "garbage{").unwrap();
         let e = err(resumable(dir.path(), &j, &h200));
         assert!(

@@ -9,7 +9,7 @@ pub fn render(
     r: &Results,
     plots: &[String],
     files: &[String],
-    redactor: &crate::report::redact::Redactor,
+    redactor: &crate::output::redact::Redactor,
 ) -> String {
     let mut o = String::new();
     o.push_str(&format!("# rigbench report: {}\n\n", r.rig_label));
@@ -24,7 +24,7 @@ pub fn render(
             (None, false) => "run INCOMPLETE (interrupted or still running): figures below are what was measured before it stopped".to_string(),
         },
     ));
-    o.push_str(&super::verdict::markdown(r));
+    o.push_str(&super::headline::markdown(r));
     o.push_str(&format!("Command: `{}`\n\n", r.command_line));
     let described = [
         (
@@ -48,7 +48,7 @@ pub fn render(
             .formats
             .iter()
             .filter(|f| f.e2e.is_some())
-            .map(|f| format!("`{}/`", crate::runtime::report::e2e_dir(&f.format)))
+            .map(|f| format!("`{}/`", crate::runtime_eval::section::e2e_dir(&f.format)))
             .collect();
         if !dirs.is_empty() {
             listed.push(format!(
@@ -60,7 +60,7 @@ pub fn render(
     if !listed.is_empty() {
         o.push_str(&format!("Machine-readable: {}.\n\n", listed.join(", ")));
     }
-    o.push_str(&crate::cli::rig::render(&r.rig, false, redactor).replace("\n## ", "\n### "));
+    o.push_str(&crate::rig::render::render(&r.rig, false, redactor).replace("\n## ", "\n### "));
     o.push('\n');
     if let Some(k) = &r.kernels {
         o.push_str(&crate::kernels::render::markdown_for(
@@ -78,11 +78,11 @@ pub fn render(
         o.push('\n');
     }
     if let Some(q) = &r.quality {
-        o.push_str(&crate::runtime::quality::render_markdown(q));
+        o.push_str(&crate::runtime_eval::quality::render_markdown(q));
         o.push('\n');
     }
     if let Some(rt) = &r.runtime {
-        o.push_str(&crate::runtime::report::render_markdown(rt));
+        o.push_str(&crate::runtime_eval::section::render_markdown(rt));
         o.push('\n');
     }
     if let Some(e) = &r.e2e {
@@ -128,7 +128,7 @@ mod tests {
             what: "kernels".into(),
             reason: "no CUDA driver found".into(),
         });
-        let md = render(&r, &[], &[], &crate::report::redact::Redactor::disabled());
+        let md = render(&r, &[], &[], &crate::output::redact::Redactor::disabled());
         assert!(md.contains("# rigbench report: cpu-x86-64"));
         assert!(
             !md.contains("Machine-readable"),
@@ -138,7 +138,7 @@ mod tests {
         assert!(md.contains("**kernels**: no CUDA driver found"));
         r.complete = true;
         assert!(
-            render(&r, &[], &[], &crate::report::redact::Redactor::disabled())
+            render(&r, &[], &[], &crate::output::redact::Redactor::disabled())
                 .contains("run complete")
         );
     }

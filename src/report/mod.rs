@@ -1,15 +1,12 @@
-//! Reports: the versioned result schema, exporters (JSON, CSV, Markdown), plots, redaction,
-//! and atomic, incremental writing.
+//! Reports: the versioned result schema, the `report` job that fills it, the report folder
+//! (atomic, incremental writing), the verdict and the Markdown of the whole report. The
+//! primitives it writes with (tables, atomic writes, redaction, plots) are in [`crate::output`].
 
-pub mod axis;
+pub mod folder;
+pub mod headline;
 pub mod job;
 pub mod markdown;
-pub mod output;
-pub mod plot;
-pub mod redact;
+pub mod multigpu;
 pub mod schema;
-pub mod table;
-pub mod verdict;
-pub mod write;
 
 pub use schema::{Results, Skip, SCHEMA_VERSION};

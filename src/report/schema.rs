@@ -38,11 +38,11 @@ pub struct Results {
     pub e2e: Option<crate::e2e::E2eResults>,
     /// The built-in runtime on the GPU: parity, per-format e2e and benchmarks, fidelity.
     #[serde(default)]
-    pub runtime: Option<crate::runtime::report::RuntimeSection>,
+    pub runtime: Option<crate::runtime_eval::section::RuntimeSection>,
     /// Fidelity of FP8, W4A16 and emulated W4A4 against BF16 on trained weights (SmolLM2 on the
     /// CPU backend; docs/fidelity.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quality: Option<crate::runtime::quality::QualityReport>,
+    pub quality: Option<crate::runtime_eval::quality::QualityReport>,
     /// Multi-GPU parts: other GPUs' kernel rows and their spread, the interconnect, the
     /// tensor-parallel prediction (`--devices` with two or more GPUs).
     #[serde(default)]
@@ -70,14 +70,24 @@ pub struct Results {
     pub interrupted: Option<String>,
 }
 
-/// The between-run spread of every timing metric of a results file (see
-/// [`crate::compare::gate`]).
+/// The between-run spread of every timing metric of a results file (what `rigbench compare`'s
+/// gate uses for the baseline side: docs/gate.md).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BetweenRun {
     /// Repeats the spread was measured over.
     pub repeats: usize,
     /// Metric id → standard deviation of the repeats' `ln median` and its degrees of freedom.
-    pub metrics: std::collections::BTreeMap<String, crate::compare::gate::RunSpread>,
+    pub metrics: std::collections::BTreeMap<String, RunSpread>,
+}
+
+/// Between-run spread of one metric: the standard deviation of `ln median` across repeats and
+/// its degrees of freedom (repeats − 1). Baselines store it per timing metric.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RunSpread {
+    /// Standard deviation of the repeats' `ln median` (≈ the relative spread: 0.01 = 1%).
+    pub sd_log: f64,
+    /// Degrees of freedom (repeats − 1).
+    pub df: usize,
 }
 
 /// A part of the job not run.
@@ -162,7 +172,7 @@ mod tests {
             "rigbench report".into(),
         );
         let p = d.path().join("results.json");
-        crate::report::write::atomic_write_json(&p, &r).unwrap();
+        crate::output::write::atomic_write_json(&p, &r).unwrap();
         assert_eq!(Results::load(&p).unwrap(), r);
 
         let mut v = serde_json::to_value(&r).unwrap();
@@ -177,5 +187,19 @@ mod tests {
             .to_string()
             .contains("not valid JSON"));
         assert!(Results::load(&d.path().join("missing.json")).is_err());
+    }
+
+    /// Results written by older versions (the committed baselines, with their engine logs) read
+    /// back under today's schema.
+    #[test]
+    fn committed_baselines_read_back() {
+        for f in [
+            "baselines/ci-cpu/qwen3.6-27b.json",
+            "baselines/nvidia-h200-sm90/qwen3.6-27b.json",
+        ] {
+            let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(f);
+            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{f}: {e}"));
+            let _: Results = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
+        }
     }
 }

@@ -6,12 +6,15 @@
 
 pub mod capability;
 pub mod host;
+pub mod render;
 pub mod telemetry;
 pub mod topology;
 
 use serde::{Deserialize, Serialize};
 
-pub use capability::{Capability, ComputeCapability, Support};
+pub use capability::{Capability, Support};
+
+use crate::gpu::ComputeCapability;
 
 /// Facts about the host machine.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -153,7 +156,7 @@ pub fn probe() -> RigFacts {
         host: host::probe(),
         ..Default::default()
     };
-    crate::gpu::probe_into(&mut facts);
+    gpus_into(&mut facts);
     if let Some(cc) = facts.compute_capability() {
         facts.capabilities = capability::table(cc);
     }
@@ -161,6 +164,51 @@ pub fn probe() -> RigFacts {
         facts.topology = Some(probe_topology(&facts.gpus));
     }
     facts
+}
+
+/// Fill `facts.gpus` (every device, with its NVML telemetry), `facts.gpu` (device 0) and
+/// `facts.stack` (or `facts.gpu_absent_reason`) from the CUDA probe ([`crate::gpu::probe`]).
+/// Never panics.
+fn gpus_into(facts: &mut RigFacts) {
+    let p = crate::gpu::probe::probe_devices();
+    facts.stack.built_for_cuda = p.built_for_cuda;
+    facts.stack.nvrtc_version = p.nvrtc_version;
+    facts.stack.cublaslt_version = p.cublaslt_version;
+    facts.stack.cuda_include_dir = p.cuda_include_dir;
+    facts.stack.driver_cuda_version = p.driver_cuda_version;
+    facts.stack.problems.extend(p.problems);
+    let telemetry = telemetry::TelemetryReader::new(0).read();
+    facts.stack.driver_version = telemetry.as_ref().and_then(|t| t.driver_version.clone());
+    if let Some(why) = p.absent_reason {
+        facts.gpu_absent_reason = Some(why);
+        return;
+    }
+    for d in p.devices {
+        let i = d.index;
+        if i > 0 {
+            facts.other_gpus.push(format!("{i}: {}", d.name));
+        }
+        // NVML numbers GPUs in PCI order, CUDA by its own rules and after CUDA_VISIBLE_DEVICES:
+        // match them by bus id.
+        let telemetry = if i == 0 && d.pci_bus_id.is_none() {
+            telemetry.clone()
+        } else {
+            telemetry::TelemetryReader::for_pci_bus_id(d.pci_bus_id.as_deref(), i as u32).read()
+        };
+        facts.gpus.push(GpuFacts {
+            index: i,
+            name: d.name,
+            compute_capability: d.compute_capability,
+            sm_count: d.sm_count,
+            memory_bytes: d.memory_bytes,
+            l2_bytes: d.l2_bytes,
+            max_shared_mem_per_block_optin: d.max_shared_mem_per_block_optin,
+            memory_bus_width_bits: d.memory_bus_width_bits,
+            telemetry,
+            pci_bus_id: d.pci_bus_id,
+        });
+    }
+    facts.gpu = facts.gpus.first().cloned();
 }
 
 /// The topology of `gpus`: NVML, else `nvidia-smi topo -m`, with CUDA's peer-access verdict
@@ -203,6 +251,18 @@ fn probe_topology(gpus: &[GpuFacts]) -> topology::Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probe_never_panics_and_explains_absence() {
+        let f = probe();
+        if f.gpu.is_none() {
+            assert!(
+                f.gpu_absent_reason.is_some(),
+                "a missing GPU must carry a reason"
+            );
+        }
+        assert_eq!(f.stack.built_for_cuda, "13.0");
+    }
 
     #[test]
     fn labels() {

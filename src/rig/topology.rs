@@ -4,9 +4,9 @@
 //! Sources, in order: NVML (`nvmlDeviceGetNvLinkState` / `GetNvLinkRemotePciInfo` for the links,
 //! `nvmlDeviceGetTopologyCommonAncestor` for the PCIe path, `nvmlDeviceGetNumaNodeId`, the PCIe
 //! link generation and width), and when NVML cannot be loaded the text of `nvidia-smi topo -m`
-//! ([`parse_topo_matrix`]). Peer access comes from CUDA (`cuDeviceCanAccessPeer`), filled in by
-//! [`crate::gpu::probe_into`]. NUMA node and CPU list fall back to sysfs
-//! (`/sys/bus/pci/devices/<bus id>/numa_node`, `local_cpulist`).
+//! ([`parse_topo_matrix`]). Peer access comes from CUDA (`cuDeviceCanAccessPeer`,
+//! [`crate::gpu::multi::peer_access`]), filled in by [`crate::rig::probe`]. NUMA node and CPU
+//! list fall back to sysfs (`/sys/bus/pci/devices/<bus id>/numa_node`, `local_cpulist`).
 //!
 //! Connection codes are those of `nvidia-smi topo -m`'s legend: `NV#` (a bonded set of # NVLinks),
 //! `PIX` (at most one PCIe bridge), `PXB` (several PCIe bridges, no host bridge), `PHB` (a PCIe
@@ -485,7 +485,7 @@ pub fn probe_nvidia_smi(n: usize) -> Option<Topology> {
 /// The topology section of `rig`: the connection matrix (as `nvidia-smi topo -m` writes it, with
 /// CUDA indices), P2P access, and per GPU its NUMA node, CPUs, PCIe link and NVLinks.
 pub fn render(t: &Topology) -> String {
-    use crate::report::table::markdown_table;
+    use crate::output::table::markdown_table;
     let n = t.gpus.len();
     let mut out = String::new();
     out.push_str(&format!(
@@ -551,7 +551,7 @@ pub fn render(t: &Topology) -> String {
 
 /// One row per GPU: the facts `rig` shows for the first GPU, side by side (two or more GPUs).
 pub fn render_gpus(gpus: &[super::GpuFacts]) -> String {
-    use crate::report::table::{human_bytes, markdown_table};
+    use crate::output::table::{human_bytes, markdown_table};
     let na = || "n/a".to_string();
     let rows: Vec<Vec<String>> = gpus
         .iter()

@@ -361,6 +361,22 @@ impl ModelConfig {
         Self::parse_hf_config(&text).map_err(|e| RigError::file(path, format!("{e:#}")).into())
     }
 
+    /// The text of a `config.json` as the runtime reads it ([`ModelConfig::parse_hf_config`]):
+    /// its warnings and whether it is a Gated-DeltaNet hybrid, or why it refuses the model (the
+    /// whole error chain). `inspect` consults it
+    /// ([`crate::checkpoint::runtime::ConfigReader`]).
+    ///
+    /// # Errors
+    /// The refusal, as text.
+    pub fn check_hf_config(text: &str) -> Result<(Vec<String>, bool), String> {
+        Self::parse_hf_config(text)
+            .map(|h| {
+                let hybrid = h.config.is_hybrid();
+                (h.warnings, hybrid)
+            })
+            .map_err(|e| format!("{e:#}"))
+    }
+
     /// Parse the text of a Hugging Face `config.json`, in the form transformers 5 writes
     /// (`rope_parameters` holding `rope_theta`, `rope_type` and the scaling fields; `dtype`) and
     /// in the older one (`rope_theta` and `rope_scaling` at the top level; `torch_dtype`).

@@ -25,12 +25,12 @@ use super::config::{
 };
 use super::kv_cache::{BlockPool, KvCapacity};
 use super::memory::KvPlan;
-use super::metrics::{CacheInfo, FinishedLabel, Metrics};
 use super::sampler::{Sampler, SamplingParams};
 use super::scheduler::{Scheduled, Scheduler, SchedulerConfig, Seq};
 use super::spec::{self, NgramDrafter, SpecStats};
 use super::template::ChatTemplate;
 use super::tokenizer::{IncrementalDecoder, Tokenizer};
+use super::vllm_metrics::{CacheInfo, FinishedLabel, Metrics};
 use super::weights::MappedCheckpoint;
 use crate::RigError;
 
@@ -1459,7 +1459,7 @@ mod tests {
     fn ignore_eos_output_is_always_visible_text() {
         // Synthetic weights lock greedy decoding onto one token per prompt; when that token was
         // a special one, a whole fixed-length answer decoded to nothing and the e2e validity
-        // guard called the run invalid ("empty output") at random (issue 13).
+        // guard called the run invalid ("empty output") at random.
         let mut l = engine(&ServeConfig::tiny());
         let suppressed = l.tokenizer.suppressed_under_ignore_eos();
         for id in [256, 257, 258, 259, 260, 0x80, 0xff, 0x00] {

@@ -194,6 +194,9 @@ pub fn model_config(g: &Gguf) -> anyhow::Result<(ModelConfig, Vec<String>)> {
             num_heads: heads,
             num_kv_heads: kv_heads,
             head_dim,
+            // GGUF's llama / qwen3 architectures rotate the whole head, and are dense.
+            rotary_dim: head_dim,
+            hybrid: None,
             vocab_size: vocab,
             rms_norm_eps,
             rope_theta,
@@ -290,6 +293,7 @@ fn layer(g: &Gguf, c: &ModelConfig, i: usize) -> anyhow::Result<LayerWeights> {
     let (h, qd, kvd, f) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
     let permuted = c.arch == Arch::Llama;
     Ok(LayerWeights {
+        gdn: None,
         input_norm: vector(g, &p("attn_norm"), h)?,
         q: linear(g, &p("attn_q"), qd, h, permuted.then_some(c.num_heads))?,
         k: linear(g, &p("attn_k"), kvd, h, permuted.then_some(c.num_kv_heads))?,

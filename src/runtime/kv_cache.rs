@@ -55,7 +55,7 @@ impl KvCapacity {
         let num_blocks = (budget_bytes / per_block) as usize;
         let need = max_model_len.div_ceil(block_size);
         if num_blocks < need.max(1) {
-            use crate::report::table::{human_bytes, plural, thousands};
+            use crate::output::table::{human_bytes, plural, thousands};
             let fits = num_blocks * block_size;
             let at_least = need.max(1) as u64 * per_block;
             // Lowering --max-model-len helps only when at least one block fits.
@@ -104,7 +104,7 @@ impl KvCapacity {
     /// The startup line, e.g. `KV cache: 1,234,560 tokens (77,160 blocks × 16); max concurrency
     /// at 32,768 tokens: 37.7x`.
     pub fn line(&self) -> String {
-        use crate::report::table::thousands;
+        use crate::output::table::thousands;
         format!(
             "KV cache: {} tokens ({} blocks × {}); max concurrency at {} tokens: {:.1}x",
             thousands(self.tokens() as u64),

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::backend::DeviceMemory;
 use super::config::{KvCacheDtype, ModelConfig, QuantRecipe, WeightFormat};
 use super::kv_cache::{kv_bytes_per_block, KvCapacity};
-use crate::report::table::{human_bytes, thousands};
+use crate::output::table::{human_bytes, thousands};
 
 /// The CPU backend's KV budget when `--kv-cache-memory` is not given: 512 MiB.
 pub const DEFAULT_CPU_KV_BYTES: u64 = 512 << 20;
@@ -164,7 +164,7 @@ impl KvPlan {
             self.max_concurrency()
         ));
         if let (Some((attn, gdn)), true) = (self.layers, self.state_slots > 0) {
-            use crate::report::table::plural;
+            use crate::output::table::plural;
             v.push(format!(
                 "Hybrid model: the KV cache size counts tokens of the {} only; the {} keep a fixed state of {} per running sequence instead, {} slots ({} of the budget, --max-num-seqs {}), so the concurrency is also at most {}",
                 plural(attn as u64, "full-attention layer", "full-attention layers"),

@@ -17,37 +17,34 @@
 //! - [`device`]: `--device` resolution; [`memory`]: the memory planner (weights fit, KV budget);
 //! - [`scheduler`], [`sampler`], [`spec`]: continuous batching with chunked prefill and
 //!   preemption; sampling; n-gram speculative decoding;
-//! - [`direct`]: a backend driven without the scheduler; [`check`]: reference, parity and
-//!   fidelity checks over any backend;
-//! - [`bench`]: runtime benchmarks (batch-1 and batched decode, prefill, decode bound);
-//! - [`engine`]: the engine thread; [`metrics`]: Prometheus text with vLLM's names;
-//! - [`report`]: the GPU runtime's part of `rigbench report`;
+//! - [`direct`]: a backend driven without the scheduler (what the checks and benchmarks of
+//!   `crate::runtime_eval` drive);
+//! - [`engine`]: the engine thread; [`vllm_metrics`]: Prometheus text with vLLM's names;
 //! - [`server`]: the HTTP server, [`server::start`] and [`server::ServerHandle`].
+//!
+//! This is the engine only: its benchmarks, checks and report section are in
+//! `crate::runtime_eval` (docs/architecture.md).
 
 pub mod backend;
-pub mod bench;
-pub mod check;
 pub mod config;
 pub mod device;
 pub mod direct;
 pub mod engine;
 pub mod gdn;
-pub mod hybrid;
 pub mod gguf_model;
 pub mod gguf_tokenizer;
+pub mod hybrid;
 pub mod kv_cache;
 pub mod memory;
-pub mod metrics;
 pub mod model;
 pub mod prefix_cache;
-pub mod quality;
-pub mod report;
 pub mod sampler;
 pub mod scheduler;
 pub mod server;
 pub mod spec;
 pub mod template;
 pub mod tokenizer;
+pub mod vllm_metrics;
 pub mod weights;
 
 pub use config::{KvCacheDtype, ModelConfig, ServeConfig, SpecConfig, WeightFormat};

@@ -37,7 +37,7 @@ use crate::diagnose::line::Line;
 use crate::diagnose::log::{
     fnum, num, Boot, EngineLog, KvBuffer, KvCells, Repeat, RequestTiming, Slots,
 };
-use crate::report::table::thousands;
+use crate::output::table::thousands;
 
 /// llama.cpp's `llama-server`.
 pub struct Llamacpp;

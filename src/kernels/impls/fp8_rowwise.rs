@@ -12,13 +12,13 @@ use anyhow::Context;
 
 use crate::formats::{e4m3, GemmFormat};
 use crate::gpu::cublaslt::{LtGemm, LtKind, OutType};
+use crate::gpu::ComputeCapability;
 use crate::gpu::{DevBuf, KArg};
 use crate::kernels::data::{bf16_uniform, fp8_code, hash32};
 use crate::kernels::fp8_quant;
 use crate::kernels::reference::{sampled_gemm, FP8_GEMM_REL_L2};
 use crate::kernels::suite::Shape;
 use crate::kernels::{grid_for, Env, GemmImpl, MInputs};
-use crate::rig::ComputeCapability;
 
 /// Implementation id.
 pub const ID: &str = "fp8-rowwise";

@@ -23,14 +23,14 @@ use crate::formats::nvfp4::Nvfp4Weight;
 use crate::formats::w4a16_pack::{repack, W4a16Packed};
 use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::{Lt, LtGemm, LtKind};
+use crate::gpu::ComputeCapability;
 use crate::gpu::{DevBuf, Gpu, KArg};
 use crate::kernels::data::{host_threads, nvfp4_weight};
 use crate::kernels::reference::{sampled_gemm, W4A16_GEMM_REL_L2};
 use crate::kernels::schema::KernelFacts;
 use crate::kernels::suite::Shape;
 use crate::kernels::{Env, GemmImpl, MInputs, W4Module};
-use crate::report::table::plural;
-use crate::rig::ComputeCapability;
+use crate::output::table::plural;
 
 /// Seed of the NVFP4 weights.
 pub const SEED_W: u32 = 0x4A16_0001;
@@ -138,6 +138,11 @@ pub fn kernel_names() -> Vec<String> {
 fn fused_name(nt: usize, warps: usize, wn: usize, ks: bool) -> String {
     format!("w4a16_nt{nt}_w{warps}_n{wn}{}", if ks { "_ks" } else { "" })
 }
+
+/// Source of rigbench's W4A16 kernels (`kernels/w4a16.cu`), compiled at run time by NVRTC in
+/// the flavours of [`crate::kernels::W4A16_FLAVORS`]; the kernel bench and the runtime both build
+/// it from here.
+pub const SRC: &str = include_str!("../../../kernels/w4a16.cu");
 
 /// Source of the version-2 kernel (Marlin-style: stripes over the SMs, cp.async ring).
 pub const V2_SRC: &str = include_str!("../../../kernels/w4a16_v2.cu");

@@ -14,13 +14,13 @@ use anyhow::Context;
 use crate::formats::nvfp4::{self, swizzle_block_scales, Nvfp4Weight};
 use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::{LtGemm, LtKind};
+use crate::gpu::ComputeCapability;
 use crate::gpu::DevBuf;
 use crate::kernels::data::{host_threads, nvfp4_weight};
 use crate::kernels::reference::sampled_gemm;
 use crate::kernels::suite::Shape;
 use crate::kernels::{Env, GemmImpl, MInputs};
 use crate::rig::capability::has_fp4_tensor_cores;
-use crate::rig::ComputeCapability;
 
 /// Seed of the NVFP4 weights (same generator as `w4a16`, another seed).
 pub const SEED_W: u32 = 0x4A04_0001;

@@ -323,8 +323,8 @@ fn check_host_memory(bytes: u128, what: &str, flag: &str) -> anyhow::Result<()> 
             flag,
             format!(
                 "the CPU backend's {what} needs {} of host memory but only {} is available; choose a smaller {flag}",
-                crate::report::table::human_bytes(bytes.min(u64::MAX as u128) as u64),
-                crate::report::table::human_bytes(available.min(u64::MAX as u128) as u64)
+                crate::output::table::human_bytes(bytes.min(u64::MAX as u128) as u64),
+                crate::output::table::human_bytes(available.min(u64::MAX as u128) as u64)
             ),
         )
         .into());
@@ -1233,6 +1233,3 @@ mod tests {
         assert!(b.forward(&bad).is_err());
     }
 }
-
-#[cfg(test)]
-pub(crate) mod hybrid_tests;

@@ -328,10 +328,14 @@ impl MappedCheckpoint {
     /// no safetensors files, a shard that cannot be mapped, a tensor missing or of the wrong
     /// shape or dtype, a non-positive scale.
     pub fn open(dir: &Path, config: &ModelConfig) -> anyhow::Result<Self> {
-        let report =
-            crate::checkpoint::inspect(dir, &crate::checkpoint::InspectOptions::default())?;
+        let reader = Some(ModelConfig::check_hf_config as crate::checkpoint::runtime::ConfigReader);
+        let opts = crate::checkpoint::InspectOptions {
+            runtime_config: reader,
+            ..Default::default()
+        };
+        let report = crate::checkpoint::inspect(dir, &opts)?;
         let root = crate::checkpoint::config::read_json_object(&dir.join("config.json"))?;
-        let support = crate::checkpoint::runtime::verdict(&report, &root).map_err(|r| {
+        let support = crate::checkpoint::runtime::verdict(&report, &root, reader).map_err(|r| {
             RigError::file(
                 dir,
                 format!("{r} (`rigbench inspect` reports the same finding id)"),
@@ -1045,6 +1049,14 @@ mod tests {
     use crate::runtime::weights::tests::write_checkpoint;
     use crate::runtime::KvCacheDtype;
 
+    /// What `inspect` and the loader pass: the runtime's config.json reader.
+    fn with_runtime_reader() -> crate::checkpoint::InspectOptions {
+        crate::checkpoint::InspectOptions {
+            runtime_config: Some(ModelConfig::check_hf_config),
+            ..Default::default()
+        }
+    }
+
     fn fixture(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/checkpoints")
@@ -1135,7 +1147,7 @@ mod tests {
             e.contains("[runtime-unsupported]") && e.contains("qwen3_5"),
             "{e}"
         );
-        let r = crate::checkpoint::inspect(&dir, &Default::default()).unwrap();
+        let r = crate::checkpoint::inspect(&dir, &with_runtime_reader()).unwrap();
         assert_eq!(r.findings_of("runtime-unsupported").len(), 1);
         // Quantized tensors without quantization metadata: inspect's metadata-tensor-mismatch.
         let mut w = synthesize(&ModelConfig::tiny(), 2);
@@ -1145,7 +1157,7 @@ mod tests {
         std::fs::remove_file(d.path().join("hf_quant_config.json")).unwrap();
         let e = format!("{:#}", open(d.path()).unwrap_err());
         assert!(e.contains("[metadata-tensor-mismatch]"), "{e}");
-        let r = crate::checkpoint::inspect(d.path(), &Default::default()).unwrap();
+        let r = crate::checkpoint::inspect(d.path(), &with_runtime_reader()).unwrap();
         assert!(!r.findings_of("metadata-tensor-mismatch").is_empty());
         assert!(r.findings_of("runtime-unsupported").is_empty());
         // An architecture the runtime does not run: named, with the supported ones listed.

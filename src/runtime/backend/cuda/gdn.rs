@@ -22,7 +22,8 @@
 
 use anyhow::Context;
 
-use super::{grid1, plan, CudaBackend, DLayer, DLinear, LinRef, Loader, ATT_THREADS};
+use super::load::Loader;
+use super::{grid1, plan, CudaBackend, DLayer, DLinear, LinRef, ATT_THREADS};
 use crate::gpu::{DevBuf, KArg, Module};
 use crate::runtime::backend::ForwardBatch;
 use crate::runtime::config::{KvCacheDtype, ModelConfig, QuantRecipe, WeightFormat};
@@ -373,8 +374,8 @@ pub(super) fn init_state_slots(b: &mut CudaBackend, n: usize) -> anyhow::Result<
         b.gpu.alloc(bytes).map_err(|e| {
             anyhow::anyhow!(
                 "allocating the Gated-DeltaNet state ({} for {n} sequences + 1 padding slot) failed with {} free: {e}",
-                crate::report::table::human_bytes((conv_bytes + ssm_bytes) as u64),
-                crate::report::table::human_bytes(free as u64)
+                crate::output::table::human_bytes((conv_bytes + ssm_bytes) as u64),
+                crate::output::table::human_bytes(free as u64)
             )
         })
     };
@@ -457,7 +458,7 @@ fn mixer(
     b.gemm(
         LinRef {
             layer: li,
-            which: 0,
+            which: super::LayerLinear::Qkv,
         },
         t,
         b.bufs.h.ptr(),
@@ -605,7 +606,7 @@ fn queue_gdn(b: &mut CudaBackend, hy: &HybridRt, li: usize, t: usize) -> anyhow:
     b.gemm(
         LinRef {
             layer: li,
-            which: 4,
+            which: super::LayerLinear::GdnAb,
         },
         t,
         b.bufs.h.ptr(),
@@ -981,7 +982,7 @@ pub(super) fn kernels_vs_cpu(
     b: &CudaBackend,
     d: &GdnDims,
     name: &str,
-) -> anyhow::Result<Vec<super::selftest::Check>> {
+) -> anyhow::Result<Vec<super::self_check::Check>> {
     use super::hybrid_check::{check, rel, GDN_KERNEL_REL_L2};
     use crate::runtime::gdn::{self as g, Form, GdnLayerState, GdnParams};
     let hy = b.hy.as_ref().context("not a hybrid backend")?;
@@ -1162,7 +1163,7 @@ pub(super) fn kernels_vs_cpu(
             GDN_KERNEL_REL_L2,
             "state",
         ),
-        super::selftest::Check {
+        super::self_check::Check {
             name: tag("convolution states"),
             pass: got_conv == want_conv,
             detail: format!(

@@ -1,5 +1,6 @@
-//! Runtime benchmarks for the issue's targets, driven through the [`Engine`] directly (no
-//! HTTP), generic over the backend (they take `Box<dyn Backend>` and give it back):
+//! Runtime benchmarks for the runtime's targets (docs/runtime.md, "Benchmarks"), driven through the
+//! [`Engine`] directly (no HTTP), generic over the backend (they take `Box<dyn Backend>` and give
+//! it back):
 //!
 //! - batch-1 decode tok/s;
 //! - batch-N decode throughput (N = 32 with 1,024-token contexts by default);
@@ -8,7 +9,7 @@
 //!   [`crate::checkpoint::capacity::predict_kv_tokens`]).
 //!
 //! Figures against the kernel bench of the same run ([`RuntimeBench::attach_roofline`]):
-//! - decode bound: the bytes one batch-1 decode step reads ([`super::memory::decode_step_bytes`]:
+//! - decode bound: the bytes one batch-1 decode step reads ([`crate::runtime::memory::decode_step_bytes`]:
 //!   weights in the run's format, BF16 lm_head, KV at the mean context) ÷ the device-to-device
 //!   copy bandwidth measured in the same run = the weight-streaming upper bound on batch-1 tok/s;
 //!   the fraction achieved is measured ÷ bound;
@@ -24,15 +25,15 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::backend::{Backend, KvCacheSpec};
-use super::config::{KvCacheDtype, ModelConfig};
-use super::engine::{Engine, EngineConfig, GenerateRequest, ReasoningMode};
-use super::memory::{decode_step_bytes, DecodeBytes};
-use super::metrics::{CacheInfo, Metrics};
-use super::sampler::SamplingParams;
-use super::scheduler::SchedulerConfig;
-use super::tokenizer::Tokenizer;
-use super::weights::{LinearRole, SplitMix64};
+use crate::runtime::backend::{Backend, KvCacheSpec};
+use crate::runtime::config::{KvCacheDtype, ModelConfig};
+use crate::runtime::engine::{Engine, EngineConfig, GenerateRequest, ReasoningMode};
+use crate::runtime::memory::{decode_step_bytes, DecodeBytes};
+use crate::runtime::sampler::SamplingParams;
+use crate::runtime::scheduler::SchedulerConfig;
+use crate::runtime::tokenizer::Tokenizer;
+use crate::runtime::vllm_metrics::{CacheInfo, Metrics};
+use crate::runtime::weights::{LinearRole, SplitMix64};
 
 /// Sizes of the runtime benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,9 +55,9 @@ pub struct RuntimeBenchSpec {
 }
 
 impl RuntimeBenchSpec {
-    /// The issue's targets: batch-1 decode (128-token prompt, 128 tokens), batch 32 with
-    /// 1,024-token contexts (32 tokens each), prefill of 4,096 tokens.
-    pub fn issue_targets() -> Self {
+    /// The runtime's targets (docs/runtime.md): batch-1 decode (128-token prompt, 128 tokens),
+    /// batch 32 with 1,024-token contexts (32 tokens each), prefill of 4,096 tokens.
+    pub fn runtime_targets() -> Self {
         RuntimeBenchSpec {
             batch1_prompt: 128,
             batch1_tokens: 128,
@@ -206,10 +207,10 @@ pub fn prefill_flops_per_token(c: &ModelConfig, len: usize) -> f64 {
                 })
                 .sum();
             let mixer = match (&c.hybrid, c.layer_type(i)) {
-                (Some(h), super::hybrid::LayerType::Gdn) => {
+                (Some(h), crate::runtime::hybrid::LayerType::Gdn) => {
                     let (dk, dv) = (h.key_head_dim as f64, h.value_head_dim as f64);
                     h.num_value_heads as f64
-                        * (6.0 * dk * dv + 2.0 * super::gdn::CHUNK as f64 * (dk + dv))
+                        * (6.0 * dk * dv + 2.0 * crate::runtime::gdn::CHUNK as f64 * (dk + dv))
                 }
                 _ => attn,
             };

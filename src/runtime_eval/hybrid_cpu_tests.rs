@@ -1,15 +1,15 @@
 //! The CPU backend on Gated-DeltaNet hybrids: transformers' own greedy tokens of the tiny
 //! Qwen3.5 fixture, state consistency between chunked and token-by-token prefill, and the
-//! rollback of rejected drafts.
+//! rollback of rejected drafts. (Here, beside the checks it uses, not in the engine's folder.)
 
 use std::path::Path;
 
-use super::CpuBackend;
+use crate::runtime::backend::cpu::CpuBackend;
 use crate::runtime::backend::{Backend, ForwardBatch, KvCacheSpec, SeqSegment};
-use crate::runtime::check::{check_reference_greedy, explain_mismatch, ReferenceGreedy};
 use crate::runtime::config::{KvCacheDtype, ModelConfig};
 use crate::runtime::direct::{argmax, DirectSession};
 use crate::runtime::weights::{load_dir, synthesize, ModelWeights};
+use crate::runtime_eval::check::{check_reference_greedy, explain_mismatch, ReferenceGreedy};
 
 /// The tiny Qwen3.5 hybrid saved by transformers 5.17 (shared fixtures).
 pub(crate) const TINY_QWEN35_T5: &str =
@@ -84,7 +84,13 @@ fn gpu_rounding_leaves_the_f32_reference_only_at_a_near_tie() {
     let miss = out.iter().find(|o| !o.matches()).unwrap();
     assert_eq!(miss.prompt, "kernels stream");
     assert_eq!(miss.first_mismatch, Some(10));
-    let e = explain_mismatch(&w, &reference, miss, crate::runtime::check::NEAR_TIE_LOGITS).unwrap();
+    let e = explain_mismatch(
+        &w,
+        &reference,
+        miss,
+        crate::runtime_eval::check::NEAR_TIE_LOGITS,
+    )
+    .unwrap();
     assert_eq!(e.tokens, (195, 59));
     assert!((e.f32_margin - 0.0147).abs() < 1e-3, "{e:?}");
     assert!(e.near_tie, "{e:?}");

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::redact::Redactor;
 use super::schema::Results;
-use super::write::{atomic_write, atomic_write_json};
+use crate::output::redact::Redactor;
+use crate::output::write::{atomic_write, atomic_write_json};
 
 /// Where and how a report is written.
 ///

@@ -4,12 +4,12 @@
 //! Method (the same as llama.cpp's `llama-perplexity --kl-divergence`, which compares a
 //! quantized model with a reference on a text corpus):
 //! - every format is teacher-forced on the same token ids of the fixed text
-//!   (`tests/fixtures/text/public-domain.txt`, [`FIXED_TEXT`]); at each position the candidate's
+//!   (`tests/fixtures/text/public-domain.txt`, [`FIXED_TEXT`], kept beside e2e's probes that send it); at each position the candidate's
 //!   logit row is compared with BF16's: top-1 agreement (same arg-max) and KL(P_BF16 ‖ P_cand)
 //!   in nats from log-softmax in f64; and each format's perplexity, `exp(mean NLL)` of the
 //!   text's next tokens;
 //! - greedy agreement: each format decodes the first prompts of
-//!   [`crate::runtime::check::FIDELITY_PROMPTS`], encoded by the model's own tokenizer, greedily
+//!   [`crate::runtime_eval::check::FIDELITY_PROMPTS`], encoded by the model's own tokenizer, greedily
 //!   (no EOS stop); the fraction of positions where its token equals BF16's, and the mean number
 //!   of tokens before the first difference.
 //!
@@ -21,18 +21,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::backend::cpu::CpuBackend;
-use super::backend::Backend;
-use super::config::{KvCacheDtype, WeightFormat};
-use super::direct::{argmax, log_softmax, DirectSession, GreedyRun};
-use super::tokenizer::Tokenizer;
-use super::weights::ModelWeights;
-
-/// The fixed public-domain text (see `tests/fixtures/text/README.md` for its sources).
-pub const FIXED_TEXT: &str = include_str!("../../tests/fixtures/text/public-domain.txt");
-
-/// Its name in reports.
-pub const FIXED_TEXT_NAME: &str = "tests/fixtures/text/public-domain.txt (Austen, Lincoln, the Declaration of Independence, the US Constitution's preamble; public domain)";
+pub use crate::e2e::quality::{FIXED_TEXT, FIXED_TEXT_NAME};
+use crate::runtime::backend::cpu::CpuBackend;
+use crate::runtime::backend::Backend;
+use crate::runtime::config::{KvCacheDtype, WeightFormat};
+use crate::runtime::direct::{argmax, log_softmax, DirectSession, GreedyRun};
+use crate::runtime::tokenizer::Tokenizer;
+use crate::runtime::weights::ModelWeights;
 
 /// Tokens per forward pass of the teacher-forced runs (bounds the logit rows held at once).
 const CHUNK: usize = 128;
@@ -214,7 +209,7 @@ pub fn study(
         "the fixed text encodes to {} tokens",
         ids.len()
     );
-    let prompts: Vec<Vec<u32>> = super::check::FIDELITY_PROMPTS
+    let prompts: Vec<Vec<u32>> = crate::runtime_eval::check::FIDELITY_PROMPTS
         .iter()
         .take(spec.prompts)
         .map(|p| tokenizer.encode(p, false))
@@ -247,7 +242,7 @@ pub fn study(
             if argmax(r)? == argmax(rr)? {
                 top1 += 1;
             }
-            let kl = super::check::kl_divergence(rr, r);
+            let kl = crate::runtime_eval::check::kl_divergence(rr, r);
             kl_sum += kl;
             kl_max = kl_max.max(kl);
             nll -= log_softmax(r)[ids[i + 1] as usize];
@@ -322,7 +317,7 @@ pub fn render_markdown(r: &QualityReport) -> String {
             ]
         })
         .collect();
-    o.push_str(&crate::report::table::markdown_table(
+    o.push_str(&crate::output::table::markdown_table(
         &[
             "format",
             "top-1 agreement (teacher-forced)",

@@ -1,54 +1,12 @@
-//! Shared plotting pieces (plotters, SVG backend): the line-with-markers series every rigbench
-//! chart draws, the kernel charts' palette, and the decode-step composite chart.
+//! The decode-step composite chart (plotters, SVG backend), drawn from a [`Composite`].
 
 use std::path::Path;
 
 use plotters::prelude::*;
 
-/// A chart over `f64 × f64` axes (linear or log) on an SVG area.
-pub type Chart<'a, 'b, X, Y> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>;
+use crate::output::plot::{line_with_points, PALETTE};
 
-/// Draw `points` as a 2-px line of `color` with 3-px markers, and register `label` in the
-/// legend (a short line of the same colour).
-///
-/// # Errors
-/// The backend fails to draw (the message names the series).
-pub fn line_with_points<X, Y>(
-    chart: &mut Chart<'_, '_, X, Y>,
-    points: &[(f64, f64)],
-    color: RGBColor,
-    label: &str,
-) -> anyhow::Result<()>
-where
-    X: Ranged<ValueType = f64>,
-    Y: Ranged<ValueType = f64>,
-{
-    let err = |e: DrawingAreaErrorKind<_>| anyhow::anyhow!("cannot draw series '{label}': {e}");
-    chart
-        .draw_series(LineSeries::new(
-            points.iter().copied(),
-            color.stroke_width(2),
-        ))
-        .map_err(err)?
-        .label(label.to_string())
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color.stroke_width(2)));
-    chart
-        .draw_series(points.iter().map(|p| Circle::new(*p, 3, color.filled())))
-        .map_err(|e| anyhow::anyhow!("cannot draw series '{label}': {e}"))?;
-    Ok(())
-}
-
-/// The colours of kernel charts, in column order (matplotlib's `tab10`).
-pub const PALETTE: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-];
+use super::composite::Composite;
 
 /// The decode-step composite chart: composite time (ms, log) against M (log) per
 /// implementation, cold rows solid with markers, graph rows dashed in the same colour, and the
@@ -57,11 +15,8 @@ pub const PALETTE: [RGBColor; 8] = [
 ///
 /// # Errors
 /// The chart cannot be drawn or the file written.
-pub fn composite_chart(
-    c: &crate::kernels::composite::Composite,
-    path: &Path,
-) -> anyhow::Result<()> {
-    use crate::kernels::composite::{column_rank, StepTiming};
+pub fn composite_chart(c: &Composite, path: &Path) -> anyhow::Result<()> {
+    use super::composite::{column_rank, StepTiming};
     let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("composite chart: {e}");
     let mut cols: Vec<String> = c.rows.iter().map(|r| r.column()).collect();
     cols.sort_by_key(|x| column_rank(x));
@@ -99,8 +54,8 @@ pub fn composite_chart(
         .x_desc("M (tokens in flight)")
         .y_desc("ms per step (FP8 incl. act. quant)")
         // 10, 100, 1,000 rather than plotters' "10.0 … 10000.0".
-        .x_label_formatter(&crate::report::axis::count_tick)
-        .y_label_formatter(&crate::report::axis::tick)
+        .x_label_formatter(&crate::output::axis::count_tick)
+        .y_label_formatter(&crate::output::axis::tick)
         .draw()
         .map_err(|e| err(&e))?;
     for f in &c.floors {
@@ -179,6 +134,9 @@ mod tests {
                 median_s,
                 samples_s: vec![median_s],
                 act_quant_included: false,
+                act_quant_s: 0.0,
+                act_quant_path: None,
+                bf16_for: Vec::new(),
                 weight_bytes: 1 << 30,
                 floor_s: None,
                 pct_of_floor: None,

@@ -13,9 +13,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::backend::Backend;
-use super::config::KvCacheDtype;
-use super::direct::{argmax, log_softmax, DirectSession};
+use crate::runtime::backend::Backend;
+use crate::runtime::config::KvCacheDtype;
+use crate::runtime::direct::{argmax, log_softmax, DirectSession};
 use crate::RigError;
 
 /// One case of a `reference_greedy.json`.
@@ -110,7 +110,7 @@ pub fn explain_mismatch(
         .iter()
         .find(|c| c.prompt == outcome.prompt)
         .ok_or_else(|| anyhow::anyhow!("'{}' is not a reference case", outcome.prompt))?;
-    let mut cpu = super::backend::cpu::CpuBackend::new(weights.clone(), 2);
+    let mut cpu = crate::runtime::backend::cpu::CpuBackend::new(weights.clone(), 2);
     let len = case.prompt_ids.len() + case.greedy_ids.len() + 1;
     let mut s = DirectSession::new(&mut cpu, 1, len, 16, KvCacheDtype::Bf16, len)?;
     let rows = s.teacher_forced(0, &case.prompt_ids, &case.greedy_ids)?;
@@ -548,7 +548,7 @@ pub const FIDELITY_PROMPTS: [&str; 32] = [
     "Translate to French: The cat is sleeping on the sofa.",
 ];
 
-/// Tokens per fidelity prompt (the issue asks for at least 64).
+/// Tokens per fidelity prompt (at least 64: docs/runtime.md, "Fidelity").
 pub const FIDELITY_TOKENS: usize = 64;
 
 #[cfg(test)]

@@ -10,15 +10,15 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::backend::cpu::CpuBackend;
-use super::backend::cuda::{CudaBackend, CudaLoadSpec, WeightSource};
-use super::backend::Backend;
 use super::bench::{RuntimeBench, RuntimeBenchSpec};
 use super::check::{
     FidelityReport, ParityReport, ParityTolerance, FIDELITY_PROMPTS, FIDELITY_TOKENS,
 };
-use super::config::{KvCacheDtype, ModelConfig, WeightFormat};
 use crate::e2e::E2eResults;
+use crate::runtime::backend::cpu::CpuBackend;
+use crate::runtime::backend::cuda::{CudaBackend, CudaLoadSpec, WeightSource};
+use crate::runtime::backend::Backend;
+use crate::runtime::config::{KvCacheDtype, ModelConfig, WeightFormat};
 
 /// The formats the report runs, in order (BF16 first: the reference).
 pub const REPORT_FORMATS: [WeightFormat; 3] =
@@ -80,7 +80,7 @@ fn load_cuda(
     o: &RuntimeReportOptions,
     config: &ModelConfig,
     quantize: Option<WeightFormat>,
-    host: Option<&super::weights::ModelWeights>,
+    host: Option<&crate::runtime::weights::ModelWeights>,
 ) -> anyhow::Result<CudaBackend> {
     let weights = match (o.model.strip_prefix("synthetic:"), host) {
         (_, Some(w)) => WeightSource::Host(Box::new(w.clone())),
@@ -112,7 +112,7 @@ fn load_cuda(
 fn model_config(model: &str) -> anyhow::Result<ModelConfig> {
     if is_gguf(model) {
         let g = crate::checkpoint::gguf::Gguf::open(std::path::Path::new(model))?;
-        return Ok(super::gguf_model::model_config(&g)?.0);
+        return Ok(crate::runtime::gguf_model::model_config(&g)?.0);
     }
     match model.strip_prefix("synthetic:") {
         Some(p) => ModelConfig::preset(p).ok_or_else(|| {
@@ -130,14 +130,14 @@ fn model_config(model: &str) -> anyhow::Result<ModelConfig> {
 fn model_tokenizer(
     model: &str,
     config: &ModelConfig,
-) -> anyhow::Result<super::tokenizer::Tokenizer> {
+) -> anyhow::Result<crate::runtime::tokenizer::Tokenizer> {
     if model.starts_with("synthetic:") {
-        return super::tokenizer::Tokenizer::bytes(config.vocab_size, &[]);
+        return crate::runtime::tokenizer::Tokenizer::bytes(config.vocab_size, &[]);
     }
     if is_gguf(model) {
         let g = crate::checkpoint::gguf::Gguf::open(std::path::Path::new(model))?;
-        let (hf, v) = super::gguf_tokenizer::build(&g)?;
-        return Ok(super::tokenizer::Tokenizer::from_hf(
+        let (hf, v) = crate::runtime::gguf_tokenizer::build(&g)?;
+        return Ok(crate::runtime::tokenizer::Tokenizer::from_hf(
             hf,
             &config.eos_token_ids,
             v.bos.map(|b| b.0),
@@ -147,9 +147,9 @@ fn model_tokenizer(
     }
     let dir = std::path::Path::new(model);
     if dir.join("tokenizer.json").is_file() {
-        super::tokenizer::Tokenizer::from_dir(dir, &config.eos_token_ids)
+        crate::runtime::tokenizer::Tokenizer::from_dir(dir, &config.eos_token_ids)
     } else {
-        super::tokenizer::Tokenizer::bytes(config.vocab_size, &config.eos_token_ids)
+        crate::runtime::tokenizer::Tokenizer::bytes(config.vocab_size, &config.eos_token_ids)
     }
 }
 
@@ -165,7 +165,7 @@ fn provenance(o: &RuntimeReportOptions) -> String {
         None => {
             match ModelConfig::read_hf_config(&std::path::Path::new(&o.model).join("config.json"))
                 .and_then(|h| {
-                    super::weights::MappedCheckpoint::open(
+                    crate::runtime::weights::MappedCheckpoint::open(
                         std::path::Path::new(&o.model),
                         &h.config,
                     )
@@ -197,7 +197,7 @@ pub fn gpu_parity(device: usize) -> anyhow::Result<ParityReport> {
 pub fn gpu_parity_of(device: usize, preset: &str) -> anyhow::Result<ParityReport> {
     let mc = ModelConfig::preset(preset)
         .ok_or_else(|| anyhow::anyhow!("unknown preset synthetic:{preset}"))?;
-    let w = super::weights::synthesize(&mc, 0);
+    let w = crate::runtime::weights::synthesize(&mc, 0);
     let mut cpu = CpuBackend::new(w.clone(), 2).with_gpu_rounding(true);
     let mut gpu = CudaBackend::load(CudaLoadSpec {
         device,
@@ -209,7 +209,7 @@ pub fn gpu_parity_of(device: usize, preset: &str) -> anyhow::Result<ParityReport
         kv_dtype: KvCacheDtype::Bf16,
         block_size: 16,
     })?;
-    let tok = super::tokenizer::Tokenizer::bytes(mc.vocab_size, &[])?;
+    let tok = crate::runtime::tokenizer::Tokenizer::bytes(mc.vocab_size, &[])?;
     let prompts: Vec<Vec<u32>> = FIDELITY_PROMPTS[..8]
         .iter()
         .map(|p| tok.encode(p, false))
@@ -281,7 +281,7 @@ pub fn run_gpu(
     };
     // A GGUF file's weights, dequantized once and handed to each CUDA load.
     let host = if is_gguf(&o.model) {
-        match super::gguf_model::GgufModel::load(std::path::Path::new(&o.model), None) {
+        match crate::runtime::gguf_model::GgufModel::load(std::path::Path::new(&o.model), None) {
             Ok(m) => Some(m.weights),
             Err(e) => {
                 s.skipped.push(format!("the GGUF runs: {e:#}"));
@@ -362,9 +362,12 @@ pub fn run_gpu(
                             .and_then(|r| r.conditions.kv.capacity_tokens.as_ref())
                             .map(|t| t.value);
                         if let (Some(a), Some(mem)) = (allocated, o.gpu_memory_bytes) {
-                            let w = super::memory::estimate_weight_bytes(&config, fmt);
-                            let per_tok =
-                                super::kv_cache::kv_bytes_per_block(&config, 1, KvCacheDtype::Bf16);
+                            let w = crate::runtime::memory::estimate_weight_bytes(&config, fmt);
+                            let per_tok = crate::runtime::kv_cache::kv_bytes_per_block(
+                                &config,
+                                1,
+                                KvCacheDtype::Bf16,
+                            );
                             if let Some(p) =
                                 crate::checkpoint::capacity::predict_kv_tokens_with_states(
                                     mem,
@@ -382,9 +385,9 @@ pub fn run_gpu(
                             {
                                 bench.attach_kv_capacity(a, p, format!(
                                     "inspect's formula: {} × 0.9 − weights {} − reserve {}, ÷ {per_tok} B/token; allocated from the e2e run's /metrics",
-                                    crate::report::table::human_bytes(mem),
-                                    crate::report::table::human_bytes(w),
-                                    crate::report::table::human_bytes(crate::checkpoint::DEFAULT_RESERVE_BYTES)
+                                    crate::output::table::human_bytes(mem),
+                                    crate::output::table::human_bytes(w),
+                                    crate::output::table::human_bytes(crate::checkpoint::DEFAULT_RESERVE_BYTES)
                                 ));
                             }
                         }
@@ -488,7 +491,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                         "{:.1} ({:.1}× batch 1)",
                         b.batched.tok_per_s, b.batch_speedup
                     ),
-                    crate::report::table::grouped(b.prefill.tok_per_s, 0),
+                    crate::output::table::grouped(b.prefill.tok_per_s, 0),
                     format!("{:.1}", b.prefill.tflops),
                     b.prefill_vs_peak
                         .as_ref()
@@ -496,15 +499,15 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                     b.kv_capacity.as_ref().map_or("—".into(), |k| {
                         format!(
                             "{} vs {} ({:+.1}%)",
-                            crate::report::table::thousands(k.allocated_tokens),
-                            crate::report::table::thousands(k.predicted_tokens),
+                            crate::output::table::thousands(k.allocated_tokens),
+                            crate::output::table::thousands(k.predicted_tokens),
                             100.0 * k.relative_difference
                         )
                     }),
                 ]
             })
             .collect();
-        o.push_str(&crate::report::table::markdown_table(
+        o.push_str(&crate::output::table::markdown_table(
             &[
                 "format",
                 "batch-1 tok/s",
@@ -522,7 +525,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
         let _ = writeln!(
             o,
             "\nConditions: backend {}, device {}, model {}, KV {}; batch 1 after a {}-token prompt ({} tokens timed); batch {} at {}-token contexts; prefill of {} tokens in one pass. Bound = copy bandwidth ({}) ÷ bytes per decode step (weights in the format, BF16 lm_head, KV at the mean context).{}\n",
-            b0.backend, b0.device, b0.model, b0.kv_dtype, b0.spec.batch1_prompt, b0.batch1.tokens, b0.spec.batch, crate::report::table::thousands(b0.spec.batch_context as u64), crate::report::table::thousands(b0.spec.prefill_tokens as u64),
+            b0.backend, b0.device, b0.model, b0.kv_dtype, b0.spec.batch1_prompt, b0.batch1.tokens, b0.spec.batch, crate::output::table::thousands(b0.spec.batch_context as u64), crate::output::table::thousands(b0.spec.prefill_tokens as u64),
             b0.decode_bound.as_ref().map_or("not measured".to_string(), |d| format!(
                 "{:.2} TB/s, {}",
                 d.copy_bytes_per_s / 1e12,
@@ -533,7 +536,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                 |p| format!(" Peak = best BF16 TFLOP/s of this run's kernel rows ({}).", p.peak_source)
             )
         );
-        // The issue's targets, as ratios within this run.
+        // The runtime's targets (docs/runtime.md), as ratios within this run.
         let by = |f: &str| benches.iter().find(|b| b.weight_format == f).copied();
         let mut t: Vec<Vec<String>> = Vec::new();
         for b in &benches {
@@ -592,9 +595,9 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
             let _ = writeln!(o, "### rigbench runtime's goals (ratios within this run)\n");
             let _ = writeln!(
                 o,
-                "Goals for rigbench's own built-in runtime (issue 10): its decode against the weight-streaming bound, its formats and batching against each other, its KV allocation against `inspect`'s prediction. They describe rigbench's runtime, not a property of the card.\n"
+                "Goals for rigbench's own built-in runtime (docs/runtime.md): its decode against the weight-streaming bound, its formats and batching against each other, its KV allocation against `inspect`'s prediction. They describe rigbench's runtime, not a property of the card.\n"
             );
-            o.push_str(&crate::report::table::markdown_table(
+            o.push_str(&crate::output::table::markdown_table(
                 &["target", "measured", "met"],
                 &t,
             ));
@@ -629,7 +632,7 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                 ]
             })
             .collect();
-        o.push_str(&crate::report::table::markdown_table(
+        o.push_str(&crate::output::table::markdown_table(
             &[
                 "format",
                 "greedy agreement",
@@ -683,7 +686,7 @@ mod tests {
 
     #[test]
     fn renders_targets_and_fidelity_from_figures() {
-        let w = super::super::weights::synthesize(&ModelConfig::tiny(), 0);
+        let w = crate::runtime::weights::synthesize(&ModelConfig::tiny(), 0);
         let spec = RuntimeBenchSpec {
             batch1_prompt: 4,
             batch1_tokens: 3,

@@ -11,7 +11,7 @@ pub fn tick(v: &f64) -> String {
     }
     let r = v.round();
     if (v - r).abs() <= 1e-9 * v.abs().max(1.0) {
-        let s = crate::report::table::thousands(r.abs() as u64);
+        let s = crate::output::table::thousands(r.abs() as u64);
         return if r < 0.0 { format!("-{s}") } else { s };
     }
     let a = v.abs();

@@ -12,8 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::prometheus::Exposition;
 use super::spec::{k_from_counts, pool_sglang, SpecLogGeneration, SpecLogLine, SpecPooled};
-use crate::e2e::prometheus::Exposition;
 
 /// Facts read from one scrape (or from the difference of two).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

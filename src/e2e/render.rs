@@ -17,8 +17,8 @@ use super::driver::RunResult;
 use super::executor::{ExecStop, LoadPoint};
 use super::metrics::Percentiles;
 use super::E2eResults;
-use crate::report::table::{grouped, markdown_table, thousands};
-use crate::report::write::atomic_write;
+use crate::output::table::{grouped, markdown_table, thousands};
+use crate::output::write::atomic_write;
 
 fn src<T: std::fmt::Display>(s: &Option<Sourced<T>>) -> (String, String) {
     match s {
@@ -1034,16 +1034,16 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
                     .build_cartesian_2d(0.0..xmax, 0.0..ymax)
                     .map_err(perr)?;
                 let xfmt: &dyn Fn(&f64) -> String = if closed {
-                    &crate::report::axis::count_tick
+                    &crate::output::axis::count_tick
                 } else {
-                    &crate::report::axis::tick
+                    &crate::output::axis::tick
                 };
                 chart
                     .configure_mesh()
                     .x_desc(xname)
                     .y_desc("milliseconds")
                     .x_label_formatter(xfmt)
-                    .y_label_formatter(&crate::report::axis::tick)
+                    .y_label_formatter(&crate::output::axis::tick)
                     .draw()
                     .map_err(perr)?;
                 for (i, (name, v)) in panel.iter().enumerate() {
@@ -1051,7 +1051,7 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
                         continue;
                     }
                     let color = COLORS[(i + range.start) % COLORS.len()];
-                    crate::report::plot::line_with_points(&mut chart, v, color, name)?;
+                    crate::output::plot::line_with_points(&mut chart, v, color, name)?;
                 }
                 chart
                     .configure_series_labels()
@@ -1110,7 +1110,7 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
                     .enumerate()
                     .map(|(j, a)| ((j + 1) as f64, *a))
                     .collect();
-                crate::report::plot::line_with_points(&mut chart, &v, color, &r.label)?;
+                crate::output::plot::line_with_points(&mut chart, &v, color, &r.label)?;
             }
             chart
                 .configure_series_labels()

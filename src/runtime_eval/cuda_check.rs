@@ -1,29 +1,26 @@
-//! Checks of the CUDA backend against the CPU reference, run before any end-to-end timing
-//! ("correct before fast"), and the device-side measurements of the runtime.
+//! The CUDA backend driven from outside, against the CPU reference, before any end-to-end timing
+//! ("correct before fast"), and its device-side speed:
 //!
-//! - [`prefill_matches_decode`]: the tensor-core prefill attention against the CUDA-core decode
-//!   kernel on a synthetic case (run at load; a failure turns the tensor-core path off);
-//! - [`synthesis_matches_cpu`], [`quantization_matches_cpu`]: GPU weight synthesis and GPU
-//!   FP8 / NVFP4 quantization + W4A16 repacking against the CPU code, bit for bit;
 //! - [`greedy_parity`]: a whole model on both backends (CPU with
-//!   [`super::super::cpu::CpuBackend::with_gpu_rounding`]): greedy tokens for `n` steps on a set
-//!   of prompts, and the logits' agreement under a named tolerance;
+//!   [`CpuBackend::with_gpu_rounding`]): greedy tokens for `n` steps on a set of prompts, and the
+//!   logits' agreement under a named tolerance;
 //! - [`decode_speed`]: decode and prefill throughput through the backend directly (no HTTP).
+//!
+//! The backend's checks of its own kernels (prefill against decode attention, synthesis and
+//! quantization against the CPU) need its internals and live with it
+//! (`crate::runtime::backend::cuda::self_check`).
 
 use std::time::Instant;
 
-use super::{plan, CudaBackend, CudaLoadSpec, CudaOptions, RowSampling, WeightSource};
-use crate::gpu::KArg;
 use crate::runtime::backend::cpu::CpuBackend;
+use crate::runtime::backend::cuda::{
+    CudaBackend, CudaLoadSpec, CudaOptions, RowSampling, WeightSource,
+};
 use crate::runtime::backend::{Backend, ForwardBatch, KvCacheSpec, SeqSegment};
 use crate::runtime::config::{KvCacheDtype, ModelConfig, WeightFormat};
 use crate::runtime::sampler::argmax;
 use crate::runtime::weights::{self, ModelWeights};
 
-/// rel L2 error allowed between the tensor-core prefill attention and the decode kernel (the
-/// prefill kernel rounds the softmax probabilities to BF16 before P·V, FlashAttention-style;
-/// 2⁻⁸ relative per term).
-pub const PREFILL_VS_DECODE_REL_L2: f64 = 1e-2;
 /// Named tolerances of the parity check, per weight format. The logits are compared row by row
 /// (teacher-forced on the CPU reference's greedy tokens) by rel L2 error; BF16 and W4A16 round at
 /// the same points on both backends, so their differences come from FP32 summation order and the
@@ -60,309 +57,6 @@ pub const PARITY_FP8: ParityTolerance = ParityTolerance {
     min_top1: 0.95,
     tie_margin: 0.05,
 };
-
-/// One check's outcome.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Check {
-    /// What was checked.
-    pub name: String,
-    /// Whether it passed.
-    pub pass: bool,
-    /// The measured figure and the limit.
-    pub detail: String,
-}
-
-fn bf16_bits(v: f32) -> u16 {
-    half::bf16::from_f32(v).to_bits()
-}
-
-/// Tensor-core prefill attention vs the CUDA-core decode kernel on 80 query positions of one
-/// sequence (random BF16 q, K and V): `Ok(None)` when the rel L2 difference is within
-/// [`PREFILL_VS_DECODE_REL_L2`], else the reason.
-///
-/// # Errors
-/// A device failure.
-pub fn prefill_matches_decode(b: &mut CudaBackend) -> anyhow::Result<Option<String>> {
-    let c = b.config.clone();
-    let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
-    let bs = 16usize;
-    let len = 80usize;
-    let blocks = len.div_ceil(bs);
-    let gpu = &b.gpu;
-    // Synthesized q [len, nh, hd] and one layer of K/V cache (blocks + 1 trash) in BF16.
-    let q = gpu.alloc(len * nh * hd * 2)?;
-    let region = (blocks + 1) * nkv * bs * hd;
-    let kv = gpu.alloc(2 * region * 2)?;
-    for (buf, n, seed) in [(&q, len * nh * hd, 11u64), (&kv, 2 * region, 12u64)] {
-        b.rt.launch(
-            gpu,
-            "rt_synth_bf16",
-            super::grid1(n, 256),
-            (256, 1, 1),
-            0,
-            &[
-                KArg::Ptr(buf.ptr()),
-                KArg::U64(n as u64),
-                KArg::U64(weights::synth_stream_base(seed, 1)),
-                KArg::F32(0.0),
-                KArg::F32(1.0),
-            ],
-        )?;
-    }
-    let seg = SeqSegment {
-        start: 0,
-        len,
-        first_pos: 0,
-        block_table: (0..blocks as u32).collect(),
-        num_logits: 0,
-        state_slot: 0,
-    };
-    let batch = ForwardBatch {
-        token_ids: vec![0; len],
-        seqs: vec![seg],
-    };
-    let mut env = plan::PlanEnv {
-        block_size: bs,
-        num_blocks: blocks,
-        vocab: c.vocab_size,
-        kv_heads: nkv,
-        sm_count: gpu.sm_count as usize,
-        part_cap: super::PART_CAP,
-        tc_prefill: false,
-    };
-    let outs = [gpu.alloc(len * nh * hd * 2)?, gpu.alloc(len * nh * hd * 2)?];
-    let meta = gpu.alloc(1 << 16)?;
-    for (i, tc) in [false, true].into_iter().enumerate() {
-        env.tc_prefill = tc;
-        let p = plan::plan(&batch, &env, None)?;
-        anyhow::ensure!(
-            p.image.len() * 4 <= meta.bytes(),
-            "self-check metadata too large"
-        );
-        gpu.write(&meta, 0, &p.image)?;
-        let at = |off: usize| meta.ptr() + (off * 4) as u64;
-        let l = p.layout;
-        let sm_scale = 1.0 / (hd as f32).sqrt();
-        let (kc, vc) = (kv.ptr(), kv.ptr() + (region * 2) as u64);
-        if tc {
-            anyhow::ensure!(
-                p.tiles > 0 && p.dec_tokens == 0,
-                "plan did not use prefill tiles"
-            );
-            b.rt.launch(
-                gpu,
-                &format!("rt_attn_prefill_bf16_hd{hd}"),
-                (p.tiles as u32, nh as u32, 1),
-                (128, 1, 1),
-                (2 * 64 * (hd + 8) * 2) as u32,
-                &[
-                    KArg::Ptr(q.ptr()),
-                    KArg::Ptr(at(l.tiles)),
-                    KArg::Ptr(at(l.block_tables)),
-                    KArg::Ptr(meta.ptr()),
-                    KArg::Ptr(kc),
-                    KArg::Ptr(vc),
-                    KArg::F32(1.0),
-                    KArg::F32(1.0),
-                    KArg::I32(nh as i32),
-                    KArg::I32(nkv as i32),
-                    KArg::I32(bs as i32),
-                    KArg::F32(sm_scale),
-                    KArg::Ptr(outs[i].ptr()),
-                ],
-            )?;
-        } else {
-            b.rt.launch(
-                gpu,
-                "rt_attn_decode_bf16",
-                (p.dec_tokens as u32, nkv as u32, 1),
-                (super::ATT_THREADS, 1, 1),
-                0,
-                &[
-                    KArg::Ptr(at(l.dec_tok)),
-                    KArg::Ptr(q.ptr()),
-                    KArg::Ptr(at(l.tok_seq)),
-                    KArg::Ptr(at(l.pos)),
-                    KArg::Ptr(at(l.block_tables)),
-                    KArg::Ptr(meta.ptr()),
-                    KArg::Ptr(kc),
-                    KArg::Ptr(vc),
-                    KArg::F32(1.0),
-                    KArg::F32(1.0),
-                    KArg::I32(nh as i32),
-                    KArg::I32(nkv as i32),
-                    KArg::I32(hd as i32),
-                    KArg::I32(bs as i32),
-                    KArg::F32(sm_scale),
-                    KArg::Ptr(outs[i].ptr()),
-                    KArg::Ptr(b.bufs.part_ml.ptr()),
-                    KArg::Ptr(b.bufs.part_o.ptr()),
-                ],
-            )?;
-        }
-    }
-    let d: Vec<u16> = gpu.download(&outs[0], 0, len * nh * hd)?;
-    let t: Vec<u16> = gpu.download(&outs[1], 0, len * nh * hd)?;
-    let err = super::rel_l2_bf16(&t, &d);
-    Ok((err > PREFILL_VS_DECODE_REL_L2)
-        .then(|| format!("rel L2 {err:.2e} > {PREFILL_VS_DECODE_REL_L2:.0e}")))
-}
-
-/// GPU synthesis of the tiny preset's embedding against the CPU's, bit for bit.
-///
-/// # Errors
-/// A device failure.
-pub fn synthesis_matches_cpu(b: &CudaBackend, seed: u64) -> anyhow::Result<Check> {
-    let c = ModelConfig::preset("qwen3-8b").unwrap_or_else(ModelConfig::tiny);
-    // One layer's q_proj: large enough to span many 65,536-element chunks.
-    let (n, k) = (c.q_dim(), c.hidden_size);
-    let id = weights::synth_tensor_id(Some(0), 1);
-    let std = 1.0 / (k as f32).sqrt();
-    let buf = b.gpu.alloc(n * k * 2)?;
-    b.rt.launch(
-        &b.gpu,
-        "rt_synth_bf16",
-        super::grid1(n * k, 256),
-        (256, 1, 1),
-        0,
-        &[
-            KArg::Ptr(buf.ptr()),
-            KArg::U64((n * k) as u64),
-            KArg::U64(weights::synth_stream_base(seed, id)),
-            KArg::F32(0.0),
-            KArg::F32(std),
-        ],
-    )?;
-    let got: Vec<u16> = b.gpu.download(&buf, 0, n * k)?;
-    let mut one = c.clone();
-    one.num_layers = 1;
-    let host = weights::synthesize(&one, seed);
-    let want = match &host.layers[0].q {
-        weights::Linear::Bf16 { data, .. } => data.clone(),
-        _ => anyhow::bail!("synthesized q_proj is not BF16"),
-    };
-    let diff = got.iter().zip(&want).filter(|(a, b)| a != b).count();
-    Ok(Check {
-        name: format!("GPU weight synthesis = CPU ({n}×{k} BF16, seed {seed})"),
-        pass: diff == 0,
-        detail: format!("{diff} of {} values differ (limit 0)", n * k),
-    })
-}
-
-/// GPU FP8 and NVFP4 quantization (and the W4A16 repacking) of a synthesized weight against
-/// the CPU code, bit for bit.
-///
-/// # Errors
-/// A device failure.
-pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
-    let (n, k) = (96usize, 512usize);
-    let vals: Vec<f32> = (0..n * k)
-        .map(|i| {
-            let x = ((i as f32) * 0.618_034).fract() - 0.5;
-            x * (1.0 + (i % 7) as f32)
-        })
-        .collect();
-    let bits: Vec<u16> = vals.iter().map(|v| bf16_bits(*v)).collect();
-    let host = weights::Linear::Bf16 {
-        n,
-        k,
-        data: bits.clone(),
-    };
-    let amax = host.bf16_amax().unwrap_or(0.0);
-    let loader = super::Loader {
-        gpu: &b.gpu,
-        rt: &b.rt,
-        recipe: None,
-    };
-    let mut out = Vec::new();
-    // FP8.
-    let dev = loader.quantize_dev(b.gpu.upload(&bits)?, n, k, WeightFormat::Fp8)?;
-    let cpu = host.clone().quantized_with_amax(WeightFormat::Fp8, amax)?;
-    if let (super::DLinear::Fp8 { w, scales, .. }, weights::Linear::Fp8 { w: cw, .. }) =
-        (&dev, &cpu)
-    {
-        let got: Vec<u8> = b.gpu.download(w, 0, n * k)?;
-        let s: Vec<f32> = b.gpu.download(scales, 0, 1)?;
-        let diff = got.iter().zip(&cw.data).filter(|(a, b)| a != b).count();
-        out.push(Check {
-            name: "GPU FP8 quantization = CPU (96×512)".into(),
-            pass: diff == 0 && s[0] == cw.scales[0],
-            detail: format!(
-                "{diff} codes differ; scale {} vs {} (limit: identical)",
-                s[0], cw.scales[0]
-            ),
-        });
-    }
-    // Per-token FP8 activation quantization (`rt_quant_fp8_rows`, W8A8's dynamic scales): the
-    // vectorized path (K a multiple of 4) and the scalar one.
-    for kk in [k, k - 2] {
-        let t = 5usize;
-        let rows: Vec<u16> = bits[..t * kk].to_vec();
-        let input = b.gpu.upload(&rows)?;
-        let codes = b.gpu.alloc(t * kk)?;
-        let scales = b.gpu.alloc(t * 4)?;
-        b.rt.launch(
-            &b.gpu,
-            "rt_quant_fp8_rows",
-            (t as u32, 1, 1),
-            (1024, 1, 1),
-            0,
-            &[
-                KArg::Ptr(input.ptr()),
-                KArg::I32(t as i32),
-                KArg::I32(kk as i32),
-                KArg::F32(0.0),
-                KArg::Ptr(codes.ptr()),
-                KArg::Ptr(scales.ptr()),
-            ],
-        )?;
-        let got: Vec<u8> = b.gpu.download(&codes, 0, t * kk)?;
-        let got_s: Vec<f32> = b.gpu.download(&scales, 0, t)?;
-        let (mut diff, mut sdiff) = (0usize, 0usize);
-        for r in 0..t {
-            let row: Vec<f32> = rows[r * kk..(r + 1) * kk]
-                .iter()
-                .map(|x| f32::from_bits((*x as u32) << 16))
-                .collect();
-            let sc =
-                crate::formats::fp8::scale_from_amax(row.iter().fold(0f32, |m, v| m.max(v.abs())));
-            let inv = 1.0 / sc;
-            sdiff += usize::from(got_s[r] != sc);
-            diff += row
-                .iter()
-                .zip(&got[r * kk..(r + 1) * kk])
-                .filter(|(v, g)| crate::formats::e4m3::encode(**v * inv) != **g)
-                .count();
-        }
-        out.push(Check {
-            name: format!(
-                "GPU per-token FP8 activation quantization = CPU ({t}×{kk}, {} path)",
-                if kk % 4 == 0 { "vectorized" } else { "scalar" }
-            ),
-            pass: diff == 0 && sdiff == 0,
-            detail: format!("{diff} codes and {sdiff} row scales differ (limit: identical)"),
-        });
-    }
-    // NVFP4 + repack.
-    let dev = loader.quantize_dev(b.gpu.upload(&bits)?, n, k, WeightFormat::Nvfp4)?;
-    let cpu = host.quantized_with_amax(WeightFormat::Nvfp4, amax)?;
-    if let (super::DLinear::W4 { dev }, weights::Linear::Nvfp4(cw)) = (&dev, &cpu) {
-        let p = crate::formats::w4a16_pack::repack(cw)?;
-        let gw: Vec<u8> = b.gpu.download(&dev.wq, 0, p.weights.len())?;
-        let gs: Vec<u8> = b.gpu.download(&dev.sc, 0, p.scales.len())?;
-        let dw = gw.iter().zip(&p.weights).filter(|(a, b)| a != b).count();
-        let ds = gs.iter().zip(&p.scales).filter(|(a, b)| a != b).count();
-        out.push(Check {
-            name: "GPU NVFP4 quantization + W4A16 repack = CPU (96×512)".into(),
-            pass: dw == 0 && ds == 0 && dev.out_scale == p.out_scale,
-            detail: format!(
-                "{dw} code bytes and {ds} scale bytes differ; epilogue scale {} vs {} (limit: identical)",
-                dev.out_scale, p.out_scale
-            ),
-        });
-    }
-    Ok(out)
-}
 
 /// Greedy tokens per prompt and the logit rows in the order they were produced.
 pub type GreedyOutput = (Vec<Vec<u32>>, Vec<Vec<f32>>);
@@ -679,7 +373,7 @@ pub fn decode_speed(device: usize, preset: &str, format: WeightFormat) -> anyhow
         kv_dtype: KvCacheDtype::Bf16,
         block_size: bs,
     })?;
-    let c = b.config.clone();
+    let c = b.config().clone();
     // 32 sequences × (1,024 + 64) tokens, or one of 4,096 + 64.
     let per_seq_blocks = (4096 + 64usize).div_ceil(bs);
     let num_blocks = (32 * (1024 + 64usize).div_ceil(bs)).max(per_seq_blocks) + 8;

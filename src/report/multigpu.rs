@@ -6,13 +6,13 @@
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
-use super::schema::{AllReduceResults, DeviceKernels, MultiGpuResults, TpPrediction};
-use crate::gpu::multi::P2pOptions;
-use crate::gpu::nccl::AllReduceOptions;
 use crate::kernels::bench::BenchOptions;
 use crate::kernels::peers::PeerMode;
 use crate::kernels::suite::ModelInfo;
 use crate::kernels::KernelResults;
+use crate::multigpu::allreduce::AllReduceOptions;
+use crate::multigpu::p2p::P2pOptions;
+use crate::multigpu::schema::{AllReduceResults, DeviceKernels, MultiGpuResults, TpPrediction};
 use crate::report::{Results, Skip};
 
 /// The longest one interconnect measurement (all pairs' copies, or one communicator's
@@ -147,7 +147,7 @@ pub fn interconnect(
     let devs = devices.to_vec();
     let o = p2p_opts.clone();
     match in_thread("peer-to-peer copies", PART_DEADLINE, move || {
-        crate::gpu::multi::measure_p2p(&devs, &o)
+        crate::multigpu::p2p::measure_p2p(&devs, &o)
     }) {
         Ok(Ok(p)) => mg.p2p = Some(p),
         Ok(Err(e)) => skipped.push(Skip {
@@ -161,7 +161,7 @@ pub fn interconnect(
     }
 
     let ar_opts = AllReduceOptions {
-        sizes: super::message_sizes(model.map(|m| m.hidden_size)),
+        sizes: crate::multigpu::message_sizes(model.map(|m| m.hidden_size)),
         ..Default::default()
     };
     if model.is_none() {
@@ -190,13 +190,13 @@ pub fn interconnect(
                 ),
                 worlds: Vec::new(),
             };
-            for w in super::world_sizes(devices.len()) {
+            for w in crate::multigpu::world_sizes(devices.len()) {
                 let devs = devices[..w].to_vec();
                 let o = ar_opts.clone();
                 let r = in_thread(
                     &format!("all-reduce over GPUs {devs:?}"),
                     PART_DEADLINE,
-                    move || crate::gpu::nccl::measure_allreduce(&devs, &o),
+                    move || crate::multigpu::allreduce::measure_allreduce(&devs, &o),
                 );
                 match r {
                     Ok(Ok(world)) => ar.worlds.push(world),
@@ -211,7 +211,7 @@ pub fn interconnect(
                 }
             }
             if let Some(m) = model {
-                mg.allreduce_per_step = super::tp::allreduce_per_step(&ar.worlds, m);
+                mg.allreduce_per_step = crate::multigpu::tp::allreduce_per_step(&ar.worlds, m);
             }
             mg.allreduce = Some(ar);
         }
@@ -224,7 +224,7 @@ pub fn interconnect(
         });
         return;
     }
-    let spec = super::peers::spec(
+    let spec = crate::multigpu::peers::spec(
         devices,
         mg.p2p.as_ref(),
         p2p_opts.warmup,
@@ -241,7 +241,7 @@ pub fn interconnect(
         });
         return;
     }
-    mg.peers = Some(super::peers::run(&spec));
+    mg.peers = Some(crate::multigpu::peers::run(&spec));
 }
 
 /// The tensor-parallel prediction from the decode-step composite and the all-reduce time per
@@ -258,7 +258,7 @@ pub fn tp_prediction(results: &Results, model: Option<&ModelInfo>) -> Result<TpP
     if mg.allreduce_per_step.is_empty() {
         return Err("no all-reduce was measured at the decode-step sizes".into());
     }
-    let (source, mut composite) = super::tp::decode_composite(results)?;
+    let (source, mut composite) = crate::multigpu::tp::decode_composite(results.kernels.as_ref())?;
     // Only the decode batches whose all-reduce was measured (M ≤ 256).
     composite.retain(|c| mg.allreduce_per_step.iter().any(|r| r.m == c.m));
     if composite.is_empty() {
@@ -271,8 +271,8 @@ pub fn tp_prediction(results: &Results, model: Option<&ModelInfo>) -> Result<TpP
         hidden_size: model.hidden_size,
         layers: model.layers,
         allreduces_per_layer: model.allreduces_per_layer,
-        rows: super::tp::predict(&composite, &mg.allreduce_per_step),
-        leaves_out: super::tp::LEAVES_OUT
+        rows: crate::multigpu::tp::predict(&composite, &mg.allreduce_per_step),
+        leaves_out: crate::multigpu::tp::LEAVES_OUT
             .iter()
             .map(|s| s.to_string())
             .collect(),

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use super::schema::Results;
 use crate::formats::GemmFormat;
 use crate::kernels::schema::{KernelCase, KernelResults};
-use crate::report::table::thousands;
+use crate::output::table::thousands;
 use crate::rig::Support;
 
 /// Formats whose composite times are within this fraction of the fastest are "≈" it.
@@ -33,7 +33,7 @@ pub const SAME_WITHIN: f64 = 0.02;
 
 /// One point of the decode-step composite: the summed GEMM time of every linear layer of one
 /// decode step of the suite's model at `m`, for one implementation (FP8 including its activation
-/// quantization). See ARCHITECTURE.md, "Terms", and [`crate::kernels::composite`].
+/// quantization). See docs/architecture.md, "Terms", and [`crate::kernels::composite`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepPoint {
     /// The format (`BF16`, `FP8`, `W4A16`, `W4A4`), or the format and the implementation
@@ -811,7 +811,7 @@ pub fn composite_line(points: &[StepPoint]) -> String {
                 format!(
                     "{} {}",
                     p.format,
-                    crate::report::table::human_seconds(p.time_s)
+                    crate::output::table::human_seconds(p.time_s)
                 )
             })
             .collect();
@@ -927,7 +927,7 @@ fn e2e_line(r: &Results) -> Option<String> {
 /// Two or more GPUs (`--devices`): per-GPU spread, P2P copies, NCCL all-reduce at one decode
 /// token and at its largest size, and the tensor-parallel prediction at the smallest M.
 fn multigpu_line(r: &Results) -> Option<String> {
-    use crate::report::table::{human_bytes, human_seconds};
+    use crate::output::table::{human_bytes, human_seconds};
     let mg = r.multi_gpu.as_ref()?;
     if mg.devices.len() < 2 {
         return None;
@@ -948,7 +948,7 @@ fn multigpu_line(r: &Results) -> Option<String> {
                 } else {
                     format!(
                         "**{}**",
-                        crate::report::table::plural(
+                        crate::output::table::plural(
                             sp.findings.len() as u64,
                             "finding",
                             "findings"
@@ -1059,8 +1059,8 @@ fn runtime_line(r: &Results) -> Option<String> {
         match (&f.bench, &f.error) {
             (Some(b), _) => parts.push(format!(
                 "{name} {} tok/s at batch 1, {} tok/s at batch {}",
-                crate::report::table::grouped(b.batch1.tok_per_s, 0),
-                crate::report::table::grouped(b.batched.tok_per_s, 0),
+                crate::output::table::grouped(b.batch1.tok_per_s, 0),
+                crate::output::table::grouped(b.batched.tok_per_s, 0),
                 b.batched.batch
             )),
             (None, Some(e)) => parts.push(format!("{name} failed: {}", first_clause(e))),
@@ -1281,9 +1281,10 @@ fn skipped_line(r: &Results) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::ComputeCapability;
     use crate::kernels::schema::{CopyBandwidth, Derived, NamedTiming, SkippedCase, Timing};
     use crate::report::Skip;
-    use crate::rig::{capability, ComputeCapability, GpuFacts, RigFacts};
+    use crate::rig::{capability, GpuFacts, RigFacts};
 
     fn t(s: f64) -> Timing {
         Timing {

@@ -1,0 +1,309 @@
+//! The linear layers: BF16 through cuBLASLt, FP8 W8A8 with per-token activation scales (inside
+//! cuBLASLt or after an FP32-output GEMM), and W4A16 NVFP4 through rigbench's kernel, each at
+//! the configuration the tuner chose for its M bucket; cuBLASLt plans are cached per
+//! [`PlanKey`].
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+
+use super::gdn;
+use super::{grid1, CudaBackend, DLinear, LayerLinear, LinRef, W4_BUCKETS};
+use crate::gpu::cublaslt::{Lt, LtGemm, LtKind, OutType};
+use crate::gpu::KArg;
+use crate::kernels::impls::w4a16::{self as w4, Config as W4Config};
+use crate::runtime::config::WeightFormat;
+
+impl CudaBackend {
+    /// Plans the cuBLASLt GEMMs of the first decode sizes, and finds out whether FP8 per-token
+    /// scaling is available in cuBLASLt on this card.
+    pub(super) fn prepare_gemms(&mut self) -> anyhow::Result<()> {
+        if let Some(first) = self.first_of_format(WeightFormat::Fp8) {
+            let (n, k) = self.lin(first).nk();
+            let kind = LtKind::Fp8RowWise {
+                w_scales_ptr: self.bufs.one.ptr(),
+                a_scales_ptr: self.bufs.ascale.ptr(),
+            };
+            match LtGemm::plan(&self.lt, kind, 1, n, k) {
+                Ok(_) => self.fp8_rowwise = true,
+                Err(e) => {
+                    self.fp8_rowwise = false;
+                    self.notes.push(format!(
+                        "cuBLASLt has no FP8 GEMM with outer-vector (per-token × per-channel) scales here ({e}); the scales are applied after an FP32-output GEMM"
+                    ));
+                    let t = self.max_tokens;
+                    let maxn = self.max_n();
+                    self.bufs.acc32 = Some(self.gpu.alloc(t * maxn * 4)?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn max_n(&self) -> usize {
+        let c = &self.config;
+        gdn::max_fused_rows(c)
+            .max(2 * c.intermediate_size)
+            .max(c.hidden_size)
+    }
+
+    /// Whether any decoder linear is stored in `f`.
+    pub(super) fn has_format(&self, f: WeightFormat) -> bool {
+        self.first_of_format(f).is_some()
+    }
+
+    /// The first decoder linear stored in `f`.
+    fn first_of_format(&self, f: WeightFormat) -> Option<LinRef> {
+        self.all_linears()
+            .into_iter()
+            .find(|r| self.lin(*r).format() == f)
+    }
+
+    /// Every decoder linear: per layer qkv, o, gate_up, down and, in Gated-DeltaNet layers,
+    /// the fused in_proj_a / in_proj_b ([`LayerLinear::GdnAb`]).
+    pub(super) fn all_linears(&self) -> Vec<LinRef> {
+        let mut v = Vec::new();
+        for (layer, l) in self.weights.layers.iter().enumerate() {
+            v.extend(LayerLinear::ALL.map(|which| LinRef { layer, which }));
+            if l.gdn.is_some() {
+                v.push(LinRef {
+                    layer,
+                    which: LayerLinear::GdnAb,
+                });
+            }
+        }
+        v
+    }
+
+    /// `out[m, N] = input[m, K] · Wᵀ` (BF16 in and out).
+    pub(super) fn gemm(
+        &mut self,
+        which: LinRef,
+        m: usize,
+        input: u64,
+        out: u64,
+    ) -> anyhow::Result<()> {
+        let lin = self.lin(which);
+        let (n, k) = lin.nk();
+        match lin {
+            DLinear::Bf16 { w, .. } => {
+                let w = w.ptr();
+                let g = lt_plan(
+                    &mut self.plans,
+                    &self.lt,
+                    self.bufs.one.ptr(),
+                    (GemmClass::Bf16, m, n, k),
+                )?;
+                g.run(&self.lt, &self.gpu, 1.0, w, input, out)?;
+            }
+            DLinear::Fp8 {
+                w,
+                scales,
+                static_scale,
+                ..
+            } => {
+                let (w, scales, st) = (w.ptr(), scales.ptr(), static_scale.unwrap_or(0.0));
+                let in_gemm = self.fp8_in_gemm(n, k, m);
+                self.fp8_gemm(m, n, k, (w, scales, st), input, out, in_gemm)?;
+            }
+            DLinear::W4 { dev } => {
+                let view = dev.view();
+                let cfg = self.w4_config(n, k, m)?;
+                let gemm = if cfg == W4Config::DequantGemm {
+                    Some(lt_plan(
+                        &mut self.plans,
+                        &self.lt,
+                        self.bufs.one.ptr(),
+                        (GemmClass::Bf16, m, n, k),
+                    )?)
+                } else {
+                    None
+                };
+                w4::launch_view(
+                    &self.gpu,
+                    &self.w4m,
+                    self.w4v2.as_ref(),
+                    Some(&self.lt),
+                    &view,
+                    &cfg,
+                    input,
+                    out,
+                    m,
+                    self.bufs.w4_ws.as_ref().map_or(0, |b| b.ptr()),
+                    self.bufs.w4_counters.as_ref().map_or(0, |b| b.ptr()),
+                    self.bufs.w4_scratch.as_ref().map_or(0, |b| b.ptr()),
+                    gemm,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the FP8 GEMM of `n × k` at `m` tokens applies the per-token × per-channel scales
+    /// inside cuBLASLt (outer-vector scaling) rather than after an FP32-output GEMM: the tuned
+    /// choice of M's bucket ([`CudaBackend::tune_fp8`]); outer-vector above the tuned buckets.
+    pub(super) fn fp8_in_gemm(&self, n: usize, k: usize, m: usize) -> bool {
+        if !self.fp8_rowwise {
+            return false;
+        }
+        match W4_BUCKETS.iter().copied().find(|b| *b >= m) {
+            Some(b) => self.fp8_choice.get(&(n, k, b)).copied().unwrap_or(true),
+            None => true,
+        }
+    }
+
+    /// One FP8 W8A8 linear: per-token E4M3 quantization of `input` (`m × k` BF16) on the GPU,
+    /// then either cuBLASLt with outer-vector scales (`in_gemm`) or cuBLASLt with unit scales
+    /// into the FP32 buffer `acc32` followed by the scaling kernel. `w = (weights, N per-channel
+    /// scales, static input scale or 0 for dynamic)`. Output `m × n` BF16 at `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fp8_gemm(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        w: (u64, u64, f32),
+        input: u64,
+        out: u64,
+        in_gemm: bool,
+    ) -> anyhow::Result<()> {
+        let (w, scales, st) = w;
+        self.rt.launch(
+            &self.gpu,
+            "rt_quant_fp8_rows",
+            (m as u32, 1, 1),
+            (1024, 1, 1),
+            0,
+            &[
+                KArg::Ptr(input),
+                KArg::I32(m as i32),
+                KArg::I32(k as i32),
+                KArg::F32(st),
+                KArg::Ptr(self.bufs.hq.ptr()),
+                KArg::Ptr(self.bufs.ascale.ptr()),
+            ],
+        )?;
+        let hq = self.bufs.hq.ptr();
+        if in_gemm {
+            let ascale = self.bufs.ascale.ptr();
+            let g = lt_plan(
+                &mut self.plans,
+                &self.lt,
+                self.bufs.one.ptr(),
+                (GemmClass::Fp8Scaled, m, n, k),
+            )?;
+            g.set_scale_pointers(scales, ascale)?;
+            g.run(&self.lt, &self.gpu, 1.0, w, hq, out)?;
+        } else {
+            let acc = self
+                .bufs
+                .acc32
+                .as_ref()
+                .context("FP32 accumulation buffer missing")?;
+            anyhow::ensure!(
+                acc.bytes() >= m * n * 4,
+                "FP32 accumulation buffer holds {} B, the FP8 GEMM {m}×{n} needs {} B",
+                acc.bytes(),
+                m * n * 4
+            );
+            let acc = acc.ptr();
+            let one = self.bufs.one.ptr();
+            let g = lt_plan(
+                &mut self.plans,
+                &self.lt,
+                one,
+                (GemmClass::Fp8ToF32, m, n, k),
+            )?;
+            g.set_scale_pointers(one, one)?;
+            g.run(&self.lt, &self.gpu, 1.0, w, hq, acc)?;
+            self.rt.launch(
+                &self.gpu,
+                "rt_scale_f32_to_bf16",
+                grid1(m * n, 256),
+                (256, 1, 1),
+                0,
+                &[
+                    KArg::Ptr(acc),
+                    KArg::I32(m as i32),
+                    KArg::I32(n as i32),
+                    KArg::Ptr(self.bufs.ascale.ptr()),
+                    KArg::Ptr(scales),
+                    KArg::Ptr(out),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn lin(&self, r: LinRef) -> &DLinear {
+        let l = &self.weights.layers[r.layer];
+        match (r.which, &l.gdn) {
+            (LayerLinear::Qkv, _) => &l.qkv,
+            (LayerLinear::O, _) => &l.o,
+            (LayerLinear::GateUp, _) => &l.gate_up,
+            (LayerLinear::GdnAb, Some(g)) => &g.ab,
+            // `GdnAb` is asked only of Gated-DeltaNet layers (all_linears, gdn::queue_mixer).
+            (LayerLinear::Down | LayerLinear::GdnAb, _) => &l.down,
+        }
+    }
+
+    pub(super) fn w4_config(&self, n: usize, k: usize, m: usize) -> anyhow::Result<W4Config> {
+        match W4_BUCKETS.iter().copied().find(|b| *b >= m) {
+            Some(b) => self
+                .w4_choice
+                .get(&(n, k, b))
+                .cloned()
+                .with_context(|| format!("no tuned W4A16 configuration for {n}×{k} at M = {m}")),
+            None => Ok(W4Config::DequantGemm),
+        }
+    }
+}
+
+/// The kinds of cuBLASLt GEMM the backend plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum GemmClass {
+    /// BF16 × BF16 → BF16 (the BF16 linears; W4A16's dequantize + GEMM path).
+    Bf16,
+    /// BF16 × BF16 → FP32 (the lm_head, whose logits stay FP32).
+    Bf16ToF32,
+    /// FP8 E4M3 with outer-vector (per-token × per-channel) scales → BF16.
+    Fp8Scaled,
+    /// FP8 E4M3 with unit scales → FP32 (scaled afterwards by `rt_scale_f32_to_bf16`).
+    Fp8ToF32,
+}
+
+/// Plan-cache key: (kind, M, N, K).
+pub(super) type PlanKey = (GemmClass, usize, usize, usize);
+
+/// The cuBLASLt plan for `key`, planned on first use. FP8 plans are made with placeholder scale
+/// pointers; the caller sets the real ones before each run.
+pub(super) fn lt_plan<'a>(
+    plans: &'a mut HashMap<PlanKey, LtGemm>,
+    lt: &Lt,
+    placeholder: u64,
+    key: PlanKey,
+) -> anyhow::Result<&'a LtGemm> {
+    if let std::collections::hash_map::Entry::Vacant(slot) = plans.entry(key) {
+        let (class, m, n, k) = key;
+        let (kind, out) = match class {
+            GemmClass::Bf16 => (LtKind::Bf16, OutType::Bf16),
+            GemmClass::Bf16ToF32 => (LtKind::Bf16, OutType::F32),
+            GemmClass::Fp8Scaled => (
+                LtKind::Fp8RowWise {
+                    w_scales_ptr: placeholder,
+                    a_scales_ptr: placeholder,
+                },
+                OutType::Bf16,
+            ),
+            GemmClass::Fp8ToF32 => (
+                LtKind::Fp8 {
+                    w_scale_ptr: placeholder,
+                    a_scale_ptr: placeholder,
+                },
+                OutType::F32,
+            ),
+        };
+        slot.insert(LtGemm::plan_out(lt, kind, m, n, k, out)?);
+    }
+    Ok(&plans[&key])
+}

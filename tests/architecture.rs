@@ -1,0 +1,437 @@
+//! The floors of the source tree (docs/architecture.md): every top-level folder of `src/` sits
+//! on one tier (foundation, domains, app); no reference goes from a lower tier to a higher one,
+//! and no two top-level folders reach each other through references (no import cycle). Until the
+//! crate split makes the compiler enforce it, this test does.
+//!
+//! A reference is any `crate::X` path in code (`use crate::X::…`, `crate::X::f(…)`, and each
+//! item of a `use crate::{X::…, Y}` group), comments left out. Test code counts too: a test of a
+//! lower folder that needs a higher one belongs to the higher one.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The tiers, lowest first. A new top-level folder must be added here and in
+/// docs/architecture.md.
+const TIERS: [(&str, &[&str]); 3] = [
+    (
+        "foundation",
+        &["gpu", "formats", "stats", "output", "error", "signals"],
+    ),
+    (
+        "domains",
+        &[
+            "rig",
+            "kernels",
+            "checkpoint",
+            "diagnose",
+            "e2e",
+            "runtime",
+            "multigpu",
+        ],
+    ),
+    (
+        "app",
+        &["runtime_eval", "report", "compare", "cli", "fuzz_harness"],
+    ),
+];
+
+fn tier_of(folder: &str) -> Option<usize> {
+    TIERS.iter().position(|(_, fs)| fs.contains(&folder))
+}
+
+/// One reference: from `file:line` in folder `from` to folder `to`.
+#[derive(Debug, Clone)]
+struct Ref {
+    from: String,
+    to: String,
+    at: String,
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// `text` with `//` and `/* */` comments blanked (newlines kept, so line numbers hold). String
+/// literals are kept as they are, so a `//` inside one (a URL) is not taken for a comment.
+fn strip_comments(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let mut in_str = false;
+    while i < b.len() {
+        let c = b[i];
+        if in_str {
+            out.push(c as char);
+            if c == b'\\' && i + 1 < b.len() {
+                out.push(b[i + 1] as char);
+                i += 2;
+                continue;
+            }
+            if c == b'"' {
+                in_str = false;
+            }
+            i += 1;
+            continue;
+        }
+        if c == b'"' {
+            // A char literal `'"'` is not the start of a string.
+            let is_char = i > 0 && b[i - 1] == b'\'' && b.get(i + 1) == Some(&b'\'');
+            in_str = !is_char;
+            out.push('"');
+            i += 1;
+        } else if c == b'/' && b.get(i + 1) == Some(&b'/') {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            i += 2;
+            while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
+                if b[i] == b'\n' {
+                    out.push('\n');
+                }
+                i += 1;
+            }
+            i += 2;
+        } else {
+            // Non-ASCII bytes are copied as they are; only ASCII matters to the scan below.
+            let ch_len = utf8_len(c);
+            out.push_str(&text[i..(i + ch_len).min(text.len())]);
+            i += ch_len;
+        }
+    }
+    out
+}
+
+fn utf8_len(first: u8) -> usize {
+    match first {
+        0x00..=0x7f => 1,
+        0xc0..=0xdf => 2,
+        0xe0..=0xef => 3,
+        _ => 4,
+    }
+}
+
+fn ident_at(s: &str) -> &str {
+    let end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    &s[..end]
+}
+
+/// The top-level folders `code` names through `crate::`, each with its byte offset.
+fn crate_refs(code: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(k) = code[from..].find("crate::") {
+        let at = from + k;
+        from = at + "crate::".len();
+        // `rigbench_crate::x` or `mycrate::x` is not this crate.
+        if at > 0 {
+            let prev = code.as_bytes()[at - 1];
+            if prev.is_ascii_alphanumeric() || prev == b'_' {
+                continue;
+            }
+        }
+        let rest = &code[from..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // `crate::{a::b, c, d::{e, f}}`: the first name of each top-level item.
+            let mut depth = 0usize;
+            let mut item_start = true;
+            for (j, ch) in group.char_indices() {
+                match ch {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => item_start = true,
+                    c if item_start && (c.is_ascii_alphabetic() || c == '_') => {
+                        out.push((from + 1 + j, ident_at(&group[j..]).to_string()));
+                        item_start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let name = ident_at(rest);
+            if !name.is_empty() {
+                out.push((at, name.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Every reference between two different top-level folders of `src/`.
+fn references(src: &Path) -> Vec<Ref> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut refs = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(src).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let folder = first.trim_end_matches(".rs").to_string();
+        if folder == "lib" || folder == "main" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", f.display()));
+        let code = strip_comments(&text);
+        for (offset, to) in crate_refs(&code) {
+            if to == folder {
+                continue;
+            }
+            let line = code[..offset].matches('\n').count() + 1;
+            refs.push(Ref {
+                from: folder.clone(),
+                to,
+                at: format!("src/{}:{line}", rel.display()),
+            });
+        }
+    }
+    refs
+}
+
+/// The top-level folders (and single-file modules) of `src/`.
+fn top_level(src: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(src)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .filter(|n| n != "lib" && n != "main")
+        .collect()
+}
+
+/// Strongly connected components of the folder graph with more than one folder (Tarjan).
+fn cycles(edges: &BTreeMap<(String, String), Vec<String>>) -> Vec<Vec<String>> {
+    let mut graph: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (a, b) in edges.keys() {
+        graph.entry(a).or_default().push(b);
+        graph.entry(b).or_default();
+    }
+    struct State<'a> {
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        next: usize,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(v: &'a str, g: &BTreeMap<&'a str, Vec<&'a str>>, s: &mut State<'a>) {
+        s.index.insert(v, s.next);
+        s.low.insert(v, s.next);
+        s.next += 1;
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        for &w in &g[v] {
+            if !s.index.contains_key(w) {
+                visit(w, g, s);
+                let lw = s.low[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if s.on_stack.contains(w) {
+                let iw = s.index[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut comp = Vec::new();
+            loop {
+                let w = s.stack.pop().unwrap();
+                s.on_stack.remove(w);
+                comp.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                comp.sort();
+                s.out.push(comp);
+            }
+        }
+    }
+    let mut s = State {
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for &v in graph.keys() {
+        if !s.index.contains_key(v) {
+            visit(v, &graph, &mut s);
+        }
+    }
+    s.out
+}
+
+/// For each edge inside `comp`, the shortest cycle through it (breadth-first back to its start),
+/// each cycle once, shortest first: the references to cut.
+fn shortest_cycles(
+    comp: &[String],
+    edges: &BTreeMap<(String, String), Vec<String>>,
+) -> Vec<Vec<String>> {
+    let inside = |a: &String, b: &String| comp.contains(a) && comp.contains(b);
+    let mut seen: BTreeSet<Vec<String>> = BTreeSet::new();
+    for (a, b) in edges.keys().filter(|(a, b)| inside(a, b)) {
+        // Shortest path b -> … -> a.
+        let mut prev: BTreeMap<String, String> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([b.clone()]);
+        let mut reached = b == a;
+        while let Some(v) = queue.pop_front() {
+            if &v == a {
+                reached = true;
+                break;
+            }
+            for (x, y) in edges.keys().filter(|(x, y)| x == &v && inside(x, y)) {
+                if y != b && !prev.contains_key(y) {
+                    prev.insert(y.clone(), x.clone());
+                    queue.push_back(y.clone());
+                }
+            }
+        }
+        if !reached {
+            continue;
+        }
+        let mut path = vec![a.clone()];
+        let mut v = a.clone();
+        while &v != b {
+            v = prev[&v].clone();
+            path.push(v.clone());
+        }
+        path.reverse();
+        // path: b … a; the cycle a -> b … a, rotated to start at its least folder.
+        let mut cycle = vec![a.clone()];
+        cycle.extend(path);
+        cycle.pop();
+        let start = (0..cycle.len()).min_by_key(|&i| &cycle[i]).unwrap();
+        cycle.rotate_left(start);
+        let first = cycle[0].clone();
+        cycle.push(first);
+        seen.insert(cycle);
+    }
+    let mut out: Vec<Vec<String>> = seen.into_iter().collect();
+    out.sort_by_key(|c| c.len());
+    out
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+#[test]
+fn every_top_level_folder_has_a_tier() {
+    let missing: Vec<String> = top_level(&src())
+        .into_iter()
+        .filter(|f| tier_of(f).is_none())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "src/ folders without a tier: {missing:?}; add each to TIERS in tests/architecture.rs and \
+         to docs/architecture.md"
+    );
+}
+
+#[test]
+fn no_reference_points_up_a_tier() {
+    let refs = references(&src());
+    assert!(
+        refs.len() > 100,
+        "only {} references found: the scan is broken",
+        refs.len()
+    );
+    let up: Vec<String> = refs
+        .iter()
+        .filter_map(|r| {
+            let (a, b) = (tier_of(&r.from)?, tier_of(&r.to)?);
+            (b > a).then(|| {
+                format!(
+                    "{}: {} ({}) -> {} ({})",
+                    r.at, r.from, TIERS[a].0, r.to, TIERS[b].0
+                )
+            })
+        })
+        .collect();
+    assert!(
+        up.is_empty(),
+        "{} references from a lower tier to a higher one (docs/architecture.md):\n{}",
+        up.len(),
+        up.join("\n")
+    );
+}
+
+#[test]
+fn no_two_top_level_folders_reach_each_other() {
+    let mut edges: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for r in references(&src()) {
+        edges.entry((r.from, r.to)).or_default().push(r.at);
+    }
+    let found = cycles(&edges);
+    let mut report = String::new();
+    for comp in &found {
+        report.push_str(&format!("folders on a cycle: {}\n", comp.join(", ")));
+        for cycle in shortest_cycles(comp, &edges) {
+            report.push_str(&format!("  cycle {}\n", cycle.join(" -> ")));
+            for w in cycle.windows(2) {
+                let at = &edges[&(w[0].clone(), w[1].clone())];
+                let more = if at.len() > 3 {
+                    format!(" and {} more", at.len() - 3)
+                } else {
+                    String::new()
+                };
+                report.push_str(&format!(
+                    "    {} -> {}: {}{more}\n",
+                    w[0],
+                    w[1],
+                    at[..at.len().min(3)].join(", ")
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "import cycles between folders of src/:\n{report}"
+    );
+}
+
+#[test]
+fn the_scan_sees_groups_and_skips_comments() {
+    let code = strip_comments(
+        "use crate::{a::b, c, d::{e, f}};\n// crate::x\nlet u = \"http://h\"; crate::g::h();\n\
+         /* crate::y */ mycrate::z;",
+    );
+    let names: Vec<String> = crate_refs(&code).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(names, ["a", "c", "d", "g"]);
+    let mut edges = BTreeMap::new();
+    for (a, b) in [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")] {
+        edges.insert((a.to_string(), b.to_string()), vec![]);
+    }
+    assert_eq!(cycles(&edges), vec![vec!["a", "b", "c"]]);
+    let comp: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+    assert_eq!(
+        shortest_cycles(&comp, &edges),
+        vec![vec!["a", "b", "c", "a"]]
+    );
+}

@@ -1,0 +1,93 @@
+//! Every CUDA source of the repository (`kernels/*.cu`: the kernel bench's and the runtime's)
+//! against NVRTC, with the kernel names each side launches. It lives here, above both, because
+//! it checks kernels/ (bench) and runtime/ (engine) sources alike.
+
+/// Compiles every `kernels/*.cu` with NVRTC for sm_90 (no GPU needed) and checks the
+/// kernels rigbench launches are in the PTX. Without libnvrtc or the CUDA headers it says so
+/// plainly, and fails when `RIGBENCH_REQUIRE_NVRTC=1` (what `.ci/run` sets when libnvrtc is
+/// installed).
+#[test]
+fn every_kernel_source_compiles_with_nvrtc() {
+    let require = std::env::var("RIGBENCH_REQUIRE_NVRTC").as_deref() == Ok("1");
+    let missing = if !rigbench::gpu::libraries().nvrtc {
+        Some("libnvrtc not found (install the CUDA 13 toolkit or add its lib folder to LD_LIBRARY_PATH)".to_string())
+    } else if rigbench::gpu::probe::cuda_include_dir().is_none() {
+        Some("CUDA headers not found (set CUDA_HOME)".to_string())
+    } else {
+        None
+    };
+    if let Some(why) = missing {
+        assert!(!require, "RIGBENCH_REQUIRE_NVRTC=1 but {why}");
+        eprintln!("NOT RUN: kernels/*.cu were NOT compiled: {why}");
+        return;
+    }
+    let inc = rigbench::gpu::probe::cuda_include_dir().expect("checked above");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .expect("kernels/ is readable")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "kernels/*.cu: {files:?}");
+    for f in &files {
+        let name = f.file_stem().unwrap().to_string_lossy().into_owned();
+        let src = std::fs::read_to_string(f).expect("readable");
+        // The flavour rigbench compiles by default (`W4A16_DEFAULT_FLAVOR`).
+        let defines: Vec<String> = if name == "w4a16" {
+            rigbench::kernels::W4A16_DEFAULT_FLAVOR
+                .1
+                .iter()
+                .map(|d| d.to_string())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // The wgmma kernel is sm_90a-only (architecture-specific instructions).
+        let arch = if name == "w4a16_wg" {
+            rigbench::kernels::impls::w4a16_wg::WG_ARCH
+        } else {
+            "sm_90"
+        };
+        let (ptx, _) =
+            rigbench::gpu::context::nvrtc_compile_with(&name, &src, arch, &inc, &defines)
+                .unwrap_or_else(|e| panic!("{} does not compile: {e}", f.display()));
+        let text = ptx.to_src();
+        let expected: Vec<String> = match name.as_str() {
+            "util" => rigbench::kernels::bench::UTIL_KERNELS
+                .iter()
+                .map(|k| k.to_string())
+                .collect(),
+            "w4a16" => rigbench::kernels::impls::w4a16::kernel_names(),
+            "w4a16_v2" => rigbench::kernels::impls::w4a16::v2_kernel_names(),
+            "fp8_quant" => rigbench::kernels::fp8_quant::kernel_names(),
+            "w4a16_wg" => rigbench::kernels::impls::w4a16_wg::kernel_names(),
+            "runtime" => rigbench::runtime::backend::cuda::RUNTIME_KERNELS
+                .iter()
+                .map(|k| k.to_string())
+                .collect(),
+            _ => Vec::new(),
+        };
+        for k in expected {
+            assert!(
+                text.contains(&k),
+                "{k} missing from the PTX of {}",
+                f.display()
+            );
+        }
+        if name == "w4a16" {
+            assert!(text.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+            assert!(text.contains("ld.global.nc.L1::no_allocate.v4.u32"));
+        }
+        if name == "w4a16_wg" {
+            for tn in rigbench::kernels::impls::w4a16_wg::TN_VARIANTS {
+                let op = format!("wgmma.mma_async.sync.aligned.m64n{tn}k16.f32.bf16.bf16");
+                assert!(text.contains(&op), "{op} missing from the PTX");
+            }
+            assert!(text.contains(".target sm_90a"));
+            assert!(text.contains("fence.proxy.async.shared::cta"));
+        }
+        eprintln!("compiled {} for {arch}", f.display());
+    }
+}
