@@ -31,7 +31,14 @@ const TIERS: [(&str, &[&str]); 3] = [
     ),
     (
         "app",
-        &["runtime_eval", "report", "compare", "cli", "fuzz_harness"],
+        &[
+            "runtime_eval",
+            "report",
+            "compare",
+            "board",
+            "cli",
+            "fuzz_harness",
+        ],
     ),
 ];
 

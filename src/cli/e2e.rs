@@ -689,6 +689,40 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
 
 #[cfg(test)]
 mod tests {
+    /// Every hint names a flag `e2e --help` has, or says that none states it.
+    #[test]
+    fn every_unknown_condition_names_a_flag_that_exists_or_says_none_does() {
+        use clap::CommandFactory;
+        let help = crate::cli::Cli::command()
+            .find_subcommand_mut("e2e")
+            .expect("e2e")
+            .render_long_help()
+            .to_string();
+        for c in [
+            "engine name",
+            "engine version",
+            "model id",
+            "speculative decoding (no counters)",
+            "KV capacity (no cache_config_info on /metrics and none in the engine log)",
+            "cache temperature (no prefix-cache counters)",
+            "output token counts (no usage)",
+        ] {
+            let h = crate::e2e::render::how_to_state(c);
+            assert!(!h.is_empty(), "{c}");
+            let flags: Vec<&str> = h
+                .split(|ch: char| ch.is_whitespace() || ch == ',' || ch == ')' || ch == '(')
+                .filter(|w| w.starts_with("--"))
+                .collect();
+            assert!(
+                flags.len() + usize::from(h.contains("no flag states it")) >= 1,
+                "{c}: {h}"
+            );
+            for f in flags {
+                assert!(help.contains(f), "{c}: {f} is not a flag of e2e");
+            }
+        }
+    }
+
     use super::*;
     use clap::Parser;
 

@@ -15,8 +15,7 @@ use crate::runtime::config::{parse_size, KvCacheDtype, QuantRecipe, ServeConfig,
 use crate::runtime::device::{probe_gpus, resolve_device, GpuPresence};
 use crate::{ExitStatus, RigError};
 
-/// `--max-num-seqs` when not given (vLLM's default).
-pub const DEFAULT_MAX_NUM_SEQS: usize = 256;
+pub use crate::runtime::engine::DEFAULT_MAX_NUM_SEQS;
 
 /// Arguments of `rigbench serve`.
 #[derive(Debug, clap::Args)]

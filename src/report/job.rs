@@ -334,7 +334,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
 pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     let rig = crate::rig::probe();
     let rig_now = rig.clone();
-    let command_line = crate::cli::command_line();
+    let command_line = crate::output::shell::command_line();
     let resumed = match &job.resume {
         Some(d) => Some(resumable(d, &job, &rig)?),
         None => None,

@@ -35,6 +35,10 @@ use super::weights::MappedCheckpoint;
 use crate::RigError;
 
 /// Why prefix caching is off for Gated-DeltaNet hybrids (printed at start when it was asked for).
+/// `--max-num-seqs` when not given (vLLM's default).
+pub const DEFAULT_MAX_NUM_SEQS: usize = 256;
+
+/// Why prefix caching is off for a Gated-DeltaNet hybrid.
 pub const HYBRID_NO_PREFIX_CACHING: &str = "prefix caching off for this hybrid: a cached prefix holds the KV of its full-attention layers but not the Gated-DeltaNet state after it, so a hit could not be resumed (the runtime does not snapshot the state at block boundaries)";
 
 /// How generated text is split into reasoning and content.

@@ -379,7 +379,7 @@ pub fn run_gpu(
                                         crate::runtime::hybrid::CONV_STATE_ELEM_BYTES,
                                     ),
                                     // The e2e engine runs with rigbench serve's defaults.
-                                    crate::cli::serve::DEFAULT_MAX_NUM_SEQS as u64,
+                                    crate::runtime::engine::DEFAULT_MAX_NUM_SEQS as u64,
                                     config.max_position_embeddings as u64,
                                 )
                             {

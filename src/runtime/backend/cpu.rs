@@ -716,10 +716,31 @@ mod tests {
     //! The CPU forward pass against a naive reference: contiguous (unpaged) f64 attention,
     //! textbook loops, dequantized weights, written independently of the backend's code.
     use super::*;
+
     use crate::runtime::backend::SeqSegment;
     use crate::runtime::config::KvCacheDtype;
     use crate::runtime::config::ModelConfig;
     use crate::runtime::weights::synthesize;
+
+    /// The kernel bench's CPU reference of per-token FP8 quantization (`kernels::fp8_quant`) agrees with the runtime's CPU quantization (the same rule).
+    #[test]
+    fn quant_row_is_the_runtimes_rule() {
+        let x: Vec<f32> = (0..64)
+            .map(|i| crate::kernels::data::bf16_uniform(i, 3, 2.5))
+            .collect();
+        let (q, s) = crate::kernels::fp8_quant::quant_row(&x);
+        let deq: Vec<f32> = q
+            .iter()
+            .map(|c| crate::formats::e4m3::decode(*c) * s)
+            .collect();
+        let cpu = quantize_activations_fp8(&x, 64, None);
+        assert_eq!(deq, cpu);
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_eq!(s, amax / 448.0);
+        // An all-zero row: scale 1, codes 0.
+        let (q0, s0) = crate::kernels::fp8_quant::quant_row(&[0.0; 8]);
+        assert_eq!((q0, s0), (vec![0u8; 8], 1.0));
+    }
 
     /// Reference decoder over a whole sequence, returning logits for every position.
     /// `act_fp8` applies W8A8's dynamic per-token activation quantization before FP8 matmuls;
