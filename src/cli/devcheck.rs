@@ -463,7 +463,8 @@ fn context_speed(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool>
                                 .unwrap_or_default()
                         )?;
                     }
-                    let md = decode_profile::render(&format!("{} {kernel}", fmt.id()), rows, Some(bw));
+                    let md =
+                        decode_profile::render(&format!("{} {kernel}", fmt.id()), rows, Some(bw));
                     writeln!(out, "{md}")?;
                 }
             }

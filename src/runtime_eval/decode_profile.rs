@@ -159,7 +159,11 @@ pub fn measure(
             b.set_profiling(false)?;
             b.set_cuda_graphs(true);
         }
-        let kv_bytes = b.op_bytes(ctx).iter().find(|(n, _)| *n == "attention").map_or(0, |x| x.1);
+        let kv_bytes = b
+            .op_bytes(ctx)
+            .iter()
+            .find(|(n, _)| *n == "attention")
+            .map_or(0, |x| x.1);
         out.push(ContextDecode {
             context: ctx,
             tok_per_s,
@@ -218,10 +222,15 @@ pub fn render(format: &str, rows: &[ContextDecode], copy_bytes_per_s: Option<f64
             vec![
                 crate::output::table::thousands(r.context as u64),
                 format!("{:.1}", r.tok_per_s),
-                format!("{:.2} + {:.3}", r.weight_bytes as f64 / 1e9, r.kv_bytes as f64 / 1e9),
-                copy_bytes_per_s.map_or("not measured: no copy bandwidth in this run".into(), |bw| {
-                    format!("{:.1}", 1.0 / r.bound_seconds(bw))
-                }),
+                format!(
+                    "{:.2} + {:.3}",
+                    r.weight_bytes as f64 / 1e9,
+                    r.kv_bytes as f64 / 1e9
+                ),
+                copy_bytes_per_s
+                    .map_or("not measured: no copy bandwidth in this run".into(), |bw| {
+                        format!("{:.1}", 1.0 / r.bound_seconds(bw))
+                    }),
                 copy_bytes_per_s.map_or("—".into(), |bw| {
                     format!("{:.1}%", 100.0 * r.fraction_of_bound(bw))
                 }),
@@ -229,7 +238,13 @@ pub fn render(format: &str, rows: &[ContextDecode], copy_bytes_per_s: Option<f64
         })
         .collect();
     o.push_str(&crate::output::table::markdown_table(
-        &["context", "tok/s", "GB read per step (weights + KV)", "bound tok/s", "of bound"],
+        &[
+            "context",
+            "tok/s",
+            "GB read per step (weights + KV)",
+            "bound tok/s",
+            "of bound",
+        ],
         &t,
     ));
     let profiled: Vec<&ContextDecode> = rows.iter().filter(|r| !r.ops.is_empty()).collect();
@@ -346,10 +361,16 @@ mod tests {
         assert!(md.contains("| 32,768 | 150.0 |"), "{md}");
         assert!(md.contains("80.1%"), "{md}");
         // GEMM gate_up: 2 ms of a 4.0047 ms bound = 49.9%; 2 ms against 1.75 ms = 1.14×.
-        assert!(md.contains("| GEMM gate_up | 36 | 2.000 | 49.9% | 1.14× |"), "{md}");
+        assert!(
+            md.contains("| GEMM gate_up | 36 | 2.000 | 49.9% | 1.14× |"),
+            "{md}"
+        );
         assert!(md.contains("| sum |"), "{md}");
         let none = render("bf16", &rows(), None);
-        assert!(none.contains("not measured: no copy bandwidth in this run"), "{none}");
+        assert!(
+            none.contains("not measured: no copy bandwidth in this run"),
+            "{none}"
+        );
         assert!(render("bf16", &[], Some(1.0)).is_empty());
     }
 }

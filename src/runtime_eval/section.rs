@@ -701,7 +701,8 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
 
 /// Batch-1 decode at a 128-token context against the weight-streaming bound, per format
 /// (docs/runtime.md "Decode attention"): BF16 80%, FP8 70%, W4A16 60%.
-pub const SHORT_CONTEXT_TARGETS: [(&str, f64); 3] = [("bf16", 0.80), ("fp8", 0.70), ("nvfp4", 0.60)];
+pub const SHORT_CONTEXT_TARGETS: [(&str, f64); 3] =
+    [("bf16", 0.80), ("fp8", 0.70), ("nvfp4", 0.60)];
 
 /// The memory-bound goals of the runtime section, from the run's own rows: batch-1 decode at a
 /// 128-token context per format against [`SHORT_CONTEXT_TARGETS`], and decode attention at 4k
@@ -722,9 +723,21 @@ fn memory_bound_goals(s: &RuntimeSection) -> Vec<Vec<String>> {
             .map(|d| d.copy_bytes_per_s);
         let row = f.and_then(|f| f.decode_contexts.iter().find(|r| r.context == 128));
         t.push(match (f, row, bw) {
-            (None, _, _) => vec![name, format!("not measured: no {fmt} run in this section"), "—".into()],
-            (_, None, _) => vec![name, "not measured: no 128-token decode row (see the skipped list)".into(), "—".into()],
-            (_, _, None) => vec![name, "not measured: no copy bandwidth in this run".into(), "—".into()],
+            (None, _, _) => vec![
+                name,
+                format!("not measured: no {fmt} run in this section"),
+                "—".into(),
+            ],
+            (_, None, _) => vec![
+                name,
+                "not measured: no 128-token decode row (see the skipped list)".into(),
+                "—".into(),
+            ],
+            (_, _, None) => vec![
+                name,
+                "not measured: no copy bandwidth in this run".into(),
+                "—".into(),
+            ],
             (_, Some(r), Some(bw)) => {
                 let x = r.fraction_of_bound(bw);
                 vec![name, pct(x), met(x >= target)]
@@ -738,7 +751,11 @@ fn memory_bound_goals(s: &RuntimeSection) -> Vec<Vec<String>> {
         );
         let mut got = None;
         for f in &s.formats {
-            let bw = f.bench.as_ref().and_then(|b| b.decode_bound.as_ref()).map(|d| d.copy_bytes_per_s);
+            let bw = f
+                .bench
+                .as_ref()
+                .and_then(|b| b.decode_bound.as_ref())
+                .map(|d| d.copy_bytes_per_s);
             if let (Some(r), Some(bw)) = (f.decode_contexts.iter().find(|r| r.context == ctx), bw) {
                 if let Some(x) = r.attention_vs_bound(bw) {
                     got = Some((f.format.clone(), x));
@@ -758,7 +775,11 @@ fn memory_bound_goals(s: &RuntimeSection) -> Vec<Vec<String>> {
             ],
         });
     }
-    let bf = s.formats.iter().find(|f| f.format == "bf16").and_then(|f| f.bench.as_ref());
+    let bf = s
+        .formats
+        .iter()
+        .find(|f| f.format == "bf16")
+        .and_then(|f| f.bench.as_ref());
     t.push(match bf {
         Some(b) if b.spec.batch == 32 && b.spec.batch_context == 1024 => vec![
             "BF16 batch-32 at 1k contexts ≥ 15× batch 1".into(),
@@ -845,6 +866,54 @@ mod tests {
         };
         let md = render_markdown(&s);
         assert!(md.contains("W4A16 batch-1 ≥ 2.5× BF16"), "{md}");
+        // No decode-by-context rows in this run: those goals say so, with the reason.
+        assert!(
+            md.contains("| bf16 batch-1 decode at a 128-token context ≥ 80% of the bound | not measured: no 128-token decode row"),
+            "{md}"
+        );
+        assert!(md.contains("| decode attention at a 32,768 context, batch 1, ≤ 1.5× KV bytes ÷ copy rate | not measured:"), "{md}");
+        // This run batched 2 sequences at 8-token contexts, not 32 at 1k.
+        assert!(
+            md.contains("not measured: this run batched 2 sequences at 8-token contexts"),
+            "{md}"
+        );
+        // With rows: the goals are evaluated from them at the run's copy bandwidth (1 GB/s).
+        let mut s = s;
+        s.formats[0].decode_contexts = vec![
+            super::super::decode_profile::ContextDecode {
+                context: 128,
+                tok_per_s: 0.1,
+                weight_bytes: 8_000_000_000,
+                kv_bytes: 500_000_000,
+                ops: Vec::new(),
+            },
+            super::super::decode_profile::ContextDecode {
+                context: 4096,
+                tok_per_s: 0.1,
+                weight_bytes: 8_000_000_000,
+                kv_bytes: 1_000_000_000,
+                ops: vec![super::super::decode_profile::OpTime {
+                    op: "attention".into(),
+                    calls: 2,
+                    seconds: 2.0,
+                    bytes: Some(1_000_000_000),
+                }],
+            },
+        ];
+        let md = render_markdown(&s);
+        // 0.1 tok/s × 8.5 s = 85%: met against 80%.
+        assert!(
+            md.contains(
+                "| bf16 batch-1 decode at a 128-token context ≥ 80% of the bound | 85.0% | met |"
+            ),
+            "{md}"
+        );
+        // Attention 2 s against 1 GB ÷ 1 GB/s: 2.00×, not met.
+        assert!(
+            md.contains("| decode attention at a 4,096 context, batch 1, ≤ 1.5× KV bytes ÷ copy rate (bf16 weights) | 2.00× | NOT met |"),
+            "{md}"
+        );
+        assert!(md.contains("#### Batch-1 decode by context, bf16"), "{md}");
         assert!(
             md.contains("of bound") && md.contains("backend cpu"),
             "{md}"

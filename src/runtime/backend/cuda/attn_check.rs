@@ -173,9 +173,11 @@ pub fn run_case(
     let region = (nblocks + 1) * nkv * bs * hd;
     let (kf, vf) = (vals(region, 22, 1.0), vals(region, 23, 1.0));
     let (k_host, v_host, k_dev, v_dev): (Vec<f32>, Vec<f32>, DevBuf, DevBuf) = if case.fp8 {
-        let enc = |x: &[f32], s: f32| -> Vec<u8> { x.iter().map(|v| e4m3::encode(v / s)).collect() };
+        let enc =
+            |x: &[f32], s: f32| -> Vec<u8> { x.iter().map(|v| e4m3::encode(v / s)).collect() };
         let (kb, vb) = (enc(&kf, K_SCALE), enc(&vf, V_SCALE));
-        let dec = |x: &[u8], s: f32| -> Vec<f32> { x.iter().map(|b| e4m3::decode(*b) * s).collect() };
+        let dec =
+            |x: &[u8], s: f32| -> Vec<f32> { x.iter().map(|b| e4m3::decode(*b) * s).collect() };
         (
             dec(&kb, K_SCALE),
             dec(&vb, V_SCALE),
@@ -535,7 +537,11 @@ mod tests {
         assert_eq!(c3.ctx_of(0), 4096);
         assert_eq!(c3.ctx_of(2), 3834);
         assert_eq!(c3.kv_bytes(), ((4096 + 3965 + 3834) * 8 * 128 * 2) as u64);
-        let one = AttnCase { ctx: 1, tokens: 4, ..c };
+        let one = AttnCase {
+            ctx: 1,
+            tokens: 4,
+            ..c
+        };
         assert!((0..4).all(|i| one.ctx_of(i) == 1));
         assert_eq!(c.label(), "hd128 G4 kv8 ctx4096 b1 BF16");
     }
@@ -545,7 +551,9 @@ mod tests {
         let v = devcheck_cases();
         for hd in decode_attn::FLASH_HEAD_DIMS {
             for fp8 in [false, true] {
-                assert!(v.iter().any(|c| c.head_dim == hd && c.fp8 == fp8 && c.ctx >= 32_768));
+                assert!(v
+                    .iter()
+                    .any(|c| c.head_dim == hd && c.fp8 == fp8 && c.ctx >= 32_768));
             }
         }
         assert!(v.iter().any(|c| c.tokens == 32 && c.ctx == 4096));

@@ -318,7 +318,10 @@ mod tests {
             let want = reference(&q, &k, &v, hd, sm);
             let got = emulate_split_merge(&q, &k, &v, hd, sm, z, false);
             let e = rel_l2(&got, &want);
-            assert!(e < 1e-6, "ctx {ctx} z {z} hd {hd} G {group}: rel L2 {e:.2e}");
+            assert!(
+                e < 1e-6,
+                "ctx {ctx} z {z} hd {hd} G {group}: rel L2 {e:.2e}"
+            );
         }
     }
 

@@ -68,7 +68,11 @@ impl CudaBackend {
                 which: LayerLinear::Qkv,
             };
             // Hybrids' first linear is the mixer's own (in gdn): no fused quantization there.
-            let qkv_quant = self.hy.is_none().then(|| self.fused_quant(qkv_ref)).flatten();
+            let qkv_quant = self
+                .hy
+                .is_none()
+                .then(|| self.fused_quant(qkv_ref))
+                .flatten();
             self.op_begin()?;
             match qkv_quant {
                 Some(st) => {
@@ -442,15 +446,23 @@ impl CudaBackend {
             return Ok(Vec::new());
         }
         let n = p.real_rows;
-        let temp: Vec<f32> = rows.iter().map(|r| r.temperature).collect();
-        let top_p: Vec<f32> = rows.iter().map(|r| r.top_p).collect();
-        let top_k: Vec<i32> = rows.iter().map(|r| r.top_k).collect();
-        let seed: Vec<u64> = rows.iter().map(|r| r.seed).collect();
+        let settings = super::SamplingUpload {
+            temp: rows.iter().map(|r| r.temperature).collect(),
+            top_p: rows.iter().map(|r| r.top_p).collect(),
+            top_k: rows.iter().map(|r| r.top_k).collect(),
+            seed: rows.iter().map(|r| r.seed).collect(),
+        };
         let draw: Vec<u64> = rows.iter().map(|r| r.draw).collect();
-        self.gpu.write(&self.bufs.smp_temp, 0, &temp)?;
-        self.gpu.write(&self.bufs.smp_top_p, 0, &top_p)?;
-        self.gpu.write(&self.bufs.smp_top_k, 0, &top_k)?;
-        self.gpu.write(&self.bufs.smp_seed, 0, &seed)?;
+        // Between decode steps only the draw counters change: the other four copies are made
+        // when a row's settings differ from what the device holds.
+        if self.smp_uploaded.as_ref() != Some(&settings) {
+            self.smp_uploaded = None; // a failed copy below leaves nothing claimed
+            self.gpu.write(&self.bufs.smp_temp, 0, &settings.temp)?;
+            self.gpu.write(&self.bufs.smp_top_p, 0, &settings.top_p)?;
+            self.gpu.write(&self.bufs.smp_top_k, 0, &settings.top_k)?;
+            self.gpu.write(&self.bufs.smp_seed, 0, &settings.seed)?;
+            self.smp_uploaded = Some(settings);
+        }
         self.gpu.write(&self.bufs.smp_draw, 0, &draw)?;
         self.rt.launch(
             &self.gpu,

@@ -235,6 +235,7 @@ impl CudaBackend {
             notes: wg_note.into_iter().collect(),
             prof: None,
             hy,
+            smp_uploaded: None,
         };
         if let Some(h) = &me.hy {
             if h.chunk() != crate::runtime::gdn::CHUNK {

@@ -375,6 +375,18 @@ pub struct CudaBackend {
     pub notes: Vec<String>,
     /// The Gated-DeltaNet kernels, buffers and state of a hybrid ([`gdn`]).
     hy: Option<gdn::HybridRt>,
+    /// The per-row sampling settings last copied to the device (temperature, top-p, top-k,
+    /// seed): a decode step whose rows keep their settings copies only the draw counters.
+    smp_uploaded: Option<SamplingUpload>,
+}
+
+/// Sampling settings as uploaded (see [`CudaBackend::smp_uploaded`]).
+#[derive(Debug, Clone, PartialEq)]
+struct SamplingUpload {
+    temp: Vec<f32>,
+    top_p: Vec<f32>,
+    top_k: Vec<i32>,
+    seed: Vec<u64>,
 }
 
 impl std::fmt::Debug for CudaBackend {
