@@ -1,6 +1,8 @@
-//! Paged attention over the KV cache: the CUDA-core decode kernel (split over partitions for long
-//! contexts) and the tensor-core prefill tiles.
+//! Paged attention over the KV cache: decode attention (the flash-decoding kernel on tensor
+//! cores, or the CUDA-core kernel; both split over partitions for long contexts and merged by
+//! `rt_attn_combine`; [`decode_attn::choose`] picks one) and the tensor-core prefill tiles.
 
+use super::decode_attn::{self, DecodeAttn};
 use super::{plan, CudaBackend, ATT_THREADS};
 use crate::gpu::KArg;
 
@@ -22,21 +24,38 @@ impl CudaBackend {
         let l = p.layout;
         let sm_scale = 1.0 / (c.head_dim as f32).sqrt();
         if p.dec_tokens > 0 {
-            let name = if fp8_kv {
-                "rt_attn_decode_fp8"
-            } else {
-                "rt_attn_decode_bf16"
+            let (name, threads, smem) = match self.decode_attention() {
+                DecodeAttn::Flash => (
+                    decode_attn::flash_kernel_name(fp8_kv, c.head_dim),
+                    decode_attn::FLASH_THREADS,
+                    decode_attn::flash_smem_bytes(c.head_dim, if fp8_kv { 1 } else { 2 }),
+                ),
+                DecodeAttn::CudaCores => (
+                    if fp8_kv {
+                        "rt_attn_decode_fp8"
+                    } else {
+                        "rt_attn_decode_bf16"
+                    }
+                    .to_string(),
+                    ATT_THREADS,
+                    0,
+                ),
+                DecodeAttn::None => anyhow::bail!(
+                    "no decode-attention kernel of kernels/runtime.cu covers head_dim {} with {} query heads per KV head",
+                    c.head_dim,
+                    c.num_heads / c.num_kv_heads.max(1)
+                ),
             };
             self.rt.launch(
                 &self.gpu,
-                name,
+                &name,
                 (
                     p.dec_tokens as u32,
                     c.num_kv_heads as u32,
                     p.att_parts as u32,
                 ),
-                (ATT_THREADS, 1, 1),
-                0,
+                (threads, 1, 1),
+                smem,
                 &[
                     KArg::Ptr(at(l.dec_tok)),
                     KArg::Ptr(self.bufs.q.ptr()),
