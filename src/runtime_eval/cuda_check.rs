@@ -623,23 +623,3 @@ mod tests {
         assert!(forced_run(&mut a, &ps, 8, 16, Some(&short)).is_err());
     }
 }
-
-#[cfg(test)]
-mod sensitivity_experiment {
-    use super::*;
-    #[test]
-    #[ignore]
-    fn print_sensitivity() {
-        let dense = weights::synthesize(&ModelConfig::tiny(), 0);
-        let hy = weights::synthesize(&crate::runtime::hybrid::tiny_hybrid(), 0);
-        for (name, w) in [("tiny", &dense), ("tiny-hybrid", &hy)] {
-            for f in [WeightFormat::Bf16, WeightFormat::Fp8] {
-                let p = cpu_rounding_parity(w, f, 8, 48, PARITY_FP8).unwrap();
-                eprintln!(
-                    "{name} {f:?}: top-1 {}/{} (+{}) max {:.3e} mean {:.3e} max|d| {:.3}",
-                    p.top1_equal, p.tokens, p.near_ties, p.max_rel_l2, p.mean_rel_l2, p.max_abs
-                );
-            }
-        }
-    }
-}
