@@ -97,6 +97,23 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
         &[]
     };
     for &(fmt, kv) in parity_cases {
+        if fmt == WeightFormat::Fp8 {
+            // The dense model's own FP8 sensitivity on the CPU alone (compare the hybrid's).
+            if let Ok(p) =
+                cuda_check::cpu_rounding_parity(&w, fmt, a.prompts, a.steps, cuda_check::PARITY_FP8)
+            {
+                writeln!(
+                    out,
+                    "INFO (CPU only) tiny {} with vs without BF16 rounding: top-1 {}/{} (+{} near-ties); logits rel L2 max {:.2e} mean {:.2e}",
+                    fmt.id(),
+                    p.top1_equal,
+                    p.tokens,
+                    p.near_ties,
+                    p.max_rel_l2,
+                    p.mean_rel_l2
+                )?;
+            }
+        }
         match cuda_check::greedy_parity(a.device, &w, fmt, kv, a.prompts, a.steps) {
             Ok(p) => {
                 failed |= !p.pass();
@@ -608,7 +625,39 @@ fn hybrid_checks(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool>
             KvCacheDtype::Fp8,
         ),
     ];
+    let keep = crate::runtime_eval::fp8_bisect::KeepBf16::from_env()?;
+    if !keep.is_empty() {
+        writeln!(
+            out,
+            "NOTE {}={}: these linears stay BF16 on both backends in the parity checks below",
+            crate::runtime_eval::fp8_bisect::KEEP_BF16_ENV,
+            keep.names()
+        )?;
+    }
     for (name, weights, fmt, kv) in cases {
+        if fmt == WeightFormat::Fp8 {
+            // The model's own sensitivity, on the CPU alone: how far its FP8 logits move when the
+            // BF16 roundings are left out (read the GPU parity against it).
+            match crate::runtime_eval::cuda_check::cpu_rounding_parity(
+                weights,
+                fmt,
+                a.prompts,
+                a.steps,
+                crate::runtime_eval::cuda_check::PARITY_FP8,
+            ) {
+                Ok(p) => writeln!(
+                    out,
+                    "INFO (CPU only) {name} {} with vs without BF16 rounding: top-1 {}/{} (+{} near-ties); logits rel L2 max {:.2e} mean {:.2e}",
+                    fmt.id(),
+                    p.top1_equal,
+                    p.tokens,
+                    p.near_ties,
+                    p.max_rel_l2,
+                    p.mean_rel_l2
+                )?,
+                Err(e) => writeln!(out, "INFO (CPU only) {name} sensitivity: {e:#}")?,
+            }
+        }
         match crate::runtime_eval::cuda_check::greedy_parity(
             a.device, weights, fmt, kv, a.prompts, a.steps,
         ) {
