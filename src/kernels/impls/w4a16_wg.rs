@@ -69,11 +69,13 @@ pub fn instances() -> Vec<(usize, usize, bool)> {
     v
 }
 
-/// All kernel names in kernels/w4a16_wg.cu.
+/// All kernel names in kernels/w4a16_wg.cu (the module loads these): the GEMM instances and
+/// the [`PERMUTE_KERNEL`] pre-pass.
 pub fn kernel_names() -> Vec<String> {
     instances()
         .into_iter()
         .map(|(tn, wg, pipe)| name(tn, wg, pipe))
+        .chain(std::iter::once(PERMUTE_KERNEL.to_string()))
         .collect()
 }
 
@@ -1205,7 +1207,10 @@ mod tests {
             // Three stages fit the H200's 227 KiB of opt-in shared memory.
             assert!(smem_bytes(tn, wg, 3) <= H200_SMEM_OPTIN, "{tn} {wg}");
         }
-        assert_eq!(kernel_names().len(), 18);
+        assert_eq!(instances().len(), 18);
+        // The module loads the pre-pass with the GEMM instances.
+        assert_eq!(kernel_names().len(), 19);
+        assert!(kernel_names().iter().any(|k| k == PERMUTE_KERNEL));
         assert!(WG_SRC.contains(&format!(
             "void __launch_bounds__({PERMUTE_THREADS}) {PERMUTE_KERNEL}("
         )));
