@@ -290,6 +290,29 @@ pub fn greedy_parity(
     n_prompts: usize,
     steps: usize,
 ) -> anyhow::Result<Parity> {
+    greedy_parity_with(
+        device,
+        weights,
+        format,
+        kv_dtype,
+        (n_prompts, steps),
+        CudaOptions::default(),
+    )
+}
+
+/// [`greedy_parity`] with the CUDA backend's options `opts` (e.g. the flash-decoding kernel off,
+/// to tell its share of a difference from the rest of the model's).
+///
+/// # Errors
+/// As [`greedy_parity`].
+pub fn greedy_parity_with(
+    device: usize,
+    weights: &ModelWeights,
+    format: WeightFormat,
+    kv_dtype: KvCacheDtype,
+    (n_prompts, steps): (usize, usize),
+    opts: CudaOptions,
+) -> anyhow::Result<Parity> {
     let mut w = weights.clone();
     w.quantize(format)?;
     // Bisecting an FP8 gap: the groups named in RIGBENCH_HYBRID_FP8_KEEP_BF16 stay BF16 on
@@ -319,7 +342,7 @@ pub fn greedy_parity(
             kv_dtype,
             block_size: bs,
         },
-        CudaOptions::default(),
+        opts,
     )?;
     gpu.init_kv_cache(kv)?;
     gpu.init_state_slots(n_prompts)?;
