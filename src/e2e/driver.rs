@@ -639,13 +639,13 @@ impl Session<'_> {
         };
         eprintln!(
             "rigbench e2e: {}",
-            reset_message(
+            crate::output::redact::Redactor::for_this_host(true).secrets_only(&reset_message(
                 self.client.base(),
                 self.facts.kind.reset_path(),
                 reset,
                 points,
                 l.cache
-            )
+            ))
         );
     }
 
