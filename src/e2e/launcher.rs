@@ -421,6 +421,9 @@ impl EngineHandle {
         if let Some(p) = pid {
             let t = tracked.clone();
             tokio::spawn(async move {
+                // Every 250 ms for the first minute (start-up, when engines spawn their
+                // workers), then every 2 s: a scan of /proc costs milliseconds of CPU.
+                let began = Instant::now();
                 loop {
                     let all = tokio::task::spawn_blocking(super::ownership::all_processes)
                         .await
@@ -436,7 +439,8 @@ impl EngineHandle {
                             m.insert(x.pid, x);
                         }
                     }
-                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    let every = if began.elapsed() < Duration::from_secs(60) { 250 } else { 2000 };
+                    tokio::time::sleep(Duration::from_millis(every)).await;
                 }
             });
         }

@@ -501,4 +501,44 @@ mod tests {
             "HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWx"
         );
     }
+
+    #[test]
+    fn control_sequences_are_stripped_even_without_redaction() {
+        let s = "a\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7}b\u{1b}]8;;http://x\u{1b}\\c \u{9b}2Jd\u{0}e\tf\n";
+        assert_eq!(strip_control(s), "ared bc de\tf\n");
+        assert_eq!(Redactor::disabled().redact(s), "ared bc de\tf\n");
+        assert!(matches!(strip_control("plain\n"), std::borrow::Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn secrets_only_keeps_hosts_and_hides_credentials() {
+        let r = Redactor::with_literals(vec![], true);
+        assert_eq!(
+            r.secrets_only("no engine answers at http://bench:pw123456@gpu-7.internal:8000/health"),
+            "no engine answers at http://<user>:<token>@gpu-7.internal:8000/health"
+        );
+        assert_eq!(
+            r.redact("redis://:Pa55w0rdRedis@cache.internal:6379"),
+            "redis://<user>:<token>@<host>:6379"
+        );
+    }
+
+    #[test]
+    fn registered_and_environment_secrets_are_replaced_wherever_they_appear() {
+        register_secret("RegisteredKey-0123");
+        let r = Redactor::for_this_host(true);
+        assert_eq!(r.redact("the key RegisteredKey-0123 alone"), "the key <token> alone");
+        assert!(is_secret_name("HF_TOKEN") && is_secret_name("AWS_SECRET_ACCESS_KEY"));
+        assert!(!is_secret_name("TOKENIZERS_PARALLELISM") && !is_secret_name("MAX_TOKENS"));
+        // Python-dict reprs, env dumps, quoted headers.
+        for (input, want) in [
+            ("non-default args: {'model': 'm', 'api_key': ['abcdef123456']}", "non-default args: {'model': 'm', 'api_key': ['<token>']}"),
+            ("VLLM_API_KEY: abcdef123456", "VLLM_API_KEY: <token>"),
+            (r#""HUGGING_FACE_HUB_TOKEN": "abcdef123456""#, r#""HUGGING_FACE_HUB_TOKEN": "<token>""#),
+            ("{'Authorization': 'Bearer abcdef123456'}", "{'Authorization': 'Bearer <token>'}"),
+            ("eos_token: <|im_end|> bos_token=<s>", "eos_token: <|im_end|> bos_token=<s>"),
+        ] {
+            assert_eq!(r.redact(input), want);
+        }
+    }
 }
