@@ -61,10 +61,12 @@ fn endless() -> Body {
 fn authorized(h: &Hostile, headers: &HeaderMap) -> bool {
     match &h.key {
         None => true,
-        Some(k) => headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            == Some(format!("Bearer {k}").as_str()),
+        Some(k) => {
+            headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                == Some(format!("Bearer {k}").as_str())
+        }
     }
 }
 
@@ -90,10 +92,7 @@ async fn start_mock(h: Hostile) -> String {
                     return Json(json!({"choices": [{"index": 0, "message": {"content": "a"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 8, "completion_tokens": 1}})).into_response();
                 }
                 if h.endless_500 {
-                    return Response::builder()
-                        .status(500)
-                        .body(endless())
-                        .unwrap();
+                    return Response::builder().status(500).body(endless()).unwrap();
                 }
                 let n = body["max_tokens"].as_u64().unwrap_or(4);
                 let mut s = String::new();
@@ -211,10 +210,15 @@ async fn token_counts_beyond_max_tokens_fail_the_request_with_the_reason() {
         let reqs = &r.runs[0].requests;
         assert_eq!(reqs.len(), 2, "{:?}", r.failure);
         for q in reqs {
-            assert!(!q.ok, "a claim of {claim} tokens for max_tokens 32 was taken");
+            assert!(
+                !q.ok,
+                "a claim of {claim} tokens for max_tokens 32 was taken"
+            );
             let e = q.error.as_deref().unwrap_or_default();
             assert!(
-                e.contains("impossible token count") && e.contains(&claim.to_string()) && e.contains("max_tokens 32"),
+                e.contains("impossible token count")
+                    && e.contains(&claim.to_string())
+                    && e.contains("max_tokens 32"),
                 "{e}"
             );
         }
@@ -223,7 +227,10 @@ async fn token_counts_beyond_max_tokens_fail_the_request_with_the_reason() {
     // The true count (32) still passes.
     let url = start_mock(Hostile::default()).await;
     let r = session(&opts(url, 2, 32)).await;
-    assert!(r.runs[0].requests.iter().all(|q| q.ok && q.output_tokens == Some(32)));
+    assert!(r.runs[0]
+        .requests
+        .iter()
+        .all(|q| q.ok && q.output_tokens == Some(32)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -244,7 +251,10 @@ async fn impossible_gauges_block_counts_and_tokenize_counts_are_rejected_with_th
     // "KV capacity 0 tokens" from a NaN block count: now unknown, with the reason.
     assert_eq!(kv.capacity_tokens, None);
     assert!(
-        kv.capacity_note.as_deref().unwrap_or_default().contains("num_gpu_blocks=\"NaN\""),
+        kv.capacity_note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("num_gpu_blocks=\"NaN\""),
         "{:?}",
         kv.capacity_note
     );
@@ -252,15 +262,30 @@ async fn impossible_gauges_block_counts_and_tokenize_counts_are_rejected_with_th
     assert_eq!(kv.peak_usage, None);
     assert_eq!(kv.max_running, None);
     let rejected = run.polls.rejected.join(" | ");
-    assert!(rejected.contains("vllm:kv_cache_usage_perc = -1e308 is impossible"), "{rejected}");
-    assert!(rejected.contains("vllm:num_requests_running = -5 is impossible"), "{rejected}");
+    assert!(
+        rejected.contains("vllm:kv_cache_usage_perc = -1e308 is impossible"),
+        "{rejected}"
+    );
+    assert!(
+        rejected.contains("vllm:num_requests_running = -5 is impossible"),
+        "{rejected}"
+    );
     // A u64::MAX /tokenize count: refused, never "chat template adds -18446744073709551616".
     let note = r.engine.facts.tokenize_note.as_deref().unwrap_or_default();
     assert!(!r.engine.facts.tokenize, "{note}");
-    assert!(note.contains("impossible `count` 18446744073709551615"), "{note}");
+    assert!(
+        note.contains("impossible `count` 18446744073709551615"),
+        "{note}"
+    );
     let md = rigbench::e2e::render::render_markdown(&r);
-    assert!(!md.contains("-inf") && !md.contains("-18446744073709551616"), "{md}");
-    assert!(md.contains("is impossible"), "the report says what was rejected");
+    assert!(
+        !md.contains("-inf") && !md.contains("-18446744073709551616"),
+        "{md}"
+    );
+    assert!(
+        md.contains("is impossible"),
+        "the report says what was rejected"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,7 +301,11 @@ async fn endless_bodies_are_read_only_up_to_their_limit() {
         assert!(!q.ok);
         assert_eq!(q.http_status, Some(500));
         let e = q.error.as_deref().unwrap_or_default();
-        assert!(e.starts_with("HTTP 500") && e.len() < 1000, "{}", &e[..e.len().min(300)]);
+        assert!(
+            e.starts_with("HTTP 500") && e.len() < 1000,
+            "{}",
+            &e[..e.len().min(300)]
+        );
     }
     // /v1/models that never ends: refused at the 16 MiB limit, named.
     let url = start_mock(Hostile {
@@ -290,7 +319,10 @@ async fn endless_bodies_are_read_only_up_to_their_limit() {
         .expect("the read ended")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("GET /v1/models") && e.contains("over rigbench's limit of 16777216 bytes"), "{e}");
+    assert!(
+        e.contains("GET /v1/models") && e.contains("over rigbench's limit of 16777216 bytes"),
+        "{e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,11 +334,18 @@ async fn a_stalled_metrics_endpoint_is_reported_as_stalled() {
     .await;
     let c = rigbench::e2e::client::EngineClient::new(&url).unwrap();
     let e = c.metrics().await.unwrap_err().to_string();
-    assert!(e.contains("GET /metrics stalled: no whole answer within 5 s"), "{e}");
+    assert!(
+        e.contains("GET /metrics stalled: no whole answer within 5 s"),
+        "{e}"
+    );
     let r = session(&opts(url, 1, 4)).await;
     let note = r.engine.facts.metrics_note.as_deref().unwrap_or_default();
     assert!(note.contains("stalled"), "{note}");
-    assert!(r.runs[0].polls.rejected.iter().any(|x| x.contains("stalled")));
+    assert!(r.runs[0]
+        .polls
+        .rejected
+        .iter()
+        .any(|x| x.contains("stalled")));
     assert_ne!(r.runs[0].conditions.spec.evidence, "no /metrics");
 }
 
@@ -403,7 +442,9 @@ fn no_secret_of_the_corpus_reaches_results_report_log_diagnose_or_baseline() {
     let mut text: String = c.iter().map(|(_, t)| format!("{t}\n")).collect();
     // An engine that prints HF_TOKEN's value alone, and escape codes around a word.
     let hf_value = "Qm9vYmFyQmF6UXV4MTIzNDU2Nzg5";
-    text.push_str(&format!("{hf_value}\n\u{1b}]0;retitled\u{7}\u{1b}[2Jcleared\n"));
+    text.push_str(&format!(
+        "{hf_value}\n\u{1b}]0;retitled\u{7}\u{1b}[2Jcleared\n"
+    ));
     std::fs::write(&lines, text).unwrap();
     let port = free_port();
     let out = d.path().join("rep");
@@ -415,7 +456,15 @@ fn no_secret_of_the_corpus_reaches_results_report_log_diagnose_or_baseline() {
     let o = Command::new(BIN)
         .args(["e2e", "--no-progress", "--engine-cmd", &cmd, "--port"])
         .arg(port.to_string())
-        .args(["--requests", "2", "--concurrency", "1", "--output-tokens", "4", "--out"])
+        .args([
+            "--requests",
+            "2",
+            "--concurrency",
+            "1",
+            "--output-tokens",
+            "4",
+            "--out",
+        ])
         .arg(&out)
         .env("HF_TOKEN", hf_value)
         .output()
@@ -423,7 +472,10 @@ fn no_secret_of_the_corpus_reaches_results_report_log_diagnose_or_baseline() {
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(out.join("results.json").is_file(), "{stderr}");
     let log = std::fs::read_to_string(out.join("engine.log")).unwrap();
-    assert!(log.contains("non-default args"), "the engine's lines were captured");
+    assert!(
+        log.contains("non-default args"),
+        "the engine's lines were captured"
+    );
     // diagnose over the raw lines (as a user would run it on a saved log).
     let diag = d.path().join("diag");
     let od = Command::new(BIN)
@@ -434,7 +486,11 @@ fn no_secret_of_the_corpus_reaches_results_report_log_diagnose_or_baseline() {
         .env("HF_TOKEN", hf_value)
         .output()
         .unwrap();
-    assert!(diag.join("diagnose.json").is_file(), "{}", String::from_utf8_lossy(&od.stderr));
+    assert!(
+        diag.join("diagnose.json").is_file(),
+        "{}",
+        String::from_utf8_lossy(&od.stderr)
+    );
     let all = format!(
         "{}{}{stderr}{}",
         all_files_text(&out),
@@ -457,15 +513,26 @@ fn no_secret_of_the_corpus_reaches_results_report_log_diagnose_or_baseline() {
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     v["complete"] = json!(true);
     v["e2e"]["engine_log"] = json!(std::fs::read_to_string(&lines).unwrap());
-    v["e2e"]["engine"]["command"] = json!(c.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>().join(" ; "));
+    v["e2e"]["engine"]["command"] = json!(c
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .collect::<Vec<_>>()
+        .join(" ; "));
     let raw = d.path().join("raw.json");
     std::fs::write(&raw, serde_json::to_string(&v).unwrap()).unwrap();
     let results = rigbench::report::Results::load(&raw).unwrap();
     let bdir = d.path().join("baselines");
     rigbench::compare::baseline::save_baseline(&results, &bdir, "hostile", false).unwrap();
     let b = all_files_text(&bdir);
-    let leaked: Vec<&str> = c.iter().map(|(v, _)| v.as_str()).filter(|v| b.contains(v)).collect();
-    assert!(leaked.is_empty(), "secrets in the saved baseline: {leaked:?}");
+    let leaked: Vec<&str> = c
+        .iter()
+        .map(|(v, _)| v.as_str())
+        .filter(|v| b.contains(v))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "secrets in the saved baseline: {leaked:?}"
+    );
 }
 
 #[test]
@@ -521,7 +588,11 @@ fn an_engine_that_calls_setsid_is_still_stopped() {
         let srv = read_pid(&pidfile).expect("server pid");
         assert!(alive(srv));
         h.stop().await;
-        assert!(h.log_text().contains("left the engine's process group (setsid)"), "said loudly");
+        assert!(
+            h.log_text()
+                .contains("left the engine's process group (setsid)"),
+            "said loudly"
+        );
         srv
     });
     assert!(
@@ -542,7 +613,15 @@ fn an_engine_dies_with_rigbench_even_when_rigbench_is_sigkilled() {
     let mut child = Command::new(BIN)
         .args(["e2e", "--no-progress", "--engine-cmd", &cmd, "--port"])
         .arg(port.to_string())
-        .args(["--requests", "100000", "--concurrency", "1", "--output-tokens", "64", "--out"])
+        .args([
+            "--requests",
+            "100000",
+            "--concurrency",
+            "1",
+            "--output-tokens",
+            "64",
+            "--out",
+        ])
         .arg(d.path().join("rep"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -550,7 +629,8 @@ fn an_engine_dies_with_rigbench_even_when_rigbench_is_sigkilled() {
         .spawn()
         .unwrap();
     assert!(
-        wait_until(Duration::from_secs(300), || read_pid(&pidfile).is_some_and(alive)),
+        wait_until(Duration::from_secs(300), || read_pid(&pidfile)
+            .is_some_and(alive)),
         "the engine started"
     );
     let srv = read_pid(&pidfile).unwrap();
@@ -582,8 +662,14 @@ fn a_busy_port_is_refused_before_the_engine_starts() {
         .unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(e.contains(&format!("port {port}")) && e.contains("--engine-cmd"), "{e}");
-    assert!(!marker.exists(), "the engine command ran although its port was busy");
+    assert!(
+        e.contains(&format!("port {port}")) && e.contains("--engine-cmd"),
+        "{e}"
+    );
+    assert!(
+        !marker.exists(),
+        "the engine command ran although its port was busy"
+    );
     drop(other);
 }
 
@@ -598,32 +684,59 @@ fn an_engine_that_wants_a_key_gets_it_from_the_flag_or_the_environment_and_it_is
     let d = tempfile::tempdir().unwrap();
     let run = |args: &[&str], env_key: Option<&str>, out: &Path| {
         let mut c = Command::new(BIN);
-        c.args(["e2e", "--no-progress", "--url", &url, "--requests", "2", "--concurrency", "1", "--output-tokens", "4", "--out"])
-            .arg(out)
-            .args(args)
-            .env_remove("OPENAI_API_KEY");
+        c.args([
+            "e2e",
+            "--no-progress",
+            "--url",
+            &url,
+            "--requests",
+            "2",
+            "--concurrency",
+            "1",
+            "--output-tokens",
+            "4",
+            "--out",
+        ])
+        .arg(out)
+        .args(args)
+        .env_remove("OPENAI_API_KEY");
         if let Some(k) = env_key {
             c.env("OPENAI_API_KEY", k);
         }
-        rt.block_on(async { tokio::task::spawn_blocking(move || c.output().unwrap()).await.unwrap() })
+        rt.block_on(async {
+            tokio::task::spawn_blocking(move || c.output().unwrap())
+                .await
+                .unwrap()
+        })
     };
     // Without a key: the 401 names the fix.
     let o = run(&[], None, &d.path().join("nokey"));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(e.contains("--api-key") && e.contains("OPENAI_API_KEY"), "{e}");
+    assert!(
+        e.contains("--api-key") && e.contains("OPENAI_API_KEY"),
+        "{e}"
+    );
     // With --api-key, then with OPENAI_API_KEY: the run works and the key is nowhere.
-    for (i, (args, env)) in [(vec!["--api-key", key], None), (vec![], Some(key))].into_iter().enumerate() {
+    for (i, (args, env)) in [(vec!["--api-key", key], None), (vec![], Some(key))]
+        .into_iter()
+        .enumerate()
+    {
         let out = d.path().join(format!("key{i}"));
         let o = run(&args, env, &out);
         let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
         let results = std::fs::read_to_string(out.join("results.json")).expect(&stderr);
         let v: Value = serde_json::from_str(&results).unwrap();
-        let ok = v.pointer("/e2e/runs/0/requests").and_then(Value::as_array).map_or(0, |r| {
-            r.iter().filter(|q| q["ok"] == json!(true)).count()
-        });
+        let ok = v
+            .pointer("/e2e/runs/0/requests")
+            .and_then(Value::as_array)
+            .map_or(0, |r| r.iter().filter(|q| q["ok"] == json!(true)).count());
         assert_eq!(ok, 2, "{stderr}");
-        let all = format!("{}{stderr}{}", all_files_text(&out), String::from_utf8_lossy(&o.stdout));
+        let all = format!(
+            "{}{stderr}{}",
+            all_files_text(&out),
+            String::from_utf8_lossy(&o.stdout)
+        );
         assert!(!all.contains(key), "the API key reached an output");
     }
 }
@@ -636,11 +749,26 @@ fn out_of_range_flags_are_refused_naming_the_flag_and_the_range() {
         ("--warmup-requests", "4000000000", "0..=10000"),
         ("--requests", "100000000", "1..=100000"),
         ("--rate", "1e-9", "outside the range rigbench takes: 0.001"),
-        ("--output-tokens", "4000000000", "above the most rigbench takes (1048576)"),
-        ("--concurrency", "4000000000", "above the most rigbench takes (100000)"),
+        (
+            "--output-tokens",
+            "4000000000",
+            "above the most rigbench takes (1048576)",
+        ),
+        (
+            "--concurrency",
+            "4000000000",
+            "above the most rigbench takes (100000)",
+        ),
     ] {
         let o = Command::new(BIN)
-            .args(["e2e", "--no-progress", "--url", "http://127.0.0.1:9", flag, value])
+            .args([
+                "e2e",
+                "--no-progress",
+                "--url",
+                "http://127.0.0.1:9",
+                flag,
+                value,
+            ])
             .output()
             .unwrap();
         let e = String::from_utf8_lossy(&o.stderr);

@@ -192,7 +192,10 @@ async fn absurd_shard_sizes_and_escaped_shard_names_are_refused_naming_the_file(
                 let b = b.min(bytes.len() - 1);
                 (
                     StatusCode::PARTIAL_CONTENT,
-                    [(header::CONTENT_RANGE, format!("bytes {a}-{b}/{}", 1u64 << 50))],
+                    [(
+                        header::CONTENT_RANGE,
+                        format!("bytes {a}-{b}/{}", 1u64 << 50),
+                    )],
                     bytes[a..=b].to_vec(),
                 )
                     .into_response()
@@ -219,7 +222,9 @@ async fn absurd_shard_sizes_and_escaped_shard_names_are_refused_naming_the_file(
         .unwrap_err();
     let e = format!("{e:#}");
     assert!(
-        e.contains("model.safetensors") && e.contains("1125899906842624 bytes") && e.contains("limit of 1099511627776 bytes"),
+        e.contains("model.safetensors")
+            && e.contains("1125899906842624 bytes")
+            && e.contains("limit of 1099511627776 bytes"),
         "{e}"
     );
     // An index naming `%2e%2e/…`: refused before any request for it.
@@ -227,7 +232,11 @@ async fn absurd_shard_sizes_and_escaped_shard_names_are_refused_naming_the_file(
     for f in ["config.json", "hf_quant_config.json"] {
         std::fs::copy(checkpoint().join(f), dir.path().join(f)).unwrap();
     }
-    for bad in ["%2e%2e/%2e%2e/etc/passwd", "..%2fx.safetensors", "a/../../x.safetensors"] {
+    for bad in [
+        "%2e%2e/%2e%2e/etc/passwd",
+        "..%2fx.safetensors",
+        "a/../../x.safetensors",
+    ] {
         std::fs::write(
             dir.path().join("model.safetensors.index.json"),
             serde_json::json!({"weight_map": {"w": bad}}).to_string(),
@@ -239,6 +248,9 @@ async fn absurd_shard_sizes_and_escaped_shard_names_are_refused_naming_the_file(
             .await
             .unwrap_err();
         let e = format!("{e:#}");
-        assert!(e.contains(bad) && e.contains("not a file of the repository"), "{e}");
+        assert!(
+            e.contains(bad) && e.contains("not a file of the repository"),
+            "{e}"
+        );
     }
 }

@@ -278,7 +278,9 @@ pub async fn fetch_metadata(
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c));
         if !plain
-            || shard.split('/').any(|p| p.is_empty() || p == "." || p == "..")
+            || shard
+                .split('/')
+                .any(|p| p.is_empty() || p == "." || p == "..")
             || shard.len() > 255
         {
             bail!(RigError::file(

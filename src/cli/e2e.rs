@@ -144,7 +144,12 @@ pub struct EngineArgs {
     /// API key for an engine started with `--api-key` (vLLM, SGLang, llama-server): sent as
     /// `Authorization: Bearer KEY` on every request. Read from OPENAI_API_KEY when not given.
     /// Never written to any output (the recorded command line shows `<token>`).
-    #[arg(long, value_name = "KEY", env = "OPENAI_API_KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "OPENAI_API_KEY",
+        hide_env_values = true
+    )]
     pub api_key: Option<String>,
     /// Parse this engine log too (e.g. the vLLM log of a server started elsewhere).
     #[arg(long, value_name = "FILE")]
@@ -381,7 +386,10 @@ pub fn e2e_options(
     if let Some(r) = &load.rate {
         l.mode = LoadMode::Open;
         l.rates = crate::cli::parse_list("--rate", r)?;
-        let (lo, hi) = (crate::e2e::workload::MIN_RATE, crate::e2e::workload::MAX_RATE);
+        let (lo, hi) = (
+            crate::e2e::workload::MIN_RATE,
+            crate::e2e::workload::MAX_RATE,
+        );
         if let Some(bad) = l.rates.iter().find(|r| !(lo..=hi).contains(*r)) {
             return Err(RigError::flag(
                 "--rate",

@@ -411,7 +411,10 @@ impl StreamOutcome {
         if let (Some(u), Some(max)) = (usage, self.max_tokens) {
             for (name, v) in [
                 ("usage.completion_tokens", u.completion_tokens),
-                ("usage.completion_tokens_details.reasoning_tokens", u.reasoning_tokens),
+                (
+                    "usage.completion_tokens_details.reasoning_tokens",
+                    u.reasoning_tokens,
+                ),
             ] {
                 if let Some(n) = v.filter(|n| *n > max) {
                     return Err(format!(
@@ -420,7 +423,10 @@ impl StreamOutcome {
                 }
             }
         }
-        if let Some(n) = usage.and_then(|u| u.prompt_tokens).filter(|n| *n > MAX_PLAUSIBLE_TOKENS) {
+        if let Some(n) = usage
+            .and_then(|u| u.prompt_tokens)
+            .filter(|n| *n > MAX_PLAUSIBLE_TOKENS)
+        {
             return Err(format!(
                 "impossible token count: the engine reported usage.prompt_tokens = {n} (over {MAX_PLAUSIBLE_TOKENS}; not counted)"
             ));
@@ -712,6 +718,9 @@ impl EngineClient {
             .send_retrying(|c| c.get(self.url(path)).timeout(Duration::from_secs(30)))
             .await
             .with_context(|| format!("GET {path}"))?;
+        if matches!(r.status().as_u16(), 401 | 403) {
+            bail!("GET {path} answered {}: {API_KEY_FIX}", r.status());
+        }
         if !r.status().is_success() {
             return Ok(None);
         }

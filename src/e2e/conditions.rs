@@ -374,9 +374,17 @@ pub fn checked_gauge(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Opt
     match v {
         None => Ok(None),
         Some(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(Some(x)),
-        Some(x) => Err(format!(
-            "{name} = {x} is impossible (allowed {lo}..={hi}); not used"
-        )),
+        Some(x) => {
+            // Short either way: -5, not -5e0; -1e308, not 309 digits.
+            let shown = if x.is_finite() && x.abs() < 1e6 {
+                format!("{x}")
+            } else {
+                format!("{x:e}")
+            };
+            Err(format!(
+                "{name} = {shown} is impossible (allowed {lo}..={hi}); not used"
+            ))
+        }
     }
 }
 

@@ -216,7 +216,13 @@ async fn engine_facts(
     f.runtime = version
         .as_ref()
         .and_then(super::runtime_facts::from_version);
-    let models = client.models().await.unwrap_or_default();
+    // An engine that refuses rigbench (401/403: it wants an API key) would fail every request:
+    // stop here with the fix.
+    let models = match client.models().await {
+        Ok(m) => m,
+        Err(e) if format!("{e:#}").contains(super::client::API_KEY_FIX) => return Err(e),
+        Err(_) => Vec::new(),
+    };
     let metrics = match client.metrics().await {
         Ok(m) => m,
         Err(e) => {
@@ -363,7 +369,6 @@ async fn engine_facts(
     f.max_model_len = f.max_model_len.or(probe.max_model_len);
     Ok(f)
 }
-
 
 /// One scrape during a run; a failure (a stalled or oversized `/metrics`) is kept in `polls`
 /// with its reason, not taken for "no /metrics".

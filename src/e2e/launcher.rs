@@ -135,7 +135,9 @@ pub async fn read_lines_lossy<R: AsyncRead + Unpin>(pipe: R, mut each: impl FnMu
             },
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                each(format!("[rigbench: reading the engine's output failed: {e}]"));
+                each(format!(
+                    "[rigbench: reading the engine's output failed: {e}]"
+                ));
                 break;
             }
         };
@@ -400,7 +402,13 @@ impl EngineHandle {
                     // The engine gets SIGKILL when rigbench ends, however it ends (SIGKILL and
                     // aborts included): prctl(2) PR_SET_PDEATHSIG. If rigbench died before this
                     // line, the engine is already orphaned: it ends at once.
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+                    libc::prctl(
+                        libc::PR_SET_PDEATHSIG,
+                        libc::SIGKILL as libc::c_ulong,
+                        0,
+                        0,
+                        0,
+                    );
                     if libc::getppid() != parent {
                         libc::raise(libc::SIGKILL);
                     }
@@ -439,7 +447,11 @@ impl EngineHandle {
                             m.insert(x.pid, x);
                         }
                     }
-                    let every = if began.elapsed() < Duration::from_secs(60) { 250 } else { 2000 };
+                    let every = if began.elapsed() < Duration::from_secs(60) {
+                        250
+                    } else {
+                        2000
+                    };
                     tokio::time::sleep(Duration::from_millis(every)).await;
                 }
             });

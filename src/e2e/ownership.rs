@@ -190,22 +190,26 @@ pub fn host_port(url: &str) -> Option<(String, u16)> {
 /// 0.0.0.0 answers there too).
 pub fn port_in_use(host: &str, port: u16) -> Option<String> {
     use std::net::ToSocketAddrs;
-    let loopback = matches!(host, "localhost" | "127.0.0.1" | "::1" | "[::1]" | "0.0.0.0");
+    let loopback = matches!(
+        host,
+        "localhost" | "127.0.0.1" | "::1" | "[::1]" | "0.0.0.0"
+    );
     if loopback {
         if let PortOwner::Pids(p) = port_owner(port) {
             return Some(format!(
                 "a server is already listening on port {port} (process {})",
-                p.iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                p.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
             ));
         }
     }
-    let addrs = (host.trim_matches(['[', ']']), port).to_socket_addrs().ok()?;
+    let addrs = (host.trim_matches(['[', ']']), port)
+        .to_socket_addrs()
+        .ok()?;
     for a in addrs {
         if std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(1)).is_ok() {
-            return Some(format!("a server already accepts connections at {host}:{port}"));
+            return Some(format!(
+                "a server already accepts connections at {host}:{port}"
+            ));
         }
     }
     None
@@ -222,7 +226,10 @@ mod tests {
             "42 (my (odd) name) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 123456 0 0",
         )
         .unwrap();
-        assert_eq!((s.ppid, s.pgrp, s.session, s.start, s.zombie), (7, 42, 42, 123456, false));
+        assert_eq!(
+            (s.ppid, s.pgrp, s.session, s.start, s.zombie),
+            (7, 42, 42, 123456, false)
+        );
         let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 555 1 0\n\
    1: 0100007F:1F91 00000000:0000 01 00000000:00000000 00:00000000 00000000  1000        0 556 1 0\n\
@@ -231,7 +238,10 @@ mod tests {
             listening_inodes(&[tcp], 8080),
             [555, 557].into_iter().collect()
         );
-        assert!(listening_inodes(&[tcp], 8081).is_empty(), "8081 is not listening");
+        assert!(
+            listening_inodes(&[tcp], 8081).is_empty(),
+            "8081 is not listening"
+        );
     }
 
     #[test]

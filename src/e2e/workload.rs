@@ -264,15 +264,37 @@ impl Suite {
             return Err("workload.output_tokens must be at least 1".into());
         }
         let limits = [
-            ("workload.output_tokens (--output-tokens)", u64::from(w.output_tokens), MAX_TOKENS_PER_REQUEST),
-            ("workload.input_tokens (--input-tokens)", u64::from(w.input_tokens.unwrap_or(0)), MAX_TOKENS_PER_REQUEST),
-            ("load.requests (--requests)", u64::from(l.requests), MAX_REQUESTS),
-            ("load.warmup (--warmup-requests)", u64::from(l.warmup), MAX_WARMUP_REQUESTS),
-            ("load.max_concurrency (--max-concurrency)", u64::from(l.max_concurrency.unwrap_or(0)), MAX_CONCURRENCY),
+            (
+                "workload.output_tokens (--output-tokens)",
+                u64::from(w.output_tokens),
+                MAX_TOKENS_PER_REQUEST,
+            ),
+            (
+                "workload.input_tokens (--input-tokens)",
+                u64::from(w.input_tokens.unwrap_or(0)),
+                MAX_TOKENS_PER_REQUEST,
+            ),
+            (
+                "load.requests (--requests)",
+                u64::from(l.requests),
+                MAX_REQUESTS,
+            ),
+            (
+                "load.warmup (--warmup-requests)",
+                u64::from(l.warmup),
+                MAX_WARMUP_REQUESTS,
+            ),
+            (
+                "load.max_concurrency (--max-concurrency)",
+                u64::from(l.max_concurrency.unwrap_or(0)),
+                MAX_CONCURRENCY,
+            ),
         ];
         for (name, v, max) in limits {
             if v > max {
-                return Err(format!("{name} is {v}, above the most rigbench takes ({max})"));
+                return Err(format!(
+                    "{name} is {v}, above the most rigbench takes ({max})"
+                ));
             }
         }
         if let Some(c) = l.concurrency.iter().find(|c| **c as u64 > MAX_CONCURRENCY) {

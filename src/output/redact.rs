@@ -59,7 +59,9 @@ fn secret_patterns() -> Vec<(Regex, &'static str)> {
         ),
         // `Authorization: Bearer X` / `Basic X`, also quoted (`{'Authorization': 'Bearer X'}`).
         (
-            re(r#"(?i)(authorization['"]?\s*[:=]\s*['"]?\s*(?:bearer|basic|token)\s+)[^\s'",}\]]+"#),
+            re(
+                r#"(?i)(authorization['"]?\s*[:=]\s*['"]?\s*(?:bearer|basic|token)\s+)[^\s'",}\]]+"#,
+            ),
             "${1}<token>",
         ),
         // A bare `Bearer X` (curl -H lines, exception texts).
@@ -120,9 +122,18 @@ pub fn register_secret(value: &str) {
 /// `OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`, `DB_PASSWORD`, …).
 pub fn is_secret_name(name: &str) -> bool {
     let n = name.to_ascii_uppercase();
-    ["TOKEN", "API_KEY", "APIKEY", "ACCESS_KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"]
-        .iter()
-        .any(|k| n.contains(k))
+    [
+        "TOKEN",
+        "API_KEY",
+        "APIKEY",
+        "ACCESS_KEY",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+    ]
+    .iter()
+    .any(|k| n.contains(k))
         && !n.contains("TOKENIZER")
         && !n.starts_with("MAX_")
 }
@@ -131,9 +142,19 @@ pub fn is_secret_name(name: &str) -> bool {
 fn is_secret_key(k: &str) -> bool {
     let l = k.to_ascii_lowercase().replace('-', "_");
     matches!(l.as_str(), "authorization" | "token" | "auth")
-        || ["api_key", "apikey", "access_key", "access_token", "auth_token", "hf_token", "secret", "password", "passwd"]
-            .iter()
-            .any(|s| l.ends_with(s))
+        || [
+            "api_key",
+            "apikey",
+            "access_key",
+            "access_token",
+            "auth_token",
+            "hf_token",
+            "secret",
+            "password",
+            "passwd",
+        ]
+        .iter()
+        .any(|s| l.ends_with(s))
 }
 
 /// Remove terminal control sequences (ANSI CSI / OSC escapes) and other control characters
@@ -507,7 +528,10 @@ mod tests {
         let s = "a\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7}b\u{1b}]8;;http://x\u{1b}\\c \u{9b}2Jd\u{0}e\tf\n";
         assert_eq!(strip_control(s), "ared bc de\tf\n");
         assert_eq!(Redactor::disabled().redact(s), "ared bc de\tf\n");
-        assert!(matches!(strip_control("plain\n"), std::borrow::Cow::Borrowed(_)));
+        assert!(matches!(
+            strip_control("plain\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]
@@ -527,16 +551,31 @@ mod tests {
     fn registered_and_environment_secrets_are_replaced_wherever_they_appear() {
         register_secret("RegisteredKey-0123");
         let r = Redactor::for_this_host(true);
-        assert_eq!(r.redact("the key RegisteredKey-0123 alone"), "the key <token> alone");
+        assert_eq!(
+            r.redact("the key RegisteredKey-0123 alone"),
+            "the key <token> alone"
+        );
         assert!(is_secret_name("HF_TOKEN") && is_secret_name("AWS_SECRET_ACCESS_KEY"));
         assert!(!is_secret_name("TOKENIZERS_PARALLELISM") && !is_secret_name("MAX_TOKENS"));
         // Python-dict reprs, env dumps, quoted headers.
         for (input, want) in [
-            ("non-default args: {'model': 'm', 'api_key': ['abcdef123456']}", "non-default args: {'model': 'm', 'api_key': ['<token>']}"),
+            (
+                "non-default args: {'model': 'm', 'api_key': ['abcdef123456']}",
+                "non-default args: {'model': 'm', 'api_key': ['<token>']}",
+            ),
             ("VLLM_API_KEY: abcdef123456", "VLLM_API_KEY: <token>"),
-            (r#""HUGGING_FACE_HUB_TOKEN": "abcdef123456""#, r#""HUGGING_FACE_HUB_TOKEN": "<token>""#),
-            ("{'Authorization': 'Bearer abcdef123456'}", "{'Authorization': 'Bearer <token>'}"),
-            ("eos_token: <|im_end|> bos_token=<s>", "eos_token: <|im_end|> bos_token=<s>"),
+            (
+                r#""HUGGING_FACE_HUB_TOKEN": "abcdef123456""#,
+                r#""HUGGING_FACE_HUB_TOKEN": "<token>""#,
+            ),
+            (
+                "{'Authorization': 'Bearer abcdef123456'}",
+                "{'Authorization': 'Bearer <token>'}",
+            ),
+            (
+                "eos_token: <|im_end|> bos_token=<s>",
+                "eos_token: <|im_end|> bos_token=<s>",
+            ),
         ] {
             assert_eq!(r.redact(input), want);
         }

@@ -30,7 +30,13 @@ pub fn command_line() -> String {
 }
 
 /// The flags whose value is a secret.
-const SECRET_FLAGS: [&str; 5] = ["--api-key", "--hf-token", "--token", "--password", "--secret"];
+const SECRET_FLAGS: [&str; 5] = [
+    "--api-key",
+    "--hf-token",
+    "--token",
+    "--password",
+    "--secret",
+];
 
 /// `args` with the value of every secret flag replaced by `<token>`.
 pub fn scrub_secret_flags(args: &[String]) -> Vec<String> {
@@ -58,13 +64,31 @@ pub fn scrub_secret_flags(args: &[String]) -> Vec<String> {
 mod tests {
     #[test]
     fn secret_flag_values_are_scrubbed() {
-        let a: Vec<String> = ["rigbench", "e2e", "--api-key", "sk-abc", "--url=http://h", "--api-key=k2", "--port", "1"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let a: Vec<String> = [
+            "rigbench",
+            "e2e",
+            "--api-key",
+            "sk-abc",
+            "--url=http://h",
+            "--api-key=k2",
+            "--port",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         assert_eq!(
             super::scrub_secret_flags(&a),
-            ["rigbench", "e2e", "--api-key", "<token>", "--url=http://h", "--api-key=<token>", "--port", "1"]
+            [
+                "rigbench",
+                "e2e",
+                "--api-key",
+                "<token>",
+                "--url=http://h",
+                "--api-key=<token>",
+                "--port",
+                "1"
+            ]
         );
     }
 }

@@ -801,11 +801,11 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 if let Some(d) = &dir {
                     // A file that cannot be written (a full disk) loses that file, never the
                     // measured runs: they still go into results.json, and the failure is said.
-                    let written = crate::e2e::render::write_csv(&r, &d.path).and_then(|_| {
-                        match &r.engine_log {
-                            Some(log) => d.write_text("engine.log", log),
-                            None => Ok(()),
-                        }
+                    let written = crate::e2e::render::write_csv(&r, &d.path).and_then(|_| match &r
+                        .engine_log
+                    {
+                        Some(log) => d.write_text("engine.log", log),
+                        None => Ok(()),
                     });
                     if let Err(e) = written {
                         results.failed.push(Skip {
@@ -840,7 +840,9 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             }
         }
         save(&results).map_err(|e| {
-            e.context("writing results.json after the end-to-end runs failed, so they are not in it")
+            e.context(
+                "writing results.json after the end-to-end runs failed, so they are not in it",
+            )
         })?;
     }
 
