@@ -10,9 +10,12 @@ fn main() -> ExitCode {
     match rigbench::cli::run(cli) {
         Ok(status) => status.into(),
         Err(err) => {
-            eprintln!("error: {err}");
+            // Secrets (a --url's credentials, an engine's key in its log tail) and terminal
+            // control sequences never reach the terminal; hosts and paths stay.
+            let r = rigbench::output::redact::Redactor::for_this_host(true);
+            eprintln!("error: {}", r.secrets_only(&err.to_string()));
             for cause in err.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                eprintln!("  caused by: {}", r.secrets_only(&cause.to_string()));
             }
             // A value rigbench rejected for a flag is a bad command line, like one clap rejects.
             let usage = err.chain().any(|c| {

@@ -432,7 +432,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     }
     if !results.failed.is_empty() {
         for f in &results.failed {
-            eprintln!("rigbench: {} FAILED: {}", f.what, f.reason);
+            eprintln!(
+                "rigbench: {} FAILED: {}",
+                f.what,
+                crate::output::redact::Redactor::for_this_host(true).secrets_only(&f.reason)
+            );
         }
         if let Some(dir) = &dir {
             print_summary(dir, &results);

@@ -799,9 +799,22 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             Ok(mut r) => {
                 crate::e2e::parallel::annotate(&mut r, &results.rig, None);
                 if let Some(d) = &dir {
-                    crate::e2e::render::write_csv(&r, &d.path)?;
-                    if let Some(log) = &r.engine_log {
-                        d.write_text("engine.log", log)?;
+                    // A file that cannot be written (a full disk) loses that file, never the
+                    // measured runs: they still go into results.json, and the failure is said.
+                    let written = crate::e2e::render::write_csv(&r, &d.path).and_then(|_| match &r
+                        .engine_log
+                    {
+                        Some(log) => d.write_text("engine.log", log),
+                        None => Ok(()),
+                    });
+                    if let Err(e) = written {
+                        results.failed.push(Skip {
+                            what: "e2e files".into(),
+                            reason: format!(
+                                "the e2e runs were measured, but writing their CSV files or engine.log into {} failed: {e:#}",
+                                d.path.display()
+                            ),
+                        });
                     }
                 }
                 if let Some(why) = e2e_failure(&r) {
@@ -826,7 +839,11 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 })
             }
         }
-        save(&results)?;
+        save(&results).map_err(|e| {
+            e.context(
+                "writing results.json after the end-to-end runs failed, so they are not in it",
+            )
+        })?;
     }
 
     match crate::signals::interrupted() {
