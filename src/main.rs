@@ -3,6 +3,17 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // A standard output whose reader goes away (`| head`) must not end the command early or
+    // change its exit status (src/output/stdout_pipe.rs).
+    let stdout = rigbench::output::stdout_pipe::guard();
+    let code = run();
+    if let Some(g) = stdout {
+        g.finish(std::time::Duration::from_secs(5));
+    }
+    code
+}
+
+fn run() -> ExitCode {
     let cli = match rigbench::cli::parse() {
         Ok(cli) => cli,
         Err(status) => return status.into(),
