@@ -48,6 +48,10 @@ pub struct Job {
     /// Measure the interconnect and predict tensor-parallel decode when two or more GPUs are
     /// selected (`report`).
     pub interconnect: bool,
+    /// The all-reduce model of the tensor-parallel composite predicted from the first GPU's
+    /// rows at TP = 2, 4, 8 (`report`; `None`: not predicted). See
+    /// [`crate::multigpu::tp_model`].
+    pub tp_allreduce: Option<crate::multigpu::tp_model::AllReduceModel>,
     /// Continue the interrupted report in this folder (`report --resume`): see [`resumable`].
     pub resume: Option<PathBuf>,
 }
@@ -723,6 +727,18 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         }
     }
 
+    if let Some(ar) = &job.tp_allreduce {
+        let model = job.kernels.as_ref().and_then(|o| o.suite.model.clone());
+        match super::multigpu::tp_model(&results, model.as_ref(), ar) {
+            Ok(tp) => results.tp_model = Some(tp),
+            Err(why) => results.skipped.push(Skip {
+                what: "multi-gpu/tp-model".into(),
+                reason: why,
+            }),
+        }
+        save(&results)?;
+    }
+
     if let Some(path) = job
         .checkpoint
         .as_ref()
@@ -992,6 +1008,7 @@ mod tests {
             force: false,
             devices: crate::multigpu::DeviceSelection::List(vec![0]),
             interconnect: false,
+            tp_allreduce: None,
             resume: None,
         }
     }
