@@ -45,7 +45,7 @@ pub const DEFAULT_SOURCE_FILE: &str =
 pub const DEFAULT_ALPHA_S: f64 = 10.504_877_836_182_498e-6;
 
 /// Default bus bandwidth, bytes/s: 1 / slope of the same line (x = bytes · 2(t−1)/t).
-pub const DEFAULT_BUSBW_BYTES_PER_S: f64 = 161.691_810_197_233_62e9;
+pub const DEFAULT_BUSBW_BYTES_PER_S: f64 = 161.691_810_197_233_6e9;
 
 /// Bounds of `--allreduce-busbw`, GB/s.
 pub const BUSBW_GBS_RANGE: (f64, f64) = (0.1, 10_000.0);

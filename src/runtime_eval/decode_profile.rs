@@ -175,6 +175,10 @@ pub fn measure(
     Ok(out)
 }
 
+/// What [`compare_kernels`] returns: (flash rows, CUDA-core rows, the backend's notes, the kernel
+/// the first run used).
+pub type KernelComparison = (Vec<ContextDecode>, Vec<ContextDecode>, Vec<String>, String);
+
 /// Both decode-attention kernels on one synthetic preset in one format: the backend loaded once
 /// (`quantize` = the format), [`measure`] with the flash-decoding kernel, then with the CUDA-core
 /// kernel (`CudaBackend::set_flash_decode(false)`). Returns (flash rows, CUDA-core rows, the
@@ -186,20 +190,28 @@ pub fn compare_kernels(
     device: usize,
     preset: &str,
     format: crate::runtime::config::WeightFormat,
-) -> anyhow::Result<(Vec<ContextDecode>, Vec<ContextDecode>, Vec<String>, String)> {
-    use crate::runtime::backend::cuda::{CudaLoadSpec, WeightSource};
+) -> anyhow::Result<KernelComparison> {
+    use crate::runtime::backend::cuda::{CudaLoadSpec, CudaOptions, WeightSource};
     let config = crate::runtime::config::ModelConfig::preset(preset)
         .ok_or_else(|| anyhow::anyhow!("unknown preset synthetic:{preset}"))?;
-    let mut b = CudaBackend::load(CudaLoadSpec {
-        device,
-        weights: WeightSource::Synthetic { config, seed: 0 },
-        quantize: Some(format.into()),
-        max_num_batched_tokens: 256,
-        max_num_seqs: 1,
-        max_model_len: MAX_CONTEXT + TIMED_STEPS + 16,
-        kv_dtype: KvCacheDtype::Bf16,
-        block_size: 16,
-    })?;
+    // The flash kernel is opt-in (CudaOptions::flash_decode): loaded with it on, so that its
+    // shared memory is set up and its self-check runs.
+    let mut b = CudaBackend::load_with(
+        CudaLoadSpec {
+            device,
+            weights: WeightSource::Synthetic { config, seed: 0 },
+            quantize: Some(format.into()),
+            max_num_batched_tokens: 256,
+            max_num_seqs: 1,
+            max_model_len: MAX_CONTEXT + TIMED_STEPS + 16,
+            kv_dtype: KvCacheDtype::Bf16,
+            block_size: 16,
+        },
+        CudaOptions {
+            flash_decode: true,
+            ..Default::default()
+        },
+    )?;
     let first = format!("{:?}", b.decode_attention());
     let flash = measure(&mut b, &TOK_S_CONTEXTS, &PROFILE_CONTEXTS)?;
     b.set_flash_decode(false);
