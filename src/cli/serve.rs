@@ -466,7 +466,8 @@ mod tests {
             ("--idle-timeout", "NaN"),
             ("--max-chat-messages", "0"),
         ] {
-            let e = parse(&[flag, v]).unwrap_err();
+            // `--flag=value`: clap takes `--flag -1` for two flags.
+            let e = parse(&[&format!("{flag}={v}")]).unwrap_err();
             assert!(e.contains(flag), "{flag} {v}: {e}");
         }
     }

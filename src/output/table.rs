@@ -30,7 +30,6 @@ pub fn cut_cell(s: &str, max: usize) -> String {
 pub fn markdown_table<S: AsRef<str>>(headers: &[&str], rows: &[Vec<S>]) -> String {
     let esc = |s: &str| cut_cell(&s.replace('|', "\\|").replace('\n', " "), MAX_CELL_CHARS);
     let ncol = headers.len();
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count().max(3)).collect();
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -40,9 +39,8 @@ pub fn markdown_table<S: AsRef<str>>(headers: &[&str], rows: &[Vec<S>]) -> Strin
         })
         .collect();
     let headers: Vec<String> = headers.iter().map(|h| esc(h)).collect();
-    for (i, h) in headers.iter().enumerate() {
-        widths[i] = widths[i].max(h.chars().count());
-    }
+    // Widths from the cut cells (a header's own length would pad a long one's column).
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count().max(3)).collect();
     for r in &cells {
         for (i, c) in r.iter().enumerate() {
             widths[i] = widths[i].max(c.chars().count());

@@ -118,11 +118,15 @@ fn vals(n: usize, seed: u64, scale: f32) -> Vec<f32> {
 /// A permutation of `0..n` (a fixed stride walk; `n` and the stride coprime), so consecutive
 /// positions of a sequence land in scattered blocks.
 fn shuffled_blocks(n: usize) -> Vec<u32> {
-    let mut stride = 7919 % n.max(1);
-    while n > 1 && gcd(stride.max(1), n) != 1 {
-        stride += 1;
+    if n <= 2 {
+        return (0..n as u32).collect();
     }
-    let stride = stride.max(1);
+    // A stride coprime with n that is not 0 or 1 (mod n): a permutation in which no block
+    // follows its neighbour (stride 1, the identity, was what 7919 % 7919 gave before).
+    let mut stride = (7919 % n).max(2);
+    while gcd(stride, n) != 1 {
+        stride += 1; // ends at n - 1 at the latest, coprime with n
+    }
     (0..n).map(|i| ((i * stride + 3) % n) as u32).collect()
 }
 
