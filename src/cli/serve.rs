@@ -102,7 +102,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Every request (every route, `/health` and `/metrics` included) must carry
-    /// `Authorization: Bearer KEY`, as vLLM's `--api-key`; others get 401.
+    /// `Authorization: Bearer KEY`; others get 401. Stricter than vLLM's `--api-key`, which
+    /// checks only the `/v1/...` routes: a health probe needs the key here.
     #[arg(long, env = "VLLM_API_KEY", hide_env_values = true, value_name = "KEY")]
     pub api_key: Option<String>,
     /// Connections open at once; one more is answered 503 and closed (default: the process's

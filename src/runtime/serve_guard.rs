@@ -16,8 +16,9 @@
 //! - **Idle (body) timeout** ([`ServeLimits::idle_timeout`]): the longest pause between two
 //!   parts of a request body; a client that sends half a body and stops is answered `400` and
 //!   its connection closed.
-//! - **API key** ([`ApiKey`]): as vLLM's `--api-key`: every route (also `/health` and
-//!   `/metrics`) needs `Authorization: Bearer KEY`; otherwise `401` with a JSON error.
+//! - **API key** ([`ApiKey`]): the header of vLLM's `--api-key`, on every route (also
+//!   `/health` and `/metrics`, which vLLM leaves open: it checks only `/v1/...`):
+//!   `Authorization: Bearer KEY`; otherwise `401` with a JSON error.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
