@@ -368,6 +368,35 @@ pub struct StreamOutcome {
     pub max_tokens: Option<u64>,
 }
 
+/// What kind of JSON value `v` is, for error messages ("a number", "an object", ...).
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The token count at JSON pointer `p` of a `usage` object: `None` when absent or null; an
+/// error naming the field when it is anything but a whole number from 0 (a negative count, a
+/// fraction, a string, NaN): never silently dropped, which would let a re-count stand in for it.
+fn usage_count(u: &Value, p: &str) -> Result<Option<u64>, String> {
+    match u.pointer(p) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x.as_u64().map(Some).ok_or_else(|| {
+            format!(
+                "impossible token count: the engine reported usage{} = {} ({}, not a whole number from 0; not counted)",
+                p.replace('/', "."),
+                x.to_string().chars().take(40).collect::<String>(),
+                json_kind(x)
+            )
+        }),
+    }
+}
+
 impl StreamOutcome {
     /// Apply one SSE data payload. Returns `Err(why)` for a payload that makes the stream
     /// unusable (malformed JSON, an error object).
@@ -375,6 +404,17 @@ impl StreamOutcome {
         let data = data.trim();
         if data == "[DONE]" {
             self.done = true;
+            // Tokens counted by `usage` that no chunk carried: chunks without `choices`, or with
+            // an empty list, are not a stream of tokens.
+            if let Some(n) = self
+                .usage
+                .and_then(|u| u.completion_tokens)
+                .filter(|n| *n > 0 && self.choice_chunks == 0)
+            {
+                return Err(format!(
+                    "malformed stream: usage.completion_tokens = {n}, but no chunk carried a choice (`choices` missing or empty in every chunk)"
+                ));
+            }
             return Ok(());
         }
         if self.done {
@@ -398,16 +438,15 @@ impl StreamOutcome {
         if let Some(spec) = crate::diagnose::spec::RequestSpec::from_chunk(&v) {
             self.spec = Some(spec);
         }
-        let usage = v.get("usage").filter(|u| u.is_object()).map(|u| Usage {
-            prompt_tokens: u.get("prompt_tokens").and_then(Value::as_u64),
-            completion_tokens: u.get("completion_tokens").and_then(Value::as_u64),
-            reasoning_tokens: u
-                .pointer("/completion_tokens_details/reasoning_tokens")
-                .and_then(Value::as_u64),
-            cached_tokens: u
-                .pointer("/prompt_tokens_details/cached_tokens")
-                .and_then(Value::as_u64),
-        });
+        let usage = match v.get("usage").filter(|u| u.is_object()) {
+            Some(u) => Some(Usage {
+                prompt_tokens: usage_count(u, "/prompt_tokens")?,
+                completion_tokens: usage_count(u, "/completion_tokens")?,
+                reasoning_tokens: usage_count(u, "/completion_tokens_details/reasoning_tokens")?,
+                cached_tokens: usage_count(u, "/prompt_tokens_details/cached_tokens")?,
+            }),
+            None => None,
+        };
         if let (Some(u), Some(max)) = (usage, self.max_tokens) {
             for (name, v) in [
                 ("usage.completion_tokens", u.completion_tokens),
@@ -442,7 +481,21 @@ impl StreamOutcome {
         let mut content_chars = 0;
         let mut reasoning_chars = 0;
         let mut token_ids: Option<u64> = None;
-        for c in choices {
+        for (i, c) in choices.iter().enumerate() {
+            for p in [
+                "/delta/content",
+                "/text",
+                "/delta/reasoning_content",
+                "/delta/reasoning",
+            ] {
+                if let Some(x) = c.pointer(p).filter(|x| !x.is_null() && !x.is_string()) {
+                    return Err(format!(
+                        "malformed chunk: `choices[{i}]{}` is {}, not a string",
+                        p.replace('/', "."),
+                        json_kind(x)
+                    ));
+                }
+            }
             let text = |p: &str| c.pointer(p).and_then(Value::as_str).unwrap_or("");
             let content = if c.get("delta").is_some() {
                 text("/delta/content")
@@ -823,14 +876,15 @@ impl EngineClient {
             return Ok(None);
         }
         let status = r.status();
-        let text = read_body_limited(r, MAX_BODY_BYTES, false, "POST /tokenize")
+        // `body`, not `text`: the count is checked against the text sent, further down.
+        let body = read_body_limited(r, MAX_BODY_BYTES, false, "POST /tokenize")
             .await
             .map_err(anyhow::Error::msg)?;
-        let v: Value = serde_json::from_str(&text).context("POST /tokenize: body is not JSON")?;
+        let v: Value = serde_json::from_str(&body).context("POST /tokenize: body is not JSON")?;
         if !status.is_success() {
             let mut msg = format!(
                 "POST /tokenize answered {status}: {}",
-                text.chars().take(200).collect::<String>()
+                body.chars().take(200).collect::<String>()
             );
             if matches!(status.as_u16(), 401 | 403) {
                 msg.push_str(&format!("; {API_KEY_FIX}"));
@@ -1049,6 +1103,11 @@ impl EngineClient {
                         .map(str::to_string)
                 })
                 .unwrap_or_else(|| body.chars().take(200).collect());
+            let msg = if msg.trim().is_empty() {
+                "(the engine sent no body)".to_string()
+            } else {
+                msg
+            };
             return Err(format!("HTTP {status}: {msg}{fix}"));
         }
         let ctype = resp
@@ -1199,6 +1258,59 @@ mod tests {
         );
         assert!(o.done);
         assert!(o.apply(t(8), "{}").is_err(), "data after [DONE]");
+
+        // Malformed in ways that were once read as success (tests/hostile_modes.rs): a count
+        // that is not a whole number, text that is not a string, tokens no chunk carried.
+        for (bad, needle) in [
+            (
+                r#"{"choices":[],"usage":{"completion_tokens":-6}}"#,
+                "usage.completion_tokens = -6 (a number",
+            ),
+            (
+                r#"{"choices":[],"usage":{"completion_tokens":"6"}}"#,
+                "usage.completion_tokens = \"6\" (a string",
+            ),
+            (
+                r#"{"choices":[],"usage":{"completion_tokens":6.5}}"#,
+                "not a whole number",
+            ),
+            (
+                r#"{"choices":[],"usage":{"prompt_tokens_details":{"cached_tokens":-1}}}"#,
+                "usage.prompt_tokens_details.cached_tokens",
+            ),
+            (
+                r#"{"choices":[{"delta":{"content":7}}]}"#,
+                "`choices[0].delta.content` is a number, not a string",
+            ),
+            (
+                r#"{"choices":[{"text":["a"]}]}"#,
+                "`choices[0].text` is an array",
+            ),
+            (
+                r#"{"choices":[{"delta":{"reasoning_content":{}}}]}"#,
+                "is an object",
+            ),
+        ] {
+            let e = StreamOutcome::default().apply(t(1), bad).unwrap_err();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+        let mut e = StreamOutcome::default();
+        e.apply(t(1), r#"{"id":"x"}"#).unwrap();
+        e.apply(t(2), r#"{"choices":[],"usage":{"completion_tokens":6}}"#)
+            .unwrap();
+        let why = e.apply(t(3), "[DONE]").unwrap_err();
+        assert!(why.contains("no chunk carried a choice"), "{why}");
+        // Null text and a zero count with no choices are fine.
+        let mut z = StreamOutcome::default();
+        z.apply(
+            t(1),
+            r#"{"choices":[{"delta":{"content":null,"role":"assistant"}}]}"#,
+        )
+        .unwrap();
+        let mut z0 = StreamOutcome::default();
+        z0.apply(t(1), r#"{"choices":[],"usage":{"completion_tokens":0}}"#)
+            .unwrap();
+        z0.apply(t(2), "[DONE]").unwrap();
 
         let mut c = StreamOutcome::default();
         c.apply(t(1), r#"{"choices":[{"text":"abc","index":0}]}"#)

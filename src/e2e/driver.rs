@@ -571,7 +571,7 @@ async fn finish_records(
                 super::metrics::RETRIED_FLAG
             ));
         }
-        if ok && o.events.len() < 2 && output_tokens.unwrap_or(0) >= 2 {
+        if ok && o.events.len() == 1 && output_tokens.unwrap_or(0) >= 2 {
             rec.flags.push(format!(
                 "{}: {} tokens arrived in one chunk (TPOT and ITL not observable)",
                 super::metrics::SINGLE_CHUNK_FLAG,

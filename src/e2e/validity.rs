@@ -133,17 +133,26 @@ pub fn output_flags(
             }
             _ => {
                 if let Some(fr) = r.finish_reason.as_deref().filter(|fr| *fr != "length") {
-                    f.push(format!(
-                        "truncated: finish_reason '{fr}' with ignore_eos ({} of {want} tokens)",
-                        r.output_tokens
-                            .map_or_else(|| "?".to_string(), |n| n.to_string())
-                    ));
+                    match r.output_tokens {
+                        // Every token asked for arrived: not truncated, whatever the reason says.
+                        Some(n) if n >= want => f.push(format!(
+                            "{UNEXPECTED_FINISH_FLAG} '{fr}' with ignore_eos, though all {n} of {want} tokens arrived"
+                        )),
+                        n => f.push(format!(
+                            "truncated: finish_reason '{fr}' with ignore_eos ({} of {want} tokens)",
+                            n.map_or_else(|| "?".to_string(), |n| n.to_string())
+                        )),
+                    }
                 }
             }
         }
     }
     f
 }
+
+/// Flag prefix of a request whose every requested token arrived under `ignore_eos` but whose
+/// `finish_reason` is not `length` (a note, not a truncation).
+pub const UNEXPECTED_FINISH_FLAG: &str = "unexpected finish_reason";
 
 /// Judge a run.
 pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Validity {
@@ -249,6 +258,19 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             "{truncated} of {} outputs truncated: shorter than the fixed length requested ({} tokens, ignore_eos; e.g. {example}); throughput not presented",
             ok.len(),
             c.lengths.output_requested
+        ));
+    }
+    let odd_finish = count(UNEXPECTED_FINISH_FLAG);
+    if odd_finish > 0 {
+        let example = ok
+            .iter()
+            .flat_map(|r| r.flags.iter())
+            .find(|f| f.starts_with(UNEXPECTED_FINISH_FLAG))
+            .cloned()
+            .unwrap_or_default();
+        v.notes.push(format!(
+            "{odd_finish} of {} requests ended with a finish_reason other than 'length' under ignore_eos though every requested token arrived (e.g. {example}): the engine's reason is not one rigbench knows, or it does not honour ignore_eos in its reporting",
+            ok.len()
         ));
     }
     let mismatched = count("token count");
@@ -491,8 +513,27 @@ mod tests {
             finish_reason: Some("stop".into()),
             ..full.clone()
         };
+        // Every token arrived: a note on the odd reason, not a truncation (an engine's unknown
+        // "banana" once invalidated a run as "shorter than the fixed length").
+        let f = output_flags(&stopped, "0123456789", true, true);
+        assert_eq!(f.len(), 1, "{f:?}");
         assert!(
-            output_flags(&stopped, "0123456789", true, true)[0].contains("finish_reason 'stop'")
+            f[0].starts_with(UNEXPECTED_FINISH_FLAG)
+                && f[0].contains("'stop'")
+                && f[0].contains("all 1024 of 1024"),
+            "{f:?}"
+        );
+        // The count unknown (chunks only): the reason is all there is, so it is a truncation.
+        let unknown = RequestRecord {
+            output_tokens: None,
+            token_chunks: 900,
+            token_source: Some(TokenSource::Chunks),
+            ..stopped.clone()
+        };
+        let f = output_flags(&unknown, "0123456789", true, true);
+        assert!(
+            f[0].starts_with("truncated: finish_reason 'stop' with ignore_eos (? of 1024"),
+            "{f:?}"
         );
         // Re-counted by a tokenizer: within 2% is not truncation.
         let recount = RequestRecord {

@@ -905,7 +905,11 @@ mod tests {
                 }],
             },
         ];
-        let md = render_markdown(&s);
+        let md = render_markdown(&s)
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
         // 0.1 tok/s × 8.5 s = 85%: met against 80%.
         assert!(
             md.contains(
