@@ -291,6 +291,11 @@ impl Mock {
 }
 
 async fn start(cfg: Cfg) -> (String, Arc<Mock>) {
+    start_on(cfg, 0).await
+}
+
+/// [`start`] on 127.0.0.1:`port` (0: a free one).
+async fn start_on(cfg: Cfg, port: u16) -> (String, Arc<Mock>) {
     let tok = tokenizers::Tokenizer::from_file(tokenizer_path()).unwrap();
     let mock = Arc::new(Mock {
         cfg,
@@ -300,7 +305,7 @@ async fn start(cfg: Cfg) -> (String, Arc<Mock>) {
         generations: AtomicU64::new(0),
         tokenize_bodies: Mutex::new(HashMap::new()),
     });
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let m = mock.clone();
     tokio::spawn(async move {
@@ -1311,12 +1316,21 @@ async fn llamacpp_ngram_speculation_is_reported_as_ngram_not_a_draft_model() {
         "{:?}",
         r.runs[0].validity.missing_conditions
     );
-    // Started with --engine-cmd: the command says ngram-simple.
-    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    // Started with --engine-cmd: the command says ngram-simple. The engine is this mock run as
+    // the command's own process (an in-process mock cannot stand behind --engine-cmd: its
+    // listener is older than the command, and rigbench refuses such a server).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let exe = std::env::current_exe().unwrap();
     let mut o = options(&url, suite(&fixed(32, 8), CLOSED));
     o.engine = EngineChoice::Command {
         command: format!(
-            "exec sleep 300 # llama-server -m tiny-qwen3-f32.gguf -c 8192 -np 4 --metrics --spec-type ngram-simple --port {port}"
+            "RIGBENCH_TEST_MOCK_PORT={port} exec '{}' mock_llamacpp_engine_process --exact --ignored --nocapture # llama-server -m tiny-qwen3-f32.gguf -c 8192 -np 4 --metrics --spec-type ngram-simple --port {port}",
+            exe.display()
         ),
         url: url.clone(),
     };
@@ -1329,6 +1343,37 @@ async fn llamacpp_ngram_speculation_is_reported_as_ngram_not_a_draft_model() {
         "{}",
         m.source
     );
+}
+
+/// Not a test: the `--engine-cmd` process of
+/// `llamacpp_ngram_speculation_is_reported_as_ngram_not_a_draft_model`, started by it as this
+/// test binary with `RIGBENCH_TEST_MOCK_PORT` set: the llama.cpp mock whose `/slots` says
+/// speculative with the per-request type "none", on that port, until it is stopped. Run without
+/// that variable, it fails.
+#[test]
+#[ignore = "the mock engine process of another test; fails when run on its own"]
+fn mock_llamacpp_engine_process() {
+    let port: u16 = std::env::var("RIGBENCH_TEST_MOCK_PORT")
+        .expect("RIGBENCH_TEST_MOCK_PORT: this is the mock engine process of llamacpp_ngram_speculation_is_reported_as_ngram_not_a_draft_model, not a test")
+        .parse()
+        .unwrap();
+    let mut slots: Value = serde_json::from_str(&read(&llamacpp_file("04_"))).unwrap();
+    for s in slots.as_array_mut().unwrap() {
+        s["speculative"] = json!(true);
+        s["params"]["speculative.types"] = json!("none");
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let _mock = start_on(
+            Cfg {
+                slots: Some(slots),
+                ..Cfg::llamacpp()
+            },
+            port,
+        )
+        .await;
+        std::future::pending::<()>().await
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -588,10 +588,10 @@ fn an_engine_that_calls_setsid_is_still_stopped() {
         let srv = read_pid(&pidfile).expect("server pid");
         assert!(alive(srv));
         h.stop().await;
+        let log = h.log_text();
         assert!(
-            h.log_text()
-                .contains("left the engine's process group (setsid)"),
-            "said loudly"
+            log.contains("left the engine's process group (setsid)"),
+            "said loudly; the engine log:\n{log}"
         );
         srv
     });

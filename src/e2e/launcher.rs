@@ -191,6 +191,22 @@ fn strays(tracked: &Tracked, pgid: u32) -> Vec<super::ownership::ProcStat> {
         .unwrap_or_default()
 }
 
+/// Note the engine's live descendants now (a scan of `/proc`, milliseconds), beside what the
+/// periodic sampling saw: called right before the engine is stopped, while its leader still
+/// holds them as children, so that one that detached (`setsid`) since the last sample — or
+/// an engine stopped within its first sampling interval — is not missed.
+fn track_now(tracked: &Tracked, pid: u32) {
+    let Some(all) = super::ownership::all_processes() else {
+        return;
+    };
+    let d = super::ownership::descendants(pid, &all);
+    if let Ok(mut m) = tracked.lock() {
+        for x in d {
+            m.insert(x.pid, x);
+        }
+    }
+}
+
 fn signal_strays(tracked: &Tracked, pgid: u32, sig: i32) -> usize {
     let s = strays(tracked, pgid);
     for p in &s {
@@ -597,7 +613,7 @@ impl EngineHandle {
         let Some((host, port)) = super::ownership::host_port(&self.url) else {
             return Ok(());
         };
-        let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1" | "::1" | "[::1]");
+        let loopback = super::ownership::is_local_host(&host);
         let owner = tokio::task::spawn_blocking(move || {
             let owner = super::ownership::port_owner(port);
             let all = super::ownership::all_processes().unwrap_or_default();
@@ -686,6 +702,10 @@ impl EngineHandle {
     /// process of the group is left, also when its leader (the `sh -c` of `--engine-cmd`) has
     /// already exited and left its server running.
     pub async fn stop(&mut self) {
+        if let Some(pid) = self.pid {
+            let t = self.tracked.clone();
+            let _ = tokio::task::spawn_blocking(move || track_now(&t, pid)).await;
+        }
         if let Some(tx) = self.kill_tx.take() {
             let _ = tx.send(());
             if let Some(mut rx) = self.exit_rx.clone() {
@@ -717,6 +737,7 @@ impl EngineHandle {
     /// Kill the engine abruptly (SIGKILL to its process group), as a crash would.
     pub fn kill(&self) {
         if let Some(pid) = self.pid {
+            track_now(&self.tracked, pid);
             signal_group(pid, libc::SIGKILL);
             signal_strays(&self.tracked, pid, libc::SIGKILL);
         }
@@ -728,6 +749,7 @@ impl Drop for EngineHandle {
         // An error path that never called `stop`: leave no process of the group behind.
         if let Some(pid) = self.pid {
             if crate::signals::group_alive(pid) {
+                track_now(&self.tracked, pid);
                 signal_group(pid, libc::SIGKILL);
             }
             signal_strays(&self.tracked, pid, libc::SIGKILL);

@@ -185,16 +185,23 @@ pub fn host_port(url: &str) -> Option<(String, u16)> {
     Some((u.host_str()?.to_string(), u.port_or_known_default()?))
 }
 
+/// Whether a connection to `host` stays on this machine, so that the listener answering it is
+/// in this machine's `/proc`: `localhost`, any address of 127.0.0.0/8 or `::1` (RFC 1122
+/// §3.2.1.3, RFC 4291 §2.5.3), and the unspecified `0.0.0.0` / `::`, which connect locally.
+/// IPv6 literals may keep their URL brackets.
+pub fn is_local_host(host: &str) -> bool {
+    let h = host.trim_matches(['[', ']']);
+    h.eq_ignore_ascii_case("localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+}
+
 /// Whether a server already accepts connections at `host:port` (tried for at most 1 s), or
-/// `/proc/net/tcp` shows a listener on `port` when `host` is a loopback name (a server bound to
-/// 0.0.0.0 answers there too).
+/// `/proc/net/tcp` shows a listener on `port` when `host` is local ([`is_local_host`]: a server
+/// bound to 0.0.0.0 answers there too).
 pub fn port_in_use(host: &str, port: u16) -> Option<String> {
     use std::net::ToSocketAddrs;
-    let loopback = matches!(
-        host,
-        "localhost" | "127.0.0.1" | "::1" | "[::1]" | "0.0.0.0"
-    );
-    if loopback {
+    if is_local_host(host) {
         if let PortOwner::Pids(p) = port_owner(port) {
             return Some(format!(
                 "a server is already listening on port {port} (process {})",
@@ -242,6 +249,33 @@ mod tests {
             listening_inodes(&[tcp], 8081).is_empty(),
             "8081 is not listening"
         );
+    }
+
+    #[test]
+    fn every_loopback_address_is_local() {
+        for h in [
+            "localhost",
+            "LOCALHOST",
+            "127.0.0.1",
+            "127.0.0.2",
+            "127.255.255.254",
+            "::1",
+            "[::1]",
+            "0.0.0.0",
+            "[::]",
+        ] {
+            assert!(is_local_host(h), "{h}");
+        }
+        for h in [
+            "10.0.0.1",
+            "128.0.0.1",
+            "example.com",
+            "[2001:db8::1]",
+            "",
+            "localhost.example",
+        ] {
+            assert!(!is_local_host(h), "{h}");
+        }
     }
 
     #[test]
