@@ -124,6 +124,7 @@ fn report_writes_a_complete_folder_and_says_what_it_skipped() {
     let out = d.path().join("r");
     let o = rigbench(&[
         "report",
+        "--no-fidelity",
         "--no-e2e",
         "--peers",
         "off",
@@ -173,6 +174,7 @@ fn report_into_a_file_path_fails_clearly() {
     std::fs::write(&f, b"x").unwrap();
     let o = rigbench(&[
         "report",
+        "--no-fidelity",
         "--no-e2e",
         "--no-kernels",
         "--out",

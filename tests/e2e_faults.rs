@@ -596,7 +596,13 @@ fn out_holding_a_report_is_refused_and_never_emptied_by_a_run_that_fails_to_star
     assert!(err.contains("engine.log"), "{err}");
     // The report command refuses it the same way.
     let o = Command::new(BIN)
-        .args(["report", "--no-kernels", "--no-e2e", "--out"])
+        .args([
+            "report",
+            "--no-kernels",
+            "--no-e2e",
+            "--no-fidelity",
+            "--out",
+        ])
         .arg(&rep)
         .output()
         .unwrap();
@@ -612,7 +618,14 @@ fn a_forced_run_replaces_the_earlier_report_only_after_measuring() {
     std::fs::write(rep.join("kernels_old.svg"), b"stale plot").unwrap();
     std::fs::write(rep.join("my-notes.txt"), b"mine").unwrap();
     let o = Command::new(BIN)
-        .args(["report", "--no-kernels", "--no-e2e", "--force", "--out"])
+        .args([
+            "report",
+            "--no-kernels",
+            "--no-e2e",
+            "--no-fidelity",
+            "--force",
+            "--out",
+        ])
         .arg(&rep)
         .output()
         .unwrap();
@@ -716,7 +729,8 @@ fn sigterm_in_the_middle_of_report_leaves_a_parseable_interrupted_report() {
         .spawn()
         .unwrap();
     // Wait until the first part (the CPU accuracy study) is in results.json, then stop the run
-    // while the end-to-end part is starting or running.
+    // while the fidelity study on SmolLM2 (minutes on the CPU; it must stop at the signal, not
+    // run to its end) or the end-to-end part is running.
     let accuracy_done = || {
         std::fs::read_to_string(out.join("results.json"))
             .ok()

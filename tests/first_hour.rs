@@ -58,6 +58,7 @@ fn cpu_results(dir: &Path) -> PathBuf {
     let out = dir.join("r");
     let o = rigbench(&[
         "report",
+        "--no-fidelity",
         "--no-e2e",
         "--no-kernels",
         "--rig-label",
@@ -130,7 +131,14 @@ fn serve_with_a_kv_budget_below_one_block_says_only_what_helps() {
 #[test]
 fn a_rig_label_with_a_space_is_refused_as_its_message_says() {
     for bad in ["a b", "a/b", ".hidden", ""] {
-        let o = rigbench(&["report", "--no-kernels", "--no-e2e", "--rig-label", bad]);
+        let o = rigbench(&[
+            "report",
+            "--no-kernels",
+            "--no-e2e",
+            "--no-fidelity",
+            "--rig-label",
+            bad,
+        ]);
         assert_eq!(o.status.code(), Some(64), "{bad:?}: {}", stderr(&o));
         assert!(stderr(&o).contains("rig label"), "{}", stderr(&o));
     }
@@ -295,6 +303,7 @@ fn exit_codes_follow_the_readme_table() {
     // A flag of an option that is off is not checked.
     let o = rigbench(&[
         "report",
+        "--no-fidelity",
         "--no-e2e",
         "--determinism-runs",
         "1",
@@ -345,6 +354,7 @@ fn report_prints_its_verdict_and_render_lists_only_files_present() {
     let out = d.path().join("r");
     let o = rigbench(&[
         "report",
+        "--no-fidelity",
         "--no-kernels",
         "--rig-label",
         "t",

@@ -72,6 +72,7 @@ fn baselines_dir_is_checked_before_measuring() {
     let o = rigbench(
         &[
             "report",
+            "--no-fidelity",
             "--no-e2e",
             "--no-kernels",
             "--rig-label",
@@ -148,6 +149,7 @@ fn replacing_a_baseline_says_what_changed_and_keeps_its_sections() {
     let o = rigbench(
         &[
             "report",
+            "--no-fidelity",
             "--no-e2e",
             "--rig-label",
             "ci-cpu",

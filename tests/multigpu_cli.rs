@@ -28,6 +28,7 @@ fn fewer_than_two_gpus_skip_the_multi_gpu_parts_with_the_reason() {
     let out = d.path().join("r");
     let o = rigbench(&[
         "report",
+        "--no-fidelity",
         "--devices",
         "all",
         "--no-kernels",
@@ -76,6 +77,7 @@ fn a_device_the_machine_lacks_is_a_flag_error_unless_there_is_no_gpu() {
     let out = d.path().join("r");
     let o = rigbench(&[
         "report",
+        "--no-fidelity",
         "--devices",
         "63",
         "--no-kernels",

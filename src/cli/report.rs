@@ -31,6 +31,10 @@ pub struct ReportArgs {
     /// Skip the end-to-end runs.
     #[arg(long)]
     pub no_e2e: bool,
+    /// Skip the fidelity study on SmolLM2's trained weights (CPU; most of a CPU-only report's
+    /// time).
+    #[arg(long)]
+    pub no_fidelity: bool,
     /// Also inspect this checkpoint folder (config.json, quantization metadata, safetensors headers).
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
@@ -113,13 +117,14 @@ pub struct ReportArgs {
 /// them (clap ids; `KernelSelection`, `EngineArgs` and `LoadArgs` are the groups of the flags of
 /// those structs). With
 /// `--save-baseline` it saves what it renders.
-const RENDER_CONFLICTS: [&str; 9] = [
+const RENDER_CONFLICTS: [&str; 10] = [
     "KernelSelection",
     "EngineArgs",
     "LoadArgs",
     "rig_label",
     "no_kernels",
     "no_e2e",
+    "no_fidelity",
     "checkpoint",
     "repeats",
     "e2e_suite",
@@ -409,7 +414,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     let (results, dir) = job::run_with_dir(Job {
         kernels,
         accuracy: true,
-        quality: true,
+        quality: !args.no_fidelity,
         checkpoint: args.checkpoint.clone(),
         e2e,
         runtime_model: model.clone(),
@@ -422,6 +427,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         disabled: [
             (args.no_kernels, "kernels", "--no-kernels"),
             (args.no_e2e, "e2e", "--no-e2e"),
+            (args.no_fidelity, "quality", "--no-fidelity"),
         ]
         .iter()
         .filter(|(off, _, _)| *off)

@@ -681,6 +681,15 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 });
                 match outcome {
                     Ok(q) => results.quality = Some(q),
+                    Err(_) if crate::signals::interrupted().is_some() => {
+                        results.skipped.push(Skip {
+                            what: "quality".into(),
+                            reason: format!(
+                                "not finished: interrupted by {} (the fidelity study keeps no partial figures)",
+                                crate::signals::interrupted().unwrap_or("a signal")
+                            ),
+                        })
+                    }
                     Err(e) => results.skipped.push(Skip {
                         what: "quality".into(),
                         reason: format!("the fidelity study on SmolLM2 failed: {e:#}"),

@@ -191,10 +191,21 @@ fn greedy(
     .greedy(prompts, tokens, false)
 }
 
+/// An error when SIGINT, SIGTERM or SIGHUP has arrived (`crate::signals`): the study stops at
+/// its next token row or format instead of running its minutes to the end.
+fn stop_if_interrupted() -> anyhow::Result<()> {
+    match crate::signals::interrupted() {
+        Some(sig) => anyhow::bail!("stopped by {sig} before the study finished"),
+        None => Ok(()),
+    }
+}
+
 /// Run the study on `weights` (BF16) with `tokenizer`, described as `model`.
 ///
 /// # Errors
-/// A text or prompt the tokenizer cannot encode, a quantization error, a backend failure.
+/// A text or prompt the tokenizer cannot encode, a quantization error, a backend failure; a
+/// signal that stops the run (`crate::signals`), checked at every teacher-forced token row and
+/// before each format.
 pub fn study(
     weights: &ModelWeights,
     tokenizer: &Tokenizer,
@@ -214,6 +225,7 @@ pub fn study(
         .take(spec.prompts)
         .map(|p| tokenizer.encode(p, false))
         .collect::<anyhow::Result<_>>()?;
+    stop_if_interrupted()?;
     progress("BF16 reference");
     let mut bf16 = CpuBackend::new(weights.clone(), spec.threads);
     let mut ref_rows: Vec<Vec<f32>> = Vec::with_capacity(ids.len());
@@ -221,7 +233,7 @@ pub fn study(
     teacher_force(&mut bf16, &ids, &mut |i, r| {
         nll -= log_softmax(r)[ids[i + 1] as usize];
         ref_rows.push(r.to_vec());
-        Ok(())
+        stop_if_interrupted()
     })?;
     let bf16_ppl = Perplexity::from_sum(nll, ids.len() - 1);
     let ref_greedy = greedy(&mut bf16, &prompts, spec.greedy_tokens)?;
@@ -232,6 +244,7 @@ pub fn study(
         (WeightFormat::Nvfp4, false, "nvfp4", "W4A16 NVFP4 (E2M1 weights, E4M3 scale per 16, FP32 per-tensor scale; f32 activations)"),
         (WeightFormat::Nvfp4, true, "nvfp4-w4a4", "W4A4 NVFP4, emulated (W4A16's weights; activations quantized to NVFP4 per token, then multiplied in f32)"),
     ] {
+        stop_if_interrupted()?;
         progress(id);
         let mut q = weights.clone();
         q.quantize(fmt)?;
@@ -246,8 +259,9 @@ pub fn study(
             kl_sum += kl;
             kl_max = kl_max.max(kl);
             nll -= log_softmax(r)[ids[i + 1] as usize];
-            Ok(())
+            stop_if_interrupted()
         })?;
+        stop_if_interrupted()?;
         let n = ids.len() - 1;
         let g = greedy(&mut b, &prompts, spec.greedy_tokens)?;
         let (mut same, mut prefix) = (0usize, 0usize);
