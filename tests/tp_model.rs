@@ -61,13 +61,18 @@ fn default_allreduce_model_is_the_x2_reports_fit() {
         (busbw / DEFAULT_BUSBW_BYTES_PER_S - 1.0).abs() < 1e-9,
         "{busbw}"
     );
-    // The line stays within 10% of every measured decode-size all-reduce (10 KiB…2.5 MiB; the
-    // worst, −6% at M = 1 and +11%… are checked here with their figures).
+    // The line stays within 18% of every measured decode-size all-reduce (10 KiB…2.5 MiB):
+    // −5.6% at M = 1, −6.4% at M = 256, and above the measured time by +15.9% / +17.5% at
+    // M = 64 / 128 (640 KiB / 1.25 MiB), where NCCL's time is still nearly flat
+    // (docs/multi-gpu.md quotes these).
     let m = AllReduceModel::recorded_default();
+    let mut worst = 0.0f64;
     for p in world.points.iter().filter(|p| p.m.is_some()) {
         let r = m.time_s(p.bytes, 2) / p.timing.median_s - 1.0;
-        assert!(r.abs() < 0.16, "{} B: model {:+.1}%", p.bytes, r * 100.0);
+        assert!(r.abs() < 0.18, "{} B: model {:+.1}%", p.bytes, r * 100.0);
+        worst = worst.max(r.abs());
     }
+    assert!((worst - 0.175).abs() < 0.001, "worst {:.1}%", worst * 100.0);
 }
 
 /// The TP = 2 composite from the 1-GPU rows and the x2-fitted all-reduce model, set beside the
