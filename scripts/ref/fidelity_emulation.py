@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An independent PyTorch emulation of rigbench's FP8, W4A16 NVFP4 and W4A4 NVFP4 formats on
 SmolLM2-135M-Instruct, run once to check the figures of rigbench's fidelity study
-(src/runtime/quality.rs; method in docs/fidelity.md). Not run by CI: it needs torch,
+(src/runtime_eval/quality.rs; method in docs/fidelity.md). Not run by CI: it needs torch,
 transformers >= 5 and gguf (see scripts/ref/smollm2_reference.py for the setup).
 
     /tmp/venv-ref/bin/python scripts/ref/fidelity_emulation.py [path/to/SmolLM2-135M-Instruct.Q4_1.gguf]
@@ -22,7 +22,7 @@ Embedding and lm_head stay BF16 in every format.
 Measured as rigbench measures: teacher-forced on the first 256 token ids of
 tests/fixtures/text/public-domain.txt (top-1 agreement with BF16, mean KL(P_bf16 || P_fmt) in
 nats from float64 log-softmax, perplexity), and greedy (arg-max, no EOS stop) on the first 8
-prompts of FIDELITY_PROMPTS in src/runtime/check.rs, 16 tokens each. Writes
+prompts of FIDELITY_PROMPTS in src/runtime_eval/check.rs, 16 tokens each. Writes
 tests/fixtures/smollm2/emulation.json.
 """
 import ast
@@ -49,7 +49,7 @@ def default_path():
 
 
 def prompts():
-    src = open(os.path.join(ROOT, "src", "runtime", "check.rs"), encoding="utf-8").read()
+    src = open(os.path.join(ROOT, "src", "runtime_eval", "check.rs"), encoding="utf-8").read()
     body = re.search(r"FIDELITY_PROMPTS: \[&str; \d+\] = \[(.*?)\n\];", src, re.S).group(1)
     return [ast.literal_eval(s) for s in re.findall(r'"(?:[^"\\]|\\.)*"', body)]
 

@@ -1037,11 +1037,31 @@ impl EngineClient {
                 r = tokio::time::timeout(timeout, work) => match r {
                     Ok(Ok(())) => None,
                     Ok(Err(e)) => Some((e, false)),
-                    Err(_) => Some((format!("timed out after {:.0} s", timeout.as_secs_f64()), false)),
+                    Err(_) => Some((String::new(), false)),
                 },
                 _ = stop => Some(("cancelled by the client".to_string(), true)),
             }
         };
+        // A timeout says what had arrived, so a stall before the answer, after the headers and
+        // in the middle of the tokens read differently.
+        let res = res.map(|(e, c)| {
+            if !e.is_empty() || c {
+                return (e, c);
+            }
+            let seen = match (out.http_status, out.chunks) {
+                (None, _) => "no response (status line and headers) had arrived".to_string(),
+                (Some(s), 0) => format!("HTTP {s} headers arrived, then no SSE data"),
+                (Some(_), n) => format!(
+                    "{n} chunk{} had arrived, {} token-bearing",
+                    if n == 1 { "" } else { "s" },
+                    out.events.len()
+                ),
+            };
+            (
+                format!("timed out after {:.0} s: {seen}", timeout.as_secs_f64()),
+                false,
+            )
+        });
         if let Some((e, cancelled)) = res {
             out.error = Some(e);
             out.cancelled = cancelled;
@@ -1079,6 +1099,11 @@ impl EngineClient {
                             error_chain(&e2)
                         )
                     })?
+            }
+            // A redirect loop is the engine's answer, not a lost connection (which would count
+            // toward "engine unreachable").
+            Err(e) if e.is_redirect() => {
+                return Err(format!("the engine's redirects: {}", error_chain(&e)))
             }
             Err(e) => return Err(format!("connection failed: {}", error_chain(&e))),
         };
