@@ -638,8 +638,15 @@ impl Module {
     }
 
     /// Launch kernel `name` on `gpu`'s stream with `args` (raw values: device pointers as u64,
-    /// ints, floats).
-    pub fn launch(
+    /// ints, floats). Launch sites call the typed launchers that
+    /// [`kernel_launchers!`](crate::kernel_launchers) declares instead (see [`super::launch`]).
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameter list in `kernels/*.cu` in number, order and
+    /// type, and every pointer must address live device memory of the size the kernel reads
+    /// and writes; a mismatch is undefined behaviour on the device.
+    #[doc(hidden)]
+    pub unsafe fn launch_raw(
         &self,
         gpu: &Gpu,
         name: &str,
@@ -664,8 +671,8 @@ impl Module {
             block_dim: block,
             shared_mem_bytes: shared_bytes,
         };
-        // SAFETY: argument lists are built by the callers to match each kernel's signature in
-        // kernels/*.cu; pointers come from live DevBufs.
+        // SAFETY: the caller upholds this function's contract (arguments match the kernel's
+        // signature; pointers are live).
         unsafe { b.launch(cfg) }.map_err(|e| cuda_err(&format!("launching {name}"), e))?;
         Ok(())
     }
@@ -796,19 +803,17 @@ impl L2Flusher {
         if self.method == FlushMethod::Write {
             return gpu.memset(&self.buf, 0);
         }
-        let n16 = (self.buf.bytes() / 16) as u64;
+        let n16 = self.buf.bytes() / 16;
         let blocks = (gpu.sm_count.max(1) * 4).max(1);
-        util.launch(
+        super::util_kernels::l2_flush_read(
+            util,
             gpu,
-            "l2_flush_read",
             (blocks, 1, 1),
             (512, 1, 1),
             0,
-            &[
-                KArg::Ptr(self.buf.ptr()),
-                KArg::U64(n16),
-                KArg::Ptr(self.sink.ptr()),
-            ],
+            &self.buf,
+            n16,
+            &self.sink,
         )
     }
 }

@@ -17,6 +17,7 @@
 //! ([`super::clocks`]). Results go to `on_update` after every case, so an interrupted run keeps
 //! what it measured; the decode-step composite ([`super::composite`]) is filled at the end.
 
+use crate::gpu::dim;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -29,7 +30,7 @@ use super::suite::Suite;
 use super::{Env, GemmImpl, MInputs};
 use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::Lt;
-use crate::gpu::{Gpu, KArg, L2Flusher};
+use crate::gpu::{Gpu, L2Flusher};
 use crate::rig::telemetry::TelemetryReader;
 use crate::stats::{StopReason, StoppingRule, Summary};
 
@@ -577,18 +578,16 @@ enum Outcome {
 
 fn make_inputs(env: &Env, m: usize, n: usize, k: usize, seed: u32) -> anyhow::Result<MInputs> {
     let act = env.gpu.alloc(m * k * 2)?;
-    env.util.launch(
+    crate::gpu::util_kernels::fill_uniform_bf16(
+        &env.util,
         env.gpu,
-        "fill_uniform_bf16",
         super::grid_for(env.gpu, m * k),
         (256, 1, 1),
         0,
-        &[
-            KArg::Ptr(act.ptr()),
-            KArg::U64((m * k) as u64),
-            KArg::U32(seed),
-            KArg::F32(1.0),
-        ],
+        &act,
+        m * k,
+        seed,
+        1.0,
     )?;
     let out = env.gpu.alloc(m * n * 2)?;
     env.gpu.sync()?;
@@ -610,18 +609,20 @@ fn gather(env: &Env, inp: &MInputs, rows: &[usize], cols: &[usize]) -> anyhow::R
         .collect();
     let idx_buf = env.gpu.upload(&idx)?;
     let dst = env.gpu.alloc(idx.len() * 2)?;
-    env.util.launch(
+    crate::gpu::util_kernels::gather_u16(
+        &env.util,
         env.gpu,
-        "gather_u16",
-        ((idx.len().div_ceil(256)) as u32, 1, 1),
+        (
+            dim("idx.len().div_ceil(256)", idx.len().div_ceil(256))?,
+            1,
+            1,
+        ),
         (256, 1, 1),
         0,
-        &[
-            KArg::Ptr(inp.out.ptr()),
-            KArg::Ptr(idx_buf.ptr()),
-            KArg::I32(idx.len() as i32),
-            KArg::Ptr(dst.ptr()),
-        ],
+        &inp.out,
+        &idx_buf,
+        idx.len(),
+        &dst,
     )?;
     let bits: Vec<u16> = env.gpu.download(&dst, 0, idx.len())?;
     Ok(bits
@@ -634,17 +635,15 @@ fn count_nonfinite(env: &Env, inp: &MInputs) -> anyhow::Result<u32> {
     let cnt = env.gpu.alloc(4)?;
     env.gpu.memset(&cnt, 0)?;
     let n = inp.m * inp.n;
-    env.util.launch(
+    crate::gpu::util_kernels::count_nonfinite_bf16(
+        &env.util,
         env.gpu,
-        "count_nonfinite_bf16",
         super::grid_for(env.gpu, n),
         (256, 1, 1),
         0,
-        &[
-            KArg::Ptr(inp.out.ptr()),
-            KArg::U64(n as u64),
-            KArg::Ptr(cnt.ptr()),
-        ],
+        &inp.out,
+        n,
+        &cnt,
     )?;
     Ok(env.gpu.download::<u32>(&cnt, 0, 1)?[0])
 }
@@ -1103,18 +1102,16 @@ fn determinism(
         im.run(env, inp)?;
         env.gpu.memset(&cnt, 0)?;
         let n = inp.m * inp.n;
-        env.util.launch(
+        crate::gpu::util_kernels::count_diff_u16(
+            &env.util,
             env.gpu,
-            "count_diff_u16",
             super::grid_for(env.gpu, n),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(first.ptr()),
-                KArg::Ptr(inp.out.ptr()),
-                KArg::U64(n as u64),
-                KArg::Ptr(cnt.ptr()),
-            ],
+            &first,
+            &inp.out,
+            n,
+            &cnt,
         )?;
         worst = worst.max(env.gpu.download::<u32>(&cnt, 0, 1)?[0]);
     }

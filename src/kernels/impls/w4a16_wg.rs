@@ -12,13 +12,14 @@
 //! the stripes and the ordered split-K reduction), checked against the reference GEMM in the
 //! tests.
 
+use crate::gpu::dim;
 use std::sync::{Mutex, OnceLock};
 
 use anyhow::Context;
 
 use super::w4a16::{v2_owner, Config, W4a16View};
 use crate::formats::w4a16_pack::{extract_reg, scale_bf16_bits, W4a16Packed};
-use crate::gpu::{Gpu, KArg, Module};
+use crate::gpu::{DevPtr, Gpu, Module};
 use crate::kernels::W4Module;
 
 /// Source of the kernel.
@@ -281,27 +282,30 @@ pub fn launch(
     // [`candidates`] (to its largest configuration), not here: a launch may be captured into a
     // CUDA graph.
     let kname = name(*tn, *wg, *pipe);
-    module.launch(
+    crate::kernels::launchers::w4a16_wg::gemm(
+        &module,
         gpu,
         &kname,
-        (*ctas as u32, m.div_ceil(*tn) as u32, 1),
-        ((*wg * 128) as u32, 1, 1),
-        *smem as u32,
-        &[
-            KArg::Ptr(w.wq),
-            KArg::Ptr(w.sc),
-            KArg::Ptr(act),
-            KArg::Ptr(out),
-            KArg::Ptr(ws),
-            KArg::Ptr(counters),
-            KArg::I32(m as i32),
-            KArg::I32(w.n as i32),
-            KArg::I32(w.k as i32),
-            KArg::I32(w.strips as i32),
-            KArg::I32(w.kt_n as i32),
-            KArg::I32(*stages as i32),
-            KArg::F32(w.out_scale),
-        ],
+        (
+            dim("*ctas", *ctas)?,
+            dim("m.div_ceil(*tn)", m.div_ceil(*tn))?,
+            1,
+        ),
+        (dim("*wg * 128", *wg * 128)?, 1, 1),
+        dim("*smem", *smem)?,
+        DevPtr::at(w.wq),
+        DevPtr::at(w.sc),
+        DevPtr::at(act),
+        DevPtr::at(out),
+        DevPtr::at(ws),
+        DevPtr::at(counters),
+        m,
+        w.n,
+        w.k,
+        w.strips,
+        w.kt_n,
+        *stages,
+        w.out_scale,
     )?;
     Ok(())
 }

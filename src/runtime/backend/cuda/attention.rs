@@ -1,8 +1,10 @@
 //! Paged attention over the KV cache: the CUDA-core decode kernel (split over partitions for long
 //! contexts) and the tensor-core prefill tiles.
 
+use super::launchers;
 use super::{plan, CudaBackend, ATT_THREADS};
-use crate::gpu::KArg;
+use crate::gpu::dim;
+use crate::gpu::DevPtr;
 
 impl CudaBackend {
     #[allow(clippy::too_many_arguments)]
@@ -22,59 +24,90 @@ impl CudaBackend {
         let l = p.layout;
         let sm_scale = 1.0 / (c.head_dim as f32).sqrt();
         if p.dec_tokens > 0 {
-            let name = if fp8_kv {
-                "rt_attn_decode_fp8"
-            } else {
-                "rt_attn_decode_bf16"
-            };
-            self.rt.launch(
-                &self.gpu,
-                name,
-                (
-                    p.dec_tokens as u32,
-                    c.num_kv_heads as u32,
-                    p.att_parts as u32,
-                ),
-                (ATT_THREADS, 1, 1),
-                0,
-                &[
-                    KArg::Ptr(at(l.dec_tok)),
-                    KArg::Ptr(self.bufs.q.ptr()),
-                    KArg::Ptr(at(l.tok_seq)),
-                    KArg::Ptr(at(l.pos)),
-                    KArg::Ptr(at(l.block_tables)),
-                    KArg::Ptr(meta),
-                    KArg::Ptr(kc),
-                    KArg::Ptr(vc),
-                    KArg::F32(ks),
-                    KArg::F32(vs),
-                    KArg::I32(c.num_heads as i32),
-                    KArg::I32(c.num_kv_heads as i32),
-                    KArg::I32(c.head_dim as i32),
-                    KArg::I32(block_size as i32),
-                    KArg::F32(sm_scale),
-                    KArg::Ptr(self.bufs.attn.ptr()),
-                    KArg::Ptr(self.bufs.part_ml.ptr()),
-                    KArg::Ptr(self.bufs.part_o.ptr()),
-                ],
-            )?;
-            if p.att_parts > 1 {
-                self.rt.launch(
+            if fp8_kv {
+                launchers::rt::rt_attn_decode_fp8(
+                    &self.rt,
                     &self.gpu,
-                    "rt_attn_combine",
-                    (p.dec_tokens as u32, c.num_heads as u32, 1),
-                    (c.head_dim.clamp(32, 256) as u32, 1, 1),
+                    (
+                        dim("p.dec_tokens", p.dec_tokens)?,
+                        dim("c.num_kv_heads", c.num_kv_heads)?,
+                        dim("p.att_parts", p.att_parts)?,
+                    ),
+                    (ATT_THREADS, 1, 1),
                     0,
-                    &[
-                        KArg::Ptr(at(l.dec_tok)),
-                        KArg::Ptr(at(l.pos)),
-                        KArg::I32(c.num_heads as i32),
-                        KArg::I32(c.head_dim as i32),
-                        KArg::I32(p.att_parts as i32),
-                        KArg::Ptr(self.bufs.part_ml.ptr()),
-                        KArg::Ptr(self.bufs.part_o.ptr()),
-                        KArg::Ptr(self.bufs.attn.ptr()),
-                    ],
+                    DevPtr::at(at(l.dec_tok)),
+                    &self.bufs.q,
+                    DevPtr::at(at(l.tok_seq)),
+                    DevPtr::at(at(l.pos)),
+                    DevPtr::at(at(l.block_tables)),
+                    DevPtr::at(meta),
+                    DevPtr::at(kc),
+                    DevPtr::at(vc),
+                    ks,
+                    vs,
+                    c.num_heads,
+                    c.num_kv_heads,
+                    c.head_dim,
+                    block_size,
+                    sm_scale,
+                    &self.bufs.attn,
+                    &self.bufs.part_ml,
+                    &self.bufs.part_o,
+                )
+            } else {
+                launchers::rt::rt_attn_decode_bf16(
+                    &self.rt,
+                    &self.gpu,
+                    (
+                        dim("p.dec_tokens", p.dec_tokens)?,
+                        dim("c.num_kv_heads", c.num_kv_heads)?,
+                        dim("p.att_parts", p.att_parts)?,
+                    ),
+                    (ATT_THREADS, 1, 1),
+                    0,
+                    DevPtr::at(at(l.dec_tok)),
+                    &self.bufs.q,
+                    DevPtr::at(at(l.tok_seq)),
+                    DevPtr::at(at(l.pos)),
+                    DevPtr::at(at(l.block_tables)),
+                    DevPtr::at(meta),
+                    DevPtr::at(kc),
+                    DevPtr::at(vc),
+                    ks,
+                    vs,
+                    c.num_heads,
+                    c.num_kv_heads,
+                    c.head_dim,
+                    block_size,
+                    sm_scale,
+                    &self.bufs.attn,
+                    &self.bufs.part_ml,
+                    &self.bufs.part_o,
+                )
+            }?;
+            if p.att_parts > 1 {
+                launchers::rt::rt_attn_combine(
+                    &self.rt,
+                    &self.gpu,
+                    (
+                        dim("p.dec_tokens", p.dec_tokens)?,
+                        dim("c.num_heads", c.num_heads)?,
+                        1,
+                    ),
+                    (
+                        dim("c.head_dim.clamp(32, 256)", c.head_dim.clamp(32, 256))?,
+                        1,
+                        1,
+                    ),
+                    0,
+                    DevPtr::at(at(l.dec_tok)),
+                    DevPtr::at(at(l.pos)),
+                    c.num_heads,
+                    c.head_dim,
+                    p.att_parts,
+                    &self.bufs.part_ml,
+                    &self.bufs.part_o,
+                    &self.bufs.attn,
                 )?;
             }
         }
@@ -85,28 +118,59 @@ impl CudaBackend {
                 c.head_dim
             );
             let smem = (2 * 64 * (c.head_dim + 8) * 2) as u32;
-            self.rt.launch(
-                &self.gpu,
-                &name,
-                (p.tiles as u32, c.num_heads as u32, 1),
-                (128, 1, 1),
-                smem,
-                &[
-                    KArg::Ptr(self.bufs.q.ptr()),
-                    KArg::Ptr(at(l.tiles)),
-                    KArg::Ptr(at(l.block_tables)),
-                    KArg::Ptr(meta),
-                    KArg::Ptr(kc),
-                    KArg::Ptr(vc),
-                    KArg::F32(ks),
-                    KArg::F32(vs),
-                    KArg::I32(c.num_heads as i32),
-                    KArg::I32(c.num_kv_heads as i32),
-                    KArg::I32(block_size as i32),
-                    KArg::F32(sm_scale),
-                    KArg::Ptr(self.bufs.attn.ptr()),
-                ],
-            )?;
+            if fp8_kv {
+                launchers::rt::attn_prefill_fp8(
+                    &self.rt,
+                    &self.gpu,
+                    &name,
+                    (
+                        dim("p.tiles", p.tiles)?,
+                        dim("c.num_heads", c.num_heads)?,
+                        1,
+                    ),
+                    (128, 1, 1),
+                    smem,
+                    &self.bufs.q,
+                    DevPtr::at(at(l.tiles)),
+                    DevPtr::at(at(l.block_tables)),
+                    DevPtr::at(meta),
+                    DevPtr::at(kc),
+                    DevPtr::at(vc),
+                    ks,
+                    vs,
+                    c.num_heads,
+                    c.num_kv_heads,
+                    block_size,
+                    sm_scale,
+                    &self.bufs.attn,
+                )
+            } else {
+                launchers::rt::attn_prefill_bf16(
+                    &self.rt,
+                    &self.gpu,
+                    &name,
+                    (
+                        dim("p.tiles", p.tiles)?,
+                        dim("c.num_heads", c.num_heads)?,
+                        1,
+                    ),
+                    (128, 1, 1),
+                    smem,
+                    &self.bufs.q,
+                    DevPtr::at(at(l.tiles)),
+                    DevPtr::at(at(l.block_tables)),
+                    DevPtr::at(meta),
+                    DevPtr::at(kc),
+                    DevPtr::at(vc),
+                    ks,
+                    vs,
+                    c.num_heads,
+                    c.num_kv_heads,
+                    block_size,
+                    sm_scale,
+                    &self.bufs.attn,
+                )
+            }?;
         }
         Ok(())
     }
