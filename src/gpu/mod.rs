@@ -13,6 +13,7 @@ pub mod compute_capability;
 pub mod context;
 pub mod cublaslt;
 pub mod graph;
+pub mod kernel_cache;
 pub mod launch;
 pub mod multi;
 pub mod nccl;

@@ -235,6 +235,8 @@ pub fn run_on_device(
         ..Default::default()
     };
     let util = gpu.compile("util", UTIL_SRC, UTIL_KERNELS)?;
+    res.kernel_sources
+        .insert("kernels/util.cu".into(), util.source_sha256.clone());
     let lt = match Lt::new(&gpu) {
         Ok(l) => Some(l),
         Err(e) => {
@@ -252,11 +254,13 @@ pub fn run_on_device(
         match gpu.compile_with("w4a16", impls::w4a16::SRC, &refs, &defines) {
             Ok(m) => {
                 res.notes.push(format!(
-                    "kernels/w4a16.cu flavour '{flavor}' ({}) compiled by NVRTC for {} in {:.2} s",
+                    "kernels/w4a16.cu flavour '{flavor}' ({}) for {}: {}",
                     defines.join(" "),
                     m.arch,
-                    m.compile_s
+                    m.how_built()
                 ));
+                res.kernel_sources
+                    .insert("kernels/w4a16.cu".into(), m.source_sha256.clone());
                 w4.push(super::W4Module {
                     flavor: flavor.to_string(),
                     defines,
@@ -273,9 +277,12 @@ pub fn run_on_device(
     let w4v2 = match gpu.compile("w4a16_v2", impls::w4a16::V2_SRC, &v2_refs) {
         Ok(m) => {
             res.notes.push(format!(
-                "kernels/w4a16_v2.cu compiled by NVRTC for {} in {:.2} s",
-                m.arch, m.compile_s
+                "kernels/w4a16_v2.cu for {}: {}",
+                m.arch,
+                m.how_built()
             ));
+            res.kernel_sources
+                .insert("kernels/w4a16_v2.cu".into(), m.source_sha256.clone());
             Some(m)
         }
         Err(e) => {
@@ -290,9 +297,12 @@ pub fn run_on_device(
         match gpu.compile("fp8_quant", super::fp8_quant::SRC, &fq_refs) {
             Ok(m) => {
                 res.notes.push(format!(
-                    "kernels/fp8_quant.cu compiled by NVRTC for {} in {:.2} s",
-                    m.arch, m.compile_s
+                    "kernels/fp8_quant.cu for {}: {}",
+                    m.arch,
+                    m.how_built()
                 ));
+                res.kernel_sources
+                    .insert("kernels/fp8_quant.cu".into(), m.source_sha256.clone());
                 Some(m)
             }
             Err(e) => {
@@ -308,6 +318,10 @@ pub fn run_on_device(
     match impls::w4a16_wg::module_for(&gpu, device) {
         Ok((m, how)) => {
             res.notes.push(how);
+            if !m.module.source_sha256.is_empty() {
+                res.kernel_sources
+                    .insert("kernels/w4a16_wg.cu".into(), m.module.source_sha256.clone());
+            }
             w4.push(m);
         }
         Err(why) => res.notes.push(format!(

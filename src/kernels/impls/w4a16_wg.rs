@@ -377,8 +377,9 @@ pub fn module_for(gpu: &Gpu, device: usize) -> Result<(W4Module, String), String
     let (module, ptx) =
         compile(gpu).map_err(|e| format!("kernels/w4a16_wg.cu failed to build: {e:#}"))?;
     let built = format!(
-        "kernels/w4a16_wg.cu (wgmma) compiled by NVRTC for {} in {:.2} s",
-        module.arch, module.compile_s
+        "kernels/w4a16_wg.cu (wgmma) for {}: {}",
+        module.arch,
+        module.how_built()
     );
     let probed = if std::env::var(ENV_PROBE).is_ok_and(|v| v.trim() == "off") {
         format!("not probed ({ENV_PROBE}=off)")
