@@ -173,7 +173,15 @@ impl KernelCache {
         let path = self.dir.join(key.file_name());
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Lookup::Miss,
+            // No entry, or no folder yet (a path component that is a file: the store says so).
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Lookup::Miss
+            }
             Err(e) => return Lookup::Corrupt(format!("{} is not readable: {e}", path.display())),
         };
         let Ok(text) = String::from_utf8(bytes) else {
