@@ -434,6 +434,81 @@ extern "C" __global__ void __launch_bounds__(1024) rt_quant_fp8_rows(const uint1
   }
 }
 
+// Per-token FP8 quantization of one row that this block has just written as BF16 (`row`, K
+// elements; each thread re-reads only the elements it wrote, so no barrier is needed before the
+// amax): the same arithmetic as rt_quant_fp8_rows on that row. Used by the fused kernels below.
+__device__ __forceinline__ void quant_own_row(const uint16_t* __restrict__ row, int K, float m, float static_scale,
+                                              uint8_t* __restrict__ o, float* __restrict__ scale_out, float* red) {
+  float s;
+  if (static_scale > 0.f) {
+    s = static_scale;
+  } else {
+    const float amax = block_max(m, red);
+    s = (amax > 0.f && amax <= 3.402823466e38f) ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  }
+  const float inv = __fdiv_rn(1.0f, s);
+  if (threadIdx.x == 0) *scale_out = s;
+  for (int i = threadIdx.x; i < K; i += blockDim.x) o[i] = f2e4m3(__fmul_rn(bf2f(row[i]), inv));
+}
+
+// rt_add_rmsnorm, then the FP8 quantization of its BF16 output row for the next FP8 GEMM
+// (rt_quant_fp8_rows' arithmetic on the same BF16 values, so the result is bit-identical to the
+// two launches): q[r] = e4m3(out[r] / s_r), scales[r] = s_r (static_scale > 0: that scale).
+extern "C" __global__ void __launch_bounds__(1024) rt_add_rmsnorm_quant(
+    float* __restrict__ x, const uint16_t* __restrict__ delta, const int* __restrict__ rows, int R,
+    const float* __restrict__ w, int H, float eps, uint16_t* __restrict__ out, float static_scale,
+    uint8_t* __restrict__ q, float* __restrict__ scales) {
+  __shared__ float red[32];
+  const int r = blockIdx.x;
+  if (r >= R) return;
+  const int src = rows ? rows[r] : r;
+  float* xr = x + (uint64_t)src * H;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    float v = xr[i];
+    if (delta) {
+      v = __fadd_rn(v, bf2f(delta[(uint64_t)src * H + i]));
+      xr[i] = v;
+    }
+    ss = __fmaf_rn(v, v, ss);
+  }
+  const float ms = __fdiv_rn(block_sum(ss, red), (float)H);
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ms, eps)));
+  uint16_t* o = out + (uint64_t)r * H;
+  float m = 0.f;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const uint16_t b = f2bf(__fmul_rn(__fmul_rn(xr[i], inv), w[i]));
+    o[i] = b;
+    const float a = fabsf(bf2f(b));
+    if (a == a) m = fmaxf(m, a);
+  }
+  quant_own_row(o, H, m, static_scale, q + (uint64_t)r * H, scales + r, red);
+}
+
+// rt_silu_mul for one row per block, then the FP8 quantization of that BF16 row (bit-identical
+// to rt_silu_mul followed by rt_quant_fp8_rows).
+extern "C" __global__ void __launch_bounds__(1024) rt_silu_mul_quant(const uint16_t* __restrict__ gu, int T, int I,
+                                                                     uint16_t* __restrict__ out, float static_scale,
+                                                                     uint8_t* __restrict__ q,
+                                                                     float* __restrict__ scales) {
+  __shared__ float red[32];
+  const int t = blockIdx.x;
+  if (t >= T) return;
+  const uint16_t* g = gu + (uint64_t)t * 2 * I;
+  uint16_t* o = out + (uint64_t)t * I;
+  float m = 0.f;
+  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+    const float gv = bf2f(g[i]);
+    const float u = bf2f(g[I + i]);
+    const float sv = __fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv)));
+    const uint16_t b = f2bf(__fmul_rn(sv, u));
+    o[i] = b;
+    const float a = fabsf(bf2f(b));
+    if (a == a) m = fmaxf(m, a);
+  }
+  quant_own_row(o, I, m, static_scale, q + (uint64_t)t * I, scales + t, red);
+}
+
 // out[t, n] = bf16(acc[t, n] * (tok_scale[t] * chan_scale[n])) (FP8 GEMM with FP32 output and
 // its per-token and per-channel scales applied afterwards, when cuBLASLt offers no outer-vector
 // scaling).
@@ -921,6 +996,274 @@ FA_KERNEL(16, rt_attn_prefill_fp8_hd16, uint8_t)
 FA_KERNEL(32, rt_attn_prefill_fp8_hd32, uint8_t)
 FA_KERNEL(64, rt_attn_prefill_fp8_hd64, uint8_t)
 FA_KERNEL(128, rt_attn_prefill_fp8_hd128, uint8_t)
+
+// ---------------------------------------------------------------------------------------------
+// Flash-decoding on tensor cores (Dao, Haziza, Massa, Sizov: "Flash-Decoding for long-context
+// inference", 2023; docs/runtime.md "Decode attention"): same grid, arguments, partition split and
+// partial-result layout as rt_attn_decode_* (so rt_attn_combine merges its partitions), but the
+// G = nh / nkv query heads of the KV head are the rows of one m16n8k16 A operand (rows >= G are
+// zero) and S = Q K^T and O += P V run on mma.sync (BF16 in, FP32 accumulate). One block of 4 warps
+// per (query token, KV head, partition); per 64-position chunk, K and V rows are staged in shared
+// memory with 16-byte cp.async (rows past the context zero-filled) as two commit groups, so the
+// QK product starts while V is still landing. Warp w owns keys 16w..16w+15 of every chunk and keeps
+// its own online softmax (max, sum, output); the four warps' states are merged at the end in warp
+// order (log-sum-exp merge, deterministic). P is rounded to BF16 for P V (as in the prefill kernel).
+// FP8 KV: the E4M3 bytes are widened to BF16 exactly while building the B fragments; k_scale is
+// folded into the score scale and v_scale into the output.
+// Dynamic shared memory (bytes): 2 * 64 * (HD * sizeof(KV) + 16) + 16 * (HD + 8) * 2 + 2 * 4 * 16 * 4
+// (src/runtime/backend/cuda/decode_attn.rs `flash_smem_bytes` mirrors it).
+#define FD_WARPS 4
+
+// Two E4M3 bytes (lo, hi) widened to a BF16 pair (exact: every E4M3 value is a BF16 value).
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t lo, uint32_t hi) {
+  return (uint32_t)f2bf(e4m32f((uint8_t)lo)) | ((uint32_t)f2bf(e4m32f((uint8_t)hi)) << 16);
+}
+
+// Queue 16-byte cp.async copies of positions p0 .. p0 + 63 of one KV head (row stride RB bytes in
+// shared memory); positions at or past p0 + np are zero-filled (src-size 0) and read nothing.
+template <int HD, typename KV>
+__device__ __forceinline__ void fd_stage(unsigned char* dst, const KV* __restrict__ cache, const int* bt, int p0, int np,
+                                         int nkv, int kvh, int block_size) {
+  constexpr int ROW = HD * (int)sizeof(KV);
+  constexpr int RB = ROW + 16;
+  constexpr int PIECES = ROW / 16;
+  for (int idx = threadIdx.x; idx < ATT_CHUNK * PIECES; idx += blockDim.x) {
+    const int pi = idx / PIECES, part = idx % PIECES;
+    const bool live = pi < np;
+    const int p = p0 + (live ? pi : 0);
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(
+                                   cache + (((uint64_t)bt[p / block_size] * nkv + kvh) * block_size + (p % block_size)) * HD) +
+                               part * 16;
+    const uint32_t d = smem_u32(dst + pi * RB + part * 16);
+    const int n = live ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int HD, typename KV>
+__device__ void attn_flash_body(const int* __restrict__ tok_list, const uint16_t* __restrict__ q,
+                                const int* __restrict__ tok_seq, const int* __restrict__ pos,
+                                const int* __restrict__ block_tables, const int* __restrict__ bt_stride,
+                                const KV* __restrict__ k_cache, const KV* __restrict__ v_cache, float k_scale,
+                                float v_scale, int nh, int nkv, int block_size, float sm_scale,
+                                uint16_t* __restrict__ out, float* __restrict__ part_ml, float* __restrict__ part_o) {
+  constexpr bool F8 = sizeof(KV) == 1;
+  constexpr int RB = HD * (int)sizeof(KV) + 16;  // staged row stride, bytes
+  constexpr int QLD = HD + 8;                    // Q row stride, elements
+  extern __shared__ __align__(16) unsigned char fd_smem[];
+  unsigned char* ks = fd_smem;
+  unsigned char* vs = ks + ATT_CHUNK * RB;
+  uint16_t* qs = reinterpret_cast<uint16_t*>(vs + ATT_CHUNK * RB);
+  float* red_m = reinterpret_cast<float*>(qs + 16 * QLD);  // [FD_WARPS][16]
+  float* red_l = red_m + FD_WARPS * 16;                     // [FD_WARPS][16]
+  float* obuf = reinterpret_cast<float*>(fd_smem);          // [16][HD] after the last chunk
+  const int t = tok_list[blockIdx.x], kvh = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
+  const int G = nh / nkv;
+  const int ctx = pos[t] + 1;
+  int nchunks, per;
+  att_split(ctx, Z, &nchunks, &per);
+  const int c0 = z * per;
+  if (c0 >= nchunks) return;  // nothing for this partition
+  const int c1 = min(nchunks, c0 + per);
+  const int nparts = (nchunks + per - 1) / per;
+  const int* bt = block_tables + (uint64_t)tok_seq[t] * (*bt_stride);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  // Q rows (the G heads of this KV head), zero rows up to 16.
+  for (int i = threadIdx.x; i < 16 * (HD / 8); i += blockDim.x) {
+    const int r = i / (HD / 8), c8 = (i % (HD / 8)) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < G) v = *reinterpret_cast<const uint4*>(q + ((uint64_t)t * nh + kvh * G + r) * HD + c8);
+    *reinterpret_cast<uint4*>(qs + r * QLD + c8) = v;
+  }
+  const float qk_scale = __fmul_rn(sm_scale, F8 ? k_scale : 1.0f);
+  float o[HD / 8][4];
+#pragma unroll
+  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+  const int kw = warp * 16;  // this warp's first key in a chunk
+  for (int c = c0; c < c1; ++c) {
+    const int p0 = c * ATT_CHUNK;
+    const int np = min(ATT_CHUNK, ctx - p0);
+    __syncthreads();  // the previous chunk's rows (and the Q stores) are done with
+    fd_stage<HD, KV>(ks, k_cache, bt, p0, np, nkv, kvh, block_size);
+    fd_stage<HD, KV>(vs, v_cache, bt, p0, np, nkv, kvh, block_size);
+    asm volatile("cp.async.wait_group 1;\n" ::);
+    __syncthreads();  // K landed
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t a0, a1, a2, a3;
+      ldsm_x4(a0, a1, a2, a3, smem_u32(qs + (lane & 15) * QLD + kk * 16 + (lane >> 4) * 8));
+      if (F8) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const unsigned char* row = ks + (kw + nt * 8 + g) * RB + kk * 16 + 2 * tq;
+          const uint32_t b0 = e4m3x2_to_bf16x2(row[0], row[1]);
+          const uint32_t b1 = e4m3x2_to_bf16x2(row[8], row[9]);
+          mma16816(s[nt], a0, a1, a2, a3, b0, b1);
+        }
+      } else {
+        const int mi = lane >> 3, ri = lane & 7;
+        const int key = kw + (mi >> 1) * 8 + ri;
+        const int col = kk * 16 + (mi & 1) * 8;
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4(b0, b1, b2, b3, smem_u32(ks + key * RB + col * 2));
+        mma16816(s[0], a0, a1, a2, a3, b0, b1);
+        mma16816(s[1], a0, a1, a2, a3, b2, b3);
+      }
+    }
+    // Scale, mask positions past the context, online softmax (rows g and g + 8).
+    float mnew[2] = {mrow[0], mrow[1]};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = kw + nt * 8 + 2 * tq + (i & 1);
+        float v = __fmul_rn(s[nt][i], qk_scale);
+        if (key >= np) v = -INFINITY;
+        s[nt][i] = v;
+        mnew[i >> 1] = fmaxf(mnew[i >> 1], v);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mnew[h] = fmaxf(mnew[h], __shfl_xor_sync(FULL, mnew[h], 1));
+      mnew[h] = fmaxf(mnew[h], __shfl_xor_sync(FULL, mnew[h], 2));
+    }
+    float corr[2], lsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) corr[h] = (mnew[h] == -INFINITY) ? 1.f : expf(__fsub_rn(mrow[h], mnew[h]));
+    uint32_t pf[4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      float e[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float m = mnew[i >> 1];
+        e[i] = (s[nt][i] == -INFINITY) ? 0.f : expf(__fsub_rn(s[nt][i], m));
+        lsum[i >> 1] = __fadd_rn(lsum[i >> 1], e[i]);
+      }
+      pf[nt * 2 + 0] = pack_bf16x2(e[0], e[1]);
+      pf[nt * 2 + 1] = pack_bf16x2(e[2], e[3]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      lsum[h] = __fadd_rn(lsum[h], __shfl_xor_sync(FULL, lsum[h], 1));
+      lsum[h] = __fadd_rn(lsum[h], __shfl_xor_sync(FULL, lsum[h], 2));
+      lrow[h] = __fadd_rn(__fmul_rn(lrow[h], corr[h]), lsum[h]);
+      mrow[h] = mnew[h];
+    }
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt) {
+      o[dt][0] = __fmul_rn(o[dt][0], corr[0]);
+      o[dt][1] = __fmul_rn(o[dt][1], corr[0]);
+      o[dt][2] = __fmul_rn(o[dt][2], corr[1]);
+      o[dt][3] = __fmul_rn(o[dt][3], corr[1]);
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncthreads();  // V landed
+    if (F8) {
+      const unsigned char* v0 = vs + (kw + 2 * tq) * RB;
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt) {
+        const int d = dt * 8 + g;
+        const uint32_t b0 = e4m3x2_to_bf16x2(v0[d], v0[RB + d]);
+        const uint32_t b1 = e4m3x2_to_bf16x2(v0[8 * RB + d], v0[9 * RB + d]);
+        mma16816(o[dt], pf[0], pf[1], pf[2], pf[3], b0, b1);
+      }
+    } else {
+#pragma unroll
+      for (int dp = 0; dp < HD / 16; ++dp) {
+        const int mi = lane >> 3, ri = lane & 7;
+        const int key = kw + (mi & 1) * 8 + ri;
+        const int col = dp * 16 + (mi >> 1) * 8;
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4_t(b0, b1, b2, b3, smem_u32(vs + key * RB + col * 2));
+        mma16816(o[2 * dp], pf[0], pf[1], pf[2], pf[3], b0, b1);
+        mma16816(o[2 * dp + 1], pf[0], pf[1], pf[2], pf[3], b2, b3);
+      }
+    }
+  }
+  // Merge the warps' states in warp order: M = max m_w, L = sum l_w e^(m_w - M),
+  // O = sum o_w e^(m_w - M).
+  __syncthreads();  // staging no longer read: obuf reuses it
+  if (tq == 0) {
+    red_m[warp * 16 + g] = mrow[0];
+    red_m[warp * 16 + g + 8] = mrow[1];
+    red_l[warp * 16 + g] = lrow[0];
+    red_l[warp * 16 + g + 8] = lrow[1];
+  }
+  __syncthreads();
+  float f[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    float M = -INFINITY;
+    for (int w = 0; w < FD_WARPS; ++w) M = fmaxf(M, red_m[w * 16 + r]);
+    f[h] = (mrow[h] == -INFINITY) ? 0.f : expf(__fsub_rn(mrow[h], M));
+  }
+  for (int w = 0; w < FD_WARPS; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt) {
+        const int d = dt * 8 + 2 * tq;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = g + 8 * (i >> 1);
+          const float v = __fmul_rn(o[dt][i], f[i >> 1]);
+          float* dst = obuf + r * HD + d + (i & 1);
+          *dst = (w == 0) ? v : __fadd_rn(*dst, v);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  const float vsc = F8 ? v_scale : 1.0f;
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int r = i / HD, d = i % HD;
+    float M = -INFINITY;
+    for (int w = 0; w < FD_WARPS; ++w) M = fmaxf(M, red_m[w * 16 + r]);
+    float L = 0.f;
+    for (int w = 0; w < FD_WARPS; ++w) {
+      const float mw = red_m[w * 16 + r];
+      if (mw != -INFINITY) L = __fadd_rn(L, __fmul_rn(red_l[w * 16 + r], expf(__fsub_rn(mw, M))));
+    }
+    const float ov = __fmul_rn(obuf[r * HD + d], vsc);
+    const int head = kvh * G + r;
+    if (nparts == 1) {
+      out[((uint64_t)t * nh + head) * HD + d] = f2bf(__fdiv_rn(ov, L));
+    } else {
+      const uint64_t slot = ((uint64_t)t * nh + head) * Z + z;
+      part_o[slot * HD + d] = ov;
+      if (d == 0) {
+        part_ml[slot * 2] = M;
+        part_ml[slot * 2 + 1] = L;
+      }
+    }
+  }
+}
+
+#define FD_KERNEL(HD, NAME, KV)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(FD_WARPS * 32) NAME(                                                  \
+      const int* __restrict__ tok_list, const uint16_t* __restrict__ q, const int* __restrict__ tok_seq,           \
+      const int* __restrict__ pos, const int* __restrict__ block_tables, const int* __restrict__ bt_stride,         \
+      const KV* __restrict__ k_cache, const KV* __restrict__ v_cache, float k_scale, float v_scale, int nh,         \
+      int nkv, int hd, int block_size, float sm_scale, uint16_t* __restrict__ out, float* __restrict__ part_ml,     \
+      float* __restrict__ part_o) {                                                                                  \
+    (void)hd;                                                                                                        \
+    attn_flash_body<HD, KV>(tok_list, q, tok_seq, pos, block_tables, bt_stride, k_cache, v_cache, k_scale, v_scale, \
+                            nh, nkv, block_size, sm_scale, out, part_ml, part_o);                                   \
+  }
+FD_KERNEL(64, rt_attn_flash_bf16_hd64, uint16_t)
+FD_KERNEL(128, rt_attn_flash_bf16_hd128, uint16_t)
+FD_KERNEL(256, rt_attn_flash_bf16_hd256, uint16_t)
+FD_KERNEL(64, rt_attn_flash_fp8_hd64, uint8_t)
+FD_KERNEL(128, rt_attn_flash_fp8_hd128, uint8_t)
+FD_KERNEL(256, rt_attn_flash_fp8_hd256, uint8_t)
 
 // ---------------------------------------------------------------------------------------------
 // Sampling on the GPU, one block (1024 threads) per logits row, with vLLM's semantics

@@ -13,13 +13,15 @@
 // - B in shared memory, K-major with the 128-byte swizzle (8-row atoms of 128 bytes, 1024 bytes
 //   apart; 16-byte chunk c of row r stored at chunk c ^ (r & 7)). The packed weights carry a K
 //   permutation inside each 64-wide k tile (MMA k position p of step j holds actual k offset
-//   16·(p%8/2) + 4j + 2·(p/8) + p%2), so the activations are staged in that order: each 4-byte
-//   pair of BF16 values of a token row is copied by its own 4-byte cp.async to its permuted,
-//   swizzled place. One warp copies one 128-byte k tile of one row: coalesced reads, and the 32
-//   writes hit 32 different banks.
+//   16·(p%8/2) + 4j + 2·(p/8) + p%2). A pre-pass (`w4wg_permute_act`, one launch before the
+//   GEMM) writes the activations once in that order, K padded to the k tiles with zeros, into
+//   the workspace; the GEMM then stages them with 16-byte cp.async, eight per 128-byte k tile of
+//   a token row, each to its swizzled chunk. (Before: one 4-byte cp.async per BF16 pair, with
+//   its own index math, issued by every CTA for every stage: about half of the CTA's issue
+//   slots at TN = 64, by the count in docs/w4a16-notes.md.)
 // - Pipeline: persistent CTAs walk contiguous stripes of (group of 4·WG strips, k-tile pair)
 //   units, as kernels/w4a16_v2.cu; a `stages`-deep cp.async ring (16-byte L2-only copies for
-//   codes and scales, 4-byte copies for the activations) with one CTA barrier per stage. Each
+//   codes, scales and the permuted activations) with one CTA barrier per stage. Each
 //   warpgroup dequantizes the pair's two k tiles into two register sets and issues 4 + 4 wgmmas
 //   (two commit groups), then waits for them before the next stage is reused; the `_p`
 //   instances (TN >= 64) keep one commit group in flight instead (loads run stages - 2 ahead).
@@ -79,10 +81,6 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)
 // 16-byte async copy through L2 only; zero-fills when `valid` is false (src-size 0).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-// 4-byte async copy; zero-fills when `valid` is false.
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -235,15 +233,41 @@ __device__ __forceinline__ int owner_of(long long u, int units, int ctas) {
   return (int)(((u + 1) * ctas - 1) / units);
 }
 
-// Launch: grid (CTAs, token tiles), 128·WG threads, dynamic shared memory
-// stages · STAGE + 1024 bytes (STAGE as below; the 1024 align the ring to the swizzle period).
+// The pre-pass: actp[m, kpad] = the activations act[m, K] (row stride K, K even) in the packed
+// weights' K order, kpad = 64 · k tiles, zeros from K on. Destination 16-byte chunk c of k tile
+// `tile` holds MMA positions 8·(c%2) … +7 of step j = c/2, i.e. the BF16 pairs at actual k
+// offsets 16q + 4j + 2·(c%2) (+0, +1) for q = 0 … 3, in that order. One thread per destination
+// chunk: four 4-byte reads (the 8 threads of one k tile read one 128-byte row segment), one
+// 16-byte write. Launch: ceil(M · kpad / 8 / 256) CTAs of 256 threads.
+extern "C" __global__ void __launch_bounds__(256) w4wg_permute_act(const __nv_bfloat16* __restrict__ act,
+                                                                   __nv_bfloat16* __restrict__ actp, int M, int K,
+                                                                   int kpad) {
+  const int cpr = kpad >> 3;  // destination chunks per row
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (long long)M * cpr) return;
+  const int m = (int)(i / cpr), cc = (int)(i % cpr);
+  const int k0 = (cc >> 3) * 64 + 4 * ((cc & 7) >> 1) + 2 * (cc & 1);
+  const uint32_t* row = reinterpret_cast<const uint32_t*>(act + (size_t)m * K);
+  uint32_t v[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int k = k0 + 16 * q;
+    v[q] = k < K ? __ldg(row + (k >> 1)) : 0u;
+  }
+  *reinterpret_cast<uint4*>(actp + (size_t)m * kpad + (size_t)cc * 8) = make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// Launch (after w4wg_permute_act; `act` is its output actp, row stride 64 · kt_n; K is kept in
+// the argument list but no longer read): grid (CTAs, token tiles), 128·WG threads, dynamic shared
+// memory stages · STAGE + 1024 bytes (STAGE as below; the 1024 align the ring to the swizzle
+// period).
 // Only the first and the last segment of a CTA's stripe can cover part of a group's k range, so
 // partial sums go to workspace slot (token tile, CTA, 0 = first segment / 1 = last), each
 // 64·WG rows × TN floats: token tiles × CTAs × 2 slots when any group is split. Counters: token
 // tiles × groups, zero before the first launch (the kernel leaves them zero).
 template <int TN, int WG, bool PIPE>
 __device__ __forceinline__ void w4wg_body(const uint8_t* __restrict__ wq, const uint32_t* __restrict__ sc,
-                                          const __nv_bfloat16* __restrict__ act, __nv_bfloat16* __restrict__ out,
+                                          const __nv_bfloat16* __restrict__ actp, __nv_bfloat16* __restrict__ out,
                                           float* __restrict__ ws, unsigned* __restrict__ counters, int M, int N, int K,
                                           int strips, int kt_n, int stages, float out_scale) {
   constexpr int GS = 4 * WG;                // strips per group: one per warp
@@ -269,6 +293,7 @@ __device__ __forceinline__ void w4wg_body(const uint8_t* __restrict__ wq, const 
   const int ctas = gridDim.x, c = blockIdx.x;
   const int tile = blockIdx.y;
   const int tok0 = tile * TN;
+  const int kpad = kt_n * 64;  // row stride of the permuted activations
   const int mt = min(TN, M - tok0);  // tokens of this tile
   const int u_begin = (int)((long long)c * units / ctas);
   const int u_end = (int)((long long)(c + 1) * units / ctas);
@@ -306,17 +331,12 @@ __device__ __forceinline__ void w4wg_body(const uint8_t* __restrict__ wq, const 
         const uint32_t* src = sc + ((size_t)(ok ? strip : 0) * pairs + p) * 32 + part * 4;
         cp_async16(base + S_OFF + r * 128 + part * 16, src, ok);
       }
-      // Activations: pair `su` (k = 2su, 2su+1 of k tile h) of token m goes to MMA k positions
-      // 2·(8j + 4hi + tt) .. +1 with tt = su/8, j = su/2 % 4, hi = su % 2, i.e. to byte
-      // 4·tt of 16-byte chunk 2j + hi, swizzled by the row.
-      for (int i = tid; i < mt * 64; i += NTHR) {
-        const int m = i >> 6, s = i & 63;
-        const int h = s >> 5, su = s & 31;
-        const int k = (2 * p + h) * 64 + 2 * su;
-        const bool ok = k < K;
-        const __nv_bfloat16* src = act + (size_t)(tok0 + m) * K + (ok ? k : 0);
-        const int tt = su >> 3, j = (su >> 1) & 3, hi = su & 1;
-        cp_async4(base + h * A_TILE + m * 128 + (((2 * j + hi) ^ (m & 7)) << 4) + 4 * tt, src, ok);
+      // Activations, already in the weights' K order (w4wg_permute_act): 16-byte chunk ch of
+      // k tile h of token m goes to chunk ch ^ (m & 7) of row m.
+      for (int i = tid; i < mt * 16; i += NTHR) {
+        const int m = i >> 4, h = (i >> 3) & 1, ch = i & 7;
+        const __nv_bfloat16* src = actp + (size_t)(tok0 + m) * kpad + (2 * p + h) * 64 + ch * 8;
+        cp_async16(base + h * A_TILE + m * 128 + ((ch ^ (m & 7)) << 4), src, true);
       }
     };
 

@@ -1,16 +1,19 @@
-//! Process-wide interruption (SIGINT, SIGTERM) and the engines rigbench must not leave behind.
+//! Process-wide interruption (SIGINT, SIGTERM, SIGHUP) and the engines rigbench must not leave
+//! behind.
 //!
-//! `timeout(1)`, CI runners and `kill` send SIGTERM; a terminal sends SIGINT. Without a handler
+//! `timeout(1)`, CI runners and `kill` send SIGTERM; a terminal sends SIGINT; a dropped ssh
+//! session or a closed terminal sends SIGHUP, which is handled exactly like SIGTERM (without a
+//! handler it ends rigbench at once with status 129, the engine left running and no report). Without a handler
 //! SIGTERM ends rigbench at once and an engine it started (in its own process group, so that a
 //! terminal's Ctrl-C does not reach it) keeps running, orphaned, holding its port and GPU.
 //!
 //! After [`install`]:
-//! - the first SIGINT or SIGTERM sets a flag ([`interrupted`]) and wakes every waiter
+//! - the first SIGINT, SIGTERM or SIGHUP sets a flag ([`interrupted`]) and wakes every waiter
 //!   ([`wait`]); the e2e driver then aborts requests in flight, stops its engine's process group
 //!   and the report is written with what was measured, marked interrupted;
 //! - a second signal stops at once: every registered engine process group gets SIGKILL and the
-//!   process exits with 128 + the signal number (130 for SIGINT, 143 for SIGTERM), the shell
-//!   convention.
+//!   process exits with 128 + the signal number (130 for SIGINT, 143 for SIGTERM, 129 for
+//!   SIGHUP), the shell convention.
 //!
 //! Engines started by rigbench register their process group ([`register_group`]) for that
 //! second case; the launcher stops and unregisters them on every other path.
@@ -29,7 +32,7 @@ fn notifier() -> &'static tokio::sync::watch::Sender<bool> {
     NOTIFY.get_or_init(|| tokio::sync::watch::channel(false).0)
 }
 
-/// Install the SIGINT/SIGTERM handlers (once per process; later calls return the first
+/// Install the SIGINT/SIGTERM/SIGHUP handlers (once per process; later calls return the first
 /// outcome). Returns after the handlers are in place.
 ///
 /// # Errors
@@ -65,13 +68,14 @@ fn listen(ready: std::sync::mpsc::Sender<Result<(), String>>) {
         }
     };
     rt.block_on(async move {
-        let (mut int, mut term) = match (
+        let (mut int, mut term, mut hup) = match (
             signal(SignalKind::interrupt()),
             signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
         ) {
-            (Ok(i), Ok(t)) => (i, t),
-            (Err(e), _) | (_, Err(e)) => {
-                let _ = ready.send(Err(format!("cannot listen for SIGINT/SIGTERM: {e}")));
+            (Ok(i), Ok(t), Ok(h)) => (i, t, h),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                let _ = ready.send(Err(format!("cannot listen for SIGINT/SIGTERM/SIGHUP: {e}")));
                 return;
             }
         };
@@ -80,6 +84,7 @@ fn listen(ready: std::sync::mpsc::Sender<Result<(), String>>) {
             let (name, number) = tokio::select! {
                 _ = int.recv() => ("SIGINT", 2),
                 _ = term.recv() => ("SIGTERM", 15),
+                _ = hup.recv() => ("SIGHUP", 1),
             };
             on_signal(name, number);
         }
@@ -112,7 +117,7 @@ fn on_signal(name: &'static str, number: i32) {
     std::process::exit(128 + number);
 }
 
-/// The first signal received (`"SIGINT"` or `"SIGTERM"`), once one has been.
+/// The first signal received (`"SIGINT"`, `"SIGTERM"` or `"SIGHUP"`), once one has been.
 pub fn interrupted() -> Option<&'static str> {
     if COUNT.load(Ordering::SeqCst) == 0 {
         return None;
@@ -120,7 +125,7 @@ pub fn interrupted() -> Option<&'static str> {
     FIRST.lock().ok().and_then(|f| *f)
 }
 
-/// Resolves when the first SIGINT or SIGTERM arrives (at once if one already has). Waits
+/// Resolves when the first SIGINT, SIGTERM or SIGHUP arrives (at once if one already has). Waits
 /// forever when [`install`] was never called.
 pub async fn wait() {
     let mut rx = notifier().subscribe();

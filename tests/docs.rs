@@ -88,7 +88,7 @@ fn the_readme_set_up_commands_share_one_profile_and_ci_runs_the_test_command() {
     let cmds: Vec<&str> = block
         .lines()
         .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter(|l| l.starts_with("cargo "))
+        .filter(|l| l.starts_with("cargo ") || l.contains("&& cargo "))
         .collect();
     assert_eq!(cmds.len(), 2, "{cmds:?}");
     assert!(
@@ -97,7 +97,7 @@ fn the_readme_set_up_commands_share_one_profile_and_ci_runs_the_test_command() {
     );
     let test = cmds
         .iter()
-        .find(|c| c.starts_with("cargo test"))
+        .find(|c| c.contains("cargo test"))
         .expect("a test command");
     let ci = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/run"))
         .expect(".ci/run");

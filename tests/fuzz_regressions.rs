@@ -83,6 +83,24 @@ fn named_regressions() {
         );
     }
     run("sse", &many);
+    // Inputs over 64 KiB (the fuzzers' old cap; they now take up to 1 MiB): a table cell over
+    // 65,535 characters panicked in every Markdown table ("Formatting argument out of range").
+    let long = "A".repeat(70_000);
+    let cfg = serde_json::json!({
+        "architectures": [format!("Llama{long}ForCausalLM")],
+        "model_type": format!("llama{long}"),
+        "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2,
+        "num_hidden_layers": 2, "num_key_value_heads": 1, "vocab_size": 32,
+        "torch_dtype": format!("bfloat16{long}"),
+    })
+    .to_string();
+    assert!(cfg.len() > 1 << 16);
+    run("config_json", cfg.as_bytes());
+    run("config_json", format!("{cfg} ").as_bytes());
+    let base = root().join("baselines/ci-cpu/qwen3.6-27b.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&base).unwrap()).unwrap();
+    v["rig_label"] = long.clone().into();
+    run("results_json", v.to_string().as_bytes());
 }
 
 #[test]

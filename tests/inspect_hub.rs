@@ -167,3 +167,90 @@ fn cli_unreachable_hub_exits_1_and_bad_reference_64() {
         .unwrap();
     assert_eq!(o.status.code(), Some(64));
 }
+
+/// A hub that lies: it states a shard size of 2^50 bytes in `Content-Range` (once "File too
+/// large (os error 27)"), or its index names a shard `%2e%2e/…` (once past the `..` check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absurd_shard_sizes_and_escaped_shard_names_are_refused_naming_the_file() {
+    // The real checkpoint, but the shard's stated size is 2^50.
+    async fn lying(
+        State(s): State<Arc<Served>>,
+        UrlPath((_o, _n, _r, f)): UrlPath<(String, String, String, String)>,
+        headers: HeaderMap,
+    ) -> Response {
+        let Ok(bytes) = std::fs::read(s.dir.join(&f)) else {
+            return StatusCode::NOT_FOUND.into_response();
+        };
+        let range = headers
+            .get(header::RANGE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("bytes="))
+            .and_then(|v| v.split_once('-'))
+            .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)));
+        match range {
+            Some((a, b)) if a < bytes.len() => {
+                let b = b.min(bytes.len() - 1);
+                (
+                    StatusCode::PARTIAL_CONTENT,
+                    [(
+                        header::CONTENT_RANGE,
+                        format!("bytes {a}-{b}/{}", 1u64 << 50),
+                    )],
+                    bytes[a..=b].to_vec(),
+                )
+                    .into_response()
+            }
+            _ => bytes.into_response(),
+        }
+    }
+    let s = Arc::new(Served {
+        dir: checkpoint(),
+        honour_range: true,
+        bytes_sent: AtomicU64::new(0),
+    });
+    let app = Router::new()
+        .route("/{org}/{name}/resolve/{rev}/{*f}", get(lying))
+        .with_state(s);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let e = fetch_metadata(&"hf://acme/tiny".parse().unwrap(), &url, None, tmp.path())
+        .await
+        .unwrap_err();
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("model.safetensors")
+            && e.contains("1125899906842624 bytes")
+            && e.contains("limit of 1099511627776 bytes"),
+        "{e}"
+    );
+    // An index naming `%2e%2e/…`: refused before any request for it.
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["config.json", "hf_quant_config.json"] {
+        std::fs::copy(checkpoint().join(f), dir.path().join(f)).unwrap();
+    }
+    for bad in [
+        "%2e%2e/%2e%2e/etc/passwd",
+        "..%2fx.safetensors",
+        "a/../../x.safetensors",
+    ] {
+        std::fs::write(
+            dir.path().join("model.safetensors.index.json"),
+            serde_json::json!({"weight_map": {"w": bad}}).to_string(),
+        )
+        .unwrap();
+        let (url, _s) = serve(dir.path(), true).await;
+        let out = tempfile::tempdir().unwrap();
+        let e = fetch_metadata(&"hf://acme/tiny".parse().unwrap(), &url, None, out.path())
+            .await
+            .unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains(bad) && e.contains("not a file of the repository"),
+            "{e}"
+        );
+    }
+}

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One-call check of rigbench's W4A16 kernels on an H200 (docs/w4a16-notes.md, "Round 3"): the
-# Hopper wgmma kernel (kernels/w4a16_wg.cu) and the fused kernel's in-CTA split-K instances next
-# to the existing paths, tuned per (shape, M) after each configuration's correctness check.
+# One-call check of rigbench's W4A16 kernels on an H200 (docs/w4a16-notes.md, "Round 3" and
+# "Round 4"): the Hopper wgmma kernel (kernels/w4a16_wg.cu, since round 4 fed by the activation
+# pre-pass and 16-byte copies) and the fused kernel's in-CTA split-K instances next to the
+# existing paths, tuned per (shape, M) after each configuration's correctness check. Humming and
+# Marlin are not run here (peers off): compare with their figures of the same card's report.
 # Builds nothing.
 #
 # Needs, in the repository root on the device machine: target/release/rigbench (carried),
@@ -29,13 +31,13 @@
 #   4. scripts/device/w4a16_dev_summary.py -> $OUT/summary.md, printed last: the probe's verdict,
 #      the composite per M, the T0 / BW fits, the byte floor at M = 1, the chosen path and best
 #      time per kind for every (shape, M), failed checks and skips.
-# Knobs: M_LIST (default 1,4,16,64,128,1024), BENCH_LIMIT (s), BIN, and RIGBENCH_W4A16_KINDS
+# Knobs: M_LIST (default 1,16,64,128,256,1024), BENCH_LIMIT (s), BIN, and RIGBENCH_W4A16_KINDS
 # (e.g. `wgmma` to offer only the wgmma kernel, making its check and time visible on every case).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the output folder}"
 BIN=${BIN:-target/release/rigbench}
-M_LIST=${M_LIST:-1,4,16,64,128,1024}
+M_LIST=${M_LIST:-1,16,64,128,256,1024}
 BENCH_LIMIT=${BENCH_LIMIT:-210}
 export NCCL_NVLS_ENABLE=0
 mkdir -p "$OUT"

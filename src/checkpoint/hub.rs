@@ -19,6 +19,10 @@ use anyhow::{bail, Context};
 use futures::StreamExt;
 
 use super::headers::MAX_HEADER_BYTES;
+
+/// The largest size rigbench believes for one safetensors shard on the hub: 1 TiB (the largest
+/// published shards are tens of GB). A larger stated size is refused, naming the file.
+pub const MAX_SHARD_BYTES: u64 = 1 << 40;
 use crate::RigError;
 
 /// The hub's default endpoint.
@@ -268,10 +272,20 @@ pub async fn fetch_metadata(
         vec!["model.safetensors".to_string()]
     };
     for shard in shards {
-        if shard.contains("..") || shard.starts_with('/') || shard.contains('\\') {
+        // Only the characters of a plain relative path: a `%2e%2e` (or any `%`-escape) would
+        // become `..` in the URL, so it is refused like `..` itself.
+        let plain = shard
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c));
+        if !plain
+            || shard
+                .split('/')
+                .any(|p| p.is_empty() || p == "." || p == "..")
+            || shard.len() > 255
+        {
             bail!(RigError::file(
                 hub.url("model.safetensors.index.json"),
-                format!("names shard '{shard}', which is not a file of the repository")
+                format!("names shard '{shard}', which is not a file of the repository (a shard name holds letters, digits, '.', '_', '-' and '/' only, no '..' or '%'-escapes)")
             ));
         }
         let (len_bytes, total) = match hub.get(&shard, Some((0, 7)), 8).await? {
@@ -316,6 +330,14 @@ pub async fn fetch_metadata(
         };
         out.bytes_read += 8 + n;
         let size = total.unwrap_or(8 + n).max(8 + n);
+        if size > MAX_SHARD_BYTES {
+            bail!(RigError::file(
+                hub.url(&shard),
+                format!(
+                    "the hub states a size of {size} bytes, over rigbench's limit of {MAX_SHARD_BYTES} bytes (1 TiB) for one safetensors shard: not a plausible checkpoint file"
+                )
+            ));
+        }
         let path = dir.join(&shard);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).ok();
@@ -325,7 +347,12 @@ pub async fn fetch_metadata(
         f.write_all(&len_bytes[..8])?;
         f.write_all(&header)?;
         // A sparse file of the real size: the data region is never read.
-        f.set_len(size)?;
+        f.set_len(size).with_context(|| {
+            format!(
+                "cannot give {} its size of {size} bytes (a sparse file holding the header only): the file system refused it",
+                path.display()
+            )
+        })?;
         f.seek(SeekFrom::Start(0))?;
         out.shards.push((shard, size, n));
     }

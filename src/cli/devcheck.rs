@@ -30,8 +30,12 @@ pub struct DevcheckArgs {
     /// loaded on the GPU from its safetensors and must reproduce every token.
     #[arg(long = "hf-reference")]
     pub hf_reference: Vec<std::path::PathBuf>,
-    /// Run only these parts: kernels, parity, hybrid, reference, anatomy, wg-probe, speed
-    /// (default: all). `wg-probe` runs every launch configuration of the Hopper W4A16 wgmma
+    /// Run only these parts: kernels, attention, parity, hybrid, reference, anatomy, wg-probe,
+    /// speed, contexts (default: all). `attention` checks the flash-decoding and CUDA-core
+    /// decode-attention kernels against the CPU reference, times them against the KV-streaming
+    /// bound, and runs greedy parity with the CPU backend at head_dim 64 and 128; `contexts`
+    /// measures batch-1 decode of `--preset` at 128, 4k and 32k contexts with each kernel, with
+    /// the per-op profile. `wg-probe` runs every launch configuration of the Hopper W4A16 wgmma
     /// kernel once against the CPU reference (the child process the bench and the runtime start
     /// before they use that kernel).
     #[arg(long, value_delimiter = ',')]
@@ -79,6 +83,9 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
             )?;
         }
     }
+    if part("attention") {
+        failed |= attention_checks(&a, &w, &mut out)?;
+    }
     let parity_cases: &[(WeightFormat, KvCacheDtype)] = if part("parity") {
         &[
             (WeightFormat::Bf16, KvCacheDtype::Bf16),
@@ -90,6 +97,23 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
         &[]
     };
     for &(fmt, kv) in parity_cases {
+        if fmt == WeightFormat::Fp8 {
+            // The dense model's own FP8 sensitivity on the CPU alone (compare the hybrid's).
+            if let Ok(p) =
+                cuda_check::cpu_rounding_parity(&w, fmt, a.prompts, a.steps, cuda_check::PARITY_FP8)
+            {
+                writeln!(
+                    out,
+                    "INFO (CPU only) tiny {} with vs without BF16 rounding: top-1 {}/{} (+{} near-ties); logits rel L2 max {:.2e} mean {:.2e}",
+                    fmt.id(),
+                    p.top1_equal,
+                    p.tokens,
+                    p.near_ties,
+                    p.max_rel_l2,
+                    p.mean_rel_l2
+                )?;
+            }
+        }
         match cuda_check::greedy_parity(a.device, &w, fmt, kv, a.prompts, a.steps) {
             Ok(p) => {
                 failed |= !p.pass();
@@ -236,6 +260,9 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
         }
     }
     let hybrid_preset = ModelConfig::preset(&a.preset).is_some_and(|c| c.is_hybrid());
+    if a.preset != "none" && !hybrid_preset && part("contexts") {
+        failed |= context_speed(&a, &mut out)?;
+    }
     if hybrid_preset && part("speed") {
         failed |= hybrid_speed(&a, &mut out)?;
     }
@@ -294,6 +321,195 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
     } else {
         ExitStatus::Ok
     })
+}
+
+/// Timed runs per kernel and case of `devcheck --only attention`.
+const ATTENTION_TIMED_RUNS: usize = 9;
+/// Bytes written between timed attention runs to evict L2 (larger than any GPU's L2 so far).
+const ATTENTION_FLUSH_BYTES: usize = 512 << 20;
+
+/// `devcheck --only attention`: every [`crate::runtime::backend::cuda::attn_check::devcheck_cases`]
+/// case on both decode-attention kernels: rel L2 against the CPU reference (tolerance
+/// `FLASH_DECODE_REL_L2`), the two kernels against each other, and each kernel's median time
+/// (L2 evicted before each run) as a multiple of the KV bytes ÷ the copy rate measured here.
+/// Returns whether anything failed.
+fn attention_checks(
+    a: &DevcheckArgs,
+    w: &crate::runtime::weights::ModelWeights,
+    out: &mut impl Write,
+) -> anyhow::Result<bool> {
+    use crate::runtime::backend::cuda::{attn_check, decode_attn};
+    let b = crate::runtime::backend::cuda::CudaBackend::load(
+        crate::runtime::backend::cuda::CudaLoadSpec {
+            device: a.device,
+            weights: crate::runtime::backend::cuda::WeightSource::Host(Box::new(w.clone())),
+            quantize: None,
+            max_num_batched_tokens: 256,
+            max_num_seqs: 8,
+            max_model_len: 1024,
+            kv_dtype: KvCacheDtype::Bf16,
+            block_size: 16,
+        },
+    )?;
+    for n in &b.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    let bw = crate::kernels::bench::copy_bandwidth(b.gpu())?.bytes_per_s;
+    writeln!(
+        out,
+        "attention: copy bandwidth {:.2} TB/s; tolerance rel L2 {:.0e} against the CPU reference (f64 softmax over the same BF16/E4M3 values); times are medians of {ATTENTION_TIMED_RUNS} runs, each after writing {} MiB to evict L2; bound = KV bytes / copy bandwidth; target <= {:.1}x the bound",
+        bw / 1e12,
+        decode_attn::FLASH_DECODE_REL_L2,
+        ATTENTION_FLUSH_BYTES >> 20,
+        decode_attn::ATTENTION_BOUND_TARGET
+    )?;
+    let mut failed = false;
+    // Whole-model greedy parity where the flash kernel runs (the tiny preset's head_dim 16 takes
+    // the CUDA-core kernel): the tiny shape with 8 query heads over 2 KV heads at head_dim 64
+    // and 128, BF16 and FP8 KV.
+    for (hd, kv) in [
+        (64, KvCacheDtype::Bf16),
+        (128, KvCacheDtype::Bf16),
+        (128, KvCacheDtype::Fp8),
+    ] {
+        let mut c = ModelConfig::tiny();
+        c.head_dim = hd;
+        c.rotary_dim = hd;
+        c.num_heads = 8;
+        c.num_kv_heads = 2;
+        let wh = crate::runtime::weights::synthesize(&c, 0);
+        // With the flash-decoding kernel (the default), then with the CUDA-core kernel, so a
+        // difference from the CPU is attributed to the kernel or to the rest of the model.
+        for flash in [true, false] {
+            let opts = crate::runtime::backend::cuda::CudaOptions {
+                flash_decode: flash,
+                ..Default::default()
+            };
+            let kernel = if flash { "flash" } else { "cuda-cores" };
+            match cuda_check::greedy_parity_with(
+                a.device,
+                &wh,
+                WeightFormat::Bf16,
+                kv,
+                (a.prompts, a.steps),
+                opts,
+            ) {
+                Ok(p) => {
+                    failed |= !p.pass();
+                    writeln!(
+                        out,
+                        "{} parity tiny head_dim {hd} (8 heads / 2 KV heads, {kernel} decode attention) bf16 KV {}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e} (tolerance {:?})",
+                        if p.pass() { "PASS" } else { "FAIL" },
+                        kv.vllm_name(),
+                        p.top1_equal,
+                        p.tokens,
+                        p.near_ties,
+                        p.greedy_identical,
+                        p.max_rel_l2,
+                        p.mean_rel_l2,
+                        p.tol
+                    )?;
+                }
+                Err(e) => {
+                    failed = true;
+                    writeln!(out, "FAIL parity tiny head_dim {hd} ({kernel}): {e:#}")?;
+                }
+            }
+            out.flush()?;
+        }
+    }
+    let cases = attn_check::devcheck_cases();
+    let outcomes = b.check_decode_attention(&cases, ATTENTION_TIMED_RUNS, ATTENTION_FLUSH_BYTES)?;
+    for (case, o) in cases.iter().zip(outcomes) {
+        match o {
+            Ok(o) => {
+                failed |= !o.pass();
+                let bound = case.kv_bytes() as f64 / bw;
+                let k = |k: &Option<attn_check::KernelOutcome>| match k {
+                    None => "not run (does not cover the shape)".to_string(),
+                    Some(k) => format!(
+                        "rel L2 {:.2e}{}",
+                        k.rel_l2,
+                        k.seconds
+                            .map(|s| format!(
+                                ", {:.1} us = {:.2}x the bound ({:.2} TB/s)",
+                                s * 1e6,
+                                s / bound,
+                                case.kv_bytes() as f64 / s / 1e12
+                            ))
+                            .unwrap_or_default()
+                    ),
+                };
+                writeln!(
+                    out,
+                    "{} attention {} ({} partitions, KV {:.2} MB, bound {:.1} us): flash {}; cuda-cores {}{}",
+                    if o.pass() { "PASS" } else { "FAIL" },
+                    case.label(),
+                    o.parts,
+                    case.kv_bytes() as f64 / 1e6,
+                    bound * 1e6,
+                    k(&o.flash),
+                    k(&o.cuda_cores),
+                    o.flash_vs_cuda_cores
+                        .map(|d| format!("; flash vs cuda-cores rel L2 {d:.2e}"))
+                        .unwrap_or_default()
+                )?;
+            }
+            Err(e) => {
+                failed = true;
+                writeln!(out, "FAIL attention {}: {e:#}", case.label())?;
+            }
+        }
+        out.flush()?;
+    }
+    Ok(failed)
+}
+
+/// `devcheck --only contexts`: [`crate::runtime_eval::decode_profile::compare_kernels`] per
+/// format of `--formats` on `--preset`, rendered against the copy bandwidth measured here.
+/// Returns whether anything failed.
+fn context_speed(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
+    use crate::runtime_eval::decode_profile;
+    let gpu = crate::gpu::Gpu::open_device(a.device)?;
+    let bw = crate::kernels::bench::copy_bandwidth(&gpu)?.bytes_per_s;
+    drop(gpu);
+    writeln!(out, "contexts: copy bandwidth {:.2} TB/s", bw / 1e12)?;
+    let mut failed = false;
+    for fmt in &a.formats {
+        match decode_profile::compare_kernels(a.device, &a.preset, *fmt) {
+            Ok((flash, cores, notes, first)) => {
+                for n in notes {
+                    writeln!(out, "note: {n}")?;
+                }
+                for (kernel, rows) in [(first.as_str(), &flash), ("CudaCores", &cores)] {
+                    for r in rows.iter() {
+                        writeln!(
+                            out,
+                            "context {} {} {kernel}: batch-1 decode at {} positions {:.1} tok/s ({:.1}% of the bound {:.1}, weights + KV){}",
+                            a.preset,
+                            fmt.id(),
+                            r.context,
+                            r.tok_per_s,
+                            100.0 * r.fraction_of_bound(bw),
+                            1.0 / r.bound_seconds(bw),
+                            r.attention_vs_bound(bw)
+                                .map(|x| format!("; attention {x:.2}x its KV bound"))
+                                .unwrap_or_default()
+                        )?;
+                    }
+                    let md =
+                        decode_profile::render(&format!("{} {kernel}", fmt.id()), rows, Some(bw));
+                    writeln!(out, "{md}")?;
+                }
+            }
+            Err(e) => {
+                failed = true;
+                writeln!(out, "FAIL contexts {} {}: {e:#}", a.preset, fmt.id())?;
+            }
+        }
+        out.flush()?;
+    }
+    Ok(failed)
 }
 
 /// `devcheck --only wg-probe`: [`crate::kernels::impls::w4a16_wg::probe`] on device `device`,
@@ -426,7 +642,39 @@ fn hybrid_checks(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool>
             KvCacheDtype::Fp8,
         ),
     ];
+    let keep = crate::runtime_eval::fp8_bisect::KeepBf16::from_env()?;
+    if !keep.is_empty() {
+        writeln!(
+            out,
+            "NOTE {}={}: these linears stay BF16 on both backends in the parity checks below",
+            crate::runtime_eval::fp8_bisect::KEEP_BF16_ENV,
+            keep.names()
+        )?;
+    }
     for (name, weights, fmt, kv) in cases {
+        if fmt == WeightFormat::Fp8 {
+            // The model's own sensitivity, on the CPU alone: how far its FP8 logits move when the
+            // BF16 roundings are left out (read the GPU parity against it).
+            match crate::runtime_eval::cuda_check::cpu_rounding_parity(
+                weights,
+                fmt,
+                a.prompts,
+                a.steps,
+                crate::runtime_eval::cuda_check::PARITY_FP8,
+            ) {
+                Ok(p) => writeln!(
+                    out,
+                    "INFO (CPU only) {name} {} with vs without BF16 rounding: top-1 {}/{} (+{} near-ties); logits rel L2 max {:.2e} mean {:.2e}",
+                    fmt.id(),
+                    p.top1_equal,
+                    p.tokens,
+                    p.near_ties,
+                    p.max_rel_l2,
+                    p.mean_rel_l2
+                )?,
+                Err(e) => writeln!(out, "INFO (CPU only) {name} sensitivity: {e:#}")?,
+            }
+        }
         match crate::runtime_eval::cuda_check::greedy_parity(
             a.device, weights, fmt, kv, a.prompts, a.steps,
         ) {

@@ -141,6 +141,16 @@ pub struct EngineArgs {
     /// Port on 127.0.0.1 where --engine-cmd will listen (instead of --url).
     #[arg(long)]
     pub port: Option<u16>,
+    /// API key for an engine started with `--api-key` (vLLM, SGLang, llama-server): sent as
+    /// `Authorization: Bearer KEY` on every request. Read from OPENAI_API_KEY when not given.
+    /// Never written to any output (the recorded command line shows `<token>`).
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "OPENAI_API_KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
     /// Parse this engine log too (e.g. the vLLM log of a server started elsewhere).
     #[arg(long, value_name = "FILE")]
     pub engine_log: Option<PathBuf>,
@@ -228,8 +238,9 @@ pub struct LoadArgs {
     /// Stop sending new requests after this many seconds per sweep point.
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
-    /// Unmeasured warm-up requests before each sweep point.
-    #[arg(long = "warmup-requests", value_name = "N")]
+    /// Unmeasured warm-up requests before each sweep point (0 to 10,000).
+    #[arg(long = "warmup-requests", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..=10000))]
     pub warmup_requests: Option<u32>,
     /// Prefix-cache temperature: cold (unique salted prompts, cache reset, hits verified 0) or
     /// warm (replay, hit rate measured).
@@ -273,6 +284,19 @@ fn positive(flag: &str, v: f64) -> Result<f64, RigError> {
         Err(RigError::flag(
             flag,
             format!("{v} must be a positive number"),
+        ))
+    }
+}
+
+/// A number of seconds: positive and at most a week ([`crate::e2e::workload::MAX_SECONDS`]).
+fn seconds(flag: &str, v: f64) -> Result<f64, RigError> {
+    let max = crate::e2e::workload::MAX_SECONDS;
+    if v.is_finite() && v > 0.0 && v <= max {
+        Ok(v)
+    } else {
+        Err(RigError::flag(
+            flag,
+            format!("{v} is outside the range rigbench takes: more than 0 and at most {max} seconds (a week)"),
         ))
     }
 }
@@ -323,6 +347,18 @@ pub fn e2e_options(
     builtin: BuiltinEngine<'_>,
     request_timeout_s: f64,
 ) -> Result<E2eOptions, RigError> {
+    // The engine's API key: sent by every engine client of this process, replaced by `<token>`
+    // wherever it would be written (docs/reliability.md).
+    if let Some(k) = &args.api_key {
+        if k.trim().is_empty() {
+            return Err(RigError::flag(
+                "--api-key",
+                "the key is empty (check OPENAI_API_KEY); leave it out for an engine without one",
+            ));
+        }
+        crate::output::redact::register_secret(k);
+    }
+    crate::e2e::client::set_api_key(args.api_key.clone());
     let mut suite = Suite::load(suite).map_err(|e| crate::cli::suite_error(suite_flag, e))?;
     let w = &mut suite.workload;
     if let Some(a) = load.api {
@@ -350,6 +386,16 @@ pub fn e2e_options(
     if let Some(r) = &load.rate {
         l.mode = LoadMode::Open;
         l.rates = crate::cli::parse_list("--rate", r)?;
+        let (lo, hi) = (
+            crate::e2e::workload::MIN_RATE,
+            crate::e2e::workload::MAX_RATE,
+        );
+        if let Some(bad) = l.rates.iter().find(|r| !(lo..=hi).contains(*r)) {
+            return Err(RigError::flag(
+                "--rate",
+                format!("{bad} requests/s is outside the range rigbench takes: {lo} to {hi:e} (below {lo}, one request would take over {:.0} s to arrive)", 1.0 / lo),
+            ));
+        }
     }
     if let Some(a) = load.arrival {
         l.arrival = a;
@@ -364,7 +410,7 @@ pub fn e2e_options(
         l.requests = n;
     }
     if let Some(d) = load.duration {
-        l.duration_s = Some(positive("--duration", d)?);
+        l.duration_s = Some(seconds("--duration", d)?);
     }
     if let Some(n) = load.warmup_requests {
         l.warmup = n;
@@ -509,12 +555,12 @@ pub fn e2e_options(
             (None, false) => None,
         },
     };
-    o.request_timeout = Duration::from_secs_f64(positive(
+    o.request_timeout = Duration::from_secs_f64(seconds(
         "--request-timeout",
         args.request_timeout.unwrap_or(request_timeout_s),
     )?);
     o.startup_timeout = Duration::from_secs_f64(match args.startup_timeout {
-        Some(t) => positive("--startup-timeout", t)?,
+        Some(t) => seconds("--startup-timeout", t)?,
         None if kind == EngineKind::Builtin => 120.0,
         None => 1800.0,
     });

@@ -63,7 +63,10 @@ const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 fn gib_bytes(flag: &str, v: f64) -> Result<u64, RigError> {
     if !(0.0..1e9).contains(&v) {
-        return Err(RigError::flag(flag, format!("{v} is not a size in GiB")));
+        return Err(RigError::flag(
+            flag,
+            format!("{v} is not a size in GiB; give a number of GiB from 0 up to 1e9, e.g. 141"),
+        ));
     }
     Ok((v * GIB).round() as u64)
 }

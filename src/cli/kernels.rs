@@ -223,6 +223,7 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         force: args.force,
         devices: args.sel.devices.clone(),
         interconnect: false,
+        tp_allreduce: None,
         resume: None,
     };
     crate::signals::install()?;

@@ -98,6 +98,15 @@ pub struct ReportArgs {
     /// one GPU. The report says it was resumed and when.
     #[arg(long, value_name = "DIR", conflicts_with = "render")]
     pub resume: Option<PathBuf>,
+    /// All-reduce bus bandwidth (nccl-tests' busbw), GB/s, for the tensor-parallel composite
+    /// predicted from one GPU's rows (0.1 to 10,000; default: the fit to the committed 2-GPU
+    /// H200 report, docs/multi-gpu.md).
+    #[arg(long, value_name = "GB/s", conflicts_with = "render")]
+    pub allreduce_busbw: Option<f64>,
+    /// All-reduce fixed cost α, µs, for the same prediction (0 to 10,000; default as for
+    /// --allreduce-busbw).
+    #[arg(long, value_name = "µs", conflicts_with = "render")]
+    pub allreduce_latency: Option<f64>,
 }
 
 /// The flags that measure or choose what to measure: `--render` measures nothing, so it refuses
@@ -393,6 +402,10 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     }
     // SIGINT/SIGTERM stop the run after the case in flight and write what was measured.
     crate::signals::install()?;
+    let tp_allreduce = crate::multigpu::tp_model::AllReduceModel::with_flags(
+        args.allreduce_busbw,
+        args.allreduce_latency,
+    )?;
     let (results, dir) = job::run_with_dir(Job {
         kernels,
         accuracy: true,
@@ -420,6 +433,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         repeats: args.repeats as usize,
         devices: args.sel.devices.clone(),
         interconnect: true,
+        tp_allreduce: Some(tp_allreduce),
         resume: args.resume.clone(),
     })?;
     if let Some(why) = &results.interrupted {
@@ -432,7 +446,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     }
     if !results.failed.is_empty() {
         for f in &results.failed {
-            eprintln!("rigbench: {} FAILED: {}", f.what, f.reason);
+            eprintln!(
+                "rigbench: {} FAILED: {}",
+                f.what,
+                crate::output::redact::Redactor::for_this_host(true).secrets_only(&f.reason)
+            );
         }
         if let Some(dir) = &dir {
             print_summary(dir, &results);

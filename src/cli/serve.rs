@@ -6,7 +6,11 @@
 //! concurrency for L tokens per request: X.XXx`) and then `rigbench serve: listening on
 //! http://HOST:PORT` on stdout, flushed; launchers parse the latter to find the port. It binds
 //! the port before it loads the model (a busy port fails at once), and serves until Ctrl-C (or
-//! SIGTERM), which also stops it while the model loads (exit 0 either way).
+//! SIGTERM, or SIGHUP), which also stops it while the model loads (exit 0 either way).
+//!
+//! Against hostile clients (`crate::runtime::serve_guard`): `--api-key` (or `VLLM_API_KEY`) on
+//! every route, a connection limit, header-read and body timeouts, a limit on the messages of
+//! one chat request, and a warning on stderr when it listens beyond loopback.
 
 use std::io::Write;
 
@@ -97,6 +101,37 @@ pub struct ServeArgs {
     /// CPU threads for the matmul (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Every request (every route, `/health` and `/metrics` included) must carry
+    /// `Authorization: Bearer KEY`; others get 401. Stricter than vLLM's `--api-key`, which
+    /// checks only the `/v1/...` routes: a health probe needs the key here.
+    #[arg(long, env = "VLLM_API_KEY", hide_env_values = true, value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// Connections open at once; one more is answered 503 and closed (default: the process's
+    /// file-descriptor limit less 64).
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Seconds a client has to send a whole request head, counted from when the server waits
+    /// for it; also how long an idle kept-alive connection stays open.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub header_read_timeout: f64,
+    /// Longest pause, in seconds, inside a request body; a client that stops half-way is
+    /// answered 400 and disconnected.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub idle_timeout: f64,
+    /// Most messages one chat request may have; more is answered 400 naming this limit.
+    #[arg(long, value_name = "N", default_value_t = crate::runtime::serve_guard::DEFAULT_MAX_CHAT_MESSAGES)]
+    pub max_chat_messages: usize,
+}
+
+/// A timeout flag's seconds as a [`std::time::Duration`], in (0, 86,400].
+fn timeout_flag(flag: &str, secs: f64) -> Result<std::time::Duration, RigError> {
+    if !(secs > 0.0 && secs <= 86_400.0) {
+        return Err(RigError::flag(
+            flag,
+            format!("{secs} is not a number of seconds in (0, 86400]"),
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 impl ServeArgs {
@@ -167,6 +202,30 @@ impl ServeArgs {
             speculative,
             enable_prefix_caching: !self.no_prefix_caching,
             num_threads: self.threads,
+            limits: crate::runtime::serve_guard::ServeLimits {
+                max_connections: match self.max_connections {
+                    Some(n) if !(1..=1_000_000).contains(&n) => {
+                        return Err(RigError::flag(
+                            "--max-connections",
+                            format!("{n} is out of range 1..=1000000"),
+                        ))
+                    }
+                    n => n,
+                },
+                header_read_timeout: timeout_flag(
+                    "--header-read-timeout",
+                    self.header_read_timeout,
+                )?,
+                idle_timeout: timeout_flag("--idle-timeout", self.idle_timeout)?,
+                max_chat_messages: match self.max_chat_messages {
+                    0 => return Err(RigError::flag("--max-chat-messages", "must be at least 1")),
+                    n => n,
+                },
+            },
+            api_key: self
+                .api_key
+                .as_deref()
+                .and_then(crate::runtime::serve_guard::ApiKey::new),
         };
         c.validate()?;
         Ok(c)
@@ -217,6 +276,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitStatus> {
         tokio::pin!(signal);
         // The port before the model: a busy one fails at once.
         let listener = crate::runtime::server::bind(&config).await?;
+        if let Some(w) = listener.local_addr().ok().and_then(|a| {
+            crate::runtime::serve_guard::exposure_warning(&a, config.api_key.is_some())
+        }) {
+            eprintln!("{w}");
+        }
         eprintln!("rigbench serve: loading {} ...", config.model);
         let handle = tokio::select! {
             h = crate::runtime::server::start_on(listener, config) => h?,
@@ -261,7 +325,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitStatus> {
     status
 }
 
-/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM. The handlers are installed when this is
+/// Resolves on the first SIGINT (Ctrl-C), SIGTERM or SIGHUP (a closed terminal or dropped ssh
+/// session; as `crate::signals` treats it). The handlers are installed when this is
 /// called (inside the runtime), not when the future is first polled, so a signal sent right
 /// after is never missed.
 ///
@@ -271,10 +336,12 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut int = signal(SignalKind::interrupt())?;
     let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
     Ok(async move {
         tokio::select! {
             _ = int.recv() => {}
             _ = term.recv() => {}
+            _ = hup.recv() => {}
         }
     })
 }
@@ -391,5 +458,46 @@ mod tests {
         assert!(parse(&["--gpu-memory-utilization", "1.5"])
             .unwrap_err()
             .contains("--gpu-memory-utilization"));
+        for (flag, v) in [
+            ("--max-connections", "0"),
+            ("--max-connections", "2000000"),
+            ("--header-read-timeout", "0"),
+            ("--header-read-timeout", "1e30"),
+            ("--idle-timeout", "-1"),
+            ("--idle-timeout", "NaN"),
+            ("--max-chat-messages", "0"),
+        ] {
+            // `--flag=value`: clap takes `--flag -1` for two flags.
+            let e = parse(&[&format!("{flag}={v}")]).unwrap_err();
+            assert!(e.contains(flag), "{flag} {v}: {e}");
+        }
+    }
+
+    #[test]
+    fn hostile_client_flags_map_to_limits() {
+        let c = parse(&[
+            "--api-key",
+            "k1",
+            "--max-connections",
+            "100",
+            "--header-read-timeout",
+            "2.5",
+            "--idle-timeout",
+            "7",
+            "--max-chat-messages",
+            "9",
+        ])
+        .unwrap();
+        assert!(c.api_key.is_some());
+        assert!(
+            !format!("{c:?}").contains("k1"),
+            "the key never shows in Debug"
+        );
+        assert_eq!(c.limits.max_connections, Some(100));
+        assert_eq!(c.limits.header_read_timeout.as_millis(), 2500);
+        assert_eq!(c.limits.idle_timeout.as_secs(), 7);
+        assert_eq!(c.limits.max_chat_messages, 9);
+        // An empty key is no key, as in vLLM.
+        assert!(parse(&["--api-key", ""]).unwrap().api_key.is_none());
     }
 }

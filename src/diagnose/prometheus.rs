@@ -197,6 +197,14 @@ impl Exposition {
             .fold(None, |m, v| Some(m.map_or(v, |m: f64| m.max(v))))
     }
 
+    /// Smallest finite value of `name` (any labels): a gauge checked for impossible negatives.
+    pub fn min(&self, name: &str) -> Option<f64> {
+        self.matching(name)
+            .map(|s| s.value)
+            .filter(|v| v.is_finite())
+            .fold(None, |m, v| Some(m.map_or(v, |m: f64| m.min(v))))
+    }
+
     /// The labels of the first sample of `name` (info-style metrics such as
     /// `vllm:cache_config_info`).
     pub fn labels_of(&self, name: &str) -> Option<&BTreeMap<String, String>> {

@@ -20,6 +20,104 @@ use serde_json::{json, Value};
 
 use crate::diagnose::prometheus::Exposition;
 
+/// The largest non-streamed answer body read from an engine (`/v1/models`, `/version`,
+/// `/tokenize`, a non-streamed completion): 16 MiB. A larger one is refused with its size
+/// (docs/reliability.md, "Engine numbers and bodies"); nothing is allocated beyond it.
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// The largest `/metrics` exposition read: 32 MiB (a vLLM scrape is tens to hundreds of KB).
+pub const MAX_METRICS_BYTES: usize = 32 << 20;
+
+/// The most of an error answer's body kept (only its first 200 characters are shown): 64 KiB.
+pub const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
+
+/// How long one `GET /metrics` may take before it counts as stalled: 5 s (a scrape of a
+/// healthy engine takes milliseconds; a stalled one must not cost 30 s per poll).
+pub const METRICS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Read at most `limit` bytes of `resp`'s body and decode it lossily (an engine's invalid UTF-8
+/// becomes U+FFFD). `truncate`: keep the first `limit` bytes of a longer body (error answers,
+/// shown cut anyway); otherwise a longer body is an error naming `what`, its size and the limit.
+///
+/// # Errors
+/// The body is larger than `limit` (and `truncate` is false), or reading it failed.
+pub async fn read_body_limited(
+    mut resp: reqwest::Response,
+    limit: usize,
+    truncate: bool,
+    what: &str,
+) -> Result<String, String> {
+    let too_big = |n: String| {
+        format!(
+            "{what}: the answer body is {n} bytes, over rigbench's limit of {limit} bytes (not read)"
+        )
+    };
+    if let Some(n) = resp.content_length() {
+        if n > limit as u64 && !truncate {
+            return Err(too_big(n.to_string()));
+        }
+    }
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let chunk = match resp.chunk().await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => return Err(format!("{what}: body: {}", error_chain(&e))),
+        };
+        if buf.len() + chunk.len() > limit {
+            if truncate {
+                let room = limit - buf.len();
+                buf.extend_from_slice(&chunk[..room]);
+                break;
+            }
+            return Err(too_big(format!("more than {limit}")));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The message added to an HTTP 401 or 403 from an engine: how to send its key.
+pub const API_KEY_FIX: &str = "the engine wants an API key: pass --api-key KEY or set OPENAI_API_KEY (vLLM's --api-key, SGLang's --api-key, llama-server's --api-key)";
+
+/// Default headers of every request to the engine: `Authorization: Bearer KEY` (marked
+/// sensitive, so it never appears in a debug print) when a key is given.
+fn auth_headers(api_key: Option<&str>) -> anyhow::Result<reqwest::header::HeaderMap> {
+    let mut h = reqwest::header::HeaderMap::new();
+    if let Some(k) = api_key.filter(|k| !k.is_empty()) {
+        let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {k}"))
+            .map_err(|_| anyhow::anyhow!("the API key (--api-key or OPENAI_API_KEY) holds characters an HTTP header cannot carry"))?;
+        v.set_sensitive(true);
+        h.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    Ok(h)
+}
+
+static API_KEY: std::sync::RwLock<Option<String>> = std::sync::RwLock::new(None);
+
+/// Set the API key every engine client of this process sends (`e2e`/`report` `--api-key` or
+/// `OPENAI_API_KEY`), before any client is built. The key is sent only as
+/// `Authorization: Bearer`; it is never written to any output.
+pub fn set_api_key(key: Option<String>) {
+    if let Ok(mut k) = API_KEY.write() {
+        *k = key.filter(|k| !k.is_empty());
+    }
+}
+
+/// The API key set with [`set_api_key`].
+pub fn api_key() -> Option<String> {
+    API_KEY.read().ok().and_then(|k| k.clone())
+}
+
+/// An HTTP client for the engine's side endpoints, sending the API key when one is set.
+pub fn side_http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .default_headers(auth_headers(api_key().as_deref()).unwrap_or_default())
+        .build()
+        .unwrap_or_default()
+}
+
 /// Which OpenAI API a workload uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -265,6 +363,9 @@ pub struct StreamOutcome {
     pub retries: u32,
     /// Why the first attempt failed, when it was retried.
     pub retry_reason: Option<String>,
+    /// The request's `max_tokens`: a token count the engine claims above it is impossible and
+    /// fails the request with the reason (never one latency sample per claimed token).
+    pub max_tokens: Option<u64>,
 }
 
 impl StreamOutcome {
@@ -307,6 +408,29 @@ impl StreamOutcome {
                 .pointer("/prompt_tokens_details/cached_tokens")
                 .and_then(Value::as_u64),
         });
+        if let (Some(u), Some(max)) = (usage, self.max_tokens) {
+            for (name, v) in [
+                ("usage.completion_tokens", u.completion_tokens),
+                (
+                    "usage.completion_tokens_details.reasoning_tokens",
+                    u.reasoning_tokens,
+                ),
+            ] {
+                if let Some(n) = v.filter(|n| *n > max) {
+                    return Err(format!(
+                        "impossible token count: the engine reported {name} = {n} for max_tokens {max} (not counted)"
+                    ));
+                }
+            }
+        }
+        if let Some(n) = usage
+            .and_then(|u| u.prompt_tokens)
+            .filter(|n| *n > MAX_PLAUSIBLE_TOKENS)
+        {
+            return Err(format!(
+                "impossible token count: the engine reported usage.prompt_tokens = {n} (over {MAX_PLAUSIBLE_TOKENS}; not counted)"
+            ));
+        }
         if usage.is_some() {
             self.usage = usage;
         }
@@ -341,6 +465,15 @@ impl StreamOutcome {
                 if let Some(ids) = c.get(key).and_then(Value::as_array) {
                     *token_ids.get_or_insert(0) += ids.len() as u64;
                 }
+            }
+        }
+        if let (Some(n), Some(max)) = (token_ids, self.max_tokens) {
+            let seen: u64 = self.events.iter().filter_map(|e| e.tokens).sum();
+            if seen.saturating_add(n) > max {
+                return Err(format!(
+                    "impossible token count: the engine's chunks list {} token ids for max_tokens {max} (not counted)",
+                    seen.saturating_add(n)
+                ));
             }
         }
         if choices.is_empty() {
@@ -392,6 +525,11 @@ impl StreamOutcome {
         Ok(())
     }
 }
+
+/// The largest token count rigbench takes from an engine where no `max_tokens` bounds it (a
+/// prompt's `usage.prompt_tokens`, a `/tokenize` count, a context length): 2^31 tokens, far
+/// beyond any model's context; a larger one is refused as impossible.
+pub const MAX_PLAUSIBLE_TOKENS: u64 = 1 << 31;
 
 /// A connection-level failure (refused, reset): the engine may be gone.
 pub fn is_connect_error(msg: &str) -> bool {
@@ -520,8 +658,10 @@ impl EngineClient {
         if let Some(s) = b.strip_suffix("/v1") {
             b = s.to_string();
         }
+        let headers = auth_headers(api_key().as_deref())?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            .default_headers(headers.clone())
             .tcp_nodelay(true)
             .pool_max_idle_per_host(1024)
             .pool_idle_timeout(idle)
@@ -529,6 +669,7 @@ impl EngineClient {
             .context("cannot build the HTTP client")?;
         let fresh = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            .default_headers(headers)
             .tcp_nodelay(true)
             .pool_max_idle_per_host(0)
             .build()
@@ -577,13 +718,15 @@ impl EngineClient {
             .send_retrying(|c| c.get(self.url(path)).timeout(Duration::from_secs(30)))
             .await
             .with_context(|| format!("GET {path}"))?;
+        if matches!(r.status().as_u16(), 401 | 403) {
+            bail!("GET {path} answered {}: {API_KEY_FIX}", r.status());
+        }
         if !r.status().is_success() {
             return Ok(None);
         }
-        let text = r
-            .text()
+        let text = read_body_limited(r, MAX_BODY_BYTES, false, &format!("GET {path}"))
             .await
-            .with_context(|| format!("GET {path}: body"))?;
+            .map_err(anyhow::Error::msg)?;
         Ok(serde_json::from_str(&text).ok())
     }
 
@@ -614,16 +757,37 @@ impl EngineClient {
     }
 
     /// `GET /metrics` parsed; `None` when the engine has no such endpoint.
+    ///
+    /// # Errors
+    /// The scrape failed, stalled (no whole answer within [`METRICS_TIMEOUT`]: the message says
+    /// `stalled`), or its body is over [`MAX_METRICS_BYTES`].
     pub async fn metrics(&self) -> anyhow::Result<Option<Exposition>> {
-        let r = self
-            .send_retrying(|c| c.get(self.url("/metrics")).timeout(Duration::from_secs(30)))
-            .await
-            .context("GET /metrics")?;
-        if !r.status().is_success() {
-            return Ok(None);
+        let stalled = || {
+            anyhow::anyhow!(
+                "GET /metrics stalled: no whole answer within {} s",
+                METRICS_TIMEOUT.as_secs()
+            )
+        };
+        let work = async {
+            let r = self
+                .send_retrying(|c| c.get(self.url("/metrics")).timeout(METRICS_TIMEOUT))
+                .await;
+            let r = match r {
+                Err(e) if e.is_timeout() => return Err(stalled()),
+                r => r.context("GET /metrics")?,
+            };
+            if !r.status().is_success() {
+                return Ok(None);
+            }
+            let text = read_body_limited(r, MAX_METRICS_BYTES, false, "GET /metrics")
+                .await
+                .map_err(anyhow::Error::msg)?;
+            Ok(Some(Exposition::parse(&text)))
+        };
+        match tokio::time::timeout(METRICS_TIMEOUT + Duration::from_secs(1), work).await {
+            Ok(r) => r,
+            Err(_) => Err(stalled()),
         }
-        let text = r.text().await.context("GET /metrics: body")?;
-        Ok(Some(Exposition::parse(&text)))
     }
 
     /// `POST /tokenize` in vLLM's form (see [`EngineClient::tokenize_as`]).
@@ -659,16 +823,32 @@ impl EngineClient {
             return Ok(None);
         }
         let status = r.status();
-        let v: Value = r.json().await.context("POST /tokenize: body is not JSON")?;
+        let text = read_body_limited(r, MAX_BODY_BYTES, false, "POST /tokenize")
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let v: Value = serde_json::from_str(&text).context("POST /tokenize: body is not JSON")?;
         if !status.is_success() {
-            bail!("POST /tokenize answered {status}: {v}");
+            let mut msg = format!(
+                "POST /tokenize answered {status}: {}",
+                text.chars().take(200).collect::<String>()
+            );
+            if matches!(status.as_u16(), 401 | 403) {
+                msg.push_str(&format!("; {API_KEY_FIX}"));
+            }
+            bail!(msg);
         }
-        let count = v
-            .get("count")
-            .and_then(Value::as_u64)
-            .map(|c| c as usize)
-            .or_else(|| v.get("tokens").and_then(Value::as_array).map(Vec::len))
-            .context("POST /tokenize: answer has neither `count` nor `tokens`")?;
+        let count = match v.get("count") {
+            Some(c) => Some(
+                c.as_u64()
+                    .filter(|n| *n <= MAX_PLAUSIBLE_TOKENS)
+                    .with_context(|| {
+                        format!("POST /tokenize: impossible `count` {c} (not a whole number from 0 to {MAX_PLAUSIBLE_TOKENS})")
+                    })? as usize,
+            ),
+            None => None,
+        }
+        .or_else(|| v.get("tokens").and_then(Value::as_array).map(Vec::len))
+        .context("POST /tokenize: answer has neither `count` nor `tokens`")?;
         if count == 0 && !text.trim().is_empty() {
             bail!(
                 "POST /tokenize ({}) counted 0 tokens for a non-empty text of {} characters: the engine did not understand the request (a failed tokenization, not a count)",
@@ -678,7 +858,10 @@ impl EngineClient {
         }
         Ok(Some(Tokenized {
             count,
-            max_model_len: v.get("max_model_len").and_then(Value::as_u64),
+            max_model_len: v
+                .get("max_model_len")
+                .and_then(Value::as_u64)
+                .filter(|n| (1..=MAX_PLAUSIBLE_TOKENS).contains(n)),
         }))
     }
 
@@ -705,17 +888,36 @@ impl EngineClient {
             .await
             .with_context(|| format!("POST {}", req.api.path()))?;
         let status = r.status();
-        let text = r.text().await.unwrap_or_default();
         if !status.is_success() {
+            let text = read_body_limited(r, MAX_ERROR_BODY_BYTES, true, req.api.path())
+                .await
+                .unwrap_or_default();
+            let fix = if matches!(status.as_u16(), 401 | 403) {
+                format!("; {API_KEY_FIX}")
+            } else {
+                String::new()
+            };
             bail!(
-                "POST {} answered {status}: {}",
+                "POST {} answered {status}: {}{fix}",
                 req.api.path(),
                 text.chars().take(200).collect::<String>()
             );
         }
+        let text = read_body_limited(r, MAX_BODY_BYTES, false, req.api.path())
+            .await
+            .map_err(anyhow::Error::msg)?;
         let v: Value = serde_json::from_str(&text)
             .with_context(|| format!("POST {}: the answer is not JSON", req.api.path()))?;
-        Ok(v.pointer("/usage/prompt_tokens").and_then(Value::as_u64))
+        match v.pointer("/usage/prompt_tokens") {
+            None | Some(Value::Null) => Ok(None),
+            Some(p) => match p.as_u64().filter(|n| *n <= MAX_PLAUSIBLE_TOKENS) {
+                Some(n) => Ok(Some(n)),
+                None => bail!(
+                    "POST {}: impossible usage.prompt_tokens {p} (not a whole number from 0 to {MAX_PLAUSIBLE_TOKENS})",
+                    req.api.path()
+                ),
+            },
+        }
     }
 
     /// `POST /reset_prefix_cache` (vLLM, `rigbench serve`): see
@@ -771,7 +973,10 @@ impl EngineClient {
         stop: impl std::future::Future<Output = ()>,
     ) -> (Instant, StreamOutcome) {
         let sent = Instant::now();
-        let mut out = StreamOutcome::default();
+        let mut out = StreamOutcome {
+            max_tokens: Some(u64::from(req.max_tokens)),
+            ..Default::default()
+        };
         let res = {
             let work = self.stream_inner(req, sent, &mut out);
             tokio::select! {
@@ -826,7 +1031,14 @@ impl EngineClient {
         let status = resp.status();
         out.http_status = Some(status.as_u16());
         if !status.is_success() {
-            let body = resp.text().await.unwrap_or_default();
+            let body = read_body_limited(resp, MAX_ERROR_BODY_BYTES, true, req.api.path())
+                .await
+                .unwrap_or_default();
+            let fix = if matches!(status.as_u16(), 401 | 403) {
+                format!(" ({API_KEY_FIX})")
+            } else {
+                String::new()
+            };
             let msg = serde_json::from_str::<Value>(&body)
                 .ok()
                 .and_then(|v| {
@@ -837,7 +1049,7 @@ impl EngineClient {
                         .map(str::to_string)
                 })
                 .unwrap_or_else(|| body.chars().take(200).collect());
-            return Err(format!("HTTP {status}: {msg}"));
+            return Err(format!("HTTP {status}: {msg}{fix}"));
         }
         let ctype = resp
             .headers()

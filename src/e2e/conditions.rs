@@ -74,6 +74,10 @@ pub struct EngineFacts {
     /// Why `POST /tokenize` is not used, when it is not (absent, failed, counted nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenize_note: Option<String>,
+    /// Why `GET /metrics` gave nothing usable when it was tried (stalled, too large, failed);
+    /// absent when it answered or the engine has no such endpoint (404).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_note: Option<String>,
     /// Prompt tokens the engine adds around the prompt text (chat template, BOS), measured once
     /// per session: the engine's `usage.prompt_tokens` for a probe prompt minus the tokenizer's
     /// count of that prompt.
@@ -353,6 +357,35 @@ pub struct PollStats {
     /// it; see [`next_scrape_interval`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_interval_s: Option<f64>,
+    /// Gauge values the engine sent that cannot be true (a usage fraction outside 0..1, a
+    /// negative count) and scrapes that gave nothing (stalled, too large), each with its
+    /// reason; rejected values are left out of the figures above.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<String>,
+}
+
+/// The most rejected gauge values kept per run (the first ones; the rest are the same kind).
+const MAX_REJECTED: usize = 8;
+
+/// An engine gauge checked before use: `Ok(Some(v))` for a value in `lo..=hi`, `Ok(None)` when
+/// absent, `Err(reason)` for an impossible one (NaN and infinities never reach here:
+/// [`Exposition::max`] skips them).
+pub fn checked_gauge(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f64>, String> {
+    match v {
+        None => Ok(None),
+        Some(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(Some(x)),
+        Some(x) => {
+            // Short either way: -5, not -5e0; -1e308, not 309 digits.
+            let shown = if x.is_finite() && x.abs() < 1e6 {
+                format!("{x}")
+            } else {
+                format!("{x:e}")
+            };
+            Err(format!(
+                "{name} = {shown} is impossible (allowed {lo}..={hi}); not used"
+            ))
+        }
+    }
 }
 
 fn fmax(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -381,6 +414,18 @@ impl PollStats {
         self.peak_kv_usage = fmax(self.peak_kv_usage, o.peak_kv_usage);
         self.max_running = fmax(self.max_running, o.max_running);
         self.max_waiting = fmax(self.max_waiting, o.max_waiting);
+        for r in &o.rejected {
+            if self.rejected.len() < MAX_REJECTED && !self.rejected.contains(r) {
+                self.rejected.push(r.clone());
+            }
+        }
+    }
+
+    /// Record why a scrape gave nothing (stalled, too large, refused), once per reason.
+    pub fn note_failure(&mut self, why: String) {
+        if self.rejected.len() < MAX_REJECTED && !self.rejected.contains(&why) {
+            self.rejected.push(why);
+        }
     }
 
     /// Record one scrape attempt that took `took` (answered or not).
@@ -392,20 +437,39 @@ impl PollStats {
     /// `requests_processing` / `requests_deferred`).
     pub fn add(&mut self, e: &Exposition) {
         self.polls += 1;
-        let kv = e
-            .max("vllm:kv_cache_usage_perc")
-            .or_else(|| e.max("vllm:gpu_cache_usage_perc"));
+        let mut check = |name: &str, alt: &str, hi: f64| {
+            let v = e.min(name).or_else(|| e.min(alt)).filter(|x| *x < 0.0);
+            let v = v.or_else(|| e.max(name).or_else(|| e.max(alt)));
+            match checked_gauge(name, v, 0.0, hi) {
+                Ok(v) => v,
+                Err(why) => {
+                    if self.rejected.len() < MAX_REJECTED && !self.rejected.contains(&why) {
+                        self.rejected.push(why);
+                    }
+                    None
+                }
+            }
+        };
+        // A usage fraction above 1 by rounding (1 + 1e-6) is still a full cache.
+        let kv = check(
+            "vllm:kv_cache_usage_perc",
+            "vllm:gpu_cache_usage_perc",
+            1.0 + 1e-6,
+        )
+        .map(|x| x.min(1.0));
+        let running = check(
+            "vllm:num_requests_running",
+            "llamacpp:requests_processing",
+            1e9,
+        );
+        let waiting = check(
+            "vllm:num_requests_waiting",
+            "llamacpp:requests_deferred",
+            1e9,
+        );
         self.peak_kv_usage = fmax(self.peak_kv_usage, kv);
-        self.max_running = fmax(
-            self.max_running,
-            e.max("vllm:num_requests_running")
-                .or_else(|| e.max("llamacpp:requests_processing")),
-        );
-        self.max_waiting = fmax(
-            self.max_waiting,
-            e.max("vllm:num_requests_waiting")
-                .or_else(|| e.max("llamacpp:requests_deferred")),
-        );
+        self.max_running = fmax(self.max_running, running);
+        self.max_waiting = fmax(self.max_waiting, waiting);
     }
 }
 
@@ -417,7 +481,10 @@ pub fn spec_condition(
 ) -> SpecCondition {
     let mut c = SpecCondition {
         state: SpecState::Unknown,
-        evidence: "no /metrics".into(),
+        evidence: facts
+            .metrics_note
+            .clone()
+            .unwrap_or_else(|| "no /metrics".into()),
         method: facts.spec_method.clone(),
         k: facts.spec_k.clone(),
         drafts: None,
@@ -516,26 +583,51 @@ pub fn spec_condition(
     c
 }
 
+/// The largest block or token count taken from `vllm:cache_config_info`'s labels: 2^40 (a
+/// trillion tokens is beyond any GPU's KV cache; a larger label is refused as impossible).
+const MAX_KV_LABEL: f64 = (1u64 << 40) as f64;
+
 /// KV capacity: metrics first, then the boot log.
 pub fn kv_capacity(e: Option<&Exposition>, boot: Option<&BootLog>) -> KvCondition {
     let mut k = KvCondition::default();
     if let Some(e) = e {
         if let Some(l) = e.labels_of("vllm:cache_config_info") {
-            let get = |n: &str| {
-                l.get(n)
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .map(|v| v as u64)
+            let mut rejected = Vec::new();
+            let mut get = |n: &str| {
+                let raw = l.get(n)?;
+                let v = raw.parse::<f64>().ok();
+                match v.filter(|v| {
+                    v.is_finite() && *v >= 0.0 && v.fract() == 0.0 && *v <= MAX_KV_LABEL
+                }) {
+                    Some(v) => Some(v as u64),
+                    None => {
+                        rejected.push(format!(
+                            "/metrics cache_config_info {n}=\"{}\" is not a count (a whole number from 0 to {MAX_KV_LABEL:e}); not used",
+                            raw.chars().take(40).collect::<String>()
+                        ));
+                        None
+                    }
+                }
             };
             k.block_size = get("block_size");
             k.num_blocks = get("num_gpu_blocks");
-            if let Some(t) = get("kv_cache_size_tokens") {
+            let kv_tokens = get("kv_cache_size_tokens");
+            if !rejected.is_empty() {
+                k.capacity_note = Some(rejected.join("; "));
+            }
+            if let Some(t) = kv_tokens {
                 k.capacity_tokens = Some(Sourced::new(
                     t,
                     "/metrics cache_config_info kv_cache_size_tokens",
                 ));
-            } else if let (Some(b), Some(n)) = (k.block_size, k.num_blocks) {
+            } else if let Some(t) = k
+                .block_size
+                .zip(k.num_blocks)
+                .and_then(|(b, n)| b.checked_mul(n))
+                .filter(|t| *t > 0)
+            {
                 k.capacity_tokens = Some(Sourced::new(
-                    b * n,
+                    t,
                     "/metrics cache_config_info num_gpu_blocks × block_size",
                 ));
             }

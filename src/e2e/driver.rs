@@ -216,8 +216,20 @@ async fn engine_facts(
     f.runtime = version
         .as_ref()
         .and_then(super::runtime_facts::from_version);
-    let models = client.models().await.unwrap_or_default();
-    let metrics = client.metrics().await.unwrap_or(None);
+    // An engine that refuses rigbench (401/403: it wants an API key) would fail every request:
+    // stop here with the fix.
+    let models = match client.models().await {
+        Ok(m) => m,
+        Err(e) if format!("{e:#}").contains(super::client::API_KEY_FIX) => return Err(e),
+        Err(_) => Vec::new(),
+    };
+    let metrics = match client.metrics().await {
+        Ok(m) => m,
+        Err(e) => {
+            f.metrics_note = Some(format!("{e:#}"));
+            None
+        }
+    };
     f.metrics = metrics.is_some();
     if f.name.is_none() {
         let prefix = metrics
@@ -358,8 +370,16 @@ async fn engine_facts(
     Ok(f)
 }
 
-async fn scrape(client: &EngineClient) -> Option<Exposition> {
-    client.metrics().await.ok().flatten()
+/// One scrape during a run; a failure (a stalled or oversized `/metrics`) is kept in `polls`
+/// with its reason, not taken for "no /metrics".
+async fn scrape_into(client: &EngineClient, polls: &mut PollStats) -> Option<Exposition> {
+    match client.metrics().await {
+        Ok(e) => e,
+        Err(e) => {
+            polls.note_failure(format!("{e:#}"));
+            None
+        }
+    }
 }
 
 /// The prompt tokens the engine adds around a prompt text (chat template, BOS): one
@@ -410,7 +430,7 @@ async fn prompt_overhead(
 /// One scrape at the start or the end of a run, timed and counted into `polls`.
 async fn timed_scrape(client: &EngineClient, polls: &mut PollStats) -> Option<Exposition> {
     let t = std::time::Instant::now();
-    let e = scrape(client).await;
+    let e = scrape_into(client, polls).await;
     polls.timed(t.elapsed());
     if let Some(x) = &e {
         polls.add(x);
@@ -624,13 +644,13 @@ impl Session<'_> {
         };
         eprintln!(
             "rigbench e2e: {}",
-            reset_message(
+            crate::output::redact::Redactor::for_this_host(true).secrets_only(&reset_message(
                 self.client.base(),
                 self.facts.kind.reset_path(),
                 reset,
                 points,
                 l.cache
-            )
+            ))
         );
     }
 
@@ -742,7 +762,7 @@ impl Session<'_> {
                     _ = &mut poll_stop_rx => break,
                 }
                 let t = std::time::Instant::now();
-                if let Some(e) = scrape(&poll_client).await {
+                if let Some(e) = scrape_into(&poll_client, &mut stats).await {
                     stats.add(&e);
                 }
                 let took = t.elapsed();

@@ -70,10 +70,7 @@ pub struct EngineProbe {
 }
 
 fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap_or_default()
+    super::client::side_http()
 }
 
 async fn get(base: &str, path: &str, timeout: Duration) -> Result<(u16, String), String> {
@@ -92,7 +89,13 @@ async fn get(base: &str, path: &str, timeout: Duration) -> Result<(u16, String),
             m
         })?;
     let status = r.status().as_u16();
-    let body = r.text().await.unwrap_or_default();
+    let body = super::client::read_body_limited(
+        r,
+        super::client::MAX_BODY_BYTES,
+        false,
+        &format!("GET {path}"),
+    )
+    .await?;
     Ok((status, body))
 }
 
@@ -122,6 +125,13 @@ pub async fn reach(base: &str, timeout: Duration) -> Result<String, (bool, Strin
     match get(base, "/v1/models", timeout).await {
         Ok((s, _)) if (200..300).contains(&s) => Ok(format!(
             "GET /health answered {hs}; GET /v1/models answered {s}, used as the health check"
+        )),
+        Ok((s, _)) if s == 401 || s == 403 => Err((
+            false,
+            format!(
+                "the server at {base} refused rigbench: GET /v1/models answered {s}; {}",
+                super::client::API_KEY_FIX
+            ),
         )),
         Ok((s, _)) => Err((
             false,

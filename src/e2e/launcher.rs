@@ -5,7 +5,7 @@
 //! The built-in server is started as `<rigbench> serve --model M --host 127.0.0.1 --port 0 ...`;
 //! it prints `rigbench serve: listening on http://127.0.0.1:PORT` on stdout once bound.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{oneshot, watch};
 
 use super::bootlog::BootLog;
@@ -107,6 +107,105 @@ impl LogBuffer {
     }
 }
 
+/// The longest engine log line kept, bytes: 64 KiB (the rest of a longer line is dropped with a
+/// marker; the pipe is still read to its end).
+pub const MAX_LOG_LINE_BYTES: usize = 64 << 10;
+
+/// Read `pipe` to its end, line by line, as bytes: each line decoded lossily (invalid UTF-8
+/// becomes U+FFFD), cut at [`MAX_LOG_LINE_BYTES`], and passed to `each`. Nothing stops reading
+/// before end of file, so the engine never writes into a closed pipe (a pipe closed early
+/// would kill it with SIGPIPE, or lose the rest of its log). A read error ends the loop only
+/// after it is recorded as a line.
+pub async fn read_lines_lossy<R: AsyncRead + Unpin>(pipe: R, mut each: impl FnMut(String)) {
+    let mut r = BufReader::new(pipe);
+    let mut line: Vec<u8> = Vec::new();
+    let mut cut = false;
+    loop {
+        let (done, used) = match r.fill_buf().await {
+            Ok([]) => break,
+            Ok(buf) => match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => {
+                    take_bounded(&mut line, &buf[..i], &mut cut);
+                    (true, i + 1)
+                }
+                None => {
+                    take_bounded(&mut line, buf, &mut cut);
+                    (false, buf.len())
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                each(format!(
+                    "[rigbench: reading the engine's output failed: {e}]"
+                ));
+                break;
+            }
+        };
+        r.consume(used);
+        if done {
+            each(finish_line(&mut line, &mut cut));
+        }
+    }
+    if !line.is_empty() || cut {
+        each(finish_line(&mut line, &mut cut));
+    }
+}
+
+fn take_bounded(line: &mut Vec<u8>, bytes: &[u8], cut: &mut bool) {
+    let room = MAX_LOG_LINE_BYTES.saturating_sub(line.len());
+    if bytes.len() > room {
+        *cut = true;
+    }
+    line.extend_from_slice(&bytes[..bytes.len().min(room)]);
+}
+
+fn finish_line(line: &mut Vec<u8>, cut: &mut bool) -> String {
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    let mut s = String::from_utf8_lossy(line).into_owned();
+    if *cut {
+        s.push_str(&format!(
+            " [rigbench: line cut at {MAX_LOG_LINE_BYTES} bytes]"
+        ));
+    }
+    line.clear();
+    *cut = false;
+    s
+}
+
+/// The processes seen descending from the engine, by pid (with start time and group).
+type Tracked = Arc<Mutex<BTreeMap<u32, super::ownership::ProcStat>>>;
+
+/// The engine's processes that left its process group (`setsid`, a new group), still alive:
+/// they are stopped by their own group (or alone when they lead none).
+fn strays(tracked: &Tracked, pgid: u32) -> Vec<super::ownership::ProcStat> {
+    tracked
+        .lock()
+        .map(|m| {
+            m.values()
+                .filter(|p| p.pgrp != pgid && super::ownership::same_process_alive(p.pid, p.start))
+                .copied()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn signal_strays(tracked: &Tracked, pgid: u32, sig: i32) -> usize {
+    let s = strays(tracked, pgid);
+    for p in &s {
+        if p.pgrp == p.pid {
+            crate::signals::kill_group(p.pid, sig);
+        } else if let Ok(pid) = i32::try_from(p.pid) {
+            // SAFETY: kill(2) on one process id checked alive just above.
+            unsafe {
+                libc::kill(pid, sig);
+            }
+        }
+    }
+    s.len()
+}
+
 /// A running (or reachable) engine.
 pub struct EngineHandle {
     /// Base URL.
@@ -114,6 +213,7 @@ pub struct EngineHandle {
     /// What was started.
     pub choice: EngineChoice,
     log: Arc<Mutex<LogBuffer>>,
+    tracked: Tracked,
     pid: Option<u32>,
     kill_tx: Option<oneshot::Sender<()>>,
     exit_rx: Option<watch::Receiver<Option<String>>>,
@@ -233,12 +333,16 @@ impl EngineHandle {
                 if let Err((_, why)) =
                     super::engines::reach(client.base(), Duration::from_secs(10)).await
                 {
+                    if why.contains(super::client::API_KEY_FIX) {
+                        bail!("{why} (--url)");
+                    }
                     bail!("{why} (--url); start the engine first, or leave out --url to use the built-in engine");
                 }
                 return Ok(Self {
                     url: client.base().to_string(),
                     choice: choice.clone(),
                     log,
+                    tracked: Arc::new(Mutex::new(BTreeMap::new())),
                     pid: None,
                     kill_tx: None,
                     exit_rx: None,
@@ -257,6 +361,22 @@ impl EngineHandle {
                 (c, None)
             }
             EngineChoice::Command { command, url } => {
+                // A busy port would let another server answer for this engine: refused
+                // before the engine starts (docs/reliability.md).
+                if let Some((host, port)) = super::ownership::host_port(url) {
+                    let (h, u) = (host.clone(), url.clone());
+                    let busy = tokio::task::spawn_blocking(move || {
+                        super::ownership::port_in_use(&h, port)
+                    })
+                    .await
+                    .ok()
+                    .flatten();
+                    if let Some(why) = busy {
+                        bail!(
+                            "--engine-cmd: {why}, before the engine was started; its figures would be credited to that server. Stop it, or start the engine on a free port and give that port in --url (now {u})"
+                        );
+                    }
+                }
                 let mut c = tokio::process::Command::new("sh");
                 c.arg("-c").arg(command);
                 (c, Some(url.clone()))
@@ -272,6 +392,30 @@ impl EngineHandle {
         }
         #[cfg(unix)]
         cmd.process_group(0);
+        #[cfg(target_os = "linux")]
+        {
+            let parent = std::process::id() as libc::pid_t;
+            // SAFETY: the closure runs in the forked child before exec and calls only
+            // async-signal-safe functions (prctl, getppid, raise).
+            unsafe {
+                cmd.pre_exec(move || {
+                    // The engine gets SIGKILL when rigbench ends, however it ends (SIGKILL and
+                    // aborts included): prctl(2) PR_SET_PDEATHSIG. If rigbench died before this
+                    // line, the engine is already orphaned: it ends at once.
+                    libc::prctl(
+                        libc::PR_SET_PDEATHSIG,
+                        libc::SIGKILL as libc::c_ulong,
+                        0,
+                        0,
+                        0,
+                    );
+                    if libc::getppid() != parent {
+                        libc::raise(libc::SIGKILL);
+                    }
+                    Ok(())
+                });
+            }
+        }
         let mut child = cmd
             .spawn()
             .with_context(|| format!("cannot start the engine ({})", describe(choice)))?;
@@ -279,13 +423,45 @@ impl EngineHandle {
         if let Some(p) = pid {
             crate::signals::register_group(p);
         }
+        // Every process the engine starts, noted while it runs, so that one that left the
+        // engine's process group (`setsid`) is still stopped with it.
+        let tracked: Tracked = Arc::new(Mutex::new(BTreeMap::new()));
+        if let Some(p) = pid {
+            let t = tracked.clone();
+            tokio::spawn(async move {
+                // Every 250 ms for the first minute (start-up, when engines spawn their
+                // workers), then every 2 s: a scan of /proc costs milliseconds of CPU.
+                let began = Instant::now();
+                loop {
+                    let all = tokio::task::spawn_blocking(super::ownership::all_processes)
+                        .await
+                        .ok()
+                        .flatten();
+                    let Some(all) = all else { break };
+                    let d = super::ownership::descendants(p, &all);
+                    if d.is_empty() {
+                        break;
+                    }
+                    if let Ok(mut m) = t.lock() {
+                        for x in d {
+                            m.insert(x.pid, x);
+                        }
+                    }
+                    let every = if began.elapsed() < Duration::from_secs(60) {
+                        250
+                    } else {
+                        2000
+                    };
+                    tokio::time::sleep(Duration::from_millis(every)).await;
+                }
+            });
+        }
         let (url_tx, url_rx) = oneshot::channel::<String>();
         let mut url_tx = Some(url_tx);
         if let Some(out) = child.stdout.take() {
             let log = log.clone();
             tokio::spawn(async move {
-                let mut lines = BufReader::new(out).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
+                read_lines_lossy(out, |l| {
                     if let Some(rest) = l.split("listening on ").nth(1) {
                         if l.contains("rigbench serve") {
                             if let Some(tx) = url_tx.take() {
@@ -296,18 +472,19 @@ impl EngineHandle {
                     if let Ok(mut b) = log.lock() {
                         b.push(l);
                     }
-                }
+                })
+                .await;
             });
         }
         if let Some(err) = child.stderr.take() {
             let log = log.clone();
             tokio::spawn(async move {
-                let mut lines = BufReader::new(err).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
+                read_lines_lossy(err, |l| {
                     if let Ok(mut b) = log.lock() {
                         b.push(l);
                     }
-                }
+                })
+                .await;
             });
         }
         // Watcher: owns the child; reports its exit; kills the group on request.
@@ -353,6 +530,7 @@ impl EngineHandle {
             url: url_known.clone().unwrap_or_default(),
             choice: choice.clone(),
             log,
+            tracked,
             pid,
             kill_tx: Some(kill_tx),
             exit_rx: Some(exit_rx),
@@ -400,7 +578,80 @@ impl EngineHandle {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        if let Err(why) = handle.check_listener().await {
+            return Err(handle.startup_failure(&why).await);
+        }
         Ok(handle)
+    }
+
+    /// The server answering at the engine's URL must be the engine rigbench started: the
+    /// process holding the listening socket (`/proc/net/tcp` inode → `/proc/PID/fd`) is the
+    /// engine or one of its descendants, or started after it (a container runtime's port
+    /// proxy). A listener older than the engine that is not the engine's is another server:
+    /// an error. Where `/proc` says nothing (another user's socket, no `/proc`), a note in the
+    /// engine's log says the check could not be made.
+    async fn check_listener(&self) -> Result<(), String> {
+        let Some(leader) = self.pid else {
+            return Ok(());
+        };
+        let Some((host, port)) = super::ownership::host_port(&self.url) else {
+            return Ok(());
+        };
+        let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1" | "::1" | "[::1]");
+        let owner = tokio::task::spawn_blocking(move || {
+            let owner = super::ownership::port_owner(port);
+            let all = super::ownership::all_processes().unwrap_or_default();
+            (owner, all)
+        })
+        .await
+        .map_err(|e| format!("checking the listener failed: {e}"))?;
+        let (owner, all) = owner;
+        let note = |m: String| {
+            if let Ok(mut b) = self.log.lock() {
+                b.push(format!("[rigbench: {m}]"));
+            }
+        };
+        match owner {
+            super::ownership::PortOwner::Pids(pids) => {
+                let ours: Vec<u32> = super::ownership::descendants(leader, &all)
+                    .iter()
+                    .map(|p| p.pid)
+                    .chain(self.tracked.lock().map(|m| m.keys().copied().collect::<Vec<_>>()).unwrap_or_default())
+                    .collect();
+                if pids.iter().any(|p| ours.contains(p)) {
+                    return Ok(());
+                }
+                let start_of = |pid: u32| all.iter().find(|p| p.pid == pid).map(|p| p.start);
+                let leader_start = start_of(leader).or_else(|| {
+                    self.tracked.lock().ok().and_then(|m| m.get(&leader).map(|p| p.start))
+                });
+                let older = pids
+                    .iter()
+                    .filter_map(|p| start_of(*p))
+                    .any(|s| leader_start.is_some_and(|l| s < l));
+                if older && loopback {
+                    return Err(format!(
+                        "is not the server answering at {}: port {port} is held by process {}, which was running before the engine started (another server; its figures would be credited to the engine command)",
+                        self.url,
+                        pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+                    ));
+                }
+                note(format!(
+                    "port {port} is held by process {} (not a descendant of the engine command; started after it, as a container runtime's port proxy is)",
+                    pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+                ));
+            }
+            super::ownership::PortOwner::Free if loopback => note(format!(
+                "no listening socket on port {port} was found in /proc/net/tcp (a NAT rule of a container runtime?): who answers could not be checked"
+            )),
+            super::ownership::PortOwner::Unknown | super::ownership::PortOwner::Unreadable => {
+                note(format!(
+                    "the process listening on port {port} could not be found in /proc: who answers could not be checked"
+                ))
+            }
+            super::ownership::PortOwner::Free => {}
+        }
+        Ok(())
     }
 
     async fn startup_failure(&mut self, what: &str) -> anyhow::Error {
@@ -444,6 +695,20 @@ impl EngineHandle {
         }
         if let Some(pid) = self.pid {
             stop_group(pid, Duration::from_secs(10)).await;
+            // Processes that left the group (`setsid`): stopped the same way, and said so.
+            let n = signal_strays(&self.tracked, pid, libc::SIGTERM);
+            if n > 0 {
+                if let Ok(mut b) = self.log.lock() {
+                    b.push(format!(
+                        "[rigbench: {n} engine process(es) had left the engine's process group (setsid); stopped by their own group]"
+                    ));
+                }
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !strays(&self.tracked, pid).is_empty() && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                signal_strays(&self.tracked, pid, libc::SIGKILL);
+            }
         }
         // Let the log readers reach the end of the pipes.
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -453,6 +718,7 @@ impl EngineHandle {
     pub fn kill(&self) {
         if let Some(pid) = self.pid {
             signal_group(pid, libc::SIGKILL);
+            signal_strays(&self.tracked, pid, libc::SIGKILL);
         }
     }
 }
@@ -464,6 +730,7 @@ impl Drop for EngineHandle {
             if crate::signals::group_alive(pid) {
                 signal_group(pid, libc::SIGKILL);
             }
+            signal_strays(&self.tracked, pid, libc::SIGKILL);
             crate::signals::unregister_group(pid);
         }
     }

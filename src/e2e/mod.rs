@@ -25,6 +25,7 @@ pub mod engines;
 pub mod executor;
 pub mod launcher;
 pub mod metrics;
+pub mod ownership;
 pub mod parallel;
 pub mod prompts;
 pub mod quality;

@@ -807,6 +807,16 @@ pub fn render_markdown(res: &E2eResults) -> String {
     ));
     o.push('\n');
 
+    // Gauge values refused as impossible, and scrapes that gave nothing, with their reasons.
+    for r in runs.iter().filter(|r| !r.polls.rejected.is_empty()) {
+        let _ = writeln!(
+            o,
+            "/metrics during {}: {}.\n",
+            r.label,
+            r.polls.rejected.join("; ")
+        );
+    }
+
     // What the /metrics sampling cost and how often it ran.
     let scrapes: Vec<String> = runs
         .iter()

@@ -182,6 +182,23 @@ impl Default for SamplingSpec {
     }
 }
 
+/// The most tokens one request may ask for or send (`--output-tokens`, `--input-tokens`):
+/// 2^20, beyond any model's context; prompts and per-token latency samples are sized by them.
+pub const MAX_TOKENS_PER_REQUEST: u64 = 1 << 20;
+/// The most requests per sweep point (`--requests`; the flag's own range too).
+pub const MAX_REQUESTS: u64 = 100_000;
+/// The most warm-up requests per sweep point (`--warmup-requests`).
+pub const MAX_WARMUP_REQUESTS: u64 = 10_000;
+/// The most requests in flight (`--concurrency`, `--max-concurrency`).
+pub const MAX_CONCURRENCY: u64 = 100_000;
+/// The slowest open-loop rate, requests/s (`--rate`): one request per 1,000 s.
+pub const MIN_RATE: f64 = 1e-3;
+/// The fastest open-loop rate, requests/s (`--rate`).
+pub const MAX_RATE: f64 = 1e6;
+/// The longest duration or timeout rigbench takes, seconds (`--duration`, `--request-timeout`,
+/// `--startup-timeout`): a week.
+pub const MAX_SECONDS: f64 = 7.0 * 86_400.0;
+
 /// A suite file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -236,7 +253,7 @@ impl Suite {
         ))
     }
 
-    /// Check the values; the message names the field and the fix.
+    /// Check the values; the message names the field, its range and the fix.
     ///
     /// # Errors
     /// A message naming the bad field.
@@ -245,6 +262,45 @@ impl Suite {
         let l = &self.load;
         if w.output_tokens == 0 {
             return Err("workload.output_tokens must be at least 1".into());
+        }
+        let limits = [
+            (
+                "workload.output_tokens (--output-tokens)",
+                u64::from(w.output_tokens),
+                MAX_TOKENS_PER_REQUEST,
+            ),
+            (
+                "workload.input_tokens (--input-tokens)",
+                u64::from(w.input_tokens.unwrap_or(0)),
+                MAX_TOKENS_PER_REQUEST,
+            ),
+            (
+                "load.requests (--requests)",
+                u64::from(l.requests),
+                MAX_REQUESTS,
+            ),
+            (
+                "load.warmup (--warmup-requests)",
+                u64::from(l.warmup),
+                MAX_WARMUP_REQUESTS,
+            ),
+            (
+                "load.max_concurrency (--max-concurrency)",
+                u64::from(l.max_concurrency.unwrap_or(0)),
+                MAX_CONCURRENCY,
+            ),
+        ];
+        for (name, v, max) in limits {
+            if v > max {
+                return Err(format!(
+                    "{name} is {v}, above the most rigbench takes ({max})"
+                ));
+            }
+        }
+        if let Some(c) = l.concurrency.iter().find(|c| **c as u64 > MAX_CONCURRENCY) {
+            return Err(format!(
+                "load.concurrency (--concurrency) lists {c}, above the most rigbench takes ({MAX_CONCURRENCY})"
+            ));
         }
         match w.kind {
             WorkloadKind::Fixed | WorkloadKind::SharedPrefix => match w.input_tokens {
@@ -282,6 +338,12 @@ impl Suite {
                         "load.rates must list rates > 0 (requests/s) for an open loop".into(),
                     );
                 }
+                if let Some(r) = l.rates.iter().find(|r| !(MIN_RATE..=MAX_RATE).contains(*r)) {
+                    return Err(format!(
+                        "load.rates (--rate) lists {r} requests/s, outside {MIN_RATE}..={MAX_RATE:e} (below {MIN_RATE}, one request would take over {:.0} s to arrive)",
+                        1.0 / MIN_RATE
+                    ));
+                }
                 if !(l.burstiness.is_finite() && l.burstiness > 0.0) {
                     return Err("load.burstiness must be > 0".into());
                 }
@@ -293,6 +355,11 @@ impl Suite {
         if let Some(d) = l.duration_s {
             if !(d.is_finite() && d > 0.0) {
                 return Err("load.duration_s must be > 0".into());
+            }
+            if d > MAX_SECONDS {
+                return Err(format!(
+                    "load.duration_s (--duration) is {d} s, above the most rigbench takes ({MAX_SECONDS} s, a week)"
+                ));
             }
         }
         if !(self.sampling.temperature.is_finite() && self.sampling.temperature >= 0.0) {

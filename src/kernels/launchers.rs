@@ -48,12 +48,16 @@ pub mod w4a16_v2 {
     }
 }
 
-/// `kernels/w4a16_wg.cu`: the sm_90a wgmma W4A16 GEMM.
+/// `kernels/w4a16_wg.cu`: the sm_90a wgmma W4A16 GEMM and its activation pre-pass.
 pub mod w4a16_wg {
     use crate::gpu::launch::{Bf16, DevPtr};
     crate::kernel_launchers! {
         source "w4a16_wg";
-        /// The wgmma W4A16 GEMM `w4wg_t{TN}_g{WG}[_p]`.
+        /// The pre-pass: the M×K BF16 activations `act` written to `actp` (M×`kpad`, `kpad` = 64
+        /// · k tiles) in the packed weights' K order, zeros from K on.
+        pub fn w4wg_permute_act = "w4wg_permute_act"(act: DevPtr<Bf16>, actp: DevPtr<Bf16>, m: i32, k: i32, kpad: i32);
+        /// The wgmma W4A16 GEMM `w4wg_t{TN}_g{WG}[_p]` (`act`: the pre-pass's output, row stride
+        /// 64 · `kt_n`).
         pub fn gemm = family "w4wg_t*_g*"(wq: DevPtr<u8>, sc: DevPtr<u32>, act: DevPtr<Bf16>, out: DevPtr<Bf16>, ws: DevPtr<f32>, counters: DevPtr<u32>, m: i32, n: i32, k: i32, strips: i32, kt_n: i32, stages: i32, out_scale: f32);
     }
 }

@@ -16,6 +16,7 @@ pub mod render;
 pub mod schema;
 pub mod spread;
 pub mod tp;
+pub mod tp_model;
 
 pub use schema::MultiGpuResults;
 

@@ -6,5 +6,6 @@ pub mod axis;
 pub mod plot;
 pub mod redact;
 pub mod shell;
+pub mod stdout_pipe;
 pub mod table;
 pub mod write;

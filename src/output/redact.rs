@@ -32,22 +32,41 @@ const PUBLIC_HOSTS: &[&str] = &[
     "docs.nvidia.com",
 ];
 
-/// Secret patterns and their replacement (capture group 1, when present, is kept).
+/// Secret patterns and their replacement (capture group 1, when present, is kept; a group 2
+/// is the value, left alone when it cannot be a secret: a number, a boolean, a short word).
+/// The shapes: the token formats of Hugging Face (`hf_`), OpenAI and Anthropic (`sk-`), GitHub
+/// (`ghp_` … `github_pat_`), Slack (`xox?-`), AWS access key ids (`AKIA…`), JSON Web Tokens
+/// (`eyJ….….…`); `Authorization`/`Bearer` headers in any quoting; secret flags, environment
+/// assignments (`NAME=v`, `NAME: v`, `"NAME": "v"`), JSON / YAML / Python-dict keys (with a value
+/// or a list of values); URL user info (`scheme://user:pw@`, `scheme://:pw@`). The corpus they
+/// are tested against is `tests/fixtures/secrets/corpus.txt`.
 fn secret_patterns() -> Vec<(Regex, &'static str)> {
     let re = |p: &str| Regex::new(p).expect("static regex");
     vec![
-        // Known token formats: Hugging Face, OpenAI-style keys, GitHub, Slack, AWS access keys.
+        // Known token formats: Hugging Face, OpenAI-style keys, GitHub, Slack, AWS access keys,
+        // JSON Web Tokens.
         (re(r"\bhf_[A-Za-z0-9]{20,}"), "<token>"),
         (re(r"\bsk-[A-Za-z0-9_\-]{16,}"), "<token>"),
         (
             re(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
             "<token>",
         ),
-        (re(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"), "<token>"),
-        (re(r"\bAKIA[0-9A-Z]{16}\b"), "<token>"),
-        // `Authorization: Bearer X` / `Basic X`.
+        (re(r"\bxox[a-z]-[A-Za-z0-9\-]{10,}"), "<token>"),
+        (re(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "<token>"),
         (
-            re(r"(?i)(authorization:\s*(?:bearer|basic|token)\s+)\S+"),
+            re(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
+            "<token>",
+        ),
+        // `Authorization: Bearer X` / `Basic X`, also quoted (`{'Authorization': 'Bearer X'}`).
+        (
+            re(
+                r#"(?i)(authorization['"]?\s*[:=]\s*['"]?\s*(?:bearer|basic|token)\s+)[^\s'",}\]]+"#,
+            ),
+            "${1}<token>",
+        ),
+        // A bare `Bearer X` (curl -H lines, exception texts).
+        (
+            re(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=\-]{8,}"),
             "${1}<token>",
         ),
         // Flags: `--api-key X`, `--hf-token=X`, `--password X`.
@@ -57,26 +76,137 @@ fn secret_patterns() -> Vec<(Regex, &'static str)> {
             ),
             "${1}<token>",
         ),
-        // Environment assignments: `HF_TOKEN=X`, `OPENAI_API_KEY=X`, `DB_PASSWORD=X`.
+        // Environment assignments and dumps: `HF_TOKEN=X`, `VLLM_API_KEY: X`,
+        // `"HUGGING_FACE_HUB_TOKEN": "X"`, `OPENAI_API_KEY='X'`.
         (
             re(
-                r"\b([A-Z0-9_]*(?:TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*=['\x22]?)([^\s'\x22]+)",
+                r#"\b([A-Z0-9_]*(?:TOKEN|API_KEY|APIKEY|ACCESS_KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)[A-Z0-9_]*['"]?\s*(?:=|:\s*)['"]?)([^\s'",}\]]+)"#,
             ),
             "${1}<token>",
         ),
-        // JSON or YAML keys: `"api_key": "X"`, `token: X`.
+        // JSON, YAML or Python-dict keys: `"api_key": "X"`, `token: X`, `'api_key': ['X']`,
+        // `aws_secret_access_key = X`.
         (
             re(
-                r#"(?i)(\b(?:api[_-]?key|access[_-]?token|auth[_-]?token|hf[_-]?token|token|secret|password)\x22?\s*[:=]\s*\x22?)([^\x22\s,}]+)"#,
+                r#"(?i)(\b(?:[a-z0-9_]*(?:api[_-]?key|access[_-]?key|access[_-]?token|auth[_-]?token|hf[_-]?token|secret|password|passwd)|token)['"]?\s*[:=]\s*\[?\s*['"]?)([^'"\s,}\]]+)"#,
             ),
             "${1}<token>",
         ),
-        // Credentials in URLs: `https://user:pass@host`.
+        // Credentials in URLs: `https://user:pass@host`, `redis://:pass@host`.
         (
-            re(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s:@]+:[^/\s@]+@"),
+            re(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s:@]*:[^/\s@]+@"),
             "${1}<user>:<token>@",
         ),
     ]
+}
+
+/// Secret values known to this process (an API key given on the command line, the value of a
+/// secret-looking environment variable): replaced wherever they appear, whatever surrounds
+/// them (an engine that prints `HF_TOKEN`'s value alone on a line).
+static KNOWN_SECRETS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Record a secret value (at least 6 characters) so every redactor built afterwards replaces
+/// it with `<token>`: `--api-key`'s value, for one.
+pub fn register_secret(value: &str) {
+    if value.len() < 6 {
+        return;
+    }
+    if let Ok(mut k) = KNOWN_SECRETS.lock() {
+        if !k.iter().any(|v| v == value) {
+            k.push(value.to_string());
+        }
+    }
+}
+
+/// Whether an environment variable's name says its value is a secret (`HF_TOKEN`,
+/// `OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`, `DB_PASSWORD`, …).
+pub fn is_secret_name(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    [
+        "TOKEN",
+        "API_KEY",
+        "APIKEY",
+        "ACCESS_KEY",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+    ]
+    .iter()
+    .any(|k| n.contains(k))
+        && !n.contains("TOKENIZER")
+        && !n.starts_with("MAX_")
+}
+
+/// Whether a JSON object key holds a secret: every string under it is replaced.
+fn is_secret_key(k: &str) -> bool {
+    let l = k.to_ascii_lowercase().replace('-', "_");
+    matches!(l.as_str(), "authorization" | "token" | "auth")
+        || [
+            "api_key",
+            "apikey",
+            "access_key",
+            "access_token",
+            "auth_token",
+            "hf_token",
+            "secret",
+            "password",
+            "passwd",
+        ]
+        .iter()
+        .any(|s| l.ends_with(s))
+}
+
+/// Remove terminal control sequences (ANSI CSI / OSC escapes) and other control characters
+/// except newline, carriage return and tab, so an engine's string cannot move the cursor,
+/// retitle the terminal or hide text when printed.
+pub fn strip_control(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+    {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        match c {
+            '\u{1b}' | '\u{9b}' => {
+                let csi = c == '\u{9b}' || it.peek() == Some(&'[');
+                let osc = it.peek() == Some(&']');
+                if c == '\u{1b}' && (csi || osc) {
+                    it.next();
+                }
+                if csi {
+                    // Parameters and intermediates, then one final byte in @..~.
+                    for d in it.by_ref() {
+                        if ('@'..='~').contains(&d) {
+                            break;
+                        }
+                    }
+                } else if osc {
+                    // Up to BEL or ESC \.
+                    while let Some(d) = it.next() {
+                        if d == '\u{7}' {
+                            break;
+                        }
+                        if d == '\u{1b}' {
+                            if it.peek() == Some(&'\\') {
+                                it.next();
+                            }
+                            break;
+                        }
+                    }
+                } else if it.peek().is_some_and(|d| ('@'..='_').contains(d)) {
+                    it.next();
+                }
+            }
+            '\n' | '\r' | '\t' => out.push(c),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 impl Redactor {
@@ -100,6 +230,16 @@ impl Redactor {
             if let Ok(u) = std::env::var(var) {
                 literals.push((u, "<user>"));
             }
+        }
+        // Secret values of this environment (HF_TOKEN, OPENAI_API_KEY, …) and those given on
+        // the command line, wherever they are printed.
+        for (k, v) in std::env::vars() {
+            if is_secret_name(&k) && v.len() >= 8 {
+                literals.push((v, "<token>"));
+            }
+        }
+        if let Ok(k) = KNOWN_SECRETS.lock() {
+            literals.extend(k.iter().map(|v| (v.clone(), "<token>")));
         }
         Self::with_literals(literals, enabled)
     }
@@ -137,29 +277,20 @@ impl Redactor {
         Self::with_literals(Vec::new(), false)
     }
 
-    /// Whether redaction is on.
-    pub fn enabled(&self) -> bool {
-        self.enabled
-    }
-
-    /// Redact one string.
-    pub fn redact(&self, s: &str) -> String {
-        if !self.enabled {
-            return s.to_string();
-        }
-        let mut out = s.to_string();
+    /// Secrets and control sequences only (hosts, IPs and paths kept): for rigbench's own
+    /// messages on a terminal, where a `--url`'s credentials must not show but its host may.
+    pub fn secrets_only(&self, s: &str) -> String {
+        let s = strip_control(s);
+        let mut out = s.into_owned();
         for (lit, repl) in &self.literals {
-            if !out.contains(lit.as_str()) {
-                continue;
-            }
-            if lit.len() < 5 && !lit.contains('/') {
-                // A short name ("vm", "gpu1") is replaced only as a whole word.
-                let re = Regex::new(&format!(r"\b{}\b", regex::escape(lit))).expect("escaped");
-                out = re.replace_all(&out, *repl).into_owned();
-            } else {
+            if *repl == "<token>" && out.contains(lit.as_str()) {
                 out = out.replace(lit.as_str(), repl);
             }
         }
+        self.replace_secrets(out)
+    }
+
+    fn replace_secrets(&self, mut out: String) -> String {
         for (re, repl) in &self.secrets {
             if !re.is_match(&out) {
                 continue;
@@ -177,7 +308,7 @@ impl Redactor {
                             .is_some_and(|p| p.eq_ignore_ascii_case("per "));
                         let benign = v.len() < 6
                             || v.parse::<f64>().is_ok()
-                            || matches!(v, "true" | "false" | "null" | "None")
+                            || matches!(v, "true" | "false" | "null" | "None" | "<token>")
                             || rate;
                         if benign {
                             return c[0].to_string();
@@ -189,6 +320,35 @@ impl Redactor {
                 })
                 .into_owned();
         }
+        out
+    }
+
+    /// Whether redaction is on.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Redact one string. Terminal control sequences are removed even when redaction is off
+    /// (see [`strip_control`]).
+    pub fn redact(&self, s: &str) -> String {
+        let s = strip_control(s);
+        if !self.enabled {
+            return s.into_owned();
+        }
+        let mut out = s.into_owned();
+        for (lit, repl) in &self.literals {
+            if !out.contains(lit.as_str()) {
+                continue;
+            }
+            if lit.len() < 5 && !lit.contains('/') {
+                // A short name ("vm", "gpu1") is replaced only as a whole word.
+                let re = Regex::new(&format!(r"\b{}\b", regex::escape(lit))).expect("escaped");
+                out = re.replace_all(&out, *repl).into_owned();
+            } else {
+                out = out.replace(lit.as_str(), repl);
+            }
+        }
+        let out = self.replace_secrets(out);
         // Host names in URLs (an engine's address, a model server, a proxy), except loopback,
         // IPs (redacted below) and a few public hosts; and names under private suffixes.
         let out = self.url_host.replace_all(&out, |c: &regex::Captures| {
@@ -246,9 +406,28 @@ impl Redactor {
         match v {
             serde_json::Value::String(s) => *s = self.redact(s),
             serde_json::Value::Array(a) => a.iter_mut().for_each(|x| self.redact_json(x)),
-            serde_json::Value::Object(o) => o.values_mut().for_each(|x| self.redact_json(x)),
+            serde_json::Value::Object(o) => {
+                for (k, x) in o.iter_mut() {
+                    if is_secret_key(k) {
+                        hide_strings(x);
+                    } else {
+                        self.redact_json(x);
+                    }
+                }
+            }
             _ => {}
         }
+    }
+}
+
+/// Replace every string under a secret-named key with `<token>` (numbers and booleans stay:
+/// `"max_tokens"` is not such a key, and a count under one is no secret).
+fn hide_strings(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::String(s) if !s.is_empty() => *s = "<token>".into(),
+        serde_json::Value::Array(a) => a.iter_mut().for_each(hide_strings),
+        serde_json::Value::Object(o) => o.values_mut().for_each(hide_strings),
+        _ => {}
     }
 }
 
@@ -342,5 +521,63 @@ mod tests {
             Redactor::disabled().redact("HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWx"),
             "HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWx"
         );
+    }
+
+    #[test]
+    fn control_sequences_are_stripped_even_without_redaction() {
+        let s = "a\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7}b\u{1b}]8;;http://x\u{1b}\\c \u{9b}2Jd\u{0}e\tf\n";
+        assert_eq!(strip_control(s), "ared bc de\tf\n");
+        assert_eq!(Redactor::disabled().redact(s), "ared bc de\tf\n");
+        assert!(matches!(
+            strip_control("plain\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn secrets_only_keeps_hosts_and_hides_credentials() {
+        let r = Redactor::with_literals(vec![], true);
+        assert_eq!(
+            r.secrets_only("no engine answers at http://bench:pw123456@gpu-7.internal:8000/health"),
+            "no engine answers at http://<user>:<token>@gpu-7.internal:8000/health"
+        );
+        assert_eq!(
+            r.redact("redis://:Pa55w0rdRedis@cache.internal:6379"),
+            "redis://<user>:<token>@<host>:6379"
+        );
+    }
+
+    #[test]
+    fn registered_and_environment_secrets_are_replaced_wherever_they_appear() {
+        register_secret("RegisteredKey-0123");
+        let r = Redactor::for_this_host(true);
+        assert_eq!(
+            r.redact("the key RegisteredKey-0123 alone"),
+            "the key <token> alone"
+        );
+        assert!(is_secret_name("HF_TOKEN") && is_secret_name("AWS_SECRET_ACCESS_KEY"));
+        assert!(!is_secret_name("TOKENIZERS_PARALLELISM") && !is_secret_name("MAX_TOKENS"));
+        // Python-dict reprs, env dumps, quoted headers.
+        for (input, want) in [
+            (
+                "non-default args: {'model': 'm', 'api_key': ['abcdef123456']}",
+                "non-default args: {'model': 'm', 'api_key': ['<token>']}",
+            ),
+            ("VLLM_API_KEY: abcdef123456", "VLLM_API_KEY: <token>"),
+            (
+                r#""HUGGING_FACE_HUB_TOKEN": "abcdef123456""#,
+                r#""HUGGING_FACE_HUB_TOKEN": "<token>""#,
+            ),
+            (
+                "{'Authorization': 'Bearer abcdef123456'}",
+                "{'Authorization': 'Bearer <token>'}",
+            ),
+            (
+                "eos_token: <|im_end|> bos_token=<s>",
+                "eos_token: <|im_end|> bos_token=<s>",
+            ),
+        ] {
+            assert_eq!(r.redact(input), want);
+        }
     }
 }

@@ -1,10 +1,35 @@
 //! Markdown tables (also the terminal output format: pipes align, and they paste into issues).
 
-/// Render a Markdown table with aligned columns. Pipes inside cells are escaped.
+/// The most characters a table cell shows; a longer cell is cut and ends with
+/// [`cut_note`] (the first characters and how many there were). Column widths then stay within
+/// what a terminal or a Markdown viewer can show, and far below the 65,535 characters Rust's
+/// `{:<w$}` formatting accepts as a width (it panics above that; cells are padded by hand here).
+pub const MAX_CELL_CHARS: usize = 1024;
+
+/// The end of a cell cut to [`MAX_CELL_CHARS`]: says that it was cut and how long it was.
+pub fn cut_note(total_chars: usize) -> String {
+    format!("… [cut: {} characters]", thousands(total_chars as u64))
+}
+
+/// `s` cut to at most `max` characters (a char boundary) with [`cut_note`] at its end when it
+/// was longer; `s` itself otherwise.
+pub fn cut_cell(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let note = cut_note(n);
+    let keep = max.saturating_sub(note.chars().count());
+    let mut out: String = s.chars().take(keep).collect();
+    out.push_str(&note);
+    out
+}
+
+/// Render a Markdown table with aligned columns. Pipes inside cells are escaped; a cell over
+/// [`MAX_CELL_CHARS`] characters is cut and says so ([`cut_cell`]).
 pub fn markdown_table<S: AsRef<str>>(headers: &[&str], rows: &[Vec<S>]) -> String {
-    let esc = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    let esc = |s: &str| cut_cell(&s.replace('|', "\\|").replace('\n', " "), MAX_CELL_CHARS);
     let ncol = headers.len();
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count().max(3)).collect();
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -13,6 +38,9 @@ pub fn markdown_table<S: AsRef<str>>(headers: &[&str], rows: &[Vec<S>]) -> Strin
                 .collect()
         })
         .collect();
+    let headers: Vec<String> = headers.iter().map(|h| esc(h)).collect();
+    // Widths from the cut cells (a header's own length would pad a long one's column).
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count().max(3)).collect();
     for r in &cells {
         for (i, c) in r.iter().enumerate() {
             widths[i] = widths[i].max(c.chars().count());
@@ -22,11 +50,14 @@ pub fn markdown_table<S: AsRef<str>>(headers: &[&str], rows: &[Vec<S>]) -> Strin
         let parts: Vec<String> = vals
             .iter()
             .enumerate()
-            .map(|(i, v)| format!("{v:<w$}", w = widths[i]))
+            .map(|(i, v)| {
+                let pad = widths[i].saturating_sub(v.chars().count());
+                format!("{v}{}", " ".repeat(pad))
+            })
             .collect();
         format!("| {} |\n", parts.join(" | "))
     };
-    let mut out = line(headers.iter().map(|h| esc(h)).collect());
+    let mut out = line(headers);
     out.push_str(&line(widths.iter().map(|w| "-".repeat(*w)).collect()));
     for r in cells {
         out.push_str(&line(r));
@@ -115,6 +146,40 @@ mod tests {
         assert!(lines
             .iter()
             .all(|l| l.chars().count() == lines[0].chars().count()));
+    }
+
+    #[test]
+    fn long_cells_are_cut_and_say_so() {
+        // Rust's `{:<w$}` panics for a width over 65,535 ("Formatting argument out of range");
+        // cells of 65,536 and 200,000 characters, in a row and in a header, must render.
+        for n in [65_536usize, 200_000] {
+            let long = "x".repeat(n);
+            let t = markdown_table(
+                &["name", &long],
+                &[vec!["a", long.as_str()], vec!["b", "1"]],
+            );
+            let lines: Vec<&str> = t.lines().collect();
+            assert_eq!(lines.len(), 4);
+            // Two columns of at most MAX_CELL_CHARS each, the pipes and padding.
+            assert!(lines
+                .iter()
+                .all(|l| l.chars().count() <= 2 * MAX_CELL_CHARS + 7));
+            assert!(
+                lines[2].contains(&format!("[cut: {} characters]", thousands(n as u64))),
+                "{}",
+                lines[2]
+            );
+            assert!(lines
+                .iter()
+                .all(|l| l.chars().count() == lines[0].chars().count()));
+        }
+        // A cell at the limit is kept whole; multi-byte characters are cut on a boundary.
+        let exact = "é".repeat(MAX_CELL_CHARS);
+        assert_eq!(cut_cell(&exact, MAX_CELL_CHARS), exact);
+        let over = "é".repeat(MAX_CELL_CHARS + 1);
+        let cut = cut_cell(&over, MAX_CELL_CHARS);
+        assert_eq!(cut.chars().count(), MAX_CELL_CHARS);
+        assert!(cut.ends_with("[cut: 1,025 characters]"));
     }
 
     #[test]

@@ -14,10 +14,18 @@ use crate::output::write::{atomic_write, atomic_write_json};
 ///
 /// A folder that already holds a report (`results.json` or `report.md`) is refused unless the
 /// caller forces it (`--force`); even then nothing of the earlier report is deleted before the
-/// new run has measured something: the new files go to a staging folder beside it
-/// (`<name>.rigbench-partial-<pid>`) and [`ReportDir::commit`] moves them in at the end (after a
-/// success, an interruption or a failure that left results). A run that fails before measuring
-/// anything leaves the earlier report as it was ([`ReportDir::keep_after_failed_start`]).
+/// new run has measured something: the new files go to a staging folder beside it and
+/// [`ReportDir::commit`] moves them in at the end (after a success, an interruption or a
+/// failure that left results). A run that fails before measuring anything leaves the earlier
+/// report as it was ([`ReportDir::keep_after_failed_start`]).
+///
+/// While a run writes, it holds an advisory lock (`flock(2)`, exclusive) on the report folder
+/// itself; a second run into the same folder is refused at once with an error naming it (two
+/// runs into one new `--out` used to both succeed: one report silently lost, or both mixed).
+/// The staging folder is created fresh with a random name
+/// (`<name>.rigbench-partial-XXXXXX`, `mkdir(2)`, which fails on anything already there, a
+/// symlink included), so a stale staging folder of an earlier run (the same pid is usual in
+/// containers) or a planted symlink is never written into nor merged.
 #[derive(Debug, Clone)]
 pub struct ReportDir {
     /// Where files are written now: the report folder, or its staging folder while a forced run
@@ -29,6 +37,39 @@ pub struct ReportDir {
     staged: bool,
     /// The report files the target folder held when the run started, with their times.
     before: Vec<(PathBuf, Option<std::time::SystemTime>)>,
+    /// The open folder whose `flock` this run holds (released when the last clone is dropped).
+    _lock: Option<std::sync::Arc<std::fs::File>>,
+}
+
+/// Take the exclusive advisory lock of report folder `dir` (an existing folder) without
+/// waiting.
+///
+/// # Errors
+/// Another process holds it ([`crate::RigError::BadFlag`] naming `--out`, the folder and the
+/// fix), or the folder cannot be opened.
+pub fn lock_folder(dir: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(dir)
+        .with_context(|| format!("cannot open the report folder {} to lock it", dir.display()))?;
+    // SAFETY: flock(2) on a descriptor we own; no memory is involved.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(crate::RigError::flag(
+                "--out",
+                format!(
+                    "another rigbench run is writing a report into {} now (it holds the folder's lock); choose another folder, or wait until that run has finished",
+                    dir.display()
+                ),
+            )
+            .into());
+        }
+        return Err(anyhow::anyhow!(
+            "cannot lock the report folder {}: {e}",
+            dir.display()
+        ));
+    }
+    Ok(f)
 }
 
 /// The peer script's progress in a report folder: its output so far, saved after every peer
@@ -103,21 +144,44 @@ impl ReportDir {
         force: bool,
     ) -> anyhow::Result<Self> {
         let target = match out {
-            Some(p) => p.to_path_buf(),
+            Some(p) => {
+                std::fs::create_dir_all(p)
+                    .with_context(|| format!("cannot create report folder {}", p.display()))?;
+                p.to_path_buf()
+            }
             None => {
-                // Two runs in the same second must not share (and overwrite) a folder.
+                // Two runs in the same second must not share (and overwrite) a folder: each
+                // takes the first name it creates itself (`mkdir` fails on an existing one).
                 let base = PathBuf::from("reports")
                     .join(rig_label)
                     .join(chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string());
+                if let Some(parent) = base.parent() {
+                    std::fs::create_dir_all(parent).with_context(|| {
+                        format!("cannot create report folder {}", parent.display())
+                    })?;
+                }
                 let mut p = base.clone();
                 let mut i = 2;
-                while p.exists() {
-                    p = PathBuf::from(format!("{}-{i}", base.display()));
-                    i += 1;
+                loop {
+                    match std::fs::create_dir(&p) {
+                        Ok(()) => break,
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && i < 10_000 => {
+                            p = PathBuf::from(format!("{}-{i}", base.display()));
+                            i += 1;
+                        }
+                        Err(e) => {
+                            return Err(e).with_context(|| {
+                                format!("cannot create report folder {}", p.display())
+                            })
+                        }
+                    }
                 }
                 p
             }
         };
+        // The lock before anything is looked at: a run that finished meanwhile has left its
+        // report, which the check below then sees.
+        let lock = lock_folder(&target)?;
         let staged = holds_report(&target);
         let before = report_files_with_mtime(&target);
         if staged && !force {
@@ -131,12 +195,23 @@ impl ReportDir {
             .into());
         }
         let path = if staged {
-            sibling(&target, &format!("rigbench-partial-{}", std::process::id()))
+            let name = target
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "report".into());
+            let parent = match target.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            tempfile::Builder::new()
+                .prefix(&format!("{name}.rigbench-partial-"))
+                .rand_bytes(12)
+                .tempdir_in(&parent)
+                .with_context(|| format!("cannot create a staging folder in {}", parent.display()))?
+                .keep()
         } else {
             target.clone()
         };
-        std::fs::create_dir_all(&path)
-            .with_context(|| format!("cannot create report folder {}", path.display()))?;
         // Fail now, not after the measurements, when the folder cannot be written.
         let probe = path.join(".rigbench-write-test");
         std::fs::write(&probe, b"")
@@ -148,6 +223,7 @@ impl ReportDir {
             redactor: Redactor::for_this_host(redact),
             staged,
             before,
+            _lock: Some(std::sync::Arc::new(lock)),
         })
     }
 
@@ -157,6 +233,7 @@ impl ReportDir {
     /// # Errors
     /// The folder cannot be written (the error names it).
     pub fn continue_in(path: &Path, redact: bool) -> anyhow::Result<Self> {
+        let lock = lock_folder(path)?;
         let probe = path.join(".rigbench-write-test");
         std::fs::write(&probe, b"")
             .with_context(|| format!("cannot write into the report folder {}", path.display()))?;
@@ -167,6 +244,7 @@ impl ReportDir {
             redactor: Redactor::for_this_host(redact),
             staged: false,
             before: Vec::new(),
+            _lock: Some(std::sync::Arc::new(lock)),
         })
     }
 
@@ -178,6 +256,7 @@ impl ReportDir {
             redactor: Redactor::for_this_host(redact),
             staged: false,
             before: report_files_with_mtime(path),
+            _lock: None,
         }
     }
 
@@ -442,5 +521,76 @@ mod tests {
         r.write_text("results.json", "{}").unwrap();
         r.commit().unwrap();
         assert_eq!(names(d.path()), vec!["notes.txt", "results.json"]);
+    }
+
+    #[test]
+    fn a_second_run_into_the_same_new_folder_is_refused_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("new-out");
+        let first = ReportDir::create(Some(&out), "x", false, false).unwrap();
+        // A second run (the lock is per open folder, so this holds within one process too).
+        let e = ReportDir::create(Some(&out), "x", false, false).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains(&out.display().to_string()) && msg.contains("another rigbench run"),
+            "{msg}"
+        );
+        // Also with --force, and for `report --resume`.
+        assert!(ReportDir::create(Some(&out), "x", false, true).is_err());
+        assert!(ReportDir::continue_in(&out, false).is_err());
+        first
+            .write_text("results.json", "{\"first\": true}")
+            .unwrap();
+        first.commit().unwrap();
+        drop(first);
+        // The first run's report is whole; a later run without --force is refused by it.
+        assert_eq!(
+            std::fs::read_to_string(out.join("results.json")).unwrap(),
+            "{\"first\": true}"
+        );
+        let e = ReportDir::create(Some(&out), "x", false, false).unwrap_err();
+        assert!(format!("{e:#}").contains("already holds a report"));
+    }
+
+    #[test]
+    fn staging_is_fresh_unpredictable_and_follows_no_symlink() {
+        use std::os::unix::fs::symlink;
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("rep");
+        std::fs::create_dir(&t).unwrap();
+        std::fs::write(t.join("results.json"), b"old").unwrap();
+        // What the old naming (`<out>.rigbench-partial-<pid>`) would have picked up: a stale
+        // staging folder of the same pid, and a symlink to someone else's files.
+        let stale = d
+            .path()
+            .join(format!("rep.rigbench-partial-{}", std::process::id()));
+        std::fs::create_dir(&stale).unwrap();
+        std::fs::write(stale.join("kernels.csv"), b"stale").unwrap();
+        let victim = d.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::write(victim.join("secret.txt"), b"mine").unwrap();
+        symlink(&victim, d.path().join("rep.rigbench-partial-1")).unwrap();
+        let a = ReportDir::create(Some(&t), "x", false, true).unwrap();
+        assert!(a.path != stale && a.path.parent() == Some(d.path()));
+        let meta = std::fs::symlink_metadata(&a.path).unwrap();
+        assert!(meta.is_dir() && !meta.file_type().is_symlink());
+        assert_eq!(
+            names(&a.path),
+            Vec::<String>::new(),
+            "a fresh, empty folder"
+        );
+        a.write_text("results.json", "new").unwrap();
+        a.commit().unwrap();
+        assert_eq!(names(&t), vec!["results.json"], "nothing stale merged");
+        assert_eq!(std::fs::read(t.join("results.json")).unwrap(), b"new");
+        assert_eq!(names(&victim), vec!["secret.txt"]);
+        assert_eq!(std::fs::read(stale.join("kernels.csv")).unwrap(), b"stale");
+        drop(a);
+        // Two forced runs get two different staging folders.
+        let b = ReportDir::create(Some(&t), "x", false, true).unwrap();
+        let b_path = b.path.clone();
+        drop(b);
+        let c = ReportDir::create(Some(&t), "x", false, true).unwrap();
+        assert_ne!(b_path, c.path);
     }
 }

@@ -48,6 +48,10 @@ pub struct Job {
     /// Measure the interconnect and predict tensor-parallel decode when two or more GPUs are
     /// selected (`report`).
     pub interconnect: bool,
+    /// The all-reduce model of the tensor-parallel composite predicted from the first GPU's
+    /// rows at TP = 2, 4, 8 (`report`; `None`: not predicted). See
+    /// [`crate::multigpu::tp_model`].
+    pub tp_allreduce: Option<crate::multigpu::tp_model::AllReduceModel>,
     /// Continue the interrupted report in this folder (`report --resume`): see [`resumable`].
     pub resume: Option<PathBuf>,
 }
@@ -723,6 +727,18 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         }
     }
 
+    if let Some(ar) = &job.tp_allreduce {
+        let model = job.kernels.as_ref().and_then(|o| o.suite.model.clone());
+        match super::multigpu::tp_model(&results, model.as_ref(), ar) {
+            Ok(tp) => results.tp_model = Some(tp),
+            Err(why) => results.skipped.push(Skip {
+                what: "multi-gpu/tp-model".into(),
+                reason: why,
+            }),
+        }
+        save(&results)?;
+    }
+
     if let Some(path) = job
         .checkpoint
         .as_ref()
@@ -799,9 +815,22 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             Ok(mut r) => {
                 crate::e2e::parallel::annotate(&mut r, &results.rig, None);
                 if let Some(d) = &dir {
-                    crate::e2e::render::write_csv(&r, &d.path)?;
-                    if let Some(log) = &r.engine_log {
-                        d.write_text("engine.log", log)?;
+                    // A file that cannot be written (a full disk) loses that file, never the
+                    // measured runs: they still go into results.json, and the failure is said.
+                    let written = crate::e2e::render::write_csv(&r, &d.path).and_then(|_| match &r
+                        .engine_log
+                    {
+                        Some(log) => d.write_text("engine.log", log),
+                        None => Ok(()),
+                    });
+                    if let Err(e) = written {
+                        results.failed.push(Skip {
+                            what: "e2e files".into(),
+                            reason: format!(
+                                "the e2e runs were measured, but writing their CSV files or engine.log into {} failed: {e:#}",
+                                d.path.display()
+                            ),
+                        });
                     }
                 }
                 if let Some(why) = e2e_failure(&r) {
@@ -826,7 +855,11 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 })
             }
         }
-        save(&results)?;
+        save(&results).map_err(|e| {
+            e.context(
+                "writing results.json after the end-to-end runs failed, so they are not in it",
+            )
+        })?;
     }
 
     match crate::signals::interrupted() {
@@ -975,6 +1008,7 @@ mod tests {
             force: false,
             devices: crate::multigpu::DeviceSelection::List(vec![0]),
             interconnect: false,
+            tp_allreduce: None,
             resume: None,
         }
     }

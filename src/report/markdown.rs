@@ -72,6 +72,9 @@ pub fn render(
     if let Some(mg) = &r.multi_gpu {
         o.push_str(&crate::multigpu::render::markdown(mg, &r.rig));
     }
+    if let Some(tp) = &r.tp_model {
+        o.push_str(&crate::multigpu::tp_model::markdown(tp));
+    }
     if let Some(c) = &r.checkpoint {
         // render_markdown opens with its own "## Checkpoint: DIR" heading.
         o.push_str(&crate::checkpoint::render_markdown(c));

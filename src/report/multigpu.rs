@@ -67,7 +67,7 @@ pub fn single_gpu_reason(
     Some(match (available, absent) {
         (0, Some(why)) => format!("no GPU ({why}): nothing to compare, no interconnect to measure"),
         (0, None) => "no GPU: nothing to compare, no interconnect to measure".into(),
-        (1, _) => "one GPU on this machine: no per-GPU spread, interconnect or tensor-parallel prediction".into(),
+        (1, _) => "one GPU on this machine: no per-GPU spread, interconnect or measured all-reduce (the tensor-parallel composite is predicted from this GPU's rows and a stated all-reduce model instead)".into(),
         (n, _) => format!(
             "one GPU selected of the {n} on this machine; `--devices all` benches all {n} at once, measures the interconnect and predicts tensor-parallel decode"
         ),
@@ -277,6 +277,25 @@ pub fn tp_prediction(results: &Results, model: Option<&ModelInfo>) -> Result<TpP
             .map(|s| s.to_string())
             .collect(),
     })
+}
+
+/// The tensor-parallel composite at TP = 1 and [`crate::multigpu::tp_model::DEFAULT_DEGREES`]
+/// predicted from the first GPU's kernel rows (`results.kernels`) with the all-reduce model `ar`
+/// (docs/multi-gpu.md, "Tensor-parallel composite from one GPU").
+///
+/// # Errors
+/// Why it cannot be made (no kernel results, no `[model]` table, no composite).
+pub fn tp_model(
+    results: &Results,
+    model: Option<&ModelInfo>,
+    ar: &crate::multigpu::tp_model::AllReduceModel,
+) -> Result<crate::multigpu::tp_model::TpModel, String> {
+    let k = results
+        .kernels
+        .as_ref()
+        .ok_or("no kernel results in this run")?;
+    let model = model.ok_or("the suite has no [model] table (hidden size, layers)")?;
+    crate::multigpu::tp_model::predict(k, model, ar, &crate::multigpu::tp_model::DEFAULT_DEGREES)
 }
 
 #[cfg(test)]

@@ -47,6 +47,10 @@ pub struct Results {
     /// tensor-parallel prediction (`--devices` with two or more GPUs).
     #[serde(default)]
     pub multi_gpu: Option<crate::multigpu::MultiGpuResults>,
+    /// The tensor-parallel decode-step composite at TP = 2, 4, 8 predicted from the first GPU's
+    /// kernel rows and a stated all-reduce model (predicted, not measured; any GPU count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp_model: Option<crate::multigpu::tp_model::TpModel>,
     /// Parts of the job not run, with the reason.
     #[serde(default)]
     pub skipped: Vec<Skip>,
@@ -114,6 +118,7 @@ impl Results {
             e2e: None,
             runtime: None,
             multi_gpu: None,
+            tp_model: None,
             quality: None,
             skipped: Vec::new(),
             failed: Vec::new(),

@@ -924,6 +924,10 @@ pub struct ServeConfig {
     pub enable_prefix_caching: bool,
     /// CPU threads of the matmul; `None` = all available cores.
     pub num_threads: Option<usize>,
+    /// Connection limit, timeouts and the chat message limit of the HTTP server.
+    pub limits: super::serve_guard::ServeLimits,
+    /// The key every request must carry (`--api-key`, `VLLM_API_KEY`); `None` = open.
+    pub api_key: Option<super::serve_guard::ApiKey>,
 }
 
 impl ServeConfig {
@@ -949,6 +953,8 @@ impl ServeConfig {
             speculative: None,
             enable_prefix_caching: true,
             num_threads: None,
+            limits: Default::default(),
+            api_key: None,
         }
     }
 

@@ -40,6 +40,7 @@ pub mod model;
 pub mod prefix_cache;
 pub mod sampler;
 pub mod scheduler;
+pub mod serve_guard;
 pub mod server;
 pub mod spec;
 pub mod template;

@@ -157,25 +157,23 @@ pub async fn start_on(
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        cpu_work: tokio::sync::Semaphore::new(
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ),
+        max_chat_messages: config.limits.max_chat_messages,
     });
-    let router = router(app);
+    let router = super::serve_guard::protect(
+        router(app),
+        config.api_key.clone(),
+        config.limits.idle_timeout,
+    );
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let limits = config.limits.clone();
     let task = tokio::spawn(async move {
-        // TCP_NODELAY: without it Nagle's algorithm holds small SSE chunks back until the
-        // client's delayed ACK (~40 ms), which e2e timings would then measure instead of the
-        // engine.
-        use axum::serve::ListenerExt;
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let r = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
-            })
-            .await;
-        if let Err(e) = r {
-            eprintln!("rigbench serve: server error: {e}");
-        }
+        super::serve_guard::serve(listener, router, &limits, async move {
+            let _ = rx.await;
+        })
+        .await;
     });
     Ok(ServerHandle {
         addr,
@@ -189,6 +187,10 @@ pub async fn start_on(
 struct App {
     engine: EngineHandle,
     created: u64,
+    /// Permits for CPU-bound request work ([`off_request_threads`]): one per core.
+    cpu_work: tokio::sync::Semaphore,
+    /// The most messages one chat request may have ([`ServeLimits::max_chat_messages`]).
+    max_chat_messages: usize,
 }
 
 type AppState = Arc<App>;
@@ -620,6 +622,29 @@ fn validate(
     })
 }
 
+/// Run CPU-bound request work (parsing a body of up to [`MAX_BODY_BYTES`], the chat template,
+/// the tokenizer) on tokio's blocking threads, at most one job per core at a time, so that the
+/// threads that handle requests keep answering (`/health`, streams in flight) while a large
+/// request is prepared.
+///
+/// # Errors
+/// `f`'s error; a 500 when the job panicked or the server is shutting down.
+async fn off_request_threads<T, F>(app: &AppState, f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&App) -> Result<T, ApiError> + Send + 'static,
+{
+    let _permit = app
+        .cpu_work
+        .acquire()
+        .await
+        .map_err(|_| ApiError::internal("the server is shutting down"))?;
+    let app = Arc::clone(app);
+    tokio::task::spawn_blocking(move || f(&app))
+        .await
+        .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
+}
+
 fn render_chat(
     app: &App,
     messages: &Option<Value>,
@@ -632,6 +657,14 @@ fn render_chat(
         }
         Some(Value::Array(a)) if a.is_empty() => {
             return Err(ApiError::bad("'messages' must not be empty").param("messages"))
+        }
+        Some(Value::Array(a)) if a.len() > app.max_chat_messages => {
+            return Err(ApiError::bad(format!(
+                "'messages' has {} messages; this server accepts at most {} in one request (rigbench serve --max-chat-messages)",
+                a.len(),
+                app.max_chat_messages
+            ))
+            .param("messages"))
         }
         Some(Value::Array(a)) => a,
         Some(_) => {
@@ -748,15 +781,19 @@ async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Response 
 
 async fn chat_inner(app: AppState, body: Bytes) -> Result<Response, ApiError> {
     let arrival = Instant::now();
-    let req: ChatRequest = parse_body(&body)?;
-    app.check_model(&req.common.model)?;
-    let kwargs = req.chat_template_kwargs.clone().unwrap_or_default();
-    let (prompt, _) = render_chat(
-        &app,
-        &req.messages,
-        &kwargs,
-        req.add_generation_prompt.unwrap_or(true),
-    )?;
+    let (req, kwargs, prompt) = off_request_threads(&app, move |app| {
+        let req: ChatRequest = parse_body(&body)?;
+        app.check_model(&req.common.model)?;
+        let kwargs = req.chat_template_kwargs.clone().unwrap_or_default();
+        let (prompt, _) = render_chat(
+            app,
+            &req.messages,
+            &kwargs,
+            req.add_generation_prompt.unwrap_or(true),
+        )?;
+        Ok((req, kwargs, prompt))
+    })
+    .await?;
     let mut gen = validate(&req.common, prompt.len(), app.max_model_len(), None)?;
     let top = logprob_count(&req.top_logprobs, "top_logprobs")?;
     match (req.logprobs, top) {
@@ -793,37 +830,41 @@ async fn completions(State(app): State<AppState>, body: Bytes) -> Response {
 
 async fn completions_inner(app: AppState, body: Bytes) -> Result<Response, ApiError> {
     let arrival = Instant::now();
-    let req: CompletionRequest = parse_body(&body)?;
-    app.check_model(&req.common.model)?;
-    let vocab = app.engine.info.model_config.vocab_size;
-    let ids_of = |a: &[Value]| -> Result<Vec<u32>, ApiError> {
-        a.iter()
-            .map(|x| {
-                x.as_u64()
-                    .filter(|t| (*t as usize) < vocab)
-                    .map(|t| t as u32)
-                    .ok_or_else(|| {
-                        ApiError::bad(format!(
-                            "prompt token {x} is not an id below the vocabulary size {vocab}"
-                        ))
-                        .param("prompt")
-                    })
-            })
-            .collect()
-    };
-    let prompt: Vec<u32> = match &req.prompt {
-        None | Some(Value::Null) => return Err(ApiError::bad("'prompt' is required").param("prompt")),
-        Some(Value::String(s)) => app.engine.tokenizer.encode(s, true).map_err(|e| ApiError::bad(e.to_string()))?,
-        Some(Value::Array(a)) if a.iter().all(Value::is_number) && !a.is_empty() => ids_of(a)?,
-        Some(Value::Array(a)) if a.len() == 1 => match &a[0] {
-            Value::String(s) => app.engine.tokenizer.encode(s, true).map_err(|e| ApiError::bad(e.to_string()))?,
-            Value::Array(inner) => ids_of(inner)?,
-            _ => return Err(ApiError::bad("prompt must be a string, a list of token ids, or a one-element list of either").param("prompt")),
-        },
-        Some(_) => {
-            return Err(ApiError::bad("prompt must be a string, a list of token ids, or a one-element list of either (batched prompts are not supported)").param("prompt"))
-        }
-    };
+    let (req, prompt) = off_request_threads(&app, move |app| {
+        let req: CompletionRequest = parse_body(&body)?;
+        app.check_model(&req.common.model)?;
+        let vocab = app.engine.info.model_config.vocab_size;
+        let ids_of = |a: &[Value]| -> Result<Vec<u32>, ApiError> {
+            a.iter()
+                .map(|x| {
+                    x.as_u64()
+                        .filter(|t| (*t as usize) < vocab)
+                        .map(|t| t as u32)
+                        .ok_or_else(|| {
+                            ApiError::bad(format!(
+                                "prompt token {x} is not an id below the vocabulary size {vocab}"
+                            ))
+                            .param("prompt")
+                        })
+                })
+                .collect()
+        };
+        let prompt: Vec<u32> = match &req.prompt {
+            None | Some(Value::Null) => return Err(ApiError::bad("'prompt' is required").param("prompt")),
+            Some(Value::String(s)) => app.engine.tokenizer.encode(s, true).map_err(|e| ApiError::bad(e.to_string()))?,
+            Some(Value::Array(a)) if a.iter().all(Value::is_number) && !a.is_empty() => ids_of(a)?,
+            Some(Value::Array(a)) if a.len() == 1 => match &a[0] {
+                Value::String(s) => app.engine.tokenizer.encode(s, true).map_err(|e| ApiError::bad(e.to_string()))?,
+                Value::Array(inner) => ids_of(inner)?,
+                _ => return Err(ApiError::bad("prompt must be a string, a list of token ids, or a one-element list of either").param("prompt")),
+            },
+            Some(_) => {
+                return Err(ApiError::bad("prompt must be a string, a list of token ids, or a one-element list of either (batched prompts are not supported)").param("prompt"))
+            }
+        };
+        Ok((req, prompt))
+    })
+    .await?;
     if prompt.is_empty() {
         return Err(ApiError::bad("the prompt is empty after tokenization").param("prompt"));
     }
@@ -1214,7 +1255,7 @@ struct TokenizeRequest {
 }
 
 async fn tokenize(State(app): State<AppState>, body: Bytes) -> Response {
-    let r = (|| -> Result<Value, ApiError> {
+    let r = off_request_threads(&app, move |app| -> Result<Value, ApiError> {
         let req: TokenizeRequest = parse_body(&body)?;
         app.check_model(&req.model)?;
         let tokens = match (&req.prompt, &req.messages) {
@@ -1226,7 +1267,7 @@ async fn tokenize(State(app): State<AppState>, body: Bytes) -> Response {
             (None, Some(_)) => {
                 let kwargs = req.chat_template_kwargs.clone().unwrap_or_default();
                 render_chat(
-                    &app,
+                    app,
                     &req.messages,
                     &kwargs,
                     req.add_generation_prompt.unwrap_or(true),
@@ -1238,7 +1279,8 @@ async fn tokenize(State(app): State<AppState>, body: Bytes) -> Response {
         Ok(
             json!({"count": tokens.len(), "max_model_len": app.max_model_len(), "tokens": tokens, "token_strs": null}),
         )
-    })();
+    })
+    .await;
     match r {
         Ok(v) => Json(v).into_response(),
         Err(e) => e.into_response(),

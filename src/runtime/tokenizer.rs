@@ -58,28 +58,37 @@ impl ByteTokenizer {
     }
 
     /// Encode: special token strings become their ids, everything else its UTF-8 bytes.
+    /// One pass over `text`: linear in its length (see [`Self::encode_counted`]).
     pub fn encode(&self, text: &str) -> Vec<u32> {
-        let mut out = Vec::with_capacity(text.len());
-        let mut rest = text;
-        while !rest.is_empty() {
-            let next = Self::SPECIALS
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| rest.find(s).map(|p| (p, i, s.len())))
-                .min_by_key(|(p, i, _)| (*p, *i));
-            match next {
-                Some((p, i, len)) => {
-                    out.extend(rest[..p].bytes().map(u32::from));
-                    out.push(256 + i as u32);
-                    rest = &rest[p + len..];
-                }
-                None => {
-                    out.extend(rest.bytes().map(u32::from));
-                    break;
+        self.encode_counted(text).0
+    }
+
+    /// [`Self::encode`] and the number of steps it took (bytes visited plus special-token
+    /// comparisons, at most `6 × text.len()`): what the tests of its linear cost count. (It
+    /// searched the rest of the text for every special token after each one it found, which
+    /// was quadratic in the number of chat turns: 20,000 messages took 17 s.)
+    pub fn encode_counted(&self, text: &str) -> (Vec<u32>, usize) {
+        let bytes = text.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut steps = 0usize;
+        let mut i = 0;
+        // No special token is a prefix of another, so at most one matches at a position.
+        'outer: while i < bytes.len() {
+            steps += 1;
+            if bytes[i] == b'<' {
+                for (k, sp) in Self::SPECIALS.iter().enumerate() {
+                    steps += 1;
+                    if bytes[i..].starts_with(sp.as_bytes()) {
+                        out.push(256 + k as u32);
+                        i += sp.len();
+                        continue 'outer;
+                    }
                 }
             }
+            out.push(u32::from(bytes[i]));
+            i += 1;
         }
-        out
+        (out, steps)
     }
 
     /// Decode to text (invalid UTF-8 becomes U+FFFD).
@@ -399,6 +408,82 @@ impl IncrementalDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The earlier search (earliest special token, lowest id on a tie), kept as the reference.
+    fn encode_reference(text: &str) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            let next = ByteTokenizer::SPECIALS
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| rest.find(s).map(|p| (p, i, s.len())))
+                .min_by_key(|(p, i, _)| (*p, *i));
+            match next {
+                Some((p, i, len)) => {
+                    out.extend(rest[..p].bytes().map(u32::from));
+                    out.push(256 + i as u32);
+                    rest = &rest[p + len..];
+                }
+                None => {
+                    out.extend(rest.bytes().map(u32::from));
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn byte_encoding_is_linear_in_chat_turns() {
+        use crate::runtime::template::ChatTemplate;
+        let b = ByteTokenizer::new(ByteTokenizer::MIN_VOCAB).unwrap();
+        for text in [
+            "",
+            "<",
+            "<<|im_end|>",
+            "<|im_end",
+            "a</think><think><|endoftext|>é<|im_start|>x<|im_end|><",
+            "<thin<think>",
+        ] {
+            assert_eq!(b.encode(text), encode_reference(text), "{text:?}");
+        }
+        let t = ChatTemplate::builtin();
+        let chat = |n: usize| -> (usize, usize) {
+            let msgs: Vec<serde_json::Value> = (0..n)
+                .map(|i| {
+                    serde_json::json!({
+                        "role": if i % 2 == 0 { "user" } else { "assistant" },
+                        "content": format!("turn {i}: <b>hello</b>")
+                    })
+                })
+                .collect();
+            let text = t.render(&msgs, true, &serde_json::Map::new()).unwrap();
+            let (ids, steps) = b.encode_counted(&text);
+            if n <= 200 {
+                assert_eq!(ids, encode_reference(&text));
+            }
+            assert!(
+                steps <= 6 * text.len(),
+                "{steps} steps for {} bytes",
+                text.len()
+            );
+            (text.len(), steps)
+        };
+        chat(200);
+        let (len5, steps5) = chat(5_000);
+        let (len20, steps20) = chat(20_000);
+        // 4× the messages: about 4× the bytes and 4× the steps (a quadratic search: about 16×).
+        let bytes_ratio = len20 as f64 / len5 as f64;
+        let steps_ratio = steps20 as f64 / steps5 as f64;
+        eprintln!(
+            "5,000 messages: {len5} bytes, {steps5} steps; 20,000: {len20} bytes, {steps20} steps"
+        );
+        assert!(
+            (3.9..4.2).contains(&bytes_ratio) && steps_ratio < bytes_ratio * 1.05,
+            "bytes ×{bytes_ratio:.2}, steps ×{steps_ratio:.2}"
+        );
+    }
 
     #[test]
     fn byte_tokenizer_round_trip_and_specials() {

@@ -267,7 +267,14 @@ pub fn run(
         backend.weight_format(),
     );
     let bs = spec.block_size;
-    let per_seq = (spec.batch_context + spec.batch_tokens)
+    // Scheduler steps the batched run's prompts take to prefill (each step carries up to
+    // `step_tokens`): its sequences decode that many extra tokens (see the batched run below).
+    let step_tokens = spec
+        .prefill_tokens
+        .max(spec.batch_context)
+        .max(spec.batch1_prompt);
+    let prefill_steps = (spec.batch * spec.batch_context).div_ceil(step_tokens.max(1)) + 1;
+    let per_seq = (spec.batch_context + spec.batch_tokens + prefill_steps)
         .max(spec.batch1_prompt + spec.batch1_tokens)
         .max(spec.prefill_tokens + 1);
     let blocks = spec.batch * per_seq.div_ceil(bs) + 1;
@@ -296,10 +303,7 @@ pub fn run(
         EngineConfig {
             scheduler: SchedulerConfig {
                 max_num_seqs: spec.batch,
-                max_num_batched_tokens: spec
-                    .prefill_tokens
-                    .max(spec.batch_context)
-                    .max(spec.batch1_prompt),
+                max_num_batched_tokens: step_tokens,
             },
             kv,
             max_model_len: per_seq,
@@ -340,28 +344,44 @@ pub fn run(
         tok_per_s: tokens as f64 / secs.max(1e-12),
     };
 
-    // Batch-N decode: prefill every sequence first, then time the steps where all decode.
+    // Batch-N decode: prefill every sequence first, then time the steps where all decode. The
+    // engine interleaves the prompts' prefill with the decode of the sequences already in, so a
+    // sequence that started early keeps decoding while the last prompts are prefilled: each asks
+    // for enough tokens to outlast those prefill steps, and the timing stops at the first
+    // sequence that finishes (every timed step decodes the whole batch).
     let mut rxs = Vec::new();
     for i in 0..spec.batch {
         rxs.push(add(
             &mut engine,
             request(
                 prompt(c.vocab_size, spec.batch_context, 100 + i as u64),
-                spec.batch_tokens,
+                spec.batch_tokens + prefill_steps,
             ),
         ));
     }
-    while engine.has_work()
-        && !(engine.scheduler().running().len() == spec.batch
-            && engine.scheduler().running().iter().all(|s| s.is_decoding()))
-    {
+    let all_decoding = |e: &Engine| {
+        e.scheduler().running().len() == spec.batch
+            && e.scheduler().running().iter().all(|s| s.is_decoding())
+    };
+    while engine.has_work() && !all_decoding(&engine) {
         engine.step()?;
     }
     let (g0, t0) = (generated(), Instant::now());
+    let mut steps = 0usize;
+    while steps < spec.batch_tokens && all_decoding(&engine) {
+        engine.step()?;
+        steps += 1;
+    }
+    let (tokens, secs) = (generated() - g0, t0.elapsed().as_secs_f64());
     while engine.has_work() {
         engine.step()?;
     }
-    let (tokens, secs) = (generated() - g0, t0.elapsed().as_secs_f64());
+    anyhow::ensure!(
+        tokens > 0,
+        "the batched decode run never had its {} sequences decoding together (KV blocks or state slots for fewer: see the engine's startup notes); no batch-{} figure",
+        spec.batch,
+        spec.batch
+    );
     let batched = DecodeFigure {
         batch: spec.batch,
         context: spec.batch_context,
@@ -483,6 +503,32 @@ mod tests {
     use crate::runtime::backend::cpu::CpuBackend;
     use crate::runtime::weights::synthesize;
 
+    /// Prompts that each take a whole scheduler step (as the hybrids' 4,096-token contexts do)
+    /// used to let the first sequences finish before the last was admitted, timing nothing and
+    /// reporting 0 tok/s: the batch still decodes together for `batch_tokens` steps.
+    #[test]
+    fn a_batch_whose_prefill_takes_many_steps_is_still_timed_together() {
+        let w = synthesize(&ModelConfig::tiny(), 0);
+        let spec = RuntimeBenchSpec {
+            batch1_prompt: 8,
+            batch1_tokens: 2,
+            batch: 4,
+            batch_context: 40,
+            batch_tokens: 2,
+            prefill_tokens: 40,
+            block_size: 16,
+        };
+        let (b, _) = run(
+            Box::new(CpuBackend::new(w, 1)),
+            spec,
+            KvCacheDtype::Bf16,
+            "synthetic:tiny seed 0",
+        )
+        .unwrap();
+        assert_eq!(b.batched.tokens, 4 * 2);
+        assert!(b.batched.tok_per_s > 0.0);
+    }
+
     #[test]
     fn runs_on_the_cpu_with_every_condition_filled() {
         let w = synthesize(&ModelConfig::tiny(), 0);
@@ -515,12 +561,12 @@ mod tests {
             (b.kv_dtype.as_str(), b.model.as_str()),
             ("bfloat16", "synthetic:tiny seed 0")
         );
-        // Every decode step after the first token is timed at batch 1 (5); batched, only the
-        // steps in which all 3 sequences decode: the 40-token step budget prefills two prompts
-        // of 20, then the third while the first two decode one token each, so 3 × 4 − 3
-        // (prefill tokens) − 2 = 7.
+        // Every decode step after the first token is timed at batch 1 (5); batched, the
+        // `batch_tokens` steps in which all 3 sequences decode (the 40-token step budget
+        // prefills two prompts of 20, then the third while the first two decode; each asks for
+        // 4 + 3 tokens so that none finishes inside the timed steps): 3 × 4 = 12.
         assert_eq!(b.batch1.tokens, 5);
-        assert_eq!(b.batched.tokens, 7);
+        assert_eq!(b.batched.tokens, 12);
         assert!(b.batch1.tok_per_s > 0.0 && b.batched.tok_per_s > 0.0 && b.prefill.tok_per_s > 0.0);
         assert!((b.batch_speedup - b.batched.tok_per_s / b.batch1.tok_per_s).abs() < 1e-9);
         // FLOPs: 2·Σ N·K + 4·q_dim·(L+1)/2 per layer.

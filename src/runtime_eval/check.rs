@@ -700,12 +700,12 @@ mod tests {
         let w = synthesize(&ModelConfig::tiny(), 9);
         let p = prompts(2);
         let mut b = CpuBackend::new(w.clone(), 1);
-        let first = DirectSession::new(&mut b, 2, 64, 16, KvCacheDtype::Bf16, 512)
+        let first = DirectSession::new(&mut b, 2, 128, 16, KvCacheDtype::Bf16, 512)
             .unwrap()
             .greedy(&p, 1, false)
             .unwrap()[0]
             .tokens[0];
-        let masked = DirectSession::new(&mut b, 2, 64, 16, KvCacheDtype::Bf16, 512)
+        let masked = DirectSession::new(&mut b, 2, 128, 16, KvCacheDtype::Bf16, 512)
             .unwrap()
             .greedy_masked(&p, 8, false, &[first])
             .unwrap();

@@ -7,6 +7,8 @@
 pub mod bench;
 pub mod check;
 pub mod cuda_check;
+pub mod decode_profile;
+pub mod fp8_bisect;
 pub mod hybrid_check;
 pub mod quality;
 pub mod section;

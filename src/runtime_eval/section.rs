@@ -52,6 +52,10 @@ pub struct FormatRun {
     pub bench: Option<RuntimeBench>,
     /// What failed, if anything.
     pub error: Option<String>,
+    /// Batch-1 decode at 128, 4k and 32k contexts with the per-op profile of one step at 128
+    /// and 4k ([`super::decode_profile`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decode_contexts: Vec<super::decode_profile::ContextDecode>,
 }
 
 /// What [`run_gpu`] needs.
@@ -103,7 +107,7 @@ fn load_cuda(
         max_num_seqs: bench.batch.max(FIDELITY_PROMPTS.len()),
         max_model_len: (bench.prefill_tokens + 1)
             .max(bench.batch_context + bench.batch_tokens)
-            .max(256),
+            .max(super::decode_profile::MAX_CONTEXT + super::decode_profile::TIMED_STEPS + 16),
         kv_dtype: KvCacheDtype::Bf16,
         block_size: bench.block_size,
     })
@@ -297,6 +301,7 @@ pub fn run_gpu(
             e2e: None,
             bench: None,
             error: None,
+            decode_contexts: Vec::new(),
         };
         // End to end against `rigbench serve` on the GPU.
         let mut args = vec![
@@ -322,7 +327,19 @@ pub fn run_gpu(
         // In-process benchmarks and fidelity.
         let quantize = (fmt != WeightFormat::Bf16).then_some(fmt);
         match load_cuda(o, &config, quantize, host.as_ref()) {
-            Ok(b) => {
+            Ok(mut b) => {
+                // Decode by context first: it sizes its own KV cache, which the benchmarks'
+                // engine replaces with its planned one.
+                match super::decode_profile::measure(
+                    &mut b,
+                    &super::decode_profile::TOK_S_CONTEXTS,
+                    &super::decode_profile::PROFILE_CONTEXTS,
+                ) {
+                    Ok(v) => run.decode_contexts = v,
+                    Err(e) => s
+                        .skipped
+                        .push(format!("decode by context of {}: {e:#}", fmt.id())),
+                }
                 let mut b: Box<dyn Backend> = Box::new(b);
                 if fmt != WeightFormat::Bf16 {
                     // The BF16 reference on identical weights, loaded only for the comparison
@@ -536,9 +553,22 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                 |p| format!(" Peak = best BF16 TFLOP/s of this run's kernel rows ({}).", p.peak_source)
             )
         );
+        for f in &s.formats {
+            let bw = f
+                .bench
+                .as_ref()
+                .and_then(|b| b.decode_bound.as_ref())
+                .map(|d| d.copy_bytes_per_s);
+            o.push_str(&super::decode_profile::render(
+                &f.format,
+                &f.decode_contexts,
+                bw,
+            ));
+        }
         // The runtime's targets (docs/runtime.md), as ratios within this run.
         let by = |f: &str| benches.iter().find(|b| b.weight_format == f).copied();
         let mut t: Vec<Vec<String>> = Vec::new();
+        t.extend(memory_bound_goals(s));
         for b in &benches {
             if let Some(d) = &b.decode_bound {
                 t.push(vec![
@@ -669,6 +699,115 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
     o
 }
 
+/// Batch-1 decode at a 128-token context against the weight-streaming bound, per format
+/// (docs/runtime.md "Decode attention"): BF16 80%, FP8 70%, W4A16 60%.
+pub const SHORT_CONTEXT_TARGETS: [(&str, f64); 3] =
+    [("bf16", 0.80), ("fp8", 0.70), ("nvfp4", 0.60)];
+
+/// The memory-bound goals of the runtime section, from the run's own rows: batch-1 decode at a
+/// 128-token context per format against [`SHORT_CONTEXT_TARGETS`], and decode attention at 4k
+/// and 32k contexts against `ATTENTION_BOUND_TARGET` × (KV bytes ÷ copy rate). A goal without
+/// its row says "not measured" and why.
+fn memory_bound_goals(s: &RuntimeSection) -> Vec<Vec<String>> {
+    use crate::runtime::backend::cuda::decode_attn::ATTENTION_BOUND_TARGET;
+    let mut t = Vec::new();
+    for (fmt, target) in SHORT_CONTEXT_TARGETS {
+        let name = format!(
+            "{fmt} batch-1 decode at a 128-token context ≥ {:.0}% of the bound",
+            100.0 * target
+        );
+        let f = s.formats.iter().find(|f| f.format == fmt);
+        let bw = f
+            .and_then(|f| f.bench.as_ref())
+            .and_then(|b| b.decode_bound.as_ref())
+            .map(|d| d.copy_bytes_per_s);
+        let row = f.and_then(|f| f.decode_contexts.iter().find(|r| r.context == 128));
+        t.push(match (f, row, bw) {
+            (None, _, _) => vec![
+                name,
+                format!("not measured: no {fmt} run in this section"),
+                "—".into(),
+            ],
+            (_, None, _) => vec![
+                name,
+                "not measured: no 128-token decode row (see the skipped list)".into(),
+                "—".into(),
+            ],
+            (_, _, None) => vec![
+                name,
+                "not measured: no copy bandwidth in this run".into(),
+                "—".into(),
+            ],
+            (_, Some(r), Some(bw)) => {
+                let x = r.fraction_of_bound(bw);
+                vec![name, pct(x), met(x >= target)]
+            }
+        });
+    }
+    for ctx in [4096usize, 32_768] {
+        let name = format!(
+            "decode attention at a {} context, batch 1, ≤ {ATTENTION_BOUND_TARGET}× KV bytes ÷ copy rate",
+            crate::output::table::thousands(ctx as u64)
+        );
+        let mut got = None;
+        for f in &s.formats {
+            let bw = f
+                .bench
+                .as_ref()
+                .and_then(|b| b.decode_bound.as_ref())
+                .map(|d| d.copy_bytes_per_s);
+            if let (Some(r), Some(bw)) = (f.decode_contexts.iter().find(|r| r.context == ctx), bw) {
+                if let Some(x) = r.attention_vs_bound(bw) {
+                    got = Some((f.format.clone(), x));
+                    break;
+                }
+            }
+        }
+        t.push(match got {
+            Some((f, x)) => vec![format!("{name} ({f} weights)"), format!("{x:.2}×"), met(x <= ATTENTION_BOUND_TARGET)],
+            None => vec![
+                name,
+                format!(
+                    "not measured: no profiled {} step with a copy bandwidth in this run (see the skipped list)",
+                    crate::output::table::thousands(ctx as u64)
+                ),
+                "—".into(),
+            ],
+        });
+    }
+    let bf = s
+        .formats
+        .iter()
+        .find(|f| f.format == "bf16")
+        .and_then(|f| f.bench.as_ref());
+    t.push(match bf {
+        Some(b) if b.spec.batch == 32 && b.spec.batch_context == 1024 => vec![
+            "BF16 batch-32 at 1k contexts ≥ 15× batch 1".into(),
+            format!("{:.1}×", b.batch_speedup),
+            met(b.batch_speedup >= 15.0),
+        ],
+        Some(b) => vec![
+            "BF16 batch-32 at 1k contexts ≥ 15× batch 1".into(),
+            format!(
+                "not measured: this run batched {} sequences at {}-token contexts",
+                b.spec.batch, b.spec.batch_context
+            ),
+            "—".into(),
+        ],
+        None => vec![
+            "BF16 batch-32 at 1k contexts ≥ 15× batch 1".into(),
+            "not measured: no BF16 benchmark in this section".into(),
+            "—".into(),
+        ],
+    });
+    t.push(vec![
+        "decode attention at 4k and 32k contexts, batch 32, ≤ 1.5× KV bytes ÷ copy rate".into(),
+        "not measured: the section profiles batch 1 (batch 32: `rigbench devcheck --only attention`)".into(),
+        "—".into(),
+    ]);
+    t
+}
+
 /// A goal's verdict, in the words of the kernel goals table.
 fn met(ok: bool) -> String {
     if ok { "met" } else { "NOT met" }.to_string()
@@ -720,12 +859,66 @@ mod tests {
                     e2e: None,
                     bench: Some(b),
                     error: None,
+                    decode_contexts: Vec::new(),
                 })
                 .collect(),
             ..Default::default()
         };
-        let md = render_markdown(&s);
+        // Table columns are padded to their widths: compare with runs of spaces collapsed.
+        let md = render_markdown(&s)
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
         assert!(md.contains("W4A16 batch-1 ≥ 2.5× BF16"), "{md}");
+        // No decode-by-context rows in this run: those goals say so, with the reason.
+        assert!(
+            md.contains("| bf16 batch-1 decode at a 128-token context ≥ 80% of the bound | not measured: no 128-token decode row"),
+            "{md}"
+        );
+        assert!(md.contains("| decode attention at a 32,768 context, batch 1, ≤ 1.5× KV bytes ÷ copy rate | not measured:"), "{md}");
+        // This run batched 2 sequences at 8-token contexts, not 32 at 1k.
+        assert!(
+            md.contains("not measured: this run batched 2 sequences at 8-token contexts"),
+            "{md}"
+        );
+        // With rows: the goals are evaluated from them at the run's copy bandwidth (1 GB/s).
+        let mut s = s;
+        s.formats[0].decode_contexts = vec![
+            super::super::decode_profile::ContextDecode {
+                context: 128,
+                tok_per_s: 0.1,
+                weight_bytes: 8_000_000_000,
+                kv_bytes: 500_000_000,
+                ops: Vec::new(),
+            },
+            super::super::decode_profile::ContextDecode {
+                context: 4096,
+                tok_per_s: 0.1,
+                weight_bytes: 8_000_000_000,
+                kv_bytes: 1_000_000_000,
+                ops: vec![super::super::decode_profile::OpTime {
+                    op: "attention".into(),
+                    calls: 2,
+                    seconds: 2.0,
+                    bytes: Some(1_000_000_000),
+                }],
+            },
+        ];
+        let md = render_markdown(&s);
+        // 0.1 tok/s × 8.5 s = 85%: met against 80%.
+        assert!(
+            md.contains(
+                "| bf16 batch-1 decode at a 128-token context ≥ 80% of the bound | 85.0% | met |"
+            ),
+            "{md}"
+        );
+        // Attention 2 s against 1 GB ÷ 1 GB/s: 2.00×, not met.
+        assert!(
+            md.contains("| decode attention at a 4,096 context, batch 1, ≤ 1.5× KV bytes ÷ copy rate (bf16 weights) | 2.00× | NOT met |"),
+            "{md}"
+        );
+        assert!(md.contains("#### Batch-1 decode by context, bf16"), "{md}");
         assert!(
             md.contains("of bound") && md.contains("backend cpu"),
             "{md}"

@@ -1,8 +1,9 @@
 //! Host side of rigbench's Hopper W4A16 kernel, `kernels/w4a16_wg.cu` (sm_90a only): the
 //! swapped GEMM `Cᵀ[N, M] = W[N, K] · Aᵀ[K, M]` on `wgmma`, the dequantized NVFP4 weights as the
 //! register A operand (64 rows per warpgroup) and the tokens as its N (8 … 256), the activations
-//! staged in shared memory in the packed layout's K order with the 128-byte swizzle. Read the
-//! kernel's header comment first; docs/w4a16-notes.md has the design and its figures.
+//! written once per launch in the packed layout's K order by a pre-pass
+//! ([`PERMUTE_KERNEL`]) and staged in shared memory by 16-byte copies with the 128-byte swizzle.
+//! Read the kernel's header comment first; docs/w4a16-notes.md has the design and its figures.
 //!
 //! Here: the kernel instances, their shared-memory and workspace sizes, the launch
 //! configurations offered to the tuner ([`candidates`]), the launch itself, the opt-in and the
@@ -41,6 +42,12 @@ pub const ENV_ENABLE: &str = "RIGBENCH_W4A16_WG";
 /// Environment variable: `off` trusts the kernel without the child-process probe.
 pub const ENV_PROBE: &str = "RIGBENCH_W4A16_WG_PROBE";
 
+/// The pre-pass kernel that writes the activations in the packed weights' K order (its output
+/// is the first part of the launch's workspace, [`act_floats`]).
+pub const PERMUTE_KERNEL: &str = "w4wg_permute_act";
+/// Threads per CTA of [`PERMUTE_KERNEL`].
+pub const PERMUTE_THREADS: usize = 256;
+
 /// Smallest token tile with a `_p` instance (one commit group of wgmmas kept in flight).
 pub const PIPE_MIN_TN: usize = 64;
 
@@ -63,11 +70,13 @@ pub fn instances() -> Vec<(usize, usize, bool)> {
     v
 }
 
-/// All kernel names in kernels/w4a16_wg.cu.
+/// All kernel names in kernels/w4a16_wg.cu (the module loads these): the GEMM instances and
+/// the [`PERMUTE_KERNEL`] pre-pass.
 pub fn kernel_names() -> Vec<String> {
     instances()
         .into_iter()
         .map(|(tn, wg, pipe)| name(tn, wg, pipe))
+        .chain(std::iter::once(PERMUTE_KERNEL.to_string()))
         .collect()
 }
 
@@ -113,6 +122,45 @@ pub fn ws_floats(
     } else {
         0
     }
+}
+
+/// Workspace floats of the permuted activations: `tiles · tn` token rows of `64 · kt_n` BF16
+/// values (`kt_n = 2 · pairs`), 2 per float. They precede the split-K slots.
+pub fn act_floats(tn: usize, tiles: usize, pairs: usize) -> usize {
+    tiles * tn * pairs * 64
+}
+
+/// Actual k offset (within its 64-wide k tile) of position `pos` of the permuted activations:
+/// `pos = 16j + p` is MMA k position p of k16 step j, which the packed weights put at
+/// `16·(p%8/2) + 4j + 2·(p/8) + p%2` (src/formats/w4a16_pack.rs; docs/w4a16-notes.md).
+pub fn permuted_k_offset(pos: usize) -> usize {
+    let (j, p) = (pos / 16, pos % 16);
+    16 * (p % 8 / 2) + 4 * j + 2 * (p / 8) + p % 2
+}
+
+/// CPU mirror of [`PERMUTE_KERNEL`]: `act` `[m, k]` BF16 bits → `[m, kpad]` in the packed K
+/// order (`kpad` = 64 · k tiles), zeros from `k` on. Computed per destination 16-byte chunk
+/// with the kernel's own index math.
+///
+/// # Panics
+/// `kpad` not a multiple of 64, or `act` shorter than `m · k`.
+pub fn permute_act(act: &[u16], m: usize, k: usize, kpad: usize) -> Vec<u16> {
+    assert!(kpad % 64 == 0 && act.len() >= m * k);
+    let cpr = kpad / 8;
+    let mut out = vec![0u16; m * kpad];
+    for i in 0..m * cpr {
+        let (mm, cc) = (i / cpr, i % cpr);
+        let k0 = (cc >> 3) * 64 + 4 * ((cc & 7) >> 1) + 2 * (cc & 1);
+        for q in 0..4 {
+            let kk = k0 + 16 * q;
+            if kk < k {
+                let at = mm * kpad + cc * 8 + 2 * q;
+                out[at] = act[mm * k + kk];
+                out[at + 1] = act[mm * k + kk + 1];
+            }
+        }
+    }
+    out
 }
 
 /// Token tile and tile count for `m` tokens: the smallest instance that holds `m`, or tiles of
@@ -201,7 +249,9 @@ pub fn candidates(
                     continue;
                 }
                 for ctas in grid_options(units, groups, occ * sms, sms, tiles) {
-                    if ws_floats(tn, wg, ctas, tiles, units, pairs) * 4 > WS_CAP_BYTES {
+                    let ws =
+                        act_floats(tn, tiles, pairs) + ws_floats(tn, wg, ctas, tiles, units, pairs);
+                    if ws * 4 > WS_CAP_BYTES {
                         continue;
                     }
                     let c = Config::Wg {
@@ -223,8 +273,8 @@ pub fn candidates(
     Ok(out)
 }
 
-/// Scratch of a configuration on an `n`-row weight of `kt_n` k tiles: (workspace floats,
-/// counters).
+/// Scratch of a configuration on an `n`-row weight of `kt_n` k tiles: (workspace floats: the
+/// permuted activations ([`act_floats`]) then the split-K slots ([`ws_floats`]), counters).
 pub fn scratch(cfg: &Config, n: usize, kt_n: usize) -> (usize, usize) {
     match cfg {
         Config::Wg {
@@ -237,7 +287,8 @@ pub fn scratch(cfg: &Config, n: usize, kt_n: usize) -> (usize, usize) {
             let groups = n.div_ceil(16).div_ceil(group_strips(*wg));
             let pairs = kt_n / 2;
             (
-                ws_floats(*tn, *wg, *ctas, *tiles, groups * pairs, pairs),
+                act_floats(*tn, *tiles, pairs)
+                    + ws_floats(*tn, *wg, *ctas, *tiles, groups * pairs, pairs),
                 tiles * groups,
             )
         }
@@ -245,8 +296,9 @@ pub fn scratch(cfg: &Config, n: usize, kt_n: usize) -> (usize, usize) {
     }
 }
 
-/// Queue one launch of configuration `cfg` (a [`Config::Wg`]) on `module` (kernels/w4a16_wg.cu),
-/// which [`candidates`] offered on that module.
+/// Queue one GEMM of configuration `cfg` (a [`Config::Wg`]) on `module` (kernels/w4a16_wg.cu),
+/// which [`candidates`] offered on that module: the [`PERMUTE_KERNEL`] pre-pass (`act` →
+/// the start of `ws`), then the GEMM reading the permuted copy. `ws` holds [`scratch`]'s floats.
 ///
 /// # Errors
 /// Not a wgmma configuration, M beyond its token tiles, or a launch failure.
@@ -282,8 +334,30 @@ pub fn launch(
     // [`candidates`] (to its largest configuration), not here: a launch may be captured into a
     // CUDA graph.
     let kname = name(*tn, *wg, *pipe);
+    let kpad = 64 * w.kt_n;
+    let chunks = m * kpad / 8;
+    crate::kernels::launchers::w4a16_wg::w4wg_permute_act(
+        module,
+        gpu,
+        (
+            dim(
+                "chunks.div_ceil(PERMUTE_THREADS)",
+                chunks.div_ceil(PERMUTE_THREADS),
+            )?,
+            1,
+            1,
+        ),
+        (dim("PERMUTE_THREADS", PERMUTE_THREADS)?, 1, 1),
+        0,
+        DevPtr::at(act),
+        DevPtr::at(ws),
+        m,
+        w.k,
+        kpad,
+    )?;
+    let split_ws = ws + 4 * act_floats(*tn, *tiles, w.kt_n / 2) as u64;
     crate::kernels::launchers::w4a16_wg::gemm(
-        &module,
+        module,
         gpu,
         &kname,
         (
@@ -295,9 +369,9 @@ pub fn launch(
         dim("*smem", *smem)?,
         DevPtr::at(w.wq),
         DevPtr::at(w.sc),
-        DevPtr::at(act),
-        DevPtr::at(out),
         DevPtr::at(ws),
+        DevPtr::at(out),
+        DevPtr::at(split_ws),
         DevPtr::at(counters),
         m,
         w.n,
@@ -322,7 +396,7 @@ pub fn describe(cfg: &Config) -> String {
             tiles,
             ..
         } => format!(
-            "rigbench W4A16 wgmma (sm_90a: E2M1→BF16 in registers as wgmma's A, tokens as its N = {tn}, activations in 128-byte-swizzled smem, {stages}-stage cp.async ring{}): {} rows/CTA, {ctas} CTAs × {tiles} token tile(s)",
+            "rigbench W4A16 wgmma (sm_90a: E2M1→BF16 in registers as wgmma's A, tokens as its N = {tn}, activations permuted to the weights' K order by a pre-pass and staged by 16-byte cp.async into 128-byte-swizzled smem, {stages}-stage cp.async ring{}): {} rows/CTA, {ctas} CTAs × {tiles} token tile(s)",
             if *pipe { ", one wgmma group kept in flight" } else { "" },
             64 * wg
         ),
@@ -689,8 +763,9 @@ fn read_u32(b: &[u8], at: usize) -> u32 {
 /// Emulate one launch of `kernels/w4a16_wg.cu` on the CPU: `act` is `[m, p.k]` BF16 bits
 /// (row stride K, as on the GPU); returns the `[m, p.n]` outputs before the kernel's final BF16
 /// rounding (`Σ · out_scale` in f64), computed through the kernel's own index math: the
-/// stripes and segments, the cp.async destinations of codes, scales and permuted activations
-/// in a byte model of shared memory, the dequantization of each lane's fragments, each wgmma
+/// stripes and segments, the pre-pass that writes the activations in the packed K order
+/// ([`permute_act`]), the cp.async destinations of codes, scales and activations in a byte
+/// model of shared memory, the dequantization of each lane's fragments, each wgmma
 /// reading A from the lanes' registers (the m16n8k16 A layout per warp) and B through the
 /// shared-memory descriptor, the accumulator layout, and the split-K slots and their
 /// slice-order reduction by the last CTA to arrive. CTAs of a token tile run one after another
@@ -743,6 +818,9 @@ pub fn emulate(p: &W4a16Packed, act: &[u16], m: usize, l: EmuLaunch, order: &[us
         "order is a permutation"
     );
     let tiles = m.div_ceil(tn);
+    // The pre-pass: the activations in the packed K order, row stride kpad.
+    let kpad = 64 * kt_n;
+    let actp = permute_act(act, m, k, kpad);
     let sbase = (EMU_RAW + 1023) & !1023;
     let smem_len = (sbase - EMU_RAW) as usize + stages * stage;
     let mut out = vec![f64::NAN; m * n];
@@ -800,21 +878,14 @@ pub fn emulate(p: &W4a16Packed, act: &[u16], m: usize, l: EmuLaunch, order: &[us
                             smem[dst..dst + 16].fill(0);
                         }
                     }
-                    for i in 0..mt * 64 {
-                        let (mm, s) = (i >> 6, i & 63);
-                        let (h, su) = (s >> 5, s & 31);
-                        let kk = (2 * pp + h) * 64 + 2 * su;
-                        let ok = kk < k;
-                        let (tt, j, hi) = (su >> 3, (su >> 1) & 3, su & 1);
-                        let dst = sh(base
-                            + (h * a_tile + mm * 128 + (((2 * j + hi) ^ (mm & 7)) << 4) + 4 * tt)
-                                as u32);
-                        if ok {
-                            let at = (tok0 + mm) * k + kk;
-                            smem[dst..dst + 2].copy_from_slice(&act[at].to_le_bytes());
-                            smem[dst + 2..dst + 4].copy_from_slice(&act[at + 1].to_le_bytes());
-                        } else {
-                            smem[dst..dst + 4].fill(0);
+                    for i in 0..mt * 16 {
+                        let (mm, h, ch) = (i >> 4, (i >> 3) & 1, i & 7);
+                        let src = (tok0 + mm) * kpad + (2 * pp + h) * 64 + ch * 8;
+                        let dst =
+                            sh(base + (h * a_tile + mm * 128 + ((ch ^ (mm & 7)) << 4)) as u32);
+                        for e in 0..8 {
+                            smem[dst + 2 * e..dst + 2 * e + 2]
+                                .copy_from_slice(&actp[src + e].to_le_bytes());
                         }
                     }
                 };
@@ -1146,7 +1217,13 @@ mod tests {
             // Three stages fit the H200's 227 KiB of opt-in shared memory.
             assert!(smem_bytes(tn, wg, 3) <= H200_SMEM_OPTIN, "{tn} {wg}");
         }
-        assert_eq!(kernel_names().len(), 18);
+        assert_eq!(instances().len(), 18);
+        // The module loads the pre-pass with the GEMM instances.
+        assert_eq!(kernel_names().len(), 19);
+        assert!(kernel_names().iter().any(|k| k == PERMUTE_KERNEL));
+        assert!(WG_SRC.contains(&format!(
+            "void __launch_bounds__({PERMUTE_THREADS}) {PERMUTE_KERNEL}("
+        )));
         // Stage = 2 activation tiles + codes + scales, rounded to 1 KiB.
         assert_eq!(stage_bytes(16, 1), 9216);
         assert_eq!(stage_bytes(64, 2), 25600);
@@ -1169,19 +1246,46 @@ mod tests {
                 );
             }
         }
-        // Element (k, n) of step j: the kernel's cp.async destination of the same value.
+        // Element (k, n) of step j: where the kernel's 16-byte copy put position 16j + k of
+        // token n's permuted k tile (chunk (16j + k) / 8, swizzled by the row).
         for n in 0..16usize {
             for j in 0..4usize {
-                for kk in (0..16).step_by(2) {
+                for kk in 0..16 {
                     let at = b_element_addr(desc_b(2048 + 32 * j as u32), kk, n);
-                    // MMA position q = 16j + kk is unit u = q / 2 = 8j + 4hi + tt.
-                    let u = (16 * j + kk) / 2;
-                    let (jj, hi, tt) = (u / 8, (u / 4) % 2, u % 4);
-                    let want = 2048 + n * 128 + (((2 * jj + hi) ^ (n & 7)) << 4) + 4 * tt;
+                    let pos = 16 * j + kk;
+                    let want = 2048 + n * 128 + (((pos / 8) ^ (n & 7)) << 4) + 2 * (pos % 8);
                     assert_eq!(at as usize, want, "n {n} j {j} k {kk}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn permuted_activations_follow_the_packed_k_order() {
+        // The documented order is a permutation of each k tile.
+        let mut seen: Vec<usize> = (0..64).map(permuted_k_offset).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..64).collect::<Vec<_>>());
+        // The pre-pass mirror puts actual k = 64·tile + permuted_k_offset(pos) at position pos,
+        // zeros past K (K = 80: one full tile, one with 16 values; kpad 128; and K = 200).
+        for (m, k, kpad) in [(3usize, 80usize, 128usize), (2, 200, 256)] {
+            let act: Vec<u16> = (0..m * k).map(|i| i as u16 + 1).collect();
+            let got = permute_act(&act, m, k, kpad);
+            for mm in 0..m {
+                for pos in 0..kpad {
+                    let kk = pos / 64 * 64 + permuted_k_offset(pos % 64);
+                    let want = if kk < k { act[mm * k + kk] } else { 0 };
+                    assert_eq!(got[mm * kpad + pos], want, "m {mm} pos {pos} k {k}");
+                }
+            }
+        }
+        // Against the packed weights' own order: MMA position p of step j in the test's formula
+        // above is the unit layout of src/formats/w4a16_pack.rs.
+        assert_eq!(permuted_k_offset(0), 0);
+        assert_eq!(permuted_k_offset(2), 16);
+        assert_eq!(permuted_k_offset(8), 2);
+        assert_eq!(permuted_k_offset(16), 4);
+        assert_eq!(permuted_k_offset(63), 63);
     }
 
     #[test]

@@ -63,9 +63,27 @@ impl CudaBackend {
             );
             let (ks, vs) = (layer.k_scale, layer.v_scale);
             let delta = if li == 0 { 0 } else { self.bufs.hout.ptr() };
+            let qkv_ref = LinRef {
+                layer: li,
+                which: LayerLinear::Qkv,
+            };
+            // Hybrids' first linear is the mixer's own (in gdn): no fused quantization there.
+            let qkv_quant = self
+                .hy
+                .is_none()
+                .then(|| self.fused_quant(qkv_ref))
+                .flatten();
             self.op_begin()?;
-            self.norm(delta, 0, t, in_norm, self.bufs.h.ptr())?;
-            self.op_end("residual add + RMSNorm")?;
+            match qkv_quant {
+                Some(st) => {
+                    self.norm_quant(delta, t, in_norm, self.bufs.h.ptr(), st)?;
+                    self.op_end("residual add + RMSNorm + FP8 quant")?;
+                }
+                None => {
+                    self.norm(delta, 0, t, in_norm, self.bufs.h.ptr())?;
+                    self.op_end("residual add + RMSNorm")?;
+                }
+            }
             if self.hy.is_some() {
                 // Hybrids: the Gated-DeltaNet or gated attention mixer, then the common tail.
                 let o_in = gdn::queue_mixer(self, li, p, kc, vc, ks, vs, fp8_kv, spec.block_size)?;
@@ -84,15 +102,11 @@ impl CudaBackend {
                 continue;
             }
             self.op_begin()?;
-            self.gemm(
-                LinRef {
-                    layer: li,
-                    which: LayerLinear::Qkv,
-                },
-                t,
-                self.bufs.h.ptr(),
-                self.bufs.qkv.ptr(),
-            )?;
+            if qkv_quant.is_some() {
+                self.gemm_prequantized(qkv_ref, t, self.bufs.qkv.ptr())?;
+            } else {
+                self.gemm(qkv_ref, t, self.bufs.h.ptr(), self.bufs.qkv.ptr())?;
+            }
             self.op_end("GEMM qkv")?;
             self.op_begin()?;
             launchers::rt::rt_qk_norm_rope_kv(
@@ -197,45 +211,108 @@ impl CudaBackend {
     /// The residual add + post-attention RMSNorm and the MLP of layer `li` (its output in
     /// `hout`).
     pub(super) fn mlp(&mut self, li: usize, t: usize, post_norm: u64) -> anyhow::Result<()> {
+        let gu_ref = LinRef {
+            layer: li,
+            which: LayerLinear::GateUp,
+        };
+        let down_ref = LinRef {
+            layer: li,
+            which: LayerLinear::Down,
+        };
+        let gu_quant = self.fused_quant(gu_ref);
         self.op_begin()?;
-        self.norm(self.bufs.hout.ptr(), 0, t, post_norm, self.bufs.h.ptr())?;
-        self.op_end("residual add + RMSNorm")?;
+        match gu_quant {
+            Some(st) => {
+                self.norm_quant(self.bufs.hout.ptr(), t, post_norm, self.bufs.h.ptr(), st)?;
+                self.op_end("residual add + RMSNorm + FP8 quant")?;
+            }
+            None => {
+                self.norm(self.bufs.hout.ptr(), 0, t, post_norm, self.bufs.h.ptr())?;
+                self.op_end("residual add + RMSNorm")?;
+            }
+        }
         self.op_begin()?;
-        self.gemm(
-            LinRef {
-                layer: li,
-                which: LayerLinear::GateUp,
-            },
-            t,
-            self.bufs.h.ptr(),
-            self.bufs.gu.ptr(),
-        )?;
+        if gu_quant.is_some() {
+            self.gemm_prequantized(gu_ref, t, self.bufs.gu.ptr())?;
+        } else {
+            self.gemm(gu_ref, t, self.bufs.h.ptr(), self.bufs.gu.ptr())?;
+        }
         self.op_end("GEMM gate_up")?;
         let i = self.config.intermediate_size;
+        let down_quant = self.fused_quant(down_ref);
         self.op_begin()?;
-        launchers::rt::rt_silu_mul(
+        match down_quant {
+            Some(st) => {
+                // One block per token row (the row's amax is a block reduction).
+                launchers::rt::rt_silu_mul_quant(
+                    &self.rt,
+                    &self.gpu,
+                    (dim("t", t)?, 1, 1),
+                    (1024, 1, 1),
+                    0,
+                    &self.bufs.gu,
+                    t,
+                    i,
+                    &self.bufs.act,
+                    st,
+                    &self.bufs.hq,
+                    &self.bufs.ascale,
+                )?;
+                self.op_end("SwiGLU + FP8 quant")?;
+            }
+            None => {
+                launchers::rt::rt_silu_mul(
+                    &self.rt,
+                    &self.gpu,
+                    grid1(t * i, 256),
+                    (256, 1, 1),
+                    0,
+                    &self.bufs.gu,
+                    t,
+                    i,
+                    &self.bufs.act,
+                )?;
+                self.op_end("SwiGLU")?;
+            }
+        }
+        self.op_begin()?;
+        if down_quant.is_some() {
+            self.gemm_prequantized(down_ref, t, self.bufs.hout.ptr())?;
+        } else {
+            self.gemm(down_ref, t, self.bufs.act.ptr(), self.bufs.hout.ptr())?;
+        }
+        self.op_end("GEMM down")?;
+        Ok(())
+    }
+
+    /// [`CudaBackend::norm`] over all `r` rows, fused with the per-token FP8 quantization of its
+    /// output into `hq` / `ascale` (`st > 0`: the static input scale) for the next FP8 GEMM.
+    pub(super) fn norm_quant(
+        &self,
+        delta: u64,
+        r: usize,
+        w: u64,
+        out: u64,
+        st: f32,
+    ) -> anyhow::Result<()> {
+        launchers::rt::rt_add_rmsnorm_quant(
             &self.rt,
             &self.gpu,
-            grid1(t * i, 256),
-            (256, 1, 1),
+            (dim("r", r)?, 1, 1),
+            (1024, 1, 1),
             0,
-            &self.bufs.gu,
-            t,
-            i,
-            &self.bufs.act,
+            &self.bufs.x,
+            DevPtr::at(delta),
+            DevPtr::null(),
+            r,
+            DevPtr::at(w),
+            self.config.hidden_size,
+            self.config.rms_norm_eps,
+            DevPtr::at(out),
+            st,
+            &self.bufs.hq,
+            &self.bufs.ascale,
         )?;
-        self.op_end("SwiGLU")?;
-        self.op_begin()?;
-        self.gemm(
-            LinRef {
-                layer: li,
-                which: LayerLinear::Down,
-            },
-            t,
-            self.bufs.act.ptr(),
-            self.bufs.hout.ptr(),
-        )?;
-        self.op_end("GEMM down")?;
         Ok(())
     }
 
@@ -364,15 +441,23 @@ impl CudaBackend {
             return Ok(Vec::new());
         }
         let n = p.real_rows;
-        let temp: Vec<f32> = rows.iter().map(|r| r.temperature).collect();
-        let top_p: Vec<f32> = rows.iter().map(|r| r.top_p).collect();
-        let top_k: Vec<i32> = rows.iter().map(|r| r.top_k).collect();
-        let seed: Vec<u64> = rows.iter().map(|r| r.seed).collect();
+        let settings = super::SamplingUpload {
+            temp: rows.iter().map(|r| r.temperature).collect(),
+            top_p: rows.iter().map(|r| r.top_p).collect(),
+            top_k: rows.iter().map(|r| r.top_k).collect(),
+            seed: rows.iter().map(|r| r.seed).collect(),
+        };
         let draw: Vec<u64> = rows.iter().map(|r| r.draw).collect();
-        self.gpu.write(&self.bufs.smp_temp, 0, &temp)?;
-        self.gpu.write(&self.bufs.smp_top_p, 0, &top_p)?;
-        self.gpu.write(&self.bufs.smp_top_k, 0, &top_k)?;
-        self.gpu.write(&self.bufs.smp_seed, 0, &seed)?;
+        // Between decode steps only the draw counters change: the other four copies are made
+        // when a row's settings differ from what the device holds.
+        if self.smp_uploaded.as_ref() != Some(&settings) {
+            self.smp_uploaded = None; // a failed copy below leaves nothing claimed
+            self.gpu.write(&self.bufs.smp_temp, 0, &settings.temp)?;
+            self.gpu.write(&self.bufs.smp_top_p, 0, &settings.top_p)?;
+            self.gpu.write(&self.bufs.smp_top_k, 0, &settings.top_k)?;
+            self.gpu.write(&self.bufs.smp_seed, 0, &settings.seed)?;
+            self.smp_uploaded = Some(settings);
+        }
         self.gpu.write(&self.bufs.smp_draw, 0, &draw)?;
         launchers::rt::rt_sample(
             &self.rt,

@@ -518,7 +518,7 @@ fn mixer(
     )?;
     b.op_end("q/k norm + partial RoPE + KV write")?;
     b.op_begin()?;
-    if c.head_dim <= 128 {
+    if c.head_dim <= 128 || b.decode_attention() == super::decode_attn::DecodeAttn::Flash {
         b.attention(p, kc, vc, ks, vs, fp8_kv, block_size)?;
     } else {
         anyhow::ensure!(

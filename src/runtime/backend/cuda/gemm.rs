@@ -170,6 +170,13 @@ impl CudaBackend {
         in_gemm: bool,
     ) -> anyhow::Result<()> {
         let (w, scales, st) = w;
+        self.fp8_quant(m, k, st, input)?;
+        self.fp8_gemm_quantized(m, n, k, (w, scales), out, in_gemm)
+    }
+
+    /// Per-token E4M3 quantization of `input` (`m × k` BF16) into `hq` / `ascale` (`st > 0`:
+    /// the static input scale).
+    pub(super) fn fp8_quant(&self, m: usize, k: usize, st: f32, input: u64) -> anyhow::Result<()> {
         launchers::rt::rt_quant_fp8_rows(
             &self.rt,
             &self.gpu,
@@ -183,6 +190,21 @@ impl CudaBackend {
             &self.bufs.hq,
             &self.bufs.ascale,
         )?;
+        Ok(())
+    }
+
+    /// The GEMM half of [`CudaBackend::fp8_gemm`] on activations already quantized into `hq` /
+    /// `ascale` (by [`CudaBackend::fp8_quant`] or a fused norm / SwiGLU kernel).
+    pub(super) fn fp8_gemm_quantized(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        w: (u64, u64),
+        out: u64,
+        in_gemm: bool,
+    ) -> anyhow::Result<()> {
+        let (w, scales) = w;
         let hq = self.bufs.hq.ptr();
         if in_gemm {
             let ascale = self.bufs.ascale.ptr();
@@ -231,6 +253,40 @@ impl CudaBackend {
             )?;
         }
         Ok(())
+    }
+
+    /// The static input scale (0 for dynamic per-token scales) of `which` when its input may be
+    /// quantized by the kernel that produces it (a fused RMSNorm or SwiGLU + FP8 quantization):
+    /// the option is on and the linear is FP8. `None`: the input stays BF16 and the GEMM
+    /// quantizes it.
+    pub(super) fn fused_quant(&self, which: LinRef) -> Option<f32> {
+        match self.lin(which) {
+            DLinear::Fp8 { static_scale, .. } if self.opts.fuse_fp8_quant => {
+                Some(static_scale.unwrap_or(0.0))
+            }
+            _ => None,
+        }
+    }
+
+    /// `out[m, N] = hq[m, K] · Wᵀ` for an FP8 linear whose input the previous kernel quantized
+    /// into `hq` / `ascale` ([`CudaBackend::fused_quant`]).
+    ///
+    /// # Errors
+    /// `which` is not FP8, or a device failure.
+    pub(super) fn gemm_prequantized(
+        &mut self,
+        which: LinRef,
+        m: usize,
+        out: u64,
+    ) -> anyhow::Result<()> {
+        let lin = self.lin(which);
+        let (n, k) = lin.nk();
+        let DLinear::Fp8 { w, scales, .. } = lin else {
+            anyhow::bail!("{which:?} is not an FP8 linear; its input cannot be prequantized");
+        };
+        let (w, scales) = (w.ptr(), scales.ptr());
+        let in_gemm = self.fp8_in_gemm(n, k, m);
+        self.fp8_gemm_quantized(m, n, k, (w, scales), out, in_gemm)
     }
 
     pub(super) fn lin(&self, r: LinRef) -> &DLinear {

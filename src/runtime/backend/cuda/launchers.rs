@@ -26,12 +26,18 @@ pub mod rt {
         pub fn rt_embed = "rt_embed"(ids: DevPtr<i32>, t: i32, embed: DevPtr<u16>, h: i32, x: DevPtr<f32>);
         /// Residual add of `delta` on rows `rows` then RMSNorm into `out`.
         pub fn rt_add_rmsnorm = "rt_add_rmsnorm"(x: DevPtr<f32>, delta: DevPtr<u16>, rows: DevPtr<i32>, r: i32, w: DevPtr<f32>, h: i32, eps: f32, out: DevPtr<u16>);
+        /// [`rt_add_rmsnorm`] fused with the per-token E4M3 quantization of each output row
+        /// into `q` / `scales` (`static_scale > 0`: that scale for every row), one block per row.
+        pub fn rt_add_rmsnorm_quant = "rt_add_rmsnorm_quant"(x: DevPtr<f32>, delta: DevPtr<u16>, rows: DevPtr<i32>, r: i32, w: DevPtr<f32>, h: i32, eps: f32, out: DevPtr<u16>, static_scale: f32, q: DevPtr<u8>, scales: DevPtr<f32>);
         /// `x += delta` over `n` values.
         pub fn rt_add_rows = "rt_add_rows"(x: DevPtr<f32>, delta: DevPtr<u16>, n: u64);
         /// Q/K RMSNorm, RoPE, and the K/V write into the paged KV cache.
         pub fn rt_qk_norm_rope_kv = "rt_qk_norm_rope_kv"(qkv: DevPtr<u16>, t: i32, nh: i32, nkv: i32, hd: i32, qn: DevPtr<f32>, kn: DevPtr<f32>, inv_freq: DevPtr<f32>, eps: f32, pos: DevPtr<i32>, slot: DevPtr<i32>, q_out: DevPtr<u16>, k_cache: DevPtr<Void>, v_cache: DevPtr<Void>, block_size: i32, kv_fp8: i32, k_inv: f32, v_inv: f32);
         /// SwiGLU: `out = silu(gate) · up` over `t` rows of intermediate size `i`.
         pub fn rt_silu_mul = "rt_silu_mul"(gu: DevPtr<u16>, t: i32, i: i32, out: DevPtr<u16>);
+        /// [`rt_silu_mul`] fused with the per-token E4M3 quantization of each output row into
+        /// `q` / `scales` (`static_scale > 0`: that scale for every row), one block per row.
+        pub fn rt_silu_mul_quant = "rt_silu_mul_quant"(gu: DevPtr<u16>, t: i32, i: i32, out: DevPtr<u16>, static_scale: f32, q: DevPtr<u8>, scales: DevPtr<f32>);
         /// Row-wise (or static-scale) E4M3 quantization of `t` rows of K BF16 values.
         pub fn rt_quant_fp8_rows = "rt_quant_fp8_rows"(r#in: DevPtr<u16>, t: i32, k: i32, static_scale: f32, out: DevPtr<u8>, scales: DevPtr<f32>);
         /// FP32 GEMM accumulators × token scale × channel scale → BF16 (`t`×N).
@@ -42,6 +48,13 @@ pub mod rt {
         pub fn rt_attn_decode_bf16 = "rt_attn_decode_bf16"(tok_list: DevPtr<i32>, q: DevPtr<u16>, tok_seq: DevPtr<i32>, pos: DevPtr<i32>, block_tables: DevPtr<i32>, bt_stride: DevPtr<i32>, k_cache: DevPtr<u16>, v_cache: DevPtr<u16>, k_scale: f32, v_scale: f32, nh: i32, nkv: i32, hd: i32, block_size: i32, sm_scale: f32, out: DevPtr<u16>, part_ml: DevPtr<f32>, part_o: DevPtr<f32>);
         /// Decode attention over an FP8 paged KV cache.
         pub fn rt_attn_decode_fp8 = "rt_attn_decode_fp8"(tok_list: DevPtr<i32>, q: DevPtr<u16>, tok_seq: DevPtr<i32>, pos: DevPtr<i32>, block_tables: DevPtr<i32>, bt_stride: DevPtr<i32>, k_cache: DevPtr<u8>, v_cache: DevPtr<u8>, k_scale: f32, v_scale: f32, nh: i32, nkv: i32, hd: i32, block_size: i32, sm_scale: f32, out: DevPtr<u16>, part_ml: DevPtr<f32>, part_o: DevPtr<f32>);
+        /// Flash-decoding attention on tensor cores over a BF16 paged KV cache,
+        /// `rt_attn_flash_bf16_hd{HD}` (the parameters of [`rt_attn_decode_bf16`]; `hd` is not
+        /// read, HD is the instance's).
+        pub fn attn_flash_bf16 = family "rt_attn_flash_bf16_hd*"(tok_list: DevPtr<i32>, q: DevPtr<u16>, tok_seq: DevPtr<i32>, pos: DevPtr<i32>, block_tables: DevPtr<i32>, bt_stride: DevPtr<i32>, k_cache: DevPtr<u16>, v_cache: DevPtr<u16>, k_scale: f32, v_scale: f32, nh: i32, nkv: i32, hd: i32, block_size: i32, sm_scale: f32, out: DevPtr<u16>, part_ml: DevPtr<f32>, part_o: DevPtr<f32>);
+        /// Flash-decoding attention on tensor cores over an FP8 paged KV cache,
+        /// `rt_attn_flash_fp8_hd{HD}`.
+        pub fn attn_flash_fp8 = family "rt_attn_flash_fp8_hd*"(tok_list: DevPtr<i32>, q: DevPtr<u16>, tok_seq: DevPtr<i32>, pos: DevPtr<i32>, block_tables: DevPtr<i32>, bt_stride: DevPtr<i32>, k_cache: DevPtr<u8>, v_cache: DevPtr<u8>, k_scale: f32, v_scale: f32, nh: i32, nkv: i32, hd: i32, block_size: i32, sm_scale: f32, out: DevPtr<u16>, part_ml: DevPtr<f32>, part_o: DevPtr<f32>);
         /// Combine the `z` decode partitions of each token.
         pub fn rt_attn_combine = "rt_attn_combine"(tok_list: DevPtr<i32>, pos: DevPtr<i32>, nh: i32, hd: i32, z: i32, part_ml: DevPtr<f32>, part_o: DevPtr<f32>, out: DevPtr<u16>);
         /// Prefill attention over a BF16 paged KV cache, `rt_attn_prefill_bf16_hd{HD}`.

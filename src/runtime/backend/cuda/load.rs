@@ -237,6 +237,7 @@ impl CudaBackend {
             notes: wg_note.into_iter().collect(),
             prof: None,
             hy,
+            smp_uploaded: None,
         };
         if let Some(h) = &me.hy {
             if h.chunk() != crate::runtime::gdn::CHUNK {
@@ -296,6 +297,7 @@ impl CudaBackend {
                 me.config.head_dim
             ));
         }
+        me.prepare_flash_decode();
         // Freed load-time buffers (BF16 weights before quantization, tuning inputs) stay in the
         // stream-ordered pool until trimmed, and would count against the KV cache.
         if let Err(e) = me.gpu.trim_memory_pool() {
@@ -949,5 +951,39 @@ impl Loader<'_> {
             norm,
             layers,
         })
+    }
+}
+
+impl CudaBackend {
+    /// Raise the flash-decoding kernels' shared-memory limit where they need more than 48 KiB,
+    /// then check them against the CPU reference ([`CudaBackend::flash_decode_self_check`]); a
+    /// failure turns them off with a note (the CUDA-core kernel runs instead).
+    fn prepare_flash_decode(&mut self) {
+        let hd = self.config.head_dim;
+        if !self.opts.flash_decode || !super::decode_attn::FLASH_HEAD_DIMS.contains(&hd) {
+            return;
+        }
+        for (fp8, elem) in [(false, 2), (true, 1)] {
+            let smem = super::decode_attn::flash_smem_bytes(hd, elem);
+            if smem > 48 << 10 && smem <= self.gpu.max_smem_optin {
+                let name = super::decode_attn::flash_kernel_name(fp8, hd);
+                if let Err(e) = self.rt.set_max_dynamic_smem(&name, smem) {
+                    self.opts.flash_decode = false;
+                    self.notes.push(format!(
+                        "flash-decoding attention disabled: {name} cannot have {smem} bytes of shared memory ({e})"
+                    ));
+                    return;
+                }
+            }
+        }
+        let why = match self.flash_decode_self_check() {
+            Ok(None) => return,
+            Ok(Some(why)) => format!("its self-check against the CPU reference failed ({why})"),
+            Err(e) => format!("{e:#}"),
+        };
+        self.opts.flash_decode = false;
+        self.notes.push(format!(
+            "flash-decoding attention disabled, the CUDA-core decode kernel runs instead: {why}"
+        ));
     }
 }

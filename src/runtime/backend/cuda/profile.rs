@@ -43,6 +43,33 @@ impl CudaBackend {
         v
     }
 
+    /// Bytes one batch-1 decode step at a context of `context` positions must read for each op
+    /// the profile names, where the op has a byte floor: the GEMMs (their weights, all layers),
+    /// attention (K and V of every attended position, all attention layers). Other ops are left
+    /// out (activations only).
+    pub fn op_bytes(&self, context: usize) -> Vec<(&'static str, u64)> {
+        let sum = |f: &dyn Fn(&super::DLayer) -> usize| -> u64 {
+            self.weights.layers.iter().map(|l| f(l) as u64).sum()
+        };
+        let c = &self.config;
+        let kv = (2 * c.num_attention_layers() * context * c.num_kv_heads * c.head_dim) as u64
+            * self.kv_elem() as u64;
+        let head = self
+            .weights
+            .lm_head
+            .as_ref()
+            .unwrap_or(&self.weights.embed)
+            .bytes() as u64;
+        vec![
+            ("GEMM qkv", sum(&|l| l.qkv.bytes())),
+            ("GEMM o_proj", sum(&|l| l.o.bytes())),
+            ("GEMM gate_up", sum(&|l| l.gate_up.bytes())),
+            ("GEMM down", sum(&|l| l.down.bytes())),
+            ("attention", kv),
+            ("GEMM lm_head (FP32 logits)", head),
+        ]
+    }
+
     pub(super) fn op_begin(&mut self) -> anyhow::Result<()> {
         if let Some(p) = &mut self.prof {
             let i = p.used.len();
