@@ -593,7 +593,7 @@ enum Outcome {
 fn make_inputs(env: &Env, m: usize, n: usize, k: usize, seed: u32) -> anyhow::Result<MInputs> {
     let act = env.gpu.alloc(m * k * 2)?;
     crate::gpu::util_kernels::fill_uniform_bf16(
-        &env.util,
+        env.util,
         env.gpu,
         super::grid_for(env.gpu, m * k),
         (256, 1, 1),
@@ -624,7 +624,7 @@ fn gather(env: &Env, inp: &MInputs, rows: &[usize], cols: &[usize]) -> anyhow::R
     let idx_buf = env.gpu.upload(&idx)?;
     let dst = env.gpu.alloc(idx.len() * 2)?;
     crate::gpu::util_kernels::gather_u16(
-        &env.util,
+        env.util,
         env.gpu,
         (
             dim("idx.len().div_ceil(256)", idx.len().div_ceil(256))?,
@@ -650,7 +650,7 @@ fn count_nonfinite(env: &Env, inp: &MInputs) -> anyhow::Result<u32> {
     env.gpu.memset(&cnt, 0)?;
     let n = inp.m * inp.n;
     crate::gpu::util_kernels::count_nonfinite_bf16(
-        &env.util,
+        env.util,
         env.gpu,
         super::grid_for(env.gpu, n),
         (256, 1, 1),
@@ -1117,7 +1117,7 @@ fn determinism(
         env.gpu.memset(&cnt, 0)?;
         let n = inp.m * inp.n;
         crate::gpu::util_kernels::count_diff_u16(
-            &env.util,
+            env.util,
             env.gpu,
             super::grid_for(env.gpu, n),
             (256, 1, 1),

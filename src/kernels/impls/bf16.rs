@@ -52,7 +52,7 @@ impl GemmImpl for Bf16 {
         let n = shape.n * shape.k;
         let w = env.gpu.alloc(n * 2)?;
         crate::gpu::util_kernels::fill_uniform_bf16(
-            &env.util,
+            env.util,
             env.gpu,
             grid_for(env.gpu, n),
             (256, 1, 1),

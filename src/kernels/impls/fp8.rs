@@ -55,7 +55,7 @@ impl Fp8 {
         let n = inp.m * inp.k;
         env.gpu.memset(amax, 0)?;
         crate::gpu::util_kernels::fp8_amax_bf16(
-            &env.util,
+            env.util,
             env.gpu,
             grid_for(env.gpu, n),
             (256, 1, 1),
@@ -65,7 +65,7 @@ impl Fp8 {
             amax,
         )?;
         crate::gpu::util_kernels::fp8_quant_bf16(
-            &env.util,
+            env.util,
             env.gpu,
             grid_for(env.gpu, n),
             (256, 1, 1),
@@ -104,7 +104,7 @@ impl GemmImpl for Fp8 {
         let n = shape.n * shape.k;
         let w = env.gpu.alloc(n)?;
         crate::gpu::util_kernels::fill_fp8_codes(
-            &env.util,
+            env.util,
             env.gpu,
             grid_for(env.gpu, n),
             (256, 1, 1),

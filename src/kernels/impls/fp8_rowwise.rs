@@ -83,12 +83,12 @@ impl Fp8RowWise {
                 g.run(lt, env.gpu, 1.0, w.ptr(), qa.ptr(), acc.ptr())?;
                 let fq = env.fp8q.context("kernels/fp8_quant.cu did not compile")?;
                 crate::kernels::launchers::fp8_quant::fp8_rowwise_scale_out(
-                    &fq,
+                    fq,
                     env.gpu,
                     grid_for(env.gpu, inp.m * inp.n),
                     (256, 1, 1),
                     0,
-                    &acc,
+                    acc,
                     inp.m,
                     inp.n,
                     DevPtr::at(self.a_scales.as_ref().context("no buffers")?.ptr()),
@@ -142,7 +142,7 @@ impl GemmImpl for Fp8RowWise {
         let n = shape.n * shape.k;
         let w = env.gpu.alloc(n)?;
         crate::gpu::util_kernels::fill_fp8_codes(
-            &env.util,
+            env.util,
             env.gpu,
             grid_for(env.gpu, n),
             (256, 1, 1),

@@ -605,7 +605,7 @@ pub fn launch_view(
             while m0 < m {
                 let mc = (*chunk).min(m - m0);
                 crate::kernels::launchers::w4a16::gemm(
-                    &w4,
+                    w4,
                     gpu,
                     &name,
                     (dim("*ctas_x", *ctas_x)?, dim("*splits", *splits)?, 1),
@@ -646,7 +646,7 @@ pub fn launch_view(
                 nt * 8
             );
             crate::kernels::launchers::w4a16_v2::gemm(
-                &module,
+                module,
                 gpu,
                 &v2_name(*nt, *warps, *wn),
                 (dim("*ctas", *ctas)?, 1, 1),

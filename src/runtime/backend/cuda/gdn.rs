@@ -892,7 +892,7 @@ impl Loader<'_> {
         self.synth_into(&tmp, 0, seed, id, len, mean, std)?;
         let out = self.gpu.alloc(len * 4)?;
         launchers::rt::rt_bf16_to_f32(
-            &self.rt,
+            self.rt,
             self.gpu,
             grid1(len, 256),
             (256, 1, 1),

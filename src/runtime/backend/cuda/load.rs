@@ -516,7 +516,7 @@ impl Loader<'_> {
         std: f32,
     ) -> anyhow::Result<()> {
         launchers::rt::rt_synth_bf16(
-            &self.rt,
+            self.rt,
             self.gpu,
             grid1(len, 256),
             (256, 1, 1),
@@ -535,7 +535,7 @@ impl Loader<'_> {
         self.synth_into(&tmp, 0, seed, id, len, 1.0, weights::SYNTH_NORM_JITTER)?;
         let out = self.gpu.alloc(len * 4)?;
         launchers::rt::rt_bf16_to_f32(
-            &self.rt,
+            self.rt,
             self.gpu,
             grid1(len, 256),
             (256, 1, 1),
@@ -584,7 +584,7 @@ impl Loader<'_> {
         let amax = self.gpu.alloc(4)?;
         self.gpu.memset(&amax, 0)?;
         launchers::rt::rt_amax_bf16(
-            &self.rt,
+            self.rt,
             self.gpu,
             grid1(len, 256).min((self.gpu.sm_count * 16, 1, 1)),
             (256, 1, 1),
@@ -598,7 +598,7 @@ impl Loader<'_> {
             WeightFormat::Fp8 => {
                 let q = self.gpu.alloc(len)?;
                 launchers::rt::rt_quant_fp8_tensor(
-                    &self.rt,
+                    self.rt,
                     self.gpu,
                     grid1(len, 256).min((self.gpu.sm_count * 16, 1, 1)),
                     (256, 1, 1),
@@ -624,7 +624,7 @@ impl Loader<'_> {
                 let packed = self.gpu.alloc(len / 2)?;
                 let bsc = self.gpu.alloc(len / 16)?;
                 launchers::rt::rt_quant_nvfp4(
-                    &self.rt,
+                    self.rt,
                     self.gpu,
                     grid1(len / 16, 256).min((self.gpu.sm_count * 16, 1, 1)),
                     (256, 1, 1),
@@ -665,13 +665,13 @@ impl Loader<'_> {
         let sc = self.gpu.alloc(n_pad * k_pad / 16)?;
         let units = strips * kt_n * 32;
         launchers::rt::rt_w4a16_repack(
-            &self.rt,
+            self.rt,
             self.gpu,
             grid1(units, 256).min((self.gpu.sm_count * 16, 1, 1)),
             (256, 1, 1),
             0,
-            &packed,
-            &bsc,
+            packed,
+            bsc,
             n,
             k,
             strips,

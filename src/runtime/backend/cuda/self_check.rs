@@ -60,7 +60,7 @@ pub fn prefill_matches_decode(b: &mut CudaBackend) -> anyhow::Result<Option<Stri
             super::grid1(n, 256),
             (256, 1, 1),
             0,
-            &buf,
+            buf,
             n,
             weights::synth_stream_base(seed, 1),
             0.0,

@@ -105,7 +105,7 @@ impl CudaBackend {
                     grid1(flush.bytes() / 2, 256).min((self.gpu.sm_count * 16, 1, 1)),
                     (256, 1, 1),
                     0,
-                    &flush,
+                    flush,
                     flush.bytes() / 2,
                     DevPtr::at(amax),
                 )?;
