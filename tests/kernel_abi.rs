@@ -16,10 +16,11 @@ fn all_signatures() -> Vec<KernelSig> {
     .concat()
 }
 
-#[test]
-fn every_kernel_has_one_launcher_with_its_parameters_in_order() {
+/// Every kernel of `kernels/*.cu` against the launcher declarations `sigs`: the number of
+/// kernels parsed and one line per problem (a kernel without a launcher or with several, a
+/// parameter list that differs, a launcher without its kernel).
+fn check(sigs: &[KernelSig]) -> (usize, Vec<String>) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
-    let sigs = all_signatures();
     let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{} is not readable: {e}", dir.display()))
         .flatten()
@@ -68,8 +69,50 @@ fn every_kernel_has_one_launcher_with_its_parameters_in_order() {
             ));
         }
     }
+    (kernels_seen, problems)
+}
+
+#[test]
+fn every_kernel_has_one_launcher_with_its_parameters_in_order() {
+    let (kernels_seen, problems) = check(&all_signatures());
     assert!(kernels_seen >= 50, "only {kernels_seen} kernels parsed");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A kernel without a launcher is caught, for a plain kernel, a macro-stamped family and a
+/// kernel of each of the three launcher modules: the fused RMSNorm + FP8 quantization
+/// (runtime.cu), the flash-decoding instances for BF16 KV (a `#define` stamps them out) and the
+/// W4A16 wgmma pre-pass (w4a16_wg.cu).
+#[test]
+fn a_kernel_without_its_launcher_is_caught() {
+    let dropped = [
+        ("runtime", "rt_add_rmsnorm_quant"),
+        ("runtime", "rt_attn_flash_bf16_hd*"),
+        ("w4a16_wg", "w4wg_permute_act"),
+        ("util", "l2_flush_read"),
+    ];
+    let sigs: Vec<KernelSig> = all_signatures()
+        .into_iter()
+        .filter(|s| !dropped.contains(&(s.source, s.name)))
+        .collect();
+    assert_eq!(sigs.len() + dropped.len(), all_signatures().len());
+    let (_, problems) = check(&sigs);
+    let missing = |kernel: &str| {
+        problems
+            .iter()
+            .any(|p| p.contains(&format!("kernel {kernel} has no launcher")))
+    };
+    for k in [
+        "rt_add_rmsnorm_quant",
+        "rt_attn_flash_bf16_hd64",
+        "rt_attn_flash_bf16_hd128",
+        "rt_attn_flash_bf16_hd256",
+        "w4wg_permute_act",
+        "l2_flush_read",
+    ] {
+        assert!(missing(k), "{k} not reported: {problems:?}");
+    }
+    assert_eq!(problems.len(), 6, "{problems:?}");
 }
 
 /// The check fails when a declaration drifts from the source: the real `rt_embed` launcher
