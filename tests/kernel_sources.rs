@@ -31,6 +31,12 @@ fn every_kernel_source_compiles_with_nvrtc() {
         .collect();
     files.sort();
     assert!(files.len() >= 2, "kernels/*.cu: {files:?}");
+    let sigs = [
+        rigbench::gpu::util_kernels::SIGNATURES.to_vec(),
+        rigbench::kernels::launchers::signatures(),
+        rigbench::runtime::backend::cuda::launchers::signatures(),
+    ]
+    .concat();
     for f in &files {
         let name = f.file_stem().unwrap().to_string_lossy().into_owned();
         let src = std::fs::read_to_string(f).expect("readable");
@@ -88,6 +94,26 @@ fn every_kernel_source_compiles_with_nvrtc() {
             assert!(text.contains(".target sm_90a"));
             assert!(text.contains("fence.proxy.async.shared::cta"));
         }
-        eprintln!("compiled {} for {arch}", f.display());
+        // The launchers' parameter lists against the PTX `.param` lists (docs/architecture.md,
+        // "GPU layer"; the source-level half is tests/kernel_abi.rs).
+        let entries = rigbench::gpu::launch::parse_ptx_entries(&text);
+        assert!(
+            !entries.is_empty(),
+            "no .entry in the PTX of {}",
+            f.display()
+        );
+        for (entry, types) in &entries {
+            let sig = sigs
+                .iter()
+                .find(|s| s.source == name && rigbench::gpu::launch::name_matches(s.name, entry))
+                .unwrap_or_else(|| panic!("{entry} (kernels/{name}.cu) has no launcher"));
+            let diffs = rigbench::gpu::launch::compare_with_ptx(sig, entry, types);
+            assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+        }
+        eprintln!(
+            "compiled {} for {arch}; {} entries match their launchers",
+            f.display(),
+            entries.len()
+        );
     }
 }

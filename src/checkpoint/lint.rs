@@ -184,11 +184,45 @@ fn sources_of(recs: &[&Rec]) -> String {
 
 const ENGINES: &str = "vLLM follows config.json when it has a quantization_config; TensorRT-LLM follows hf_quant_config.json";
 
+/// Every lint rule over `inp`, findings sorted by severity (each rule is one `rule_*`
+/// function below).
 pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
     let mut out = Vec::new();
-    let recs = inp.recs;
-    let quantized_checkpoint = inp.followed.is_some();
+    rule_gdn_ab_quantized(inp, &mut out);
+    rule_mtp(inp, &mut out);
+    rule_kv_scales(inp, &mut out);
+    rule_metadata_tensor_mismatch(inp, &mut out);
+    rule_nvfp4_group_size(inp, &mut out);
+    rule_lm_head_embeddings_vision(inp, &mut out);
+    rule_config_disagreement(inp, &mut out);
+    rule_card_verdicts(inp, &mut out);
+    rule_uninterpreted_metadata(inp, &mut out);
+    rule_tensor_checks_skipped(inp, &mut out);
+    out.sort_by_key(|f| f.severity);
+    out
+}
 
+/// The MTP linear modules a 4-bit rule targets but that are stored without scales (their own
+/// finding in [`rule_mtp`]; left out of [`rule_metadata_tensor_mismatch`]).
+fn mtp_targeted_plain(recs: &[Rec]) -> Vec<&Rec> {
+    recs.iter()
+        .filter(|r| r.m.kind == LayerKind::Mtp && r.m.class == super::quant::ModClass::Linear)
+        .filter(|r| r.declared.format.is_4bit() && !r.effective.is_quantized())
+        .collect()
+}
+
+/// The KV-cache format each quantization file declares: (file, format).
+fn kv_declared(inp: &LintInput) -> Vec<(String, String)> {
+    inp.followed
+        .into_iter()
+        .chain(inp.other)
+        .filter_map(|r| r.kv.clone().map(|k| (r.file.clone(), k)))
+        .collect()
+}
+
+/// Lint rule: the Gated-DeltaNet in_proj_a/in_proj_b projections quantized (`gdn-ab-quantized`).
+fn rule_gdn_ab_quantized(inp: &LintInput, out: &mut Vec<Finding>) {
+    let recs = inp.recs;
     // gdn-ab-quantized
     let ab: Vec<&Rec> = recs
         .iter()
@@ -208,7 +242,12 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             Some(&ab),
         ));
     }
+}
 
+/// Lint rule: the MTP draft head stored in 4 bits, in FP8, BF16 only by omission, targeted but stored plain, or left out of the metadata (`mtp-*`).
+fn rule_mtp(inp: &LintInput, out: &mut Vec<Finding>) {
+    let recs = inp.recs;
+    let quantized_checkpoint = inp.followed.is_some();
     // MTP
     let mtp: Vec<&Rec> = recs
         .iter()
@@ -267,11 +306,7 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
         ));
     }
     // An MTP module a 4-bit rule targets but stored without scales.
-    let targeted_plain: Vec<&Rec> = mtp
-        .iter()
-        .copied()
-        .filter(|r| r.declared.format.is_4bit() && !r.effective.is_quantized())
-        .collect();
+    let targeted_plain = mtp_targeted_plain(inp.recs);
     if !targeted_plain.is_empty() {
         out.push(finding(
             "mtp-targeted-unquantized",
@@ -404,14 +439,12 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             }
         }
     }
+}
 
+/// Lint rule: KV-cache scales, declared and stored.
+fn rule_kv_scales(inp: &LintInput, out: &mut Vec<Finding>) {
     // KV scales
-    let kv_decl: Vec<(String, String)> = inp
-        .followed
-        .into_iter()
-        .chain(inp.other)
-        .filter_map(|r| r.kv.clone().map(|k| (r.file.clone(), k)))
-        .collect();
+    let kv_decl = kv_declared(inp);
     if let (Some(h), Some((file, k))) = (inp.headers, kv_decl.iter().find(|(_, k)| k == "FP8")) {
         let mut k_layers = BTreeSet::new();
         let mut v_layers = BTreeSet::new();
@@ -458,7 +491,12 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             ));
         }
     }
+}
 
+/// Lint rule: quantization metadata the stored tensors contradict (`metadata-tensor-mismatch`).
+fn rule_metadata_tensor_mismatch(inp: &LintInput, out: &mut Vec<Finding>) {
+    let targeted_plain = mtp_targeted_plain(inp.recs);
+    let recs = inp.recs;
     // metadata-tensor-mismatch (MTP modules targeted but stored plain have their own rule)
     let bad: Vec<&Rec> = recs
         .iter()
@@ -505,7 +543,11 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             ));
         }
     }
+}
 
+/// Lint rule: the NVFP4 group size in the metadata and in the tensors (`nvfp4-group-size`).
+fn rule_nvfp4_group_size(inp: &LintInput, out: &mut Vec<Finding>) {
+    let recs = inp.recs;
     // nvfp4-group-size
     let mut gs_meta: Vec<String> = Vec::new();
     for r in inp.followed.into_iter().chain(inp.other) {
@@ -578,7 +620,11 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             (!gs_tensor.is_empty()).then_some(gs_tensor.as_slice()),
         ));
     }
+}
 
+/// Lint rule: lm_head, embeddings and the vision tower quantized.
+fn rule_lm_head_embeddings_vision(inp: &LintInput, out: &mut Vec<Finding>) {
+    let recs = inp.recs;
     // lm_head / embeddings / vision
     let of_kind = |k: LayerKind| -> Vec<&Rec> {
         recs.iter()
@@ -628,10 +674,17 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             Some(&vis),
         ));
     }
+}
 
+/// Lint rule: config.json and hf_quant_config.json disagreeing (`config-disagreement`).
+fn rule_config_disagreement(inp: &LintInput, out: &mut Vec<Finding>) {
     // config-disagreement
-    config_disagreements(inp, &mut out);
+    config_disagreements(inp, out);
+}
 
+/// Lint rule: what the card runs natively, emulates or cannot run.
+fn rule_card_verdicts(inp: &LintInput, out: &mut Vec<Finding>) {
+    let recs = inp.recs;
     // Card verdicts
     for (sup, rule, sev, why) in [
         (
@@ -679,7 +732,10 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             ));
         }
     }
+}
 
+/// Lint rule: metadata rules rigbench cannot interpret.
+fn rule_uninterpreted_metadata(inp: &LintInput, out: &mut Vec<Finding>) {
     // Metadata rules rigbench cannot interpret
     for r in inp.followed.into_iter().chain(inp.other) {
         if let (Method::Generic(m), Some(ModuleFormat::Other { name })) = (&r.method, &r.global) {
@@ -701,7 +757,11 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             ));
         }
     }
+}
 
+/// Lint rule: tensor checks skipped.
+fn rule_tensor_checks_skipped(inp: &LintInput, out: &mut Vec<Finding>) {
+    let kv_decl = kv_declared(inp);
     // Tensor checks skipped
     if let Some(h) = inp.headers.filter(|h| h.names_only) {
         out.push(finding(
@@ -754,9 +814,6 @@ pub(crate) fn run(inp: &LintInput) -> Vec<Finding> {
             None,
         ));
     }
-
-    out.sort_by_key(|f| f.severity);
-    out
 }
 
 fn set_diff(a: &[String], b: &[String]) -> (Vec<String>, Vec<String>) {

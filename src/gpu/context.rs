@@ -12,6 +12,7 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg,
 };
 
+use super::kernel_cache::{get_or_compile, CacheKey, CacheUse, KernelCache};
 use super::probe::{check_driver_version, cuda_include_dir, libraries};
 use super::ComputeCapability;
 use crate::RigError;
@@ -324,8 +325,11 @@ impl Gpu {
         arch: &str,
         extra: &[String],
     ) -> Result<Module, RigError> {
-        let (ptx, compile_s) = self.nvrtc(name, source, arch, extra)?;
-        self.load(name, ptx, kernels, arch, compile_s)
+        let (ptx, compile_s, cache) = self.nvrtc(name, source, arch, extra)?;
+        let mut m = self.load(name, ptx, kernels, arch, compile_s)?;
+        m.cache = cache;
+        m.source_sha256 = super::kernel_cache::sha256_hex(source.as_bytes());
+        Ok(m)
     }
 
     /// [`Gpu::compile_for`], also returning the PTX text (for [`Gpu::load_ptx`] in another
@@ -341,9 +345,12 @@ impl Gpu {
         arch: &str,
         extra: &[String],
     ) -> Result<(Module, String), RigError> {
-        let (ptx, compile_s) = self.nvrtc(name, source, arch, extra)?;
+        let (ptx, compile_s, cache) = self.nvrtc(name, source, arch, extra)?;
         let text = ptx.to_src();
-        Ok((self.load(name, ptx, kernels, arch, compile_s)?, text))
+        let mut m = self.load(name, ptx, kernels, arch, compile_s)?;
+        m.cache = cache;
+        m.source_sha256 = super::kernel_cache::sha256_hex(source.as_bytes());
+        Ok((m, text))
     }
 
     /// Load PTX text that NVRTC made for `arch` (see [`Gpu::compile_for_ptx`]) and the named
@@ -373,7 +380,7 @@ impl Gpu {
         source: &str,
         arch: &str,
         extra: &[String],
-    ) -> Result<(cudarc::nvrtc::Ptx, f64), RigError> {
+    ) -> Result<(cudarc::nvrtc::Ptx, f64, CacheUse), RigError> {
         if !libraries().nvrtc {
             return Err(RigError::NoGpu(
                 "NVRTC (libnvrtc.so) not found: cannot build rigbench's kernels".into(),
@@ -385,7 +392,19 @@ impl Gpu {
                     .into(),
             )
         })?;
-        nvrtc_compile_with(name, source, arch, &include, extra)
+        // The compiled-kernel cache (docs/architecture.md, "GPU layer"): a hit skips NVRTC.
+        let cache = KernelCache::from_env();
+        let key = CacheKey::new(name, source, arch, extra, &include, &nvrtc_version());
+        let mut compile_s = 0.0;
+        let (text, how, notes) = get_or_compile(cache.as_ref(), &key, || {
+            let (ptx, s) = nvrtc_compile_with(name, source, arch, &include, extra)?;
+            compile_s = s;
+            Ok::<_, RigError>(ptx.to_src())
+        })?;
+        for n in notes {
+            eprintln!("note: {n}");
+        }
+        Ok((cudarc::nvrtc::Ptx::from_src(text), compile_s, how))
     }
 
     fn load(
@@ -412,6 +431,8 @@ impl Gpu {
             funcs,
             arch: arch.to_string(),
             compile_s,
+            cache: CacheUse::Off,
+            source_sha256: String::new(),
         })
     }
 
@@ -563,8 +584,46 @@ pub struct Module {
     funcs: HashMap<String, CudaFunction>,
     /// Architecture compiled for.
     pub arch: String,
-    /// NVRTC compile time, seconds.
+    /// NVRTC compile time, seconds (0 when the PTX came from the compiled-kernel cache or
+    /// from [`Gpu::load_ptx`]).
     pub compile_s: f64,
+    /// Whether the PTX came from the compiled-kernel cache ([`CacheUse::Off`] for
+    /// [`Gpu::load_ptx`]).
+    pub cache: CacheUse,
+    /// SHA-256 of the CUDA source compiled (empty for [`Gpu::load_ptx`]).
+    pub source_sha256: String,
+}
+
+impl Module {
+    /// How the module's PTX was obtained, for a note: `compiled by NVRTC in 12.90 s`, `loaded
+    /// from the compiled-kernel cache`.
+    pub fn how_built(&self) -> String {
+        match self.cache {
+            CacheUse::Hit => "loaded from the compiled-kernel cache (NVRTC not run)".to_string(),
+            CacheUse::Miss | CacheUse::Rebuilt => format!(
+                "compiled by NVRTC in {:.2} s (written to the compiled-kernel cache)",
+                self.compile_s
+            ),
+            CacheUse::Off => format!("compiled by NVRTC in {:.2} s", self.compile_s),
+        }
+    }
+}
+
+/// NVRTC's version as `major.minor` (`"unknown"` when it cannot be asked), part of the
+/// compiled-kernel cache key.
+pub fn nvrtc_version() -> String {
+    if !libraries().nvrtc {
+        return "unknown".into();
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: plain out-parameters of the documented types; libnvrtc is present (checked
+    // above, so cudarc's loader does not panic).
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if r == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        format!("{major}.{minor}")
+    } else {
+        "unknown".into()
+    }
 }
 
 /// Resource use of one kernel (`cuFuncGetAttribute`).
@@ -638,8 +697,15 @@ impl Module {
     }
 
     /// Launch kernel `name` on `gpu`'s stream with `args` (raw values: device pointers as u64,
-    /// ints, floats).
-    pub fn launch(
+    /// ints, floats). Launch sites call the typed launchers that
+    /// [`kernel_launchers!`](crate::kernel_launchers) declares instead (see [`super::launch`]).
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameter list in `kernels/*.cu` in number, order and
+    /// type, and every pointer must address live device memory of the size the kernel reads
+    /// and writes; a mismatch is undefined behaviour on the device.
+    #[doc(hidden)]
+    pub unsafe fn launch_raw(
         &self,
         gpu: &Gpu,
         name: &str,
@@ -664,8 +730,8 @@ impl Module {
             block_dim: block,
             shared_mem_bytes: shared_bytes,
         };
-        // SAFETY: argument lists are built by the callers to match each kernel's signature in
-        // kernels/*.cu; pointers come from live DevBufs.
+        // SAFETY: the caller upholds this function's contract (arguments match the kernel's
+        // signature; pointers are live).
         unsafe { b.launch(cfg) }.map_err(|e| cuda_err(&format!("launching {name}"), e))?;
         Ok(())
     }
@@ -796,19 +862,17 @@ impl L2Flusher {
         if self.method == FlushMethod::Write {
             return gpu.memset(&self.buf, 0);
         }
-        let n16 = (self.buf.bytes() / 16) as u64;
+        let n16 = self.buf.bytes() / 16;
         let blocks = (gpu.sm_count.max(1) * 4).max(1);
-        util.launch(
+        super::util_kernels::l2_flush_read(
+            util,
             gpu,
-            "l2_flush_read",
             (blocks, 1, 1),
             (512, 1, 1),
             0,
-            &[
-                KArg::Ptr(self.buf.ptr()),
-                KArg::U64(n16),
-                KArg::Ptr(self.sink.ptr()),
-            ],
+            &self.buf,
+            n16,
+            &self.sink,
         )
     }
 }

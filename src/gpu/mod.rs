@@ -13,8 +13,12 @@ pub mod compute_capability;
 pub mod context;
 pub mod cublaslt;
 pub mod graph;
+pub mod kernel_cache;
+pub mod launch;
 pub mod multi;
 pub mod nccl;
+pub mod util_kernels;
 
 pub use compute_capability::ComputeCapability;
 pub use context::{DevBuf, FlushMethod, FuncAttrs, Gpu, Graph, KArg, L2Flusher, Module, Timer};
+pub use launch::{dim, Bf16, DevPtr, I32x4, U32x4, Void};

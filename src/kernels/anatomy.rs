@@ -3,11 +3,12 @@
 //! same launch shape, next to cuBLASLt BF16 and the weight bytes (cold L2, CUDA events,
 //! medians). The differences are the cost of each part; docs/w4a16-notes.md reads them.
 
+use crate::gpu::dim;
 use anyhow::Context;
 
 use crate::formats::w4a16_pack::repack;
 use crate::gpu::cublaslt::{Lt, LtGemm, LtKind};
-use crate::gpu::{FlushMethod, Gpu, KArg, L2Flusher, Module};
+use crate::gpu::{FlushMethod, Gpu, L2Flusher, Module};
 use crate::kernels::data::{host_threads, nvfp4_weight};
 use crate::kernels::impls::w4a16::{self as w4, Config, W4a16Device};
 
@@ -157,13 +158,14 @@ pub fn run(device: usize, shapes: &[(usize, usize)], m: usize) -> anyhow::Result
         };
         let sink = gpu.alloc(ctas * 4)?;
         let empty = cold(&gpu, &util, &fl, 15, &|| {
-            Ok(m0.launch(
+            Ok(crate::kernels::launchers::w4a16_v2::w4v2_empty(
+                &m0,
                 &gpu,
-                "w4v2_empty",
-                (ctas as u32, 1, 1),
-                ((warps * 32) as u32, 1, 1),
+                (dim("ctas", ctas)?, 1, 1),
+                (dim("warps * 32", warps * 32)?, 1, 1),
                 0,
-                &[KArg::Ptr(sink.ptr()), KArg::I32(0)],
+                &sink,
+                0,
             )?)
         })?;
         out.push(Anatomy {

@@ -17,6 +17,7 @@
 //! ([`super::clocks`]). Results go to `on_update` after every case, so an interrupted run keeps
 //! what it measured; the decode-step composite ([`super::composite`]) is filled at the end.
 
+use crate::gpu::dim;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -29,7 +30,7 @@ use super::suite::Suite;
 use super::{Env, GemmImpl, MInputs};
 use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::Lt;
-use crate::gpu::{Gpu, KArg, L2Flusher};
+use crate::gpu::{Gpu, L2Flusher};
 use crate::rig::telemetry::TelemetryReader;
 use crate::stats::{StopReason, StoppingRule, Summary};
 
@@ -234,6 +235,8 @@ pub fn run_on_device(
         ..Default::default()
     };
     let util = gpu.compile("util", UTIL_SRC, UTIL_KERNELS)?;
+    res.kernel_sources
+        .insert("kernels/util.cu".into(), util.source_sha256.clone());
     let lt = match Lt::new(&gpu) {
         Ok(l) => Some(l),
         Err(e) => {
@@ -251,11 +254,13 @@ pub fn run_on_device(
         match gpu.compile_with("w4a16", impls::w4a16::SRC, &refs, &defines) {
             Ok(m) => {
                 res.notes.push(format!(
-                    "kernels/w4a16.cu flavour '{flavor}' ({}) compiled by NVRTC for {} in {:.2} s",
+                    "kernels/w4a16.cu flavour '{flavor}' ({}) for {}: {}",
                     defines.join(" "),
                     m.arch,
-                    m.compile_s
+                    m.how_built()
                 ));
+                res.kernel_sources
+                    .insert("kernels/w4a16.cu".into(), m.source_sha256.clone());
                 w4.push(super::W4Module {
                     flavor: flavor.to_string(),
                     defines,
@@ -272,9 +277,12 @@ pub fn run_on_device(
     let w4v2 = match gpu.compile("w4a16_v2", impls::w4a16::V2_SRC, &v2_refs) {
         Ok(m) => {
             res.notes.push(format!(
-                "kernels/w4a16_v2.cu compiled by NVRTC for {} in {:.2} s",
-                m.arch, m.compile_s
+                "kernels/w4a16_v2.cu for {}: {}",
+                m.arch,
+                m.how_built()
             ));
+            res.kernel_sources
+                .insert("kernels/w4a16_v2.cu".into(), m.source_sha256.clone());
             Some(m)
         }
         Err(e) => {
@@ -289,9 +297,12 @@ pub fn run_on_device(
         match gpu.compile("fp8_quant", super::fp8_quant::SRC, &fq_refs) {
             Ok(m) => {
                 res.notes.push(format!(
-                    "kernels/fp8_quant.cu compiled by NVRTC for {} in {:.2} s",
-                    m.arch, m.compile_s
+                    "kernels/fp8_quant.cu for {}: {}",
+                    m.arch,
+                    m.how_built()
                 ));
+                res.kernel_sources
+                    .insert("kernels/fp8_quant.cu".into(), m.source_sha256.clone());
                 Some(m)
             }
             Err(e) => {
@@ -307,6 +318,10 @@ pub fn run_on_device(
     match impls::w4a16_wg::module_for(&gpu, device) {
         Ok((m, how)) => {
             res.notes.push(how);
+            if !m.module.source_sha256.is_empty() {
+                res.kernel_sources
+                    .insert("kernels/w4a16_wg.cu".into(), m.module.source_sha256.clone());
+            }
             w4.push(m);
         }
         Err(why) => res.notes.push(format!(
@@ -577,18 +592,16 @@ enum Outcome {
 
 fn make_inputs(env: &Env, m: usize, n: usize, k: usize, seed: u32) -> anyhow::Result<MInputs> {
     let act = env.gpu.alloc(m * k * 2)?;
-    env.util.launch(
+    crate::gpu::util_kernels::fill_uniform_bf16(
+        env.util,
         env.gpu,
-        "fill_uniform_bf16",
         super::grid_for(env.gpu, m * k),
         (256, 1, 1),
         0,
-        &[
-            KArg::Ptr(act.ptr()),
-            KArg::U64((m * k) as u64),
-            KArg::U32(seed),
-            KArg::F32(1.0),
-        ],
+        &act,
+        m * k,
+        seed,
+        1.0,
     )?;
     let out = env.gpu.alloc(m * n * 2)?;
     env.gpu.sync()?;
@@ -610,18 +623,20 @@ fn gather(env: &Env, inp: &MInputs, rows: &[usize], cols: &[usize]) -> anyhow::R
         .collect();
     let idx_buf = env.gpu.upload(&idx)?;
     let dst = env.gpu.alloc(idx.len() * 2)?;
-    env.util.launch(
+    crate::gpu::util_kernels::gather_u16(
+        env.util,
         env.gpu,
-        "gather_u16",
-        ((idx.len().div_ceil(256)) as u32, 1, 1),
+        (
+            dim("idx.len().div_ceil(256)", idx.len().div_ceil(256))?,
+            1,
+            1,
+        ),
         (256, 1, 1),
         0,
-        &[
-            KArg::Ptr(inp.out.ptr()),
-            KArg::Ptr(idx_buf.ptr()),
-            KArg::I32(idx.len() as i32),
-            KArg::Ptr(dst.ptr()),
-        ],
+        &inp.out,
+        &idx_buf,
+        idx.len(),
+        &dst,
     )?;
     let bits: Vec<u16> = env.gpu.download(&dst, 0, idx.len())?;
     Ok(bits
@@ -634,17 +649,15 @@ fn count_nonfinite(env: &Env, inp: &MInputs) -> anyhow::Result<u32> {
     let cnt = env.gpu.alloc(4)?;
     env.gpu.memset(&cnt, 0)?;
     let n = inp.m * inp.n;
-    env.util.launch(
+    crate::gpu::util_kernels::count_nonfinite_bf16(
+        env.util,
         env.gpu,
-        "count_nonfinite_bf16",
         super::grid_for(env.gpu, n),
         (256, 1, 1),
         0,
-        &[
-            KArg::Ptr(inp.out.ptr()),
-            KArg::U64(n as u64),
-            KArg::Ptr(cnt.ptr()),
-        ],
+        &inp.out,
+        n,
+        &cnt,
     )?;
     Ok(env.gpu.download::<u32>(&cnt, 0, 1)?[0])
 }
@@ -1103,18 +1116,16 @@ fn determinism(
         im.run(env, inp)?;
         env.gpu.memset(&cnt, 0)?;
         let n = inp.m * inp.n;
-        env.util.launch(
+        crate::gpu::util_kernels::count_diff_u16(
+            env.util,
             env.gpu,
-            "count_diff_u16",
             super::grid_for(env.gpu, n),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(first.ptr()),
-                KArg::Ptr(inp.out.ptr()),
-                KArg::U64(n as u64),
-                KArg::Ptr(cnt.ptr()),
-            ],
+            &first,
+            &inp.out,
+            n,
+            &cnt,
         )?;
         worst = worst.max(env.gpu.download::<u32>(&cnt, 0, 1)?[0]);
     }

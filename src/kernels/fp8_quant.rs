@@ -10,7 +10,8 @@
 //! `[M]`. One CTA per row reading the row once (docs/w4a16-notes.md, "FP8 as engines run it").
 
 use crate::formats::{e4m3, fp8::scale_from_amax};
-use crate::gpu::{Gpu, KArg, Module};
+use crate::gpu::{dim, DevPtr, Gpu, Module};
+use crate::kernels::launchers::fp8_quant;
 
 /// Source of the kernels (compiled at run time by NVRTC).
 pub const SRC: &str = include_str!("../../kernels/fp8_quant.cu");
@@ -80,24 +81,34 @@ pub fn launch_quant_rows(
     out: u64,
     scales: u64,
 ) -> anyhow::Result<()> {
-    let (name, threads) = match variant_for(k) {
-        Some((t, v)) if input % 16 == 0 && out % 8 == 0 => (quant_name(t, v), t),
-        _ => (ANY_K.to_string(), 1024),
-    };
-    module.launch(
-        gpu,
-        &name,
-        (m as u32, 1, 1),
-        (threads, 1, 1),
-        0,
-        &[
-            KArg::Ptr(input),
-            KArg::I32(m as i32),
-            KArg::I32(k as i32),
-            KArg::Ptr(out),
-            KArg::Ptr(scales),
-        ],
-    )?;
+    let grid = (dim("M (fp8 row quantization grid)", m)?, 1, 1);
+    match variant_for(k) {
+        Some((t, v)) if input % 16 == 0 && out % 8 == 0 => fp8_quant::quant_rows(
+            module,
+            gpu,
+            &quant_name(t, v),
+            grid,
+            (t, 1, 1),
+            0,
+            DevPtr::at(input),
+            m,
+            k,
+            DevPtr::at(out),
+            DevPtr::at(scales),
+        )?,
+        _ => fp8_quant::fp8_quant_rows_bf16_any(
+            module,
+            gpu,
+            grid,
+            (1024, 1, 1),
+            0,
+            DevPtr::at(input),
+            m,
+            k,
+            DevPtr::at(out),
+            DevPtr::at(scales),
+        )?,
+    }
     Ok(())
 }
 
@@ -124,21 +135,20 @@ pub fn launch_rmsnorm_quant_rows(
             "the fused RMSNorm + FP8 quantization needs K a multiple of 8 up to 65,536; K = {k}"
         )
     })?;
-    module.launch(
+    fp8_quant::rmsnorm_quant_rows(
+        module,
         gpu,
         &rmsnorm_name(t, v),
-        (m as u32, 1, 1),
+        (dim("M (fp8 row quantization grid)", m)?, 1, 1),
         (t, 1, 1),
         0,
-        &[
-            KArg::Ptr(input),
-            KArg::Ptr(weight),
-            KArg::F32(eps),
-            KArg::I32(m as i32),
-            KArg::I32(k as i32),
-            KArg::Ptr(out),
-            KArg::Ptr(scales),
-        ],
+        DevPtr::at(input),
+        DevPtr::at(weight),
+        eps,
+        m,
+        k,
+        DevPtr::at(out),
+        DevPtr::at(scales),
     )?;
     Ok(())
 }

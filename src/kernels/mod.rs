@@ -17,6 +17,7 @@ pub mod fit;
 pub mod fp8_quant;
 pub mod goals;
 pub mod impls;
+pub mod launchers;
 pub mod peak;
 pub mod peer_nvfp4;
 pub mod peers;

@@ -39,6 +39,12 @@ pub struct KernelResults {
     /// for one run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeats: Option<SuiteRepeats>,
+    /// SHA-256 (hex) of each CUDA source this run built its kernels from, by file
+    /// (`kernels/w4a16.cu`), so that a result names the exact kernel code it timed (the same
+    /// hash keys the compiled-kernel cache, docs/architecture.md "GPU layer"). Absent in
+    /// results written before it existed and in runs that built no kernel.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub kernel_sources: std::collections::BTreeMap<String, String>,
 }
 
 /// Identity of a suite.

@@ -6,7 +6,7 @@ use anyhow::Context;
 use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::{LtGemm, LtKind};
 use crate::gpu::ComputeCapability;
-use crate::gpu::{DevBuf, KArg};
+use crate::gpu::DevBuf;
 use crate::kernels::data::bf16_uniform;
 use crate::kernels::reference::{sampled_gemm, BF16_GEMM_REL_L2};
 use crate::kernels::suite::Shape;
@@ -51,18 +51,16 @@ impl GemmImpl for Bf16 {
     fn prepare_shape(&mut self, env: &Env, shape: &Shape) -> anyhow::Result<()> {
         let n = shape.n * shape.k;
         let w = env.gpu.alloc(n * 2)?;
-        env.util.launch(
+        crate::gpu::util_kernels::fill_uniform_bf16(
+            env.util,
             env.gpu,
-            "fill_uniform_bf16",
             grid_for(env.gpu, n),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(w.ptr()),
-                KArg::U64(n as u64),
-                KArg::U32(SEED_W),
-                KArg::F32(1.0),
-            ],
+            &w,
+            n,
+            SEED_W,
+            1.0,
         )?;
         env.gpu.sync()?;
         self.w = Some(w);

@@ -8,7 +8,7 @@ use anyhow::Context;
 use crate::formats::{e4m3, GemmFormat};
 use crate::gpu::cublaslt::{LtGemm, LtKind};
 use crate::gpu::ComputeCapability;
-use crate::gpu::{DevBuf, KArg};
+use crate::gpu::DevBuf;
 use crate::kernels::data::{bf16_uniform, fp8_code};
 use crate::kernels::reference::{sampled_gemm, FP8_GEMM_REL_L2};
 use crate::kernels::suite::Shape;
@@ -54,31 +54,27 @@ impl Fp8 {
         );
         let n = inp.m * inp.k;
         env.gpu.memset(amax, 0)?;
-        env.util.launch(
+        crate::gpu::util_kernels::fp8_amax_bf16(
+            env.util,
             env.gpu,
-            "fp8_amax_bf16",
             grid_for(env.gpu, n),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(inp.act.ptr()),
-                KArg::U64(n as u64),
-                KArg::Ptr(amax.ptr()),
-            ],
+            &inp.act,
+            n,
+            amax,
         )?;
-        env.util.launch(
+        crate::gpu::util_kernels::fp8_quant_bf16(
+            env.util,
             env.gpu,
-            "fp8_quant_bf16",
             grid_for(env.gpu, n),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(inp.act.ptr()),
-                KArg::U64(n as u64),
-                KArg::Ptr(amax.ptr()),
-                KArg::Ptr(qa.ptr()),
-                KArg::Ptr(sc.ptr()),
-            ],
+            &inp.act,
+            n,
+            amax,
+            qa,
+            sc,
         )?;
         Ok(())
     }
@@ -107,13 +103,15 @@ impl GemmImpl for Fp8 {
     fn prepare_shape(&mut self, env: &Env, shape: &Shape) -> anyhow::Result<()> {
         let n = shape.n * shape.k;
         let w = env.gpu.alloc(n)?;
-        env.util.launch(
+        crate::gpu::util_kernels::fill_fp8_codes(
+            env.util,
             env.gpu,
-            "fill_fp8_codes",
             grid_for(env.gpu, n),
             (256, 1, 1),
             0,
-            &[KArg::Ptr(w.ptr()), KArg::U64(n as u64), KArg::U32(SEED_W)],
+            &w,
+            n,
+            SEED_W,
         )?;
         self.w_scale = Some(env.gpu.upload(&[W_SCALE])?);
         env.gpu.sync()?;

@@ -13,7 +13,7 @@ use anyhow::Context;
 use crate::formats::{e4m3, GemmFormat};
 use crate::gpu::cublaslt::{LtGemm, LtKind, OutType};
 use crate::gpu::ComputeCapability;
-use crate::gpu::{DevBuf, KArg};
+use crate::gpu::{DevBuf, DevPtr};
 use crate::kernels::data::{bf16_uniform, fp8_code, hash32};
 use crate::kernels::fp8_quant;
 use crate::kernels::reference::{sampled_gemm, FP8_GEMM_REL_L2};
@@ -82,20 +82,18 @@ impl Fp8RowWise {
                 let acc = self.acc.as_ref().context("fp8-rowwise: no FP32 buffer")?;
                 g.run(lt, env.gpu, 1.0, w.ptr(), qa.ptr(), acc.ptr())?;
                 let fq = env.fp8q.context("kernels/fp8_quant.cu did not compile")?;
-                fq.launch(
+                crate::kernels::launchers::fp8_quant::fp8_rowwise_scale_out(
+                    fq,
                     env.gpu,
-                    fp8_quant::SCALE_OUT,
                     grid_for(env.gpu, inp.m * inp.n),
                     (256, 1, 1),
                     0,
-                    &[
-                        KArg::Ptr(acc.ptr()),
-                        KArg::I32(inp.m as i32),
-                        KArg::I32(inp.n as i32),
-                        KArg::Ptr(self.a_scales.as_ref().context("no buffers")?.ptr()),
-                        KArg::Ptr(self.w_scales.as_ref().context("no weights")?.ptr()),
-                        KArg::Ptr(inp.out.ptr()),
-                    ],
+                    acc,
+                    inp.m,
+                    inp.n,
+                    DevPtr::at(self.a_scales.as_ref().context("no buffers")?.ptr()),
+                    DevPtr::at(self.w_scales.as_ref().context("no weights")?.ptr()),
+                    &inp.out,
                 )?;
             }
         }
@@ -143,17 +141,15 @@ impl GemmImpl for Fp8RowWise {
     fn prepare_shape(&mut self, env: &Env, shape: &Shape) -> anyhow::Result<()> {
         let n = shape.n * shape.k;
         let w = env.gpu.alloc(n)?;
-        env.util.launch(
+        crate::gpu::util_kernels::fill_fp8_codes(
+            env.util,
             env.gpu,
-            "fill_fp8_codes",
             grid_for(env.gpu, n),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(w.ptr()),
-                KArg::U64(n as u64),
-                KArg::U32(super::fp8::SEED_W),
-            ],
+            &w,
+            n,
+            super::fp8::SEED_W,
         )?;
         let scales: Vec<f32> = (0..shape.n).map(channel_scale).collect();
         self.w_scales = Some(env.gpu.upload(&scales)?);

@@ -17,6 +17,8 @@
 //! Which path and launch configuration runs is chosen per (shape, M) by measurement among the
 //! candidates below (each checked against the reference first); the report names the choice.
 
+use crate::gpu::dim;
+use crate::gpu::DevPtr;
 use anyhow::Context;
 
 use crate::formats::nvfp4::Nvfp4Weight;
@@ -24,7 +26,7 @@ use crate::formats::w4a16_pack::{repack, W4a16Packed};
 use crate::formats::GemmFormat;
 use crate::gpu::cublaslt::{Lt, LtGemm, LtKind};
 use crate::gpu::ComputeCapability;
-use crate::gpu::{DevBuf, Gpu, KArg};
+use crate::gpu::{DevBuf, Gpu};
 use crate::kernels::data::{host_threads, nvfp4_weight};
 use crate::kernels::reference::{sampled_gemm, W4A16_GEMM_REL_L2};
 use crate::kernels::schema::KernelFacts;
@@ -602,28 +604,27 @@ pub fn launch_view(
             let mut m0 = 0;
             while m0 < m {
                 let mc = (*chunk).min(m - m0);
-                w4.launch(
+                crate::kernels::launchers::w4a16::gemm(
+                    w4,
                     gpu,
                     &name,
-                    (*ctas_x as u32, *splits as u32, 1),
-                    ((*warps * 32) as u32, 1, 1),
+                    (dim("*ctas_x", *ctas_x)?, dim("*splits", *splits)?, 1),
+                    (dim("*warps * 32", *warps * 32)?, 1, 1),
                     0,
-                    &[
-                        KArg::Ptr(w.wq),
-                        KArg::Ptr(w.sc),
-                        KArg::Ptr(act + (m0 * w.k * 2) as u64),
-                        KArg::Ptr(out + (m0 * w.n * 2) as u64),
-                        KArg::Ptr(ws),
-                        KArg::Ptr(counters),
-                        KArg::I32(mc as i32),
-                        KArg::I32(w.n as i32),
-                        KArg::I32(w.k as i32),
-                        KArg::I32(w.strips as i32),
-                        KArg::I32(w.kt_n as i32),
-                        KArg::I32(*splits as i32),
-                        KArg::I32(*pairs_per_split as i32),
-                        KArg::F32(w.out_scale),
-                    ],
+                    DevPtr::at(w.wq),
+                    DevPtr::at(w.sc),
+                    DevPtr::at(act + (m0 * w.k * 2) as u64),
+                    DevPtr::at(out + (m0 * w.n * 2) as u64),
+                    DevPtr::at(ws),
+                    DevPtr::at(counters),
+                    mc,
+                    w.n,
+                    w.k,
+                    w.strips,
+                    w.kt_n,
+                    *splits,
+                    *pairs_per_split,
+                    w.out_scale,
                 )?;
                 m0 += mc;
             }
@@ -644,29 +645,28 @@ pub fn launch_view(
                 "w4a16 v2: M = {m} exceeds the token tile {}",
                 nt * 8
             );
-            module.launch(
+            crate::kernels::launchers::w4a16_v2::gemm(
+                module,
                 gpu,
                 &v2_name(*nt, *warps, *wn),
-                (*ctas as u32, 1, 1),
-                ((*warps * 32) as u32, 1, 1),
-                *smem as u32,
-                &[
-                    KArg::Ptr(w.wq),
-                    KArg::Ptr(w.sc),
-                    KArg::Ptr(act),
-                    KArg::Ptr(out),
-                    KArg::Ptr(ws),
-                    KArg::Ptr(counters),
-                    KArg::I32(m as i32),
-                    KArg::I32(w.n as i32),
-                    KArg::I32(w.k as i32),
-                    KArg::I32(w.strips as i32),
-                    KArg::I32(w.kt_n as i32),
-                    KArg::I32((w.strips.div_ceil(warps * wn) * w.kt_n) as i32),
-                    KArg::I32(*stages as i32),
-                    KArg::I32(*max_slices as i32),
-                    KArg::F32(w.out_scale),
-                ],
+                (dim("*ctas", *ctas)?, 1, 1),
+                (dim("*warps * 32", *warps * 32)?, 1, 1),
+                dim("*smem", *smem)?,
+                DevPtr::at(w.wq),
+                DevPtr::at(w.sc),
+                DevPtr::at(act),
+                DevPtr::at(out),
+                DevPtr::at(ws),
+                DevPtr::at(counters),
+                m,
+                w.n,
+                w.k,
+                w.strips,
+                w.kt_n,
+                w.strips.div_ceil(warps * wn) * w.kt_n,
+                *stages,
+                *max_slices,
+                w.out_scale,
             )?;
         }
         Config::Wg { .. } => {
@@ -683,21 +683,19 @@ pub fn launch_view(
                 .context("kernels/w4a16.cu did not compile")?;
             anyhow::ensure!(scratch != 0, "w4a16: no dequantization scratch");
             let units = w.strips * w.kt_n;
-            first.module.launch(
+            crate::kernels::launchers::w4a16::w4a16_dequant_bf16(
+                &first.module,
                 gpu,
-                "w4a16_dequant_bf16",
-                (units.div_ceil(8) as u32, 1, 1),
+                (dim("units.div_ceil(8)", units.div_ceil(8))?, 1, 1),
                 (256, 1, 1),
                 0,
-                &[
-                    KArg::Ptr(w.wq),
-                    KArg::Ptr(w.sc),
-                    KArg::Ptr(scratch),
-                    KArg::I32(w.n as i32),
-                    KArg::I32(w.k as i32),
-                    KArg::I32(w.strips as i32),
-                    KArg::I32(w.kt_n as i32),
-                ],
+                DevPtr::at(w.wq),
+                DevPtr::at(w.sc),
+                DevPtr::at(scratch),
+                w.n,
+                w.k,
+                w.strips,
+                w.kt_n,
             )?;
             let lt = lt.context("cuBLASLt is not available")?;
             let g = gemm.context("w4a16: no GEMM plan")?;

@@ -13,13 +13,14 @@
 //! the stripes and the ordered split-K reduction), checked against the reference GEMM in the
 //! tests.
 
+use crate::gpu::dim;
 use std::sync::{Mutex, OnceLock};
 
 use anyhow::Context;
 
 use super::w4a16::{v2_owner, Config, W4a16View};
 use crate::formats::w4a16_pack::{extract_reg, scale_bf16_bits, W4a16Packed};
-use crate::gpu::{Gpu, KArg, Module};
+use crate::gpu::{DevPtr, Gpu, Module};
 use crate::kernels::W4Module;
 
 /// Source of the kernel.
@@ -335,42 +336,50 @@ pub fn launch(
     let kname = name(*tn, *wg, *pipe);
     let kpad = 64 * w.kt_n;
     let chunks = m * kpad / 8;
-    module.launch(
+    crate::kernels::launchers::w4a16_wg::w4wg_permute_act(
+        module,
         gpu,
-        PERMUTE_KERNEL,
-        (chunks.div_ceil(PERMUTE_THREADS) as u32, 1, 1),
-        (PERMUTE_THREADS as u32, 1, 1),
+        (
+            dim(
+                "chunks.div_ceil(PERMUTE_THREADS)",
+                chunks.div_ceil(PERMUTE_THREADS),
+            )?,
+            1,
+            1,
+        ),
+        (dim("PERMUTE_THREADS", PERMUTE_THREADS)?, 1, 1),
         0,
-        &[
-            KArg::Ptr(act),
-            KArg::Ptr(ws),
-            KArg::I32(m as i32),
-            KArg::I32(w.k as i32),
-            KArg::I32(kpad as i32),
-        ],
+        DevPtr::at(act),
+        DevPtr::at(ws),
+        m,
+        w.k,
+        kpad,
     )?;
     let split_ws = ws + 4 * act_floats(*tn, *tiles, w.kt_n / 2) as u64;
-    module.launch(
+    crate::kernels::launchers::w4a16_wg::gemm(
+        module,
         gpu,
         &kname,
-        (*ctas as u32, m.div_ceil(*tn) as u32, 1),
-        ((*wg * 128) as u32, 1, 1),
-        *smem as u32,
-        &[
-            KArg::Ptr(w.wq),
-            KArg::Ptr(w.sc),
-            KArg::Ptr(ws),
-            KArg::Ptr(out),
-            KArg::Ptr(split_ws),
-            KArg::Ptr(counters),
-            KArg::I32(m as i32),
-            KArg::I32(w.n as i32),
-            KArg::I32(w.k as i32),
-            KArg::I32(w.strips as i32),
-            KArg::I32(w.kt_n as i32),
-            KArg::I32(*stages as i32),
-            KArg::F32(w.out_scale),
-        ],
+        (
+            dim("*ctas", *ctas)?,
+            dim("m.div_ceil(*tn)", m.div_ceil(*tn))?,
+            1,
+        ),
+        (dim("*wg * 128", *wg * 128)?, 1, 1),
+        dim("*smem", *smem)?,
+        DevPtr::at(w.wq),
+        DevPtr::at(w.sc),
+        DevPtr::at(ws),
+        DevPtr::at(out),
+        DevPtr::at(split_ws),
+        DevPtr::at(counters),
+        m,
+        w.n,
+        w.k,
+        w.strips,
+        w.kt_n,
+        *stages,
+        w.out_scale,
     )?;
     Ok(())
 }
@@ -442,8 +451,9 @@ pub fn module_for(gpu: &Gpu, device: usize) -> Result<(W4Module, String), String
     let (module, ptx) =
         compile(gpu).map_err(|e| format!("kernels/w4a16_wg.cu failed to build: {e:#}"))?;
     let built = format!(
-        "kernels/w4a16_wg.cu (wgmma) compiled by NVRTC for {} in {:.2} s",
-        module.arch, module.compile_s
+        "kernels/w4a16_wg.cu (wgmma) for {}: {}",
+        module.arch,
+        module.how_built()
     );
     let probed = if std::env::var(ENV_PROBE).is_ok_and(|v| v.trim() == "off") {
         format!("not probed ({ENV_PROBE}=off)")

@@ -6,10 +6,12 @@
 //! Used at load (one small case: a failure turns the flash kernel off, with a note) and by
 //! `rigbench devcheck --only attention` (every case, timed).
 
+use super::attention::{launch_decode_attention, DecodeAttnArgs};
 use super::decode_attn::{self, DecodeAttn};
+use super::launchers;
 use super::{plan, CudaBackend, ATT_THREADS, PART_CAP};
 use crate::formats::e4m3;
-use crate::gpu::{DevBuf, KArg};
+use crate::gpu::{dim, DevBuf, DevPtr};
 use crate::runtime::backend::{ForwardBatch, SeqSegment};
 
 /// One decode-attention case: `tokens` decode tokens (one per sequence), sequence `i` at a
@@ -265,7 +267,7 @@ pub fn run_case(
     let at = |off: usize| meta.ptr() + (off * 4) as u64;
     let l = p.layout;
     let group_ok = g * hd <= 2048;
-    let kernels: Vec<(&'static str, String, u32, u32)> = {
+    let kernels: Vec<(&'static str, DecodeAttn, u32, u32)> = {
         let mut v = Vec::new();
         if decode_attn::choose(hd, g, elem, gpu.cc.major, gpu.max_smem_optin, true)
             == DecodeAttn::Flash
@@ -275,63 +277,62 @@ pub fn run_case(
             if smem > 48 << 10 {
                 b.rt.set_max_dynamic_smem(&name, smem)?;
             }
-            v.push(("flash", name, decode_attn::FLASH_THREADS, smem));
+            v.push(("flash", DecodeAttn::Flash, decode_attn::FLASH_THREADS, smem));
         }
         if hd <= decode_attn::CUDA_CORE_MAX_HEAD_DIM && group_ok {
-            let name = if case.fp8 {
-                "rt_attn_decode_fp8"
-            } else {
-                "rt_attn_decode_bf16"
-            };
-            v.push(("cuda-cores", name.to_string(), ATT_THREADS, 0));
+            v.push(("cuda-cores", DecodeAttn::CudaCores, ATT_THREADS, 0));
         }
         v
     };
-    let launch = |name: &str, threads: u32, smem: u32| -> anyhow::Result<()> {
-        b.rt.launch(
+    let launch = |kernel: DecodeAttn, threads: u32, smem: u32| -> anyhow::Result<()> {
+        launch_decode_attention(
+            &b.rt,
             gpu,
-            name,
-            (p.dec_tokens as u32, nkv as u32, p.att_parts as u32),
+            kernel,
+            case.fp8,
+            (
+                dim("p.dec_tokens", p.dec_tokens)?,
+                dim("nkv", nkv)?,
+                dim("p.att_parts", p.att_parts)?,
+            ),
             (threads, 1, 1),
             smem,
-            &[
-                KArg::Ptr(at(l.dec_tok)),
-                KArg::Ptr(q_dev.ptr()),
-                KArg::Ptr(at(l.tok_seq)),
-                KArg::Ptr(at(l.pos)),
-                KArg::Ptr(at(l.block_tables)),
-                KArg::Ptr(meta.ptr()),
-                KArg::Ptr(k_dev.ptr()),
-                KArg::Ptr(v_dev.ptr()),
-                KArg::F32(ks),
-                KArg::F32(vs),
-                KArg::I32(nh as i32),
-                KArg::I32(nkv as i32),
-                KArg::I32(hd as i32),
-                KArg::I32(bs as i32),
-                KArg::F32(sm_scale),
-                KArg::Ptr(out.ptr()),
-                KArg::Ptr(part_ml.ptr()),
-                KArg::Ptr(part_o.ptr()),
-            ],
+            &DecodeAttnArgs {
+                tok_list: DevPtr::at(at(l.dec_tok)),
+                q: DevPtr::at(q_dev.ptr()),
+                tok_seq: DevPtr::at(at(l.tok_seq)),
+                pos: DevPtr::at(at(l.pos)),
+                block_tables: DevPtr::at(at(l.block_tables)),
+                bt_stride: DevPtr::at(meta.ptr()),
+                k_cache: k_dev.ptr(),
+                v_cache: v_dev.ptr(),
+                k_scale: ks,
+                v_scale: vs,
+                nh,
+                nkv,
+                hd,
+                block_size: bs,
+                sm_scale,
+                out: DevPtr::at(out.ptr()),
+                part_ml: DevPtr::at(part_ml.ptr()),
+                part_o: DevPtr::at(part_o.ptr()),
+            },
         )?;
         if p.att_parts > 1 {
-            b.rt.launch(
+            launchers::rt::rt_attn_combine(
+                &b.rt,
                 gpu,
-                "rt_attn_combine",
-                (p.dec_tokens as u32, nh as u32, 1),
-                (hd.clamp(32, 256) as u32, 1, 1),
+                (dim("p.dec_tokens", p.dec_tokens)?, dim("nh", nh)?, 1),
+                (dim("hd.clamp(32, 256)", hd.clamp(32, 256))?, 1, 1),
                 0,
-                &[
-                    KArg::Ptr(at(l.dec_tok)),
-                    KArg::Ptr(at(l.pos)),
-                    KArg::I32(nh as i32),
-                    KArg::I32(hd as i32),
-                    KArg::I32(p.att_parts as i32),
-                    KArg::Ptr(part_ml.ptr()),
-                    KArg::Ptr(part_o.ptr()),
-                    KArg::Ptr(out.ptr()),
-                ],
+                DevPtr::at(at(l.dec_tok)),
+                DevPtr::at(at(l.pos)),
+                nh,
+                hd,
+                p.att_parts,
+                &part_ml,
+                &part_o,
+                &out,
             )?;
         }
         Ok(())
@@ -344,10 +345,10 @@ pub fn run_case(
         flash_vs_cuda_cores: None,
     };
     let mut outputs: Vec<Vec<f32>> = Vec::new();
-    for (kernel, name, threads, smem) in &kernels {
+    for (kernel, kind, threads, smem) in &kernels {
         // A stale output must not pass: fill it with NaN (0xFFFF) first.
         gpu.memset(&out, 0xFF)?;
-        launch(name, *threads, *smem)?;
+        launch(*kind, *threads, *smem)?;
         let got: Vec<u16> = gpu.download(&out, 0, case.tokens * nh * hd)?;
         let got = crate::formats::from_bf16_bits(&got);
         let rel = decode_attn::rel_l2(&got, &want);
@@ -360,7 +361,7 @@ pub fn run_case(
                     gpu.memset(f, 0)?;
                 }
                 timer.start(gpu)?;
-                launch(name, *threads, *smem)?;
+                launch(*kind, *threads, *smem)?;
                 times.push(timer.stop(gpu)?);
             }
             times.sort_by(|a, b| a.total_cmp(b));

@@ -2,12 +2,14 @@
 //! q/k norm + RoPE + KV write, attention, SwiGLU) and the logits, replay decode steps from CUDA
 //! graphs, and sample on the device.
 
+use super::launchers;
+use crate::gpu::dim;
+use crate::gpu::DevPtr;
 use anyhow::Context;
 
 use super::gdn;
 use super::gemm::{lt_plan, GemmClass};
 use super::{grid1, plan, CudaBackend, LayerLinear, LinRef, RowSampling, PART_CAP};
-use crate::gpu::KArg;
 use crate::runtime::backend::ForwardBatch;
 use crate::runtime::config::KvCacheDtype;
 
@@ -37,19 +39,17 @@ impl CudaBackend {
         let spec = self.kv.as_ref().context("forward before init_kv_cache")?.1;
         let fp8_kv = spec.dtype == KvCacheDtype::Fp8;
         self.op_begin()?;
-        self.rt.launch(
+        launchers::rt::rt_embed(
+            &self.rt,
             &self.gpu,
-            "rt_embed",
-            (t as u32, 1, 1),
+            (dim("t", t)?, 1, 1),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(at(l.ids)),
-                KArg::I32(t as i32),
-                KArg::Ptr(self.weights.embed.ptr()),
-                KArg::I32(h as i32),
-                KArg::Ptr(self.bufs.x.ptr()),
-            ],
+            DevPtr::at(at(l.ids)),
+            t,
+            &self.weights.embed,
+            h,
+            &self.bufs.x,
         )?;
         self.op_end("embedding")?;
         let nl = c.num_layers;
@@ -109,32 +109,37 @@ impl CudaBackend {
             }
             self.op_end("GEMM qkv")?;
             self.op_begin()?;
-            self.rt.launch(
+            launchers::rt::rt_qk_norm_rope_kv(
+                &self.rt,
                 &self.gpu,
-                "rt_qk_norm_rope_kv",
-                (t as u32, (c.num_heads + 2 * c.num_kv_heads) as u32, 1),
+                (
+                    dim("t", t)?,
+                    dim(
+                        "c.num_heads + 2 * c.num_kv_heads",
+                        c.num_heads + 2 * c.num_kv_heads,
+                    )?,
+                    1,
+                ),
                 (c.head_dim.clamp(32, 128) as u32 / 32 * 32, 1, 1),
                 0,
-                &[
-                    KArg::Ptr(self.bufs.qkv.ptr()),
-                    KArg::I32(t as i32),
-                    KArg::I32(c.num_heads as i32),
-                    KArg::I32(c.num_kv_heads as i32),
-                    KArg::I32(c.head_dim as i32),
-                    KArg::Ptr(qn),
-                    KArg::Ptr(kn),
-                    KArg::Ptr(self.bufs.inv_freq.ptr()),
-                    KArg::F32(c.rms_norm_eps),
-                    KArg::Ptr(at(l.pos)),
-                    KArg::Ptr(at(l.slot)),
-                    KArg::Ptr(self.bufs.q.ptr()),
-                    KArg::Ptr(kc),
-                    KArg::Ptr(vc),
-                    KArg::I32(spec.block_size as i32),
-                    KArg::I32(fp8_kv as i32),
-                    KArg::F32(1.0 / ks),
-                    KArg::F32(1.0 / vs),
-                ],
+                &self.bufs.qkv,
+                t,
+                c.num_heads,
+                c.num_kv_heads,
+                c.head_dim,
+                DevPtr::at(qn),
+                DevPtr::at(kn),
+                &self.bufs.inv_freq,
+                c.rms_norm_eps,
+                DevPtr::at(at(l.pos)),
+                DevPtr::at(at(l.slot)),
+                &self.bufs.q,
+                DevPtr::at(kc),
+                DevPtr::at(vc),
+                spec.block_size,
+                fp8_kv,
+                1.0 / ks,
+                1.0 / vs,
             )?;
             self.op_end("q/k norm + RoPE + KV write")?;
             self.op_begin()?;
@@ -155,17 +160,15 @@ impl CudaBackend {
         }
         self.op_begin()?;
         // Last residual add, final norm on the logit rows, lm_head in FP32.
-        self.rt.launch(
+        launchers::rt::rt_add_rows(
+            &self.rt,
             &self.gpu,
-            "rt_add_rows",
             grid1(t * h, 256),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(self.bufs.x.ptr()),
-                KArg::Ptr(self.bufs.hout.ptr()),
-                KArg::U64((t * h) as u64),
-            ],
+            &self.bufs.x,
+            &self.bufs.hout,
+            t * h,
         )?;
         self.op_end("final residual add")?;
         if p.rows > 0 {
@@ -241,37 +244,33 @@ impl CudaBackend {
         match down_quant {
             Some(st) => {
                 // One block per token row (the row's amax is a block reduction).
-                self.rt.launch(
+                launchers::rt::rt_silu_mul_quant(
+                    &self.rt,
                     &self.gpu,
-                    "rt_silu_mul_quant",
-                    (t as u32, 1, 1),
+                    (dim("t", t)?, 1, 1),
                     (1024, 1, 1),
                     0,
-                    &[
-                        KArg::Ptr(self.bufs.gu.ptr()),
-                        KArg::I32(t as i32),
-                        KArg::I32(i as i32),
-                        KArg::Ptr(self.bufs.act.ptr()),
-                        KArg::F32(st),
-                        KArg::Ptr(self.bufs.hq.ptr()),
-                        KArg::Ptr(self.bufs.ascale.ptr()),
-                    ],
+                    &self.bufs.gu,
+                    t,
+                    i,
+                    &self.bufs.act,
+                    st,
+                    &self.bufs.hq,
+                    &self.bufs.ascale,
                 )?;
                 self.op_end("SwiGLU + FP8 quant")?;
             }
             None => {
-                self.rt.launch(
+                launchers::rt::rt_silu_mul(
+                    &self.rt,
                     &self.gpu,
-                    "rt_silu_mul",
                     grid1(t * i, 256),
                     (256, 1, 1),
                     0,
-                    &[
-                        KArg::Ptr(self.bufs.gu.ptr()),
-                        KArg::I32(t as i32),
-                        KArg::I32(i as i32),
-                        KArg::Ptr(self.bufs.act.ptr()),
-                    ],
+                    &self.bufs.gu,
+                    t,
+                    i,
+                    &self.bufs.act,
                 )?;
                 self.op_end("SwiGLU")?;
             }
@@ -296,25 +295,23 @@ impl CudaBackend {
         out: u64,
         st: f32,
     ) -> anyhow::Result<()> {
-        self.rt.launch(
+        launchers::rt::rt_add_rmsnorm_quant(
+            &self.rt,
             &self.gpu,
-            "rt_add_rmsnorm_quant",
-            (r as u32, 1, 1),
+            (dim("r", r)?, 1, 1),
             (1024, 1, 1),
             0,
-            &[
-                KArg::Ptr(self.bufs.x.ptr()),
-                KArg::Ptr(delta),
-                KArg::Ptr(0),
-                KArg::I32(r as i32),
-                KArg::Ptr(w),
-                KArg::I32(self.config.hidden_size as i32),
-                KArg::F32(self.config.rms_norm_eps),
-                KArg::Ptr(out),
-                KArg::F32(st),
-                KArg::Ptr(self.bufs.hq.ptr()),
-                KArg::Ptr(self.bufs.ascale.ptr()),
-            ],
+            &self.bufs.x,
+            DevPtr::at(delta),
+            DevPtr::null(),
+            r,
+            DevPtr::at(w),
+            self.config.hidden_size,
+            self.config.rms_norm_eps,
+            DevPtr::at(out),
+            st,
+            &self.bufs.hq,
+            &self.bufs.ascale,
         )?;
         Ok(())
     }
@@ -329,22 +326,20 @@ impl CudaBackend {
     ) -> anyhow::Result<()> {
         // One block per row; 1,024 threads keep a decode step's single row from being latency
         // bound (a 256-thread block took 19 µs on a 5,120-wide row).
-        self.rt.launch(
+        launchers::rt::rt_add_rmsnorm(
+            &self.rt,
             &self.gpu,
-            "rt_add_rmsnorm",
-            (r as u32, 1, 1),
+            (dim("r", r)?, 1, 1),
             (1024, 1, 1),
             0,
-            &[
-                KArg::Ptr(self.bufs.x.ptr()),
-                KArg::Ptr(delta),
-                KArg::Ptr(rows),
-                KArg::I32(r as i32),
-                KArg::Ptr(w),
-                KArg::I32(self.config.hidden_size as i32),
-                KArg::F32(self.config.rms_norm_eps),
-                KArg::Ptr(out),
-            ],
+            &self.bufs.x,
+            DevPtr::at(delta),
+            DevPtr::at(rows),
+            r,
+            DevPtr::at(w),
+            self.config.hidden_size,
+            self.config.rms_norm_eps,
+            DevPtr::at(out),
         )?;
         Ok(())
     }
@@ -464,22 +459,20 @@ impl CudaBackend {
             self.smp_uploaded = Some(settings);
         }
         self.gpu.write(&self.bufs.smp_draw, 0, &draw)?;
-        self.rt.launch(
+        launchers::rt::rt_sample(
+            &self.rt,
             &self.gpu,
-            "rt_sample",
-            (n as u32, 1, 1),
+            (dim("n", n)?, 1, 1),
             (1024, 1, 1),
             0,
-            &[
-                KArg::Ptr(self.bufs.logits.ptr()),
-                KArg::I32(self.config.vocab_size as i32),
-                KArg::Ptr(self.bufs.smp_temp.ptr()),
-                KArg::Ptr(self.bufs.smp_top_p.ptr()),
-                KArg::Ptr(self.bufs.smp_top_k.ptr()),
-                KArg::Ptr(self.bufs.smp_seed.ptr()),
-                KArg::Ptr(self.bufs.smp_draw.ptr()),
-                KArg::Ptr(self.bufs.smp_out.ptr()),
-            ],
+            &self.bufs.logits,
+            self.config.vocab_size,
+            &self.bufs.smp_temp,
+            &self.bufs.smp_top_p,
+            &self.bufs.smp_top_k,
+            &self.bufs.smp_seed,
+            &self.bufs.smp_draw,
+            &self.bufs.smp_out,
         )?;
         let toks: Vec<i32> = self.gpu.download(&self.bufs.smp_out, 0, n)?;
         Ok(toks.into_iter().map(|t| t as u32).collect())

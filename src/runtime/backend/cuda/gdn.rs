@@ -20,11 +20,13 @@
 //! the CPU backend implements it); head_dim ≤ 256, key head dim ≤ 128 and a multiple of 4,
 //! value head dim ≤ 128 and a multiple of 8, convolution width ≤ 8.
 
+use super::launchers;
+use crate::gpu::{dim, DevPtr};
 use anyhow::Context;
 
 use super::load::Loader;
 use super::{grid1, plan, CudaBackend, DLayer, DLinear, LinRef, ATT_THREADS};
-use crate::gpu::{DevBuf, KArg, Module};
+use crate::gpu::{DevBuf, Module};
 use crate::runtime::backend::ForwardBatch;
 use crate::runtime::config::{KvCacheDtype, ModelConfig, QuantRecipe, WeightFormat};
 use crate::runtime::gdn::GdnDims;
@@ -481,33 +483,38 @@ fn mixer(
         layer.k_norm.as_ref().map_or(0, |x| x.ptr()),
     );
     b.op_begin()?;
-    hy.module.launch(
+    launchers::gdn::hy_qk_norm_rope_kv(
+        &hy.module,
         &b.gpu,
-        "hy_qk_norm_rope_kv",
-        (t as u32, (c.num_heads + 2 * c.num_kv_heads) as u32, 1),
+        (
+            dim("t", t)?,
+            dim(
+                "c.num_heads + 2 * c.num_kv_heads",
+                c.num_heads + 2 * c.num_kv_heads,
+            )?,
+            1,
+        ),
         (c.head_dim.clamp(32, 256) as u32 / 32 * 32, 1, 1),
         0,
-        &[
-            KArg::Ptr(b.bufs.qkv.ptr()),
-            KArg::I32(t as i32),
-            KArg::I32(c.num_heads as i32),
-            KArg::I32(c.num_kv_heads as i32),
-            KArg::I32(c.head_dim as i32),
-            KArg::I32(c.rotary_dim as i32),
-            KArg::Ptr(qn),
-            KArg::Ptr(kn),
-            KArg::Ptr(b.bufs.inv_freq.ptr()),
-            KArg::F32(c.rms_norm_eps),
-            KArg::Ptr(at(l.pos)),
-            KArg::Ptr(at(l.slot)),
-            KArg::Ptr(b.bufs.q.ptr()),
-            KArg::Ptr(kc),
-            KArg::Ptr(vc),
-            KArg::I32(block_size as i32),
-            KArg::I32(fp8_kv as i32),
-            KArg::F32(1.0 / ks),
-            KArg::F32(1.0 / vs),
-        ],
+        &b.bufs.qkv,
+        t,
+        c.num_heads,
+        c.num_kv_heads,
+        c.head_dim,
+        c.rotary_dim,
+        DevPtr::at(qn),
+        DevPtr::at(kn),
+        &b.bufs.inv_freq,
+        c.rms_norm_eps,
+        DevPtr::at(at(l.pos)),
+        DevPtr::at(at(l.slot)),
+        &b.bufs.q,
+        DevPtr::at(kc),
+        DevPtr::at(vc),
+        block_size,
+        fp8_kv,
+        1.0 / ks,
+        1.0 / vs,
     )?;
     b.op_end("q/k norm + partial RoPE + KV write")?;
     b.op_begin()?;
@@ -520,59 +527,90 @@ fn mixer(
             c.head_dim
         );
         if p.dec_tokens > 0 {
-            let name = if fp8_kv {
-                "hy_attn_decode_fp8"
-            } else {
-                "hy_attn_decode_bf16"
-            };
-            hy.module.launch(
-                &b.gpu,
-                name,
-                (
-                    p.dec_tokens as u32,
-                    c.num_kv_heads as u32,
-                    p.att_parts as u32,
-                ),
-                (HY_THREADS, 1, 1),
-                0,
-                &[
-                    KArg::Ptr(at(l.dec_tok)),
-                    KArg::Ptr(b.bufs.q.ptr()),
-                    KArg::Ptr(at(l.tok_seq)),
-                    KArg::Ptr(at(l.pos)),
-                    KArg::Ptr(at(l.block_tables)),
-                    KArg::Ptr(meta),
-                    KArg::Ptr(kc),
-                    KArg::Ptr(vc),
-                    KArg::F32(ks),
-                    KArg::F32(vs),
-                    KArg::I32(c.num_heads as i32),
-                    KArg::I32(c.num_kv_heads as i32),
-                    KArg::I32(c.head_dim as i32),
-                    KArg::I32(block_size as i32),
-                    KArg::F32(1.0 / (c.head_dim as f32).sqrt()),
-                    KArg::Ptr(b.bufs.attn.ptr()),
-                    KArg::Ptr(b.bufs.part_ml.ptr()),
-                    KArg::Ptr(b.bufs.part_o.ptr()),
-                ],
-            )?;
-            if p.att_parts > 1 {
-                b.rt.launch(
+            if fp8_kv {
+                launchers::gdn::hy_attn_decode_fp8(
+                    &hy.module,
                     &b.gpu,
-                    "rt_attn_combine",
-                    (p.dec_tokens as u32, c.num_heads as u32, 1),
-                    (c.head_dim.clamp(32, 256) as u32, 1, 1),
+                    (
+                        dim("p.dec_tokens", p.dec_tokens)?,
+                        dim("c.num_kv_heads", c.num_kv_heads)?,
+                        dim("p.att_parts", p.att_parts)?,
+                    ),
+                    (HY_THREADS, 1, 1),
                     0,
-                    &[
-                        KArg::Ptr(at(l.dec_tok)),
-                        KArg::Ptr(at(l.pos)),
-                        KArg::I32(c.num_heads as i32),
-                        KArg::I32(c.head_dim as i32),
-                        KArg::I32(p.att_parts as i32),
-                        KArg::Ptr(b.bufs.part_ml.ptr()),
-                        KArg::Ptr(b.bufs.part_o.ptr()),
-                        KArg::Ptr(b.bufs.attn.ptr()),
-                    ],
+                    DevPtr::at(at(l.dec_tok)),
+                    &b.bufs.q,
+                    DevPtr::at(at(l.tok_seq)),
+                    DevPtr::at(at(l.pos)),
+                    DevPtr::at(at(l.block_tables)),
+                    DevPtr::at(meta),
+                    DevPtr::at(kc),
+                    DevPtr::at(vc),
+                    ks,
+                    vs,
+                    c.num_heads,
+                    c.num_kv_heads,
+                    c.head_dim,
+                    block_size,
+                    1.0 / (c.head_dim as f32).sqrt(),
+                    &b.bufs.attn,
+                    &b.bufs.part_ml,
+                    &b.bufs.part_o,
+                )
+            } else {
+                launchers::gdn::hy_attn_decode_bf16(
+                    &hy.module,
+                    &b.gpu,
+                    (
+                        dim("p.dec_tokens", p.dec_tokens)?,
+                        dim("c.num_kv_heads", c.num_kv_heads)?,
+                        dim("p.att_parts", p.att_parts)?,
+                    ),
+                    (HY_THREADS, 1, 1),
+                    0,
+                    DevPtr::at(at(l.dec_tok)),
+                    &b.bufs.q,
+                    DevPtr::at(at(l.tok_seq)),
+                    DevPtr::at(at(l.pos)),
+                    DevPtr::at(at(l.block_tables)),
+                    DevPtr::at(meta),
+                    DevPtr::at(kc),
+                    DevPtr::at(vc),
+                    ks,
+                    vs,
+                    c.num_heads,
+                    c.num_kv_heads,
+                    c.head_dim,
+                    block_size,
+                    1.0 / (c.head_dim as f32).sqrt(),
+                    &b.bufs.attn,
+                    &b.bufs.part_ml,
+                    &b.bufs.part_o,
+                )
+            }?;
+            if p.att_parts > 1 {
+                launchers::rt::rt_attn_combine(
+                    &b.rt,
+                    &b.gpu,
+                    (
+                        dim("p.dec_tokens", p.dec_tokens)?,
+                        dim("c.num_heads", c.num_heads)?,
+                        1,
+                    ),
+                    (
+                        dim("c.head_dim.clamp(32, 256)", c.head_dim.clamp(32, 256))?,
+                        1,
+                        1,
+                    ),
+                    0,
+                    DevPtr::at(at(l.dec_tok)),
+                    DevPtr::at(at(l.pos)),
+                    c.num_heads,
+                    c.head_dim,
+                    p.att_parts,
+                    &b.bufs.part_ml,
+                    &b.bufs.part_o,
+                    &b.bufs.attn,
                 )?;
             }
         }
@@ -581,20 +619,18 @@ fn mixer(
     let _ = ATT_THREADS;
     b.op_begin()?;
     let width = 2 * c.q_dim() + 2 * c.kv_dim();
-    hy.module.launch(
+    launchers::gdn::hy_attn_gate(
+        &hy.module,
         &b.gpu,
-        "hy_attn_gate",
         grid1(t * c.q_dim(), 256),
         (256, 1, 1),
         0,
-        &[
-            KArg::Ptr(b.bufs.attn.ptr()),
-            KArg::Ptr(b.bufs.qkv.ptr()),
-            KArg::I32(t as i32),
-            KArg::I32(c.num_heads as i32),
-            KArg::I32(c.head_dim as i32),
-            KArg::I32(width as i32),
-        ],
+        &b.bufs.attn,
+        &b.bufs.qkv,
+        t,
+        c.num_heads,
+        c.head_dim,
+        width,
     )?;
     b.op_end("attention output gate")?;
     Ok(b.bufs.attn.ptr())
@@ -639,83 +675,84 @@ fn queue_gdn(b: &mut CudaBackend, hy: &HybridRt, li: usize, t: usize) -> anyhow:
     let (n_all, n_rec, n_chunk) = hy.counts;
     let segs = |i: usize| hy.segs.ptr() + (i * hy.seg_cap * 16) as u64;
     b.op_begin()?;
-    hy.module.launch(
+    launchers::gdn::gdn_conv_silu(
+        &hy.module,
         &b.gpu,
-        "gdn_conv_silu",
-        (cd.div_ceil(128) as u32, n_all as u32, 1),
+        (
+            dim("cd.div_ceil(128)", cd.div_ceil(128))?,
+            dim("n_all", n_all)?,
+            1,
+        ),
         (128, 1, 1),
         0,
-        &[
-            KArg::Ptr(b.bufs.qkv.ptr()),
-            KArg::I32((cd + vd) as i32),
-            KArg::I32(cd as i32),
-            KArg::I32(d.kernel as i32),
-            KArg::Ptr(conv_w),
-            KArg::Ptr(segs(0)),
-            KArg::Ptr(conv_state),
-            KArg::Ptr(hy.mixed.ptr()),
-        ],
+        &b.bufs.qkv,
+        cd + vd,
+        cd,
+        d.kernel,
+        DevPtr::at(conv_w),
+        DevPtr::at(segs(0)),
+        DevPtr::at(conv_state),
+        &hy.mixed,
     )?;
     b.op_end("Gated-DeltaNet causal conv")?;
-    let rule_args = |list: u64| {
-        vec![
-            KArg::Ptr(hy.mixed.ptr()),
-            KArg::Ptr(hy.ab.ptr()),
-            KArg::Ptr(a_log),
-            KArg::Ptr(dt_bias),
-            KArg::Ptr(list),
-            KArg::I32(d.nk as i32),
-            KArg::I32(d.nv as i32),
-            KArg::I32(d.dk as i32),
-            KArg::I32(d.dv as i32),
-        ]
-    };
     b.op_begin()?;
     if n_rec > 0 {
-        let mut a = rule_args(segs(1));
-        a.push(KArg::Ptr(ssm));
-        a.push(KArg::Ptr(hy.core.ptr()));
-        hy.module.launch(
+        launchers::gdn::gdn_recurrent(
+            &hy.module,
             &b.gpu,
-            "gdn_recurrent",
-            (d.nv as u32, n_rec as u32, 1),
-            ((4 * d.dv) as u32, 1, 1),
+            (dim("nv", d.nv)?, dim("recurrent segments", n_rec)?, 1),
+            (dim("4·dv", 4 * d.dv)?, 1, 1),
             0,
-            &a,
+            &hy.mixed,
+            &hy.ab,
+            DevPtr::at(a_log),
+            DevPtr::at(dt_bias),
+            DevPtr::at(segs(1)),
+            d.nk,
+            d.nv,
+            d.dk,
+            d.dv,
+            DevPtr::at(ssm),
+            &hy.core,
         )?;
     }
     if n_chunk > 0 {
-        let mut a = rule_args(segs(2));
-        a.push(KArg::I32(hy.chunk as i32));
-        a.push(KArg::Ptr(ssm));
-        a.push(KArg::Ptr(hy.core.ptr()));
-        hy.module.launch(
+        launchers::gdn::gdn_chunked(
+            &hy.module,
             &b.gpu,
-            "gdn_chunked",
-            (d.nv as u32, n_chunk as u32, 1),
+            (dim("nv", d.nv)?, dim("chunked segments", n_chunk)?, 1),
             (CHUNKED_THREADS, 1, 1),
             hy.chunk_smem,
-            &a,
+            &hy.mixed,
+            &hy.ab,
+            DevPtr::at(a_log),
+            DevPtr::at(dt_bias),
+            DevPtr::at(segs(2)),
+            d.nk,
+            d.nv,
+            d.dk,
+            d.dv,
+            hy.chunk,
+            DevPtr::at(ssm),
+            &hy.core,
         )?;
     }
     b.op_end("Gated-DeltaNet delta rule")?;
     b.op_begin()?;
-    hy.module.launch(
+    launchers::gdn::gdn_gated_norm(
+        &hy.module,
         &b.gpu,
-        "gdn_gated_norm",
-        (t as u32, d.nv as u32, 1),
+        (dim("t", t)?, dim("d.nv", d.nv)?, 1),
         (d.dv.clamp(32, 256).div_ceil(32) as u32 * 32, 1, 1),
         0,
-        &[
-            KArg::Ptr(hy.core.ptr()),
-            KArg::Ptr(b.bufs.qkv.ptr() + (cd * 2) as u64),
-            KArg::I32((cd + vd) as i32),
-            KArg::Ptr(norm_w),
-            KArg::I32(d.nv as i32),
-            KArg::I32(d.dv as i32),
-            KArg::F32(eps),
-            KArg::Ptr(hy.normed.ptr()),
-        ],
+        &hy.core,
+        DevPtr::at(b.bufs.qkv.ptr() + (cd * 2) as u64),
+        cd + vd,
+        DevPtr::at(norm_w),
+        d.nv,
+        d.dv,
+        eps,
+        &hy.normed,
     )?;
     b.op_end("Gated-DeltaNet gated RMSNorm")?;
     Ok(hy.normed.ptr())
@@ -854,17 +891,15 @@ impl Loader<'_> {
         let tmp = self.gpu.alloc(len * 2)?;
         self.synth_into(&tmp, 0, seed, id, len, mean, std)?;
         let out = self.gpu.alloc(len * 4)?;
-        self.rt.launch(
+        launchers::rt::rt_bf16_to_f32(
+            self.rt,
             self.gpu,
-            "rt_bf16_to_f32",
             grid1(len, 256),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(tmp.ptr()),
-                KArg::U64(len as u64),
-                KArg::Ptr(out.ptr()),
-            ],
+            &tmp,
+            len,
+            &out,
         )?;
         self.gpu.sync()?;
         Ok(out)
@@ -1026,62 +1061,64 @@ pub(super) fn kernels_vs_cpu(
             let flat: Vec<i32> = list.iter().flatten().copied().collect();
             gpu.write(&segs, i * 4 * 16, &flat)?;
         }
-        hy.module.launch(
+        launchers::gdn::gdn_conv_silu(
+            &hy.module,
             gpu,
-            "gdn_conv_silu",
-            (c.div_ceil(128) as u32, all.len() as u32, 1),
+            (
+                dim("c.div_ceil(128)", c.div_ceil(128))?,
+                dim("all.len()", all.len())?,
+                1,
+            ),
             (128, 1, 1),
             0,
-            &[
-                KArg::Ptr(dx.ptr()),
-                KArg::I32(c as i32),
-                KArg::I32(c as i32),
-                KArg::I32(d.kernel as i32),
-                KArg::Ptr(dw.ptr()),
-                KArg::Ptr(segs.ptr()),
-                KArg::Ptr(conv_state.ptr()),
-                KArg::Ptr(mixed.ptr()),
-            ],
+            &dx,
+            c,
+            c,
+            d.kernel,
+            &dw,
+            &segs,
+            &conv_state,
+            &mixed,
         )?;
-        let args = |list: u64| {
-            vec![
-                KArg::Ptr(mixed.ptr()),
-                KArg::Ptr(dab.ptr()),
-                KArg::Ptr(dal.ptr()),
-                KArg::Ptr(ddt.ptr()),
-                KArg::Ptr(list),
-                KArg::I32(d.nk as i32),
-                KArg::I32(d.nv as i32),
-                KArg::I32(d.dk as i32),
-                KArg::I32(d.dv as i32),
-            ]
-        };
         if !rec.is_empty() {
-            let mut a = args(segs.ptr() + 4 * 16);
-            a.extend([KArg::Ptr(ssm.ptr()), KArg::Ptr(out.ptr())]);
-            hy.module.launch(
+            launchers::gdn::gdn_recurrent(
+                &hy.module,
                 gpu,
-                "gdn_recurrent",
-                (nv as u32, rec.len() as u32, 1),
-                ((4 * d.dv) as u32, 1, 1),
+                (dim("nv", nv)?, dim("recurrent segments", rec.len())?, 1),
+                (dim("4·dv", 4 * d.dv)?, 1, 1),
                 0,
-                &a,
+                &mixed,
+                &dab,
+                &dal,
+                &ddt,
+                DevPtr::at(segs.ptr() + 4 * 16),
+                d.nk,
+                d.nv,
+                d.dk,
+                d.dv,
+                &ssm,
+                &out,
             )?;
         }
         if !chunked.is_empty() {
-            let mut a = args(segs.ptr() + 2 * 4 * 16);
-            a.extend([
-                KArg::I32(hy.chunk as i32),
-                KArg::Ptr(ssm.ptr()),
-                KArg::Ptr(out.ptr()),
-            ]);
-            hy.module.launch(
+            launchers::gdn::gdn_chunked(
+                &hy.module,
                 gpu,
-                "gdn_chunked",
-                (nv as u32, chunked.len() as u32, 1),
+                (dim("nv", nv)?, dim("chunked segments", chunked.len())?, 1),
                 (CHUNKED_THREADS, 1, 1),
-                smem as u32,
-                &a,
+                dim("shared memory bytes", smem)?,
+                &mixed,
+                &dab,
+                &dal,
+                &ddt,
+                DevPtr::at(segs.ptr() + 2 * 4 * 16),
+                d.nk,
+                d.nv,
+                d.dk,
+                d.dv,
+                hy.chunk,
+                &ssm,
+                &out,
             )?;
         }
         gpu.sync()?;

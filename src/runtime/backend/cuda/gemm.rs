@@ -3,6 +3,9 @@
 //! the configuration the tuner chose for its M bucket; cuBLASLt plans are cached per
 //! [`PlanKey`].
 
+use super::launchers;
+use crate::gpu::dim;
+use crate::gpu::DevPtr;
 use std::collections::HashMap;
 
 use anyhow::Context;
@@ -10,7 +13,6 @@ use anyhow::Context;
 use super::gdn;
 use super::{grid1, CudaBackend, DLinear, LayerLinear, LinRef, W4_BUCKETS};
 use crate::gpu::cublaslt::{Lt, LtGemm, LtKind, OutType};
-use crate::gpu::KArg;
 use crate::kernels::impls::w4a16::{self as w4, Config as W4Config};
 use crate::runtime::config::WeightFormat;
 
@@ -175,20 +177,18 @@ impl CudaBackend {
     /// Per-token E4M3 quantization of `input` (`m × k` BF16) into `hq` / `ascale` (`st > 0`:
     /// the static input scale).
     pub(super) fn fp8_quant(&self, m: usize, k: usize, st: f32, input: u64) -> anyhow::Result<()> {
-        self.rt.launch(
+        launchers::rt::rt_quant_fp8_rows(
+            &self.rt,
             &self.gpu,
-            "rt_quant_fp8_rows",
-            (m as u32, 1, 1),
+            (dim("m", m)?, 1, 1),
             (1024, 1, 1),
             0,
-            &[
-                KArg::Ptr(input),
-                KArg::I32(m as i32),
-                KArg::I32(k as i32),
-                KArg::F32(st),
-                KArg::Ptr(self.bufs.hq.ptr()),
-                KArg::Ptr(self.bufs.ascale.ptr()),
-            ],
+            DevPtr::at(input),
+            m,
+            k,
+            st,
+            &self.bufs.hq,
+            &self.bufs.ascale,
         )?;
         Ok(())
     }
@@ -238,20 +238,18 @@ impl CudaBackend {
             )?;
             g.set_scale_pointers(one, one)?;
             g.run(&self.lt, &self.gpu, 1.0, w, hq, acc)?;
-            self.rt.launch(
+            launchers::rt::rt_scale_f32_to_bf16(
+                &self.rt,
                 &self.gpu,
-                "rt_scale_f32_to_bf16",
                 grid1(m * n, 256),
                 (256, 1, 1),
                 0,
-                &[
-                    KArg::Ptr(acc),
-                    KArg::I32(m as i32),
-                    KArg::I32(n as i32),
-                    KArg::Ptr(self.bufs.ascale.ptr()),
-                    KArg::Ptr(scales),
-                    KArg::Ptr(out),
-                ],
+                DevPtr::at(acc),
+                m,
+                n,
+                &self.bufs.ascale,
+                DevPtr::at(scales),
+                DevPtr::at(out),
             )?;
         }
         Ok(())

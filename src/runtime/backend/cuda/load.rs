@@ -2,6 +2,8 @@
 //! the weights, fuse the projections engines fuse, allocate the activation buffers, then tune the
 //! GEMMs and run the self-checks ([`CudaBackend::load_with`]).
 
+use super::launchers;
+use crate::gpu::DevPtr;
 use std::collections::HashMap;
 
 use anyhow::Context;
@@ -15,7 +17,7 @@ use super::{
 use crate::formats::nvfp4::Nvfp4Weight;
 use crate::formats::w4a16_pack::{self, repack};
 use crate::gpu::cublaslt::Lt;
-use crate::gpu::{DevBuf, Gpu, KArg, Module};
+use crate::gpu::{DevBuf, Gpu, Module};
 use crate::kernels::impls::w4a16::{self as w4, W4a16Device};
 use crate::kernels::W4Module;
 use crate::runtime::backend::DeviceMemory;
@@ -513,19 +515,17 @@ impl Loader<'_> {
         mean: f32,
         std: f32,
     ) -> anyhow::Result<()> {
-        self.rt.launch(
+        launchers::rt::rt_synth_bf16(
+            self.rt,
             self.gpu,
-            "rt_synth_bf16",
             grid1(len, 256),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(buf.ptr() + (at * 2) as u64),
-                KArg::U64(len as u64),
-                KArg::U64(weights::synth_stream_base(seed, id)),
-                KArg::F32(mean),
-                KArg::F32(std),
-            ],
+            DevPtr::at(buf.ptr() + (at * 2) as u64),
+            len,
+            weights::synth_stream_base(seed, id),
+            mean,
+            std,
         )?;
         Ok(())
     }
@@ -534,17 +534,15 @@ impl Loader<'_> {
         let tmp = self.gpu.alloc(len * 2)?;
         self.synth_into(&tmp, 0, seed, id, len, 1.0, weights::SYNTH_NORM_JITTER)?;
         let out = self.gpu.alloc(len * 4)?;
-        self.rt.launch(
+        launchers::rt::rt_bf16_to_f32(
+            self.rt,
             self.gpu,
-            "rt_bf16_to_f32",
             grid1(len, 256),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(tmp.ptr()),
-                KArg::U64(len as u64),
-                KArg::Ptr(out.ptr()),
-            ],
+            &tmp,
+            len,
+            &out,
         )?;
         self.gpu.sync()?;
         Ok(out)
@@ -585,35 +583,31 @@ impl Loader<'_> {
         let len = n * k;
         let amax = self.gpu.alloc(4)?;
         self.gpu.memset(&amax, 0)?;
-        self.rt.launch(
+        launchers::rt::rt_amax_bf16(
+            self.rt,
             self.gpu,
-            "rt_amax_bf16",
             grid1(len, 256).min((self.gpu.sm_count * 16, 1, 1)),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(buf.ptr()),
-                KArg::U64(len as u64),
-                KArg::Ptr(amax.ptr()),
-            ],
+            &buf,
+            len,
+            &amax,
         )?;
         let scale = self.gpu.alloc(4)?;
         match format {
             WeightFormat::Fp8 => {
                 let q = self.gpu.alloc(len)?;
-                self.rt.launch(
+                launchers::rt::rt_quant_fp8_tensor(
+                    self.rt,
                     self.gpu,
-                    "rt_quant_fp8_tensor",
                     grid1(len, 256).min((self.gpu.sm_count * 16, 1, 1)),
                     (256, 1, 1),
                     0,
-                    &[
-                        KArg::Ptr(buf.ptr()),
-                        KArg::U64(len as u64),
-                        KArg::Ptr(amax.ptr()),
-                        KArg::Ptr(q.ptr()),
-                        KArg::Ptr(scale.ptr()),
-                    ],
+                    &buf,
+                    len,
+                    &amax,
+                    &q,
+                    &scale,
                 )?;
                 let s: Vec<f32> = self.gpu.download(&scale, 0, 1)?;
                 drop(buf);
@@ -629,21 +623,19 @@ impl Loader<'_> {
                 anyhow::ensure!(k % 16 == 0, "NVFP4 needs K to be a multiple of 16; K = {k}");
                 let packed = self.gpu.alloc(len / 2)?;
                 let bsc = self.gpu.alloc(len / 16)?;
-                self.rt.launch(
+                launchers::rt::rt_quant_nvfp4(
+                    self.rt,
                     self.gpu,
-                    "rt_quant_nvfp4",
                     grid1(len / 16, 256).min((self.gpu.sm_count * 16, 1, 1)),
                     (256, 1, 1),
                     0,
-                    &[
-                        KArg::Ptr(buf.ptr()),
-                        KArg::I32(n as i32),
-                        KArg::I32(k as i32),
-                        KArg::Ptr(amax.ptr()),
-                        KArg::Ptr(packed.ptr()),
-                        KArg::Ptr(bsc.ptr()),
-                        KArg::Ptr(scale.ptr()),
-                    ],
+                    &buf,
+                    n,
+                    k,
+                    &amax,
+                    &packed,
+                    &bsc,
+                    &scale,
                 )?;
                 drop(buf);
                 let gs: Vec<f32> = self.gpu.download(&scale, 0, 1)?;
@@ -672,23 +664,21 @@ impl Loader<'_> {
         let wq = self.gpu.alloc(n_pad * k_pad / 2)?;
         let sc = self.gpu.alloc(n_pad * k_pad / 16)?;
         let units = strips * kt_n * 32;
-        self.rt.launch(
+        launchers::rt::rt_w4a16_repack(
+            self.rt,
             self.gpu,
-            "rt_w4a16_repack",
             grid1(units, 256).min((self.gpu.sm_count * 16, 1, 1)),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(packed.ptr()),
-                KArg::Ptr(bsc.ptr()),
-                KArg::I32(n as i32),
-                KArg::I32(k as i32),
-                KArg::I32(strips as i32),
-                KArg::I32(kt_n as i32),
-                KArg::Ptr(lut.ptr()),
-                KArg::Ptr(wq.ptr()),
-                KArg::Ptr(sc.ptr()),
-            ],
+            packed,
+            bsc,
+            n,
+            k,
+            strips,
+            kt_n,
+            &lut,
+            &wq,
+            &sc,
         )?;
         self.gpu.sync()?;
         Ok(DLinear::W4 {

@@ -32,6 +32,7 @@ mod forward;
 pub mod gdn;
 mod gemm;
 pub mod hybrid_check;
+pub mod launchers;
 mod load;
 pub mod plan;
 mod profile;

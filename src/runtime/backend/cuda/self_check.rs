@@ -9,8 +9,10 @@
 //! Whole-model parity and speed, which drive the backend from outside, are in
 //! `crate::runtime_eval::cuda_check`.
 
+use super::launchers;
 use super::{plan, CudaBackend};
-use crate::gpu::KArg;
+use crate::gpu::dim;
+use crate::gpu::DevPtr;
 use crate::runtime::backend::{ForwardBatch, SeqSegment};
 use crate::runtime::config::{ModelConfig, WeightFormat};
 use crate::runtime::weights;
@@ -52,19 +54,17 @@ pub fn prefill_matches_decode(b: &mut CudaBackend) -> anyhow::Result<Option<Stri
     let region = (blocks + 1) * nkv * bs * hd;
     let kv = gpu.alloc(2 * region * 2)?;
     for (buf, n, seed) in [(&q, len * nh * hd, 11u64), (&kv, 2 * region, 12u64)] {
-        b.rt.launch(
+        launchers::rt::rt_synth_bf16(
+            &b.rt,
             gpu,
-            "rt_synth_bf16",
             super::grid1(n, 256),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(buf.ptr()),
-                KArg::U64(n as u64),
-                KArg::U64(weights::synth_stream_base(seed, 1)),
-                KArg::F32(0.0),
-                KArg::F32(1.0),
-            ],
+            buf,
+            n,
+            weights::synth_stream_base(seed, 1),
+            0.0,
+            1.0,
         )?;
     }
     let seg = SeqSegment {
@@ -107,55 +107,52 @@ pub fn prefill_matches_decode(b: &mut CudaBackend) -> anyhow::Result<Option<Stri
                 p.tiles > 0 && p.dec_tokens == 0,
                 "plan did not use prefill tiles"
             );
-            b.rt.launch(
+            launchers::rt::attn_prefill_bf16(
+                &b.rt,
                 gpu,
                 &format!("rt_attn_prefill_bf16_hd{hd}"),
-                (p.tiles as u32, nh as u32, 1),
+                (dim("p.tiles", p.tiles)?, dim("nh", nh)?, 1),
                 (128, 1, 1),
-                (2 * 64 * (hd + 8) * 2) as u32,
-                &[
-                    KArg::Ptr(q.ptr()),
-                    KArg::Ptr(at(l.tiles)),
-                    KArg::Ptr(at(l.block_tables)),
-                    KArg::Ptr(meta.ptr()),
-                    KArg::Ptr(kc),
-                    KArg::Ptr(vc),
-                    KArg::F32(1.0),
-                    KArg::F32(1.0),
-                    KArg::I32(nh as i32),
-                    KArg::I32(nkv as i32),
-                    KArg::I32(bs as i32),
-                    KArg::F32(sm_scale),
-                    KArg::Ptr(outs[i].ptr()),
-                ],
+                dim("2 * 64 * (hd + 8) * 2", 2 * 64 * (hd + 8) * 2)?,
+                &q,
+                DevPtr::at(at(l.tiles)),
+                DevPtr::at(at(l.block_tables)),
+                &meta,
+                DevPtr::at(kc),
+                DevPtr::at(vc),
+                1.0,
+                1.0,
+                nh,
+                nkv,
+                bs,
+                sm_scale,
+                &outs[i],
             )?;
         } else {
-            b.rt.launch(
+            launchers::rt::rt_attn_decode_bf16(
+                &b.rt,
                 gpu,
-                "rt_attn_decode_bf16",
-                (p.dec_tokens as u32, nkv as u32, 1),
+                (dim("p.dec_tokens", p.dec_tokens)?, dim("nkv", nkv)?, 1),
                 (super::ATT_THREADS, 1, 1),
                 0,
-                &[
-                    KArg::Ptr(at(l.dec_tok)),
-                    KArg::Ptr(q.ptr()),
-                    KArg::Ptr(at(l.tok_seq)),
-                    KArg::Ptr(at(l.pos)),
-                    KArg::Ptr(at(l.block_tables)),
-                    KArg::Ptr(meta.ptr()),
-                    KArg::Ptr(kc),
-                    KArg::Ptr(vc),
-                    KArg::F32(1.0),
-                    KArg::F32(1.0),
-                    KArg::I32(nh as i32),
-                    KArg::I32(nkv as i32),
-                    KArg::I32(hd as i32),
-                    KArg::I32(bs as i32),
-                    KArg::F32(sm_scale),
-                    KArg::Ptr(outs[i].ptr()),
-                    KArg::Ptr(b.bufs.part_ml.ptr()),
-                    KArg::Ptr(b.bufs.part_o.ptr()),
-                ],
+                DevPtr::at(at(l.dec_tok)),
+                &q,
+                DevPtr::at(at(l.tok_seq)),
+                DevPtr::at(at(l.pos)),
+                DevPtr::at(at(l.block_tables)),
+                &meta,
+                DevPtr::at(kc),
+                DevPtr::at(vc),
+                1.0,
+                1.0,
+                nh,
+                nkv,
+                hd,
+                bs,
+                sm_scale,
+                &outs[i],
+                &b.bufs.part_ml,
+                &b.bufs.part_o,
             )?;
         }
     }
@@ -177,19 +174,17 @@ pub fn synthesis_matches_cpu(b: &CudaBackend, seed: u64) -> anyhow::Result<Check
     let id = weights::synth_tensor_id(Some(0), 1);
     let std = 1.0 / (k as f32).sqrt();
     let buf = b.gpu.alloc(n * k * 2)?;
-    b.rt.launch(
+    launchers::rt::rt_synth_bf16(
+        &b.rt,
         &b.gpu,
-        "rt_synth_bf16",
         super::grid1(n * k, 256),
         (256, 1, 1),
         0,
-        &[
-            KArg::Ptr(buf.ptr()),
-            KArg::U64((n * k) as u64),
-            KArg::U64(weights::synth_stream_base(seed, id)),
-            KArg::F32(0.0),
-            KArg::F32(std),
-        ],
+        &buf,
+        n * k,
+        weights::synth_stream_base(seed, id),
+        0.0,
+        std,
     )?;
     let got: Vec<u16> = b.gpu.download(&buf, 0, n * k)?;
     let mut one = c.clone();
@@ -259,20 +254,18 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
         let input = b.gpu.upload(&rows)?;
         let codes = b.gpu.alloc(t * kk)?;
         let scales = b.gpu.alloc(t * 4)?;
-        b.rt.launch(
+        launchers::rt::rt_quant_fp8_rows(
+            &b.rt,
             &b.gpu,
-            "rt_quant_fp8_rows",
-            (t as u32, 1, 1),
+            (dim("t", t)?, 1, 1),
             (1024, 1, 1),
             0,
-            &[
-                KArg::Ptr(input.ptr()),
-                KArg::I32(t as i32),
-                KArg::I32(kk as i32),
-                KArg::F32(0.0),
-                KArg::Ptr(codes.ptr()),
-                KArg::Ptr(scales.ptr()),
-            ],
+            &input,
+            t,
+            kk,
+            0.0,
+            &codes,
+            &scales,
         )?;
         let got: Vec<u8> = b.gpu.download(&codes, 0, t * kk)?;
         let got_s: Vec<f32> = b.gpu.download(&scales, 0, t)?;

@@ -1,6 +1,8 @@
 //! Tuning at load, by measurement and checked before it is timed ("correct before fast"): the
 //! FP8 scaling path and the W4A16 configuration of every distinct linear shape at each M bucket.
 
+use super::launchers;
+use crate::gpu::DevPtr;
 use anyhow::Context;
 
 use super::{
@@ -8,7 +10,7 @@ use super::{
     grid1, rel_l2_bf16, CudaBackend, DLinear, LayerLinear, LinRef, FP8_PATHS_REL_L2,
     FP8_TUNE_MAX_M, W4_BUCKETS,
 };
-use crate::gpu::{DevBuf, KArg};
+use crate::gpu::DevBuf;
 use crate::kernels::impls::w4a16::{self as w4, Config as W4Config};
 use crate::runtime::config::WeightFormat;
 
@@ -53,19 +55,17 @@ impl CudaBackend {
             self.bufs.h.ptr()
         };
         let len = (rows * k) as u64;
-        self.rt.launch(
+        launchers::rt::rt_synth_bf16(
+            &self.rt,
             &self.gpu,
-            "rt_synth_bf16",
             grid1(len as usize, 256),
             (256, 1, 1),
             0,
-            &[
-                KArg::Ptr(src),
-                KArg::U64(len),
-                KArg::U64(seed + which.index()),
-                KArg::F32(0.0),
-                KArg::F32(1.0),
-            ],
+            DevPtr::at(src),
+            len,
+            seed + which.index(),
+            0.0,
+            1.0,
         )?;
         Ok(src)
     }
@@ -99,17 +99,15 @@ impl CudaBackend {
         for (slot, in_gemm) in [(0usize, true), (1, false)] {
             let mut times = Vec::with_capacity(7);
             for _ in 0..7 {
-                self.rt.launch(
+                launchers::rt::rt_amax_bf16(
+                    &self.rt,
                     &self.gpu,
-                    "rt_amax_bf16",
                     grid1(flush.bytes() / 2, 256).min((self.gpu.sm_count * 16, 1, 1)),
                     (256, 1, 1),
                     0,
-                    &[
-                        KArg::Ptr(flush.ptr()),
-                        KArg::U64((flush.bytes() / 2) as u64),
-                        KArg::Ptr(amax),
-                    ],
+                    flush,
+                    flush.bytes() / 2,
+                    DevPtr::at(amax),
                 )?;
                 timer.start(&self.gpu)?;
                 self.fp8_gemm(m, n, k, w, src, out, in_gemm)?;
