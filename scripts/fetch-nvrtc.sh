@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Fetch NVRTC (CUDA 13) and the CUDA headers the kernels include, without a GPU or a CUDA toolkit,
+# so that the tests compile every kernels/*.cu on a machine that has neither (CI). They come from
+# NVIDIA's PyPI wheels `nvidia-cuda-nvrtc` (libnvrtc.so.13, its builtins) and
+# `nvidia-cuda-runtime` (cuda_bf16.h, cuda_fp8.h, ...), pinned below, installed with pip into a
+# virtual environment under the rigbench cache folder (about 200 MB, once).
+#
+# Where it goes: ${RIGBENCH_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rigbench}/nvrtc-13.5.37/.
+# Prints two lines to source, e.g. `eval "$(scripts/fetch-nvrtc.sh)"`:
+#   export CUDA_HOME=<the wheels' cu13 folder>   (rigbench reads $CUDA_HOME/include: src/gpu/probe.rs)
+#   export LD_LIBRARY_PATH=<its lib folder>:...  (cudarc dlopens libnvrtc.so.13)
+# A second run with the environment present does nothing but print them.
+set -euo pipefail
+
+VERSION=13.5.37
+cache="${RIGBENCH_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rigbench}"
+venv="$cache/nvrtc-$VERSION"
+cu13="$venv/lib/python3.$(python3 -c 'import sys; print(sys.version_info[1])')/site-packages/nvidia/cu13"
+
+if [ ! -f "$cu13/lib/libnvrtc.so.13" ] || [ ! -f "$cu13/include/cuda_bf16.h" ]; then
+    rm -rf "$venv"
+    mkdir -p "$cache"
+    python3 -m venv "$venv" >&2
+    if ! "$venv/bin/pip" install --quiet --disable-pip-version-check \
+        "nvidia-cuda-nvrtc==$VERSION" "nvidia-cuda-runtime==$VERSION" >&2; then
+        echo "fetch-nvrtc: 'pip install nvidia-cuda-nvrtc==$VERSION nvidia-cuda-runtime==$VERSION' failed: PyPI must be reachable (or a pip index that has the wheels)" >&2
+        rm -rf "$venv"
+        exit 1
+    fi
+    for f in lib/libnvrtc.so.13 include/cuda_bf16.h; do
+        if [ ! -f "$cu13/$f" ]; then
+            echo "fetch-nvrtc: the wheels installed, but $cu13/$f is missing: their layout changed; update this script" >&2
+            exit 1
+        fi
+    done
+fi
+echo "export CUDA_HOME='$cu13'"
+echo "export LD_LIBRARY_PATH='$cu13/lib'\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
