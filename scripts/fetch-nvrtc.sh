@@ -3,12 +3,13 @@
 # so that the tests compile every kernels/*.cu on a machine that has neither (CI). They come from
 # NVIDIA's PyPI wheels `nvidia-cuda-nvrtc` (libnvrtc.so.13, its builtins) and
 # `nvidia-cuda-runtime` (cuda_bf16.h, cuda_fp8.h, ...), pinned below, installed with pip into a
-# virtual environment under the rigbench cache folder (about 200 MB, once).
+# virtual environment under the rigbench cache folder (175 MB, once).
 #
 # Where it goes: ${RIGBENCH_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rigbench}/nvrtc-13.5.37/.
-# Prints two lines to source, e.g. `eval "$(scripts/fetch-nvrtc.sh)"`:
-#   export CUDA_HOME=<the wheels' cu13 folder>   (rigbench reads $CUDA_HOME/include: src/gpu/probe.rs)
-#   export LD_LIBRARY_PATH=<its lib folder>:...  (cudarc dlopens libnvrtc.so.13)
+# Prints two lines to source, e.g. `env=$(scripts/fetch-nvrtc.sh) && eval "$env"`:
+#   export RIGBENCH_CUDA_INCLUDE=<the wheels' include folder>  (src/gpu/probe.rs; not CUDA_HOME,
+#                                  whose change makes cargo rebuild cudarc and everything above it)
+#   export LD_LIBRARY_PATH=<their lib folder>:...              (cudarc dlopens libnvrtc.so.13)
 # A second run with the environment present does nothing but print them.
 set -euo pipefail
 
@@ -34,5 +35,6 @@ if [ ! -f "$cu13/lib/libnvrtc.so.13" ] || [ ! -f "$cu13/include/cuda_bf16.h" ]; 
         fi
     done
 fi
-echo "export CUDA_HOME='$cu13'"
-echo "export LD_LIBRARY_PATH='$cu13/lib'\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+printf 'export RIGBENCH_CUDA_INCLUDE=%q\n' "$cu13/include"
+# The caller's own LD_LIBRARY_PATH is appended when the line is evaluated, not now.
+printf 'export LD_LIBRARY_PATH=%q"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n' "$cu13/lib"

@@ -577,7 +577,16 @@ async fn soak_two_thousand_streams_beside_a_thousand_idle_connections() {
             Ok(())
         });
     }
-    let mut child = cmd.spawn().unwrap();
+    /// The server, killed if an assertion ends the test early (no server left behind).
+    struct Server(std::process::Child);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut server = Server(cmd.spawn().unwrap());
+    let child = &mut server.0;
     let pid = child.id();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();

@@ -386,7 +386,16 @@ fn json_kind(v: &Value) -> &'static str {
 fn usage_count(u: &Value, p: &str) -> Result<Option<u64>, String> {
     match u.pointer(p) {
         None | Some(Value::Null) => Ok(None),
-        Some(x) => x.as_u64().map(Some).ok_or_else(|| {
+        Some(x) => x
+            .as_u64()
+            // A whole number written as a float (`6.0`, as some Python servers do) is a count.
+            .or_else(|| {
+                x.as_f64()
+                    .filter(|f| f.is_finite() && *f >= 0.0 && f.fract() == 0.0 && *f <= 9.0e15)
+                    .map(|f| f as u64)
+            })
+            .map(Some)
+            .ok_or_else(|| {
             format!(
                 "impossible token count: the engine reported usage{} = {} ({}, not a whole number from 0; not counted)",
                 p.replace('/', "."),
@@ -880,7 +889,6 @@ impl EngineClient {
         let body = read_body_limited(r, MAX_BODY_BYTES, false, "POST /tokenize")
             .await
             .map_err(anyhow::Error::msg)?;
-        let v: Value = serde_json::from_str(&body).context("POST /tokenize: body is not JSON")?;
         if !status.is_success() {
             let mut msg = format!(
                 "POST /tokenize answered {status}: {}",
@@ -891,6 +899,7 @@ impl EngineClient {
             }
             bail!(msg);
         }
+        let v: Value = serde_json::from_str(&body).context("POST /tokenize: body is not JSON")?;
         let count = match v.get("count") {
             Some(c) => Some(
                 c.as_u64()
@@ -1050,6 +1059,9 @@ impl EngineClient {
             }
             let seen = match (out.http_status, out.chunks) {
                 (None, _) => "no response (status line and headers) had arrived".to_string(),
+                (Some(s), _) if !(200..300).contains(&s) => {
+                    format!("HTTP {s} headers arrived, then its error body stalled")
+                }
                 (Some(s), 0) => format!("HTTP {s} headers arrived, then no SSE data"),
                 (Some(_), n) => format!(
                     "{n} chunk{} had arrived, {} token-bearing",
@@ -1093,6 +1105,9 @@ impl EngineClient {
                 send(&self.fresh)
                     .await
                     .map_err(|e2| {
+                        if e2.is_redirect() {
+                            return format!("the engine's redirects: {}", error_chain(&e2));
+                        }
                         format!(
                             "connection failed twice (first on a pooled connection: {}; then on a fresh one: {})",
                             out.retry_reason.as_deref().unwrap_or(""),
@@ -1300,6 +1315,10 @@ mod tests {
                 "not a whole number",
             ),
             (
+                r#"{"choices":[],"usage":{"completion_tokens":1e300}}"#,
+                "not a whole number",
+            ),
+            (
                 r#"{"choices":[],"usage":{"prompt_tokens_details":{"cached_tokens":-1}}}"#,
                 "usage.prompt_tokens_details.cached_tokens",
             ),
@@ -1336,6 +1355,11 @@ mod tests {
         z0.apply(t(1), r#"{"choices":[],"usage":{"completion_tokens":0}}"#)
             .unwrap();
         z0.apply(t(2), "[DONE]").unwrap();
+        // A whole number written as a float is a count.
+        let mut f = StreamOutcome::default();
+        f.apply(t(1), r#"{"choices":[],"usage":{"completion_tokens":6.0}}"#)
+            .unwrap();
+        assert_eq!(f.usage.and_then(|u| u.completion_tokens), Some(6));
 
         let mut c = StreamOutcome::default();
         c.apply(t(1), r#"{"choices":[{"text":"abc","index":0}]}"#)

@@ -702,7 +702,8 @@ impl EngineHandle {
     /// process of the group is left, also when its leader (the `sh -c` of `--engine-cmd`) has
     /// already exited and left its server running.
     pub async fn stop(&mut self) {
-        if let Some(pid) = self.pid {
+        // Only while the engine's group lives: a reaped leader's pid may be another process's.
+        if let Some(pid) = self.pid.filter(|p| crate::signals::group_alive(*p)) {
             let t = self.tracked.clone();
             let _ = tokio::task::spawn_blocking(move || track_now(&t, pid)).await;
         }
@@ -737,7 +738,9 @@ impl EngineHandle {
     /// Kill the engine abruptly (SIGKILL to its process group), as a crash would.
     pub fn kill(&self) {
         if let Some(pid) = self.pid {
-            track_now(&self.tracked, pid);
+            if crate::signals::group_alive(pid) {
+                track_now(&self.tracked, pid);
+            }
             signal_group(pid, libc::SIGKILL);
             signal_strays(&self.tracked, pid, libc::SIGKILL);
         }

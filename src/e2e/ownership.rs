@@ -186,14 +186,19 @@ pub fn host_port(url: &str) -> Option<(String, u16)> {
 }
 
 /// Whether a connection to `host` stays on this machine, so that the listener answering it is
-/// in this machine's `/proc`: `localhost`, any address of 127.0.0.0/8 or `::1` (RFC 1122
-/// §3.2.1.3, RFC 4291 §2.5.3), and the unspecified `0.0.0.0` / `::`, which connect locally.
-/// IPv6 literals may keep their URL brackets.
+/// in this machine's `/proc`: `localhost` and `*.localhost` (RFC 6761 §6.3), any address of
+/// 127.0.0.0/8 or `::1` (RFC 1122 §3.2.1.3, RFC 4291 §2.5.3), also IPv4-mapped
+/// (`::ffff:127.0.0.1`), and the unspecified `0.0.0.0` / `::`, which connect locally. IPv6
+/// literals may keep their URL brackets. The machine's own non-loopback addresses are not
+/// recognised.
 pub fn is_local_host(host: &str) -> bool {
-    let h = host.trim_matches(['[', ']']);
-    h.eq_ignore_ascii_case("localhost")
-        || h.parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+    let h = host.trim_matches(['[', ']']).to_ascii_lowercase();
+    h == "localhost"
+        || h.ends_with(".localhost")
+        || h.parse::<std::net::IpAddr>().is_ok_and(|ip| {
+            let ip = ip.to_canonical();
+            ip.is_loopback() || ip.is_unspecified()
+        })
 }
 
 /// Whether a server already accepts connections at `host:port` (tried for at most 1 s), or
@@ -263,6 +268,8 @@ mod tests {
             "[::1]",
             "0.0.0.0",
             "[::]",
+            "[::ffff:127.0.0.1]",
+            "app.localhost",
         ] {
             assert!(is_local_host(h), "{h}");
         }

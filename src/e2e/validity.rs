@@ -133,9 +133,15 @@ pub fn output_flags(
             }
             _ => {
                 if let Some(fr) = r.finish_reason.as_deref().filter(|fr| *fr != "length") {
+                    // A tokenizer's re-count can exceed the engine's own count by its tolerance:
+                    // then the reason is the better evidence, and it stays a truncation.
+                    let recounted = matches!(
+                        r.token_source,
+                        Some(TokenSource::EngineTokenizer | TokenSource::LocalTokenizer)
+                    );
                     match r.output_tokens {
                         // Every token asked for arrived: not truncated, whatever the reason says.
-                        Some(n) if n >= want => f.push(format!(
+                        Some(n) if n >= want && !recounted => f.push(format!(
                             "{UNEXPECTED_FINISH_FLAG} '{fr}' with ignore_eos, though all {n} of {want} tokens arrived"
                         )),
                         n => f.push(format!(
@@ -269,7 +275,7 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             .cloned()
             .unwrap_or_default();
         v.notes.push(format!(
-            "{odd_finish} of {} requests ended with a finish_reason other than 'length' under ignore_eos though every requested token arrived (e.g. {example}): the engine's reason is not one rigbench knows, or it does not honour ignore_eos in its reporting",
+            "{odd_finish} of {} requests ended with a finish_reason other than 'length' under ignore_eos though every requested token arrived (e.g. {example}): not a truncation; the engine reports its stop reason in its own way",
             ok.len()
         ));
     }
@@ -523,16 +529,31 @@ mod tests {
                 && f[0].contains("all 1024 of 1024"),
             "{f:?}"
         );
-        // The count unknown (chunks only): the reason is all there is, so it is a truncation.
-        let unknown = RequestRecord {
-            output_tokens: None,
-            token_chunks: 900,
+        // Counted from chunks (a lower bound): every token there, so a note too; fewer, a
+        // truncation.
+        let chunks = RequestRecord {
             token_source: Some(TokenSource::Chunks),
             ..stopped.clone()
         };
-        let f = output_flags(&unknown, "0123456789", true, true);
+        let f = output_flags(&chunks, "0123456789", true, true);
+        assert!(f[0].starts_with(UNEXPECTED_FINISH_FLAG), "{f:?}");
+        let short = RequestRecord {
+            output_tokens: Some(900),
+            ..chunks.clone()
+        };
+        let f = output_flags(&short, "0123456789", true, true);
         assert!(
-            f[0].starts_with("truncated: finish_reason 'stop' with ignore_eos (? of 1024"),
+            f[0].starts_with("truncated: finish_reason 'stop' with ignore_eos (900 of 1024"),
+            "{f:?}"
+        );
+        // Re-counted by a tokenizer, which can overshoot: the reason stands, a truncation.
+        let recounted = RequestRecord {
+            token_source: Some(TokenSource::EngineTokenizer),
+            ..stopped.clone()
+        };
+        let f = output_flags(&recounted, "0123456789", true, true);
+        assert!(
+            f[0].starts_with("truncated: finish_reason 'stop' with ignore_eos (1024 of 1024"),
             "{f:?}"
         );
         // Re-counted by a tokenizer: within 2% is not truncation.

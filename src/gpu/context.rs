@@ -388,7 +388,7 @@ impl Gpu {
         }
         let include = self.include_dir.clone().ok_or_else(|| {
             RigError::NoGpu(
-                "CUDA headers (cuda_bf16.h) not found: set CUDA_HOME to the CUDA toolkit folder"
+                "CUDA headers (cuda_bf16.h) not found: set CUDA_HOME to the CUDA toolkit folder (or RIGBENCH_CUDA_INCLUDE to a folder holding them: scripts/fetch-nvrtc.sh)"
                     .into(),
             )
         })?;

@@ -74,10 +74,15 @@ pub fn cublaslt_version() -> Option<String> {
     Some(format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100))
 }
 
-/// Find the CUDA include folder (for `cuda_bf16.h` etc.): `$CUDA_HOME/include`,
-/// `$CUDA_PATH/include`, `/usr/local/cuda/include`, then `/usr/local/cuda-*/include`.
+/// Find the CUDA include folder (for `cuda_bf16.h` etc.): `$RIGBENCH_CUDA_INCLUDE` (the folder
+/// itself; what `scripts/fetch-nvrtc.sh` sets, since a changed `CUDA_HOME` makes cargo rebuild
+/// cudarc), `$CUDA_HOME/include`, `$CUDA_PATH/include`, `/usr/local/cuda/include`, then
+/// `/usr/local/cuda-*/include`.
 pub fn cuda_include_dir() -> Option<std::path::PathBuf> {
     let mut candidates: Vec<std::path::PathBuf> = Vec::new();
+    if let Some(v) = std::env::var_os("RIGBENCH_CUDA_INCLUDE") {
+        candidates.push(std::path::PathBuf::from(v));
+    }
     for var in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] {
         if let Some(v) = std::env::var_os(var) {
             candidates.push(std::path::PathBuf::from(v).join("include"));

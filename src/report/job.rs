@@ -681,11 +681,11 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 });
                 match outcome {
                     Ok(q) => results.quality = Some(q),
-                    Err(_) if crate::signals::interrupted().is_some() => {
+                    Err(e) if crate::signals::interrupted().is_some() => {
                         results.skipped.push(Skip {
                             what: "quality".into(),
                             reason: format!(
-                                "not finished: interrupted by {} (the fidelity study keeps no partial figures)",
+                                "not finished: interrupted by {} (the fidelity study keeps no partial figures; {e:#})",
                                 crate::signals::interrupted().unwrap_or("a signal")
                             ),
                         })
@@ -798,10 +798,24 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                     let sub = d
                         .path
                         .join(crate::runtime_eval::section::e2e_dir(&f.format));
-                    std::fs::create_dir_all(&sub)?;
-                    crate::e2e::render::write_csv(e, &sub)?;
-                    if let Some(log) = &e.engine_log {
-                        d.write_text(&format!("e2e-{}/engine.log", f.format), log)?;
+                    // As on the CPU path: a file that cannot be written (a full disk) loses that
+                    // file, never the measured section, and the failure is said.
+                    let written = std::fs::create_dir_all(&sub)
+                        .map_err(anyhow::Error::from)
+                        .and_then(|_| crate::e2e::render::write_csv(e, &sub))
+                        .and_then(|_| match &e.engine_log {
+                            Some(log) => d.write_text(&format!("e2e-{}/engine.log", f.format), log),
+                            None => Ok(()),
+                        });
+                    if let Err(err) = written {
+                        results.failed.push(Skip {
+                            what: format!("e2e files ({})", f.format),
+                            reason: format!(
+                                "the {} runs were measured, but writing their CSV files or engine.log into {} failed: {err:#}",
+                                f.format,
+                                sub.display()
+                            ),
+                        });
                     }
                 }
             }

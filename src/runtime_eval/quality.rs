@@ -205,7 +205,7 @@ fn stop_if_interrupted() -> anyhow::Result<()> {
 /// # Errors
 /// A text or prompt the tokenizer cannot encode, a quantization error, a backend failure; a
 /// signal that stops the run (`crate::signals`), checked at every teacher-forced token row and
-/// before each format.
+/// before and after each format's greedy runs (one greedy run, seconds, is not cut).
 pub fn study(
     weights: &ModelWeights,
     tokenizer: &Tokenizer,
