@@ -207,8 +207,8 @@ pub fn sse(data: &[u8]) {
         return;
     };
     let step = usize::from(cut % 64) + 1;
-    let mut dec = crate::e2e::client::SseDecoder::default();
-    let mut out = crate::e2e::client::StreamOutcome::default();
+    let mut dec = crate::e2e::sse::SseDecoder::default();
+    let mut out = crate::e2e::stream::StreamOutcome::default();
     let mut at = Duration::ZERO;
     for chunk in body.chunks(step) {
         at += Duration::from_millis(1);

@@ -79,15 +79,7 @@ async fn get(base: &str, path: &str, timeout: Duration) -> Result<(u16, String),
         .timeout(timeout)
         .send()
         .await
-        .map_err(|e| {
-            let mut m = e.to_string();
-            let mut s = std::error::Error::source(&e);
-            while let Some(c) = s {
-                m = format!("{m}: {c}");
-                s = c.source();
-            }
-            m
-        })?;
+        .map_err(|e| super::client::error_chain(&e))?;
     let status = r.status().as_u16();
     let body = super::client::read_body_limited(
         r,

@@ -21,7 +21,8 @@ use rand_distr::Distribution;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::client::{is_transport_error, EngineClient, StreamOutcome};
+use super::client::{is_transport_error, EngineClient};
+use super::stream::StreamOutcome;
 use super::workload::{ArrivalKind, PreparedRequest};
 
 /// Why a session was stopped from outside.

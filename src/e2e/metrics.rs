@@ -37,7 +37,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::client::{StreamOutcome, TokenEvent};
+use super::stream::{StreamOutcome, TokenEvent};
 
 /// Where a token count came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -31,6 +31,8 @@ pub mod prompts;
 pub mod quality;
 pub mod render;
 pub mod runtime_facts;
+pub mod sse;
+pub mod stream;
 pub mod validity;
 pub mod workload;
 
