@@ -28,6 +28,9 @@ use rigbench::e2e::launcher::EngineChoice;
 use rigbench::e2e::workload::Suite;
 use rigbench::e2e::{run_session, E2eOptions};
 
+mod common;
+use common::{alive, free_port, read_pid, wait_until};
+
 const BIN: &str = env!("CARGO_BIN_EXE_rigbench");
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -203,11 +206,6 @@ async fn every_fault_is_recorded_per_request_with_its_reason_within_the_timeout(
 // ---------------------------------------------------------------------------------------------
 // The CLI against real processes.
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 fn health(port: u16) -> bool {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
@@ -221,34 +219,6 @@ fn health(port: u16) -> bool {
     }
     let mut buf = [0u8; 12];
     s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.1 200")
-}
-
-/// Whether a process is alive (not gone, not a zombie).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => {
-            let state = s
-                .rfind(')')
-                .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string));
-            !matches!(state.as_deref(), Some("Z") | Some("X") | None)
-        }
-        Err(_) => false,
-    }
-}
-
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f()
-}
-
-fn read_pid(p: &Path) -> Option<u32> {
-    std::fs::read_to_string(p).ok()?.trim().parse().ok()
 }
 
 /// Wait for a child with a limit; kills it (and fails) past the limit.

@@ -17,6 +17,9 @@ use std::time::Duration;
 
 use rigbench::cli::help::{exits, Cmd};
 
+mod common;
+use common::signalled;
+
 const BIN: &str = env!("CARGO_BIN_EXE_rigbench");
 
 fn root() -> &'static Path {
@@ -64,69 +67,6 @@ fn expect(cmd: Cmd, code: u8, o: &Output, what: &str) {
         err(o)
     );
     assert!(!err(o).contains("panicked"), "{}", err(o));
-}
-
-/// Start `args` with the signal test hook `hold`, wait until it says it holds, send `signals`
-/// (each after the previous one was taken), and return its exit code and stderr.
-fn signalled(args: &[&str], hold: &str, signals: &[i32]) -> (Option<i32>, String) {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .current_dir(root())
-        .env("RIGBENCH_TEST_HOOKS", "1")
-        .env("RIGBENCH_TEST_HOLD", hold)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let (tx, rx) = mpsc::channel::<String>();
-    let stderr = child.stderr.take().expect("stderr");
-    let reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            all.push_str(&line);
-            all.push('\n');
-            let _ = tx.send(line);
-        }
-        all
-    });
-    let wait_for = |needle: &str| -> bool {
-        while let Ok(l) = rx.recv_timeout(Duration::from_secs(300)) {
-            if l.contains(needle) {
-                return true;
-            }
-        }
-        false
-    };
-    assert!(
-        wait_for("test hook: holding until a signal"),
-        "{args:?}: never reached the hold"
-    );
-    for (i, sig) in signals.iter().enumerate() {
-        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
-        unsafe {
-            libc::kill(child.id() as i32, *sig);
-        }
-        if i + 1 < signals.len() {
-            assert!(
-                wait_for("stopping; what was measured"),
-                "{args:?}: first signal not taken"
-            );
-        }
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{args:?}: did not exit after {signals:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let text = reader.join().expect("reader");
-    (status.code(), text)
 }
 
 /// Every command's `--help` shows exactly the codes of its table, in its order.

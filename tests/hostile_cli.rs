@@ -2,10 +2,12 @@
 //! characters (inspect, compare, report --render), a standard output whose reader went away
 //! (`| head`), and SIGHUP (a dropped ssh session). Real child processes of the built binary.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+
+mod common;
+use common::signalled;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rigbench");
 
@@ -207,52 +209,6 @@ fn a_closed_stdout_keeps_the_exit_code() {
             );
         }
     }
-}
-
-/// Start a measuring command held by the test hook, send `signals` one after the other, and
-/// return its exit code and stderr.
-fn signalled(args: &[&str], hold: &str, signals: &[i32]) -> (Option<i32>, String) {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .current_dir(root())
-        .env("RIGBENCH_TEST_HOOKS", "1")
-        .env("RIGBENCH_TEST_HOLD", hold)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            all.push_str(&line);
-            all.push('\n');
-            let _ = tx.send(line);
-        }
-        all
-    });
-    let wait_for = |needle: &str| -> bool {
-        while let Ok(l) = rx.recv_timeout(Duration::from_secs(300)) {
-            if l.contains(needle) {
-                return true;
-            }
-        }
-        false
-    };
-    assert!(wait_for("test hook: holding until a signal"), "{args:?}");
-    for (i, sig) in signals.iter().enumerate() {
-        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
-        unsafe {
-            libc::kill(child.id() as i32, *sig);
-        }
-        if i + 1 < signals.len() {
-            assert!(wait_for("stopping; what was measured"), "{args:?}");
-        }
-    }
-    let status = child.wait().unwrap();
-    (status.code(), reader.join().unwrap())
 }
 
 #[test]

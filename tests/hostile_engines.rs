@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -23,6 +23,9 @@ use rigbench::e2e::launcher::{EngineChoice, EngineHandle};
 use rigbench::e2e::workload::Suite;
 use rigbench::e2e::{run_session, E2eOptions};
 use rigbench::output::redact::Redactor;
+
+mod common;
+use common::{alive, free_port, read_pid, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rigbench");
 
@@ -351,38 +354,6 @@ async fn a_stalled_metrics_endpoint_is_reported_as_stalled() {
 
 // ---------------------------------------------------------------------------------------------
 // The CLI against real processes.
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => {
-            let state = s
-                .rfind(')')
-                .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string));
-            !matches!(state.as_deref(), Some("Z") | Some("X") | None)
-        }
-        Err(_) => false,
-    }
-}
-
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f()
-}
-
-fn read_pid(p: &Path) -> Option<u32> {
-    std::fs::read_to_string(p).ok()?.trim().parse().ok()
-}
 
 fn all_files_text(dir: &Path) -> String {
     let mut s = String::new();

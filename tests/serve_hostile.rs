@@ -12,6 +12,9 @@ use rigbench::runtime::serve_guard::{ApiKey, ServeLimits};
 use rigbench::runtime::server::{start, ServeConfig, ServerHandle};
 use serde_json::{json, Value};
 
+mod common;
+use common::raise_own_fd_limit;
+
 const BIN: &str = env!("CARGO_BIN_EXE_rigbench");
 
 /// One raw HTTP/1.1 request on a new connection; the status and the body (read to EOF; the
@@ -263,27 +266,6 @@ fn health_answers_while_a_huge_chat_request_is_prepared() {
         rest.starts_with("HTTP/1.1 400") && rest.contains("maximum context length"),
         "{}",
         &rest[..rest.len().min(300)]
-    );
-}
-
-fn raise_own_fd_limit(want: u64) {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: get/setrlimit(2) on plain structs.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-        if r.rlim_cur < want {
-            r.rlim_cur = want.min(r.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-    }
-    assert!(
-        r.rlim_cur >= want,
-        "this test needs {want} file descriptors; the hard limit is {}",
-        r.rlim_max
     );
 }
 

@@ -13,9 +13,12 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use rigbench::e2e::client::SseDecoder;
+use rigbench::e2e::sse::SseDecoder;
 use rigbench::runtime::server::{start, ServeConfig, ServerHandle, MAX_BODY_BYTES};
 use serde_json::{json, Value};
+
+mod common;
+use common::raise_own_fd_limit;
 
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -452,27 +455,6 @@ fn rss_bytes(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS in /proc/PID/status");
     kb * 1024
-}
-
-fn raise_own_fd_limit(want: u64) {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: get/setrlimit(2) on plain structs.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-        if r.rlim_cur < want {
-            r.rlim_cur = want.min(r.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-    }
-    assert!(
-        r.rlim_cur >= want,
-        "this test needs {want} file descriptors; the hard limit is {}",
-        r.rlim_max
-    );
 }
 
 /// One wave: `n` concurrent streams, every fifth hanging up after its first token; checks

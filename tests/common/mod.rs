@@ -16,3 +16,128 @@ pub fn rigbench(args: &[&str]) -> Output {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound, read, released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Whether a process is alive (not gone, not a zombie), from `/proc/PID/stat`.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => {
+            let state = s
+                .rfind(')')
+                .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string));
+            !matches!(state.as_deref(), Some("Z") | Some("X") | None)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Poll `f` every 50 ms until it holds or `limit` has passed; its last value.
+pub fn wait_until(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    f()
+}
+
+/// The pid written in file `p`, if any.
+pub fn read_pid(p: &std::path::Path) -> Option<u32> {
+    std::fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+/// Raise this process's soft `RLIMIT_NOFILE` to `want` (within the hard limit); fails the
+/// test when the hard limit is lower.
+pub fn raise_own_fd_limit(want: u64) {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: get/setrlimit(2) on plain structs.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        if r.rlim_cur < want {
+            r.rlim_cur = want.min(r.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+    }
+    assert!(
+        r.rlim_cur >= want,
+        "this test needs {want} file descriptors; the hard limit is {}",
+        r.rlim_max
+    );
+}
+
+/// Start `rigbench ARGS` (in the checkout) with the signal test hook `hold`, wait until it says
+/// it holds, send `signals` (each after the previous one was taken), and return its exit code
+/// and stderr; fails past 120 s after the last signal.
+pub fn signalled(args: &[&str], hold: &str, signals: &[i32]) -> (Option<i32>, String) {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rigbench"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("RIGBENCH_TEST_HOOKS", "1")
+        .env("RIGBENCH_TEST_HOLD", hold)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    let wait_for = |needle: &str| -> bool {
+        while let Ok(l) = rx.recv_timeout(Duration::from_secs(300)) {
+            if l.contains(needle) {
+                return true;
+            }
+        }
+        false
+    };
+    assert!(
+        wait_for("test hook: holding until a signal"),
+        "{args:?}: never reached the hold"
+    );
+    for (i, sig) in signals.iter().enumerate() {
+        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+        unsafe {
+            libc::kill(child.id() as i32, *sig);
+        }
+        if i + 1 < signals.len() {
+            assert!(
+                wait_for("stopping; what was measured"),
+                "{args:?}: first signal not taken"
+            );
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{args:?}: did not exit after {signals:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status.code(), reader.join().expect("reader"))
+}
