@@ -14,6 +14,9 @@ use rigbench::e2e::metrics::TokenSource;
 use rigbench::e2e::workload::{CacheTemp, Suite};
 use rigbench::e2e::{run_session, E2eOptions, E2eResults};
 
+mod common;
+use common::free_port;
+
 fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rigbench"))
 }
@@ -316,14 +319,6 @@ async fn client_abort_frees_the_request_on_the_engine() {
     assert!(run.requests.iter().any(|q| q.cancelled));
     assert!(!run.validity.valid);
     engine.stop().await;
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
