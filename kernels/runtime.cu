@@ -485,19 +485,32 @@ extern "C" __global__ void __launch_bounds__(1024) rt_add_rmsnorm_quant(
   quant_own_row(o, H, m, static_scale, q + (uint64_t)r * H, scales + r, red);
 }
 
-// rt_silu_mul for one row per block, then the FP8 quantization of that BF16 row (bit-identical
-// to rt_silu_mul followed by rt_quant_fp8_rows).
+// rt_silu_mul, then the per-token FP8 quantization of each BF16 output row (bit-identical to
+// rt_silu_mul followed by rt_quant_fp8_rows). grid (T, S): block (t, s) computes slice s of row t
+// (ceil(I / S) elements) and its amax. With a static scale it quantizes its slice at once.
+// Otherwise it folds its amax into amax_bits[t] (atomicMax on the float's bits: amax >= 0, so
+// the bits order as the values do; a max is exact in any order) and counts itself in
+// arrivals[t]; the last block of the row to arrive reads the row's amax, writes scales[t],
+// quantizes the whole row and sets both counters back to 0 for the next launch (so a CUDA graph
+// can replay it). At M = 1 one block per row left the row's I SiLUs on one SM (docs/runtime.md,
+// "Fused FP8 quantization"). amax_bits and arrivals: T u32 each, zero before the first launch.
 extern "C" __global__ void __launch_bounds__(1024) rt_silu_mul_quant(const uint16_t* __restrict__ gu, int T, int I,
                                                                      uint16_t* __restrict__ out, float static_scale,
                                                                      uint8_t* __restrict__ q,
-                                                                     float* __restrict__ scales) {
+                                                                     float* __restrict__ scales,
+                                                                     unsigned int* __restrict__ amax_bits,
+                                                                     unsigned int* __restrict__ arrivals) {
   __shared__ float red[32];
-  const int t = blockIdx.x;
+  __shared__ bool last;
+  const int t = blockIdx.x, S = gridDim.y;
   if (t >= T) return;
+  const int per = (I + S - 1) / S;
+  const int i0 = blockIdx.y * per, i1 = min(I, i0 + per);
   const uint16_t* g = gu + (uint64_t)t * 2 * I;
   uint16_t* o = out + (uint64_t)t * I;
+  uint8_t* qr = q + (uint64_t)t * I;
   float m = 0.f;
-  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+  for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
     const float gv = bf2f(g[i]);
     const float u = bf2f(g[I + i]);
     const float sv = __fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv)));
@@ -506,7 +519,34 @@ extern "C" __global__ void __launch_bounds__(1024) rt_silu_mul_quant(const uint1
     const float a = fabsf(bf2f(b));
     if (a == a) m = fmaxf(m, a);
   }
-  quant_own_row(o, I, m, static_scale, q + (uint64_t)t * I, scales + t, red);
+  if (static_scale > 0.f) {
+    // Each thread re-reads only the elements it wrote.
+    const float inv = __fdiv_rn(1.0f, static_scale);
+    if (threadIdx.x == 0 && blockIdx.y == 0) scales[t] = static_scale;
+    for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) qr[i] = f2e4m3(__fmul_rn(bf2f(o[i]), inv));
+    return;
+  }
+  const float bm = block_max(m, red);  // its barriers also order this block's writes of o
+  __threadfence();                     // ... before the arrival below, for the other blocks
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicMax(amax_bits + t, __float_as_uint(bm));
+    __threadfence();
+    last = atomicAdd(arrivals + t, 1u) == (unsigned int)(S - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float amax = __uint_as_float(atomicAdd(amax_bits + t, 0u));
+  const float s = (amax > 0.f && amax <= 3.402823466e38f) ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  const float inv = __fdiv_rn(1.0f, s);
+  // Other blocks' elements: read through L2 (__ldcg), never a stale L1 line.
+  for (int i = threadIdx.x; i < I; i += blockDim.x) qr[i] = f2e4m3(__fmul_rn(bf2f(__ldcg(o + i)), inv));
+  if (threadIdx.x == 0) {
+    scales[t] = s;
+    amax_bits[t] = 0u;
+    arrivals[t] = 0u;
+  }
 }
 
 // out[t, n] = bf16(acc[t, n] * (tok_scale[t] * chan_scale[n])) (FP8 GEMM with FP32 output and
@@ -1007,7 +1047,8 @@ FA_KERNEL(128, rt_attn_prefill_fp8_hd128, uint8_t)
 // memory with 16-byte cp.async (rows past the context zero-filled) as two commit groups, so the
 // QK product starts while V is still landing. Warp w owns keys 16w..16w+15 of every chunk and keeps
 // its own online softmax (max, sum, output); the four warps' states are merged at the end in warp
-// order (log-sum-exp merge, deterministic). P is rounded to BF16 for P V (as in the prefill kernel).
+// order (log-sum-exp merge, deterministic). P enters P V as two BF16 operands, hi = bf16(P) and
+// lo = bf16(P - hi), each multiplied by V (the prefill kernel rounds P to BF16 once).
 // FP8 KV: the E4M3 bytes are widened to BF16 exactly while building the B fragments; k_scale is
 // folded into the score scale and v_scale into the output.
 // Dynamic shared memory (bytes): 2 * 64 * (HD * sizeof(KV) + 16) + 16 * (HD + 8) * 2 + 2 * 4 * 16 * 4
@@ -1137,18 +1178,24 @@ __device__ void attn_flash_body(const int* __restrict__ tok_list, const uint16_t
     float corr[2], lsum[2] = {0.f, 0.f};
 #pragma unroll
     for (int h = 0; h < 2; ++h) corr[h] = (mnew[h] == -INFINITY) ? 1.f : expf(__fsub_rn(mrow[h], mnew[h]));
-    uint32_t pf[4];
+    // P as two BF16 operands, hi = bf16(p) and lo = bf16(p - hi), both multiplied by V: P keeps
+    // about 16 significant bits in P V instead of BF16's 8 (hi alone failed the whole-model BF16
+    // parity tolerance, docs/runtime.md "Decode attention").
+    uint32_t pf[4], pl[4];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      float e[4];
+      float e[4], r[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float m = mnew[i >> 1];
         e[i] = (s[nt][i] == -INFINITY) ? 0.f : expf(__fsub_rn(s[nt][i], m));
         lsum[i >> 1] = __fadd_rn(lsum[i >> 1], e[i]);
+        r[i] = __fsub_rn(e[i], bf2f(f2bf(e[i])));
       }
       pf[nt * 2 + 0] = pack_bf16x2(e[0], e[1]);
       pf[nt * 2 + 1] = pack_bf16x2(e[2], e[3]);
+      pl[nt * 2 + 0] = pack_bf16x2(r[0], r[1]);
+      pl[nt * 2 + 1] = pack_bf16x2(r[2], r[3]);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -1174,6 +1221,7 @@ __device__ void attn_flash_body(const int* __restrict__ tok_list, const uint16_t
         const uint32_t b0 = e4m3x2_to_bf16x2(v0[d], v0[RB + d]);
         const uint32_t b1 = e4m3x2_to_bf16x2(v0[8 * RB + d], v0[9 * RB + d]);
         mma16816(o[dt], pf[0], pf[1], pf[2], pf[3], b0, b1);
+        mma16816(o[dt], pl[0], pl[1], pl[2], pl[3], b0, b1);
       }
     } else {
 #pragma unroll
@@ -1185,6 +1233,8 @@ __device__ void attn_flash_body(const int* __restrict__ tok_list, const uint16_t
         ldsm_x4_t(b0, b1, b2, b3, smem_u32(vs + key * RB + col * 2));
         mma16816(o[2 * dp], pf[0], pf[1], pf[2], pf[3], b0, b1);
         mma16816(o[2 * dp + 1], pf[0], pf[1], pf[2], pf[3], b2, b3);
+        mma16816(o[2 * dp], pl[0], pl[1], pl[2], pl[3], b0, b1);
+        mma16816(o[2 * dp + 1], pl[0], pl[1], pl[2], pl[3], b2, b3);
       }
     }
   }

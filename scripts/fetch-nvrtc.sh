@@ -7,7 +7,7 @@
 #
 # Where it goes: ${RIGBENCH_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rigbench}/nvrtc-13.5.37/.
 # Prints two lines to source, e.g. `env=$(scripts/fetch-nvrtc.sh) && eval "$env"`:
-#   export RIGBENCH_CUDA_INCLUDE=<the wheels' include folder>  (src/gpu/probe.rs; not CUDA_HOME,
+#   export RIGBENCH_CUDA_INCLUDE=<the wheels' include folder>  (crates/gpu/src/probe.rs; not CUDA_HOME,
 #                                  whose change makes cargo rebuild cudarc and everything above it)
 #   export LD_LIBRARY_PATH=<their lib folder>:...              (cudarc dlopens libnvrtc.so.13)
 # A second run with the environment present does nothing but print them.

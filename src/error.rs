@@ -85,6 +85,16 @@ pub enum RigError {
     },
 }
 
+impl From<crate::gpu::GpuError> for RigError {
+    /// The GPU foundation's error as rigbench's, variant for variant (same messages).
+    fn from(e: crate::gpu::GpuError) -> Self {
+        match e {
+            crate::gpu::GpuError::NoGpu(why) => RigError::NoGpu(why),
+            crate::gpu::GpuError::Cuda { context, message } => RigError::Cuda { context, message },
+        }
+    }
+}
+
 impl RigError {
     /// Shorthand for [`RigError::BadFlag`].
     pub fn flag(flag: impl Into<String>, message: impl Into<String>) -> Self {

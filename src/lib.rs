@@ -6,7 +6,7 @@
 //! stated conditions; and whether anything regressed against a committed baseline.
 //!
 //! Layout: see docs/architecture.md (the tiers, and where a new line belongs). Only [`gpu`]
-//! imports cudarc; every command runs without a GPU and says what it skipped and why.
+//! (its own crate) touches CUDA; every command runs without a GPU and says what it skipped and why.
 
 #![warn(missing_docs)]
 
@@ -19,7 +19,9 @@ pub mod e2e;
 pub mod error;
 pub mod formats;
 pub mod fuzz_harness;
-pub mod gpu;
+/// The GPU foundation (the `rigbench-gpu` crate of this workspace, `crates/gpu`).
+pub use rigbench_gpu as gpu;
+pub use rigbench_gpu::kernel_launchers;
 pub mod kernels;
 pub mod multigpu;
 pub mod output;

@@ -1,11 +1,15 @@
 //! The floors of the source tree (docs/architecture.md): every top-level folder of `src/` sits
 //! on one tier (foundation, domains, app); no reference goes from a lower tier to a higher one,
 //! and no two top-level folders reach each other through references (no import cycle). Until the
-//! crate split makes the compiler enforce it, this test does.
+//! other tiers are crates too, this test enforces their rule.
 //!
 //! A reference is any `crate::X` path in code (`use crate::X::…`, `crate::X::f(…)`, and each
 //! item of a `use crate::{X::…, Y}` group), comments left out. Test code counts too: a test of a
 //! lower folder that needs a higher one belongs to the higher one.
+//!
+//! The GPU foundation is its own crate (`crates/gpu`, re-exported as `rigbench::gpu`): the
+//! compiler keeps it from importing rigbench. What keeps the rest of rigbench from calling CUDA
+//! past it is that the rigbench package does not depend on cudarc; the last test checks that.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -440,5 +444,69 @@ fn the_scan_sees_groups_and_skips_comments() {
     assert_eq!(
         shortest_cycles(&comp, &edges),
         vec![vec!["a", "b", "c", "a"]]
+    );
+}
+
+/// Every package a Cargo.toml depends on: the keys of its `dependencies`, `dev-dependencies`
+/// and `build-dependencies` tables (top level and under `target.*`), and the `package` a
+/// renamed dependency points to.
+fn dependency_names(manifest: &str) -> Vec<String> {
+    let doc: toml::Table = toml::from_str(manifest).expect("a Cargo.toml that parses");
+    let mut tables: Vec<&toml::Table> = vec![&doc];
+    if let Some(toml::Value::Table(targets)) = doc.get("target") {
+        tables.extend(targets.values().filter_map(|t| t.as_table()));
+    }
+    let mut names = Vec::new();
+    for t in tables {
+        for kind in ["dependencies", "dev-dependencies", "build-dependencies"] {
+            let Some(deps) = t.get(kind).and_then(|d| d.as_table()) else {
+                continue;
+            };
+            for (name, spec) in deps {
+                names.push(name.clone());
+                if let Some(p) = spec.get("package").and_then(|p| p.as_str()) {
+                    names.push(p.to_string());
+                }
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn the_manifest_scan_sees_renames_and_target_tables() {
+    let names = dependency_names(
+        "[package]\nname = \"x\"\n[dependencies]\nserde = \"1\"\ncuda = { package = \"cudarc\" }\n\
+         [dependencies.half]\nversion = \"2\"\n[target.'cfg(unix)'.dev-dependencies]\nlibc = \"0.2\"\n",
+    );
+    for n in ["serde", "cuda", "cudarc", "half", "libc"] {
+        assert!(names.iter().any(|d| d == n), "{n} missing from {names:?}");
+    }
+}
+
+#[test]
+fn only_the_gpu_crate_depends_on_cuda_and_it_on_nothing_of_ours() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read =
+        |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let rigbench = dependency_names(&read("Cargo.toml"));
+    let gpu = dependency_names(&read("crates/gpu/Cargo.toml"));
+    assert!(
+        rigbench.iter().any(|d| d == "serde"),
+        "the scan is broken: {rigbench:?}"
+    );
+    assert!(rigbench.iter().any(|d| d == "rigbench-gpu"), "{rigbench:?}");
+    assert!(
+        !rigbench.iter().any(|d| d == "cudarc"),
+        "the rigbench package depends on cudarc: CUDA calls belong in crates/gpu (docs/architecture.md)"
+    );
+    assert!(gpu.iter().any(|d| d == "cudarc"), "{gpu:?}");
+    assert!(
+        !gpu.iter().any(|d| d.starts_with("rigbench")),
+        "crates/gpu depends on {gpu:?}: the foundation imports nothing of ours"
+    );
+    assert!(
+        !src().join("gpu").exists(),
+        "src/gpu exists again: the GPU foundation is crates/gpu"
     );
 }

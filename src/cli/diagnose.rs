@@ -134,7 +134,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> anyhow::Result<Diagnosis> {
     }
     let card = match (&args.cc, &args.rig) {
         (Some(c), _) => Some(Card {
-            cc: ComputeCapability::parse_card(c).map_err(|e| RigError::flag("--cc", e))?,
+            cc: crate::rig::capability::parse_card(c).map_err(|e| RigError::flag("--cc", e))?,
             source: "--cc".into(),
         }),
         (None, Some(r)) => Some(card_from_results(r)?),

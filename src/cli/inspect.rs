@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 
 use crate::checkpoint::{self, InspectOptions, KvCacheDtype};
-use crate::gpu::ComputeCapability;
 use crate::output::redact::Redactor;
 use crate::{ExitStatus, RigError};
 
@@ -105,7 +104,9 @@ pub fn options(args: &InspectArgs) -> Result<InspectOptions, RigError> {
         ),
     };
     let cc = match &args.cc {
-        Some(s) => Some(ComputeCapability::parse_card(s).map_err(|e| RigError::flag("--cc", e))?),
+        Some(s) => {
+            Some(crate::rig::capability::parse_card(s).map_err(|e| RigError::flag("--cc", e))?)
+        }
         None => None,
     };
     let mem = match args.gpu_mem_gib {

@@ -34,19 +34,10 @@ use crate::gpu::{Gpu, L2Flusher};
 use crate::rig::telemetry::TelemetryReader;
 use crate::stats::{StopReason, StoppingRule, Summary};
 
-/// Source of the kernels, compiled at run time by NVRTC.
-pub const UTIL_SRC: &str = include_str!("../../kernels/util.cu");
 /// Kernels of kernels/util.cu.
-pub const UTIL_KERNELS: &[&str] = &[
-    "fill_uniform_bf16",
-    "fill_fp8_codes",
-    "fp8_amax_bf16",
-    "fp8_quant_bf16",
-    "count_nonfinite_bf16",
-    "count_diff_u16",
-    "gather_u16",
-    "l2_flush_read",
-];
+pub use crate::gpu::util_kernels::KERNELS as UTIL_KERNELS;
+/// Source of kernels/util.cu (owned by the GPU foundation, [`crate::gpu::util_kernels`]).
+pub use crate::gpu::util_kernels::SRC as UTIL_SRC;
 
 /// Options of a kernel bench run.
 #[derive(Debug, Clone)]
@@ -205,7 +196,7 @@ struct Rig {
 /// Run the suite on GPU 0. Calls `on_update` after every case with everything so far.
 ///
 /// # Errors
-/// No GPU / driver problems ([`crate::RigError::NoGpu`]), NVRTC failing on util.cu. Failures of
+/// No GPU / driver problems ([`crate::gpu::GpuError::NoGpu`]), NVRTC failing on util.cu. Failures of
 /// single implementations or cases are recorded as skips, not errors.
 pub fn run(
     opts: &BenchOptions,
@@ -1065,14 +1056,18 @@ pub fn fill_derived(c: &mut KernelCase, copy_bytes_per_s: Option<f64>, bf16_medi
     }
 }
 
-/// Device-to-device copy of 1 GiB (or a quarter of free memory), warm, 20 samples: the bytes
-/// read plus written over the median time.
-/// Device-to-device copy bandwidth (1 GiB or a quarter of free memory; 20 timed copies;
-/// read + written bytes over the median time): the memory roofline of a run.
+/// Device-to-device copy bandwidth (1 GiB, or a quarter of free memory when less is free, at
+/// least 64 MiB; 3 warm-up and 20 timed copies; read + written bytes over the median time): the
+/// memory roofline of a run. The stream-ordered memory pool is trimmed first
+/// ([`Gpu::trim_memory_pool`]): after a runtime has run in the process, the pool still holds
+/// its freed KV cache, and the copy would be sized from what little memory is left (best
+/// effort: a failed trim leaves the size to the free memory).
 ///
 /// # Errors
 /// A device failure.
 pub fn copy_bandwidth(gpu: &Gpu) -> anyhow::Result<CopyBandwidth> {
+    // Best effort: a pool that cannot be trimmed only makes the copy smaller.
+    let _ = gpu.trim_memory_pool();
     let (free, _) = gpu.mem_info()?;
     let bytes = (1usize << 30).min(free / 4).max(64 << 20);
     let a = gpu.alloc(bytes)?;
@@ -1226,7 +1221,7 @@ mod dump {
         ] {
             let (ptx, _) =
                 crate::gpu::context::nvrtc_compile(name, src, "sm_90", &inc).expect("compiles");
-            std::fs::write(format!("{dir}/{name}.ptx"), ptx.to_src()).expect("write");
+            std::fs::write(format!("{dir}/{name}.ptx"), ptx).expect("write");
         }
     }
 }

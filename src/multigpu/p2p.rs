@@ -101,6 +101,7 @@ pub fn measure_p2p(devices: &[usize], opts: &P2pOptions) -> Result<P2pResults, R
                 opts.warmup,
                 opts.samples,
             )
+            .map_err(RigError::from)
             .and_then(timing_of);
             match timed {
                 Ok(t) => {
@@ -130,6 +131,7 @@ pub fn measure_p2p(devices: &[usize], opts: &P2pOptions) -> Result<P2pResults, R
                 opts.warmup,
                 opts.samples,
             )
+            .map_err(RigError::from)
             .and_then(timing_of);
             match timed {
                 Ok(t) => {
@@ -156,7 +158,7 @@ pub fn measure_p2p(devices: &[usize], opts: &P2pOptions) -> Result<P2pResults, R
 
 /// Summary of the sample times (seconds); no usable sample is a CUDA timing error.
 fn timing_of(samples: Vec<f64>) -> Result<OpTiming, RigError> {
-    OpTiming::of(samples).ok_or_else(|| cuda_err("timing", "no samples"))
+    OpTiming::of(samples).ok_or_else(|| cuda_err("timing", "no samples").into())
 }
 
 #[cfg(test)]

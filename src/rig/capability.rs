@@ -12,30 +12,28 @@ use serde::{Deserialize, Serialize};
 use crate::formats::GemmFormat;
 use crate::gpu::ComputeCapability;
 
-impl ComputeCapability {
-    /// Parse a compute capability given for a card (`--cc`): one of [`KNOWN`], or one newer
-    /// than the newest of them (a card newer than this table, classified like the newest).
-    /// A value between or below the known ones names no card (`sm_42`, `sm_95`): refused with
-    /// the list, rather than classified from a guess.
-    ///
-    /// # Errors
-    /// The value does not parse, or names no known card; the message lists the known ones.
-    pub fn parse_card(s: &str) -> Result<Self, String> {
-        let cc: Self = s.parse()?;
-        let newest = KNOWN.iter().map(|(c, _)| c.as_int()).max().unwrap_or(0);
-        if cc.as_int() > newest || KNOWN.iter().any(|(c, _)| *c == cc) {
-            return Ok(cc);
-        }
-        Err(format!(
-            "'{s}' ({cc}) is no compute capability of a card rigbench knows; known: {} (a newer one than {} is classified like it)",
-            KNOWN
-                .iter()
-                .map(|(c, _)| c.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            KNOWN.last().map(|(c, _)| c.to_string()).unwrap_or_default()
-        ))
+/// Parse a compute capability given for a card (`--cc`): one of [`KNOWN`], or one newer
+/// than the newest of them (a card newer than this table, classified like the newest).
+/// A value between or below the known ones names no card (`sm_42`, `sm_95`): refused with
+/// the list, rather than classified from a guess.
+///
+/// # Errors
+/// The value does not parse, or names no known card; the message lists the known ones.
+pub fn parse_card(s: &str) -> Result<ComputeCapability, String> {
+    let cc: ComputeCapability = s.parse()?;
+    let newest = KNOWN.iter().map(|(c, _)| c.as_int()).max().unwrap_or(0);
+    if cc.as_int() > newest || KNOWN.iter().any(|(c, _)| *c == cc) {
+        return Ok(cc);
     }
+    Err(format!(
+        "'{s}' ({cc}) is no compute capability of a card rigbench knows; known: {} (a newer one than {} is classified like it)",
+        KNOWN
+            .iter()
+            .map(|(c, _)| c.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        KNOWN.last().map(|(c, _)| c.to_string()).unwrap_or_default()
+    ))
 }
 
 /// How a card runs a format.
@@ -239,10 +237,10 @@ mod tests {
         assert!("hopper".parse::<ComputeCapability>().is_err());
         // A card's capability: a known one or a newer one, never one between or below them.
         for ok in ["sm_75", "sm_90", "9.0", "sm_121", "sm_999", "13.0"] {
-            assert!(ComputeCapability::parse_card(ok).is_ok(), "{ok}");
+            assert!(parse_card(ok).is_ok(), "{ok}");
         }
         for bad in ["sm_42", "sm_70", "sm_95", "11.5", "sm_11"] {
-            let e = ComputeCapability::parse_card(bad).unwrap_err();
+            let e = parse_card(bad).unwrap_err();
             assert!(
                 e.contains("known: sm_75, sm_80") && e.contains("sm_121"),
                 "{bad}: {e}"

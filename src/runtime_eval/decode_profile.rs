@@ -194,8 +194,9 @@ pub fn compare_kernels(
     use crate::runtime::backend::cuda::{CudaLoadSpec, CudaOptions, WeightSource};
     let config = crate::runtime::config::ModelConfig::preset(preset)
         .ok_or_else(|| anyhow::anyhow!("unknown preset synthetic:{preset}"))?;
-    // The flash kernel is opt-in (CudaOptions::flash_decode): loaded with it on, so that its
-    // shared memory is set up and its self-check runs.
+    // Loaded with the flash kernel on (the default, said here so that a change of default
+    // does not silently make both rows the CUDA-core kernel's), so that its shared memory is
+    // set up and its self-check runs.
     let mut b = CudaBackend::load_with(
         CudaLoadSpec {
             device,
@@ -221,13 +222,22 @@ pub fn compare_kernels(
 
 /// The Markdown of one format's decode contexts at `copy_bytes_per_s` (`None`: the shares are
 /// "not measured"): a tok/s table over the contexts, then one per-op table with a column pair
-/// (ms, share of the bound) per profiled context.
-pub fn render(format: &str, rows: &[ContextDecode], copy_bytes_per_s: Option<f64>) -> String {
+/// (ms, share of the bound) per profiled context. `attention` names the decode-attention kernel
+/// the rows ran with (a condition of every row), where known.
+pub fn render(
+    format: &str,
+    rows: &[ContextDecode],
+    copy_bytes_per_s: Option<f64>,
+    attention: Option<&str>,
+) -> String {
     let mut o = String::new();
     if rows.is_empty() {
         return o;
     }
     let _ = writeln!(o, "\n#### Batch-1 decode by context, {format}\n");
+    if let Some(k) = attention {
+        let _ = writeln!(o, "Decode attention: {k}.\n");
+    }
     let t: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -376,7 +386,8 @@ mod tests {
     #[test]
     fn render_shows_every_context_and_the_profile() {
         // Table columns are padded to their widths: compare with runs of spaces collapsed.
-        let md = collapse_spaces(&render("bf16", &rows(), Some(4.0e12)));
+        let md = collapse_spaces(&render("bf16", &rows(), Some(4.0e12), Some("CUDA cores")));
+        assert!(md.contains("Decode attention: CUDA cores."), "{md}");
         assert!(md.contains("| 128 | 200.0 |"), "{md}");
         assert!(md.contains("| 32,768 | 150.0 |"), "{md}");
         assert!(md.contains("80.1%"), "{md}");
@@ -386,11 +397,12 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| sum |"), "{md}");
-        let none = render("bf16", &rows(), None);
+        let none = render("bf16", &rows(), None, None);
+        assert!(!none.contains("Decode attention:"), "{none}");
         assert!(
             none.contains("not measured: no copy bandwidth in this run"),
             "{none}"
         );
-        assert!(render("bf16", &[], Some(1.0)).is_empty());
+        assert!(render("bf16", &[], Some(1.0), Some("x")).is_empty());
     }
 }

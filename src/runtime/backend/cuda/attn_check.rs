@@ -11,7 +11,7 @@ use super::decode_attn::{self, DecodeAttn};
 use super::launchers;
 use super::{plan, CudaBackend, ATT_THREADS, PART_CAP};
 use crate::formats::e4m3;
-use crate::gpu::{dim, DevBuf, DevPtr};
+use crate::gpu::{dim, DevBuf, DevPtr, FlushMethod, L2Flusher, Module};
 use crate::runtime::backend::{ForwardBatch, SeqSegment};
 
 /// One decode-attention case: `tokens` decode tokens (one per sequence), sequence `i` at a
@@ -92,13 +92,17 @@ pub struct CaseOutcome {
 
 impl CaseOutcome {
     /// Whether every kernel that ran is within [`decode_attn::FLASH_DECODE_REL_L2`] of the
-    /// reference.
+    /// reference and, where both ran, within [`decode_attn::FLASH_VS_CUDA_CORES_REL_L2`] of
+    /// each other.
     pub fn pass(&self) -> bool {
         [&self.flash, &self.cuda_cores]
             .iter()
             .filter_map(|k| k.as_ref())
             .all(|k| k.rel_l2 <= decode_attn::FLASH_DECODE_REL_L2)
             && (self.flash.is_some() || self.cuda_cores.is_some())
+            && self
+                .flash_vs_cuda_cores
+                .is_none_or(|d| d <= decode_attn::FLASH_VS_CUDA_CORES_REL_L2)
     }
 }
 
@@ -144,7 +148,9 @@ const K_SCALE: f32 = 0.02;
 const V_SCALE: f32 = 0.015;
 
 /// Run `case` on the device: each kernel that covers it once for correctness, then (with
-/// `timed_runs > 0`) that many timed runs each after evicting L2 by writing `flush`.
+/// `timed_runs > 0`) that many timed runs, each after `flush` evicts L2 (by reading a buffer
+/// twice its size, so no dirty line's write-back lands in the timed kernel; the module is
+/// kernels/util.cu's).
 ///
 /// # Errors
 /// A device failure.
@@ -152,7 +158,7 @@ pub fn run_case(
     b: &CudaBackend,
     case: AttnCase,
     timed_runs: usize,
-    flush: Option<&DevBuf>,
+    flush: Option<(&L2Flusher, &Module)>,
 ) -> anyhow::Result<CaseOutcome> {
     let gpu = &b.gpu;
     let (hd, g, nkv, bs) = (case.head_dim, case.group, case.kv_heads, case.block_size);
@@ -357,8 +363,8 @@ pub fn run_case(
             let timer = gpu.timer()?;
             let mut times = Vec::with_capacity(timed_runs);
             for _ in 0..timed_runs {
-                if let Some(f) = flush {
-                    gpu.memset(f, 0)?;
+                if let Some((f, util)) = flush {
+                    f.flush(gpu, util)?;
                 }
                 timer.start(gpu)?;
                 launch(*kind, *threads, *smem)?;
@@ -479,24 +485,30 @@ impl CudaBackend {
     }
 
     /// [`run_case`] for each of `cases` on this backend's GPU, timing each kernel `timed_runs`
-    /// times after writing an L2-evicting buffer of `flush_bytes`.
+    /// times, L2 evicted before each by reading a buffer of twice its size
+    /// ([`FlushMethod::Read`]).
     ///
     /// # Errors
-    /// A device failure (a case's own failure is its outcome).
+    /// A device failure, NVRTC failing on kernels/util.cu (a case's own failure is its
+    /// outcome).
     pub fn check_decode_attention(
         &self,
         cases: &[AttnCase],
         timed_runs: usize,
-        flush_bytes: usize,
     ) -> anyhow::Result<Vec<anyhow::Result<CaseOutcome>>> {
         let flush = if timed_runs > 0 {
-            Some(self.gpu.alloc(flush_bytes)?)
+            let util = self.gpu.compile(
+                "util",
+                crate::gpu::util_kernels::SRC,
+                crate::gpu::util_kernels::KERNELS,
+            )?;
+            Some((L2Flusher::new(&self.gpu, FlushMethod::Read)?, util))
         } else {
             None
         };
         Ok(cases
             .iter()
-            .map(|c| run_case(self, *c, timed_runs, flush.as_ref()))
+            .map(|c| run_case(self, *c, timed_runs, flush.as_ref().map(|(f, u)| (f, u))))
             .collect())
     }
 }
@@ -504,6 +516,50 @@ impl CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_case_passes_only_with_both_kernels_near_the_reference_and_each_other() {
+        let k = |kernel, rel_l2| {
+            Some(KernelOutcome {
+                kernel,
+                rel_l2,
+                seconds: None,
+            })
+        };
+        let case = devcheck_cases()[0];
+        // The H200's figures (docs/runtime.md, "Decode attention"): the hi/lo kernel passes.
+        let hi_lo = CaseOutcome {
+            case,
+            parts: 64,
+            flash: k("flash", 1.69e-3),
+            cuda_cores: k("cuda-cores", 1.69e-3),
+            flash_vs_cuda_cores: Some(1.5e-4),
+        };
+        assert!(hi_lo.pass());
+        // The kernel that rounded P to BF16 once: near enough to the reference, but 2.35e-3
+        // from the CUDA-core kernel: caught.
+        let one_rounding = CaseOutcome {
+            flash: k("flash", 2.23e-3),
+            flash_vs_cuda_cores: Some(2.35e-3),
+            ..hi_lo.clone()
+        };
+        assert!(!one_rounding.pass());
+        // Far from the reference; nothing ran.
+        assert!(!CaseOutcome {
+            flash: k("flash", 2e-2),
+            flash_vs_cuda_cores: None,
+            cuda_cores: None,
+            ..hi_lo.clone()
+        }
+        .pass());
+        assert!(!CaseOutcome {
+            flash: None,
+            cuda_cores: None,
+            flash_vs_cuda_cores: None,
+            ..hi_lo
+        }
+        .pass());
+    }
 
     #[test]
     fn shuffled_blocks_are_a_permutation_and_scatter() {

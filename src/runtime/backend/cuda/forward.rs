@@ -243,11 +243,13 @@ impl CudaBackend {
         self.op_begin()?;
         match down_quant {
             Some(st) => {
-                // One block per token row (the row's amax is a block reduction).
+                // Each row split over enough blocks to fill the SMs at small batches (the
+                // row's amax gathered by the last block of the row, plan::silu_quant_slices).
+                let slices = plan::silu_quant_slices(t, i, self.gpu.sm_count as usize);
                 launchers::rt::rt_silu_mul_quant(
                     &self.rt,
                     &self.gpu,
-                    (dim("t", t)?, 1, 1),
+                    (dim("t", t)?, dim("slices", slices)?, 1),
                     (1024, 1, 1),
                     0,
                     &self.bufs.gu,
@@ -257,6 +259,8 @@ impl CudaBackend {
                     st,
                     &self.bufs.hq,
                     &self.bufs.ascale,
+                    &self.bufs.quant_amax,
+                    &self.bufs.quant_arrivals,
                 )?;
                 self.op_end("SwiGLU + FP8 quant")?;
             }

@@ -36,8 +36,10 @@ pub mod rt {
         /// SwiGLU: `out = silu(gate) · up` over `t` rows of intermediate size `i`.
         pub fn rt_silu_mul = "rt_silu_mul"(gu: DevPtr<u16>, t: i32, i: i32, out: DevPtr<u16>);
         /// [`rt_silu_mul`] fused with the per-token E4M3 quantization of each output row into
-        /// `q` / `scales` (`static_scale > 0`: that scale for every row), one block per row.
-        pub fn rt_silu_mul_quant = "rt_silu_mul_quant"(gu: DevPtr<u16>, t: i32, i: i32, out: DevPtr<u16>, static_scale: f32, q: DevPtr<u8>, scales: DevPtr<f32>);
+        /// `q` / `scales` (`static_scale > 0`: that scale for every row); grid (t, slices per
+        /// row), the row's amax gathered in `amax_bits` / `arrivals` (t u32 each, zero between
+        /// launches: the kernel leaves them so).
+        pub fn rt_silu_mul_quant = "rt_silu_mul_quant"(gu: DevPtr<u16>, t: i32, i: i32, out: DevPtr<u16>, static_scale: f32, q: DevPtr<u8>, scales: DevPtr<f32>, amax_bits: DevPtr<u32>, arrivals: DevPtr<u32>);
         /// Row-wise (or static-scale) E4M3 quantization of `t` rows of K BF16 values.
         pub fn rt_quant_fp8_rows = "rt_quant_fp8_rows"(r#in: DevPtr<u16>, t: i32, k: i32, static_scale: f32, out: DevPtr<u8>, scales: DevPtr<f32>);
         /// FP32 GEMM accumulators × token scale × channel scale → BF16 (`t`×N).

@@ -30,7 +30,7 @@ impl CudaBackend {
     /// activation buffers, with the default [`CudaOptions`].
     ///
     /// # Errors
-    /// No GPU or CUDA libraries ([`crate::RigError::NoGpu`]), weights that do not fit the free
+    /// No GPU or CUDA libraries ([`crate::gpu::GpuError::NoGpu`]), weights that do not fit the free
     /// memory (both sizes named), or a device failure.
     pub fn load(spec: CudaLoadSpec) -> anyhow::Result<Self> {
         Self::load_with(spec, CudaOptions::default())
@@ -297,6 +297,10 @@ impl CudaBackend {
                 me.config.head_dim
             ));
         }
+        if me.config.is_hybrid() && !me.opts.flash_decode_hybrid {
+            // Not yet checked on a hybrid by whole-model parity (CudaOptions::flash_decode_hybrid).
+            me.opts.flash_decode = false;
+        }
         me.prepare_flash_decode();
         // Freed load-time buffers (BF16 weights before quantization, tuning inputs) stay in the
         // stream-ordered pool until trimmed, and would count against the KV cache.
@@ -347,6 +351,8 @@ pub(super) fn alloc_bufs(
         hout: gpu.alloc(t * h * 2)?,
         hq: gpu.alloc(t * maxk)?,
         ascale: gpu.alloc(t * 4)?,
+        quant_amax: gpu.upload(&vec![0u32; t])?,
+        quant_arrivals: gpu.upload(&vec![0u32; t])?,
         acc32: None,
         last_h: gpu.alloc(rows * h * 2)?,
         logits: gpu.alloc(rows * c.vocab_size * 4)?,

@@ -163,12 +163,17 @@ pub struct CudaOptions {
     pub tc_prefill: bool,
     /// Use the flash-decoding kernel for decode attention where [`decode_attn::choose`] allows
     /// it (and its self-check against the CPU reference passes at load); off: the CUDA-core
-    /// kernel. Off by default: on the H200 its whole-model greedy parity with the CPU backend
-    /// failed the BF16 tolerance (mean logits rel L2 5.7e-3 at head_dim 64 and 5.4e-3 at 128
-    /// against 5e-3, where the CUDA-core kernel gives 3.4e-3 and 3.1e-3; it rounds the softmax
-    /// probabilities to BF16 for the P·V product), so it is opt-in until that is fixed
-    /// (docs/runtime.md, "Decode attention").
+    /// kernel. On by default since P enters P·V as two BF16 operands (hi and lo,
+    /// [`decode_attn::POperand::Bf16HiLo`]); with P rounded to BF16 once, its whole-model greedy
+    /// parity on the H200 had failed the BF16 tolerance (docs/runtime.md, "Decode attention").
     pub flash_decode: bool,
+    /// Also let the Gated-DeltaNet hybrids' attention layers take the flash-decoding kernel
+    /// (with [`CudaOptions::flash_decode`]). Off by default: the hi/lo kernel's whole-model
+    /// parity has been run on the dense presets (head_dim 64 and 128) but not yet on a hybrid
+    /// (head_dim 256, prefill through the decode kernel); `rigbench devcheck --only hybrid`
+    /// runs it. Off: the hybrids keep the CUDA-core kernels (`rt_attn_decode_*` up to head_dim
+    /// 128, `hy_attn_decode_*` above).
+    pub flash_decode_hybrid: bool,
     /// FP8 linears: quantize their input in the kernel that produces it (residual add, RMSNorm
     /// and FP8 quantization before qkv and gate_up; SwiGLU and FP8 quantization before down),
     /// one launch instead of two, bit-identical; off: `rt_quant_fp8_rows` before each FP8 GEMM.
@@ -185,7 +190,8 @@ impl Default for CudaOptions {
         CudaOptions {
             cuda_graphs: true,
             tc_prefill: true,
-            flash_decode: false,
+            flash_decode: true,
+            flash_decode_hybrid: false,
             fuse_fp8_quant: true,
             max_drafts: 0,
             tune_fp8: true,
@@ -286,6 +292,9 @@ struct Bufs {
     hout: DevBuf,
     hq: DevBuf,
     ascale: DevBuf,
+    /// `rt_silu_mul_quant`'s per-row amax (float bits) and block arrivals: zero between launches.
+    quant_amax: DevBuf,
+    quant_arrivals: DevBuf,
     acc32: Option<DevBuf>,
     last_h: DevBuf,
     logits: DevBuf,

@@ -157,6 +157,20 @@ pub fn att_parts(
         .min((part_cap / dec_tokens).max(1))
 }
 
+/// Least elements per slice of `rt_silu_mul_quant` (one per thread of its 1,024-thread block).
+pub const SILU_QUANT_MIN_SLICE: usize = 1024;
+/// Most slices per row of `rt_silu_mul_quant`.
+pub const SILU_QUANT_MAX_SLICES: usize = 32;
+
+/// Slices per row of `rt_silu_mul_quant` (grid y) for `t` rows of `i` elements: enough blocks
+/// to give each SM one (`t · slices ≥ sm_count`), at least [`SILU_QUANT_MIN_SLICE`] elements
+/// per slice, at most [`SILU_QUANT_MAX_SLICES`], at least 1.
+pub fn silu_quant_slices(t: usize, i: usize, sm_count: usize) -> usize {
+    let want = sm_count.div_ceil(t.max(1));
+    want.min(i / SILU_QUANT_MIN_SLICE)
+        .clamp(1, SILU_QUANT_MAX_SLICES)
+}
+
 /// Errors of an inconsistent batch.
 fn check(batch: &ForwardBatch, block_size: usize, num_blocks: usize) -> anyhow::Result<()> {
     let mut total = 0;
@@ -555,5 +569,19 @@ mod tests {
         // The partial buffer bounds it.
         assert_eq!(att_parts(8, 1, 132, 1 << 20, 16), 2);
         assert_eq!(att_parts(0, 8, 132, 10, 16), 1);
+    }
+
+    #[test]
+    fn silu_quant_slices_fill_the_sms_at_small_batches() {
+        // Qwen3-8B (I = 12,288) and Qwen3-32B (I = 25,600) at M = 1 on 132 SMs.
+        assert_eq!(silu_quant_slices(1, 12_288, 132), 12);
+        assert_eq!(silu_quant_slices(1, 25_600, 132), 25);
+        assert_eq!(silu_quant_slices(1, 1 << 20, 132), SILU_QUANT_MAX_SLICES);
+        assert_eq!(silu_quant_slices(8, 25_600, 132), 17);
+        // One block per row once the rows alone cover the SMs, and for short rows.
+        assert_eq!(silu_quant_slices(132, 25_600, 132), 1);
+        assert_eq!(silu_quant_slices(4096, 25_600, 132), 1);
+        assert_eq!(silu_quant_slices(1, 1000, 132), 1);
+        assert_eq!(silu_quant_slices(0, 0, 0), 1);
     }
 }

@@ -4,7 +4,9 @@
 //!   kernel on a synthetic case (run at load; a failure turns the tensor-core path off);
 //! - [`synthesis_matches_cpu`], [`quantization_matches_cpu`]: GPU weight synthesis and GPU
 //!   FP8 / NVFP4 quantization + W4A16 repacking against the CPU code, bit for bit (run by
-//!   `rigbench devcheck`).
+//!   `rigbench devcheck`);
+//! - [`swiglu_quant_matches_unfused`]: the fused SwiGLU + FP8 quantization against the two
+//!   launches it replaces, bit for bit (run by `rigbench devcheck`).
 //!
 //! Whole-model parity and speed, which drive the backend from outside, are in
 //! `crate::runtime_eval::cuda_check`.
@@ -310,6 +312,175 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
                 "{dw} code bytes and {ds} scale bytes differ; epilogue scale {} vs {} (limit: identical)",
                 dev.out_scale, p.out_scale
             ),
+        });
+    }
+    Ok(out)
+}
+
+/// `rt_silu_mul_quant` (SwiGLU fused with the per-token FP8 quantization, each row split over
+/// blocks) against the two launches it replaces (`rt_silu_mul`, then `rt_quant_fp8_rows`), bit
+/// for bit: BF16 output, E4M3 codes and row scales. Rows of several lengths (a multiple of 4 and
+/// not), slice counts that leave empty or uneven slices, dynamic and static scales; each case
+/// launched twice, so a counter the kernel failed to reset shows as a difference in the second
+/// launch.
+///
+/// # Errors
+/// A device failure.
+pub fn swiglu_quant_matches_unfused(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
+    let sm = b.gpu.sm_count as usize;
+    let mut out = Vec::new();
+    // Inputs: ordinary values; all zeros (amax 0: scale 1); and ordinary values with a NaN and
+    // infinities in the first row (NaN left out of the amax; an infinite amax: scale 1).
+    #[derive(Clone, Copy, PartialEq)]
+    enum Input {
+        Values,
+        Zeros,
+        NanInf,
+    }
+    for (t, i, slices, st, input) in [
+        (
+            1,
+            12_288,
+            plan::silu_quant_slices(1, 12_288, sm),
+            0.0f32,
+            Input::Values,
+        ),
+        (
+            1,
+            25_600,
+            plan::silu_quant_slices(1, 25_600, sm),
+            0.0,
+            Input::Values,
+        ),
+        (3, 998, 5, 0.0, Input::Values),
+        (5, 4096, 32, 0.0, Input::Values),
+        (2, 10, 8, 0.0, Input::Values),
+        (40, 3000, 1, 0.0, Input::Values),
+        (2, 4096, 4, 0.05, Input::Values),
+        (2, 4096, 4, 0.0, Input::Zeros),
+        (2, 4096, 4, 0.0, Input::NanInf),
+    ] {
+        let mut gu: Vec<u16> = (0..t * 2 * i)
+            .map(|j| {
+                let x = ((j as f32) * 0.618_034).fract() - 0.5;
+                if input == Input::Zeros {
+                    0
+                } else {
+                    bf16_bits(x * (1.0 + (j % 11) as f32))
+                }
+            })
+            .collect();
+        if input == Input::NanInf {
+            // gate NaN; gate +inf; up −inf (silu(x)·−inf).
+            gu[0] = 0x7FC0;
+            gu[5] = 0x7F80;
+            gu[i + 9] = 0xFF80;
+        }
+        let gu = b.gpu.upload(&gu)?;
+        let (ref_act, ref_q, ref_s) = (
+            b.gpu.alloc(t * i * 2)?,
+            b.gpu.alloc(t * i)?,
+            b.gpu.alloc(t * 4)?,
+        );
+        launchers::rt::rt_silu_mul(
+            &b.rt,
+            &b.gpu,
+            super::grid1(t * i, 256),
+            (256, 1, 1),
+            0,
+            &gu,
+            t,
+            i,
+            &ref_act,
+        )?;
+        launchers::rt::rt_quant_fp8_rows(
+            &b.rt,
+            &b.gpu,
+            (dim("t", t)?, 1, 1),
+            (1024, 1, 1),
+            0,
+            &ref_act,
+            t,
+            i,
+            st,
+            &ref_q,
+            &ref_s,
+        )?;
+        let want_act: Vec<u16> = b.gpu.download(&ref_act, 0, t * i)?;
+        let want_q: Vec<u8> = b.gpu.download(&ref_q, 0, t * i)?;
+        let want_s: Vec<f32> = b.gpu.download(&ref_s, 0, t)?;
+        let (act, q, s) = (
+            b.gpu.alloc(t * i * 2)?,
+            b.gpu.alloc(t * i)?,
+            b.gpu.alloc(t * 4)?,
+        );
+        let amax = b.gpu.upload(&vec![0u32; t])?;
+        let arrivals = b.gpu.upload(&vec![0u32; t])?;
+        let mut diffs = Vec::new();
+        for _launch in 0..2 {
+            // Stale outputs must not pass: every output filled with 0xFF first.
+            b.gpu.memset(&q, 0xFF)?;
+            b.gpu.memset(&act, 0xFF)?;
+            b.gpu.memset(&s, 0xFF)?;
+            launchers::rt::rt_silu_mul_quant(
+                &b.rt,
+                &b.gpu,
+                (dim("t", t)?, dim("slices", slices)?, 1),
+                (1024, 1, 1),
+                0,
+                &gu,
+                t,
+                i,
+                &act,
+                st,
+                &q,
+                &s,
+                &amax,
+                &arrivals,
+            )?;
+            let got_act: Vec<u16> = b.gpu.download(&act, 0, t * i)?;
+            let got_q: Vec<u8> = b.gpu.download(&q, 0, t * i)?;
+            let got_s: Vec<f32> = b.gpu.download(&s, 0, t)?;
+            let counters: Vec<u32> = b.gpu.download(&amax, 0, t)?;
+            let left: Vec<u32> = b.gpu.download(&arrivals, 0, t)?;
+            diffs.push((
+                got_act
+                    .iter()
+                    .zip(&want_act)
+                    .filter(|(a, b)| a != b)
+                    .count(),
+                got_q.iter().zip(&want_q).filter(|(a, b)| a != b).count(),
+                got_s
+                    .iter()
+                    .zip(&want_s)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count(),
+                counters.iter().chain(&left).filter(|c| **c != 0).count(),
+            ));
+        }
+        out.push(Check {
+            name: format!(
+                "SwiGLU + FP8 quant fused = the two launches ({t}×{i}, {slices} slices per row, {} scale{})",
+                if st > 0.0 { "static" } else { "dynamic" },
+                match input {
+                    Input::Values => "",
+                    Input::Zeros => ", all zeros",
+                    Input::NanInf => ", a NaN and infinities",
+                }
+            ),
+            pass: diffs.iter().all(|d| *d == (0, 0, 0, 0)),
+            detail: diffs
+                .iter()
+                .enumerate()
+                .map(|(n, (a, q, s, c))| {
+                    format!(
+                        "launch {}: {a} BF16 values, {q} codes, {s} row scales differ, {c} counters left non-zero",
+                        n + 1
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+                + " (limit: identical, counters 0)",
         });
     }
     Ok(out)

@@ -19,7 +19,7 @@ use std::fmt::Debug;
 use std::marker::PhantomData;
 
 use super::context::{DevBuf, KArg};
-use crate::RigError;
+use crate::GpuError;
 
 /// A device element type: its canonical C type name as `kernels/*.cu` spells it after
 /// [`canonical_c_type`].
@@ -183,11 +183,11 @@ pub trait IntoArg<A> {
     ///
     /// # Errors
     /// The value does not fit in `A`.
-    fn into_arg(self, kernel: &str, param: &str) -> Result<A, RigError>;
+    fn into_arg(self, kernel: &str, param: &str) -> Result<A, GpuError>;
 }
 
-fn does_not_fit(kernel: &str, param: &str, value: &dyn Debug, ty: &str) -> RigError {
-    RigError::Cuda {
+fn does_not_fit(kernel: &str, param: &str, value: &dyn Debug, ty: &str) -> GpuError {
+    GpuError::Cuda {
         context: format!("launching {kernel}"),
         message: format!("argument {param} = {value:?} does not fit the kernel's {ty} parameter"),
     }
@@ -196,7 +196,7 @@ fn does_not_fit(kernel: &str, param: &str, value: &dyn Debug, ty: &str) -> RigEr
 macro_rules! int_arg {
     ($($t:ty => $c:literal),*) => {$(
         impl<X: TryInto<$t> + Copy + Debug> IntoArg<$t> for X {
-            fn into_arg(self, kernel: &str, param: &str) -> Result<$t, RigError> {
+            fn into_arg(self, kernel: &str, param: &str) -> Result<$t, GpuError> {
                 self.try_into().map_err(|_| does_not_fit(kernel, param, &self, $c))
             }
         }
@@ -205,22 +205,22 @@ macro_rules! int_arg {
 int_arg!(i32 => "int", u32 => "unsigned", u64 => "unsigned long long");
 
 impl IntoArg<f32> for f32 {
-    fn into_arg(self, _: &str, _: &str) -> Result<f32, RigError> {
+    fn into_arg(self, _: &str, _: &str) -> Result<f32, GpuError> {
         Ok(self)
     }
 }
 impl<T> IntoArg<DevPtr<T>> for DevPtr<T> {
-    fn into_arg(self, _: &str, _: &str) -> Result<DevPtr<T>, RigError> {
+    fn into_arg(self, _: &str, _: &str) -> Result<DevPtr<T>, GpuError> {
         Ok(self)
     }
 }
 impl<T> IntoArg<DevPtr<T>> for &DevBuf {
-    fn into_arg(self, _: &str, _: &str) -> Result<DevPtr<T>, RigError> {
+    fn into_arg(self, _: &str, _: &str) -> Result<DevPtr<T>, GpuError> {
         Ok(DevPtr::at(self.ptr()))
     }
 }
 impl<T> IntoArg<DevPtr<T>> for &&DevBuf {
-    fn into_arg(self, _: &str, _: &str) -> Result<DevPtr<T>, RigError> {
+    fn into_arg(self, _: &str, _: &str) -> Result<DevPtr<T>, GpuError> {
         Ok(DevPtr::at(self.ptr()))
     }
 }
@@ -264,11 +264,11 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
 ///
 /// # Errors
 /// It is not.
-pub fn check_family(pattern: &str, name: &str) -> Result<(), RigError> {
+pub fn check_family(pattern: &str, name: &str) -> Result<(), GpuError> {
     if name_matches(pattern, name) {
         Ok(())
     } else {
-        Err(RigError::Cuda {
+        Err(GpuError::Cuda {
             context: format!("launching {name}"),
             message: format!("kernel {name} is not of the launcher's family {pattern}"),
         })
@@ -279,8 +279,8 @@ pub fn check_family(pattern: &str, name: &str) -> Result<(), RigError> {
 ///
 /// # Errors
 /// `v` does not fit in `u32` (the error names `what` and the value).
-pub fn dim<X: TryInto<u32> + Copy + Debug>(what: &str, v: X) -> Result<u32, RigError> {
-    v.try_into().map_err(|_| RigError::Cuda {
+pub fn dim<X: TryInto<u32> + Copy + Debug>(what: &str, v: X) -> Result<u32, GpuError> {
+    v.try_into().map_err(|_| GpuError::Cuda {
         context: "kernel launch shape".into(),
         message: format!("{what} = {v:?} does not fit a CUDA grid or block dimension (u32)"),
     })
@@ -299,7 +299,7 @@ pub fn dim<X: TryInto<u32> + Copy + Debug>(what: &str, v: X) -> Result<u32, RigE
 /// }
 /// ```
 ///
-/// Each launcher is `fn(module, gpu, grid, block, shared_bytes, args…) -> Result<(), RigError>`
+/// Each launcher is `fn(module, gpu, grid, block, shared_bytes, args…) -> Result<(), GpuError>`
 /// (a family launcher takes the kernel name after `gpu`); each argument is
 /// `impl IntoArg<declared type>`.
 #[macro_export]
@@ -307,13 +307,13 @@ macro_rules! kernel_launchers {
     (source $src:literal; $( $(#[$doc:meta])* $vis:vis fn $fname:ident = $($fam:ident)? $kname:literal ( $( $p:ident : $t:ty ),* $(,)? ); )* ) => {
         /// The launchers' declarations, in the order of this file (checked against the kernel
         /// sources by `tests/kernel_abi.rs`).
-        pub const SIGNATURES: &[$crate::gpu::launch::KernelSig] = &[ $(
-            $crate::gpu::launch::KernelSig {
+        pub const SIGNATURES: &[$crate::launch::KernelSig] = &[ $(
+            $crate::launch::KernelSig {
                 source: $src,
                 name: $kname,
-                params: &[ $( $crate::gpu::launch::Param {
+                params: &[ $( $crate::launch::Param {
                     name: stringify!($p),
-                    abi: <$t as $crate::gpu::launch::KernelArg>::ABI,
+                    abi: <$t as $crate::launch::KernelArg>::ABI,
                 } ),* ],
             }
         ),* ];
@@ -327,15 +327,15 @@ macro_rules! kernel_launchers {
         /// failure.
         #[allow(clippy::too_many_arguments, dead_code)]
         $vis fn $fname(
-            module: &$crate::gpu::Module,
-            gpu: &$crate::gpu::Gpu,
+            module: &$crate::Module,
+            gpu: &$crate::Gpu,
             grid: (u32, u32, u32),
             block: (u32, u32, u32),
             shared_bytes: u32,
-            $( $p: impl $crate::gpu::launch::IntoArg<$t> ),*
-        ) -> Result<(), $crate::RigError> {
-            let args = [ $( $crate::gpu::launch::KernelArg::karg(
-                $crate::gpu::launch::IntoArg::<$t>::into_arg($p, $kname, stringify!($p))?
+            $( $p: impl $crate::launch::IntoArg<$t> ),*
+        ) -> Result<(), $crate::GpuError> {
+            let args = [ $( $crate::launch::KernelArg::karg(
+                $crate::launch::IntoArg::<$t>::into_arg($p, $kname, stringify!($p))?
             ) ),* ];
             // SAFETY: the argument list has the kernel's parameter types in its order, as
             // declared above and checked against kernels/*.cu (and the PTX) by
@@ -353,17 +353,17 @@ macro_rules! kernel_launchers {
         /// type, an unknown kernel, or a launch failure.
         #[allow(clippy::too_many_arguments, dead_code)]
         $vis fn $fname(
-            module: &$crate::gpu::Module,
-            gpu: &$crate::gpu::Gpu,
+            module: &$crate::Module,
+            gpu: &$crate::Gpu,
             kernel: &str,
             grid: (u32, u32, u32),
             block: (u32, u32, u32),
             shared_bytes: u32,
-            $( $p: impl $crate::gpu::launch::IntoArg<$t> ),*
-        ) -> Result<(), $crate::RigError> {
-            $crate::gpu::launch::check_family($kname, kernel)?;
-            let args = [ $( $crate::gpu::launch::KernelArg::karg(
-                $crate::gpu::launch::IntoArg::<$t>::into_arg($p, kernel, stringify!($p))?
+            $( $p: impl $crate::launch::IntoArg<$t> ),*
+        ) -> Result<(), $crate::GpuError> {
+            $crate::launch::check_family($kname, kernel)?;
+            let args = [ $( $crate::launch::KernelArg::karg(
+                $crate::launch::IntoArg::<$t>::into_arg($p, kernel, stringify!($p))?
             ) ),* ];
             // SAFETY: as for the single-kernel launchers: every kernel of the family has the
             // declared parameter list (tests/kernel_abi.rs checks each one).

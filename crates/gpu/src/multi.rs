@@ -1,7 +1,7 @@
 //! Several GPUs in one process: CUDA's peer-access verdict per pair, one device of a multi-GPU
 //! measurement ([`Dev`]: its context and stream) with `cuMemAlloc` buffers ([`RawBuf`]), and the
 //! timed peer-to-peer copies (each ordered pair, and both directions at once) that
-//! `crate::multigpu::p2p` measures with.
+//! rigbench's `multigpu::p2p` measures with.
 //!
 //! Each device gets its own (primary) context and a non-blocking stream. Buffers come from
 //! `cuMemAlloc` (not the stream-ordered pool: pool memory needs `cuMemPoolSetAccess` for peers,
@@ -20,11 +20,11 @@ use cudarc::driver::sys::{self, CUevent_flags};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use super::probe::{check_driver_version, libraries};
-use crate::RigError;
+use crate::GpuError;
 
-/// A CUDA failure as [`RigError::Cuda`]: `context` and the error's `Debug` text.
-pub(crate) fn cuda_err(context: &str, e: impl std::fmt::Debug) -> RigError {
-    RigError::Cuda {
+/// A CUDA failure as [`GpuError::Cuda`]: `context` and the error's `Debug` text.
+pub fn cuda_err(context: &str, e: impl std::fmt::Debug) -> GpuError {
+    GpuError::Cuda {
         context: context.to_string(),
         message: format!("{e:?}"),
     }
@@ -63,24 +63,24 @@ pub fn pci_bus_id(index: usize) -> Option<String> {
 /// Number of CUDA devices, after checking the driver (never panics).
 ///
 /// # Errors
-/// [`RigError::NoGpu`] when the driver is missing, too old or reports no device.
-pub fn device_count() -> Result<usize, RigError> {
+/// [`GpuError::NoGpu`] when the driver is missing, too old or reports no device.
+pub fn device_count() -> Result<usize, GpuError> {
     if !libraries().driver {
-        return Err(RigError::NoGpu(
+        return Err(GpuError::NoGpu(
             "no CUDA driver found (libcuda.so could not be loaded)".into(),
         ));
     }
-    cudarc::driver::result::init().map_err(|e| RigError::NoGpu(format!("cuInit failed: {e:?}")))?;
-    check_driver_version().map_err(RigError::NoGpu)?;
+    cudarc::driver::result::init().map_err(|e| GpuError::NoGpu(format!("cuInit failed: {e:?}")))?;
+    check_driver_version().map_err(GpuError::NoGpu)?;
     let n = cudarc::driver::result::device::get_count().unwrap_or(0);
     if n <= 0 {
-        return Err(RigError::NoGpu("the CUDA driver reports no GPU".into()));
+        return Err(GpuError::NoGpu("the CUDA driver reports no GPU".into()));
     }
     Ok(n as usize)
 }
 
 /// One device of a multi-GPU measurement: its context and a non-blocking stream.
-pub(crate) struct Dev {
+pub struct Dev {
     /// CUDA index.
     pub index: usize,
     pub(crate) ctx: Arc<CudaContext>,
@@ -89,7 +89,7 @@ pub(crate) struct Dev {
 
 impl Dev {
     /// Open device `index`.
-    pub(crate) fn open(index: usize) -> Result<Self, RigError> {
+    pub fn open(index: usize) -> Result<Self, GpuError> {
         let ctx = CudaContext::new(index)
             .map_err(|e| cuda_err(&format!("creating the context of device {index}"), e))?;
         // SAFETY: rigbench orders its own work on this one stream per device.
@@ -101,7 +101,7 @@ impl Dev {
     }
 
     /// Make this device's context current on the calling thread.
-    pub(crate) fn bind(&self) -> Result<(), RigError> {
+    pub fn bind(&self) -> Result<(), GpuError> {
         self.ctx
             .bind_to_thread()
             .map_err(|e| cuda_err(&format!("binding device {}", self.index), e))
@@ -114,28 +114,28 @@ impl Dev {
 
     /// Wait for all work of this device's context (any stream, including the legacy one that
     /// the synchronous memset and copy calls use).
-    pub(crate) fn ctx_sync(&self) -> Result<(), RigError> {
+    pub fn ctx_sync(&self) -> Result<(), GpuError> {
         self.ctx
             .synchronize()
             .map_err(|e| cuda_err(&format!("synchronizing device {}", self.index), e))
     }
 
     /// Wait for this device's stream.
-    pub(crate) fn sync(&self) -> Result<(), RigError> {
+    pub fn sync(&self) -> Result<(), GpuError> {
         self.stream
             .synchronize()
             .map_err(|e| cuda_err(&format!("synchronizing device {}", self.index), e))
     }
 
     /// Free and total memory of this device, bytes (`cuMemGetInfo`).
-    pub(crate) fn mem_info(&self) -> Result<(usize, usize), RigError> {
+    pub fn mem_info(&self) -> Result<(usize, usize), GpuError> {
         self.bind()?;
         self.ctx
             .mem_get_info()
             .map_err(|e| cuda_err("cuMemGetInfo", e))
     }
 
-    fn event(&self) -> Result<CudaEvent, RigError> {
+    fn event(&self) -> Result<CudaEvent, GpuError> {
         self.ctx
             .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(|e| cuda_err("creating a timing event", e))
@@ -143,15 +143,15 @@ impl Dev {
 }
 
 /// A `cuMemAlloc` buffer on one device, freed on drop.
-pub(crate) struct RawBuf {
+pub struct RawBuf {
     ctx: Arc<CudaContext>,
     /// Device pointer.
-    pub ptr: sys::CUdeviceptr,
+    pub(crate) ptr: sys::CUdeviceptr,
 }
 
 impl RawBuf {
     /// Allocate `bytes` on `dev` and fill it with `byte`.
-    pub(crate) fn new(dev: &Dev, bytes: usize, byte: u8) -> Result<Self, RigError> {
+    pub fn new(dev: &Dev, bytes: usize, byte: u8) -> Result<Self, GpuError> {
         dev.bind()?;
         // SAFETY: the context is current; the pointer is freed in Drop with the same context.
         let ptr = unsafe { cudarc::driver::result::malloc_sync(bytes.max(1)) }.map_err(|e| {
@@ -184,7 +184,7 @@ impl Drop for RawBuf {
 }
 
 /// Let `from`'s context access `to`'s memory. Returns whether peer access is on.
-pub(crate) fn enable_peer(from: &Dev, to: &Dev) -> Result<bool, RigError> {
+pub fn enable_peer(from: &Dev, to: &Dev) -> Result<bool, GpuError> {
     let mut can: std::ffi::c_int = 0;
     // SAFETY: valid device handles; writes one int.
     unsafe { sys::cuDeviceCanAccessPeer(&mut can, from.ctx.cu_device(), to.ctx.cu_device()) }
@@ -216,7 +216,7 @@ fn peer_copy(
     dst: (&Dev, &RawBuf),
     src: (&Dev, &RawBuf),
     bytes: usize,
-) -> Result<(), RigError> {
+) -> Result<(), GpuError> {
     on.bind()?;
     // SAFETY: both buffers hold at least `bytes` bytes and live until the stream is synchronized.
     unsafe {
@@ -244,7 +244,7 @@ fn peer_copy(
 ///
 /// # Errors
 /// The check fails (the copy is not timed) or a CUDA call fails.
-pub(crate) fn time_copy(
+pub fn time_copy(
     src: &Dev,
     sbuf: &RawBuf,
     dst: &Dev,
@@ -252,7 +252,7 @@ pub(crate) fn time_copy(
     bytes: usize,
     warmup: usize,
     samples: usize,
-) -> Result<Vec<f64>, RigError> {
+) -> Result<Vec<f64>, GpuError> {
     // The check: the destination must hold the source's bytes (0x5A) after one copy.
     dst.bind()?;
     // SAFETY: writes exactly the first `bytes` bytes of the destination buffer.
@@ -307,7 +307,7 @@ pub(crate) fn time_copy(
 ///
 /// # Errors
 /// A CUDA call fails.
-pub(crate) fn time_bidir(
+pub fn time_bidir(
     a: &Dev,
     abuf: &(RawBuf, RawBuf),
     b: &Dev,
@@ -315,7 +315,7 @@ pub(crate) fn time_bidir(
     bytes: usize,
     warmup: usize,
     samples: usize,
-) -> Result<Vec<f64>, RigError> {
+) -> Result<Vec<f64>, GpuError> {
     let (start, end) = (a.event()?, a.event()?);
     let b_done = b.event()?;
     let mut times = Vec::new();

@@ -15,12 +15,12 @@ use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
 
 use super::context::{DevBuf, Gpu};
-use crate::RigError;
+use crate::GpuError;
 
 const WORKSPACE_BYTES: usize = 32 << 20;
 
-fn lt_err(context: &str, e: impl std::fmt::Debug) -> RigError {
-    RigError::Cuda {
+fn lt_err(context: &str, e: impl std::fmt::Debug) -> GpuError {
+    GpuError::Cuda {
         context: format!("cuBLASLt {context}"),
         message: format!("{e:?}"),
     }
@@ -34,9 +34,9 @@ pub struct Lt {
 
 impl Lt {
     /// Create a handle. Checks that libcublasLt loads first.
-    pub fn new(gpu: &Gpu) -> Result<Self, RigError> {
+    pub fn new(gpu: &Gpu) -> Result<Self, GpuError> {
         if !super::probe::libraries().cublaslt {
-            return Err(RigError::NoGpu(
+            return Err(GpuError::NoGpu(
                 "cuBLASLt (libcublasLt.so) not found".into(),
             ));
         }
@@ -83,7 +83,7 @@ pub enum LtKind {
     },
     /// NVFP4 × NVFP4 → BF16 (sm_100 and up): E2M1 operands packed two per byte (low nibble
     /// first, the ModelOpt layout), UE4M3 block scales per 16 elements in cuBLASLt's interleaved
-    /// layout ([`crate::formats::nvfp4::swizzle_block_scales`]); the two FP32 per-tensor scales go
+    /// layout (rigbench's `formats::nvfp4::swizzle_block_scales`); the two FP32 per-tensor scales go
     /// into `alpha`.
     Nvfp4 {
         /// Swizzled block scales of W (cuBLASLt's A).
@@ -95,7 +95,7 @@ pub enum LtKind {
 
 /// The descriptor values a [`LtKind`] sets, as plain data (so they can be checked without a GPU).
 #[derive(Debug, Clone, PartialEq)]
-pub struct GemmSpec {
+pub(crate) struct GemmSpec {
     /// Data type of W and the activations.
     pub ab_type: sys::cudaDataType,
     /// Name for reports.
@@ -115,7 +115,7 @@ pub enum AttrValue {
 
 impl LtKind {
     /// The descriptor values of this kind: TN operations, then scale pointers and modes.
-    pub fn spec(&self) -> GemmSpec {
+    pub(crate) fn spec(&self) -> GemmSpec {
         use sys::cublasLtMatmulDescAttributes_t as D;
         let op_t = 1; // CUBLAS_OP_T
         let op_n = 0; // CUBLAS_OP_N
@@ -218,7 +218,7 @@ impl LtGemm {
     ///
     /// # Errors
     /// cuBLASLt rejects the layout (e.g. FP8 with K not a multiple of 16) or has no algorithm.
-    pub fn plan(handle: &Lt, kind: LtKind, m: usize, n: usize, k: usize) -> Result<Self, RigError> {
+    pub fn plan(handle: &Lt, kind: LtKind, m: usize, n: usize, k: usize) -> Result<Self, GpuError> {
         Self::plan_out(handle, kind, m, n, k, OutType::Bf16)
     }
 
@@ -233,7 +233,7 @@ impl LtGemm {
         n: usize,
         k: usize,
         out: OutType,
-    ) -> Result<Self, RigError> {
+    ) -> Result<Self, GpuError> {
         let spec = kind.spec();
         let (ab_type, name) = (spec.ab_type, spec.name);
         let desc = lt::create_matmul_desc(
@@ -323,7 +323,7 @@ impl LtGemm {
     ///
     /// # Errors
     /// cuBLASLt rejecting the attribute.
-    pub fn set_scale_pointers(&self, a_scales: u64, b_scales: u64) -> Result<(), RigError> {
+    pub fn set_scale_pointers(&self, a_scales: u64, b_scales: u64) -> Result<(), GpuError> {
         use sys::cublasLtMatmulDescAttributes_t as D;
         // SAFETY: the descriptor is live; the values are device pointers (u64) as documented.
         unsafe {
@@ -350,7 +350,7 @@ impl LtGemm {
         w: u64,
         a: u64,
         c: u64,
-    ) -> Result<(), RigError> {
+    ) -> Result<(), GpuError> {
         let beta = 0.0f32;
         // SAFETY: descriptors/layouts were created for these shapes; pointers come from live
         // DevBufs of the planned sizes; the workspace holds at least ws_size bytes.
@@ -382,7 +382,7 @@ unsafe fn set_attr<T>(
     desc: sys::cublasLtMatmulDesc_t,
     attr: sys::cublasLtMatmulDescAttributes_t,
     v: &T,
-) -> Result<(), RigError> {
+) -> Result<(), GpuError> {
     lt::set_matmul_desc_attribute(
         desc,
         attr,

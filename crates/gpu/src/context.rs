@@ -15,10 +15,10 @@ use cudarc::driver::{
 use super::kernel_cache::{get_or_compile, CacheKey, CacheUse, KernelCache};
 use super::probe::{check_driver_version, cuda_include_dir, libraries};
 use super::ComputeCapability;
-use crate::RigError;
+use crate::GpuError;
 
-fn cuda_err(context: &str, e: impl std::fmt::Debug) -> RigError {
-    RigError::Cuda {
+fn cuda_err(context: &str, e: impl std::fmt::Debug) -> GpuError {
+    GpuError::Cuda {
         context: context.to_string(),
         message: format!("{e:?}"),
     }
@@ -71,8 +71,8 @@ impl Gpu {
     /// version before any other CUDA call.
     ///
     /// # Errors
-    /// [`RigError::NoGpu`] naming what is missing (driver, device, version).
-    pub fn open() -> Result<Self, RigError> {
+    /// [`GpuError::NoGpu`] naming what is missing (driver, device, version).
+    pub fn open() -> Result<Self, GpuError> {
         Self::open_device(0)
     }
 
@@ -81,9 +81,9 @@ impl Gpu {
     /// Checks as [`Gpu::open`].
     ///
     /// # Errors
-    /// [`RigError::NoGpu`] naming what is missing (driver, device, version, or an index past the
+    /// [`GpuError::NoGpu`] naming what is missing (driver, device, version, or an index past the
     /// devices the driver reports).
-    pub fn open_device(index: usize) -> Result<Self, RigError> {
+    pub fn open_device(index: usize) -> Result<Self, GpuError> {
         Self::open_device_stream(index, false)
     }
 
@@ -92,22 +92,22 @@ impl Gpu {
     ///
     /// # Errors
     /// As [`Gpu::open_device`].
-    pub fn open_device_stream(index: usize, own_stream: bool) -> Result<Self, RigError> {
+    pub fn open_device_stream(index: usize, own_stream: bool) -> Result<Self, GpuError> {
         let libs = libraries();
         if !libs.driver {
-            return Err(RigError::NoGpu(
+            return Err(GpuError::NoGpu(
                 "no CUDA driver found (libcuda.so could not be loaded)".into(),
             ));
         }
         cudarc::driver::result::init()
-            .map_err(|e| RigError::NoGpu(format!("cuInit failed: {e:?}")))?;
-        check_driver_version().map_err(RigError::NoGpu)?;
+            .map_err(|e| GpuError::NoGpu(format!("cuInit failed: {e:?}")))?;
+        check_driver_version().map_err(GpuError::NoGpu)?;
         let n = cudarc::driver::result::device::get_count().unwrap_or(0);
         if n <= 0 {
-            return Err(RigError::NoGpu("the CUDA driver reports no GPU".into()));
+            return Err(GpuError::NoGpu("the CUDA driver reports no GPU".into()));
         }
         if index >= n as usize {
-            return Err(RigError::NoGpu(format!(
+            return Err(GpuError::NoGpu(format!(
                 "no CUDA device {index}: the driver reports {n} (devices 0 to {})",
                 n - 1
             )));
@@ -147,26 +147,26 @@ impl Gpu {
     ///
     /// # Errors
     /// A driver failure.
-    pub fn bind(&self) -> Result<(), RigError> {
+    pub fn bind(&self) -> Result<(), GpuError> {
         self.ctx
             .bind_to_thread()
             .map_err(|e| cuda_err("binding the CUDA context to this thread", e))
     }
 
     /// The stream all work runs on.
-    pub fn stream(&self) -> &Arc<CudaStream> {
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
 
     /// Free and total device memory, bytes.
-    pub fn mem_info(&self) -> Result<(usize, usize), RigError> {
+    pub fn mem_info(&self) -> Result<(usize, usize), GpuError> {
         self.ctx
             .mem_get_info()
             .map_err(|e| cuda_err("cuMemGetInfo", e))
     }
 
     /// Allocate `bytes` bytes (uninitialised).
-    pub fn alloc(&self, bytes: usize) -> Result<DevBuf, RigError> {
+    pub fn alloc(&self, bytes: usize) -> Result<DevBuf, GpuError> {
         let bytes_alloc = bytes.max(1);
         // SAFETY: the memory is written before it is read by every user of DevBuf.
         let slice = unsafe { self.stream.alloc::<u8>(bytes_alloc) }
@@ -180,7 +180,7 @@ impl Gpu {
     }
 
     /// Allocate and copy `host` to the device.
-    pub fn upload<T: cudarc::driver::DeviceRepr>(&self, host: &[T]) -> Result<DevBuf, RigError> {
+    pub fn upload<T: cudarc::driver::DeviceRepr>(&self, host: &[T]) -> Result<DevBuf, GpuError> {
         self.bind()?;
         let bytes = std::mem::size_of_val(host);
         let buf = self.alloc(bytes)?;
@@ -201,7 +201,7 @@ impl Gpu {
         buf: &DevBuf,
         offset: usize,
         n: usize,
-    ) -> Result<Vec<T>, RigError> {
+    ) -> Result<Vec<T>, GpuError> {
         self.bind()?;
         let sz = std::mem::size_of::<T>();
         if (offset + n) * sz > buf.bytes {
@@ -224,7 +224,7 @@ impl Gpu {
     }
 
     /// Fill `buf` with `byte` (asynchronous, on the stream).
-    pub fn memset(&self, buf: &DevBuf, byte: u8) -> Result<(), RigError> {
+    pub fn memset(&self, buf: &DevBuf, byte: u8) -> Result<(), GpuError> {
         self.bind()?;
         // SAFETY: writes exactly buf.bytes bytes of a live allocation.
         unsafe {
@@ -239,7 +239,7 @@ impl Gpu {
     }
 
     /// Device-to-device copy of `bytes` bytes (asynchronous).
-    pub fn copy_d2d(&self, dst: &DevBuf, src: &DevBuf, bytes: usize) -> Result<(), RigError> {
+    pub fn copy_d2d(&self, dst: &DevBuf, src: &DevBuf, bytes: usize) -> Result<(), GpuError> {
         if bytes > dst.bytes || bytes > src.bytes {
             return Err(cuda_err("copy", "size larger than a buffer"));
         }
@@ -257,7 +257,7 @@ impl Gpu {
     }
 
     /// Wait for all queued work; surfaces asynchronous kernel errors.
-    pub fn sync(&self) -> Result<(), RigError> {
+    pub fn sync(&self) -> Result<(), GpuError> {
         self.stream
             .synchronize()
             .map_err(|e| cuda_err("stream synchronize", e))
@@ -272,7 +272,7 @@ impl Gpu {
     ///
     /// # Errors
     /// The synchronize or a driver call fails.
-    pub fn trim_memory_pool(&self) -> Result<(), RigError> {
+    pub fn trim_memory_pool(&self) -> Result<(), GpuError> {
         self.sync()?;
         if !self.ctx.has_async_alloc() {
             // cudarc allocates with cuMemAlloc here: no pool holds freed memory.
@@ -299,7 +299,7 @@ impl Gpu {
     /// # Errors
     /// NVRTC missing, the CUDA headers not found, a compile error (with NVRTC's log), or a
     /// kernel name not in the module.
-    pub fn compile(&self, name: &str, source: &str, kernels: &[&str]) -> Result<Module, RigError> {
+    pub fn compile(&self, name: &str, source: &str, kernels: &[&str]) -> Result<Module, GpuError> {
         self.compile_with(name, source, kernels, &[])
     }
 
@@ -310,7 +310,7 @@ impl Gpu {
         source: &str,
         kernels: &[&str],
         extra: &[String],
-    ) -> Result<Module, RigError> {
+    ) -> Result<Module, GpuError> {
         self.compile_for(name, source, kernels, &self.cc.arch_flag(), extra)
     }
 
@@ -324,7 +324,7 @@ impl Gpu {
         kernels: &[&str],
         arch: &str,
         extra: &[String],
-    ) -> Result<Module, RigError> {
+    ) -> Result<Module, GpuError> {
         let (ptx, compile_s, cache) = self.nvrtc(name, source, arch, extra)?;
         let mut m = self.load(name, ptx, kernels, arch, compile_s)?;
         m.cache = cache;
@@ -344,7 +344,7 @@ impl Gpu {
         kernels: &[&str],
         arch: &str,
         extra: &[String],
-    ) -> Result<(Module, String), RigError> {
+    ) -> Result<(Module, String), GpuError> {
         let (ptx, compile_s, cache) = self.nvrtc(name, source, arch, extra)?;
         let text = ptx.to_src();
         let mut m = self.load(name, ptx, kernels, arch, compile_s)?;
@@ -364,7 +364,7 @@ impl Gpu {
         ptx: &str,
         kernels: &[&str],
         arch: &str,
-    ) -> Result<Module, RigError> {
+    ) -> Result<Module, GpuError> {
         self.load(
             name,
             cudarc::nvrtc::Ptx::from_src(ptx.to_string()),
@@ -380,14 +380,14 @@ impl Gpu {
         source: &str,
         arch: &str,
         extra: &[String],
-    ) -> Result<(cudarc::nvrtc::Ptx, f64, CacheUse), RigError> {
+    ) -> Result<(cudarc::nvrtc::Ptx, f64, CacheUse), GpuError> {
         if !libraries().nvrtc {
-            return Err(RigError::NoGpu(
+            return Err(GpuError::NoGpu(
                 "NVRTC (libnvrtc.so) not found: cannot build rigbench's kernels".into(),
             ));
         }
         let include = self.include_dir.clone().ok_or_else(|| {
-            RigError::NoGpu(
+            GpuError::NoGpu(
                 "CUDA headers (cuda_bf16.h) not found: set CUDA_HOME to the CUDA toolkit folder (or RIGBENCH_CUDA_INCLUDE to a folder holding them: scripts/fetch-nvrtc.sh)"
                     .into(),
             )
@@ -399,7 +399,7 @@ impl Gpu {
         let (text, how, notes) = get_or_compile(cache.as_ref(), &key, || {
             let (ptx, s) = nvrtc_compile_with(name, source, arch, &include, extra)?;
             compile_s = s;
-            Ok::<_, RigError>(ptx.to_src())
+            Ok::<_, GpuError>(ptx)
         })?;
         for n in notes {
             eprintln!("note: {n}");
@@ -414,7 +414,7 @@ impl Gpu {
         kernels: &[&str],
         arch: &str,
         compile_s: f64,
-    ) -> Result<Module, RigError> {
+    ) -> Result<Module, GpuError> {
         let module = self
             .ctx
             .load_module(ptx)
@@ -446,7 +446,7 @@ impl Gpu {
         buf: &DevBuf,
         offset: usize,
         host: &[T],
-    ) -> Result<(), RigError> {
+    ) -> Result<(), GpuError> {
         let bytes = std::mem::size_of_val(host);
         if offset + bytes > buf.bytes {
             return Err(cuda_err("write", "range past the end of the buffer"));
@@ -476,7 +476,7 @@ impl Gpu {
         offset: usize,
         bytes: usize,
         byte: u8,
-    ) -> Result<(), RigError> {
+    ) -> Result<(), GpuError> {
         if offset + bytes > buf.bytes {
             return Err(cuda_err("memset", "range past the end of the buffer"));
         }
@@ -498,7 +498,7 @@ impl Gpu {
     ///
     /// # Errors
     /// A driver failure (e.g. capture on the legacy default stream).
-    pub fn begin_capture(&self) -> Result<(), RigError> {
+    pub fn begin_capture(&self) -> Result<(), GpuError> {
         self.stream
             .begin_capture(
                 cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
@@ -510,7 +510,7 @@ impl Gpu {
     ///
     /// # Errors
     /// A launch inside the capture that cannot be captured, or a driver failure.
-    pub fn end_capture(&self) -> Result<Graph, RigError> {
+    pub fn end_capture(&self) -> Result<Graph, GpuError> {
         let g = self
             .stream
             .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
@@ -520,7 +520,7 @@ impl Gpu {
     }
 
     /// Create a pair of timing events (created with `CU_EVENT_DEFAULT`, so they record time).
-    pub fn timer(&self) -> Result<Timer, RigError> {
+    pub fn timer(&self) -> Result<Timer, GpuError> {
         let mk = || {
             self.ctx
                 .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
@@ -534,7 +534,8 @@ impl Gpu {
 }
 
 /// Compile CUDA C++ `source` to PTX with NVRTC for `arch` (e.g. `sm_90`), with the CUDA headers
-/// in `include`. Needs only libnvrtc (no GPU). Returns the PTX and the compile time in seconds.
+/// in `include`. Needs only libnvrtc (no GPU). Returns the PTX text and the compile time in
+/// seconds (plain text: no cudarc type crosses the crate's API).
 ///
 /// # Errors
 /// NVRTC missing, or a compile error carrying NVRTC's log.
@@ -543,7 +544,7 @@ pub fn nvrtc_compile(
     source: &str,
     arch: &str,
     include: &std::path::Path,
-) -> Result<(cudarc::nvrtc::Ptx, f64), RigError> {
+) -> Result<(String, f64), GpuError> {
     nvrtc_compile_with(name, source, arch, include, &[])
 }
 
@@ -554,9 +555,9 @@ pub fn nvrtc_compile_with(
     arch: &str,
     include: &std::path::Path,
     extra: &[String],
-) -> Result<(cudarc::nvrtc::Ptx, f64), RigError> {
+) -> Result<(String, f64), GpuError> {
     if !libraries().nvrtc {
-        return Err(RigError::NoGpu("NVRTC (libnvrtc.so) not found".into()));
+        return Err(GpuError::NoGpu("NVRTC (libnvrtc.so) not found".into()));
     }
     let opts = cudarc::nvrtc::CompileOptions {
         options: [
@@ -575,7 +576,7 @@ pub fn nvrtc_compile_with(
     let started = std::time::Instant::now();
     let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
         .map_err(|e| cuda_err(&format!("NVRTC compile of kernels/{name}.cu"), e))?;
-    Ok((ptx, started.elapsed().as_secs_f64()))
+    Ok((ptx.to_src(), started.elapsed().as_secs_f64()))
 }
 
 /// A loaded NVRTC module and its kernels.
@@ -641,14 +642,14 @@ pub struct FuncAttrs {
 
 impl Module {
     /// A kernel by name.
-    pub fn func(&self, name: &str) -> Result<&CudaFunction, RigError> {
+    pub(crate) fn func(&self, name: &str) -> Result<&CudaFunction, GpuError> {
         self.funcs
             .get(name)
             .ok_or_else(|| cuda_err("kernel lookup", format!("no kernel named {name}")))
     }
 
     /// Resource use of a kernel.
-    pub fn attrs(&self, name: &str) -> Result<FuncAttrs, RigError> {
+    pub fn attrs(&self, name: &str) -> Result<FuncAttrs, GpuError> {
         let f = self.func(name)?;
         let get = |a| f.get_attribute(a).map(|v| v as u32).unwrap_or(0);
         Ok(FuncAttrs {
@@ -665,7 +666,7 @@ impl Module {
     ///
     /// # Errors
     /// An unknown kernel or a driver failure (more than the device allows).
-    pub fn set_max_dynamic_smem(&self, name: &str, bytes: u32) -> Result<(), RigError> {
+    pub fn set_max_dynamic_smem(&self, name: &str, bytes: u32) -> Result<(), GpuError> {
         self.func(name)?
             .set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -679,7 +680,7 @@ impl Module {
     ///
     /// # Errors
     /// An unknown kernel or a driver failure.
-    pub fn occupancy_smem(&self, name: &str, block: u32, smem: u32) -> Result<u32, RigError> {
+    pub fn occupancy_smem(&self, name: &str, block: u32, smem: u32) -> Result<u32, GpuError> {
         if smem > 48 << 10 {
             self.set_max_dynamic_smem(name, smem)?;
         }
@@ -690,7 +691,7 @@ impl Module {
 
     /// Resident blocks per SM for kernel `name` at `block` threads and no dynamic shared memory
     /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`).
-    pub fn occupancy(&self, name: &str, block: u32) -> Result<u32, RigError> {
+    pub fn occupancy(&self, name: &str, block: u32) -> Result<u32, GpuError> {
         self.func(name)?
             .occupancy_max_active_blocks_per_multiprocessor(block, 0, None)
             .map_err(|e| cuda_err(&format!("occupancy of {name}"), e))
@@ -713,7 +714,7 @@ impl Module {
         block: (u32, u32, u32),
         shared_bytes: u32,
         args: &[KArg],
-    ) -> Result<(), RigError> {
+    ) -> Result<(), GpuError> {
         let f = self.func(name)?;
         let mut b = gpu.stream.launch_builder(f);
         for a in args {
@@ -752,7 +753,7 @@ impl Graph {
     ///
     /// # Errors
     /// A driver failure.
-    pub fn launch(&self) -> Result<(), RigError> {
+    pub fn launch(&self) -> Result<(), GpuError> {
         self.graph
             .launch()
             .map_err(|e| cuda_err("launching a CUDA graph", e))
@@ -782,21 +783,21 @@ pub struct Timer {
 
 impl Timer {
     /// Record the start event.
-    pub fn start(&self, gpu: &Gpu) -> Result<(), RigError> {
+    pub fn start(&self, gpu: &Gpu) -> Result<(), GpuError> {
         self.start
             .record(&gpu.stream)
             .map_err(|e| cuda_err("event record", e))
     }
 
     /// Record the end event without waiting (read it later with [`Timer::elapsed`]).
-    pub fn mark_end(&self, gpu: &Gpu) -> Result<(), RigError> {
+    pub fn mark_end(&self, gpu: &Gpu) -> Result<(), GpuError> {
         self.end
             .record(&gpu.stream)
             .map_err(|e| cuda_err("event record", e))
     }
 
     /// Seconds between the recorded start and end events (waits for the end event).
-    pub fn elapsed(&self) -> Result<f64, RigError> {
+    pub fn elapsed(&self) -> Result<f64, GpuError> {
         let ms = self
             .start
             .elapsed_ms(&self.end)
@@ -805,7 +806,7 @@ impl Timer {
     }
 
     /// Record the end event, wait for it, and return the elapsed time in seconds.
-    pub fn stop(&self, gpu: &Gpu) -> Result<f64, RigError> {
+    pub fn stop(&self, gpu: &Gpu) -> Result<f64, GpuError> {
         self.end
             .record(&gpu.stream)
             .map_err(|e| cuda_err("event record", e))?;
@@ -841,7 +842,7 @@ pub struct L2Flusher {
 
 impl L2Flusher {
     /// Allocate a flush buffer of `max(2·L2, 64 MiB)` bytes.
-    pub fn new(gpu: &Gpu, method: FlushMethod) -> Result<Self, RigError> {
+    pub fn new(gpu: &Gpu, method: FlushMethod) -> Result<Self, GpuError> {
         let bytes = ((2 * gpu.l2_bytes as usize).max(64 << 20) / 16) * 16;
         let buf = gpu.alloc(bytes)?;
         gpu.memset(&buf, 0x11)?;
@@ -858,7 +859,7 @@ impl L2Flusher {
     }
 
     /// Queue the flush on the stream (`util` is the module of kernels/util.cu).
-    pub fn flush(&self, gpu: &Gpu, util: &Module) -> Result<(), RigError> {
+    pub fn flush(&self, gpu: &Gpu, util: &Module) -> Result<(), GpuError> {
         if self.method == FlushMethod::Write {
             return gpu.memset(&self.buf, 0);
         }
@@ -885,7 +886,7 @@ impl Gpu {
     ///
     /// # Errors
     /// The driver cannot create a stream.
-    pub fn on_new_stream(&self) -> Result<Gpu, RigError> {
+    pub fn on_new_stream(&self) -> Result<Gpu, GpuError> {
         let stream = self
             .ctx
             .new_stream()

@@ -1,5 +1,5 @@
 //! Probe the CUDA driver, NVRTC and cuBLASLt libraries and read every device's facts, as plain
-//! facts ([`DeviceProbe`]); `crate::rig` turns them into the rig's facts.
+//! facts ([`DeviceProbe`]); rigbench's `rig` turns them into the rig's facts.
 
 use super::ComputeCapability;
 

@@ -4,6 +4,21 @@
 
 use super::launch::{Bf16, DevPtr, U32x4};
 
+/// Source of `kernels/util.cu`, compiled at run time by NVRTC (the benches, the runtime's
+/// checks and the L2 flush all load it: it belongs to the GPU foundation).
+pub const SRC: &str = include_str!("../../../kernels/util.cu");
+/// Kernels of `kernels/util.cu`.
+pub const KERNELS: &[&str] = &[
+    "fill_uniform_bf16",
+    "fill_fp8_codes",
+    "fp8_amax_bf16",
+    "fp8_quant_bf16",
+    "count_nonfinite_bf16",
+    "count_diff_u16",
+    "gather_u16",
+    "l2_flush_read",
+];
+
 crate::kernel_launchers! {
     source "util";
     /// Fill `n` BF16 values with a hash of `seed` and the index, uniform in [-scale, scale].

@@ -1,6 +1,6 @@
 //! NCCL, loaded at run time: the library, its environment, and a group of communicators over
 //! several GPUs that runs BF16 sum all-reduces ([`AllReduceGroup`]), with which
-//! `crate::multigpu::allreduce` measures.
+//! rigbench's `multigpu::allreduce` measures.
 //!
 //! Loading: `$RIGBENCH_NCCL_LIB` when set, else `libnccl.so.2` (the name the `libnccl2` package
 //! and PyTorch's `nvidia-nccl` wheel install), else `libnccl.so`. cudarc 0.19's `nccl` feature
@@ -19,7 +19,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::OnceLock;
 
 use super::multi::{device_count, Dev, RawBuf};
-use crate::RigError;
+use crate::GpuError;
 
 /// The NCCL environment rigbench keeps in every environment it sets up.
 pub const NCCL_ENV: &[(&str, &str)] = &[("NCCL_NVLS_ENABLE", "0")];
@@ -189,7 +189,7 @@ pub fn probe() -> Result<(String, String), String> {
     Ok((version_string(a.version), a.library.clone()))
 }
 
-fn check(a: &Api, what: &str, r: c_int) -> Result<(), RigError> {
+fn check(a: &Api, what: &str, r: c_int) -> Result<(), GpuError> {
     if r == 0 {
         return Ok(());
     }
@@ -202,7 +202,7 @@ fn check(a: &Api, what: &str, r: c_int) -> Result<(), RigError> {
             std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
         }
     };
-    Err(RigError::Cuda {
+    Err(GpuError::Cuda {
         context: format!("NCCL {what}"),
         message: format!("error {r}: {msg}"),
     })
@@ -231,7 +231,7 @@ fn all_reduce_once(
     devs: &[Dev],
     bufs: &[(RawBuf, RawBuf)],
     count: usize,
-) -> Result<(), RigError> {
+) -> Result<(), GpuError> {
     // SAFETY: group calls are balanced; buffers hold ≥ count BF16 elements and outlive the work.
     unsafe {
         check(a, "ncclGroupStart", (a.group_start)())?;
@@ -255,7 +255,7 @@ fn all_reduce_once(
     }
 }
 
-fn sync_all(devs: &[Dev]) -> Result<(), RigError> {
+fn sync_all(devs: &[Dev]) -> Result<(), GpuError> {
     for d in devs {
         d.sync()?;
     }
@@ -265,7 +265,7 @@ fn sync_all(devs: &[Dev]) -> Result<(), RigError> {
 /// One communicator over several GPUs (one rank per GPU) with a send and a receive buffer of
 /// `max_bytes` on each, for BF16 sum all-reduces. Dropped in order: buffers, communicators,
 /// devices.
-pub(crate) struct AllReduceGroup {
+pub struct AllReduceGroup {
     bufs: Vec<(RawBuf, RawBuf)>,
     comms: Comms<'static>,
     devs: Vec<Dev>,
@@ -277,16 +277,16 @@ impl AllReduceGroup {
     /// communicator (`ncclCommInitAll`) and allocate the buffers.
     ///
     /// # Errors
-    /// NCCL missing ([`RigError::NoGpu`] with [`probe`]'s reason), no GPU, fewer than two
+    /// NCCL missing ([`GpuError::NoGpu`] with [`probe`]'s reason), no GPU, fewer than two
     /// devices, an unknown device, or an NCCL or CUDA failure.
-    pub(crate) fn open(devices: &[usize], max_bytes: usize) -> Result<Self, RigError> {
-        let a = api().map_err(RigError::NoGpu)?;
+    pub fn open(devices: &[usize], max_bytes: usize) -> Result<Self, GpuError> {
+        let a = api().map_err(GpuError::NoGpu)?;
         let n = device_count()?;
         if devices.len() < 2 {
-            return Err(RigError::NoGpu("all-reduce needs two or more GPUs".into()));
+            return Err(GpuError::NoGpu("all-reduce needs two or more GPUs".into()));
         }
         if let Some(d) = devices.iter().find(|d| **d >= n) {
-            return Err(RigError::NoGpu(format!(
+            return Err(GpuError::NoGpu(format!(
                 "no CUDA device {d} (the driver reports {n})"
             )));
         }
@@ -307,7 +307,7 @@ impl AllReduceGroup {
         let bufs: Vec<(RawBuf, RawBuf)> = devs
             .iter()
             .map(|d| Ok((RawBuf::new(d, max_bytes, 0)?, RawBuf::new(d, max_bytes, 0)?)))
-            .collect::<Result<_, RigError>>()?;
+            .collect::<Result<_, GpuError>>()?;
         Ok(Self {
             bufs,
             comms,
@@ -317,7 +317,7 @@ impl AllReduceGroup {
     }
 
     /// Ranks (GPUs) in the group.
-    pub(crate) fn ranks(&self) -> usize {
+    pub fn ranks(&self) -> usize {
         self.devs.len()
     }
 
@@ -326,7 +326,7 @@ impl AllReduceGroup {
     ///
     /// # Errors
     /// An NCCL failure.
-    pub(crate) fn all_reduce(&self, count: usize) -> Result<(), RigError> {
+    pub fn all_reduce(&self, count: usize) -> Result<(), GpuError> {
         all_reduce_once(self.api, &self.comms, &self.devs, &self.bufs, count)
     }
 
@@ -334,7 +334,7 @@ impl AllReduceGroup {
     ///
     /// # Errors
     /// A CUDA failure.
-    pub(crate) fn sync(&self) -> Result<(), RigError> {
+    pub fn sync(&self) -> Result<(), GpuError> {
         sync_all(&self.devs)
     }
 
@@ -344,14 +344,14 @@ impl AllReduceGroup {
     ///
     /// # Errors
     /// A CUDA or NCCL failure.
-    pub(crate) fn check_sum(&self, count: usize) -> Result<(usize, f32), RigError> {
+    pub fn check_sum(&self, count: usize) -> Result<(usize, f32), GpuError> {
         let (devs, bufs) = (&self.devs, &self.bufs);
         for (r, d) in devs.iter().enumerate() {
             let v = vec![half::bf16::from_f32((r + 1) as f32).to_bits(); count];
             d.bind()?;
             // SAFETY: the buffer holds ≥ 2 · count bytes.
             unsafe { cudarc::driver::result::memcpy_htod_sync(bufs[r].0.ptr, &v) }.map_err(
-                |e| RigError::Cuda {
+                |e| GpuError::Cuda {
                     context: "upload".into(),
                     message: format!("{e:?}"),
                 },
@@ -369,7 +369,7 @@ impl AllReduceGroup {
             d.bind()?;
             // SAFETY: reads 2 · count bytes of a live buffer.
             unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut out, bufs[r].1.ptr) }.map_err(
-                |e| RigError::Cuda {
+                |e| GpuError::Cuda {
                     context: "download".into(),
                     message: format!("{e:?}"),
                 },
