@@ -12,7 +12,7 @@ use anyhow::Context;
 use plotters::prelude::*;
 
 use super::bootlog::BootLog;
-use super::conditions::{Sourced, SpecState};
+use super::conditions::{Conditions, Sourced, SpecState};
 use super::driver::RunResult;
 use super::executor::{ExecStop, LoadPoint};
 use super::metrics::Percentiles;
@@ -195,6 +195,28 @@ const FIRST_CHUNK_ROW: &str = "first chunk (vllm bench TTFT)";
 /// Render the e2e section.
 pub fn render_markdown(res: &E2eResults) -> String {
     let mut o = String::new();
+    render_preamble(&mut o, res);
+    if res.runs.is_empty() {
+        let _ = writeln!(o, "No run completed.\n");
+        render_bootlog(&mut o, res.boot_log.as_ref());
+        return o;
+    }
+    let runs = &res.runs;
+
+    render_conditions(&mut o, res, runs);
+    render_run_conditions(&mut o, runs);
+    render_validity(&mut o, runs);
+    render_latency(&mut o, runs);
+    render_throughput(&mut o, runs);
+    render_metrics_sampling(&mut o, runs);
+    render_spec_acceptance(&mut o, runs);
+    render_plots(&mut o, res);
+    render_bootlog(&mut o, res.boot_log.as_ref());
+    o
+}
+
+/// The section's heading, engine, suite, failure, determinism, output sample, quality, skipped runs and notes.
+fn render_preamble(o: &mut String, res: &E2eResults) {
     match &res.self_test {
         Some(label) => {
             let _ = writeln!(o, "## End to end: {label}\n");
@@ -262,17 +284,24 @@ pub fn render_markdown(res: &E2eResults) -> String {
         let _ = writeln!(o, "- note: {n}");
     }
     o.push('\n');
-    if res.runs.is_empty() {
-        let _ = writeln!(o, "No run completed.\n");
-        render_bootlog(&mut o, res.boot_log.as_ref());
-        return o;
-    }
-    let runs = &res.runs;
+}
 
-    // Conditions shared by every run.
+/// The table of conditions shared by every run.
+fn render_conditions(o: &mut String, res: &E2eResults, runs: &[RunResult]) {
     let _ = writeln!(o, "### Conditions\n");
     let mut rows: Vec<Vec<String>> = Vec::new();
     let c0 = &runs[0].conditions;
+    engine_condition_rows(&mut rows, res, c0);
+    request_condition_rows(&mut rows, runs, c0);
+    cache_condition_rows(&mut rows, res, runs, c0);
+    length_condition_rows(&mut rows, res, runs, c0);
+    token_condition_rows(&mut rows, res, runs);
+    o.push_str(&markdown_table(&["condition", "value", "source"], &rows));
+    o.push('\n');
+}
+
+/// Condition rows: engine, version, model, the runtime's own facts and the workload.
+fn engine_condition_rows(rows: &mut Vec<Vec<String>>, res: &E2eResults, c0: &Conditions) {
     let (v, s) = src(&c0.engine);
     rows.push(vec!["engine".into(), v, s]);
     let (v, s) = src(&c0.engine_version);
@@ -307,6 +336,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
             "suite".into(),
         ]);
     }
+}
+
+/// Condition rows: thinking, reasoning observed and speculative decoding.
+fn request_condition_rows(rows: &mut Vec<Vec<String>>, runs: &[RunResult], c0: &Conditions) {
     let t = &c0.thinking;
     rows.push(vec![
         "thinking".into(),
@@ -347,6 +380,15 @@ pub fn render_markdown(res: &E2eResults) -> String {
         let (v, s) = src(&c0.spec.k);
         rows.push(vec!["speculative k".into(), v, s]);
     }
+}
+
+/// Condition rows: cache temperature (with the verdict wording for the report) and KV capacity.
+fn cache_condition_rows(
+    rows: &mut Vec<Vec<String>>,
+    res: &E2eResults,
+    runs: &[RunResult],
+    c0: &Conditions,
+) {
     rows.push(vec![
         "cache temperature".into(),
         format!(
@@ -399,6 +441,15 @@ pub fn render_markdown(res: &E2eResults) -> String {
             })
             .unwrap_or_else(|| "—".into()),
     ]);
+}
+
+/// Condition rows: input length, prompt length check, engine tokenizer, output length and temperature.
+fn length_condition_rows(
+    rows: &mut Vec<Vec<String>>,
+    res: &E2eResults,
+    runs: &[RunResult],
+    c0: &Conditions,
+) {
     let l = &c0.lengths;
     let chat = res
         .suite
@@ -470,6 +521,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
         format!("{}", c0.temperature),
         "request".into(),
     ]);
+}
+
+/// Condition rows: where token counts came from, the usage cross-check and the engine environment.
+fn token_condition_rows(rows: &mut Vec<Vec<String>>, res: &E2eResults, runs: &[RunResult]) {
     let mut sources: Vec<String> = runs
         .iter()
         .flat_map(|r| {
@@ -530,10 +585,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
             "variables that change kernels, as the engine rigbench started got them".into(),
         ]);
     }
-    o.push_str(&markdown_table(&["condition", "value", "source"], &rows));
-    o.push('\n');
+}
 
-    // Per-run conditions.
+/// The per-run conditions table.
+fn render_run_conditions(o: &mut String, runs: &[RunResult]) {
     let mut rows = Vec::new();
     for r in runs {
         let c = &r.conditions;
@@ -609,8 +664,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
         &rows,
     ));
     o.push('\n');
+}
 
-    // Validity.
+/// The validity list, where a run is invalid or has notes or unknown conditions.
+fn render_validity(o: &mut String, runs: &[RunResult]) {
     let invalid: Vec<&RunResult> = runs.iter().filter(|r| !r.validity.valid).collect();
     if !invalid.is_empty()
         || runs
@@ -636,8 +693,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
         }
         o.push('\n');
     }
+}
 
-    // Latency.
+/// The latency table and its notes.
+fn render_latency(o: &mut String, runs: &[RunResult]) {
     let _ = writeln!(o, "### Latency (ms, completed requests)\n");
     let mut rows = Vec::new();
     let mut ttfc_hidden = 0;
@@ -746,8 +805,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
             }
         );
     }
+}
 
-    // Throughput.
+/// The throughput table.
+fn render_throughput(o: &mut String, runs: &[RunResult]) {
     let _ = writeln!(o, "### Throughput\n");
     let mut rows = Vec::new();
     for r in runs {
@@ -806,7 +867,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
         &rows,
     ));
     o.push('\n');
+}
 
+/// Refused /metrics gauge values and what the /metrics sampling cost.
+fn render_metrics_sampling(o: &mut String, runs: &[RunResult]) {
     // Gauge values refused as impossible, and scrapes that gave nothing, with their reasons.
     for r in runs.iter().filter(|r| !r.polls.rejected.is_empty()) {
         let _ = writeln!(
@@ -846,8 +910,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
             scrapes.join("; ")
         );
     }
+}
 
-    // Acceptance by position.
+/// The speculative acceptance by draft position table.
+fn render_spec_acceptance(o: &mut String, runs: &[RunResult]) {
     let spec_runs: Vec<&RunResult> = runs
         .iter()
         .filter(|r| !r.conditions.spec.per_position.is_empty())
@@ -894,7 +960,10 @@ pub fn render_markdown(res: &E2eResults) -> String {
         o.push_str(&markdown_table(&h, &rows));
         o.push('\n');
     }
+}
 
+/// The plots' image links.
+fn render_plots(o: &mut String, res: &E2eResults) {
     let plots = plot_names(res);
     if !plots.is_empty() {
         let _ = writeln!(o, "### Plots\n");
@@ -903,8 +972,6 @@ pub fn render_markdown(res: &E2eResults) -> String {
         }
         o.push('\n');
     }
-    render_bootlog(&mut o, res.boot_log.as_ref());
-    o
 }
 
 fn stop_text(s: &ExecStop) -> String {
