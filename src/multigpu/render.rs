@@ -75,7 +75,21 @@ pub fn markdown(mg: &MultiGpuResults, rig: &RigFacts) -> String {
     }
     o.push_str("\n\n");
 
-    // Per-GPU kernel rows.
+    render_spread(&mut o, mg);
+    render_interconnect(&mut o, mg);
+    render_allreduce_per_step(&mut o, mg);
+    render_tp_prediction(&mut o, mg);
+    if !mg.notes.is_empty() {
+        for n in &mg.notes {
+            o.push_str(&format!("- {n}\n"));
+        }
+        o.push('\n');
+    }
+    o
+}
+
+/// The kernels on every GPU: per-GPU rows, findings, per-case medians and per-GPU errors.
+fn render_spread(o: &mut String, mg: &MultiGpuResults) {
     if let Some(sp) = &mg.spread {
         o.push_str("### Kernels on every GPU\n\n");
         o.push_str(&format!(
@@ -156,14 +170,64 @@ pub fn markdown(mg: &MultiGpuResults, rig: &RigFacts) -> String {
             o.push('\n');
         }
     }
+}
 
-    // Interconnect.
+/// The interconnect: peer-to-peer copies, all-reduce, the peers' status and where rigbench and PyTorch disagree.
+fn render_interconnect(o: &mut String, mg: &MultiGpuResults) {
     if mg.p2p.is_some() || mg.allreduce.is_some() {
         o.push_str("### Interconnect\n\n");
     }
     let peer_copies: Vec<&PeerCopy> = mg.peers.iter().flat_map(|p| p.p2p.iter()).collect();
     let peer_ar: Vec<&PeerAllReduce> = mg.peers.iter().flat_map(|p| p.allreduce.iter()).collect();
     let mut disagreements: Vec<String> = Vec::new();
+    render_p2p(o, mg, &peer_copies, &mut disagreements);
+    render_allreduce(o, mg, &peer_ar, &mut disagreements);
+    if let Some(p) = &mg.peers {
+        for s in &p.status {
+            o.push_str(&format!(
+                "Peer `{}`: {} ({}).\n",
+                s.provider,
+                if s.available { "ran" } else { "did not run" },
+                s.detail
+            ));
+        }
+        for n in &p.notes {
+            o.push_str(&format!("- peer: {n}\n"));
+        }
+        o.push('\n');
+        if disagreements.is_empty() && (!peer_copies.is_empty() || !peer_ar.is_empty()) {
+            o.push_str(&format!(
+                "Every rigbench figure above is within {:.0}% of PyTorch's.\n\n",
+                PEER_AGREEMENT * 100.0
+            ));
+        }
+    }
+    if !disagreements.is_empty() {
+        o.push_str(&format!(
+            "Figures more than {:.0}% from PyTorch's, and why:\n\n",
+            PEER_AGREEMENT * 100.0
+        ));
+        for d in &disagreements {
+            o.push_str(&format!("- {d}\n"));
+        }
+        // One reason for every all-reduce row, given once.
+        if disagreements.iter().any(|d| d.starts_with("all-reduce")) {
+            o.push_str(&format!(
+                "\nWhy the all-reduce figures differ: {}.\n",
+                why_allreduce(mg)
+            ));
+        }
+        o.push('\n');
+    }
+}
+
+/// The peer-to-peer copy matrix, noting copies far from PyTorch's in `disagreements`.
+fn render_p2p(
+    o: &mut String,
+    mg: &MultiGpuResults,
+    peer_copies: &[&PeerCopy],
+    disagreements: &mut Vec<String>,
+) {
     if let Some(p) = &mg.p2p {
         o.push_str(&format!(
             "**Peer-to-peer copies** ({} per copy). {}.\n\n",
@@ -242,6 +306,15 @@ pub fn markdown(mg: &MultiGpuResults, rig: &RigFacts) -> String {
             o.push('\n');
         }
     }
+}
+
+/// The all-reduce table, noting figures far from PyTorch's in `disagreements`.
+fn render_allreduce(
+    o: &mut String,
+    mg: &MultiGpuResults,
+    peer_ar: &[&PeerAllReduce],
+    disagreements: &mut Vec<String>,
+) {
     if let Some(a) = &mg.allreduce {
         o.push_str(&format!(
             "**All-reduce** through NCCL {} (`{}`), {}; environment: {}. Method: {}.\n\n",
@@ -324,44 +397,10 @@ pub fn markdown(mg: &MultiGpuResults, rig: &RigFacts) -> String {
             o.push('\n');
         }
     }
-    if let Some(p) = &mg.peers {
-        for s in &p.status {
-            o.push_str(&format!(
-                "Peer `{}`: {} ({}).\n",
-                s.provider,
-                if s.available { "ran" } else { "did not run" },
-                s.detail
-            ));
-        }
-        for n in &p.notes {
-            o.push_str(&format!("- peer: {n}\n"));
-        }
-        o.push('\n');
-        if disagreements.is_empty() && (!peer_copies.is_empty() || !peer_ar.is_empty()) {
-            o.push_str(&format!(
-                "Every rigbench figure above is within {:.0}% of PyTorch's.\n\n",
-                PEER_AGREEMENT * 100.0
-            ));
-        }
-    }
-    if !disagreements.is_empty() {
-        o.push_str(&format!(
-            "Figures more than {:.0}% from PyTorch's, and why:\n\n",
-            PEER_AGREEMENT * 100.0
-        ));
-        for d in &disagreements {
-            o.push_str(&format!("- {d}\n"));
-        }
-        // One reason for every all-reduce row, given once.
-        if disagreements.iter().any(|d| d.starts_with("all-reduce")) {
-            o.push_str(&format!(
-                "\nWhy the all-reduce figures differ: {}.\n",
-                why_allreduce(mg)
-            ));
-        }
-        o.push('\n');
-    }
+}
 
+/// The all-reduce time per decode step table.
+fn render_allreduce_per_step(o: &mut String, mg: &MultiGpuResults) {
     if !mg.allreduce_per_step.is_empty() {
         let mut tps: Vec<usize> = mg.allreduce_per_step.iter().map(|r| r.tp).collect();
         tps.sort_unstable();
@@ -415,7 +454,10 @@ pub fn markdown(mg: &MultiGpuResults, rig: &RigFacts) -> String {
         o.push_str(&markdown_table(&h, &rows));
         o.push('\n');
     }
+}
 
+/// The tensor-parallel prediction table and what it leaves out.
+fn render_tp_prediction(o: &mut String, mg: &MultiGpuResults) {
     if let Some(tp) = &mg.tp {
         o.push_str("### Tensor-parallel prediction (not a measurement)\n\n");
         o.push_str(&format!(
@@ -475,13 +517,6 @@ pub fn markdown(mg: &MultiGpuResults, rig: &RigFacts) -> String {
         }
         o.push('\n');
     }
-    if !mg.notes.is_empty() {
-        for n in &mg.notes {
-            o.push_str(&format!("- {n}\n"));
-        }
-        o.push('\n');
-    }
-    o
 }
 
 #[cfg(test)]
