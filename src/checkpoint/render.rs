@@ -16,7 +16,18 @@ pub fn render_markdown(r: &InspectReport) -> String {
     o.push_str(&format!("## Checkpoint: {}\n\n", r.checkpoint));
     o.push_str(&format!("Files read: {}.\n\n", r.files_read.join(", ")));
 
-    // Model
+    render_model(&mut o, r);
+    render_quantization(&mut o, r);
+    render_tensors(&mut o, r);
+    render_modules(&mut o, r);
+    render_findings(&mut o, r);
+    render_card(&mut o, r);
+    render_capacity(&mut o, r);
+    o
+}
+
+/// The model facts from config.json.
+fn render_model(o: &mut String, r: &InspectReport) {
     let m = &r.model;
     o.push_str("### Model (config.json)\n\n");
     let mut rows: Vec<Vec<String>> = vec![
@@ -123,8 +134,10 @@ pub fn render_markdown(r: &InspectReport) -> String {
     }
     o.push_str(&markdown_table(&["fact", "value"], &rows));
     o.push('\n');
+}
 
-    // Quantization metadata
+/// The quantization metadata and which file engines follow.
+fn render_quantization(o: &mut String, r: &InspectReport) {
     o.push_str("### Quantization metadata\n\n");
     if r.quantization.facts.is_empty() {
         o.push_str(&format!("{}\n\n", r.quantization.followed_why));
@@ -141,8 +154,10 @@ pub fn render_markdown(r: &InspectReport) -> String {
             r.quantization.followed_why
         ));
     }
+}
 
-    // Tensors
+/// The safetensors headers summary.
+fn render_tensors(o: &mut String, r: &InspectReport) {
     o.push_str("### safetensors headers\n\n");
     if let Some(reason) = &r.tensors.skipped_reason {
         o.push_str(&format!("{reason}.\n\n"));
@@ -166,8 +181,10 @@ pub fn render_markdown(r: &InspectReport) -> String {
             by.join(", ")
         ));
     }
+}
 
-    // Modules
+/// The modules by layer kind and the other tensors.
+fn render_modules(o: &mut String, r: &InspectReport) {
     o.push_str("### Modules by layer kind\n\n");
     o.push_str(&format!("Module list: {}.\n\n", r.module_source));
     if r.modules.is_empty() {
@@ -209,8 +226,10 @@ pub fn render_markdown(r: &InspectReport) -> String {
     if let Some(t) = &r.other_tensors {
         o.push_str(&format!("Also: {t}.\n\n"));
     }
+}
 
-    // Findings
+/// The findings, counted by severity in the heading.
+fn render_findings(o: &mut String, r: &InspectReport) {
     let (e, w, i) = r
         .findings
         .iter()
@@ -258,8 +277,10 @@ pub fn render_markdown(r: &InspectReport) -> String {
         ));
         o.push('\n');
     }
+}
 
-    // Card
+/// The formats on this card, or why there is none.
+fn render_card(o: &mut String, r: &InspectReport) {
     match (&r.card.cc, &r.card.skipped) {
         (Some(cc), _) => {
             o.push_str(&format!(
@@ -303,8 +324,10 @@ pub fn render_markdown(r: &InspectReport) -> String {
         (None, Some(why)) => o.push_str(&format!("### Formats on this card\n\n{why}.\n\n")),
         (None, None) => {}
     }
+}
 
-    // Capacity
+/// The capacity prediction, what was not computed and the assumptions.
+fn render_capacity(o: &mut String, r: &InspectReport) {
     let c = &r.capacity;
     o.push_str("### Capacity (prediction)\n\n");
     let mut rows: Vec<Vec<String>> = vec![
@@ -429,5 +452,4 @@ pub fn render_markdown(r: &InspectReport) -> String {
         o.push_str(&format!("- assumption: {a}\n"));
     }
     o.push('\n');
-    o
 }
