@@ -193,6 +193,46 @@ pub fn markdown_for(
     caps: &[crate::rig::Capability],
 ) -> String {
     let mut o = String::new();
+    render_intro(&mut o, k);
+    let composite = k.composite.clone().or_else(|| super::composite::compute(k));
+    o.push_str(&super::goals::markdown(k, composite.as_ref()));
+    if let Some(c) = &composite {
+        let plot = plots
+            .iter()
+            .any(|p| p == COMPOSITE_PLOT)
+            .then_some(COMPOSITE_PLOT);
+        o.push_str(&super::composite::markdown(c, plot));
+    }
+    o.push_str(&super::fit::markdown(k));
+    o.push_str(&super::timing_modes::markdown(k));
+    let target = k.timing_policy.as_ref().map(|p| p.stopping.target_rel_std);
+    for (shape, cases) in by_shape(k) {
+        render_shape(&mut o, &shape, &cases, plots, target);
+    }
+    if plots.contains(&"kernels_fastest.svg".to_string()) {
+        o.push_str("### Fastest format at each M\n\n![fastest implementation per shape and M](kernels_fastest.svg)\n\n");
+    }
+    o.push_str(&super::peak::markdown(k));
+    render_what_ran(&mut o, k);
+    if !k.peers.is_empty() {
+        o.push_str(&peer_section(k));
+    }
+    render_kernel_facts(&mut o, k);
+    render_determinism(&mut o, k);
+    render_reference_accuracy(&mut o, k);
+    render_skipped(&mut o, k, caps);
+    if !k.notes.is_empty() {
+        o.push_str("### Notes\n\n");
+        for n in &k.notes {
+            o.push_str(&format!("- {n}\n"));
+        }
+        o.push('\n');
+    }
+    o
+}
+
+/// The heading, suite description, GEMM legend, timing conditions, copy bandwidth and clocks.
+fn render_intro(o: &mut String, k: &KernelResults) {
     if k.suite.name.is_empty() {
         // No suite ran (--no-kernels, or no GPU): no suite name to show.
         o.push_str("## Kernels\n\n");
@@ -245,155 +285,160 @@ pub fn markdown_for(
     } else {
         o.push('\n');
     }
-    let composite = k.composite.clone().or_else(|| super::composite::compute(k));
-    o.push_str(&super::goals::markdown(k, composite.as_ref()));
-    if let Some(c) = &composite {
-        let plot = plots
-            .iter()
-            .any(|p| p == COMPOSITE_PLOT)
-            .then_some(COMPOSITE_PLOT);
-        o.push_str(&super::composite::markdown(c, plot));
+}
+
+/// One shape's section: its table of M against implementation, noisy cases, crossovers and plot.
+fn render_shape(
+    o: &mut String,
+    shape: &str,
+    cases: &BTreeMap<(String, usize), &KernelCase>,
+    plots: &[String],
+    target: Option<f64>,
+) {
+    let any = cases.values().next().copied();
+    let (n, kk) = any.map(|c| (c.n, c.k)).unwrap_or((0, 0));
+    o.push_str(&format!(
+        "### `{shape}` (N = {}, K = {})\n\n",
+        thousands(n as u64),
+        thousands(kk as u64)
+    ));
+    let cols = columns(cases);
+    let mut ms: Vec<usize> = cases.keys().map(|(_, m)| *m).collect();
+    ms.sort_unstable();
+    ms.dedup();
+    let mut headers: Vec<String> = vec!["M".into()];
+    headers.extend(cols.iter().map(|c| col_header(cases, c)));
+    let has_fp8q = has_quant(cases, "fp8");
+    if has_fp8q {
+        headers.push("fp8 act. quant".into());
     }
-    o.push_str(&super::fit::markdown(k));
-    o.push_str(&super::timing_modes::markdown(k));
-    let target = k.timing_policy.as_ref().map(|p| p.stopping.target_rel_std);
-    for (shape, cases) in by_shape(k) {
-        let any = cases.values().next().copied();
-        let (n, kk) = any.map(|c| (c.n, c.k)).unwrap_or((0, 0));
-        o.push_str(&format!(
-            "### `{shape}` (N = {}, K = {})\n\n",
-            thousands(n as u64),
-            thousands(kk as u64)
-        ));
-        let cols = columns(&cases);
-        let mut ms: Vec<usize> = cases.keys().map(|(_, m)| *m).collect();
-        ms.sort_unstable();
-        ms.dedup();
-        let mut headers: Vec<String> = vec!["M".into()];
-        headers.extend(cols.iter().map(|c| col_header(&cases, c)));
-        let has_fp8q = has_quant(&cases, "fp8");
-        if has_fp8q {
-            headers.push("fp8 act. quant".into());
-        }
-        headers.push("w4a16 % copy BW".into());
-        headers.push("fastest (FP8 incl. act. quant)".into());
-        let mut rows = Vec::new();
-        let mut flagged = Vec::new();
-        for m in &ms {
-            let base = cases
-                .get(&("bf16".to_string(), *m))
-                .map(|c| c.timing.median_s);
-            let mut r = vec![thousands(*m as u64)];
-            for c in &cols {
-                let x = cases.get(&(c.clone(), *m));
-                if let (Some(x), Some(t)) = (x, target) {
-                    if noisy(x, t) {
-                        flagged.push(format!(
-                            "{c} M = {m}: σ/mean {:.1}% over {} samples (stop: {})",
-                            x.timing.rel_std * 100.0,
-                            x.timing.samples_s.len(),
-                            stop_name(x.timing.stop_reason)
-                        ));
-                    }
+    headers.push("w4a16 % copy BW".into());
+    headers.push("fastest (FP8 incl. act. quant)".into());
+    let mut rows = Vec::new();
+    let mut flagged = Vec::new();
+    for m in &ms {
+        let base = cases
+            .get(&("bf16".to_string(), *m))
+            .map(|c| c.timing.median_s);
+        let mut r = vec![thousands(*m as u64)];
+        for c in &cols {
+            let x = cases.get(&(c.clone(), *m));
+            if let (Some(x), Some(t)) = (x, target) {
+                if noisy(x, t) {
+                    flagged.push(format!(
+                        "{c} M = {m}: σ/mean {:.1}% over {} samples (stop: {})",
+                        x.timing.rel_std * 100.0,
+                        x.timing.samples_s.len(),
+                        stop_name(x.timing.stop_reason)
+                    ));
                 }
-                r.push(cell(x, base, target));
             }
-            if has_fp8q {
-                r.push(
-                    cases
-                        .get(&("fp8".into(), *m))
-                        .and_then(|c| KernelCase::act_quant(&c.extra))
-                        .map(|e| human_seconds(e.median_s))
-                        .unwrap_or_else(|| "—".into()),
-                );
-            }
+            r.push(cell(x, base, target));
+        }
+        if has_fp8q {
             r.push(
                 cases
-                    .get(&("w4a16".into(), *m))
-                    .and_then(|c| c.derived.pct_copy_bw)
-                    .map(|p| format!("{p:.0}%"))
+                    .get(&("fp8".into(), *m))
+                    .and_then(|c| KernelCase::act_quant(&c.extra))
+                    .map(|e| human_seconds(e.median_s))
                     .unwrap_or_else(|| "—".into()),
             );
-            let fastest = cols
-                .iter()
-                .filter_map(|c| cases.get(&(c.clone(), *m)).map(|x| (c, x.total_s())))
-                .min_by(|a, b| a.1.total_cmp(&b.1))
-                .map(|(c, _)| c.clone())
-                .unwrap_or_default();
-            r.push(fastest);
-            rows.push(r);
         }
-        let hdr: Vec<&str> = headers.iter().map(String::as_str).collect();
-        o.push_str(&markdown_table(&hdr, &rows));
-        o.push('\n');
-        if !flagged.is_empty() {
-            let more = flagged.len().saturating_sub(FLAGGED_SHOWN);
-            flagged.truncate(FLAGGED_SHOWN);
-            o.push_str(&format!(
-                "‡ σ/mean more than {NOISY_FACTOR}× the stopping target ({:.1}%): {}{}.\n\n",
-                target.unwrap_or(0.0) * 100.0,
-                flagged.join("; "),
-                if more > 0 {
-                    format!("; and {more} more (kernels.csv: rel_std, stop_reason)")
-                } else {
-                    String::new()
-                }
-            ));
-        }
-        // FP8 lines say whether its activation quantization (timed separately) is counted.
-        let with_quant = |c: &KernelCase| c.total_s();
-        let plain = |c: &KernelCase| c.timing.median_s;
-        let excl = "FP8 excluding activation quantization: ";
-        let incl = "FP8 including activation quantization: ";
-        type Time = fn(&KernelCase) -> f64;
-        let mut pairs: Vec<(&str, &str, &str, Time)> = vec![
-            ("w4a16", "fp8", if has_fp8q { excl } else { "" }, plain),
-            ("w4a16", "bf16", "", plain),
-            ("fp8", "bf16", if has_fp8q { excl } else { "" }, plain),
-        ];
-        if has_fp8q {
-            pairs.insert(1, ("w4a16", "fp8", incl, with_quant));
-            pairs.push(("fp8", "bf16", incl, with_quant));
-        }
-        let mut lines = Vec::new();
-        for (a, b, label, time) in pairs {
-            // `time` applies to the FP8 side only.
-            let t = |c: &KernelCase| {
-                if c.implementation == "fp8" {
-                    time(c)
-                } else {
-                    plain(c)
-                }
-            };
-            let pts: Vec<(usize, f64, f64)> = ms
-                .iter()
-                .filter_map(|m| {
-                    let ta = t(cases.get(&(a.to_string(), *m))?);
-                    let tb = t(cases.get(&(b.to_string(), *m))?);
-                    Some((*m, ta, tb))
-                })
-                .collect();
-            if let Some(t) = crossover(a, b, &pts) {
-                lines.push(format!("- {label}{t}"));
+        r.push(
+            cases
+                .get(&("w4a16".into(), *m))
+                .and_then(|c| c.derived.pct_copy_bw)
+                .map(|p| format!("{p:.0}%"))
+                .unwrap_or_else(|| "—".into()),
+        );
+        let fastest = cols
+            .iter()
+            .filter_map(|c| cases.get(&(c.clone(), *m)).map(|x| (c, x.total_s())))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(c, _)| c.clone())
+            .unwrap_or_default();
+        r.push(fastest);
+        rows.push(r);
+    }
+    let hdr: Vec<&str> = headers.iter().map(String::as_str).collect();
+    o.push_str(&markdown_table(&hdr, &rows));
+    o.push('\n');
+    if !flagged.is_empty() {
+        let more = flagged.len().saturating_sub(FLAGGED_SHOWN);
+        flagged.truncate(FLAGGED_SHOWN);
+        o.push_str(&format!(
+            "‡ σ/mean more than {NOISY_FACTOR}× the stopping target ({:.1}%): {}{}.\n\n",
+            target.unwrap_or(0.0) * 100.0,
+            flagged.join("; "),
+            if more > 0 {
+                format!("; and {more} more (kernels.csv: rel_std, stop_reason)")
+            } else {
+                String::new()
             }
-        }
-        if !lines.is_empty() {
-            // Each FP8 line says whether it counts the activation quantization.
-            o.push_str("Crossovers:\n\n");
-            o.push_str(&lines.join("\n"));
-            o.push_str("\n\n");
-        }
-        let plot = plot_name(&shape);
-        if plots.contains(&plot) {
-            o.push_str(&format!(
-                "![{shape}: time and weight bandwidth against M]({plot})\n\n"
-            ));
+        ));
+    }
+    render_crossovers(o, cases, &ms, has_fp8q);
+    let plot = plot_name(shape);
+    if plots.contains(&plot) {
+        o.push_str(&format!(
+            "![{shape}: time and weight bandwidth against M]({plot})\n\n"
+        ));
+    }
+}
+
+/// One shape's crossovers between formats (FP8 lines with and without activation quantization).
+fn render_crossovers(
+    o: &mut String,
+    cases: &BTreeMap<(String, usize), &KernelCase>,
+    ms: &[usize],
+    has_fp8q: bool,
+) {
+    let with_quant = |c: &KernelCase| c.total_s();
+    let plain = |c: &KernelCase| c.timing.median_s;
+    let excl = "FP8 excluding activation quantization: ";
+    let incl = "FP8 including activation quantization: ";
+    type Time = fn(&KernelCase) -> f64;
+    let mut pairs: Vec<(&str, &str, &str, Time)> = vec![
+        ("w4a16", "fp8", if has_fp8q { excl } else { "" }, plain),
+        ("w4a16", "bf16", "", plain),
+        ("fp8", "bf16", if has_fp8q { excl } else { "" }, plain),
+    ];
+    if has_fp8q {
+        pairs.insert(1, ("w4a16", "fp8", incl, with_quant));
+        pairs.push(("fp8", "bf16", incl, with_quant));
+    }
+    let mut lines = Vec::new();
+    for (a, b, label, time) in pairs {
+        // `time` applies to the FP8 side only.
+        let t = |c: &KernelCase| {
+            if c.implementation == "fp8" {
+                time(c)
+            } else {
+                plain(c)
+            }
+        };
+        let pts: Vec<(usize, f64, f64)> = ms
+            .iter()
+            .filter_map(|m| {
+                let ta = t(cases.get(&(a.to_string(), *m))?);
+                let tb = t(cases.get(&(b.to_string(), *m))?);
+                Some((*m, ta, tb))
+            })
+            .collect();
+        if let Some(t) = crossover(a, b, &pts) {
+            lines.push(format!("- {label}{t}"));
         }
     }
-    if plots.contains(&"kernels_fastest.svg".to_string()) {
-        o.push_str("### Fastest format at each M\n\n![fastest implementation per shape and M](kernels_fastest.svg)\n\n");
+    if !lines.is_empty() {
+        // Each FP8 line says whether it counts the activation quantization.
+        o.push_str("Crossovers:\n\n");
+        o.push_str(&lines.join("\n"));
+        o.push_str("\n\n");
     }
-    o.push_str(&super::peak::markdown(k));
+}
+
+/// The path, SM clock and stop reason of every rigbench case.
+fn render_what_ran(o: &mut String, k: &KernelResults) {
     let paths: Vec<Vec<String>> = k
         .cases
         .iter()
@@ -420,9 +465,10 @@ pub fn markdown_for(
         ));
         o.push_str("\n</details>\n\n");
     }
-    if !k.peers.is_empty() {
-        o.push_str(&peer_section(k));
-    }
+}
+
+/// The kernel facts table (registers, spills, shared memory, threads).
+fn render_kernel_facts(o: &mut String, k: &KernelResults) {
     if !k.kernel_facts.is_empty() {
         o.push_str("### Kernel facts\n\n");
         let rows: Vec<Vec<String>> = k
@@ -452,6 +498,10 @@ pub fn markdown_for(
         ));
         o.push('\n');
     }
+}
+
+/// The determinism table.
+fn render_determinism(o: &mut String, k: &KernelResults) {
     if !k.determinism.is_empty() {
         o.push_str("### Determinism\n\n");
         let rows: Vec<Vec<String>> = k
@@ -481,6 +531,10 @@ pub fn markdown_for(
         ));
         o.push('\n');
     }
+}
+
+/// The accuracy of each format against the CPU reference.
+fn render_reference_accuracy(o: &mut String, k: &KernelResults) {
     if !k.reference_accuracy.is_empty() {
         o.push_str("### Accuracy of each format (CPU reference, no GPU involved)\n\n");
         o.push_str("Relative L2 error of the format's GEMM against the exact product of the unquantized operands. W4A4 here is emulated (quantize, dequantize, multiply): an accuracy figure, never a speed.\n\n");
@@ -523,6 +577,10 @@ pub fn markdown_for(
             o.push_str("With outlier channels, the outliers dominate the norm of the product and are represented almost exactly (each is the largest value of its block), so the overall error can look no worse than on plain data; the last column is the error of the product over the other channels, which is what the outliers cost them.\n\n");
         }
     }
+}
+
+/// The skipped kernel cases, one row per provider, implementation, M and reason.
+fn render_skipped(o: &mut String, k: &KernelResults, caps: &[crate::rig::Capability]) {
     if !k.skipped.is_empty() {
         o.push_str("### Skipped kernel cases\n\n");
         // One row per (provider, implementation, M, reason), the shapes it covers joined.
@@ -568,14 +626,6 @@ pub fn markdown_for(
         ));
         o.push('\n');
     }
-    if !k.notes.is_empty() {
-        o.push_str("### Notes\n\n");
-        for n in &k.notes {
-            o.push_str(&format!("- {n}\n"));
-        }
-        o.push('\n');
-    }
-    o
 }
 
 /// The peer section: which providers were tried, which ran, their timed and skipped cases with
