@@ -242,6 +242,17 @@ pub fn predict_kv_tokens_with_states(
     (b - reserved).checked_div(kv_bytes_per_token)
 }
 
+/// What one sequence holds besides its KV, for the wording of the assumptions.
+#[derive(Clone, Copy)]
+struct SequenceState {
+    /// Recurrent plus sliding-window state bytes of one sequence.
+    state: u64,
+    /// The sliding-window part of `state`.
+    sliding_state: u64,
+    /// State slots reserved before the KV cache (--max-num-seqs), if any.
+    slots: Option<u64>,
+}
+
 /// Predict the footprint and capacity.
 pub(crate) fn predict(
     facts: &ModelFacts,
@@ -272,7 +283,64 @@ pub(crate) fn predict(
         "model dtype unstated, BF16 assumed".into()
     };
 
-    // Weights.
+    predict_weights(&mut p, recs, headers, model_dtype);
+    let kv = predict_kv_dtype(
+        &mut p,
+        followed,
+        other,
+        opts,
+        model_dtype,
+        &model_dtype_note,
+    );
+    p.kv_dtype = kv.map(|d| d.name().to_string());
+
+    predict_kv_per_token(&mut p, facts, kv);
+    predict_gdn_state(&mut p, facts, model_dtype);
+
+    p.gpu_memory_bytes = opts.gpu_memory_bytes;
+    p.gpu_memory_source = opts.gpu_memory_source.clone();
+    let (max_len, src) = match (opts.max_model_len, facts.max_position_embeddings) {
+        (Some(l), _) => (Some(l), Some("--max-model-len".to_string())),
+        (None, Some(l)) => (
+            Some(l),
+            Some("config.json max_position_embeddings (vLLM's default max_model_len)".to_string()),
+        ),
+        (None, None) => (None, None),
+    };
+    p.max_model_len = max_len;
+    p.max_model_len_source = src;
+
+    let gdn_state = p.state_bytes_per_sequence.unwrap_or(0);
+    // One sequence's sliding-window KV at min(W, L) tokens (W when L is unknown).
+    let sliding_state = match (p.sliding_bytes_per_token, p.sliding_window) {
+        (Some(b), Some(w)) => b.saturating_mul(max_len.map_or(w, |l| l.min(w))),
+        _ => 0,
+    };
+    let state = gdn_state.saturating_add(sliding_state);
+    let slots = predict_tokens(&mut p, opts, max_len, state);
+    if max_len.is_none() && p.kv_tokens.is_some() {
+        p.not_computed.push(
+            "maximum concurrency: config.json has no max_position_embeddings; pass --max-model-len"
+                .into(),
+        );
+    }
+
+    let st = SequenceState {
+        state,
+        sliding_state,
+        slots,
+    };
+    predict_assumptions(&mut p, facts, recs, headers, opts, &st);
+    p
+}
+
+/// The weight bytes and their source: from the headers, the index, or estimated from the modules.
+fn predict_weights(
+    p: &mut CapacityPrediction,
+    recs: &[Rec],
+    headers: Option<&Headers>,
+    model_dtype: KvCacheDtype,
+) {
     match headers {
         Some(h) if h.names_only => match h.index_total_size {
             Some(t) => {
@@ -308,8 +376,17 @@ pub(crate) fn predict(
                 .push("weight bytes: no safetensors headers to read them from".into());
         }
     }
+}
 
-    // KV dtype.
+/// The KV cache dtype and its source: the command line, the followed metadata, or the model dtype.
+fn predict_kv_dtype(
+    p: &mut CapacityPrediction,
+    followed: Option<&Rules>,
+    other: Option<&Rules>,
+    opts: &InspectOptions,
+    model_dtype: KvCacheDtype,
+    model_dtype_note: &str,
+) -> Option<KvCacheDtype> {
     let declared_kv = |r: Option<&Rules>| r.and_then(|r| r.kv.clone().map(|k| (r.file.clone(), k)));
     let kv = match opts.kv_cache_dtype {
         Some(d) => {
@@ -345,8 +422,11 @@ pub(crate) fn predict(
             }
         },
     };
-    p.kv_dtype = kv.map(|d| d.name().to_string());
+    kv
+}
 
+/// The KV bytes per token of the full-attention (and sliding-window) layers, or why not modelled.
+fn predict_kv_per_token(p: &mut CapacityPrediction, facts: &ModelFacts, kv: Option<KvCacheDtype>) {
     match (
         facts.full_attention_layers,
         facts.num_key_value_heads,
@@ -381,7 +461,10 @@ pub(crate) fn predict(
             "KV bytes per token, KV tokens and concurrency: not modelled: {why}"
         ));
     }
+}
 
+/// The Gated-DeltaNet recurrent state per sequence, with its derivation as an assumption.
+fn predict_gdn_state(p: &mut CapacityPrediction, facts: &ModelFacts, model_dtype: KvCacheDtype) {
     if facts.linear_attention_layers > 0 {
         let la = facts.linear_attention.clone().unwrap_or_default();
         match (
@@ -429,27 +512,15 @@ pub(crate) fn predict(
             ),
         }
     }
+}
 
-    p.gpu_memory_bytes = opts.gpu_memory_bytes;
-    p.gpu_memory_source = opts.gpu_memory_source.clone();
-    let (max_len, src) = match (opts.max_model_len, facts.max_position_embeddings) {
-        (Some(l), _) => (Some(l), Some("--max-model-len".to_string())),
-        (None, Some(l)) => (
-            Some(l),
-            Some("config.json max_position_embeddings (vLLM's default max_model_len)".to_string()),
-        ),
-        (None, None) => (None, None),
-    };
-    p.max_model_len = max_len;
-    p.max_model_len_source = src;
-
-    let gdn_state = p.state_bytes_per_sequence.unwrap_or(0);
-    // One sequence's sliding-window KV at min(W, L) tokens (W when L is unknown).
-    let sliding_state = match (p.sliding_bytes_per_token, p.sliding_window) {
-        (Some(b), Some(w)) => b.saturating_mul(max_len.map_or(w, |l| l.min(w))),
-        _ => 0,
-    };
-    let state = gdn_state.saturating_add(sliding_state);
+/// The KV budget, whether one sequence fits, KV tokens and concurrency; the state slots reserved, if any.
+fn predict_tokens(
+    p: &mut CapacityPrediction,
+    opts: &InspectOptions,
+    max_len: Option<u64>,
+    state: u64,
+) -> Option<u64> {
     let mut slots: Option<u64> = None;
     match (opts.gpu_memory_bytes, p.weight_bytes) {
         (Some(mem), Some(w)) => {
@@ -505,13 +576,23 @@ pub(crate) fn predict(
             .not_computed
             .push("KV tokens and concurrency: need the weight bytes".into()),
     }
-    if max_len.is_none() && p.kv_tokens.is_some() {
-        p.not_computed.push(
-            "maximum concurrency: config.json has no max_position_embeddings; pass --max-model-len"
-                .into(),
-        );
-    }
+    slots
+}
 
+/// The prediction's assumptions, the general ones first, then those gathered in `p.assumptions`.
+fn predict_assumptions(
+    p: &mut CapacityPrediction,
+    facts: &ModelFacts,
+    recs: &[Rec],
+    headers: Option<&Headers>,
+    opts: &InspectOptions,
+    st: &SequenceState,
+) {
+    let SequenceState {
+        state,
+        sliding_state,
+        slots,
+    } = *st;
     let mut a = vec![
         "a prediction from metadata, not a measurement: the engine reports the real figure at startup (vLLM: 'GPU KV cache size: N tokens', 'Maximum concurrency for L tokens per request')".to_string(),
         format!(
@@ -574,7 +655,6 @@ pub(crate) fn predict(
     }
     a.append(&mut p.assumptions);
     p.assumptions = a;
-    p
 }
 
 impl CapacityPrediction {
