@@ -177,13 +177,22 @@ fn goal_timing(k: &KernelResults, composite: Option<&Composite>) -> StepTiming {
 pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
     let mut out = Vec::new();
     let t = goal_timing(k, composite);
+    peer_goals(&mut out, k, composite, t);
+    composite_goals(&mut out, composite, t);
+    fit_goals(&mut out, k, t);
+    fp8_goals(&mut out, k, composite, t);
+    correctness_goals(&mut out, k);
+    out
+}
+
+/// The goals against the engines' kernels (Humming, vLLM's Marlin), every M ≤ 1024.
+fn peer_goals(
+    out: &mut Vec<Goal>,
+    k: &KernelResults,
+    composite: Option<&Composite>,
+    t: StepTiming,
+) {
     let tname = t.id();
-    let no_comp = || {
-        "no decode-step composite: the suite gives no per_step counts, or no implementation covered every shape".to_string()
-    };
-    let w4_missing = |m: usize| {
-        format!("w4a16 or its baseline has no {tname}-timed composite row at M = {m} (see the composite's gaps)")
-    };
     // Against the engines' kernels.
     for provider in ["humming", "vllm-marlin"] {
         let col = peer_col(provider).unwrap_or(provider);
@@ -251,6 +260,14 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
         }
         out.push(g);
     }
+}
+
+/// The decode-step composite goals of w4a16: against bf16 at M = 64, its byte floor at M = 1, flatness to M = 16.
+fn composite_goals(out: &mut Vec<Goal>, composite: Option<&Composite>, t: StepTiming) {
+    let tname = t.id();
+    let w4_missing = |m: usize| {
+        format!("w4a16 or its baseline has no {tname}-timed composite row at M = {m} (see the composite's gaps)")
+    };
     let ratio = |m: usize, base: &str| -> Vec<(String, f64)> {
         composite
             .and_then(|c| {
@@ -309,6 +326,11 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
             }
         },
     ));
+}
+
+/// The goals on w4a16's fitted fixed cost and streaming rate, at M ≤ 16 and at M = 64.
+fn fit_goals(out: &mut Vec<Goal>, k: &KernelResults, t: StepTiming) {
+    let tname = t.id();
     // Fits.
     let mut ms: Vec<usize> = k
         .cases
@@ -384,6 +406,11 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
             why,
         )));
     }
+}
+
+/// The goals on FP8 as engines run it: the activation quantization's time and its share of the composite.
+fn fp8_goals(out: &mut Vec<Goal>, k: &KernelResults, composite: Option<&Composite>, t: StepTiming) {
+    let tname = t.id();
     // FP8 as engines run it.
     let rw = super::impls::fp8_rowwise::ID;
     let quant: Vec<(String, f64)> = k
@@ -451,6 +478,10 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
         share,
         || if composite.is_none() { no_comp() } else { format!("no {rw} composite row with its quantization at M ≤ 16") },
     ));
+}
+
+/// The goals on the correctness and determinism checks of rigbench's own cases.
+fn correctness_goals(out: &mut Vec<Goal>, k: &KernelResults) {
     // Correctness and determinism of rigbench's own cases.
     let failed = k
         .skipped
@@ -504,7 +535,11 @@ pub fn evaluate(k: &KernelResults, composite: Option<&Composite>) -> Vec<Goal> {
             Verdict::NotMet
         },
     });
-    out
+}
+
+/// Why a composite goal is not measured when there is no composite.
+fn no_comp() -> String {
+    "no decode-step composite: the suite gives no per_step counts, or no implementation covered every shape".to_string()
 }
 
 /// The goals table for the report (empty when no w4a16 case was timed).
