@@ -334,25 +334,7 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
         ..Default::default()
     };
     // Bounds that keep every later loop and product sane on hostile input.
-    for (name, v, max) in [
-        ("num_hidden_layers", f.num_hidden_layers, 100_000u64),
-        ("num_experts", f.num_experts, 1_000_000),
-        ("hidden_size", f.hidden_size, 1 << 24),
-        ("num_attention_heads", f.num_attention_heads, 1 << 20),
-        ("num_key_value_heads", f.num_key_value_heads, 1 << 20),
-        ("head_dim", f.head_dim, 1 << 20),
-        ("vocab_size", f.vocab_size, 1 << 30),
-        ("intermediate_size", f.intermediate_size, 1 << 26),
-        ("moe_intermediate_size", f.moe_intermediate_size, 1 << 26),
-    ] {
-        if let Some(v) = v.filter(|v| *v > max) {
-            return Err(RigError::file(
-                path,
-                format!("field {pre}{name} = {v} is implausible (more than {max}); is this a model config?"),
-            )
-            .into());
-        }
-    }
+    check_bounds(&f, pre, path)?;
     f.tie_word_embeddings = match opt_bool(lm, "tie_word_embeddings", pre, path)? {
         Some(b) => Some(b),
         None => opt_bool(root, "tie_word_embeddings", "", path)?,
@@ -374,6 +356,60 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
         }
     }
 
+    parse_layer_types(&mut f, lm, pre, path)?;
+    count_layer_kinds(&mut f, lm, pre, path)?;
+
+    for key in ["mtp_num_hidden_layers", "num_nextn_predict_layers"] {
+        if let Some(n) = num(key)? {
+            if n > 1000 {
+                return Err(RigError::file(
+                    path,
+                    format!("field {pre}{key} = {n} is implausible (more than 1000)"),
+                )
+                .into());
+            }
+            f.mtp_layers = Some(n);
+            f.mtp_field = Some(key.to_string());
+            break;
+        }
+    }
+
+    parse_vision(&mut f, root, path)?;
+    note_attention_extras(&mut f, lm);
+    Ok(f)
+}
+
+/// Refuse dimensions that would make every later loop and product insane on hostile input.
+fn check_bounds(f: &ModelFacts, pre: &str, path: &Path) -> anyhow::Result<()> {
+    for (name, v, max) in [
+        ("num_hidden_layers", f.num_hidden_layers, 100_000u64),
+        ("num_experts", f.num_experts, 1_000_000),
+        ("hidden_size", f.hidden_size, 1 << 24),
+        ("num_attention_heads", f.num_attention_heads, 1 << 20),
+        ("num_key_value_heads", f.num_key_value_heads, 1 << 20),
+        ("head_dim", f.head_dim, 1 << 20),
+        ("vocab_size", f.vocab_size, 1 << 30),
+        ("intermediate_size", f.intermediate_size, 1 << 26),
+        ("moe_intermediate_size", f.moe_intermediate_size, 1 << 26),
+    ] {
+        if let Some(v) = v.filter(|v| *v > max) {
+            return Err(RigError::file(
+                path,
+                format!("field {pre}{name} = {v} is implausible (more than {max}); is this a model config?"),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// The layer types: the explicit list, or derived from full_attention_interval; checked against the layer count.
+fn parse_layer_types(
+    f: &mut ModelFacts,
+    lm: &Map<String, Value>,
+    pre: &str,
+    path: &Path,
+) -> anyhow::Result<()> {
     // Layer types: explicit list, or derived from full_attention_interval (Qwen3-Next rule:
     // layer i is full attention when (i + 1) % interval == 0).
     match lm.get("layer_types") {
@@ -439,6 +475,16 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
             .into());
         }
     }
+    Ok(())
+}
+
+/// Linear, sliding-window and full-attention layer counts, the sliding window and the linear-attention dimensions.
+fn count_layer_kinds(
+    f: &mut ModelFacts,
+    lm: &Map<String, Value>,
+    pre: &str,
+    path: &Path,
+) -> anyhow::Result<()> {
     let linear = f
         .layer_types
         .iter()
@@ -483,22 +529,11 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
             ssm_dtype: opt_str(lm, "mamba_ssm_dtype"),
         });
     }
+    Ok(())
+}
 
-    for key in ["mtp_num_hidden_layers", "num_nextn_predict_layers"] {
-        if let Some(n) = num(key)? {
-            if n > 1000 {
-                return Err(RigError::file(
-                    path,
-                    format!("field {pre}{key} = {n} is implausible (more than 1000)"),
-                )
-                .into());
-            }
-            f.mtp_layers = Some(n);
-            f.mtp_field = Some(key.to_string());
-            break;
-        }
-    }
-
+/// The vision tower's dimensions from vision_config, checked for plausibility.
+fn parse_vision(f: &mut ModelFacts, root: &Map<String, Value>, path: &Path) -> anyhow::Result<()> {
     if let Some(Value::Object(v)) = root.get("vision_config") {
         let vp = "vision_config.";
         let vf = VisionFacts {
@@ -521,7 +556,11 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
         }
         f.vision = Some(vf);
     }
+    Ok(())
+}
 
+/// The attention fields the generic KV formula ignores (latent, compressed or sliding attention).
+fn note_attention_extras(f: &mut ModelFacts, lm: &Map<String, Value>) {
     for key in [
         "kv_lora_rank",
         "q_lora_rank",
@@ -537,7 +576,6 @@ pub fn parse_model_facts(root: &Map<String, Value>, path: &Path) -> anyhow::Resu
             f.attention_extras.push(key.to_string());
         }
     }
-    Ok(f)
 }
 
 /// Read and parse `dir/config.json`.
