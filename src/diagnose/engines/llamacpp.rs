@@ -161,213 +161,10 @@ impl EngineReader for Llamacpp {
             log.recognised();
             return;
         }
-        if let Some(c) = p.n_ctx.captures(msg) {
-            if let Some(n) = num(&c["n"]) {
-                if let Some(b) = log.fact(
-                    l,
-                    1,
-                    "n_ctx",
-                    &n.to_string(),
-                    "the n_ctx line",
-                    Repeat::NewBoot,
-                ) {
-                    b.n_ctx = Some((n, no));
-                }
-                log.recognised();
-            }
-        }
-        if let Some(c) = p.iswa.captures(msg) {
-            log.pending.insert("swa", usize::from(&c["w"] == "SWA"));
-            log.recognised();
-        }
-        if let Some(c) = p.buffer.captures(msg) {
-            log.note_form("llama.cpp");
-            if let Some(mib) = fnum(&c["mib"]) {
-                let dev = c["dev"].to_string();
-                let b = super::aux_boot(log, l);
-                if !b.kv_buffers.iter().any(|x| x.line == no) {
-                    b.kv_buffers.push(KvBuffer {
-                        device: dev,
-                        mib,
-                        line: no,
-                    });
-                }
-            }
-            log.recognised();
-        }
-        if let Some(c) = p.kv.captures(msg) {
-            log.note_form("llama.cpp");
-            let swa = log.pending.remove("swa") == Some(1);
-            if let Some(cells) = num(&c["n"]) {
-                let kc = KvCells {
-                    cells,
-                    layers: num(&c["l"]),
-                    seqs: num(&c["s"]),
-                    streams: c.name("t").and_then(|m| num(m.as_str())),
-                    mib: fnum(&c["mib"]),
-                    line: no,
-                };
-                if swa {
-                    super::aux_boot(log, l).kv_cells_swa = Some(kc);
-                } else {
-                    let tokens = cells.saturating_mul(kc.streams.unwrap_or(1));
-                    let rule = match kc.streams {
-                        Some(t) => format!(
-                            "{} cells × {t} stream{} (`{}/{t} seqs`: cells are per stream)",
-                            thousands(cells),
-                            if t == 1 { "" } else { "s" },
-                            kc.seqs.unwrap_or(0)
-                        ),
-                        None => format!("{} cells (one unified stream)", thousands(cells)),
-                    };
-                    if let Some(b) = log.fact(
-                        l,
-                        2,
-                        "size",
-                        &tokens.to_string(),
-                        "the KV-size line",
-                        Repeat::NewBoot,
-                    ) {
-                        b.kv_pool_bytes = kc.mib.map(|m| (m * 1048576.0).round() as u64);
-                        b.kv_cells = Some(kc);
-                        b.kv_cache_tokens = Some(tokens);
-                        b.kv_cache_tokens_line = Some(no);
-                        b.kv_cache_tokens_rule = Some(rule);
-                    }
-                }
-            }
-            log.recognised();
-        } else if let Some(c) = p.kv_self.captures(msg) {
-            // The oldest form: one unified cache of n_ctx cells.
-            let b = log.boot_for(l, 2);
-            b.kv_pool_bytes = fnum(&c["mib"]).map(|m| (m * 1048576.0).round() as u64);
-            log.recognised();
-        }
-        if let Some(c) = p.slots.captures(msg) {
-            log.note_form("llama.cpp");
-            let s = Slots {
-                n_slots: num(&c["s"]),
-                n_ctx_slot: num(&c["c"]),
-                unified: c.name("u").map(|u| u.as_str() == "true"),
-                line: no,
-            };
-            let value = format!("{:?}/{:?}/{:?}", s.n_slots, s.n_ctx_slot, s.unified);
-            log.pending.remove("draft");
-            if let Some(b) = log.fact(l, 2, "slots", &value, "the slots line", Repeat::NewBoot) {
-                b.slots = Some(s);
-                b.context_len.get_or_insert(num(&c["c"]).unwrap_or(0));
-            }
-            log.recognised();
-        } else if let Some(c) = p.slots_old.captures(msg) {
-            let n = num(&c["s"]);
-            log.pending.remove("draft");
-            if let Some(b) = log.fact(
-                l,
-                2,
-                "slots",
-                &format!("{n:?}"),
-                "the slots line",
-                Repeat::NewBoot,
-            ) {
-                b.slots = Some(Slots {
-                    n_slots: n,
-                    n_ctx_slot: None,
-                    unified: None,
-                    line: no,
-                });
-            }
-            log.recognised();
-        }
-        if let Some(c) = p.slot_ctx.captures(msg) {
-            if let (Some(n), Some(b)) = (num(&c["c"]), log.current_boot()) {
-                b.context_len.get_or_insert(n);
-                if let Some(s) = b.slots.as_mut() {
-                    s.n_ctx_slot.get_or_insert(n);
-                }
-            }
-            log.recognised();
-        }
-        if let Some(c) = p.offloaded.captures(msg) {
-            if let (Some(a), Some(t)) = (num(&c["a"]), num(&c["b"])) {
-                super::aux_boot(log, l).offloaded_layers = Some((a, t, no));
-            }
-            log.recognised();
-        }
-        if let Some(c) = p.model_buffer.captures(msg) {
-            let dev = c["dev"].to_ascii_lowercase();
-            if !(dev.contains("cpu") || dev.ends_with("_host")) {
-                let b = super::aux_boot(log, l);
-                b.gpu_model_buffer_line.get_or_insert(no);
-            }
-        }
-
-        // Speculative decoding configuration.
-        if let Some(c) = p.spec_impl.captures(msg) {
-            let sc = &mut log.spec_config;
-            sc.method = Some(method_of(&c["m"]));
-            sc.method_source = Some(format!("'adding speculative implementation' at line {no}"));
-            sc.line.get_or_insert(no);
-            log.recognised();
-        }
-        if msg.contains("no implementations specified for speculative decoding") {
-            log.spec_config.off_line.get_or_insert(no);
-            log.recognised();
-        }
-        if msg.contains("loading draft model") {
-            let sc = &mut log.spec_config;
-            sc.drafter_line.get_or_insert(no);
-            if sc.method.is_none() {
-                sc.method = Some("draft model".into());
-                sc.method_source = Some(format!("'loading draft model' at line {no}"));
-            }
-            log.recognised();
-        }
-        if let Some(c) = p.spec_type.captures(msg) {
-            let sc = &mut log.spec_config;
-            if sc.method.is_none() {
-                sc.method = Some(method_of(&c["t"]));
-                sc.method_source = Some(format!("--spec-type at line {no}"));
-                sc.line.get_or_insert(no);
-            }
-        }
-        if let Some(c) = p.stats_name.captures(msg) {
-            let sc = &mut log.spec_config;
-            if sc.method.is_none() {
-                sc.method = Some(method_of(&c["n"]));
-                sc.method_source = Some(format!("'statistics {}' at line {no}", &c["n"]));
-            }
-        }
-
-        // Per-request timings.
-        let task = p.task.captures(l.msg).and_then(|c| num(&c["t"]));
-        if let Some(c) = p
-            .prompt
-            .captures(l.msg.trim_start())
-            .or_else(|| p.prompt.captures(msg))
-        {
-            log.note_form("llama.cpp");
-            log.request_timings.push(RequestTiming {
-                line: no,
-                task,
-                prompt_tokens: num(&c["n"]),
-                prompt_ms: fnum(&c["ms"]),
-                generated_tokens: None,
-                generation_ms: None,
-            });
-            log.recognised();
-        } else if let Some(c) = p.eval.captures(msg) {
-            if let Some(t) = log.request_timings.iter_mut().rev().take(64).find(|t| {
-                t.generated_tokens.is_none()
-                    && match (t.task, task) {
-                        (Some(a), Some(b)) => a == b,
-                        _ => no <= t.line + 3,
-                    }
-            }) {
-                t.generated_tokens = num(&c["n"]);
-                t.generation_ms = fnum(&c["ms"]);
-                log.recognised();
-            }
-        }
+        read_kv(log, l, p, msg, no);
+        read_slots(log, l, p, msg, no);
+        read_spec_config(log, p, msg, no);
+        read_request_timing(log, l, p, msg, no);
     }
 
     fn finish_boot(&self, b: &mut Boot) {
@@ -400,6 +197,225 @@ impl EngineReader for Llamacpp {
             b.kv_cache_tokens = Some(n);
             b.kv_cache_tokens_line = Some(line);
             b.kv_cache_tokens_rule = Some("n_ctx (one unified KV cache of n_ctx cells)".into());
+        }
+    }
+}
+
+/// llama.cpp's context and KV-cache lines: n_ctx, the SWA marker, KV buffers and cells.
+fn read_kv(log: &mut EngineLog, l: &Line<'_>, p: &Pats, msg: &str, no: usize) {
+    if let Some(c) = p.n_ctx.captures(msg) {
+        if let Some(n) = num(&c["n"]) {
+            if let Some(b) = log.fact(
+                l,
+                1,
+                "n_ctx",
+                &n.to_string(),
+                "the n_ctx line",
+                Repeat::NewBoot,
+            ) {
+                b.n_ctx = Some((n, no));
+            }
+            log.recognised();
+        }
+    }
+    if let Some(c) = p.iswa.captures(msg) {
+        log.pending.insert("swa", usize::from(&c["w"] == "SWA"));
+        log.recognised();
+    }
+    if let Some(c) = p.buffer.captures(msg) {
+        log.note_form("llama.cpp");
+        if let Some(mib) = fnum(&c["mib"]) {
+            let dev = c["dev"].to_string();
+            let b = super::aux_boot(log, l);
+            if !b.kv_buffers.iter().any(|x| x.line == no) {
+                b.kv_buffers.push(KvBuffer {
+                    device: dev,
+                    mib,
+                    line: no,
+                });
+            }
+        }
+        log.recognised();
+    }
+    if let Some(c) = p.kv.captures(msg) {
+        log.note_form("llama.cpp");
+        let swa = log.pending.remove("swa") == Some(1);
+        if let Some(cells) = num(&c["n"]) {
+            let kc = KvCells {
+                cells,
+                layers: num(&c["l"]),
+                seqs: num(&c["s"]),
+                streams: c.name("t").and_then(|m| num(m.as_str())),
+                mib: fnum(&c["mib"]),
+                line: no,
+            };
+            if swa {
+                super::aux_boot(log, l).kv_cells_swa = Some(kc);
+            } else {
+                let tokens = cells.saturating_mul(kc.streams.unwrap_or(1));
+                let rule = match kc.streams {
+                    Some(t) => format!(
+                        "{} cells × {t} stream{} (`{}/{t} seqs`: cells are per stream)",
+                        thousands(cells),
+                        if t == 1 { "" } else { "s" },
+                        kc.seqs.unwrap_or(0)
+                    ),
+                    None => format!("{} cells (one unified stream)", thousands(cells)),
+                };
+                if let Some(b) = log.fact(
+                    l,
+                    2,
+                    "size",
+                    &tokens.to_string(),
+                    "the KV-size line",
+                    Repeat::NewBoot,
+                ) {
+                    b.kv_pool_bytes = kc.mib.map(|m| (m * 1048576.0).round() as u64);
+                    b.kv_cells = Some(kc);
+                    b.kv_cache_tokens = Some(tokens);
+                    b.kv_cache_tokens_line = Some(no);
+                    b.kv_cache_tokens_rule = Some(rule);
+                }
+            }
+        }
+        log.recognised();
+    } else if let Some(c) = p.kv_self.captures(msg) {
+        // The oldest form: one unified cache of n_ctx cells.
+        let b = log.boot_for(l, 2);
+        b.kv_pool_bytes = fnum(&c["mib"]).map(|m| (m * 1048576.0).round() as u64);
+        log.recognised();
+    }
+}
+
+/// llama.cpp's slots, per-slot context, offloaded layers and model buffers.
+fn read_slots(log: &mut EngineLog, l: &Line<'_>, p: &Pats, msg: &str, no: usize) {
+    if let Some(c) = p.slots.captures(msg) {
+        log.note_form("llama.cpp");
+        let s = Slots {
+            n_slots: num(&c["s"]),
+            n_ctx_slot: num(&c["c"]),
+            unified: c.name("u").map(|u| u.as_str() == "true"),
+            line: no,
+        };
+        let value = format!("{:?}/{:?}/{:?}", s.n_slots, s.n_ctx_slot, s.unified);
+        log.pending.remove("draft");
+        if let Some(b) = log.fact(l, 2, "slots", &value, "the slots line", Repeat::NewBoot) {
+            b.slots = Some(s);
+            b.context_len.get_or_insert(num(&c["c"]).unwrap_or(0));
+        }
+        log.recognised();
+    } else if let Some(c) = p.slots_old.captures(msg) {
+        let n = num(&c["s"]);
+        log.pending.remove("draft");
+        if let Some(b) = log.fact(
+            l,
+            2,
+            "slots",
+            &format!("{n:?}"),
+            "the slots line",
+            Repeat::NewBoot,
+        ) {
+            b.slots = Some(Slots {
+                n_slots: n,
+                n_ctx_slot: None,
+                unified: None,
+                line: no,
+            });
+        }
+        log.recognised();
+    }
+    if let Some(c) = p.slot_ctx.captures(msg) {
+        if let (Some(n), Some(b)) = (num(&c["c"]), log.current_boot()) {
+            b.context_len.get_or_insert(n);
+            if let Some(s) = b.slots.as_mut() {
+                s.n_ctx_slot.get_or_insert(n);
+            }
+        }
+        log.recognised();
+    }
+    if let Some(c) = p.offloaded.captures(msg) {
+        if let (Some(a), Some(t)) = (num(&c["a"]), num(&c["b"])) {
+            super::aux_boot(log, l).offloaded_layers = Some((a, t, no));
+        }
+        log.recognised();
+    }
+    if let Some(c) = p.model_buffer.captures(msg) {
+        let dev = c["dev"].to_ascii_lowercase();
+        if !(dev.contains("cpu") || dev.ends_with("_host")) {
+            let b = super::aux_boot(log, l);
+            b.gpu_model_buffer_line.get_or_insert(no);
+        }
+    }
+}
+
+/// llama.cpp's speculative decoding configuration.
+fn read_spec_config(log: &mut EngineLog, p: &Pats, msg: &str, no: usize) {
+    if let Some(c) = p.spec_impl.captures(msg) {
+        let sc = &mut log.spec_config;
+        sc.method = Some(method_of(&c["m"]));
+        sc.method_source = Some(format!("'adding speculative implementation' at line {no}"));
+        sc.line.get_or_insert(no);
+        log.recognised();
+    }
+    if msg.contains("no implementations specified for speculative decoding") {
+        log.spec_config.off_line.get_or_insert(no);
+        log.recognised();
+    }
+    if msg.contains("loading draft model") {
+        let sc = &mut log.spec_config;
+        sc.drafter_line.get_or_insert(no);
+        if sc.method.is_none() {
+            sc.method = Some("draft model".into());
+            sc.method_source = Some(format!("'loading draft model' at line {no}"));
+        }
+        log.recognised();
+    }
+    if let Some(c) = p.spec_type.captures(msg) {
+        let sc = &mut log.spec_config;
+        if sc.method.is_none() {
+            sc.method = Some(method_of(&c["t"]));
+            sc.method_source = Some(format!("--spec-type at line {no}"));
+            sc.line.get_or_insert(no);
+        }
+    }
+    if let Some(c) = p.stats_name.captures(msg) {
+        let sc = &mut log.spec_config;
+        if sc.method.is_none() {
+            sc.method = Some(method_of(&c["n"]));
+            sc.method_source = Some(format!("'statistics {}' at line {no}", &c["n"]));
+        }
+    }
+}
+
+/// llama.cpp's per-request prompt and generation timings.
+fn read_request_timing(log: &mut EngineLog, l: &Line<'_>, p: &Pats, msg: &str, no: usize) {
+    let task = p.task.captures(l.msg).and_then(|c| num(&c["t"]));
+    if let Some(c) = p
+        .prompt
+        .captures(l.msg.trim_start())
+        .or_else(|| p.prompt.captures(msg))
+    {
+        log.note_form("llama.cpp");
+        log.request_timings.push(RequestTiming {
+            line: no,
+            task,
+            prompt_tokens: num(&c["n"]),
+            prompt_ms: fnum(&c["ms"]),
+            generated_tokens: None,
+            generation_ms: None,
+        });
+        log.recognised();
+    } else if let Some(c) = p.eval.captures(msg) {
+        if let Some(t) = log.request_timings.iter_mut().rev().take(64).find(|t| {
+            t.generated_tokens.is_none()
+                && match (t.task, task) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => no <= t.line + 3,
+                }
+        }) {
+            t.generated_tokens = num(&c["n"]);
+            t.generation_ms = fnum(&c["ms"]);
+            log.recognised();
         }
     }
 }
