@@ -401,62 +401,8 @@ impl ModelConfig {
         if let Some(h) = super::hybrid::parse_family(&root)? {
             return Ok(h);
         }
-        if root.get("hidden_size").is_none()
-            && root.get("text_config").is_some_and(|v| !v.is_null())
-        {
-            let inner = root
-                .get("text_config")
-                .and_then(|t| t.get("model_type"))
-                .and_then(Value::as_str)
-                .unwrap_or("?");
-            let outer = root
-                .get("model_type")
-                .and_then(Value::as_str)
-                .unwrap_or("?");
-            anyhow::bail!(
-                "model_type '{outer}' (text_config.model_type '{inner}') is a multimodal/wrapper \
-                 config; the built-in runtime runs dense text decoders of model_type {} \
-                 (architectures {})",
-                SUPPORTED_MODEL_TYPES.join(", "),
-                SUPPORTED_ARCHITECTURES.join(", ")
-            );
-        }
-        let model_type = match root.get("model_type") {
-            Some(Value::String(s)) => s.clone(),
-            None | Some(Value::Null) => anyhow::bail!(
-                "no model_type; the built-in runtime runs model_type {} (architectures {})",
-                SUPPORTED_MODEL_TYPES.join(", "),
-                SUPPORTED_ARCHITECTURES.join(", ")
-            ),
-            Some(other) => anyhow::bail!("field model_type: expected a string, found {other}"),
-        };
-        let arch = match model_type.as_str() {
-            "qwen3" => Arch::Qwen3,
-            "llama" => Arch::Llama,
-            other => anyhow::bail!(
-                "model_type '{other}' is not supported by the built-in runtime; it runs model_type \
-                 {} (architectures {}); use an external engine (--url / --engine-cmd) for others",
-                SUPPORTED_MODEL_TYPES.join(", "),
-                SUPPORTED_ARCHITECTURES.join(", ")
-            ),
-        };
-        if let Some(Value::Array(a)) = root.get("architectures") {
-            let want = match arch {
-                Arch::Qwen3 => "Qwen3ForCausalLM",
-                Arch::Llama => "LlamaForCausalLM",
-                Arch::Qwen35 => "Qwen3_5ForCausalLM",
-            };
-            for v in a {
-                let name = v.as_str().unwrap_or("(not a string)");
-                if name != want {
-                    anyhow::bail!(
-                        "architecture '{name}' is not supported by the built-in runtime for \
-                         model_type '{model_type}'; supported architectures: {}",
-                        SUPPORTED_ARCHITECTURES.join(", ")
-                    );
-                }
-            }
-        }
+        refuse_wrapper_config(&root)?;
+        let arch = parse_arch(&root)?;
         let family = match arch {
             Arch::Qwen3 => "Qwen3Config",
             Arch::Llama => "LlamaConfig",
@@ -601,28 +547,8 @@ impl ModelConfig {
                 d
             }
         };
-        let dtype = match (
-            root.get("dtype").and_then(Value::as_str),
-            root.get("torch_dtype").and_then(Value::as_str),
-        ) {
-            (Some(a), Some(b)) if a != b => {
-                warnings.push(format!(
-                    "dtype = {a} and torch_dtype = {b} disagree: using dtype (transformers 5 reads dtype)"
-                ));
-                Some(a.to_string())
-            }
-            (Some(a), _) => Some(a.to_string()),
-            (None, Some(b)) => Some(b.to_string()),
-            (None, None) => None,
-        };
-        let eos_token_ids = match root.get("eos_token_id") {
-            Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(|x| x.as_u64().map(|x| x as u32))
-                .collect(),
-            _ => Vec::new(),
-        };
+        let dtype = config_dtype(&root, &mut warnings);
+        let eos_token_ids = config_eos_token_ids(&root);
         Ok(HfConfig {
             config: ModelConfig {
                 arch,
@@ -721,6 +647,107 @@ impl ModelConfig {
             + 2 * h;
         let emb = self.vocab_size as u64 * h;
         emb * if self.tie_word_embeddings { 1 } else { 2 } + per_layer * self.num_layers as u64 + h
+    }
+}
+
+/// Refuse a multimodal or wrapper config (no top-level hidden_size, a text_config), naming both model types.
+fn refuse_wrapper_config(root: &serde_json::Map<String, serde_json::Value>) -> anyhow::Result<()> {
+    use serde_json::Value;
+    if root.get("hidden_size").is_none() && root.get("text_config").is_some_and(|v| !v.is_null()) {
+        let inner = root
+            .get("text_config")
+            .and_then(|t| t.get("model_type"))
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        let outer = root
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        anyhow::bail!(
+            "model_type '{outer}' (text_config.model_type '{inner}') is a multimodal/wrapper \
+                 config; the built-in runtime runs dense text decoders of model_type {} \
+                 (architectures {})",
+            SUPPORTED_MODEL_TYPES.join(", "),
+            SUPPORTED_ARCHITECTURES.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The architecture from `model_type`, checked against every `architectures` entry.
+fn parse_arch(root: &serde_json::Map<String, serde_json::Value>) -> anyhow::Result<Arch> {
+    use serde_json::Value;
+    let model_type = match root.get("model_type") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => anyhow::bail!(
+            "no model_type; the built-in runtime runs model_type {} (architectures {})",
+            SUPPORTED_MODEL_TYPES.join(", "),
+            SUPPORTED_ARCHITECTURES.join(", ")
+        ),
+        Some(other) => anyhow::bail!("field model_type: expected a string, found {other}"),
+    };
+    let arch = match model_type.as_str() {
+        "qwen3" => Arch::Qwen3,
+        "llama" => Arch::Llama,
+        other => anyhow::bail!(
+            "model_type '{other}' is not supported by the built-in runtime; it runs model_type \
+                 {} (architectures {}); use an external engine (--url / --engine-cmd) for others",
+            SUPPORTED_MODEL_TYPES.join(", "),
+            SUPPORTED_ARCHITECTURES.join(", ")
+        ),
+    };
+    if let Some(Value::Array(a)) = root.get("architectures") {
+        let want = match arch {
+            Arch::Qwen3 => "Qwen3ForCausalLM",
+            Arch::Llama => "LlamaForCausalLM",
+            Arch::Qwen35 => "Qwen3_5ForCausalLM",
+        };
+        for v in a {
+            let name = v.as_str().unwrap_or("(not a string)");
+            if name != want {
+                anyhow::bail!(
+                    "architecture '{name}' is not supported by the built-in runtime for \
+                         model_type '{model_type}'; supported architectures: {}",
+                    SUPPORTED_ARCHITECTURES.join(", ")
+                );
+            }
+        }
+    }
+    Ok(arch)
+}
+
+/// The weights' dtype: `dtype`, else `torch_dtype` (a warning when they disagree).
+fn config_dtype(
+    root: &serde_json::Map<String, serde_json::Value>,
+    warnings: &mut Vec<String>,
+) -> Option<String> {
+    use serde_json::Value;
+    match (
+        root.get("dtype").and_then(Value::as_str),
+        root.get("torch_dtype").and_then(Value::as_str),
+    ) {
+        (Some(a), Some(b)) if a != b => {
+            warnings.push(format!(
+                "dtype = {a} and torch_dtype = {b} disagree: using dtype (transformers 5 reads dtype)"
+            ));
+            Some(a.to_string())
+        }
+        (Some(a), _) => Some(a.to_string()),
+        (None, Some(b)) => Some(b.to_string()),
+        (None, None) => None,
+    }
+}
+
+/// `eos_token_id`: one id or a list.
+fn config_eos_token_ids(root: &serde_json::Map<String, serde_json::Value>) -> Vec<u32> {
+    use serde_json::Value;
+    match root.get("eos_token_id") {
+        Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_u64().map(|x| x as u32))
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
