@@ -394,6 +394,9 @@ fn eos_ids(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
+/// The transformers config class whose defaults `parse_text` applies.
+const FAMILY: &str = "Qwen3_5TextConfig";
+
 /// Read a `Qwen3_5TextConfig` object (`at` prefixes field names in messages). Absent math
 /// fields take `Qwen3_5TextConfig`'s defaults and say so in `warnings`.
 fn parse_text(
@@ -401,7 +404,6 @@ fn parse_text(
     at: &str,
     warnings: &mut Vec<String>,
 ) -> anyhow::Result<(ModelConfig, Option<String>)> {
-    const FAMILY: &str = "Qwen3_5TextConfig";
     let uint = |key: &str| -> anyhow::Result<Option<usize>> {
         match o.get(key) {
             None | Some(Value::Null) => Ok(None),
@@ -481,42 +483,7 @@ fn parse_text(
         );
     }
     let head_dim = or_default("head_dim", 256, warnings)?;
-    // Layer mix.
-    let layer_types = match o.get("layer_types") {
-        Some(Value::Array(a)) => {
-            let mut v = Vec::with_capacity(a.len());
-            for (i, t) in a.iter().enumerate() {
-                v.push(match t.as_str() {
-                    Some("full_attention") => LayerType::Attention,
-                    Some("linear_attention") => LayerType::Gdn,
-                    _ => anyhow::bail!(
-                        "{at}layer_types[{i}] = {t}: the built-in runtime runs full_attention and linear_attention (Gated-DeltaNet) layers"
-                    ),
-                });
-            }
-            if v.len() != num_layers {
-                anyhow::bail!(
-                    "{at}layer_types has {} entries for num_hidden_layers = {num_layers}",
-                    v.len()
-                );
-            }
-            v
-        }
-        None | Some(Value::Null) => {
-            let interval = match uint("full_attention_interval")? {
-                Some(0) => anyhow::bail!("field '{at}full_attention_interval' is 0"),
-                Some(n) => n,
-                None => {
-                    warnings.push(format!(
-                        "{at}layer_types and full_attention_interval absent: using a full-attention layer every 4 ({FAMILY}'s default)"
-                    ));
-                    4
-                }
-            };
-            interval_pattern(num_layers, interval)
-        }
-        Some(other) => anyhow::bail!("field {at}layer_types: expected a list, found {other}"),
-    };
+    let layer_types = parse_layer_mix(o, at, num_layers, &uint, warnings)?;
     let conv_kernel = or_default("linear_conv_kernel_dim", 4, warnings)?;
     let key_head_dim = or_default("linear_key_head_dim", 128, warnings)?;
     let value_head_dim = or_default("linear_value_head_dim", 128, warnings)?;
@@ -527,42 +494,7 @@ fn parse_text(
             "{at}linear_num_value_heads ({num_value_heads}) is not a multiple of linear_num_key_heads ({num_key_heads})"
         );
     }
-    // Partial RoPE: rope_parameters.partial_rotary_factor (transformers 5) or the top-level
-    // field; transformers sets 0.25 when neither is given.
-    let rp = match o.get("rope_parameters") {
-        Some(Value::Object(m)) => Some(m),
-        _ => None,
-    };
-    let in_rp = match rp {
-        Some(m) => float(m, "partial_rotary_factor", &format!("{at}rope_parameters."))?,
-        None => None,
-    };
-    let top = float(o, "partial_rotary_factor", at)?;
-    let factor = match (in_rp, top) {
-        (Some(a), Some(b)) if (a - b).abs() > 1e-9 => anyhow::bail!(
-            "{at}rope_parameters.partial_rotary_factor = {a} and {at}partial_rotary_factor = {b} disagree; fix config.json so that one remains"
-        ),
-        (Some(a), _) | (None, Some(a)) => a,
-        (None, None) => {
-            warnings.push(format!(
-                "{at}partial_rotary_factor absent: using 0.25 ({FAMILY}'s default)"
-            ));
-            0.25
-        }
-    };
-    let rotary_dim = (head_dim as f64 * factor) as usize;
-    if !(factor > 0.0 && factor <= 1.0) || rotary_dim == 0 || rotary_dim % 2 != 0 {
-        anyhow::bail!(
-            "{at}partial_rotary_factor = {factor} gives {rotary_dim} rotary dimensions of head_dim {head_dim}; RoPE needs an even number between 2 and head_dim"
-        );
-    }
-    if let Some(m) = rp {
-        if let Some(s) = m.get("mrope_section") {
-            warnings.push(format!(
-                "{at}rope_parameters.mrope_section = {s}: multimodal RoPE reduces to plain RoPE for text (the temporal, height and width positions of a text token are equal)"
-            ));
-        }
-    }
+    let rotary_dim = partial_rotary_dim(o, at, head_dim, warnings, &float)?;
     let mut rope_warnings = Vec::new();
     let (rope_theta, rope_scaling) =
         super::config::parse_rope(o, FAMILY, &mut rope_warnings, &float, true)
@@ -636,6 +568,98 @@ fn parse_text(
         }),
     };
     Ok((config, dtype))
+}
+
+/// The layer mix: the explicit `layer_types`, or a full-attention layer every `full_attention_interval`.
+fn parse_layer_mix(
+    o: &Map<String, Value>,
+    at: &str,
+    num_layers: usize,
+    uint: &dyn Fn(&str) -> anyhow::Result<Option<usize>>,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<Vec<LayerType>> {
+    Ok(match o.get("layer_types") {
+        Some(Value::Array(a)) => {
+            let mut v = Vec::with_capacity(a.len());
+            for (i, t) in a.iter().enumerate() {
+                v.push(match t.as_str() {
+                    Some("full_attention") => LayerType::Attention,
+                    Some("linear_attention") => LayerType::Gdn,
+                    _ => anyhow::bail!(
+                        "{at}layer_types[{i}] = {t}: the built-in runtime runs full_attention and linear_attention (Gated-DeltaNet) layers"
+                    ),
+                });
+            }
+            if v.len() != num_layers {
+                anyhow::bail!(
+                    "{at}layer_types has {} entries for num_hidden_layers = {num_layers}",
+                    v.len()
+                );
+            }
+            v
+        }
+        None | Some(Value::Null) => {
+            let interval = match uint("full_attention_interval")? {
+                Some(0) => anyhow::bail!("field '{at}full_attention_interval' is 0"),
+                Some(n) => n,
+                None => {
+                    warnings.push(format!(
+                        "{at}layer_types and full_attention_interval absent: using a full-attention layer every 4 ({FAMILY}'s default)"
+                    ));
+                    4
+                }
+            };
+            interval_pattern(num_layers, interval)
+        }
+        Some(other) => anyhow::bail!("field {at}layer_types: expected a list, found {other}"),
+    })
+}
+
+/// The rotary dimensions of partial RoPE (`partial_rotary_factor` × head_dim), checked even and in range.
+fn partial_rotary_dim(
+    o: &Map<String, Value>,
+    at: &str,
+    head_dim: usize,
+    warnings: &mut Vec<String>,
+    float: &super::config::FloatField,
+) -> anyhow::Result<usize> {
+    // Partial RoPE: rope_parameters.partial_rotary_factor (transformers 5) or the top-level
+    // field; transformers sets 0.25 when neither is given.
+    let rp = match o.get("rope_parameters") {
+        Some(Value::Object(m)) => Some(m),
+        _ => None,
+    };
+    let in_rp = match rp {
+        Some(m) => float(m, "partial_rotary_factor", &format!("{at}rope_parameters."))?,
+        None => None,
+    };
+    let top = float(o, "partial_rotary_factor", at)?;
+    let factor = match (in_rp, top) {
+        (Some(a), Some(b)) if (a - b).abs() > 1e-9 => anyhow::bail!(
+            "{at}rope_parameters.partial_rotary_factor = {a} and {at}partial_rotary_factor = {b} disagree; fix config.json so that one remains"
+        ),
+        (Some(a), _) | (None, Some(a)) => a,
+        (None, None) => {
+            warnings.push(format!(
+                "{at}partial_rotary_factor absent: using 0.25 ({FAMILY}'s default)"
+            ));
+            0.25
+        }
+    };
+    let rotary_dim = (head_dim as f64 * factor) as usize;
+    if !(factor > 0.0 && factor <= 1.0) || rotary_dim == 0 || rotary_dim % 2 != 0 {
+        anyhow::bail!(
+            "{at}partial_rotary_factor = {factor} gives {rotary_dim} rotary dimensions of head_dim {head_dim}; RoPE needs an even number between 2 and head_dim"
+        );
+    }
+    if let Some(m) = rp {
+        if let Some(s) = m.get("mrope_section") {
+            warnings.push(format!(
+                "{at}rope_parameters.mrope_section = {s}: multimodal RoPE reduces to plain RoPE for text (the temporal, height and width positions of a text token are equal)"
+            ));
+        }
+    }
+    Ok(rotary_dim)
 }
 
 #[cfg(test)]
