@@ -543,57 +543,81 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
     }
     let benches: Vec<&RuntimeBench> = s.formats.iter().filter_map(|f| f.bench.as_ref()).collect();
     if !benches.is_empty() {
-        let _ = writeln!(o, "\n### Decode bound, batching and prefill\n");
-        let rows: Vec<Vec<String>> = benches
-            .iter()
-            .map(|b| {
-                vec![
-                    b.weight_format.clone(),
-                    format!("{:.1}", b.batch1.tok_per_s),
-                    b.decode_bound
-                        .as_ref()
-                        .map_or("not measured (no copy roofline in this run)".into(), |d| {
-                            format!("{:.1}", d.bound_tok_per_s)
-                        }),
-                    b.decode_bound
-                        .as_ref()
-                        .map_or("—".into(), |d| pct(d.fraction)),
-                    format!(
-                        "{:.1} ({:.1}× batch 1)",
-                        b.batched.tok_per_s, b.batch_speedup
-                    ),
-                    crate::output::table::grouped(b.prefill.tok_per_s, 0),
-                    format!("{:.1}", b.prefill.tflops),
-                    b.prefill_vs_peak
-                        .as_ref()
-                        .map_or("—".into(), |p| pct(p.fraction)),
-                    b.kv_capacity.as_ref().map_or("—".into(), |k| {
-                        format!(
-                            "{} vs {} ({:+.1}%)",
-                            crate::output::table::thousands(k.allocated_tokens),
-                            crate::output::table::thousands(k.predicted_tokens),
-                            100.0 * k.relative_difference
-                        )
+        render_benches(&mut o, s, &benches);
+        render_runtime_goals(&mut o, s, &benches);
+    }
+    render_fidelity(&mut o, s);
+    for f in &s.formats {
+        if let Some(e) = &f.error {
+            let _ = writeln!(o, "- {}: {e}", f.format);
+        }
+        if let Some(e) = &f.e2e {
+            let _ = writeln!(o, "\n### End to end, {}\n", f.format);
+            // One level down (its sections sit under this format's heading), and its plots
+            // are in the format's own folder, `e2e-<format>/` (see `report::job::render_into`).
+            let md = crate::e2e::render_markdown(e)
+                .replacen("## End to end", "#### Session", 1)
+                .replace("\n### ", "\n#### ")
+                .replace("](e2e_", &format!("]({}/e2e_", e2e_dir(&f.format)));
+            o.push_str(&md);
+        }
+    }
+    o
+}
+
+/// The decode bound, batching and prefill table, its conditions and each format's decode profile.
+fn render_benches(o: &mut String, s: &RuntimeSection, benches: &[&RuntimeBench]) {
+    let _ = writeln!(o, "\n### Decode bound, batching and prefill\n");
+    let rows: Vec<Vec<String>> = benches
+        .iter()
+        .map(|b| {
+            vec![
+                b.weight_format.clone(),
+                format!("{:.1}", b.batch1.tok_per_s),
+                b.decode_bound
+                    .as_ref()
+                    .map_or("not measured (no copy roofline in this run)".into(), |d| {
+                        format!("{:.1}", d.bound_tok_per_s)
                     }),
-                ]
-            })
-            .collect();
-        o.push_str(&crate::output::table::markdown_table(
-            &[
-                "format",
-                "batch-1 tok/s",
-                "bound tok/s",
-                "of bound",
-                "batch-N tok/s",
-                "prefill tok/s",
-                "prefill TFLOP/s",
-                "of BF16 peak",
-                "KV tokens allocated vs predicted",
-            ],
-            &rows,
-        ));
-        let b0 = benches[0];
-        let _ = writeln!(
+                b.decode_bound
+                    .as_ref()
+                    .map_or("—".into(), |d| pct(d.fraction)),
+                format!(
+                    "{:.1} ({:.1}× batch 1)",
+                    b.batched.tok_per_s, b.batch_speedup
+                ),
+                crate::output::table::grouped(b.prefill.tok_per_s, 0),
+                format!("{:.1}", b.prefill.tflops),
+                b.prefill_vs_peak
+                    .as_ref()
+                    .map_or("—".into(), |p| pct(p.fraction)),
+                b.kv_capacity.as_ref().map_or("—".into(), |k| {
+                    format!(
+                        "{} vs {} ({:+.1}%)",
+                        crate::output::table::thousands(k.allocated_tokens),
+                        crate::output::table::thousands(k.predicted_tokens),
+                        100.0 * k.relative_difference
+                    )
+                }),
+            ]
+        })
+        .collect();
+    o.push_str(&crate::output::table::markdown_table(
+        &[
+            "format",
+            "batch-1 tok/s",
+            "bound tok/s",
+            "of bound",
+            "batch-N tok/s",
+            "prefill tok/s",
+            "prefill TFLOP/s",
+            "of BF16 peak",
+            "KV tokens allocated vs predicted",
+        ],
+        &rows,
+    ));
+    let b0 = benches[0];
+    let _ = writeln!(
             o,
             "\nConditions: backend {}, device {}, model {}, KV {}; batch 1 after a {}-token prompt ({} tokens timed); batch {} at {}-token contexts; prefill of {} tokens in one pass. Bound = copy bandwidth ({}) ÷ bytes per decode step (weights in the format, BF16 lm_head, KV at the mean context).{}\n",
             b0.backend, b0.device, b0.model, b0.kv_dtype, b0.spec.batch1_prompt, b0.batch1.tokens, b0.spec.batch, crate::output::table::thousands(b0.spec.batch_context as u64), crate::output::table::thousands(b0.spec.prefill_tokens as u64),
@@ -607,88 +631,94 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
                 |p| format!(" Peak = best BF16 TFLOP/s of this run's kernel rows ({}).", p.peak_source)
             )
         );
-        for f in &s.formats {
-            let bw = f
-                .bench
-                .as_ref()
-                .and_then(|b| b.decode_bound.as_ref())
-                .map(|d| d.copy_bytes_per_s);
-            o.push_str(&super::decode_profile::render(
-                &f.format,
-                &f.decode_contexts,
-                bw,
-                f.decode_attention.as_deref(),
-            ));
-        }
-        // The runtime's targets (docs/runtime.md), as ratios within this run.
-        let by = |f: &str| benches.iter().find(|b| b.weight_format == f).copied();
-        let mut t: Vec<Vec<String>> = Vec::new();
-        t.extend(memory_bound_goals(s));
-        for b in &benches {
-            if let Some(d) = &b.decode_bound {
-                t.push(vec![
-                    format!(
-                        "{} batch-1 ≥ 75% of the weight-streaming bound",
-                        b.weight_format
-                    ),
-                    pct(d.fraction),
-                    met(d.fraction >= 0.75),
-                ]);
-            }
-        }
-        if let (Some(w), Some(b), Some(f)) = (by("nvfp4"), by("bf16"), by("fp8")) {
-            let (rb, rf) = (
-                w.batch1.tok_per_s / b.batch1.tok_per_s,
-                w.batch1.tok_per_s / f.batch1.tok_per_s,
-            );
+    for f in &s.formats {
+        let bw = f
+            .bench
+            .as_ref()
+            .and_then(|b| b.decode_bound.as_ref())
+            .map(|d| d.copy_bytes_per_s);
+        o.push_str(&super::decode_profile::render(
+            &f.format,
+            &f.decode_contexts,
+            bw,
+            f.decode_attention.as_deref(),
+        ));
+    }
+}
+
+/// The runtime's goals (docs/runtime.md), as ratios within this run.
+fn render_runtime_goals(o: &mut String, s: &RuntimeSection, benches: &[&RuntimeBench]) {
+    let by = |f: &str| benches.iter().find(|b| b.weight_format == f).copied();
+    let mut t: Vec<Vec<String>> = Vec::new();
+    t.extend(memory_bound_goals(s));
+    for b in benches {
+        if let Some(d) = &b.decode_bound {
             t.push(vec![
-                "W4A16 batch-1 ≥ 2.5× BF16".into(),
-                format!("{rb:.2}×"),
-                met(rb >= 2.5),
-            ]);
-            t.push(vec![
-                "W4A16 batch-1 ≥ 1.4× FP8".into(),
-                format!("{rf:.2}×"),
-                met(rf >= 1.4),
+                format!(
+                    "{} batch-1 ≥ 75% of the weight-streaming bound",
+                    b.weight_format
+                ),
+                pct(d.fraction),
+                met(d.fraction >= 0.75),
             ]);
         }
-        if let Some(b) = by("bf16") {
+    }
+    if let (Some(w), Some(b), Some(f)) = (by("nvfp4"), by("bf16"), by("fp8")) {
+        let (rb, rf) = (
+            w.batch1.tok_per_s / b.batch1.tok_per_s,
+            w.batch1.tok_per_s / f.batch1.tok_per_s,
+        );
+        t.push(vec![
+            "W4A16 batch-1 ≥ 2.5× BF16".into(),
+            format!("{rb:.2}×"),
+            met(rb >= 2.5),
+        ]);
+        t.push(vec![
+            "W4A16 batch-1 ≥ 1.4× FP8".into(),
+            format!("{rf:.2}×"),
+            met(rf >= 1.4),
+        ]);
+    }
+    if let Some(b) = by("bf16") {
+        t.push(vec![
+            format!("BF16 batch-{} ≥ 20× batch-1", b.spec.batch),
+            format!("{:.1}×", b.batch_speedup),
+            met(b.batch_speedup >= 20.0),
+        ]);
+        if let Some(p) = &b.prefill_vs_peak {
             t.push(vec![
-                format!("BF16 batch-{} ≥ 20× batch-1", b.spec.batch),
-                format!("{:.1}×", b.batch_speedup),
-                met(b.batch_speedup >= 20.0),
+                format!(
+                    "prefill of {} tokens ≥ 50% of the BF16 GEMM peak",
+                    b.spec.prefill_tokens
+                ),
+                pct(p.fraction),
+                met(p.fraction >= 0.5),
             ]);
-            if let Some(p) = &b.prefill_vs_peak {
-                t.push(vec![
-                    format!(
-                        "prefill of {} tokens ≥ 50% of the BF16 GEMM peak",
-                        b.spec.prefill_tokens
-                    ),
-                    pct(p.fraction),
-                    met(p.fraction >= 0.5),
-                ]);
-            }
-            if let Some(k) = &b.kv_capacity {
-                t.push(vec![
-                    "KV capacity within 3% of inspect's prediction".into(),
-                    format!("{:+.1}%", 100.0 * k.relative_difference),
-                    met(k.relative_difference.abs() <= 0.03),
-                ]);
-            }
         }
-        if !t.is_empty() {
-            let _ = writeln!(o, "### rigbench runtime's goals (ratios within this run)\n");
-            let _ = writeln!(
+        if let Some(k) = &b.kv_capacity {
+            t.push(vec![
+                "KV capacity within 3% of inspect's prediction".into(),
+                format!("{:+.1}%", 100.0 * k.relative_difference),
+                met(k.relative_difference.abs() <= 0.03),
+            ]);
+        }
+    }
+    if !t.is_empty() {
+        let _ = writeln!(o, "### rigbench runtime's goals (ratios within this run)\n");
+        let _ = writeln!(
                 o,
                 "Goals for rigbench's own built-in runtime (docs/runtime.md): its decode against the weight-streaming bound, its formats and batching against each other, its KV allocation against `inspect`'s prediction. They describe rigbench's runtime, not a property of the card.\n"
             );
-            o.push_str(&crate::output::table::markdown_table(
-                &["target", "measured", "met"],
-                &t,
-            ));
-            o.push('\n');
-        }
+        o.push_str(&crate::output::table::markdown_table(
+            &["target", "measured", "met"],
+            &t,
+        ));
+        o.push('\n');
     }
+}
+
+/// The fidelity on identical weights table.
+fn render_fidelity(o: &mut String, s: &RuntimeSection) {
     if !s.fidelity.is_empty() {
         if s.model.starts_with("synthetic:") {
             let _ = writeln!(
@@ -736,22 +766,6 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
             );
         }
     }
-    for f in &s.formats {
-        if let Some(e) = &f.error {
-            let _ = writeln!(o, "- {}: {e}", f.format);
-        }
-        if let Some(e) = &f.e2e {
-            let _ = writeln!(o, "\n### End to end, {}\n", f.format);
-            // One level down (its sections sit under this format's heading), and its plots
-            // are in the format's own folder, `e2e-<format>/` (see `report::job::render_into`).
-            let md = crate::e2e::render_markdown(e)
-                .replacen("## End to end", "#### Session", 1)
-                .replace("\n### ", "\n#### ")
-                .replace("](e2e_", &format!("]({}/e2e_", e2e_dir(&f.format)));
-            o.push_str(&md);
-        }
-    }
-    o
 }
 
 /// Batch-1 decode at a 128-token context against the weight-streaming bound, per format
