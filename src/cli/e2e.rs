@@ -360,6 +360,64 @@ pub fn e2e_options(
     }
     crate::e2e::client::set_api_key(args.api_key.clone());
     let mut suite = Suite::load(suite).map_err(|e| crate::cli::suite_error(suite_flag, e))?;
+    apply_load_overrides(&mut suite, load)?;
+    suite
+        .validate()
+        .map_err(|m| RigError::flag(format!("{suite_flag} and its overrides"), m))?;
+
+    let kind = match (args.engine, &args.engine_cmd, &args.url) {
+        (Some(k), _, _) => k,
+        (None, Some(_), _) => EngineKind::Cmd,
+        (None, None, Some(_)) => EngineKind::Url,
+        (None, None, None) => EngineKind::Builtin,
+    };
+    let spec_none = args
+        .spec_method
+        .as_deref()
+        .is_some_and(|m| matches!(m.to_ascii_lowercase().as_str(), "none" | "off"));
+    let engine = choose_engine(args, &builtin, kind, spec_none)?;
+    check_engine_args(args, &builtin, kind, &engine)?;
+    let mut o = E2eOptions::with_suite(suite);
+    o.engine = engine;
+    o.engine_log = args.engine_log.clone();
+    o.served_model = args.served_model.clone();
+    o.tokenizer = args.tokenizer.clone();
+    o.spec_method = args.spec_method.clone().filter(|_| !spec_none);
+    o.spec_k = args.spec_k;
+    if let Some(0) = args.kv_capacity {
+        return Err(RigError::flag("--kv-capacity", "must be at least 1 token"));
+    }
+    o.stated = crate::e2e::engines::Stated {
+        engine_version: args.engine_version.clone(),
+        kv_capacity: args.kv_capacity,
+        spec: match (args.spec, spec_none) {
+            (Some(SpecStated::On), true) => {
+                return Err(RigError::flag(
+                    "--spec",
+                    "--spec on contradicts --spec-method none",
+                ))
+            }
+            (Some(s), _) => Some(s == SpecStated::On),
+            (None, true) => Some(false),
+            // A stated method (for engines that do not expose one) says on.
+            (None, false) if kind != EngineKind::Builtin => args.spec_method.as_ref().map(|_| true),
+            (None, false) => None,
+        },
+    };
+    o.request_timeout = Duration::from_secs_f64(seconds(
+        "--request-timeout",
+        args.request_timeout.unwrap_or(request_timeout_s),
+    )?);
+    o.startup_timeout = Duration::from_secs_f64(match args.startup_timeout {
+        Some(t) => seconds("--startup-timeout", t)?,
+        None if kind == EngineKind::Builtin => 120.0,
+        None => 1800.0,
+    });
+    Ok(o)
+}
+
+/// The command line's workload, load and sampling overrides, applied to the suite.
+fn apply_load_overrides(suite: &mut Suite, load: &LoadArgs) -> Result<(), RigError> {
     let w = &mut suite.workload;
     if let Some(a) = load.api {
         w.api = a;
@@ -435,52 +493,48 @@ pub fn e2e_options(
     if let Some(seed) = load.seed {
         suite.sampling.seed = Some(seed);
     }
-    suite
-        .validate()
-        .map_err(|m| RigError::flag(format!("{suite_flag} and its overrides"), m))?;
+    Ok(())
+}
 
-    let kind = match (args.engine, &args.engine_cmd, &args.url) {
-        (Some(k), _, _) => k,
-        (None, Some(_), _) => EngineKind::Cmd,
-        (None, None, Some(_)) => EngineKind::Url,
-        (None, None, None) => EngineKind::Builtin,
-    };
-    let spec_none = args
-        .spec_method
-        .as_deref()
-        .is_some_and(|m| matches!(m.to_ascii_lowercase().as_str(), "none" | "off"));
-    let engine =
-        match kind {
-            EngineKind::Builtin => {
-                if args.engine_cmd.is_some() || args.url.is_some() {
-                    return Err(RigError::flag(
-                        "--engine",
-                        "builtin starts its own server; drop --engine-cmd / --url",
-                    ));
-                }
-                let mut serve = vec!["--model".to_string(), builtin.model.to_string()];
-                if let Some(q) = builtin.quantize {
-                    serve.extend([SERVE_QUANTIZE_FLAG.to_string(), q.to_string()]);
-                }
-                if let Some(m) = args.spec_method.as_ref().filter(|_| !spec_none) {
-                    serve.extend([SERVE_SPEC_METHOD_FLAG.to_string(), m.clone()]);
-                }
-                if let Some(k) = args.spec_k {
-                    serve.extend([SERVE_SPEC_K_FLAG.to_string(), k.to_string()]);
-                }
-                serve.extend(builtin.serve_args.iter().cloned());
-                // What `rigbench serve` would reject is a bad command line here too.
-                crate::cli::serve::check_args(&serve)?;
-                EngineChoice::Builtin {
-                    program: None,
-                    args: serve,
-                }
+/// The engine to run against: the built-in server's command line, a command and its URL, or a URL.
+fn choose_engine(
+    args: &EngineArgs,
+    builtin: &BuiltinEngine<'_>,
+    kind: EngineKind,
+    spec_none: bool,
+) -> Result<EngineChoice, RigError> {
+    Ok(match kind {
+        EngineKind::Builtin => {
+            if args.engine_cmd.is_some() || args.url.is_some() {
+                return Err(RigError::flag(
+                    "--engine",
+                    "builtin starts its own server; drop --engine-cmd / --url",
+                ));
             }
-            EngineKind::Cmd => {
-                let command = args.engine_cmd.clone().ok_or_else(|| {
-                    RigError::flag("--engine", "cmd needs --engine-cmd \"COMMAND\"")
-                })?;
-                let url = match (&args.url, args.port) {
+            let mut serve = vec!["--model".to_string(), builtin.model.to_string()];
+            if let Some(q) = builtin.quantize {
+                serve.extend([SERVE_QUANTIZE_FLAG.to_string(), q.to_string()]);
+            }
+            if let Some(m) = args.spec_method.as_ref().filter(|_| !spec_none) {
+                serve.extend([SERVE_SPEC_METHOD_FLAG.to_string(), m.clone()]);
+            }
+            if let Some(k) = args.spec_k {
+                serve.extend([SERVE_SPEC_K_FLAG.to_string(), k.to_string()]);
+            }
+            serve.extend(builtin.serve_args.iter().cloned());
+            // What `rigbench serve` would reject is a bad command line here too.
+            crate::cli::serve::check_args(&serve)?;
+            EngineChoice::Builtin {
+                program: None,
+                args: serve,
+            }
+        }
+        EngineKind::Cmd => {
+            let command = args
+                .engine_cmd
+                .clone()
+                .ok_or_else(|| RigError::flag("--engine", "cmd needs --engine-cmd \"COMMAND\""))?;
+            let url = match (&args.url, args.port) {
                 (Some(u), _) => u.clone(),
                 (None, Some(p)) => format!("http://127.0.0.1:{p}"),
                 (None, None) => return Err(RigError::flag(
@@ -488,15 +542,25 @@ pub fn e2e_options(
                     "say where the engine will listen with --url http://HOST:PORT or --port PORT",
                 )),
             };
-                EngineChoice::Command { command, url }
-            }
-            EngineKind::Url => {
-                let url = args.url.clone().ok_or_else(|| {
-                    RigError::flag("--engine", "url needs --url http://HOST:PORT")
-                })?;
-                EngineChoice::Url { url }
-            }
-        };
+            EngineChoice::Command { command, url }
+        }
+        EngineKind::Url => {
+            let url = args
+                .url
+                .clone()
+                .ok_or_else(|| RigError::flag("--engine", "url needs --url http://HOST:PORT"))?;
+            EngineChoice::Url { url }
+        }
+    })
+}
+
+/// Refuse a URL without http(s), built-in-only flags with another engine, and an unreadable engine log or tokenizer.
+fn check_engine_args(
+    args: &EngineArgs,
+    builtin: &BuiltinEngine<'_>,
+    kind: EngineKind,
+    engine: &EngineChoice,
+) -> Result<(), RigError> {
     if let EngineChoice::Command { url: u, .. } | EngineChoice::Url { url: u } = &engine {
         if !(u.starts_with("http://") || u.starts_with("https://")) {
             return Err(RigError::flag(
@@ -528,43 +592,7 @@ pub fn e2e_options(
             other => other,
         })?;
     }
-    let mut o = E2eOptions::with_suite(suite);
-    o.engine = engine;
-    o.engine_log = args.engine_log.clone();
-    o.served_model = args.served_model.clone();
-    o.tokenizer = args.tokenizer.clone();
-    o.spec_method = args.spec_method.clone().filter(|_| !spec_none);
-    o.spec_k = args.spec_k;
-    if let Some(0) = args.kv_capacity {
-        return Err(RigError::flag("--kv-capacity", "must be at least 1 token"));
-    }
-    o.stated = crate::e2e::engines::Stated {
-        engine_version: args.engine_version.clone(),
-        kv_capacity: args.kv_capacity,
-        spec: match (args.spec, spec_none) {
-            (Some(SpecStated::On), true) => {
-                return Err(RigError::flag(
-                    "--spec",
-                    "--spec on contradicts --spec-method none",
-                ))
-            }
-            (Some(s), _) => Some(s == SpecStated::On),
-            (None, true) => Some(false),
-            // A stated method (for engines that do not expose one) says on.
-            (None, false) if kind != EngineKind::Builtin => args.spec_method.as_ref().map(|_| true),
-            (None, false) => None,
-        },
-    };
-    o.request_timeout = Duration::from_secs_f64(seconds(
-        "--request-timeout",
-        args.request_timeout.unwrap_or(request_timeout_s),
-    )?);
-    o.startup_timeout = Duration::from_secs_f64(match args.startup_timeout {
-        Some(t) => seconds("--startup-timeout", t)?,
-        None if kind == EngineKind::Builtin => 120.0,
-        None => 1800.0,
-    });
-    Ok(o)
+    Ok(())
 }
 
 /// `--engine-log FILE` must be a readable regular file: "not found" only when it is missing.
