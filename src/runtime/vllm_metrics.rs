@@ -231,54 +231,99 @@ impl Metrics {
     pub fn render(&self) -> String {
         let s = self.snapshot();
         let m = format!("model_name=\"{}\"", esc(&self.model_name));
-        let mut o = String::new();
-        let mut head = |o: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(o, "# HELP {name} {help}");
-            let _ = writeln!(o, "# TYPE {name} {kind}");
+        let mut w = Exposition {
+            o: String::new(),
+            m: &m,
         };
-        let gauge = |o: &mut String,
-                     name: &str,
-                     help: &str,
-                     v: f64,
-                     head: &mut dyn FnMut(&mut String, &str, &str, &str)| {
-            head(o, name, "gauge", help);
-            let _ = writeln!(o, "{name}{{{m}}} {}", num(v));
-        };
-        gauge(
-            &mut o,
+        w.gauges(&s);
+        w.cache_config_info(&self.cache);
+        w.counters(&s);
+        w.histograms(&s);
+        w.o
+    }
+}
+
+/// The exposition text being written; every sample carries the model label `m`.
+struct Exposition<'a> {
+    o: String,
+    m: &'a str,
+}
+
+impl Exposition<'_> {
+    /// The `# HELP` and `# TYPE` lines of a metric.
+    fn head(&mut self, name: &str, kind: &str, help: &str) {
+        let o = &mut self.o;
+        let _ = writeln!(o, "# HELP {name} {help}");
+        let _ = writeln!(o, "# TYPE {name} {kind}");
+    }
+
+    /// A gauge and its one sample.
+    fn gauge(&mut self, name: &str, help: &str, v: f64) {
+        self.head(name, "gauge", help);
+        let (o, m) = (&mut self.o, self.m);
+        let _ = writeln!(o, "{name}{{{m}}} {}", num(v));
+    }
+
+    /// A counter and its one sample.
+    fn counter(&mut self, name: &str, help: &str, v: u64) {
+        self.head(name, "counter", help);
+        let (o, m) = (&mut self.o, self.m);
+        let _ = writeln!(o, "{name}{{{m}}} {}", num(v as f64));
+    }
+
+    /// A histogram: its buckets, count and sum.
+    fn hist(&mut self, name: &str, help: &str, h: &Histogram) {
+        self.head(name, "histogram", help);
+        let (o, m) = (&mut self.o, self.m);
+        for (b, c) in h.bounds.iter().zip(&h.counts) {
+            let _ = writeln!(
+                o,
+                "{name}_bucket{{le=\"{}\",{m}}} {}",
+                num(*b),
+                num(*c as f64)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "{name}_bucket{{le=\"+Inf\",{m}}} {}",
+            num(h.count as f64)
+        );
+        let _ = writeln!(o, "{name}_count{{{m}}} {}", num(h.count as f64));
+        let _ = writeln!(o, "{name}_sum{{{m}}} {}", num(h.sum));
+    }
+
+    /// The gauges: running and waiting requests, KV-cache usage and its peak.
+    fn gauges(&mut self, s: &MetricsState) {
+        self.gauge(
             "vllm:num_requests_running",
             "Number of requests in model execution batches.",
             s.running as f64,
-            &mut head,
         );
-        gauge(
-            &mut o,
+        self.gauge(
             "vllm:num_requests_waiting",
             "Number of requests waiting to be processed.",
             s.waiting as f64,
-            &mut head,
         );
-        gauge(
-            &mut o,
+        self.gauge(
             "vllm:kv_cache_usage_perc",
             "KV-cache usage. 1 means 100 percent usage.",
             s.kv_usage,
-            &mut head,
         );
-        gauge(
-            &mut o,
+        self.gauge(
             "rigbench:kv_cache_usage_peak_perc",
             "Largest KV-cache usage since start or the last POST /rigbench/reset_peaks (a high-water mark). 1 means 100 percent usage.",
             s.kv_usage_peak,
-            &mut head,
         );
-        head(
-            &mut o,
+    }
+
+    /// `vllm:cache_config_info`, the cache configuration as labels.
+    fn cache_config_info(&mut self, c: &CacheInfo) {
+        self.head(
             "vllm:cache_config_info",
             "gauge",
             "Information of the LLMEngine CacheConfig",
         );
-        let c = &self.cache;
+        let (o, m) = (&mut self.o, self.m);
         let gpu = c.device_kind != "cpu";
         let _ = writeln!(
             o,
@@ -298,56 +343,43 @@ impl Metrics {
                 String::new()
             }
         );
-        let counter = |o: &mut String,
-                       name: &str,
-                       help: &str,
-                       v: u64,
-                       head: &mut dyn FnMut(&mut String, &str, &str, &str)| {
-            head(o, name, "counter", help);
-            let _ = writeln!(o, "{name}{{{m}}} {}", num(v as f64));
-        };
-        counter(
-            &mut o,
+    }
+
+    /// The counters: preemptions, tokens, prefix-cache queries and hits, finished requests and
+    /// the speculative-decoding counters when speculation is on.
+    fn counters(&mut self, s: &MetricsState) {
+        self.counter(
             "vllm:num_preemptions_total",
             "Cumulative number of preemption from the engine.",
             s.preemptions,
-            &mut head,
         );
-        counter(
-            &mut o,
+        self.counter(
             "vllm:prompt_tokens_total",
             "Number of prefill tokens processed.",
             s.prompt_tokens,
-            &mut head,
         );
-        counter(
-            &mut o,
+        self.counter(
             "vllm:generation_tokens_total",
             "Number of generation tokens processed.",
             s.generation_tokens,
-            &mut head,
         );
-        counter(
-            &mut o,
+        self.counter(
             "vllm:prefix_cache_queries_total",
             "Prefix cache queries, in terms of number of queried tokens.",
             s.prefix.queries,
-            &mut head,
         );
-        counter(
-            &mut o,
+        self.counter(
             "vllm:prefix_cache_hits_total",
             "Prefix cache hits, in terms of number of cached tokens.",
             s.prefix.hits,
-            &mut head,
         );
-        head(
-            &mut o,
+        self.head(
             "vllm:request_success_total",
             "counter",
             "Count of successfully processed requests.",
         );
         for (i, label) in ["stop", "length", "abort"].iter().enumerate() {
+            let (o, m) = (&mut self.o, self.m);
             let _ = writeln!(
                 o,
                 "vllm:request_success_total{{finished_reason=\"{label}\",{m}}} {}",
@@ -355,34 +387,28 @@ impl Metrics {
             );
         }
         if let Some(sp) = &s.spec {
-            counter(
-                &mut o,
+            self.counter(
                 "vllm:spec_decode_num_drafts_total",
                 "Number of spec decoding drafts.",
                 sp.num_drafts,
-                &mut head,
             );
-            counter(
-                &mut o,
+            self.counter(
                 "vllm:spec_decode_num_draft_tokens_total",
                 "Number of draft tokens.",
                 sp.num_draft_tokens,
-                &mut head,
             );
-            counter(
-                &mut o,
+            self.counter(
                 "vllm:spec_decode_num_accepted_tokens_total",
                 "Number of accepted tokens.",
                 sp.num_accepted_tokens,
-                &mut head,
             );
-            head(
-                &mut o,
+            self.head(
                 "vllm:spec_decode_num_accepted_tokens_per_pos_total",
                 "counter",
                 "Accepted tokens per draft position.",
             );
             for (i, v) in sp.accepted_per_pos.iter().enumerate() {
+                let (o, m) = (&mut self.o, self.m);
                 let _ = writeln!(
                     o,
                     "vllm:spec_decode_num_accepted_tokens_per_pos_total{{{m},position=\"{i}\"}} {}",
@@ -390,64 +416,35 @@ impl Metrics {
                 );
             }
         }
-        let hist = |o: &mut String,
-                    name: &str,
-                    help: &str,
-                    h: &Histogram,
-                    head: &mut dyn FnMut(&mut String, &str, &str, &str)| {
-            head(o, name, "histogram", help);
-            for (b, c) in h.bounds.iter().zip(&h.counts) {
-                let _ = writeln!(
-                    o,
-                    "{name}_bucket{{le=\"{}\",{m}}} {}",
-                    num(*b),
-                    num(*c as f64)
-                );
-            }
-            let _ = writeln!(
-                o,
-                "{name}_bucket{{le=\"+Inf\",{m}}} {}",
-                num(h.count as f64)
-            );
-            let _ = writeln!(o, "{name}_count{{{m}}} {}", num(h.count as f64));
-            let _ = writeln!(o, "{name}_sum{{{m}}} {}", num(h.sum));
-        };
-        hist(
-            &mut o,
+    }
+
+    /// The histograms: TTFT, ITL, e2e latency, prompt and generation lengths.
+    fn histograms(&mut self, s: &MetricsState) {
+        self.hist(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
             &s.ttft,
-            &mut head,
         );
-        hist(
-            &mut o,
+        self.hist(
             "vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
             &s.itl,
-            &mut head,
         );
-        hist(
-            &mut o,
+        self.hist(
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",
             &s.e2e,
-            &mut head,
         );
-        hist(
-            &mut o,
+        self.hist(
             "vllm:request_prompt_tokens",
             "Number of prefill tokens processed.",
             &s.prompt_len,
-            &mut head,
         );
-        hist(
-            &mut o,
+        self.hist(
             "vllm:request_generation_tokens",
             "Number of generation tokens processed.",
             &s.gen_len,
-            &mut head,
         );
-        o
     }
 }
 
