@@ -30,6 +30,32 @@ pub fn render(f: &RigFacts, all: bool, redactor: &Redactor) -> String {
         ],
         vec!["RAM".into(), human_bytes(f.host.ram_bytes)],
     ];
+    gpu_rows(&mut rows, f);
+    stack_rows(&mut rows, f);
+    out.push_str(&markdown_table(&["fact", "value"], &rows));
+    if !f.stack.problems.is_empty() {
+        out.push_str("\nProblems with the GPU stack:\n\n");
+        for p in &f.stack.problems {
+            out.push_str(&format!("- {p}\n"));
+        }
+    }
+    if f.gpus.len() > 1 {
+        out.push_str("\n## GPUs\n\n");
+        out.push_str(&super::topology::render_gpus(&f.gpus));
+        if let Some(t) = &f.topology {
+            out.push_str("\n## Topology\n\n");
+            out.push_str(&super::topology::render(t));
+        }
+    }
+    render_card_capability(&mut out, f);
+    if all || f.gpu.is_none() {
+        render_capability_by_cc(&mut out);
+    }
+    out
+}
+
+/// Fact rows of the first GPU: its properties and telemetry, or why there is none.
+fn gpu_rows(rows: &mut Vec<Vec<String>>, f: &RigFacts) {
     match &f.gpu {
         Some(g) => {
             rows.push(vec!["GPU".into(), g.name.clone()]);
@@ -104,6 +130,10 @@ pub fn render(f: &RigFacts, all: bool, redactor: &Redactor) -> String {
             f.gpu_absent_reason.clone().unwrap_or_else(|| "none".into()),
         ]),
     }
+}
+
+/// Fact rows of the other GPUs and of the driver and CUDA stack.
+fn stack_rows(rows: &mut Vec<Vec<String>>, f: &RigFacts) {
     if f.gpus.len() > 1 {
         rows.push(vec![
             "GPUs".into(),
@@ -131,21 +161,10 @@ pub fn render(f: &RigFacts, all: bool, redactor: &Redactor) -> String {
     rows.push(vec!["NVRTC".into(), opt(&f.stack.nvrtc_version)]);
     rows.push(vec!["cuBLASLt".into(), opt(&f.stack.cublaslt_version)]);
     rows.push(vec!["CUDA headers".into(), opt(&f.stack.cuda_include_dir)]);
-    out.push_str(&markdown_table(&["fact", "value"], &rows));
-    if !f.stack.problems.is_empty() {
-        out.push_str("\nProblems with the GPU stack:\n\n");
-        for p in &f.stack.problems {
-            out.push_str(&format!("- {p}\n"));
-        }
-    }
-    if f.gpus.len() > 1 {
-        out.push_str("\n## GPUs\n\n");
-        out.push_str(&super::topology::render_gpus(&f.gpus));
-        if let Some(t) = &f.topology {
-            out.push_str("\n## Topology\n\n");
-            out.push_str(&super::topology::render(t));
-        }
-    }
+}
+
+/// The format-capability table of this card, or the note that there is no GPU.
+fn render_card_capability(out: &mut String, f: &RigFacts) {
     out.push_str("\n## Format capability on this card\n\n");
     match f.compute_capability() {
         Some(cc) => {
@@ -168,49 +187,50 @@ pub fn render(f: &RigFacts, all: bool, redactor: &Redactor) -> String {
             "No GPU: no capability verdict for this machine; the table of every compute capability follows.\n",
         ),
     }
-    if all || f.gpu.is_none() {
-        out.push_str("\n## Format capability by compute capability\n\n");
-        let rows: Vec<Vec<String>> = capability::KNOWN
-            .iter()
-            .map(|(cc, arch)| {
-                let mut r = vec![cc.to_string(), arch.to_string()];
-                for c in capability::table(*cc) {
-                    r.push(c.support.to_string());
-                }
-                r
+}
+
+/// The format-capability tables of every known compute capability, and what runs and why.
+fn render_capability_by_cc(out: &mut String) {
+    out.push_str("\n## Format capability by compute capability\n\n");
+    let rows: Vec<Vec<String>> = capability::KNOWN
+        .iter()
+        .map(|(cc, arch)| {
+            let mut r = vec![cc.to_string(), arch.to_string()];
+            for c in capability::table(*cc) {
+                r.push(c.support.to_string());
+            }
+            r
+        })
+        .collect();
+    out.push_str(&markdown_table(
+        &[
+            "cc",
+            "architecture",
+            "BF16",
+            "FP8 W8A8",
+            "W4A16 NVFP4",
+            "W4A4 NVFP4",
+        ],
+        &rows,
+    ));
+    // What each cell means: the path that runs and why, per compute capability.
+    out.push_str("\nWhat runs, and why:\n\n");
+    let rows: Vec<Vec<String>> = capability::KNOWN
+        .iter()
+        .flat_map(|(cc, _)| {
+            capability::table(*cc).into_iter().map(move |c| {
+                vec![
+                    cc.to_string(),
+                    c.format.display_name().to_string(),
+                    c.support.to_string(),
+                    c.path,
+                    c.reason,
+                ]
             })
-            .collect();
-        out.push_str(&markdown_table(
-            &[
-                "cc",
-                "architecture",
-                "BF16",
-                "FP8 W8A8",
-                "W4A16 NVFP4",
-                "W4A4 NVFP4",
-            ],
-            &rows,
-        ));
-        // What each cell means: the path that runs and why, per compute capability.
-        out.push_str("\nWhat runs, and why:\n\n");
-        let rows: Vec<Vec<String>> = capability::KNOWN
-            .iter()
-            .flat_map(|(cc, _)| {
-                capability::table(*cc).into_iter().map(move |c| {
-                    vec![
-                        cc.to_string(),
-                        c.format.display_name().to_string(),
-                        c.support.to_string(),
-                        c.path,
-                        c.reason,
-                    ]
-                })
-            })
-            .collect();
-        out.push_str(&markdown_table(
-            &["cc", "format", "support", "runs as", "reason"],
-            &rows,
-        ));
-    }
-    out
+        })
+        .collect();
+    out.push_str(&markdown_table(
+        &["cc", "format", "support", "runs as", "reason"],
+        &rows,
+    ));
 }
