@@ -271,24 +271,7 @@ fn explain_marlin(
     let w4a16 = ck.map(|c| c.w4a16_kinds.clone()).unwrap_or_default();
     let w4a4 = ck.map(|c| c.w4a4_kinds.clone()).unwrap_or_default();
     let Some(card) = card else {
-        let settle = "give --cc sm_XX (or --rig results.json) to settle it";
-        return match ck {
-            Some(_) if !w4a16.is_empty() => (
-                Severity::Info,
-                "Marlin FP4 fallback: expected for the W4A16 layers".into(),
-                format!("the checkpoint's {} are weights-only NVFP4 (W4A16), which run on Marlin on every card.{} Whether its W4A4 layers ({}) run natively depends on the card: {settle}", list(&w4a16), choices, if w4a4.is_empty() { "none".into() } else { list(&w4a4) }),
-            ),
-            Some(_) => (
-                Severity::Info,
-                "Marlin FP4 fallback: expected only on a card without FP4 tensor cores".into(),
-                format!("every NVFP4 layer of the checkpoint is W4A4 ({}): the fallback is expected below sm_100 and means a missing native kernel on sm_100 and up.{choices} {settle}", list(&w4a4)),
-            ),
-            None => (
-                Severity::Info,
-                "Marlin FP4 fallback: expected or not depends on the checkpoint and the card".into(),
-                format!("W4A16 NVFP4 layers run on Marlin on every card; W4A4 layers run natively only on cards with FP4 tensor cores (sm_100 and up) when the engine has kernels for them.{choices} Give --checkpoint DIR (config.json + hf_quant_config.json are enough) and --cc sm_XX to settle it"),
-            ),
-        };
+        return explain_marlin_without_card(ck, &w4a16, &w4a4, &choices);
     };
     let cc = card.cc;
     let ccs = format!("sm_{} ({})", cc.as_int(), card.source);
@@ -380,6 +363,47 @@ fn explain_marlin(
         );
     }
     // sm_120 / sm_121: which layers have no native path in this engine build, and why.
+    explain_marlin_12x(log, card, &w4a16, &w4a4, expected_part, engine, &choices)
+}
+
+/// Why the Marlin FP4 warning appeared when the card is unknown: it depends on the checkpoint's layers.
+fn explain_marlin_without_card(
+    ck: Option<&CheckpointFacts>,
+    w4a16: &[String],
+    w4a4: &[String],
+    choices: &str,
+) -> (Severity, String, String) {
+    let settle = "give --cc sm_XX (or --rig results.json) to settle it";
+    match ck {
+            Some(_) if !w4a16.is_empty() => (
+                Severity::Info,
+                "Marlin FP4 fallback: expected for the W4A16 layers".into(),
+                format!("the checkpoint's {} are weights-only NVFP4 (W4A16), which run on Marlin on every card.{} Whether its W4A4 layers ({}) run natively depends on the card: {settle}", list(w4a16), choices, if w4a4.is_empty() { "none".into() } else { list(w4a4) }),
+            ),
+            Some(_) => (
+                Severity::Info,
+                "Marlin FP4 fallback: expected only on a card without FP4 tensor cores".into(),
+                format!("every NVFP4 layer of the checkpoint is W4A4 ({}): the fallback is expected below sm_100 and means a missing native kernel on sm_100 and up.{choices} {settle}", list(w4a4)),
+            ),
+            None => (
+                Severity::Info,
+                "Marlin FP4 fallback: expected or not depends on the checkpoint and the card".into(),
+                format!("W4A16 NVFP4 layers run on Marlin on every card; W4A4 layers run natively only on cards with FP4 tensor cores (sm_100 and up) when the engine has kernels for them.{choices} Give --checkpoint DIR (config.json + hf_quant_config.json are enough) and --cc sm_XX to settle it"),
+            ),
+    }
+}
+
+/// Why the Marlin FP4 warning appeared on sm_120 / sm_121: which layers have no native path in this engine build, and why.
+fn explain_marlin_12x(
+    log: &EngineLog,
+    card: &Card,
+    w4a16: &[String],
+    w4a4: &[String],
+    expected_part: String,
+    engine: &str,
+    choices: &str,
+) -> (Severity, String, String) {
+    let cc = card.cc;
     let mut no_native: Vec<String> = Vec::new();
     for c in log.kernel_choices.iter().filter(|c| c.is_marlin()) {
         let kinds: Vec<String> = if c.what.contains("MoE") {
@@ -431,20 +455,20 @@ fn explain_marlin(
             sev = Severity::Warning;
             parts.push(format!(
                 "every NVFP4 layer of the checkpoint is W4A4 ({}), so the warning means some of them have no native path in {engine} on this card: {why_12x}; {look}",
-                list(&w4a4)
+                list(w4a4)
             ));
         } else {
             sev = Severity::Info;
             parts.push(format!(
                 "the log does not say whether the W4A4 layers ({}) fell back as well: {why_12x}; {look}",
-                list(&w4a4)
+                list(w4a4)
             ));
         }
     } else {
         sev = Severity::Info;
         parts.push(format!(
             "the W4A4 layers ({}) got native kernels",
-            list(&w4a4)
+            list(w4a4)
         ));
     }
     (
