@@ -444,6 +444,31 @@ pub fn classify(msg: &str, context: &str) -> Option<Cause> {
             estimated_max_model_len: p.estimated.captures(msg).and_then(|e| num(&e["n"])),
         });
     }
+    if let Some(c) = classify_memory(p, msg) {
+        return Some(c);
+    }
+    if let Some(c) = p.quant_method.captures(msg) {
+        return Some(Cause::QuantizationUnsupported {
+            method: Some(c["m"].to_string()),
+            min_capability: c["min"].parse().ok(),
+            current_capability: c["cur"].parse().ok(),
+        });
+    }
+    if let Some(c) = p.quant_scheme.captures(msg) {
+        return Some(Cause::QuantizationUnsupported {
+            method: None,
+            min_capability: c["min"].parse().ok(),
+            current_capability: c["cur"].parse().ok(),
+        });
+    }
+    if let Some(c) = classify_toolchain(p, msg, context) {
+        return Some(c);
+    }
+    classify_capability(p, msg)
+}
+
+/// Out of memory, or no memory left for the KV cache blocks.
+fn classify_memory(p: &Pats, msg: &str) -> Option<Cause> {
     if msg.contains("No available memory for the cache blocks")
         || msg.contains("Not enough memory. Please try to increase --mem-fraction-static")
     {
@@ -477,20 +502,11 @@ pub fn classify(msg: &str, context: &str) -> Option<Cause> {
                 .or_else(|| p.oom_pytorch.captures(msg).map(|c| c["a"].to_string())),
         });
     }
-    if let Some(c) = p.quant_method.captures(msg) {
-        return Some(Cause::QuantizationUnsupported {
-            method: Some(c["m"].to_string()),
-            min_capability: c["min"].parse().ok(),
-            current_capability: c["cur"].parse().ok(),
-        });
-    }
-    if let Some(c) = p.quant_scheme.captures(msg) {
-        return Some(Cause::QuantizationUnsupported {
-            method: None,
-            min_capability: c["min"].parse().ok(),
-            current_capability: c["cur"].parse().ok(),
-        });
-    }
+    None
+}
+
+/// A toolchain too old for the card: PTX ISA, ptxas, nvcc or PyTorch without the architecture.
+fn classify_toolchain(p: &Pats, msg: &str, context: &str) -> Option<Cause> {
     if let Some(c) = p.ptx_version.captures(msg) {
         let target = c["t"].to_string();
         let isa = c["isa"].to_string();
@@ -572,6 +588,11 @@ pub fn classify(msg: &str, context: &str) -> Option<Cause> {
             needs_cuda: None,
         });
     }
+    None
+}
+
+/// A compute capability below what a kernel or scheme requires, or no kernel image for the card.
+fn classify_capability(p: &Pats, msg: &str) -> Option<Cause> {
     if let Some(c) = p.cap_at_least.captures(msg) {
         return Some(Cause::CapabilityTooLow {
             what: c["what"].trim().to_string(),
