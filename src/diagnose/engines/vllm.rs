@@ -113,184 +113,194 @@ impl EngineReader for Vllm {
                 log.recognised();
             }
         }
+        read_kv(log, l, p, msg, no);
+        read_marlin_fallback(log, l, p, msg, no);
+        read_engine_config(log, p, msg, no);
+    }
+}
 
-        // KV memory (stage 1).
+/// vLLM's KV lines: memory (stage 1), size and blocks (stage 2), concurrency (stage 3), padding.
+fn read_kv(log: &mut EngineLog, l: &Line<'_>, p: &Pats, msg: &str, no: usize) {
+    // KV memory (stage 1).
+    if let Some(c) = p
+        .avail_kv
+        .captures(msg)
+        .or_else(|| p.v0_profile_kv.captures(msg))
+        .or_else(|| p.cpu_kv.captures(msg))
+    {
+        if let Some(bytes) = fnum(&c["v"]).and_then(|v| to_bytes(v, &c["u"])) {
+            if let Some(b) = log.fact(
+                l,
+                1,
+                "memory",
+                &bytes.to_string(),
+                "the KV-memory line",
+                Repeat::NewBoot,
+            ) {
+                b.available_kv_memory_bytes = Some(bytes);
+                b.available_kv_memory_line = Some(no);
+            }
+            log.recognised();
+        }
+    }
+
+    // KV size (stage 2) and concurrency (stage 3).
+    if let Some(c) = p.kv_tokens.captures(msg) {
+        if let Some(n) = num(&c["n"]) {
+            if let Some(b) = log.fact(
+                l,
+                2,
+                "size",
+                &n.to_string(),
+                "the KV-size line",
+                Repeat::NewBoot,
+            ) {
+                b.kv_cache_tokens = Some(n);
+                b.kv_cache_tokens_line = Some(no);
+            }
+            log.recognised();
+        }
+    }
+    if let Some(c) = p.gpu_blocks.captures(msg) {
+        if let Some(g) = num(&c["g"]) {
+            let cpu = c.name("c").and_then(|m| num(m.as_str()));
+            if let Some(b) = log.fact(
+                l,
+                2,
+                "blocks",
+                &format!("{g}/{cpu:?}"),
+                "the GPU-blocks line",
+                Repeat::NewBoot,
+            ) {
+                b.gpu_blocks = Some(g);
+                b.cpu_blocks = cpu;
+                b.kv_cache_tokens_line.get_or_insert(no);
+            }
+            log.recognised();
+        }
+    }
+    if let Some(c) = p.max_conc.captures(msg) {
+        if let (Some(len), Some(x)) = (num(&c["len"]), fnum(&c["x"])) {
+            if let Some(b) = log.fact(
+                l,
+                3,
+                "concurrency",
+                &format!("{len}/{x}"),
+                "the max-concurrency line",
+                Repeat::NewBoot,
+            ) {
+                b.max_concurrency = Some((len, x));
+                b.max_concurrency_line = Some(no);
+            }
+            log.recognised();
+        }
+    }
+    if let Some(c) = p.late_blocks.captures(msg) {
+        // `cache_config_info ... num_gpu_blocks is: N` comes after the concurrency line.
+        if let (Some(g), Some(b)) = (num(&c["g"]), log.current_boot()) {
+            if b.gpu_blocks.is_none() {
+                b.gpu_blocks = Some(g);
+                b.last_line = no;
+                log.recognised();
+            }
+        }
+    }
+    if let Some(c) = p.padding.captures(msg) {
+        if let (Some(n), Some(pct)) = (num(&c["n"]), fnum(&c["p"])) {
+            let b = super::aux_boot(log, l);
+            b.padding.get_or_insert(KvPadding {
+                layers: n,
+                waste: pct / 100.0,
+                line: no,
+            });
+            log.note_form("vllm");
+            log.recognised();
+        }
+    }
+}
+
+/// vLLM's Marlin FP4 fallback warning: one finding over ranks and call sites.
+fn read_marlin_fallback(log: &mut EngineLog, l: &Line<'_>, p: &Pats, msg: &str, no: usize) {
+    if msg.contains("does not have native support for FP4 computation") {
+        let site = l
+            .site
+            .clone()
+            .or_else(|| p.call_site.captures(l.msg).map(|c| c["site"].to_string()));
+        let f = log
+            .marlin_fp4_fallback
+            .get_or_insert_with(|| MarlinFallback {
+                line: no,
+                ..Default::default()
+            });
+        f.occurrences += 1;
+        if let Some(rank) = l.rank {
+            f.ranks.insert(rank);
+        }
+        if let Some(site) = site {
+            f.call_sites.insert(site);
+        }
+        log.recognised();
+    }
+}
+
+/// vLLM's engine configuration: non-default args (once), resolved quantization, KV dtype, speculative decoding.
+fn read_engine_config(log: &mut EngineLog, p: &Pats, msg: &str, no: usize) {
+    if let Some(pos) = msg.find("non-default args:") {
+        let args = msg[pos + "non-default args:".len()..].trim().to_string();
+        if log.non_default_args.is_none() {
+            log.non_default_args = Some(args);
+        }
+        log.recognised();
+    }
+    let is_config = msg.contains("non-default args:")
+        || msg.contains("with config:")
+        || msg.contains("speculative_config");
+    if is_config {
         if let Some(c) = p
-            .avail_kv
+            .quant_dict
             .captures(msg)
-            .or_else(|| p.v0_profile_kv.captures(msg))
-            .or_else(|| p.cpu_kv.captures(msg))
+            .or_else(|| p.quant_cfg.captures(msg))
         {
-            if let Some(bytes) = fnum(&c["v"]).and_then(|v| to_bytes(v, &c["u"])) {
-                if let Some(b) = log.fact(
-                    l,
-                    1,
-                    "memory",
-                    &bytes.to_string(),
-                    "the KV-memory line",
-                    Repeat::NewBoot,
-                ) {
-                    b.available_kv_memory_bytes = Some(bytes);
-                    b.available_kv_memory_line = Some(no);
-                }
-                log.recognised();
+            if c["q"] != *"None" {
+                log.quantization = Some(c["q"].to_string());
             }
         }
-
-        // KV size (stage 2) and concurrency (stage 3).
-        if let Some(c) = p.kv_tokens.captures(msg) {
-            if let Some(n) = num(&c["n"]) {
-                if let Some(b) = log.fact(
-                    l,
-                    2,
-                    "size",
-                    &n.to_string(),
-                    "the KV-size line",
-                    Repeat::NewBoot,
-                ) {
-                    b.kv_cache_tokens = Some(n);
-                    b.kv_cache_tokens_line = Some(no);
-                }
-                log.recognised();
-            }
+        if let Some(c) = p
+            .kvdtype_dict
+            .captures(msg)
+            .or_else(|| p.kvdtype_cfg.captures(msg))
+        {
+            log.kv_cache_dtype = Some(c["q"].to_string());
         }
-        if let Some(c) = p.gpu_blocks.captures(msg) {
-            if let Some(g) = num(&c["g"]) {
-                let cpu = c.name("c").and_then(|m| num(m.as_str()));
-                if let Some(b) = log.fact(
-                    l,
-                    2,
-                    "blocks",
-                    &format!("{g}/{cpu:?}"),
-                    "the GPU-blocks line",
-                    Repeat::NewBoot,
-                ) {
-                    b.gpu_blocks = Some(g);
-                    b.cpu_blocks = cpu;
-                    b.kv_cache_tokens_line.get_or_insert(no);
-                }
-                log.recognised();
-            }
-        }
-        if let Some(c) = p.max_conc.captures(msg) {
-            if let (Some(len), Some(x)) = (num(&c["len"]), fnum(&c["x"])) {
-                if let Some(b) = log.fact(
-                    l,
-                    3,
-                    "concurrency",
-                    &format!("{len}/{x}"),
-                    "the max-concurrency line",
-                    Repeat::NewBoot,
-                ) {
-                    b.max_concurrency = Some((len, x));
-                    b.max_concurrency_line = Some(no);
-                }
-                log.recognised();
-            }
-        }
-        if let Some(c) = p.late_blocks.captures(msg) {
-            // `cache_config_info ... num_gpu_blocks is: N` comes after the concurrency line.
-            if let (Some(g), Some(b)) = (num(&c["g"]), log.current_boot()) {
-                if b.gpu_blocks.is_none() {
-                    b.gpu_blocks = Some(g);
-                    b.last_line = no;
-                    log.recognised();
-                }
-            }
-        }
-        if let Some(c) = p.padding.captures(msg) {
-            if let (Some(n), Some(pct)) = (num(&c["n"]), fnum(&c["p"])) {
-                let b = super::aux_boot(log, l);
-                b.padding.get_or_insert(KvPadding {
-                    layers: n,
-                    waste: pct / 100.0,
-                    line: no,
-                });
-                log.note_form("vllm");
-                log.recognised();
-            }
-        }
-
-        // Marlin FP4 fallback: one finding over ranks and call sites.
-        if msg.contains("does not have native support for FP4 computation") {
-            let site = l
-                .site
-                .clone()
-                .or_else(|| p.call_site.captures(l.msg).map(|c| c["site"].to_string()));
-            let f = log
-                .marlin_fp4_fallback
-                .get_or_insert_with(|| MarlinFallback {
-                    line: no,
-                    ..Default::default()
-                });
-            f.occurrences += 1;
-            if let Some(rank) = l.rank {
-                f.ranks.insert(rank);
-            }
-            if let Some(site) = site {
-                f.call_sites.insert(site);
-            }
-            log.recognised();
-        }
-
-        // Engine configuration: non-default args (once), resolved quantization, KV dtype, spec.
-        if let Some(pos) = msg.find("non-default args:") {
-            let args = msg[pos + "non-default args:".len()..].trim().to_string();
-            if log.non_default_args.is_none() {
-                log.non_default_args = Some(args);
-            }
-            log.recognised();
-        }
-        let is_config = msg.contains("non-default args:")
-            || msg.contains("with config:")
-            || msg.contains("speculative_config");
-        if is_config {
-            if let Some(c) = p
-                .quant_dict
-                .captures(msg)
-                .or_else(|| p.quant_cfg.captures(msg))
+        if let Some(pos) = msg.find("speculative_config") {
+            let tail = &msg[pos..];
+            if tail.starts_with("speculative_config=None")
+                || tail.starts_with("speculative_config': None")
             {
-                if c["q"] != *"None" {
-                    log.quantization = Some(c["q"].to_string());
-                }
+                log.spec_config.off_line.get_or_insert(no);
             }
-            if let Some(c) = p
-                .kvdtype_dict
-                .captures(msg)
-                .or_else(|| p.kvdtype_cfg.captures(msg))
-            {
-                log.kv_cache_dtype = Some(c["q"].to_string());
-            }
-            if let Some(pos) = msg.find("speculative_config") {
-                let tail = &msg[pos..];
-                if tail.starts_with("speculative_config=None")
-                    || tail.starts_with("speculative_config': None")
-                {
-                    log.spec_config.off_line.get_or_insert(no);
-                }
-                if let Some(c) = p.spec_method.captures(tail) {
-                    if c["m"] != *"None" {
-                        log.spec_config.method = Some(c["m"].to_string());
-                        log.spec_config.method_source =
-                            Some(format!("speculative_config at line {no}"));
-                        log.spec_config.line.get_or_insert(no);
-                    }
-                }
-                if let Some(c) = p.spec_k.captures(tail) {
-                    log.spec_config.k = c["k"].parse().ok();
+            if let Some(c) = p.spec_method.captures(tail) {
+                if c["m"] != *"None" {
+                    log.spec_config.method = Some(c["m"].to_string());
+                    log.spec_config.method_source =
+                        Some(format!("speculative_config at line {no}"));
                     log.spec_config.line.get_or_insert(no);
                 }
             }
+            if let Some(c) = p.spec_k.captures(tail) {
+                log.spec_config.k = c["k"].parse().ok();
+                log.spec_config.line.get_or_insert(no);
+            }
         }
-        if let Some(c) = p.kvdtype_using.captures(msg) {
-            log.kv_cache_dtype.get_or_insert(c["q"].to_string());
-        }
-        if msg.contains("Loading drafter model")
-            || msg.contains("Loading draft model")
-            || msg.contains("Detected MTP model")
-        {
-            log.spec_config.drafter_line.get_or_insert(no);
-            log.recognised();
-        }
+    }
+    if let Some(c) = p.kvdtype_using.captures(msg) {
+        log.kv_cache_dtype.get_or_insert(c["q"].to_string());
+    }
+    if msg.contains("Loading drafter model")
+        || msg.contains("Loading draft model")
+        || msg.contains("Detected MTP model")
+    {
+        log.spec_config.drafter_line.get_or_insert(no);
+        log.recognised();
     }
 }
