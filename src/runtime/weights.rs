@@ -952,6 +952,13 @@ pub(crate) mod tests {
         let c = &w.config;
         let cfg = config_json(c);
         std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        write_quant_config(dir, w);
+    }
+
+    /// Write hf_quant_config.json for quantized weights: ModelOpt's MIXED_PRECISION form when
+    /// several formats are mixed, else one algorithm for every linear layer.
+    fn write_quant_config(dir: &Path, w: &ModelWeights) {
+        let c = &w.config;
         // Several quantized formats: ModelOpt's MIXED_PRECISION form, one entry per quantized
         // module (as NVIDIA's Qwen3.6 exports).
         let algo_of = |l: &Linear| match l {
