@@ -501,12 +501,12 @@ pub fn run_gpu(
 }
 
 /// The device-to-device copy bandwidth of `device` ([`crate::kernels::bench::copy_bandwidth`]),
-/// the memory pool trimmed afterwards, so its buffers never shrink a KV cache sized later in
-/// the process.
+/// the memory pool trimmed afterwards (best effort: a failed trim keeps the measurement), so its
+/// buffers never shrink a KV cache sized later in the process.
 fn section_copy_bandwidth(device: usize) -> anyhow::Result<crate::kernels::schema::CopyBandwidth> {
     let g = crate::gpu::Gpu::open_device(device)?;
     let c = crate::kernels::bench::copy_bandwidth(&g)?;
-    g.trim_memory_pool()?;
+    let _ = g.trim_memory_pool();
     Ok(c)
 }
 
