@@ -324,6 +324,37 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
     })
 }
 
+/// One line for a whole-model greedy parity run labelled `label`: PASS or FAIL with top-1
+/// agreement, near-ties, logits rel L2 (max, mean) and the tolerance, or FAIL with the error.
+/// Returns whether it failed.
+fn write_parity(
+    out: &mut impl Write,
+    label: &str,
+    r: anyhow::Result<cuda_check::Parity>,
+) -> std::io::Result<bool> {
+    match r {
+        Ok(p) => {
+            writeln!(
+                out,
+                "{} parity {label}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e} (tolerance {:?})",
+                if p.pass() { "PASS" } else { "FAIL" },
+                p.top1_equal,
+                p.tokens,
+                p.near_ties,
+                p.greedy_identical,
+                p.max_rel_l2,
+                p.mean_rel_l2,
+                p.tol
+            )?;
+            Ok(!p.pass())
+        }
+        Err(e) => {
+            writeln!(out, "FAIL parity {label}: {e:#}")?;
+            Ok(true)
+        }
+    }
+}
+
 /// Timed runs per kernel and case of `devcheck --only attention`.
 const ATTENTION_TIMED_RUNS: usize = 9;
 
@@ -384,35 +415,19 @@ fn attention_checks(
                 ..Default::default()
             };
             let kernel = if flash { "flash" } else { "cuda-cores" };
-            match cuda_check::greedy_parity_with(
+            let label = format!(
+                "tiny head_dim {hd} (8 heads / 2 KV heads, {kernel} decode attention) bf16 KV {}",
+                kv.vllm_name()
+            );
+            let r = cuda_check::greedy_parity_with(
                 a.device,
                 &wh,
                 WeightFormat::Bf16,
                 kv,
                 (a.prompts, a.steps),
                 opts,
-            ) {
-                Ok(p) => {
-                    failed |= !p.pass();
-                    writeln!(
-                        out,
-                        "{} parity tiny head_dim {hd} (8 heads / 2 KV heads, {kernel} decode attention) bf16 KV {}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e} (tolerance {:?})",
-                        if p.pass() { "PASS" } else { "FAIL" },
-                        kv.vllm_name(),
-                        p.top1_equal,
-                        p.tokens,
-                        p.near_ties,
-                        p.greedy_identical,
-                        p.max_rel_l2,
-                        p.mean_rel_l2,
-                        p.tol
-                    )?;
-                }
-                Err(e) => {
-                    failed = true;
-                    writeln!(out, "FAIL parity tiny head_dim {hd} ({kernel}): {e:#}")?;
-                }
-            }
+            );
+            failed |= write_parity(out, &label, r)?;
             out.flush()?;
         }
     }
@@ -717,35 +732,16 @@ fn hybrid_checks(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool>
             flash_decode_hybrid: true,
             ..Default::default()
         };
-        match crate::runtime_eval::cuda_check::greedy_parity_with(
+        let label = format!("{name} bf16 KV {} (flash decode attention)", kv.vllm_name());
+        let r = crate::runtime_eval::cuda_check::greedy_parity_with(
             a.device,
             weights,
             WeightFormat::Bf16,
             kv,
             (a.prompts, a.steps),
             opts,
-        ) {
-            Ok(p) => {
-                failed |= !p.pass();
-                writeln!(
-                    out,
-                    "{} parity {name} bf16 KV {} (flash decode attention): top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e} (tolerance {:?})",
-                    if p.pass() { "PASS" } else { "FAIL" },
-                    kv.vllm_name(),
-                    p.top1_equal,
-                    p.tokens,
-                    p.near_ties,
-                    p.greedy_identical,
-                    p.max_rel_l2,
-                    p.mean_rel_l2,
-                    p.tol
-                )?;
-            }
-            Err(e) => {
-                failed = true;
-                writeln!(out, "FAIL parity {name} (flash decode attention): {e:#}")?;
-            }
-        }
+        );
+        failed |= write_parity(out, &label, r)?;
         out.flush()?;
     }
     for (name, weights) in [("tiny-hybrid", &w), ("tiny-hybrid head_dim 256", &wide)] {
