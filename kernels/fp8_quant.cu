@@ -2,9 +2,12 @@
 // W8A8 GEMM with per-token activation scales and per-channel weight scales (the built-in runtime's
 // FP8 path, src/runtime/backend/cuda; docs/w4a16-notes.md, "FP8 as engines run it").
 //
-// Rule (the same as the runtime's rt_quant_fp8_rows and the CPU's quantize_activations_fp8): per
-// row t, s[t] = amax(|x[t, :]|) / 448 (1 when the row is all zero or not finite), and
-// q[t, k] = e4m3_satfinite(x[t, k] · (1 / s[t])), the divide and the multiply correctly rounded.
+// Rule (the same as the CPU's quantize_activations_fp8 and the runtime's fused quantizing kernels
+// in kernels/runtime.cu): per row t, s[t] = amax(|x[t, :]|) / 448 (1 when the row is all zero or
+// not finite), and q[t, k] = e4m3_satfinite(x[t, k] · (1 / s[t])), the divide and the multiply
+// correctly rounded. With static_scale > 0 (a checkpoint's static input scale, ModelOpt
+// `input_scale`) s[t] = static_scale for every row instead. These are the kernels both the kernel
+// bench (fp8-rowwise) and the built-in runtime run (src/kernels/ops.rs).
 //
 // Layout: BF16 input [M, K] (row stride K), E4M3 output [M, K], FP32 scales [M]. One CTA per row;
 // each thread keeps its V 16-byte vectors (8 BF16 values each) of the row in registers, so the
@@ -102,7 +105,7 @@ __device__ __forceinline__ uint2 fq_pack8(const float (&v)[8], float inv) {
 }
 
 template <int THREADS, int V>
-__device__ __forceinline__ void fq_rows(const uint16_t* __restrict__ in, int M, int K,
+__device__ __forceinline__ void fq_rows(const uint16_t* __restrict__ in, int M, int K, float static_scale,
                                         uint8_t* __restrict__ out, float* __restrict__ scales) {
   __shared__ float red[32];
   const int t = blockIdx.x;
@@ -122,7 +125,9 @@ __device__ __forceinline__ void fq_rows(const uint16_t* __restrict__ in, int M, 
     fq_unpack8(r[i], v);
     m = fq_absmax8(v, m);
   }
-  const float s = fq_scale(fq_block_max<THREADS>(m, red));
+  // Every thread takes part in the block max (it synchronizes); static_scale is the same for all.
+  const float bm = fq_block_max<THREADS>(m, red);
+  const float s = static_scale > 0.f ? static_scale : fq_scale(bm);
   const float inv = __fdiv_rn(1.0f, s);
   if (threadIdx.x == 0) scales[t] = s;
   uint2* o = reinterpret_cast<uint2*>(out + (size_t)t * K);
@@ -200,8 +205,9 @@ __device__ __forceinline__ void fq_rmsnorm_rows(const uint16_t* __restrict__ in,
 #define FQ_VARIANT(T, V)                                                                          \
   extern "C" __global__ void __launch_bounds__(T)                                                 \
       fp8_quant_rows_bf16_t##T##_v##V(const uint16_t* __restrict__ in, int M, int K,             \
-                                       uint8_t* __restrict__ out, float* __restrict__ scales) {   \
-    fq_rows<T, V>(in, M, K, out, scales);                                                         \
+                                       float static_scale, uint8_t* __restrict__ out,             \
+                                       float* __restrict__ scales) {                              \
+    fq_rows<T, V>(in, M, K, static_scale, out, scales);                                           \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(T) rmsnorm_fp8_quant_rows_bf16_t##T##_v##V(       \
       const uint16_t* __restrict__ in, const float* __restrict__ w, float eps, int M, int K,      \
@@ -219,8 +225,8 @@ FQ_VARIANT(1024, 8)
 // Any K (not a multiple of 8, or longer than the variants): one CTA of 1024 threads per row,
 // element-wise, the row read twice (amax, then quantize).
 extern "C" __global__ void __launch_bounds__(1024)
-    fp8_quant_rows_bf16_any(const uint16_t* __restrict__ in, int M, int K, uint8_t* __restrict__ out,
-                            float* __restrict__ scales) {
+    fp8_quant_rows_bf16_any(const uint16_t* __restrict__ in, int M, int K, float static_scale,
+                            uint8_t* __restrict__ out, float* __restrict__ scales) {
   __shared__ float red[32];
   const int t = blockIdx.x;
   if (t >= M) return;
@@ -230,7 +236,8 @@ extern "C" __global__ void __launch_bounds__(1024)
     const float a = fabsf(fq_bf2f(row[i]));
     if (a == a) m = fmaxf(m, a);
   }
-  const float s = fq_scale(fq_block_max<1024>(m, red));
+  const float bm = fq_block_max<1024>(m, red);
+  const float s = static_scale > 0.f ? static_scale : fq_scale(bm);
   const float inv = __fdiv_rn(1.0f, s);
   if (threadIdx.x == 0) scales[t] = s;
   for (int i = threadIdx.x; i < K; i += 1024)

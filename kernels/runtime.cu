@@ -378,65 +378,12 @@ extern "C" __global__ void rt_silu_mul(const uint16_t* __restrict__ gu, int T, i
   }
 }
 
-// Dynamic per-token FP8 (src/runtime/backend/cpu.rs `quantize_activations_fp8`): per row,
-// s = amax / 448 (1 for 0), q = e4m3(x * (1 / s)). One block per row. With static_scale > 0 the
-// static per-tensor scale is used instead (ModelOpt `input_scale`).
-extern "C" __global__ void __launch_bounds__(1024) rt_quant_fp8_rows(const uint16_t* __restrict__ in, int T, int K, float static_scale,
-                                             uint8_t* __restrict__ out, float* __restrict__ scales) {
-  __shared__ float red[32];
-  const int t = blockIdx.x;
-  if (t >= T) return;
-  const uint16_t* row = in + (uint64_t)t * K;
-  uint8_t* o = out + (uint64_t)t * K;
-  // Four elements per 8-byte load and 4-byte store when K allows it (rows then stay aligned):
-  // at M = 1 this single block is the whole kernel, so its width and loads set its time.
-  const bool vec = (K & 3) == 0;
-  float s;
-  if (static_scale > 0.f) {
-    s = static_scale;
-  } else {
-    float m = 0.f;
-    if (vec) {
-      const uint2* r4 = reinterpret_cast<const uint2*>(row);
-      for (int i = threadIdx.x; i < (K >> 2); i += blockDim.x) {
-        const uint2 v = r4[i];
-        const float a0 = fabsf(bf2f((uint16_t)(v.x & 0xFFFF))), a1 = fabsf(bf2f((uint16_t)(v.x >> 16)));
-        const float a2 = fabsf(bf2f((uint16_t)(v.y & 0xFFFF))), a3 = fabsf(bf2f((uint16_t)(v.y >> 16)));
-        if (a0 == a0) m = fmaxf(m, a0);
-        if (a1 == a1) m = fmaxf(m, a1);
-        if (a2 == a2) m = fmaxf(m, a2);
-        if (a3 == a3) m = fmaxf(m, a3);
-      }
-    } else {
-      for (int i = threadIdx.x; i < K; i += blockDim.x) {
-        const float a = fabsf(bf2f(row[i]));
-        if (a == a) m = fmaxf(m, a);
-      }
-    }
-    const float amax = block_max(m, red);
-    s = (amax > 0.f && amax <= 3.402823466e38f) ? __fdiv_rn(amax, 448.0f) : 1.0f;
-  }
-  const float inv = __fdiv_rn(1.0f, s);
-  if (threadIdx.x == 0) scales[t] = s;
-  if (vec) {
-    const uint2* r4 = reinterpret_cast<const uint2*>(row);
-    uint32_t* o4 = reinterpret_cast<uint32_t*>(o);
-    for (int i = threadIdx.x; i < (K >> 2); i += blockDim.x) {
-      const uint2 v = r4[i];
-      const uint32_t q0 = f2e4m3(__fmul_rn(bf2f((uint16_t)(v.x & 0xFFFF)), inv));
-      const uint32_t q1 = f2e4m3(__fmul_rn(bf2f((uint16_t)(v.x >> 16)), inv));
-      const uint32_t q2 = f2e4m3(__fmul_rn(bf2f((uint16_t)(v.y & 0xFFFF)), inv));
-      const uint32_t q3 = f2e4m3(__fmul_rn(bf2f((uint16_t)(v.y >> 16)), inv));
-      o4[i] = q0 | (q1 << 8) | (q2 << 16) | (q3 << 24);
-    }
-  } else {
-    for (int i = threadIdx.x; i < K; i += blockDim.x) o[i] = f2e4m3(__fmul_rn(bf2f(row[i]), inv));
-  }
-}
-
 // Per-token FP8 quantization of one row that this block has just written as BF16 (`row`, K
 // elements; each thread re-reads only the elements it wrote, so no barrier is needed before the
-// amax): the same arithmetic as rt_quant_fp8_rows on that row. Used by the fused kernels below.
+// amax): the arithmetic of the GEMM layer's per-token quantization (kernels/fp8_quant.cu,
+// fp8_quant_rows_*; the CPU's quantize_activations_fp8) on that row: per row, s = amax / 448 (1
+// when the amax is 0 or not finite; NaN left out of the amax), q = e4m3(x * (1 / s)); with
+// static_scale > 0 (ModelOpt `input_scale`) s = static_scale. Used by the fused kernels below.
 __device__ __forceinline__ void quant_own_row(const uint16_t* __restrict__ row, int K, float m, float static_scale,
                                               uint8_t* __restrict__ o, float* __restrict__ scale_out, float* red) {
   float s;
@@ -452,7 +399,7 @@ __device__ __forceinline__ void quant_own_row(const uint16_t* __restrict__ row, 
 }
 
 // rt_add_rmsnorm, then the FP8 quantization of its BF16 output row for the next FP8 GEMM
-// (rt_quant_fp8_rows' arithmetic on the same BF16 values, so the result is bit-identical to the
+// (fp8_quant_rows_*' arithmetic on the same BF16 values, so the result is bit-identical to the
 // two launches): q[r] = e4m3(out[r] / s_r), scales[r] = s_r (static_scale > 0: that scale).
 extern "C" __global__ void __launch_bounds__(1024) rt_add_rmsnorm_quant(
     float* __restrict__ x, const uint16_t* __restrict__ delta, const int* __restrict__ rows, int R,
@@ -486,7 +433,7 @@ extern "C" __global__ void __launch_bounds__(1024) rt_add_rmsnorm_quant(
 }
 
 // rt_silu_mul, then the per-token FP8 quantization of each BF16 output row (bit-identical to
-// rt_silu_mul followed by rt_quant_fp8_rows). grid (T, S): block (t, s) computes slice s of row t
+// rt_silu_mul followed by kernels/fp8_quant.cu's fp8_quant_rows_*). grid (T, S): block (t, s) computes slice s of row t
 // (ceil(I / S) elements) and its amax. With a static scale it quantizes its slice at once.
 // Otherwise it folds its amax into amax_bits[t] (atomicMax on the float's bits: amax >= 0, so
 // the bits order as the values do; a max is exact in any order) and counts itself in
@@ -547,17 +494,6 @@ extern "C" __global__ void __launch_bounds__(1024) rt_silu_mul_quant(const uint1
     amax_bits[t] = 0u;
     arrivals[t] = 0u;
   }
-}
-
-// out[t, n] = bf16(acc[t, n] * (tok_scale[t] * chan_scale[n])) (FP8 GEMM with FP32 output and
-// its per-token and per-channel scales applied afterwards, when cuBLASLt offers no outer-vector
-// scaling).
-extern "C" __global__ void rt_scale_f32_to_bf16(const float* __restrict__ acc, int T, int N,
-                                                const float* __restrict__ tok_scale,
-                                                const float* __restrict__ chan_scale, uint16_t* __restrict__ out) {
-  const uint64_t n = (uint64_t)T * N;
-  for (uint64_t j = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (uint64_t)gridDim.x * blockDim.x)
-    out[j] = f2bf(__fmul_rn(acc[j], __fmul_rn(tok_scale[j / N], chan_scale[j % N])));
 }
 
 // out[j] = bf16(in[j] * col_scale[j % N]) for a BF16 [T, N] (per-row epilogue scales of fused

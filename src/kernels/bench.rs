@@ -99,7 +99,7 @@ impl BenchOptions {
             warmup: 3,
             cold_l2: true,
             flush: crate::gpu::FlushMethod::Read,
-            tune_samples: 5,
+            tune_samples: super::tuner::TUNE_SAMPLES,
             determinism_m: Vec::new(),
             determinism_runs: 5,
             peers: super::peers::PeerMode::Auto,
@@ -237,88 +237,17 @@ pub fn run_on_device(
             None
         }
     };
-    let names = impls::w4a16::kernel_names();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let mut w4 = Vec::new();
-    for (flavor, defines) in super::w4a16_flavors() {
-        let defines: Vec<String> = defines.iter().map(|d| d.to_string()).collect();
-        match gpu.compile_with("w4a16", impls::w4a16::SRC, &refs, &defines) {
-            Ok(m) => {
-                res.notes.push(format!(
-                    "kernels/w4a16.cu flavour '{flavor}' ({}) for {}: {}",
-                    defines.join(" "),
-                    m.arch,
-                    m.how_built()
-                ));
-                res.kernel_sources
-                    .insert("kernels/w4a16.cu".into(), m.source_sha256.clone());
-                w4.push(super::W4Module {
-                    flavor: flavor.to_string(),
-                    defines,
-                    module: m,
-                });
-            }
-            Err(e) => res.notes.push(format!(
-                "kernels/w4a16.cu flavour '{flavor}' failed to build: {e}"
-            )),
-        }
-    }
-    let v2_names = impls::w4a16::v2_kernel_names();
-    let v2_refs: Vec<&str> = v2_names.iter().map(String::as_str).collect();
-    let w4v2 = match gpu.compile("w4a16_v2", impls::w4a16::V2_SRC, &v2_refs) {
-        Ok(m) => {
-            res.notes.push(format!(
-                "kernels/w4a16_v2.cu for {}: {}",
-                m.arch,
-                m.how_built()
-            ));
-            res.kernel_sources
-                .insert("kernels/w4a16_v2.cu".into(), m.source_sha256.clone());
-            Some(m)
-        }
-        Err(e) => {
-            res.notes
-                .push(format!("kernels/w4a16_v2.cu failed to build: {e}"));
-            None
-        }
-    };
-    let fq_names = super::fp8_quant::kernel_names();
-    let fq_refs: Vec<&str> = fq_names.iter().map(String::as_str).collect();
-    let fp8q = if opts.formats.contains(&GemmFormat::Fp8) {
-        match gpu.compile("fp8_quant", super::fp8_quant::SRC, &fq_refs) {
-            Ok(m) => {
-                res.notes.push(format!(
-                    "kernels/fp8_quant.cu for {}: {}",
-                    m.arch,
-                    m.how_built()
-                ));
-                res.kernel_sources
-                    .insert("kernels/fp8_quant.cu".into(), m.source_sha256.clone());
-                Some(m)
-            }
-            Err(e) => {
-                res.notes.push(format!(
-                    "kernels/fp8_quant.cu failed to build: {e}; fp8-rowwise is skipped"
-                ));
-                None
-            }
-        }
-    } else {
-        None
-    };
-    match impls::w4a16_wg::module_for(&gpu, device) {
-        Ok((m, how)) => {
-            res.notes.push(how);
-            if !m.module.source_sha256.is_empty() {
-                res.kernel_sources
-                    .insert("kernels/w4a16_wg.cu".into(), m.module.source_sha256.clone());
-            }
-            w4.push(m);
-        }
-        Err(why) => res.notes.push(format!(
-            "the W4A16 wgmma kernel (kernels/w4a16_wg.cu) is not offered: {why}"
-        )),
-    }
+    let mods = super::ops::GemmModules::build(
+        &gpu,
+        &super::ops::ModuleWants {
+            w4_flavors: super::w4a16_flavors(),
+            fp8: opts.formats.contains(&GemmFormat::Fp8),
+            device,
+        },
+    );
+    res.notes.extend(mods.notes);
+    res.kernel_sources.extend(mods.sources);
+    let (w4, w4v2, fp8q) = (mods.w4, mods.w4v2, mods.fp8q);
     let flusher = L2Flusher::new(&gpu, opts.flush)?;
     let capture = if opts.timing.graph() {
         match gpu.on_new_stream() {
@@ -877,7 +806,8 @@ fn run_case(
     let ncand = im.prepare_m(env, inp)?;
     let want = im.reference(env, inp, rows, cols)?;
     let (tol_name, tol) = im.tolerance();
-    // Choose among configurations by measurement, each checked first.
+    // Choose among configurations by measurement, each checked first (the one tuner of the
+    // GEMM layer, kernels::tuner).
     let mut chosen = 0usize;
     if ncand > 1 {
         let quick = StoppingRule {
@@ -886,64 +816,59 @@ fn run_case(
             target_rel_std: 0.0,
             max_time_s: 1.0,
         };
-        let mut best = f64::INFINITY;
         let mut rejected: Vec<String> = Vec::new();
-        for c in 0..ncand {
-            im.select(c);
-            let checked = im
-                .run(env, inp)
-                .and_then(|_| Ok(rel_l2(&gather(env, inp, rows, cols)?, &want)));
-            let err = match checked {
-                Ok(e) => e,
-                Err(e) => {
-                    let why = format!("launch failed: {e:#}");
-                    tune_log(
-                        im,
-                        inp,
-                        shape,
+        // `check`, `time` and the log all need the implementation (the first two to select and
+        // run it); they take turns, never overlapping, through a RefCell.
+        let cell = std::cell::RefCell::new(&mut *im);
+        let tuned = super::tuner::choose(
+            ncand,
+            tol,
+            |c| {
+                let mut im = cell.borrow_mut();
+                im.select(c);
+                im.run(env, inp)?;
+                Ok(rel_l2(&gather(env, inp, rows, cols)?, &want))
+            },
+            |_| {
+                let im = cell.borrow();
+                let imr: &dyn GemmImpl = &**im;
+                Ok(time_it(rig, opts, &quick, &|| imr.run(env, inp))?.median_s)
+            },
+            |_, trial| {
+                let im = cell.borrow();
+                let imr: &dyn GemmImpl = &**im;
+                let (status, us, why) = match trial {
+                    super::tuner::Trial::Timed { seconds, .. } => ("ok", Some(seconds * 1e6), None),
+                    super::tuner::Trial::Rejected { rel_l2 } => {
+                        ("rejected", None, Some(format!("rel_l2 {rel_l2:.3e}")))
+                    }
+                    super::tuner::Trial::Failed { stage, why } => (
                         "error",
                         None,
-                        &format!("{why}; {}", im.path()),
-                    );
-                    rejected.push(format!("{} ({why})", im.path()));
-                    continue;
+                        Some(if *stage == "check" {
+                            format!("launch failed: {why}")
+                        } else {
+                            format!("timing failed: {why}")
+                        }),
+                    ),
+                };
+                match why {
+                    None => tune_log(imr, inp, shape, status, us, &imr.path()),
+                    Some(why) => {
+                        tune_log(
+                            imr,
+                            inp,
+                            shape,
+                            status,
+                            us,
+                            &format!("{why}; {}", imr.path()),
+                        );
+                        rejected.push(format!("{} ({why})", imr.path()));
+                    }
                 }
-            };
-            if err.is_nan() || err > tol {
-                tune_log(
-                    im,
-                    inp,
-                    shape,
-                    "rejected",
-                    None,
-                    &format!("rel_l2 {err:.3e}; {}", im.path()),
-                );
-                rejected.push(format!("{} (rel_l2 {err:.3e})", im.path()));
-                continue;
-            }
-            let imr: &dyn GemmImpl = im;
-            let t = match time_it(rig, opts, &quick, &|| imr.run(env, inp)) {
-                Ok(t) => t,
-                Err(e) => {
-                    let why = format!("timing failed: {e:#}");
-                    tune_log(
-                        imr,
-                        inp,
-                        shape,
-                        "error",
-                        None,
-                        &format!("{why}; {}", imr.path()),
-                    );
-                    rejected.push(format!("{} ({why})", imr.path()));
-                    continue;
-                }
-            };
-            tune_log(imr, inp, shape, "ok", Some(t.median_s * 1e6), &imr.path());
-            if t.median_s < best {
-                best = t.median_s;
-                chosen = c;
-            }
-        }
+            },
+        );
+        chosen = tuned.chosen.unwrap_or(0);
         if !rejected.is_empty() {
             let shown: Vec<&str> = rejected.iter().take(3).map(String::as_str).collect();
             notes.push(format!(

@@ -1,11 +1,13 @@
 //! Per-token (row-wise) FP8 E4M3 activation quantization on the GPU (`kernels/fp8_quant.cu`), and
-//! its fused RMSNorm + quantize variant: the launchers and their CPU references, for the kernel
-//! bench's `fp8-rowwise` rows and for the built-in runtime (which can compile [`SRC`] and call
-//! [`launch_quant_rows`] / [`launch_rmsnorm_quant_rows`] with its own buffers).
+//! its fused RMSNorm + quantize variant: the launchers and their CPU references. [`launch_quant_rows`]
+//! is the one per-token quantization of the GEMM layer ([`crate::kernels::ops`]): the kernel bench's
+//! `fp8-rowwise` rows time it and the built-in runtime runs it in front of every FP8 linear whose
+//! input no fused kernel quantized.
 //!
-//! Rule (the runtime's `rt_quant_fp8_rows` and the CPU's
-//! `runtime::backend::cpu::quantize_activations_fp8`): per row, `s = amax / 448` (1 for an
-//! all-zero or non-finite row), `q = e4m3_satfinite(x · (1 / s))`. Shapes: input BF16 `[M, K]`
+//! Rule (the CPU's `runtime::backend::cpu::quantize_activations_fp8`, and the runtime's fused
+//! quantizing kernels in `kernels/runtime.cu`): per row, `s = amax / 448` (1 for an all-zero or
+//! non-finite row), `q = e4m3_satfinite(x · (1 / s))`; with a static input scale `s` (> 0, a
+//! checkpoint's `input_scale`) every row uses `s`. Shapes: input BF16 `[M, K]`
 //! (row stride K, 16-byte aligned rows for the vector variants), output E4M3 `[M, K]`, scales FP32
 //! `[M]`. One CTA per row reading the row once (docs/w4a16-notes.md, "FP8 as engines run it").
 
@@ -68,16 +70,21 @@ pub fn describe(k: usize) -> String {
 }
 
 /// Queue the per-token quantization of `m` rows of `k` BF16 values at `input` into E4M3 `out`
-/// and FP32 `scales` (device addresses) with `module` (compiled from [`SRC`]).
+/// `[m, k]` and FP32 `scales` `[m]` (device addresses) with `module` (compiled from [`SRC`]).
+/// `static_scale` > 0: every row is quantized with that scale (written to `scales` too); 0: the
+/// dynamic per-token scale `amax / 448`. The one-pass variant runs when `k` has one and `input`
+/// / `out` are 16- / 8-byte aligned, else the any-K kernel (the same codes).
 ///
 /// # Errors
-/// The launch fails (e.g. a kernel missing from `module`).
+/// The launch fails (e.g. a kernel missing from `module`, or `m` or `k` over `i32`).
+#[allow(clippy::too_many_arguments)]
 pub fn launch_quant_rows(
     gpu: &Gpu,
     module: &Module,
     input: u64,
     m: usize,
     k: usize,
+    static_scale: f32,
     out: u64,
     scales: u64,
 ) -> anyhow::Result<()> {
@@ -93,6 +100,7 @@ pub fn launch_quant_rows(
             DevPtr::at(input),
             m,
             k,
+            static_scale,
             DevPtr::at(out),
             DevPtr::at(scales),
         )?,
@@ -105,6 +113,7 @@ pub fn launch_quant_rows(
             DevPtr::at(input),
             m,
             k,
+            static_scale,
             DevPtr::at(out),
             DevPtr::at(scales),
         )?,
@@ -153,13 +162,23 @@ pub fn launch_rmsnorm_quant_rows(
     Ok(())
 }
 
-/// CPU reference of one row: (E4M3 codes, scale), the rule of the module docs.
+/// CPU reference of one row: (E4M3 codes, scale), the dynamic rule of the module docs.
 pub fn quant_row(x: &[f32]) -> (Vec<u8>, f32) {
-    let amax = x
-        .iter()
-        .filter(|v| !v.is_nan())
-        .fold(0f32, |m, v| m.max(v.abs()));
-    let s = scale_from_amax(amax);
+    quant_row_with(x, 0.0)
+}
+
+/// CPU reference of one row with a static scale: `static_scale` > 0 quantizes with that scale,
+/// 0 (or anything not > 0) is [`quant_row`]'s dynamic rule. Returns (E4M3 codes, scale).
+pub fn quant_row_with(x: &[f32], static_scale: f32) -> (Vec<u8>, f32) {
+    let s = if static_scale > 0.0 {
+        static_scale
+    } else {
+        let amax = x
+            .iter()
+            .filter(|v| !v.is_nan())
+            .fold(0f32, |m, v| m.max(v.abs()));
+        scale_from_amax(amax)
+    };
     let inv = 1.0 / s;
     (x.iter().map(|v| e4m3::encode(v * inv)).collect(), s)
 }
@@ -243,6 +262,30 @@ mod tests {
             );
         }
         assert!(SRC.contains(ANY_K) && SRC.contains(SCALE_OUT));
+    }
+
+    /// A static input scale: every row uses it (the CPU backend's `input_scale` rule), and 0
+    /// falls back to the dynamic per-token scale.
+    #[test]
+    fn static_scale_is_the_cpu_backends_input_scale_rule() {
+        let k = 64;
+        let x: Vec<f32> = (0..2 * k)
+            .map(|i| crate::kernels::data::bf16_uniform(i as u32, 9, 4.0))
+            .collect();
+        let st = 0.0125f32;
+        let cpu = crate::runtime::backend::cpu::quantize_activations_fp8(&x, k, Some(st));
+        for (r, row) in x.chunks_exact(k).enumerate() {
+            let (q, s) = quant_row_with(row, st);
+            assert_eq!(s, st);
+            let deq: Vec<f32> = q.iter().map(|c| e4m3::decode(*c) * s).collect();
+            assert_eq!(deq, cpu[r * k..(r + 1) * k], "row {r}");
+            assert_ne!(
+                q,
+                quant_row(row).0,
+                "the static scale changes the codes of row {r}"
+            );
+        }
+        assert_eq!(quant_row_with(&x[..k], 0.0), quant_row(&x[..k]));
     }
 
     #[test]

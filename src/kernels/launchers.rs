@@ -11,12 +11,13 @@ pub mod fp8_quant {
     crate::kernel_launchers! {
         source "fp8_quant";
         /// Quantize M rows of K BF16 values to E4M3 with one FP32 scale per row (the variants
-        /// `_t{threads}_v{vectors}` of `src/kernels/fp8_quant.rs`).
-        pub fn quant_rows = family "fp8_quant_rows_bf16_t*_v*"(r#in: DevPtr<u16>, m: i32, k: i32, out: DevPtr<u8>, scales: DevPtr<f32>);
+        /// `_t{threads}_v{vectors}` of `src/kernels/fp8_quant.rs`); `static_scale` > 0: that
+        /// scale for every row instead of amax / 448.
+        pub fn quant_rows = family "fp8_quant_rows_bf16_t*_v*"(r#in: DevPtr<u16>, m: i32, k: i32, static_scale: f32, out: DevPtr<u8>, scales: DevPtr<f32>);
         /// RMSNorm (weights `w`, epsilon `eps`) then row-wise E4M3 quantization.
         pub fn rmsnorm_quant_rows = family "rmsnorm_fp8_quant_rows_bf16_t*_v*"(r#in: DevPtr<u16>, w: DevPtr<f32>, eps: f32, m: i32, k: i32, out: DevPtr<u8>, scales: DevPtr<f32>);
         /// Row-wise E4M3 quantization for any K (one CTA of 1024 threads per row).
-        pub fn fp8_quant_rows_bf16_any = "fp8_quant_rows_bf16_any"(r#in: DevPtr<u16>, m: i32, k: i32, out: DevPtr<u8>, scales: DevPtr<f32>);
+        pub fn fp8_quant_rows_bf16_any = "fp8_quant_rows_bf16_any"(r#in: DevPtr<u16>, m: i32, k: i32, static_scale: f32, out: DevPtr<u8>, scales: DevPtr<f32>);
         /// `out[m][n] = acc[m][n] · tok_scale[m] · chan_scale[n]` as BF16 (M×N).
         pub fn fp8_rowwise_scale_out = "fp8_rowwise_scale_out"(acc: DevPtr<f32>, m: i32, n: i32, tok_scale: DevPtr<f32>, chan_scale: DevPtr<f32>, out: DevPtr<u16>);
     }

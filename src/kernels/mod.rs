@@ -18,6 +18,7 @@ pub mod fp8_quant;
 pub mod goals;
 pub mod impls;
 pub mod launchers;
+pub mod ops;
 pub mod peak;
 pub mod peer_nvfp4;
 pub mod peers;
@@ -27,6 +28,7 @@ pub mod repeats;
 pub mod schema;
 pub mod suite;
 pub mod timing_modes;
+pub mod tuner;
 pub mod wording;
 
 pub use schema::KernelResults;

@@ -1,4 +1,5 @@
-//! `fp8-rowwise`: FP8 E4M3 W8A8 as the built-in runtime runs it (src/runtime/backend/cuda): the
+//! `fp8-rowwise`: FP8 E4M3 W8A8 as the built-in runtime runs it, through the same GEMM layer
+//! ([`crate::kernels::ops`]: its quantization kernel, cuBLASLt plans and epilogue): the
 //! activations quantized per token (one FP32 scale per row, [`crate::kernels::fp8_quant`]), the
 //! weights with one FP32 scale per output channel, BF16 output. Two ways to apply the scales are
 //! offered to the bench's tuner, as the runtime measures them: inside cuBLASLt (outer-vector
@@ -11,11 +12,12 @@
 use anyhow::Context;
 
 use crate::formats::{e4m3, GemmFormat};
-use crate::gpu::cublaslt::{LtGemm, LtKind, OutType};
+use crate::gpu::cublaslt::LtGemm;
 use crate::gpu::ComputeCapability;
-use crate::gpu::{DevBuf, DevPtr};
+use crate::gpu::DevBuf;
 use crate::kernels::data::{bf16_uniform, fp8_code, hash32};
 use crate::kernels::fp8_quant;
+use crate::kernels::ops::{self, Fp8Scaling};
 use crate::kernels::reference::{sampled_gemm, FP8_GEMM_REL_L2};
 use crate::kernels::suite::Shape;
 use crate::kernels::{grid_for, Env, GemmImpl, MInputs};
@@ -38,15 +40,6 @@ pub fn norm_weight(k: usize) -> f32 {
     0.5 + (hash32(k as u32 ^ 0x0A0B) % 16) as f32 / 16.0
 }
 
-/// How the scales are applied.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Way {
-    /// cuBLASLt outer-vector scales.
-    OuterVec,
-    /// FP32-output GEMM, then `fp8_rowwise_scale_out`.
-    Fp32ThenScale,
-}
-
 /// The row-wise FP8 implementation.
 #[derive(Default)]
 pub struct Fp8RowWise {
@@ -59,7 +52,7 @@ pub struct Fp8RowWise {
     qa2: Option<DevBuf>,
     a_scales2: Option<DevBuf>,
     acc: Option<DevBuf>,
-    ways: Vec<(Way, LtGemm)>,
+    ways: Vec<(Fp8Scaling, LtGemm)>,
     chosen: usize,
     copies: Vec<DevBuf>,
 }
@@ -69,35 +62,27 @@ impl Fp8RowWise {
         super::pick_copy(ID, self.w.as_ref(), &self.copies, copy)
     }
 
+    /// The GEMM half, as the runtime runs it ([`ops::fp8_rowwise_gemm`]) on weight copy `w`.
     fn run_with(&self, env: &Env, inp: &MInputs, w: &DevBuf) -> anyhow::Result<()> {
         let lt = env.lt.context("cuBLASLt is not available")?;
         let (way, g) = self
             .ways
             .get(self.chosen)
             .context("fp8-rowwise: prepare_m not called")?;
-        let qa = self.qa.as_ref().context("fp8-rowwise: no buffers")?;
-        match way {
-            Way::OuterVec => g.run(lt, env.gpu, 1.0, w.ptr(), qa.ptr(), inp.out.ptr())?,
-            Way::Fp32ThenScale => {
-                let acc = self.acc.as_ref().context("fp8-rowwise: no FP32 buffer")?;
-                g.run(lt, env.gpu, 1.0, w.ptr(), qa.ptr(), acc.ptr())?;
-                let fq = env.fp8q.context("kernels/fp8_quant.cu did not compile")?;
-                crate::kernels::launchers::fp8_quant::fp8_rowwise_scale_out(
-                    fq,
-                    env.gpu,
-                    grid_for(env.gpu, inp.m * inp.n),
-                    (256, 1, 1),
-                    0,
-                    acc,
-                    inp.m,
-                    inp.n,
-                    DevPtr::at(self.a_scales.as_ref().context("no buffers")?.ptr()),
-                    DevPtr::at(self.w_scales.as_ref().context("no weights")?.ptr()),
-                    &inp.out,
-                )?;
-            }
-        }
-        Ok(())
+        let missing = || anyhow::anyhow!("fp8-rowwise: no buffers");
+        let args = ops::Fp8RowWiseArgs {
+            m: inp.m,
+            n: inp.n,
+            k: inp.k,
+            w: w.ptr(),
+            w_scales: self.w_scales.as_ref().ok_or_else(missing)?.ptr(),
+            qa: self.qa.as_ref().ok_or_else(missing)?.ptr(),
+            a_scales: self.a_scales.as_ref().ok_or_else(missing)?.ptr(),
+            out: inp.out.ptr(),
+            acc: self.acc.as_ref().map(|a| (a.ptr(), a.bytes())),
+            one: self.one.as_ref().ok_or_else(missing)?.ptr(),
+        };
+        ops::fp8_rowwise_gemm(env.gpu, lt, env.fp8q, g, *way, &args)
     }
 
     fn quantize(&self, env: &Env, inp: &MInputs, fused: bool) -> anyhow::Result<()> {
@@ -121,6 +106,7 @@ impl Fp8RowWise {
                 inp.act.ptr(),
                 inp.m,
                 inp.k,
+                0.0,
                 self.qa.as_ref().context("no buffers")?.ptr(),
                 self.a_scales.as_ref().context("no buffers")?.ptr(),
             )
@@ -180,35 +166,25 @@ impl GemmImpl for Fp8RowWise {
         let one = self.one.as_ref().context("no weights")?.ptr();
         self.ways.clear();
         let mut why = Vec::new();
-        match LtGemm::plan(
-            lt,
-            LtKind::Fp8RowWise {
-                w_scales_ptr: w_scales,
-                a_scales_ptr: a_scales,
-            },
-            inp.m,
-            inp.n,
-            inp.k,
-        ) {
-            Ok(g) => self.ways.push((Way::OuterVec, g)),
-            Err(e) => why.push(format!("outer-vector scales: {e}")),
-        }
-        match LtGemm::plan_out(
-            lt,
-            LtKind::Fp8 {
-                w_scale_ptr: one,
-                a_scale_ptr: one,
-            },
-            inp.m,
-            inp.n,
-            inp.k,
-            OutType::F32,
-        ) {
-            Ok(g) => {
-                self.acc = Some(env.gpu.alloc(inp.m * inp.n * 4)?);
-                self.ways.push((Way::Fp32ThenScale, g));
+        for way in Fp8Scaling::ALL {
+            // Outer-vector scales point at the real scales; the FP32 path's at 1.0
+            // (ops::fp8_rowwise_gemm sets them again before each run).
+            let (ws, as_) = match way {
+                Fp8Scaling::OuterVec => (w_scales, a_scales),
+                Fp8Scaling::Fp32ThenScale => (one, one),
+            };
+            match ops::plan(lt, way.class(), (inp.m, inp.n, inp.k), ws, as_) {
+                Ok(g) => {
+                    if way == Fp8Scaling::Fp32ThenScale {
+                        self.acc = Some(env.gpu.alloc(inp.m * inp.n * 4)?);
+                    }
+                    self.ways.push((way, g));
+                }
+                Err(e) => why.push(match way {
+                    Fp8Scaling::OuterVec => format!("outer-vector scales: {e}"),
+                    Fp8Scaling::Fp32ThenScale => format!("FP32 output: {e}"),
+                }),
             }
-            Err(e) => why.push(format!("FP32 output: {e}")),
         }
         anyhow::ensure!(
             !self.ways.is_empty(),
@@ -241,11 +217,11 @@ impl GemmImpl for Fp8RowWise {
     }
     fn path(&self) -> String {
         match self.ways.get(self.chosen) {
-            Some((Way::OuterVec, g)) => format!(
+            Some((Fp8Scaling::OuterVec, g)) => format!(
                 "{}, per-token × per-channel scales inside cuBLASLt (outer-vector); activations: per-token quantization, timed separately",
                 g.description
             ),
-            Some((Way::Fp32ThenScale, g)) => format!(
+            Some((Fp8Scaling::Fp32ThenScale, g)) => format!(
                 "{} with FP32 output and unit scales, then fp8_rowwise_scale_out (per-token × per-channel); activations: per-token quantization, timed separately",
                 g.description
             ),

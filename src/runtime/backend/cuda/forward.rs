@@ -8,8 +8,8 @@ use crate::gpu::DevPtr;
 use anyhow::Context;
 
 use super::gdn;
-use super::gemm::{lt_plan, GemmClass};
 use super::{grid1, plan, CudaBackend, LayerLinear, LinRef, RowSampling, PART_CAP};
+use crate::kernels::ops::GemmClass;
 use crate::runtime::backend::ForwardBatch;
 use crate::runtime::config::KvCacheDtype;
 
@@ -189,8 +189,7 @@ impl CudaBackend {
                 .unwrap_or(&self.weights.embed)
                 .ptr();
             let v = c.vocab_size;
-            let g = lt_plan(
-                &mut self.plans,
+            let g = self.plans.get(
                 &self.lt,
                 self.bufs.one.ptr(),
                 (GemmClass::Bf16ToF32, p.rows, v, h),

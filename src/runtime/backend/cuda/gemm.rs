@@ -1,19 +1,19 @@
-//! The linear layers: BF16 through cuBLASLt, FP8 W8A8 with per-token activation scales (inside
-//! cuBLASLt or after an FP32-output GEMM), and W4A16 NVFP4 through rigbench's kernel, each at
-//! the configuration the tuner chose for its M bucket; cuBLASLt plans are cached per
-//! [`PlanKey`].
-
-use super::launchers;
-use crate::gpu::dim;
-use crate::gpu::DevPtr;
-use std::collections::HashMap;
+//! The linear layers, through the GEMM layer the kernel bench times ([`crate::kernels::ops`]):
+//! BF16 through cuBLASLt, FP8 W8A8 with per-token activation scales (inside cuBLASLt or after an
+//! FP32-output GEMM, [`Fp8Scaling`]), and W4A16 NVFP4 through rigbench's kernel, each at the
+//! configuration the tuner chose for its M bucket ([`crate::kernels::tuner`]); cuBLASLt plans
+//! are cached per (class, M, N, K) ([`crate::kernels::ops::PlanCache`]).
 
 use anyhow::Context;
 
 use super::gdn;
-use super::{grid1, CudaBackend, DLinear, LayerLinear, LinRef, W4_BUCKETS};
-use crate::gpu::cublaslt::{Lt, LtGemm, LtKind, OutType};
+use super::{CudaBackend, DLinear, LayerLinear, LinRef};
+use crate::gpu::cublaslt::{LtGemm, LtKind};
+
+use crate::kernels::fp8_quant;
 use crate::kernels::impls::w4a16::{self as w4, Config as W4Config};
+use crate::kernels::ops::{self, Fp8Scaling, GemmClass};
+use crate::kernels::tuner::bucket_for;
 use crate::runtime::config::WeightFormat;
 
 impl CudaBackend {
@@ -90,12 +90,9 @@ impl CudaBackend {
         match lin {
             DLinear::Bf16 { w, .. } => {
                 let w = w.ptr();
-                let g = lt_plan(
-                    &mut self.plans,
-                    &self.lt,
-                    self.bufs.one.ptr(),
-                    (GemmClass::Bf16, m, n, k),
-                )?;
+                let g =
+                    self.plans
+                        .get(&self.lt, self.bufs.one.ptr(), (GemmClass::Bf16, m, n, k))?;
                 g.run(&self.lt, &self.gpu, 1.0, w, input, out)?;
             }
             DLinear::Fp8 {
@@ -105,15 +102,14 @@ impl CudaBackend {
                 ..
             } => {
                 let (w, scales, st) = (w.ptr(), scales.ptr(), static_scale.unwrap_or(0.0));
-                let in_gemm = self.fp8_in_gemm(n, k, m);
-                self.fp8_gemm(m, n, k, (w, scales, st), input, out, in_gemm)?;
+                let way = self.fp8_scaling(n, k, m);
+                self.fp8_gemm(m, n, k, (w, scales, st), input, out, way)?;
             }
             DLinear::W4 { dev } => {
                 let view = dev.view();
                 let cfg = self.w4_config(n, k, m)?;
                 let gemm = if cfg == W4Config::DequantGemm {
-                    Some(lt_plan(
-                        &mut self.plans,
+                    Some(self.plans.get(
                         &self.lt,
                         self.bufs.one.ptr(),
                         (GemmClass::Bf16, m, n, k),
@@ -141,23 +137,27 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Whether the FP8 GEMM of `n × k` at `m` tokens applies the per-token × per-channel scales
-    /// inside cuBLASLt (outer-vector scaling) rather than after an FP32-output GEMM: the tuned
-    /// choice of M's bucket ([`CudaBackend::tune_fp8`]); outer-vector above the tuned buckets.
-    pub(super) fn fp8_in_gemm(&self, n: usize, k: usize, m: usize) -> bool {
+    /// How the FP8 GEMM of `n × k` at `m` tokens applies its per-token × per-channel scales:
+    /// the tuned choice of M's bucket ([`CudaBackend::tune_fp8`]); outer-vector above the tuned
+    /// buckets, and FP32 + scale where cuBLASLt has no outer-vector scaling.
+    pub(super) fn fp8_scaling(&self, n: usize, k: usize, m: usize) -> Fp8Scaling {
         if !self.fp8_rowwise {
-            return false;
+            return Fp8Scaling::Fp32ThenScale;
         }
-        match W4_BUCKETS.iter().copied().find(|b| *b >= m) {
-            Some(b) => self.fp8_choice.get(&(n, k, b)).copied().unwrap_or(true),
-            None => true,
+        match bucket_for(m) {
+            Some(b) => self
+                .fp8_choice
+                .get(&(n, k, b))
+                .copied()
+                .unwrap_or(Fp8Scaling::OuterVec),
+            None => Fp8Scaling::OuterVec,
         }
     }
 
     /// One FP8 W8A8 linear: per-token E4M3 quantization of `input` (`m × k` BF16) on the GPU,
-    /// then either cuBLASLt with outer-vector scales (`in_gemm`) or cuBLASLt with unit scales
-    /// into the FP32 buffer `acc32` followed by the scaling kernel. `w = (weights, N per-channel
-    /// scales, static input scale or 0 for dynamic)`. Output `m × n` BF16 at `out`.
+    /// then the GEMM with its scales applied the `way` given ([`ops::fp8_rowwise_gemm`]).
+    /// `w = (weights, N per-channel scales, static input scale or 0 for dynamic)`. Output
+    /// `m × n` BF16 at `out`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fp8_gemm(
         &mut self,
@@ -167,30 +167,30 @@ impl CudaBackend {
         w: (u64, u64, f32),
         input: u64,
         out: u64,
-        in_gemm: bool,
+        way: Fp8Scaling,
     ) -> anyhow::Result<()> {
         let (w, scales, st) = w;
         self.fp8_quant(m, k, st, input)?;
-        self.fp8_gemm_quantized(m, n, k, (w, scales), out, in_gemm)
+        self.fp8_gemm_quantized(m, n, k, (w, scales), out, way)
     }
 
     /// Per-token E4M3 quantization of `input` (`m × k` BF16) into `hq` / `ascale` (`st > 0`:
-    /// the static input scale).
+    /// the static input scale), by the GEMM layer's kernel ([`fp8_quant::launch_quant_rows`]).
     pub(super) fn fp8_quant(&self, m: usize, k: usize, st: f32, input: u64) -> anyhow::Result<()> {
-        launchers::rt::rt_quant_fp8_rows(
-            &self.rt,
+        let fq = self
+            .fp8q
+            .as_ref()
+            .context("kernels/fp8_quant.cu is not built (no FP8 linear at load)")?;
+        fp8_quant::launch_quant_rows(
             &self.gpu,
-            (dim("m", m)?, 1, 1),
-            (1024, 1, 1),
-            0,
-            DevPtr::at(input),
+            fq,
+            input,
             m,
             k,
             st,
-            &self.bufs.hq,
-            &self.bufs.ascale,
-        )?;
-        Ok(())
+            self.bufs.hq.ptr(),
+            self.bufs.ascale.ptr(),
+        )
     }
 
     /// The GEMM half of [`CudaBackend::fp8_gemm`] on activations already quantized into `hq` /
@@ -202,57 +202,25 @@ impl CudaBackend {
         k: usize,
         w: (u64, u64),
         out: u64,
-        in_gemm: bool,
+        way: Fp8Scaling,
     ) -> anyhow::Result<()> {
-        let (w, scales) = w;
-        let hq = self.bufs.hq.ptr();
-        if in_gemm {
-            let ascale = self.bufs.ascale.ptr();
-            let g = lt_plan(
-                &mut self.plans,
-                &self.lt,
-                self.bufs.one.ptr(),
-                (GemmClass::Fp8Scaled, m, n, k),
-            )?;
-            g.set_scale_pointers(scales, ascale)?;
-            g.run(&self.lt, &self.gpu, 1.0, w, hq, out)?;
-        } else {
-            let acc = self
-                .bufs
-                .acc32
-                .as_ref()
-                .context("FP32 accumulation buffer missing")?;
-            anyhow::ensure!(
-                acc.bytes() >= m * n * 4,
-                "FP32 accumulation buffer holds {} B, the FP8 GEMM {m}×{n} needs {} B",
-                acc.bytes(),
-                m * n * 4
-            );
-            let acc = acc.ptr();
-            let one = self.bufs.one.ptr();
-            let g = lt_plan(
-                &mut self.plans,
-                &self.lt,
-                one,
-                (GemmClass::Fp8ToF32, m, n, k),
-            )?;
-            g.set_scale_pointers(one, one)?;
-            g.run(&self.lt, &self.gpu, 1.0, w, hq, acc)?;
-            launchers::rt::rt_scale_f32_to_bf16(
-                &self.rt,
-                &self.gpu,
-                grid1(m * n, 256),
-                (256, 1, 1),
-                0,
-                DevPtr::at(acc),
-                m,
-                n,
-                &self.bufs.ascale,
-                DevPtr::at(scales),
-                DevPtr::at(out),
-            )?;
-        }
-        Ok(())
+        let (w, w_scales) = w;
+        let args = ops::Fp8RowWiseArgs {
+            m,
+            n,
+            k,
+            w,
+            w_scales,
+            qa: self.bufs.hq.ptr(),
+            a_scales: self.bufs.ascale.ptr(),
+            out,
+            acc: self.bufs.acc32.as_ref().map(|a| (a.ptr(), a.bytes())),
+            one: self.bufs.one.ptr(),
+        };
+        let g = self
+            .plans
+            .get(&self.lt, self.bufs.one.ptr(), (way.class(), m, n, k))?;
+        ops::fp8_rowwise_gemm(&self.gpu, &self.lt, self.fp8q.as_ref(), g, way, &args)
     }
 
     /// The static input scale (0 for dynamic per-token scales) of `which` when its input may be
@@ -285,8 +253,8 @@ impl CudaBackend {
             anyhow::bail!("{which:?} is not an FP8 linear; its input cannot be prequantized");
         };
         let (w, scales) = (w.ptr(), scales.ptr());
-        let in_gemm = self.fp8_in_gemm(n, k, m);
-        self.fp8_gemm_quantized(m, n, k, (w, scales), out, in_gemm)
+        let way = self.fp8_scaling(n, k, m);
+        self.fp8_gemm_quantized(m, n, k, (w, scales), out, way)
     }
 
     pub(super) fn lin(&self, r: LinRef) -> &DLinear {
@@ -302,7 +270,7 @@ impl CudaBackend {
     }
 
     pub(super) fn w4_config(&self, n: usize, k: usize, m: usize) -> anyhow::Result<W4Config> {
-        match W4_BUCKETS.iter().copied().find(|b| *b >= m) {
+        match bucket_for(m) {
             Some(b) => self
                 .w4_choice
                 .get(&(n, k, b))
@@ -311,53 +279,4 @@ impl CudaBackend {
             None => Ok(W4Config::DequantGemm),
         }
     }
-}
-
-/// The kinds of cuBLASLt GEMM the backend plans.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum GemmClass {
-    /// BF16 × BF16 → BF16 (the BF16 linears; W4A16's dequantize + GEMM path).
-    Bf16,
-    /// BF16 × BF16 → FP32 (the lm_head, whose logits stay FP32).
-    Bf16ToF32,
-    /// FP8 E4M3 with outer-vector (per-token × per-channel) scales → BF16.
-    Fp8Scaled,
-    /// FP8 E4M3 with unit scales → FP32 (scaled afterwards by `rt_scale_f32_to_bf16`).
-    Fp8ToF32,
-}
-
-/// Plan-cache key: (kind, M, N, K).
-pub(super) type PlanKey = (GemmClass, usize, usize, usize);
-
-/// The cuBLASLt plan for `key`, planned on first use. FP8 plans are made with placeholder scale
-/// pointers; the caller sets the real ones before each run.
-pub(super) fn lt_plan<'a>(
-    plans: &'a mut HashMap<PlanKey, LtGemm>,
-    lt: &Lt,
-    placeholder: u64,
-    key: PlanKey,
-) -> anyhow::Result<&'a LtGemm> {
-    if let std::collections::hash_map::Entry::Vacant(slot) = plans.entry(key) {
-        let (class, m, n, k) = key;
-        let (kind, out) = match class {
-            GemmClass::Bf16 => (LtKind::Bf16, OutType::Bf16),
-            GemmClass::Bf16ToF32 => (LtKind::Bf16, OutType::F32),
-            GemmClass::Fp8Scaled => (
-                LtKind::Fp8RowWise {
-                    w_scales_ptr: placeholder,
-                    a_scales_ptr: placeholder,
-                },
-                OutType::Bf16,
-            ),
-            GemmClass::Fp8ToF32 => (
-                LtKind::Fp8 {
-                    w_scale_ptr: placeholder,
-                    a_scale_ptr: placeholder,
-                },
-                OutType::F32,
-            ),
-        };
-        slot.insert(LtGemm::plan_out(lt, kind, m, n, k, out)?);
-    }
-    Ok(&plans[&key])
 }

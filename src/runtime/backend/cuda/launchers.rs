@@ -40,10 +40,6 @@ pub mod rt {
         /// row), the row's amax gathered in `amax_bits` / `arrivals` (t u32 each, zero between
         /// launches: the kernel leaves them so).
         pub fn rt_silu_mul_quant = "rt_silu_mul_quant"(gu: DevPtr<u16>, t: i32, i: i32, out: DevPtr<u16>, static_scale: f32, q: DevPtr<u8>, scales: DevPtr<f32>, amax_bits: DevPtr<u32>, arrivals: DevPtr<u32>);
-        /// Row-wise (or static-scale) E4M3 quantization of `t` rows of K BF16 values.
-        pub fn rt_quant_fp8_rows = "rt_quant_fp8_rows"(r#in: DevPtr<u16>, t: i32, k: i32, static_scale: f32, out: DevPtr<u8>, scales: DevPtr<f32>);
-        /// FP32 GEMM accumulators × token scale × channel scale → BF16 (`t`×N).
-        pub fn rt_scale_f32_to_bf16 = "rt_scale_f32_to_bf16"(acc: DevPtr<f32>, t: i32, n: i32, tok_scale: DevPtr<f32>, chan_scale: DevPtr<f32>, out: DevPtr<u16>);
         /// Scale the N columns of `t` BF16 rows in place.
         pub fn rt_scale_cols_bf16 = "rt_scale_cols_bf16"(x: DevPtr<u16>, t: i32, n: i32, col_scale: DevPtr<f32>);
         /// Decode attention over a BF16 paged KV cache (split into partitions).

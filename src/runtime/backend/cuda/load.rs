@@ -18,8 +18,8 @@ use crate::formats::nvfp4::Nvfp4Weight;
 use crate::formats::w4a16_pack::{self, repack};
 use crate::gpu::cublaslt::Lt;
 use crate::gpu::{DevBuf, Gpu, Module};
-use crate::kernels::impls::w4a16::{self as w4, W4a16Device};
-use crate::kernels::W4Module;
+use crate::kernels::impls::w4a16::W4a16Device;
+use crate::kernels::ops::{GemmModules, ModuleWants, PlanCache};
 use crate::runtime::backend::DeviceMemory;
 use crate::runtime::config::{ModelConfig, QuantRecipe, WeightFormat};
 use crate::runtime::weights::{self, Linear, ModelWeights};
@@ -101,13 +101,6 @@ impl CudaBackend {
             (true, Some(r)) => gdn::predicted_weight_bytes(&config, r),
             _ => predicted_weight_bytes(&config, format),
         };
-        // W4A16 kernels are built when any linear will be NVFP4 (one format, a mixed recipe, or
-        // a mixed checkpoint).
-        let needs_w4 = format == WeightFormat::Nvfp4
-            || spec.quantize == Some(QuantRecipe::Nvfp4Mixed)
-            || mapped
-                .as_ref()
-                .is_some_and(|m| m.formats().contains(&WeightFormat::Nvfp4));
         if need > free_before as u64 {
             return Err(RigError::flag(
                 "--model",
@@ -123,46 +116,6 @@ impl CudaBackend {
         let rt = gpu
             .compile("runtime", RUNTIME_SRC, RUNTIME_KERNELS)
             .context("building kernels/runtime.cu")?;
-        let names = w4::kernel_names();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut w4m = Vec::new();
-        if needs_w4 {
-            // The default flavour only: the kernel bench's RIGBENCH_W4A16_FLAVORS is not the
-            // runtime's to follow.
-            let (flavor, defines) = crate::kernels::W4A16_DEFAULT_FLAVOR;
-            let defines: Vec<String> = defines.iter().map(|d| d.to_string()).collect();
-            let module = gpu
-                .compile_with("w4a16", w4::SRC, &refs, &defines)
-                .context("building kernels/w4a16.cu")?;
-            w4m.push(W4Module {
-                flavor: flavor.to_string(),
-                defines,
-                module,
-            });
-        }
-        // The Hopper wgmma kernel joins the W4A16 modules when this card runs it and its probe
-        // passes (kernels/w4a16_wg.cu; impls::w4a16_wg::module_for); otherwise a note says why.
-        let wg_note = if needs_w4 {
-            Some(match w4::wg_module_for(&gpu, spec.device) {
-                Ok((m, how)) => {
-                    w4m.push(m);
-                    how
-                }
-                Err(why) => format!("the W4A16 wgmma kernel is not offered: {why}"),
-            })
-        } else {
-            None
-        };
-        let w4v2 = if needs_w4 {
-            let names = w4::v2_kernel_names();
-            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            Some(
-                gpu.compile("w4a16_v2", w4::V2_SRC, &refs)
-                    .context("building kernels/w4a16_v2.cu")?,
-            )
-        } else {
-            None
-        };
         let lt = Lt::new(&gpu)?;
         let loader = Loader {
             gpu: &gpu,
@@ -181,6 +134,7 @@ impl CudaBackend {
                     .with_context(|| format!("uploading {}", dir.display()))?
             }
         };
+        let mods = build_gemm_modules(&gpu, spec.device, &weights)?;
         let t_max = spec.max_num_batched_tokens.max(1);
         // Logit rows per forward: one per sequence (and its drafts) while serving; teacher
         // forcing (parity, fidelity) asks for up to a few hundred rows of one sequence.
@@ -206,8 +160,9 @@ impl CudaBackend {
             gpu,
             lt,
             rt,
-            w4m,
-            w4v2,
+            w4m: mods.w4,
+            w4v2: mods.w4v2,
+            fp8q: mods.fp8q,
             format: weights
                 .layers
                 .first()
@@ -216,7 +171,7 @@ impl CudaBackend {
             weights,
             bufs,
             kv: None,
-            plans: HashMap::new(),
+            plans: PlanCache::default(),
             w4_choice: HashMap::new(),
             graphs: HashMap::new(),
             graph_sizes: plan::graph_sizes(spec.max_num_seqs.min(t_max)),
@@ -234,7 +189,7 @@ impl CudaBackend {
                 workspace: 0,
             },
             stats: CudaStats::default(),
-            notes: wg_note.into_iter().collect(),
+            notes: mods.notes,
             prof: None,
             hy,
             smp_uploaded: None,
@@ -320,6 +275,38 @@ impl CudaBackend {
             .saturating_sub(me.memory.weights + me.memory.activations);
         Ok(me)
     }
+}
+
+/// The GEMM layer's modules for these weights ([`GemmModules::build`], the kernel bench's
+/// builder): the W4A16 kernels (the default flavour of `kernels/w4a16.cu`, `w4a16_v2.cu`, and
+/// the wgmma kernel where the card runs it) when any linear is NVFP4, `kernels/fp8_quant.cu`
+/// when any is FP8. The kernel bench's `RIGBENCH_W4A16_FLAVORS` is not the runtime's to follow.
+///
+/// # Errors
+/// A module the weights need failed to build.
+fn build_gemm_modules(gpu: &Gpu, device: usize, w: &DWeights) -> anyhow::Result<GemmModules> {
+    let formats = w.linear_formats();
+    let mods = GemmModules::build(
+        gpu,
+        &ModuleWants {
+            w4_flavors: if formats.contains(&WeightFormat::Nvfp4) {
+                vec![crate::kernels::W4A16_DEFAULT_FLAVOR]
+            } else {
+                Vec::new()
+            },
+            fp8: formats.contains(&WeightFormat::Fp8),
+            device,
+        },
+    );
+    let w4_missing = formats.contains(&WeightFormat::Nvfp4)
+        && (mods.w4v2.is_none() || mods.w4.iter().all(|m| m.is_wg()));
+    let fp8_missing = formats.contains(&WeightFormat::Fp8) && mods.fp8q.is_none();
+    anyhow::ensure!(
+        !w4_missing && !fp8_missing,
+        "building the GEMM kernels: {}",
+        mods.failures.join("; ")
+    );
+    Ok(mods)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,10 +1,11 @@
-//! The CUDA backend: the decoder on one GPU. The linear layers run through the same code the
-//! kernel benches time (cuBLASLt BF16; cuBLASLt FP8 E4M3 with per-token activation scales
-//! computed on the GPU; rigbench's W4A16 NVFP4 kernel, `kernels/w4a16.cu`), so a kernel change
-//! shows up end to end; everything else is rigbench's own NVRTC kernels in
-//! `kernels/runtime.cu` (embedding, RMSNorm fused with the residual add, q/k norm + RoPE + paged
-//! KV write, paged decode attention on CUDA cores, tensor-core prefill attention, SwiGLU,
-//! per-token FP8 quantization, sampling, and weight synthesis / quantization at load).
+//! The CUDA backend: the decoder on one GPU. The linear layers run through the GEMM layer the
+//! kernel benches time ([`crate::kernels::ops`]: cuBLASLt BF16; cuBLASLt FP8 E4M3 with per-token
+//! activation scales computed on the GPU by `kernels/fp8_quant.cu`; rigbench's W4A16 NVFP4
+//! kernels), chosen by the same tuner ([`crate::kernels::tuner`]), so a kernel change shows up
+//! end to end; everything else is rigbench's own NVRTC kernels in `kernels/runtime.cu`
+//! (embedding, RMSNorm fused with the residual add, q/k norm + RoPE + paged KV write, paged
+//! decode attention, tensor-core prefill attention, SwiGLU, the fused norm / SwiGLU + FP8
+//! quantization, sampling, and weight synthesis / quantization at load).
 //!
 //! Numerics follow the CPU backend (the reference) with BF16 at the points where a GPU engine
 //! rounds: GEMM inputs and outputs, the q vector after RoPE, the KV cache; the residual stream
@@ -43,9 +44,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::{Backend, DeviceMemory, ForwardBatch, KvCacheSpec, Logits};
-use crate::gpu::cublaslt::{Lt, LtGemm};
+use crate::gpu::cublaslt::Lt;
 use crate::gpu::{DevBuf, Gpu, Graph, Module};
 use crate::kernels::impls::w4a16::{Config as W4Config, W4a16Device};
+use crate::kernels::ops::{Fp8Scaling, PlanCache};
 use crate::kernels::W4Module;
 use crate::runtime::config::{KvCacheDtype, ModelConfig, QuantRecipe, WeightFormat};
 use crate::runtime::weights::ModelWeights;
@@ -67,10 +69,8 @@ pub const RUNTIME_KERNELS: &[&str] = &[
     "rt_add_rows",
     "rt_qk_norm_rope_kv",
     "rt_silu_mul",
-    "rt_quant_fp8_rows",
     "rt_add_rmsnorm_quant",
     "rt_silu_mul_quant",
-    "rt_scale_f32_to_bf16",
     "rt_scale_cols_bf16",
     "rt_attn_decode_bf16",
     "rt_attn_decode_fp8",
@@ -98,8 +98,6 @@ pub const PREFILL_HEAD_DIMS: [usize; 4] = [16, 32, 64, 128];
 const ATT_THREADS: u32 = 128;
 /// Query tokens × partitions the decode-attention partial buffer holds.
 const PART_CAP: usize = 1024;
-/// W4A16 token counts tuned at load (other counts use the next larger bucket's choice).
-const W4_BUCKETS: [usize; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 
 /// Largest M bucket at which [`CudaBackend::tune_fp8`] measures the two FP8 scaling paths
 /// (above it, outer-vector scaling in cuBLASLt; the FP32 buffer of the other path grows with M).
@@ -176,7 +174,9 @@ pub struct CudaOptions {
     pub flash_decode_hybrid: bool,
     /// FP8 linears: quantize their input in the kernel that produces it (residual add, RMSNorm
     /// and FP8 quantization before qkv and gate_up; SwiGLU and FP8 quantization before down),
-    /// one launch instead of two, bit-identical; off: `rt_quant_fp8_rows` before each FP8 GEMM.
+    /// one launch instead of two, bit-identical; off: the GEMM layer's per-token quantization
+    /// (`kernels/fp8_quant.cu`, [`crate::kernels::fp8_quant::launch_quant_rows`]) before each
+    /// FP8 GEMM.
     pub fuse_fp8_quant: bool,
     /// Draft tokens per step the logits buffer must hold beyond one per sequence.
     pub max_drafts: usize,
@@ -262,6 +262,21 @@ struct DWeights {
 }
 
 impl DWeights {
+    /// The formats the decoder linears are stored in (the Gated-DeltaNet in_proj_a / b
+    /// included), each once, in order of first appearance.
+    fn linear_formats(&self) -> Vec<WeightFormat> {
+        let mut v: Vec<WeightFormat> = Vec::new();
+        for l in &self.layers {
+            let gdn = l.gdn.as_ref().map(|g| &g.ab);
+            for lin in [&l.qkv, &l.o, &l.gate_up, &l.down].into_iter().chain(gdn) {
+                if !v.contains(&lin.format()) {
+                    v.push(lin.format());
+                }
+            }
+        }
+        v
+    }
+
     fn bytes(&self) -> usize {
         let mut b =
             self.embed.bytes() + self.norm.bytes() + self.lm_head.as_ref().map_or(0, |h| h.bytes());
@@ -365,18 +380,21 @@ pub struct CudaBackend {
     rt: Module,
     w4m: Vec<W4Module>,
     w4v2: Option<Module>,
+    /// `kernels/fp8_quant.cu` (per-token FP8 quantization, the FP32 path's epilogue), built
+    /// when a linear is FP8.
+    fp8q: Option<Module>,
     config: ModelConfig,
     format: WeightFormat,
     weights: DWeights,
     bufs: Bufs,
     kv: Option<(DevBuf, KvCacheSpec)>,
-    plans: HashMap<gemm::PlanKey, LtGemm>,
+    plans: PlanCache,
     w4_choice: HashMap<(usize, usize, usize), W4Config>,
     graphs: HashMap<usize, Graph>,
     graph_sizes: Vec<usize>,
     fp8_rowwise: bool,
-    /// Tuned FP8 scaling path per (N, K, M bucket): `true` = outer-vector scales in cuBLASLt.
-    fp8_choice: HashMap<(usize, usize, usize), bool>,
+    /// Tuned FP8 scaling path per (N, K, M bucket).
+    fp8_choice: HashMap<(usize, usize, usize), Fp8Scaling>,
     opts: CudaOptions,
     max_tokens: usize,
     max_rows: usize,

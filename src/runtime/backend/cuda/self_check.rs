@@ -248,26 +248,32 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
             ),
         });
     }
-    // Per-token FP8 activation quantization (`rt_quant_fp8_rows`, W8A8's dynamic scales): the
-    // vectorized path (K a multiple of 4) and the scalar one.
-    for kk in [k, k - 2] {
+    // Per-token FP8 activation quantization (the GEMM layer's `kernels/fp8_quant.cu`, W8A8's
+    // dynamic scales, and a static input scale): the one-pass kernel (K a multiple of 8) and
+    // the any-K one.
+    let own;
+    let fq = match b.fp8q.as_ref() {
+        Some(m) => m,
+        None => {
+            own = crate::kernels::ops::compile_fp8_quant(&b.gpu)?;
+            &own
+        }
+    };
+    for (kk, st) in [(k, 0.0f32), (k - 2, 0.0), (k, 0.05)] {
         let t = 5usize;
         let rows: Vec<u16> = bits[..t * kk].to_vec();
         let input = b.gpu.upload(&rows)?;
         let codes = b.gpu.alloc(t * kk)?;
         let scales = b.gpu.alloc(t * 4)?;
-        launchers::rt::rt_quant_fp8_rows(
-            &b.rt,
+        crate::kernels::fp8_quant::launch_quant_rows(
             &b.gpu,
-            (dim("t", t)?, 1, 1),
-            (1024, 1, 1),
-            0,
-            &input,
+            fq,
+            input.ptr(),
             t,
             kk,
-            0.0,
-            &codes,
-            &scales,
+            st,
+            codes.ptr(),
+            scales.ptr(),
         )?;
         let got: Vec<u8> = b.gpu.download(&codes, 0, t * kk)?;
         let got_s: Vec<f32> = b.gpu.download(&scales, 0, t)?;
@@ -277,20 +283,27 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
                 .iter()
                 .map(|x| f32::from_bits((*x as u32) << 16))
                 .collect();
-            let sc =
-                crate::formats::fp8::scale_from_amax(row.iter().fold(0f32, |m, v| m.max(v.abs())));
-            let inv = 1.0 / sc;
+            let (want, sc) = crate::kernels::fp8_quant::quant_row_with(&row, st);
             sdiff += usize::from(got_s[r] != sc);
-            diff += row
+            diff += want
                 .iter()
                 .zip(&got[r * kk..(r + 1) * kk])
-                .filter(|(v, g)| crate::formats::e4m3::encode(**v * inv) != **g)
+                .filter(|(w, g)| w != g)
                 .count();
         }
         out.push(Check {
             name: format!(
-                "GPU per-token FP8 activation quantization = CPU ({t}×{kk}, {} path)",
-                if kk % 4 == 0 { "vectorized" } else { "scalar" }
+                "GPU per-token FP8 activation quantization = CPU ({t}×{kk}, {} kernel, {})",
+                if crate::kernels::fp8_quant::variant_for(kk).is_some() {
+                    "one-pass"
+                } else {
+                    "any-K"
+                },
+                if st > 0.0 {
+                    format!("static scale {st}")
+                } else {
+                    "dynamic scales".into()
+                }
             ),
             pass: diff == 0 && sdiff == 0,
             detail: format!("{diff} codes and {sdiff} row scales differ (limit: identical)"),
@@ -318,7 +331,8 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
 }
 
 /// `rt_silu_mul_quant` (SwiGLU fused with the per-token FP8 quantization, each row split over
-/// blocks) against the two launches it replaces (`rt_silu_mul`, then `rt_quant_fp8_rows`), bit
+/// blocks) against the two launches it replaces (`rt_silu_mul`, then the GEMM layer's per-token
+/// quantization, [`crate::kernels::fp8_quant::launch_quant_rows`]), bit
 /// for bit: BF16 output, E4M3 codes and row scales. Rows of several lengths (a multiple of 4 and
 /// not), slice counts that leave empty or uneven slices, dynamic and static scales; each case
 /// launched twice, so a counter the kernel failed to reset shows as a difference in the second
@@ -328,6 +342,14 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
 /// A device failure.
 pub fn swiglu_quant_matches_unfused(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
     let sm = b.gpu.sm_count as usize;
+    let own;
+    let fq = match b.fp8q.as_ref() {
+        Some(m) => m,
+        None => {
+            own = crate::kernels::ops::compile_fp8_quant(&b.gpu)?;
+            &own
+        }
+    };
     let mut out = Vec::new();
     // Inputs: ordinary values; all zeros (amax 0: scale 1); and ordinary values with a NaN and
     // infinities in the first row (NaN left out of the amax; an infinite amax: scale 1).
@@ -393,18 +415,15 @@ pub fn swiglu_quant_matches_unfused(b: &CudaBackend) -> anyhow::Result<Vec<Check
             i,
             &ref_act,
         )?;
-        launchers::rt::rt_quant_fp8_rows(
-            &b.rt,
+        crate::kernels::fp8_quant::launch_quant_rows(
             &b.gpu,
-            (dim("t", t)?, 1, 1),
-            (1024, 1, 1),
-            0,
-            &ref_act,
+            fq,
+            ref_act.ptr(),
             t,
             i,
             st,
-            &ref_q,
-            &ref_s,
+            ref_q.ptr(),
+            ref_s.ptr(),
         )?;
         let want_act: Vec<u16> = b.gpu.download(&ref_act, 0, t * i)?;
         let want_q: Vec<u8> = b.gpu.download(&ref_q, 0, t * i)?;
