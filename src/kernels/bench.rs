@@ -215,7 +215,6 @@ pub fn run_on_device(
     opts: &BenchOptions,
     mut on_update: impl FnMut(&KernelResults),
 ) -> anyhow::Result<KernelResults> {
-    let gpu = Gpu::open_device(device)?;
     let mut res = KernelResults {
         suite: SuiteInfo {
             name: opts.suite.name.clone(),
@@ -225,57 +224,7 @@ pub fn run_on_device(
         },
         ..Default::default()
     };
-    let util = gpu.compile("util", UTIL_SRC, UTIL_KERNELS)?;
-    res.kernel_sources
-        .insert("kernels/util.cu".into(), util.source_sha256.clone());
-    let lt = match Lt::new(&gpu) {
-        Ok(l) => Some(l),
-        Err(e) => {
-            res.notes.push(format!(
-                "cuBLASLt unavailable ({e}): bf16, fp8 and the W4A16 large-M path are skipped"
-            ));
-            None
-        }
-    };
-    let mods = super::ops::GemmModules::build(
-        &gpu,
-        &super::ops::ModuleWants {
-            w4_flavors: super::w4a16_flavors(),
-            fp8: opts.formats.contains(&GemmFormat::Fp8),
-            device,
-        },
-    );
-    res.notes.extend(mods.notes);
-    res.kernel_sources.extend(mods.sources);
-    let (w4, w4v2, fp8q) = (mods.w4, mods.w4v2, mods.fp8q);
-    let flusher = L2Flusher::new(&gpu, opts.flush)?;
-    let capture = if opts.timing.graph() {
-        match gpu.on_new_stream() {
-            Ok(g) => Some(g),
-            Err(e) => {
-                res.notes.push(format!(
-                    "graph timing cannot run: no stream for CUDA graph capture ({e})"
-                ));
-                None
-            }
-        }
-    } else {
-        None
-    };
-    let rig = Rig {
-        clocks: ClockMonitor::for_reader(TelemetryReader::for_pci_bus_id(
-            crate::gpu::multi::pci_bus_id(device).as_deref(),
-            device as u32,
-        )),
-        flusher,
-        capture,
-        gpu,
-        lt,
-        util,
-        w4,
-        w4v2,
-        fp8q,
-    };
+    let rig = open_rig(device, opts, &mut res)?;
     let env = Env {
         gpu: &rig.gpu,
         lt: rig.lt.as_ref(),
@@ -284,34 +233,7 @@ pub fn run_on_device(
         w4v2: rig.w4v2.as_ref(),
         fp8q: rig.fp8q.as_ref(),
     };
-    res.timing_policy = Some(TimingPolicy {
-        warmup_iters: opts.warmup,
-        stopping: opts.stopping.clone(),
-        l2_flush_bytes: if opts.cold_l2 && opts.timing.cold() {
-            rig.flusher.bytes()
-        } else {
-            0
-        },
-        timer: format!(
-            "CUDA events (CU_EVENT_DEFAULT) around each launch, one stream; L2 flush by {}",
-            match opts.flush {
-                crate::gpu::FlushMethod::Read =>
-                    "reading a 2×L2 buffer (L2 left with clean lines only)",
-                crate::gpu::FlushMethod::Write =>
-                    "writing a 2×L2 buffer with memset, as nvbench (L2 left dirty)",
-            }
-        ),
-        modes: opts.timing,
-        graph: opts.timing.graph().then(|| GraphPolicy {
-            min_total_weight_bytes: GRAPH_L2_FACTOR * rig.gpu.l2_bytes,
-            min_launches: GRAPH_MIN_LAUNCHES,
-            description: format!(
-                "weight copies of each case together exceed {GRAPH_L2_FACTOR} × L2 ({}), at least 2 and at most {GRAPH_MAX_COPIES}; at least {GRAPH_MIN_LAUNCHES} launches per graph, a multiple of the copy count, rotating over the copies; activations and output stay the same buffers (as in a decode step, where they are hot); {} graph launches of warm-up, then the stopping rule on per-GEMM times; the output is checked against the reference again after timing",
-                crate::output::table::human_bytes(GRAPH_L2_FACTOR * rig.gpu.l2_bytes),
-                opts.warmup.max(1)
-            ),
-        }),
-    });
+    res.timing_policy = Some(timing_policy(opts, &rig));
     res.copy_bandwidth = Some(copy_bandwidth(&rig.gpu)?);
     on_update(&res);
 
@@ -467,6 +389,100 @@ pub fn run_on_device(
     bar.finish_and_clear();
     super::composite::refresh(&mut res);
     Ok(res)
+}
+
+/// Open device `device` and build what the bench runs on it: the utility kernels, cuBLASLt, the
+/// GEMM layer's modules ([`super::ops::GemmModules`]), the L2 flusher, the capture stream of graph
+/// timing and the clock monitor. Notes and kernel-source hashes go into `res`.
+///
+/// # Errors
+/// No device, or the utility kernels or the flush buffer cannot be built.
+fn open_rig(device: usize, opts: &BenchOptions, res: &mut KernelResults) -> anyhow::Result<Rig> {
+    let gpu = Gpu::open_device(device)?;
+    let util = gpu.compile("util", UTIL_SRC, UTIL_KERNELS)?;
+    res.kernel_sources
+        .insert("kernels/util.cu".into(), util.source_sha256.clone());
+    let lt = match Lt::new(&gpu) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            res.notes.push(format!(
+                "cuBLASLt unavailable ({e}): bf16, fp8 and the W4A16 large-M path are skipped"
+            ));
+            None
+        }
+    };
+    let mods = super::ops::GemmModules::build(
+        &gpu,
+        &super::ops::ModuleWants {
+            w4_flavors: super::w4a16_flavors(),
+            fp8: opts.formats.contains(&GemmFormat::Fp8),
+            device,
+        },
+    );
+    res.notes.extend(mods.notes);
+    res.kernel_sources.extend(mods.sources);
+    let (w4, w4v2, fp8q) = (mods.w4, mods.w4v2, mods.fp8q);
+    let flusher = L2Flusher::new(&gpu, opts.flush)?;
+    let capture = if opts.timing.graph() {
+        match gpu.on_new_stream() {
+            Ok(g) => Some(g),
+            Err(e) => {
+                res.notes.push(format!(
+                    "graph timing cannot run: no stream for CUDA graph capture ({e})"
+                ));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    Ok(Rig {
+        clocks: ClockMonitor::for_reader(TelemetryReader::for_pci_bus_id(
+            crate::gpu::multi::pci_bus_id(device).as_deref(),
+            device as u32,
+        )),
+        flusher,
+        capture,
+        gpu,
+        lt,
+        util,
+        w4,
+        w4v2,
+        fp8q,
+    })
+}
+
+/// The timing policy recorded in the results: warm-up, stopping rule, L2 flush, timer, modes and
+/// the graph policy (see the module docs).
+fn timing_policy(opts: &BenchOptions, rig: &Rig) -> TimingPolicy {
+    TimingPolicy {
+        warmup_iters: opts.warmup,
+        stopping: opts.stopping.clone(),
+        l2_flush_bytes: if opts.cold_l2 && opts.timing.cold() {
+            rig.flusher.bytes()
+        } else {
+            0
+        },
+        timer: format!(
+            "CUDA events (CU_EVENT_DEFAULT) around each launch, one stream; L2 flush by {}",
+            match opts.flush {
+                crate::gpu::FlushMethod::Read =>
+                    "reading a 2×L2 buffer (L2 left with clean lines only)",
+                crate::gpu::FlushMethod::Write =>
+                    "writing a 2×L2 buffer with memset, as nvbench (L2 left dirty)",
+            }
+        ),
+        modes: opts.timing,
+        graph: opts.timing.graph().then(|| GraphPolicy {
+            min_total_weight_bytes: GRAPH_L2_FACTOR * rig.gpu.l2_bytes,
+            min_launches: GRAPH_MIN_LAUNCHES,
+            description: format!(
+                "weight copies of each case together exceed {GRAPH_L2_FACTOR} × L2 ({}), at least 2 and at most {GRAPH_MAX_COPIES}; at least {GRAPH_MIN_LAUNCHES} launches per graph, a multiple of the copy count, rotating over the copies; activations and output stay the same buffers (as in a decode step, where they are hot); {} graph launches of warm-up, then the stopping rule on per-GEMM times; the output is checked against the reference again after timing",
+                crate::output::table::human_bytes(GRAPH_L2_FACTOR * rig.gpu.l2_bytes),
+                opts.warmup.max(1)
+            ),
+        }),
+    }
 }
 
 /// A note naming the harmful throttle reasons the cases of one (shape, M) group saw while they

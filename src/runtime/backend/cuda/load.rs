@@ -56,20 +56,7 @@ impl CudaBackend {
             }
             WeightSource::Host(w) => w.config.clone(),
         };
-        if let Some(why) = gdn::unsupported_shape(&config) {
-            anyhow::bail!(why);
-        }
-        if !config.is_hybrid() {
-            let g = config.num_heads / config.num_kv_heads.max(1);
-            anyhow::ensure!(
-                config.head_dim % 16 == 0
-                    && config.head_dim <= 128
-                    && g <= 16
-                    && g * config.head_dim <= 2048,
-                "the CUDA attention kernels need head_dim a multiple of 16 and at most 128, at most 16 query heads per KV head and (heads per KV head) × head_dim ≤ 2048; this model has head_dim {} and {g} heads per KV head",
-                config.head_dim
-            );
-        }
+        check_attention_shape(&config)?;
         let mapped = match &spec.weights {
             WeightSource::Checkpoint { dir, config } => {
                 Some(weights::MappedCheckpoint::open(dir, config)?)
@@ -81,21 +68,7 @@ impl CudaBackend {
             (_, Some(m)) => m.format(),
             _ => WeightFormat::Bf16,
         };
-        let quantize = match spec.quantize {
-            None => None,
-            Some(QuantRecipe::Uniform(f)) => Some(f),
-            Some(r) if config.is_hybrid() => Some(r.format_for(weights::LinearRole::Gate)),
-            Some(r) => {
-                return Err(RigError::flag(
-                    "--quantize",
-                    format!(
-                        "{} is implemented by the CUDA backend for the Qwen3.5 / 3.6 hybrids only",
-                        r.id()
-                    ),
-                )
-                .into())
-            }
-        };
+        let quantize = resolve_quantize(spec.quantize, &config)?;
         let format = quantize.unwrap_or(stored);
         let need = match (config.is_hybrid(), spec.quantize) {
             (true, Some(r)) => gdn::predicted_weight_bytes(&config, r),
@@ -194,87 +167,162 @@ impl CudaBackend {
             hy,
             smp_uploaded: None,
         };
-        if let Some(h) = &me.hy {
+        me.add_load_notes(mapped.as_ref(), spec.quantize);
+        me.finish_load()?;
+        Ok(me)
+    }
+
+    /// The load-time notes that depend on what was loaded: a hybrid's delta-rule chunk when it
+    /// differs from the CPU reference's, a quantized lm_head run as BF16, the mixed recipe's
+    /// BF16 lm_head.
+    fn add_load_notes(
+        &mut self,
+        mapped: Option<&weights::MappedCheckpoint>,
+        quantize: Option<QuantRecipe>,
+    ) {
+        if let Some(h) = &self.hy {
             if h.chunk() != crate::runtime::gdn::CHUNK {
-                me.notes.push(format!(
+                self.notes.push(format!(
                     "the chunked delta rule runs in chunks of {} rows on {} (its shared memory for {} does not fit); the CPU reference uses {}",
                     h.chunk(),
-                    me.gpu.name,
+                    self.gpu.name,
                     crate::runtime::gdn::CHUNK,
                     crate::runtime::gdn::CHUNK
                 ));
             }
         }
-        if let Some(m) = &mapped {
+        if let Some(m) = mapped {
             if m.lm_head()
                 .ok()
                 .flatten()
                 .is_some_and(|v| v.format() != WeightFormat::Bf16)
             {
-                me.notes.push(
+                self.notes.push(
                     "the quantized lm_head runs dequantized to BF16 (its values exactly; the CUDA backend's lm_head GEMM is BF16 with FP32 logits)"
                         .into(),
                 );
             }
         }
-        if spec.quantize == Some(QuantRecipe::Nvfp4Mixed) {
-            me.notes.push(
+        if quantize == Some(QuantRecipe::Nvfp4Mixed) {
+            self.notes.push(
                 "--quantize nvfp4-mixed: the lm_head stays BF16 on the CUDA backend (the recipe's NVFP4 lm_head runs on the CPU backend only)"
                     .into(),
             );
         }
-        me.prepare_gemms()?;
-        if me.has_format(WeightFormat::Nvfp4) {
-            me.tune_w4()?;
+    }
+
+    /// The load's last steps, after the weights and buffers: cuBLASLt plans and the FP8
+    /// capability probe, the tuning of the W4A16 configurations and FP8 scaling paths, the
+    /// tensor-core prefill self-check, the flash-decoding choice, the memory-pool trim and the
+    /// memory accounting.
+    ///
+    /// # Errors
+    /// A device failure, or no W4A16 configuration passing its check.
+    fn finish_load(&mut self) -> anyhow::Result<()> {
+        self.prepare_gemms()?;
+        if self.has_format(WeightFormat::Nvfp4) {
+            self.tune_w4()?;
         }
-        if me.has_format(WeightFormat::Fp8) && me.opts.tune_fp8 {
-            me.tune_fp8()?;
+        if self.has_format(WeightFormat::Fp8) && self.opts.tune_fp8 {
+            self.tune_fp8()?;
         }
-        if me.opts.tc_prefill && PREFILL_HEAD_DIMS.contains(&me.config.head_dim) {
-            match super::self_check::prefill_matches_decode(&mut me) {
+        if self.opts.tc_prefill && PREFILL_HEAD_DIMS.contains(&self.config.head_dim) {
+            match super::self_check::prefill_matches_decode(self) {
                 Ok(None) => {}
                 Ok(Some(why)) => {
-                    me.opts.tc_prefill = false;
-                    me.notes.push(format!(
+                    self.opts.tc_prefill = false;
+                    self.notes.push(format!(
                         "tensor-core prefill attention disabled: its self-check against the decode kernel failed ({why})"
                     ));
                 }
                 Err(e) => {
-                    me.opts.tc_prefill = false;
-                    me.notes
+                    self.opts.tc_prefill = false;
+                    self.notes
                         .push(format!("tensor-core prefill attention disabled: {e:#}"));
                 }
             }
-        } else if me.opts.tc_prefill {
-            me.opts.tc_prefill = false;
-            me.notes.push(format!(
+        } else if self.opts.tc_prefill {
+            self.opts.tc_prefill = false;
+            self.notes.push(format!(
                 "tensor-core prefill attention is built for head_dim {PREFILL_HEAD_DIMS:?}; head_dim {} uses the CUDA-core kernel",
-                me.config.head_dim
+                self.config.head_dim
             ));
         }
-        if me.config.is_hybrid() && !me.opts.flash_decode_hybrid {
+        if self.config.is_hybrid() && !self.opts.flash_decode_hybrid {
             // Not yet checked on a hybrid by whole-model parity (CudaOptions::flash_decode_hybrid).
-            me.opts.flash_decode = false;
+            self.opts.flash_decode = false;
         }
-        me.prepare_flash_decode();
+        self.prepare_flash_decode();
         // Freed load-time buffers (BF16 weights before quantization, tuning inputs) stay in the
         // stream-ordered pool until trimmed, and would count against the KV cache.
-        if let Err(e) = me.gpu.trim_memory_pool() {
-            me.gpu.sync()?;
-            me.notes.push(format!(
+        if let Err(e) = self.gpu.trim_memory_pool() {
+            self.gpu.sync()?;
+            self.notes.push(format!(
                 "the stream-ordered memory pool could not be trimmed after load ({e}); the KV cache may be smaller by what it holds"
             ));
         }
-        let (free_after, _) = me.gpu.mem_info()?;
-        me.memory.free_after_load = free_after as u64;
-        me.memory.weights = me.weights.bytes() as u64;
-        me.memory.activations =
-            (me.bufs.bytes() + me.hy.as_ref().map_or(0, |h| h.buffer_bytes())) as u64;
-        me.memory.workspace = (free_before as u64)
+        let (free_after, _) = self.gpu.mem_info()?;
+        self.memory.free_after_load = free_after as u64;
+        self.memory.weights = self.weights.bytes() as u64;
+        self.memory.activations =
+            (self.bufs.bytes() + self.hy.as_ref().map_or(0, |h| h.buffer_bytes())) as u64;
+        self.memory.workspace = self
+            .memory
+            .free_before_load
             .saturating_sub(free_after as u64)
-            .saturating_sub(me.memory.weights + me.memory.activations);
-        Ok(me)
+            .saturating_sub(self.memory.weights + self.memory.activations);
+        Ok(())
     }
+}
+
+/// Refuse a model the CUDA kernels cannot run: a Gated-DeltaNet shape outside the hybrid
+/// kernels ([`gdn::unsupported_shape`]), or a dense model whose attention shape the decode
+/// kernels do not cover.
+///
+/// # Errors
+/// The shape, in words.
+fn check_attention_shape(config: &ModelConfig) -> anyhow::Result<()> {
+    if let Some(why) = gdn::unsupported_shape(config) {
+        anyhow::bail!(why);
+    }
+    if !config.is_hybrid() {
+        let g = config.num_heads / config.num_kv_heads.max(1);
+        anyhow::ensure!(
+            config.head_dim % 16 == 0
+                && config.head_dim <= 128
+                && g <= 16
+                && g * config.head_dim <= 2048,
+            "the CUDA attention kernels need head_dim a multiple of 16 and at most 128, at most 16 query heads per KV head and (heads per KV head) × head_dim ≤ 2048; this model has head_dim {} and {g} heads per KV head",
+            config.head_dim
+        );
+    }
+    Ok(())
+}
+
+/// The format `--quantize` asks the linears to be quantized to at load (`None`: as stored): a
+/// uniform recipe's format, or for the hybrids a mixed recipe's format of the gate projection.
+///
+/// # Errors
+/// A mixed recipe for a model that is not a hybrid (`--quantize` named).
+fn resolve_quantize(
+    recipe: Option<QuantRecipe>,
+    config: &ModelConfig,
+) -> anyhow::Result<Option<WeightFormat>> {
+    Ok(match recipe {
+        None => None,
+        Some(QuantRecipe::Uniform(f)) => Some(f),
+        Some(r) if config.is_hybrid() => Some(r.format_for(weights::LinearRole::Gate)),
+        Some(r) => {
+            return Err(RigError::flag(
+                "--quantize",
+                format!(
+                    "{} is implemented by the CUDA backend for the Qwen3.5 / 3.6 hybrids only",
+                    r.id()
+                ),
+            )
+            .into())
+        }
+    })
 }
 
 /// The GEMM layer's modules for these weights ([`GemmModules::build`], the kernel bench's
