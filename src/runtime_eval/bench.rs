@@ -188,6 +188,15 @@ pub struct RuntimeBench {
     pub decode_bound: Option<DecodeBound>,
     /// Prefill vs the BF16 peak (when the same run timed BF16 kernels).
     pub prefill_vs_peak: Option<PrefillVsPeak>,
+    /// SHA-256 of every kernel source the backend built, by path (GPU backends; absent in
+    /// older results).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub kernel_sources: std::collections::BTreeMap<String, String>,
+    /// The backend's load notes: the tuner's choices (FP8 scaling path, rejected W4A16
+    /// configurations), fallbacks, how the kernels were built (GPU backends; absent in older
+    /// results).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backend_notes: Vec<String>,
 }
 
 /// FLOPs per prompt token of a prefill of `len` tokens (module docs). For a Gated-DeltaNet
@@ -266,6 +275,7 @@ pub fn run(
         backend.device_label(),
         backend.weight_format(),
     );
+    let (kernel_sources, backend_notes) = (backend.kernel_sources(), backend.load_notes());
     let bs = spec.block_size;
     // Scheduler steps the batched run's prompts take to prefill (each step carries up to
     // `step_tokens`): its sequences decode that many extra tokens (see the batched run below).
@@ -427,6 +437,8 @@ pub fn run(
         kv_capacity: None,
         decode_bound: None,
         prefill_vs_peak: None,
+        kernel_sources,
+        backend_notes,
     };
     Ok((bench, engine.into_backend()))
 }

@@ -565,6 +565,33 @@ pub fn render_markdown(s: &RuntimeSection) -> String {
     o
 }
 
+/// What each format's backend built and chose at load: the SHA-256 of the kernel sources it
+/// built (the first 12 hex digits; whole in results.json) and its load notes (the tuner's
+/// choices, fallbacks, how its kernels were built). Nothing when no run recorded them (the CPU
+/// backend, older results).
+fn render_load_facts(o: &mut String, benches: &[&RuntimeBench]) {
+    let mut sources: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+    for b in benches {
+        for (path, sha) in &b.kernel_sources {
+            sources.insert(path, sha);
+        }
+    }
+    if !sources.is_empty() {
+        let list: Vec<String> = sources
+            .iter()
+            .map(|(p, h)| format!("`{p}` {}", &h[..h.len().min(12)]))
+            .collect();
+        let _ = writeln!(o, "Kernel sources built (SHA-256): {}.\n", list.join(", "));
+    }
+    for b in benches.iter().filter(|b| !b.backend_notes.is_empty()) {
+        let _ = writeln!(o, "Load notes, {}:\n", b.weight_format);
+        for n in &b.backend_notes {
+            let _ = writeln!(o, "- {n}");
+        }
+        o.push('\n');
+    }
+}
+
 /// The decode bound, batching and prefill table, its conditions and each format's decode profile.
 fn render_benches(o: &mut String, s: &RuntimeSection, benches: &[&RuntimeBench]) {
     let _ = writeln!(o, "\n### Decode bound, batching and prefill\n");
@@ -631,6 +658,7 @@ fn render_benches(o: &mut String, s: &RuntimeSection, benches: &[&RuntimeBench])
                 |p| format!(" Peak = best BF16 TFLOP/s of this run's kernel rows ({}).", p.peak_source)
             )
         );
+    render_load_facts(o, benches);
     for f in &s.formats {
         let bw = f
             .bench
@@ -998,5 +1026,40 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("the parity check did not run"));
+        // The CPU backend records no kernel sources or load notes: nothing is said of them.
+        assert!(
+            !md.contains("Kernel sources built") && !md.contains("Load notes"),
+            "{md}"
+        );
+        // A GPU run's: the sources once (shortened), the notes per format.
+        let b = s.formats[1].bench.as_mut().expect("fp8 bench");
+        b.kernel_sources
+            .insert("kernels/fp8_quant.cu".into(), "0123456789abcdef".repeat(4));
+        b.backend_notes = vec!["FP8 scaling path by measurement: 4096×4096: M=1 fp32+scale".into()];
+        let md = render_markdown(&s);
+        assert!(
+            md.contains("Kernel sources built (SHA-256): `kernels/fp8_quant.cu` 0123456789ab."),
+            "{md}"
+        );
+        assert!(
+            md.contains("Load notes, fp8:\n\n- FP8 scaling path by measurement: 4096×4096: M=1 fp32+scale\n"),
+            "{md}"
+        );
+        // Old results (without the fields) still parse, and empty fields are not written.
+        let mut j = serde_json::to_value(&s).expect("json");
+        let f0 = &mut j["formats"][0]["bench"];
+        assert!(f0.get("kernel_sources").is_none() && f0.get("backend_notes").is_none());
+        assert!(j["formats"][1]["bench"].get("kernel_sources").is_some());
+        j["formats"][1]["bench"]
+            .as_object_mut()
+            .expect("object")
+            .retain(|k, _| k != "kernel_sources" && k != "backend_notes");
+        let back: RuntimeSection = serde_json::from_value(j).expect("parse");
+        assert!(back.formats[1]
+            .bench
+            .as_ref()
+            .expect("bench")
+            .kernel_sources
+            .is_empty());
     }
 }

@@ -175,6 +175,16 @@ pub trait Backend: Send {
     fn device_memory(&self) -> Option<DeviceMemory> {
         None
     }
+    /// The SHA-256 of every kernel source the backend built its kernels from, by path
+    /// (`kernels/runtime.cu`, …; GPU backends only): what its figures timed.
+    fn kernel_sources(&self) -> std::collections::BTreeMap<String, String> {
+        std::collections::BTreeMap::new()
+    }
+    /// The backend's notes from its load: choices made by measurement (the tuner's), fallbacks
+    /// taken, how its kernels were built (GPU backends only).
+    fn load_notes(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// The model's shape.
     fn config(&self) -> &ModelConfig;
     /// Format of the decoder's linear layers.

@@ -276,6 +276,11 @@ pub(super) struct HybridRt {
 }
 
 impl HybridRt {
+    /// SHA-256 of `kernels/gdn.cu` as built.
+    pub(super) fn source_sha256(&self) -> &str {
+        &self.module.source_sha256
+    }
+
     /// Compile `kernels/gdn.cu` and allocate the activation buffers for `t_max` tokens.
     ///
     /// # Errors

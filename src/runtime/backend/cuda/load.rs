@@ -108,6 +108,8 @@ impl CudaBackend {
             }
         };
         let mods = build_gemm_modules(&gpu, spec.device, &weights)?;
+        let mut kernel_sources = mods.sources.clone();
+        kernel_sources.insert("kernels/runtime.cu".into(), rt.source_sha256.clone());
         let t_max = spec.max_num_batched_tokens.max(1);
         // Logit rows per forward: one per sequence (and its drafts) while serving; teacher
         // forcing (parity, fidelity) asks for up to a few hundred rows of one sequence.
@@ -128,6 +130,9 @@ impl CudaBackend {
         } else {
             None
         };
+        if let Some(h) = &hy {
+            kernel_sources.insert("kernels/gdn.cu".into(), h.source_sha256().to_string());
+        }
         let mut me = CudaBackend {
             device: spec.device,
             gpu,
@@ -136,6 +141,7 @@ impl CudaBackend {
             w4m: mods.w4,
             w4v2: mods.w4v2,
             fp8q: mods.fp8q,
+            kernel_sources,
             format: weights
                 .layers
                 .first()

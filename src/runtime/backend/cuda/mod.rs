@@ -383,6 +383,8 @@ pub struct CudaBackend {
     /// `kernels/fp8_quant.cu` (per-token FP8 quantization, the FP32 path's epilogue), built
     /// when a linear is FP8.
     fp8q: Option<Module>,
+    /// SHA-256 of every kernel source built at load, by path.
+    kernel_sources: std::collections::BTreeMap<String, String>,
     config: ModelConfig,
     format: WeightFormat,
     weights: DWeights,
@@ -613,6 +615,12 @@ impl Backend for CudaBackend {
     }
     fn device_memory(&self) -> Option<DeviceMemory> {
         Some(self.memory)
+    }
+    fn kernel_sources(&self) -> std::collections::BTreeMap<String, String> {
+        self.kernel_sources.clone()
+    }
+    fn load_notes(&self) -> Vec<String> {
+        self.notes.clone()
     }
     fn init_kv_cache(&mut self, spec: KvCacheSpec) -> anyhow::Result<()> {
         self.gpu.bind()?;
