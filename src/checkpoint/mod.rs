@@ -370,23 +370,7 @@ fn unquantized(why: &str) -> Declared {
 /// field of the wrong type; a malformed or truncated safetensors header; an index naming a
 /// missing shard. Each error names the file.
 pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectReport> {
-    match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(RigError::file(dir, "not a folder; give the checkpoint folder").into())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(RigError::file(dir, "checkpoint folder not found").into())
-        }
-        Err(e) => return Err(RigError::file(dir, format!("cannot open folder: {e}")).into()),
-    }
-    if !(opts.gpu_memory_utilization > 0.0 && opts.gpu_memory_utilization <= 1.0) {
-        return Err(RigError::flag(
-            "--gpu-memory-utilization",
-            format!("{} is not in (0, 1]", opts.gpu_memory_utilization),
-        )
-        .into());
-    }
+    check_inspect_input(dir, opts)?;
     let mut report = InspectReport {
         checkpoint: dir.display().to_string(),
         ..Default::default()
@@ -419,29 +403,7 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
                 .files_read
                 .push("model.safetensors.index.json".into());
         }
-        report.tensors = TensorSummary {
-            headers_read: !h.names_only,
-            skipped_reason: h.names_only.then(|| {
-                format!(
-                    "dtypes unknown without the shard headers: model.safetensors.index.json names {} tensors in {} shard(s), none of them here; module names and scale tensors come from the index, dtypes, shapes and bytes do not",
-                    h.tensors.len(),
-                    h.shards.len()
-                )
-            }),
-            names_only: h.names_only,
-            from_index: h.from_index,
-            files: h.shards.clone(),
-            tensor_count: h.tensors.len(),
-            total_bytes: if h.names_only {
-                h.index_total_size.unwrap_or(0)
-            } else {
-                h.tensors.iter().map(|t| t.bytes).sum()
-            },
-            bytes_by_dtype: h.tensors.iter().fold(BTreeMap::new(), |mut m, t| {
-                *m.entry(t.dtype.clone()).or_insert(0) += t.bytes;
-                m
-            }),
-        };
+        report.tensors = tensor_summary(h);
     } else {
         report.tensors.skipped_reason = Some(
             "no safetensors headers found (no *.safetensors file, no model.safetensors.index.json): tensor-level checks skipped; formats come from the metadata alone".into(),
@@ -449,54 +411,9 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     }
 
     // The module list.
-    let mut inventory_error = None;
-    let module_list: Vec<Module> = match &hdrs {
-        Some(h) => {
-            let plural = crate::output::table::plural;
-            report.module_source = if h.names_only {
-                format!(
-                    "model.safetensors.index.json weight map ({} in {} not downloaded)",
-                    plural(h.tensors.len() as u64, "tensor name", "tensor names"),
-                    plural(h.shards.len() as u64, "shard", "shards")
-                )
-            } else {
-                format!(
-                    "safetensors headers ({} in {})",
-                    plural(h.tensors.len() as u64, "tensor", "tensors"),
-                    plural(h.shards.len() as u64, "file", "files")
-                )
-            };
-            modules::modules_from_tensors(&h.tensors, &facts)
-        }
-        None => {
-            let names: Vec<&str> = followed
-                .into_iter()
-                .chain(other)
-                .flat_map(|r| {
-                    r.layers
-                        .keys()
-                        .map(String::as_str)
-                        .chain(r.exclude.iter().map(|p| p.raw()))
-                })
-                .collect();
-            let prefix = modules::lm_prefix(&facts, &names);
-            match modules::modules_from_config(&facts, &prefix) {
-                Ok(v) => {
-                    report.module_source = format!(
-                        "inferred from config.json ({} architecture, module prefix '{prefix}'): no safetensors headers, so names and shapes follow the transformers modeling code",
-                        facts.lm_model_type().unwrap_or("?")
-                    );
-                    v
-                }
-                Err(reason) => {
-                    report.module_source =
-                        format!("unknown: {reason}; the table lists the metadata's rules instead");
-                    inventory_error = Some(reason);
-                    Vec::new()
-                }
-            }
-        }
-    };
+    let (module_list, module_source, inventory_error) =
+        module_list(hdrs.as_ref(), followed, other, &facts);
+    report.module_source = module_source;
 
     // Resolve every module.
     let no_meta = format!(
@@ -512,103 +429,7 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
             other_bytes += m.bytes();
             continue;
         }
-        let declared = match followed {
-            Some(r) => r.resolve(&m.name, m.class),
-            None => unquantized(&no_meta),
-        };
-        let other_d = other.map(|r| r.resolve(&m.name, m.class));
-        let ev = if m.tensors.is_empty() {
-            None
-        } else {
-            modules::evidence(&m)
-        };
-        let mut problems = Vec::new();
-        let effective = match &ev {
-            Some(e) => {
-                problems.extend(e.problems.iter().cloned());
-                let tensor_quantized = e.format.is_quantized();
-                if m.class != ModClass::Linear && !declared.format.is_quantized() {
-                    // Not a quantizable layer: the tensors are the only word.
-                    e.format.clone()
-                } else if compatible(&declared.format, &e.format) {
-                    if let (
-                        ModuleFormat::Nvfp4 {
-                            activations_4bit: true,
-                            ..
-                        },
-                        ModuleFormat::Nvfp4 {
-                            activations_4bit: false,
-                            ..
-                        },
-                    ) = (&declared.format, &e.format)
-                    {
-                        problems.push(format!(
-                            "metadata declares {} ({}) but the module has no input scale for 4-bit activations",
-                            declared.format, declared.why
-                        ));
-                    }
-                    if let ModuleFormat::Fp8 { activations, .. } = &declared.format {
-                        if activations == "static" && !m.tensors.contains_key("input_scale") {
-                            problems.push(format!(
-                                "metadata declares {} ({}) but there is no input_scale tensor",
-                                declared.format, declared.why
-                            ));
-                        }
-                    }
-                    match (&declared.format, &e.format) {
-                        (
-                            ModuleFormat::Nvfp4 {
-                                activations_4bit, ..
-                            },
-                            ModuleFormat::Nvfp4 { group_size, .. },
-                        ) => ModuleFormat::Nvfp4 {
-                            activations_4bit: *activations_4bit,
-                            group_size: *group_size,
-                        },
-                        (
-                            ModuleFormat::Fp8 {
-                                scaling: ds,
-                                activations,
-                            },
-                            ModuleFormat::Fp8 { scaling: ts, .. },
-                        ) => ModuleFormat::Fp8 {
-                            scaling: if ts == "unknown" || ts == "no scale" {
-                                ds.clone()
-                            } else {
-                                ts.clone()
-                            },
-                            activations: activations.clone(),
-                        },
-                        (d, t) if !d.is_quantized() => t.clone(),
-                        (d, _) => d.clone(),
-                    }
-                } else {
-                    problems.push(format!(
-                        "metadata declares {} ({}) but the tensors are {}{}",
-                        declared.format,
-                        declared.why,
-                        e.format,
-                        if tensor_quantized && !declared.format.is_quantized() {
-                            ": an engine following the metadata would load quantized bytes as unquantized weights"
-                        } else if !tensor_quantized {
-                            ": the engine expects quantized tensors and scales that are not there"
-                        } else {
-                            ""
-                        }
-                    ));
-                    e.format.clone()
-                }
-            }
-            None => declared.format.clone(),
-        };
-        recs.push(Rec {
-            m,
-            declared,
-            other: other_d,
-            ev,
-            effective,
-            problems,
-        });
+        recs.push(resolve_module(m, followed, other, &no_meta));
     }
     if other_count > 0 {
         report.other_tensors = Some(format!(
@@ -654,6 +475,234 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     }
     report.model = facts;
     Ok(report)
+}
+
+/// Refuse a `dir` that is not a folder and a `--gpu-memory-utilization` outside (0, 1].
+fn check_inspect_input(dir: &Path, opts: &InspectOptions) -> anyhow::Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(RigError::file(dir, "not a folder; give the checkpoint folder").into())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(RigError::file(dir, "checkpoint folder not found").into())
+        }
+        Err(e) => return Err(RigError::file(dir, format!("cannot open folder: {e}")).into()),
+    }
+    if !(opts.gpu_memory_utilization > 0.0 && opts.gpu_memory_utilization <= 1.0) {
+        return Err(RigError::flag(
+            "--gpu-memory-utilization",
+            format!("{} is not in (0, 1]", opts.gpu_memory_utilization),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// What the safetensors headers (or an index alone) say about the tensors: files, counts,
+/// bytes by dtype.
+fn tensor_summary(h: &headers::Headers) -> TensorSummary {
+    TensorSummary {
+        headers_read: !h.names_only,
+        skipped_reason: h.names_only.then(|| {
+            format!(
+                "dtypes unknown without the shard headers: model.safetensors.index.json names {} tensors in {} shard(s), none of them here; module names and scale tensors come from the index, dtypes, shapes and bytes do not",
+                h.tensors.len(),
+                h.shards.len()
+            )
+        }),
+        names_only: h.names_only,
+        from_index: h.from_index,
+        files: h.shards.clone(),
+        tensor_count: h.tensors.len(),
+        total_bytes: if h.names_only {
+            h.index_total_size.unwrap_or(0)
+        } else {
+            h.tensors.iter().map(|t| t.bytes).sum()
+        },
+        bytes_by_dtype: h.tensors.iter().fold(BTreeMap::new(), |mut m, t| {
+            *m.entry(t.dtype.clone()).or_insert(0) += t.bytes;
+            m
+        }),
+    }
+}
+
+/// The checkpoint's modules: from the tensors when there are headers, else inferred from
+/// config.json. Returns them with where they came from (the report's `module_source`) and,
+/// when they could not be listed, why.
+fn module_list(
+    hdrs: Option<&headers::Headers>,
+    followed: Option<&Rules>,
+    other: Option<&Rules>,
+    facts: &ModelFacts,
+) -> (Vec<Module>, String, Option<String>) {
+    match hdrs {
+        Some(h) => {
+            let plural = crate::output::table::plural;
+            let source = if h.names_only {
+                format!(
+                    "model.safetensors.index.json weight map ({} in {} not downloaded)",
+                    plural(h.tensors.len() as u64, "tensor name", "tensor names"),
+                    plural(h.shards.len() as u64, "shard", "shards")
+                )
+            } else {
+                format!(
+                    "safetensors headers ({} in {})",
+                    plural(h.tensors.len() as u64, "tensor", "tensors"),
+                    plural(h.shards.len() as u64, "file", "files")
+                )
+            };
+            (
+                modules::modules_from_tensors(&h.tensors, facts),
+                source,
+                None,
+            )
+        }
+        None => {
+            let names: Vec<&str> = followed
+                .into_iter()
+                .chain(other)
+                .flat_map(|r| {
+                    r.layers
+                        .keys()
+                        .map(String::as_str)
+                        .chain(r.exclude.iter().map(|p| p.raw()))
+                })
+                .collect();
+            let prefix = modules::lm_prefix(facts, &names);
+            match modules::modules_from_config(facts, &prefix) {
+                Ok(v) => (
+                    v,
+                    format!(
+                        "inferred from config.json ({} architecture, module prefix '{prefix}'): no safetensors headers, so names and shapes follow the transformers modeling code",
+                        facts.lm_model_type().unwrap_or("?")
+                    ),
+                    None,
+                ),
+                Err(reason) => (
+                    Vec::new(),
+                    format!("unknown: {reason}; the table lists the metadata's rules instead"),
+                    Some(reason),
+                ),
+            }
+        }
+    }
+}
+
+/// One GEMM-like module with what the metadata declares (`no_meta` without metadata), what
+/// its tensors show, and the format shown and linted.
+fn resolve_module(
+    m: Module,
+    followed: Option<&Rules>,
+    other: Option<&Rules>,
+    no_meta: &str,
+) -> Rec {
+    let declared = match followed {
+        Some(r) => r.resolve(&m.name, m.class),
+        None => unquantized(no_meta),
+    };
+    let other_d = other.map(|r| r.resolve(&m.name, m.class));
+    let ev = if m.tensors.is_empty() {
+        None
+    } else {
+        modules::evidence(&m)
+    };
+    let mut problems = Vec::new();
+    let effective = match &ev {
+        Some(e) => effective_format(&m, &declared, e, &mut problems),
+        None => declared.format.clone(),
+    };
+    Rec {
+        m,
+        declared,
+        other: other_d,
+        ev,
+        effective,
+        problems,
+    }
+}
+
+/// The format of a module with tensors: the declared one where the tensors agree (completed
+/// from them), else the tensors'; each disagreement goes into `problems` after the tensors' own.
+fn effective_format(
+    m: &Module,
+    declared: &Declared,
+    e: &TensorEvidence,
+    problems: &mut Vec<String>,
+) -> ModuleFormat {
+    problems.extend(e.problems.iter().cloned());
+    let tensor_quantized = e.format.is_quantized();
+    if m.class != ModClass::Linear && !declared.format.is_quantized() {
+        // Not a quantizable layer: the tensors are the only word.
+        e.format.clone()
+    } else if compatible(&declared.format, &e.format) {
+        if let (
+            ModuleFormat::Nvfp4 {
+                activations_4bit: true,
+                ..
+            },
+            ModuleFormat::Nvfp4 {
+                activations_4bit: false,
+                ..
+            },
+        ) = (&declared.format, &e.format)
+        {
+            problems.push(format!(
+                "metadata declares {} ({}) but the module has no input scale for 4-bit activations",
+                declared.format, declared.why
+            ));
+        }
+        if let ModuleFormat::Fp8 { activations, .. } = &declared.format {
+            if activations == "static" && !m.tensors.contains_key("input_scale") {
+                problems.push(format!(
+                    "metadata declares {} ({}) but there is no input_scale tensor",
+                    declared.format, declared.why
+                ));
+            }
+        }
+        match (&declared.format, &e.format) {
+            (
+                ModuleFormat::Nvfp4 {
+                    activations_4bit, ..
+                },
+                ModuleFormat::Nvfp4 { group_size, .. },
+            ) => ModuleFormat::Nvfp4 {
+                activations_4bit: *activations_4bit,
+                group_size: *group_size,
+            },
+            (
+                ModuleFormat::Fp8 {
+                    scaling: ds,
+                    activations,
+                },
+                ModuleFormat::Fp8 { scaling: ts, .. },
+            ) => ModuleFormat::Fp8 {
+                scaling: if ts == "unknown" || ts == "no scale" {
+                    ds.clone()
+                } else {
+                    ts.clone()
+                },
+                activations: activations.clone(),
+            },
+            (d, t) if !d.is_quantized() => t.clone(),
+            (d, _) => d.clone(),
+        }
+    } else {
+        problems.push(format!(
+            "metadata declares {} ({}) but the tensors are {}{}",
+            declared.format,
+            declared.why,
+            e.format,
+            if tensor_quantized && !declared.format.is_quantized() {
+                ": an engine following the metadata would load quantized bytes as unquantized weights"
+            } else if !tensor_quantized {
+                ": the engine expects quantized tensors and scales that are not there"
+            } else {
+                ""
+            }
+        ));
+        e.format.clone()
+    }
 }
 
 /// Group module records into table rows.

@@ -417,86 +417,7 @@ pub(crate) fn evidence(m: &Module) -> Option<TensorEvidence> {
 
     // compressed-tensors packed weights.
     if let Some(p) = t.get("weight_packed") {
-        parts.push(desc("weight_packed", p));
-        let scale = t.get("weight_scale");
-        if let Some(s) = scale {
-            parts.push(desc("weight_scale", s));
-        }
-        if p.dtype == "U8" {
-            // NVFP4 (or MXFP4 with E8M0 scales).
-            let mxfp4 = scale.is_some_and(|s| s.dtype == "U8" || s.dtype == "F8_E8M0");
-            let mut gs = None;
-            match (scale, last2(p)) {
-                (None, _) => problems.push("packed 4-bit weight without weight_scale".into()),
-                (Some(s), Some((n, half_k))) => {
-                    if !mxfp4 && s.dtype != "F8_E4M3" {
-                        problems.push(format!(
-                            "weight_scale is {}, NVFP4 block scales are F8_E4M3",
-                            s.dtype
-                        ));
-                    }
-                    match last2(s) {
-                        Some((sn, sk)) => {
-                            if sn != n {
-                                problems.push(format!("weight_scale rows {sn} ≠ weight rows {n}"));
-                            }
-                            if sk > 0 && (half_k * 2) % sk == 0 {
-                                gs = Some(half_k * 2 / sk);
-                            } else {
-                                problems.push(format!(
-                                    "weight_scale {} does not divide K = {} into equal groups",
-                                    shape_str(&s.shape),
-                                    half_k * 2
-                                ));
-                            }
-                        }
-                        None => problems.push(format!(
-                            "weight_scale {} is not [N, K/16]",
-                            shape_str(&s.shape)
-                        )),
-                    }
-                }
-                (Some(_), None) => problems.push(format!(
-                    "weight_packed {} is not [N, K/2]",
-                    shape_str(&p.shape)
-                )),
-            }
-            if mxfp4 {
-                return Some(TensorEvidence {
-                    format: ModuleFormat::Mxfp4,
-                    evidence: parts.join(" + "),
-                    problems,
-                    group_size: gs,
-                });
-            }
-            match t.get("weight_global_scale") {
-                Some(g) => parts.push(desc("weight_global_scale", g)),
-                None => problems.push("NVFP4 weight without weight_global_scale".into()),
-            }
-            return Some(nvfp4_evidence(
-                has("input_global_scale"),
-                "input_global_scale",
-                parts,
-                problems,
-                gs,
-            ));
-        }
-        // INT4 pack-quantized: I32 words of 8 nibbles.
-        let gs = match (scale.and_then(last2), last2(p)) {
-            (Some((_, sk)), Some((_, pk))) if sk > 0 && (pk * 8) % sk == 0 => Some(pk * 8 / sk),
-            _ => None,
-        };
-        if scale.is_none() {
-            problems.push("packed INT4 weight without weight_scale".into());
-        }
-        return Some(TensorEvidence {
-            format: ModuleFormat::Int4 {
-                group_size: gs.map(|g| g.min(u32::MAX as u64) as u32),
-            },
-            evidence: parts.join(" + "),
-            problems,
-            group_size: gs,
-        });
+        return Some(packed_evidence(t, p, parts, problems));
     }
 
     // GPTQ / AWQ.
@@ -523,65 +444,7 @@ pub(crate) fn evidence(m: &Module) -> Option<TensorEvidence> {
         "F32" => ModuleFormat::F32,
         "U8" => {
             // ModelOpt NVFP4.
-            let mut gs = None;
-            match t.get("weight_scale") {
-                None => problems.push("packed 4-bit weight (U8) without weight_scale".into()),
-                Some(s) => {
-                    parts.push(desc("weight_scale", s));
-                    if s.dtype != "F8_E4M3" {
-                        problems.push(format!(
-                            "weight_scale is {}, NVFP4 block scales are F8_E4M3",
-                            s.dtype
-                        ));
-                    }
-                    match (last2(w), last2(s)) {
-                        (Some((n, half_k)), Some((sn, sk))) => {
-                            if lead(w) != lead(s) {
-                                problems.push(format!(
-                                    "weight {} and weight_scale {} disagree on the expert dimension",
-                                    shape_str(&w.shape),
-                                    shape_str(&s.shape)
-                                ));
-                            }
-                            if sn != n {
-                                problems.push(format!(
-                                    "weight_scale rows {sn} ≠ weight rows {n}; expected [N, K/16] = [{n}, {}]",
-                                    half_k * 2 / 16
-                                ));
-                            }
-                            if sk > 0 && (half_k * 2) % sk == 0 {
-                                gs = Some(half_k * 2 / sk);
-                            } else {
-                                problems.push(format!(
-                                    "weight_scale {} does not split K = {} (from weight [N, K/2]) into equal groups",
-                                    shape_str(&s.shape),
-                                    half_k * 2
-                                ));
-                            }
-                        }
-                        _ => problems.push(format!(
-                            "weight {} / weight_scale {} are not [N, K/2] / [N, K/16]",
-                            shape_str(&w.shape),
-                            shape_str(&s.shape)
-                        )),
-                    }
-                }
-            }
-            match t.get("weight_scale_2") {
-                Some(s2) => {
-                    parts.push(desc("weight_scale_2", s2));
-                    if s2.dtype != "F32" || numel(s2) != 1 && lead(w).is_empty() {
-                        problems.push(format!(
-                            "weight_scale_2 is {} {}, expected an F32 scalar",
-                            s2.dtype,
-                            shape_str(&s2.shape)
-                        ));
-                    }
-                }
-                None => {
-                    problems.push("NVFP4 weight without weight_scale_2 (per-tensor scale)".into())
-                }
-            }
+            let gs = modelopt_nvfp4_scales(t, w, &mut parts, &mut problems);
             return Some(nvfp4_evidence(
                 has("input_scale"),
                 "input_scale",
@@ -590,54 +453,7 @@ pub(crate) fn evidence(m: &Module) -> Option<TensorEvidence> {
                 gs,
             ));
         }
-        "F8_E4M3" | "F8_E5M2" | "F8_E4M3FNUZ" => {
-            let scale = t
-                .get("weight_scale")
-                .map(|s| ("weight_scale", s))
-                .or_else(|| t.get("weight_scale_inv").map(|s| ("weight_scale_inv", s)));
-            let scaling = match scale {
-                None => {
-                    problems
-                        .push("FP8 weight without weight_scale (would run at scale 1.0)".into());
-                    "no scale".to_string()
-                }
-                Some((sname, s)) => {
-                    parts.push(desc(sname, s));
-                    let (n, k) = last2(w).unwrap_or((0, 0));
-                    match (numel(s), last2(s)) {
-                        (1, _) => "per-tensor".to_string(),
-                        (_, Some((sn, 1))) if sn == n => "per-channel".to_string(),
-                        (c, None) if c == n => "per-channel".to_string(),
-                        (_, Some((sn, sk))) if sn > 0 && sk > 0 && n > 0 && k > 0 => {
-                            let bn = n.div_ceil(sn);
-                            let bk = k.div_ceil(sk);
-                            if n.div_ceil(bn) == sn && k.div_ceil(bk) == sk {
-                                format!("block {bn}x{bk}")
-                            } else {
-                                problems.push(format!(
-                                    "{sname} {} fits no per-tensor, per-channel or block layout of weight {}",
-                                    shape_str(&s.shape),
-                                    shape_str(&w.shape)
-                                ));
-                                "unknown".to_string()
-                            }
-                        }
-                        _ => "unknown".to_string(),
-                    }
-                }
-            };
-            let activations = if has("input_scale") {
-                parts.push("input_scale present".into());
-                "static"
-            } else {
-                parts.push("no input_scale".into());
-                "dynamic or weight-only"
-            };
-            ModuleFormat::Fp8 {
-                scaling,
-                activations: activations.into(),
-            }
-        }
+        "F8_E4M3" | "F8_E5M2" | "F8_E4M3FNUZ" => fp8_format(t, w, &mut parts, &mut problems),
         "I8" => ModuleFormat::Int8,
         other => ModuleFormat::Other {
             name: format!("{other} weights"),
@@ -651,6 +467,222 @@ pub(crate) fn evidence(m: &Module) -> Option<TensorEvidence> {
     })
 }
 
+/// compressed-tensors packed weights (`weight_packed`, `p`): NVFP4 (U8, E4M3 block scales and
+/// a global scale), MXFP4 (U8 with E8M0 scales), or INT4 (I32 words of 8 nibbles).
+fn packed_evidence(
+    t: &BTreeMap<String, TensorMeta>,
+    p: &TensorMeta,
+    mut parts: Vec<String>,
+    mut problems: Vec<String>,
+) -> TensorEvidence {
+    let has = |s: &str| t.contains_key(s);
+    parts.push(desc("weight_packed", p));
+    let scale = t.get("weight_scale");
+    if let Some(s) = scale {
+        parts.push(desc("weight_scale", s));
+    }
+    if p.dtype == "U8" {
+        // NVFP4 (or MXFP4 with E8M0 scales).
+        let mxfp4 = scale.is_some_and(|s| s.dtype == "U8" || s.dtype == "F8_E8M0");
+        let mut gs = None;
+        match (scale, last2(p)) {
+            (None, _) => problems.push("packed 4-bit weight without weight_scale".into()),
+            (Some(s), Some((n, half_k))) => {
+                if !mxfp4 && s.dtype != "F8_E4M3" {
+                    problems.push(format!(
+                        "weight_scale is {}, NVFP4 block scales are F8_E4M3",
+                        s.dtype
+                    ));
+                }
+                match last2(s) {
+                    Some((sn, sk)) => {
+                        if sn != n {
+                            problems.push(format!("weight_scale rows {sn} ≠ weight rows {n}"));
+                        }
+                        if sk > 0 && (half_k * 2) % sk == 0 {
+                            gs = Some(half_k * 2 / sk);
+                        } else {
+                            problems.push(format!(
+                                "weight_scale {} does not divide K = {} into equal groups",
+                                shape_str(&s.shape),
+                                half_k * 2
+                            ));
+                        }
+                    }
+                    None => problems.push(format!(
+                        "weight_scale {} is not [N, K/16]",
+                        shape_str(&s.shape)
+                    )),
+                }
+            }
+            (Some(_), None) => problems.push(format!(
+                "weight_packed {} is not [N, K/2]",
+                shape_str(&p.shape)
+            )),
+        }
+        if mxfp4 {
+            return TensorEvidence {
+                format: ModuleFormat::Mxfp4,
+                evidence: parts.join(" + "),
+                problems,
+                group_size: gs,
+            };
+        }
+        match t.get("weight_global_scale") {
+            Some(g) => parts.push(desc("weight_global_scale", g)),
+            None => problems.push("NVFP4 weight without weight_global_scale".into()),
+        }
+        return nvfp4_evidence(
+            has("input_global_scale"),
+            "input_global_scale",
+            parts,
+            problems,
+            gs,
+        );
+    }
+    // INT4 pack-quantized: I32 words of 8 nibbles.
+    let gs = match (scale.and_then(last2), last2(p)) {
+        (Some((_, sk)), Some((_, pk))) if sk > 0 && (pk * 8) % sk == 0 => Some(pk * 8 / sk),
+        _ => None,
+    };
+    if scale.is_none() {
+        problems.push("packed INT4 weight without weight_scale".into());
+    }
+    TensorEvidence {
+        format: ModuleFormat::Int4 {
+            group_size: gs.map(|g| g.min(u32::MAX as u64) as u32),
+        },
+        evidence: parts.join(" + "),
+        problems,
+        group_size: gs,
+    }
+}
+
+/// The scales of a ModelOpt NVFP4 weight `w` (U8 `[N, K/2]`): `weight_scale` (E4M3
+/// `[N, K/16]`) and `weight_scale_2` (an F32 scalar) described and checked; returns the group
+/// size the block scales imply.
+fn modelopt_nvfp4_scales(
+    t: &BTreeMap<String, TensorMeta>,
+    w: &TensorMeta,
+    parts: &mut Vec<String>,
+    problems: &mut Vec<String>,
+) -> Option<u64> {
+    let mut gs = None;
+    match t.get("weight_scale") {
+        None => problems.push("packed 4-bit weight (U8) without weight_scale".into()),
+        Some(s) => {
+            parts.push(desc("weight_scale", s));
+            if s.dtype != "F8_E4M3" {
+                problems.push(format!(
+                    "weight_scale is {}, NVFP4 block scales are F8_E4M3",
+                    s.dtype
+                ));
+            }
+            match (last2(w), last2(s)) {
+                (Some((n, half_k)), Some((sn, sk))) => {
+                    if lead(w) != lead(s) {
+                        problems.push(format!(
+                            "weight {} and weight_scale {} disagree on the expert dimension",
+                            shape_str(&w.shape),
+                            shape_str(&s.shape)
+                        ));
+                    }
+                    if sn != n {
+                        problems.push(format!(
+                            "weight_scale rows {sn} ≠ weight rows {n}; expected [N, K/16] = [{n}, {}]",
+                            half_k * 2 / 16
+                        ));
+                    }
+                    if sk > 0 && (half_k * 2) % sk == 0 {
+                        gs = Some(half_k * 2 / sk);
+                    } else {
+                        problems.push(format!(
+                            "weight_scale {} does not split K = {} (from weight [N, K/2]) into equal groups",
+                            shape_str(&s.shape),
+                            half_k * 2
+                        ));
+                    }
+                }
+                _ => problems.push(format!(
+                    "weight {} / weight_scale {} are not [N, K/2] / [N, K/16]",
+                    shape_str(&w.shape),
+                    shape_str(&s.shape)
+                )),
+            }
+        }
+    }
+    match t.get("weight_scale_2") {
+        Some(s2) => {
+            parts.push(desc("weight_scale_2", s2));
+            if s2.dtype != "F32" || numel(s2) != 1 && lead(w).is_empty() {
+                problems.push(format!(
+                    "weight_scale_2 is {} {}, expected an F32 scalar",
+                    s2.dtype,
+                    shape_str(&s2.shape)
+                ));
+            }
+        }
+        None => problems.push("NVFP4 weight without weight_scale_2 (per-tensor scale)".into()),
+    }
+    gs
+}
+
+/// An FP8 weight `w`: its scaling (per-tensor, per-channel, block, from `weight_scale` or
+/// `weight_scale_inv`) and activations (static with an `input_scale`).
+fn fp8_format(
+    t: &BTreeMap<String, TensorMeta>,
+    w: &TensorMeta,
+    parts: &mut Vec<String>,
+    problems: &mut Vec<String>,
+) -> ModuleFormat {
+    let has = |s: &str| t.contains_key(s);
+    let scale = t
+        .get("weight_scale")
+        .map(|s| ("weight_scale", s))
+        .or_else(|| t.get("weight_scale_inv").map(|s| ("weight_scale_inv", s)));
+    let scaling = match scale {
+        None => {
+            problems.push("FP8 weight without weight_scale (would run at scale 1.0)".into());
+            "no scale".to_string()
+        }
+        Some((sname, s)) => {
+            parts.push(desc(sname, s));
+            let (n, k) = last2(w).unwrap_or((0, 0));
+            match (numel(s), last2(s)) {
+                (1, _) => "per-tensor".to_string(),
+                (_, Some((sn, 1))) if sn == n => "per-channel".to_string(),
+                (c, None) if c == n => "per-channel".to_string(),
+                (_, Some((sn, sk))) if sn > 0 && sk > 0 && n > 0 && k > 0 => {
+                    let bn = n.div_ceil(sn);
+                    let bk = k.div_ceil(sk);
+                    if n.div_ceil(bn) == sn && k.div_ceil(bk) == sk {
+                        format!("block {bn}x{bk}")
+                    } else {
+                        problems.push(format!(
+                            "{sname} {} fits no per-tensor, per-channel or block layout of weight {}",
+                            shape_str(&s.shape),
+                            shape_str(&w.shape)
+                        ));
+                        "unknown".to_string()
+                    }
+                }
+                _ => "unknown".to_string(),
+            }
+        }
+    };
+    let activations = if has("input_scale") {
+        parts.push("input_scale present".into());
+        "static"
+    } else {
+        parts.push("no input_scale".into());
+        "dynamic or weight-only"
+    };
+    ModuleFormat::Fp8 {
+        scaling,
+        activations: activations.into(),
+    }
+}
+
 /// The module list config.json implies, for checkpoints without safetensors headers, with
 /// weight shapes for the footprint estimate. `Err(reason)` for architectures whose module
 /// names rigbench does not model.
@@ -662,30 +694,7 @@ pub(crate) fn evidence(m: &Module) -> Option<TensorEvidence> {
 /// layer plus `mtp.fc` `[H, 2H]`; the vision tower as `depth` blocks of qkv/proj/fc1/fc2.
 pub(crate) fn modules_from_config(facts: &ModelFacts, prefix: &str) -> Result<Vec<Module>, String> {
     let mt = facts.lm_model_type().unwrap_or("unknown").to_string();
-    let modelled = [
-        "llama",
-        "mistral",
-        "qwen2",
-        "qwen3",
-        "qwen2_moe",
-        "qwen3_moe",
-        "qwen3_next",
-        "qwen3_5",
-        "qwen3_5_moe",
-        "qwen3_5_text",
-        "qwen3_5_moe_text",
-        "gemma",
-        "gemma2",
-        "phi3",
-        "granite",
-        "olmo2",
-        "mixtral",
-    ];
-    if !modelled.contains(&mt.as_str()) {
-        return Err(format!(
-            "module names of model_type '{mt}' are not modelled by rigbench; they come only from safetensors headers"
-        ));
-    }
+    check_modelled(&mt)?;
     let need = |v: Option<u64>, what: &str| v.ok_or_else(|| format!("config.json lacks {what}"));
     let h = need(facts.hidden_size, "hidden_size")?;
     let layers = need(facts.num_hidden_layers, "num_hidden_layers")?;
@@ -781,61 +790,7 @@ pub(crate) fn modules_from_config(facts: &ModelFacts, prefix: &str) -> Result<Ve
     for i in 0..layers {
         let p = format!("{prefix}layers.{i}");
         if facts.layer_type(i) == "linear_attention" {
-            let la = facts
-                .linear_attention
-                .clone()
-                .ok_or("config.json has linear_attention layers but no linear_* dimensions")?;
-            let nk = need(la.num_key_heads, "linear_num_key_heads")?;
-            let nv = need(la.num_value_heads, "linear_num_value_heads")?;
-            let dk = need(la.key_head_dim, "linear_key_head_dim")?;
-            let dv = need(la.value_head_dim, "linear_value_head_dim")?;
-            let ck = la.conv_kernel.unwrap_or(4);
-            let key_dim = nk.saturating_mul(dk);
-            let value_dim = nv.saturating_mul(dv);
-            if fused_gdn {
-                push(
-                    format!("{p}.linear_attn.in_proj_qkvz"),
-                    Some((key_dim.saturating_add(value_dim).saturating_mul(2), h)),
-                    1,
-                    0,
-                );
-                push(
-                    format!("{p}.linear_attn.in_proj_ba"),
-                    Some((2 * nv, h)),
-                    1,
-                    0,
-                );
-            } else {
-                push(
-                    format!("{p}.linear_attn.in_proj_qkv"),
-                    Some((key_dim.saturating_mul(2).saturating_add(value_dim), h)),
-                    1,
-                    0,
-                );
-                push(
-                    format!("{p}.linear_attn.in_proj_z"),
-                    Some((value_dim, h)),
-                    1,
-                    0,
-                );
-                push(format!("{p}.linear_attn.in_proj_b"), Some((nv, h)), 1, 0);
-                push(format!("{p}.linear_attn.in_proj_a"), Some((nv, h)), 1, 0);
-            }
-            push(
-                format!("{p}.linear_attn.conv1d"),
-                None,
-                1,
-                key_dim
-                    .saturating_mul(2)
-                    .saturating_add(value_dim)
-                    .saturating_mul(ck),
-            );
-            push(
-                format!("{p}.linear_attn.out_proj"),
-                Some((h, value_dim)),
-                1,
-                0,
-            );
+            push_linear_attention(facts, &p, h, fused_gdn, &mut push)?;
         } else {
             attn(&p, &mut push);
         }
@@ -854,6 +809,110 @@ pub(crate) fn modules_from_config(facts: &ModelFacts, prefix: &str) -> Result<Ve
             }
         }
     }
+    push_vision(facts, &mut push);
+    Ok(out)
+}
+
+/// `Err(reason)` for a `model_type` whose module names rigbench does not model.
+fn check_modelled(mt: &str) -> Result<(), String> {
+    let modelled = [
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "qwen2_moe",
+        "qwen3_moe",
+        "qwen3_next",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "qwen3_5_text",
+        "qwen3_5_moe_text",
+        "gemma",
+        "gemma2",
+        "phi3",
+        "granite",
+        "olmo2",
+        "mixtral",
+    ];
+    if !modelled.contains(&mt) {
+        return Err(format!(
+            "module names of model_type '{mt}' are not modelled by rigbench; they come only from safetensors headers"
+        ));
+    }
+    Ok(())
+}
+
+/// The Gated-DeltaNet mixer of layer `p` (hidden size `h`): Qwen3-Next's fused `in_proj_qkvz`
+/// and `in_proj_ba` (`fused_gdn`), else Qwen3.5/3.6's four input projections; conv1d and
+/// out_proj.
+fn push_linear_attention(
+    facts: &ModelFacts,
+    p: &str,
+    h: u64,
+    fused_gdn: bool,
+    push: &mut dyn FnMut(String, Option<(u64, u64)>, u64, u64),
+) -> Result<(), String> {
+    let need = |v: Option<u64>, what: &str| v.ok_or_else(|| format!("config.json lacks {what}"));
+    let la = facts
+        .linear_attention
+        .clone()
+        .ok_or("config.json has linear_attention layers but no linear_* dimensions")?;
+    let nk = need(la.num_key_heads, "linear_num_key_heads")?;
+    let nv = need(la.num_value_heads, "linear_num_value_heads")?;
+    let dk = need(la.key_head_dim, "linear_key_head_dim")?;
+    let dv = need(la.value_head_dim, "linear_value_head_dim")?;
+    let ck = la.conv_kernel.unwrap_or(4);
+    let key_dim = nk.saturating_mul(dk);
+    let value_dim = nv.saturating_mul(dv);
+    if fused_gdn {
+        push(
+            format!("{p}.linear_attn.in_proj_qkvz"),
+            Some((key_dim.saturating_add(value_dim).saturating_mul(2), h)),
+            1,
+            0,
+        );
+        push(
+            format!("{p}.linear_attn.in_proj_ba"),
+            Some((2 * nv, h)),
+            1,
+            0,
+        );
+    } else {
+        push(
+            format!("{p}.linear_attn.in_proj_qkv"),
+            Some((key_dim.saturating_mul(2).saturating_add(value_dim), h)),
+            1,
+            0,
+        );
+        push(
+            format!("{p}.linear_attn.in_proj_z"),
+            Some((value_dim, h)),
+            1,
+            0,
+        );
+        push(format!("{p}.linear_attn.in_proj_b"), Some((nv, h)), 1, 0);
+        push(format!("{p}.linear_attn.in_proj_a"), Some((nv, h)), 1, 0);
+    }
+    push(
+        format!("{p}.linear_attn.conv1d"),
+        None,
+        1,
+        key_dim
+            .saturating_mul(2)
+            .saturating_add(value_dim)
+            .saturating_mul(ck),
+    );
+    push(
+        format!("{p}.linear_attn.out_proj"),
+        Some((h, value_dim)),
+        1,
+        0,
+    );
+    Ok(())
+}
+
+/// The vision tower's blocks (qkv, proj, fc1, fc2), when config.json gives its depth and sizes.
+fn push_vision(facts: &ModelFacts, push: &mut dyn FnMut(String, Option<(u64, u64)>, u64, u64)) {
     if let Some(v) = &facts.vision {
         if let (Some(d), Some(vh), Some(vi)) = (v.depth, v.hidden_size, v.intermediate_size) {
             for b in 0..d {
@@ -870,7 +929,6 @@ pub(crate) fn modules_from_config(facts: &ModelFacts, prefix: &str) -> Result<Ve
             }
         }
     }
-    Ok(out)
 }
 
 /// The module-name prefix of the language model: what the metadata uses if it says, else

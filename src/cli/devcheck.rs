@@ -54,54 +54,103 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
     let w = crate::runtime::weights::synthesize(&tiny, 0);
     // Kernel-level checks on a backend over the tiny model.
     if part("kernels") {
-        let b = crate::runtime::backend::cuda::CudaBackend::load(
-            crate::runtime::backend::cuda::CudaLoadSpec {
-                device: a.device,
-                weights: crate::runtime::backend::cuda::WeightSource::Host(Box::new(w.clone())),
-                quantize: None,
-                max_num_batched_tokens: 256,
-                max_num_seqs: 8,
-                max_model_len: 1024,
-                kv_dtype: KvCacheDtype::Bf16,
-                block_size: 16,
-            },
-        )?;
-        writeln!(out, "device: {:?}", b)?;
-        for n in &b.notes {
-            writeln!(out, "note: {n}")?;
-        }
-        let mut checks = vec![self_check::synthesis_matches_cpu(&b, 0)?];
-        checks.extend(self_check::quantization_matches_cpu(&b)?);
-        checks.extend(self_check::swiglu_quant_matches_unfused(&b)?);
-        for c in checks {
-            failed |= !c.pass;
-            writeln!(
-                out,
-                "{} {}: {}",
-                if c.pass { "PASS" } else { "FAIL" },
-                c.name,
-                c.detail
-            )?;
-        }
+        failed |= kernel_checks(&a, &w, &mut out)?;
     }
     if part("attention") {
         failed |= attention_checks(&a, &w, &mut out)?;
     }
-    let parity_cases: &[(WeightFormat, KvCacheDtype)] = if part("parity") {
-        &[
-            (WeightFormat::Bf16, KvCacheDtype::Bf16),
-            (WeightFormat::Fp8, KvCacheDtype::Bf16),
-            (WeightFormat::Nvfp4, KvCacheDtype::Bf16),
-            (WeightFormat::Bf16, KvCacheDtype::Fp8),
-        ]
+    if part("parity") {
+        failed |= dense_parity(&a, &w, &mut out)?;
+    }
+    if part("hybrid") {
+        failed |= hybrid_checks(&a, &mut out)?;
+    }
+    if part("reference") {
+        failed |= reference_checks(&a, &mut out)?;
+    }
+    if part("wg-probe") {
+        failed |= !wg_probe(&mut out, a.device)?;
+    }
+    if part("anatomy") {
+        failed |= anatomy(&a, &mut out)?;
+    }
+    let hybrid_preset = ModelConfig::preset(&a.preset).is_some_and(|c| c.is_hybrid());
+    if a.preset != "none" && !hybrid_preset && part("contexts") {
+        failed |= context_speed(&a, &mut out)?;
+    }
+    if hybrid_preset && part("speed") {
+        failed |= hybrid_speed(&a, &mut out)?;
+    }
+    if a.preset != "none" && !hybrid_preset && part("speed") {
+        failed |= dense_speed(&a, &mut out)?;
+    }
+    Ok(if failed {
+        ExitStatus::Error
     } else {
-        &[]
-    };
+        ExitStatus::Ok
+    })
+}
+
+/// The kernel-level self-checks on a CUDA backend over the tiny model `w`: synthesis,
+/// quantization and the fused SwiGLU quantization against the CPU. Returns whether any failed.
+fn kernel_checks(
+    a: &DevcheckArgs,
+    w: &crate::runtime::weights::ModelWeights,
+    out: &mut impl Write,
+) -> anyhow::Result<bool> {
+    let mut failed = false;
+    let b = crate::runtime::backend::cuda::CudaBackend::load(
+        crate::runtime::backend::cuda::CudaLoadSpec {
+            device: a.device,
+            weights: crate::runtime::backend::cuda::WeightSource::Host(Box::new(w.clone())),
+            quantize: None,
+            max_num_batched_tokens: 256,
+            max_num_seqs: 8,
+            max_model_len: 1024,
+            kv_dtype: KvCacheDtype::Bf16,
+            block_size: 16,
+        },
+    )?;
+    writeln!(out, "device: {:?}", b)?;
+    for n in &b.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    let mut checks = vec![self_check::synthesis_matches_cpu(&b, 0)?];
+    checks.extend(self_check::quantization_matches_cpu(&b)?);
+    checks.extend(self_check::swiglu_quant_matches_unfused(&b)?);
+    for c in checks {
+        failed |= !c.pass;
+        writeln!(
+            out,
+            "{} {}: {}",
+            if c.pass { "PASS" } else { "FAIL" },
+            c.name,
+            c.detail
+        )?;
+    }
+    Ok(failed)
+}
+
+/// Greedy parity of the tiny dense model `w` on the GPU against the CPU backend, in BF16, FP8
+/// and NVFP4 with a BF16 KV cache and in BF16 with an FP8 one (FP8 also its CPU-only rounding
+/// sensitivity, for information). Returns whether any failed.
+fn dense_parity(
+    a: &DevcheckArgs,
+    w: &crate::runtime::weights::ModelWeights,
+    out: &mut impl Write,
+) -> anyhow::Result<bool> {
+    let mut failed = false;
+    let parity_cases: &[(WeightFormat, KvCacheDtype)] = &[
+        (WeightFormat::Bf16, KvCacheDtype::Bf16),
+        (WeightFormat::Fp8, KvCacheDtype::Bf16),
+        (WeightFormat::Nvfp4, KvCacheDtype::Bf16),
+        (WeightFormat::Bf16, KvCacheDtype::Fp8),
+    ];
     for &(fmt, kv) in parity_cases {
         if fmt == WeightFormat::Fp8 {
             // The dense model's own FP8 sensitivity on the CPU alone (compare the hybrid's).
             if let Ok(p) =
-                cuda_check::cpu_rounding_parity(&w, fmt, a.prompts, a.steps, cuda_check::PARITY_FP8)
+                cuda_check::cpu_rounding_parity(w, fmt, a.prompts, a.steps, cuda_check::PARITY_FP8)
             {
                 writeln!(
                     out,
@@ -115,7 +164,7 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
                 )?;
             }
         }
-        match cuda_check::greedy_parity(a.device, &w, fmt, kv, a.prompts, a.steps) {
+        match cuda_check::greedy_parity(a.device, w, fmt, kv, a.prompts, a.steps) {
             Ok(p) => {
                 failed |= !p.pass();
                 writeln!(
@@ -141,187 +190,187 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
         }
         out.flush()?;
     }
-    if part("hybrid") {
-        failed |= hybrid_checks(&a, &mut out)?;
-    }
-    if part("reference") {
-        for dir in &a.hf_reference {
-            let r = (|| -> anyhow::Result<Vec<(crate::runtime_eval::check::ReferenceOutcome, Option<crate::runtime_eval::check::MismatchExplanation>)>> {
-                let hf = ModelConfig::read_hf_config(&dir.join("config.json"))?;
-                for w in &hf.warnings {
-                    writeln!(out, "  config warning: {w}")?;
-                }
-                let reference = crate::runtime_eval::check::ReferenceGreedy::load(
-                    &dir.join("reference_greedy.json"),
-                )?;
-                let mut b = crate::runtime::backend::cuda::CudaBackend::load(
-                    crate::runtime::backend::cuda::CudaLoadSpec {
-                        device: a.device,
-                        weights: crate::runtime::backend::cuda::WeightSource::Checkpoint {
-                            dir: dir.clone(),
-                            config: hf.config.clone(),
-                        },
-                        quantize: None,
-                        max_num_batched_tokens: 256,
-                        max_num_seqs: 8,
-                        max_model_len: 512,
-                        kv_dtype: KvCacheDtype::Bf16,
-                        block_size: 16,
+    Ok(failed)
+}
+
+/// `--hf-reference`: each checkpoint loaded on the GPU from its safetensors must reproduce
+/// transformers' greedy tokens (`reference_greedy.json`); a mismatch at a near-tie of the f32
+/// logits passes, explained. Returns whether any failed.
+fn reference_checks(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
+    let mut failed = false;
+    for dir in &a.hf_reference {
+        let r = (|| -> anyhow::Result<Vec<(crate::runtime_eval::check::ReferenceOutcome, Option<crate::runtime_eval::check::MismatchExplanation>)>> {
+            let hf = ModelConfig::read_hf_config(&dir.join("config.json"))?;
+            for w in &hf.warnings {
+                writeln!(out, "  config warning: {w}")?;
+            }
+            let reference = crate::runtime_eval::check::ReferenceGreedy::load(
+                &dir.join("reference_greedy.json"),
+            )?;
+            let mut b = crate::runtime::backend::cuda::CudaBackend::load(
+                crate::runtime::backend::cuda::CudaLoadSpec {
+                    device: a.device,
+                    weights: crate::runtime::backend::cuda::WeightSource::Checkpoint {
+                        dir: dir.clone(),
+                        config: hf.config.clone(),
                     },
-                )?;
-                let outs = crate::runtime_eval::check::check_reference_greedy(&mut b, &reference)?;
-                let host = crate::runtime::weights::load_dir(dir, &hf.config)?;
-                outs.into_iter()
-                    .map(|o| {
-                        let e = if o.matches() {
-                            None
+                    quantize: None,
+                    max_num_batched_tokens: 256,
+                    max_num_seqs: 8,
+                    max_model_len: 512,
+                    kv_dtype: KvCacheDtype::Bf16,
+                    block_size: 16,
+                },
+            )?;
+            let outs = crate::runtime_eval::check::check_reference_greedy(&mut b, &reference)?;
+            let host = crate::runtime::weights::load_dir(dir, &hf.config)?;
+            outs.into_iter()
+                .map(|o| {
+                    let e = if o.matches() {
+                        None
+                    } else {
+                        Some(crate::runtime_eval::check::explain_mismatch(
+                            &host,
+                            &reference,
+                            &o,
+                            crate::runtime_eval::check::NEAR_TIE_LOGITS,
+                        )?)
+                    };
+                    Ok((o, e))
+                })
+                .collect()
+        })();
+        match r {
+            Ok(outs) => {
+                for (o, e) in outs {
+                    let explained = e.as_ref().is_some_and(|e| e.near_tie);
+                    failed |= !o.matches() && !explained;
+                    writeln!(
+                        out,
+                        "{} reference {}: '{}' {} of {} tokens equal (first mismatch {:?}){}",
+                        if o.matches() {
+                            "PASS"
+                        } else if explained {
+                            "PASS (near-tie)"
                         } else {
-                            Some(crate::runtime_eval::check::explain_mismatch(
-                                &host,
-                                &reference,
-                                &o,
-                                crate::runtime_eval::check::NEAR_TIE_LOGITS,
-                            )?)
-                        };
-                        Ok((o, e))
-                    })
-                    .collect()
-            })();
-            match r {
-                Ok(outs) => {
-                    for (o, e) in outs {
-                        let explained = e.as_ref().is_some_and(|e| e.near_tie);
-                        failed |= !o.matches() && !explained;
-                        writeln!(
-                            out,
-                            "{} reference {}: '{}' {} of {} tokens equal (first mismatch {:?}){}",
-                            if o.matches() {
-                                "PASS"
-                            } else if explained {
-                                "PASS (near-tie)"
-                            } else {
-                                "FAIL"
-                            },
-                            dir.display(),
-                            o.prompt,
-                            o.got
-                                .iter()
-                                .zip(&o.expected)
-                                .filter(|(a, b)| a == b)
-                                .count(),
-                            o.expected.len(),
-                            o.first_mismatch,
-                            e.map(|e| format!(
-                                "; at step {} the f32 logits of the reference's token {} and the GPU's {} differ by {:.4} (near-tie below {}): BF16 activations flip it",
-                                e.step, e.tokens.0, e.tokens.1, e.f32_margin, crate::runtime_eval::check::NEAR_TIE_LOGITS
-                            ))
-                            .unwrap_or_default()
-                        )?;
-                    }
+                            "FAIL"
+                        },
+                        dir.display(),
+                        o.prompt,
+                        o.got
+                            .iter()
+                            .zip(&o.expected)
+                            .filter(|(a, b)| a == b)
+                            .count(),
+                        o.expected.len(),
+                        o.first_mismatch,
+                        e.map(|e| format!(
+                            "; at step {} the f32 logits of the reference's token {} and the GPU's {} differ by {:.4} (near-tie below {}): BF16 activations flip it",
+                            e.step, e.tokens.0, e.tokens.1, e.f32_margin, crate::runtime_eval::check::NEAR_TIE_LOGITS
+                        ))
+                        .unwrap_or_default()
+                    )?;
                 }
-                Err(e) => {
-                    failed = true;
-                    writeln!(out, "FAIL reference {}: {e:#}", dir.display())?;
-                }
+            }
+            Err(e) => {
+                failed = true;
+                writeln!(out, "FAIL reference {}: {e:#}", dir.display())?;
             }
         }
     }
-    if part("wg-probe") {
-        failed |= !wg_probe(&mut out, a.device)?;
-    }
-    if part("anatomy") {
-        let shapes = [(5120, 6144), (34816, 5120), (5120, 17408), (96, 5120)];
-        for m in [1usize, 16] {
-            match crate::kernels::anatomy::run(a.device, &shapes, m) {
-                Ok(rows) => {
-                    for r in rows {
-                        writeln!(
-                            out,
-                            "anatomy {}x{} M={}: bytes {:.1} MB; bf16 {:.1} us; v2 {:.1} us ({:.2} TB/s) [no reduce {:.1}, no mma {:.1}, empty grid {:.1}] {}",
-                            r.n,
-                            r.k,
-                            r.m,
-                            r.bytes as f64 / 1e6,
-                            r.bf16 * 1e6,
-                            r.v2 * 1e6,
-                            r.bytes as f64 / r.v2 / 1e12,
-                            r.v2_no_reduce * 1e6,
-                            r.v2_no_mma * 1e6,
-                            r.empty * 1e6,
-                            r.v2_config
-                        )?;
-                    }
-                }
-                Err(e) => {
-                    failed = true;
-                    writeln!(out, "FAIL anatomy M={m}: {e:#}")?;
+    Ok(failed)
+}
+
+/// The W4A16 kernel anatomy (bytes, BF16 and v2 times, v2 without reduce / mma, an empty grid)
+/// on four shapes at M = 1 and 16. Returns whether any failed.
+fn anatomy(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
+    let mut failed = false;
+    let shapes = [(5120, 6144), (34816, 5120), (5120, 17408), (96, 5120)];
+    for m in [1usize, 16] {
+        match crate::kernels::anatomy::run(a.device, &shapes, m) {
+            Ok(rows) => {
+                for r in rows {
+                    writeln!(
+                        out,
+                        "anatomy {}x{} M={}: bytes {:.1} MB; bf16 {:.1} us; v2 {:.1} us ({:.2} TB/s) [no reduce {:.1}, no mma {:.1}, empty grid {:.1}] {}",
+                        r.n,
+                        r.k,
+                        r.m,
+                        r.bytes as f64 / 1e6,
+                        r.bf16 * 1e6,
+                        r.v2 * 1e6,
+                        r.bytes as f64 / r.v2 / 1e12,
+                        r.v2_no_reduce * 1e6,
+                        r.v2_no_mma * 1e6,
+                        r.empty * 1e6,
+                        r.v2_config
+                    )?;
                 }
             }
-            out.flush()?;
+            Err(e) => {
+                failed = true;
+                writeln!(out, "FAIL anatomy M={m}: {e:#}")?;
+            }
         }
+        out.flush()?;
     }
-    let hybrid_preset = ModelConfig::preset(&a.preset).is_some_and(|c| c.is_hybrid());
-    if a.preset != "none" && !hybrid_preset && part("contexts") {
-        failed |= context_speed(&a, &mut out)?;
-    }
-    if hybrid_preset && part("speed") {
-        failed |= hybrid_speed(&a, &mut out)?;
-    }
-    if a.preset != "none" && !hybrid_preset && part("speed") {
-        let gpu = crate::gpu::Gpu::open_device(a.device)?;
-        let bw = crate::kernels::bench::copy_bandwidth(&gpu)?.bytes_per_s;
-        drop(gpu);
-        writeln!(out, "copy bandwidth {:.2} TB/s", bw / 1e12)?;
-        for fmt in &a.formats {
-            match cuda_check::decode_speed(a.device, &a.preset, *fmt) {
-                Ok(s) => {
-                    let bound = bw / s.weight_bytes as f64;
-                    writeln!(
-                        out,
-                        "speed {} {}: weights {:.2} GB; batch-1 decode {:.1} tok/s ({:.0}% of the weight-streaming bound {:.1}; no graphs {:.1}); batch-32 @1k {:.0} tok/s ({:.1}x batch 1); prefill 4k {:.0} tok/s",
-                        a.preset,
-                        fmt.id(),
-                        s.weight_bytes as f64 / 1e9,
-                        s.b1_tok_s,
-                        100.0 * s.b1_tok_s / bound,
-                        bound,
-                        s.b1_tok_s_no_graph,
-                        s.b32_tok_s,
-                        s.b32_tok_s / s.b1_tok_s,
-                        s.prefill_tok_s
-                    )?;
-                    writeln!(
-                        out,
-                        "  batch-1 decode at a 128-token context: {:.1} tok/s ({:.0}% of the bound)",
-                        s.b1_short_tok_s,
-                        100.0 * s.b1_short_tok_s / bound
-                    )?;
-                    let total: f64 = s.profile.iter().map(|p| p.2).sum();
-                    writeln!(
-                        out,
-                        "  profile of one eager batch-1 step at a 4,096-token context (sum {:.2} ms):",
-                        total * 1e3
-                    )?;
-                    for (name, calls, secs) in &s.profile {
-                        writeln!(out, "    {name}: {calls} calls, {:.3} ms", secs * 1e3)?;
-                    }
-                    for n in s.notes {
-                        writeln!(out, "  note: {n}")?;
-                    }
+    Ok(failed)
+}
+
+/// Decode and prefill speed of the dense `--preset` in each of `--formats` against the
+/// weight-streaming bound of the measured copy bandwidth, with the per-op profile of one
+/// step. Returns whether any failed.
+fn dense_speed(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
+    let mut failed = false;
+    let gpu = crate::gpu::Gpu::open_device(a.device)?;
+    let bw = crate::kernels::bench::copy_bandwidth(&gpu)?.bytes_per_s;
+    drop(gpu);
+    writeln!(out, "copy bandwidth {:.2} TB/s", bw / 1e12)?;
+    for fmt in &a.formats {
+        match cuda_check::decode_speed(a.device, &a.preset, *fmt) {
+            Ok(s) => {
+                let bound = bw / s.weight_bytes as f64;
+                writeln!(
+                    out,
+                    "speed {} {}: weights {:.2} GB; batch-1 decode {:.1} tok/s ({:.0}% of the weight-streaming bound {:.1}; no graphs {:.1}); batch-32 @1k {:.0} tok/s ({:.1}x batch 1); prefill 4k {:.0} tok/s",
+                    a.preset,
+                    fmt.id(),
+                    s.weight_bytes as f64 / 1e9,
+                    s.b1_tok_s,
+                    100.0 * s.b1_tok_s / bound,
+                    bound,
+                    s.b1_tok_s_no_graph,
+                    s.b32_tok_s,
+                    s.b32_tok_s / s.b1_tok_s,
+                    s.prefill_tok_s
+                )?;
+                writeln!(
+                    out,
+                    "  batch-1 decode at a 128-token context: {:.1} tok/s ({:.0}% of the bound)",
+                    s.b1_short_tok_s,
+                    100.0 * s.b1_short_tok_s / bound
+                )?;
+                let total: f64 = s.profile.iter().map(|p| p.2).sum();
+                writeln!(
+                    out,
+                    "  profile of one eager batch-1 step at a 4,096-token context (sum {:.2} ms):",
+                    total * 1e3
+                )?;
+                for (name, calls, secs) in &s.profile {
+                    writeln!(out, "    {name}: {calls} calls, {:.3} ms", secs * 1e3)?;
                 }
-                Err(e) => {
-                    failed = true;
-                    writeln!(out, "FAIL speed {} {}: {e:#}", a.preset, fmt.id())?;
+                for n in s.notes {
+                    writeln!(out, "  note: {n}")?;
                 }
             }
-            out.flush()?;
+            Err(e) => {
+                failed = true;
+                writeln!(out, "FAIL speed {} {}: {e:#}", a.preset, fmt.id())?;
+            }
         }
+        out.flush()?;
     }
-    Ok(if failed {
-        ExitStatus::Error
-    } else {
-        ExitStatus::Ok
-    })
+    Ok(failed)
 }
 
 /// One line for a whole-model greedy parity run labelled `label`: PASS or FAIL with top-1

@@ -177,121 +177,10 @@ fn save(args: &ReportArgs, results: &crate::report::Results) -> anyhow::Result<(
 /// timed (every case failed its check or was skipped).
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     if let Some(p) = &args.render {
-        let file = if p.is_dir() {
-            p.join("results.json")
-        } else {
-            p.clone()
-        };
-        let mut results = crate::report::Results::load(&file)?;
-        if args.save_baseline {
-            crate::compare::baseline::check_writable(&args.baselines_dir)?;
-        }
-        let source = file
-            .parent()
-            .unwrap_or(std::path::Path::new("."))
-            .to_path_buf();
-        let target = args.out.clone().unwrap_or_else(|| source.clone());
-        let same = target.canonicalize().ok() == source.canonicalize().ok();
-        let dir = if same {
-            // In place: keep results.json (creating the folder afresh would clear it).
-            crate::report::folder::ReportDir::existing(&target, !args.no_redact)
-        } else {
-            let d = crate::report::folder::ReportDir::create(
-                Some(&target),
-                &results.rig_label,
-                !args.no_redact,
-                args.force,
-            )?;
-            d.write_results(&results)?;
-            d
-        };
-        // In place, the CSV files the run wrote are kept as they are (a rewrite from
-        // results.json can differ in columns or in the last digit of a float).
-        if let Some(k) = results
-            .kernels
-            .as_ref()
-            .filter(|_| !same || !dir.path.join("kernels.csv").is_file())
-        {
-            dir.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
-        }
-        if let Some(e) = &results.e2e {
-            if !same || !dir.path.join("e2e_runs.csv").is_file() {
-                crate::e2e::render::write_csv(e, &dir.path)?;
-            }
-            // engine.log is not in results.json: carry it over from the source folder.
-            let log = source.join("engine.log");
-            if !same && log.is_file() {
-                let text = std::fs::read_to_string(&log)
-                    .with_context(|| format!("cannot read {}", log.display()))?;
-                dir.write_text("engine.log", &text)?;
-            }
-        }
-        // The built-in runtime's per-format end-to-end folders, rewritten elsewhere from
-        // results.json (their engine.log copied), as the run wrote them.
-        if let Some(rt) = results.runtime.as_ref().filter(|_| !same) {
-            for f in &rt.formats {
-                let Some(e) = &f.e2e else { continue };
-                let sub = crate::runtime_eval::section::e2e_dir(&f.format);
-                std::fs::create_dir_all(dir.path.join(&sub))?;
-                crate::e2e::render::write_csv(e, &dir.path.join(&sub))?;
-                let log = source.join(&sub).join("engine.log");
-                if log.is_file() {
-                    let text = std::fs::read_to_string(&log)
-                        .with_context(|| format!("cannot read {}", log.display()))?;
-                    dir.write_text(&format!("{sub}/engine.log"), &text)?;
-                }
-            }
-        }
-        // Results written before the engine-log parser of `diagnose` stored its findings under
-        // older field names, which read back as nothing recognised: for the report, read the
-        // engine.log the run captured again (results.json is not changed).
-        if let Some(e) = results.e2e.as_mut() {
-            let log = source.join("engine.log");
-            if e.boot_log.as_ref().is_some_and(|b| b.is_empty()) && log.is_file() {
-                let bytes = std::fs::read(&log)
-                    .with_context(|| format!("cannot read {}", log.display()))?;
-                e.boot_log = Some(crate::e2e::bootlog::BootLog::parse_bytes(&bytes));
-            }
-        }
-        job::render_into(&dir, &results)?;
-        if same {
-            dir.redact_direct_writes()?;
-        } else {
-            dir.commit()?;
-        }
-        eprintln!("rigbench: re-rendered {}", dir.target.display());
-        print_summary(&dir, &results);
-        if args.save_baseline {
-            save(&args, &results)?;
-        }
-        return Ok(ExitStatus::Ok);
+        return render_saved(&args, p);
     }
     if let Some(dir) = &args.resume {
-        // The interrupted run's own command line usually has --out DIR: accept that folder.
-        let same = |a: &std::path::Path, b: &std::path::Path| {
-            a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
-        };
-        if let Some(out) = args.out.as_ref().filter(|o| !same(o, dir)) {
-            return Err(RigError::flag(
-                "--out",
-                format!(
-                    "--resume continues {} in place; --out {} names another folder: drop --out",
-                    dir.display(),
-                    out.display()
-                ),
-            )
-            .into());
-        }
-        if args.save_baseline {
-            return Err(RigError::flag(
-                "--save-baseline",
-                format!(
-                    "not with --resume: once the resumed report is complete, save it with `rigbench report --render {} --save-baseline`",
-                    dir.display()
-                ),
-            )
-            .into());
-        }
+        check_resume_flags(&args, dir)?;
     }
     if let Some(l) = &args.rig_label {
         crate::compare::baseline::check_component("rig label", l)
@@ -358,42 +247,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     };
     let mut rig_label = args.rig_label.clone();
     if args.save_baseline {
-        // Refuse a baseline that cannot be written, or that would drop a section of the one it
-        // replaces, before measuring anything.
-        let suite = kernels
-            .as_ref()
-            .map(|k| k.suite.name.clone())
-            .unwrap_or_else(|| "no-kernels".into());
-        let label = rig_label
-            .clone()
-            .unwrap_or_else(|| crate::rig::probe().label());
-        let path = crate::compare::baseline_path(&args.baselines_dir, &label, &suite)?;
-        crate::compare::baseline::check_writable(&args.baselines_dir)?;
-        if let (Ok(old), false) = (crate::report::Results::load(&path), args.force_baseline) {
-            let have = crate::compare::baseline::sections(&old);
-            let off: Vec<(&str, &str)> = [
-                (args.no_e2e, "e2e", "--no-e2e"),
-                (args.no_kernels, "kernel timings", "--no-kernels"),
-                (args.checkpoint.is_none(), "checkpoint", "no --checkpoint"),
-            ]
-            .into_iter()
-            .filter(|(off, sec, _)| *off && have.get(sec).is_some_and(|n| *n > 0))
-            .map(|(_, sec, flag)| (sec, flag))
-            .collect();
-            if !off.is_empty() {
-                return Err(RigError::flag(
-                    "--save-baseline",
-                    format!(
-                        "the baseline {} gates on {}, which this run would not measure ({}); a later full run would compare them as new and pass. Run those parts, or pass --force-baseline to drop them",
-                        path.display(),
-                        off.iter().map(|x| x.0).collect::<Vec<_>>().join(", "),
-                        off.iter().map(|x| x.1).collect::<Vec<_>>().join(", ")
-                    ),
-                )
-                .into());
-            }
-        }
-        rig_label = Some(label);
+        rig_label = Some(check_baseline(&args, kernels.as_ref(), rig_label)?);
     }
     // On the CPU the built-in runtime serves synthetic:tiny unless a model was named; a named
     // one is served (it was dropped without a word before).
@@ -442,6 +296,182 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         tp_allreduce: Some(tp_allreduce),
         resume: args.resume.clone(),
     })?;
+    finish(&args, &results, dir.as_ref())
+}
+
+/// `report --render`: report.md, the CSV files and plots drawn again from a saved results.json
+/// (in place, or into `--out` with engine logs copied), and the baseline saved from it with
+/// `--save-baseline`.
+fn render_saved(args: &ReportArgs, p: &std::path::Path) -> anyhow::Result<ExitStatus> {
+    let file = if p.is_dir() {
+        p.join("results.json")
+    } else {
+        p.to_path_buf()
+    };
+    let mut results = crate::report::Results::load(&file)?;
+    if args.save_baseline {
+        crate::compare::baseline::check_writable(&args.baselines_dir)?;
+    }
+    let source = file
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf();
+    let target = args.out.clone().unwrap_or_else(|| source.clone());
+    let same = target.canonicalize().ok() == source.canonicalize().ok();
+    let dir = if same {
+        // In place: keep results.json (creating the folder afresh would clear it).
+        crate::report::folder::ReportDir::existing(&target, !args.no_redact)
+    } else {
+        let d = crate::report::folder::ReportDir::create(
+            Some(&target),
+            &results.rig_label,
+            !args.no_redact,
+            args.force,
+        )?;
+        d.write_results(&results)?;
+        d
+    };
+    // In place, the CSV files the run wrote are kept as they are (a rewrite from
+    // results.json can differ in columns or in the last digit of a float).
+    if let Some(k) = results
+        .kernels
+        .as_ref()
+        .filter(|_| !same || !dir.path.join("kernels.csv").is_file())
+    {
+        dir.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
+    }
+    if let Some(e) = &results.e2e {
+        if !same || !dir.path.join("e2e_runs.csv").is_file() {
+            crate::e2e::render::write_csv(e, &dir.path)?;
+        }
+        // engine.log is not in results.json: carry it over from the source folder.
+        let log = source.join("engine.log");
+        if !same && log.is_file() {
+            let text = std::fs::read_to_string(&log)
+                .with_context(|| format!("cannot read {}", log.display()))?;
+            dir.write_text("engine.log", &text)?;
+        }
+    }
+    // The built-in runtime's per-format end-to-end folders, rewritten elsewhere from
+    // results.json (their engine.log copied), as the run wrote them.
+    if let Some(rt) = results.runtime.as_ref().filter(|_| !same) {
+        for f in &rt.formats {
+            let Some(e) = &f.e2e else { continue };
+            let sub = crate::runtime_eval::section::e2e_dir(&f.format);
+            std::fs::create_dir_all(dir.path.join(&sub))?;
+            crate::e2e::render::write_csv(e, &dir.path.join(&sub))?;
+            let log = source.join(&sub).join("engine.log");
+            if log.is_file() {
+                let text = std::fs::read_to_string(&log)
+                    .with_context(|| format!("cannot read {}", log.display()))?;
+                dir.write_text(&format!("{sub}/engine.log"), &text)?;
+            }
+        }
+    }
+    // Results written before the engine-log parser of `diagnose` stored its findings under
+    // older field names, which read back as nothing recognised: for the report, read the
+    // engine.log the run captured again (results.json is not changed).
+    if let Some(e) = results.e2e.as_mut() {
+        let log = source.join("engine.log");
+        if e.boot_log.as_ref().is_some_and(|b| b.is_empty()) && log.is_file() {
+            let bytes =
+                std::fs::read(&log).with_context(|| format!("cannot read {}", log.display()))?;
+            e.boot_log = Some(crate::e2e::bootlog::BootLog::parse_bytes(&bytes));
+        }
+    }
+    job::render_into(&dir, &results)?;
+    if same {
+        dir.redact_direct_writes()?;
+    } else {
+        dir.commit()?;
+    }
+    eprintln!("rigbench: re-rendered {}", dir.target.display());
+    print_summary(&dir, &results);
+    if args.save_baseline {
+        save(args, &results)?;
+    }
+    Ok(ExitStatus::Ok)
+}
+
+/// `--resume DIR` continues DIR in place: refuse an `--out` naming another folder, and
+/// `--save-baseline`.
+fn check_resume_flags(args: &ReportArgs, dir: &std::path::Path) -> anyhow::Result<()> {
+    // The interrupted run's own command line usually has --out DIR: accept that folder.
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    };
+    if let Some(out) = args.out.as_ref().filter(|o| !same(o, dir)) {
+        return Err(RigError::flag(
+            "--out",
+            format!(
+                "--resume continues {} in place; --out {} names another folder: drop --out",
+                dir.display(),
+                out.display()
+            ),
+        )
+        .into());
+    }
+    if args.save_baseline {
+        return Err(RigError::flag(
+            "--save-baseline",
+            format!(
+                "not with --resume: once the resumed report is complete, save it with `rigbench report --render {} --save-baseline`",
+                dir.display()
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// `--save-baseline`: refuse a baseline that cannot be written, or that would drop a section of
+/// the one it replaces, before measuring anything. Returns the rig label it is filed under
+/// (`rig_label`, else the probed rig's).
+fn check_baseline(
+    args: &ReportArgs,
+    kernels: Option<&crate::kernels::bench::BenchOptions>,
+    rig_label: Option<String>,
+) -> anyhow::Result<String> {
+    let suite = kernels
+        .map(|k| k.suite.name.clone())
+        .unwrap_or_else(|| "no-kernels".into());
+    let label = rig_label.unwrap_or_else(|| crate::rig::probe().label());
+    let path = crate::compare::baseline_path(&args.baselines_dir, &label, &suite)?;
+    crate::compare::baseline::check_writable(&args.baselines_dir)?;
+    if let (Ok(old), false) = (crate::report::Results::load(&path), args.force_baseline) {
+        let have = crate::compare::baseline::sections(&old);
+        let off: Vec<(&str, &str)> = [
+            (args.no_e2e, "e2e", "--no-e2e"),
+            (args.no_kernels, "kernel timings", "--no-kernels"),
+            (args.checkpoint.is_none(), "checkpoint", "no --checkpoint"),
+        ]
+        .into_iter()
+        .filter(|(off, sec, _)| *off && have.get(sec).is_some_and(|n| *n > 0))
+        .map(|(_, sec, flag)| (sec, flag))
+        .collect();
+        if !off.is_empty() {
+            return Err(RigError::flag(
+                "--save-baseline",
+                format!(
+                    "the baseline {} gates on {}, which this run would not measure ({}); a later full run would compare them as new and pass. Run those parts, or pass --force-baseline to drop them",
+                    path.display(),
+                    off.iter().map(|x| x.0).collect::<Vec<_>>().join(", "),
+                    off.iter().map(|x| x.1).collect::<Vec<_>>().join(", ")
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(label)
+}
+
+/// After the run: say how it ended (interrupted, a part failed, complete), print the summary,
+/// save the baseline when asked, and choose the exit status.
+fn finish(
+    args: &ReportArgs,
+    results: &crate::report::Results,
+    dir: Option<&ReportDir>,
+) -> anyhow::Result<ExitStatus> {
     if let Some(why) = &results.interrupted {
         let timed = results.kernels.as_ref().map(|k| k.cases.len()).unwrap_or(0);
         eprintln!(
@@ -458,8 +488,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
                 crate::output::redact::Redactor::for_this_host(true).secrets_only(&f.reason)
             );
         }
-        if let Some(dir) = &dir {
-            print_summary(dir, &results);
+        if let Some(dir) = dir {
+            print_summary(dir, results);
         }
         eprintln!(
             "rigbench: report written with what was measured, but a part it was asked for failed (exit {}){}",
@@ -469,7 +499,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         return Ok(ExitStatus::Error);
     }
     if args.save_baseline {
-        if let Err(e) = save(&args, &results) {
+        if let Err(e) = save(args, results) {
             return Err(e.context(format!(
                 "the report was written; once the cause is fixed, `rigbench report --render <its folder> --save-baseline` saves it without measuring again (baselines folder {})",
                 args.baselines_dir.display()
@@ -488,8 +518,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         plural(timed, "kernel case timed", "kernel cases timed"),
         plural(results.skipped.len(), "part", "parts"),
     );
-    if let Some(dir) = &dir {
-        print_summary(dir, &results);
+    if let Some(dir) = dir {
+        print_summary(dir, results);
     }
     if !args.no_kernels && timed == 0 && results.rig.gpu_absent_reason.is_none() {
         eprintln!(

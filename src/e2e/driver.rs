@@ -18,7 +18,7 @@ use super::bootlog::BootLog;
 use super::client::{Api, EngineClient, GenRequest};
 use super::conditions::{
     cache_condition, kv_capacity, length_condition, spec_condition, thinking_condition,
-    CacheExpectation, Conditions, EngineFacts, PollStats, Sourced,
+    CacheExpectation, Conditions, EngineFacts, KvCondition, PollStats, Sourced, TokenCheck,
 };
 use super::engines::{fill_spec, stated, EngineProbe};
 use super::executor::{
@@ -675,34 +675,7 @@ impl Session<'_> {
         // Warm-up: its own prompts, never measured.
         let warm_n = suite.load.warmup as usize;
         if warm_n > 0 {
-            let w = prepare(
-                suite,
-                &self.counter,
-                &model,
-                &format!("w{nonce}"),
-                warm_n,
-                self.facts.max_model_len,
-            )
-            .await?;
-            let out = execute(
-                &self.client,
-                &LoadPoint::Closed {
-                    concurrency: conc.min(warm_n as u32),
-                },
-                Arc::new(w),
-                &self.exec_cfg,
-                &self.stop,
-                ProgressBar::hidden(),
-            )
-            .await;
-            let errs: Vec<&str> = out
-                .records
-                .iter()
-                .filter_map(|r| r.outcome.error.as_deref())
-                .collect();
-            if !errs.is_empty() && errs.len() == out.records.len() && !self.stop.is_stopped() {
-                anyhow::bail!("every warm-up request failed (first: {})", errs[0]);
-            }
+            self.warm_up(&model, &nonce, warm_n, conc).await?;
         }
         let prepared = Arc::new(
             prepare(
@@ -723,74 +696,21 @@ impl Session<'_> {
             .unwrap_or(None);
         self.tell_reset(reset);
         if suite.load.cache == CacheTemp::Warm {
-            let primed: Vec<PreparedRequest> = prepared
-                .iter()
-                .map(|p| {
-                    let mut p = p.clone();
-                    p.req.max_tokens = 1;
-                    p.req.ignore_eos = false;
-                    p
-                })
-                .collect();
-            let _ = execute(
-                &self.client,
-                &LoadPoint::Closed { concurrency: conc },
-                Arc::new(primed),
-                &self.exec_cfg,
-                &self.stop,
-                ProgressBar::hidden(),
-            )
-            .await;
+            self.prime_cache(&prepared, conc).await;
         }
-        // The engine's high-water marks (rigbench serve) restart here.
-        let peaks_reset = self.client.reset_peaks().await.ok().flatten() == Some(true);
-        let mut polls = PollStats {
-            min_interval_s: Some(self.opts.metrics_interval.as_secs_f64()),
-            ..Default::default()
-        };
-        let before = timed_scrape(&self.client, &mut polls).await;
-        // Sample gauges while the run goes: at most every 1–2 s (see `next_scrape_interval`).
-        let (poll_stop_tx, mut poll_stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let poll_client = self.client.clone();
-        let min_interval = self.opts.metrics_interval;
-        let poller = tokio::spawn(async move {
-            let mut stats = PollStats::default();
-            let mut wait = min_interval;
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = &mut poll_stop_rx => break,
-                }
-                let t = std::time::Instant::now();
-                if let Some(e) = scrape_into(&poll_client, &mut stats).await {
-                    stats.add(&e);
-                }
-                let took = t.elapsed();
-                stats.timed(took);
-                wait = super::conditions::next_scrape_interval(took, min_interval);
-            }
-            stats
-        });
-        let pb = progress_bar(self.opts.progress, prepared.len(), &point.label());
-        let ExecOutcome {
-            records,
-            duration,
-            stop,
-            healthy_after_failures,
-        } = execute(
-            &self.client,
-            point,
-            prepared.clone(),
-            &self.exec_cfg,
-            &self.stop,
-            pb.clone(),
-        )
-        .await;
-        pb.finish_and_clear();
-        let _ = poll_stop_tx.send(());
-        let during = poller.await.unwrap_or_default();
-        polls.merge(&during);
-        let after = timed_scrape(&self.client, &mut polls).await;
+        let PointRun {
+            outcome:
+                ExecOutcome {
+                    records,
+                    duration,
+                    stop,
+                    healthy_after_failures,
+                },
+            polls,
+            before,
+            after,
+            peaks_reset,
+        } = self.measure(point, &prepared).await;
         let judge_repetition = !model.starts_with("synthetic:");
         let raw_texts: std::collections::BTreeMap<usize, String> = records
             .iter()
@@ -825,28 +745,179 @@ impl Session<'_> {
         )
         .await;
 
-        // Hits the workload itself explains: the shared prefix within the run, and for chat the
-        // template tokens around the user message (prompt tokens reported − tokens counted in
-        // the message), which may precede the salt.
-        let shared = match (suite.workload.kind, suite.workload.shared_prefix_tokens) {
-            (WorkloadKind::SharedPrefix, Some(p)) => {
-                u64::from(p) * (requests.len().saturating_sub(1) as u64)
-            }
-            _ => 0,
+        let hits_allowed = hits_allowed(suite, &requests);
+        let kv = self.kv_condition(before.as_ref(), after.as_ref(), boot, &polls, peaks_reset);
+        let evidence = PointEvidence {
+            before: before.as_ref(),
+            after: after.as_ref(),
+            boot,
+            reset,
+            hits_allowed,
+            judge_repetition,
         };
-        let template: u64 = if suite.workload.api == Api::Chat {
-            requests
-                .iter()
-                .filter_map(|r| Some(r.prompt_tokens?.saturating_sub(r.input_tokens_counted?)))
-                .sum()
+        let conditions = self.conditions(&requests, &texts, &evidence, kv, token_check);
+        let validity = self.validity(
+            &requests,
+            &conditions,
+            &stop,
+            wave_note,
+            healthy_after_failures,
+            judge_repetition,
+        );
+        let measured = Throughput::of(&requests, duration.as_secs_f64());
+        let (throughput, throughput_invalid) = if validity.valid {
+            (measured, None)
         } else {
-            0
+            (None, measured)
         };
-        let hits_allowed = shared + template;
-        // KV capacity: /metrics, then the engine's own endpoint (llama.cpp /slots, SGLang
-        // /get_server_info), then its log, then the user's statement. The live endpoint wins
-        // over the log: llama.cpp's `llama_kv_cache` line gives cells per sequence.
-        let mut kv = kv_capacity(after.as_ref().or(before.as_ref()), Some(boot));
+        Ok(RunResult {
+            label: point.label(),
+            load: point.clone(),
+            latency: LatencySummary::of(&requests),
+            lateness: Lateness::of(&requests, self.opts.lateness_tolerance.as_secs_f64()),
+            conditions,
+            validity,
+            throughput,
+            throughput_invalid,
+            stop,
+            warmup_requests: warm_n,
+            polls,
+            requests,
+            output_samples,
+        })
+    }
+
+    /// The unmeasured warm-up of a sweep point: `warm_n` prompts of its own; an error when
+    /// every one of them failed (and the session was not stopped).
+    async fn warm_up(
+        &self,
+        model: &str,
+        nonce: &str,
+        warm_n: usize,
+        conc: u32,
+    ) -> anyhow::Result<()> {
+        let w = prepare(
+            &self.opts.suite,
+            &self.counter,
+            model,
+            &format!("w{nonce}"),
+            warm_n,
+            self.facts.max_model_len,
+        )
+        .await?;
+        let out = execute(
+            &self.client,
+            &LoadPoint::Closed {
+                concurrency: conc.min(warm_n as u32),
+            },
+            Arc::new(w),
+            &self.exec_cfg,
+            &self.stop,
+            ProgressBar::hidden(),
+        )
+        .await;
+        let errs: Vec<&str> = out
+            .records
+            .iter()
+            .filter_map(|r| r.outcome.error.as_deref())
+            .collect();
+        if !errs.is_empty() && errs.len() == out.records.len() && !self.stop.is_stopped() {
+            anyhow::bail!("every warm-up request failed (first: {})", errs[0]);
+        }
+        Ok(())
+    }
+
+    /// A warm cache: each prompt sent once, unmeasured, with one output token.
+    async fn prime_cache(&self, prepared: &[PreparedRequest], conc: u32) {
+        let primed: Vec<PreparedRequest> = prepared
+            .iter()
+            .map(|p| {
+                let mut p = p.clone();
+                p.req.max_tokens = 1;
+                p.req.ignore_eos = false;
+                p
+            })
+            .collect();
+        let _ = execute(
+            &self.client,
+            &LoadPoint::Closed { concurrency: conc },
+            Arc::new(primed),
+            &self.exec_cfg,
+            &self.stop,
+            ProgressBar::hidden(),
+        )
+        .await;
+    }
+
+    /// The measured load of a sweep point: the engine's high-water marks reset, `/metrics`
+    /// scraped before and after, its gauges sampled while the requests run.
+    async fn measure(&self, point: &LoadPoint, prepared: &Arc<Vec<PreparedRequest>>) -> PointRun {
+        // The engine's high-water marks (rigbench serve) restart here.
+        let peaks_reset = self.client.reset_peaks().await.ok().flatten() == Some(true);
+        let mut polls = PollStats {
+            min_interval_s: Some(self.opts.metrics_interval.as_secs_f64()),
+            ..Default::default()
+        };
+        let before = timed_scrape(&self.client, &mut polls).await;
+        // Sample gauges while the run goes: at most every 1–2 s (see `next_scrape_interval`).
+        let (poll_stop_tx, mut poll_stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let poll_client = self.client.clone();
+        let min_interval = self.opts.metrics_interval;
+        let poller = tokio::spawn(async move {
+            let mut stats = PollStats::default();
+            let mut wait = min_interval;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = &mut poll_stop_rx => break,
+                }
+                let t = std::time::Instant::now();
+                if let Some(e) = scrape_into(&poll_client, &mut stats).await {
+                    stats.add(&e);
+                }
+                let took = t.elapsed();
+                stats.timed(took);
+                wait = super::conditions::next_scrape_interval(took, min_interval);
+            }
+            stats
+        });
+        let pb = progress_bar(self.opts.progress, prepared.len(), &point.label());
+        let outcome = execute(
+            &self.client,
+            point,
+            prepared.clone(),
+            &self.exec_cfg,
+            &self.stop,
+            pb.clone(),
+        )
+        .await;
+        pb.finish_and_clear();
+        let _ = poll_stop_tx.send(());
+        let during = poller.await.unwrap_or_default();
+        polls.merge(&during);
+        let after = timed_scrape(&self.client, &mut polls).await;
+        PointRun {
+            outcome,
+            polls,
+            before,
+            after,
+            peaks_reset,
+        }
+    }
+
+    /// KV capacity: /metrics, then the engine's own endpoint (llama.cpp /slots, SGLang
+    /// /get_server_info), then its log, then the user's statement. The live endpoint wins
+    /// over the log: llama.cpp's `llama_kv_cache` line gives cells per sequence. With the
+    /// run's peak usage, queue depths and preemptions.
+    fn kv_condition(
+        &self,
+        before: Option<&Exposition>,
+        after: Option<&Exposition>,
+        boot: &BootLog,
+        polls: &PollStats,
+        peaks_reset: bool,
+    ) -> KvCondition {
+        let mut kv = kv_capacity(after.or(before), Some(boot));
         let from_metrics = kv
             .capacity_tokens
             .as_ref()
@@ -870,7 +941,6 @@ impl Session<'_> {
         }
         kv.peak_usage = polls.peak_kv_usage;
         let mark = after
-            .as_ref()
             .filter(|_| peaks_reset)
             .and_then(|a| a.max("rigbench:kv_cache_usage_peak_perc"));
         kv.peak_usage_source = match (mark, polls.peak_kv_usage) {
@@ -888,9 +958,22 @@ impl Session<'_> {
         };
         kv.max_running = polls.max_running;
         kv.max_waiting = polls.max_waiting;
-        kv.preemptions =
-            super::conditions::delta(before.as_ref(), after.as_ref(), "vllm:num_preemptions")
-                .map(|x| x.round() as u64);
+        kv.preemptions = super::conditions::delta(before, after, "vllm:num_preemptions")
+            .map(|x| x.round() as u64);
+        kv
+    }
+
+    /// The run's conditions (engine, sampling, thinking, speculation, cache, KV, lengths,
+    /// token sources), from its requests and the evidence around them.
+    fn conditions(
+        &self,
+        requests: &[RequestRecord],
+        texts: &[(String, String)],
+        ev: &PointEvidence<'_>,
+        kv: KvCondition,
+        token_check: Option<TokenCheck>,
+    ) -> Conditions {
+        let suite = &self.opts.suite;
         let mut token_sources: Vec<TokenSource> =
             requests.iter().filter_map(|r| r.token_source).collect();
         token_sources.sort_by_key(|s| *s as u8);
@@ -911,32 +994,32 @@ impl Session<'_> {
                 } else {
                     None
                 },
-                &requests,
-                &texts,
-                judge_repetition,
+                requests,
+                texts,
+                ev.judge_repetition,
             ),
             spec: fill_spec(
-                spec_condition(before.as_ref(), after.as_ref(), &self.facts),
-                &requests,
+                spec_condition(ev.before, ev.after, &self.facts),
+                requests,
                 &self.probe,
-                Some(boot),
+                Some(ev.boot),
                 self.opts.stated.spec,
             ),
             cache: super::conditions::cache_condition_with_usage(
                 cache_condition(
-                    before.as_ref(),
-                    after.as_ref(),
+                    ev.before,
+                    ev.after,
                     CacheExpectation {
                         temperature: suite.load.cache,
-                        reset,
-                        hits_allowed,
+                        reset: ev.reset,
+                        hits_allowed: ev.hits_allowed,
                     },
                 ),
-                &requests,
+                requests,
             ),
             kv,
             lengths: length_condition(
-                &requests,
+                requests,
                 suite.workload.output_tokens,
                 suite.output_fixed(),
                 suite
@@ -951,8 +1034,22 @@ impl Session<'_> {
         };
         let mut conditions = conditions;
         conditions.lengths.prompt_check =
-            super::conditions::check_prompt_lengths(&requests, self.facts.prompt_overhead.as_ref());
-        let mut validity = assess(&requests, &conditions, &stop);
+            super::conditions::check_prompt_lengths(requests, self.facts.prompt_overhead.as_ref());
+        conditions
+    }
+
+    /// The run's verdict, with notes on its opening wave, on transport failures reached while
+    /// the engine still answered, and on output text not judged (synthetic weights).
+    fn validity(
+        &self,
+        requests: &[RequestRecord],
+        conditions: &Conditions,
+        stop: &ExecStop,
+        wave_note: Option<String>,
+        healthy_after_failures: usize,
+        judge_repetition: bool,
+    ) -> Validity {
+        let mut validity = assess(requests, conditions, stop);
         validity.notes.extend(wave_note);
         if healthy_after_failures > 0 {
             validity.notes.push(format!(
@@ -966,28 +1063,52 @@ impl Session<'_> {
                 "output text not judged for repetition or <think> tags: the model has synthetic (random) weights".into(),
             );
         }
-        let measured = Throughput::of(&requests, duration.as_secs_f64());
-        let (throughput, throughput_invalid) = if validity.valid {
-            (measured, None)
-        } else {
-            (None, measured)
-        };
-        Ok(RunResult {
-            label: point.label(),
-            load: point.clone(),
-            latency: LatencySummary::of(&requests),
-            lateness: Lateness::of(&requests, self.opts.lateness_tolerance.as_secs_f64()),
-            conditions,
-            validity,
-            throughput,
-            throughput_invalid,
-            stop,
-            warmup_requests: warm_n,
-            polls,
-            requests,
-            output_samples,
-        })
+        validity
     }
+}
+
+/// What one sweep point's load returned, with the `/metrics` scrapes around it.
+struct PointRun {
+    outcome: ExecOutcome,
+    polls: PollStats,
+    before: Option<Exposition>,
+    after: Option<Exposition>,
+    /// The engine's high-water marks were reset before the run (rigbench serve).
+    peaks_reset: bool,
+}
+
+/// What a sweep point's conditions are judged from, besides its requests.
+struct PointEvidence<'a> {
+    before: Option<&'a Exposition>,
+    after: Option<&'a Exposition>,
+    boot: &'a BootLog,
+    /// What the prefix-cache reset before the run answered.
+    reset: Option<bool>,
+    /// Prefix-cache hits the workload itself explains ([`hits_allowed`]).
+    hits_allowed: u64,
+    /// Whether output text is judged (not for synthetic weights).
+    judge_repetition: bool,
+}
+
+/// Hits the workload itself explains: the shared prefix within the run, and for chat the
+/// template tokens around the user message (prompt tokens reported − tokens counted in the
+/// message), which may precede the salt.
+fn hits_allowed(suite: &Suite, requests: &[RequestRecord]) -> u64 {
+    let shared = match (suite.workload.kind, suite.workload.shared_prefix_tokens) {
+        (WorkloadKind::SharedPrefix, Some(p)) => {
+            u64::from(p) * (requests.len().saturating_sub(1) as u64)
+        }
+        _ => 0,
+    };
+    let template: u64 = if suite.workload.api == Api::Chat {
+        requests
+            .iter()
+            .filter_map(|r| Some(r.prompt_tokens?.saturating_sub(r.input_tokens_counted?)))
+            .sum()
+    } else {
+        0
+    };
+    shared + template
 }
 
 /// Run a whole session. `on_update` is called after each sweep point with the results so far
@@ -1049,7 +1170,70 @@ pub async fn run_session(
     results.engine.url = Some(engine.url.clone());
     let boot = boot_of(&engine, &extra_log);
     let client = EngineClient::with_idle_timeout(&engine.url, opts.pool_idle_timeout)?;
-    let mut probe = super::engines::probe(&client).await;
+    let probe = probe_engine(&client, opts, &engine, &extra_log).await;
+    let mut facts = engine_facts(&client, opts, &boot, &probe).await?;
+    let counter = choose_counter(&client, opts, &facts, &mut results.notes).await?;
+    // The tokens the engine adds around a prompt (chat template, BOS), measured once with the
+    // suite's own settings, so prompt lengths can be checked against usage.prompt_tokens.
+    facts.prompt_overhead = prompt_overhead(&client, opts, &facts, &counter).await;
+    results.engine.facts = facts.clone();
+    let session = Session {
+        opts,
+        client,
+        facts,
+        probe,
+        counter,
+        reset_told: std::sync::atomic::AtomicBool::new(false),
+        stop: stop.clone(),
+        exec_cfg: ExecConfig {
+            request_timeout: opts.request_timeout,
+            duration: opts.suite.load.duration_s.map(Duration::from_secs_f64),
+            connect_failure_limit: 3,
+        },
+    };
+    on_update(&results);
+    if opts.check_determinism {
+        check_determinism(&session, &stop, &mut results).await;
+        on_update(&results);
+    }
+    if opts.quality {
+        if let Some(url) = results.engine.url.clone() {
+            let q = super::quality::run(&url, &session.model(), opts.request_timeout).await;
+            if opts.progress {
+                eprint!("{}", super::quality::render_markdown(&q));
+            }
+            results.quality = Some(q);
+            on_update(&results);
+        }
+    }
+    run_sweep(
+        &session,
+        &engine,
+        &extra_log,
+        &stop,
+        &mut results,
+        on_update,
+    )
+    .await;
+    record_stop(&stop, &engine, &mut results).await;
+    engine.stop().await;
+    results.engine.exit = engine.exit_status();
+    let boot = boot_of(&engine, &extra_log);
+    results.engine_log = Some(engine.log_text()).filter(|t| !t.trim().is_empty());
+    results.boot_log = (!boot.is_empty()).then_some(boot);
+    on_update(&results);
+    Ok(results)
+}
+
+/// What the engine's endpoints say about it, completed from its logs (llama.cpp's unified KV
+/// cache) and from the command that started it (speculative decoding).
+async fn probe_engine(
+    client: &EngineClient,
+    opts: &E2eOptions,
+    engine: &EngineHandle,
+    extra_log: &Option<String>,
+) -> EngineProbe {
+    let mut probe = super::engines::probe(client).await;
     // llama.cpp: one cache shared by the slots, or one per slot (its log says which).
     // Each log alone, so the line number is that file's own.
     if !probe.slot_ctx.is_empty() {
@@ -1079,7 +1263,17 @@ pub async fn run_session(
             }
         }
     }
-    let mut facts = engine_facts(&client, opts, &boot, &probe).await?;
+    probe
+}
+
+/// The session's token counter: `--tokenizer` when given (the engine's POST /tokenize compared
+/// with it on a probe text), else the engine's, else none; `notes` say which and why.
+async fn choose_counter(
+    client: &EngineClient,
+    opts: &E2eOptions,
+    facts: &EngineFacts,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<TokenCounter> {
     let engine_counter = facts.tokenize.then(|| TokenCounter::Engine {
         client: client.clone(),
         model: facts
@@ -1093,7 +1287,7 @@ pub async fn run_session(
     // a probe text is compared with it, so a mismatch is visible.
     let counter = if let Some(t) = &opts.tokenizer {
         let local = TokenCounter::local(t)?;
-        results.notes.push(match &engine_counter {
+        notes.push(match &engine_counter {
             Some(e) => {
                 const CHECK: &str = "The quick brown fox jumps over the lazy dog, 1234567890 times.";
                 match (local.count(CHECK).await, e.count(CHECK).await) {
@@ -1115,7 +1309,7 @@ pub async fn run_session(
     } else if let Some(e) = engine_counter {
         e
     } else {
-        results.notes.push(format!(
+        notes.push(format!(
             "no usable POST /tokenize ({}) and no --tokenizer: prompt lengths are approximate; give --tokenizer PATH (the model's tokenizer.json) for exact lengths",
             facts.tokenize_note.as_deref().unwrap_or("not available")
         ));
@@ -1124,77 +1318,65 @@ pub async fn run_session(
     if facts.tokenize && opts.tokenizer.is_none() {
         if let Some(form) = facts.tokenize_form {
             if form != facts.kind.tokenize_form() {
-                results.notes.push(format!(
+                notes.push(format!(
                     "the engine's POST /tokenize answers {} (not the form its kind takes)",
                     form.label()
                 ));
             }
         }
     }
-    // The tokens the engine adds around a prompt (chat template, BOS), measured once with the
-    // suite's own settings, so prompt lengths can be checked against usage.prompt_tokens.
-    facts.prompt_overhead = prompt_overhead(&client, opts, &facts, &counter).await;
-    results.engine.facts = facts.clone();
-    let session = Session {
-        opts,
-        client,
-        facts,
-        probe,
-        counter,
-        reset_told: std::sync::atomic::AtomicBool::new(false),
-        stop: stop.clone(),
-        exec_cfg: ExecConfig {
-            request_timeout: opts.request_timeout,
-            duration: opts.suite.load.duration_s.map(Duration::from_secs_f64),
-            connect_failure_limit: 3,
-        },
-    };
-    on_update(&results);
-    if opts.check_determinism {
-        let conc = opts
-            .suite
-            .load
-            .concurrency
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(1);
-        let n = (opts.suite.load.requests as usize).clamp(2, 8);
-        match super::checks::determinism_check(
-            &session.client,
-            &opts.suite,
-            &session.counter,
-            &session.model(),
-            session.facts.max_model_len,
-            n,
-            conc.min(n as u32),
-            &session.exec_cfg,
-            &stop,
-        )
-        .await
-        {
-            Ok(d) => {
-                if opts.progress {
-                    eprintln!("{}", d.summary());
-                }
-                results.determinism = Some(d);
-            }
-            Err(e) => results
-                .notes
-                .push(format!("the determinism check could not run: {e:#}")),
-        }
-        on_update(&results);
-    }
-    if opts.quality {
-        if let Some(url) = results.engine.url.clone() {
-            let q = super::quality::run(&url, &session.model(), opts.request_timeout).await;
+    Ok(counter)
+}
+
+/// `--check-determinism`, before the sweep: its result, or why it could not run, into the
+/// results.
+async fn check_determinism(session: &Session<'_>, stop: &StopSignal, results: &mut E2eResults) {
+    let opts = session.opts;
+    let conc = opts
+        .suite
+        .load
+        .concurrency
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1);
+    let n = (opts.suite.load.requests as usize).clamp(2, 8);
+    match super::checks::determinism_check(
+        &session.client,
+        &opts.suite,
+        &session.counter,
+        &session.model(),
+        session.facts.max_model_len,
+        n,
+        conc.min(n as u32),
+        &session.exec_cfg,
+        stop,
+    )
+    .await
+    {
+        Ok(d) => {
             if opts.progress {
-                eprint!("{}", super::quality::render_markdown(&q));
+                eprintln!("{}", d.summary());
             }
-            results.quality = Some(q);
-            on_update(&results);
+            results.determinism = Some(d);
         }
+        Err(e) => results
+            .notes
+            .push(format!("the determinism check could not run: {e:#}")),
     }
+}
+
+/// The sweep points in turn, each run's line on stderr; once the session is stopped or a point
+/// fails, the points left are recorded as not run. `on_update` after each point.
+async fn run_sweep(
+    session: &Session<'_>,
+    engine: &EngineHandle,
+    extra_log: &Option<String>,
+    stop: &StopSignal,
+    results: &mut E2eResults,
+    on_update: &mut (dyn FnMut(&E2eResults) + Send),
+) {
+    let opts = session.opts;
     let points = sweep(&opts.suite);
     for (i, point) in points.iter().enumerate() {
         if let Some(cause) = stop.cause() {
@@ -1205,7 +1387,7 @@ pub async fn run_session(
             }
             break;
         }
-        let boot = boot_of(&engine, &extra_log);
+        let boot = boot_of(engine, extra_log);
         // Plain lines on stderr, with or without a terminal (the bar needs one).
         eprintln!(
             "rigbench e2e: sweep point {}/{}: {} ({} requests)",
@@ -1230,12 +1412,17 @@ pub async fn run_session(
                         p.label()
                     ));
                 }
-                on_update(&results);
+                on_update(results);
                 break;
             }
         }
-        on_update(&results);
+        on_update(results);
     }
+}
+
+/// Why the session stopped, into the results: interrupted, or the engine's failure added to
+/// the failure (with the engine's exit and last log lines when its process ended).
+async fn record_stop(stop: &StopSignal, engine: &EngineHandle, results: &mut E2eResults) {
     match stop.cause() {
         Some(StopCause::Interrupted) => results.interrupted = true,
         Some(StopCause::EngineFailed(m)) => match &mut results.failure {
@@ -1262,13 +1449,6 @@ pub async fn run_session(
         },
         None => {}
     }
-    engine.stop().await;
-    results.engine.exit = engine.exit_status();
-    let boot = boot_of(&engine, &extra_log);
-    results.engine_log = Some(engine.log_text()).filter(|t| !t.trim().is_empty());
-    results.boot_log = (!boot.is_empty()).then_some(boot);
-    on_update(&results);
-    Ok(results)
 }
 
 /// The engine's log: the captured one, or the `--engine-log` file when nothing was captured

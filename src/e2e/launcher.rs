@@ -343,27 +343,7 @@ impl EngineHandle {
     ) -> anyhow::Result<Self> {
         let log = Arc::new(Mutex::new(LogBuffer::default()));
         let (mut cmd, url_known) = match choice {
-            EngineChoice::Url { url } => {
-                let client = EngineClient::new(url)?;
-                // /health, else /v1/models; nothing answering is the environment (exit 1).
-                if let Err((_, why)) =
-                    super::engines::reach(client.base(), Duration::from_secs(10)).await
-                {
-                    if why.contains(super::client::API_KEY_FIX) {
-                        bail!("{why} (--url)");
-                    }
-                    bail!("{why} (--url); start the engine first, or leave out --url to use the built-in engine");
-                }
-                return Ok(Self {
-                    url: client.base().to_string(),
-                    choice: choice.clone(),
-                    log,
-                    tracked: Arc::new(Mutex::new(BTreeMap::new())),
-                    pid: None,
-                    kill_tx: None,
-                    exit_rx: None,
-                });
-            }
+            EngineChoice::Url { url } => return Self::reach(choice, url, log).await,
             EngineChoice::Builtin { program, args } => {
                 let program = match program {
                     Some(p) => p.clone(),
@@ -377,61 +357,13 @@ impl EngineHandle {
                 (c, None)
             }
             EngineChoice::Command { command, url } => {
-                // A busy port would let another server answer for this engine: refused
-                // before the engine starts (docs/reliability.md).
-                if let Some((host, port)) = super::ownership::host_port(url) {
-                    let (h, u) = (host.clone(), url.clone());
-                    let busy = tokio::task::spawn_blocking(move || {
-                        super::ownership::port_in_use(&h, port)
-                    })
-                    .await
-                    .ok()
-                    .flatten();
-                    if let Some(why) = busy {
-                        bail!(
-                            "--engine-cmd: {why}, before the engine was started; its figures would be credited to that server. Stop it, or start the engine on a free port and give that port in --url (now {u})"
-                        );
-                    }
-                }
+                refuse_busy_port(url).await?;
                 let mut c = tokio::process::Command::new("sh");
                 c.arg("-c").arg(command);
                 (c, Some(url.clone()))
             }
         };
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // Multi-GPU engines: NVLink multicast stays off in every environment rigbench sets up.
-        for (k, v) in crate::gpu::nccl::NCCL_ENV {
-            cmd.env(k, v);
-        }
-        #[cfg(unix)]
-        cmd.process_group(0);
-        #[cfg(target_os = "linux")]
-        {
-            let parent = std::process::id() as libc::pid_t;
-            // SAFETY: the closure runs in the forked child before exec and calls only
-            // async-signal-safe functions (prctl, getppid, raise).
-            unsafe {
-                cmd.pre_exec(move || {
-                    // The engine gets SIGKILL when rigbench ends, however it ends (SIGKILL and
-                    // aborts included): prctl(2) PR_SET_PDEATHSIG. If rigbench died before this
-                    // line, the engine is already orphaned: it ends at once.
-                    libc::prctl(
-                        libc::PR_SET_PDEATHSIG,
-                        libc::SIGKILL as libc::c_ulong,
-                        0,
-                        0,
-                        0,
-                    );
-                    if libc::getppid() != parent {
-                        libc::raise(libc::SIGKILL);
-                    }
-                    Ok(())
-                });
-            }
-        }
+        confine(&mut cmd);
         let mut child = cmd
             .spawn()
             .with_context(|| format!("cannot start the engine ({})", describe(choice)))?;
@@ -443,105 +375,10 @@ impl EngineHandle {
         // engine's process group (`setsid`) is still stopped with it.
         let tracked: Tracked = Arc::new(Mutex::new(BTreeMap::new()));
         if let Some(p) = pid {
-            let t = tracked.clone();
-            tokio::spawn(async move {
-                // Every 250 ms for the first minute (start-up, when engines spawn their
-                // workers), then every 2 s: a scan of /proc costs milliseconds of CPU.
-                let began = Instant::now();
-                loop {
-                    let all = tokio::task::spawn_blocking(super::ownership::all_processes)
-                        .await
-                        .ok()
-                        .flatten();
-                    let Some(all) = all else { break };
-                    let d = super::ownership::descendants(p, &all);
-                    if d.is_empty() {
-                        break;
-                    }
-                    if let Ok(mut m) = t.lock() {
-                        for x in d {
-                            m.insert(x.pid, x);
-                        }
-                    }
-                    let every = if began.elapsed() < Duration::from_secs(60) {
-                        250
-                    } else {
-                        2000
-                    };
-                    tokio::time::sleep(Duration::from_millis(every)).await;
-                }
-            });
+            track_descendants(p, tracked.clone());
         }
-        let (url_tx, url_rx) = oneshot::channel::<String>();
-        let mut url_tx = Some(url_tx);
-        if let Some(out) = child.stdout.take() {
-            let log = log.clone();
-            tokio::spawn(async move {
-                read_lines_lossy(out, |l| {
-                    if let Some(rest) = l.split("listening on ").nth(1) {
-                        if l.contains("rigbench serve") {
-                            if let Some(tx) = url_tx.take() {
-                                let _ = tx.send(rest.trim().to_string());
-                            }
-                        }
-                    }
-                    if let Ok(mut b) = log.lock() {
-                        b.push(l);
-                    }
-                })
-                .await;
-            });
-        }
-        if let Some(err) = child.stderr.take() {
-            let log = log.clone();
-            tokio::spawn(async move {
-                read_lines_lossy(err, |l| {
-                    if let Ok(mut b) = log.lock() {
-                        b.push(l);
-                    }
-                })
-                .await;
-            });
-        }
-        // Watcher: owns the child; reports its exit; kills the group on request.
-        let (kill_tx, mut kill_rx) = oneshot::channel::<()>();
-        let (exit_tx, exit_rx) = watch::channel::<Option<String>>(None);
-        let stop_w = stop.clone();
-        let log_w = log.clone();
-        tokio::spawn(async move {
-            let expected;
-            let status = tokio::select! {
-                s = child.wait() => { expected = false; s }
-                _ = &mut kill_rx => {
-                    expected = true;
-                    if let Some(pid) = pid { signal_group(pid, libc::SIGTERM); } else { let _ = child.start_kill(); }
-                    match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
-                        Ok(s) => s,
-                        Err(_) => {
-                            if let Some(pid) = pid { signal_group(pid, libc::SIGKILL); }
-                            let _ = child.start_kill();
-                            child.wait().await
-                        }
-                    }
-                }
-            };
-            let desc = match status {
-                Ok(s) => format!("exited with {s}"),
-                Err(e) => format!("could not be waited for: {e}"),
-            };
-            if !expected {
-                // Give the log readers a moment to drain the last lines.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                let tail = log_w
-                    .lock()
-                    .map(|l| l.last_lines(10).join(" | "))
-                    .unwrap_or_default();
-                stop_w.trigger(StopCause::EngineFailed(format!(
-                    "the engine process {desc} (last log lines: {tail})"
-                )));
-            }
-            let _ = exit_tx.send(Some(desc));
-        });
+        let url_rx = capture_output(&mut child, &log);
+        let (kill_tx, exit_rx) = watch_child(child, pid, stop, &log);
         let mut handle = Self {
             url: url_known.clone().unwrap_or_default(),
             choice: choice.clone(),
@@ -551,53 +388,95 @@ impl EngineHandle {
             kill_tx: Some(kill_tx),
             exit_rx: Some(exit_rx),
         };
+        handle
+            .wait_healthy(url_known.is_none(), url_rx, startup_timeout, stop)
+            .await?;
+        if let Err(why) = handle.check_listener().await {
+            return Err(handle.startup_failure(&why).await);
+        }
+        Ok(handle)
+    }
+
+    /// `--url`: an engine already running, reached at `GET /health` (else `/v1/models`);
+    /// nothing answering is the environment (exit 1).
+    async fn reach(
+        choice: &EngineChoice,
+        url: &str,
+        log: Arc<Mutex<LogBuffer>>,
+    ) -> anyhow::Result<Self> {
+        let client = EngineClient::new(url)?;
+        // /health, else /v1/models; nothing answering is the environment (exit 1).
+        if let Err((_, why)) = super::engines::reach(client.base(), Duration::from_secs(10)).await {
+            if why.contains(super::client::API_KEY_FIX) {
+                bail!("{why} (--url)");
+            }
+            bail!("{why} (--url); start the engine first, or leave out --url to use the built-in engine");
+        }
+        Ok(Self {
+            url: client.base().to_string(),
+            choice: choice.clone(),
+            log,
+            tracked: Arc::new(Mutex::new(BTreeMap::new())),
+            pid: None,
+            kill_tx: None,
+            exit_rx: None,
+        })
+    }
+
+    /// Wait until the engine says where it listens (when `wait_for_url`: the built-in engine's
+    /// `listening on` line) and answers `GET /health`; a startup failure (with its log) when it
+    /// exits, is stopped, or runs past `startup_timeout`.
+    async fn wait_healthy(
+        &mut self,
+        wait_for_url: bool,
+        url_rx: oneshot::Receiver<String>,
+        startup_timeout: Duration,
+        stop: &StopSignal,
+    ) -> anyhow::Result<()> {
         let deadline = Instant::now() + startup_timeout;
-        if url_known.is_none() {
-            let mut exit = handle.exit_rx.clone().context("exit channel")?;
+        if wait_for_url {
+            let mut exit = self.exit_rx.clone().context("exit channel")?;
             let url = tokio::select! {
                 u = tokio::time::timeout(startup_timeout, url_rx) => match u {
                     Ok(Ok(u)) => u,
-                    Ok(Err(_)) => return Err(handle.startup_failure("closed its output before printing `listening on`").await),
-                    Err(_) => return Err(handle.startup_failure("printed no `listening on` line in time").await),
+                    Ok(Err(_)) => return Err(self.startup_failure("closed its output before printing `listening on`").await),
+                    Err(_) => return Err(self.startup_failure("printed no `listening on` line in time").await),
                 },
                 _ = exit.wait_for(|e| e.is_some()) => {
-                    return Err(handle.startup_failure("exited during startup").await);
+                    return Err(self.startup_failure("exited during startup").await);
                 }
                 _ = stop.stopped() => {
-                    return Err(handle.startup_failure("was stopped during startup (interrupted)").await);
+                    return Err(self.startup_failure("was stopped during startup (interrupted)").await);
                 }
             };
-            handle.url = url;
+            self.url = url;
         }
-        let client = EngineClient::new(&handle.url)?;
-        handle.url = client.base().to_string();
+        let client = EngineClient::new(&self.url)?;
+        self.url = client.base().to_string();
         loop {
-            if handle.exit_status().is_some() {
-                return Err(handle.startup_failure("exited during startup").await);
+            if self.exit_status().is_some() {
+                return Err(self.startup_failure("exited during startup").await);
             }
             if super::engines::healthy(&client, Duration::from_secs(2)).await {
                 break;
             }
             if matches!(stop.cause(), Some(StopCause::Interrupted)) {
-                return Err(handle
+                return Err(self
                     .startup_failure("was stopped during startup (interrupted)")
                     .await);
             }
             if Instant::now() >= deadline {
-                return Err(handle
+                return Err(self
                     .startup_failure(&format!(
                         "did not answer GET {}/health within {:.0} s",
-                        handle.url,
+                        self.url,
                         startup_timeout.as_secs_f64()
                     ))
                     .await);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if let Err(why) = handle.check_listener().await {
-            return Err(handle.startup_failure(&why).await);
-        }
-        Ok(handle)
+        Ok(())
     }
 
     /// The server answering at the engine's URL must be the engine rigbench started: the
@@ -745,6 +624,184 @@ impl EngineHandle {
             signal_strays(&self.tracked, pid, libc::SIGKILL);
         }
     }
+}
+
+/// `--engine-cmd` with a URL naming a port: a busy port would let another server answer for
+/// this engine, so it is refused before the engine starts (docs/reliability.md).
+async fn refuse_busy_port(url: &str) -> anyhow::Result<()> {
+    if let Some((host, port)) = super::ownership::host_port(url) {
+        let (h, u) = (host.clone(), url.to_string());
+        let busy = tokio::task::spawn_blocking(move || super::ownership::port_in_use(&h, port))
+            .await
+            .ok()
+            .flatten();
+        if let Some(why) = busy {
+            bail!(
+                "--engine-cmd: {why}, before the engine was started; its figures would be credited to that server. Stop it, or start the engine on a free port and give that port in --url (now {u})"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The engine's process set-up: no stdin, output piped, NCCL's environment, its own process
+/// group, and (Linux) killed when rigbench ends.
+fn confine(cmd: &mut tokio::process::Command) {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // Multi-GPU engines: NVLink multicast stays off in every environment rigbench sets up.
+    for (k, v) in crate::gpu::nccl::NCCL_ENV {
+        cmd.env(k, v);
+    }
+    #[cfg(unix)]
+    cmd.process_group(0);
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs in the forked child before exec and calls only
+        // async-signal-safe functions (prctl, getppid, raise).
+        unsafe {
+            cmd.pre_exec(move || {
+                // The engine gets SIGKILL when rigbench ends, however it ends (SIGKILL and
+                // aborts included): prctl(2) PR_SET_PDEATHSIG. If rigbench died before this
+                // line, the engine is already orphaned: it ends at once.
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                );
+                if libc::getppid() != parent {
+                    libc::raise(libc::SIGKILL);
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+/// Note every descendant of process `p` in `tracked` while any is alive (a background task).
+fn track_descendants(p: u32, tracked: Tracked) {
+    let t = tracked;
+    tokio::spawn(async move {
+        // Every 250 ms for the first minute (start-up, when engines spawn their
+        // workers), then every 2 s: a scan of /proc costs milliseconds of CPU.
+        let began = Instant::now();
+        loop {
+            let all = tokio::task::spawn_blocking(super::ownership::all_processes)
+                .await
+                .ok()
+                .flatten();
+            let Some(all) = all else { break };
+            let d = super::ownership::descendants(p, &all);
+            if d.is_empty() {
+                break;
+            }
+            if let Ok(mut m) = t.lock() {
+                for x in d {
+                    m.insert(x.pid, x);
+                }
+            }
+            let every = if began.elapsed() < Duration::from_secs(60) {
+                250
+            } else {
+                2000
+            };
+            tokio::time::sleep(Duration::from_millis(every)).await;
+        }
+    });
+}
+
+/// Read the child's stdout and stderr into `log` (background tasks); the receiver gets the
+/// URL of the built-in engine's `rigbench serve ... listening on URL` line.
+fn capture_output(
+    child: &mut tokio::process::Child,
+    log: &Arc<Mutex<LogBuffer>>,
+) -> oneshot::Receiver<String> {
+    let (url_tx, url_rx) = oneshot::channel::<String>();
+    let mut url_tx = Some(url_tx);
+    if let Some(out) = child.stdout.take() {
+        let log = log.clone();
+        tokio::spawn(async move {
+            read_lines_lossy(out, |l| {
+                if let Some(rest) = l.split("listening on ").nth(1) {
+                    if l.contains("rigbench serve") {
+                        if let Some(tx) = url_tx.take() {
+                            let _ = tx.send(rest.trim().to_string());
+                        }
+                    }
+                }
+                if let Ok(mut b) = log.lock() {
+                    b.push(l);
+                }
+            })
+            .await;
+        });
+    }
+    if let Some(err) = child.stderr.take() {
+        let log = log.clone();
+        tokio::spawn(async move {
+            read_lines_lossy(err, |l| {
+                if let Ok(mut b) = log.lock() {
+                    b.push(l);
+                }
+            })
+            .await;
+        });
+    }
+    url_rx
+}
+
+/// Watcher: owns the child; reports its exit (an unexpected one stops the session with
+/// [`StopCause::EngineFailed`] and the log tail); kills the group on request.
+fn watch_child(
+    mut child: tokio::process::Child,
+    pid: Option<u32>,
+    stop: &StopSignal,
+    log: &Arc<Mutex<LogBuffer>>,
+) -> (oneshot::Sender<()>, watch::Receiver<Option<String>>) {
+    let (kill_tx, mut kill_rx) = oneshot::channel::<()>();
+    let (exit_tx, exit_rx) = watch::channel::<Option<String>>(None);
+    let stop_w = stop.clone();
+    let log_w = log.clone();
+    tokio::spawn(async move {
+        let expected;
+        let status = tokio::select! {
+            s = child.wait() => { expected = false; s }
+            _ = &mut kill_rx => {
+                expected = true;
+                if let Some(pid) = pid { signal_group(pid, libc::SIGTERM); } else { let _ = child.start_kill(); }
+                match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+                    Ok(s) => s,
+                    Err(_) => {
+                        if let Some(pid) = pid { signal_group(pid, libc::SIGKILL); }
+                        let _ = child.start_kill();
+                        child.wait().await
+                    }
+                }
+            }
+        };
+        let desc = match status {
+            Ok(s) => format!("exited with {s}"),
+            Err(e) => format!("could not be waited for: {e}"),
+        };
+        if !expected {
+            // Give the log readers a moment to drain the last lines.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let tail = log_w
+                .lock()
+                .map(|l| l.last_lines(10).join(" | "))
+                .unwrap_or_default();
+            stop_w.trigger(StopCause::EngineFailed(format!(
+                "the engine process {desc} (last log lines: {tail})"
+            )));
+        }
+        let _ = exit_tx.send(Some(desc));
+    });
+    (kill_tx, exit_rx)
 }
 
 impl Drop for EngineHandle {

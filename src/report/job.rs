@@ -349,171 +349,22 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     };
     let resumed_at = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
     let mut results = match &resumed {
-        Some(prev) => {
-            let mut r = prev.clone();
-            r.command_line = format!(
-                "{} (resumed at {resumed_at} by: {command_line})",
-                prev.command_line
-            );
-            r.interrupted = None;
-            r.complete = false;
-            // Every part-level skip is decided again by this run (multi-GPU, disabled parts,
-            // checkpoint, e2e); the kernel section keeps its own skipped cases.
-            r.skipped.clear();
-            r.checkpoint = None;
-            r.e2e = None;
-            r.runtime = None;
-            r
-        }
+        Some(prev) => resumed_results(prev, &resumed_at, &command_line),
         None => Results::new(rig, label.clone(), command_line),
     };
-    let dir = if job.write_files {
-        let d = match &job.resume {
-            // Continued in place: nothing of it is replaced, so nothing is staged.
-            Some(r) => ReportDir::continue_in(r, job.redact)?,
-            None => ReportDir::create(job.out.as_deref(), &label, job.redact, job.force)?,
-        };
-        if d.staged() {
-            eprintln!(
-                "rigbench: writing report to {} (moved to {} at the end)",
-                d.path.display(),
-                d.target.display()
-            );
-        } else {
-            eprintln!("rigbench: writing report to {}", d.path.display());
-        }
-        Some(d)
-    } else {
-        None
-    };
-    let save = |r: &Results| -> anyhow::Result<()> {
-        if let Some(d) = &dir {
-            d.write_results(r)?;
-            if let Some(k) = &r.kernels {
-                d.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
-            }
-        }
-        Ok(())
-    };
-    save(&results)?;
+    let dir = open_report_dir(&job, &label)?;
+    save(&dir, &results)?;
     crate::signals::test_hold();
 
     // Resolve --devices before measuring anything (a device the machine lacks is a flag error).
     let devices = job.devices.resolve(results.rig.gpus.len())?;
-    if let Some(why) = super::multigpu::single_gpu_reason(
-        &devices,
-        results.rig.gpus.len(),
-        results.rig.gpu_absent_reason.as_deref(),
-    ) {
-        results.skipped.push(Skip {
-            what: "multi-gpu".into(),
-            reason: why,
-        });
-    } else {
-        results.multi_gpu = Some(crate::multigpu::MultiGpuResults {
-            devices: devices.clone(),
-            ..Default::default()
-        });
-    }
+    plan_multi_gpu(&devices, &mut results);
 
     results.skipped.extend(job.disabled.iter().cloned());
     if let (Some(prev), Some(opts)) = (&resumed, job.kernels.as_ref()) {
-        // `report --resume`: rigbench's own cases are kept; the peers continue.
-        let mut k = prev.kernels.clone().unwrap_or_default();
-        let own = k.cases.iter().filter(|c| c.provider == "rigbench").count();
-        // The peer rows the interrupted run finished come back from the progress file; they
-        // are put back as they were whenever the continued peers return none (interrupted at
-        // once, --peers off, python3 missing), and their SM clock readings are kept.
-        let earlier_peers: Vec<crate::kernels::schema::KernelCase> = k
-            .cases
-            .iter()
-            .filter(|c| c.provider != "rigbench")
-            .cloned()
-            .collect();
-        let earlier_skips: Vec<crate::kernels::schema::SkippedCase> = k
-            .skipped
-            .iter()
-            .filter(|s| {
-                s.provider != "rigbench"
-                    && s.provider != crate::kernels::peers::PEERS_STOPPED_PROVIDER
-            })
-            .cloned()
-            .collect();
-        let earlier_status = k.peers.clone();
-        let earlier_stop: Vec<crate::kernels::schema::SkippedCase> = k
-            .skipped
-            .iter()
-            .filter(|s| s.provider == crate::kernels::peers::PEERS_STOPPED_PROVIDER)
-            .cloned()
-            .collect();
-        k.cases.retain(|c| c.provider == "rigbench");
-        k.skipped.retain(|s| s.provider == "rigbench");
-        k.peers.clear();
-        k.notes.retain(|n| {
-            !n.starts_with("the peer script stopped early")
-                && !n.starts_with("peer providers ran in")
-                && !n.starts_with("peers were requested")
-        });
-        // The folder is continued in place (`ReportDir::continue_in`): the script goes on from
-        // its own progress file there.
-        let folder = job.resume.as_deref().unwrap_or(std::path::Path::new("."));
-        let mut o = opts.clone();
-        o.peers_progress = Some(folder.join(super::folder::PEERS_PROGRESS));
-        o.peers_resume = true;
-        if !skip_if_interrupted(&mut results, "kernels/peers") {
-            eprintln!("rigbench: resuming the peers of {}", folder.display());
-            crate::kernels::peers::run_into(&o, &mut k);
-        }
-        if !earlier_peers.is_empty() && k.cases.iter().all(|c| c.provider == "rigbench") {
-            k.notes.push(format!(
-                "the continued peer run returned no cases; the {} peer cases of the interrupted run are kept as they were",
-                earlier_peers.len()
-            ));
-            k.cases.extend(earlier_peers.iter().cloned());
-            k.skipped.extend(earlier_skips);
-            // Still not finished: keep saying so (and keep the report resumable).
-            let stop_noted = k
-                .skipped
-                .iter()
-                .any(|s| s.provider == crate::kernels::peers::PEERS_STOPPED_PROVIDER);
-            if !stop_noted {
-                k.skipped.extend(earlier_stop);
-            }
-        }
-        // Provider statuses the continued run did not write (it stopped before, or did not run).
-        for st in earlier_status {
-            if !k.peers.iter().any(|p| p.provider == st.provider) {
-                k.peers.push(st);
-            }
-        }
-        for c in k
-            .cases
-            .iter_mut()
-            .filter(|c| c.provider != "rigbench" && c.clocks.is_none())
-        {
-            if let Some(e) = earlier_peers.iter().find(|e| {
-                e.provider == c.provider
-                    && e.implementation == c.implementation
-                    && e.shape == c.shape
-                    && e.m == c.m
-            }) {
-                c.clocks = e.clocks.clone();
-                c.sm_clock_mhz = e.sm_clock_mhz;
-                c.throttle = e.throttle.clone();
-            }
-        }
-        if let Some(d) = rig_difference(&prev.rig, &rig_now) {
-            k.notes.push(format!(
-                "the resuming process ran on a different machine state than the interrupted run ({d}): the rig section is the interrupted run's; the peers and later parts ran on this one"
-            ));
-        }
-        k.notes.push(format!(
-            "resumed at {resumed_at} by a new process (`report --resume`): the accuracy study and rigbench's {own} kernel cases are the interrupted run's (started {}); the peers went on from the {} peer cases that run finished; any later part (checkpoint, end-to-end) ran in the new process",
-            prev.created_utc,
-            earlier_peers.len()
-        ));
+        let k = resume_peers(&job, opts, prev, &rig_now, &resumed_at, &mut results);
         results.kernels = Some(k);
-        save(&results)?;
+        save(&dir, &results)?;
     }
     if resumed.is_none() && job.accuracy && !skip_if_interrupted(&mut results, "accuracy") {
         eprintln!("rigbench: CPU accuracy study of each format");
@@ -522,7 +373,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
             .kernels
             .get_or_insert_with(Default::default)
             .reference_accuracy = acc;
-        save(&results)?;
+        save(&dir, &results)?;
     }
 
     let kernel_opts = job.kernels.clone().map(|mut o| {
@@ -545,195 +396,19 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 decode_step: opts.suite.decode_step(),
             };
         if let Some(reason) = results.rig.gpu_absent_reason.clone() {
-            let why = format!("{reason}; GPU kernel benches need an NVIDIA GPU with driver ≥ 580 (CUDA 13). The CPU reference accuracy study ran instead.");
-            results.skipped.push(Skip {
-                what: "kernels".into(),
-                reason: why.clone(),
-            });
-            // The kernel section says it too (its JSON and tables are read on their own).
-            let k = results.kernels.get_or_insert_with(Default::default);
-            k.skipped.push(crate::kernels::schema::SkippedCase {
-                provider: "rigbench".into(),
-                implementation: "*".into(),
-                shape: "*".into(),
-                m: None,
-                reason: why.clone(),
-            });
-            k.notes.push(format!("no kernel case was timed: {why}"));
-            if opts.peers == crate::kernels::peers::PeerMode::On {
-                k.notes.push(format!(
-                    "peers were requested (--peers on) but did not run: {reason}"
-                ));
-            }
+            record_kernels_without_gpu(opts, &reason, &mut results);
         } else {
-            eprintln!(
-                "rigbench: kernels: suite {}, {} × {} × {} cases (a progress bar shows on a terminal)",
-                opts.suite.name,
-                crate::output::table::plural(opts.suite.shapes.len() as u64, "shape", "shapes"),
-                crate::output::table::plural(opts.suite.m.len() as u64, "M value", "M values"),
-                crate::output::table::plural(opts.formats.len() as u64, "format", "formats"),
-            );
-            let accuracy = results
-                .kernels
-                .as_ref()
-                .map(|k| k.reference_accuracy.clone())
-                .unwrap_or_default();
-            let first = devices.first().copied().unwrap_or(0);
-            let others: Vec<(usize, String)> = devices
-                .iter()
-                .skip(1)
-                .map(|&d| {
-                    let name = results
-                        .rig
-                        .gpus
-                        .get(d)
-                        .map(|g| g.name.clone())
-                        .unwrap_or_default();
-                    (d, name)
-                })
-                .collect();
-            let mut last_err = None;
-            let (outcome, other_kernels) =
-                super::multigpu::bench_devices(opts, &others, |others_now| {
-                    // Peers run on CUDA device 0 only.
-                    crate::kernels::repeats::run_repeated_with(
-                        opts,
-                        job.repeats,
-                        first == 0,
-                        |o, upd| crate::kernels::bench::run_on_device(first, o, upd),
-                        |partial| {
-                            let mut k = partial.clone();
-                            k.reference_accuracy = accuracy.clone();
-                            results.kernels = Some(k);
-                            if let Some(mg) = results.multi_gpu.as_mut() {
-                                mg.device_kernels = others_now();
-                            }
-                            if let Err(e) = save(&results) {
-                                last_err = Some(e);
-                            }
-                        },
-                    )
-                });
-            if let Some(mg) = results.multi_gpu.as_mut() {
-                mg.device_kernels = other_kernels;
-            }
-            if let Some(e) = last_err {
-                return Err(e);
-            }
-            match outcome {
-                Ok(mut k) => {
-                    k.reference_accuracy = accuracy;
-                    if let Some(sig) = crate::signals::interrupted() {
-                        // The peer cases finished before the signal are kept (peers-progress.json).
-                        results.skipped.push(Skip {
-                            what: "kernels/peers".into(),
-                            reason: format!(
-                                "stopped by {sig}: the peer cases finished before it are kept; `rigbench report --resume <this report's folder>` continues the rest"
-                            ),
-                        });
-                    } else if first != 0 && opts.peers != crate::kernels::peers::PeerMode::Off {
-                        k.notes.push(format!("peers not run: they run on CUDA device 0, and the first device selected is {first}"));
-                    }
-                    results.kernels = Some(k);
-                }
-                Err(e) => results.skipped.push(Skip {
-                    what: "kernels".into(),
-                    reason: format!("the kernel bench stopped: {e:#} (cases measured before the error are kept)"),
-                }),
-            }
-            if let Some(mg) = results.multi_gpu.as_mut() {
-                mg.spread = Some(spread_of(
-                    &results.rig,
-                    first,
-                    results.kernels.as_ref(),
-                    &mg.device_kernels,
-                ));
-            }
-            save(&results)?;
-            if let (Some(d), Some(mg)) = (&dir, &results.multi_gpu) {
-                for dk in &mg.device_kernels {
-                    if let Some(k) = &dk.kernels {
-                        d.write_text(
-                            &format!("kernels_gpu{}.csv", dk.device),
-                            &crate::kernels::render::csv(k)?,
-                        )?;
-                    }
-                }
-            }
+            bench_kernels(&job, opts, &devices, &dir, &mut results)?;
         }
     }
 
     if job.quality && resumed.is_none() && !skip_if_interrupted(&mut results, "quality") {
-        match crate::runtime::gguf_model::smollm2_if_cached() {
-            Some(path) => {
-                eprintln!(
-                    "rigbench: fidelity on trained weights ({}, CPU backend)",
-                    path.display()
-                );
-                let outcome = crate::runtime::gguf_model::GgufModel::load(&path, None).and_then(|m| {
-                    crate::runtime_eval::quality::study(
-                        &m.weights,
-                        &m.tokenizer,
-                        &format!("SmolLM2-135M-Instruct {} ({})", m.path.display(), m.content_hash),
-                        crate::runtime_eval::quality::QualitySpec::report(),
-                        &mut |what| eprintln!("rigbench: fidelity: {what}"),
-                    )
-                });
-                match outcome {
-                    Ok(q) => results.quality = Some(q),
-                    Err(e) if crate::signals::interrupted().is_some() => {
-                        results.skipped.push(Skip {
-                            what: "quality".into(),
-                            reason: format!(
-                                "not finished: interrupted by {} (the fidelity study keeps no partial figures; {e:#})",
-                                crate::signals::interrupted().unwrap_or("a signal")
-                            ),
-                        })
-                    }
-                    Err(e) => results.skipped.push(Skip {
-                        what: "quality".into(),
-                        reason: format!("the fidelity study on SmolLM2 failed: {e:#}"),
-                    }),
-                }
-            }
-            None => results.skipped.push(Skip {
-                what: "quality".into(),
-                reason: format!(
-                    "no trained model: the SmolLM2 GGUF is not at {}; run scripts/fetch-smollm2.sh to fetch it (fidelity figures below, if any, come from random weights)",
-                    crate::runtime::gguf_model::smollm2_path()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_else(|| "(no cache folder: HOME unset)".into())
-                ),
-            }),
-        }
-        save(&results)?;
+        run_quality(&mut results);
+        save(&dir, &results)?;
     }
 
     if job.interconnect {
-        let model = job.kernels.as_ref().and_then(|o| o.suite.model.clone());
-        let peers = job
-            .kernels
-            .as_ref()
-            .map(|o| o.peers)
-            .unwrap_or(crate::kernels::peers::PeerMode::Auto);
-        if let Some(mut mg) = results.multi_gpu.take() {
-            let mut skipped = Vec::new();
-            super::multigpu::interconnect(&devices, model.as_ref(), peers, &mut mg, &mut skipped);
-            results.multi_gpu = Some(mg);
-            results.skipped.extend(skipped);
-            match super::multigpu::tp_prediction(&results, model.as_ref()) {
-                Ok(tp) => {
-                    if let Some(mg) = results.multi_gpu.as_mut() {
-                        mg.tp = Some(tp);
-                    }
-                }
-                Err(why) => results.skipped.push(Skip {
-                    what: "multi-gpu/tp".into(),
-                    reason: why,
-                }),
-            }
-            save(&results)?;
-        }
+        measure_interconnect(&job, &devices, &dir, &mut results)?;
     }
 
     if let Some(ar) = &job.tp_allreduce {
@@ -745,7 +420,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
                 reason: why,
             }),
         }
-        save(&results)?;
+        save(&dir, &results)?;
     }
 
     if let Some(path) = job
@@ -753,19 +428,8 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         .as_ref()
         .filter(|_| !skip_if_interrupted(&mut results, "checkpoint"))
     {
-        eprintln!("rigbench: inspecting checkpoint {}", path.display());
-        let opts = crate::checkpoint::InspectOptions {
-            runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
-            ..crate::checkpoint::InspectOptions::from_rig(&results.rig)
-        };
-        match crate::checkpoint::inspect(path, &opts) {
-            Ok(r) => results.checkpoint = Some(r),
-            Err(e) => results.skipped.push(Skip {
-                what: "checkpoint".into(),
-                reason: format!("{e:#}"),
-            }),
-        }
-        save(&results)?;
+        inspect_checkpoint(path, &mut results);
+        save(&dir, &results)?;
     }
 
     let e2e_job = job
@@ -782,107 +446,9 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     if let (Some(opts), true, crate::runtime::backend::Device::Cuda(device)) =
         (&e2e_job, builtin, job.runtime_device)
     {
-        // The built-in runtime on the GPU: parity first, then BF16, FP8 and W4A16.
-        let o = crate::runtime_eval::section::RuntimeReportOptions {
-            model: job.runtime_model.clone(),
-            device,
-            seed: 0,
-            e2e: opts.clone(),
-            bench: crate::runtime_eval::bench::RuntimeBenchSpec::runtime_targets(),
-            gpu_memory_bytes: results.rig.gpu.as_ref().map(|g| g.memory_bytes),
-        };
-        let section = crate::runtime_eval::section::run_gpu(&o, results.kernels.as_ref());
-        if let Some(d) = &dir {
-            for f in &section.formats {
-                if let Some(e) = &f.e2e {
-                    let sub = d
-                        .path
-                        .join(crate::runtime_eval::section::e2e_dir(&f.format));
-                    // As on the CPU path: a file that cannot be written (a full disk) loses that
-                    // file, never the measured section, and the failure is said.
-                    let written = std::fs::create_dir_all(&sub)
-                        .map_err(anyhow::Error::from)
-                        .and_then(|_| crate::e2e::render::write_csv(e, &sub))
-                        .and_then(|_| match &e.engine_log {
-                            Some(log) => d.write_text(&format!("e2e-{}/engine.log", f.format), log),
-                            None => Ok(()),
-                        });
-                    if let Err(err) = written {
-                        results.failed.push(Skip {
-                            what: format!("e2e files ({})", f.format),
-                            reason: format!(
-                                "the {} runs were measured, but writing their CSV files or engine.log into {} failed: {err:#}",
-                                f.format,
-                                sub.display()
-                            ),
-                        });
-                    }
-                }
-            }
-        }
-        results.runtime = Some(section);
-        save(&results)?;
+        run_runtime_section(&job, opts, device, &dir, &mut results)?;
     } else if let Some(opts) = &e2e_job {
-        let mut opts = opts.clone();
-        if let crate::e2e::launcher::EngineChoice::Builtin { args, .. } = &mut opts.engine {
-            // The CPU backend, stated, so that a GPU rig's default does not apply.
-            args.extend(["--device".to_string(), "cpu".to_string()]);
-        }
-        let outcome = crate::e2e::run_for_report(&opts).map(|mut r| {
-            if builtin && gpu_rig {
-                r.self_test = Some("harness self-test (CPU)".into());
-            }
-            r
-        });
-        match outcome {
-            Ok(mut r) => {
-                crate::e2e::parallel::annotate(&mut r, &results.rig, None);
-                if let Some(d) = &dir {
-                    // A file that cannot be written (a full disk) loses that file, never the
-                    // measured runs: they still go into results.json, and the failure is said.
-                    let written = crate::e2e::render::write_csv(&r, &d.path).and_then(|_| match &r
-                        .engine_log
-                    {
-                        Some(log) => d.write_text("engine.log", log),
-                        None => Ok(()),
-                    });
-                    if let Err(e) = written {
-                        results.failed.push(Skip {
-                            what: "e2e files".into(),
-                            reason: format!(
-                                "the e2e runs were measured, but writing their CSV files or engine.log into {} failed: {e:#}",
-                                d.path.display()
-                            ),
-                        });
-                    }
-                }
-                if let Some(why) = e2e_failure(&r) {
-                    results.failed.push(Skip {
-                        what: "e2e".into(),
-                        reason: why,
-                    });
-                }
-                results.e2e = Some(r)
-            }
-            Err(e) => {
-                // An engine that failed to start: its log is the evidence; keep it.
-                let failed = e.downcast_ref::<crate::e2e::launcher::EngineStartFailure>();
-                if let (Some(d), Some(f)) = (&dir, failed) {
-                    if !f.log.trim().is_empty() {
-                        d.write_text("engine.log", &f.log)?;
-                    }
-                }
-                results.failed.push(Skip {
-                    what: "e2e".into(),
-                    reason: format!("{e:#}"),
-                })
-            }
-        }
-        save(&results).map_err(|e| {
-            e.context(
-                "writing results.json after the end-to-end runs failed, so they are not in it",
-            )
-        })?;
+        run_e2e_part(opts, builtin && gpu_rig, &dir, &mut results)?;
     }
 
     match crate::signals::interrupted() {
@@ -894,12 +460,547 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         }
         None => results.complete = true,
     }
-    save(&results)?;
+    save(&dir, &results)?;
     if let Some(d) = &dir {
         render_into(d, &results)?;
         d.commit()?;
     }
     Ok((results, dir))
+}
+
+/// Write results.json, and kernels.csv when there are kernel results, into the report folder
+/// (nothing without one).
+fn save(dir: &Option<ReportDir>, r: &Results) -> anyhow::Result<()> {
+    if let Some(d) = dir {
+        d.write_results(r)?;
+        if let Some(k) = &r.kernels {
+            d.write_text("kernels.csv", &crate::kernels::render::csv(k)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// The results `report --resume` starts from: the interrupted run's, its command line saying
+/// when and by what it was resumed, with every part decided again by this run cleared.
+fn resumed_results(prev: &Results, resumed_at: &str, command_line: &str) -> Results {
+    let mut r = prev.clone();
+    r.command_line = format!(
+        "{} (resumed at {resumed_at} by: {command_line})",
+        prev.command_line
+    );
+    r.interrupted = None;
+    r.complete = false;
+    // Every part-level skip is decided again by this run (multi-GPU, disabled parts,
+    // checkpoint, e2e); the kernel section keeps its own skipped cases.
+    r.skipped.clear();
+    r.checkpoint = None;
+    r.e2e = None;
+    r.runtime = None;
+    r
+}
+
+/// The report folder (created, or continued in place by `--resume`) when `write_files`,
+/// saying where it is written.
+fn open_report_dir(job: &Job, label: &str) -> anyhow::Result<Option<ReportDir>> {
+    if !job.write_files {
+        return Ok(None);
+    }
+    let d = match &job.resume {
+        // Continued in place: nothing of it is replaced, so nothing is staged.
+        Some(r) => ReportDir::continue_in(r, job.redact)?,
+        None => ReportDir::create(job.out.as_deref(), label, job.redact, job.force)?,
+    };
+    if d.staged() {
+        eprintln!(
+            "rigbench: writing report to {} (moved to {} at the end)",
+            d.path.display(),
+            d.target.display()
+        );
+    } else {
+        eprintln!("rigbench: writing report to {}", d.path.display());
+    }
+    Ok(Some(d))
+}
+
+/// The multi-GPU section for the resolved devices, or the reason it is skipped.
+fn plan_multi_gpu(devices: &[usize], results: &mut Results) {
+    if let Some(why) = super::multigpu::single_gpu_reason(
+        devices,
+        results.rig.gpus.len(),
+        results.rig.gpu_absent_reason.as_deref(),
+    ) {
+        results.skipped.push(Skip {
+            what: "multi-gpu".into(),
+            reason: why,
+        });
+    } else {
+        results.multi_gpu = Some(crate::multigpu::MultiGpuResults {
+            devices: devices.to_vec(),
+            ..Default::default()
+        });
+    }
+}
+
+/// `report --resume`: the kernel section of the interrupted run `prev` with rigbench's own
+/// cases kept and the peers continued from their progress file (their earlier rows put back
+/// when the continued run returns none), with notes saying what was resumed.
+fn resume_peers(
+    job: &Job,
+    opts: &BenchOptions,
+    prev: &Results,
+    rig_now: &crate::rig::RigFacts,
+    resumed_at: &str,
+    results: &mut Results,
+) -> crate::kernels::schema::KernelResults {
+    // `report --resume`: rigbench's own cases are kept; the peers continue.
+    let mut k = prev.kernels.clone().unwrap_or_default();
+    let own = k.cases.iter().filter(|c| c.provider == "rigbench").count();
+    // The peer rows the interrupted run finished come back from the progress file; they
+    // are put back as they were whenever the continued peers return none (interrupted at
+    // once, --peers off, python3 missing), and their SM clock readings are kept.
+    let earlier_peers: Vec<crate::kernels::schema::KernelCase> = k
+        .cases
+        .iter()
+        .filter(|c| c.provider != "rigbench")
+        .cloned()
+        .collect();
+    let earlier_skips: Vec<crate::kernels::schema::SkippedCase> = k
+        .skipped
+        .iter()
+        .filter(|s| {
+            s.provider != "rigbench" && s.provider != crate::kernels::peers::PEERS_STOPPED_PROVIDER
+        })
+        .cloned()
+        .collect();
+    let earlier_status = k.peers.clone();
+    let earlier_stop: Vec<crate::kernels::schema::SkippedCase> = k
+        .skipped
+        .iter()
+        .filter(|s| s.provider == crate::kernels::peers::PEERS_STOPPED_PROVIDER)
+        .cloned()
+        .collect();
+    k.cases.retain(|c| c.provider == "rigbench");
+    k.skipped.retain(|s| s.provider == "rigbench");
+    k.peers.clear();
+    k.notes.retain(|n| {
+        !n.starts_with("the peer script stopped early")
+            && !n.starts_with("peer providers ran in")
+            && !n.starts_with("peers were requested")
+    });
+    // The folder is continued in place (`ReportDir::continue_in`): the script goes on from
+    // its own progress file there.
+    let folder = job.resume.as_deref().unwrap_or(std::path::Path::new("."));
+    let mut o = opts.clone();
+    o.peers_progress = Some(folder.join(super::folder::PEERS_PROGRESS));
+    o.peers_resume = true;
+    if !skip_if_interrupted(results, "kernels/peers") {
+        eprintln!("rigbench: resuming the peers of {}", folder.display());
+        crate::kernels::peers::run_into(&o, &mut k);
+    }
+    if !earlier_peers.is_empty() && k.cases.iter().all(|c| c.provider == "rigbench") {
+        k.notes.push(format!(
+            "the continued peer run returned no cases; the {} peer cases of the interrupted run are kept as they were",
+            earlier_peers.len()
+        ));
+        k.cases.extend(earlier_peers.iter().cloned());
+        k.skipped.extend(earlier_skips);
+        // Still not finished: keep saying so (and keep the report resumable).
+        let stop_noted = k
+            .skipped
+            .iter()
+            .any(|s| s.provider == crate::kernels::peers::PEERS_STOPPED_PROVIDER);
+        if !stop_noted {
+            k.skipped.extend(earlier_stop);
+        }
+    }
+    // Provider statuses the continued run did not write (it stopped before, or did not run).
+    for st in earlier_status {
+        if !k.peers.iter().any(|p| p.provider == st.provider) {
+            k.peers.push(st);
+        }
+    }
+    for c in k
+        .cases
+        .iter_mut()
+        .filter(|c| c.provider != "rigbench" && c.clocks.is_none())
+    {
+        if let Some(e) = earlier_peers.iter().find(|e| {
+            e.provider == c.provider
+                && e.implementation == c.implementation
+                && e.shape == c.shape
+                && e.m == c.m
+        }) {
+            c.clocks = e.clocks.clone();
+            c.sm_clock_mhz = e.sm_clock_mhz;
+            c.throttle = e.throttle.clone();
+        }
+    }
+    if let Some(d) = rig_difference(&prev.rig, rig_now) {
+        k.notes.push(format!(
+            "the resuming process ran on a different machine state than the interrupted run ({d}): the rig section is the interrupted run's; the peers and later parts ran on this one"
+        ));
+    }
+    k.notes.push(format!(
+        "resumed at {resumed_at} by a new process (`report --resume`): the accuracy study and rigbench's {own} kernel cases are the interrupted run's (started {}); the peers went on from the {} peer cases that run finished; any later part (checkpoint, end-to-end) ran in the new process",
+        prev.created_utc,
+        earlier_peers.len()
+    ));
+    k
+}
+
+/// No GPU: the kernel part is skipped with `reason`, said in the results and in the kernel
+/// section itself.
+fn record_kernels_without_gpu(opts: &BenchOptions, reason: &str, results: &mut Results) {
+    let why = format!("{reason}; GPU kernel benches need an NVIDIA GPU with driver ≥ 580 (CUDA 13). The CPU reference accuracy study ran instead.");
+    results.skipped.push(Skip {
+        what: "kernels".into(),
+        reason: why.clone(),
+    });
+    // The kernel section says it too (its JSON and tables are read on their own).
+    let k = results.kernels.get_or_insert_with(Default::default);
+    k.skipped.push(crate::kernels::schema::SkippedCase {
+        provider: "rigbench".into(),
+        implementation: "*".into(),
+        shape: "*".into(),
+        m: None,
+        reason: why.clone(),
+    });
+    k.notes.push(format!("no kernel case was timed: {why}"));
+    if opts.peers == crate::kernels::peers::PeerMode::On {
+        k.notes.push(format!(
+            "peers were requested (--peers on) but did not run: {reason}"
+        ));
+    }
+}
+
+/// The kernel benches on the GPUs: the first device's repeats (results saved after every
+/// case), the other devices alongside, their spread, and one kernels_gpuN.csv per other device.
+fn bench_kernels(
+    job: &Job,
+    opts: &BenchOptions,
+    devices: &[usize],
+    dir: &Option<ReportDir>,
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    eprintln!(
+        "rigbench: kernels: suite {}, {} × {} × {} cases (a progress bar shows on a terminal)",
+        opts.suite.name,
+        crate::output::table::plural(opts.suite.shapes.len() as u64, "shape", "shapes"),
+        crate::output::table::plural(opts.suite.m.len() as u64, "M value", "M values"),
+        crate::output::table::plural(opts.formats.len() as u64, "format", "formats"),
+    );
+    let accuracy = results
+        .kernels
+        .as_ref()
+        .map(|k| k.reference_accuracy.clone())
+        .unwrap_or_default();
+    let first = devices.first().copied().unwrap_or(0);
+    let others: Vec<(usize, String)> = devices
+        .iter()
+        .skip(1)
+        .map(|&d| {
+            let name = results
+                .rig
+                .gpus
+                .get(d)
+                .map(|g| g.name.clone())
+                .unwrap_or_default();
+            (d, name)
+        })
+        .collect();
+    let mut last_err = None;
+    let (outcome, other_kernels) = super::multigpu::bench_devices(opts, &others, |others_now| {
+        // Peers run on CUDA device 0 only.
+        crate::kernels::repeats::run_repeated_with(
+            opts,
+            job.repeats,
+            first == 0,
+            |o, upd| crate::kernels::bench::run_on_device(first, o, upd),
+            |partial| {
+                let mut k = partial.clone();
+                k.reference_accuracy = accuracy.clone();
+                results.kernels = Some(k);
+                if let Some(mg) = results.multi_gpu.as_mut() {
+                    mg.device_kernels = others_now();
+                }
+                if let Err(e) = save(dir, results) {
+                    last_err = Some(e);
+                }
+            },
+        )
+    });
+    if let Some(mg) = results.multi_gpu.as_mut() {
+        mg.device_kernels = other_kernels;
+    }
+    if let Some(e) = last_err {
+        return Err(e);
+    }
+    match outcome {
+        Ok(mut k) => {
+            k.reference_accuracy = accuracy;
+            if let Some(sig) = crate::signals::interrupted() {
+                // The peer cases finished before the signal are kept (peers-progress.json).
+                results.skipped.push(Skip {
+                    what: "kernels/peers".into(),
+                    reason: format!(
+                        "stopped by {sig}: the peer cases finished before it are kept; `rigbench report --resume <this report's folder>` continues the rest"
+                    ),
+                });
+            } else if first != 0 && opts.peers != crate::kernels::peers::PeerMode::Off {
+                k.notes.push(format!("peers not run: they run on CUDA device 0, and the first device selected is {first}"));
+            }
+            results.kernels = Some(k);
+        }
+        Err(e) => results.skipped.push(Skip {
+            what: "kernels".into(),
+            reason: format!(
+                "the kernel bench stopped: {e:#} (cases measured before the error are kept)"
+            ),
+        }),
+    }
+    if let Some(mg) = results.multi_gpu.as_mut() {
+        mg.spread = Some(spread_of(
+            &results.rig,
+            first,
+            results.kernels.as_ref(),
+            &mg.device_kernels,
+        ));
+    }
+    save(dir, results)?;
+    if let (Some(d), Some(mg)) = (dir, &results.multi_gpu) {
+        for dk in &mg.device_kernels {
+            if let Some(k) = &dk.kernels {
+                d.write_text(
+                    &format!("kernels_gpu{}.csv", dk.device),
+                    &crate::kernels::render::csv(k)?,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The fidelity study on SmolLM2's trained weights (CPU) into `results.quality`, or the reason
+/// it did not run (no model in the cache, a failure, an interruption).
+fn run_quality(results: &mut Results) {
+    match crate::runtime::gguf_model::smollm2_if_cached() {
+        Some(path) => {
+            eprintln!(
+                "rigbench: fidelity on trained weights ({}, CPU backend)",
+                path.display()
+            );
+            let outcome = crate::runtime::gguf_model::GgufModel::load(&path, None).and_then(|m| {
+                crate::runtime_eval::quality::study(
+                    &m.weights,
+                    &m.tokenizer,
+                    &format!(
+                        "SmolLM2-135M-Instruct {} ({})",
+                        m.path.display(),
+                        m.content_hash
+                    ),
+                    crate::runtime_eval::quality::QualitySpec::report(),
+                    &mut |what| eprintln!("rigbench: fidelity: {what}"),
+                )
+            });
+            match outcome {
+                Ok(q) => results.quality = Some(q),
+                Err(e) if crate::signals::interrupted().is_some() => {
+                    results.skipped.push(Skip {
+                        what: "quality".into(),
+                        reason: format!(
+                            "not finished: interrupted by {} (the fidelity study keeps no partial figures; {e:#})",
+                            crate::signals::interrupted().unwrap_or("a signal")
+                        ),
+                    })
+                }
+                Err(e) => results.skipped.push(Skip {
+                    what: "quality".into(),
+                    reason: format!("the fidelity study on SmolLM2 failed: {e:#}"),
+                }),
+            }
+        }
+        None => results.skipped.push(Skip {
+            what: "quality".into(),
+            reason: format!(
+                "no trained model: the SmolLM2 GGUF is not at {}; run scripts/fetch-smollm2.sh to fetch it (fidelity figures below, if any, come from random weights)",
+                crate::runtime::gguf_model::smollm2_path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "(no cache folder: HOME unset)".into())
+            ),
+        }),
+    }
+}
+
+/// With a multi-GPU section: the interconnect measured and the tensor-parallel prediction
+/// from it (or why not), then saved.
+fn measure_interconnect(
+    job: &Job,
+    devices: &[usize],
+    dir: &Option<ReportDir>,
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    let model = job.kernels.as_ref().and_then(|o| o.suite.model.clone());
+    let peers = job
+        .kernels
+        .as_ref()
+        .map(|o| o.peers)
+        .unwrap_or(crate::kernels::peers::PeerMode::Auto);
+    if let Some(mut mg) = results.multi_gpu.take() {
+        let mut skipped = Vec::new();
+        super::multigpu::interconnect(devices, model.as_ref(), peers, &mut mg, &mut skipped);
+        results.multi_gpu = Some(mg);
+        results.skipped.extend(skipped);
+        match super::multigpu::tp_prediction(results, model.as_ref()) {
+            Ok(tp) => {
+                if let Some(mg) = results.multi_gpu.as_mut() {
+                    mg.tp = Some(tp);
+                }
+            }
+            Err(why) => results.skipped.push(Skip {
+                what: "multi-gpu/tp".into(),
+                reason: why,
+            }),
+        }
+        save(dir, results)?;
+    }
+    Ok(())
+}
+
+/// The checkpoint inspection (card and memory from the rig probe) into `results.checkpoint`,
+/// or its error as a skip.
+fn inspect_checkpoint(path: &std::path::Path, results: &mut Results) {
+    eprintln!("rigbench: inspecting checkpoint {}", path.display());
+    let opts = crate::checkpoint::InspectOptions {
+        runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
+        ..crate::checkpoint::InspectOptions::from_rig(&results.rig)
+    };
+    match crate::checkpoint::inspect(path, &opts) {
+        Ok(r) => results.checkpoint = Some(r),
+        Err(e) => results.skipped.push(Skip {
+            what: "checkpoint".into(),
+            reason: format!("{e:#}"),
+        }),
+    }
+}
+
+/// The built-in runtime on the GPU: parity first, then BF16, FP8 and W4A16 (the runtime
+/// section), each format's e2e CSV files and engine log written into its own folder.
+fn run_runtime_section(
+    job: &Job,
+    opts: &crate::e2e::E2eOptions,
+    device: usize,
+    dir: &Option<ReportDir>,
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    let o = crate::runtime_eval::section::RuntimeReportOptions {
+        model: job.runtime_model.clone(),
+        device,
+        seed: 0,
+        e2e: opts.clone(),
+        bench: crate::runtime_eval::bench::RuntimeBenchSpec::runtime_targets(),
+        gpu_memory_bytes: results.rig.gpu.as_ref().map(|g| g.memory_bytes),
+    };
+    let section = crate::runtime_eval::section::run_gpu(&o, results.kernels.as_ref());
+    if let Some(d) = dir {
+        for f in &section.formats {
+            if let Some(e) = &f.e2e {
+                let sub = d
+                    .path
+                    .join(crate::runtime_eval::section::e2e_dir(&f.format));
+                // As on the CPU path: a file that cannot be written (a full disk) loses that
+                // file, never the measured section, and the failure is said.
+                let written = std::fs::create_dir_all(&sub)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|_| crate::e2e::render::write_csv(e, &sub))
+                    .and_then(|_| match &e.engine_log {
+                        Some(log) => d.write_text(&format!("e2e-{}/engine.log", f.format), log),
+                        None => Ok(()),
+                    });
+                if let Err(err) = written {
+                    results.failed.push(Skip {
+                        what: format!("e2e files ({})", f.format),
+                        reason: format!(
+                            "the {} runs were measured, but writing their CSV files or engine.log into {} failed: {err:#}",
+                            f.format,
+                            sub.display()
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    results.runtime = Some(section);
+    save(dir, results)?;
+    Ok(())
+}
+
+/// The end-to-end runs against an engine (the built-in runtime on the CPU, or an external
+/// one): their CSV files and engine log written, a failure said; `self_test` marks a CPU run
+/// of the built-in runtime on a GPU rig.
+fn run_e2e_part(
+    opts: &crate::e2e::E2eOptions,
+    self_test: bool,
+    dir: &Option<ReportDir>,
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    let mut opts = opts.clone();
+    if let crate::e2e::launcher::EngineChoice::Builtin { args, .. } = &mut opts.engine {
+        // The CPU backend, stated, so that a GPU rig's default does not apply.
+        args.extend(["--device".to_string(), "cpu".to_string()]);
+    }
+    let outcome = crate::e2e::run_for_report(&opts).map(|mut r| {
+        if self_test {
+            r.self_test = Some("harness self-test (CPU)".into());
+        }
+        r
+    });
+    match outcome {
+        Ok(mut r) => {
+            crate::e2e::parallel::annotate(&mut r, &results.rig, None);
+            if let Some(d) = dir {
+                // A file that cannot be written (a full disk) loses that file, never the
+                // measured runs: they still go into results.json, and the failure is said.
+                let written =
+                    crate::e2e::render::write_csv(&r, &d.path).and_then(|_| match &r.engine_log {
+                        Some(log) => d.write_text("engine.log", log),
+                        None => Ok(()),
+                    });
+                if let Err(e) = written {
+                    results.failed.push(Skip {
+                        what: "e2e files".into(),
+                        reason: format!(
+                            "the e2e runs were measured, but writing their CSV files or engine.log into {} failed: {e:#}",
+                            d.path.display()
+                        ),
+                    });
+                }
+            }
+            if let Some(why) = e2e_failure(&r) {
+                results.failed.push(Skip {
+                    what: "e2e".into(),
+                    reason: why,
+                });
+            }
+            results.e2e = Some(r)
+        }
+        Err(e) => {
+            // An engine that failed to start: its log is the evidence; keep it.
+            let failed = e.downcast_ref::<crate::e2e::launcher::EngineStartFailure>();
+            if let (Some(d), Some(f)) = (dir, failed) {
+                if !f.log.trim().is_empty() {
+                    d.write_text("engine.log", &f.log)?;
+                }
+            }
+            results.failed.push(Skip {
+                what: "e2e".into(),
+                reason: format!("{e:#}"),
+            })
+        }
+    }
+    save(dir, results).map_err(|e| {
+        e.context("writing results.json after the end-to-end runs failed, so they are not in it")
+    })?;
+    Ok(())
 }
 
 /// Why the end-to-end part failed, as `rigbench e2e` judges it (an engine that stopped during

@@ -990,163 +990,17 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
     let mut notes: Vec<String> = Vec::new();
     // The shape, tokenizer, template and provenance; a checkpoint is mapped (headers only
     // read) and its format resolved here, before any weight is touched.
-    let mut mapped = None;
-    // A GGUF file's weights, dequantized to BF16 while loading (both backends take them).
-    let mut gguf_weights: Option<super::weights::ModelWeights> = None;
-    let (mc, tokenizer, template, provenance) = match &source {
-        ModelSource::Synthetic(name) => {
-            let mut mc = ModelConfig::preset(name)
-                .ok_or_else(|| RigError::flag("--model", format!("unknown preset {name}")))?;
-            if let Some(n) = config.num_layers {
-                mc.num_layers = mc.num_layers.min(n);
-            }
-            let tok = Tokenizer::bytes(mc.vocab_size, &[])?;
-            let prov = ModelProvenance::Synthetic {
-                preset: name.clone(),
-                seed: config.seed,
-                num_layers: mc.num_layers,
-            };
-            (mc, tok, ChatTemplate::builtin(), prov)
-        }
-        ModelSource::Dir(dir) => {
-            let hf = ModelConfig::read_hf_config(&dir.join("config.json"))?;
-            notes.extend(hf.warnings.iter().map(|w| format!("config.json: {w}")));
-            let mut mc = hf.config;
-            if let Some(n) = config.num_layers {
-                mc.num_layers = mc.num_layers.min(n);
-            }
-            let m = MappedCheckpoint::open(dir, &mc)?;
-            for n in m.notes() {
-                if !notes.contains(n) {
-                    notes.push(n.clone());
-                }
-            }
-            let prov = ModelProvenance::Checkpoint {
-                path: dir.display().to_string(),
-                content_hash: m.content_hash(),
-            };
-            let mut eos = mc.eos_token_ids.clone();
-            eos.extend(read_generation_eos(dir)?);
-            let tok = if dir.join("tokenizer.json").is_file() {
-                Tokenizer::from_dir(dir, &eos)?
-            } else {
-                Tokenizer::bytes(mc.vocab_size, &eos).map_err(|e| {
-                    RigError::file(
-                        dir.join("config.json"),
-                        format!(
-                            "no tokenizer.json, and the byte-level fallback cannot be used: {e}"
-                        ),
-                    )
-                })?
-            };
-            let tmpl = ChatTemplate::from_dir(dir, tok.bos_token.clone(), tok.eos_token.clone())?
-                .unwrap_or_else(ChatTemplate::builtin);
-            mapped = Some(m);
-            (mc, tok, tmpl, prov)
-        }
-        ModelSource::Gguf(path) => {
-            let m = super::gguf_model::GgufModel::load(path, config.num_layers)?;
-            notes.extend(m.notes.iter().cloned());
-            let prov = ModelProvenance::Checkpoint {
-                path: m.path.display().to_string(),
-                content_hash: m.content_hash.clone(),
-            };
-            let (mc, tok, tmpl) = (m.config.clone(), m.tokenizer, m.template);
-            gguf_weights = Some(m.weights);
-            (mc, tok, tmpl, prov)
-        }
-    };
-    let stored = mapped
-        .as_ref()
-        .map_or(WeightFormat::Bf16, MappedCheckpoint::format);
-    if let Some(recipe) = config.quantize {
-        if stored != WeightFormat::Bf16 && QuantRecipe::Uniform(stored) != recipe {
-            return Err(RigError::flag(
-                "--quantize",
-                format!(
-                    "the checkpoint is already {}; only BF16 weights can be quantized at load",
-                    stored.id()
-                ),
-            )
-            .into());
-        }
-    }
-    let max_model_len = config.max_model_len.unwrap_or(mc.max_position_embeddings);
-    if max_model_len > mc.max_position_embeddings {
-        return Err(RigError::flag(
-            "--max-model-len",
-            format!(
-                "{max_model_len} exceeds the model's max_position_embeddings ({})",
-                mc.max_position_embeddings
-            ),
-        )
-        .into());
-    }
-    let backend: Box<dyn Backend> = match config.device {
-        Device::Cpu => {
-            let mut weights = match (&mapped, gguf_weights.take()) {
-                (_, Some(w)) => w,
-                (None, None) => {
-                    // Large presets take minutes on a CPU: say how far synthesis is, as plain
-                    // lines on stderr (a terminal is not needed), at most every 2 s.
-                    let start = std::time::Instant::now();
-                    let mut last = start;
-                    let mut report = |done: usize, total: usize| {
-                        let now = std::time::Instant::now();
-                        if done > 0 && (now - last).as_secs_f64() >= 2.0 {
-                            last = now;
-                            eprintln!(
-                                "rigbench serve: synthesizing weights: layer {done}/{total} ({:.0} s)",
-                                (now - start).as_secs_f64()
-                            );
-                        }
-                    };
-                    super::weights::synthesize_with_progress(&mc, config.seed, &mut report)
-                }
-                (Some(m), None) => m.to_weights()?,
-            };
-            drop(mapped);
-            if let Some(recipe) = config.quantize {
-                weights.quantize_recipe(recipe)?;
-            }
-            let threads = config
-                .num_threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            Box::new(CpuBackend::new(weights, threads))
-        }
-        Device::Cuda(ordinal) => {
-            drop(mapped);
-            let weights = match &source {
-                ModelSource::Synthetic(_) => WeightSource::Synthetic {
-                    config: mc.clone(),
-                    seed: config.seed,
-                },
-                ModelSource::Dir(dir) => WeightSource::Checkpoint {
-                    dir: dir.clone(),
-                    config: mc.clone(),
-                },
-                ModelSource::Gguf(_) => WeightSource::Host(Box::new(
-                    gguf_weights.take().context("GGUF weights not loaded")?,
-                )),
-            };
-            let b = CudaBackend::load(CudaLoadSpec {
-                device: ordinal,
-                weights,
-                quantize: config.quantize,
-                max_num_batched_tokens: config.max_num_batched_tokens,
-                max_num_seqs: config.max_num_seqs,
-                max_model_len,
-                kv_dtype: config.kv_cache_dtype,
-                block_size: config.block_size,
-            })
-            .with_context(|| format!("loading {} on cuda:{ordinal}", config.model))?;
-            Box::new(b)
-        }
-    };
+    let ModelParts {
+        config: mc,
+        tokenizer,
+        template,
+        provenance,
+        mapped,
+        gguf_weights,
+    } = read_model(config, &source, &mut notes)?;
+    let max_model_len = check_load_flags(config, mapped.as_ref(), &mc)?;
+    let backend = build_backend(config, &source, &mc, mapped, gguf_weights, max_model_len)?;
     let memory = backend.device_memory();
-    let utilization = config
-        .gpu_memory_utilization
-        .unwrap_or(super::memory::DEFAULT_GPU_MEMORY_UTILIZATION);
     let hybrid = backend.config().is_hybrid();
     let enable_prefix_caching = config.enable_prefix_caching && !hybrid;
     if hybrid {
@@ -1164,28 +1018,13 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
             .into());
         }
     }
-    let plan = super::memory::plan_memory(
-        backend.config(),
+    let plan = plan_kv(
+        config,
+        backend.as_ref(),
         memory.as_ref(),
-        utilization,
-        config.kv_cache_memory,
-        config.block_size,
-        config.kv_cache_dtype,
         max_model_len,
-        config.gpu_memory_utilization.is_some(),
-        hybrid.then(|| super::memory::StateSpec {
-            bytes_per_slot: backend.state_bytes_per_slot(),
-            max_num_seqs: config.max_num_seqs,
-        }),
-    )
-    .map_err(|e| {
-        let flag = if config.kv_cache_memory.is_some() || memory.is_none() {
-            "--kv-cache-memory"
-        } else {
-            "--gpu-memory-utilization"
-        };
-        RigError::flag(flag, e)
-    })?;
+        hybrid,
+    )?;
     let capacity = plan.capacity();
     let mc = backend.config().clone();
     let kv = KvCacheSpec {
@@ -1266,6 +1105,247 @@ pub fn load(config: &ServeConfig) -> anyhow::Result<Loaded> {
         template: Arc::new(template),
         metrics,
     })
+}
+
+/// Refuse `--quantize` of a checkpoint stored in another format, and a `--max-model-len` beyond
+/// the model's; returns the max model length.
+fn check_load_flags(
+    config: &ServeConfig,
+    mapped: Option<&MappedCheckpoint>,
+    mc: &ModelConfig,
+) -> anyhow::Result<usize> {
+    let stored = mapped.map_or(WeightFormat::Bf16, MappedCheckpoint::format);
+    if let Some(recipe) = config.quantize {
+        if stored != WeightFormat::Bf16 && QuantRecipe::Uniform(stored) != recipe {
+            return Err(RigError::flag(
+                "--quantize",
+                format!(
+                    "the checkpoint is already {}; only BF16 weights can be quantized at load",
+                    stored.id()
+                ),
+            )
+            .into());
+        }
+    }
+    let max_model_len = config.max_model_len.unwrap_or(mc.max_position_embeddings);
+    if max_model_len > mc.max_position_embeddings {
+        return Err(RigError::flag(
+            "--max-model-len",
+            format!(
+                "{max_model_len} exceeds the model's max_position_embeddings ({})",
+                mc.max_position_embeddings
+            ),
+        )
+        .into());
+    }
+    Ok(max_model_len)
+}
+
+/// What [`read_model`] reads of a model before any weight is touched.
+struct ModelParts {
+    config: ModelConfig,
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    provenance: ModelProvenance,
+    /// A checkpoint folder, mapped (headers read) with its format resolved.
+    mapped: Option<MappedCheckpoint>,
+    /// A GGUF file's weights, dequantized to BF16 while loading (both backends take them).
+    gguf_weights: Option<super::weights::ModelWeights>,
+}
+
+/// The shape, tokenizer, template and provenance of the model `source` names (a synthetic
+/// preset, a checkpoint folder, a GGUF file), with the notes reading it gave.
+fn read_model(
+    config: &ServeConfig,
+    source: &ModelSource,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<ModelParts> {
+    let mut mapped = None;
+    let mut gguf_weights: Option<super::weights::ModelWeights> = None;
+    let (mc, tokenizer, template, provenance) = match source {
+        ModelSource::Synthetic(name) => {
+            let mut mc = ModelConfig::preset(name)
+                .ok_or_else(|| RigError::flag("--model", format!("unknown preset {name}")))?;
+            if let Some(n) = config.num_layers {
+                mc.num_layers = mc.num_layers.min(n);
+            }
+            let tok = Tokenizer::bytes(mc.vocab_size, &[])?;
+            let prov = ModelProvenance::Synthetic {
+                preset: name.clone(),
+                seed: config.seed,
+                num_layers: mc.num_layers,
+            };
+            (mc, tok, ChatTemplate::builtin(), prov)
+        }
+        ModelSource::Dir(dir) => {
+            let hf = ModelConfig::read_hf_config(&dir.join("config.json"))?;
+            notes.extend(hf.warnings.iter().map(|w| format!("config.json: {w}")));
+            let mut mc = hf.config;
+            if let Some(n) = config.num_layers {
+                mc.num_layers = mc.num_layers.min(n);
+            }
+            let m = MappedCheckpoint::open(dir, &mc)?;
+            for n in m.notes() {
+                if !notes.contains(n) {
+                    notes.push(n.clone());
+                }
+            }
+            let prov = ModelProvenance::Checkpoint {
+                path: dir.display().to_string(),
+                content_hash: m.content_hash(),
+            };
+            let mut eos = mc.eos_token_ids.clone();
+            eos.extend(read_generation_eos(dir)?);
+            let tok = if dir.join("tokenizer.json").is_file() {
+                Tokenizer::from_dir(dir, &eos)?
+            } else {
+                Tokenizer::bytes(mc.vocab_size, &eos).map_err(|e| {
+                    RigError::file(
+                        dir.join("config.json"),
+                        format!(
+                            "no tokenizer.json, and the byte-level fallback cannot be used: {e}"
+                        ),
+                    )
+                })?
+            };
+            let tmpl = ChatTemplate::from_dir(dir, tok.bos_token.clone(), tok.eos_token.clone())?
+                .unwrap_or_else(ChatTemplate::builtin);
+            mapped = Some(m);
+            (mc, tok, tmpl, prov)
+        }
+        ModelSource::Gguf(path) => {
+            let m = super::gguf_model::GgufModel::load(path, config.num_layers)?;
+            notes.extend(m.notes.iter().cloned());
+            let prov = ModelProvenance::Checkpoint {
+                path: m.path.display().to_string(),
+                content_hash: m.content_hash.clone(),
+            };
+            let (mc, tok, tmpl) = (m.config.clone(), m.tokenizer, m.template);
+            gguf_weights = Some(m.weights);
+            (mc, tok, tmpl, prov)
+        }
+    };
+    Ok(ModelParts {
+        config: mc,
+        tokenizer,
+        template,
+        provenance,
+        mapped,
+        gguf_weights,
+    })
+}
+
+/// The backend for `config.device`: on the CPU the weights on the host (synthesized with
+/// progress lines, or read from the checkpoint; `--quantize` applied); on CUDA
+/// [`CudaBackend::load`]. The mapped checkpoint is released before the weights are quantized
+/// or uploaded.
+fn build_backend(
+    config: &ServeConfig,
+    source: &ModelSource,
+    mc: &ModelConfig,
+    mapped: Option<MappedCheckpoint>,
+    mut gguf_weights: Option<super::weights::ModelWeights>,
+    max_model_len: usize,
+) -> anyhow::Result<Box<dyn Backend>> {
+    let backend: Box<dyn Backend> = match config.device {
+        Device::Cpu => {
+            let mut weights = match (&mapped, gguf_weights.take()) {
+                (_, Some(w)) => w,
+                (None, None) => {
+                    // Large presets take minutes on a CPU: say how far synthesis is, as plain
+                    // lines on stderr (a terminal is not needed), at most every 2 s.
+                    let start = std::time::Instant::now();
+                    let mut last = start;
+                    let mut report = |done: usize, total: usize| {
+                        let now = std::time::Instant::now();
+                        if done > 0 && (now - last).as_secs_f64() >= 2.0 {
+                            last = now;
+                            eprintln!(
+                                "rigbench serve: synthesizing weights: layer {done}/{total} ({:.0} s)",
+                                (now - start).as_secs_f64()
+                            );
+                        }
+                    };
+                    super::weights::synthesize_with_progress(mc, config.seed, &mut report)
+                }
+                (Some(m), None) => m.to_weights()?,
+            };
+            drop(mapped);
+            if let Some(recipe) = config.quantize {
+                weights.quantize_recipe(recipe)?;
+            }
+            let threads = config
+                .num_threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            Box::new(CpuBackend::new(weights, threads))
+        }
+        Device::Cuda(ordinal) => {
+            drop(mapped);
+            let weights = match source {
+                ModelSource::Synthetic(_) => WeightSource::Synthetic {
+                    config: mc.clone(),
+                    seed: config.seed,
+                },
+                ModelSource::Dir(dir) => WeightSource::Checkpoint {
+                    dir: dir.clone(),
+                    config: mc.clone(),
+                },
+                ModelSource::Gguf(_) => WeightSource::Host(Box::new(
+                    gguf_weights.take().context("GGUF weights not loaded")?,
+                )),
+            };
+            let b = CudaBackend::load(CudaLoadSpec {
+                device: ordinal,
+                weights,
+                quantize: config.quantize,
+                max_num_batched_tokens: config.max_num_batched_tokens,
+                max_num_seqs: config.max_num_seqs,
+                max_model_len,
+                kv_dtype: config.kv_cache_dtype,
+                block_size: config.block_size,
+            })
+            .with_context(|| format!("loading {} on cuda:{ordinal}", config.model))?;
+            Box::new(b)
+        }
+    };
+    Ok(backend)
+}
+
+/// The memory plan of the KV cache (and a hybrid's state slots) from the backend's memory
+/// facts; its error names the flag that sets the budget.
+fn plan_kv(
+    config: &ServeConfig,
+    backend: &dyn Backend,
+    memory: Option<&super::backend::DeviceMemory>,
+    max_model_len: usize,
+    hybrid: bool,
+) -> anyhow::Result<KvPlan> {
+    let utilization = config
+        .gpu_memory_utilization
+        .unwrap_or(super::memory::DEFAULT_GPU_MEMORY_UTILIZATION);
+    let plan = super::memory::plan_memory(
+        backend.config(),
+        memory,
+        utilization,
+        config.kv_cache_memory,
+        config.block_size,
+        config.kv_cache_dtype,
+        max_model_len,
+        config.gpu_memory_utilization.is_some(),
+        hybrid.then(|| super::memory::StateSpec {
+            bytes_per_slot: backend.state_bytes_per_slot(),
+            max_num_seqs: config.max_num_seqs,
+        }),
+    )
+    .map_err(|e| {
+        let flag = if config.kv_cache_memory.is_some() || memory.is_none() {
+            "--kv-cache-memory"
+        } else {
+            "--gpu-memory-utilization"
+        };
+        RigError::flag(flag, e)
+    })?;
+    Ok(plan)
 }
 
 /// Start the engine thread.

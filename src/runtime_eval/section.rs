@@ -241,26 +241,8 @@ pub fn run_gpu(
         device: format!("cuda:{}", o.device),
         ..Default::default()
     };
-    // A hybrid model is checked on the hybrid path (Gated-DeltaNet and gated attention kernels).
-    let parity_preset = match model_config(&o.model) {
-        Ok(c) if c.is_hybrid() => "tiny-hybrid",
-        _ => "tiny",
-    };
-    match gpu_parity_of(o.device, parity_preset) {
-        Ok(p) => {
-            let passed = p.passed;
-            s.parity = Some(p);
-            if !passed {
-                s.skipped.push("every GPU timing: the parity check against the CPU backend failed (correct before fast)".into());
-                return s;
-            }
-        }
-        Err(e) => {
-            s.skipped.push(format!(
-                "every GPU timing: the parity check could not run: {e:#}"
-            ));
-            return s;
-        }
+    if !parity_passed(o, &mut s) {
+        return s;
     }
     let config = match model_config(&o.model) {
         Ok(c) => c,
@@ -305,199 +287,275 @@ pub fn run_gpu(
     } else {
         None
     };
+    let ctx = FormatContext {
+        o,
+        config: &config,
+        host: host.as_ref(),
+        prompts: &prompts,
+        model_desc: &model_desc,
+        bw,
+        peak: &peak,
+    };
     for fmt in REPORT_FORMATS {
-        let mut run = FormatRun {
-            format: fmt.id().into(),
-            e2e: None,
-            bench: None,
-            error: None,
-            decode_contexts: Vec::new(),
-            decode_attention: None,
-        };
-        // End to end against `rigbench serve` on the GPU.
-        let mut args = vec![
-            "--model".to_string(),
-            o.model.clone(),
-            "--device".into(),
-            format!("cuda:{}", o.device),
-            "--seed".into(),
-            o.seed.to_string(),
-        ];
-        if fmt != WeightFormat::Bf16 {
-            args.extend(["--quantize".into(), fmt.id().into()]);
-        }
-        let mut eo = o.e2e.clone();
-        eo.engine = crate::e2e::launcher::EngineChoice::Builtin {
-            program: None,
-            args,
-        };
-        match crate::e2e::run_for_report(&eo) {
-            Ok(r) => run.e2e = Some(r),
-            Err(e) => run.error = Some(format!("e2e: {e:#}")),
-        }
-        // In-process benchmarks and fidelity.
-        let quantize = (fmt != WeightFormat::Bf16).then_some(fmt);
-        match load_cuda(o, &config, quantize, host.as_ref()) {
-            Ok(mut b) => {
-                // Decode by context first: it sizes its own KV cache, which the benchmarks'
-                // engine replaces with its planned one.
-                match super::decode_profile::measure(
-                    &mut b,
-                    &super::decode_profile::TOK_S_CONTEXTS,
-                    &super::decode_profile::PROFILE_CONTEXTS,
-                ) {
-                    Ok(v) => {
-                        run.decode_contexts = v;
-                        run.decode_attention = Some(b.decode_attention().describe().to_string());
-                    }
-                    Err(e) => s
-                        .skipped
-                        .push(format!("decode by context of {}: {e:#}", fmt.id())),
-                }
-                let mut b: Box<dyn Backend> = Box::new(b);
-                if fmt != WeightFormat::Bf16 {
-                    // The BF16 reference on identical weights, loaded only for the comparison
-                    // (so that no e2e session shares the GPU with it).
-                    match load_cuda(o, &config, None, host.as_ref()) {
-                        Ok(mut r) => {
-                            match super::check::fidelity(
-                                &mut r,
-                                b.as_mut(),
-                                &prompts,
-                                FIDELITY_TOKENS,
-                            ) {
-                                Ok(f) => s.fidelity.push(f),
-                                Err(e) => {
-                                    s.skipped.push(format!("fidelity of {}: {e:#}", fmt.id()))
-                                }
-                            }
-                        }
-                        Err(e) => s.skipped.push(format!(
-                            "fidelity of {}: the BF16 reference did not load: {e:#}",
-                            fmt.id()
-                        )),
-                    }
-                }
-                match super::bench::run(
-                    b,
-                    o.bench.for_model(&config),
-                    KvCacheDtype::Bf16,
-                    &model_desc,
-                ) {
-                    Ok((mut bench, _back)) => {
-                        bench.attach_roofline(bw, peak.clone());
-                        let allocated = run
-                            .e2e
-                            .as_ref()
-                            .and_then(|e| e.runs.first())
-                            .and_then(|r| r.conditions.kv.capacity_tokens.as_ref())
-                            .map(|t| t.value);
-                        if let (Some(a), Some(mem)) = (allocated, o.gpu_memory_bytes) {
-                            let w = crate::runtime::memory::estimate_weight_bytes(&config, fmt);
-                            let per_tok = crate::runtime::kv_cache::kv_bytes_per_block(
-                                &config,
-                                1,
-                                KvCacheDtype::Bf16,
-                            );
-                            if let Some(p) =
-                                crate::checkpoint::capacity::predict_kv_tokens_with_states(
-                                    mem,
-                                    0.9,
-                                    w,
-                                    crate::checkpoint::DEFAULT_RESERVE_BYTES,
-                                    per_tok,
-                                    config.gdn_state_bytes(
-                                        crate::runtime::hybrid::CONV_STATE_ELEM_BYTES,
-                                    ),
-                                    // The e2e engine runs with rigbench serve's defaults.
-                                    crate::runtime::engine::DEFAULT_MAX_NUM_SEQS as u64,
-                                    config.max_position_embeddings as u64,
-                                )
-                            {
-                                bench.attach_kv_capacity(a, p, format!(
-                                    "inspect's formula: {} × 0.9 − weights {} − reserve {}, ÷ {per_tok} B/token; allocated from the e2e run's /metrics",
-                                    crate::output::table::human_bytes(mem),
-                                    crate::output::table::human_bytes(w),
-                                    crate::output::table::human_bytes(crate::checkpoint::DEFAULT_RESERVE_BYTES)
-                                ));
-                            }
-                        }
-                        run.bench = Some(bench);
-                    }
-                    Err(e) => run.error = Some(format!("benchmarks: {e:#}")),
-                }
-            }
-            Err(e) => {
-                let prev = run
-                    .error
-                    .take()
-                    .map(|x| format!("{x}; "))
-                    .unwrap_or_default();
-                run.error = Some(format!(
-                    "{prev}loading {} on cuda:{}: {e:#}",
-                    fmt.id(),
-                    o.device
-                ));
-            }
-        }
+        let run = run_format(&ctx, fmt, &mut s);
         s.formats.push(run);
     }
     if bw.is_none() && s.formats.iter().any(|f| f.bench.is_some()) {
-        // On the H200 the copy after the runtime read 3.76–4.12 TB/s where the one before it,
-        // the kernel bench and `devcheck` read 4.17–4.23 on the same machines: the bound takes
-        // the higher measurement (the tighter bound), and its source names both.
-        let after = section_copy_bandwidth(o.device);
-        let (best, source) = match (copy_before, after) {
-            (Some(Ok(b)), Ok(a)) => {
-                let source = format!(
-                    "the higher of two device-to-device copies of {} MiB measured by this section (no kernel bench in this run): {:.2} TB/s before the runtime ran, {:.2} TB/s after",
-                    a.bytes.max(b.bytes) >> 20,
-                    b.bytes_per_s / 1e12,
-                    a.bytes_per_s / 1e12
-                );
-                (
-                    Ok(if b.bytes_per_s > a.bytes_per_s { b } else { a }),
-                    source,
+        attach_section_copy_bound(o.device, copy_before, &peak, &mut s);
+    }
+    s
+}
+
+/// Correct before fast: the GPU parity check of [`run_gpu`] (on the hybrid path for a hybrid
+/// model: Gated-DeltaNet and gated attention kernels) into `s`; false, with every GPU timing
+/// skipped and the reason, when it failed or could not run.
+fn parity_passed(o: &RuntimeReportOptions, s: &mut RuntimeSection) -> bool {
+    // A hybrid model is checked on the hybrid path (Gated-DeltaNet and gated attention kernels).
+    let parity_preset = match model_config(&o.model) {
+        Ok(c) if c.is_hybrid() => "tiny-hybrid",
+        _ => "tiny",
+    };
+    match gpu_parity_of(o.device, parity_preset) {
+        Ok(p) => {
+            let passed = p.passed;
+            s.parity = Some(p);
+            if !passed {
+                s.skipped.push("every GPU timing: the parity check against the CPU backend failed (correct before fast)".into());
+                return false;
+            }
+        }
+        Err(e) => {
+            s.skipped.push(format!(
+                "every GPU timing: the parity check could not run: {e:#}"
+            ));
+            return false;
+        }
+    }
+    true
+}
+
+/// What every format's runs in [`run_gpu`] share.
+struct FormatContext<'a> {
+    o: &'a RuntimeReportOptions,
+    config: &'a ModelConfig,
+    /// A GGUF file's weights, dequantized once and handed to each CUDA load.
+    host: Option<&'a crate::runtime::weights::ModelWeights>,
+    /// The fidelity prompts (the model's own tokens of real text).
+    prompts: &'a [Vec<u32>],
+    model_desc: &'a str,
+    /// The kernel bench's copy bandwidth, bytes/s (`None`: no kernel bench in this run).
+    bw: Option<f64>,
+    /// The kernel bench's BF16 peak and where it was measured.
+    peak: &'a Option<(f64, String)>,
+}
+
+/// One format's runs: end to end against `rigbench serve` on the GPU, then in process (decode
+/// by context, fidelity against BF16 on identical weights, the benchmarks with their roofline
+/// and KV-capacity check). Failures go into the run's error or `s.skipped`.
+fn run_format(ctx: &FormatContext<'_>, fmt: WeightFormat, s: &mut RuntimeSection) -> FormatRun {
+    let (o, config) = (ctx.o, ctx.config);
+    let mut run = FormatRun {
+        format: fmt.id().into(),
+        e2e: None,
+        bench: None,
+        error: None,
+        decode_contexts: Vec::new(),
+        decode_attention: None,
+    };
+    // End to end against `rigbench serve` on the GPU.
+    let mut args = vec![
+        "--model".to_string(),
+        o.model.clone(),
+        "--device".into(),
+        format!("cuda:{}", o.device),
+        "--seed".into(),
+        o.seed.to_string(),
+    ];
+    if fmt != WeightFormat::Bf16 {
+        args.extend(["--quantize".into(), fmt.id().into()]);
+    }
+    let mut eo = o.e2e.clone();
+    eo.engine = crate::e2e::launcher::EngineChoice::Builtin {
+        program: None,
+        args,
+    };
+    match crate::e2e::run_for_report(&eo) {
+        Ok(r) => run.e2e = Some(r),
+        Err(e) => run.error = Some(format!("e2e: {e:#}")),
+    }
+    // In-process benchmarks and fidelity.
+    let quantize = (fmt != WeightFormat::Bf16).then_some(fmt);
+    match load_cuda(o, config, quantize, ctx.host) {
+        Ok(mut b) => {
+            // Decode by context first: it sizes its own KV cache, which the benchmarks'
+            // engine replaces with its planned one.
+            match super::decode_profile::measure(
+                &mut b,
+                &super::decode_profile::TOK_S_CONTEXTS,
+                &super::decode_profile::PROFILE_CONTEXTS,
+            ) {
+                Ok(v) => {
+                    run.decode_contexts = v;
+                    run.decode_attention = Some(b.decode_attention().describe().to_string());
+                }
+                Err(e) => s
+                    .skipped
+                    .push(format!("decode by context of {}: {e:#}", fmt.id())),
+            }
+            let mut b: Box<dyn Backend> = Box::new(b);
+            if fmt != WeightFormat::Bf16 {
+                measure_fidelity(ctx, fmt, b.as_mut(), s);
+            }
+            match super::bench::run(
+                b,
+                o.bench.for_model(config),
+                KvCacheDtype::Bf16,
+                ctx.model_desc,
+            ) {
+                Ok((mut bench, _back)) => {
+                    bench.attach_roofline(ctx.bw, ctx.peak.clone());
+                    attach_kv_check(ctx, fmt, run.e2e.as_ref(), &mut bench);
+                    run.bench = Some(bench);
+                }
+                Err(e) => run.error = Some(format!("benchmarks: {e:#}")),
+            }
+        }
+        Err(e) => {
+            let prev = run
+                .error
+                .take()
+                .map(|x| format!("{x}; "))
+                .unwrap_or_default();
+            run.error = Some(format!(
+                "{prev}loading {} on cuda:{}: {e:#}",
+                fmt.id(),
+                o.device
+            ));
+        }
+    }
+    run
+}
+
+/// Fidelity of the quantized backend `b` against the BF16 reference on identical weights,
+/// loaded only for the comparison (so that no e2e session shares the GPU with it), into
+/// `s.fidelity` (or why not into `s.skipped`).
+fn measure_fidelity(
+    ctx: &FormatContext<'_>,
+    fmt: WeightFormat,
+    b: &mut dyn Backend,
+    s: &mut RuntimeSection,
+) {
+    match load_cuda(ctx.o, ctx.config, None, ctx.host) {
+        Ok(mut r) => match super::check::fidelity(&mut r, b, ctx.prompts, FIDELITY_TOKENS) {
+            Ok(f) => s.fidelity.push(f),
+            Err(e) => s.skipped.push(format!("fidelity of {}: {e:#}", fmt.id())),
+        },
+        Err(e) => s.skipped.push(format!(
+            "fidelity of {}: the BF16 reference did not load: {e:#}",
+            fmt.id()
+        )),
+    }
+}
+
+/// The KV capacity the e2e run's engine allocated (its /metrics) against inspect's prediction
+/// for this format's weights, attached to `bench` (when both are known).
+fn attach_kv_check(
+    ctx: &FormatContext<'_>,
+    fmt: WeightFormat,
+    e2e: Option<&E2eResults>,
+    bench: &mut RuntimeBench,
+) {
+    let config = ctx.config;
+    let allocated = e2e
+        .and_then(|e| e.runs.first())
+        .and_then(|r| r.conditions.kv.capacity_tokens.as_ref())
+        .map(|t| t.value);
+    if let (Some(a), Some(mem)) = (allocated, ctx.o.gpu_memory_bytes) {
+        let w = crate::runtime::memory::estimate_weight_bytes(config, fmt);
+        let per_tok = crate::runtime::kv_cache::kv_bytes_per_block(config, 1, KvCacheDtype::Bf16);
+        if let Some(p) = crate::checkpoint::capacity::predict_kv_tokens_with_states(
+            mem,
+            0.9,
+            w,
+            crate::checkpoint::DEFAULT_RESERVE_BYTES,
+            per_tok,
+            config.gdn_state_bytes(crate::runtime::hybrid::CONV_STATE_ELEM_BYTES),
+            // The e2e engine runs with rigbench serve's defaults.
+            crate::runtime::engine::DEFAULT_MAX_NUM_SEQS as u64,
+            config.max_position_embeddings as u64,
+        ) {
+            bench.attach_kv_capacity(a, p, format!(
+                "inspect's formula: {} × 0.9 − weights {} − reserve {}, ÷ {per_tok} B/token; allocated from the e2e run's /metrics",
+                crate::output::table::human_bytes(mem),
+                crate::output::table::human_bytes(w),
+                crate::output::table::human_bytes(crate::checkpoint::DEFAULT_RESERVE_BYTES)
+            ));
+        }
+    }
+}
+
+/// No kernel bench in this run: the decode bound's copy bandwidth, measured again after the
+/// runtime ran, the higher of `copy_before` and it (its source naming both) attached to every
+/// format's benchmarks.
+fn attach_section_copy_bound(
+    device: usize,
+    copy_before: Option<anyhow::Result<crate::kernels::schema::CopyBandwidth>>,
+    peak: &Option<(f64, String)>,
+    s: &mut RuntimeSection,
+) {
+    // On the H200 the copy after the runtime read 3.76–4.12 TB/s where the one before it,
+    // the kernel bench and `devcheck` read 4.17–4.23 on the same machines: the bound takes
+    // the higher measurement (the tighter bound), and its source names both.
+    let after = section_copy_bandwidth(device);
+    let (best, source) = match (copy_before, after) {
+        (Some(Ok(b)), Ok(a)) => {
+            let source = format!(
+                "the higher of two device-to-device copies of {} MiB measured by this section (no kernel bench in this run): {:.2} TB/s before the runtime ran, {:.2} TB/s after",
+                a.bytes.max(b.bytes) >> 20,
+                b.bytes_per_s / 1e12,
+                a.bytes_per_s / 1e12
+            );
+            (
+                Ok(if b.bytes_per_s > a.bytes_per_s { b } else { a }),
+                source,
+            )
+        }
+        (Some(Ok(b)), Err(e)) => {
+            let source = format!(
+                "a {} MiB device-to-device copy measured by this section before the runtime ran (no kernel bench in this run; the copy after it failed: {e:#})",
+                b.bytes >> 20
+            );
+            (Ok(b), source)
+        }
+        (before, after) => {
+            let why = match &before {
+                Some(Err(e)) => format!("the copy before the runtime failed: {e:#}"),
+                _ => "not measured before the runtime".to_string(),
+            };
+            let source = after.as_ref().map_or(String::new(), |a| {
+                format!(
+                    "a {} MiB device-to-device copy measured by this section after the runtime ran (no kernel bench in this run; {why})",
+                    a.bytes >> 20
                 )
-            }
-            (Some(Ok(b)), Err(e)) => {
-                let source = format!(
-                    "a {} MiB device-to-device copy measured by this section before the runtime ran (no kernel bench in this run; the copy after it failed: {e:#})",
-                    b.bytes >> 20
-                );
-                (Ok(b), source)
-            }
-            (before, after) => {
-                let why = match &before {
-                    Some(Err(e)) => format!("the copy before the runtime failed: {e:#}"),
-                    _ => "not measured before the runtime".to_string(),
-                };
-                let source = after.as_ref().map_or(String::new(), |a| {
-                    format!(
-                        "a {} MiB device-to-device copy measured by this section after the runtime ran (no kernel bench in this run; {why})",
-                        a.bytes >> 20
-                    )
-                });
-                (after, source)
-            }
-        };
-        match best {
-            Ok(c) => {
-                for f in &mut s.formats {
-                    if let Some(b) = &mut f.bench {
-                        b.attach_roofline(Some(c.bytes_per_s), peak.clone());
-                        if let Some(d) = &mut b.decode_bound {
-                            d.copy_source = Some(source.clone());
-                        }
+            });
+            (after, source)
+        }
+    };
+    match best {
+        Ok(c) => {
+            for f in &mut s.formats {
+                if let Some(b) = &mut f.bench {
+                    b.attach_roofline(Some(c.bytes_per_s), peak.clone());
+                    if let Some(d) = &mut b.decode_bound {
+                        d.copy_source = Some(source.clone());
                     }
                 }
             }
-            Err(e) => s
-                .skipped
-                .push(format!("the copy bandwidth for the decode bound: {e:#}")),
         }
+        Err(e) => s
+            .skipped
+            .push(format!("the copy bandwidth for the decode bound: {e:#}")),
     }
-    s
 }
 
 /// The device-to-device copy bandwidth of `device` ([`crate::kernels::bench::copy_bandwidth`]),

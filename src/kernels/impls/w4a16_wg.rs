@@ -823,6 +823,27 @@ pub fn emulate(p: &W4a16Packed, act: &[u16], m: usize, l: EmuLaunch, order: &[us
     let actp = permute_act(act, m, k, kpad);
     let sbase = (EMU_RAW + 1023) & !1023;
     let smem_len = (sbase - EMU_RAW) as usize + stages * stage;
+    let g = Emu {
+        l,
+        p,
+        actp: &actp,
+        ahead,
+        reuse_gap,
+        n,
+        strips,
+        kt_n,
+        gs,
+        rows,
+        a_tile,
+        w_off,
+        s_off,
+        stage,
+        pairs,
+        groups,
+        units,
+        kpad,
+        sbase,
+    };
     let mut out = vec![f64::NAN; m * n];
     let mut ws = vec![f64::NAN; tiles * ctas * 2 * rows * tn];
     let mut counters = vec![0u32; tiles * groups];
@@ -832,7 +853,6 @@ pub fn emulate(p: &W4a16Packed, act: &[u16], m: usize, l: EmuLaunch, order: &[us
         for &c in order {
             // One CTA. Shared memory, indexed by shared address − EMU_RAW; NaN-like garbage.
             let mut smem = vec![0xFFu8; smem_len];
-            let sh = |addr: u32| (addr - EMU_RAW) as usize;
             let (u_begin, u_end) = stripe(c, units, ctas);
             // Zero the token rows never loaded.
             let per_tile = (tn - mt) * 8;
@@ -852,172 +872,298 @@ pub fn emulate(p: &W4a16Packed, act: &[u16], m: usize, l: EmuLaunch, order: &[us
                 let pb = pairs.min(pa + (u_end - u));
                 let np = pb - pa;
                 let strip0 = grp * gs;
-                let load = |smem: &mut Vec<u8>, st: usize, pp: usize| {
-                    let base = sbase + (st * stage) as u32;
-                    for i in 0..gs * 64 {
-                        let (r, ch) = (i >> 6, i & 63);
-                        let strip = strip0 + r;
-                        let ok = strip < strips;
-                        let src = ((if ok { strip } else { 0 }) * kt_n + 2 * pp) * 512 + ch * 16;
-                        let dst = sh(base + (w_off + r * 1024 + ch * 16) as u32);
-                        if ok {
-                            smem[dst..dst + 16].copy_from_slice(&p.weights[src..src + 16]);
-                        } else {
-                            smem[dst..dst + 16].fill(0);
-                        }
-                    }
-                    for i in 0..gs * 8 {
-                        let (r, part) = (i >> 3, i & 7);
-                        let strip = strip0 + r;
-                        let ok = strip < strips;
-                        let src = (((if ok { strip } else { 0 }) * pairs + pp) * 32 + part * 4) * 4;
-                        let dst = sh(base + (s_off + r * 128 + part * 16) as u32);
-                        if ok {
-                            smem[dst..dst + 16].copy_from_slice(&p.scales[src..src + 16]);
-                        } else {
-                            smem[dst..dst + 16].fill(0);
-                        }
-                    }
-                    for i in 0..mt * 16 {
-                        let (mm, h, ch) = (i >> 4, (i >> 3) & 1, i & 7);
-                        let src = (tok0 + mm) * kpad + (2 * pp + h) * 64 + ch * 8;
-                        let dst =
-                            sh(base + (h * a_tile + mm * 128 + ((ch ^ (mm & 7)) << 4)) as u32);
-                        for e in 0..8 {
-                            smem[dst + 2 * e..dst + 2 * e + 2]
-                                .copy_from_slice(&actp[src + e].to_le_bytes());
-                        }
-                    }
+                let span = EmuSpan {
+                    tile,
+                    c,
+                    tok0,
+                    mt,
+                    grp,
+                    strip0,
+                    pa,
+                    pb,
+                    np,
+                    later: u != u_begin,
                 };
-                // acc[warp][lane][r], the wgmma D fragments of each warp.
-                let mut acc = vec![vec![vec![0f64; tn / 2]; 32]; gs];
-                // Iteration that last read each stage (the wgmmas' asynchronous reads included).
-                let mut last_read: Vec<Option<usize>> = vec![None; stages];
-                for s in 0..ahead {
-                    if s < np {
-                        load(&mut smem, s, pa + s);
-                    }
-                }
-                for i in 0..np {
-                    let nxt = i + ahead;
-                    if nxt < np {
-                        let st = nxt % stages;
-                        assert!(
-                            last_read[st].is_none_or(|r| r + reuse_gap <= i),
-                            "{l:?}: iteration {i} reloads stage {st} while iteration {:?} may still read it",
-                            last_read[st]
-                        );
-                        load(&mut smem, st, pa + nxt);
-                    }
-                    let st = i % stages;
-                    last_read[st] = Some(i);
-                    let b = sh(sbase) + st * stage;
-                    let bs = sbase + (st * stage) as u32;
-                    for warpgroup in 0..wg {
-                        // Registers of the group's 4 warps: a[h][warp][lane][j][reg].
-                        let mut a = vec![vec![vec![[[0u32; 4]; 4]; 32]; 4]; 2];
-                        for wq in 0..4 {
-                            let warp = 4 * warpgroup + wq;
-                            for lane in 0..32 {
-                                let sw = read_u32(&smem, b + s_off + warp * 128 + lane * 4);
-                                for (h, ah) in a.iter_mut().enumerate() {
-                                    let wbase = b + w_off + warp * 1024 + 512 * h + lane * 16;
-                                    let lo = scale_bf16_bits(sw.to_le_bytes()[2 * h]);
-                                    let hi = scale_bf16_bits(sw.to_le_bytes()[2 * h + 1]);
-                                    for (j, regs) in ah[wq][lane].iter_mut().enumerate() {
-                                        let q = read_u32(&smem, wbase + 4 * j);
-                                        for (r, reg) in regs.iter_mut().enumerate() {
-                                            let pair = extract_reg(q, r);
-                                            // scale2: the scale's BF16 in both halves.
-                                            let s = if r % 2 == 0 { lo } else { hi } as u32;
-                                            *reg = bf16x2_mul(pair, s | (s << 16));
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        for (h, ah) in a.iter().enumerate() {
-                            for j in 0..4 {
-                                let desc = desc_b(bs + (h * a_tile + 32 * j) as u32);
-                                wgmma(
-                                    &mut acc[4 * warpgroup..4 * warpgroup + 4],
-                                    ah,
-                                    j,
-                                    tn,
-                                    |kk, nn| {
-                                        let at = sh(b_element_addr(desc, kk, nn));
-                                        half::bf16::from_bits(u16::from_le_bytes([
-                                            smem[at],
-                                            smem[at + 1],
-                                        ]))
-                                        .to_f64()
-                                    },
-                                );
-                            }
-                        }
-                    }
-                }
+                let acc = emu_mainloop(&g, &span, &mut smem);
                 // Epilogue.
-                let frag = |warp: usize, lane: usize, r: usize| {
-                    let (g, t) = (lane >> 2, lane & 3);
-                    (
-                        warp * 16 + g + 8 * ((r >> 1) & 1),
-                        8 * (r >> 2) + 2 * t + (r & 1),
-                    )
-                };
-                if pa == 0 && pb == pairs {
-                    for (warp, aw) in acc.iter().enumerate() {
-                        for (lane, al) in aw.iter().enumerate() {
-                            for (r, v) in al.iter().enumerate() {
-                                let (row, mm) = frag(warp, lane, r);
-                                let nn = strip0 * 16 + row;
-                                if nn < n && mm < mt {
-                                    out[(tok0 + mm) * n + nn] = v * p.out_scale as f64;
-                                }
-                            }
-                        }
-                    }
-                } else {
-                    let first = v2_owner(grp * pairs, units, ctas);
-                    let last = v2_owner(grp * pairs + pairs - 1, units, ctas);
-                    let slices = last - first + 1;
-                    let gi = tile * groups + grp;
-                    let slot = ((tile * ctas + c) * 2 + usize::from(u != u_begin)) * rows * tn;
-                    for (warp, aw) in acc.iter().enumerate() {
-                        for (lane, al) in aw.iter().enumerate() {
-                            for (r, v) in al.iter().enumerate() {
-                                let (row, mm) = frag(warp, lane, r);
-                                if mm < mt {
-                                    ws[slot + mm * rows + row] = *v;
-                                }
-                            }
-                        }
-                    }
-                    let prev = counters[gi];
-                    counters[gi] += 1;
-                    if prev == (slices - 1) as u32 {
-                        let first_part = usize::from(stripe(first, units, ctas).0 < grp * pairs);
-                        for idx in 0..rows * mt {
-                            let (mm, row) = (idx / rows, idx % rows);
-                            let nn = strip0 * 16 + row;
-                            let mut s = 0f64;
-                            for q in first..=last {
-                                let part = if q == first { first_part } else { 0 };
-                                s += ws[((tile * ctas + q) * 2 + part) * rows * tn + idx];
-                            }
-                            if nn < n {
-                                out[(tok0 + mm) * n + nn] = s * p.out_scale as f64;
-                            }
-                        }
-                        counters[gi] = 0;
-                    }
-                }
+                emu_epilogue(&g, &span, &acc, &mut out, &mut ws, &mut counters);
                 u += np;
             }
         }
     }
     assert!(counters.iter().all(|c| *c == 0), "counters left non-zero");
     out
+}
+
+/// Index into the emulation's shared-memory bytes of the shared address `addr`.
+fn sh(addr: u32) -> usize {
+    (addr - EMU_RAW) as usize
+}
+
+/// One launch of [`emulate`]: its parameters, the packed weights, the permuted activations,
+/// and the geometry the kernel derives from them (same names as in the kernel).
+struct Emu<'a> {
+    l: EmuLaunch,
+    p: &'a W4a16Packed,
+    /// The activations in the packed K order, row stride `kpad`.
+    actp: &'a [u16],
+    ahead: usize,
+    reuse_gap: usize,
+    n: usize,
+    strips: usize,
+    kt_n: usize,
+    gs: usize,
+    rows: usize,
+    a_tile: usize,
+    w_off: usize,
+    s_off: usize,
+    stage: usize,
+    pairs: usize,
+    groups: usize,
+    units: usize,
+    kpad: usize,
+    sbase: u32,
+}
+
+/// The K-tile pairs `pa..pb` of group `grp` one CTA (`c`) runs for token tile `tile`.
+struct EmuSpan {
+    tile: usize,
+    c: usize,
+    tok0: usize,
+    /// Tokens of the tile.
+    mt: usize,
+    grp: usize,
+    strip0: usize,
+    pa: usize,
+    pb: usize,
+    np: usize,
+    /// Not the CTA's first span (its second split-K slot).
+    later: bool,
+}
+
+/// `acc[warp][lane][r]`, the wgmma D fragments of each warp of a CTA.
+type EmuAcc = Vec<Vec<Vec<f64>>>;
+
+/// The A registers of a warpgroup's 4 warps: `a[h][warp][lane][j][reg]`.
+type EmuFrags = Vec<Vec<Vec<[[u32; 4]; 4]>>>;
+
+/// The main loop of one CTA over its span: stages loaded `ahead` (a stage reloaded only once
+/// its reads are done), each iteration's fragments dequantized and its wgmmas run.
+fn emu_mainloop(g: &Emu<'_>, span: &EmuSpan, smem: &mut [u8]) -> EmuAcc {
+    let EmuLaunch { tn, wg, stages, .. } = g.l;
+    let l = g.l;
+    let (gs, ahead, reuse_gap, stage, sbase, a_tile) =
+        (g.gs, g.ahead, g.reuse_gap, g.stage, g.sbase, g.a_tile);
+    let (pa, np) = (span.pa, span.np);
+    // acc[warp][lane][r], the wgmma D fragments of each warp.
+    let mut acc = vec![vec![vec![0f64; tn / 2]; 32]; gs];
+    // Iteration that last read each stage (the wgmmas' asynchronous reads included).
+    let mut last_read: Vec<Option<usize>> = vec![None; stages];
+    for s in 0..ahead {
+        if s < np {
+            emu_load(g, span, smem, s, pa + s);
+        }
+    }
+    for i in 0..np {
+        let nxt = i + ahead;
+        if nxt < np {
+            let st = nxt % stages;
+            assert!(
+                last_read[st].is_none_or(|r| r + reuse_gap <= i),
+                "{l:?}: iteration {i} reloads stage {st} while iteration {:?} may still read it",
+                last_read[st]
+            );
+            emu_load(g, span, smem, st, pa + nxt);
+        }
+        let st = i % stages;
+        last_read[st] = Some(i);
+        let b = sh(sbase) + st * stage;
+        let bs = sbase + (st * stage) as u32;
+        for warpgroup in 0..wg {
+            let a = emu_fragments(g, smem, b, warpgroup);
+            for (h, ah) in a.iter().enumerate() {
+                for j in 0..4 {
+                    let desc = desc_b(bs + (h * a_tile + 32 * j) as u32);
+                    wgmma(
+                        &mut acc[4 * warpgroup..4 * warpgroup + 4],
+                        ah,
+                        j,
+                        tn,
+                        |kk, nn| {
+                            let at = sh(b_element_addr(desc, kk, nn));
+                            half::bf16::from_bits(u16::from_le_bytes([smem[at], smem[at + 1]]))
+                                .to_f64()
+                        },
+                    );
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// One stage's cp.async loads (stage `st`, K-tile pair `pp`): the group's code strips and
+/// scales (zeros for strips past the last), and the tile's tokens' activations, swizzled.
+fn emu_load(g: &Emu<'_>, span: &EmuSpan, smem: &mut [u8], st: usize, pp: usize) {
+    let Emu {
+        p,
+        actp,
+        gs,
+        strips,
+        kt_n,
+        w_off,
+        s_off,
+        stage,
+        pairs,
+        kpad,
+        sbase,
+        a_tile,
+        ..
+    } = *g;
+    let (strip0, mt, tok0) = (span.strip0, span.mt, span.tok0);
+    let base = sbase + (st * stage) as u32;
+    for i in 0..gs * 64 {
+        let (r, ch) = (i >> 6, i & 63);
+        let strip = strip0 + r;
+        let ok = strip < strips;
+        let src = ((if ok { strip } else { 0 }) * kt_n + 2 * pp) * 512 + ch * 16;
+        let dst = sh(base + (w_off + r * 1024 + ch * 16) as u32);
+        if ok {
+            smem[dst..dst + 16].copy_from_slice(&p.weights[src..src + 16]);
+        } else {
+            smem[dst..dst + 16].fill(0);
+        }
+    }
+    for i in 0..gs * 8 {
+        let (r, part) = (i >> 3, i & 7);
+        let strip = strip0 + r;
+        let ok = strip < strips;
+        let src = (((if ok { strip } else { 0 }) * pairs + pp) * 32 + part * 4) * 4;
+        let dst = sh(base + (s_off + r * 128 + part * 16) as u32);
+        if ok {
+            smem[dst..dst + 16].copy_from_slice(&p.scales[src..src + 16]);
+        } else {
+            smem[dst..dst + 16].fill(0);
+        }
+    }
+    for i in 0..mt * 16 {
+        let (mm, h, ch) = (i >> 4, (i >> 3) & 1, i & 7);
+        let src = (tok0 + mm) * kpad + (2 * pp + h) * 64 + ch * 8;
+        let dst = sh(base + (h * a_tile + mm * 128 + ((ch ^ (mm & 7)) << 4)) as u32);
+        for e in 0..8 {
+            smem[dst + 2 * e..dst + 2 * e + 2].copy_from_slice(&actp[src + e].to_le_bytes());
+        }
+    }
+}
+
+/// The A fragments of `warpgroup`'s 4 warps, dequantized from the stage at byte `b` of shared
+/// memory: each lane's codes times its scales (`mul.bf16x2`).
+fn emu_fragments(g: &Emu<'_>, smem: &[u8], b: usize, warpgroup: usize) -> EmuFrags {
+    let (s_off, w_off) = (g.s_off, g.w_off);
+    // Registers of the group's 4 warps: a[h][warp][lane][j][reg].
+    let mut a = vec![vec![vec![[[0u32; 4]; 4]; 32]; 4]; 2];
+    for wq in 0..4 {
+        let warp = 4 * warpgroup + wq;
+        for lane in 0..32 {
+            let sw = read_u32(smem, b + s_off + warp * 128 + lane * 4);
+            for (h, ah) in a.iter_mut().enumerate() {
+                let wbase = b + w_off + warp * 1024 + 512 * h + lane * 16;
+                let lo = scale_bf16_bits(sw.to_le_bytes()[2 * h]);
+                let hi = scale_bf16_bits(sw.to_le_bytes()[2 * h + 1]);
+                for (j, regs) in ah[wq][lane].iter_mut().enumerate() {
+                    let q = read_u32(smem, wbase + 4 * j);
+                    for (r, reg) in regs.iter_mut().enumerate() {
+                        let pair = extract_reg(q, r);
+                        // scale2: the scale's BF16 in both halves.
+                        let s = if r % 2 == 0 { lo } else { hi } as u32;
+                        *reg = bf16x2_mul(pair, s | (s << 16));
+                    }
+                }
+            }
+        }
+    }
+    a
+}
+
+/// The epilogue of a span: a span covering its group's whole K writes the outputs; a split
+/// one writes its slot of the workspace, and the last of the group's CTAs to arrive sums the
+/// slots in slice order into the outputs and resets the group's counter.
+fn emu_epilogue(
+    g: &Emu<'_>,
+    span: &EmuSpan,
+    acc: &[Vec<Vec<f64>>],
+    out: &mut [f64],
+    ws: &mut [f64],
+    counters: &mut [u32],
+) {
+    let EmuLaunch { tn, ctas, .. } = g.l;
+    let (p, n, rows, pairs, groups, units) = (g.p, g.n, g.rows, g.pairs, g.groups, g.units);
+    let EmuSpan {
+        tile,
+        c,
+        tok0,
+        mt,
+        grp,
+        strip0,
+        pa,
+        pb,
+        later,
+        ..
+    } = *span;
+    let frag = |warp: usize, lane: usize, r: usize| {
+        let (g, t) = (lane >> 2, lane & 3);
+        (
+            warp * 16 + g + 8 * ((r >> 1) & 1),
+            8 * (r >> 2) + 2 * t + (r & 1),
+        )
+    };
+    if pa == 0 && pb == pairs {
+        for (warp, aw) in acc.iter().enumerate() {
+            for (lane, al) in aw.iter().enumerate() {
+                for (r, v) in al.iter().enumerate() {
+                    let (row, mm) = frag(warp, lane, r);
+                    let nn = strip0 * 16 + row;
+                    if nn < n && mm < mt {
+                        out[(tok0 + mm) * n + nn] = v * p.out_scale as f64;
+                    }
+                }
+            }
+        }
+    } else {
+        let first = v2_owner(grp * pairs, units, ctas);
+        let last = v2_owner(grp * pairs + pairs - 1, units, ctas);
+        let slices = last - first + 1;
+        let gi = tile * groups + grp;
+        let slot = ((tile * ctas + c) * 2 + usize::from(later)) * rows * tn;
+        for (warp, aw) in acc.iter().enumerate() {
+            for (lane, al) in aw.iter().enumerate() {
+                for (r, v) in al.iter().enumerate() {
+                    let (row, mm) = frag(warp, lane, r);
+                    if mm < mt {
+                        ws[slot + mm * rows + row] = *v;
+                    }
+                }
+            }
+        }
+        let prev = counters[gi];
+        counters[gi] += 1;
+        if prev == (slices - 1) as u32 {
+            let first_part = usize::from(stripe(first, units, ctas).0 < grp * pairs);
+            for idx in 0..rows * mt {
+                let (mm, row) = (idx / rows, idx % rows);
+                let nn = strip0 * 16 + row;
+                let mut s = 0f64;
+                for q in first..=last {
+                    let part = if q == first { first_part } else { 0 };
+                    s += ws[((tile * ctas + q) * 2 + part) * rows * tn + idx];
+                }
+                if nn < n {
+                    out[(tok0 + mm) * n + nn] = s * p.out_scale as f64;
+                }
+            }
+            counters[gi] = 0;
+        }
+    }
 }
 
 /// `mul.rn.bf16x2` of two BF16 pairs (exact for the products the kernel forms).

@@ -163,19 +163,8 @@ pub fn run_case(
     let gpu = &b.gpu;
     let (hd, g, nkv, bs) = (case.head_dim, case.group, case.kv_heads, case.block_size);
     let nh = g * nkv;
-    let elem = if case.fp8 { 1 } else { 2 };
     // Blocks per sequence, all sequences' blocks shuffled over one pool.
-    let need: Vec<usize> = (0..case.tokens)
-        .map(|i| case.ctx_of(i).div_ceil(bs))
-        .collect();
-    let nblocks: usize = need.iter().sum();
-    let perm = shuffled_blocks(nblocks);
-    let mut tables = Vec::with_capacity(case.tokens);
-    let mut next = 0;
-    for n in &need {
-        tables.push(perm[next..next + n].to_vec());
-        next += n;
-    }
+    let (tables, nblocks) = block_tables(&case);
     // Host values: q [tokens][nh][hd] BF16; the cache [nblocks + 1][nkv][bs][hd].
     let q = crate::formats::from_bf16_bits(&crate::formats::to_bf16_bits(&vals(
         case.tokens * nh * hd,
@@ -183,31 +172,7 @@ pub fn run_case(
         2.0,
     )));
     let region = (nblocks + 1) * nkv * bs * hd;
-    let (kf, vf) = (vals(region, 22, 1.0), vals(region, 23, 1.0));
-    let (k_host, v_host, k_dev, v_dev): (Vec<f32>, Vec<f32>, DevBuf, DevBuf) = if case.fp8 {
-        let enc =
-            |x: &[f32], s: f32| -> Vec<u8> { x.iter().map(|v| e4m3::encode(v / s)).collect() };
-        let (kb, vb) = (enc(&kf, K_SCALE), enc(&vf, V_SCALE));
-        let dec =
-            |x: &[u8], s: f32| -> Vec<f32> { x.iter().map(|b| e4m3::decode(*b) * s).collect() };
-        (
-            dec(&kb, K_SCALE),
-            dec(&vb, V_SCALE),
-            gpu.upload(&kb)?,
-            gpu.upload(&vb)?,
-        )
-    } else {
-        let (kb, vb) = (
-            crate::formats::to_bf16_bits(&kf),
-            crate::formats::to_bf16_bits(&vf),
-        );
-        (
-            crate::formats::from_bf16_bits(&kb),
-            crate::formats::from_bf16_bits(&vb),
-            gpu.upload(&kb)?,
-            gpu.upload(&vb)?,
-        )
-    };
+    let (k_host, v_host, k_dev, v_dev) = kv_cache_values(gpu, &case, region)?;
     let q_dev = gpu.upload(&crate::formats::to_bf16_bits(&q))?;
     let (ks, vs) = if case.fp8 {
         (K_SCALE, V_SCALE)
@@ -216,80 +181,15 @@ pub fn run_case(
     };
     // The CPU reference per (token, query head).
     let sm_scale = 1.0 / (hd as f32).sqrt();
-    let mut want = vec![0f32; case.tokens * nh * hd];
-    for (t, table) in tables.iter().enumerate() {
-        let ctx = case.ctx_of(t);
-        for kvh in 0..nkv {
-            let rows = |src: &[f32]| -> Vec<f32> {
-                let mut out = Vec::with_capacity(ctx * hd);
-                for p in 0..ctx {
-                    let blk = table[p / bs] as usize;
-                    let base = ((blk * nkv + kvh) * bs + p % bs) * hd;
-                    out.extend_from_slice(&src[base..base + hd]);
-                }
-                out
-            };
-            let qs = &q[(t * nh + kvh * g) * hd..(t * nh + (kvh + 1) * g) * hd];
-            let o = decode_attn::reference(qs, &rows(&k_host), &rows(&v_host), hd, sm_scale);
-            want[(t * nh + kvh * g) * hd..(t * nh + (kvh + 1) * g) * hd].copy_from_slice(&o);
-        }
-    }
-    // The plan: one decode segment per sequence.
-    let mut seqs = Vec::with_capacity(case.tokens);
-    for (t, table) in tables.iter().enumerate() {
-        seqs.push(SeqSegment {
-            start: t,
-            len: 1,
-            first_pos: case.ctx_of(t) - 1,
-            block_table: table.clone(),
-            num_logits: 1,
-            state_slot: t as u32,
-        });
-    }
-    let batch = ForwardBatch {
-        token_ids: vec![0; case.tokens],
-        seqs,
-    };
-    let env = plan::PlanEnv {
-        block_size: bs,
-        num_blocks: nblocks,
-        vocab: 1,
-        kv_heads: nkv,
-        sm_count: gpu.sm_count as usize,
-        part_cap: PART_CAP,
-        tc_prefill: false,
-    };
-    let p = plan::plan(&batch, &env, None)?;
-    anyhow::ensure!(
-        p.dec_tokens == case.tokens,
-        "the plan sent {} of {} tokens to the decode kernel",
-        p.dec_tokens,
-        case.tokens
-    );
+    let want = reference_outputs(&case, &tables, &q, (&k_host, &v_host), sm_scale);
+    let p = decode_plan(gpu, &case, &tables, nblocks)?;
     let meta = gpu.upload(&p.image)?;
     let part_ml = gpu.alloc(PART_CAP * nh * 2 * 4)?;
     let part_o = gpu.alloc(PART_CAP * nh * hd * 4)?;
     let out = gpu.alloc(case.tokens * nh * hd * 2)?;
     let at = |off: usize| meta.ptr() + (off * 4) as u64;
     let l = p.layout;
-    let group_ok = g * hd <= 2048;
-    let kernels: Vec<(&'static str, DecodeAttn, u32, u32)> = {
-        let mut v = Vec::new();
-        if decode_attn::choose(hd, g, elem, gpu.cc.major, gpu.max_smem_optin, true)
-            == DecodeAttn::Flash
-        {
-            let smem = decode_attn::flash_smem_bytes(hd, elem);
-            let name = decode_attn::flash_kernel_name(case.fp8, hd);
-            if smem > 48 << 10 {
-                b.rt.set_max_dynamic_smem(&name, smem)?;
-            }
-            v.push(("flash", DecodeAttn::Flash, decode_attn::FLASH_THREADS, smem));
-        }
-        if hd <= decode_attn::CUDA_CORE_MAX_HEAD_DIM && group_ok {
-            v.push(("cuda-cores", DecodeAttn::CudaCores, ATT_THREADS, 0));
-        }
-        v
-    };
+    let kernels = kernels_for(b, &case)?;
     let launch = |kernel: DecodeAttn, threads: u32, smem: u32| -> anyhow::Result<()> {
         launch_decode_attention(
             &b.rt,
@@ -358,21 +258,7 @@ pub fn run_case(
         let got: Vec<u16> = gpu.download(&out, 0, case.tokens * nh * hd)?;
         let got = crate::formats::from_bf16_bits(&got);
         let rel = decode_attn::rel_l2(&got, &want);
-        let mut seconds = None;
-        if timed_runs > 0 {
-            let timer = gpu.timer()?;
-            let mut times = Vec::with_capacity(timed_runs);
-            for _ in 0..timed_runs {
-                if let Some((f, util)) = flush {
-                    f.flush(gpu, util)?;
-                }
-                timer.start(gpu)?;
-                launch(*kind, *threads, *smem)?;
-                times.push(timer.stop(gpu)?);
-            }
-            times.sort_by(|a, b| a.total_cmp(b));
-            seconds = Some(times[times.len() / 2]);
-        }
+        let seconds = median_seconds(gpu, timed_runs, flush, || launch(*kind, *threads, *smem))?;
         let k = KernelOutcome {
             kernel,
             rel_l2: rel,
@@ -390,6 +276,190 @@ pub fn run_case(
     }
     gpu.sync()?;
     Ok(outcome)
+}
+
+/// Each sequence's block table (blocks for its context, all sequences' blocks shuffled over
+/// one pool), and the pool's size in blocks.
+fn block_tables(case: &AttnCase) -> (Vec<Vec<u32>>, usize) {
+    let bs = case.block_size;
+    let need: Vec<usize> = (0..case.tokens)
+        .map(|i| case.ctx_of(i).div_ceil(bs))
+        .collect();
+    let nblocks: usize = need.iter().sum();
+    let perm = shuffled_blocks(nblocks);
+    let mut tables = Vec::with_capacity(case.tokens);
+    let mut next = 0;
+    for n in &need {
+        tables.push(perm[next..next + n].to_vec());
+        next += n;
+    }
+    (tables, nblocks)
+}
+
+/// The K and V caches (`region` values each): as the host reads them (FP8 decoded with their
+/// scales, or BF16-rounded) and uploaded in the case's storage format.
+fn kv_cache_values(
+    gpu: &crate::gpu::Gpu,
+    case: &AttnCase,
+    region: usize,
+) -> anyhow::Result<(Vec<f32>, Vec<f32>, DevBuf, DevBuf)> {
+    let (kf, vf) = (vals(region, 22, 1.0), vals(region, 23, 1.0));
+    let (k_host, v_host, k_dev, v_dev): (Vec<f32>, Vec<f32>, DevBuf, DevBuf) = if case.fp8 {
+        let enc =
+            |x: &[f32], s: f32| -> Vec<u8> { x.iter().map(|v| e4m3::encode(v / s)).collect() };
+        let (kb, vb) = (enc(&kf, K_SCALE), enc(&vf, V_SCALE));
+        let dec =
+            |x: &[u8], s: f32| -> Vec<f32> { x.iter().map(|b| e4m3::decode(*b) * s).collect() };
+        (
+            dec(&kb, K_SCALE),
+            dec(&vb, V_SCALE),
+            gpu.upload(&kb)?,
+            gpu.upload(&vb)?,
+        )
+    } else {
+        let (kb, vb) = (
+            crate::formats::to_bf16_bits(&kf),
+            crate::formats::to_bf16_bits(&vf),
+        );
+        (
+            crate::formats::from_bf16_bits(&kb),
+            crate::formats::from_bf16_bits(&vb),
+            gpu.upload(&kb)?,
+            gpu.upload(&vb)?,
+        )
+    };
+    Ok((k_host, v_host, k_dev, v_dev))
+}
+
+/// The CPU reference of every (token, query head): each KV head's group of queries over the
+/// K/V rows its block table gathers from the host caches.
+fn reference_outputs(
+    case: &AttnCase,
+    tables: &[Vec<u32>],
+    q: &[f32],
+    (k_host, v_host): (&[f32], &[f32]),
+    sm_scale: f32,
+) -> Vec<f32> {
+    let (hd, g, nkv, bs) = (case.head_dim, case.group, case.kv_heads, case.block_size);
+    let nh = g * nkv;
+    let mut want = vec![0f32; case.tokens * nh * hd];
+    for (t, table) in tables.iter().enumerate() {
+        let ctx = case.ctx_of(t);
+        for kvh in 0..nkv {
+            let rows = |src: &[f32]| -> Vec<f32> {
+                let mut out = Vec::with_capacity(ctx * hd);
+                for p in 0..ctx {
+                    let blk = table[p / bs] as usize;
+                    let base = ((blk * nkv + kvh) * bs + p % bs) * hd;
+                    out.extend_from_slice(&src[base..base + hd]);
+                }
+                out
+            };
+            let qs = &q[(t * nh + kvh * g) * hd..(t * nh + (kvh + 1) * g) * hd];
+            let o = decode_attn::reference(qs, &rows(k_host), &rows(v_host), hd, sm_scale);
+            want[(t * nh + kvh * g) * hd..(t * nh + (kvh + 1) * g) * hd].copy_from_slice(&o);
+        }
+    }
+    want
+}
+
+/// The runtime's plan of the case: one decode segment per sequence, all sent to the decode
+/// kernel.
+fn decode_plan(
+    gpu: &crate::gpu::Gpu,
+    case: &AttnCase,
+    tables: &[Vec<u32>],
+    nblocks: usize,
+) -> anyhow::Result<plan::Plan> {
+    let mut seqs = Vec::with_capacity(case.tokens);
+    for (t, table) in tables.iter().enumerate() {
+        seqs.push(SeqSegment {
+            start: t,
+            len: 1,
+            first_pos: case.ctx_of(t) - 1,
+            block_table: table.clone(),
+            num_logits: 1,
+            state_slot: t as u32,
+        });
+    }
+    let batch = ForwardBatch {
+        token_ids: vec![0; case.tokens],
+        seqs,
+    };
+    let env = plan::PlanEnv {
+        block_size: case.block_size,
+        num_blocks: nblocks,
+        vocab: 1,
+        kv_heads: case.kv_heads,
+        sm_count: gpu.sm_count as usize,
+        part_cap: PART_CAP,
+        tc_prefill: false,
+    };
+    let p = plan::plan(&batch, &env, None)?;
+    anyhow::ensure!(
+        p.dec_tokens == case.tokens,
+        "the plan sent {} of {} tokens to the decode kernel",
+        p.dec_tokens,
+        case.tokens
+    );
+    Ok(p)
+}
+
+/// The decode-attention kernels that cover the case, with their threads and dynamic shared
+/// memory: flash (when [`decode_attn::choose`] takes it; its shared-memory limit raised above
+/// 48 KiB) and the CUDA-core kernel (head_dim and group within its limits).
+fn kernels_for(
+    b: &CudaBackend,
+    case: &AttnCase,
+) -> anyhow::Result<Vec<(&'static str, DecodeAttn, u32, u32)>> {
+    let gpu = &b.gpu;
+    let (hd, g) = (case.head_dim, case.group);
+    let elem = if case.fp8 { 1 } else { 2 };
+    let group_ok = g * hd <= 2048;
+    let kernels: Vec<(&'static str, DecodeAttn, u32, u32)> = {
+        let mut v = Vec::new();
+        if decode_attn::choose(hd, g, elem, gpu.cc.major, gpu.max_smem_optin, true)
+            == DecodeAttn::Flash
+        {
+            let smem = decode_attn::flash_smem_bytes(hd, elem);
+            let name = decode_attn::flash_kernel_name(case.fp8, hd);
+            if smem > 48 << 10 {
+                b.rt.set_max_dynamic_smem(&name, smem)?;
+            }
+            v.push(("flash", DecodeAttn::Flash, decode_attn::FLASH_THREADS, smem));
+        }
+        if hd <= decode_attn::CUDA_CORE_MAX_HEAD_DIM && group_ok {
+            v.push(("cuda-cores", DecodeAttn::CudaCores, ATT_THREADS, 0));
+        }
+        v
+    };
+    Ok(kernels)
+}
+
+/// With `timed_runs > 0`: the median time of that many runs of `launch`, each after `flush`
+/// evicts L2 (`None` otherwise).
+fn median_seconds(
+    gpu: &crate::gpu::Gpu,
+    timed_runs: usize,
+    flush: Option<(&L2Flusher, &Module)>,
+    launch: impl Fn() -> anyhow::Result<()>,
+) -> anyhow::Result<Option<f64>> {
+    let mut seconds = None;
+    if timed_runs > 0 {
+        let timer = gpu.timer()?;
+        let mut times = Vec::with_capacity(timed_runs);
+        for _ in 0..timed_runs {
+            if let Some((f, util)) = flush {
+                f.flush(gpu, util)?;
+            }
+            timer.start(gpu)?;
+            launch()?;
+            times.push(timer.stop(gpu)?);
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        seconds = Some(times[times.len() / 2]);
+    }
+    Ok(seconds)
 }
 
 /// The cases `devcheck --only attention` runs: every head_dim of the flash kernel with BF16 and

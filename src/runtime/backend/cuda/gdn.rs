@@ -1023,8 +1023,7 @@ pub(super) fn kernels_vs_cpu(
     d: &GdnDims,
     name: &str,
 ) -> anyhow::Result<Vec<super::self_check::Check>> {
-    use super::hybrid_check::{check, rel, GDN_KERNEL_REL_L2};
-    use crate::runtime::gdn::{self as g, Form, GdnLayerState, GdnParams};
+    use crate::runtime::gdn::GdnParams;
     let hy = b.hy.as_ref().context("not a hybrid backend")?;
     let gpu = &b.gpu;
     let (c, nv, vd) = (d.conv_dim(), d.nv, d.value_dim());
@@ -1149,6 +1148,28 @@ pub(super) fn kernels_vs_cpu(
         a_log: &a_log,
         dt_bias: &dt_bias,
     };
+    let (want_out, want_ssm, want_conv) = mixer_reference(d, hy.chunk, t, &x, &ab, &p);
+    Ok(gdn_verdicts(
+        d,
+        name,
+        (&got_out, &got_ssm, &got_conv),
+        (&want_out, &want_ssm, &want_conv),
+    ))
+}
+
+/// The CPU reference of [`kernels_vs_cpu`]'s passes over `t` tokens: the 70-token chunked
+/// prefill and 3-token verification, then one decode token continuing slot 0. Returns the
+/// mixer outputs and both slots' recurrent and convolution states.
+fn mixer_reference(
+    d: &GdnDims,
+    chunk: usize,
+    t: usize,
+    x: &[f32],
+    ab: &[f32],
+    p: &crate::runtime::gdn::GdnParams<'_>,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    use crate::runtime::gdn::{self as g, Form, GdnLayerState};
+    let (c, nv, vd) = (d.conv_dim(), d.nv, d.value_dim());
     let split = |r0: usize, r1: usize| {
         let mut a = Vec::new();
         let mut bb = Vec::new();
@@ -1162,7 +1183,7 @@ pub(super) fn kernels_vs_cpu(
     let mut s0 = GdnLayerState::zeros(d);
     let mut s1 = GdnLayerState::zeros(d);
     for (r0, r1, st, form) in [
-        (0usize, 70usize, 0usize, Form::Chunked(hy.chunk)),
+        (0usize, 70usize, 0usize, Form::Chunked(chunk)),
         (70, 73, 1, Form::Recurrent),
         (73, 74, 0, Form::Recurrent),
     ] {
@@ -1170,7 +1191,7 @@ pub(super) fn kernels_vs_cpu(
         let state = if st == 0 { &mut s0 } else { &mut s1 };
         let o = g::mixer_core(
             d,
-            &p,
+            p,
             &x[r0 * c..r1 * c],
             &a,
             &bb,
@@ -1186,22 +1207,35 @@ pub(super) fn kernels_vs_cpu(
     want_ssm.extend_from_slice(&s1.ssm);
     let mut want_conv = s0.conv.clone();
     want_conv.extend_from_slice(&s1.conv);
+    (want_out, want_ssm, want_conv)
+}
+
+/// The verdicts of [`kernels_vs_cpu`] (`got` from the GPU, `want` from the CPU; each as
+/// outputs, recurrent states, convolution states): outputs and recurrent states within
+/// [`super::hybrid_check::GDN_KERNEL_REL_L2`], convolution states exactly equal.
+fn gdn_verdicts(
+    d: &GdnDims,
+    name: &str,
+    (got_out, got_ssm, got_conv): (&[f32], &[f32], &[f32]),
+    (want_out, want_ssm, want_conv): (&[f32], &[f32], &[f32]),
+) -> Vec<super::self_check::Check> {
+    use super::hybrid_check::{check, rel, GDN_KERNEL_REL_L2};
     let tag = |what: &str| {
         format!(
             "Gated-DeltaNet {what} ({name}: {}×{} key, {}×{} value heads)",
             d.nk, d.dk, d.nv, d.dv
         )
     };
-    Ok(vec![
+    vec![
         check(
             tag("outputs: chunked prefill, recurrent verification and decode"),
-            rel(&got_out, &want_out),
+            rel(got_out, want_out),
             GDN_KERNEL_REL_L2,
             "mixer output",
         ),
         check(
             tag("recurrent states"),
-            rel(&got_ssm, &want_ssm),
+            rel(got_ssm, want_ssm),
             GDN_KERNEL_REL_L2,
             "state",
         ),
@@ -1212,13 +1246,13 @@ pub(super) fn kernels_vs_cpu(
                 "{} of {} elements equal (exact: both keep the last inputs)",
                 got_conv
                     .iter()
-                    .zip(&want_conv)
+                    .zip(want_conv)
                     .filter(|(a, b)| a == b)
                     .count(),
                 want_conv.len()
             ),
         },
-    ])
+    ]
 }
 
 /// The KV-cache layout of a hybrid: the index of layer `li` among the layers with a KV cache.
