@@ -6,7 +6,7 @@
 #               against the GEMM layer's quantization kernel, whole-model parity of every format
 #               through the shared FP8 path and tuner, and the hybrids' checks with the flash-
 #               decoding parity rows);
-#               (ONLY=... replaces the parts);
+#               (ONLY=... replaces the parts, PRESET=... the speed preset);
 #     attention: `devcheck --only attention --preset none`;
 #     smoke:    `report --suite smoke --no-e2e --peers off --no-fidelity` (every bench kernel,
 #               fp8-rowwise through kernels::ops, the bench's tuner through kernels::tuner);
@@ -29,9 +29,9 @@ for p in ${PARTS:-devcheck smoke rt8b}; do
   case "$p" in
     devcheck|attention)
       only=${ONLY:-kernels,parity,hybrid}; [ "$p" = attention ] && only=attention
-      timeout -k 5 "$l" "$BIN" devcheck --only "$only" --preset none > "$OUT/$p.log" 2>&1
+      timeout -k 5 "$l" "$BIN" devcheck --only "$only" --preset "${PRESET:-none}" > "$OUT/$p.log" 2>&1
       echo "== $p: exit $? at $(el)" >> "$S"
-      grep -E "^(PASS|FAIL)|^note: (FP8|W4A16|kernels)|^anatomy" "$OUT/$p.log" | cut -c1-400 >> "$S" ;;
+      grep -E "^(PASS|FAIL|INFO|speed)|^note: (FP8|W4A16|kernels)|^anatomy" "$OUT/$p.log" | cut -c1-400 >> "$S" ;;
     smoke)
       timeout -k 5 "$l" "$BIN" report --suite smoke --no-e2e --peers off --no-fidelity --out /tmp/smoke/report > /tmp/smoke.log 2>&1
       echo "== smoke report: exit $? at $(el)" >> "$S"
