@@ -414,6 +414,7 @@ fn open_rig(device: usize, opts: &BenchOptions, res: &mut KernelResults) -> anyh
     let mods = super::ops::GemmModules::build(
         &gpu,
         &super::ops::ModuleWants {
+            w4: true,
             w4_flavors: super::w4a16_flavors(),
             fp8: opts.formats.contains(&GemmFormat::Fp8),
             device,
@@ -842,6 +843,9 @@ fn run_case(
             |c| {
                 let mut im = cell.borrow_mut();
                 im.select(c);
+                // Poisoned first, so a configuration that writes nothing cannot pass on the
+                // previous one's output.
+                rig.gpu.memset(&inp.out, 0xFF)?;
                 im.run(env, inp)?;
                 Ok(rel_l2(&gather(env, inp, rows, cols)?, &want))
             },

@@ -28,8 +28,11 @@ use crate::kernels::{fp8_quant, grid_for, W4Module};
 /// Which GEMM modules to build, for [`GemmModules::build`].
 #[derive(Debug, Clone)]
 pub struct ModuleWants {
-    /// `kernels/w4a16.cu` flavours (name, NVRTC defines), each one module; empty: no W4A16
-    /// modules at all (neither `w4a16_v2.cu` nor `w4a16_wg.cu`).
+    /// Build the W4A16 modules: `kernels/w4a16.cu` in each of [`ModuleWants::w4_flavors`],
+    /// `kernels/w4a16_v2.cu`, and `kernels/w4a16_wg.cu` where the card runs it.
+    pub w4: bool,
+    /// `kernels/w4a16.cu` flavours (name, NVRTC defines), each one module (none: only the v2
+    /// and wgmma modules, when [`ModuleWants::w4`]).
     pub w4_flavors: Vec<(&'static str, &'static [&'static str])>,
     /// Build `kernels/fp8_quant.cu` (per-token quantization and the row-wise scale epilogue).
     pub fp8: bool,
@@ -70,7 +73,7 @@ impl GemmModules {
             sources: BTreeMap::new(),
         };
         // The kernel bench's order of notes: w4a16.cu, w4a16_v2.cu, fp8_quant.cu, w4a16_wg.cu.
-        if !want.w4_flavors.is_empty() {
+        if want.w4 {
             me.build_w4(gpu, want);
         }
         if want.fp8 {
@@ -90,7 +93,7 @@ impl GemmModules {
                 )),
             }
         }
-        if !want.w4_flavors.is_empty() {
+        if want.w4 {
             me.build_wg(gpu, want.device);
         }
         me
@@ -300,7 +303,7 @@ impl Fp8Scaling {
 /// addresses.
 #[derive(Debug, Clone, Copy)]
 pub struct Fp8RowWiseArgs {
-    /// M, N, K.
+    /// M (tokens).
     pub m: usize,
     /// N (output channels).
     pub n: usize,

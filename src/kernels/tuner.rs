@@ -84,6 +84,11 @@ impl Tuned {
 /// once and returns its relative L2 error against the reference; `time(i)` returns its median
 /// seconds (called only for candidates that passed); `on_trial(i, trial)` is called after each
 /// candidate's trial, while it is still the one set up (the bench's tuning log).
+///
+/// Call order (callers rely on it): candidates in index order, and for each `check(i)`, then
+/// `time(i)` right after it (when it passed), then `on_trial(i, _)`; so `time` and `on_trial`
+/// may use what `check` set up, and a candidate's check may use what earlier candidates' checks
+/// left (the runtime's FP8 reference).
 pub fn choose(
     candidates: usize,
     tolerance: f64,
@@ -242,6 +247,32 @@ mod tests {
             run(&[Ok(0.0), Ok(1e-2)], &[40e-6, 1e-6], 1e-2).0.chosen,
             Some(1)
         );
+    }
+
+    #[test]
+    fn calls_come_in_the_documented_order() {
+        let log = std::cell::RefCell::new(Vec::new());
+        let t = choose(
+            3,
+            1e-2,
+            |i| {
+                log.borrow_mut().push(format!("check {i}"));
+                Ok(if i == 1 { 1.0 } else { 0.0 })
+            },
+            |i| {
+                log.borrow_mut().push(format!("time {i}"));
+                Ok(1e-6)
+            },
+            |i, _| log.borrow_mut().push(format!("trial {i}")),
+        );
+        assert_eq!(
+            log.into_inner(),
+            [
+                "check 0", "time 0", "trial 0", "check 1", "trial 1", "check 2", "time 2",
+                "trial 2"
+            ]
+        );
+        assert_eq!(t.chosen, Some(0), "a tie keeps the earlier");
     }
 
     #[test]

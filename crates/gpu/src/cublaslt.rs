@@ -209,6 +209,9 @@ pub struct LtGemm {
     ld: sys::cublasLtMatrixLayout_t,
     algo: sys::cublasLtMatmulAlgo_t,
     ws_size: usize,
+    /// The scale pointers last set by [`LtGemm::set_scale_pointers`] (`u64::MAX`: none yet), so
+    /// that setting the same ones again costs no cuBLASLt call inside a timed window.
+    scale_ptrs: [std::sync::atomic::AtomicU64; 2],
     /// What runs, for reports (e.g. "cuBLASLt BF16 TN, algo 66, ws 0 B").
     pub description: String,
 }
@@ -249,6 +252,10 @@ impl LtGemm {
             // SAFETY: plain C struct; overwritten by the heuristic before use.
             algo: unsafe { std::mem::zeroed() },
             ws_size: 0,
+            scale_ptrs: [
+                std::sync::atomic::AtomicU64::new(u64::MAX),
+                std::sync::atomic::AtomicU64::new(u64::MAX),
+            ],
             description: String::new(),
         };
         for (attr, value) in &spec.desc_attrs {
@@ -319,12 +326,18 @@ impl LtGemm {
 
     /// Point the plan's scale attributes at new device buffers (`A` = the weights' scales, `B` =
     /// the activations'), for FP8 kinds; the heuristic's algorithm stays valid (it depends on the
-    /// scale modes, not the addresses).
+    /// scale modes, not the addresses). The same pointers as the last call's set nothing.
     ///
     /// # Errors
     /// cuBLASLt rejecting the attribute.
     pub fn set_scale_pointers(&self, a_scales: u64, b_scales: u64) -> Result<(), GpuError> {
+        use std::sync::atomic::Ordering::Relaxed;
         use sys::cublasLtMatmulDescAttributes_t as D;
+        if self.scale_ptrs[0].load(Relaxed) == a_scales
+            && self.scale_ptrs[1].load(Relaxed) == b_scales
+        {
+            return Ok(());
+        }
         // SAFETY: the descriptor is live; the values are device pointers (u64) as documented.
         unsafe {
             set_attr(
@@ -338,6 +351,8 @@ impl LtGemm {
                 &b_scales,
             )?;
         }
+        self.scale_ptrs[0].store(a_scales, Relaxed);
+        self.scale_ptrs[1].store(b_scales, Relaxed);
         Ok(())
     }
 

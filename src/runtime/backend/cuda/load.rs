@@ -343,6 +343,7 @@ fn build_gemm_modules(gpu: &Gpu, device: usize, w: &DWeights) -> anyhow::Result<
     let mods = GemmModules::build(
         gpu,
         &ModuleWants {
+            w4: formats.contains(&WeightFormat::Nvfp4),
             w4_flavors: if formats.contains(&WeightFormat::Nvfp4) {
                 vec![crate::kernels::W4A16_DEFAULT_FLAVOR]
             } else {

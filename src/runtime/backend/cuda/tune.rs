@@ -121,8 +121,8 @@ impl CudaBackend {
     /// One bucket of [`CudaBackend::tune_fp8`] by [`tuner::choose`]: the outer-vector path runs
     /// first and its output is the reference (`bufs.0`); the FP32 path is checked against it
     /// (relative L2 ≤ [`FP8_PATHS_REL_L2`]) before it is timed. Both include the per-token
-    /// quantization. `bufs = (reference output, output)`, both `m × n` BF16, held in `gu` and
-    /// `qkv`.
+    /// quantization. The reference output is written to `gu` and the candidate's to `qkv`
+    /// (poisoned first), both `m × n` BF16.
     #[allow(clippy::too_many_arguments)]
     fn tune_fp8_bucket(
         &mut self,
@@ -177,7 +177,8 @@ impl CudaBackend {
     /// note says why.
     ///
     /// # Errors
-    /// An allocation or the timer fails.
+    /// An allocation, the timer or the synthesis of the tuning input fails, or a linear listed
+    /// as FP8 is not.
     pub(super) fn tune_fp8(&mut self) -> anyhow::Result<()> {
         if !self.fp8_rowwise {
             return Ok(());
@@ -213,40 +214,10 @@ impl CudaBackend {
             let mut picks: Vec<String> = Vec::new();
             for &b in M_BUCKETS.iter().filter(|b| **b <= m_max) {
                 let tuned = self.tune_fp8_bucket(b, n, k, w, src, &flush, &timer);
-                // Nothing chosen (the outer-vector path failed): it is still the one kept.
-                let way = tuned
-                    .chosen
-                    .map_or(Fp8Scaling::OuterVec, |i| Fp8Scaling::ALL[i]);
-                match &tuned.trials[..] {
-                    [Trial::Timed { seconds: ov, .. }, Trial::Timed { seconds: fp, .. }] => {
-                        picks.push(format!(
-                            "M={b} {} ({:.1} vs {:.1} µs)",
-                            way.short(),
-                            1e6 * ov.min(*fp),
-                            1e6 * ov.max(*fp)
-                        ));
-                    }
-                    [_, Trial::Rejected { rel_l2 }] => self.notes.push(format!(
-                        "FP8 {n}×{k} M = {b}: the FP32-output path differs from cuBLASLt's outer-vector scaling by relative L2 {rel_l2:.2e} (> {FP8_PATHS_REL_L2:.0e}); outer-vector kept"
-                    )),
-                    trials => {
-                        // The outer-vector path is the one gemm() runs without a choice; a
-                        // failure of either path costs only the choice.
-                        let why: Vec<String> = trials
-                            .iter()
-                            .zip(Fp8Scaling::ALL)
-                            .filter_map(|(t, w)| match t {
-                                Trial::Failed { stage, why } => {
-                                    Some(format!("{} {stage}: {why}", w.short()))
-                                }
-                                _ => None,
-                            })
-                            .collect();
-                        self.notes.push(format!(
-                            "FP8 {n}×{k} M = {b}: the scaling paths could not be compared ({}); outer-vector kept",
-                            why.join("; ")
-                        ));
-                    }
+                let (way, said) = fp8_bucket_outcome(&tuned.trials);
+                match said {
+                    Ok(pick) => picks.push(format!("M={b} {pick}")),
+                    Err(note) => self.notes.push(format!("FP8 {n}×{k} M = {b}: {note}")),
                 }
                 if way == Fp8Scaling::Fp32ThenScale {
                     rows_needed = rows_needed.max(b);
@@ -381,7 +352,7 @@ impl CudaBackend {
         })?;
         if rejected > 0 {
             self.notes.push(format!(
-                "W4A16 {n}×{k} M = {b}: {rejected} configuration(s) failed the check and were not used"
+                "W4A16 {n}×{k} M = {b}: {rejected} configuration(s) failed their check, launch or timing and were not used"
             ));
         }
         Ok(cfg)
@@ -428,11 +399,101 @@ impl CudaBackend {
     }
 }
 
+/// The scaling path kept at one FP8 bucket, from the tuner's two trials (outer-vector first),
+/// and what to say: `Ok` the pick with both times (for the summary), `Err` a note. Both paths
+/// must have been timed for the FP32 path to be chosen, and only when strictly faster; a
+/// disagreement, or a failure of either path at any stage, keeps outer-vector scaling, the path
+/// `gemm` runs without a choice (a failure of either costs only the choice).
+pub(super) fn fp8_bucket_outcome(trials: &[Trial]) -> (Fp8Scaling, Result<String, String>) {
+    match trials {
+        [Trial::Timed { seconds: ov, .. }, Trial::Timed { seconds: fp, .. }] => {
+            let way = if fp < ov {
+                Fp8Scaling::Fp32ThenScale
+            } else {
+                Fp8Scaling::OuterVec
+            };
+            let said = format!(
+                "{} ({:.1} vs {:.1} µs)",
+                way.short(),
+                1e6 * ov.min(*fp),
+                1e6 * ov.max(*fp)
+            );
+            (way, Ok(said))
+        }
+        [Trial::Timed { .. }, Trial::Rejected { rel_l2 }] => (
+            Fp8Scaling::OuterVec,
+            Err(format!(
+                "the FP32-output path differs from cuBLASLt's outer-vector scaling by relative L2 {rel_l2:.2e} (> {FP8_PATHS_REL_L2:.0e}); outer-vector kept"
+            )),
+        ),
+        trials => {
+            let why: Vec<String> = trials
+                .iter()
+                .zip(Fp8Scaling::ALL)
+                .filter_map(|(t, w)| match t {
+                    Trial::Failed { stage, why } => Some(format!("{} {stage}: {why}", w.short())),
+                    Trial::Rejected { rel_l2 } => {
+                        Some(format!("{} rejected: relative L2 {rel_l2:.2e}", w.short()))
+                    }
+                    Trial::Timed { .. } => None,
+                })
+                .collect();
+            (
+                Fp8Scaling::OuterVec,
+                Err(format!(
+                    "the scaling paths could not be compared ({}); outer-vector kept",
+                    why.join("; ")
+                )),
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// The runtime's tolerance between its two FP8 scaling paths, as the tuner applies it.
+    /// The kept path and the words at one bucket, for every mix of trials; in particular the
+    /// FP32 path is never kept unless outer-vector was timed too (the rule before the one tuner).
+    #[test]
+    fn fp8_bucket_keeps_outer_vector_unless_both_timed_and_fp32_faster() {
+        let timed = |s: f64| Trial::Timed {
+            seconds: s,
+            rel_l2: 0.0,
+        };
+        let failed = |stage: &'static str| Trial::Failed {
+            stage,
+            why: "x".into(),
+        };
+        let (w, said) = fp8_bucket_outcome(&[timed(97.0e-6), timed(50.3e-6)]);
+        assert_eq!(w, Fp8Scaling::Fp32ThenScale);
+        assert_eq!(said.as_deref(), Ok("fp32+scale (50.3 vs 97.0 µs)"));
+        let (w, said) = fp8_bucket_outcome(&[timed(43.2e-6), timed(49.2e-6)]);
+        assert_eq!(w, Fp8Scaling::OuterVec);
+        assert_eq!(said.as_deref(), Ok("outer-vec (43.2 vs 49.2 µs)"));
+        assert_eq!(
+            fp8_bucket_outcome(&[timed(4e-5), timed(4e-5)]).0,
+            Fp8Scaling::OuterVec
+        );
+        let (w, said) = fp8_bucket_outcome(&[timed(4e-5), Trial::Rejected { rel_l2: 0.5 }]);
+        assert_eq!(w, Fp8Scaling::OuterVec);
+        assert!(said.unwrap_err().contains("differs"));
+        // Outer-vector's timing failed, the FP32 path timed: outer-vector is still kept, and
+        // the note says so.
+        let (w, said) = fp8_bucket_outcome(&[failed("timing"), timed(1e-6)]);
+        assert_eq!(w, Fp8Scaling::OuterVec);
+        let note = said.unwrap_err();
+        assert!(
+            note.contains("outer-vec timing") && note.contains("outer-vector kept"),
+            "{note}"
+        );
+        let (w, said) = fp8_bucket_outcome(&[failed("check"), failed("check")]);
+        assert_eq!(w, Fp8Scaling::OuterVec);
+        assert!(said.unwrap_err().contains("fp32+scale check"));
+        assert_eq!(fp8_bucket_outcome(&[]).0, Fp8Scaling::OuterVec);
+    }
+
     #[test]
     fn fp8_paths_tolerance_is_applied_by_the_tuner() {
         let pick = |err: f64, t: [f64; 2]| {
