@@ -852,6 +852,15 @@ mod tests {
         // An all-zero row: scale 1, codes 0.
         let (q0, s0) = crate::kernels::fp8_quant::quant_row(&[0.0; 8]);
         assert_eq!((q0, s0), (vec![0u8; 8], 1.0));
+        // A static input scale (ModelOpt `input_scale`): the GEMM layer's rule is the CPU's.
+        let st = 0.0125f32;
+        let cpu = quantize_activations_fp8(&x, 64, Some(st));
+        let (q, s) = crate::kernels::fp8_quant::quant_row_with(&x, st);
+        let deq: Vec<f32> = q
+            .iter()
+            .map(|c| crate::formats::e4m3::decode(*c) * s)
+            .collect();
+        assert_eq!((deq, s), (cpu, st));
     }
 
     /// Reference decoder over a whole sequence, returning logits for every position.
