@@ -606,7 +606,11 @@ async fn interrupt_keeps_what_was_measured() {
     assert_eq!(run.stop, ExecStop::Interrupted);
     let ok = run.requests.iter().filter(|q| q.ok).count();
     let cancelled = run.requests.iter().filter(|q| q.cancelled).count();
-    assert!(ok >= 2, "completed requests are kept ({ok})");
+    // The mock counts a request complete when it has sent the last byte; under load (the test
+    // binaries' tests run in parallel on 2 cores) the client may not have read all of those
+    // responses when the interrupt lands, so only one is certain to be kept (CI once saw 1 of
+    // the 3 the server had finished).
+    assert!(ok >= 1, "completed requests are kept ({ok})");
     assert!((1..=2).contains(&cancelled), "{cancelled}");
     assert!(!run.validity.valid);
     assert!(
