@@ -79,13 +79,7 @@ impl GemmModules {
         if want.fp8 {
             match compile_fp8_quant(gpu) {
                 Ok(m) => {
-                    me.notes.push(format!(
-                        "kernels/fp8_quant.cu for {}: {}",
-                        m.arch,
-                        m.how_built()
-                    ));
-                    me.sources
-                        .insert("kernels/fp8_quant.cu".into(), m.source_sha256.clone());
+                    me.built("kernels/fp8_quant.cu", &m);
                     me.fp8q = Some(m);
                 }
                 Err(e) => me.fail(format!(
@@ -97,6 +91,14 @@ impl GemmModules {
             me.build_wg(gpu, want.device);
         }
         me
+    }
+
+    /// Record a module built from `path`: the note on how (`{path} for {arch}: {how}`) and its
+    /// source's SHA-256.
+    fn built(&mut self, path: &str, m: &Module) {
+        self.notes
+            .push(format!("{path} for {}: {}", m.arch, m.how_built()));
+        self.sources.insert(path.into(), m.source_sha256.clone());
     }
 
     fn fail(&mut self, line: String) {
@@ -135,13 +137,7 @@ impl GemmModules {
         let v2_refs: Vec<&str> = v2_names.iter().map(String::as_str).collect();
         match gpu.compile("w4a16_v2", w4a16::V2_SRC, &v2_refs) {
             Ok(m) => {
-                self.notes.push(format!(
-                    "kernels/w4a16_v2.cu for {}: {}",
-                    m.arch,
-                    m.how_built()
-                ));
-                self.sources
-                    .insert("kernels/w4a16_v2.cu".into(), m.source_sha256.clone());
+                self.built("kernels/w4a16_v2.cu", &m);
                 self.w4v2 = Some(m);
             }
             Err(e) => self.fail(format!("kernels/w4a16_v2.cu failed to build: {e}")),

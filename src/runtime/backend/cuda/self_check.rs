@@ -251,14 +251,12 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
     // Per-token FP8 activation quantization (the GEMM layer's `kernels/fp8_quant.cu`, W8A8's
     // dynamic scales, and a static input scale): the one-pass kernel (K a multiple of 8) and
     // the any-K one.
-    let own;
-    let fq = match b.fp8q.as_ref() {
-        Some(m) => m,
-        None => {
-            own = crate::kernels::ops::compile_fp8_quant(&b.gpu)?;
-            &own
-        }
-    };
+    let own = own_fp8q(b)?;
+    let fq = b
+        .fp8q
+        .as_ref()
+        .or(own.as_ref())
+        .ok_or_else(|| anyhow::anyhow!("no kernels/fp8_quant.cu"))?;
     for (kk, st) in [(k, 0.0f32), (k - 2, 0.0), (k, 0.05)] {
         let t = 5usize;
         let rows: Vec<u16> = bits[..t * kk].to_vec();
@@ -330,6 +328,18 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
     Ok(out)
 }
 
+/// `kernels/fp8_quant.cu` built for the checks when the backend has none (no FP8 linear):
+/// `None` when it has one.
+///
+/// # Errors
+/// NVRTC or the module load fails.
+fn own_fp8q(b: &CudaBackend) -> anyhow::Result<Option<crate::gpu::Module>> {
+    if b.fp8q.is_some() {
+        return Ok(None);
+    }
+    Ok(Some(crate::kernels::ops::compile_fp8_quant(&b.gpu)?))
+}
+
 /// `rt_silu_mul_quant` (SwiGLU fused with the per-token FP8 quantization, each row split over
 /// blocks) against the two launches it replaces (`rt_silu_mul`, then the GEMM layer's per-token
 /// quantization, [`crate::kernels::fp8_quant::launch_quant_rows`]), bit
@@ -342,14 +352,12 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
 /// A device failure.
 pub fn swiglu_quant_matches_unfused(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
     let sm = b.gpu.sm_count as usize;
-    let own;
-    let fq = match b.fp8q.as_ref() {
-        Some(m) => m,
-        None => {
-            own = crate::kernels::ops::compile_fp8_quant(&b.gpu)?;
-            &own
-        }
-    };
+    let own = own_fp8q(b)?;
+    let fq = b
+        .fp8q
+        .as_ref()
+        .or(own.as_ref())
+        .ok_or_else(|| anyhow::anyhow!("no kernels/fp8_quant.cu"))?;
     let mut out = Vec::new();
     // Inputs: ordinary values; all zeros (amax 0: scale 1); and ordinary values with a NaN and
     // infinities in the first row (NaN left out of the amax; an infinite amax: scale 1).
