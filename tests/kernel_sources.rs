@@ -68,6 +68,7 @@ fn every_kernel_source_compiles_with_nvrtc() {
             "w4a16" => rigbench::kernels::impls::w4a16::kernel_names(),
             "w4a16_v2" => rigbench::kernels::impls::w4a16::v2_kernel_names(),
             "fp8_quant" => rigbench::kernels::fp8_quant::kernel_names(),
+            "gemv" => rigbench::kernels::gemv::kernel_names(),
             "w4a16_wg" => rigbench::kernels::impls::w4a16_wg::kernel_names(),
             "runtime" => rigbench::runtime::backend::cuda::RUNTIME_KERNELS
                 .iter()

@@ -63,6 +63,22 @@ pub mod w4a16_wg {
     }
 }
 
+/// `kernels/gemv.cu`: the small-M GEMMs (M ≤ 8) of BF16 and FP8 E4M3 weights
+/// (`src/kernels/gemv.rs`).
+pub mod gemv {
+    use crate::gpu::launch::{DevPtr, U32x4};
+    crate::kernel_launchers! {
+        source "gemv";
+        /// `y[M, N] = bf16(x[M, K] · w[N, K]ᵀ)`, `gemv_bf16_w{WARPS}_u{UNROLL}`.
+        pub fn bf16 = family "gemv_bf16_w*_u*"(w: DevPtr<U32x4>, x: DevPtr<U32x4>, y: DevPtr<u16>, m: i32, n: i32, k: i32);
+        /// `y[M, N] = x[M, K] · w[N, K]ᵀ` as FP32, `gemv_bf16f32_w{WARPS}_u{UNROLL}`.
+        pub fn bf16f32 = family "gemv_bf16f32_w*_u*"(w: DevPtr<U32x4>, x: DevPtr<U32x4>, y: DevPtr<f32>, m: i32, n: i32, k: i32);
+        /// `y[M, N] = bf16(xs · ws · qx[M, K] · qw[N, K]ᵀ)` over E4M3 codes, `ws_stride` /
+        /// `xs_stride` 1 for per-channel / per-token scales, 0 for one per tensor.
+        pub fn fp8 = family "gemv_fp8_w*_u*"(w: DevPtr<U32x4>, x: DevPtr<U32x4>, ws: DevPtr<f32>, ws_stride: i32, xs: DevPtr<f32>, xs_stride: i32, y: DevPtr<u16>, m: i32, n: i32, k: i32);
+    }
+}
+
 /// Every launcher declaration of the bench's sources (for `tests/kernel_abi.rs`).
 pub fn signatures() -> Vec<crate::gpu::launch::KernelSig> {
     [
@@ -70,6 +86,7 @@ pub fn signatures() -> Vec<crate::gpu::launch::KernelSig> {
         w4a16::SIGNATURES,
         w4a16_v2::SIGNATURES,
         w4a16_wg::SIGNATURES,
+        gemv::SIGNATURES,
     ]
     .concat()
 }

@@ -15,6 +15,7 @@ pub mod composite_chart;
 pub mod data;
 pub mod fit;
 pub mod fp8_quant;
+pub mod gemv;
 pub mod goals;
 pub mod impls;
 pub mod launchers;

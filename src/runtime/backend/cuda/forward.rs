@@ -9,6 +9,7 @@ use anyhow::Context;
 
 use super::gdn;
 use super::{grid1, plan, CudaBackend, LayerLinear, LinRef, RowSampling, PART_CAP};
+use crate::kernels::gemv::GemvFormat;
 use crate::kernels::ops::GemmClass;
 use crate::runtime::backend::ForwardBatch;
 use crate::runtime::config::KvCacheDtype;
@@ -189,19 +190,17 @@ impl CudaBackend {
                 .unwrap_or(&self.weights.embed)
                 .ptr();
             let v = c.vocab_size;
-            let g = self.plans.get(
-                &self.lt,
-                self.bufs.one.ptr(),
-                (GemmClass::Bf16ToF32, p.rows, v, h),
-            )?;
-            g.run(
-                &self.lt,
-                &self.gpu,
-                1.0,
-                head,
-                self.bufs.last_h.ptr(),
-                self.bufs.logits.ptr(),
-            )?;
+            let (x, y) = (self.bufs.last_h.ptr(), self.bufs.logits.ptr());
+            if let Some(gv) = self.gemv_for(GemvFormat::Bf16F32, v, h, p.rows) {
+                self.run_gemv(GemvFormat::Bf16F32, gv, (head, x, y), None, p.rows, v, h)?;
+            } else {
+                let g = self.plans.get(
+                    &self.lt,
+                    self.bufs.one.ptr(),
+                    (GemmClass::Bf16ToF32, p.rows, v, h),
+                )?;
+                g.run(&self.lt, &self.gpu, 1.0, head, x, y)?;
+            }
             self.op_end("GEMM lm_head (FP32 logits)")?;
         }
         Ok(())

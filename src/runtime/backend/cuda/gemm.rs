@@ -11,6 +11,7 @@ use super::{CudaBackend, DLinear, LayerLinear, LinRef};
 use crate::gpu::cublaslt::{LtGemm, LtKind};
 
 use crate::kernels::fp8_quant;
+use crate::kernels::gemv::{Fp8Scales, GemvFormat};
 use crate::kernels::impls::w4a16::{self as w4, Config as W4Config};
 use crate::kernels::ops::{self, Fp8Scaling, GemmClass};
 use crate::kernels::tuner::bucket_for;
@@ -90,6 +91,9 @@ impl CudaBackend {
         match lin {
             DLinear::Bf16 { w, .. } => {
                 let w = w.ptr();
+                if let Some(v) = self.gemv_for(GemvFormat::Bf16, n, k, m) {
+                    return self.run_gemv(GemvFormat::Bf16, v, (w, input, out), None, m, n, k);
+                }
                 let g =
                     self.plans
                         .get(&self.lt, self.bufs.one.ptr(), (GemmClass::Bf16, m, n, k))?;
@@ -194,8 +198,33 @@ impl CudaBackend {
     }
 
     /// The GEMM half of [`CudaBackend::fp8_gemm`] on activations already quantized into `hq` /
-    /// `ascale` (by [`CudaBackend::fp8_quant`] or a fused norm / SwiGLU kernel).
+    /// `ascale` (by [`CudaBackend::fp8_quant`] or a fused norm / SwiGLU kernel): the GEMV where
+    /// the tuner chose it for this shape and M ([`CudaBackend::gemv_for`]), else cuBLASLt with
+    /// its scales applied the `way` given.
     pub(super) fn fp8_gemm_quantized(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        w: (u64, u64),
+        out: u64,
+        way: Fp8Scaling,
+    ) -> anyhow::Result<()> {
+        if let Some(v) = self.gemv_for(GemvFormat::Fp8, n, k, m) {
+            let scales = Fp8Scales {
+                w: w.1,
+                w_per_channel: true,
+                x: self.bufs.ascale.ptr(),
+                x_per_token: true,
+            };
+            let x = self.bufs.hq.ptr();
+            return self.run_gemv(GemvFormat::Fp8, v, (w.0, x, out), Some(scales), m, n, k);
+        }
+        self.fp8_gemm_quantized_lt(m, n, k, w, out, way)
+    }
+
+    /// The cuBLASLt half of [`CudaBackend::fp8_gemm_quantized`].
+    pub(super) fn fp8_gemm_quantized_lt(
         &mut self,
         m: usize,
         n: usize,

@@ -109,6 +109,11 @@ impl CudaBackend {
         };
         let mods = build_gemm_modules(&gpu, spec.device, &weights)?;
         let mut kernel_sources = mods.sources.clone();
+        let mut load_notes = mods.notes;
+        let gemv = build_gemv(&gpu, &weights, opts.tune_gemv, &mut load_notes);
+        if let Some(m) = &gemv {
+            kernel_sources.insert("kernels/gemv.cu".into(), m.source_sha256.clone());
+        }
         kernel_sources.insert("kernels/runtime.cu".into(), rt.source_sha256.clone());
         let t_max = spec.max_num_batched_tokens.max(1);
         // Logit rows per forward: one per sequence (and its drafts) while serving; teacher
@@ -156,6 +161,8 @@ impl CudaBackend {
             graph_sizes: plan::graph_sizes(spec.max_num_seqs.min(t_max)),
             fp8_rowwise: true,
             fp8_choice: HashMap::new(),
+            gemv,
+            gemv_choice: HashMap::new(),
             opts,
             max_tokens: t_max,
             max_rows: rows,
@@ -168,7 +175,7 @@ impl CudaBackend {
                 workspace: 0,
             },
             stats: CudaStats::default(),
-            notes: mods.notes,
+            notes: load_notes,
             prof: None,
             hy,
             smp_uploaded: None,
@@ -231,6 +238,10 @@ impl CudaBackend {
         }
         if self.has_format(WeightFormat::Fp8) && self.opts.tune_fp8 {
             self.tune_fp8()?;
+        }
+        // After the FP8 scaling paths: the GEMV is held to, and timed against, the path chosen.
+        if self.opts.tune_gemv {
+            self.tune_gemv()?;
         }
         if self.opts.tc_prefill && PREFILL_HEAD_DIMS.contains(&self.config.head_dim) {
             match super::self_check::prefill_matches_decode(self) {
@@ -362,6 +373,38 @@ fn build_gemm_modules(gpu: &Gpu, device: usize, w: &DWeights) -> anyhow::Result<
         mods.failures.join("; ")
     );
     Ok(mods)
+}
+
+/// `kernels/gemv.cu`, the GEMM layer's small-M GEMVs ([`crate::kernels::gemv`]), when `want`
+/// and the card has the mma they use (BF16 m16n8k16 from sm_80, E4M3 m16n8k32 from sm_89): the
+/// lm_head is BF16 in every format, so any model may use it. A build failure is a note (the
+/// linears keep cuBLASLt), never a load failure.
+fn build_gemv(gpu: &Gpu, w: &DWeights, want: bool, notes: &mut Vec<String>) -> Option<Module> {
+    if !want {
+        return None;
+    }
+    let cc = gpu.cc;
+    let fp8 = w.linear_formats().contains(&WeightFormat::Fp8);
+    if (cc.major, cc.minor) < (8, 0) || (fp8 && (cc.major, cc.minor) < (8, 9)) {
+        notes.push(format!(
+            "kernels/gemv.cu not built: it needs sm_80 (BF16) / sm_89 (FP8) tensor-core mma, the card is {cc}; cuBLASLt at every M"
+        ));
+        return None;
+    }
+    let names = crate::kernels::gemv::kernel_names();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    match gpu.compile_with("gemv", crate::kernels::gemv::SRC, &refs, &[]) {
+        Ok(m) => {
+            notes.push(format!("kernels/gemv.cu for {}: {}", m.arch, m.how_built()));
+            Some(m)
+        }
+        Err(e) => {
+            notes.push(format!(
+                "kernels/gemv.cu failed to build ({e}); cuBLASLt at every M"
+            ));
+            None
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

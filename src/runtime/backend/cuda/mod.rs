@@ -32,6 +32,7 @@ pub mod decode_attn;
 mod forward;
 pub mod gdn;
 mod gemm;
+mod gemv;
 pub mod hybrid_check;
 pub mod launchers;
 mod load;
@@ -183,6 +184,10 @@ pub struct CudaOptions {
     /// Measure, at load, which FP8 scaling path is faster at each decode M bucket
     /// ([`FP8_TUNE_MAX_M`]); off: cuBLASLt outer-vector scales at every M.
     pub tune_fp8: bool,
+    /// Measure, at load, whether the GEMM layer's small-M GEMV (`kernels/gemv.cu`) beats
+    /// cuBLASLt for each BF16 / FP8 linear and the lm_head at M ≤ 8 ([`CudaBackend::tune_gemv`]);
+    /// off: cuBLASLt at every M.
+    pub tune_gemv: bool,
 }
 
 impl Default for CudaOptions {
@@ -195,6 +200,7 @@ impl Default for CudaOptions {
             fuse_fp8_quant: true,
             max_drafts: 0,
             tune_fp8: true,
+            tune_gemv: true,
         }
     }
 }
@@ -397,6 +403,15 @@ pub struct CudaBackend {
     fp8_rowwise: bool,
     /// Tuned FP8 scaling path per (N, K, M bucket).
     fp8_choice: HashMap<(usize, usize, usize), Fp8Scaling>,
+    /// `kernels/gemv.cu` (the small-M GEMVs), built when a BF16 or FP8 linear or the BF16
+    /// lm_head may use it and the card has the mma it needs.
+    gemv: Option<Module>,
+    /// The GEMV configuration chosen over cuBLASLt per (kernel family, N, K, M bucket); absent:
+    /// cuBLASLt ([`CudaBackend::tune_gemv`]).
+    gemv_choice: HashMap<
+        (crate::kernels::gemv::GemvFormat, usize, usize, usize),
+        crate::kernels::gemv::Variant,
+    >,
     opts: CudaOptions,
     max_tokens: usize,
     max_rows: usize,

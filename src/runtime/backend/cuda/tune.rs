@@ -91,7 +91,7 @@ impl CudaBackend {
     }
 
     /// The flush buffer of [`CudaBackend::flush_l2`]: 2 × L2, at least 64 MiB, zeroed.
-    fn alloc_flush(&self) -> anyhow::Result<DevBuf> {
+    pub(super) fn alloc_flush(&self) -> anyhow::Result<DevBuf> {
         let flush_elems = ((2 * self.gpu.l2_bytes as usize).max(64 << 20)) / 2;
         let flush = self.gpu.alloc(flush_elems * 2)?;
         self.gpu.memset(&flush, 0)?;
@@ -99,7 +99,7 @@ impl CudaBackend {
     }
 
     /// Median seconds of `run` over [`TUNE_SAMPLES`] samples, each after an L2 flush.
-    fn time_cold(
+    pub(super) fn time_cold(
         &mut self,
         flush: &DevBuf,
         timer: &Timer,

@@ -1,0 +1,151 @@
+// Small-M GEMMs ("GEMVs", M <= 8 tokens) for BF16 and FP8 E4M3 weights, for the decode steps where
+// cuBLASLt's fixed cost keeps a GEMM well above its weight-streaming floor (docs/runtime.md,
+// "Missed targets"; docs/w4a16-notes.md for the W4A16 kernels, which already cover small M).
+//
+//   gemv_bf16_w{W}_u{U}:  y[t, n] = bf16_rn( sum_k x[t, k] * w[n, k] )                 (FP32 sums)
+//   gemv_bf16f32_w{W}_u{U}: the same sums written as FP32 (the lm_head's logits)
+//   gemv_fp8_w{W}_u{U}:   y[t, n] = bf16_rn( acc[t, n] * (xs[t * xs_stride] * ws[n * ws_stride]) ),
+//                         acc[t, n] = sum_k qx[t, k] * qw[n, k]                           (FP32 sums)
+//
+// w: N x K row-major (BF16, or E4M3 codes); x: M x K row-major (BF16, or E4M3 codes with one FP32
+// scale per token, as the runtime's fused RMSNorm + FP8 quantization and kernels/fp8_quant.cu write
+// them); y: M x N row-major BF16 (FP32 for gemv_bf16f32). FP8 scales: ws per output channel (ws_stride 1) or per tensor
+// (ws_stride 0); xs per token (xs_stride 1) or per tensor (xs_stride 0): W8A8 with per-token x
+// per-channel scales, the runtime's FP8 path, or per-tensor scales.
+//
+// Design: the weight matrix is the M side of a tensor-core mma (16 weight rows per tile) and the
+// tokens the N side (mma.sync m16n8k16 BF16 / m16n8k32 E4M3, FP32 accumulate; N = 8 holds up to 8
+// tokens, the unused columns zero), so the arithmetic costs nothing next to the weight stream. One
+// CTA owns 16 weight rows; its W warps split K in steps (32 BF16 / 64 E4M3 values per row and step,
+// steps W apart, U steps loaded before they are used); each lane loads 16 bytes of each of its two
+// rows (g and g + 8, g = lane / 4) and 16 bytes of token g's activations at the same K offset
+// (lane % 4 picks the 16-byte quarter). A dot product does not depend on the order of K, so the
+// lane's 16 bytes feed two mma's as if they were the K positions the fragment layout names for that
+// lane, in A (weights) and B (activations) alike. Weights are read once with no L1 allocation;
+// activations go through the read-only path (every CTA reads them, L2 holds them). The warps' 16 x 8
+// FP32 tiles are summed through shared memory; warp 0 applies the scales and writes BF16.
+//
+// Requirements (the launcher checks them): 1 <= m <= 8; K a multiple of 32 (BF16) or 64 (E4M3);
+// w, x 16-byte aligned. Grid: ceil(n / 16) CTAs of 32 * W threads.
+
+#include <cuda_bf16.h>
+#ifdef __CUDACC_RTC__
+// NVRTC ships no C library headers.
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#else
+#include <stdint.h>
+#endif
+
+__device__ __forceinline__ uint4 gv_ld_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void gv_mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void gv_mma_e4m3(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One lane's share of a step: 16 bytes of weight row g (wa), of row g + 8 (wb), of token g (xv).
+// Words .x/.y feed the first mma, .z/.w the second: A = {row g L0, row g+8 L0, row g L1, row g+8 L1},
+// B = {L0, L1}, where L0/L1 are the two K groups the fragment layout gives this lane.
+template <bool FP8>
+__device__ __forceinline__ void gv_step(float c[4], const uint4& wa, const uint4& wb, const uint4& xv) {
+  if (FP8) {
+    gv_mma_e4m3(c, wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
+    gv_mma_e4m3(c, wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
+  } else {
+    gv_mma_bf16(c, wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
+    gv_mma_bf16(c, wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
+  }
+}
+
+template <bool FP8, bool F32OUT, int WARPS, int U>
+__device__ __forceinline__ void gv_body(const uint4* __restrict__ w, const uint4* __restrict__ x,
+                                        const float* __restrict__ ws, int ws_stride, const float* __restrict__ xs,
+                                        int xs_stride, void* __restrict__ y, int m, int n, int k) {
+  __shared__ float red[WARPS][32][4];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const int row0 = blockIdx.x * 16 + g, row1 = row0 + 8;
+  // 16-byte vectors per row; 4 per step (one per lane of the quad).
+  const int vecs = FP8 ? (k >> 4) : (k >> 3);
+  const int steps = vecs >> 2;
+  const bool ok0 = row0 < n, ok1 = row1 < n, okx = g < m;
+  const uint4* w0 = w + (size_t)(ok0 ? row0 : 0) * vecs + q;
+  const uint4* w1 = w + (size_t)(ok1 ? row1 : 0) * vecs + q;
+  const uint4* xr = x + (size_t)(okx ? g : 0) * vecs + q;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int s0 = warp; s0 < steps; s0 += WARPS * U) {
+    uint4 wa[U], wb[U], xv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int s = s0 + u * WARPS;
+      const bool in = s < steps;
+      wa[u] = (in && ok0) ? gv_ld_stream(w0 + (size_t)s * 4) : zero;
+      wb[u] = (in && ok1) ? gv_ld_stream(w1 + (size_t)s * 4) : zero;
+      xv[u] = (in && okx) ? __ldg(xr + (size_t)s * 4) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) gv_step<FP8>(c, wa[u], wb[u], xv[u]);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) red[warp][lane][i] = c[i];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int v = 1; v < WARPS; ++v) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] += red[v][lane][i];
+  }
+  // c[0], c[1]: row g, tokens 2q, 2q + 1; c[2], c[3]: row g + 8, the same tokens.
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int tok = 2 * q + (i & 1);
+    const int row = (i < 2) ? row0 : row1;
+    if (tok >= m || row >= n) continue;
+    float v = c[i];
+    if (FP8) v = v * (xs[tok * xs_stride] * ws[row * ws_stride]);
+    if (F32OUT)
+      ((float*)y)[(size_t)tok * n + row] = v;
+    else
+      ((uint16_t*)y)[(size_t)tok * n + row] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+}
+
+#define GEMV_VARIANT(W, U)                                                                                        \
+  extern "C" __global__ void __launch_bounds__(W * 32) gemv_bf16_w##W##_u##U(                                   \
+      const uint4* __restrict__ w, const uint4* __restrict__ x, uint16_t* __restrict__ y, int m, int n, int k) { \
+    gv_body<false, false, W, U>(w, x, nullptr, 0, nullptr, 0, y, m, n, k);                                      \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(W * 32) gemv_bf16f32_w##W##_u##U(                                \
+      const uint4* __restrict__ w, const uint4* __restrict__ x, float* __restrict__ y, int m, int n, int k) {    \
+    gv_body<false, true, W, U>(w, x, nullptr, 0, nullptr, 0, y, m, n, k);                                       \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(W * 32) gemv_fp8_w##W##_u##U(                                    \
+      const uint4* __restrict__ w, const uint4* __restrict__ x, const float* __restrict__ ws, int ws_stride,     \
+      const float* __restrict__ xs, int xs_stride, uint16_t* __restrict__ y, int m, int n, int k) {              \
+    gv_body<true, false, W, U>(w, x, ws, ws_stride, xs, xs_stride, y, m, n, k);                                  \
+  }
+
+GEMV_VARIANT(4, 2)
+GEMV_VARIANT(4, 4)
+GEMV_VARIANT(8, 2)
+GEMV_VARIANT(8, 4)
