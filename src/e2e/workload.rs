@@ -471,7 +471,7 @@ pub struct PreparedRequest {
 
 /// Fit `head` + filler words to exactly `target` tokens. Returns the text and its count
 /// (`None` without a tokenizer: then the length is estimated at 4 characters per token).
-async fn fit(
+pub(crate) async fn fit(
     counter: &TokenCounter,
     head: &str,
     words: &[&str],
