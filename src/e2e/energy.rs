@@ -271,6 +271,73 @@ impl PowerSampler {
     }
 }
 
+
+/// Makes a power source for a session.
+pub type PowerFactory = std::sync::Arc<dyn Fn() -> Box<dyn PowerSource> + Send + Sync>;
+
+/// Where a session's power readings come from.
+#[derive(Clone, Default)]
+pub enum PowerChoice {
+    /// NVML on this host, when the engine runs here on a GPU (see [`choose`]).
+    #[default]
+    Auto,
+    /// No energy figures (stated as unknown: "not asked for").
+    Off,
+    /// A given source (tests: [`MockPower`]).
+    Source(PowerFactory),
+}
+
+impl std::fmt::Debug for PowerChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PowerChoice::Auto => "PowerChoice::Auto",
+            PowerChoice::Off => "PowerChoice::Off",
+            PowerChoice::Source(_) => "PowerChoice::Source",
+        })
+    }
+}
+
+/// Whether `url`'s host is this machine (loopback or `localhost`).
+pub fn is_local_url(url: &str) -> bool {
+    match reqwest::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_string)) {
+        Some(h) => {
+            let h = h.trim_start_matches('[').trim_end_matches(']');
+            h == "localhost"
+                || h.parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+        }
+        None => false,
+    }
+}
+
+/// The power source for an engine at `url` (`cpu_backend`: the built-in runtime said it runs on
+/// the CPU), or why there is none: the reason `energy_unknown` states.
+///
+/// # Errors
+/// The reason: not asked for, a remote engine, a CPU-only engine, or NVML unavailable.
+pub fn choose(
+    choice: &PowerChoice,
+    url: &str,
+    cpu_backend: bool,
+) -> Result<Box<dyn PowerSource>, String> {
+    match choice {
+        PowerChoice::Off => Err("energy not measured (turned off)".into()),
+        PowerChoice::Source(f) => Ok(f()),
+        PowerChoice::Auto if !is_local_url(url) => Err(format!(
+            "the engine at {} runs on another host: NVML here reads only this host's GPUs",
+            crate::output::redact::Redactor::for_this_host(true).secrets_only(url)
+        )),
+        PowerChoice::Auto if cpu_backend => Err(
+            "the engine runs on the CPU backend: NVML reads GPU power only (no CPU energy counter is read)"
+                .into(),
+        ),
+        PowerChoice::Auto => {
+            let p = NvmlPower::open(&[]).map_err(|e| format!("no GPU power reading: {e}"))?;
+            Ok(Box::new(p))
+        }
+    }
+}
+
 /// The default sampling interval: 100 ms (10 Hz).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
 

@@ -33,6 +33,7 @@ pub mod parallel;
 pub mod prompts;
 pub mod quality;
 pub mod render;
+pub mod render_serving;
 pub mod runtime_facts;
 pub mod sse;
 pub mod stream;
@@ -101,6 +102,13 @@ pub struct E2eResults {
     /// The engine's parallel layout and the rig's GPUs and topology (multi-GPU engines or rigs).
     #[serde(default)]
     pub multi_gpu: Option<parallel::EngineMultiGpu>,
+    /// The formulas of TTFT, TPOT and ITL: rigbench's, vLLM's and guidellm's
+    /// ([`definitions`]).
+    #[serde(default)]
+    pub definitions: definitions::Definitions,
+    /// The goodput search (`--goodput-search`; its probes are in `runs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput_search: Option<goodput::SearchResult>,
 }
 
 impl E2eResults {
