@@ -96,6 +96,9 @@ pub fn apply(o: &mut E2eOptions, a: &ServingArgs) -> Result<(), RigError> {
             ));
         }
         let span = sessions.iter().map(|s| s.start_s).fold(0.0, f64::max);
+        // The trace sets every length; the suite's prompt set only warms the engine up.
+        o.suite.workload.kind = crate::e2e::workload::WorkloadKind::Prompts;
+        o.suite.workload.ignore_eos = true;
         let l = &mut o.suite.load;
         l.mode = LoadMode::Open;
         l.arrival = ArrivalKind::Trace;

@@ -359,6 +359,21 @@ mod tests {
     }
 
     #[test]
+    fn no_power_for_a_remote_engine_or_when_turned_off() {
+        let e = choose(&PowerChoice::Auto, "http://10.1.2.3:8000", false)
+            .err()
+            .unwrap();
+        assert!(e.contains("another host"), "{e}");
+        let e = choose(&PowerChoice::Auto, "http://127.0.0.1:8000", true)
+            .err()
+            .unwrap();
+        assert!(e.contains("CPU backend"), "{e}");
+        assert!(choose(&PowerChoice::Off, "http://127.0.0.1:1", false).is_err());
+        assert!(is_local_url("http://localhost:8000") && is_local_url("http://[::1]:8000"));
+        assert!(!is_local_url("https://api.example.com"));
+    }
+
+    #[test]
     fn a_mock_source_integrates_to_the_known_joules_within_one_percent() {
         // 200 W + 100 W·sin(2πt), over 1.5 s: ∫ = 300 J + 100/(2π)·(1 − cos 3π) = 300 + 31.83 J.
         let src = MockPower::new(|t| 200.0 + 100.0 * (2.0 * std::f64::consts::PI * t).sin());
