@@ -10,6 +10,8 @@
 //! - the end-to-end output tok/s of each valid sweep point, from `e2e` / `report --url` runs and
 //!   from the built-in runtime on the GPU (never a CPU self-test's figures: those are not the
 //!   card's);
+//! - beside each of those points, its SLO attainment (`--slo`, docs/goodput.md) and its joules
+//!   per output token (docs/energy.md), where they were measured;
 //! - the KV capacity the engine reported (or, without an engine, the capacity predicted for the
 //!   inspected checkpoint, marked as a prediction), and the checkpoint or model.
 //!
@@ -80,6 +82,10 @@ pub struct E2ePoint {
     pub label: String,
     /// Output tokens per second.
     pub tok_per_s: f64,
+    /// SLO attainment (share of requests meeting every target), when an SLO was set.
+    pub goodput: Option<f64>,
+    /// Joules per output token, when the energy was measured.
+    pub j_per_output_token: Option<f64>,
 }
 
 /// One row of the board: one report and one format.
@@ -329,6 +335,8 @@ fn e2e_figures(e: &crate::e2e::E2eResults, gpu_rig: bool) -> Result<E2eFigures, 
             r.presented_throughput().map(|t| E2ePoint {
                 label: r.label.clone(),
                 tok_per_s: t.output_tok_per_s,
+                goodput: r.goodput.as_ref().map(|g| g.attainment),
+                j_per_output_token: r.energy.as_ref().and_then(|e| e.j_per_output_token),
             })
         })
         .collect();
@@ -610,6 +618,20 @@ impl Board {
             .join(" · ")
     }
 
+    /// A per-point cell of an optional figure: `c=1 95.0 % · c=4 80.0 %`, `—` when no point
+    /// has it.
+    fn e2e_extra_cell(points: &[E2ePoint], f: impl Fn(&E2ePoint) -> Option<String>) -> String {
+        let cells: Vec<String> = points
+            .iter()
+            .filter_map(|p| f(p).map(|v| format!("{} {v}", p.label)))
+            .collect();
+        if cells.is_empty() {
+            "—".into()
+        } else {
+            cells.join(" · ")
+        }
+    }
+
     /// The KV cell: `248,976 (/metrics …)`.
     fn kv_cell(kv: &Option<(u64, String)>) -> String {
         kv.as_ref()
@@ -639,6 +661,8 @@ impl Board {
             "kernel conditions",
             "rank",
             "e2e output tok/s",
+            "e2e SLO attainment",
+            "e2e J / output token",
             "e2e conditions",
             "KV capacity",
             "checkpoint / model",
@@ -667,6 +691,12 @@ impl Board {
                         _ => "—".into(),
                     },
                     Self::e2e_cell(&r.e2e),
+                    Self::e2e_extra_cell(&r.e2e, |p| {
+                        p.goodput.map(|g| format!("{:.1} %", g * 100.0))
+                    }),
+                    Self::e2e_extra_cell(&r.e2e, |p| {
+                        p.j_per_output_token.map(|j| format!("{j:.4}"))
+                    }),
                     r.e2e_conditions.clone().unwrap_or_else(|| "—".into()),
                     Self::kv_cell(&r.kv_capacity),
                     r.checkpoint
@@ -750,6 +780,8 @@ impl Board {
             "kernel_conditions_text",
             "rank",
             "e2e_output_tok_per_s",
+            "e2e_slo_attainment",
+            "e2e_j_per_output_token",
             "e2e_conditions",
             "e2e_conditions_text",
             "kv_capacity_tokens",
@@ -783,6 +815,16 @@ impl Board {
                 r.e2e
                     .iter()
                     .map(|p| format!("{}:{:.3}", p.label, p.tok_per_s))
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                r.e2e
+                    .iter()
+                    .filter_map(|p| p.goodput.map(|g| format!("{}:{g:.4}", p.label)))
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                r.e2e
+                    .iter()
+                    .filter_map(|p| p.j_per_output_token.map(|j| format!("{}:{j:e}", p.label)))
                     .collect::<Vec<_>>()
                     .join(";"),
                 r.e2e_conditions.clone().unwrap_or_default(),

@@ -9,7 +9,8 @@
 //! - `board(id, report, format, composite_m1_s, composite_m16_s, composite_m64_s,
 //!   kernel_conditions, rank, e2e_conditions, kv_capacity_tokens, kv_capacity_source,
 //!   checkpoint, notes)`: seconds per decode step, `NULL` where not measured;
-//! - `e2e_points(board_id, label, output_tok_per_s)`: one line per valid sweep point;
+//! - `e2e_points(board_id, label, output_tok_per_s, slo_attainment, j_per_output_token)`: one
+//!   line per valid sweep point (`NULL` where no SLO was set or no energy was measured);
 //! - `skipped(path, reason)`.
 
 use std::path::Path;
@@ -52,7 +53,8 @@ fn fill(board: &Board, path: &Path) -> anyhow::Result<()> {
              kv_capacity_tokens INTEGER, kv_capacity_source TEXT, checkpoint TEXT,
              notes TEXT NOT NULL);
          CREATE TABLE e2e_points (board_id INTEGER NOT NULL REFERENCES board(id),
-             label TEXT NOT NULL, output_tok_per_s REAL NOT NULL);
+             label TEXT NOT NULL, output_tok_per_s REAL NOT NULL,
+             slo_attainment REAL, j_per_output_token REAL);
          CREATE TABLE skipped (path TEXT NOT NULL, reason TEXT NOT NULL);",
     )?;
     let tx = db.transaction()?;
@@ -109,8 +111,8 @@ fn fill(board: &Board, path: &Path) -> anyhow::Result<()> {
         )?;
         for p in &row.e2e {
             tx.execute(
-                "INSERT INTO e2e_points VALUES (?1, ?2, ?3)",
-                params![id, p.label, p.tok_per_s],
+                "INSERT INTO e2e_points VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![id, p.label, p.tok_per_s, p.goodput, p.j_per_output_token],
             )?;
         }
     }

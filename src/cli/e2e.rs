@@ -255,6 +255,9 @@ pub struct LoadArgs {
     /// Sampling seed.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Trace replay, SLO goodput and energy.
+    #[command(flatten)]
+    pub serving: crate::cli::serving::ServingArgs,
 }
 
 /// The built-in engine's own settings, which `e2e` takes from its flags and `report` fixes.
@@ -378,6 +381,7 @@ pub fn e2e_options(
     let engine = choose_engine(args, &builtin, kind, spec_none)?;
     check_engine_args(args, &builtin, kind, &engine)?;
     let mut o = E2eOptions::with_suite(suite);
+    crate::cli::serving::apply(&mut o, &load.serving)?;
     o.engine = engine;
     o.engine_log = args.engine_log.clone();
     o.served_model = args.served_model.clone();

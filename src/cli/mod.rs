@@ -16,6 +16,7 @@ pub mod kernels;
 pub mod report;
 pub mod rig;
 pub mod serve;
+pub mod serving;
 
 /// rigbench: benchmark and validate quantized LLM inference (BF16, FP8, NVFP4) on NVIDIA GPUs.
 ///

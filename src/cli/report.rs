@@ -117,10 +117,11 @@ pub struct ReportArgs {
 /// them (clap ids; `KernelSelection`, `EngineArgs` and `LoadArgs` are the groups of the flags of
 /// those structs). With
 /// `--save-baseline` it saves what it renders.
-const RENDER_CONFLICTS: [&str; 10] = [
+const RENDER_CONFLICTS: [&str; 11] = [
     "KernelSelection",
     "EngineArgs",
     "LoadArgs",
+    "ServingArgs",
     "rig_label",
     "no_kernels",
     "no_e2e",

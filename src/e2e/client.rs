@@ -626,13 +626,25 @@ impl EngineClient {
         timeout: Duration,
         stop: impl std::future::Future<Output = ()>,
     ) -> (Instant, StreamOutcome) {
+        self.stream_body(req, req.body(), timeout, stop).await
+    }
+
+    /// As [`EngineClient::stream`], with `body` sent in place of `req.body()` (a trace replay's
+    /// chat history); `req` still gives the API and `max_tokens`.
+    pub async fn stream_body(
+        &self,
+        req: &GenRequest,
+        body: Value,
+        timeout: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> (Instant, StreamOutcome) {
         let sent = Instant::now();
         let mut out = StreamOutcome {
             max_tokens: Some(u64::from(req.max_tokens)),
             ..Default::default()
         };
         let res = {
-            let work = self.stream_inner(req, sent, &mut out);
+            let work = self.stream_inner(req, &body, sent, &mut out);
             tokio::select! {
                 r = tokio::time::timeout(timeout, work) => match r {
                     Ok(Ok(())) => None,
@@ -676,14 +688,14 @@ impl EngineClient {
     async fn stream_inner(
         &self,
         req: &GenRequest,
+        body: &Value,
         sent: Instant,
         out: &mut StreamOutcome,
     ) -> Result<(), String> {
-        let body = req.body();
         let send = |c: &reqwest::Client| {
             c.post(self.url(req.api.path()))
                 .header("Accept", "text/event-stream")
-                .json(&body)
+                .json(body)
                 .send()
         };
         let resp = match send(&self.http).await {

@@ -140,6 +140,7 @@ impl LoadPoint {
             } => match arrival {
                 ArrivalKind::Poisson => format!("{rate:.2} req/s"),
                 ArrivalKind::Gamma => format!("{rate:.2} req/s γ{burstiness}"),
+                ArrivalKind::Trace => format!("trace {rate:.2} req/s"),
             },
         }
     }
@@ -174,6 +175,8 @@ pub fn arrival_offsets(
             let dt = match kind {
                 ArrivalKind::Poisson => exp.map(|d| d.sample(&mut rng)),
                 ArrivalKind::Gamma => gamma.map(|d| d.sample(&mut rng)),
+                // A trace's own times are sent by `trace_replay`; evenly spaced here.
+                ArrivalKind::Trace => None,
             };
             t += dt.unwrap_or(1.0 / rate);
         }

@@ -171,6 +171,14 @@ pub struct RequestRecord {
     /// response (0 or 1).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retries: u32,
+    /// Send → the last chunk that carried a generated token, seconds (guidellm's "last token";
+    /// see [`super::definitions`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_token_s: Option<f64>,
+    /// Gaps between successive token chunks, one per chunk, seconds (vLLM's ITL; kept in memory,
+    /// not written).
+    #[serde(skip)]
+    pub chunk_gaps_s: Vec<f64>,
 }
 
 fn is_zero(x: &u32) -> bool {

@@ -20,9 +20,12 @@ pub mod bootlog;
 pub mod checks;
 pub mod client;
 pub mod conditions;
+pub mod definitions;
 pub mod driver;
+pub mod energy;
 pub mod engines;
 pub mod executor;
+pub mod goodput;
 pub mod launcher;
 pub mod metrics;
 pub mod ownership;
@@ -30,9 +33,12 @@ pub mod parallel;
 pub mod prompts;
 pub mod quality;
 pub mod render;
+pub mod render_serving;
 pub mod runtime_facts;
 pub mod sse;
 pub mod stream;
+pub mod trace;
+pub mod trace_replay;
 pub mod validity;
 pub mod workload;
 
@@ -96,6 +102,13 @@ pub struct E2eResults {
     /// The engine's parallel layout and the rig's GPUs and topology (multi-GPU engines or rigs).
     #[serde(default)]
     pub multi_gpu: Option<parallel::EngineMultiGpu>,
+    /// The formulas of TTFT, TPOT and ITL: rigbench's, vLLM's and guidellm's
+    /// ([`definitions`]).
+    #[serde(default)]
+    pub definitions: definitions::Definitions,
+    /// The goodput search (`--goodput-search`; its probes are in `runs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput_search: Option<goodput::SearchResult>,
 }
 
 impl E2eResults {

@@ -210,6 +210,7 @@ pub fn render_markdown(res: &E2eResults) -> String {
     render_throughput(&mut o, runs);
     render_metrics_sampling(&mut o, runs);
     render_spec_acceptance(&mut o, runs);
+    o.push_str(&super::render_serving::render(res));
     render_plots(&mut o, res);
     render_bootlog(&mut o, res.boot_log.as_ref());
     o
@@ -1203,6 +1204,7 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
             .with_context(|| format!("cannot write {}", p.display()))?;
         written.push(ACCEPTANCE_PLOT.to_string());
     }
+    written.extend(super::render_serving::write_pareto(res, dir)?);
     Ok(written)
 }
 

@@ -105,6 +105,10 @@ pub enum ArrivalKind {
     /// Gamma inter-arrival times with shape `burstiness` (1 = Poisson, < 1 burstier), as in
     /// vLLM's `benchmark_serving --burstiness`.
     Gamma,
+    /// The send times of a replayed trace (`--trace`; docs/traces.md); `rate` is then the
+    /// trace's mean request rate.
+    #[value(skip)]
+    Trace,
 }
 
 /// Prefix-cache temperature.
@@ -471,7 +475,7 @@ pub struct PreparedRequest {
 
 /// Fit `head` + filler words to exactly `target` tokens. Returns the text and its count
 /// (`None` without a tokenizer: then the length is estimated at 4 characters per token).
-async fn fit(
+pub(crate) async fn fit(
     counter: &TokenCounter,
     head: &str,
     words: &[&str],

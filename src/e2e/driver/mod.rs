@@ -44,6 +44,8 @@ use crate::diagnose::prometheus::Exposition;
 mod facts;
 mod point;
 mod records;
+mod search;
+mod served;
 mod session;
 
 use facts::*;
@@ -94,6 +96,17 @@ pub struct E2eOptions {
     /// Before the sweep, measure the perplexity of the fixed text and the exact-recall pass rate
     /// (`--quality`; see [`super::quality`]).
     pub quality: bool,
+    /// Replay this trace instead of the suite's workload (`--trace`; docs/traces.md).
+    pub trace: Option<super::trace_replay::TraceSpec>,
+    /// Latency targets judged per sweep point (`--slo`; docs/goodput.md).
+    pub slo: Option<super::goodput::Slo>,
+    /// Search for the highest load meeting the SLO instead of the sweep (`--goodput-search`).
+    pub goodput_search: Option<super::goodput::SearchSpec>,
+    /// Where power readings come from (docs/energy.md).
+    pub power: super::energy::PowerChoice,
+    /// GPUs the engine uses (throughput per GPU in the goodput search's Pareto plot); 1 when
+    /// unknown.
+    pub gpus: u32,
 }
 
 impl E2eOptions {
@@ -120,6 +133,11 @@ impl E2eOptions {
             stated: Default::default(),
             check_determinism: false,
             quality: false,
+            trace: None,
+            slo: None,
+            goodput_search: None,
+            power: Default::default(),
+            gpus: 1,
         }
     }
 
@@ -168,6 +186,22 @@ pub struct RunResult {
     /// engine wrote; redacted with the rest of the results when written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub output_samples: Vec<String>,
+    /// SLO attainment, when an SLO was set (docs/goodput.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<super::goodput::Goodput>,
+    /// Energy over the measured window (docs/energy.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<super::energy::Energy>,
+    /// Why there is no energy figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_unknown: Option<String>,
+    /// The replayed trace (docs/traces.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<super::trace_replay::TraceSummary>,
+    /// TPOT and ITL of the same requests under vLLM's and guidellm's definitions
+    /// (see [`super::definitions`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_tools: Vec<super::definitions::ToolMetrics>,
 }
 
 /// Requests per run whose output text is kept as a sample.
@@ -188,6 +222,15 @@ impl RunResult {
 
 pub(super) fn sweep(suite: &Suite) -> Vec<LoadPoint> {
     let l = &suite.load;
+    if l.arrival == super::workload::ArrivalKind::Trace {
+        return vec![LoadPoint::Open {
+            rate: l.rates.first().copied().unwrap_or(1.0),
+            arrival: l.arrival,
+            burstiness: 1.0,
+            max_concurrency: None,
+            seed: 0,
+        }];
+    }
     match l.mode {
         LoadMode::Closed => l
             .concurrency

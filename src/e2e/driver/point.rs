@@ -13,6 +13,10 @@ pub(super) struct Session<'a> {
     pub(super) exec_cfg: ExecConfig,
     /// The prefix-cache reset was reported (once per session).
     pub(super) reset_told: std::sync::atomic::AtomicBool,
+    /// The power source sampled across each measured window (docs/energy.md), between windows.
+    pub(super) power: std::sync::Mutex<Option<Box<dyn crate::e2e::energy::PowerSource>>>,
+    /// Why there is no power source.
+    pub(super) energy_unknown: Option<String>,
 }
 
 /// What rigbench did to the engine's prefix cache, said once, after the first sweep point's
@@ -98,7 +102,13 @@ impl Session<'_> {
         if warm_n > 0 {
             self.warm_up(&model, &nonce, warm_n, conc).await?;
         }
-        let prepared = Arc::new(
+        let trace_plan = match &self.opts.trace {
+            Some(spec) => Some(self.plan_trace(spec, &model, &nonce).await?),
+            None => None,
+        };
+        let prepared = Arc::new(if trace_plan.is_some() {
+            Vec::new()
+        } else {
             prepare(
                 suite,
                 &self.counter,
@@ -107,8 +117,8 @@ impl Session<'_> {
                 suite.load.requests as usize,
                 self.facts.max_model_len,
             )
-            .await?,
-        );
+            .await?
+        });
         // Cache temperature.
         let reset = self
             .client
@@ -116,7 +126,7 @@ impl Session<'_> {
             .await
             .unwrap_or(None);
         self.tell_reset(reset);
-        if suite.load.cache == CacheTemp::Warm {
+        if suite.load.cache == CacheTemp::Warm && trace_plan.is_none() {
             self.prime_cache(&prepared, conc).await;
         }
         let PointRun {
@@ -131,7 +141,13 @@ impl Session<'_> {
             before,
             after,
             peaks_reset,
-        } = self.measure(point, &prepared).await;
+            replayed,
+            power,
+        } = self.measure(point, &prepared, trace_plan.as_ref()).await;
+        let (prepared, blocks) = match replayed {
+            Some((p, b)) => (Arc::new(p), b),
+            None => (prepared, Vec::new()),
+        };
         let judge_repetition = !model.starts_with("synthetic:");
         let raw_texts: std::collections::BTreeMap<usize, String> = records
             .iter()
@@ -166,7 +182,15 @@ impl Session<'_> {
         )
         .await;
 
-        let hits_allowed = hits_allowed(suite, &requests);
+        let hits_allowed = if trace_plan.is_some() {
+            // A replayed trace reuses prefixes by design: any hit up to its prompts is explained.
+            requests
+                .iter()
+                .map(|r| r.prompt_tokens.or(r.input_tokens_counted).unwrap_or(0))
+                .sum()
+        } else {
+            hits_allowed(suite, &requests)
+        };
         let kv = self.kv_condition(before.as_ref(), after.as_ref(), boot, &polls, peaks_reset);
         let evidence = PointEvidence {
             before: before.as_ref(),
@@ -186,13 +210,45 @@ impl Session<'_> {
             judge_repetition,
         );
         let measured = Throughput::of(&requests, duration.as_secs_f64());
+        let served = self.served(&requests, measured.as_ref(), power);
+        let trace = match (&self.opts.trace, &trace_plan) {
+            (Some(spec), Some(plan)) => Some(crate::e2e::trace_replay::TraceSummary::of(
+                spec,
+                plan,
+                &blocks,
+                &requests,
+                conditions.cache.hits,
+            )),
+            _ => None,
+        };
         let (throughput, throughput_invalid) = if validity.valid {
             (measured, None)
         } else {
             (None, measured)
         };
+        let label = match &self.opts.trace {
+            Some(spec) => format!(
+                "trace ×{}",
+                spec.window.speed
+            ),
+            None => point.label(),
+        };
         Ok(RunResult {
-            label: point.label(),
+            goodput: self.opts.slo.as_ref().and_then(|slo| {
+                crate::e2e::goodput::Goodput::of(
+                    slo,
+                    &requests,
+                    Some(duration.as_secs_f64()),
+                    self.opts
+                        .goodput_search
+                        .map_or(0.95, |s| s.confidence),
+                )
+            }),
+            energy: served.0,
+            energy_unknown: served.1,
+            trace,
+            other_tools: crate::e2e::definitions::other_tools(&requests),
+            label,
             load: point.clone(),
             latency: LatencySummary::of(&requests),
             lateness: Lateness::of(&requests, self.opts.lateness_tolerance.as_secs_f64()),
@@ -276,6 +332,7 @@ impl Session<'_> {
         &self,
         point: &LoadPoint,
         prepared: &Arc<Vec<PreparedRequest>>,
+        trace: Option<&crate::e2e::trace_replay::ReplayPlan>,
     ) -> PointRun {
         // The engine's high-water marks (rigbench serve) restart here.
         let peaks_reset = self.client.reset_peaks().await.ok().flatten() == Some(true);
@@ -306,16 +363,35 @@ impl Session<'_> {
             }
             stats
         });
-        let pb = progress_bar(self.opts.progress, prepared.len(), &point.label());
-        let outcome = execute(
-            &self.client,
-            point,
-            prepared.clone(),
-            &self.exec_cfg,
-            &self.stop,
-            pb.clone(),
-        )
-        .await;
+        let total = trace.map_or(prepared.len(), |t| t.requests);
+        let pb = progress_bar(self.opts.progress, total, &point.label());
+        let sampler = self.start_power();
+        let (outcome, replayed) = match trace {
+            Some(plan) => {
+                let r = crate::e2e::trace_replay::replay(
+                    &self.client,
+                    plan,
+                    &self.exec_cfg,
+                    &self.stop,
+                    pb.clone(),
+                )
+                .await;
+                (r.exec, Some((r.prepared, r.blocks)))
+            }
+            None => (
+                execute(
+                    &self.client,
+                    point,
+                    prepared.clone(),
+                    &self.exec_cfg,
+                    &self.stop,
+                    pb.clone(),
+                )
+                .await,
+                None,
+            ),
+        };
+        let power = sampler.map(|s| self.finish_power(s));
         pb.finish_and_clear();
         let _ = poll_stop_tx.send(());
         let during = poller.await.unwrap_or_default();
@@ -327,6 +403,8 @@ impl Session<'_> {
             before,
             after,
             peaks_reset,
+            replayed,
+            power,
         }
     }
 
@@ -502,6 +580,18 @@ pub(super) struct PointRun {
     pub(super) after: Option<Exposition>,
     /// The engine's high-water marks were reset before the run (rigbench serve).
     pub(super) peaks_reset: bool,
+    /// A replayed trace's requests as sent, and their hash ids and prompt lengths.
+    pub(super) replayed: Option<(Vec<PreparedRequest>, Vec<(Vec<u64>, u32)>)>,
+    /// Power samples across the load: samples, window (s), first reading error, source.
+    pub(super) power: Option<PowerWindow>,
+}
+
+/// Power samples across a measured window.
+pub(super) struct PowerWindow {
+    pub(super) samples: Vec<crate::e2e::energy::Sample>,
+    pub(super) window_s: f64,
+    pub(super) error: Option<String>,
+    pub(super) source: String,
 }
 
 /// What a sweep point's conditions are judged from, besides its requests.

@@ -110,6 +110,19 @@ pub(super) async fn finish_records(
             token_chunks: o.events.len(),
             delivery: delivery.clone(),
             retries: o.retries,
+            last_token_s: if ok {
+                o.events.last().map(|e| e.at.as_secs_f64())
+            } else {
+                None
+            },
+            chunk_gaps_s: if ok {
+                o.events
+                    .windows(2)
+                    .map(|w| (w[1].at - w[0].at).as_secs_f64())
+                    .collect()
+            } else {
+                Vec::new()
+            },
         };
         let text = format!("{}{}", o.reasoning, o.content);
         rec.flags = output_flags(&rec, &text, output_fixed, judge_repetition);

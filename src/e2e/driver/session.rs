@@ -69,6 +69,12 @@ pub async fn run_session(
     // suite's own settings, so prompt lengths can be checked against usage.prompt_tokens.
     facts.prompt_overhead = prompt_overhead(&client, opts, &facts, &counter).await;
     results.engine.facts = facts.clone();
+    let cpu_backend = facts.runtime.as_ref().is_some_and(|r| r.is_cpu());
+    let (power, energy_unknown) =
+        match crate::e2e::energy::choose(&opts.power, &engine.url, cpu_backend) {
+            Ok(p) => (Some(p), None),
+            Err(why) => (None, Some(why)),
+        };
     let session = Session {
         opts,
         client,
@@ -76,6 +82,8 @@ pub async fn run_session(
         probe,
         counter,
         reset_told: std::sync::atomic::AtomicBool::new(false),
+        power: std::sync::Mutex::new(power),
+        energy_unknown,
         stop: stop.clone(),
         exec_cfg: ExecConfig {
             request_timeout: opts.request_timeout,
@@ -273,6 +281,10 @@ pub(super) async fn run_sweep(
     on_update: &mut (dyn FnMut(&E2eResults) + Send),
 ) {
     let opts = session.opts;
+    if let Some(spec) = &opts.goodput_search {
+        return super::search::run_search(session, spec, engine, extra_log, stop, results, on_update)
+            .await;
+    }
     let points = sweep(&opts.suite);
     for (i, point) in points.iter().enumerate() {
         if let Some(cause) = stop.cause() {
