@@ -80,7 +80,6 @@ fn inspect_options() -> crate::checkpoint::InspectOptions {
         card: Some("fuzz".into()),
         gpu_memory_bytes: Some(32 << 30),
         gpu_memory_source: Some("fuzz".into()),
-        runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
         ..Default::default()
     }
 }

@@ -23,6 +23,7 @@ pub mod fuzz_harness;
 pub use rigbench_gpu as gpu;
 pub use rigbench_gpu::kernel_launchers;
 pub mod kernels;
+pub mod model;
 pub mod multigpu;
 pub mod output;
 pub mod report;

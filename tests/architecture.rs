@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 const TIERS: [(&str, &[&str]); 3] = [
     (
         "foundation",
-        &["gpu", "formats", "stats", "output", "error", "signals"],
+        &[
+            "gpu", "formats", "stats", "output", "error", "signals", "model",
+        ],
     ),
     (
         "domains",

@@ -37,7 +37,6 @@ fn a_non_utf8_shard_name_is_read_by_its_os_path() {
     let opts = rigbench::checkpoint::InspectOptions {
         cc: Some("sm_90".parse().unwrap()),
         card: Some("--cc".into()),
-        runtime_config: Some(rigbench::runtime::ModelConfig::check_hf_config),
         ..Default::default()
     };
     let r = rigbench::checkpoint::inspect(d.path(), &opts).expect("read, not 'not found'");

@@ -557,7 +557,6 @@ fn sm(cc: &str) -> InspectOptions {
     InspectOptions {
         cc: Some(cc.parse().unwrap()),
         card: Some("--cc".into()),
-        runtime_config: Some(rigbench::runtime::ModelConfig::check_hf_config),
         ..Default::default()
     }
 }

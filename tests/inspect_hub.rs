@@ -82,10 +82,7 @@ fn checkpoint() -> PathBuf {
 
 /// What `rigbench inspect` passes (no card).
 fn cli_options() -> InspectOptions {
-    InspectOptions {
-        runtime_config: Some(rigbench::runtime::ModelConfig::check_hf_config),
-        ..Default::default()
-    }
+    InspectOptions::default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,10 +21,7 @@ fn fixture(rel: &str) -> PathBuf {
 
 /// What `rigbench inspect` passes (no card).
 fn opts() -> InspectOptions {
-    InspectOptions {
-        runtime_config: Some(rigbench::runtime::ModelConfig::check_hf_config),
-        ..Default::default()
-    }
+    InspectOptions::default()
 }
 
 #[test]

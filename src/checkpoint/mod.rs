@@ -74,11 +74,6 @@ pub struct InspectOptions {
     /// one sequence's state, as vLLM's allocator, which takes states from the shared pool as
     /// requests arrive.
     pub max_num_seqs: Option<u64>,
-    /// The built-in runtime's config.json reader, consulted for the `runtime-unsupported`
-    /// finding ([`runtime::ConfigReader`]). Every command passes the runtime's
-    /// (`crate::runtime::ModelConfig::check_hf_config`); `None` (the default) judges the module
-    /// formats only.
-    pub runtime_config: Option<runtime::ConfigReader>,
 }
 
 /// Default reserve for activations, CUDA graphs and context: 1.5 GiB (an assumption; vLLM
@@ -98,7 +93,6 @@ impl Default for InspectOptions {
             kv_cache_dtype: None,
             reserve_bytes: DEFAULT_RESERVE_BYTES,
             max_num_seqs: None,
-            runtime_config: None,
         }
     }
 }
@@ -371,14 +365,39 @@ fn unquantized(why: &str) -> Declared {
 /// missing shard. Each error names the file.
 pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectReport> {
     check_inspect_input(dir, opts)?;
+    let cfg = crate::model::ConfigFile::read(dir)?;
+    inspect_body(dir, &cfg, opts)
+}
+
+/// [`inspect`] with `config.json` already read (the runtime's loader reads it once per load:
+/// [`crate::model::ConfigFile`]).
+///
+/// # Errors
+/// As [`inspect`].
+pub fn inspect_parsed(
+    dir: &Path,
+    cfg: &crate::model::ConfigFile,
+    opts: &InspectOptions,
+) -> anyhow::Result<InspectReport> {
+    check_inspect_input(dir, opts)?;
+    inspect_body(dir, cfg, opts)
+}
+
+fn inspect_body(
+    dir: &Path,
+    cfg: &crate::model::ConfigFile,
+    opts: &InspectOptions,
+) -> anyhow::Result<InspectReport> {
     let mut report = InspectReport {
         checkpoint: dir.display().to_string(),
         ..Default::default()
     };
-    let (root, facts) = config::read_model_facts(dir)?;
+    let root = &cfg.root;
+    let facts = config::parse_model_facts(root, &cfg.path)
+        .with_context(|| format!("reading {}", cfg.path.display()))?;
     report.files_read.push("config.json".into());
     let cfg_path = dir.join("config.json");
-    let cfg_q = quant::parse_config_quant(&root, &cfg_path)?;
+    let cfg_q = quant::parse_config_quant(root, &cfg_path)?;
     let hf_path = dir.join("hf_quant_config.json");
     let hf_q = if hf_path.exists() {
         let obj = config::read_json_object(&hf_path)?;
@@ -458,7 +477,7 @@ pub fn inspect(dir: &Path, opts: &InspectOptions) -> anyhow::Result<InspectRepor
     };
     report.card = card_section(&formats, opts);
     report.capacity = capacity::predict(&facts, &recs, followed, other, hdrs.as_ref(), opts);
-    let runtime_refusal = runtime::support(&root, &report.modules, opts.runtime_config).err();
+    let runtime_refusal = runtime::support(&cfg.runtime, &report.modules).err();
     report.findings = lint::run(&lint::LintInput {
         facts: &facts,
         recs: &recs,

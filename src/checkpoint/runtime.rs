@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use super::format::ModuleFormat;
 use super::modules::LayerKind;
 use super::{InspectReport, ModuleRow, Severity};
+use crate::model::HfConfig;
 
 /// The finding id of a checkpoint the built-in runtime cannot run (info in `inspect`).
 pub const RUNTIME_UNSUPPORTED: &str = "runtime-unsupported";
@@ -70,12 +71,6 @@ pub struct RuntimeSupport {
     pub notes: Vec<String>,
 }
 
-/// The built-in runtime's reader of `config.json` (the file's text in): `Ok` with its warnings
-/// and whether the model is a Gated-DeltaNet hybrid when it runs the model, else why not. The
-/// runtime, which sits above this module, supplies it
-/// (`crate::runtime::ModelConfig::check_hf_config`; docs/architecture.md).
-pub type ConfigReader = fn(&str) -> Result<(Vec<String>, bool), String>;
-
 fn refuse(detail: impl Into<String>) -> RuntimeRefusal {
     RuntimeRefusal {
         rule: RUNTIME_UNSUPPORTED.into(),
@@ -96,29 +91,25 @@ pub fn linear_format_supported(f: &ModuleFormat) -> bool {
     }
 }
 
-/// The support verdict from the config.json object and the module table (no lint findings).
-/// `reader` is the runtime's config.json reader; without it only the module table is judged.
+/// The support verdict from the runtime's reading of config.json
+/// ([`crate::model::ConfigFile::runtime`]) and the module table (no lint findings).
 ///
 /// # Errors
 /// [`RUNTIME_UNSUPPORTED`] with the reason: the runtime's own config.json reader refuses the
 /// config (model_type, architecture, RoPE, attention kind), or a module's format is outside
 /// [`SUPPORTED_LINEAR_FORMATS`], or the embedding is quantized.
 pub fn support(
-    config: &serde_json::Map<String, serde_json::Value>,
+    config: &Result<HfConfig, String>,
     modules: &[ModuleRow],
-    reader: Option<ConfigReader>,
 ) -> Result<RuntimeSupport, RuntimeRefusal> {
     let mut s = RuntimeSupport::default();
-    // Whether config.json describes Gated-DeltaNet layers (unknown without the runtime's reader:
-    // the module table is then judged alone).
-    let mut hybrid: Option<bool> = None;
-    if let Some(read) = reader {
-        let text = serde_json::Value::Object(config.clone()).to_string();
-        let (warnings, is_hybrid) = read(&text).map_err(|e| refuse(format!("config.json: {e}")))?;
-        hybrid = Some(is_hybrid);
-        s.notes
-            .extend(warnings.iter().map(|w| format!("config.json: {w}")));
-    }
+    let hf = config
+        .as_ref()
+        .map_err(|e| refuse(format!("config.json: {e}")))?;
+    // Whether config.json describes Gated-DeltaNet layers.
+    let hybrid = Some(hf.config.is_hybrid());
+    s.notes
+        .extend(hf.warnings.iter().map(|w| format!("config.json: {w}")));
     for row in modules {
         match row.kind {
             LayerKind::LinearAttention if hybrid == Some(false) => {
@@ -195,8 +186,7 @@ pub fn support(
 /// The [`RuntimeRefusal`].
 pub fn verdict(
     report: &InspectReport,
-    config: &serde_json::Map<String, serde_json::Value>,
-    reader: Option<ConfigReader>,
+    config: &Result<HfConfig, String>,
 ) -> Result<RuntimeSupport, RuntimeRefusal> {
     if let Some(f) = report
         .findings
@@ -213,7 +203,7 @@ pub fn verdict(
             detail: format!("{}{modules}; {}", f.detail, f.why),
         });
     }
-    support(config, &report.modules, reader)
+    support(config, &report.modules)
 }
 
 /// How one NVFP4 weight stores its per-tensor scale.

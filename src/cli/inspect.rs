@@ -73,10 +73,7 @@ fn gib_bytes(flag: &str, v: f64) -> Result<u64, RigError> {
 /// Build [`InspectOptions`] from the flags, probing the GPU only when `--cc` or
 /// `--gpu-mem-gib` leaves something to find out.
 pub fn options(args: &InspectArgs) -> Result<InspectOptions, RigError> {
-    let mut o = InspectOptions {
-        runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
-        ..Default::default()
-    };
+    let mut o = InspectOptions::default();
     if !(args.gpu_memory_utilization > 0.0 && args.gpu_memory_utilization <= 1.0) {
         return Err(RigError::flag(
             "--gpu-memory-utilization",

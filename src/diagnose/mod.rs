@@ -251,7 +251,6 @@ pub fn checkpoint_facts(
     let opts = InspectOptions {
         cc,
         card: cc.map(|_| "diagnose".to_string()),
-        runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
         ..Default::default()
     };
     let r = checkpoint::inspect(dir, &opts)?;

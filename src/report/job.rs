@@ -870,10 +870,7 @@ fn measure_interconnect(
 /// or its error as a skip.
 fn inspect_checkpoint(path: &std::path::Path, results: &mut Results) {
     eprintln!("rigbench: inspecting checkpoint {}", path.display());
-    let opts = crate::checkpoint::InspectOptions {
-        runtime_config: Some(crate::runtime::ModelConfig::check_hf_config),
-        ..crate::checkpoint::InspectOptions::from_rig(&results.rig)
-    };
+    let opts = crate::checkpoint::InspectOptions::from_rig(&results.rig);
     match crate::checkpoint::inspect(path, &opts) {
         Ok(r) => results.checkpoint = Some(r),
         Err(e) => results.skipped.push(Skip {

@@ -18,7 +18,7 @@ pub struct ByteTokenizer {
 
 impl ByteTokenizer {
     /// `<|endoftext|>` (special; an EOS).
-    pub const ENDOFTEXT: u32 = 256;
+    pub const ENDOFTEXT: u32 = crate::model::config::BYTE_TOKENIZER_ENDOFTEXT;
     /// `<|im_start|>` (special).
     pub const IM_START: u32 = 257;
     /// `<|im_end|>` (special; ends a chat turn, an EOS).

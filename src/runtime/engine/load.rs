@@ -248,13 +248,15 @@ pub(super) fn read_model(
             (mc, tok, ChatTemplate::builtin(), prov)
         }
         ModelSource::Dir(dir) => {
-            let hf = ModelConfig::read_hf_config(&dir.join("config.json"))?;
+            // config.json read and decoded once for the whole load (the runtime's reading and
+            // the inspection the loader runs share it).
+            let (file, hf) = crate::model::ConfigFile::read_for_runtime(&dir.join("config.json"))?;
             notes.extend(hf.warnings.iter().map(|w| format!("config.json: {w}")));
             let mut mc = hf.config;
             if let Some(n) = config.num_layers {
                 mc.num_layers = mc.num_layers.min(n);
             }
-            let m = MappedCheckpoint::open(dir, &mc)?;
+            let m = MappedCheckpoint::open_parsed(dir, &mc, &file)?;
             for n in m.notes() {
                 if !notes.contains(n) {
                     notes.push(n.clone());
