@@ -7,11 +7,12 @@
 //!   `metadata-tensor-mismatch`, `nvfp4-group-size`, `safetensors-truncated`, `index-mismatch`)
 //!   refuses with that rule's id;
 //! - anything else the runtime does not implement (another `model_type` or architecture, a RoPE
-//!   type, sliding-window layers, mixture-of-experts MLPs, a weight format) is
-//!   [`RUNTIME_UNSUPPORTED`], an info finding in `inspect` (the checkpoint may be fine for
-//!   another engine). Gated-DeltaNet hybrids of the dense Qwen3.5 / 3.6 family run, each module
-//!   in its own format (ModelOpt `MIXED_PRECISION` exports load per module); the vision tower of
-//!   their multimodal wrapper is not loaded.
+//!   type, sliding-window layers, mixture-of-experts MLPs of a family it does not run, a weight
+//!   format) is [`RUNTIME_UNSUPPORTED`], an info finding in `inspect` (the checkpoint may be fine
+//!   for another engine). Gated-DeltaNet hybrids of the Qwen3.5 / 3.6 family run, dense or
+//!   mixture-of-experts (and Qwen3-MoE), each module in its own format (ModelOpt
+//!   `MIXED_PRECISION` exports load per module); the vision tower of their multimodal wrapper is
+//!   not loaded.
 //!
 //! Formats the runtime runs, per decoder linear layer (and lm_head): BF16 (FP16 and FP32 are
 //! converted to BF16 on the CPU path); FP8 E4M3 with a per-tensor or per-channel scale, static
@@ -165,9 +166,21 @@ pub fn support(
                     row.module
                 )))
             }
+            // Mixture-of-experts modules of a config the runtime reads as MoE (Qwen3-MoE,
+            // Qwen3.5 / 3.6-MoE): each linear in a format it runs.
+            LayerKind::MoeExperts | LayerKind::SharedExpert | LayerKind::Router
+                if hf.config.is_moe() =>
+            {
+                if !linear_format_supported(&row.format) {
+                    return Err(refuse(format!(
+                        "{} is {}; the runtime runs {SUPPORTED_LINEAR_FORMATS}",
+                        row.module, row.format
+                    )));
+                }
+            }
             LayerKind::MoeExperts | LayerKind::SharedExpert | LayerKind::Router => {
                 return Err(refuse(format!(
-                    "{} ({}): the runtime runs dense decoders (qwen3, llama, and the dense Qwen3.5 / 3.6 Gated-DeltaNet hybrids) only",
+                    "{} ({}): config.json describes no mixture-of-experts MLP the runtime runs (it runs Qwen3-MoE and Qwen3.5 / 3.6-MoE sparse blocks)",
                     row.module,
                     row.kind.label()
                 )))

@@ -88,17 +88,31 @@ pub struct ModelConfig {
     pub rotary_dim: usize,
     /// The Gated-DeltaNet layer mix of a hybrid ([`Arch::Qwen35`]); `None` for dense decoders.
     pub hybrid: Option<super::hybrid::HybridConfig>,
+    /// The sparse MLP of a mixture-of-experts model (Qwen3-MoE, Qwen3.5 / 3.6-MoE); `None` for
+    /// dense MLPs.
+    pub moe: Option<super::moe::MoeConfig>,
 }
 
 /// `model_type` values the built-in runtime runs.
-pub const SUPPORTED_MODEL_TYPES: [&str; 4] = ["qwen3", "llama", "qwen3_5_text", "qwen3_5"];
+pub const SUPPORTED_MODEL_TYPES: [&str; 7] = [
+    "qwen3",
+    "llama",
+    "qwen3_5_text",
+    "qwen3_5",
+    "qwen3_moe",
+    "qwen3_5_moe_text",
+    "qwen3_5_moe",
+];
 
 /// `architectures` entries the built-in runtime runs (one per supported `model_type`).
-pub const SUPPORTED_ARCHITECTURES: [&str; 4] = [
+pub const SUPPORTED_ARCHITECTURES: [&str; 7] = [
     "Qwen3ForCausalLM",
     "LlamaForCausalLM",
     "Qwen3_5ForCausalLM",
     "Qwen3_5ForConditionalGeneration",
+    "Qwen3MoeForCausalLM",
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration",
 ];
 
 /// A parsed `config.json`: the shape, and what the reader had to assume.
@@ -114,12 +128,15 @@ pub struct HfConfig {
 }
 
 /// The named presets of `--model synthetic:NAME`.
-pub const PRESETS: [&str; 5] = [
+pub const PRESETS: [&str; 8] = [
     "tiny",
     "qwen3-8b",
     "qwen3-32b",
     "tiny-hybrid",
     "qwen3.6-27b",
+    "tiny-moe",
+    "qwen3.6-35b-a3b",
+    "qwen3-30b-a3b",
 ];
 
 impl ModelConfig {
@@ -145,10 +162,13 @@ impl ModelConfig {
             eos_token_ids: vec![BYTE_TOKENIZER_ENDOFTEXT],
             rotary_dim: 16,
             hybrid: None,
+            moe: None,
         }
     }
 
-    /// A preset by name (`tiny`, `qwen3-8b`, `qwen3-32b`, `tiny-hybrid`, `qwen3.6-27b`). The
+    /// A preset by name (`tiny`, `qwen3-8b`, `qwen3-32b`, `tiny-hybrid`, `qwen3.6-27b`, and the
+    /// mixtures of experts `tiny-moe`, `qwen3.6-35b-a3b`, `qwen3-30b-a3b` of
+    /// [`super::moe`]). The
     /// Qwen3 presets carry the dimensions of the published `Qwen/Qwen3-8B` and `Qwen/Qwen3-32B`
     /// `config.json` files; `qwen3.6-27b` those of `Qwen/Qwen3.6-27B`'s text decoder
     /// ([`super::hybrid::qwen36_27b`]); `tiny-hybrid` is a small Gated-DeltaNet hybrid for tests.
@@ -171,6 +191,7 @@ impl ModelConfig {
             eos_token_ids: vec![151_645, 151_643],
             rotary_dim: 128,
             hybrid: None,
+            moe: None,
         };
         match name {
             "tiny" => Some(Self::tiny()),
@@ -178,6 +199,9 @@ impl ModelConfig {
             "qwen3-32b" => Some(qwen3(5120, 25600, 64, 64)),
             "tiny-hybrid" => Some(super::hybrid::tiny_hybrid()),
             "qwen3.6-27b" => Some(super::hybrid::qwen36_27b()),
+            "tiny-moe" => Some(super::moe::tiny_moe()),
+            "qwen3.6-35b-a3b" => Some(super::moe::qwen36_35b_a3b()),
+            "qwen3-30b-a3b" => Some(super::moe::qwen3_30b_a3b()),
             _ => None,
         }
     }
@@ -289,12 +313,32 @@ impl ModelConfig {
             return hy.num_params(self);
         }
         let h = self.hidden_size as u64;
-        let per_layer = h * (self.q_dim() as u64) * 2
-            + h * (self.kv_dim() as u64) * 2
-            + 3 * h * self.intermediate_size as u64
-            + 2 * h;
+        let per_layer = h * (self.q_dim() as u64) * 2 + h * (self.kv_dim() as u64) * 2 + 2 * h;
+        let mlps: u64 = (0..self.num_layers).map(|i| self.mlp_params(i)).sum();
         let emb = self.vocab_size as u64 * h;
-        emb * if self.tie_word_embeddings { 1 } else { 2 } + per_layer * self.num_layers as u64 + h
+        emb * if self.tie_word_embeddings { 1 } else { 2 }
+            + per_layer * self.num_layers as u64
+            + mlps
+            + h
+    }
+
+    /// Whether the MLPs are (at least partly) mixtures of experts.
+    pub fn is_moe(&self) -> bool {
+        self.moe.is_some()
+    }
+
+    /// Whether layer `i` has a sparse MLP block.
+    pub fn is_sparse_layer(&self, i: usize) -> bool {
+        self.moe.as_ref().is_some_and(|m| m.is_sparse(i))
+    }
+
+    /// Parameters of layer `i`'s MLP: `3 · H · intermediate_size` dense, else the sparse
+    /// block's ([`super::moe::MoeConfig::block_params`]).
+    pub fn mlp_params(&self, i: usize) -> u64 {
+        match &self.moe {
+            Some(m) if m.is_sparse(i) => m.block_params(self.hidden_size),
+            _ => 3 * self.hidden_size as u64 * self.intermediate_size as u64,
+        }
     }
 }
 

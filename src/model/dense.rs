@@ -3,9 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::config::{
-    Arch, HfConfig, ModelConfig, SUPPORTED_ARCHITECTURES, SUPPORTED_MODEL_TYPES,
-};
+use super::config::{Arch, HfConfig, ModelConfig, SUPPORTED_ARCHITECTURES, SUPPORTED_MODEL_TYPES};
 use super::rope::parse_rope;
 
 /// The dense reader (`qwen3`, `llama`) behind [`ModelConfig::parse_hf_config`], on the
@@ -16,8 +14,9 @@ use super::rope::parse_rope;
 pub(super) fn parse(root: &Map<String, Value>) -> anyhow::Result<HfConfig> {
     let mut warnings = Vec::new();
     refuse_wrapper_config(&root)?;
-    let arch = parse_arch(&root)?;
+    let (arch, moe) = parse_arch(root)?;
     let family = match arch {
+        Arch::Qwen3 if moe => "Qwen3MoeConfig",
         Arch::Qwen3 => "Qwen3Config",
         Arch::Llama => "LlamaConfig",
         Arch::Qwen35 => "Qwen3_5TextConfig",
@@ -108,9 +107,10 @@ pub(super) fn parse(root: &Map<String, Value>) -> anyhow::Result<HfConfig> {
         None => {
             // transformers: Qwen3Config(head_dim=128); LlamaConfig derives H / heads.
             let d = match arch {
-                Arch::Qwen3 => 128,
+                // Qwen3MoeAttention: getattr(config, "head_dim", hidden_size // heads).
+                Arch::Qwen3 if !moe => 128,
                 Arch::Qwen35 => 256,
-                Arch::Llama => {
+                Arch::Qwen3 | Arch::Llama => {
                     if hidden_size % num_heads != 0 {
                         anyhow::bail!(
                             "no head_dim and hidden_size is not a multiple of num_attention_heads"
@@ -159,14 +159,26 @@ pub(super) fn parse(root: &Map<String, Value>) -> anyhow::Result<HfConfig> {
             d
         }
     };
-    let dtype = config_dtype(&root, &mut warnings);
-    let eos_token_ids = config_eos_token_ids(&root);
+    let dtype = config_dtype(root, &mut warnings);
+    let eos_token_ids = config_eos_token_ids(root);
+    let num_layers = need("num_hidden_layers")?;
+    let moe = if moe {
+        Some(super::moe::parse_moe(
+            root,
+            "",
+            super::moe::MoeFamily::Qwen3,
+            num_layers,
+            &mut warnings,
+        )?)
+    } else {
+        None
+    };
     Ok(HfConfig {
         config: ModelConfig {
             arch,
             hidden_size,
             intermediate_size: need("intermediate_size")?,
-            num_layers: need("num_hidden_layers")?,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
@@ -179,6 +191,7 @@ pub(super) fn parse(root: &Map<String, Value>) -> anyhow::Result<HfConfig> {
             eos_token_ids,
             rotary_dim: head_dim,
             hybrid: None,
+            moe,
         },
         warnings,
         dtype,
@@ -209,8 +222,9 @@ fn refuse_wrapper_config(root: &serde_json::Map<String, serde_json::Value>) -> a
     Ok(())
 }
 
-/// The architecture from `model_type`, checked against every `architectures` entry.
-fn parse_arch(root: &serde_json::Map<String, serde_json::Value>) -> anyhow::Result<Arch> {
+/// The architecture from `model_type` (and whether it is Qwen3-MoE), checked against every
+/// `architectures` entry.
+fn parse_arch(root: &serde_json::Map<String, serde_json::Value>) -> anyhow::Result<(Arch, bool)> {
     use serde_json::Value;
     let model_type = match root.get("model_type") {
         Some(Value::String(s)) => s.clone(),
@@ -222,7 +236,7 @@ fn parse_arch(root: &serde_json::Map<String, serde_json::Value>) -> anyhow::Resu
         Some(other) => anyhow::bail!("field model_type: expected a string, found {other}"),
     };
     let arch = match model_type.as_str() {
-        "qwen3" => Arch::Qwen3,
+        "qwen3" | "qwen3_moe" => Arch::Qwen3,
         "llama" => Arch::Llama,
         other => anyhow::bail!(
             "model_type '{other}' is not supported by the built-in runtime; it runs model_type \
@@ -233,6 +247,7 @@ fn parse_arch(root: &serde_json::Map<String, serde_json::Value>) -> anyhow::Resu
     };
     if let Some(Value::Array(a)) = root.get("architectures") {
         let want = match arch {
+            Arch::Qwen3 if model_type == "qwen3_moe" => "Qwen3MoeForCausalLM",
             Arch::Qwen3 => "Qwen3ForCausalLM",
             Arch::Llama => "LlamaForCausalLM",
             Arch::Qwen35 => "Qwen3_5ForCausalLM",
@@ -248,7 +263,7 @@ fn parse_arch(root: &serde_json::Map<String, serde_json::Value>) -> anyhow::Resu
             }
         }
     }
-    Ok(arch)
+    Ok((arch, model_type == "qwen3_moe"))
 }
 
 /// The weights' dtype: `dtype`, else `torch_dtype` (a warning when they disagree).
@@ -321,8 +336,10 @@ mod tests {
     fn hf_config_errors_name_the_problem() {
         let e = ModelConfig::parse_hf_config("{not json").unwrap_err();
         assert!(format!("{e:#}").contains("JSON"));
+        let e = ModelConfig::parse_hf_config(r#"{"model_type":"qwen3_next"}"#).unwrap_err();
+        assert!(format!("{e:#}").contains("qwen3_next"));
         let e = ModelConfig::parse_hf_config(r#"{"model_type":"qwen3_moe"}"#).unwrap_err();
-        assert!(format!("{e:#}").contains("qwen3_moe"));
+        assert!(format!("{e:#}").contains("hidden_size"));
         let e =
             ModelConfig::parse_hf_config(r#"{"model_type":"qwen3","hidden_size":8}"#).unwrap_err();
         assert!(format!("{e:#}").contains("num_attention_heads"));

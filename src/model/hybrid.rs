@@ -92,7 +92,7 @@ impl HybridConfig {
     pub(super) fn num_params(&self, c: &ModelConfig) -> u64 {
         let h = c.hidden_size as u64;
         let layers = c.num_layers.min(self.layer_types.len());
-        let mlp = 3 * h * c.intermediate_size as u64 + 2 * h;
+        let norms = 2 * h;
         let attn = h * (2 * c.q_dim()) as u64
             + 2 * h * c.kv_dim() as u64
             + c.q_dim() as u64 * h
@@ -104,11 +104,14 @@ impl HybridConfig {
             + self.value_dim() as u64 * h;
         let per: u64 = self.layer_types[..layers]
             .iter()
-            .map(|t| {
-                mlp + match t {
-                    LayerType::Attention => attn,
-                    LayerType::Gdn => gdn,
-                }
+            .enumerate()
+            .map(|(i, t)| {
+                norms
+                    + c.mlp_params(i)
+                    + match t {
+                        LayerType::Attention => attn,
+                        LayerType::Gdn => gdn,
+                    }
             })
             .sum();
         let emb = c.vocab_size as u64 * h;
@@ -206,6 +209,7 @@ pub fn qwen36_27b() -> ModelConfig {
             conv_kernel: 4,
             mtp_layers: 1,
         }),
+        moe: None,
     }
 }
 
@@ -239,6 +243,7 @@ pub fn tiny_hybrid() -> ModelConfig {
             conv_kernel: 4,
             mtp_layers: 0,
         }),
+        moe: None,
     }
 }
 
@@ -258,28 +263,19 @@ pub fn interval_pattern(layers: usize, interval: usize) -> Vec<LayerType> {
 }
 
 /// Model types of the family's siblings that the runtime refuses, with the reason.
-const REFUSED: &[(&str, &str)] = &[
-    (
-        "qwen3_next",
-        "Qwen3-Next: its MLP is a mixture of experts (and its projections are fused as in_proj_qkvz / in_proj_ba), which the built-in runtime does not implement",
-    ),
-    (
-        "qwen3_5_moe",
-        "Qwen3.5 / 3.6 MoE (e.g. Qwen3.6-35B-A3B): its MLP is a mixture of experts, which the built-in runtime does not implement",
-    ),
-    (
-        "qwen3_5_moe_text",
-        "Qwen3.5 / 3.6 MoE (e.g. Qwen3.6-35B-A3B): its MLP is a mixture of experts, which the built-in runtime does not implement",
-    ),
-];
+const REFUSED: &[(&str, &str)] = &[(
+    "qwen3_next",
+    "Qwen3-Next: its projections are fused as in_proj_qkvz / in_proj_ba and its MoE layout differs from Qwen3.5's, which the built-in runtime does not implement",
+)];
 
 /// Read a config of the Qwen3.5 / 3.6 family: `Ok(None)` when `root` is of another family (the
-/// dense reader takes it), `Ok(Some)` for `qwen3_5_text` and `qwen3_5`, an error naming the
-/// field (or the refused sibling and why) otherwise.
+/// dense reader takes it), `Ok(Some)` for `qwen3_5_text`, `qwen3_5`, and their
+/// mixture-of-experts siblings `qwen3_5_moe_text` and `qwen3_5_moe` (see
+/// [`super::moe`]), an error naming the field (or the refused sibling and why) otherwise.
 ///
 /// # Errors
-/// A refused sibling (Qwen3-Next, the MoE models); a field missing, of the wrong type, or of a
-/// value the runtime does not implement (named).
+/// A refused sibling (Qwen3-Next); a field missing, of the wrong type, or of a value the
+/// runtime does not implement (named).
 pub fn parse_family(root: &Map<String, Value>) -> anyhow::Result<Option<HfConfig>> {
     let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or("");
     let archs: Vec<&str> = root
@@ -295,54 +291,60 @@ pub fn parse_family(root: &Map<String, Value>) -> anyhow::Result<Option<HfConfig
     for (mt, why) in REFUSED {
         if model_type == *mt || inner_type == *mt {
             anyhow::bail!(
-                "model_type '{model_type}'{}: {why}; the built-in runtime runs the dense Qwen3.5 / 3.6 hybrids (model_type qwen3_5_text, qwen3_5), qwen3 and llama; use an external engine (--url / --engine-cmd)",
+                "model_type '{model_type}'{}: {why}; the built-in runtime runs the Qwen3.5 / 3.6 hybrids (model_type qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe), qwen3, qwen3_moe and llama; use an external engine (--url / --engine-cmd)",
                 if inner_type.is_empty() { String::new() } else { format!(" (text_config.model_type '{inner_type}')") }
             );
         }
     }
-    if let Some(a) = archs
-        .iter()
-        .find(|a| a.starts_with("Qwen3Next") || a.starts_with("Qwen3_5Moe"))
-    {
+    if let Some(a) = archs.iter().find(|a| a.starts_with("Qwen3Next")) {
         anyhow::bail!(
-            "architecture '{a}' is a mixture-of-experts model, which the built-in runtime does not implement; it runs Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3ForCausalLM and LlamaForCausalLM"
+            "architecture '{a}' (Qwen3-Next) is not implemented by the built-in runtime; it runs Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration, Qwen3ForCausalLM, Qwen3MoeForCausalLM and LlamaForCausalLM"
         );
     }
     let mut warnings = Vec::new();
     match model_type {
-        "qwen3_5_text" => {
-            if let Some(a) = archs.iter().find(|a| **a != "Qwen3_5ForCausalLM") {
+        "qwen3_5_text" | "qwen3_5_moe_text" => {
+            let moe = model_type == "qwen3_5_moe_text";
+            let want = if moe {
+                "Qwen3_5MoeForCausalLM"
+            } else {
+                "Qwen3_5ForCausalLM"
+            };
+            if let Some(a) = archs.iter().find(|a| **a != want) {
                 anyhow::bail!(
-                    "architecture '{a}' is not supported by the built-in runtime for model_type 'qwen3_5_text' (it runs Qwen3_5ForCausalLM)"
+                    "architecture '{a}' is not supported by the built-in runtime for model_type '{model_type}' (it runs {want})"
                 );
             }
-            let (config, dtype) = parse_text(root, "", &mut warnings)?;
+            let (config, dtype) = parse_text(root, "", moe, &mut warnings)?;
             Ok(Some(HfConfig {
                 config,
                 warnings,
                 dtype,
             }))
         }
-        "qwen3_5" => {
-            if let Some(a) = archs
-                .iter()
-                .find(|a| **a != "Qwen3_5ForConditionalGeneration")
-            {
+        "qwen3_5" | "qwen3_5_moe" => {
+            let moe = model_type == "qwen3_5_moe";
+            let (want, inner_want) = if moe {
+                ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text")
+            } else {
+                ("Qwen3_5ForConditionalGeneration", "qwen3_5_text")
+            };
+            if let Some(a) = archs.iter().find(|a| **a != want) {
                 anyhow::bail!(
-                    "architecture '{a}' is not supported by the built-in runtime for model_type 'qwen3_5' (it runs the text part of Qwen3_5ForConditionalGeneration)"
+                    "architecture '{a}' is not supported by the built-in runtime for model_type '{model_type}' (it runs the text part of {want})"
                 );
             }
             let Some(Value::Object(text)) = root.get("text_config") else {
                 anyhow::bail!(
-                    "model_type 'qwen3_5' without a text_config object: the language model's dimensions live there"
+                    "model_type '{model_type}' without a text_config object: the language model's dimensions live there"
                 );
             };
-            if !(inner_type.is_empty() || inner_type == "qwen3_5_text") {
+            if !(inner_type.is_empty() || inner_type == inner_want) {
                 anyhow::bail!(
-                    "text_config.model_type '{inner_type}' inside model_type 'qwen3_5'; expected qwen3_5_text"
+                    "text_config.model_type '{inner_type}' inside model_type '{model_type}'; expected {inner_want}"
                 );
             }
-            let (mut config, mut dtype) = parse_text(text, "text_config.", &mut warnings)?;
+            let (mut config, mut dtype) = parse_text(text, "text_config.", moe, &mut warnings)?;
             // transformers' Qwen3_5Config has its own tie_word_embeddings (default false), and
             // the generation model ties by it.
             if let Some(v) = root.get("tie_word_embeddings") {
@@ -402,6 +404,7 @@ const FAMILY: &str = "Qwen3_5TextConfig";
 fn parse_text(
     o: &Map<String, Value>,
     at: &str,
+    moe: bool,
     warnings: &mut Vec<String>,
 ) -> anyhow::Result<(ModelConfig, Option<String>)> {
     let uint = |key: &str| -> anyhow::Result<Option<usize>> {
@@ -476,7 +479,7 @@ fn parse_text(
     let hidden_size = need("hidden_size")?;
     let num_layers = need("num_hidden_layers")?;
     let num_heads = need("num_attention_heads")?;
-    let num_kv_heads = or_default("num_key_value_heads", 4, warnings)?;
+    let num_kv_heads = or_default("num_key_value_heads", if moe { 2 } else { 4 }, warnings)?;
     if num_heads % num_kv_heads != 0 {
         anyhow::bail!(
             "{at}num_attention_heads ({num_heads}) is not a multiple of num_key_value_heads ({num_kv_heads})"
@@ -544,7 +547,12 @@ fn parse_text(
     let config = ModelConfig {
         arch: Arch::Qwen35,
         hidden_size,
-        intermediate_size: need("intermediate_size")?,
+        // Every layer of the MoE sibling is sparse: no dense MLP width (0 when absent).
+        intermediate_size: if moe {
+            uint("intermediate_size")?.unwrap_or(0)
+        } else {
+            need("intermediate_size")?
+        },
         num_layers,
         num_heads,
         num_kv_heads,
@@ -566,6 +574,17 @@ fn parse_text(
             conv_kernel,
             mtp_layers,
         }),
+        moe: if moe {
+            Some(super::moe::parse_moe(
+                o,
+                at,
+                super::moe::MoeFamily::Qwen35,
+                num_layers,
+                warnings,
+            )?)
+        } else {
+            None
+        },
     };
     Ok((config, dtype))
 }
@@ -822,15 +841,15 @@ mod tests {
             ),
             (
                 serde_json::json!({"model_type": "qwen3_next"}),
-                "mixture of experts",
+                "Qwen3-Next",
             ),
             (
                 serde_json::json!({"model_type": "qwen3_5_moe_text"}),
-                "mixture of experts",
+                "Qwen3_5MoeForCausalLM",
             ),
             (
                 serde_json::json!({"architectures": ["Qwen3NextForCausalLM"]}),
-                "mixture-of-experts",
+                "Qwen3-Next",
             ),
         ] {
             let e = with(&|m| {
@@ -881,15 +900,17 @@ mod tests {
             e.contains("text_config.tie_word_embeddings") && e.contains("disagree"),
             "{e}"
         );
-        // The MoE sibling, wrapped or not, is refused by name with the reason.
+        // The MoE sibling, wrapped, reads as a hybrid with a sparse block on every layer.
         let text = std::fs::read_to_string(
             "tests/fixtures/real/configs/nvidia--Qwen3.6-35B-A3B-NVFP4__config.json",
         )
         .expect("tests/fixtures/real/configs/nvidia--Qwen3.6-35B-A3B-NVFP4__config.json");
-        let e = format!("{:#}", ModelConfig::parse_hf_config(&text).unwrap_err());
+        let h = ModelConfig::parse_hf_config(&text).unwrap();
+        assert!(h.config.is_hybrid() && h.config.is_moe());
         assert!(
-            e.contains("qwen3_5_moe") && e.contains("mixture of experts"),
-            "{e}"
+            h.warnings.iter().any(|w| w.contains("vision tower")),
+            "{:?}",
+            h.warnings
         );
     }
 }

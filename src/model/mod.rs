@@ -7,6 +7,8 @@
 //!   [`dense`] and [`hybrid`] are its two families, [`rope`] their shared RoPE reader.
 //! - [`facts`]: [`facts::ModelFacts`], the lenient reading `inspect` reports (anything a
 //!   config may say, unknown left `None`), for models the runtime does not run too.
+//! - [`moe`]: the sparse MLP blocks of Qwen3-MoE and Qwen3.5 / 3.6-MoE ([`moe::MoeConfig`]),
+//!   their readers and the MoE presets.
 //! - [`roles`]: the roles of a decoder layer's linear layers ([`roles::LinearRole`]).
 //! - [`ConfigFile`]: `config.json` read and decoded once per model load, with the runtime's
 //!   reading of it, so the runtime's loader and `inspect` (which the loader runs) share one
@@ -16,6 +18,7 @@ pub mod config;
 pub mod dense;
 pub mod facts;
 pub mod hybrid;
+pub mod moe;
 pub mod roles;
 pub mod rope;
 

@@ -33,6 +33,23 @@ pub enum LinearRole {
     GdnB,
     /// Gated-DeltaNet `linear_attn.out_proj`, `[H, value_dim]`.
     GdnOut,
+    /// The router of a sparse MLP, `mlp.gate`, `[E, H]`.
+    Router,
+    /// A routed expert's `mlp.experts.N.gate_proj`, `[I_e, H]` (one role for all E experts:
+    /// the expert's index goes with it, see [`Self::expert_module`]).
+    ExpertGate,
+    /// A routed expert's `mlp.experts.N.up_proj`, `[I_e, H]`.
+    ExpertUp,
+    /// A routed expert's `mlp.experts.N.down_proj`, `[H, I_e]`.
+    ExpertDown,
+    /// The shared expert's `mlp.shared_expert.gate_proj`, `[I_s, H]`.
+    SharedGate,
+    /// The shared expert's `mlp.shared_expert.up_proj`, `[I_s, H]`.
+    SharedUp,
+    /// The shared expert's `mlp.shared_expert.down_proj`, `[H, I_s]`.
+    SharedDown,
+    /// The shared expert's scale, `mlp.shared_expert_gate`, `[1, H]`.
+    SharedExpertGate,
 }
 
 impl LinearRole {
@@ -59,11 +76,83 @@ impl LinearRole {
         LinearRole::Down,
     ];
 
-    /// The linears of layer `layer` of `c` ([`Self::ALL`] or [`Self::GDN`]).
+    /// The two-dimensional linears of a sparse layer's MLP beside the routed experts: the
+    /// router, and the shared expert with its gate when the family has one.
+    const SPARSE_SHARED: [LinearRole; 5] = [
+        LinearRole::Router,
+        LinearRole::SharedGate,
+        LinearRole::SharedUp,
+        LinearRole::SharedDown,
+        LinearRole::SharedExpertGate,
+    ];
+
+    const ATTN_SPARSE: [LinearRole; 9] = [
+        LinearRole::Q,
+        LinearRole::K,
+        LinearRole::V,
+        LinearRole::O,
+        LinearRole::Router,
+        LinearRole::SharedGate,
+        LinearRole::SharedUp,
+        LinearRole::SharedDown,
+        LinearRole::SharedExpertGate,
+    ];
+
+    const GDN_SPARSE: [LinearRole; 10] = [
+        LinearRole::GdnQkv,
+        LinearRole::GdnZ,
+        LinearRole::GdnA,
+        LinearRole::GdnB,
+        LinearRole::GdnOut,
+        LinearRole::Router,
+        LinearRole::SharedGate,
+        LinearRole::SharedUp,
+        LinearRole::SharedDown,
+        LinearRole::SharedExpertGate,
+    ];
+
+    /// The linears of layer `layer` of `c` stored as one `[N, K]` matrix each: [`Self::ALL`] or
+    /// [`Self::GDN`] for a dense MLP; for a sparse layer the mixer's, the router and (when the
+    /// family has one) the shared expert and its gate. The routed experts
+    /// ([`Self::EXPERT`], E of each) are not in the list: they may be stored per expert or as
+    /// fused 3-D tensors.
     pub fn of_layer(c: &ModelConfig, layer: usize) -> &'static [LinearRole] {
-        match c.layer_type(layer) {
-            super::hybrid::LayerType::Attention => &Self::ALL,
-            super::hybrid::LayerType::Gdn => &Self::GDN,
+        let attn = c.layer_type(layer) == super::hybrid::LayerType::Attention;
+        match (&c.moe, attn) {
+            (Some(m), _) if m.is_sparse(layer) => {
+                let all: &'static [LinearRole] = if attn {
+                    &Self::ATTN_SPARSE
+                } else {
+                    &Self::GDN_SPARSE
+                };
+                // Without a shared expert only the router follows the mixer.
+                let keep = all.len() - Self::SPARSE_SHARED.len() + 1;
+                if m.has_shared_expert() {
+                    all
+                } else {
+                    &all[..keep]
+                }
+            }
+            (_, true) => &Self::ALL,
+            (_, false) => &Self::GDN,
+        }
+    }
+
+    /// The three linears of each routed expert, in the order of its forward pass.
+    pub const EXPERT: [LinearRole; 3] = [
+        LinearRole::ExpertGate,
+        LinearRole::ExpertUp,
+        LinearRole::ExpertDown,
+    ];
+
+    /// The module name of routed expert `e`'s linear of this role (`mlp.experts.7.up_proj`),
+    /// or [`Self::module`] for the other roles.
+    pub fn expert_module(self, e: usize) -> String {
+        match self {
+            LinearRole::ExpertGate => format!("mlp.experts.{e}.gate_proj"),
+            LinearRole::ExpertUp => format!("mlp.experts.{e}.up_proj"),
+            LinearRole::ExpertDown => format!("mlp.experts.{e}.down_proj"),
+            other => other.module().to_string(),
         }
     }
 
@@ -82,12 +171,28 @@ impl LinearRole {
             LinearRole::GdnA => "linear_attn.in_proj_a",
             LinearRole::GdnB => "linear_attn.in_proj_b",
             LinearRole::GdnOut => "linear_attn.out_proj",
+            LinearRole::Router => "mlp.gate",
+            LinearRole::ExpertGate => "mlp.experts.N.gate_proj",
+            LinearRole::ExpertUp => "mlp.experts.N.up_proj",
+            LinearRole::ExpertDown => "mlp.experts.N.down_proj",
+            LinearRole::SharedGate => "mlp.shared_expert.gate_proj",
+            LinearRole::SharedUp => "mlp.shared_expert.up_proj",
+            LinearRole::SharedDown => "mlp.shared_expert.down_proj",
+            LinearRole::SharedExpertGate => "mlp.shared_expert_gate",
         }
     }
 
-    /// `(N, K)` of this layer for `c` (Gated-DeltaNet roles of a dense config are `(0, H)`).
+    /// `(N, K)` of this layer for `c` (Gated-DeltaNet roles of a dense config are `(0, H)`, the
+    /// sparse roles of a config without experts `(0, H)` or `(H, 0)`).
     pub fn shape(self, c: &ModelConfig) -> (usize, usize) {
         let h = c.hidden_size;
+        let (ne, ie, is) = c.moe.as_ref().map_or((0, 0, 0), |m| {
+            (
+                m.num_experts,
+                m.expert_intermediate_size,
+                m.shared_expert_intermediate_size,
+            )
+        });
         let (kd, vd, nv) = c.hybrid.as_ref().map_or((0, 0, 0), |hy| {
             (hy.key_dim(), hy.value_dim(), hy.num_value_heads)
         });
@@ -101,6 +206,12 @@ impl LinearRole {
             LinearRole::GdnZ => (vd, h),
             LinearRole::GdnA | LinearRole::GdnB => (nv, h),
             LinearRole::GdnOut => (h, vd),
+            LinearRole::Router => (ne, h),
+            LinearRole::ExpertGate | LinearRole::ExpertUp => (ie, h),
+            LinearRole::ExpertDown => (h, ie),
+            LinearRole::SharedGate | LinearRole::SharedUp => (is, h),
+            LinearRole::SharedDown => (h, is),
+            LinearRole::SharedExpertGate => (1, h),
         }
     }
 }

@@ -57,8 +57,10 @@ pub enum QuantRecipe {
     /// Every decoder linear in this format; the embedding, the lm_head and Gated-DeltaNet's
     /// `in_proj_a` / `in_proj_b` stay BF16 (as ModelOpt exports leave them).
     Uniform(WeightFormat),
-    /// The recipe of NVIDIA's ModelOpt export `Qwen3.6-27B-NVFP4` (`quant_algo:
-    /// MIXED_PRECISION`): MLP gate/up/down and the lm_head W4A16 NVFP4 (group 16); attention
+    /// The recipe of NVIDIA's ModelOpt exports `Qwen3.6-27B-NVFP4` and `Qwen3.6-35B-A3B-NVFP4`
+    /// (`quant_algo: MIXED_PRECISION`): MLP gate/up/down (dense, the routed experts and the
+    /// shared expert) and the lm_head W4A16 NVFP4 (group 16); the MoE router and the shared
+    /// expert's gate BF16; attention
     /// q/k/v/o and Gated-DeltaNet in_proj_qkv / in_proj_z / out_proj FP8 E4M3 (per-tensor
     /// weight scale; activations quantized per token here, as no calibration data exists for
     /// synthetic weights); Gated-DeltaNet in_proj_a / in_proj_b BF16.
@@ -74,13 +76,26 @@ impl QuantRecipe {
         }
     }
 
-    /// The format of a decoder linear of `role`.
+    /// The format of a decoder linear of `role`. Gated-DeltaNet's `in_proj_a` / `in_proj_b`,
+    /// the MoE router (`mlp.gate`) and the shared expert's gate stay BF16 in every recipe (as
+    /// ModelOpt exports leave them: tiny `[value_heads, H]`, `[E, H]` and `[1, H]` matrices).
     pub fn format_for(self, role: crate::model::roles::LinearRole) -> WeightFormat {
         use crate::model::roles::LinearRole as R;
         match (self, role) {
-            (_, R::GdnA | R::GdnB) => WeightFormat::Bf16,
+            (_, R::GdnA | R::GdnB | R::Router | R::SharedExpertGate) => WeightFormat::Bf16,
             (Self::Uniform(f), _) => f,
-            (Self::Nvfp4Mixed, R::Gate | R::Up | R::Down) => WeightFormat::Nvfp4,
+            (
+                Self::Nvfp4Mixed,
+                R::Gate
+                | R::Up
+                | R::Down
+                | R::ExpertGate
+                | R::ExpertUp
+                | R::ExpertDown
+                | R::SharedGate
+                | R::SharedUp
+                | R::SharedDown,
+            ) => WeightFormat::Nvfp4,
             (Self::Nvfp4Mixed, _) => WeightFormat::Fp8,
         }
     }
@@ -107,7 +122,7 @@ impl std::str::FromStr for QuantRecipe {
             "nvfp4-mixed" | "nvfp4_mixed" | "mixed" => Ok(Self::Nvfp4Mixed),
             other => other.parse::<WeightFormat>().map(Self::Uniform).map_err(|_| {
                 format!(
-                    "unknown quantization '{other}'; expected bf16, fp8, nvfp4 or nvfp4-mixed (NVIDIA's Qwen3.6-NVFP4 recipe: NVFP4 MLP and lm_head, FP8 attention and Gated-DeltaNet projections, BF16 in_proj_a/in_proj_b)"
+                    "unknown quantization '{other}'; expected bf16, fp8, nvfp4 or nvfp4-mixed (NVIDIA's Qwen3.6-NVFP4 recipe: NVFP4 MLP, experts, shared expert and lm_head, FP8 attention and Gated-DeltaNet projections, BF16 in_proj_a/in_proj_b, router and shared-expert gate)"
                 )
             }),
         }
@@ -171,8 +186,9 @@ pub struct SpecConfig {
 /// fields, or from the command line through `crate::cli::serve::ServeArgs`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServeConfig {
-    /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b`, `synthetic:tiny-hybrid`,
-    /// `synthetic:qwen3.6-27b`, or a checkpoint directory
+    /// `synthetic:NAME` for a preset of [`PRESETS`] (`tiny`, `qwen3-8b`, `qwen3-32b`,
+    /// `tiny-hybrid`, `qwen3.6-27b`, `tiny-moe`, `qwen3.6-35b-a3b`, `qwen3-30b-a3b`), or a
+    /// checkpoint directory
     /// (with `config.json`, `*.safetensors`, optionally `tokenizer.json`,
     /// `tokenizer_config.json`, `generation_config.json`).
     pub model: String,
@@ -333,7 +349,10 @@ impl ServeConfig {
         if !dir.is_dir() {
             return Err(RigError::file(
                 &dir,
-                "not a checkpoint (expected a folder with config.json and *.safetensors, a .gguf file, or synthetic:tiny|qwen3-8b|qwen3-32b|tiny-hybrid|qwen3.6-27b)",
+                format!(
+                    "not a checkpoint (expected a folder with config.json and *.safetensors, a .gguf file, or synthetic:{})",
+                    PRESETS.join("|")
+                ),
             ));
         }
         if !dir.join("config.json").is_file() {

@@ -197,6 +197,7 @@ pub fn model_config(g: &Gguf) -> anyhow::Result<(ModelConfig, Vec<String>)> {
             // GGUF's llama / qwen3 architectures rotate the whole head, and are dense.
             rotary_dim: head_dim,
             hybrid: None,
+            moe: None,
             vocab_size: vocab,
             rms_norm_eps,
             rope_theta,
@@ -294,6 +295,7 @@ fn layer(g: &Gguf, c: &ModelConfig, i: usize) -> anyhow::Result<LayerWeights> {
     let permuted = c.arch == Arch::Llama;
     Ok(LayerWeights {
         gdn: None,
+        moe: None,
         input_norm: vector(g, &p("attn_norm"), h)?,
         q: linear(g, &p("attn_q"), qd, h, permuted.then_some(c.num_heads))?,
         k: linear(g, &p("attn_k"), kvd, h, permuted.then_some(c.num_kv_heads))?,

@@ -405,16 +405,24 @@ pub fn layer_linear_bytes(c: &ModelConfig, format: WeightFormat) -> u64 {
 }
 
 /// Bytes of every decoder linear of `c` quantized by `recipe` (per layer its attention or
-/// Gated-DeltaNet linears and the MLP; each role in [`QuantRecipe::format_for`]'s format).
+/// Gated-DeltaNet linears and the MLP, or the sparse block with all its experts resident; each
+/// role in [`QuantRecipe::format_for`]'s format).
 pub fn decoder_linear_bytes(c: &ModelConfig, recipe: QuantRecipe) -> u64 {
     use super::weights::LinearRole;
-    (0..c.num_layers)
+    let bytes = |r: &LinearRole| {
+        let (n, k) = r.shape(c);
+        linear_bytes(recipe.format_for(*r), n, k)
+    };
+    let layers: u64 = (0..c.num_layers)
         .flat_map(|i| LinearRole::of_layer(c, i).iter())
-        .map(|r| {
-            let (n, k) = r.shape(c);
-            linear_bytes(recipe.format_for(*r), n, k)
-        })
-        .sum()
+        .map(bytes)
+        .sum();
+    // Every routed expert is resident (E of each expert linear per sparse layer).
+    let experts: u64 = (0..c.num_layers)
+        .filter_map(|i| c.moe.as_ref().filter(|m| m.is_sparse(i)))
+        .map(|m| m.num_experts as u64 * LinearRole::EXPERT.iter().map(bytes).sum::<u64>())
+        .sum();
+    layers + experts
 }
 
 /// Bytes of the parameters other than the linears and the embedding, at 4 bytes each as the
@@ -442,6 +450,21 @@ pub fn estimate_weight_bytes(c: &ModelConfig, format: WeightFormat) -> u64 {
     let emb = 2 * (c.vocab_size * c.hidden_size) as u64;
     let head = if c.tie_word_embeddings { 0 } else { emb };
     decoder_linear_bytes(c, QuantRecipe::Uniform(format)) + emb + head + small_param_bytes(c)
+}
+
+/// Bytes of every weight the runtime holds for `c` quantized by `recipe`: the decoder linears in
+/// [`QuantRecipe::format_for`]'s formats (every routed expert resident), the BF16 embedding, the
+/// lm_head when untied ([`QuantRecipe::lm_head_format`]), and the norms and other small
+/// parameters at 4 bytes. The vision tower and MTP layers of a checkpoint are not loaded and not
+/// counted.
+pub fn recipe_weight_bytes(c: &ModelConfig, recipe: QuantRecipe) -> u64 {
+    let (v, h) = (c.vocab_size, c.hidden_size);
+    let head = if c.tie_word_embeddings {
+        0
+    } else {
+        linear_bytes(recipe.lm_head_format(), v, h)
+    };
+    decoder_linear_bytes(c, recipe) + 2 * (v * h) as u64 + head + small_param_bytes(c)
 }
 
 /// Bytes one batch-1 decode step reads at context `ctx`: every decoder linear in `format`

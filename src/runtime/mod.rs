@@ -37,6 +37,7 @@ pub mod hybrid;
 pub mod kv_cache;
 pub mod memory;
 pub mod model;
+pub mod moe;
 pub mod prefix_cache;
 pub mod sampler;
 pub mod scheduler;

@@ -10,6 +10,7 @@
 //! - FP8 KV cache scales: `self_attn.k_proj.k_scale` / `self_attn.v_proj.v_scale` (ModelOpt) or
 //!   `self_attn.k_scale` / `self_attn.v_scale` (vLLM, compressed-tensors).
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Context;
@@ -20,7 +21,9 @@ use crate::formats::nvfp4::{self, Nvfp4Weight, NVFP4_BLOCK};
 use crate::formats::{e2m1, e4m3};
 
 mod mapped;
+mod moe;
 pub use mapped::{LinearRole, LinearView, MappedCheckpoint, NormRole};
+pub use moe::{ExpertWeights, MoeWeights, SharedExpertWeights};
 
 /// A linear layer's weight `[N, K]` (row-major, K contiguous), kept in its stored format.
 #[derive(Debug, Clone, PartialEq)]
@@ -240,6 +243,9 @@ pub struct LayerWeights {
     /// The Gated-DeltaNet mixer of a `linear_attention` layer of a hybrid; such a layer has no
     /// attention: its `q`, `k`, `v`, `o` are empty (0 × 0) and its q/k norms `None`.
     pub gdn: Option<GdnWeights>,
+    /// The sparse MLP block of a mixture-of-experts layer; such a layer has no dense MLP: its
+    /// `gate`, `up`, `down` are empty (0 × 0).
+    pub moe: Option<MoeWeights>,
 }
 
 /// The Gated-DeltaNet mixer's weights of one layer (transformers' `Qwen3_5GatedDeltaNet`).
@@ -321,7 +327,26 @@ impl LayerWeights {
             k_scale: None,
             v_scale: None,
             gdn: Some(gdn),
+            moe: None,
         }
+    }
+
+    /// An empty (0 × 0) linear: the placeholder of a projection a layer does not have.
+    pub fn empty_linear() -> Linear {
+        Linear::Bf16 {
+            n: 0,
+            k: 0,
+            data: Vec::new(),
+        }
+    }
+
+    /// Make this layer's MLP the sparse block `moe` (its dense gate/up/down become empty).
+    pub fn with_moe(mut self, moe: MoeWeights) -> Self {
+        self.gate = Self::empty_linear();
+        self.up = Self::empty_linear();
+        self.down = Self::empty_linear();
+        self.moe = Some(moe);
+        self
     }
 
     /// Every linear of the layer with its role (the attention or the Gated-DeltaNet ones, then
@@ -336,11 +361,14 @@ impl LayerWeights {
                 (LinearRole::O, &self.o),
             ],
         };
-        v.extend([
-            (LinearRole::Gate, &self.gate),
-            (LinearRole::Up, &self.up),
-            (LinearRole::Down, &self.down),
-        ]);
+        match &self.moe {
+            Some(m) => v.extend(m.linears()),
+            None => v.extend([
+                (LinearRole::Gate, &self.gate),
+                (LinearRole::Up, &self.up),
+                (LinearRole::Down, &self.down),
+            ]),
+        }
         v
     }
 }
@@ -447,9 +475,26 @@ impl ModelWeights {
                     slots.push((&mut l.o, own_o, recipe.format_for(LinearRole::O)));
                 }
             }
-            slots.push((&mut l.gate, gu, recipe.format_for(LinearRole::Gate)));
-            slots.push((&mut l.up, gu, recipe.format_for(LinearRole::Up)));
-            slots.push((&mut l.down, own_d, recipe.format_for(LinearRole::Down)));
+            match &mut l.moe {
+                Some(m) => {
+                    // One per-tensor scale per group (an expert's gate/up, as engines fuse
+                    // them), every other linear its own.
+                    let mut amax: HashMap<usize, f32> = HashMap::new();
+                    for (_, w, g) in m.linears_mut() {
+                        let a = w.bf16_amax().unwrap_or(0.0);
+                        let e = amax.entry(g).or_insert(0.0);
+                        *e = e.max(a);
+                    }
+                    for (role, w, g) in m.linears_mut() {
+                        slots.push((w, amax[&g], recipe.format_for(role)));
+                    }
+                }
+                None => {
+                    slots.push((&mut l.gate, gu, recipe.format_for(LinearRole::Gate)));
+                    slots.push((&mut l.up, gu, recipe.format_for(LinearRole::Up)));
+                    slots.push((&mut l.down, own_d, recipe.format_for(LinearRole::Down)));
+                }
+            }
             let results: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
                 let chunk = slots.len().div_ceil(threads.max(1));
                 let handles: Vec<_> = slots
@@ -600,7 +645,7 @@ fn synth_bf16(seed: u64, tensor_id: u64, len: usize, mean: f32, std: f32) -> Vec
     out
 }
 
-fn synth_linear(seed: u64, id: u64, n: usize, k: usize, std: f32) -> Linear {
+pub(crate) fn synth_linear(seed: u64, id: u64, n: usize, k: usize, std: f32) -> Linear {
     Linear::Bf16 {
         n,
         k,
@@ -656,20 +701,36 @@ pub fn synthesize_with_progress(
                 ),
             ]
         };
+        let sparse = |l: LayerWeights| match &config.moe {
+            Some(m) if m.is_sparse(i) => l.with_moe(moe::synthesize(seed, i, h, m)),
+            _ => l,
+        };
+        let dense_mlp = || {
+            if config.is_sparse_layer(i) {
+                [
+                    LayerWeights::empty_linear(),
+                    LayerWeights::empty_linear(),
+                    LayerWeights::empty_linear(),
+                ]
+            } else {
+                mlp()
+            }
+        };
         if let (Some(hy), crate::runtime::hybrid::LayerType::Gdn) =
             (&config.hybrid, config.layer_type(i))
         {
             let gdn = synth_gdn(seed, &id, h, hy);
-            layers.push(LayerWeights::gdn_layer(
+            layers.push(sparse(LayerWeights::gdn_layer(
                 synth_norm(seed, id(0), h),
                 gdn,
                 synth_norm(seed, id(7), h),
-                mlp(),
-            ));
+                dense_mlp(),
+            )));
             progress(i + 1, config.num_layers);
             continue;
         }
-        layers.push(LayerWeights {
+        let [gate, up, down] = dense_mlp();
+        layers.push(sparse(LayerWeights {
             input_norm: synth_norm(seed, id(0), h),
             q: synth_linear(seed, id(1), config.q_proj_rows(), h, inv(h)),
             k: synth_linear(seed, id(2), config.kv_dim(), h, inv(h)),
@@ -682,19 +743,14 @@ pub fn synthesize_with_progress(
                 .has_qk_norm()
                 .then(|| synth_norm(seed, id(6), config.head_dim)),
             post_norm: synth_norm(seed, id(7), h),
-            gate: synth_linear(seed, id(8), config.intermediate_size, h, inv(h)),
-            up: synth_linear(seed, id(9), config.intermediate_size, h, inv(h)),
-            down: synth_linear(
-                seed,
-                id(10),
-                h,
-                config.intermediate_size,
-                inv(config.intermediate_size),
-            ),
+            gate,
+            up,
+            down,
             k_scale: None,
             v_scale: None,
             gdn: None,
-        });
+            moe: None,
+        }));
         progress(i + 1, config.num_layers);
     }
     ModelWeights {

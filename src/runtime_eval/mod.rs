@@ -15,3 +15,5 @@ pub mod section;
 
 #[cfg(test)]
 mod hybrid_cpu_tests;
+#[cfg(test)]
+mod moe_cpu_tests;

@@ -771,7 +771,8 @@ fn attend(
     Ok(attn)
 }
 
-/// The MLP of a layer: post-attention norm into `hbuf`, SwiGLU, down_proj added to `x`.
+/// The MLP of a layer: post-attention norm into `hbuf`, SwiGLU (or the sparse block of a
+/// mixture-of-experts layer, `crate::runtime::moe`), down_proj added to `x`.
 fn mlp_layer(p: &Pass, layer: &LayerWeights, hbuf: &mut [f32], x: &mut [f32]) {
     let (c, t) = (p.c, p.batch.token_ids.len());
     let h = c.hidden_size;
@@ -784,6 +785,17 @@ fn mlp_layer(p: &Pass, layer: &LayerWeights, hbuf: &mut [f32], x: &mut [f32]) {
         );
     }
     p.r(hbuf);
+    if let (Some(moe), Some(cfg)) = (&layer.moe, &c.moe) {
+        let ops = crate::runtime::moe::Ops {
+            mm: &|x: &[f32], m: usize, l: &Linear| p.mm(x, m, l),
+            round: &|v: &mut [f32]| p.r(v),
+        };
+        let (y, _) = crate::runtime::moe::moe_block(&ops, cfg, moe, hbuf, t, h);
+        for (a, b) in x.iter_mut().zip(&y) {
+            *a += b;
+        }
+        return;
+    }
     let mut g = p.mm(hbuf, t, &layer.gate);
     let u = p.mm(hbuf, t, &layer.up);
     for (a, b) in g.iter_mut().zip(&u) {

@@ -21,6 +21,9 @@ use crate::checkpoint::runtime::{linear_tensors, LinearTensors, Nvfp4Convention}
 use crate::formats::fp8::{Fp8Granularity, Fp8Tensor};
 use crate::formats::nvfp4::{self, Nvfp4Weight, NVFP4_BLOCK};
 pub use crate::model::roles::LinearRole;
+
+#[path = "mapped_experts.rs"]
+mod experts;
 use crate::runtime::config::{ModelConfig, WeightFormat};
 use crate::RigError;
 
@@ -189,6 +192,8 @@ pub struct MappedCheckpoint {
     /// (`Qwen3_5ForConditionalGeneration`), `model.language_model.`.
     prefix: String,
     layouts: Vec<Vec<(LinearRole, LinearTensors)>>,
+    /// Per layer, how a sparse layer's routed experts are stored (`None` for dense MLPs).
+    experts: Vec<Option<experts::ExpertLayout>>,
     lm_head: Option<LinearTensors>,
     format: WeightFormat,
     formats: Vec<WeightFormat>,
@@ -321,12 +326,16 @@ impl MappedCheckpoint {
             tensors,
             prefix,
             layouts,
+            experts: Vec::new(),
             lm_head,
             format: WeightFormat::Bf16,
             formats: Vec::new(),
             hash: format!("fnv1a64:{hash:016x}"),
             notes: support.notes,
         };
+        m.experts = (0..config.num_layers)
+            .map(|i| m.resolve_experts(i))
+            .collect::<anyhow::Result<_>>()?;
         // Check every linear once (shapes, dtypes, scales) and take the majority format.
         let mut counts: HashMap<WeightFormat, usize> = HashMap::new();
         for i in 0..config.num_layers {
@@ -334,6 +343,7 @@ impl MappedCheckpoint {
                 let v = m.linear_any(i, role)?;
                 *counts.entry(v.format()).or_insert(0) += 1;
             }
+            m.count_expert_formats(i, &mut counts)?;
             if config.layer_type(i) == crate::runtime::hybrid::LayerType::Gdn {
                 m.gdn_params(i)?;
             } else {
@@ -878,18 +888,16 @@ impl MappedCheckpoint {
                     dt_bias,
                     norm: self.norm(NormRole::GdnNorm(i))?,
                 };
-                layers.push(LayerWeights::gdn_layer(
+                let layer = LayerWeights::gdn_layer(
                     self.norm(NormRole::Input(i))?,
                     gdn,
                     self.norm(NormRole::Post(i))?,
-                    [
-                        lin(LinearRole::Gate)?,
-                        lin(LinearRole::Up)?,
-                        lin(LinearRole::Down)?,
-                    ],
-                ));
+                    self.dense_mlp(i)?,
+                );
+                layers.push(self.with_experts(i, layer)?);
                 continue;
             }
+            let [gate, up, down] = self.dense_mlp(i)?;
             let (k_scale, v_scale) = self.kv_scales(i);
             layers.push(LayerWeights {
                 input_norm: self.norm(NormRole::Input(i))?,
@@ -908,13 +916,16 @@ impl MappedCheckpoint {
                     None
                 },
                 post_norm: self.norm(NormRole::Post(i))?,
-                gate: lin(LinearRole::Gate)?,
-                up: lin(LinearRole::Up)?,
-                down: lin(LinearRole::Down)?,
+                gate,
+                up,
+                down,
                 k_scale,
                 v_scale,
                 gdn: None,
+                moe: None,
             });
+            let last = layers.pop().expect("pushed above");
+            layers.push(self.with_experts(i, last)?);
         }
         let embed = self.owned(
             &LinearTensors::Plain {

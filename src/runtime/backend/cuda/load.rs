@@ -299,6 +299,9 @@ impl CudaBackend {
 /// # Errors
 /// The shape, in words.
 fn check_attention_shape(config: &ModelConfig) -> anyhow::Result<()> {
+    if config.is_moe() {
+        anyhow::bail!(crate::runtime::moe::CUDA_REFUSAL);
+    }
     if let Some(why) = gdn::unsupported_shape(config) {
         anyhow::bail!(why);
     }

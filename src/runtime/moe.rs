@@ -1,0 +1,364 @@
+//! Mixture-of-experts math of the CPU backend (the reference): the router's softmax and top-k,
+//! and one sparse MLP block over a batch of tokens. The block's definition (which layers,
+//! which widths, renormalisation) is in `crate::model::moe`; docs/runtime.md describes the
+//! design and its limits.
+//!
+//! Routing follows transformers' `Qwen3MoeTopKRouter` / `Qwen3_5MoeTopKRouter`:
+//! `p = softmax(logits)` in FP32 over all E experts, the k largest of `p` (`torch.topk`), and,
+//! when renormalising, `w = p_top / Σ p_top`. Ties: `torch.topk` promises no order among equal
+//! values; [`top_k`] takes the lower expert index first (a stable descending sort), the order
+//! torch's CPU kernel returns for the small k of these models, and treats NaN as larger than
+//! every number, as `torch.topk` does. Exact ties of FP32 probabilities need equal router
+//! logits, which trained weights practically never give.
+
+use crate::model::moe::MoeConfig;
+use crate::runtime::config::ModelConfig;
+use crate::runtime::model::silu;
+use crate::runtime::weights::{Linear, MoeWeights};
+
+/// Why the CUDA backend refuses mixture-of-experts models (docs/runtime.md): it has no grouped
+/// expert GEMM and no GPU routing yet; the CPU backend runs them.
+pub const CUDA_REFUSAL: &str = "mixture-of-experts models (Qwen3-MoE, Qwen3.5 / 3.6-MoE) run on the CPU backend only for now: the CUDA backend has no grouped expert GEMM and no GPU routing yet (docs/runtime.md); use --device cpu, or an external engine (--url / --engine-cmd) for GPU figures";
+
+/// One token's routing: the chosen experts in `torch.topk`'s order (descending probability)
+/// and the weight each output is scaled by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    /// Expert indices, k of them.
+    pub experts: Vec<usize>,
+    /// Their weights (renormalised to sum to 1 when the config says so, else the raw softmax
+    /// probabilities).
+    pub weights: Vec<f32>,
+}
+
+/// Softmax of `logits` (max subtracted, accumulated in f64, rounded to f32): the router's
+/// probabilities, which transformers computes with `softmax(dtype=torch.float)`.
+pub fn softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f64> = logits.iter().map(|&x| ((x - max) as f64).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    e.iter().map(|v| (v / sum) as f32).collect()
+}
+
+/// The indices of the `k` largest values of `v`, largest first; equal values in ascending index
+/// order, NaN above every number (see the module docs for how this relates to `torch.topk`).
+/// `k` larger than `v.len()` returns every index.
+pub fn top_k(v: &[f32], k: usize) -> Vec<usize> {
+    let key = |i: usize| -> (bool, f32) { (v[i].is_nan(), v[i]) };
+    let mut idx: Vec<usize> = (0..v.len()).collect();
+    // A stable sort keeps ascending indices among equal keys.
+    idx.sort_by(|&a, &b| {
+        let (na, va) = key(a);
+        let (nb, vb) = key(b);
+        nb.cmp(&na)
+            .then_with(|| vb.partial_cmp(&va).unwrap_or(std::cmp::Ordering::Equal))
+    });
+    idx.truncate(k);
+    idx
+}
+
+/// Route one token from its router logits (`E` of them).
+pub fn route(logits: &[f32], top: usize, renormalize: bool) -> Route {
+    let p = softmax(logits);
+    let experts = top_k(&p, top);
+    let mut weights: Vec<f32> = experts.iter().map(|&e| p[e]).collect();
+    if renormalize {
+        let sum: f32 = weights.iter().sum();
+        if sum > 0.0 {
+            weights.iter_mut().for_each(|w| *w /= sum);
+        }
+    }
+    Route { experts, weights }
+}
+
+/// What one sparse block needs from the backend: a matmul `x · Wᵀ` over `m` rows and the
+/// rounding it applies at its rounding points (identity on the f32 reference path).
+pub struct Ops<'a> {
+    /// `mm(x, m, w)`: `[m, K] · [N, K]ᵀ → [m, N]`.
+    pub mm: &'a dyn Fn(&[f32], usize, &Linear) -> Vec<f32>,
+    /// Rounding of an intermediate (BF16 at the CUDA backend's points, or none).
+    pub round: &'a dyn Fn(&mut [f32]),
+}
+
+/// A SwiGLU MLP on `m` rows: `down(silu(gate(x)) ⊙ up(x))`.
+fn swiglu(ops: &Ops, x: &[f32], m: usize, gate: &Linear, up: &Linear, down: &Linear) -> Vec<f32> {
+    let mut g = (ops.mm)(x, m, gate);
+    let u = (ops.mm)(x, m, up);
+    for (a, b) in g.iter_mut().zip(&u) {
+        *a = silu(*a) * b;
+    }
+    (ops.round)(&mut g);
+    (ops.mm)(&g, m, down)
+}
+
+/// One sparse MLP block on `t` tokens (`x`: the post-attention-normed hidden states, `[t, H]`):
+/// the block's output `[t, H]` (to be added to the residual) and each token's route.
+///
+/// As transformers: the routed experts are run in ascending expert index, each on the tokens
+/// routed to it, its output scaled by the token's weight and accumulated; the shared expert
+/// (when present) on every token, scaled by `sigmoid(shared_expert_gate · x)`, is added last.
+pub fn moe_block(
+    ops: &Ops,
+    cfg: &MoeConfig,
+    w: &MoeWeights,
+    x: &[f32],
+    t: usize,
+    h: usize,
+) -> (Vec<f32>, Vec<Route>) {
+    let logits = (ops.mm)(x, t, &w.router);
+    let e = cfg.num_experts;
+    let routes: Vec<Route> = (0..t)
+        .map(|i| route(&logits[i * e..(i + 1) * e], cfg.top_k, cfg.norm_topk_prob))
+        .collect();
+    // Tokens (and weights) per expert, tokens ascending.
+    let mut per_expert: Vec<Vec<(usize, f32)>> = vec![Vec::new(); e];
+    for (ti, r) in routes.iter().enumerate() {
+        for (&ex, &wt) in r.experts.iter().zip(&r.weights) {
+            per_expert[ex].push((ti, wt));
+        }
+    }
+    let mut out = vec![0f32; t * h];
+    for (ex, toks) in per_expert.iter().enumerate() {
+        if toks.is_empty() {
+            continue;
+        }
+        let mut xe = Vec::with_capacity(toks.len() * h);
+        for &(ti, _) in toks {
+            xe.extend_from_slice(&x[ti * h..(ti + 1) * h]);
+        }
+        let m = &w.experts[ex];
+        let y = swiglu(ops, &xe, toks.len(), &m.gate, &m.up, &m.down);
+        for (r, &(ti, wt)) in toks.iter().enumerate() {
+            for (o, v) in out[ti * h..(ti + 1) * h]
+                .iter_mut()
+                .zip(&y[r * h..(r + 1) * h])
+            {
+                *o += wt * v;
+            }
+        }
+    }
+    if let Some(s) = &w.shared {
+        let y = swiglu(ops, x, t, &s.mlp.gate, &s.mlp.up, &s.mlp.down);
+        let g = (ops.mm)(x, t, &s.gate);
+        for ti in 0..t {
+            let scale = 1.0 / (1.0 + (-g[ti]).exp());
+            for (o, v) in out[ti * h..(ti + 1) * h]
+                .iter_mut()
+                .zip(&y[ti * h..(ti + 1) * h])
+            {
+                *o += scale * v;
+            }
+        }
+    }
+    (ops.round)(&mut out);
+    (out, routes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_orders_by_value_then_lower_index_and_puts_nan_first() {
+        assert_eq!(top_k(&[0.1, 0.5, 0.2, 0.5, 0.0], 3), vec![1, 3, 2]);
+        assert_eq!(top_k(&[0.25; 4], 2), vec![0, 1]);
+        assert_eq!(top_k(&[0.1, f32::NAN, 0.9], 2), vec![1, 2]);
+        assert_eq!(top_k(&[0.3, 0.7], 5), vec![1, 0]);
+    }
+
+    #[test]
+    fn routing_distributions_route_every_choice_and_differ_in_spread() {
+        let (b, k, e) = (32, 8, 256);
+        let bal = routed_counts(RoutingDistribution::Balanced, b, k, e, 0);
+        let zipf = routed_counts(RoutingDistribution::Zipf { s: 1.2 }, b, k, e, 7);
+        let few = routed_counts(RoutingDistribution::AllToFew { few: 8 }, b, k, e, 0);
+        let touched = |c: &[usize]| c.iter().filter(|x| **x > 0).count();
+        for c in [&bal, &zipf, &few] {
+            assert_eq!(c.iter().sum::<usize>(), b * k);
+        }
+        assert_eq!(touched(&bal), 256);
+        assert_eq!(touched(&few), 8);
+        let z = touched(&zipf);
+        assert!(z > 8 && z < 256, "{z}");
+        assert!(zipf[0] > zipf[200], "{zipf:?}");
+        // Batch 1: k experts touched whatever the spread.
+        for d in [
+            RoutingDistribution::Balanced,
+            RoutingDistribution::Zipf { s: 1.0 },
+        ] {
+            assert_eq!(touched(&routed_counts(d, 1, k, e, 3)), 8);
+        }
+    }
+
+    #[test]
+    fn the_decode_floor_counts_only_the_touched_experts() {
+        use crate::runtime::config::{KvCacheDtype, QuantRecipe, WeightFormat};
+        let c = ModelConfig::preset("qwen3.6-35b-a3b").unwrap();
+        let r = QuantRecipe::Uniform(WeightFormat::Bf16);
+        let one = decode_step_floor(&c, r, KvCacheDtype::Bf16, 0, 1, &[8; 40]);
+        let all = decode_step_floor(&c, r, KvCacheDtype::Bf16, 0, 1, &[]);
+        // 40 layers × 248 untouched experts × 3 × 2048 × 512 × 2 bytes.
+        assert_eq!(all.weights - one.weights, 40 * 248 * 3 * 2048 * 512 * 2);
+        // About 3e9 active parameters: about 6 GB of BF16 per batch-1 step (lm_head included).
+        let gb = one.weights as f64 / 1e9;
+        assert!((5.0..7.5).contains(&gb), "{gb}");
+        assert_eq!(one.state, 2 * c.gdn_state_bytes(2));
+        let ctx = decode_step_floor(&c, r, KvCacheDtype::Bf16, 1000, 4, &[8; 40]);
+        assert_eq!(ctx.kv, 2 * 4 * 10 * 512 * 1000 * 2);
+    }
+
+    #[test]
+    fn routing_renormalises_only_when_asked() {
+        let logits = [1.0f32, 3.0, 2.0, -1.0];
+        let p = softmax(&logits);
+        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        let r = route(&logits, 2, true);
+        assert_eq!(r.experts, vec![1, 2]);
+        assert!((r.weights[0] + r.weights[1] - 1.0).abs() < 1e-6);
+        // e^3 / (e^3 + e^2) = 1 / (1 + e^-1).
+        assert!((r.weights[0] - 1.0 / (1.0 + (-1.0f32).exp())).abs() < 1e-6);
+        let raw = route(&logits, 2, false);
+        assert_eq!(raw.weights, vec![p[1], p[2]]);
+        assert!(raw.weights[0] + raw.weights[1] < 0.99);
+    }
+}
+
+/// How the `B × k` routing choices of a decode step spread over the E experts: the cases of the
+/// MoE kernel suite and of the decode-step floor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RoutingDistribution {
+    /// Token `b`'s j-th choice is expert `(b·k + j) mod E`: as even as B × k allows.
+    Balanced,
+    /// Each token draws k distinct experts with probability ∝ `1 / rankˢ` (rank 1 the most
+    /// popular), a fixed seed making the draw reproducible: the skew trained routers show.
+    Zipf {
+        /// The exponent s (> 0; 1.0 is the classic Zipf law).
+        s: f64,
+    },
+    /// Every token routes among the same `few` experts (`few ≥ k`): the worst case for load
+    /// balance and the best for the bytes touched.
+    AllToFew {
+        /// How many experts take every token.
+        few: usize,
+    },
+}
+
+/// Tokens routed to each of `experts` experts when `batch` tokens each choose `top_k` distinct
+/// experts under `dist` (`seed` drives the Zipf draw). The counts sum to `batch · top_k`
+/// (`top_k` capped at `experts`).
+pub fn routed_counts(
+    dist: RoutingDistribution,
+    batch: usize,
+    top_k: usize,
+    experts: usize,
+    seed: u64,
+) -> Vec<usize> {
+    let k = top_k.min(experts);
+    let mut counts = vec![0usize; experts];
+    if experts == 0 {
+        return counts;
+    }
+    match dist {
+        RoutingDistribution::Balanced => {
+            for b in 0..batch {
+                for j in 0..k {
+                    counts[(b * k + j) % experts] += 1;
+                }
+            }
+        }
+        RoutingDistribution::AllToFew { few } => {
+            let few = few.clamp(k.max(1), experts);
+            for b in 0..batch {
+                for j in 0..k {
+                    counts[(b * k + j) % few] += 1;
+                }
+            }
+        }
+        RoutingDistribution::Zipf { s } => {
+            let weights: Vec<f64> = (1..=experts).map(|r| 1.0 / (r as f64).powf(s)).collect();
+            let mut rng = crate::runtime::weights::SplitMix64::new(seed);
+            for _ in 0..batch {
+                let mut chosen: Vec<usize> = Vec::with_capacity(k);
+                while chosen.len() < k {
+                    let free: f64 = (0..experts)
+                        .filter(|e| !chosen.contains(e))
+                        .map(|e| weights[e])
+                        .sum();
+                    let mut u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * free;
+                    let mut pick = experts - 1;
+                    for e in (0..experts).filter(|e| !chosen.contains(e)) {
+                        if u < weights[e] {
+                            pick = e;
+                            break;
+                        }
+                        u -= weights[e];
+                    }
+                    if chosen.contains(&pick) {
+                        // Rounding at the end of the walk: take the last free expert.
+                        pick = (0..experts)
+                            .rev()
+                            .find(|e| !chosen.contains(e))
+                            .unwrap_or(0);
+                    }
+                    chosen.push(pick);
+                }
+                for e in chosen {
+                    counts[e] += 1;
+                }
+            }
+        }
+    }
+    counts
+}
+
+/// The bytes one MoE decode step must move at the least (each byte once, caches ignored): the
+/// non-expert decoder linears (attention or Gated-DeltaNet, router, shared expert and its gate,
+/// dense MLPs) in `recipe`'s formats, the routed experts the step touches (`touched[l]` distinct
+/// experts in the l-th sparse layer: the union over the batch, e.g. the non-zero entries of
+/// [`routed_counts`]), the lm_head and one embedding row per token, the norms, the KV cache of
+/// `batch` sequences at context `ctx` (K and V, attention layers, `kv` elements) and each
+/// sequence's Gated-DeltaNet state read and written once. The floor the expert GEMMs and the
+/// decode step are held to (docs/runtime.md).
+///
+/// Missing `touched` entries count as every expert.
+pub fn decode_step_floor(
+    c: &ModelConfig,
+    recipe: crate::runtime::config::QuantRecipe,
+    kv: crate::runtime::config::KvCacheDtype,
+    ctx: usize,
+    batch: usize,
+    touched: &[usize],
+) -> crate::runtime::memory::DecodeBytes {
+    use crate::runtime::memory::linear_bytes;
+    use crate::runtime::weights::LinearRole;
+    let bytes = |r: &LinearRole| {
+        let (n, k) = r.shape(c);
+        linear_bytes(recipe.format_for(*r), n, k)
+    };
+    let mut weights: u64 = (0..c.num_layers)
+        .flat_map(|i| LinearRole::of_layer(c, i).iter())
+        .map(bytes)
+        .sum();
+    let expert: u64 = LinearRole::EXPERT.iter().map(bytes).sum();
+    let mut sparse = 0;
+    for i in 0..c.num_layers {
+        if let Some(m) = c.moe.as_ref().filter(|m| m.is_sparse(i)) {
+            let t = touched.get(sparse).copied().unwrap_or(m.num_experts);
+            weights += t.min(m.num_experts) as u64 * expert;
+            sparse += 1;
+        }
+    }
+    let (v, h) = (c.vocab_size, c.hidden_size);
+    let head = if c.tie_word_embeddings {
+        2 * (v * h) as u64
+    } else {
+        linear_bytes(recipe.lm_head_format(), v, h)
+    };
+    weights += head + 2 * (batch * h) as u64;
+    let kv_bytes = 2 * (batch * c.num_attention_layers() * c.kv_dim() * ctx * kv.bytes()) as u64;
+    crate::runtime::memory::DecodeBytes {
+        weights,
+        kv: kv_bytes,
+        state: 2 * batch as u64 * c.gdn_state_bytes(crate::runtime::hybrid::CONV_STATE_ELEM_BYTES),
+    }
+}
