@@ -28,6 +28,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("suite_toml", suite_toml),
     ("results_json", results_json),
     ("gguf_header", gguf_header),
+    ("nvidia_smi", nvidia_smi),
 ];
 
 const FIXTURE_CONFIG: &[u8] =
@@ -237,6 +238,37 @@ pub fn engine_log(data: &[u8]) {
     let _ = log.is_empty();
     let _ = crate::e2e::conditions::kv_capacity(None, Some(&log));
     let _ = serde_json::to_string(&log);
+    // The findings `diagnose` builds from it, with a card that has FP4 tensor cores and one
+    // that has none (the cross-line joins: candidates passed over, capability causes).
+    for cc in [None, Some((12, 0)), Some((8, 9))] {
+        let mut d = crate::diagnose::Diagnosis {
+            logs: vec![crate::diagnose::LogInput {
+                name: "fuzz.log".into(),
+                log: crate::diagnose::log::EngineLog::parse_bytes(data),
+            }],
+            card: cc.map(|(a, b)| crate::diagnose::Card {
+                cc: crate::gpu::ComputeCapability::new(a, b),
+                source: "--cc".into(),
+            }),
+            ..Default::default()
+        };
+        d.findings = crate::diagnose::build_findings(&d);
+        let _ = crate::diagnose::render::render_markdown(&d);
+    }
+}
+
+/// The text of `nvidia-smi -q`, then the findings `diagnose --nvidia-smi` builds from it.
+pub fn nvidia_smi(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let r = crate::diagnose::nvidia_smi::parse("fuzz.txt", &text);
+    let mut d = crate::diagnose::Diagnosis {
+        nvidia_smi: vec![r],
+        timing: Some("a report".into()),
+        ..Default::default()
+    };
+    d.findings = crate::diagnose::build_findings(&d);
+    let _ = crate::diagnose::render::render_markdown(&d);
+    let _ = serde_json::to_string(&d);
 }
 
 /// A suite file: parsed both as a kernel suite (`suites/kernels/*.toml`) and as an e2e suite

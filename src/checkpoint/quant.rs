@@ -720,7 +720,26 @@ pub(crate) fn parse_hf_quant_config(
             "no 'quantization' object; ModelOpt writes {\"producer\": {...}, \"quantization\": {\"quant_algo\": ...}}",
         )
     })?;
-    let w = "quantization.";
+    modelopt_export(
+        root,
+        q,
+        ("hf_quant_config.json", "quantization."),
+        "hf_quant_config.json is ModelOpt's export".into(),
+        path,
+    )
+}
+
+/// ModelOpt's export object (`{"producer": {...}, "quantization": {"quant_algo": ...}}`), read
+/// from `root` (for the producer) and its `quantization` object `q`; `at` is the file and the
+/// key prefix of `q` as findings cite them, `evidence` why the method is ModelOpt.
+fn modelopt_export(
+    root: &Map<String, Value>,
+    q: &Map<String, Value>,
+    at: (&str, &str),
+    evidence: String,
+    path: &Path,
+) -> Result<(Rules, QuantSource), RigError> {
+    let (file, w) = at;
     let algo = q
         .get("quant_algo")
         .and_then(Value::as_str)
@@ -736,7 +755,7 @@ pub(crate) fn parse_hf_quant_config(
         .as_deref()
         .and_then(|a| ModuleFormat::from_modelopt_algo(a, group_size));
     let rules = Rules {
-        file: "hf_quant_config.json".into(),
+        file: file.into(),
         method: Method::ModelOpt,
         global,
         algo: algo.clone(),
@@ -751,7 +770,7 @@ pub(crate) fn parse_hf_quant_config(
         prefix: w.to_string(),
         keys: q.keys().cloned().collect(),
         quant_method: "modelopt".into(),
-        quant_method_evidence: "hf_quant_config.json is ModelOpt's export".into(),
+        quant_method_evidence: evidence,
         producer: rules.producer.clone(),
         quant_algo: algo,
         format: None,
@@ -801,6 +820,26 @@ pub(crate) fn parse_config_quant(
     } else {
         return Ok(None);
     };
+    // ModelOpt's hf_quant_config.json form copied into config.json (`quantization_config:
+    // {"producer": {...}, "quantization": {"quant_algo": "FP8", ...}}`, no quant_method): the
+    // same reader as the file, citing config.json's keys.
+    if !q.contains_key("quant_method") {
+        if let Some(inner) = q.get("quantization").and_then(Value::as_object) {
+            if inner.contains_key("quant_algo") {
+                let prefix = format!("{w}quantization.");
+                let evidence = format!(
+                    "inferred from config.json {prefix}quant_algo{} (ModelOpt's export form inside config.json; the object has no quant_method key)",
+                    if q.contains_key("producer") {
+                        format!(" and {w}producer")
+                    } else {
+                        String::new()
+                    }
+                );
+                return modelopt_export(q, inner, ("config.json", &prefix), evidence, path)
+                    .map(Some);
+            }
+        }
+    }
     let (method_raw, method_evidence) = match q.get("quant_method").and_then(Value::as_str) {
         Some(m) => (m.to_string(), format!("config.json {w}quant_method")),
         None => infer_method(q, w),

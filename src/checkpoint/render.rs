@@ -58,15 +58,22 @@ fn render_model(o: &mut String, r: &InspectReport) {
         ],
         vec![
             "head_dim".into(),
-            format!(
-                "{}{}",
-                opt(&m.head_dim),
-                if m.head_dim_derived {
-                    " (hidden / heads)"
-                } else {
-                    ""
-                }
-            ),
+            // Latent attention (MLA: DeepSeek, GLM, Kimi) has no single head_dim: config.json
+            // gives qk_nope_head_dim + qk_rope_head_dim for Q and K and v_head_dim for V, so
+            // hidden / heads would be a false figure (docs/diagnose.md, "inspect").
+            if m.head_dim_derived && m.attention_extras.iter().any(|x| x == "kv_lora_rank") {
+                "none (latent attention, MLA: config.json's qk_nope_head_dim + qk_rope_head_dim give Q/K, v_head_dim gives V)".to_string()
+            } else {
+                format!(
+                    "{}{}",
+                    opt(&m.head_dim),
+                    if m.head_dim_derived {
+                        " (hidden / heads)"
+                    } else {
+                        ""
+                    }
+                )
+            },
         ],
     ];
     if m.intermediate_size.is_some() {

@@ -32,6 +32,10 @@ pub struct DiagnoseArgs {
     /// speculative-decoding object newer vLLM puts in the last chunk. Repeatable.
     #[arg(long = "sse", value_name = "FILE")]
     pub sse: Vec<PathBuf>,
+    /// The text of `nvidia-smi -q` (clocks, clock event reasons, power limit, ECC, memory), taken
+    /// during the run; with --rig its figures are the conditions of that report. Repeatable.
+    #[arg(long = "nvidia-smi", value_name = "FILE")]
+    pub nvidia_smi: Vec<PathBuf>,
     /// The checkpoint folder (config.json, hf_quant_config.json, and the safetensors headers or
     /// index when present), or hf://ORG/NAME[@REV], to explain fallbacks and KV scales.
     #[arg(long, value_name = "DIR")]
@@ -119,16 +123,33 @@ fn card_from_results(path: &Path) -> Result<Card, RigError> {
     })
 }
 
+/// The report `--rig` names and when it was created (`created_utc` of its results.json), for
+/// joining an `nvidia-smi -q` snapshot with it; `None` when the file does not say.
+fn report_timing(path: &Path) -> Option<String> {
+    let file = if path.is_dir() {
+        path.join("results.json")
+    } else {
+        path.to_path_buf()
+    };
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).ok()?).ok()?;
+    let created = v.get("created_utc")?.as_str()?;
+    Some(format!("the report {} (created {created})", name_of(&file)))
+}
+
 /// Read every input and build the diagnosis.
 ///
 /// # Errors
 /// An input file that cannot be read, a checkpoint `inspect` refuses, a bad `--cc`/`--rig`, or
 /// no input at all (a flag error).
 pub fn diagnose(args: &DiagnoseArgs) -> anyhow::Result<Diagnosis> {
-    if args.logs.is_empty() && args.metrics.is_empty() && args.sse.is_empty() {
+    if args.logs.is_empty()
+        && args.metrics.is_empty()
+        && args.sse.is_empty()
+        && args.nvidia_smi.is_empty()
+    {
         return Err(RigError::flag(
             "--log",
-            "nothing to diagnose: give at least one --log FILE, --metrics FILE or --sse FILE",
+            "nothing to diagnose: give at least one --log FILE, --metrics FILE, --sse FILE or --nvidia-smi FILE",
         )
         .into());
     }
@@ -142,8 +163,16 @@ pub fn diagnose(args: &DiagnoseArgs) -> anyhow::Result<Diagnosis> {
     };
     let mut d = Diagnosis {
         card,
+        timing: args.rig.as_deref().and_then(report_timing),
         ..Default::default()
     };
+    for p in &args.nvidia_smi {
+        let bytes = read(p, "nvidia-smi -q text (--nvidia-smi)")?;
+        d.nvidia_smi.push(diagnose::nvidia_smi::parse(
+            &name_of(p),
+            &String::from_utf8_lossy(&bytes),
+        ));
+    }
     for p in &args.logs {
         let bytes = read(p, "engine log (--log)")?;
         d.logs.push(LogInput {

@@ -8,7 +8,7 @@
 
 use super::cause::Cause;
 use super::log::{Boot, BootStatus, EngineLog, ErrorGroup};
-use super::{f, gib, lines, Finding, LogInput, Severity};
+use super::{f, gib, lines, Card, Finding, LogInput, Severity};
 use crate::output::table::thousands;
 
 fn join_nums(v: impl IntoIterator<Item = u32>) -> String {
@@ -99,6 +99,10 @@ fn cause_title(c: &Cause) -> String {
             port.map(|p| format!("port {p}"))
                 .unwrap_or_else(|| "the port".into())
         ),
+        Cause::NoAttentionBackend { reasons, .. } => format!(
+            "no attention backend for this model on this card ({} rejected)",
+            reasons.len()
+        ),
         Cause::ToolchainTooOld { target, .. } => format!(
             "toolchain too old for {}",
             target.as_deref().unwrap_or("this card")
@@ -108,7 +112,14 @@ fn cause_title(c: &Cause) -> String {
 
 /// Error findings: one per distinct cause (over the whole log), one per error without a cause,
 /// an info finding for errors printed after a shutdown request.
-pub(crate) fn error_findings(name: &str, log: &EngineLog, out: &mut Vec<Finding>) {
+pub(crate) fn error_findings(
+    name: &str,
+    log: &EngineLog,
+    card: Option<&Card>,
+    out: &mut Vec<Finding>,
+) {
+    let card = card.map(|c| (c.cc.major * 10 + c.cc.minor, format!("from {}", c.source)));
+    let card = card.as_ref().map(|(c, s)| (*c, s.as_str()));
     // Causes already reported: the same cause again in the same boot and process is another
     // copy of the same traceback (a logger copy and a plain stderr copy), not another failure.
     let mut seen: Vec<(Cause, usize, Option<usize>, std::collections::BTreeSet<u32>)> = Vec::new();
@@ -169,7 +180,7 @@ pub(crate) fn error_findings(name: &str, log: &EngineLog, out: &mut Vec<Finding>
                 };
                 let mut detail = format!(
                     "{} (line {cause_line}{}){printed}",
-                    c.describe(),
+                    c.describe_for(card),
                     if g.line != g.last_line {
                         format!(", the error spans lines {}–{}", g.line, g.last_line)
                     } else {
@@ -284,12 +295,17 @@ pub(crate) fn boot_findings(l: &LogInput, out: &mut Vec<Finding>) {
                         src.clone(),
                     ));
                 } else {
+                    let loading = last.0.starts_with("loading");
                     out.push(f(
                         "startup-state-unknown",
                         Severity::Info,
-                        format!("{tag}: only its start is in the log"),
+                        if loading {
+                            format!("{tag}: the log stops mid-load, {} (line {})", last.0, last.1)
+                        } else {
+                            format!("{tag}: only its start is in the log")
+                        },
                         format!(
-                            "the log {moves} after {} (line {}), before any KV-cache line: startup state unknown",
+                            "the log {moves} after {} (line {}), before any KV-cache line: the startup got that far and its state after it is unknown (still loading, killed, or the excerpt ends there); the engine's later lines, or its exit status, would tell",
                             last.0, last.1
                         ),
                         src.clone(),
@@ -358,8 +374,11 @@ fn capacity_finding(b: &Boot, tag: &str, src: &str, mem: Option<String>, out: &m
     }
     if let Some(p) = b.kv_pool_bytes {
         parts.push(format!(
-            "the KV pool holds {}",
-            crate::output::table::human_bytes(p)
+            "the KV pool holds {}{}",
+            crate::output::table::human_bytes(p),
+            b.kv_pool_bytes_line
+                .map(|n| format!(" (line {n})"))
+                .unwrap_or_default()
         ));
     }
     if let Some(s) = &b.kv_cells_swa {
@@ -451,32 +470,146 @@ fn capacity_finding(b: &Boot, tag: &str, src: &str, mem: Option<String>, out: &m
     }
 }
 
+/// vLLM's `--num-gpu-blocks-override`: one finding per line. Below what the profiler found,
+/// the flag is the binding limit of the KV pool (the printed KV tokens are the flag's, not the
+/// memory's); above it, the pool claims memory the profiler did not find (an out-of-memory
+/// risk); on the profiling pass (`num_gpu_blocks=0`) no profiled figure exists.
+fn override_findings(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
+    for o in &b.block_overrides {
+        let tokens = b
+            .block_size
+            .map(|s| {
+                format!(
+                    " ({} × {s} = {} tokens)",
+                    thousands(o.blocks),
+                    thousands(o.blocks.saturating_mul(s))
+                )
+            })
+            .unwrap_or_default();
+        let (sev, title, detail) = match u64::try_from(o.profiled) {
+            Ok(0) | Err(_) => (
+                Severity::Info,
+                format!("{tag}: --num-gpu-blocks-override sets {} KV blocks", thousands(o.blocks)),
+                format!(
+                    "line {} overrides the block count with {}{tokens} before any memory was profiled (num_gpu_blocks={}): whether the flag is below what the card holds is unknown from this line; a later override line, or vLLM's 'Available KV cache memory' line, tells",
+                    o.line,
+                    thousands(o.blocks),
+                    o.profiled
+                ),
+            ),
+            Ok(p) if o.blocks < p => (
+                Severity::Warning,
+                format!(
+                    "{tag}: KV pool cut by --num-gpu-blocks-override to {} blocks, {} profiled",
+                    thousands(o.blocks),
+                    thousands(p)
+                ),
+                format!(
+                    "line {}: the profiler found room for {} blocks and the flag set {}{tokens}, {:.1}% of it: the flag, not the memory, is the binding limit of the KV cache, so admission and preemption figures measure the flag; drop it to use the memory",
+                    o.line,
+                    thousands(p),
+                    thousands(o.blocks),
+                    o.blocks as f64 / p as f64 * 100.0
+                ),
+            ),
+            Ok(p) if o.blocks > p => (
+                Severity::Warning,
+                format!(
+                    "{tag}: --num-gpu-blocks-override sets {} KV blocks, above the {} profiled",
+                    thousands(o.blocks),
+                    thousands(p)
+                ),
+                format!(
+                    "line {}: the flag asks for {} blocks{tokens} where the profiler found memory for {}: the pool claims memory the profiler did not find, an out-of-memory risk under load",
+                    o.line,
+                    thousands(o.blocks),
+                    thousands(p)
+                ),
+            ),
+            Ok(p) => (
+                Severity::Info,
+                format!("{tag}: --num-gpu-blocks-override equals the {} blocks profiled", thousands(p)),
+                format!("line {}: the flag set what the profiler found", o.line),
+            ),
+        };
+        out.push(f("kv-pool-capped", sev, title, detail, format!("{name}:{}", o.line)));
+    }
+}
+
+/// vLLM's padding lines of one boot as one finding: the worst first, every line named (the
+/// same figure printed again, by another rank or group, is listed with its lines, never
+/// dropped).
+fn padding_finding(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
+    let mut all: Vec<&super::log::KvPadding> = b.paddings.iter().collect();
+    if all.is_empty() {
+        all.extend(b.padding.iter());
+    }
+    let Some(first) = all.first() else {
+        return;
+    };
+    let first_line = first.line;
+    // Distinct (layers, waste) figures, worst first, each with its lines.
+    let mut figures: Vec<(u64, f64, Vec<usize>)> = Vec::new();
+    for p in &all {
+        match figures
+            .iter_mut()
+            .find(|(l, w, _)| *l == p.layers && (*w - p.waste).abs() < 1e-9)
+        {
+            Some(x) => x.2.push(p.line),
+            None => figures.push((p.layers, p.waste, vec![p.line])),
+        }
+    }
+    figures.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let (layers, waste, _) = figures[0].clone();
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    let each = figures
+        .iter()
+        .map(|(l, w, lines)| {
+            format!(
+                "{} empty layer{} and up to {:.2}% wasted (line{} {})",
+                l,
+                plural(*l),
+                w * 100.0,
+                if lines.len() == 1 { "" } else { "s" },
+                lines
+                    .iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let last_line = all.iter().map(|p| p.line).max().unwrap_or(first_line);
+    out.push(f(
+        "kv-padding-waste",
+        if waste >= 0.10 {
+            Severity::Warning
+        } else {
+            Severity::Info
+        },
+        format!(
+            "{tag}: up to {:.2}% of the KV memory wasted on {} padding layer{}{}",
+            waste * 100.0,
+            layers,
+            plural(layers),
+            if all.len() > 1 {
+                format!(" (worst of {} padding lines)", all.len())
+            } else {
+                String::new()
+            }
+        ),
+        format!(
+            "vLLM's hybrid KV allocator groups layers of each attention type into groups of one size and pads the short group with empty layers: {each}. The KV tokens it prints are computed over pages that hold nothing for those layers, so up to that share of the KV memory holds no token; models mixing full and sliding-window attention with a drafter hit it (vLLM PR 29303 changed the grouping for gpt-oss + EAGLE3; newer vLLM groups by the greatest common divisor of the layer counts)"
+        ),
+        lines(name, first_line, last_line),
+    ));
+}
+
 /// The warnings each engine prints about its KV cache, as findings.
 fn engine_warnings(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
-    if let Some(p) = &b.padding {
-        out.push(f(
-            "kv-padding-waste",
-            if p.waste >= 0.10 {
-                Severity::Warning
-            } else {
-                Severity::Info
-            },
-            format!(
-                "{tag}: up to {:.2}% of the KV memory wasted on {} padding layer{}",
-                p.waste * 100.0,
-                p.layers,
-                if p.layers == 1 { "" } else { "s" }
-            ),
-            format!(
-                "vLLM's hybrid KV allocator groups layers of each attention type into groups of one size and pads the short group with {} empty layer{} (line {}): the KV tokens it prints are computed over pages that hold nothing for those layers, so up to {:.2}% of the KV memory holds no token; models mixing full and sliding-window attention with a drafter hit it (vLLM PR 29303 changed the grouping for gpt-oss + EAGLE3; newer vLLM groups by the greatest common divisor of the layer counts)",
-                p.layers,
-                if p.layers == 1 { "" } else { "s" },
-                p.line,
-                p.waste * 100.0
-            ),
-            format!("{name}:{}", p.line),
-        ));
-    }
+    padding_finding(b, tag, name, out);
+    override_findings(b, tag, name, out);
     // llama.cpp: KV buffers in host memory beside a GPU backend.
     if !b.kv_buffers.is_empty() {
         let host: f64 = b

@@ -89,6 +89,17 @@ pub enum Cause {
         /// The port, when stated.
         port: Option<u32>,
     },
+    /// No attention backend of the engine accepts the model's attention on this card (vLLM
+    /// `No valid attention backend found for cuda with AttentionSelectorConfig(head_size=576,
+    /// …, use_mla=True, use_sparse=True, …). Reasons: {FLASHMLA: [compute capability not
+    /// supported, …], …}`, `vllm/platforms/cuda.py` `get_attn_backend_cls`): each backend with
+    /// the reasons it gave.
+    NoAttentionBackend {
+        /// The model's attention as the message states it (`head_size=576, use_mla=True, …`).
+        config: String,
+        /// Each backend and its reasons, in the message's order.
+        reasons: Vec<(String, Vec<String>)>,
+    },
     /// The compiler toolchain or a prebuilt binary does not know the card's architecture.
     ToolchainTooOld {
         /// The architecture target (`sm_120a`, `compute_120`).
@@ -116,6 +127,7 @@ impl Cause {
             Cause::InvalidArguments { .. } => "invalid_arguments",
             Cause::PortInUse { .. } => "port_in_use",
             Cause::ToolchainTooOld { .. } => "toolchain_too_old",
+            Cause::NoAttentionBackend { .. } => "no_attention_backend",
         }
     }
 
@@ -159,6 +171,25 @@ impl Cause {
 
     /// One sentence naming the cause with its figures.
     pub fn describe(&self) -> String {
+        self.describe_for(None)
+    }
+
+    /// [`Cause::describe`], with the card the user named (`--cc`, `--rig`: its compute
+    /// capability as `major * 10 + minor`, and where it came from) standing in where the
+    /// message does not state the card's capability. Without either, the sentence says the
+    /// message does not state it and what would (never a bare "not stated").
+    pub fn describe_for(&self, card: Option<(u32, &str)>) -> String {
+        let have = |current: &Option<u32>| match (current, card) {
+            (Some(c), _) => cc_text(*c),
+            (None, Some((c, from))) => format!("{} ({from})", cc_text(c)),
+            (None, None) => {
+                "a capability the message does not state (give --cc or --rig to name it)".into()
+            }
+        };
+        let need = |min: &Option<u32>| {
+            min.map(cc_text)
+                .unwrap_or_else(|| "a capability the message does not state".into())
+        };
         match self {
             Cause::KvTooSmallForMaxLen {
                 max_model_len,
@@ -228,8 +259,8 @@ impl Cause {
             } => format!(
                 "quantization {} unsupported on this card: it needs compute capability {} and the card has {}",
                 method.as_deref().unwrap_or("scheme"),
-                min_capability.map(cc_text).unwrap_or_else(|| "(not stated)".into()),
-                current_capability.map(cc_text).unwrap_or_else(|| "(not stated)".into()),
+                need(min_capability),
+                have(current_capability),
             ),
             Cause::CapabilityTooLow {
                 what,
@@ -237,8 +268,8 @@ impl Cause {
                 current_capability,
             } => format!(
                 "{what} needs compute capability {} and the card has {}",
-                min_capability.map(cc_text).unwrap_or_else(|| "(not stated)".into()),
-                current_capability.map(cc_text).unwrap_or_else(|| "(not stated)".into()),
+                need(min_capability),
+                have(current_capability),
             ),
             Cause::InvalidArguments { program, message } => format!(
                 "the command line was refused by {}'s argument parser: {message}; fix the flag (see the engine's --help for its version)",
@@ -249,8 +280,57 @@ impl Cause {
                 port.map(|p| format!("port {p}")).unwrap_or_else(|| "its port".into())
             ),
             Cause::ToolchainTooOld { detail, .. } => format!("toolchain too old for this card: {detail}"),
+            Cause::NoAttentionBackend { config, reasons } => attention_backend_text(config, reasons),
         }
     }
+}
+
+/// Reasons a flag can change (the KV-cache dtype, the block size); every other reason is the
+/// model's attention (MLA, sparse, head size, non-causal) or the card (compute capability).
+const FLAG_REASONS: &[(&str, &str)] = &[
+    ("kv_cache_dtype not supported", "--kv-cache-dtype"),
+    ("block_size not supported", "--block-size"),
+    ("block size not supported", "--block-size"),
+];
+
+/// Whether one backend's reasons are all ones a flag changes, with those flags.
+fn flag_fixable(reasons: &[String]) -> Option<Vec<&'static str>> {
+    let mut flags = Vec::new();
+    for r in reasons {
+        let flag = FLAG_REASONS
+            .iter()
+            .find(|(m, _)| r.contains(m))
+            .map(|(_, f)| *f)?;
+        if !flags.contains(&flag) {
+            flags.push(flag);
+        }
+    }
+    (!flags.is_empty()).then_some(flags)
+}
+
+/// The sentence of [`Cause::NoAttentionBackend`]: which backends a flag would admit, or that no
+/// flag does because every backend rejects the model's attention or the card.
+fn attention_backend_text(config: &str, reasons: &[(String, Vec<String>)]) -> String {
+    let each = reasons
+        .iter()
+        .map(|(b, r)| format!("{b}: {}", r.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let fixable: Vec<String> = reasons
+        .iter()
+        .filter_map(|(b, r)| flag_fixable(r).map(|f| format!("{b} (change {})", f.join(", "))))
+        .collect();
+    let verdict = if reasons.is_empty() {
+        "the message lists no reasons, so whether a flag helps is unknown".to_string()
+    } else if fixable.is_empty() {
+        "every backend rejects the model's attention itself or the card (none only for a flag's value), so no engine flag fixes it: it needs a card or an engine version with a kernel for this attention".to_string()
+    } else {
+        format!(
+            "only a flag's value stands between the model and {}",
+            fixable.join(", ")
+        )
+    };
+    format!("no attention backend of the engine accepts this model's attention ({config}) on this card; the reasons per backend: {each}; {verdict}")
 }
 
 fn cc_text(c: u32) -> String {
@@ -398,6 +478,48 @@ fn capability(s: &str) -> Option<u32> {
     }
 }
 
+/// vLLM's `No valid attention backend found for … with AttentionSelectorConfig(…). Reasons:
+/// {BACKEND: [reason, …], …}`; the reasons may follow on the next lines (`context`).
+fn no_attention_backend(msg: &str, context: &str) -> Option<Cause> {
+    static CFG: OnceLock<Regex> = OnceLock::new();
+    static REASON: OnceLock<Regex> = OnceLock::new();
+    let cfg = CFG.get_or_init(|| {
+        Regex::new(r"No valid attention backend found for \w+ with \w*\((?P<c>[^)]*)\)?")
+            .expect("static regex")
+    });
+    let reason = REASON.get_or_init(|| {
+        Regex::new(r"(?P<b>[A-Z][A-Z0-9_]+):\s*\[(?P<r>[^\]]*)\]").expect("static regex")
+    });
+    let c = cfg.captures(msg)?;
+    let config: String = c["c"]
+        .split(", ")
+        .filter(|kv| {
+            ["head_size", "kv_cache_dtype", "use_mla", "use_sparse", "use_non_causal", "has_sink"]
+                .iter()
+                .any(|k| kv.starts_with(k))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = match msg.find("Reasons:") {
+        Some(i) => &msg[i..],
+        None => context.find("Reasons:").map_or("", |i| &context[i..]),
+    };
+    let reasons = reason
+        .captures_iter(text)
+        .map(|r| {
+            (
+                r["b"].to_string(),
+                r["r"]
+                    .split(',')
+                    .map(|x| x.trim().to_string())
+                    .filter(|x| !x.is_empty())
+                    .collect(),
+            )
+        })
+        .collect();
+    Some(Cause::NoAttentionBackend { config, reasons })
+}
+
 /// The cause a message names, if any. `context` is the text of the lines around it (a
 /// traceback or glog block), searched for supporting facts such as the ptxas version.
 pub fn classify(msg: &str, context: &str) -> Option<Cause> {
@@ -445,6 +567,9 @@ pub fn classify(msg: &str, context: &str) -> Option<Cause> {
         });
     }
     if let Some(c) = classify_memory(p, msg) {
+        return Some(c);
+    }
+    if let Some(c) = no_attention_backend(msg, context) {
         return Some(c);
     }
     if let Some(c) = p.quant_method.captures(msg) {

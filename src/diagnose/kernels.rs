@@ -124,6 +124,69 @@ pub(crate) fn kernel_findings(l: &LogInput, out: &mut Vec<Finding>) {
     }
 }
 
+/// A weight-only FP4 backend chosen although the same line lists native FP4 candidates before
+/// it. vLLM tries `AVAILABLE_BACKENDS` in order and takes the first whose
+/// `is_supported_config` passes, logging each rejection only at DEBUG
+/// (`vllm/model_executor/layers/fused_moe/oracle/nvfp4.py` `select_nvfp4_moe_backend`), unless
+/// `--moe-backend` names one: so each native candidate before the chosen one was rejected for
+/// this card, build or layer configuration, or a flag forced the choice. With a card that has
+/// FP4 tensor cores, the Marlin warning's "your GPU does not have native support for FP4" then
+/// describes the build's kernels, not the card.
+pub(crate) fn passed_over_findings(l: &LogInput, card: Option<&Card>, out: &mut Vec<Finding>) {
+    for c in &l.log.kernel_choices {
+        if !matches!(c.path(), KernelPath::WeightOnly | KernelPath::Emulated) {
+            continue;
+        }
+        let passed = c.native_candidates_passed_over();
+        if passed.is_empty() {
+            continue;
+        }
+        let warned = l
+            .log
+            .marlin_fp4_fallback
+            .as_ref()
+            .map(|m| format!(" The 'does not have native support for FP4' warning (line {}) ", m.line));
+        let (sev, judgement) = match card.map(|k| (k.cc.as_int(), k.source.as_str())) {
+            Some((cc, from)) if cc >= 100 => (
+                Severity::Warning,
+                format!(
+                    "sm_{cc} ({from}) has FP4 tensor cores, so the card is not the reason: each native candidate's support check rejected this build or layer configuration (vLLM logs each reason at DEBUG: rerun with VLLM_LOGGING_LEVEL=DEBUG to read them), or --moe-backend forced {}.{}",
+                    c.kernel,
+                    warned
+                        .map(|w| format!("{w}is then wrong about the card: it is the build's kernels that are missing"))
+                        .unwrap_or_default()
+                ),
+            ),
+            Some((cc, from)) => (
+                Severity::Info,
+                format!("expected: sm_{cc} ({from}) has no FP4 tensor cores, so the native candidates cannot run on it"),
+            ),
+            None => (
+                Severity::Info,
+                "whether the card is the reason depends on it: give --cc sm_XX (sm_100 and up have FP4 tensor cores)".into(),
+            ),
+        };
+        out.push(f(
+            "native-candidates-passed-over",
+            sev,
+            format!(
+                "{}: {} chosen over native candidates {}",
+                c.what,
+                c.kernel,
+                passed.join(", ")
+            ),
+            format!(
+                "line {} lists the backends vLLM tries in order ({}) and names {} as the one taken, after {}: {judgement}",
+                c.line,
+                c.candidates.join(", "),
+                c.kernel,
+                passed.join(", ")
+            ),
+            format!("{}:{}", l.name, c.line),
+        ));
+    }
+}
+
 /// Joins of the named kernels with the checkpoint and the card: the Marlin FP4 fallback (the
 /// warning, or a Marlin kernel chosen for FP4 layers), and other weight-only FP4 kernels.
 pub(crate) fn marlin_findings(
@@ -415,12 +478,21 @@ fn explain_marlin_12x(
                 .collect()
         };
         if !kinds.is_empty() {
+            let passed = c.native_candidates_passed_over();
             no_native.push(format!(
-                "{} ({} chose {} at line {})",
+                "{} ({} chose {} at line {}{})",
                 list(&kinds),
                 c.what,
                 c.kernel,
-                c.line
+                c.line,
+                if passed.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " after passing over the native candidates {} it lists",
+                        passed.join(", ")
+                    )
+                }
             ));
         }
     }
@@ -446,7 +518,7 @@ fn explain_marlin_12x(
     } else if !no_native.is_empty() {
         sev = Severity::Warning;
         parts.push(format!(
-            "no native path in {engine} on this card for the W4A4 {}: {why_12x}",
+            "no native path taken in {engine} on this card for the W4A4 {}: {why_12x}",
             no_native.join("; ")
         ));
     } else if log.kernel_choices.is_empty() {

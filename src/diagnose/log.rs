@@ -67,6 +67,18 @@ pub struct KvPadding {
     pub line: usize,
 }
 
+/// vLLM's `Overriding num_gpu_blocks=P with num_gpu_blocks_override=O`: the blocks the
+/// profiler found (0 on the profiling pass, before any KV memory is known) and the user's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockOverride {
+    /// Blocks the engine computed from the memory it profiled (`P`).
+    pub profiled: i64,
+    /// Blocks the flag sets (`O`).
+    pub blocks: u64,
+    /// 1-based line.
+    pub line: usize,
+}
+
 /// One llama.cpp KV buffer: `llama_kv_cache:      CUDA0 KV buffer size =   512.00 MiB`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KvBuffer {
@@ -199,6 +211,9 @@ pub struct Boot {
     /// Bytes of the KV pool itself (SGLang K + V size, TensorRT-LLM `Allocated X GiB`,
     /// llama.cpp `size = X MiB`).
     pub kv_pool_bytes: Option<u64>,
+    /// Line of `kv_pool_bytes`.
+    #[serde(default)]
+    pub kv_pool_bytes_line: Option<usize>,
     /// The context length the engine states (SGLang `context_len`, llama.cpp `n_ctx_slot`,
     /// TensorRT-LLM `max_seq_len`).
     pub context_len: Option<u64>,
@@ -217,8 +232,15 @@ pub struct Boot {
     pub stage: u8,
     /// Description and line of the last startup stage seen.
     pub last_stage: Option<(String, usize)>,
-    /// vLLM's KV padding layers.
+    /// vLLM's KV padding layers: the first line of the boot.
     pub padding: Option<KvPadding>,
+    /// vLLM's `--num-gpu-blocks-override` lines of the boot, in log order.
+    #[serde(default)]
+    pub block_overrides: Vec<BlockOverride>,
+    /// Every padding line of the boot, in log order (a model with several KV-cache groups, or
+    /// several ranks, prints one each).
+    #[serde(default)]
+    pub paddings: Vec<KvPadding>,
     /// llama.cpp KV buffers per backend.
     pub kv_buffers: Vec<KvBuffer>,
     /// llama.cpp's full-attention (non-SWA) KV cache line.
@@ -432,9 +454,35 @@ pub struct KernelChoice {
     pub kernel: String,
     /// 1-based line.
     pub line: usize,
+    /// The candidates the engine says it chose among, in its order (vLLM's `… out of
+    /// potential backends: ['FLASHINFER_CUTLASS', 'VLLM_CUTLASS', 'MARLIN']`: the backends it
+    /// tries in priority order for this platform, `oracle/nvfp4.py`); empty when not printed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<String>,
 }
 
 impl KernelChoice {
+    /// The candidates listed before the chosen one that would run FP4 on tensor cores: the
+    /// native backends the engine tried first and did not take.
+    pub fn native_candidates_passed_over(&self) -> Vec<&str> {
+        let chosen = self.kernel.to_ascii_lowercase();
+        self.candidates
+            .iter()
+            .take_while(|c| c.to_ascii_lowercase() != chosen)
+            .filter(|c| {
+                KernelChoice {
+                    what: self.what.clone(),
+                    kernel: (*c).clone(),
+                    line: 0,
+                    candidates: Vec::new(),
+                }
+                .path()
+                    == KernelPath::NativeFp4
+            })
+            .map(String::as_str)
+            .collect()
+    }
+
     /// Whether it is the Marlin weight-only path.
     pub fn is_marlin(&self) -> bool {
         self.kernel.to_ascii_lowercase().contains("marlin")
@@ -763,6 +811,12 @@ impl EngineLog {
         *self.forms.entry(engine).or_insert(0) += 1;
     }
 
+    /// Lines whose header (or a reader) counted as `engine`'s own form (`vllm`, `sglang`,
+    /// `llama.cpp`, `tensorrt-llm`, `rigbench`, `torch`).
+    pub fn form_lines(&self, engine: &str) -> usize {
+        self.forms.get(engine).copied().unwrap_or(0)
+    }
+
     /// Count a line that gave a fact.
     pub(crate) fn recognised(&mut self) {
         self.lines_recognised += 1;
@@ -865,6 +919,17 @@ impl EngineLog {
 
     /// Record a kernel choice once.
     pub(crate) fn push_choice(&mut self, what: String, kernel: &str, no: usize) {
+        self.push_choice_among(what, kernel, no, Vec::new());
+    }
+
+    /// Record a kernel choice once, with the candidates the line lists.
+    pub(crate) fn push_choice_among(
+        &mut self,
+        what: String,
+        kernel: &str,
+        no: usize,
+        candidates: Vec<String>,
+    ) {
         if !self
             .kernel_choices
             .iter()
@@ -874,6 +939,7 @@ impl EngineLog {
                 what,
                 kernel: kernel.to_string(),
                 line: no,
+                candidates,
             });
         }
         self.recognised();
@@ -1492,6 +1558,9 @@ impl EngineLog {
         }
         for k in &mut self.kernel_choices {
             k.kernel = f(&k.kernel);
+            for c in &mut k.candidates {
+                *c = f(c);
+            }
         }
         for w in self
             .kv_scale_warnings

@@ -33,7 +33,17 @@
 //!   when not); `kv-fp8-scale-1` (info/warning): FP8 KV at scale 1.0, whose fault;
 //! - `kernel-fallback` (info): a warning that the engine fell back to another kernel;
 //! - `engine-counters`, `prefix-cache`, `metrics-no-data`, `metrics-invalid-lines`,
-//!   `nothing-recognised`, `request-timings` (info).
+//!   `nothing-recognised`, `request-timings` (info); `metrics-unknown` (info): what a scrape
+//!   cannot tell (KV capacity, prefix cache, speculation) and what would;
+//! - `no-attention-backend` (error): no attention backend accepts the model's attention on the
+//!   card, and whether a flag could change that; `native-candidates-passed-over` (warning /
+//!   info): a weight-only FP4 backend named after native candidates on the same line;
+//! - `gpu-conditions`, `gpu-power-cap-lowered`, `gpu-clock-events`, `gpu-ecc-errors`: an
+//!   `nvidia-smi -q` snapshot ([`nvidia_smi`]).
+//!
+//! One finding per line of a kind, or one aggregate naming every line it rests on (worst
+//! first); speculative lines of two boots are judged per boot. `tests_sentences.rs` checks on
+//! every fixture that each number a finding states comes from the lines it cites.
 
 mod boot_findings;
 pub mod cause;
@@ -41,6 +51,7 @@ pub mod engines;
 mod kernels;
 pub mod line;
 pub mod log;
+pub mod nvidia_smi;
 pub mod prometheus;
 pub mod render;
 pub mod scrape;
@@ -152,6 +163,13 @@ pub struct Diagnosis {
     pub checkpoint: Option<CheckpointFacts>,
     /// The card, when known.
     pub card: Option<Card>,
+    /// `nvidia-smi -q` snapshots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvidia_smi: Vec<nvidia_smi::SmiReport>,
+    /// The measurement the snapshots are joined with (`--rig results.json`: the report and when
+    /// it was created), when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
     /// Findings, errors first.
     pub findings: Vec<Finding>,
 }
@@ -194,6 +212,9 @@ pub fn redact_inputs(d: &mut Diagnosis, redact: &dyn Fn(&str) -> String) {
         }
     }
     for s in &mut d.sse {
+        s.name = redact(&s.name);
+    }
+    for s in &mut d.nvidia_smi {
         s.name = redact(&s.name);
     }
     if let Some(c) = d.checkpoint.as_mut() {
@@ -411,7 +432,7 @@ pub fn build_findings(d: &Diagnosis) -> Vec<Finding> {
         .clone()
         .or_else(|| d.logs.iter().find_map(card_from_log));
     for l in &d.logs {
-        log_findings(l, &mut out);
+        log_findings(l, card.as_ref(), &mut out);
         join_findings(l, d.checkpoint.as_ref(), card.as_ref(), &mut out);
     }
     for m in &d.metrics {
@@ -421,7 +442,10 @@ pub fn build_findings(d: &Diagnosis) -> Vec<Finding> {
     for s in &d.sse {
         sse_findings(s, &mut out);
     }
-    if d.logs.is_empty() && d.metrics.is_empty() && d.sse.is_empty() {
+    for s in &d.nvidia_smi {
+        nvidia_smi::findings(s, d.timing.as_deref(), &mut out);
+    }
+    if d.logs.is_empty() && d.metrics.is_empty() && d.sse.is_empty() && d.nvidia_smi.is_empty() {
         out.push(f(
             "nothing-recognised",
             Severity::Info,
@@ -434,7 +458,7 @@ pub fn build_findings(d: &Diagnosis) -> Vec<Finding> {
     out
 }
 
-fn log_findings(l: &LogInput, out: &mut Vec<Finding>) {
+fn log_findings(l: &LogInput, card: Option<&Card>, out: &mut Vec<Finding>) {
     let name = &l.name;
     let log = &l.log;
     if let Some(why) = &log.unreadable {
@@ -448,16 +472,10 @@ fn log_findings(l: &LogInput, out: &mut Vec<Finding>) {
         return;
     }
     if log.is_empty() {
-        out.push(f(
-            "nothing-recognised",
-            Severity::Info,
-            format!("{name}: nothing recognised in {} lines", log.lines_read),
-            "no engine line rigbench knows (vLLM, SGLang, llama.cpp, rigbench serve): KV, startup, errors and speculative decoding are unknown from this file".into(),
-            name.clone(),
-        ));
+        out.push(nothing_recognised(name, log));
         return;
     }
-    boot_findings::error_findings(name, log, out);
+    boot_findings::error_findings(name, log, card, out);
     boot_findings::boot_findings(l, out);
     kernels::kernel_findings(l, out);
     // Speculative decoding.
@@ -491,6 +509,45 @@ fn log_findings(l: &LogInput, out: &mut Vec<Finding>) {
     }
 }
 
+/// A log with no fact rigbench reads. When the lines carry one engine's header form
+/// (TensorRT-LLM's `[TensorRT-LLM][INFO]`, vLLM's `INFO MM-DD …`), the finding names that
+/// engine: its lines are there, just none of the forms `docs/diagnose.md` lists for it.
+fn nothing_recognised(name: &str, log: &EngineLog) -> Finding {
+    const UNKNOWN: &str =
+        "KV capacity, startup state, errors and speculative decoding are unknown from this file";
+    let detail = match log.engine.as_deref() {
+        Some(e) => {
+            let n = log.form_lines(e);
+            format!(
+                "{n} of the {} lines carry {}'s header, but none is a line rigbench reads for it (docs/diagnose.md lists the forms per engine and version): {UNKNOWN}; a log from the engine's start to its ready line would tell",
+                log.lines_read,
+                engine_label(e)
+            )
+        }
+        None => format!(
+            "no line in a form rigbench reads (vLLM, SGLang, llama.cpp, TensorRT-LLM, rigbench serve): {UNKNOWN}"
+        ),
+    };
+    f(
+        "nothing-recognised",
+        Severity::Info,
+        format!("{name}: nothing recognised in {} lines", log.lines_read),
+        detail,
+        name.to_string(),
+    )
+}
+
+/// An engine's name as users write it.
+fn engine_label(e: &str) -> &str {
+    match e {
+        "vllm" => "vLLM",
+        "sglang" => "SGLang",
+        "tensorrt-llm" => "TensorRT-LLM",
+        "torch" => "PyTorch",
+        other => other,
+    }
+}
+
 /// The method in words, with what it means for where drafts come from.
 fn method_words(log: &EngineLog) -> Option<String> {
     let cfg = &log.spec_config;
@@ -520,6 +577,26 @@ fn method_words(log: &EngineLog) -> Option<String> {
     }
 }
 
+/// The speculative-decoding lines grouped by the boot they follow (a boot's lines run from its
+/// start to the next boot's start), with the boot's index; lines before any boot belong to the
+/// first group.
+fn spec_lines_per_boot(log: &EngineLog) -> Vec<(usize, Vec<spec::SpecLogLine>)> {
+    let mut groups: Vec<(usize, Vec<spec::SpecLogLine>)> = Vec::new();
+    for s in &log.spec_lines {
+        let boot = log
+            .boots
+            .iter()
+            .rev()
+            .find(|b| b.line <= s.line)
+            .map_or(0, |b| b.index);
+        match groups.last_mut() {
+            Some((i, g)) if *i == boot => g.push(s.clone()),
+            _ => groups.push((boot, vec![s.clone()])),
+        }
+    }
+    groups
+}
+
 /// Speculative-decoding findings for one log.
 fn spec_findings(source: &str, log: &EngineLog, out: &mut Vec<Finding>) {
     let cfg = &log.spec_config;
@@ -529,7 +606,17 @@ fn spec_findings(source: &str, log: &EngineLog, out: &mut Vec<Finding>) {
         None => source.to_string(),
     };
     let method = method_words(log);
-    if let Some(p) = log.spec_pooled() {
+    let per_boot = spec_lines_per_boot(log);
+    if per_boot.len() > 1 {
+        // Two engine starts in one file are two runs: never one pooled figure across them.
+        for (boot, group) in &per_boot {
+            let (a, b) = (group[0].line, group[group.len() - 1].line);
+            if let Some(p) = spec::pool_spec(group, cfg.k) {
+                let src = format!("{} (boot {boot}, its spec lines)", lines(source, a, b));
+                judge_spec(&src, &p, method.as_deref(), out);
+            }
+        }
+    } else if let Some(p) = log.spec_pooled() {
         judge_spec(&src, &p, method.as_deref(), out);
     } else if let Some(on) = log.spec_on() {
         let k = cfg
@@ -638,8 +725,20 @@ fn judge_spec(src: &str, p: &SpecPooled, method: Option<&str>, out: &mut Vec<Fin
             p.samples
         ),
     };
+    let per_pos = if p.per_position.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", per-position acceptance ({})",
+            p.per_position
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
     let summary = format!(
-        "acceptance {} at {k}{mal}: {counts}.{engine_rate}{method_note}",
+        "acceptance {} at {k}{mal}{per_pos}: {counts}.{engine_rate}{method_note}",
         pct(rate)
     );
     let enough = !p.counts || p.drafted >= 20;
@@ -760,6 +859,7 @@ fn metrics_findings(m: &MetricsInput, out: &mut Vec<Finding>) {
             name.clone(),
         ));
     }
+    scrape_unknowns(m, out);
     counter_findings(
         x.tokens.as_ref(),
         x.prefix_cache.as_ref(),
@@ -798,6 +898,59 @@ fn metrics_findings(m: &MetricsInput, out: &mut Vec<Finding>) {
             judge_spec(&format!("{name} ({why})"), p, None, out);
         }
     }
+}
+
+/// What a scrape cannot tell, said as "unknown" with what would tell: the KV capacity, the
+/// prefix cache's use and speculative decoding, each when the scrape has no family for it.
+/// llama.cpp's `/metrics` exports no KV capacity (none of its `llamacpp:` families states one:
+/// see the build-0c1e57098 scrapes in `tests/fixtures/real/engines/`): its `/slots` endpoint
+/// (`n_ctx` per slot) or the log's `load_model` line do.
+fn scrape_unknowns(m: &MetricsInput, out: &mut Vec<Finding>) {
+    let x = &m.facts;
+    let engine = x.engine.as_deref();
+    let mut unknown = Vec::new();
+    if x.kv_capacity.is_none() {
+        unknown.push(match engine {
+            Some("llama.cpp") => "KV capacity: llama.cpp's /metrics exports none; its /slots endpoint (n_ctx per slot × slots) or the log's `load_model: initializing, n_slots = …, n_ctx_slot = …` line tells".to_string(),
+            Some("sglang") => "KV capacity: no sglang:max_total_num_tokens sample; the log's `KV Cache is allocated. #tokens: …` line tells".into(),
+            Some("vllm") => "KV capacity: no vllm:cache_config_info sample with num_gpu_blocks and block_size (or kv_cache_size_tokens); the log's `GPU KV cache size: … tokens` line tells".into(),
+            _ => "KV capacity: no family of a known engine states it; the engine's startup log tells".into(),
+        });
+    }
+    if x.prefix_cache.is_none() {
+        unknown.push(match engine {
+            Some("llama.cpp") => "prefix-cache use: no llamacpp:prompt_tokens_cached sample (older builds do not export it)".to_string(),
+            Some("vllm") => "prefix-cache use: no vllm:prefix_cache_queries / vllm:prefix_cache_hits samples".into(),
+            Some("sglang") => "prefix-cache use: no cache-hit family read from SGLang's scrape".into(),
+            _ => "prefix-cache use: no prefix-cache counter".into(),
+        });
+    }
+    if x.spec.is_none() {
+        unknown.push(match engine {
+            Some("llama.cpp") => "speculative decoding: no llamacpp:spec_decode_* samples (builds before these counters, or no speculation); the log's `draft acceptance` lines tell".to_string(),
+            Some("vllm") => "speculative decoding: no vllm:spec_decode_* families (off, or a version without them); the log's `non-default args` / `SpecDecoding metrics` lines tell".into(),
+            Some("sglang") => "speculative decoding: no sglang:spec_accept_length sample; the log's server_args (speculative_algorithm) tells".into(),
+            _ => "speculative decoding: no counter of a known engine".into(),
+        });
+    }
+    if unknown.is_empty() {
+        return;
+    }
+    out.push(f(
+        "metrics-unknown",
+        Severity::Info,
+        format!(
+            "{}: {} unknown from this scrape",
+            m.name,
+            unknown
+                .iter()
+                .map(|u| u.split(':').next().unwrap_or(u))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        unknown.join("; "),
+        m.name.clone(),
+    ));
 }
 
 /// Prompt/generation counters and the prefix cache, as findings.
@@ -951,6 +1104,7 @@ fn join_findings(
         _ => "the engine".into(),
     };
     kernels::marlin_findings(l, ck, card, &engine, out);
+    kernels::passed_over_findings(l, card, out);
     if let Some(w) = log.kv_scale_warnings.first() {
         let src = format!("{}:{}", l.name, w.line);
         let (sev, detail) = match ck {
@@ -999,3 +1153,7 @@ fn join_findings(
 mod tests;
 #[cfg(test)]
 mod tests_engines;
+#[cfg(test)]
+mod tests_contradictions;
+#[cfg(test)]
+mod tests_sentences;

@@ -25,7 +25,10 @@
 //! implementation cumulative `statistics ngram_simple: #calls = …, #gen drafts = D, #acc drafts
 //! = …, #gen tokens = G, #acc tokens = A` lines (`common/speculative.cpp`): per-request counts
 //! are summed; the cumulative lines count only when no per-request line exists, the last of
-//! each run per implementation.
+//! each run per implementation. Builds with MTP drafting (`--spec-type draft-mtp`, 2026) add
+//! per request `mean acceptance length = 3.65, acceptance rate per position = (0.809, 0.723,
+//! 0.596, 0.525)` and to the statistics line `#mean acc len = 3.65, #acc rate/pos = (…)`: k is
+//! the number of positions, the per-position rates are accepted at position i / drafts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
@@ -147,6 +150,7 @@ struct Pats {
     sglang_rate: Regex,
     llamacpp: Regex,
     llama_stats: Regex,
+    llama_stats_pos: Regex,
 }
 
 fn pats() -> &'static Pats {
@@ -160,11 +164,12 @@ fn pats() -> &'static Pats {
             sglang: r(r"Decode batch\..*?\baccept len: (?P<len>[\d.]+)"),
             sglang_rate: r(r"\baccept rate: (?P<r>[\d.]+)"),
             llamacpp: r(
-                r"draft acceptance(?: rate)? = (?P<r>[\d.]+) \(\s*(?P<a>\d+) accepted /\s*(?P<d>\d+) generated\)(?:, mean len =\s*(?P<m>[\d.]+))?",
+                r"draft acceptance(?: rate)? = (?P<r>[\d.]+) \(\s*(?P<a>\d+) accepted /\s*(?P<d>\d+) generated\)(?:, mean (?:len|acceptance length) =\s*(?P<m>[\d.]+))?(?:, acceptance rate per position = \((?P<pp>[\d.,\s]*)\))?",
             ),
             llama_stats: r(
                 r"statistics\s+(?P<n>[\w.\-]+):.*?#gen drafts\s*=\s*(?P<gd>\d+).*?#gen tokens\s*=\s*(?P<gt>\d+).*?#acc tokens\s*=\s*(?P<at>\d+)",
             ),
+            llama_stats_pos: r(r"#acc rate/pos\s*=\s*\((?P<pp>[\d.,\s]*)\)"),
         }
     })
 }
@@ -196,6 +201,17 @@ fn count(v: &str) -> Option<u64> {
     v.split_whitespace().next().and_then(num)
 }
 
+/// llama.cpp's per-position list `0.809, 0.723, 0.596` (rates in 0..1); empty when absent.
+fn positions(list: Option<&str>) -> Vec<f64> {
+    list.map(|l| l.split(',').filter_map(fnum).collect())
+        .unwrap_or_default()
+}
+
+/// k from a per-position list: one rate per draft position.
+fn k_of(per_position: &[f64]) -> Option<u32> {
+    (!per_position.is_empty()).then(|| u32::try_from(per_position.len()).unwrap_or(u32::MAX))
+}
+
 /// Parse one message as a speculative-decoding line of any engine; `None` otherwise.
 pub fn parse_spec_line(line_no: usize, msg: &str) -> Option<SpecLogLine> {
     let p = pats();
@@ -203,6 +219,7 @@ pub fn parse_spec_line(line_no: usize, msg: &str) -> Option<SpecLogLine> {
         let a = num(&c["a"]);
         let d = num(&c["d"]);
         let m = c.name("m").and_then(|m| fnum(m.as_str()));
+        let per_position = positions(c.name("pp").map(|x| x.as_str()));
         // mean len = 1 + accepted / verify steps: the steps follow when anything was accepted.
         let drafts = match (a, m) {
             (Some(a), Some(m)) if a > 0 && m > 1.0 => Some((a as f64 / (m - 1.0)).round() as u64),
@@ -215,8 +232,8 @@ pub fn parse_spec_line(line_no: usize, msg: &str) -> Option<SpecLogLine> {
             emitted: None,
             acceptance_rate: fnum(&c["r"]),
             mean_acceptance_length: m,
-            per_position: Vec::new(),
-            k: None,
+            k: k_of(&per_position),
+            per_position,
             line: line_no,
             drafts,
             method: None,
@@ -226,6 +243,12 @@ pub fn parse_spec_line(line_no: usize, msg: &str) -> Option<SpecLogLine> {
         let a = num(&c["at"]);
         let d = num(&c["gt"]);
         let drafts = num(&c["gd"]);
+        let per_position = positions(
+            p.llama_stats_pos
+                .captures(msg)
+                .and_then(|x| x.name("pp"))
+                .map(|x| x.as_str()),
+        );
         return Some(SpecLogLine {
             generation: SpecLogGeneration::LlamacppStatistics,
             accepted: a,
@@ -239,8 +262,8 @@ pub fn parse_spec_line(line_no: usize, msg: &str) -> Option<SpecLogLine> {
                 (Some(a), Some(n)) if n > 0 => Some(1.0 + a as f64 / n as f64),
                 _ => None,
             },
-            per_position: Vec::new(),
-            k: None,
+            k: k_of(&per_position),
+            per_position,
             line: line_no,
             drafts,
             method: Some(c["n"].replace('_', "-")),

@@ -271,6 +271,7 @@ fn read_kv(log: &mut EngineLog, l: &Line<'_>, p: &Pats, msg: &str, no: usize) {
                     Repeat::NewBoot,
                 ) {
                     b.kv_pool_bytes = kc.mib.map(|m| (m * 1048576.0).round() as u64);
+                    b.kv_pool_bytes_line = Some(no);
                     b.kv_cells = Some(kc);
                     b.kv_cache_tokens = Some(tokens);
                     b.kv_cache_tokens_line = Some(no);
@@ -283,6 +284,7 @@ fn read_kv(log: &mut EngineLog, l: &Line<'_>, p: &Pats, msg: &str, no: usize) {
         // The oldest form: one unified cache of n_ctx cells.
         let b = log.boot_for(l, 2);
         b.kv_pool_bytes = fnum(&c["mib"]).map(|m| (m * 1048576.0).round() as u64);
+        b.kv_pool_bytes_line = Some(l.no);
         log.recognised();
     }
 }

@@ -76,6 +76,7 @@ pub struct Kernels;
 struct KernelPats {
     gemm: Regex,
     moe: Regex,
+    candidates: Regex,
 }
 
 fn kernel_pats() -> &'static KernelPats {
@@ -89,6 +90,8 @@ fn kernel_pats() -> &'static KernelPats {
             r"Using '?(?P<k>[\w.\-]+(?: [A-Za-z][\w.\-]*)?)'? (?P<w>NvFp4|Nvfp4|NVFP4|Mxfp4|MXFP4) MoE backend",
         )
         .expect("static regex"),
+        candidates: Regex::new(r"out of potential backends: \[(?P<l>[^\]]*)\]")
+            .expect("static regex"),
     })
 }
 
@@ -111,10 +114,22 @@ impl EngineReader for Kernels {
             );
         }
         if let Some(c) = p.moe.captures(msg) {
-            log.push_choice(
+            let candidates = p
+                .candidates
+                .captures(msg)
+                .map(|x| {
+                    x["l"]
+                        .split(',')
+                        .map(|s| s.trim().trim_matches(['\'', '"']).to_string())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default();
+            log.push_choice_among(
                 format!("{} MoE", c["w"].to_ascii_uppercase()),
                 &c["k"],
                 l.no,
+                candidates,
             );
         }
         if msg.contains("Using Marlin backend")

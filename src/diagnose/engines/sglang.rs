@@ -189,6 +189,7 @@ impl EngineReader for Sglang {
                     b.kv_cache_tokens = Some(n);
                     b.kv_cache_tokens_line = Some(no);
                     b.kv_pool_bytes = pool.map(|g| (g * GIB).round() as u64);
+                    b.kv_pool_bytes_line = Some(no);
                 }
             }
             log.recognised();
@@ -197,6 +198,7 @@ impl EngineReader for Sglang {
             let pool = fnum(&c["k"]).unwrap_or(0.0) + fnum(&c["v"]).unwrap_or(0.0);
             let b = log.boot_for(l, 2);
             b.kv_pool_bytes = Some((pool * GIB).round() as u64);
+            b.kv_pool_bytes_line = Some(l.no);
             log.recognised();
         }
         if let Some(c) = p.max_total.captures(msg) {

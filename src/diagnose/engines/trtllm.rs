@@ -13,7 +13,14 @@
 //!   available blocks. Reducing to 8224.`; `max_seq_len=8224, max_num_requests=64, …`;
 //! - `Both free_gpu_memory_fraction and max_tokens are set (to 0.9 and 8224, respectively). The
 //!   smaller value will be used.`;
-//! - ready: `Engine loaded and ready to serve`, uvicorn's `Application startup complete`.
+//! - ready: `Engine loaded and ready to serve`, uvicorn's `Application startup complete`;
+//! - the 0.8-era C++ runtime's KV lines: `Allocate 21705523200 bytes for k/v cache.` (the pool
+//!   in bytes, before the size), then `Using 220800 tokens in paged KV cache.`
+//!   (`cpp/tensorrt_llm/runtime/gptSession.cpp` `GptSession::createKvCacheManager`, v0.8.0:
+//!   `TLLM_LOG_INFO("Using %d tokens in paged KV cache.", maxNumTokens)`), and the in-flight
+//!   batching form of the same releases `Using 31616 total tokens in paged KV cache, and 16
+//!   blocks per sequence` (the batch manager, shipped as a static library then: the form is
+//!   from published Triton logs of 0.8/0.9).
 
 use std::sync::OnceLock;
 
@@ -36,6 +43,8 @@ struct Pats {
     adjusted: Regex,
     window: Regex,
     max_seq: Regex,
+    allocate_old: Regex,
+    tokens_old: Regex,
 }
 
 fn pats() -> &'static Pats {
@@ -58,6 +67,10 @@ fn pats() -> &'static Pats {
                 r"Attention window size (?P<a>\d+) exceeds upper bound (?P<b>\d+) for available blocks",
             ),
             max_seq: r(r"\bmax_seq_len=(?P<n>\d+), max_num_requests="),
+            allocate_old: r(r"\bAllocate (?P<b>\d+) bytes for k/v cache"),
+            tokens_old: r(
+                r"\bUsing (?P<n>\d+) (?:total )?tokens in paged KV cache(?:, and (?P<s>\d+) blocks per sequence)?",
+            ),
         }
     })
 }
@@ -127,10 +140,12 @@ impl EngineReader for Trtllm {
                     b.kv_cache_tokens = Some(n);
                     b.kv_cache_tokens_line = Some(no);
                     b.kv_pool_bytes = bytes;
+                    b.kv_pool_bytes_line = Some(no);
                 }
             }
             log.recognised();
         }
+        old_kv_lines(p, log, l);
         let reduced = if let Some(c) = p.reduced_old.captures(msg) {
             num(&c["n"]).map(|n| Reduced {
                 what: "maxAttentionWindow and maxSequenceLen".into(),
@@ -166,5 +181,52 @@ impl EngineReader for Trtllm {
             }
             log.recognised();
         }
+    }
+}
+
+/// The 0.8-era KV lines (see the module docs): the pool's bytes, then its tokens.
+fn old_kv_lines(p: &Pats, log: &mut EngineLog, l: &Line<'_>) {
+    let msg = l.text();
+    let no = l.no;
+    if let Some(c) = p.allocate_old.captures(msg) {
+        log.note_form("tensorrt-llm");
+        if let Some(bytes) = num(&c["b"]) {
+            if let Some(b) = log.fact(
+                l,
+                1,
+                "kv-bytes",
+                &bytes.to_string(),
+                "the k/v-cache allocation line",
+                Repeat::Replace,
+            ) {
+                b.kv_pool_bytes = Some(bytes);
+                b.kv_pool_bytes_line = Some(no);
+            }
+        }
+        log.recognised();
+    }
+    if let Some(c) = p.tokens_old.captures(msg) {
+        log.note_form("tensorrt-llm");
+        if let Some(n) = num(&c["n"]) {
+            if let Some(b) = log.fact(
+                l,
+                2,
+                "size",
+                &n.to_string(),
+                "the paged-KV tokens line",
+                Repeat::Replace,
+            ) {
+                b.kv_cache_tokens = Some(n);
+                b.kv_cache_tokens_line = Some(no);
+                b.kv_cache_tokens_rule = Some(match c.name("s") {
+                    Some(s) => format!(
+                        "TensorRT-LLM's paged-KV tokens line (0.8 in-flight batching form; {} blocks per sequence)",
+                        s.as_str()
+                    ),
+                    None => "TensorRT-LLM's paged-KV tokens line (0.8 form)".into(),
+                });
+            }
+        }
+        log.recognised();
     }
 }

@@ -7,6 +7,9 @@
 //!   with the concurrency on the same line since 0.32), V0 `# GPU blocks: 1952, # CPU blocks:
 //!   2048`, `num_gpu_blocks is: 14696`; `Maximum concurrency for 4,096 tokens per request:
 //!   159.21x`;
+//! - `Overriding num_gpu_blocks=13185 with num_gpu_blocks_override=43` (`--num-gpu-blocks-override`;
+//!   V1 `vllm/v1/core/kv_cache_utils.py` `may_override_num_blocks`, V0 `llm_engine.py`): the
+//!   user's flag replaced the block count the profiler found (0 on the profiling pass);
 //! - the hybrid allocator's `Add 17 padding layers, may waste at most 89.47% KV cache memory`
 //!   (`kv_cache_utils.py`; vLLM PR 29303 quotes it for gpt-oss + EAGLE3);
 //! - the Marlin FP4 fallback warning `Your GPU does not have native support for FP4
@@ -40,6 +43,7 @@ struct Pats {
     gpu_blocks: Regex,
     late_blocks: Regex,
     padding: Regex,
+    blocks_override: Regex,
     call_site: Regex,
     quant_dict: Regex,
     quant_cfg: Regex,
@@ -73,6 +77,9 @@ fn pats() -> &'static Pats {
             late_blocks: r(r"num_gpu_blocks is:\s*(?P<g>\d+)"),
             padding: r(
                 r"Add (?P<n>\d+) padding layers?, may waste at most (?P<p>[\d.]+)% KV cache memory",
+            ),
+            blocks_override: r(
+                r"Overriding num_gpu_blocks=(?P<p>-?\d+) with num_gpu_blocks_override=(?P<o>\d+)",
             ),
             call_site: r(r"\[?(?P<site>[\w.-]+\.py:\d+)\]"),
             quant_dict: r(r"'quantization':\s*'(?P<q>[\w-]+)'"),
@@ -113,6 +120,7 @@ impl EngineReader for Vllm {
                 log.recognised();
             }
         }
+        load_progress(log, l, msg);
         read_kv(log, l, p, msg, no);
         read_marlin_fallback(log, l, p, msg, no);
         read_engine_config(log, p, msg, no);
@@ -205,18 +213,59 @@ fn read_kv(log: &mut EngineLog, l: &Line<'_>, p: &Pats, msg: &str, no: usize) {
             }
         }
     }
-    if let Some(c) = p.padding.captures(msg) {
-        if let (Some(n), Some(pct)) = (num(&c["n"]), fnum(&c["p"])) {
-            let b = super::aux_boot(log, l);
-            b.padding.get_or_insert(KvPadding {
-                layers: n,
-                waste: pct / 100.0,
-                line: no,
-            });
+    if let Some(c) = p.blocks_override.captures(msg) {
+        if let (Ok(profiled), Some(o)) = (c["p"].parse::<i64>(), num(&c["o"])) {
+            super::aux_boot(log, l)
+                .block_overrides
+                .push(crate::diagnose::log::BlockOverride {
+                    profiled,
+                    blocks: o,
+                    line: no,
+                });
             log.note_form("vllm");
             log.recognised();
         }
     }
+    if let Some(c) = p.padding.captures(msg) {
+        if let (Some(n), Some(pct)) = (num(&c["n"]), fnum(&c["p"])) {
+            let b = super::aux_boot(log, l);
+            let p = KvPadding {
+                layers: n,
+                waste: pct / 100.0,
+                line: no,
+            };
+            b.padding.get_or_insert(p.clone());
+            b.paddings.push(p);
+            log.note_form("vllm");
+            log.recognised();
+        }
+    }
+}
+
+/// How far the weight load got: `Starting to load model X...` and `Loading safetensors
+/// checkpoint shards:  40% Completed | 2/5 [...]` (vLLM's `weight_utils.py` progress bar) move
+/// the current boot's last stage, so a log that stops mid-load says where.
+fn load_progress(log: &mut EngineLog, l: &Line<'_>, msg: &str) {
+    static SHARDS: OnceLock<Regex> = OnceLock::new();
+    let shards = SHARDS.get_or_init(|| {
+        Regex::new(r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (?P<a>\d+)/(?P<b>\d+)")
+            .expect("static regex")
+    });
+    let stage = if let Some(c) = shards.captures(msg) {
+        format!("loading the weights, shard {} of {}", &c["a"], &c["b"])
+    } else if msg.contains("Starting to load model") {
+        "loading the model (its first load line)".to_string()
+    } else {
+        return;
+    };
+    let Some(b) = log.current_boot() else {
+        return;
+    };
+    if b.stage == 0 {
+        b.last_stage = Some((stage, l.no));
+        b.last_line = b.last_line.max(l.no);
+    }
+    log.recognised();
 }
 
 /// vLLM's Marlin FP4 fallback warning: one finding over ranks and call sites.

@@ -1,0 +1,258 @@
+//! The rule for every sentence (docs/diagnose.md, "The rule for every statement"): every
+//! finding of every fixture log, scrape and stream under `tests/fixtures/` cites where its facts
+//! come from, and every number it states appears in what it cites or is computed from it.
+//!
+//! What counts as "computed from": a cited number itself at the precision printed (also as a
+//! percentage, in KiB/MiB/GiB, or divided by 1,024 or 1,000), a sum of the numbers that follow
+//! the same word on the cited lines (Σaccepted, Σdrafted), or one step of arithmetic between
+//! two of those (a ratio, a product, a difference, 1 + a / b, a percentage). Line numbers and
+//! the input's name are citations, not figures. The numbers of rigbench's own rules (the 2%,
+//! 5%, 10% thresholds, the card generations, version boundaries, PR numbers) are listed in
+//! [`RULE_NUMBERS`] with what each is.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+use super::log::EngineLog;
+use super::*;
+
+/// Numbers that belong to rigbench's rules, not to the input: thresholds (2% between two KV
+/// lines, 5% and 10% acceptance, 1.5× a cap, 1.00 mean acceptance length), vLLM version
+/// boundaries (0.29, 0.33) and PR / issue numbers the findings cite, card generations (sm_90,
+/// sm_100 …, compute capability 8.0), PTX/CUDA versions, and the 16 of NVFP4's block.
+const RULE_NUMBERS: &[f64] = &[
+    0.0, 1.0, 1.005, 1.02, 1.5, 2.0, 4.0, 5.0, 8.0, 10.0, 16.0, 20.0, 64.0, 100.0, 0.29, 0.33,
+    0.10, 0.05, 29303.0, 56445.0, 31085.0, 50925.0, 90.0, 100.0, 103.0, 110.0, 120.0, 121.0,
+    12.0, 12.1, 13.0, 8.6, 8.7, 8.8, 9.0, 4096.0, 10.0, 1024.0,
+];
+
+fn fixture_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if matches!(
+                p.extension().and_then(|x| x.to_str()),
+                Some("log" | "prom" | "sse")
+            ) || (p.extension().and_then(|x| x.to_str()) == Some("txt")
+                && p.parent().is_some_and(|d| d.ends_with("metrics")))
+            {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    assert!(
+        out.len() >= 20,
+        "expected the fixture logs and scrapes under {}, found {}",
+        root.display(),
+        out.len()
+    );
+    out
+}
+
+fn num_re() -> &'static Regex {
+    static RE: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| Regex::new(r"\d[\d,]*(?:\.\d+)?").expect("static regex"))
+}
+
+/// The numbers of a text with their decimals, skipping digits inside identifiers (`sm_120`,
+/// `fp8_e4m3`, `E2M1`, a hex hash).
+fn numbers(text: &str) -> Vec<(f64, usize)> {
+    let mut out = Vec::new();
+    for m in num_re().find_iter(text) {
+        let before = text[..m.start()].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+            continue;
+        }
+        let after = text[m.end()..].chars().next();
+        if after.is_some_and(|c| c.is_alphabetic() && c != 'x' && c != 'K' && c != 'M' && c != 'G')
+            && !text[m.end()..].starts_with(|c: char| c.is_whitespace())
+        {
+            // `4bit`, `8B`: part of a word.
+            if !matches!(after, Some('%' | 's' | 'x' | '×')) {
+                continue;
+            }
+        }
+        let s = m.as_str().trim_end_matches(',');
+        let s = s.strip_suffix('.').unwrap_or(s);
+        let decimals = s.split_once('.').map_or(0, |(_, d)| d.len());
+        if let Ok(v) = s.replace(',', "").parse::<f64>() {
+            out.push((v, decimals));
+        }
+    }
+    out
+}
+
+/// Line references in a finding's words (`line 12`, `lines 3–9`, `line 4)`, `lines 3, 7`).
+fn cited_lines(text: &str, max: usize) -> BTreeSet<usize> {
+    static RE: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        Regex::new(r"lines? (\d+)(?:\s*[–-]\s*(\d+))?((?:, \d+)*)").expect("static regex")
+    });
+    let mut out = BTreeSet::new();
+    for c in re.captures_iter(text) {
+        let a: usize = c[1].parse().unwrap_or(0);
+        let b: usize = c.get(2).map_or(a, |m| m.as_str().parse().unwrap_or(a));
+        for l in a..=b.min(a + 100_000) {
+            if (1..=max).contains(&l) {
+                out.insert(l);
+            }
+        }
+        if let Some(rest) = c.get(3) {
+            for x in rest.as_str().split(", ").filter_map(|x| x.trim().parse().ok()) {
+                out.insert(x);
+            }
+        }
+    }
+    out
+}
+
+/// The finding's words with its citations (line references, the input's name) blanked.
+fn without_citations(text: &str, name: &str) -> String {
+    static RE: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        Regex::new(r"(?:lines?|boot|pids?|ranks?|pid=|line\(s\)) \d+(?:\s*[–-]\s*\d+)?(?:(?:, | and )\d+)*|boot \d+ of \d+|:\d+\b")
+            .expect("static regex")
+    });
+    re.replace_all(&text.replace(name, " "), " ").into_owned()
+}
+
+/// Every value the cited text supports: its numbers, per-word sums, and one step of arithmetic
+/// between two of them.
+fn supported(cited: &str) -> Vec<f64> {
+    let base_nums: Vec<f64> = numbers(cited).into_iter().map(|(v, _)| v).collect();
+    let mut sums: std::collections::BTreeMap<String, f64> = Default::default();
+    static WORD: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    let word = WORD.get_or_init(|| {
+        Regex::new(r"([A-Za-z#][\w# ]{0,24}?)\s*[=:(]?\s*(\d[\d,]*(?:\.\d+)?)").expect("static regex")
+    });
+    for line in cited.lines() {
+        for c in word.captures_iter(line) {
+            if let Ok(v) = c[2].replace(',', "").parse::<f64>() {
+                *sums.entry(c[1].trim().to_string()).or_insert(0.0) += v;
+            }
+        }
+        // `( 374 accepted /   564 generated)`: the word follows the number.
+        for w in line.split_whitespace().collect::<Vec<_>>().windows(2) {
+            if let Ok(v) = w[0].trim_start_matches('(').replace(',', "").parse::<f64>() {
+                *sums.entry(format!("after:{}", w[1])).or_insert(0.0) += v;
+            }
+        }
+    }
+    let mut base: Vec<f64> = base_nums;
+    base.extend(sums.values().copied());
+    base.extend(RULE_NUMBERS.iter().copied());
+    base.push(cited.lines().count() as f64);
+    base.sort_by(f64::total_cmp);
+    base.dedup();
+    base.truncate(4000);
+    let mut out = base.clone();
+    for v in &base {
+        for unit in [1024.0, 1e3, 1048576.0, 1e6, 1073741824.0, 1e9, 0.01] {
+            out.push(v / unit);
+        }
+        out.push(v * 100.0);
+    }
+    if base.len() <= 600 {
+        for a in &base {
+            for b in &base {
+                out.push(a * b);
+                out.push(a + b);
+                out.push(a - b);
+                if *b != 0.0 {
+                    out.push(a / b);
+                    out.push(a / b * 100.0);
+                    out.push(1.0 + a / b);
+                    out.push(a / b / 1073741824.0);
+                }
+                if *b != 1.0 {
+                    out.push(a / (b - 1.0));
+                }
+            }
+        }
+    }
+    out.retain(|x| x.is_finite());
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+fn is_supported(v: f64, decimals: usize, values: &[f64]) -> bool {
+    let half = 0.5 * 10f64.powi(-(decimals as i32)) + 1e-9 * v.abs().max(1.0);
+    let i = values.partition_point(|x| *x < v - half);
+    values.get(i).is_some_and(|x| (*x - v).abs() <= half)
+}
+
+/// One fixture's findings, with the text each cites.
+fn check_file(path: &Path, failures: &mut Vec<String>) -> usize {
+    let bytes = std::fs::read(path).unwrap();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut d = Diagnosis::default();
+    match path.extension().and_then(|x| x.to_str()) {
+        Some("log") => d.logs.push(LogInput {
+            name: name.clone(),
+            log: EngineLog::parse_bytes(&bytes),
+        }),
+        Some("sse") => d.sse.push(parse_sse(&name, &text)),
+        _ => d.metrics.push(parse_metrics(&name, &bytes)),
+    }
+    d.findings = build_findings(&d);
+    for f in &d.findings {
+        let words = format!("{} {}", f.title, f.detail);
+        if !f.source.contains(&name) && f.source != "-" {
+            failures.push(format!("{name}: [{}] cites no input: source '{}'", f.id, f.source));
+            continue;
+        }
+        let mut cited = cited_lines(&f.source, lines.len());
+        cited.extend(cited_lines(&words, lines.len()));
+        let cited_text = if cited.is_empty() {
+            text.clone() // a scrape or stream cites the whole file
+        } else {
+            cited
+                .iter()
+                .filter_map(|l| lines.get(l - 1))
+                .copied()
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let values = supported(&cited_text);
+        for (v, dec) in numbers(&without_citations(&words, &name)) {
+            if !is_supported(v, dec, &values) {
+                failures.push(format!(
+                    "{name}: [{}] states {v} (at {dec} decimals), which the lines it cites ({}) do not hold or give: {}",
+                    f.id,
+                    if cited.is_empty() { "the whole file".to_string() } else { format!("{} lines", cited.len()) },
+                    words
+                ));
+            }
+        }
+    }
+    d.findings.len()
+}
+
+#[test]
+fn every_number_of_every_finding_comes_from_what_it_cites() {
+    let mut failures = Vec::new();
+    let mut findings = 0;
+    for p in fixture_files() {
+        findings += check_file(&p, &mut failures);
+    }
+    assert!(findings >= 40, "only {findings} findings over the fixtures");
+    assert!(
+        failures.is_empty(),
+        "{} statements without support:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
