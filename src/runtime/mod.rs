@@ -38,6 +38,7 @@ pub mod kv_cache;
 pub mod memory;
 pub mod model;
 pub mod prefix_cache;
+pub mod request_fields;
 pub mod sampler;
 pub mod scheduler;
 pub mod serve_guard;
