@@ -134,7 +134,11 @@ fn report_writes_a_complete_folder_and_says_what_it_skipped() {
         out.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let md = format!(
+        "{}\n{}",
+        std::fs::read_to_string(out.join("report.md")).unwrap(),
+        std::fs::read_to_string(out.join("report-details.md")).unwrap_or_default()
+    );
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(results["complete"], true);

@@ -701,7 +701,11 @@ async fn cli_writes_a_report_folder() {
     ] {
         assert!(out.join(f).is_file(), "{f} missing; {stderr}");
     }
-    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let md = format!(
+        "{}\n{}",
+        std::fs::read_to_string(out.join("report.md")).unwrap(),
+        std::fs::read_to_string(out.join("report-details.md")).unwrap_or_default()
+    );
     assert!(
         md.contains("### Conditions") && md.contains("### Throughput"),
         "{md}"

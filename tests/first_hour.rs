@@ -370,7 +370,11 @@ fn report_prints_its_verdict_and_render_lists_only_files_present() {
         text.contains("Verdict:") && text.contains("End to end:"),
         "{text}"
     );
-    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let md = format!(
+        "{}\n{}",
+        std::fs::read_to_string(out.join("report.md")).unwrap(),
+        std::fs::read_to_string(out.join("report-details.md")).unwrap_or_default()
+    );
     assert!(
         md.find("## Verdict").unwrap() < md.find("## Rig").unwrap(),
         "verdict first"
@@ -393,7 +397,11 @@ fn report_prints_its_verdict_and_render_lists_only_files_present() {
     let o = rigbench(&["report", "--render", s(&out), "--out", s(&again)]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains("Verdict:"));
-    let md2 = std::fs::read_to_string(again.join("report.md")).unwrap();
+    let md2 = format!(
+        "{}\n{}",
+        std::fs::read_to_string(again.join("report.md")).unwrap(),
+        std::fs::read_to_string(again.join("report-details.md")).unwrap_or_default()
+    );
     let listed = md2
         .lines()
         .find(|l| l.starts_with("Machine-readable:"))
@@ -449,7 +457,11 @@ fn h200() -> PathBuf {
 
 #[test]
 fn the_committed_h200_report_opens_with_its_verdict() {
-    let md = std::fs::read_to_string(h200().join("report.md")).unwrap();
+    let md = format!(
+        "{}\n{}",
+        std::fs::read_to_string(h200().join("report.md")).unwrap(),
+        std::fs::read_to_string(h200().join("report-details.md")).unwrap_or_default()
+    );
     let head: Vec<&str> = md.lines().take(16).collect();
     assert!(head.contains(&"## Verdict"), "{head:#?}");
     let verdict = md
@@ -474,7 +486,11 @@ fn re_rendering_old_results_keeps_their_engine_log_findings() {
     let out = d.path().join("r");
     let o = rigbench(&["report", "--render", s(&h200()), "--out", s(&out)]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let md = format!(
+        "{}\n{}",
+        std::fs::read_to_string(out.join("report.md")).unwrap(),
+        std::fs::read_to_string(out.join("report-details.md")).unwrap_or_default()
+    );
     let log = md.split("### Engine log findings").nth(1).unwrap();
     assert!(
         log.contains("kv-capacity") && log.contains("2,097,152"),

@@ -46,7 +46,11 @@ fn fewer_than_two_gpus_skip_the_multi_gpu_parts_with_the_reason() {
         .map(|a| a.len())
         .unwrap_or(0);
     let skipped = results["skipped"].as_array().unwrap();
-    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let md = format!(
+        "{}\n{}",
+        std::fs::read_to_string(out.join("report.md")).unwrap(),
+        std::fs::read_to_string(out.join("report-details.md")).unwrap_or_default()
+    );
     if gpus < 2 {
         let s = skipped
             .iter()
@@ -183,7 +187,11 @@ fn saved_two_gpu_results_render_gpus_topology_and_interconnect() {
     .unwrap();
     let o = rigbench(&["report", "--render", d.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let md = std::fs::read_to_string(d.path().join("report.md")).unwrap();
+    let md = format!(
+        "{}\n{}",
+        std::fs::read_to_string(d.path().join("report.md")).unwrap(),
+        std::fs::read_to_string(d.path().join("report-details.md")).unwrap_or_default()
+    );
     for want in [
         "### GPUs",
         "| GPU1 | NVIDIA H200",

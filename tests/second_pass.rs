@@ -27,7 +27,11 @@ fn render(rel: &str) -> (String, tempfile::TempDir) {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    (std::fs::read_to_string(out.join("report.md")).unwrap(), d)
+    (format!(
+        "{}\n{}",
+        std::fs::read_to_string(out.join("report.md")).unwrap(),
+        std::fs::read_to_string(out.join("report-details.md")).unwrap_or_default()
+    ), d)
 }
 
 fn verdict(md: &str) -> &str {

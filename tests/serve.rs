@@ -603,3 +603,65 @@ async fn logprobs_echo_and_prompt_logprobs_as_vllm_answers_them() {
     assert_eq!(n, 3);
     s.shutdown().await;
 }
+
+/// Every field of vLLM's OpenAI requests is honoured or refused with a 400 naming it
+/// (docs/runtime.md, "Request fields"): `min_tokens` is honoured, a sampling parameter the
+/// server does not implement is refused unless it asks for nothing, an unknown field is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_parameters_are_honoured_or_refused_by_name() {
+    let s = start(ServeConfig::tiny()).await.unwrap();
+    let with = |extra: Value| {
+        let mut b = chat("hello", 6);
+        b["ignore_eos"] = json!(false);
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    // Honoured, and neutral values of unimplemented parameters pass.
+    let (st, v) = post(
+        &s,
+        "/v1/chat/completions",
+        with(json!({"min_tokens": 6, "frequency_penalty": 0, "repetition_penalty": 1.0,
+                    "logit_bias": {}, "user": "u-1", "stop_token_ids": []})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 6, "min_tokens = max_tokens runs to 6: {v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+    let cases = [
+        ("/v1/chat/completions", with(json!({"min_tokens": 7})), Some("min_tokens")),
+        ("/v1/chat/completions", with(json!({"min_tokens": -1})), Some("min_tokens")),
+        ("/v1/chat/completions", with(json!({"frequency_penalty": 0.5})), Some("frequency_penalty")),
+        ("/v1/chat/completions", with(json!({"repetition_penalty": 1.2})), Some("repetition_penalty")),
+        ("/v1/chat/completions", with(json!({"min_p": 0.1})), Some("min_p")),
+        ("/v1/chat/completions", with(json!({"use_beam_search": true})), Some("use_beam_search")),
+        ("/v1/chat/completions", with(json!({"max_tokenz": 3})), None),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "max_tokens": 2, "guided_json": {"type": "object"}}),
+            Some("guided_json"),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "max_tokens": 2, "messages": []}),
+            None,
+        ),
+    ];
+    for (path, body, param) in cases {
+        let (st, e) = post(&s, path, body.clone()).await;
+        assert_eq!(st, 400, "{path} {body}: {e}");
+        let msg = e["error"]["message"].as_str().unwrap_or_default();
+        let named = body
+            .as_object()
+            .unwrap()
+            .keys()
+            .find(|k| msg.contains(&format!("'{k}'")) || msg.starts_with(k.as_str()));
+        assert!(named.is_some(), "{path} {body}: '{msg}' names no field");
+        if let Some(p) = param {
+            assert_eq!(e["error"]["param"], p, "{e}");
+            assert!(msg.contains(p), "{msg}");
+        }
+    }
+    s.shutdown().await;
+}

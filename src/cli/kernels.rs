@@ -225,6 +225,7 @@ pub fn run(args: KernelsArgs) -> anyhow::Result<ExitStatus> {
         interconnect: false,
         tp_allreduce: None,
         resume: None,
+        budget: None,
     };
     crate::signals::install()?;
     let results = crate::report::job::run(job)?;

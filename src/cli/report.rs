@@ -88,8 +88,17 @@ pub struct ReportArgs {
     /// per repeat): the repeat is the unit of `compare`'s statistics, and a baseline saved from R
     /// ≥ 2 repeats stores each metric's between-run spread. The CI recipe measured on the H200:
     /// 6 for a baseline, 3 per CI run. See docs/gate.md.
-    #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub repeats: u32,
+    /// Default: 1, or up to 3 when the time budget leaves room for them.
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeats: Option<u32>,
+    /// Wall-time budget of the whole job on a GPU (`300`, `90s`, `5m`, `1h`), or `none` for
+    /// the full suite: the kernel suite's M grid, the peers and the repeats are chosen to fit
+    /// it from committed timings (docs/report.md, "The time budget"); what is given with --m,
+    /// --peers on|off or --repeats is kept. The report says what the budget left out and the
+    /// command that runs it. Default: 5m; none with --repeats or --save-baseline (a baseline
+    /// and the CI runs compared with it measure the whole suite).
+    #[arg(long, value_name = "TIME")]
+    pub budget: Option<String>,
     /// Re-render report.md, the CSV files and plots from an existing results.json (or its
     /// folder) instead of measuring (only --out, --no-redact and --save-baseline go with it:
     /// the latter saves the rendered results as the baseline without measuring again).
@@ -129,6 +138,7 @@ const RENDER_CONFLICTS: [&str; 11] = [
     "checkpoint",
     "repeats",
     "e2e_suite",
+    "budget",
 ];
 
 /// The suite name a baseline of `results` is filed under.
@@ -216,13 +226,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         o.check_determinism = args.sel.check_determinism;
         Some(o)
     };
-    let runtime_device = crate::runtime::device::resolve_device(
-        args.runtime_device,
-        &match args.runtime_device {
-            Some(crate::runtime::backend::Device::Cpu) => Default::default(),
-            _ => crate::runtime::device::probe_gpus(),
-        },
-    )
+    let gpus = match args.runtime_device {
+        Some(crate::runtime::backend::Device::Cpu) => Default::default(),
+        _ => crate::runtime::device::probe_gpus(),
+    };
+    let runtime_device = crate::runtime::device::resolve_device(args.runtime_device, &gpus)
     .map_err(|e| match e {
         RigError::BadFlag { message, .. } => RigError::flag("--runtime-device", message),
         other => other,
@@ -241,11 +249,32 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         )
         .into());
     }
-    let kernels = if args.no_kernels {
+    let budget_s = match &args.budget {
+        Some(b) => crate::report::budget::parse_budget(b)
+            .map_err(|m| RigError::flag("--budget", m))?,
+        None if args.repeats.is_some() || args.save_baseline => None,
+        None => Some(crate::report::budget::DEFAULT_BUDGET_S),
+    };
+    let mut kernels = if args.no_kernels {
         None
     } else {
         Some(args.sel.resolve()?)
     };
+    // The budget plans the kernel suite on a GPU (probed here too when --runtime-device cpu
+    // skipped the probe above).
+    let gpu = kernels.is_some()
+        && (gpus.count > 0
+            || (args.runtime_device == Some(crate::runtime::backend::Device::Cpu)
+                && crate::runtime::device::probe_gpus().count > 0));
+    let runtime_on_gpu = runtime_device != crate::runtime::backend::Device::Cpu
+        && e2e.as_ref().is_some_and(|o| {
+            matches!(o.engine, crate::e2e::launcher::EngineChoice::Builtin { .. })
+        });
+    let budget = plan_budget(&args, budget_s, kernels.as_mut(), gpu, runtime_on_gpu);
+    let repeats = budget
+        .as_ref()
+        .map(|b| b.plan.repeats)
+        .unwrap_or(args.repeats.unwrap_or(1) as usize);
     let mut rig_label = args.rig_label.clone();
     if args.save_baseline {
         rig_label = Some(check_baseline(&args, kernels.as_ref(), rig_label)?);
@@ -291,13 +320,128 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
             reason: format!("not requested ({flag})"),
         })
         .collect(),
-        repeats: args.repeats as usize,
+        repeats,
         devices: args.sel.devices.clone(),
         interconnect: true,
         tp_allreduce: Some(tp_allreduce),
         resume: args.resume.clone(),
+        budget,
     })?;
     finish(&args, &results, dir.as_ref())
+}
+
+/// The time budget's plan (docs/report.md, "The time budget"), applied to the kernel options:
+/// the M grid, the peers and the repeats. `None` (nothing changed) with `--budget none`, without
+/// the kernel suite and without a GPU (the suite is not timed). With `--resume` the interrupted
+/// run's plan holds: its M grid and peers are applied again, nothing is planned anew.
+fn plan_budget(
+    args: &ReportArgs,
+    budget_s: Option<f64>,
+    kernels: Option<&mut crate::kernels::bench::BenchOptions>,
+    gpu: bool,
+    runtime_on_gpu: bool,
+) -> Option<crate::report::schema::BudgetRecord> {
+    use crate::kernels::peers::PeerMode;
+    let opts = kernels?;
+    if let Some(dir) = &args.resume {
+        // The interrupted run's plan (absent: it ran without one, and so does this).
+        let prev = crate::report::Results::load(&dir.join("results.json")).ok()?;
+        let b = prev.budget?;
+        opts.suite.m = b.plan.m.clone();
+        if !b.plan.peers {
+            opts.peers = PeerMode::Off;
+        }
+        return Some(b);
+    }
+    let budget_s = budget_s?;
+    if !gpu {
+        return None;
+    }
+    let impls = opts.formats.len()
+        + usize::from(opts.formats.contains(&crate::formats::GemmFormat::Fp8));
+    let req = crate::report::budget::Request {
+        budget_s: Some(budget_s),
+        shapes: opts.suite.shapes.iter().map(|s| (s.n, s.k)).collect(),
+        m: opts.suite.m.clone(),
+        m_fixed: args.sel.m.is_some(),
+        impls,
+        peers_fixed: match opts.peers {
+            PeerMode::Auto => None,
+            PeerMode::On => Some(true),
+            PeerMode::Off => Some(false),
+        },
+        repeats_fixed: args.repeats.map(|r| r as usize),
+    };
+    let costs = crate::report::budget::Costs::measured(!kernel_cache_warm(), runtime_on_gpu);
+    let plan = crate::report::budget::plan(&req, &costs);
+    opts.suite.m = plan.m.clone();
+    if !plan.peers {
+        opts.peers = PeerMode::Off;
+    }
+    eprintln!(
+        "rigbench: budget {:.0} s: M = {}, peers {}, {}; estimated {:.0} s{}",
+        budget_s,
+        plan.m.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(","),
+        if plan.peers { "on" } else { "off" },
+        plural(plan.repeats, "repeat", "repeats"),
+        plan.estimate_s,
+        if plan.over_budget {
+            " (over the budget: what was asked for does not fit)"
+        } else if plan.left_out.is_empty() {
+            ""
+        } else {
+            "; the full suite: --budget none"
+        }
+    );
+    Some(crate::report::schema::BudgetRecord {
+        plan,
+        full_command: full_command(),
+    })
+}
+
+/// Whether the compiled-kernel cache holds an entry for each GEMM module the bench builds
+/// (`w4a16*.cu`, `fp8_quant.cu`): then NVRTC is not counted in the budget.
+fn kernel_cache_warm() -> bool {
+    let Some(dir) = crate::gpu::kernel_cache::cache_dir_from_env() else {
+        return false;
+    };
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".ptx"))
+                .collect()
+        })
+        .unwrap_or_default();
+    ["w4a16", "fp8_quant"]
+        .iter()
+        .all(|m| names.iter().any(|n| n.starts_with(m)))
+}
+
+/// This command line with `--budget none` instead of its budget (the full suite); secret flags'
+/// values scrubbed as in the report's `Command:` line (the folder redacts the rest).
+fn full_command() -> String {
+    let all: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut out: Vec<String> = Vec::new();
+    let mut args = crate::output::shell::scrub_secret_flags(&all).into_iter();
+    while let Some(a) = args.next() {
+        if a == "--budget" {
+            args.next();
+            continue;
+        }
+        if a.starts_with("--budget=") {
+            continue;
+        }
+        out.push(a);
+    }
+    out.push("--budget".into());
+    out.push("none".into());
+    out.iter()
+        .map(|a| crate::output::shell::shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `report --render`: report.md, the CSV files and plots drawn again from a saved results.json

@@ -246,7 +246,9 @@ pub fn run_on_device(
     let started = std::time::Instant::now();
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} ETA {eta} {msg}",
+        )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     for (si, shape) in opts.suite.shapes.iter().enumerate() {
@@ -368,7 +370,7 @@ pub fn run_on_device(
             if log_lines {
                 // No progress bar off a terminal (CI, a device call): one line per (shape, M).
                 eprintln!(
-                    "rigbench: kernels: GPU {device}: {} M={m}: {} timed ({} of {} cases done, {:.0} s)",
+                    "rigbench: kernels: GPU {device}: {} M={m}: {} timed ({} of {} cases done, {:.0} s, ETA {})",
                     shape.name,
                     crate::output::table::plural(
                         (res.cases.len() - case_start) as u64,
@@ -377,7 +379,8 @@ pub fn run_on_device(
                     ),
                     bar.position(),
                     total,
-                    started.elapsed().as_secs_f64()
+                    started.elapsed().as_secs_f64(),
+                    eta_text(started.elapsed().as_secs_f64(), bar.position(), total)
                 );
             }
             on_update(&res);
@@ -1149,6 +1152,15 @@ mod tests {
         );
         assert!(throttle_note(&[b], "qkv", 16).is_none());
     }
+}
+
+/// The time left of the kernel suite at the mean rate so far, `~N s` (`?` before the first
+/// case): the ETA of the progress lines off a terminal (indicatif's `{eta}` on one).
+fn eta_text(elapsed_s: f64, done: u64, total: u64) -> String {
+    if done == 0 || total < done {
+        return "?".into();
+    }
+    format!("~{:.0} s", elapsed_s / done as f64 * (total - done) as f64)
 }
 
 #[cfg(test)]

@@ -82,6 +82,7 @@ pub fn is_report_file(name: &str) -> bool {
         name,
         "results.json"
             | "report.md"
+            | super::markdown::DETAILS_FILE
             | "kernels.csv"
             | "e2e_runs.csv"
             | "e2e_requests.csv"

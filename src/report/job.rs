@@ -54,6 +54,9 @@ pub struct Job {
     pub tp_allreduce: Option<crate::multigpu::tp_model::AllReduceModel>,
     /// Continue the interrupted report in this folder (`report --resume`): see [`resumable`].
     pub resume: Option<PathBuf>,
+    /// The time budget's plan this job was shaped by (`report --budget`; `None`: no budget,
+    /// or a command without one), recorded in the results and said in the report.
+    pub budget: Option<super::schema::BudgetRecord>,
 }
 
 /// What differs between the rig facts of an interrupted run and of the process resuming it:
@@ -336,6 +339,7 @@ pub fn run(job: Job) -> anyhow::Result<Results> {
 /// # Errors
 /// As [`run`].
 pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
+    let started = std::time::Instant::now();
     let rig = crate::rig::probe();
     let rig_now = rig.clone();
     let command_line = crate::output::shell::command_line();
@@ -352,6 +356,9 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         Some(prev) => resumed_results(prev, &resumed_at, &command_line),
         None => Results::new(rig, label.clone(), command_line),
     };
+    if job.budget.is_some() {
+        results.budget = job.budget.clone();
+    }
     let dir = open_report_dir(&job, &label)?;
     save(&dir, &results)?;
     crate::signals::test_hold();
@@ -460,6 +467,8 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
         }
         None => results.complete = true,
     }
+    // The last write of results.json: the wall time is the job's, start to here.
+    results.wall_s = Some(started.elapsed().as_secs_f64());
     save(&dir, &results)?;
     if let Some(d) = &dir {
         render_into(d, &results)?;
@@ -1080,7 +1089,19 @@ pub fn render_into(dir: &ReportDir, results: &Results) -> anyhow::Result<()> {
         })
         .unwrap_or_default();
     let md = super::markdown::render(results, &plots, &files, dir.redactor());
-    dir.write_text("report.md", &md)?;
+    // report.md: the verdict and one table per part; the details file: every table
+    // (docs/report.md, "The report's layout").
+    let details = format!(
+        "{}\n\nEvery table of this run. The verdict and one table per part: [`report.md`](report.md).\n{}",
+        md.lines().next().unwrap_or("# rigbench report").replacen(
+            "# rigbench report",
+            "# rigbench report details",
+            1
+        ),
+        md.split_once('\n').map_or("", |(_, rest)| rest)
+    );
+    dir.write_text(super::markdown::DETAILS_FILE, &details)?;
+    dir.write_text("report.md", &super::markdown::summary(&md))?;
     Ok(())
 }
 
@@ -1131,6 +1152,7 @@ mod tests {
             interconnect: false,
             tp_allreduce: None,
             resume: None,
+            budget: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! (atomic, incremental writing), the verdict and the Markdown of the whole report. The
 //! primitives it writes with (tables, atomic writes, redaction, plots) are in [`crate::output`].
 
+pub mod budget;
 pub mod folder;
 pub mod headline;
 pub mod job;

@@ -72,6 +72,25 @@ pub struct Results {
     /// was measured before it (absent from files of runs that were not interrupted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<String>,
+    /// The run's wall time, seconds, from the job's start to the last write of this file
+    /// (absent from files written before this field; a resumed run counts its own process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_s: Option<f64>,
+    /// The time budget's plan (`report --budget`, docs/report.md): what ran, the estimate, what
+    /// the budget left out and the command that runs it (absent with `--budget none` and in
+    /// files written before this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetRecord>,
+}
+
+/// The budget's plan as a report records it: the plan and the command that runs what it left
+/// out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetRecord {
+    /// The plan (M grid, peers, repeats, estimate, what was left out, the costs' sources).
+    pub plan: super::budget::Plan,
+    /// The command that runs the full suite (this one with `--budget none`).
+    pub full_command: String,
 }
 
 /// The between-run spread of every timing metric of a results file (what `rigbench compare`'s
@@ -125,6 +144,8 @@ impl Results {
             complete: false,
             between_run: None,
             interrupted: None,
+            wall_s: None,
+            budget: None,
         }
     }
 

@@ -39,6 +39,7 @@ pub mod memory;
 pub mod model;
 pub mod moe;
 pub mod prefix_cache;
+pub mod request_fields;
 pub mod sampler;
 pub mod scheduler;
 pub mod serve_guard;

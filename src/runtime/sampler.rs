@@ -27,6 +27,10 @@ pub struct SamplingParams {
     /// `prompt_logprobs`, and completions' `echo` with `logprobs`); `None` = none. The
     /// request's prompt is then computed in full (no prefix-cache hit).
     pub prompt_logprobs: Option<usize>,
+    /// vLLM's `min_tokens`: the EOS ids are never sampled, and stop strings never end the
+    /// request, until this many tokens are generated (vLLM's `MinTokensLogitsProcessor` and its
+    /// stop check; 0 = off). The engine arms the mask per step ([`Sampler::mask_eos`]).
+    pub min_tokens: usize,
 }
 
 impl Default for SamplingParams {
@@ -38,6 +42,7 @@ impl Default for SamplingParams {
             seed: None,
             logprobs: None,
             prompt_logprobs: None,
+            min_tokens: 0,
         }
     }
 }
@@ -57,6 +62,8 @@ pub struct Sampler {
     seed: u64,
     /// Ids never sampled (their logits count as −∞), e.g. special tokens under `ignore_eos`.
     suppressed: Option<std::sync::Arc<Vec<u32>>>,
+    /// The EOS ids `min_tokens` masks, and whether the mask is armed for the next draw.
+    eos_mask: Option<(std::sync::Arc<Vec<u32>>, bool)>,
 }
 
 /// Index of the largest value (lowest index on ties; NaN never wins).
@@ -81,6 +88,28 @@ impl Sampler {
             rng: StdRng::seed_from_u64(seed),
             seed,
             suppressed: None,
+            eos_mask: None,
+        }
+    }
+
+    /// The EOS ids that `min_tokens` keeps from being sampled while [`Self::mask_eos`] is armed
+    /// (no effect when `params.min_tokens` is 0).
+    pub fn with_min_tokens_eos(mut self, eos: std::sync::Arc<Vec<u32>>) -> Self {
+        self.eos_mask = (self.params.min_tokens > 0 && !eos.is_empty()).then_some((eos, false));
+        self
+    }
+
+    /// Arm the `min_tokens` mask for the next draws when `generated < params.min_tokens`
+    /// (`generated`: tokens this request has produced so far), disarm it otherwise. Returns
+    /// whether it is armed.
+    pub fn mask_eos(&mut self, generated: usize) -> bool {
+        let on = generated < self.params.min_tokens;
+        match &mut self.eos_mask {
+            Some((_, armed)) => {
+                *armed = on;
+                on
+            }
+            None => false,
         }
     }
 
@@ -93,11 +122,15 @@ impl Sampler {
 
     /// `logits` with the suppressed ids at −∞ (borrowed when nothing is suppressed).
     pub fn masked<'a>(&self, logits: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
-        match &self.suppressed {
-            None => std::borrow::Cow::Borrowed(logits),
-            Some(ids) => {
+        let eos = match &self.eos_mask {
+            Some((ids, true)) => Some(ids),
+            _ => None,
+        };
+        match (&self.suppressed, eos) {
+            (None, None) => std::borrow::Cow::Borrowed(logits),
+            (a, b) => {
                 let mut v = logits.to_vec();
-                for &i in ids.iter() {
+                for &i in a.iter().chain(b).flat_map(|ids| ids.iter()) {
                     if let Some(x) = v.get_mut(i as usize) {
                         *x = f32::NEG_INFINITY;
                     }
@@ -202,6 +235,36 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `min_tokens`: the EOS ids are never drawn while fewer than N tokens were generated, and
+    /// are again from the N-th on; greedy and sampled alike.
+    #[test]
+    fn min_tokens_masks_eos_until_n() {
+        // Token 1 (the EOS) is by far the most likely.
+        let l = vec![0.0, 50.0, 1.0, 0.5];
+        let eos = std::sync::Arc::new(vec![1u32]);
+        for temperature in [0.0, 1.0] {
+            let p = SamplingParams {
+                temperature,
+                min_tokens: 3,
+                seed: Some(7),
+                ..Default::default()
+            };
+            let mut s = Sampler::new(p, 0).with_min_tokens_eos(eos.clone());
+            for generated in 0..3 {
+                assert!(s.mask_eos(generated));
+                for _ in 0..20 {
+                    assert_ne!(s.sample(&l), 1, "EOS drawn after {generated} tokens");
+                }
+            }
+            assert!(!s.mask_eos(3));
+            assert_eq!(s.sample(&l), 1, "EOS is back once N tokens are out");
+        }
+        // min_tokens 0: nothing is masked, whatever the count.
+        let mut s = Sampler::new(SamplingParams::default(), 0).with_min_tokens_eos(eos);
+        assert!(!s.mask_eos(0));
+        assert_eq!(s.greedy(&l), 1);
+    }
 
     fn logits() -> Vec<f32> {
         vec![0.1, 2.0, 1.9, -1.0, 2.0, 0.5]

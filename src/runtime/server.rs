@@ -295,6 +295,25 @@ fn parse_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, ApiError>
     serde_json::from_value(v).map_err(|e| ApiError::bad(format!("Invalid request: {e}")))
 }
 
+/// [`parse_body`] for a generation request, after its top-level fields are checked against
+/// vLLM's (`crate::runtime::request_fields`): a field it does not know, or one this server does
+/// not honour set to anything but its neutral value, is a 400 naming it.
+fn parse_request<T: for<'de> Deserialize<'de>>(
+    body: &Bytes,
+    ep: crate::runtime::request_fields::Endpoint,
+) -> Result<T, ApiError> {
+    if let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(body) {
+        if let Err(r) = crate::runtime::request_fields::check(&m, ep) {
+            let e = ApiError::bad(r.message);
+            return Err(match r.param {
+                Some(p) => e.param(p),
+                None => e,
+            });
+        }
+    }
+    parse_body(body)
+}
+
 #[derive(Debug, Deserialize, Default)]
 struct StreamOptions {
     include_usage: Option<bool>,
@@ -319,6 +338,8 @@ struct Common {
     n: Option<i64>,
     /// vLLM's extra field: the prompt tokens' log-probabilities with this many alternatives.
     prompt_logprobs: Option<Value>,
+    /// vLLM's `min_tokens`: no EOS, stop token or stop string before this many tokens.
+    min_tokens: Option<Value>,
 }
 
 /// Most alternatives per token a request may ask for (vLLM's default `max_logprobs`).
@@ -506,6 +527,26 @@ fn num_field(v: &Option<Value>, name: &'static str) -> Result<Option<f64>, ApiEr
     }
 }
 
+/// `min_tokens` (vLLM's checks: an integer from 0 to `max_tokens`; `null` is 0).
+fn min_tokens(c: &Common, max_tokens: usize) -> Result<usize, ApiError> {
+    let Some(v) = c.min_tokens.as_ref().filter(|v| !v.is_null()) else {
+        return Ok(0);
+    };
+    let n = int_field(v, "min_tokens")?;
+    if n < 0 {
+        return Err(
+            ApiError::bad(format!("min_tokens must be at least 0, got {n}")).param("min_tokens"),
+        );
+    }
+    if n as u64 > max_tokens as u64 {
+        return Err(ApiError::bad(format!(
+            "min_tokens must be less than or equal to max_tokens={max_tokens}, got {n}"
+        ))
+        .param("min_tokens"));
+    }
+    Ok(n as usize)
+}
+
 fn validate(
     c: &Common,
     prompt_len: usize,
@@ -597,6 +638,7 @@ fn validate(
         None => default_max.unwrap_or(room).min(room),
     };
     let prompt_logprobs = logprob_count(&c.prompt_logprobs, "prompt_logprobs")?;
+    let min_tokens = min_tokens(c, max_tokens)?;
     Ok(Gen {
         params: SamplingParams {
             temperature: temperature as f32,
@@ -605,6 +647,7 @@ fn validate(
             seed: c.seed.map(|s| s as u64),
             logprobs: None,
             prompt_logprobs,
+            min_tokens,
         },
         extras: Extras {
             prompt_logprobs_field: prompt_logprobs.is_some(),
@@ -782,7 +825,7 @@ async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Response 
 async fn chat_inner(app: AppState, body: Bytes) -> Result<Response, ApiError> {
     let arrival = Instant::now();
     let (req, kwargs, prompt) = off_request_threads(&app, move |app| {
-        let req: ChatRequest = parse_body(&body)?;
+        let req: ChatRequest = parse_request(&body, crate::runtime::request_fields::Endpoint::Chat)?;
         app.check_model(&req.common.model)?;
         let kwargs = req.chat_template_kwargs.clone().unwrap_or_default();
         let (prompt, _) = render_chat(
@@ -831,7 +874,8 @@ async fn completions(State(app): State<AppState>, body: Bytes) -> Response {
 async fn completions_inner(app: AppState, body: Bytes) -> Result<Response, ApiError> {
     let arrival = Instant::now();
     let (req, prompt) = off_request_threads(&app, move |app| {
-        let req: CompletionRequest = parse_body(&body)?;
+        let req: CompletionRequest =
+            parse_request(&body, crate::runtime::request_fields::Endpoint::Completions)?;
         app.check_model(&req.common.model)?;
         let vocab = app.engine.info.model_config.vocab_size;
         let ids_of = |a: &[Value]| -> Result<Vec<u32>, ApiError> {

@@ -4,7 +4,12 @@
 //! ([`render`]): each op's share of the step's bound (weights + KV at that context ÷ copy rate).
 //!
 //! The KV contents do not matter for speed, so no prompt is prefilled: the decoded token attends
-//! to `context` positions of whatever the cache holds (zeros after allocation).
+//! to `context` positions of whatever the cache holds (zeros after allocation). A hybrid's
+//! Gated-DeltaNet state must continue from the position its slot has reached, and a recurrent
+//! step reads and writes the whole state whatever the position; so the state after one token
+//! is saved once (`Backend::snapshot_state`) and restored at each context's position
+//! (`Backend::restore_state`), and the timed steps of a hybrid continue from there instead of
+//! returning to the context every four steps (docs/runtime.md, "State snapshots").
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -50,14 +55,20 @@ pub struct ContextDecode {
     pub weight_bytes: u64,
     /// KV bytes one step reads at this context (K and V, every attention layer).
     pub kv_bytes: u64,
+    /// Gated-DeltaNet state bytes one step reads and writes (every such layer's recurrent and
+    /// convolution state, read once and written once; 0 for dense decoders and in results
+    /// written before this field).
+    #[serde(default)]
+    pub state_bytes: u64,
     /// Per-op GPU time of one eager step (empty where not profiled).
     pub ops: Vec<OpTime>,
 }
 
 impl ContextDecode {
-    /// The step's bound in seconds at `copy_bytes_per_s`: (weights + KV) ÷ copy rate.
+    /// The step's bound in seconds at `copy_bytes_per_s`: (weights + KV + Gated-DeltaNet state
+    /// read and written) ÷ copy rate.
     pub fn bound_seconds(&self, copy_bytes_per_s: f64) -> f64 {
-        (self.weight_bytes + self.kv_bytes) as f64 / copy_bytes_per_s
+        (self.weight_bytes + self.kv_bytes + self.state_bytes) as f64 / copy_bytes_per_s
     }
     /// Measured tok/s ÷ the bound's tok/s.
     pub fn fraction_of_bound(&self, copy_bytes_per_s: f64) -> f64 {
@@ -118,34 +129,53 @@ pub fn measure(
         Ok(b.sample_forward(&batch, &greedy)?[0])
     };
     let vocab = b.config().vocab_size as u32;
+    let hybrid = b.config().is_hybrid();
+    // Hybrids: the state after one token (a segment at position 0 resets the slot), placed at
+    // each context by `place`.
+    let mut state = if hybrid {
+        step(b, 0, 1 % vocab)?;
+        Some(b.snapshot_state(0)?)
+    } else {
+        None
+    };
+    let mut place = |b: &mut CudaBackend, pos: usize| -> anyhow::Result<()> {
+        if let Some(s) = state.as_mut() {
+            s.position = pos;
+            b.restore_state(0, s)?;
+        }
+        Ok(())
+    };
     let mut out = Vec::with_capacity(contexts.len());
     for &ctx in contexts {
         // The decoded token sits at position ctx − 1 (it attends to ctx positions).
         let pos0 = ctx.max(1) - 1;
         b.set_cuda_graphs(true);
+        place(b, pos0)?;
         let mut tok = 1 % vocab;
         for i in 0..3 {
             tok = step(b, pos0 + i, tok)?;
         }
         let t0 = Instant::now();
         for i in 0..TIMED_STEPS {
-            // Stay at the context (± the few steps): the KV read stays that of `ctx`.
-            tok = step(b, pos0 + i % 4, tok)?;
+            // Stay at the context (± the few steps): the KV read stays that of `ctx`. A hybrid's
+            // state cannot go back without a restore inside the timed loop, so its steps go on
+            // (contexts ctx … ctx + TIMED_STEPS + 2).
+            let pos = if hybrid { pos0 + 3 + i } else { pos0 + i % 4 };
+            tok = step(b, pos, tok)?;
         }
         let tok_per_s = TIMED_STEPS as f64 / t0.elapsed().as_secs_f64();
         let mut ops = Vec::new();
         if profiled.contains(&ctx) {
             b.set_profiling(false)?;
+            place(b, pos0)?;
             step(b, pos0, tok)?; // eager warm-up (first use of any eager-only plan)
             b.set_profiling(true)?;
             for _ in 0..PROFILED_STEPS {
+                // The restore is a copy between steps, outside every op's CUDA events.
+                place(b, pos0)?;
                 step(b, pos0, tok)?;
             }
-            let bytes = if b.config().is_hybrid() {
-                Vec::new()
-            } else {
-                b.op_bytes(ctx)
-            };
+            let bytes = b.op_bytes(ctx);
             ops = b
                 .profile()
                 .into_iter()
@@ -169,6 +199,7 @@ pub fn measure(
             tok_per_s,
             weight_bytes: b.decode_weight_bytes(),
             kv_bytes,
+            state_bytes: b.state_bytes_per_step(),
             ops,
         });
     }
@@ -238,17 +269,27 @@ pub fn render(
     if let Some(k) = attention {
         let _ = writeln!(o, "Decode attention: {k}.\n");
     }
+    let with_state = rows.iter().any(|r| r.state_bytes > 0);
     let t: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             vec![
                 crate::output::table::thousands(r.context as u64),
                 format!("{:.1}", r.tok_per_s),
-                format!(
-                    "{:.2} + {:.3}",
-                    r.weight_bytes as f64 / 1e9,
-                    r.kv_bytes as f64 / 1e9
-                ),
+                if with_state {
+                    format!(
+                        "{:.2} + {:.3} + {:.3}",
+                        r.weight_bytes as f64 / 1e9,
+                        r.kv_bytes as f64 / 1e9,
+                        r.state_bytes as f64 / 1e9
+                    )
+                } else {
+                    format!(
+                        "{:.2} + {:.3}",
+                        r.weight_bytes as f64 / 1e9,
+                        r.kv_bytes as f64 / 1e9
+                    )
+                },
                 copy_bytes_per_s
                     .map_or("not measured: no copy bandwidth in this run".into(), |bw| {
                         format!("{:.1}", 1.0 / r.bound_seconds(bw))
@@ -263,19 +304,31 @@ pub fn render(
         &[
             "context",
             "tok/s",
-            "GB read per step (weights + KV)",
+            if with_state {
+                "GB per step (weights + KV read + Gated-DeltaNet state read and written)"
+            } else {
+                "GB read per step (weights + KV)"
+            },
             "bound tok/s",
             "of bound",
         ],
         &t,
     ));
+    if with_state {
+        let _ = writeln!(
+            o,
+            "\nGated-DeltaNet state: the state after one token, restored at each context's position (a recurrent step reads and writes the whole state at any position); the 32 timed steps go on from there (contexts up to {} past the one named), the profiled steps each start from the restored state.",
+            TIMED_STEPS + 2
+        );
+    }
     let profiled: Vec<&ContextDecode> = rows.iter().filter(|r| !r.ops.is_empty()).collect();
     if profiled.is_empty() {
         return o;
     }
     let _ = writeln!(
         o,
-        "\nOne eager step per op (GPU time between CUDA events, mean of {PROFILED_STEPS} steps; no graph, so the sum is above the graph-replayed step). Share of the bound = op time ÷ the step's bound time (weights + KV at that context ÷ copy rate); op at its floor = op time ÷ (its own bytes ÷ copy rate).\n"
+        "\nOne eager step per op (GPU time between CUDA events, mean of {PROFILED_STEPS} steps; no graph, so the sum is above the graph-replayed step). Share of the bound = op time ÷ the step's bound time (weights + KV at that context{} ÷ copy rate); op at its floor = op time ÷ (its own bytes ÷ copy rate); MB per step: the bytes of the op's floor (weights; K and V at that context; the Gated-DeltaNet state read and written).\n",
+        if with_state { " + Gated-DeltaNet state read and written" } else { "" }
     );
     let mut names: Vec<String> = Vec::new();
     for r in &profiled {
@@ -289,6 +342,7 @@ pub fn render(
     for r in &profiled {
         let c = crate::output::table::thousands(r.context as u64);
         header.push(format!("ms @{c}"));
+        header.push(format!("MB per step @{c}"));
         header.push(format!("share of bound @{c}"));
         header.push(format!("at its floor @{c}"));
     }
@@ -311,6 +365,7 @@ pub fn render(
                     .map_or((None, None), |o| (Some(o.seconds), o.bytes))
             };
             row.push(secs.map_or("—".into(), |s| format!("{:.3}", s * 1e3)));
+            row.push(bytes.map_or("—".into(), |b| format!("{:.1}", b as f64 / 1e6)));
             row.push(match (secs, copy_bytes_per_s) {
                 (Some(s), Some(bw)) => format!("{:.1}%", 100.0 * s / r.bound_seconds(bw)),
                 _ => "—".into(),
@@ -338,6 +393,7 @@ mod tests {
                 tok_per_s: 200.0,
                 weight_bytes: 16_000_000_000,
                 kv_bytes: 18_874_368,
+                state_bytes: 0,
                 ops: vec![
                     OpTime {
                         op: "GEMM gate_up".into(),
@@ -358,9 +414,37 @@ mod tests {
                 tok_per_s: 150.0,
                 weight_bytes: 16_000_000_000,
                 kv_bytes: 4_831_838_208,
+                state_bytes: 0,
                 ops: Vec::new(),
             },
         ]
+    }
+
+    /// A hybrid's rows: the Gated-DeltaNet state read and written counts in the bound, the
+    /// table says so, and each op's bytes (the delta rule's state) are shown per step.
+    #[test]
+    fn hybrid_rows_count_the_state_bytes() {
+        let mut r = rows();
+        for x in &mut r {
+            x.state_bytes = 2_000_000_000;
+        }
+        r[0].ops.push(OpTime {
+            op: "Gated-DeltaNet delta rule".into(),
+            calls: 48,
+            seconds: 0.5e-3,
+            bytes: Some(301_989_888),
+        });
+        let bw = 4.0e12;
+        let want = (16_000_000_000u64 + 18_874_368 + 2_000_000_000) as f64 / bw;
+        assert!((r[0].bound_seconds(bw) - want).abs() < 1e-12);
+        let md = render("bf16", &r, Some(bw), None);
+        assert!(md.contains("Gated-DeltaNet state read and written"), "{md}");
+        assert!(md.contains("16.00 + 0.019 + 2.000"), "{md}");
+        assert!(md.contains("| Gated-DeltaNet delta rule"), "{md}");
+        assert!(md.contains("302.0"), "the delta rule's MB per step: {md}");
+        // Dense rows keep the two-term column.
+        let dense = render("bf16", &rows(), Some(bw), None);
+        assert!(!dense.contains("Gated-DeltaNet"), "{dense}");
     }
 
     #[test]

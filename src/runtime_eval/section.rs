@@ -1046,6 +1046,7 @@ mod tests {
                 tok_per_s: 0.1,
                 weight_bytes: 8_000_000_000,
                 kv_bytes: 500_000_000,
+                state_bytes: 0,
                 ops: Vec::new(),
             },
             super::super::decode_profile::ContextDecode {
@@ -1053,6 +1054,7 @@ mod tests {
                 tok_per_s: 0.1,
                 weight_bytes: 8_000_000_000,
                 kv_bytes: 1_000_000_000,
+                state_bytes: 0,
                 ops: vec![super::super::decode_profile::OpTime {
                     op: "attention".into(),
                     calls: 2,

@@ -493,6 +493,36 @@ impl Gpu {
         .map_err(|e| cuda_err("memset", e))
     }
 
+    /// Device-to-device copy of `bytes` bytes from byte `src_offset` of `src` to byte
+    /// `dst_offset` of `dst` (asynchronous, on the stream).
+    ///
+    /// # Errors
+    /// Either range past the end of its buffer, or a driver failure.
+    pub fn copy_d2d_range(
+        &self,
+        dst: &DevBuf,
+        dst_offset: usize,
+        src: &DevBuf,
+        src_offset: usize,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        let past = |off: usize, len: usize| off.checked_add(bytes).is_none_or(|end| end > len);
+        if past(dst_offset, dst.bytes) || past(src_offset, src.bytes) {
+            return Err(cuda_err("copy", "range past the end of a buffer"));
+        }
+        self.bind()?;
+        // SAFETY: both ranges checked above.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                dst.ptr + dst_offset as u64,
+                src.ptr + src_offset as u64,
+                bytes,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| cuda_err("device-to-device copy", e))
+    }
+
     /// Start capturing this GPU's stream into a CUDA graph (the stream must not be the
     /// context's default stream: open with `own_stream`).
     ///

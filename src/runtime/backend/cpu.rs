@@ -142,6 +142,11 @@ struct SlotState {
     snap: Option<Snapshot>,
 }
 
+/// A slot's state as [`Backend::snapshot_state`] saves it on the CPU.
+struct CpuStateCopy {
+    layers: Vec<GdnLayerState>,
+}
+
 /// The state before a multi-logit segment and that segment's mixer inputs: replaying the first
 /// `n` tokens from it gives the state a segment of exactly those tokens would have left.
 #[derive(Debug, Clone)]
@@ -286,6 +291,42 @@ impl Backend for CpuBackend {
 
     fn supports_state_rollback(&self) -> bool {
         true
+    }
+
+    fn snapshot_state(&mut self, slot: u32) -> anyhow::Result<super::StateSnapshot> {
+        let n = self.states.len();
+        let st = self.states.get(slot as usize).with_context(|| {
+            format!("state slot {slot} to snapshot; the backend has {n} (init_state_slots)")
+        })?;
+        Ok(super::StateSnapshot {
+            position: st.pos,
+            bytes: self.state_bytes_per_slot(),
+            data: Box::new(CpuStateCopy {
+                layers: st.layers.clone(),
+            }),
+        })
+    }
+
+    fn restore_state(&mut self, slot: u32, snap: &super::StateSnapshot) -> anyhow::Result<()> {
+        let n = self.states.len();
+        let want = self.weights.config.num_gdn_layers();
+        let copy = snap
+            .data
+            .downcast_ref::<CpuStateCopy>()
+            .context("a state snapshot of another backend cannot be restored on the CPU")?;
+        anyhow::ensure!(
+            copy.layers.len() == want,
+            "a state snapshot of {} Gated-DeltaNet layers; this model has {want}",
+            copy.layers.len()
+        );
+        let st = self.states.get_mut(slot as usize).with_context(|| {
+            format!("state slot {slot} to restore; the backend has {n} (init_state_slots)")
+        })?;
+        st.layers = copy.layers.clone();
+        st.pos = snap.position;
+        // A draft-verification snapshot of the overwritten state no longer applies.
+        st.snap = None;
+        Ok(())
     }
 
     fn forward(&mut self, batch: &ForwardBatch) -> anyhow::Result<Logits> {

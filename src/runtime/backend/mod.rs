@@ -51,6 +51,28 @@ pub struct SeqSegment {
     pub state_slot: u32,
 }
 
+/// One sequence's recurrent state as a backend saved it ([`Backend::snapshot_state`]): the
+/// position it has reached and the state's bytes, in the backend's own layout.
+pub struct StateSnapshot {
+    /// Tokens the state has absorbed: the next segment continues at this position. A caller may
+    /// change it to place the state elsewhere (the decode profile does, where only the work of
+    /// a step matters, not its values: docs/runtime.md, "State snapshots").
+    pub position: usize,
+    /// Bytes of the saved state.
+    pub bytes: u64,
+    /// The backend's copy (host vectors for the CPU, device buffers for CUDA).
+    pub data: Box<dyn std::any::Any + Send>,
+}
+
+impl std::fmt::Debug for StateSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateSnapshot")
+            .field("position", &self.position)
+            .field("bytes", &self.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A batch of segments (prefill chunks, decode tokens and draft tokens alike).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ForwardBatch {
@@ -226,6 +248,32 @@ pub trait Backend: Send {
     /// such state, so `true` for them.
     fn supports_state_rollback(&self) -> bool {
         !self.config().is_hybrid()
+    }
+    /// Save state slot `slot`'s recurrent state (every Gated-DeltaNet layer's convolution and
+    /// delta-rule state) and the position it has reached, so that [`Backend::restore_state`]
+    /// can continue the sequence from there (docs/runtime.md, "State snapshots").
+    ///
+    /// # Errors
+    /// A slot out of range, a backend that keeps no snapshots, or a device failure.
+    fn snapshot_state(&mut self, slot: u32) -> anyhow::Result<StateSnapshot> {
+        let _ = slot;
+        anyhow::bail!(
+            "the {} backend keeps no recurrent-state snapshots",
+            self.name()
+        )
+    }
+    /// Put `snap` back into slot `slot`: the next segment of that slot starts at
+    /// `snap.position` (or at 0, which resets it). The KV cache is not touched: positions
+    /// from `snap.position` on are written again by the segments that follow.
+    ///
+    /// # Errors
+    /// A slot out of range, a snapshot of another backend or model, or a device failure.
+    fn restore_state(&mut self, slot: u32, snap: &StateSnapshot) -> anyhow::Result<()> {
+        let _ = (slot, snap);
+        anyhow::bail!(
+            "the {} backend keeps no recurrent-state snapshots",
+            self.name()
+        )
     }
     /// Run the decoder over `batch`: write K/V of every token into its slot, return logits.
     ///

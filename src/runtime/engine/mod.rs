@@ -66,6 +66,8 @@ pub(super) struct ReqState {
     logprobs: Option<usize>,
     /// Alternatives per prompt token's log-probability, when asked for, and the entries so far.
     prompt_logprobs: Option<(usize, Vec<Option<TokenLogprob>>)>,
+    /// vLLM's `min_tokens`: no EOS and no stop string before this many tokens (0 = off).
+    min_tokens: usize,
 }
 
 /// Commands to the engine thread.
@@ -86,6 +88,8 @@ pub struct Engine {
     scheduler: Scheduler,
     tokenizer: Arc<Tokenizer>,
     eos: HashSet<u32>,
+    /// The EOS ids, for the `min_tokens` mask of the host sampler.
+    eos_ids: Arc<Vec<u32>>,
     reqs: HashMap<u64, ReqState>,
     drafter: Option<NgramDrafter>,
     spec_stats: SpecStats,
@@ -126,6 +130,7 @@ impl Engine {
             backend,
             scheduler: Scheduler::new(config.scheduler, pool),
             eos: tokenizer.eos_ids.iter().copied().collect(),
+            eos_ids: Arc::new(tokenizer.eos_ids.clone()),
             ignore_eos_fallback: {
                 let banned = tokenizer.suppressed_under_ignore_eos();
                 tokenizer
@@ -160,7 +165,11 @@ impl Engine {
     ) {
         let num_prompt = req.prompt.len();
         let (logprobs, prompt_logprobs) = (req.params.logprobs, req.params.prompt_logprobs);
-        let text = TextState::new(req.reasoning, &self.tokenizer, req.stop.clone());
+        let mut text = TextState::new(req.reasoning, &self.tokenizer, req.stop.clone());
+        let min_tokens = req.params.min_tokens;
+        // Stop strings are matched only once more than min_tokens tokens are out (vLLM's
+        // detokenizer: `len(output_token_ids) > min_tokens`).
+        text.stops_armed = min_tokens == 0;
         let fallback = self.config.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         self.reqs.insert(
             id,
@@ -173,7 +182,7 @@ impl Engine {
                     Sampler::new(req.params, fallback)
                         .with_suppressed(self.suppress_ignore_eos.clone())
                 } else {
-                    Sampler::new(req.params, fallback)
+                    Sampler::new(req.params, fallback).with_min_tokens_eos(self.eos_ids.clone())
                 },
                 max_tokens: req.max_tokens.max(1),
                 ignore_eos: req.ignore_eos,
@@ -185,6 +194,7 @@ impl Engine {
                 cached_tokens: 0,
                 logprobs,
                 prompt_logprobs: prompt_logprobs.map(|k| (k, vec![None; num_prompt])),
+                min_tokens,
             },
         );
         let mut seq = Seq::new(id, req.prompt);
@@ -279,10 +289,11 @@ impl Engine {
         let batch = self.scheduler.batch(&plan);
         let now;
         // Log-probabilities need the logit rows on the host.
+        // So does the min_tokens mask (the device sampler takes no mask).
         let wants_rows = |p: &Scheduled| {
-            self.reqs
-                .get(&p.id)
-                .is_some_and(|r| r.logprobs.is_some() || r.prompt_logprobs.is_some())
+            self.reqs.get(&p.id).is_some_and(|r| {
+                r.logprobs.is_some() || r.prompt_logprobs.is_some() || r.num_output < r.min_tokens
+            })
         };
         if self.backend.samples_on_device()
             && plan.iter().all(|p| p.drafts.is_empty() && !wants_rows(p))
@@ -394,6 +405,8 @@ impl Engine {
                 let Some(r) = self.reqs.get_mut(&p.id) else {
                     continue;
                 };
+                // min_tokens: EOS masked while fewer are out (drafts never cross that count).
+                r.sampler.mask_eos(r.num_output);
                 let v = spec::verify(&logits, sample_row, &p.drafts, &mut r.sampler);
                 let lps: Vec<TokenLogprob> = match r.logprobs {
                     Some(k) => v
@@ -428,7 +441,12 @@ impl Engine {
                 // Room for k drafts + the bonus token within max_tokens and max_model_len.
                 let left_out = r.max_tokens.saturating_sub(r.num_output);
                 let left_ctx = max_len.saturating_sub(s.tokens.len());
-                let limit = left_out.min(left_ctx).saturating_sub(1);
+                let mut limit = left_out.min(left_ctx).saturating_sub(1);
+                // Under min_tokens every token of a step is drawn with the same EOS mask: the
+                // step stays below the count or starts at it.
+                if r.num_output < r.min_tokens {
+                    limit = limit.min(r.min_tokens - r.num_output - 1);
+                }
                 s.drafts = d.propose(&s.tokens, limit);
             }
         }
@@ -459,7 +477,8 @@ impl Engine {
         for (i, &t) in tokens.iter().enumerate() {
             produced += 1;
             r.num_output += 1;
-            if !r.ignore_eos && self.eos.contains(&t) {
+            r.text.stops_armed = r.num_output > r.min_tokens;
+            if !r.ignore_eos && r.num_output >= r.min_tokens && self.eos.contains(&t) {
                 finish = Some(FinishReason::Stop);
                 break;
             }

@@ -487,3 +487,106 @@ fn loads_a_checkpoint_directory_and_quantizes() {
     assert_eq!(q.info.weight_format, WeightFormat::Fp8);
     assert_eq!(q.tokenizer.source, "byte-level");
 }
+
+/// A backend whose every logit row makes EOS (`<|im_end|>`) by far the most likely token, and
+/// that also "samples on the device" (its argmax): the mock of a model that wants to stop.
+struct EosMock(Box<dyn Backend>);
+
+impl EosMock {
+    fn boost(mut l: Logits) -> Logits {
+        let v = l.vocab;
+        for row in l.data.chunks_mut(v) {
+            row[crate::runtime::tokenizer::ByteTokenizer::IM_END as usize] += 1e3;
+        }
+        l
+    }
+}
+
+impl Backend for EosMock {
+    fn name(&self) -> &str {
+        "mock-eos"
+    }
+    fn config(&self) -> &ModelConfig {
+        self.0.config()
+    }
+    fn weight_format(&self) -> WeightFormat {
+        self.0.weight_format()
+    }
+    fn weight_bytes(&self) -> u64 {
+        self.0.weight_bytes()
+    }
+    fn init_kv_cache(&mut self, spec: KvCacheSpec) -> anyhow::Result<()> {
+        self.0.init_kv_cache(spec)
+    }
+    fn forward(&mut self, batch: &ForwardBatch) -> anyhow::Result<Logits> {
+        self.0.forward(batch).map(Self::boost)
+    }
+    fn samples_on_device(&self) -> bool {
+        true
+    }
+    fn forward_sampled(
+        &mut self,
+        batch: &ForwardBatch,
+        _rows: &[RowSampling],
+    ) -> anyhow::Result<Vec<u32>> {
+        let l = Self::boost(self.0.forward(batch)?);
+        Ok((0..l.rows())
+            .map(|i| super::super::sampler::argmax(l.row(i)))
+            .collect())
+    }
+}
+
+/// vLLM's `min_tokens`: EOS is never drawn before N tokens (on the engine's device-sampling
+/// path too, which cannot mask: such a request is sampled on the host), then ends the request
+/// at once; stop strings are not matched before N either.
+#[test]
+fn min_tokens_holds_back_eos_and_stop_strings() {
+    let cfg = ServeConfig::tiny();
+    let l = engine(&cfg);
+    let econf = l.engine.config.clone();
+    let mut e = Engine::new(
+        Box::new(EosMock(l.engine.into_backend())),
+        l.tokenizer.clone(),
+        econf,
+        l.metrics.clone(),
+    )
+    .unwrap();
+    let p = l.tokenizer.encode("the cat sat", false).unwrap();
+    let mk = |min: usize, temperature: f32| {
+        let mut r = req(p.clone(), 20);
+        r.ignore_eos = false;
+        r.params.min_tokens = min;
+        r.params.temperature = temperature;
+        r.params.seed = Some(3);
+        r
+    };
+    // Without min_tokens the model stops at once (EOS is the first token, counted).
+    let out = run(&mut e, vec![mk(0, 0.0)]);
+    assert_eq!((out[0].1, &out[0].2), (1, &FinishReason::Stop), "{out:?}");
+    for temperature in [0.0, 0.8] {
+        let out = run(&mut e, vec![mk(5, temperature), mk(0, temperature)]);
+        // Five tokens that are not EOS, then the EOS the model wants.
+        assert_eq!((out[0].1, &out[0].2), (6, &FinishReason::Stop), "{out:?}");
+        assert_eq!(out[1].1, 1, "the request beside it is not held back");
+    }
+    // min_tokens = max_tokens: the request runs to its length.
+    let mut r = mk(20, 0.0);
+    r.max_tokens = 20;
+    let out = run(&mut e, vec![r]);
+    assert_eq!((out[0].1, &out[0].2), (20, &FinishReason::Length));
+
+    // Stop strings: the first character of the greedy text stops a plain request before any
+    // text; with min_tokens = 4 the first four tokens go out whatever they hold.
+    let mut l = engine(&cfg);
+    let p = prompt(&l, "abcabc");
+    let text = run(&mut l.engine, vec![req(p.clone(), 12)])[0].0.clone();
+    let stop: String = text.chars().take(1).collect();
+    let mut r = req(p.clone(), 12);
+    r.stop = vec![stop.clone()];
+    let plain = run(&mut l.engine, vec![r.clone()]);
+    assert_eq!((plain[0].0.as_str(), &plain[0].2), ("", &FinishReason::Stop));
+    r.params.min_tokens = 4;
+    let held = run(&mut l.engine, vec![r]);
+    assert!(held[0].1 >= 4, "{held:?}");
+    assert!(held[0].0.starts_with(&stop) && text.starts_with(&held[0].0), "{held:?} vs {text:?}");
+}

@@ -58,6 +58,8 @@ pub(super) struct TextState {
     pub(super) content: TextChannel,
     pub(super) stops: Vec<String>,
     pub(super) hold: usize,
+    /// Whether stop strings are matched (false until `min_tokens` tokens are out).
+    pub(super) stops_armed: bool,
 }
 
 #[derive(Default)]
@@ -86,10 +88,13 @@ impl TextState {
             content: TextChannel::new(),
             stops,
             hold,
+            stops_armed: true,
         }
     }
 
     pub(super) fn push(&mut self, tok: &Tokenizer, id: u32, d: &mut Delta) {
+        let none: [String; 0] = [];
+        let stops: &[String] = if self.stops_armed { &self.stops } else { &none };
         let first = std::mem::replace(&mut self.first, false);
         if first && self.detect && Some(id) == self.think_start {
             self.mode_reasoning = true;
@@ -98,19 +103,19 @@ impl TextState {
         if self.mode_reasoning {
             if Some(id) == self.think_end {
                 let tail = self.reasoning.dec.flush(tok);
-                let (out, stopped) = self.reasoning.push(&tail, &self.stops, self.hold, true);
+                let (out, stopped) = self.reasoning.push(&tail, stops, self.hold, true);
                 d.reasoning.push_str(&out);
                 d.stopped |= stopped;
                 self.mode_reasoning = false;
                 return;
             }
             let t = self.reasoning.dec.step(tok, id);
-            let (out, stopped) = self.reasoning.push(&t, &self.stops, self.hold, false);
+            let (out, stopped) = self.reasoning.push(&t, stops, self.hold, false);
             d.reasoning.push_str(&out);
             d.stopped |= stopped;
         } else {
             let t = self.content.dec.step(tok, id);
-            let (out, stopped) = self.content.push(&t, &self.stops, self.hold, false);
+            let (out, stopped) = self.content.push(&t, stops, self.hold, false);
             d.content.push_str(&out);
             d.stopped |= stopped;
         }

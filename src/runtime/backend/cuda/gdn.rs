@@ -400,6 +400,147 @@ pub(super) fn init_state_slots(b: &mut CudaBackend, n: usize) -> anyhow::Result<
     Ok(())
 }
 
+/// Bytes one batch-1 decode step of a hybrid must move for each op its profile names, where
+/// the op has a byte floor (the hybrid part of `CudaBackend::op_bytes`): the mixers' GEMMs
+/// (weights, the layers that run them), and the Gated-DeltaNet state, read and written once per
+/// decoded token: the causal convolution's rolling state (BF16) with its weights, and the
+/// delta rule's recurrent state (FP32), over every Gated-DeltaNet layer.
+pub(super) fn op_bytes(b: &CudaBackend) -> Vec<(&'static str, u64)> {
+    let Some(hy) = &b.hy else {
+        return Vec::new();
+    };
+    let d = hy.dims;
+    let mut qkvz = 0u64;
+    let mut q_gate = 0u64;
+    let mut ab = 0u64;
+    let mut conv_w = 0u64;
+    for l in &b.weights.layers {
+        match &l.gdn {
+            Some(g) => {
+                qkvz += l.qkv.bytes() as u64;
+                ab += g.ab.bytes() as u64;
+                conv_w += g.conv_w.bytes() as u64;
+            }
+            None => q_gate += l.qkv.bytes() as u64,
+        }
+    }
+    let layers = b.config.num_gdn_layers() as u64;
+    let conv_state = layers * d.conv_state_len() as u64 * 2;
+    let ssm_state = layers * d.ssm_state_len() as u64 * 4;
+    vec![
+        ("GEMM in_proj_qkv + in_proj_z", qkvz),
+        ("GEMM qkv (query and gate)", q_gate),
+        ("GEMM in_proj_a + in_proj_b", ab),
+        ("Gated-DeltaNet causal conv", 2 * conv_state + conv_w),
+        ("Gated-DeltaNet delta rule", 2 * ssm_state),
+    ]
+}
+
+/// A slot's state as [`snapshot_state`] saves it on the device: every Gated-DeltaNet layer's
+/// convolution state (BF16) then delta-rule state (FP32), one layer after the other.
+struct CudaStateCopy {
+    conv: DevBuf,
+    ssm: DevBuf,
+    layers: usize,
+    dims: GdnDims,
+}
+
+/// Byte ranges of slot `slot` in layer `g` of the state buffers: (conv offset, conv bytes, ssm
+/// offset, ssm bytes); `slots` counts the trash slot.
+fn slot_ranges(d: &GdnDims, g: usize, slots: usize, slot: usize) -> (usize, usize, usize, usize) {
+    let (cb, sb) = (d.conv_state_len() * 2, d.ssm_state_len() * 4);
+    ((g * slots + slot) * cb, cb, (g * slots + slot) * sb, sb)
+}
+
+/// Save slot `slot`'s state (device-to-device copies, one pair per Gated-DeltaNet layer) and
+/// its position (`Backend::snapshot_state`).
+///
+/// # Errors
+/// Not a hybrid, no slots, a slot out of range, or a device failure.
+pub(super) fn snapshot_state(
+    b: &mut CudaBackend,
+    slot: u32,
+) -> anyhow::Result<crate::runtime::backend::StateSnapshot> {
+    let layers = b.config.num_gdn_layers();
+    let hy = b.hy.as_ref().context("not a hybrid: no recurrent state")?;
+    let st = hy
+        .states
+        .as_ref()
+        .context("snapshot before init_state_slots")?;
+    let s = slot as usize;
+    anyhow::ensure!(
+        s < st.slots,
+        "state slot {slot} to snapshot; the backend has {} (init_state_slots)",
+        st.slots
+    );
+    let d = hy.dims;
+    let (cb, sb) = (d.conv_state_len() * 2, d.ssm_state_len() * 4);
+    b.gpu.bind()?;
+    let conv = b.gpu.alloc(layers * cb)?;
+    let ssm = b.gpu.alloc(layers * sb)?;
+    for g in 0..layers {
+        let (co, cl, so, sl) = slot_ranges(&d, g, st.slots + 1, s);
+        b.gpu.copy_d2d_range(&conv, g * cb, &st.conv, co, cl)?;
+        b.gpu.copy_d2d_range(&ssm, g * sb, &st.ssm, so, sl)?;
+    }
+    b.gpu.sync()?;
+    Ok(crate::runtime::backend::StateSnapshot {
+        position: st.positions[s],
+        bytes: (layers * (cb + sb)) as u64,
+        data: Box::new(CudaStateCopy {
+            conv,
+            ssm,
+            layers,
+            dims: d,
+        }),
+    })
+}
+
+/// Put a [`snapshot_state`] copy back into slot `slot` and set its position to
+/// `snap.position` (`Backend::restore_state`).
+///
+/// # Errors
+/// Not a hybrid, a slot out of range, a snapshot of another backend or shape, or a device
+/// failure.
+pub(super) fn restore_state(
+    b: &mut CudaBackend,
+    slot: u32,
+    snap: &crate::runtime::backend::StateSnapshot,
+) -> anyhow::Result<()> {
+    let copy = snap
+        .data
+        .downcast_ref::<CudaStateCopy>()
+        .context("a state snapshot of another backend cannot be restored on the GPU")?;
+    let layers = b.config.num_gdn_layers();
+    let hy = b.hy.as_mut().context("not a hybrid: no recurrent state")?;
+    let d = hy.dims;
+    anyhow::ensure!(
+        copy.layers == layers && copy.dims == d,
+        "a state snapshot of another model ({} Gated-DeltaNet layers; this one has {layers})",
+        copy.layers
+    );
+    let st = hy
+        .states
+        .as_mut()
+        .context("restore before init_state_slots")?;
+    let s = slot as usize;
+    anyhow::ensure!(
+        s < st.slots,
+        "state slot {slot} to restore; the backend has {} (init_state_slots)",
+        st.slots
+    );
+    let (cb, sb) = (d.conv_state_len() * 2, d.ssm_state_len() * 4);
+    b.gpu.bind()?;
+    for g in 0..layers {
+        let (co, cl, so, sl) = slot_ranges(&d, g, st.slots + 1, s);
+        b.gpu.copy_d2d_range(&st.conv, co, &copy.conv, g * cb, cl)?;
+        b.gpu.copy_d2d_range(&st.ssm, so, &copy.ssm, g * sb, sl)?;
+    }
+    b.gpu.sync()?;
+    st.positions[s] = snap.position;
+    Ok(())
+}
+
 /// Plan and upload the Gated-DeltaNet segments of the forward pass about to be queued.
 pub(super) fn write_plan(
     b: &mut CudaBackend,

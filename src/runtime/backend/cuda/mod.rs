@@ -670,6 +670,12 @@ impl Backend for CudaBackend {
     fn init_state_slots(&mut self, n: usize) -> anyhow::Result<()> {
         gdn::init_state_slots(self, n)
     }
+    fn snapshot_state(&mut self, slot: u32) -> anyhow::Result<super::StateSnapshot> {
+        gdn::snapshot_state(self, slot)
+    }
+    fn restore_state(&mut self, slot: u32, snap: &super::StateSnapshot) -> anyhow::Result<()> {
+        gdn::restore_state(self, slot, snap)
+    }
     fn samples_on_device(&self) -> bool {
         true
     }

@@ -43,9 +43,10 @@ impl CudaBackend {
         v
     }
 
-    /// Bytes one batch-1 decode step at a context of `context` positions must read for each op
+    /// Bytes one batch-1 decode step at a context of `context` positions must move for each op
     /// the profile names, where the op has a byte floor: the GEMMs (their weights, all layers),
-    /// attention (K and V of every attended position, all attention layers). Other ops are left
+    /// attention (K and V of every attended position, all attention layers) and, for hybrids,
+    /// the Gated-DeltaNet state read and written per step (`gdn::op_bytes`). Other ops are left
     /// out (activations only).
     pub fn op_bytes(&self, context: usize) -> Vec<(&'static str, u64)> {
         let sum = |f: &dyn Fn(&super::DLayer) -> usize| -> u64 {
@@ -60,14 +61,31 @@ impl CudaBackend {
             .as_ref()
             .unwrap_or(&self.weights.embed)
             .bytes() as u64;
-        vec![
-            ("GEMM qkv", sum(&|l| l.qkv.bytes())),
-            ("GEMM o_proj", sum(&|l| l.o.bytes())),
+        let common = [
             ("GEMM gate_up", sum(&|l| l.gate_up.bytes())),
             ("GEMM down", sum(&|l| l.down.bytes())),
             ("attention", kv),
             ("GEMM lm_head (FP32 logits)", head),
-        ]
+        ];
+        if self.hy.is_some() {
+            let mut v = super::gdn::op_bytes(self);
+            v.push(("GEMM o_proj / out_proj", sum(&|l| l.o.bytes())));
+            v.extend(common);
+            return v;
+        }
+        let mut v = vec![
+            ("GEMM qkv", sum(&|l| l.qkv.bytes())),
+            ("GEMM o_proj", sum(&|l| l.o.bytes())),
+        ];
+        v.extend(common);
+        v
+    }
+
+    /// Bytes of Gated-DeltaNet state one decode step reads and writes (the recurrent and
+    /// convolution states of every Gated-DeltaNet layer, each read once and written once; 0 for
+    /// dense decoders).
+    pub fn state_bytes_per_step(&self) -> u64 {
+        2 * crate::runtime::backend::Backend::state_bytes_per_slot(self)
     }
 
     pub(super) fn op_begin(&mut self) -> anyhow::Result<()> {
