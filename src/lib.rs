@@ -25,6 +25,7 @@ pub use rigbench_gpu::kernel_launchers;
 pub mod kernels;
 pub mod multigpu;
 pub mod output;
+pub mod quality;
 pub mod report;
 pub mod rig;
 pub mod runtime;
