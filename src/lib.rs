@@ -26,6 +26,7 @@ pub mod kernels;
 pub mod model;
 pub mod multigpu;
 pub mod output;
+pub mod quality;
 pub mod report;
 pub mod rig;
 pub mod runtime;

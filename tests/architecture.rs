@@ -33,6 +33,7 @@ const TIERS: [(&str, &[&str]); 3] = [
             "e2e",
             "runtime",
             "multigpu",
+            "quality",
         ],
     ),
     (

@@ -24,6 +24,7 @@
 //! Outputs ([`Board::markdown`], [`Board::csv`], [`sqlite::write`]): `BOARD.md`, `board.csv` and
 //! `board.sqlite`.
 
+pub mod quality;
 pub mod sqlite;
 
 use std::collections::BTreeMap;
@@ -111,6 +112,8 @@ pub struct Row {
     pub checkpoint: Option<String>,
     /// What qualifies the figures (throttling, an incomplete run).
     pub notes: Vec<String>,
+    /// The quality comparison's figures, for a candidate of `rigbench quality`.
+    pub quality: Option<quality::QualityCell>,
 }
 
 /// The board: reports read, rows, their conditions, and the files skipped.
@@ -287,6 +290,7 @@ fn kernel_rows(r: &Results, report: usize, tags: &mut Tags, notes: &mut Vec<Stri
             kv_capacity: None,
             checkpoint: None,
             notes: row_notes.clone(),
+            quality: None,
         });
     }
     if rows.is_empty() {
@@ -538,11 +542,13 @@ impl Board {
                                 } else {
                                     vec!["incomplete run".into()]
                                 },
+                                quality: None,
                             }),
                         }
                     }
                 }
             }
+            rows.extend(quality::rows(&r, idx));
             entry.on_board = !rows.is_empty();
             b.rows.extend(rows);
             b.reports.push(entry);
@@ -666,6 +672,7 @@ impl Board {
             "e2e conditions",
             "KV capacity",
             "checkpoint / model",
+            "quality vs reference",
             "notes",
             "report",
         ];
@@ -703,6 +710,9 @@ impl Board {
                         .as_ref()
                         .map(|c| format!("`{c}`"))
                         .unwrap_or_else(|| "—".into()),
+                    r.quality
+                        .as_ref()
+                        .map_or_else(|| "—".into(), quality::QualityCell::markdown),
                     if r.notes.is_empty() {
                         String::new()
                     } else {
@@ -736,6 +746,9 @@ impl Board {
         }
         if self.e2e_conditions.is_empty() {
             o.push_str("- none: no results file read has an end-to-end run of a GPU\n");
+        }
+        if self.rows.iter().any(|r| r.quality.is_some()) {
+            o.push_str("\nQuality vs reference: a candidate of `rigbench quality` against the reference of its own session (docs/quality.md): the verdict (McNemar exact on the task pack, bootstrap intervals on perplexity), KL(reference‖candidate) in nats from the top-k, top-1 agreement, task items passed. Not ranked: each belongs to its own reference and model.\n");
         }
         o.push_str("\nKV capacity: the tokens the engine's KV cache held, as it reported them; without an engine, the capacity predicted for the inspected checkpoint (a prediction from its metadata, for the GPU memory of that rig).\n");
         let quiet: Vec<&ReportEntry> = self
@@ -787,6 +800,12 @@ impl Board {
             "kv_capacity_tokens",
             "kv_capacity_source",
             "checkpoint",
+            "quality_verdict",
+            "quality_kl_ref_to_candidate",
+            "quality_top1_agreement",
+            "quality_tasks",
+            "quality_mcnemar_p",
+            "quality_reference",
             "notes",
             "rigbench_version",
             "created_utc",
@@ -800,6 +819,9 @@ impl Board {
         let num = |v: Option<f64>| v.map(|x| format!("{x:e}")).unwrap_or_default();
         for r in &self.rows {
             let rep = &self.reports[r.report];
+            let q = |f: &dyn Fn(&quality::QualityCell) -> String| {
+                r.quality.as_ref().map(f).unwrap_or_default()
+            };
             w.write_record([
                 rep.path.clone(),
                 rep.rig_label.clone(),
@@ -838,6 +860,12 @@ impl Board {
                     .map(|k| k.1.clone())
                     .unwrap_or_default(),
                 r.checkpoint.clone().unwrap_or_default(),
+                q(&|c: &quality::QualityCell| c.verdict.clone()),
+                q(&|c: &quality::QualityCell| format!("{:e}", c.kl_ref_to_candidate)),
+                q(&|c: &quality::QualityCell| format!("{}", c.top1_agreement)),
+                q(&|c: &quality::QualityCell| c.tasks.clone()),
+                q(&|c: &quality::QualityCell| format!("{}", c.mcnemar_p)),
+                q(&|c: &quality::QualityCell| c.reference.clone()),
                 r.notes.join("; "),
                 rep.rigbench_version.clone(),
                 rep.created_utc.clone(),

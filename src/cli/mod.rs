@@ -13,6 +13,7 @@ pub mod e2e;
 pub mod help;
 pub mod inspect;
 pub mod kernels;
+pub mod quality;
 pub mod report;
 pub mod rig;
 pub mod serve;
@@ -51,6 +52,8 @@ pub enum Command {
     Diagnose(diagnose::DiagnoseArgs),
     /// One table of many rigs' reports: decode-step composite, e2e tok/s, KV capacity.
     Board(board::BoardArgs),
+    /// A reference against candidates on the same model: fidelity, task pack, verdict.
+    Quality(quality::QualityArgs),
     /// Developer checks of the CUDA runtime (parity with the CPU, kernel checks, speed).
     #[command(hide = true)]
     Devcheck(devcheck::DevcheckArgs),
@@ -94,6 +97,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Compare(a) => compare::run(a),
         Command::Diagnose(a) => diagnose::run(a),
         Command::Board(a) => board::run(a),
+        Command::Quality(a) => quality::run(a),
     }
 }
 

@@ -38,6 +38,7 @@ pub mod baseline;
 pub mod confirm;
 pub mod gate;
 pub mod metric;
+pub mod quality;
 pub mod render;
 pub mod verdict;
 
@@ -677,6 +678,7 @@ pub fn compare(
             ));
         }
     }
+    rows.extend(quality::rows(baseline, current));
     let mut c = Comparison {
         baseline: Some(binfo),
         results: cinfo,

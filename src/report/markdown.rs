@@ -107,6 +107,10 @@ pub fn render(
         o.push_str(&crate::e2e::render_markdown(e));
         o.push('\n');
     }
+    if let Some(q) = &r.quality_comparison {
+        o.push_str(&crate::quality::render::render_markdown(q));
+        o.push('\n');
+    }
     if !r.failed.is_empty() {
         o.push_str(
             "## Failed\n\nParts that were asked for and failed (`rigbench report` exits 1):\n\n",

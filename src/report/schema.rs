@@ -43,6 +43,10 @@ pub struct Results {
     /// CPU backend; docs/fidelity.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality: Option<crate::runtime_eval::quality::QualityReport>,
+    /// A reference endpoint against candidates on the same model: fidelity through the API,
+    /// the task pack, the verdict (`rigbench quality`; docs/quality.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality_comparison: Option<crate::quality::QualityComparison>,
     /// Multi-GPU parts: other GPUs' kernel rows and their spread, the interconnect, the
     /// tensor-parallel prediction (`--devices` with two or more GPUs).
     #[serde(default)]
@@ -139,6 +143,7 @@ impl Results {
             multi_gpu: None,
             tp_model: None,
             quality: None,
+            quality_comparison: None,
             skipped: Vec::new(),
             failed: Vec::new(),
             complete: false,
