@@ -16,10 +16,10 @@ use super::{
 };
 use crate::formats::nvfp4::Nvfp4Weight;
 use crate::formats::w4a16_pack::{self, repack};
+use crate::gemm::ops::{GemmModules, ModuleWants, PlanCache};
+use crate::gemm::w4a16::W4a16Device;
 use crate::gpu::cublaslt::Lt;
 use crate::gpu::{DevBuf, Gpu, Module};
-use crate::kernels::impls::w4a16::W4a16Device;
-use crate::kernels::ops::{GemmModules, ModuleWants, PlanCache};
 use crate::runtime::backend::DeviceMemory;
 use crate::runtime::config::{ModelConfig, QuantRecipe, WeightFormat};
 use crate::runtime::weights::{self, Linear, ModelWeights};
@@ -345,7 +345,7 @@ fn build_gemm_modules(gpu: &Gpu, device: usize, w: &DWeights) -> anyhow::Result<
         &ModuleWants {
             w4: formats.contains(&WeightFormat::Nvfp4),
             w4_flavors: if formats.contains(&WeightFormat::Nvfp4) {
-                vec![crate::kernels::W4A16_DEFAULT_FLAVOR]
+                vec![crate::gemm::W4A16_DEFAULT_FLAVOR]
             } else {
                 Vec::new()
             },
