@@ -19,6 +19,7 @@ pub mod e2e;
 pub mod error;
 pub mod formats;
 pub mod fuzz_harness;
+pub mod gemm;
 /// The GPU foundation (the `rigbench-gpu` crate of this workspace, `crates/gpu`).
 pub use rigbench_gpu as gpu;
 pub use rigbench_gpu::kernel_launchers;

@@ -20,7 +20,7 @@ const TIERS: [(&str, &[&str]); 3] = [
     (
         "foundation",
         &[
-            "gpu", "formats", "stats", "output", "error", "signals", "model",
+            "gpu", "formats", "stats", "output", "error", "signals", "model", "gemm",
         ],
     ),
     (
@@ -427,6 +427,43 @@ fn no_two_top_level_folders_reach_each_other() {
     assert!(
         found.is_empty(),
         "import cycles between folders of src/:\n{report}"
+    );
+}
+
+/// Pairs of folders that may not reference each other although the tiers would let them: the
+/// first never names the second (docs/architecture.md says why for each).
+const APART: &[(&str, &str, &str)] = &[(
+    "runtime",
+    "kernels",
+    "the runtime runs the GEMM layer (src/gemm/), never the kernel bench: move what it needs \
+     into gemm",
+)];
+
+#[test]
+fn the_runtime_never_names_the_kernel_bench() {
+    let refs = references(&src());
+    for (from, to, why) in APART {
+        assert!(
+            tier_of(from).is_some() && tier_of(to).is_some(),
+            "{from} or {to} is not a folder of TIERS"
+        );
+        let bad: Vec<&str> = refs
+            .iter()
+            .filter(|r| r.from == *from && r.to == *to)
+            .map(|r| r.at.as_str())
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{} references from {from} to {to} ({why}):\n{}",
+            bad.len(),
+            bad.join("\n")
+        );
+    }
+    // The scan sees the runtime's references to the GEMM layer, so an empty list above is a
+    // finding, not a blind spot.
+    assert!(
+        refs.iter().any(|r| r.from == "runtime" && r.to == "gemm"),
+        "no reference from runtime to gemm found: the scan is broken"
     );
 }
 

@@ -10,7 +10,7 @@ use rigbench::gpu::launch::{compare_with_source, name_matches, parse_cuda_kernel
 fn all_signatures() -> Vec<KernelSig> {
     [
         rigbench::gpu::util_kernels::SIGNATURES.to_vec(),
-        rigbench::kernels::launchers::signatures(),
+        rigbench::gemm::launchers::signatures(),
         rigbench::runtime::backend::cuda::launchers::signatures(),
     ]
     .concat()

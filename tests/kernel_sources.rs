@@ -33,7 +33,7 @@ fn every_kernel_source_compiles_with_nvrtc() {
     assert!(files.len() >= 2, "kernels/*.cu: {files:?}");
     let sigs = [
         rigbench::gpu::util_kernels::SIGNATURES.to_vec(),
-        rigbench::kernels::launchers::signatures(),
+        rigbench::gemm::launchers::signatures(),
         rigbench::runtime::backend::cuda::launchers::signatures(),
     ]
     .concat();
@@ -42,7 +42,7 @@ fn every_kernel_source_compiles_with_nvrtc() {
         let src = std::fs::read_to_string(f).expect("readable");
         // The flavour rigbench compiles by default (`W4A16_DEFAULT_FLAVOR`).
         let defines: Vec<String> = if name == "w4a16" {
-            rigbench::kernels::W4A16_DEFAULT_FLAVOR
+            rigbench::gemm::W4A16_DEFAULT_FLAVOR
                 .1
                 .iter()
                 .map(|d| d.to_string())
@@ -52,7 +52,7 @@ fn every_kernel_source_compiles_with_nvrtc() {
         };
         // The wgmma kernel is sm_90a-only (architecture-specific instructions).
         let arch = if name == "w4a16_wg" {
-            rigbench::kernels::impls::w4a16_wg::WG_ARCH
+            rigbench::gemm::w4a16_wg::WG_ARCH
         } else {
             "sm_90"
         };
@@ -65,11 +65,11 @@ fn every_kernel_source_compiles_with_nvrtc() {
                 .iter()
                 .map(|k| k.to_string())
                 .collect(),
-            "w4a16" => rigbench::kernels::impls::w4a16::kernel_names(),
-            "w4a16_v2" => rigbench::kernels::impls::w4a16::v2_kernel_names(),
-            "fp8_quant" => rigbench::kernels::fp8_quant::kernel_names(),
-            "gemv" => rigbench::kernels::gemv::kernel_names(),
-            "w4a16_wg" => rigbench::kernels::impls::w4a16_wg::kernel_names(),
+            "w4a16" => rigbench::gemm::w4a16::kernel_names(),
+            "w4a16_v2" => rigbench::gemm::w4a16::v2_kernel_names(),
+            "fp8_quant" => rigbench::gemm::fp8_quant::kernel_names(),
+            "gemv" => rigbench::gemm::gemv::kernel_names(),
+            "w4a16_wg" => rigbench::gemm::w4a16_wg::kernel_names(),
             "runtime" => rigbench::runtime::backend::cuda::RUNTIME_KERNELS
                 .iter()
                 .map(|k| k.to_string())
@@ -88,7 +88,7 @@ fn every_kernel_source_compiles_with_nvrtc() {
             assert!(text.contains("ld.global.nc.L1::no_allocate.v4.u32"));
         }
         if name == "w4a16_wg" {
-            for tn in rigbench::kernels::impls::w4a16_wg::TN_VARIANTS {
+            for tn in rigbench::gemm::w4a16_wg::TN_VARIANTS {
                 let op = format!("wgmma.mma_async.sync.aligned.m64n{tn}k16.f32.bf16.bf16");
                 assert!(text.contains(&op), "{op} missing from the PTX");
             }

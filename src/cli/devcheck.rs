@@ -582,7 +582,7 @@ fn context_speed(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool>
 /// one line per (shape, M) and a last line `PASS wg-probe: …` / `FAIL wg-probe: …` (`SKIP` when
 /// the card cannot run the kernel). Returns false on a failure.
 fn wg_probe(out: &mut impl Write, device: usize) -> anyhow::Result<bool> {
-    use crate::kernels::impls::w4a16_wg as wg;
+    use crate::gemm::w4a16_wg as wg;
     let gpu = crate::gpu::Gpu::open_device(device)?;
     if let Err(why) = wg::wanted(&gpu) {
         writeln!(out, "SKIP wg-probe: {why}")?;
@@ -608,7 +608,7 @@ fn wg_probe(out: &mut impl Write, device: usize) -> anyhow::Result<bool> {
         )?;
     }
     out.flush()?;
-    let cases = wg::probe(&gpu, &module)?;
+    let cases = crate::kernels::impls::w4a16_wg::probe(&gpu, &module)?;
     let (mut configs, mut bad, mut worst) = (0usize, 0usize, 0f64);
     for c in &cases {
         configs += c.configs;

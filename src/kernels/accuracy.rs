@@ -9,10 +9,10 @@
 //! generator's uniform hash values ([`super::data::uniform_pm1`]).
 
 use super::data::uniform_pm1;
-use super::reference::{rel_l2, BF16_GEMM_REL_L2, FP8_GEMM_REL_L2, W4A16_GEMM_REL_L2};
 use super::schema::AccuracyCase;
 use crate::formats::fp8::{self, Fp8Granularity};
 use crate::formats::{bf16_round, nvfp4, GemmFormat};
+use crate::gemm::check::{rel_l2, BF16_GEMM_REL_L2, FP8_GEMM_REL_L2, W4A16_GEMM_REL_L2};
 
 const M: usize = 16;
 const N: usize = 256;

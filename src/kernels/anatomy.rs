@@ -7,10 +7,10 @@ use crate::gpu::dim;
 use anyhow::Context;
 
 use crate::formats::w4a16_pack::repack;
+use crate::gemm::w4a16::{self as w4, Config, W4a16Device};
 use crate::gpu::cublaslt::{Lt, LtGemm, LtKind};
 use crate::gpu::{FlushMethod, Gpu, L2Flusher, Module};
 use crate::kernels::data::{host_threads, nvfp4_weight};
-use crate::kernels::impls::w4a16::{self as w4, Config, W4a16Device};
 
 /// One shape's timings, seconds (medians).
 #[derive(Debug, Clone, PartialEq)]
@@ -168,7 +168,7 @@ pub fn run(device: usize, shapes: &[(usize, usize)], m: usize) -> anyhow::Result
         };
         let sink = gpu.alloc(ctas * 4)?;
         let empty = cold(&gpu, &util, &fl, 15, &|| {
-            Ok(crate::kernels::launchers::w4a16_v2::w4v2_empty(
+            Ok(crate::gemm::launchers::w4a16_v2::w4v2_empty(
                 &m0,
                 &gpu,
                 (dim("ctas", ctas)?, 1, 1),

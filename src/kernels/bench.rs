@@ -24,11 +24,12 @@ use anyhow::Context;
 
 use super::clocks::{unix_now, ClockMonitor};
 use super::impls;
-use super::reference::{rel_l2, sample_axes};
+use super::reference::sample_axes;
 use super::schema::*;
 use super::suite::Suite;
 use super::{Env, GemmImpl, MInputs};
 use crate::formats::GemmFormat;
+use crate::gemm::check::rel_l2;
 use crate::gpu::cublaslt::Lt;
 use crate::gpu::{Gpu, L2Flusher};
 use crate::rig::telemetry::TelemetryReader;
@@ -99,7 +100,7 @@ impl BenchOptions {
             warmup: 3,
             cold_l2: true,
             flush: crate::gpu::FlushMethod::Read,
-            tune_samples: super::tuner::TUNE_SAMPLES,
+            tune_samples: crate::gemm::tuner::TUNE_SAMPLES,
             determinism_m: Vec::new(),
             determinism_runs: 5,
             peers: super::peers::PeerMode::Auto,
@@ -184,7 +185,7 @@ struct Rig {
     gpu: Gpu,
     lt: Option<Lt>,
     util: crate::gpu::Module,
-    w4: Vec<super::W4Module>,
+    w4: Vec<crate::gemm::W4Module>,
     w4v2: Option<crate::gpu::Module>,
     fp8q: Option<crate::gpu::Module>,
     flusher: L2Flusher,
@@ -395,7 +396,7 @@ pub fn run_on_device(
 }
 
 /// Open device `device` and build what the bench runs on it: the utility kernels, cuBLASLt, the
-/// GEMM layer's modules ([`super::ops::GemmModules`]), the L2 flusher, the capture stream of graph
+/// GEMM layer's modules ([`crate::gemm::ops::GemmModules`]), the L2 flusher, the capture stream of graph
 /// timing and the clock monitor. Notes and kernel-source hashes go into `res`.
 ///
 /// # Errors
@@ -414,9 +415,9 @@ fn open_rig(device: usize, opts: &BenchOptions, res: &mut KernelResults) -> anyh
             None
         }
     };
-    let mods = super::ops::GemmModules::build(
+    let mods = crate::gemm::ops::GemmModules::build(
         &gpu,
-        &super::ops::ModuleWants {
+        &crate::gemm::ops::ModuleWants {
             w4: true,
             w4_flavors: super::w4a16_flavors(),
             fp8: opts.formats.contains(&GemmFormat::Fp8),
@@ -535,7 +536,7 @@ fn make_inputs(env: &Env, m: usize, n: usize, k: usize, seed: u32) -> anyhow::Re
     crate::gpu::util_kernels::fill_uniform_bf16(
         env.util,
         env.gpu,
-        super::grid_for(env.gpu, m * k),
+        crate::gemm::grid_for(env.gpu, m * k),
         (256, 1, 1),
         0,
         &act,
@@ -592,7 +593,7 @@ fn count_nonfinite(env: &Env, inp: &MInputs) -> anyhow::Result<u32> {
     crate::gpu::util_kernels::count_nonfinite_bf16(
         env.util,
         env.gpu,
-        super::grid_for(env.gpu, n),
+        crate::gemm::grid_for(env.gpu, n),
         (256, 1, 1),
         0,
         &inp.out,
@@ -840,7 +841,7 @@ fn run_case(
         // `check`, `time` and the log all need the implementation (the first two to select and
         // run it); they take turns, never overlapping, through a RefCell.
         let cell = std::cell::RefCell::new(&mut *im);
-        let tuned = super::tuner::choose(
+        let tuned = crate::gemm::tuner::choose(
             ncand,
             tol,
             |c| {
@@ -861,11 +862,13 @@ fn run_case(
                 let im = cell.borrow();
                 let imr: &dyn GemmImpl = &**im;
                 let (status, us, why) = match trial {
-                    super::tuner::Trial::Timed { seconds, .. } => ("ok", Some(seconds * 1e6), None),
-                    super::tuner::Trial::Rejected { rel_l2 } => {
+                    crate::gemm::tuner::Trial::Timed { seconds, .. } => {
+                        ("ok", Some(seconds * 1e6), None)
+                    }
+                    crate::gemm::tuner::Trial::Rejected { rel_l2 } => {
                         ("rejected", None, Some(format!("rel_l2 {rel_l2:.3e}")))
                     }
-                    super::tuner::Trial::Failed { stage, why } => (
+                    crate::gemm::tuner::Trial::Failed { stage, why } => (
                         "error",
                         None,
                         Some(if *stage == "check" {
@@ -1062,7 +1065,7 @@ fn determinism(
         crate::gpu::util_kernels::count_diff_u16(
             env.util,
             env.gpu,
-            super::grid_for(env.gpu, n),
+            crate::gemm::grid_for(env.gpu, n),
             (256, 1, 1),
             0,
             &first,
@@ -1174,7 +1177,7 @@ mod dump {
         let inc = crate::gpu::probe::cuda_include_dir().expect("CUDA headers");
         for (name, src) in [
             ("util", super::UTIL_SRC),
-            ("w4a16", super::impls::w4a16::SRC),
+            ("w4a16", crate::gemm::w4a16::SRC),
         ] {
             let (ptx, _) =
                 crate::gpu::context::nvrtc_compile(name, src, "sm_90", &inc).expect("compiles");

@@ -3,6 +3,12 @@
 //! check; the CPU accuracy study of each format ([`accuracy`]); peers from other libraries run
 //! in the same session ([`peers`]); and the report section ([`render`]).
 //!
+//! The GEMM operations themselves (the kernels' builder, their configurations and launches, the
+//! tuner, FP8 quantization, the error metric and tolerances) are the GEMM layer's,
+//! [`crate::gemm`], one room below this one, which the runtime runs too; an implementation here
+//! keeps only the bench's life cycle (seeded weights, the CPU reference, graph copies) and, for
+//! the wgmma kernel, the CPU emulation.
+//!
 //! Convention: `C[M, N] = A[M, K] · W[N, K]ᵀ`, all row-major with K contiguous; M tokens, N output
 //! features, K input features (docs/architecture.md, "Terms").
 
@@ -14,12 +20,8 @@ pub mod composite;
 pub mod composite_chart;
 pub mod data;
 pub mod fit;
-pub mod fp8_quant;
-pub mod gemv;
 pub mod goals;
 pub mod impls;
-pub mod launchers;
-pub mod ops;
 pub mod peak;
 pub mod peer_nvfp4;
 pub mod peers;
@@ -29,12 +31,12 @@ pub mod repeats;
 pub mod schema;
 pub mod suite;
 pub mod timing_modes;
-pub mod tuner;
 pub mod wording;
 
 pub use schema::KernelResults;
 
 use crate::formats::GemmFormat;
+use crate::gemm::{W4Module, W4A16_FLAVORS};
 use crate::gpu::cublaslt::Lt;
 use crate::gpu::ComputeCapability;
 use crate::gpu::{DevBuf, Gpu, Module};
@@ -58,42 +60,9 @@ pub struct Env<'a> {
     pub fp8q: Option<&'a Module>,
 }
 
-/// One compiled flavour of kernels/w4a16.cu.
-pub struct W4Module {
-    /// Flavour name (e.g. `nc`, `nc-l2p256`).
-    pub flavor: String,
-    /// The NVRTC defines that make it.
-    pub defines: Vec<String>,
-    /// The module.
-    pub module: Module,
-}
-
-impl W4Module {
-    /// Whether this is the Hopper wgmma kernel (kernels/w4a16_wg.cu) rather than a flavour of
-    /// kernels/w4a16.cu.
-    pub fn is_wg(&self) -> bool {
-        self.flavor == impls::w4a16_wg::WG_FLAVOR
-    }
-}
-
-/// The W4A16 kernel flavours rigbench compiles: name and NVRTC defines (see kernels/w4a16.cu).
-/// Each flavour multiplies the configurations the tuner times; docs/w4a16-notes.md records why
-/// only `nc` is compiled by default (the load hints measured equal on the H200, a ring of 8
-/// slower at M = 64). Set `RIGBENCH_W4A16_FLAVORS=all` to compile every flavour.
-pub const W4A16_FLAVORS: &[(&str, &[&str])] = &[
-    ("nc", &["-DW4_LOAD=0", "-DW4_RING=4"]),
-    ("nc-l2p256", &["-DW4_LOAD=1", "-DW4_RING=4"]),
-    ("cs", &["-DW4_LOAD=2", "-DW4_RING=4"]),
-    ("nc-ring8", &["-DW4_LOAD=0", "-DW4_RING=8"]),
-];
-
-/// The flavour rigbench compiles by default ([`w4a16_flavors`] without the variable), and the only
-/// one the built-in runtime compiles: `RIGBENCH_W4A16_FLAVORS` is a kernel-bench setting, which
-/// the runtime does not follow.
-pub const W4A16_DEFAULT_FLAVOR: (&str, &[&str]) = W4A16_FLAVORS[0];
-
-/// The flavours to compile in this run: `nc` unless `RIGBENCH_W4A16_FLAVORS` is `all` or a
-/// comma-separated list of names.
+/// The flavours of [`crate::gemm::W4A16_FLAVORS`] the kernel bench compiles in this run: `nc`
+/// unless `RIGBENCH_W4A16_FLAVORS` is `all` or a comma-separated list of names (a kernel-bench
+/// setting; the runtime compiles [`crate::gemm::W4A16_DEFAULT_FLAVOR`] only).
 pub fn w4a16_flavors() -> Vec<(&'static str, &'static [&'static str])> {
     let want = std::env::var("RIGBENCH_W4A16_FLAVORS").unwrap_or_else(|_| "nc".into());
     W4A16_FLAVORS
@@ -211,10 +180,4 @@ pub trait GemmImpl {
     /// Free the copies made by [`prepare_weight_copies`](GemmImpl::prepare_weight_copies)
     /// (the shape's own weights stay).
     fn release_weight_copies(&mut self) {}
-}
-
-/// Launch geometry for a grid-stride kernel over `n` elements.
-pub fn grid_for(gpu: &Gpu, n: usize) -> (u32, u32, u32) {
-    let blocks = n.div_ceil(256).clamp(1, gpu.sm_count.max(1) as usize * 8);
-    (blocks as u32, 1, 1)
 }

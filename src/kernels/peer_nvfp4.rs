@@ -20,9 +20,10 @@ use super::data::{
     bf16_uniform, hash32, nvfp4_code_byte, nvfp4_row_f64, nvfp4_scale_byte, NVFP4_CODE_SALT,
     NVFP4_GLOBAL_SCALE, NVFP4_SCALE_SALT,
 };
-use super::reference::{sample_axes, sampled_gemm, W4A16_GEMM_REL_L2};
+use super::reference::{sample_axes, sampled_gemm};
 use super::suite::Suite;
 use crate::formats::nvfp4::NVFP4_BLOCK;
+use crate::gemm::check::W4A16_GEMM_REL_L2;
 
 /// Positions probed per tensor (besides the first and the last).
 pub const PROBES: usize = 14;

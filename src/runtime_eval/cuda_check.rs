@@ -211,24 +211,6 @@ fn margin(row: &[f32]) -> f64 {
     (a - b) as f64
 }
 
-fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
-    let (mut num, mut den) = (0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        let d = (*x as f64) - (*y as f64);
-        num += d * d;
-        den += (*x as f64) * (*x as f64);
-    }
-    if den == 0.0 {
-        if num == 0.0 {
-            0.0
-        } else {
-            f64::INFINITY
-        }
-    } else {
-        (num / den).sqrt()
-    }
-}
-
 /// Compare `test` with the reference run `reference` (logit rows in the same order; `tokens`
 /// are the reference's greedy tokens), under `tol`.
 pub fn compare_runs(
@@ -255,7 +237,7 @@ pub fn compare_runs(
     }
     let (mut max_rel, mut sum_rel, mut max_abs) = (0f64, 0f64, 0f64);
     for (a, b) in rl.iter().zip(tl) {
-        let e = rel_l2(a, b);
+        let e = crate::gemm::check::rel_l2(b, a);
         max_rel = max_rel.max(e);
         sum_rel += e;
         for (x, y) in a.iter().zip(b) {

@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use super::cuda_check::Speed;
-use crate::runtime::backend::cuda::hybrid_check::rel_l2;
+use crate::gemm::check::rel_l2;
 use crate::runtime::backend::cuda::self_check::Check;
 use crate::runtime::backend::cuda::{CudaBackend, CudaLoadSpec, RowSampling, WeightSource};
 use crate::runtime::backend::{Backend, ForwardBatch, KvCacheSpec, SeqSegment};

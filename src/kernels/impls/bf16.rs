@@ -4,13 +4,15 @@
 use anyhow::Context;
 
 use crate::formats::GemmFormat;
+use crate::gemm::check::BF16_GEMM_REL_L2;
+use crate::gemm::grid_for;
 use crate::gpu::cublaslt::{LtGemm, LtKind};
 use crate::gpu::ComputeCapability;
 use crate::gpu::DevBuf;
 use crate::kernels::data::bf16_uniform;
-use crate::kernels::reference::{sampled_gemm, BF16_GEMM_REL_L2};
+use crate::kernels::reference::sampled_gemm;
 use crate::kernels::suite::Shape;
-use crate::kernels::{grid_for, Env, GemmImpl, MInputs};
+use crate::kernels::{Env, GemmImpl, MInputs};
 
 /// Seed of the BF16 weights.
 pub const SEED_W: u32 = 0xB16_0001;

@@ -6,13 +6,15 @@
 use anyhow::Context;
 
 use crate::formats::{e4m3, GemmFormat};
+use crate::gemm::check::FP8_GEMM_REL_L2;
+use crate::gemm::grid_for;
 use crate::gpu::cublaslt::{LtGemm, LtKind};
 use crate::gpu::ComputeCapability;
 use crate::gpu::DevBuf;
 use crate::kernels::data::{bf16_uniform, fp8_code};
-use crate::kernels::reference::{sampled_gemm, FP8_GEMM_REL_L2};
+use crate::kernels::reference::sampled_gemm;
 use crate::kernels::suite::Shape;
-use crate::kernels::{grid_for, Env, GemmImpl, MInputs};
+use crate::kernels::{Env, GemmImpl, MInputs};
 
 /// Seed of the FP8 weight codes.
 pub const SEED_W: u32 = 0xF8_0001;

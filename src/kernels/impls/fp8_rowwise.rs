@@ -1,6 +1,6 @@
 //! `fp8-rowwise`: FP8 E4M3 W8A8 as the built-in runtime runs it, through the same GEMM layer
-//! ([`crate::kernels::ops`]: its quantization kernel, cuBLASLt plans and epilogue): the
-//! activations quantized per token (one FP32 scale per row, [`crate::kernels::fp8_quant`]), the
+//! ([`crate::gemm::ops`]: its quantization kernel, cuBLASLt plans and epilogue): the
+//! activations quantized per token (one FP32 scale per row, [`crate::gemm::fp8_quant`]), the
 //! weights with one FP32 scale per output channel, BF16 output. Two ways to apply the scales are
 //! offered to the bench's tuner, as the runtime measures them: inside cuBLASLt (outer-vector
 //! scales, `CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F`), or an FP32-output GEMM with unit scales
@@ -12,15 +12,17 @@
 use anyhow::Context;
 
 use crate::formats::{e4m3, GemmFormat};
+use crate::gemm::check::FP8_GEMM_REL_L2;
+use crate::gemm::fp8_quant;
+use crate::gemm::grid_for;
+use crate::gemm::ops::{self, Fp8Scaling};
 use crate::gpu::cublaslt::LtGemm;
 use crate::gpu::ComputeCapability;
 use crate::gpu::DevBuf;
 use crate::kernels::data::{bf16_uniform, fp8_code, hash32};
-use crate::kernels::fp8_quant;
-use crate::kernels::ops::{self, Fp8Scaling};
-use crate::kernels::reference::{sampled_gemm, FP8_GEMM_REL_L2};
+use crate::kernels::reference::sampled_gemm;
 use crate::kernels::suite::Shape;
-use crate::kernels::{grid_for, Env, GemmImpl, MInputs};
+use crate::kernels::{Env, GemmImpl, MInputs};
 
 /// Implementation id.
 pub const ID: &str = "fp8-rowwise";

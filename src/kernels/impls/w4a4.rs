@@ -13,6 +13,7 @@ use anyhow::Context;
 
 use crate::formats::nvfp4::{self, swizzle_block_scales, Nvfp4Weight};
 use crate::formats::GemmFormat;
+use crate::gemm::check::W4A4_GEMM_REL_L2;
 use crate::gpu::cublaslt::{LtGemm, LtKind};
 use crate::gpu::ComputeCapability;
 use crate::gpu::DevBuf;
@@ -24,9 +25,6 @@ use crate::rig::capability::has_fp4_tensor_cores;
 
 /// Seed of the NVFP4 weights (same generator as `w4a16`, another seed).
 pub const SEED_W: u32 = 0x4A04_0001;
-/// W4A4 vs the f64 reference of the same (exactly dequantized) NVFP4 operands: BF16 output
-/// rounding and FP32 accumulation order only, as for the other formats.
-pub const W4A4_GEMM_REL_L2: f64 = 5e-3;
 
 /// The native W4A4 NVFP4 implementation.
 #[derive(Default)]

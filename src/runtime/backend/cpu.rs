@@ -887,13 +887,15 @@ mod tests {
     use crate::runtime::config::ModelConfig;
     use crate::runtime::weights::synthesize;
 
-    /// The kernel bench's CPU reference of per-token FP8 quantization (`kernels::fp8_quant`) agrees with the runtime's CPU quantization (the same rule).
+    /// The GEMM layer's CPU reference of per-token FP8 quantization (`gemm::fp8_quant`, the rule
+    /// of the CUDA backend's quantization kernel) agrees with the runtime's CPU quantization.
     #[test]
     fn quant_row_is_the_runtimes_rule() {
-        let x: Vec<f32> = (0..64)
-            .map(|i| crate::kernels::data::bf16_uniform(i, 3, 2.5))
+        let x: Vec<f32> = crate::formats::test_uniform(3, 64)
+            .into_iter()
+            .map(|u| crate::formats::bf16_round(u * 2.5))
             .collect();
-        let (q, s) = crate::kernels::fp8_quant::quant_row(&x);
+        let (q, s) = crate::gemm::fp8_quant::quant_row(&x);
         let deq: Vec<f32> = q
             .iter()
             .map(|c| crate::formats::e4m3::decode(*c) * s)
@@ -903,12 +905,12 @@ mod tests {
         let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
         assert_eq!(s, amax / 448.0);
         // An all-zero row: scale 1, codes 0.
-        let (q0, s0) = crate::kernels::fp8_quant::quant_row(&[0.0; 8]);
+        let (q0, s0) = crate::gemm::fp8_quant::quant_row(&[0.0; 8]);
         assert_eq!((q0, s0), (vec![0u8; 8], 1.0));
         // A static input scale (ModelOpt `input_scale`): the GEMM layer's rule is the CPU's.
         let st = 0.0125f32;
         let cpu = quantize_activations_fp8(&x, 64, Some(st));
-        let (q, s) = crate::kernels::fp8_quant::quant_row_with(&x, st);
+        let (q, s) = crate::gemm::fp8_quant::quant_row_with(&x, st);
         let deq: Vec<f32> = q
             .iter()
             .map(|c| crate::formats::e4m3::decode(*c) * s)

@@ -300,26 +300,9 @@ pub fn emulate_split_merge(
     out
 }
 
-/// rel L2 error of `got` against `want` (NaN or infinity in `got`: infinite).
-pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
-    let (mut num, mut den) = (0f64, 0f64);
-    for (g, w) in got.iter().zip(want) {
-        if !g.is_finite() {
-            return f64::INFINITY;
-        }
-        num += (*g as f64 - *w as f64).powi(2);
-        den += (*w as f64).powi(2);
-    }
-    if den == 0.0 {
-        if num == 0.0 {
-            0.0
-        } else {
-            f64::INFINITY
-        }
-    } else {
-        (num / den).sqrt()
-    }
-}
+/// The GPU layer's one relative L2 error ([`crate::gemm::check::rel_l2`]: output under test
+/// first, reference second, any non-finite value infinite), used by the attention checks.
+pub use crate::gemm::check::rel_l2;
 
 #[cfg(test)]
 mod tests {

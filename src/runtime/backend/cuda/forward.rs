@@ -9,8 +9,8 @@ use anyhow::Context;
 
 use super::gdn;
 use super::{grid1, plan, CudaBackend, LayerLinear, LinRef, RowSampling, PART_CAP};
-use crate::kernels::gemv::GemvFormat;
-use crate::kernels::ops::GemmClass;
+use crate::gemm::gemv::GemvFormat;
+use crate::gemm::ops::GemmClass;
 use crate::runtime::backend::ForwardBatch;
 use crate::runtime::config::KvCacheDtype;
 

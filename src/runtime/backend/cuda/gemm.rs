@@ -1,8 +1,8 @@
-//! The linear layers, through the GEMM layer the kernel bench times ([`crate::kernels::ops`]):
+//! The linear layers, through the GEMM layer the kernel bench times ([`crate::gemm::ops`]):
 //! BF16 through cuBLASLt, FP8 W8A8 with per-token activation scales (inside cuBLASLt or after an
 //! FP32-output GEMM, [`Fp8Scaling`]), and W4A16 NVFP4 through rigbench's kernel, each at the
-//! configuration the tuner chose for its M bucket ([`crate::kernels::tuner`]); cuBLASLt plans
-//! are cached per (class, M, N, K) ([`crate::kernels::ops::PlanCache`]).
+//! configuration the tuner chose for its M bucket ([`crate::gemm::tuner`]); cuBLASLt plans
+//! are cached per (class, M, N, K) ([`crate::gemm::ops::PlanCache`]).
 
 use anyhow::Context;
 
@@ -10,11 +10,11 @@ use super::gdn;
 use super::{CudaBackend, DLinear, LayerLinear, LinRef};
 use crate::gpu::cublaslt::{LtGemm, LtKind};
 
-use crate::kernels::fp8_quant;
-use crate::kernels::gemv::{Fp8Scales, GemvFormat};
-use crate::kernels::impls::w4a16::{self as w4, Config as W4Config};
-use crate::kernels::ops::{self, Fp8Scaling, GemmClass};
-use crate::kernels::tuner::bucket_for;
+use crate::gemm::fp8_quant;
+use crate::gemm::gemv::{Fp8Scales, GemvFormat};
+use crate::gemm::ops::{self, Fp8Scaling, GemmClass};
+use crate::gemm::tuner::bucket_for;
+use crate::gemm::w4a16::{self as w4, Config as W4Config};
 use crate::runtime::config::WeightFormat;
 
 impl CudaBackend {

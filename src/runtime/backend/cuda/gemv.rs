@@ -1,5 +1,5 @@
 //! The small-M path of the linears and the lm_head: the GEMM layer's GEMVs (`kernels/gemv.cu`,
-//! [`crate::kernels::gemv`]) for BF16 and FP8 weights at M ≤ [`gemv::MAX_M`] tokens, chosen at
+//! [`crate::gemm::gemv`]) for BF16 and FP8 weights at M ≤ [`gemv::MAX_M`] tokens, chosen at
 //! load against the cuBLASLt path by the GEMM layer's one tuner ([`tuner::choose`]): each GEMV
 //! configuration is checked against the cuBLASLt output on the same operands (relative L2 ≤
 //! [`GEMV_VS_CUBLASLT_REL_L2`]) before it is timed, and chosen only where it is faster than
@@ -11,9 +11,9 @@ use anyhow::Context;
 
 use super::{CudaBackend, DLinear, LayerLinear, LinRef};
 use crate::gpu::{DevBuf, Timer};
-use crate::kernels::gemv::{self, Fp8Scales, GemvFormat, Variant};
-use crate::kernels::ops::GemmClass;
-use crate::kernels::tuner::{self, bucket_for, M_BUCKETS, TUNE_SAMPLES};
+use crate::gemm::gemv::{self, Fp8Scales, GemvFormat, Variant};
+use crate::gemm::ops::GemmClass;
+use crate::gemm::tuner::{self, bucket_for, M_BUCKETS, TUNE_SAMPLES};
 use crate::runtime::config::WeightFormat;
 
 /// Largest relative L2 difference allowed between a GEMV and cuBLASLt on the same operands:
@@ -275,7 +275,5 @@ fn gemv_rel_l2(
     }
     let want: Vec<f32> = me.gpu.download(&outs.0, 0, len)?;
     let got: Vec<f32> = me.gpu.download(&outs.1, 0, len)?;
-    let w: Vec<f64> = want.iter().map(|v| f64::from(*v)).collect();
-    let g: Vec<f64> = got.iter().map(|v| f64::from(*v)).collect();
-    Ok(crate::kernels::reference::rel_l2(&g, &w))
+    Ok(crate::gemm::check::rel_l2(&got, &want))
 }

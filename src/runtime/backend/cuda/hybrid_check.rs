@@ -16,26 +16,9 @@ use crate::runtime::gdn::GdnDims;
 /// state hand-over moves outputs by more than 1e-1).
 pub const GDN_KERNEL_REL_L2: f64 = 1e-2;
 
-/// rel L2 error of `a` against `b` (non-finite values in `a` make it infinite).
-pub fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
-    let (mut num, mut den) = (0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        if !x.is_finite() {
-            return f64::INFINITY;
-        }
-        num += ((x - y) as f64).powi(2);
-        den += (*y as f64).powi(2);
-    }
-    if den == 0.0 {
-        if num == 0.0 {
-            0.0
-        } else {
-            f64::INFINITY
-        }
-    } else {
-        (num / den).sqrt()
-    }
-}
+/// The GPU layer's one relative L2 error ([`crate::gemm::check::rel_l2`]: output under test
+/// first, reference second, any non-finite value infinite).
+pub use crate::gemm::check::rel_l2;
 
 /// The GDN kernels against the CPU on random inputs: at the dimensions of `b`'s model and at
 /// Qwen3.6-27B's per-head shape (2 key heads and 6 value heads of 128, kernel 4). Two passes:

@@ -16,10 +16,10 @@ use super::{
 };
 use crate::formats::nvfp4::Nvfp4Weight;
 use crate::formats::w4a16_pack::{self, repack};
+use crate::gemm::ops::{GemmModules, ModuleWants, PlanCache};
+use crate::gemm::w4a16::W4a16Device;
 use crate::gpu::cublaslt::Lt;
 use crate::gpu::{DevBuf, Gpu, Module};
-use crate::kernels::impls::w4a16::W4a16Device;
-use crate::kernels::ops::{GemmModules, ModuleWants, PlanCache};
 use crate::runtime::backend::DeviceMemory;
 use crate::runtime::config::{ModelConfig, QuantRecipe, WeightFormat};
 use crate::runtime::weights::{self, Linear, ModelWeights};
@@ -359,7 +359,7 @@ fn build_gemm_modules(gpu: &Gpu, device: usize, w: &DWeights) -> anyhow::Result<
         &ModuleWants {
             w4: formats.contains(&WeightFormat::Nvfp4),
             w4_flavors: if formats.contains(&WeightFormat::Nvfp4) {
-                vec![crate::kernels::W4A16_DEFAULT_FLAVOR]
+                vec![crate::gemm::W4A16_DEFAULT_FLAVOR]
             } else {
                 Vec::new()
             },
@@ -378,7 +378,7 @@ fn build_gemm_modules(gpu: &Gpu, device: usize, w: &DWeights) -> anyhow::Result<
     Ok(mods)
 }
 
-/// `kernels/gemv.cu`, the GEMM layer's small-M GEMVs ([`crate::kernels::gemv`]), when `want`
+/// `kernels/gemv.cu`, the GEMM layer's small-M GEMVs ([`crate::gemm::gemv`]), when `want`
 /// and the card has the mma they use (BF16 m16n8k16 from sm_80, E4M3 m16n8k32 from sm_89): the
 /// lm_head is BF16 in every format, so any model may use it. A build failure is a note (the
 /// linears keep cuBLASLt), never a load failure.
@@ -394,9 +394,9 @@ fn build_gemv(gpu: &Gpu, w: &DWeights, want: bool, notes: &mut Vec<String>) -> O
         ));
         return None;
     }
-    let names = crate::kernels::gemv::kernel_names();
+    let names = crate::gemm::gemv::kernel_names();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    match gpu.compile_with("gemv", crate::kernels::gemv::SRC, &refs, &[]) {
+    match gpu.compile_with("gemv", crate::gemm::gemv::SRC, &refs, &[]) {
         Ok(m) => {
             notes.push(format!("kernels/gemv.cu for {}: {}", m.arch, m.how_built()));
             Some(m)

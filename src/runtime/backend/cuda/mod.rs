@@ -1,7 +1,7 @@
 //! The CUDA backend: the decoder on one GPU. The linear layers run through the GEMM layer the
-//! kernel benches time ([`crate::kernels::ops`]: cuBLASLt BF16; cuBLASLt FP8 E4M3 with per-token
+//! kernel benches time ([`crate::gemm::ops`]: cuBLASLt BF16; cuBLASLt FP8 E4M3 with per-token
 //! activation scales computed on the GPU by `kernels/fp8_quant.cu`; rigbench's W4A16 NVFP4
-//! kernels), chosen by the same tuner ([`crate::kernels::tuner`]), so a kernel change shows up
+//! kernels), chosen by the same tuner ([`crate::gemm::tuner`]), so a kernel change shows up
 //! end to end; everything else is rigbench's own NVRTC kernels in `kernels/runtime.cu`
 //! (embedding, RMSNorm fused with the residual add, q/k norm + RoPE + paged KV write, paged
 //! decode attention, tensor-core prefill attention, SwiGLU, the fused norm / SwiGLU + FP8
@@ -45,11 +45,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::{Backend, DeviceMemory, ForwardBatch, KvCacheSpec, Logits};
+use crate::gemm::ops::{Fp8Scaling, PlanCache};
+use crate::gemm::w4a16::{Config as W4Config, W4a16Device};
+use crate::gemm::W4Module;
 use crate::gpu::cublaslt::Lt;
 use crate::gpu::{DevBuf, Gpu, Graph, Module};
-use crate::kernels::impls::w4a16::{Config as W4Config, W4a16Device};
-use crate::kernels::ops::{Fp8Scaling, PlanCache};
-use crate::kernels::W4Module;
 use crate::runtime::config::{KvCacheDtype, ModelConfig, QuantRecipe, WeightFormat};
 use crate::runtime::weights::ModelWeights;
 use profile::Profiler;
@@ -176,7 +176,7 @@ pub struct CudaOptions {
     /// FP8 linears: quantize their input in the kernel that produces it (residual add, RMSNorm
     /// and FP8 quantization before qkv and gate_up; SwiGLU and FP8 quantization before down),
     /// one launch instead of two, bit-identical; off: the GEMM layer's per-token quantization
-    /// (`kernels/fp8_quant.cu`, [`crate::kernels::fp8_quant::launch_quant_rows`]) before each
+    /// (`kernels/fp8_quant.cu`, [`crate::gemm::fp8_quant::launch_quant_rows`]) before each
     /// FP8 GEMM.
     pub fuse_fp8_quant: bool,
     /// Draft tokens per step the logits buffer must hold beyond one per sequence.
@@ -409,8 +409,8 @@ pub struct CudaBackend {
     /// The GEMV configuration chosen over cuBLASLt per (kernel family, N, K, M bucket); absent:
     /// cuBLASLt ([`CudaBackend::tune_gemv`]).
     gemv_choice: HashMap<
-        (crate::kernels::gemv::GemvFormat, usize, usize, usize),
-        crate::kernels::gemv::Variant,
+        (crate::gemm::gemv::GemvFormat, usize, usize, usize),
+        crate::gemm::gemv::Variant,
     >,
     opts: CudaOptions,
     max_tokens: usize,
@@ -589,28 +589,8 @@ struct LinRef {
     which: LayerLinear,
 }
 
-/// rel L2 error of BF16 `got` against BF16 `want` (NaN → infinite).
-fn rel_l2_bf16(got: &[u16], want: &[u16]) -> f64 {
-    let (mut num, mut den) = (0f64, 0f64);
-    for (g, w) in got.iter().zip(want) {
-        let g = f32::from_bits((*g as u32) << 16) as f64;
-        let w = f32::from_bits((*w as u32) << 16) as f64;
-        if !g.is_finite() {
-            return f64::INFINITY;
-        }
-        num += (g - w) * (g - w);
-        den += w * w;
-    }
-    if den == 0.0 {
-        if num == 0.0 {
-            0.0
-        } else {
-            f64::INFINITY
-        }
-    } else {
-        (num / den).sqrt()
-    }
-}
+/// [`crate::gemm::check::rel_l2`] of BF16 bit patterns (output under test first).
+use crate::gemm::check::rel_l2_bf16;
 
 impl Backend for CudaBackend {
     fn name(&self) -> &str {
@@ -729,13 +709,5 @@ mod tests {
         let lin_bf = bf - emb;
         let lin_f8 = f8 - emb;
         assert!((lin_f8 as f64 / lin_bf as f64 - 0.5).abs() < 0.01);
-    }
-
-    #[test]
-    fn rel_l2_flags_nan_and_zero_reference() {
-        let one = 0x3F80u16;
-        assert_eq!(rel_l2_bf16(&[one], &[one]), 0.0);
-        assert!(rel_l2_bf16(&[0x7FC0], &[one]).is_infinite());
-        assert!(rel_l2_bf16(&[one], &[0]).is_infinite());
     }
 }

@@ -263,7 +263,7 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
         let input = b.gpu.upload(&rows)?;
         let codes = b.gpu.alloc(t * kk)?;
         let scales = b.gpu.alloc(t * 4)?;
-        crate::kernels::fp8_quant::launch_quant_rows(
+        crate::gemm::fp8_quant::launch_quant_rows(
             &b.gpu,
             fq,
             input.ptr(),
@@ -281,7 +281,7 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
                 .iter()
                 .map(|x| f32::from_bits((*x as u32) << 16))
                 .collect();
-            let (want, sc) = crate::kernels::fp8_quant::quant_row_with(&row, st);
+            let (want, sc) = crate::gemm::fp8_quant::quant_row_with(&row, st);
             sdiff += usize::from(got_s[r] != sc);
             diff += want
                 .iter()
@@ -292,7 +292,7 @@ pub fn quantization_matches_cpu(b: &CudaBackend) -> anyhow::Result<Vec<Check>> {
         out.push(Check {
             name: format!(
                 "GPU per-token FP8 activation quantization = CPU ({t}×{kk}, {} kernel, {})",
-                if crate::kernels::fp8_quant::variant_for(kk).is_some() {
+                if crate::gemm::fp8_quant::variant_for(kk).is_some() {
                     "one-pass"
                 } else {
                     "any-K"
@@ -337,12 +337,12 @@ fn own_fp8q(b: &CudaBackend) -> anyhow::Result<Option<crate::gpu::Module>> {
     if b.fp8q.is_some() {
         return Ok(None);
     }
-    Ok(Some(crate::kernels::ops::compile_fp8_quant(&b.gpu)?))
+    Ok(Some(crate::gemm::ops::compile_fp8_quant(&b.gpu)?))
 }
 
 /// `rt_silu_mul_quant` (SwiGLU fused with the per-token FP8 quantization, each row split over
 /// blocks) against the two launches it replaces (`rt_silu_mul`, then the GEMM layer's per-token
-/// quantization, [`crate::kernels::fp8_quant::launch_quant_rows`]), bit
+/// quantization, [`crate::gemm::fp8_quant::launch_quant_rows`]), bit
 /// for bit: BF16 output, E4M3 codes and row scales. Rows of several lengths (a multiple of 4 and
 /// not), slice counts that leave empty or uneven slices, dynamic and static scales; each case
 /// launched twice, so a counter the kernel failed to reset shows as a difference in the second
@@ -423,7 +423,7 @@ pub fn swiglu_quant_matches_unfused(b: &CudaBackend) -> anyhow::Result<Vec<Check
             i,
             &ref_act,
         )?;
-        crate::kernels::fp8_quant::launch_quant_rows(
+        crate::gemm::fp8_quant::launch_quant_rows(
             &b.gpu,
             fq,
             ref_act.ptr(),

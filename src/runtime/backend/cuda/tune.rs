@@ -1,6 +1,6 @@
 //! Tuning at load, by measurement and checked before it is timed ("correct before fast"): the
 //! FP8 scaling path and the W4A16 configuration of every distinct linear shape at each M bucket,
-//! by the GEMM layer's one tuner ([`crate::kernels::tuner`], the kernel bench's rule), each
+//! by the GEMM layer's one tuner ([`crate::gemm::tuner`], the kernel bench's rule), each
 //! candidate timed with a cold L2 (median of [`TUNE_SAMPLES`]).
 
 use super::launchers;
@@ -10,10 +10,10 @@ use anyhow::Context;
 use super::{
     grid1, rel_l2_bf16, CudaBackend, DLinear, LayerLinear, LinRef, FP8_PATHS_REL_L2, FP8_TUNE_MAX_M,
 };
+use crate::gemm::ops::{Fp8Scaling, GemmClass};
+use crate::gemm::tuner::{self, median_cold, Trial, M_BUCKETS, TUNE_SAMPLES};
+use crate::gemm::w4a16::{self as w4, Config as W4Config};
 use crate::gpu::{DevBuf, Timer};
-use crate::kernels::impls::w4a16::{self as w4, Config as W4Config};
-use crate::kernels::ops::{Fp8Scaling, GemmClass};
-use crate::kernels::tuner::{self, median_cold, Trial, M_BUCKETS, TUNE_SAMPLES};
 use crate::runtime::config::WeightFormat;
 
 impl CudaBackend {
@@ -329,7 +329,7 @@ impl CudaBackend {
         let me = std::cell::RefCell::new(&mut *self);
         let tuned = tuner::choose(
             cands.len(),
-            crate::kernels::reference::W4A16_GEMM_REL_L2,
+            crate::gemm::check::W4A16_GEMM_REL_L2,
             |i| {
                 let mut m = me.borrow_mut();
                 m.gpu.memset_range(&m.bufs.qkv, 0, b * n * 2, 0xFF)?;

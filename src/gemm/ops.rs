@@ -1,6 +1,6 @@
-//! The GEMM layer: the GEMM operations that the kernel bench times and the built-in runtime runs,
-//! in one place (docs/architecture.md, "GPU layer", step 3), so that a figure of the bench is a
-//! figure of the code the runtime calls.
+//! The GEMM operations that the kernel bench times and the built-in runtime runs (the GEMM layer,
+//! [`crate::gemm`]; docs/architecture.md, "GPU layer", step 3), so that a figure of the bench is
+//! a figure of the code the runtime calls.
 //!
 //! - [`GemmModules`]: the one place the GEMM kernels are compiled (`kernels/w4a16.cu` in its
 //!   flavours, `kernels/w4a16_v2.cu`, `kernels/w4a16_wg.cu` where the card runs it,
@@ -9,21 +9,20 @@
 //!   outer-vector or unit scales) and their plans per (class, M, N, K).
 //! - [`Fp8Scaling`] and [`fp8_rowwise_gemm`]: FP8 W8A8 with per-token × per-channel scales, the
 //!   scales applied inside cuBLASLt or after an FP32-output GEMM; its activations are quantized
-//!   per token by [`crate::kernels::fp8_quant::launch_quant_rows`] (static scales included).
-//! - W4A16 NVFP4: [`crate::kernels::impls::w4a16::launch_view`] with a configuration from
-//!   [`crate::kernels::impls::w4a16::all_candidates`].
+//!   per token by [`crate::gemm::fp8_quant::launch_quant_rows`] (static scales included).
+//! - W4A16 NVFP4: [`crate::gemm::w4a16::launch_view`] with a configuration from
+//!   [`crate::gemm::w4a16::all_candidates`].
 //!
-//! The choice among configurations is [`crate::kernels::tuner`]'s, for the bench and the runtime
+//! The choice among configurations is [`crate::gemm::tuner`]'s, for the bench and the runtime
 //! alike.
 
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Context;
 
+use super::{fp8_quant, grid_for, w4a16, w4a16_wg, W4Module};
 use crate::gpu::cublaslt::{Lt, LtGemm, LtKind, OutType};
 use crate::gpu::{DevPtr, Gpu, Module};
-use crate::kernels::impls::{w4a16, w4a16_wg};
-use crate::kernels::{fp8_quant, grid_for, W4Module};
 
 /// Which GEMM modules to build, for [`GemmModules::build`].
 #[derive(Debug, Clone)]
@@ -356,7 +355,7 @@ pub fn fp8_rowwise_gemm(
             let fq = fq.context("kernels/fp8_quant.cu is not built (its epilogue is needed)")?;
             g.set_scale_pointers(a.one, a.one)?;
             g.run(lt, gpu, 1.0, a.w, a.qa, acc)?;
-            crate::kernels::launchers::fp8_quant::fp8_rowwise_scale_out(
+            crate::gemm::launchers::fp8_quant::fp8_rowwise_scale_out(
                 fq,
                 gpu,
                 grid_for(gpu, a.m * a.n),

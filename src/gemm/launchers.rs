@@ -64,7 +64,7 @@ pub mod w4a16_wg {
 }
 
 /// `kernels/gemv.cu`: the small-M GEMMs (M ≤ 8) of BF16 and FP8 E4M3 weights
-/// (`src/kernels/gemv.rs`).
+/// (`src/gemm/gemv.rs`).
 pub mod gemv {
     use crate::gpu::launch::{DevPtr, U32x4};
     crate::kernel_launchers! {

@@ -1,4 +1,4 @@
-//! The one tuner of the GEMM layer ([`crate::kernels::ops`]): the kernel bench's choice among an
+//! The one tuner of the GEMM layer ([`crate::gemm::ops`]): the kernel bench's choice among an
 //! implementation's configurations and the built-in runtime's choices at load (the W4A16
 //! configuration and the FP8 scaling path of every linear shape at each M bucket) follow the
 //! same rule, "correct before fast":

@@ -1,6 +1,6 @@
 //! Per-token (row-wise) FP8 E4M3 activation quantization on the GPU (`kernels/fp8_quant.cu`), and
 //! its fused RMSNorm + quantize variant: the launchers and their CPU references. [`launch_quant_rows`]
-//! is the one per-token quantization of the GEMM layer ([`crate::kernels::ops`]): the kernel bench's
+//! is the one per-token quantization of the GEMM layer ([`crate::gemm::ops`]): the kernel bench's
 //! `fp8-rowwise` rows time it and the built-in runtime runs it in front of every FP8 linear whose
 //! input no fused kernel quantized.
 //!
@@ -12,8 +12,8 @@
 //! `[M]`. One CTA per row reading the row once (docs/w4a16-notes.md, "FP8 as engines run it").
 
 use crate::formats::{e4m3, fp8::scale_from_amax};
+use crate::gemm::launchers::fp8_quant;
 use crate::gpu::{dim, DevPtr, Gpu, Module};
-use crate::kernels::launchers::fp8_quant;
 
 /// Source of the kernels (compiled at run time by NVRTC).
 pub const SRC: &str = include_str!("../../kernels/fp8_quant.cu");
@@ -243,6 +243,16 @@ pub fn check_fused_row(
 mod tests {
     use super::*;
 
+    /// The first `n` elements of the kernel bench's `bf16_uniform(seed, scale)` tensor (its
+    /// `kernels::data`), from the formats' copy of the same hash: the GEMM layer sits below the
+    /// bench.
+    fn bf16_uniform(n: usize, seed: u32, scale: f32) -> Vec<f32> {
+        crate::formats::test_uniform(seed, n)
+            .into_iter()
+            .map(|u| crate::formats::bf16_round(u * scale))
+            .collect()
+    }
+
     #[test]
     fn variants_cover_the_suite_and_fall_back() {
         assert_eq!(variant_for(5120), Some((256, 4)));
@@ -269,9 +279,7 @@ mod tests {
     #[test]
     fn static_scale_replaces_the_dynamic_one() {
         let k = 64;
-        let x: Vec<f32> = (0..2 * k)
-            .map(|i| crate::kernels::data::bf16_uniform(i as u32, 9, 4.0))
-            .collect();
+        let x: Vec<f32> = bf16_uniform(2 * k, 9, 4.0);
         let st = 0.0125f32;
         for (r, row) in x.chunks_exact(k).enumerate() {
             let (q, s) = quant_row_with(row, st);
@@ -290,9 +298,7 @@ mod tests {
     #[test]
     fn the_fused_check_takes_the_cpus_result_and_refuses_wrong_ones() {
         let k = 512;
-        let x: Vec<f32> = (0..k)
-            .map(|i| crate::kernels::data::bf16_uniform(i as u32, 5, 3.0))
-            .collect();
+        let x: Vec<f32> = bf16_uniform(k, 5, 3.0);
         let w: Vec<f32> = (0..k).map(|i| 0.5 + (i % 16) as f32 / 16.0).collect();
         let (q, s) = quant_row(&rmsnorm_row(&x, &w, 1e-6));
         assert_eq!(check_fused_row(&x, &w, 1e-6, &q, s), Ok(()));
