@@ -1256,10 +1256,10 @@ mod tests {
     #[test]
     fn transformers5_rope_parameters_and_dtype() {
         // The fixture's config.json as transformers 5.17 wrote it.
-        let text = std::fs::read_to_string(
-            "../shared/fixtures/models/tiny-qwen3-transformers5/config.json",
-        )
-        .expect("../shared/fixtures/models/tiny-qwen3-transformers5/config.json (shared fixtures beside the checkout)");
+        let text = std::fs::read_to_string(crate::real_fixture(
+            "models/tiny-qwen3-transformers5/config.json",
+        ))
+        .expect("the fixture config.json reads");
         let h = ModelConfig::parse_hf_config(&text).unwrap();
         assert_eq!(h.config.rope_theta, 1_000_000.0);
         assert_eq!(h.config.rope_scaling, RopeScaling::None);

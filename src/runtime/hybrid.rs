@@ -666,13 +666,10 @@ fn partial_rotary_dim(
 mod tests {
     use super::*;
 
-    const FIXTURE: &str = "../shared/fixtures/models/tiny-qwen35-hybrid-transformers5";
-
     #[test]
     fn the_tiny_fixture_config_reads_every_field() {
-        let text = std::fs::read_to_string(format!("{FIXTURE}/config.json")).expect(
-            "../shared/fixtures/models/tiny-qwen35-hybrid-transformers5/config.json (shared fixtures beside the checkout)",
-        );
+        let p = crate::real_fixture("models/tiny-qwen35-hybrid-transformers5/config.json");
+        let text = std::fs::read_to_string(&p).expect("the fixture config.json reads");
         let h = ModelConfig::parse_hf_config(&text).unwrap();
         let c = &h.config;
         assert!(h.warnings.is_empty(), "{:?}", h.warnings);
@@ -883,10 +880,10 @@ mod tests {
             "{e}"
         );
         // The MoE sibling, wrapped or not, is refused by name with the reason.
-        let text = std::fs::read_to_string(
-            "../shared/fixtures/configs/nvidia--Qwen3.6-35B-A3B-NVFP4__config.json",
-        )
-        .expect("../shared/fixtures/configs/nvidia--Qwen3.6-35B-A3B-NVFP4__config.json (shared fixtures beside the checkout)");
+        let text = std::fs::read_to_string(crate::real_fixture(
+            "configs/nvidia--Qwen3.6-35B-A3B-NVFP4__config.json",
+        ))
+        .expect("the fixture config reads");
         let e = format!("{:#}", ModelConfig::parse_hf_config(&text).unwrap_err());
         assert!(
             e.contains("qwen3_5_moe") && e.contains("mixture of experts"),
