@@ -36,3 +36,23 @@ pub mod signals;
 pub mod stats;
 
 pub use error::{ExitStatus, RigError};
+
+/// Test-only: the path of the real-world fixture `rel` (e.g. `"logs"`,
+/// `"models/tiny-qwen3-transformers5"`) inside the checkout's `tests/fixtures/real/`, a byte copy
+/// of the project's shared fixture channel with its provenance
+/// (`tests/fixtures/real/PROVENANCE-shared-README.md`, `SHA256SUMS`). Panics, naming the path,
+/// when it is absent: the fixtures are part of the repository, so a missing one is a broken
+/// checkout, never a reason to skip.
+#[cfg(test)]
+pub(crate) fn real_fixture(rel: &str) -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/real")
+        .join(rel);
+    assert!(
+        p.exists(),
+        "fixture {} is missing: it is committed in the repository (tests/fixtures/real/, \
+         checked by tests/fixtures_provenance.rs); restore it with `git checkout -- tests/fixtures/real`",
+        p.display()
+    );
+    p
+}

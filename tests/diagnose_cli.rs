@@ -1,6 +1,6 @@
 //! `rigbench diagnose` as a user runs it: exit codes (0 nothing wrong, 4 an error finding, 1 an
 //! unreadable input, 64 a bad command line), Markdown and JSON output, `--out`, `--rig`, and
-//! binary or garbage files. Reads `../shared/fixtures` (fails when it is absent).
+//! binary or garbage files. Reads the real-world fixtures of `tests/fixtures/real/`.
 
 use std::path::{Path, PathBuf};
 mod common;
@@ -8,12 +8,7 @@ use common::*;
 use std::process::Output;
 
 fn log(prefix: &str) -> String {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/logs");
-    assert!(
-        dir.is_dir(),
-        "{} is missing (see the project README)",
-        dir.display()
-    );
+    let dir = real_fixture("logs");
     let p: PathBuf = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
@@ -161,16 +156,9 @@ fn bad_input_is_named_never_a_panic() {
     assert!(err(&o).contains("config.json"), "{}", err(&o));
 }
 
-/// A file of `../shared/fixtures/engines/<engine>/` whose name starts with `prefix`.
+/// A file of `tests/fixtures/real/engines/<engine>/` whose name starts with `prefix`.
 fn engine_file(engine: &str, prefix: &str) -> String {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/engines")
-        .join(engine);
-    assert!(
-        dir.is_dir(),
-        "{} is missing (see the project README)",
-        dir.display()
-    );
+    let dir = real_fixture(&format!("engines/{engine}"));
     let p: PathBuf = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()

@@ -3,6 +3,7 @@
 //! temperature, open-loop lateness, interruption, a dying engine and malformed SSE.
 
 use std::collections::HashSet;
+mod common;
 use std::convert::Infallible;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -656,18 +657,10 @@ async fn cli_writes_a_report_folder() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("rep");
     let out2 = out.clone();
-    // A real vLLM log given with --engine-log (from ../shared/fixtures; the test fails without it).
-    let log = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/logs"
-    ))
-    .join("03_vllm-v0.24_qwen3.6-35b-a3b-nvfp4-modelopt_rtx5090_kv-pool__club3090-issue-612.log");
-    assert!(
-        log.is_file(),
-        "shared fixture {} not found; the tests need ../shared/fixtures",
-        log.display()
-    );
-    let log = Some(log);
+    // A real vLLM log given with --engine-log (tests/fixtures/real/logs/).
+    let log = Some(common::real_fixture(
+        "logs/03_vllm-v0.24_qwen3.6-35b-a3b-nvfp4-modelopt_rtx5090_kv-pool__club3090-issue-612.log",
+    ));
     let log2 = log.clone();
     let status = tokio::task::spawn_blocking(move || {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rigbench"));

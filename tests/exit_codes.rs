@@ -18,7 +18,7 @@ use std::time::Duration;
 use rigbench::cli::help::{exits, Cmd};
 
 mod common;
-use common::signalled;
+use common::{real_fixture, signalled};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rigbench");
 
@@ -527,14 +527,9 @@ fn compare_exit_codes() {
     }
 }
 
-/// A real engine log of the fixtures beside the checkout (`../shared/fixtures/logs/14_…`).
+/// A real engine log of the checkout's fixtures (`tests/fixtures/real/logs/14_…`).
 fn shared_log() -> PathBuf {
-    let dir = root().join("../shared/fixtures/logs");
-    assert!(
-        dir.is_dir(),
-        "{} is missing: the diagnose cases read a real engine log from ../shared/fixtures",
-        dir.display()
-    );
+    let dir = real_fixture("logs");
     std::fs::read_dir(&dir)
         .unwrap()
         .flatten()

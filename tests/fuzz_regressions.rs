@@ -1,12 +1,14 @@
 //! Replays, through the same entry points the fuzz targets use (`rigbench::fuzz_harness`), the
 //! committed fuzz corpus (`fuzz/corpus/TARGET/`, minimized by `scripts/fuzz`), every input that
 //! ever crashed, hung or blew up memory (`fuzz/regressions/TARGET/`), and the real-world inputs of
-//! `../shared/fixtures`; and checks that a safetensors file declaring a 2 GB header is refused
+//! `tests/fixtures/real/`; and checks that a safetensors file declaring a 2 GB header is refused
 //! with bounded memory. The long fuzz campaign itself is `scripts/fuzz` (not run by `cargo test`).
 
 use std::path::{Path, PathBuf};
 
 use rigbench::fuzz_harness::TARGETS;
+
+mod common;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -105,12 +107,7 @@ fn named_regressions() {
 
 #[test]
 fn real_inputs_from_the_shared_fixtures_replay() {
-    let shared = root().join("../shared/fixtures");
-    assert!(
-        shared.is_dir(),
-        "{} not found: the real-world fixtures are required (see the project README)",
-        shared.display()
-    );
+    let shared = common::real_fixture("");
     let mut n = 0;
     for (dir, target) in [
         ("logs", "engine_log"),
@@ -121,7 +118,7 @@ fn real_inputs_from_the_shared_fixtures_replay() {
         let found = files(&shared.join(dir));
         assert!(
             !found.is_empty(),
-            "no files in {}: the shared fixtures are incomplete",
+            "no files in {}: the real-world fixtures are incomplete",
             shared.join(dir).display()
         );
         for p in found {
@@ -132,7 +129,7 @@ fn real_inputs_from_the_shared_fixtures_replay() {
     let sse = files(&shared.join("sse"));
     assert!(
         !sse.is_empty(),
-        "no files in {}: the shared fixtures are incomplete",
+        "no files in {}: the real-world fixtures are incomplete",
         shared.join("sse").display()
     );
     for p in sse {

@@ -1,22 +1,16 @@
 //! `inspect` on what real configs showed: configs + model.safetensors.index.json without shards
 //! (inspecting before downloading), MTP declared without weights, `mtp.fc` targeted by an NVFP4
 //! `Linear` rule, and attention the dense KV formula does not model. Reads
-//! `../shared/fixtures` (the test fails when it is absent).
+//! the real-world fixtures of `tests/fixtures/real/`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use rigbench::checkpoint::{inspect, InspectOptions, Severity};
 
+mod common;
+
 fn fixture(rel: &str) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures")
-        .join(rel);
-    assert!(
-        p.exists(),
-        "fixture {} is missing (see the project README)",
-        p.display()
-    );
-    p
+    common::real_fixture(rel)
 }
 
 /// What `rigbench inspect` passes (no card).

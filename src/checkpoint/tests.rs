@@ -1,22 +1,13 @@
-//! Tests on the real configs in `../shared/fixtures/configs/` (copied into a temporary
+//! Tests on the real configs in `tests/fixtures/real/configs/` (copied into a temporary
 //! checkpoint folder at test time, never into the project), with the values a person reading
-//! them extracts. They fail, saying where they looked, when the shared folder is absent.
+//! them extracts.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::*;
 
 fn fixtures() -> PathBuf {
-    let p = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/configs"
-    ));
-    assert!(
-        p.is_dir(),
-        "shared fixtures not found at {} (the tests need the project's shared folder next to the crate: ../shared/fixtures)",
-        p.display()
-    );
-    p.to_path_buf()
+    crate::real_fixture("configs")
 }
 
 /// A temp checkpoint folder holding `<stem>__config.json` (and `__hf_quant_config.json`).

@@ -2,7 +2,7 @@
 //! SGLang, llama.cpp and `rigbench serve`), and of the two-column query-table rendering that the
 //! Prometheus UI produces when a query result is pasted as Markdown (`series | value`).
 //!
-//! Tolerance rules (each one seen in real engine output, see `shared/fixtures/metrics/`):
+//! Tolerance rules (each one seen in real engine output, see `tests/fixtures/real/metrics/`):
 //! - counter names are matched with and without the `_total` suffix (prometheus_client adds it on
 //!   exposition; vLLM documents the bare name), so `vllm:num_preemptions` finds
 //!   `vllm:num_preemptions_total` and vice versa;
@@ -381,19 +381,11 @@ fn parse_series(series: &str) -> Result<(String, BTreeMap<String, String>), Stri
 mod tests {
     use super::*;
 
-    /// The shared fixture `name`; fails when it is absent.
+    /// The real-world fixture `metrics/name`; fails when it is absent.
     fn fixture(name: &str) -> String {
-        let p = std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/fixtures/metrics"
-        ))
-        .join(name);
-        std::fs::read_to_string(&p).unwrap_or_else(|e| {
-            panic!(
-                "fixture {} not readable ({e}); the tests need ../shared/fixtures",
-                p.display()
-            )
-        })
+        let p = crate::real_fixture(&format!("metrics/{name}"));
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("fixture {} not readable ({e})", p.display()))
     }
 
     #[test]

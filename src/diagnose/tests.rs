@@ -1,4 +1,4 @@
-//! `diagnose` on every real-world fixture (`../shared/fixtures/`), with the right values its
+//! `diagnose` on every real-world fixture (`tests/fixtures/real/`), with the right values its
 //! README lists, plus the same faults in other prefixes, engines and numbers.
 
 use std::collections::BTreeSet;
@@ -9,13 +9,7 @@ use super::spec::SpecLogGeneration;
 use super::*;
 
 fn fixtures() -> std::path::PathBuf {
-    let d = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures"));
-    assert!(
-        d.is_dir(),
-        "the shared fixtures folder {} is missing: these tests need it (see the project README)",
-        d.display()
-    );
-    d.to_path_buf()
+    crate::real_fixture("")
 }
 
 /// The fixture of `kind` (logs, metrics, sse) whose name starts with `prefix`; panics when

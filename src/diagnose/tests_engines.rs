@@ -1,4 +1,4 @@
-//! The engine readers on real output (`../shared/fixtures/engines/`: llama.cpp 0c1e57098 and
+//! The engine readers on real output (`tests/fixtures/real/engines/`: llama.cpp 0c1e57098 and
 //! vLLM 0.32 with the right values their README lists), and each fault kind on an input
 //! written for it, with other numbers too. Inline lines copy the forms the engines print; each
 //! test names where its form came from.
@@ -9,17 +9,7 @@ use super::spec::SpecLogGeneration;
 use super::*;
 
 fn engines_dir(engine: &str) -> std::path::PathBuf {
-    let d = std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/engines"
-    ))
-    .join(engine);
-    assert!(
-        d.is_dir(),
-        "the shared fixtures folder {} is missing: these tests need it (see the project README)",
-        d.display()
-    );
-    d
+    crate::real_fixture(&format!("engines/{engine}"))
 }
 
 /// The fixture of `engine` whose name starts with `prefix`: (name, bytes). Panics when absent.
@@ -637,11 +627,7 @@ fn native_fp4_kernels_are_concluded_and_shown() {
 
 fn marlin_log(version: Option<&str>) -> String {
     let (_, text) = {
-        let d = std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/fixtures/logs"
-        ));
-        assert!(d.is_dir(), "{} is missing", d.display());
+        let d = crate::real_fixture("logs");
         let p = std::fs::read_dir(d)
             .unwrap()
             .flatten()

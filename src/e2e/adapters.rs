@@ -472,12 +472,9 @@ mod tests {
         let dir = engines_fixture("llama.cpp-0c1e57098");
         let read = |f: &str| {
             let p = dir.join(f);
-            Exposition::parse(&std::fs::read_to_string(&p).unwrap_or_else(|e| {
-                panic!(
-                    "{}: {e} (the shared fixtures must be beside the checkout)",
-                    p.display()
-                )
-            }))
+            Exposition::parse(
+                &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+            )
         };
         let boot = read("08_llama-server-0c1e57098_spec-ngram-simple_metrics_boot.prom");
         let after =
@@ -491,16 +488,8 @@ mod tests {
         assert!(prefix_cache_counts(None, Some(&after)).is_none());
     }
 
-    /// `../shared/fixtures/engines/<engine>` beside the checkout (tests fail when absent).
+    /// `tests/fixtures/real/engines/<engine>` in the checkout.
     fn engines_fixture(engine: &str) -> std::path::PathBuf {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/fixtures/engines")
-            .join(engine);
-        assert!(
-            p.is_dir(),
-            "{} is missing: the shared fixtures must be beside the checkout",
-            p.display()
-        );
-        p
+        crate::real_fixture(&format!("engines/{engine}"))
     }
 }

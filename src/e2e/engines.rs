@@ -466,15 +466,9 @@ mod tests {
     #[test]
     fn llamacpp_real_slots_and_speculation_types() {
         // The real /slots of llama-server 0c1e57098 (-c 8192 -np 4): 4 × 2,048.
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
-            "../shared/fixtures/engines/llama.cpp-0c1e57098/04_llama-server-0c1e57098_slots.json",
-        );
-        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
-            panic!(
-                "{}: {e} (the shared fixtures must be beside the checkout)",
-                p.display()
-            )
-        });
+        let p =
+            crate::real_fixture("engines/llama.cpp-0c1e57098/04_llama-server-0c1e57098_slots.json");
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         let slots: Value = serde_json::from_str(&text).unwrap();
         let mut pr = EngineProbe::default();
         apply_llamacpp(&mut pr, None, Some(&slots));

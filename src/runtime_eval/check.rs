@@ -629,15 +629,17 @@ mod tests {
         assert!(kls[1] > kls[0], "{kls:?}");
     }
 
-    /// The tiny Qwen3 saved by transformers 5.17 (shared fixtures).
-    pub(crate) const TINY_QWEN3_T5: &str = "../shared/fixtures/models/tiny-qwen3-transformers5";
+    /// The tiny Qwen3 saved by transformers 5.17 (`tests/fixtures/real/models/`).
+    pub(crate) fn tiny_qwen3_t5() -> std::path::PathBuf {
+        crate::real_fixture("models/tiny-qwen3-transformers5")
+    }
 
     #[test]
     fn cpu_backend_reproduces_transformers_greedy() {
-        let dir = Path::new(TINY_QWEN3_T5);
-        let hf = ModelConfig::read_hf_config(&dir.join("config.json")).expect(
-            "shared fixture tiny-qwen3-transformers5 (../shared/fixtures beside the checkout)",
-        );
+        let dir = tiny_qwen3_t5();
+        let dir = dir.as_path();
+        let hf = ModelConfig::read_hf_config(&dir.join("config.json"))
+            .expect("fixture tiny-qwen3-transformers5 reads");
         let reference = ReferenceGreedy::load(&dir.join("reference_greedy.json")).unwrap();
         let w = crate::runtime::weights::load_dir(dir, &hf.config).unwrap();
         let mut b = CpuBackend::new(w.clone(), 2);
@@ -669,10 +671,10 @@ mod tests {
         // mode does the same. On this fixture it follows transformers' f32 tokens on 3 prompts
         // and leaves 'the quick brown' at step 2, where the f32 logits of the two candidates
         // (93 and 327) differ by 0.0075: a near-tie, which the explanation must name.
-        let dir = Path::new(TINY_QWEN3_T5);
-        let hf = ModelConfig::read_hf_config(&dir.join("config.json")).expect(
-            "shared fixture tiny-qwen3-transformers5 (../shared/fixtures beside the checkout)",
-        );
+        let dir = tiny_qwen3_t5();
+        let dir = dir.as_path();
+        let hf = ModelConfig::read_hf_config(&dir.join("config.json"))
+            .expect("fixture tiny-qwen3-transformers5 reads");
         let reference = ReferenceGreedy::load(&dir.join("reference_greedy.json")).unwrap();
         let w = crate::runtime::weights::load_dir(dir, &hf.config).unwrap();
         let mut b = CpuBackend::new(w.clone(), 2).with_gpu_rounding(true);

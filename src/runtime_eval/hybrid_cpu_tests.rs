@@ -2,8 +2,6 @@
 //! Qwen3.5 fixture, state consistency between chunked and token-by-token prefill, and the
 //! rollback of rejected drafts. (Here, beside the checks it uses, not in the engine's folder.)
 
-use std::path::Path;
-
 use crate::runtime::backend::cpu::CpuBackend;
 use crate::runtime::backend::{Backend, ForwardBatch, KvCacheSpec, SeqSegment};
 use crate::runtime::config::{KvCacheDtype, ModelConfig};
@@ -11,15 +9,16 @@ use crate::runtime::direct::{argmax, DirectSession};
 use crate::runtime::weights::{load_dir, synthesize, ModelWeights};
 use crate::runtime_eval::check::{check_reference_greedy, explain_mismatch, ReferenceGreedy};
 
-/// The tiny Qwen3.5 hybrid saved by transformers 5.17 (shared fixtures).
-pub(crate) const TINY_QWEN35_T5: &str =
-    "../shared/fixtures/models/tiny-qwen35-hybrid-transformers5";
+/// The tiny Qwen3.5 hybrid saved by transformers 5.17 (`tests/fixtures/real/models/`).
+pub(crate) fn tiny_qwen35_t5() -> std::path::PathBuf {
+    crate::real_fixture("models/tiny-qwen35-hybrid-transformers5")
+}
 
 pub(crate) fn fixture_weights() -> (ModelWeights, ReferenceGreedy) {
-    let dir = Path::new(TINY_QWEN35_T5);
-    let hf = ModelConfig::read_hf_config(&dir.join("config.json")).expect(
-        "shared fixture tiny-qwen35-hybrid-transformers5 (../shared/fixtures beside the checkout)",
-    );
+    let dir = tiny_qwen35_t5();
+    let dir = dir.as_path();
+    let hf = ModelConfig::read_hf_config(&dir.join("config.json"))
+        .expect("fixture tiny-qwen35-hybrid-transformers5 reads");
     let reference = ReferenceGreedy::load(&dir.join("reference_greedy.json")).unwrap();
     (load_dir(dir, &hf.config).unwrap(), reference)
 }

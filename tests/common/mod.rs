@@ -4,6 +4,23 @@
 
 use std::process::{Command, Output};
 
+/// The path of the real-world fixture `rel` (e.g. `"logs"`, `"engines/vllm-0.32.0-cpu"`) inside
+/// the checkout's `tests/fixtures/real/` (a byte copy of the project's shared fixture channel,
+/// with `PROVENANCE-shared-README.md` and `SHA256SUMS`). Fails the test, naming the path, when it
+/// is absent: the fixtures are committed, so a missing one is a broken checkout.
+pub fn real_fixture(rel: &str) -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/real")
+        .join(rel);
+    assert!(
+        p.exists(),
+        "fixture {} is missing: it is committed in the repository (tests/fixtures/real/, \
+         checked by tests/fixtures_provenance.rs); restore it with `git checkout -- tests/fixtures/real`",
+        p.display()
+    );
+    p
+}
+
 /// Run the `rigbench` binary built for these tests with `args`; its exit status and output.
 pub fn rigbench(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rigbench"))

@@ -1,5 +1,5 @@
 //! e2e against mocks that answer as the real engines did: llama.cpp's `llama-server`
-//! (commit 0c1e57098) and vLLM 0.32 (CPU), from `../shared/fixtures/engines/` (their `/slots`,
+//! (commit 0c1e57098) and vLLM 0.32 (CPU), from `tests/fixtures/real/engines/` (their `/slots`,
 //! `/metrics` scrapes, logs and SSE captures; these tests fail when the folder is absent).
 //!
 //! The mock is a small HTTP/1.1 server on 127.0.0.1:0 written here (not axum) so it can behave

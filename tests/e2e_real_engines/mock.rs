@@ -1,5 +1,5 @@
 //! The mock engines of these tests (llama.cpp's `llama-server` and vLLM as they answer on the
-//! wire, from `../shared/fixtures/engines/`), the fixtures they read, and the session helpers
+//! wire, from `tests/fixtures/real/engines/`), the fixtures they read, and the session helpers
 //! every test module uses. The imports every module needs are re-exported here.
 
 pub use std::collections::HashMap;
@@ -26,13 +26,8 @@ pub use rigbench::e2e::{run_session, E2eOptions, E2eResults};
 // Fixtures.
 
 pub fn fixtures() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
-    assert!(
-        p.join("engines").is_dir(),
-        "{} is missing: the shared fixtures must be beside the checkout",
-        p.display()
-    );
-    p
+    crate::common::real_fixture("engines");
+    crate::common::real_fixture("")
 }
 
 pub fn llamacpp_file(prefix: &str) -> PathBuf {
