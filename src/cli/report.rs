@@ -126,7 +126,7 @@ pub struct ReportArgs {
 /// them (clap ids; `KernelSelection`, `EngineArgs` and `LoadArgs` are the groups of the flags of
 /// those structs). With
 /// `--save-baseline` it saves what it renders.
-const RENDER_CONFLICTS: [&str; 11] = [
+const RENDER_CONFLICTS: [&str; 12] = [
     "KernelSelection",
     "EngineArgs",
     "LoadArgs",
