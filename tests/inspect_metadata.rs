@@ -17,7 +17,6 @@ fn sm90() -> InspectOptions {
     InspectOptions {
         cc: Some("sm_90".parse().unwrap()),
         card: Some("--cc".into()),
-        runtime_config: Some(rigbench::runtime::ModelConfig::check_hf_config),
         ..Default::default()
     }
 }
