@@ -127,7 +127,10 @@ async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Respon
         fin["choices"][0]["finish_reason"] = json!("length");
         let _ = tx.send(format!("data: {fin}\n\n")).await;
         let _ = tx
-            .send(format!("data: {}\n\n", json!({"choices": [], "usage": usage})))
+            .send(format!(
+                "data: {}\n\n",
+                json!({"choices": [], "usage": usage})
+            ))
             .await;
         let _ = tx.send("data: [DONE]\n\n".to_string()).await;
     });
@@ -180,7 +183,7 @@ async fn start(latency: Latency) -> (String, Arc<Mock>) {
 
 fn suite(load: &str) -> Suite {
     let text = format!(
-        "name = 'mock'\n[workload]\nkind = 'fixed'\napi = 'completions'\ninput_tokens = 24\noutput_tokens = 8\nignore_eos = true\n[load]\n{load}\nwarmup = 0\n[sampling]\nthinking = false\n"
+        "name = 'mock'\n[workload]\nkind = 'fixed'\napi = 'completions'\ninput_tokens = 24\noutput_tokens = 8\nignore_eos = true\n[load]\n{load}\nwarmup = 0\n[sampling]\ntemperature = 0.0\n"
     );
     Suite::from_toml(&text, Path::new("mock.toml")).unwrap()
 }
@@ -230,7 +233,11 @@ async fn a_prefix_counting_engine_confirms_the_implied_reuse_token_for_token() {
     assert_eq!(t.not_token_exact, 0);
     assert!(t.implied_prefix_reuse > 0);
     // Token for token: the engine's cached tokens are the trace's implied reuse.
-    assert_eq!(t.engine_cached_tokens, Some(t.implied_prefix_reuse), "{t:?}");
+    assert_eq!(
+        t.engine_cached_tokens,
+        Some(t.implied_prefix_reuse),
+        "{t:?}"
+    );
     assert_eq!(t.reuse_gap, Some(0));
     // Every prompt has exactly the trace's input length.
     for req in &r.requests {
@@ -239,7 +246,10 @@ async fn a_prefix_counting_engine_confirms_the_implied_reuse_token_for_token() {
     assert!(t.send_lag_p99_s.is_some_and(|l| l >= 0.0));
     assert_eq!(m.prompts.lock().unwrap().len(), planned);
     let md = rigbench::e2e::render_markdown(&res);
-    assert!(md.contains("### Trace replay") && md.contains("### Metric definitions"), "{md}");
+    assert!(
+        md.contains("### Trace replay") && md.contains("### Metric definitions"),
+        "{md}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -290,7 +300,10 @@ async fn a_mock_power_source_gives_the_windows_energy() {
     assert!(r.energy_unknown.is_none());
     // Constant 250 W: joules = 250 W × the span the samples cover, within 1 %.
     let covered = e.coverage * e.window_s;
-    assert!((e.joules - 250.0 * covered).abs() / (250.0 * covered) < 0.01, "{e:?}");
+    assert!(
+        (e.joules - 250.0 * covered).abs() / (250.0 * covered) < 0.01,
+        "{e:?}"
+    );
     let out = r
         .throughput
         .as_ref()
@@ -299,4 +312,44 @@ async fn a_mock_power_source_gives_the_windows_energy() {
         .output_tokens as f64;
     assert!((e.j_per_output_token.unwrap() - e.joules / out).abs() < 1e-9);
     assert!(e.j_per_total_token.unwrap() < e.j_per_output_token.unwrap());
+}
+
+/// Bad serving flags and trace files get a clear error naming the flag or the file and line,
+/// before any engine starts.
+#[test]
+fn bad_flags_and_traces_name_the_flag_or_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad_trace.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 4, \"hash_ids\": [1]}\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rigbench"))
+            .arg("e2e")
+            .args(args)
+            .args(["--out", dir.path().join("out").to_str().unwrap()])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, err) = run(&["--slo", "ttft=fast"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("--slo"), "{err}");
+    let (code, err) = run(&["--trace", bad.to_str().unwrap()]);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("bad_trace.jsonl")
+            && err.contains("line 1")
+            && err.contains("--trace-block-tokens"),
+        "{err}"
+    );
+    let (_, err) = run(&["--trace", "no-such-trace"]);
+    assert!(err.contains("--trace") && err.contains("agentic"), "{err}");
+    let (_, err) = run(&["--goodput-search"]);
+    assert!(err.contains("--slo"), "{err}");
 }

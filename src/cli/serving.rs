@@ -3,7 +3,6 @@
 //! `--goodput-search`) and energy (`--no-energy`). docs/traces.md, docs/goodput.md,
 //! docs/energy.md.
 
-
 use crate::e2e::goodput::{SearchAxis, SearchSpec, Slo};
 use crate::e2e::trace::{Trace, TraceFormat, TraceWindow};
 use crate::e2e::trace_replay::TraceSpec;
@@ -57,7 +56,10 @@ fn positive(flag: &str, v: f64) -> Result<f64, RigError> {
     if v.is_finite() && v > 0.0 {
         Ok(v)
     } else {
-        Err(RigError::flag(flag, format!("{v} must be a positive number")))
+        Err(RigError::flag(
+            flag,
+            format!("{v} must be a positive number"),
+        ))
     }
 }
 
@@ -78,7 +80,10 @@ pub fn apply(o: &mut E2eOptions, a: &ServingArgs) -> Result<(), RigError> {
             speed: positive("--trace-speed", a.trace_speed.unwrap_or(1.0))?,
             start_s: match a.trace_start {
                 Some(s) if !(s.is_finite() && s >= 0.0) => {
-                    return Err(RigError::flag("--trace-start", format!("{s} must be 0 or more seconds")))
+                    return Err(RigError::flag(
+                        "--trace-start",
+                        format!("{s} must be 0 or more seconds"),
+                    ))
                 }
                 s => s.unwrap_or(0.0),
             },
@@ -137,7 +142,10 @@ pub fn apply(o: &mut E2eOptions, a: &ServingArgs) -> Result<(), RigError> {
         }
         if let Some(n) = a.goodput_probes {
             if !(1..=64).contains(&n) {
-                return Err(RigError::flag("--goodput-probes", format!("{n} must be 1 to 64")));
+                return Err(RigError::flag(
+                    "--goodput-probes",
+                    format!("{n} must be 1 to 64"),
+                ));
             }
             spec.max_probes = n;
         }
@@ -145,4 +153,3 @@ pub fn apply(o: &mut E2eOptions, a: &ServingArgs) -> Result<(), RigError> {
     }
     Ok(())
 }
-

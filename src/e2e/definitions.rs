@@ -110,7 +110,10 @@ pub fn other_tools(records: &[RequestRecord]) -> Vec<ToolMetrics> {
             (n > 1).then(|| (e2e - t) / (n - 1) as f64)
         })
         .collect();
-    let vllm_itl: Vec<f64> = ok.iter().flat_map(|r| r.chunk_gaps_s.iter().copied()).collect();
+    let vllm_itl: Vec<f64> = ok
+        .iter()
+        .flat_map(|r| r.chunk_gaps_s.iter().copied())
+        .collect();
     let g_tpot: Vec<f64> = ok
         .iter()
         .filter_map(|r| {

@@ -256,7 +256,14 @@ impl PowerSampler {
 
     /// Stop (one last sample is taken at once), returning the samples, the window's length in
     /// seconds, the first reading error (if any), and the source for the next window.
-    pub fn finish(mut self) -> (Vec<Sample>, f64, Option<String>, Option<Box<dyn PowerSource>>) {
+    pub fn finish(
+        mut self,
+    ) -> (
+        Vec<Sample>,
+        f64,
+        Option<String>,
+        Option<Box<dyn PowerSource>>,
+    ) {
         let window = self.t0.elapsed().as_secs_f64();
         self.stop.store(true, Ordering::SeqCst);
         let source = self.thread.take().and_then(|t| t.join().ok());
@@ -270,7 +277,6 @@ impl PowerSampler {
         &self.describe
     }
 }
-
 
 /// Makes a power source for a session.
 pub type PowerFactory = std::sync::Arc<dyn Fn() -> Box<dyn PowerSource> + Send + Sync>;
@@ -299,7 +305,10 @@ impl std::fmt::Debug for PowerChoice {
 
 /// Whether `url`'s host is this machine (loopback or `localhost`).
 pub fn is_local_url(url: &str) -> bool {
-    match reqwest::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_string)) {
+    match reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string))
+    {
         Some(h) => {
             let h = h.trim_start_matches('[').trim_end_matches(']');
             h == "localhost"
@@ -347,7 +356,9 @@ mod tests {
 
     #[test]
     fn trapezoid_is_exact_for_a_ramp() {
-        let s: Vec<Sample> = (0..=10).map(|i| (i as f64 * 0.1, 100.0 + 50.0 * i as f64 * 0.1)).collect();
+        let s: Vec<Sample> = (0..=10)
+            .map(|i| (i as f64 * 0.1, 100.0 + 50.0 * i as f64 * 0.1))
+            .collect();
         let (j, c) = integrate(&s);
         assert!((j - 125.0 * 1.0).abs() < 1e-9, "{j}");
         assert!((c - 1.0).abs() < 1e-12);
@@ -384,9 +395,16 @@ mod tests {
         let e = Energy::of(&samples, window, 1000, None, "mock").unwrap();
         // The known energy over the span the samples cover.
         let (a, b) = (samples[0].0, samples.last().unwrap().0);
-        let exact = |t: f64| 200.0 * t - 100.0 / (2.0 * std::f64::consts::PI) * (2.0 * std::f64::consts::PI * t).cos();
+        let exact = |t: f64| {
+            200.0 * t
+                - 100.0 / (2.0 * std::f64::consts::PI) * (2.0 * std::f64::consts::PI * t).cos()
+        };
         let known = exact(b) - exact(a);
-        assert!((e.joules - known).abs() / known < 0.01, "{} vs {known}", e.joules);
+        assert!(
+            (e.joules - known).abs() / known < 0.01,
+            "{} vs {known}",
+            e.joules
+        );
         assert!(e.coverage > 0.95, "{}", e.coverage);
         assert!(e.sample_rate_hz > 20.0, "{}", e.sample_rate_hz);
     }

@@ -80,9 +80,11 @@ impl Slo {
         let mut slo = Slo::default();
         let bad = |m: String| RigError::flag("--slo", m);
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| bad(format!("'{part}' is not metric=duration (e.g. ttft=2s,tpot=50ms,e2e=10s)")))?;
+            let (k, v) = part.split_once('=').ok_or_else(|| {
+                bad(format!(
+                    "'{part}' is not metric=duration (e.g. ttft=2s,tpot=50ms,e2e=10s)"
+                ))
+            })?;
             let d = parse_duration(v).map_err(bad)?;
             let slot = match k.trim().to_ascii_lowercase().as_str() {
                 "ttft" => &mut slo.ttft_s,
@@ -99,17 +101,23 @@ impl Slo {
             }
         }
         if slo.targets().is_empty() {
-            return Err(bad("no target given (e.g. ttft=2s,tpot=50ms,e2e=10s)".into()));
+            return Err(bad(
+                "no target given (e.g. ttft=2s,tpot=50ms,e2e=10s)".into()
+            ));
         }
         Ok(slo)
     }
 
     /// The targets set, as `(metric, seconds)`.
     pub fn targets(&self) -> Vec<(&'static str, f64)> {
-        [("ttft", self.ttft_s), ("tpot", self.tpot_s), ("e2e", self.e2e_s)]
-            .into_iter()
-            .filter_map(|(n, v)| v.map(|v| (n, v)))
-            .collect()
+        [
+            ("ttft", self.ttft_s),
+            ("tpot", self.tpot_s),
+            ("e2e", self.e2e_s),
+        ]
+        .into_iter()
+        .filter_map(|(n, v)| v.map(|v| (n, v)))
+        .collect()
     }
 
     /// Short text: `TTFT ≤ 2000 ms, TPOT ≤ 50 ms`.
@@ -222,10 +230,7 @@ impl Goodput {
         let targets = slo.targets();
         let mut per_target = Vec::new();
         for (m, t) in &targets {
-            let verdicts: Vec<bool> = judged
-                .iter()
-                .filter_map(|r| Slo::meets(m, *t, r))
-                .collect();
+            let verdicts: Vec<bool> = judged.iter().filter_map(|r| Slo::meets(m, *t, r)).collect();
             let meeting = verdicts.iter().filter(|v| **v).count();
             per_target.push(TargetAttainment {
                 metric: (*m).to_string(),
@@ -257,9 +262,7 @@ impl Goodput {
             wilson_high: hi,
             confidence,
             per_target,
-            goodput_req_per_s: duration_s
-                .filter(|d| *d > 0.0)
-                .map(|d| meeting as f64 / d),
+            goodput_req_per_s: duration_s.filter(|d| *d > 0.0).map(|d| meeting as f64 / d),
         })
     }
 
@@ -413,7 +416,13 @@ pub fn next_probe(spec: &SearchSpec, probes: &[Probe]) -> Result<f64, String> {
         }
         (None, Some(f)) => {
             let next = if int { (f / 2.0).floor() } else { f / 2.0 };
-            if next < if int { 1.0 } else { crate::e2e::workload::MIN_RATE } {
+            if next
+                < if int {
+                    1.0
+                } else {
+                    crate::e2e::workload::MIN_RATE
+                }
+            {
                 Err(format!("even the smallest load probed ({f}) fails"))
             } else {
                 Ok(next)
@@ -426,9 +435,7 @@ pub fn next_probe(spec: &SearchSpec, probes: &[Probe]) -> Result<f64, String> {
                 (f - p) / p < spec.tolerance
             };
             if narrow || f <= p {
-                Err(format!(
-                    "the bracket [{p}, {f}] is within the tolerance"
-                ))
+                Err(format!("the bracket [{p}, {f}] is within the tolerance"))
             } else if int {
                 Ok(((p + f) / 2.0).floor())
             } else {
@@ -446,12 +453,16 @@ pub fn answer(probes: &[Probe]) -> (Option<f64>, Option<f64>) {
         .iter()
         .filter(|p| p.verdict != Verdict::Fail)
         .map(|p| p.load)
-        .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a: f64| a.max(v))));
+        .fold(None, |a: Option<f64>, v| {
+            Some(a.map_or(v, |a: f64| a.max(v)))
+        });
     let fail = probes
         .iter()
         .filter(|p| p.verdict == Verdict::Fail)
         .map(|p| p.load)
-        .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a: f64| a.min(v))));
+        .fold(None, |a: Option<f64>, v| {
+            Some(a.map_or(v, |a: f64| a.min(v)))
+        });
     (ok, fail)
 }
 
@@ -465,7 +476,14 @@ mod tests {
         assert_eq!(s.ttft_s, Some(2.0));
         assert!((s.tpot_s.unwrap() - 0.05).abs() < 1e-12);
         assert_eq!(s.e2e_s, Some(90.0));
-        for bad in ["", "ttft", "ttft=2x", "foo=1s", "ttft=1s,ttft=2s", "ttft=-1s"] {
+        for bad in [
+            "",
+            "ttft",
+            "ttft=2x",
+            "foo=1s",
+            "ttft=1s,ttft=2s",
+            "ttft=-1s",
+        ] {
             let e = Slo::parse(bad).unwrap_err().to_string();
             assert!(e.contains("--slo"), "{bad}: {e}");
         }
@@ -476,7 +494,10 @@ mod tests {
         // 81 of 263 at 95 %: (0.2553, 0.3662) (Newcombe 1998, Table I style check by hand:
         // centre 0.3117, half-width 0.0554).
         let (lo, hi) = wilson(81, 263, 0.95);
-        assert!((lo - 0.2553).abs() < 5e-4 && (hi - 0.3662).abs() < 5e-4, "{lo} {hi}");
+        assert!(
+            (lo - 0.2553).abs() < 5e-4 && (hi - 0.3662).abs() < 5e-4,
+            "{lo} {hi}"
+        );
         assert_eq!(wilson(0, 0, 0.95), (0.0, 1.0));
         let (lo, hi) = wilson(10, 10, 0.95);
         assert!(hi == 1.0 && lo > 0.69 && lo < 0.73, "{lo}");
@@ -558,7 +579,12 @@ mod tests {
         assert_eq!(answer(&p), (Some(6.0), Some(7.0)));
         let (p, _) = run_search(SearchAxis::Rate, 1.0, 5.0);
         let (a, f) = answer(&p);
-        assert!(a.unwrap() <= 5.0 && f.unwrap() > 5.0 && (f.unwrap() - a.unwrap()) / a.unwrap() < 0.1 + 1e-9 || p.len() == 8);
+        assert!(
+            a.unwrap() <= 5.0
+                && f.unwrap() > 5.0
+                && (f.unwrap() - a.unwrap()) / a.unwrap() < 0.1 + 1e-9
+                || p.len() == 8
+        );
         // Budget: never more than max_probes.
         assert!(p.len() <= 8);
     }

@@ -175,7 +175,8 @@ fn energy(o: &mut String, res: &E2eResults) {
         match (&r.energy, &r.energy_unknown) {
             (Some(e), _) => {
                 let f = |x: Option<f64>, d: usize| {
-                    x.map(|x| format!("{x:.d$}")).unwrap_or_else(|| "n/a".into())
+                    x.map(|x| format!("{x:.d$}"))
+                        .unwrap_or_else(|| "n/a".into())
                 };
                 rows.push(vec![
                     r.label.clone(),
@@ -245,7 +246,10 @@ fn trace(o: &mut String, res: &E2eResults) {
             let opt = |x: Option<u64>| x.map(thousands).unwrap_or_else(|| "not reported".into());
             Some(vec![
                 r.label.clone(),
-                format!("{} ({:?}, {} tokens/hash id)", t.file, t.format, t.block_tokens),
+                format!(
+                    "{} ({:?}, {} tokens/hash id)",
+                    t.file, t.format, t.block_tokens
+                ),
                 format!("{}/{}", t.requests, t.requests_planned),
                 t.sessions.to_string(),
                 thousands(t.implied_prefix_reuse),
@@ -306,7 +310,10 @@ fn definitions(o: &mut String, res: &E2eResults) {
             ]
         })
         .collect();
-    o.push_str(&markdown_table(&["tool", "TTFT", "TPOT", "ITL", "source"], &rows));
+    o.push_str(&markdown_table(
+        &["tool", "TTFT", "TPOT", "ITL", "source"],
+        &rows,
+    ));
     let rows: Vec<Vec<String>> = res
         .runs
         .iter()
@@ -321,7 +328,10 @@ fn definitions(o: &mut String, res: &E2eResults) {
         })
         .collect();
     if !rows.is_empty() {
-        let _ = writeln!(o, "\nMedians of the same requests under each definition (ms):\n");
+        let _ = writeln!(
+            o,
+            "\nMedians of the same requests under each definition (ms):\n"
+        );
         o.push_str(&markdown_table(
             &[
                 "run",

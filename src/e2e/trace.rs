@@ -200,8 +200,9 @@ impl Trace {
         block_tokens: Option<u32>,
     ) -> Result<Self, RigError> {
         let values: Vec<(usize, Value)> = if text.trim_start().starts_with('[') {
-            let v: Vec<Value> = serde_json::from_str(text)
-                .map_err(|e| RigError::file(origin, format!("not a JSON array of sessions: {e}")))?;
+            let v: Vec<Value> = serde_json::from_str(text).map_err(|e| {
+                RigError::file(origin, format!("not a JSON array of sessions: {e}"))
+            })?;
             v.into_iter().enumerate().map(|(i, v)| (i + 1, v)).collect()
         } else {
             let mut out = Vec::new();
@@ -273,7 +274,11 @@ fn blocks(
     format: TraceFormat,
     block: u32,
 ) -> Result<Vec<TraceSession>, RigError> {
-    let scale = if format == TraceFormat::Mooncake { 1e-3 } else { 1.0 };
+    let scale = if format == TraceFormat::Mooncake {
+        1e-3
+    } else {
+        1.0
+    };
     let mut order: Vec<String> = Vec::new();
     let mut by_id: HashMap<String, TraceSession> = HashMap::new();
     for (line, v) in values {
@@ -292,7 +297,15 @@ fn blocks(
         let hash_ids: Vec<u64> = match v.get("hash_ids") {
             Some(Value::Array(a)) => a
                 .iter()
-                .map(|h| h.as_u64().ok_or_else(|| bad(origin, *line, "hash_ids holds a value that is not a non-negative integer")))
+                .map(|h| {
+                    h.as_u64().ok_or_else(|| {
+                        bad(
+                            origin,
+                            *line,
+                            "hash_ids holds a value that is not a non-negative integer",
+                        )
+                    })
+                })
                 .collect::<Result<_, _>>()?,
             _ => return Err(bad(origin, *line, "'hash_ids' is missing or not a list")),
         };
@@ -408,7 +421,11 @@ fn conversation(origin: &Path, line: usize, v: &Value) -> Result<TraceSession, R
         }
     }
     if out.is_empty() {
-        return Err(bad(origin, line, "the session has no human turn followed by a gpt turn"));
+        return Err(bad(
+            origin,
+            line,
+            "the session has no human turn followed by a gpt turn",
+        ));
     }
     Ok(TraceSession {
         id,
@@ -452,7 +469,10 @@ mod tests {
         let e = Trace::parse(t, Path::new("x.jsonl"), TraceFormat::Mooncake, None)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("x.jsonl") && e.contains("line 1") && e.contains("--trace-block-tokens"), "{e}");
+        assert!(
+            e.contains("x.jsonl") && e.contains("line 1") && e.contains("--trace-block-tokens"),
+            "{e}"
+        );
         let tt = Trace::parse(t, Path::new("y"), TraceFormat::TimedTrace, Some(8)).unwrap();
         assert_eq!(tt.sessions[1].start_s, 1500.0);
         let w = tr.windowed(&TraceWindow {

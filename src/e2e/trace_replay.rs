@@ -104,7 +104,11 @@ pub async fn plan(
                 ignore_eos: true,
                 temperature: tpl.temperature,
                 seed: tpl.seed.map(|x| x.wrapping_add(index)),
-                thinking: if tpl.api == Api::Chat { tpl.thinking } else { None },
+                thinking: if tpl.api == Api::Chat {
+                    tpl.thinking
+                } else {
+                    None
+                },
             };
             index += 1;
             let (mut hash_ids, mut input_length, mut counted, mut messages) =
@@ -124,8 +128,14 @@ pub async fn plan(
                                 (*h as usize).wrapping_mul(37) % 9973,
                                 len as usize + 16,
                             );
-                            let b = fit(counter, &format!(" [{nonce}:{h}] "), &words, len as usize, &mut hint)
-                                .await?;
+                            let b = fit(
+                                counter,
+                                &format!(" [{nonce}:{h}] "),
+                                &words,
+                                len as usize,
+                                &mut hint,
+                            )
+                            .await?;
                             blocks.insert((*h, len), b);
                         }
                         let (text, c) = &blocks[&(*h, len)];
@@ -257,7 +267,12 @@ pub async fn replay(
                     break;
                 }
                 let (sent, outcome) = client
-                    .stream_body(&t.req, body_of(t, &history), cfg.request_timeout, stop.interrupted())
+                    .stream_body(
+                        &t.req,
+                        body_of(t, &history),
+                        cfg.request_timeout,
+                        stop.interrupted(),
+                    )
                     .await;
                 let sent_rel = sent.saturating_duration_since(t0);
                 let end = (sent_rel + outcome.end).as_secs_f64();
@@ -392,7 +407,9 @@ impl TraceSummary {
                 .iter()
                 .filter_map(|r| blocks.get(r.index).map(|(h, n)| (h.as_slice(), *n)))
                 .collect();
-            implied_block_reuse(&order, spec.trace.block_tokens).iter().sum()
+            implied_block_reuse(&order, spec.trace.block_tokens)
+                .iter()
+                .sum()
         };
         let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
         let engine_cached = if ok.is_empty() {
@@ -416,9 +433,10 @@ impl TraceSummary {
             reuse_gap: reported.map(|r| r as i64 - implied as i64),
             prompt_tokens: ok.iter().map(|r| r.prompt_tokens).sum::<Option<u64>>(),
             send_lag_p99_s: crate::stats::percentile(&lags, 99.0),
-            send_lag_max_s: lags.iter().copied().fold(None, |a: Option<f64>, v| {
-                Some(a.map_or(v, |a| a.max(v)))
-            }),
+            send_lag_max_s: lags
+                .iter()
+                .copied()
+                .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v)))),
             not_token_exact: plan.not_token_exact,
         }
     }

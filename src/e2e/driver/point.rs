@@ -182,15 +182,7 @@ impl Session<'_> {
         )
         .await;
 
-        let hits_allowed = if trace_plan.is_some() {
-            // A replayed trace reuses prefixes by design: any hit up to its prompts is explained.
-            requests
-                .iter()
-                .map(|r| r.prompt_tokens.or(r.input_tokens_counted).unwrap_or(0))
-                .sum()
-        } else {
-            hits_allowed(suite, &requests)
-        };
+        let hits_allowed = hits_allowed(suite, &requests, trace_plan.is_some());
         let kv = self.kv_condition(before.as_ref(), after.as_ref(), boot, &polls, peaks_reset);
         let evidence = PointEvidence {
             before: before.as_ref(),
@@ -210,45 +202,27 @@ impl Session<'_> {
             judge_repetition,
         );
         let measured = Throughput::of(&requests, duration.as_secs_f64());
-        let served = self.served(&requests, measured.as_ref(), power);
-        let trace = match (&self.opts.trace, &trace_plan) {
-            (Some(spec), Some(plan)) => Some(crate::e2e::trace_replay::TraceSummary::of(
-                spec,
-                plan,
-                &blocks,
-                &requests,
-                conditions.cache.hits,
-            )),
-            _ => None,
-        };
+        let served = self.served(
+            point,
+            &requests,
+            measured.as_ref(),
+            power,
+            trace_plan.as_ref().map(|p| (p, blocks.as_slice())),
+            conditions.cache.hits,
+            duration.as_secs_f64(),
+        );
         let (throughput, throughput_invalid) = if validity.valid {
             (measured, None)
         } else {
             (None, measured)
         };
-        let label = match &self.opts.trace {
-            Some(spec) => format!(
-                "trace ×{}",
-                spec.window.speed
-            ),
-            None => point.label(),
-        };
         Ok(RunResult {
-            goodput: self.opts.slo.as_ref().and_then(|slo| {
-                crate::e2e::goodput::Goodput::of(
-                    slo,
-                    &requests,
-                    Some(duration.as_secs_f64()),
-                    self.opts
-                        .goodput_search
-                        .map_or(0.95, |s| s.confidence),
-                )
-            }),
-            energy: served.0,
-            energy_unknown: served.1,
-            trace,
-            other_tools: crate::e2e::definitions::other_tools(&requests),
-            label,
+            goodput: served.goodput,
+            energy: served.energy,
+            energy_unknown: served.energy_unknown,
+            trace: served.trace,
+            other_tools: served.other_tools,
+            label: served.label,
             load: point.clone(),
             latency: LatencySummary::of(&requests),
             lateness: Lateness::of(&requests, self.opts.lateness_tolerance.as_secs_f64()),
@@ -610,7 +584,14 @@ pub(super) struct PointEvidence<'a> {
 /// Hits the workload itself explains: the shared prefix within the run, and for chat the
 /// template tokens around the user message (prompt tokens reported − tokens counted in the
 /// message), which may precede the salt.
-pub(super) fn hits_allowed(suite: &Suite, requests: &[RequestRecord]) -> u64 {
+pub(super) fn hits_allowed(suite: &Suite, requests: &[RequestRecord], replay: bool) -> u64 {
+    if replay {
+        // A replayed trace reuses prefixes by design: any hit up to its prompts is explained.
+        return requests
+            .iter()
+            .map(|r| r.prompt_tokens.or(r.input_tokens_counted).unwrap_or(0))
+            .sum();
+    }
     let shared = match (suite.workload.kind, suite.workload.shared_prefix_tokens) {
         (WorkloadKind::SharedPrefix, Some(p)) => {
             u64::from(p) * (requests.len().saturating_sub(1) as u64)

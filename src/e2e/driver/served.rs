@@ -39,7 +39,14 @@ impl Session<'_> {
             seed: suite.sampling.seed,
             thinking: suite.sampling.thinking,
         };
-        plan(&sessions, spec.trace.block_tokens, &self.counter, &tpl, nonce).await
+        plan(
+            &sessions,
+            spec.trace.block_tokens,
+            &self.counter,
+            &tpl,
+            nonce,
+        )
+        .await
     }
 
     /// Start sampling power, when the session has a source.
@@ -66,8 +73,52 @@ impl Session<'_> {
         }
     }
 
-    /// The point's energy, or why there is none.
+    /// What the point served beyond latency and throughput: its SLO attainment, its energy
+    /// (or why there is none), its trace summary, the other tools' TPOT and ITL, and its label.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn served(
+        &self,
+        point: &LoadPoint,
+        requests: &[RequestRecord],
+        measured: Option<&Throughput>,
+        power: Option<PowerWindow>,
+        replay: Option<(&ReplayPlan, &[(Vec<u64>, u32)])>,
+        metrics_cache_hits: Option<u64>,
+        duration_s: f64,
+    ) -> Served {
+        let (energy, energy_unknown) = self.energy(requests, measured, power);
+        let trace = match (&self.opts.trace, replay) {
+            (Some(spec), Some((plan, blocks))) => Some(crate::e2e::trace_replay::TraceSummary::of(
+                spec,
+                plan,
+                blocks,
+                requests,
+                metrics_cache_hits,
+            )),
+            _ => None,
+        };
+        Served {
+            goodput: self.opts.slo.as_ref().and_then(|slo| {
+                crate::e2e::goodput::Goodput::of(
+                    slo,
+                    requests,
+                    Some(duration_s),
+                    self.opts.goodput_search.map_or(0.95, |s| s.confidence),
+                )
+            }),
+            energy,
+            energy_unknown,
+            trace,
+            other_tools: crate::e2e::definitions::other_tools(requests),
+            label: match &self.opts.trace {
+                Some(spec) => format!("trace ×{}", spec.window.speed),
+                None => point.label(),
+            },
+        }
+    }
+
+    /// The point's energy, or why there is none.
+    fn energy(
         &self,
         requests: &[RequestRecord],
         measured: Option<&Throughput>,
@@ -105,4 +156,14 @@ impl Session<'_> {
             ),
         }
     }
+}
+
+/// What a sweep point served beyond latency and throughput (fields of [`RunResult`]).
+pub(super) struct Served {
+    pub(super) goodput: Option<crate::e2e::goodput::Goodput>,
+    pub(super) energy: Option<Energy>,
+    pub(super) energy_unknown: Option<String>,
+    pub(super) trace: Option<crate::e2e::trace_replay::TraceSummary>,
+    pub(super) other_tools: Vec<crate::e2e::definitions::ToolMetrics>,
+    pub(super) label: String,
 }

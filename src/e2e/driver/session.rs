@@ -282,8 +282,10 @@ pub(super) async fn run_sweep(
 ) {
     let opts = session.opts;
     if let Some(spec) = &opts.goodput_search {
-        return super::search::run_search(session, spec, engine, extra_log, stop, results, on_update)
-            .await;
+        return super::search::run_search(
+            session, spec, engine, extra_log, stop, results, on_update,
+        )
+        .await;
     }
     let points = sweep(&opts.suite);
     for (i, point) in points.iter().enumerate() {
