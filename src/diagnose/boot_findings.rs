@@ -532,7 +532,13 @@ fn override_findings(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
                 format!("line {}: the flag set what the profiler found", o.line),
             ),
         };
-        out.push(f("kv-pool-capped", sev, title, detail, format!("{name}:{}", o.line)));
+        out.push(f(
+            "kv-pool-capped",
+            sev,
+            title,
+            detail,
+            format!("{name}:{}", o.line),
+        ));
     }
 }
 

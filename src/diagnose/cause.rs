@@ -494,9 +494,16 @@ fn no_attention_backend(msg: &str, context: &str) -> Option<Cause> {
     let config: String = c["c"]
         .split(", ")
         .filter(|kv| {
-            ["head_size", "kv_cache_dtype", "use_mla", "use_sparse", "use_non_causal", "has_sink"]
-                .iter()
-                .any(|k| kv.starts_with(k))
+            [
+                "head_size",
+                "kv_cache_dtype",
+                "use_mla",
+                "use_sparse",
+                "use_non_causal",
+                "has_sink",
+            ]
+            .iter()
+            .any(|k| kv.starts_with(k))
         })
         .collect::<Vec<_>>()
         .join(", ");

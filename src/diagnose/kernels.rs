@@ -141,11 +141,12 @@ pub(crate) fn passed_over_findings(l: &LogInput, card: Option<&Card>, out: &mut 
         if passed.is_empty() {
             continue;
         }
-        let warned = l
-            .log
-            .marlin_fp4_fallback
-            .as_ref()
-            .map(|m| format!(" The 'does not have native support for FP4' warning (line {}) ", m.line));
+        let warned = l.log.marlin_fp4_fallback.as_ref().map(|m| {
+            format!(
+                " The 'does not have native support for FP4' warning (line {}) ",
+                m.line
+            )
+        });
         let (sev, judgement) = match card.map(|k| (k.cc.as_int(), k.source.as_str())) {
             Some((cc, from)) if cc >= 100 => (
                 Severity::Warning,

@@ -600,10 +600,10 @@ fn spec_lines_per_boot(log: &EngineLog) -> Vec<(usize, Vec<spec::SpecLogLine>)> 
 /// Speculative-decoding findings for one log.
 fn spec_findings(source: &str, log: &EngineLog, out: &mut Vec<Finding>) {
     let cfg = &log.spec_config;
-    let first_line = log.spec_lines.first().map(|s| s.line);
-    let src = match first_line {
-        Some(l) => format!("{source}:{l}"),
-        None => source.to_string(),
+    // The pooled figures rest on every spec line: cite them all (first to last).
+    let src = match (log.spec_lines.first(), log.spec_lines.last()) {
+        (Some(a), Some(b)) => lines(source, a.line, b.line),
+        _ => source.to_string(),
     };
     let method = method_words(log);
     let per_boot = spec_lines_per_boot(log);
@@ -1152,8 +1152,8 @@ fn join_findings(
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod tests_engines;
-#[cfg(test)]
 mod tests_contradictions;
+#[cfg(test)]
+mod tests_engines;
 #[cfg(test)]
 mod tests_sentences;

@@ -228,7 +228,9 @@ fn gpu_findings(r: &SmiReport, g: &SmiGpu, when: &str, out: &mut Vec<Finding>) {
     let gpu = format!(
         "GPU {} ({})",
         g.bus_id,
-        g.name.as_ref().map_or("name not stated", |(n, _)| n.as_str())
+        g.name
+            .as_ref()
+            .map_or("name not stated", |(n, _)| n.as_str())
     );
     out.push(f(
         "gpu-conditions",
@@ -270,9 +272,10 @@ fn gpu_findings(r: &SmiReport, g: &SmiGpu, when: &str, out: &mut Vec<Finding>) {
         _ => false,
     };
     if !g.active_reasons.is_empty() {
-        let hard = g.active_reasons.iter().any(|(k, _)| {
-            k.contains("HW") || k.contains("Thermal") || k.contains("Power Brake")
-        });
+        let hard = g
+            .active_reasons
+            .iter()
+            .any(|(k, _)| k.contains("HW") || k.contains("Thermal") || k.contains("Power Brake"));
         let sw_cap = g.active_reasons.iter().any(|(k, _)| k == "SW Power Cap");
         let idle_pstate = g
             .pstate
@@ -340,7 +343,9 @@ fn ecc_findings(g: &SmiGpu, gpu: &str, src: &str, out: &mut Vec<Finding>) {
         .collect();
     let mut bad = uncorrectable.clone();
     if let Some((v, l)) = g.remap_pending.as_ref().filter(|(v, _)| v == "Yes") {
-        bad.push(format!("row remapping pending: {v} (line {l}); a GPU reset applies it"));
+        bad.push(format!(
+            "row remapping pending: {v} (line {l}); a GPU reset applies it"
+        ));
     }
     if let Some((v, l)) = g.remap_failure.as_ref().filter(|(v, _)| v == "Yes") {
         bad.push(format!("remapping failure occurred: {v} (line {l})"));

@@ -63,8 +63,17 @@ fn tensorrt_llm_0_8_kv_lines_give_the_capacity() {
     );
     let f = one(&d, "kv-capacity");
     assert!(f.title.contains("220,800 tokens"), "{}", f.title);
-    assert!(f.detail.contains("(line 4: TensorRT-LLM's paged-KV tokens line (0.8 form))"), "{}", f.detail);
-    assert!(f.detail.contains("(line 3)"), "the pool's bytes line: {}", f.detail);
+    assert!(
+        f.detail
+            .contains("(line 4: TensorRT-LLM's paged-KV tokens line (0.8 form))"),
+        "{}",
+        f.detail
+    );
+    assert!(
+        f.detail.contains("(line 3)"),
+        "the pool's bytes line: {}",
+        f.detail
+    );
     assert_eq!(d.logs[0].log.engine.as_deref(), Some("tensorrt-llm"));
     assert_eq!(d.logs[0].log.engine_version.as_deref(), Some("0.8.0"));
     assert_eq!(d.logs[0].log.boots[0].kv_pool_bytes, Some(21_705_523_200));
@@ -86,7 +95,12 @@ fn a_tensorrt_llm_log_without_a_read_line_is_named_as_tensorrt_llm() {
         None,
     );
     let f = one(&d, "nothing-recognised");
-    assert!(f.detail.contains("3 of the 3 lines carry TensorRT-LLM's header"), "{}", f.detail);
+    assert!(
+        f.detail
+            .contains("3 of the 3 lines carry TensorRT-LLM's header"),
+        "{}",
+        f.detail
+    );
     assert!(!f.detail.contains("no line in a form"), "{}", f.detail);
 }
 
@@ -102,8 +116,16 @@ fn llamacpp_draft_mtp_statistics_give_k_per_position_and_mean_length() {
     assert!(f.title.contains("64.54%"), "{}", f.title);
     assert!(f.title.contains("k = 4"), "{}", f.title);
     // Drafts per request = accepted / (mean length − 1): 141 and 98, so 1 + 617 / 239.
-    assert!(f.detail.contains("mean acceptance length 3.58"), "{}", f.detail);
-    assert!(f.detail.contains("per-position acceptance (0.787"), "{}", f.detail);
+    assert!(
+        f.detail.contains("mean acceptance length 3.58"),
+        "{}",
+        f.detail
+    );
+    assert!(
+        f.detail.contains("per-position acceptance (0.787"),
+        "{}",
+        f.detail
+    );
     assert!(f.detail.contains("617 of 956"), "{}", f.detail);
 }
 
@@ -129,11 +151,19 @@ fn every_padding_line_is_named_worst_first() {
     let d = diag("p.log", log, None);
     let f = one(&d, "kv-padding-waste");
     assert_eq!(f.severity, Severity::Warning);
-    assert!(f.title.contains("89.47%") && f.title.contains("worst of 2"), "{}", f.title);
+    assert!(
+        f.title.contains("89.47%") && f.title.contains("worst of 2"),
+        "{}",
+        f.title
+    );
     let worst = f.detail.find("89.47%").unwrap();
     let other = f.detail.find("5.00%").unwrap();
     assert!(worst < other, "{}", f.detail);
-    assert!(f.detail.contains("(line 1)") && f.detail.contains("(line 2)"), "{}", f.detail);
+    assert!(
+        f.detail.contains("(line 1)") && f.detail.contains("(line 2)"),
+        "{}",
+        f.detail
+    );
 }
 
 #[test]
@@ -151,7 +181,10 @@ INFO 08-01 11:00:05 [metrics.py:1] SpecDecoding metrics: Draft acceptance rate: 
     assert_eq!(all.len(), 2, "{all:#?}");
     assert!(all.iter().any(|f| f.title.contains("50.00%")), "{all:#?}");
     assert!(all.iter().any(|f| f.title.contains("2.00%")), "{all:#?}");
-    assert!(!all.iter().any(|f| f.title.contains("26.00%")), "pooled across runs: {all:#?}");
+    assert!(
+        !all.iter().any(|f| f.title.contains("26.00%")),
+        "pooled across runs: {all:#?}"
+    );
 }
 
 #[test]
@@ -160,11 +193,22 @@ fn marlin_chosen_over_native_candidates_is_not_the_cards_fault() {
     let d = diag("m.log", log, Some("sm_120"));
     let f = one(&d, "native-candidates-passed-over");
     assert_eq!(f.severity, Severity::Warning);
-    assert!(f.title.contains("FLASHINFER_CUTLASS, VLLM_CUTLASS"), "{}", f.title);
-    assert!(f.detail.contains("is then wrong about the card"), "{}", f.detail);
+    assert!(
+        f.title.contains("FLASHINFER_CUTLASS, VLLM_CUTLASS"),
+        "{}",
+        f.title
+    );
+    assert!(
+        f.detail.contains("is then wrong about the card"),
+        "{}",
+        f.detail
+    );
     // Below sm_100 the same line is expected.
     let d = diag("m.log", log, Some("sm_89"));
-    assert_eq!(one(&d, "native-candidates-passed-over").severity, Severity::Info);
+    assert_eq!(
+        one(&d, "native-candidates-passed-over").severity,
+        Severity::Info
+    );
 }
 
 #[test]
@@ -176,7 +220,11 @@ INFO 08-01 10:00:04 [kv_cache_utils.py:1] GPU KV cache size: 688 tokens\n";
     let d = diag("o.log", log, None);
     let f = one(&d, "kv-pool-capped");
     assert_eq!(f.severity, Severity::Warning);
-    assert!(f.title.contains("43 blocks, 13,185 profiled"), "{}", f.title);
+    assert!(
+        f.title.contains("43 blocks, 13,185 profiled"),
+        "{}",
+        f.title
+    );
     assert!(f.detail.contains("binding limit"), "{}", f.detail);
 }
 
@@ -187,7 +235,12 @@ INFO 08-01 10:00:02 [gpu_model_runner.py:1] Starting to load model nvidia/X...\n
 Loading safetensors checkpoint shards:  40% Completed | 2/5 [00:10<00:15,  5.00s/it]\n";
     let d = diag("l.log", log, None);
     let f = one(&d, "startup-state-unknown");
-    assert!(f.title.contains("stops mid-load, loading the weights, shard 2 of 5 (line 3)"), "{}", f.title);
+    assert!(
+        f.title
+            .contains("stops mid-load, loading the weights, shard 2 of 5 (line 3)"),
+        "{}",
+        f.title
+    );
 }
 
 #[test]
@@ -198,10 +251,17 @@ fn no_attention_backend_says_whether_a_flag_can_fix_it() {
     assert_eq!(f.severity, Severity::Error);
     assert!(f.detail.contains("no engine flag fixes it"), "{}", f.detail);
     assert!(f.detail.contains("use_sparse=True"), "{}", f.detail);
-    let fixable = log.replace("TRITON_MLA: [sparse not supported]", "TRITON_MLA: [kv_cache_dtype not supported]");
+    let fixable = log.replace(
+        "TRITON_MLA: [sparse not supported]",
+        "TRITON_MLA: [kv_cache_dtype not supported]",
+    );
     let d = diag("a.log", &fixable, Some("sm_120"));
     let f = one(&d, "no-attention-backend");
-    assert!(f.detail.contains("TRITON_MLA (change --kv-cache-dtype)"), "{}", f.detail);
+    assert!(
+        f.detail.contains("TRITON_MLA (change --kv-cache-dtype)"),
+        "{}",
+        f.detail
+    );
 }
 
 #[test]
@@ -228,7 +288,11 @@ fn nvidia_smi_q_gives_the_conditions_with_their_lines() {
     let c = one(&d, "gpu-conditions");
     assert!(c.detail.contains("SM clock 0 MHz"), "{}", c.detail);
     assert!(c.detail.contains("of max 1740 MHz"), "{}", c.detail);
-    assert!(c.detail.contains("only if it was taken during that run"), "{}", c.detail);
+    assert!(
+        c.detail.contains("only if it was taken during that run"),
+        "{}",
+        c.detail
+    );
     // Idle (P8) with the software power cap and an unlowered limit: info, with why.
     let e = one(&d, "gpu-clock-events");
     assert_eq!(e.severity, Severity::Info);
@@ -237,7 +301,11 @@ fn nvidia_smi_q_gives_the_conditions_with_their_lines() {
     // 10 aggregate DRAM correctable errors: info, named with the line.
     let ecc = one(&d, "gpu-ecc-errors");
     assert_eq!(ecc.severity, Severity::Info);
-    assert!(ecc.detail.contains("Aggregate DRAM Correctable 10"), "{}", ecc.detail);
+    assert!(
+        ecc.detail.contains("Aggregate DRAM Correctable 10"),
+        "{}",
+        ecc.detail
+    );
     // The same card with its limit lowered: the cap is a warning.
     let lowered = text.replace(
         "Current Power Limit               : 300.00 W",

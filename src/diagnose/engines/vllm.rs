@@ -248,8 +248,10 @@ fn read_kv(log: &mut EngineLog, l: &Line<'_>, p: &Pats, msg: &str, no: usize) {
 fn load_progress(log: &mut EngineLog, l: &Line<'_>, msg: &str) {
     static SHARDS: OnceLock<Regex> = OnceLock::new();
     let shards = SHARDS.get_or_init(|| {
-        Regex::new(r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (?P<a>\d+)/(?P<b>\d+)")
-            .expect("static regex")
+        Regex::new(
+            r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (?P<a>\d+)/(?P<b>\d+)",
+        )
+        .expect("static regex")
     });
     let stage = if let Some(c) = shards.captures(msg) {
         format!("loading the weights, shard {} of {}", &c["a"], &c["b"])
