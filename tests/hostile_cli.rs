@@ -95,10 +95,10 @@ fn cells_over_65535_characters_are_cut_in_compare_and_render() {
             String::from_utf8_lossy(&o.stderr)
         );
         let md = format!(
-        "{}\n{}",
-        std::fs::read_to_string(d.path().join("report.md")).unwrap(),
-        std::fs::read_to_string(d.path().join("report-details.md")).unwrap_or_default()
-    );
+            "{}\n{}",
+            std::fs::read_to_string(d.path().join("report.md")).unwrap(),
+            std::fs::read_to_string(d.path().join("report-details.md")).unwrap_or_default()
+        );
         assert!(md.contains("[cut: "), "report.md says a cell was cut");
         // No table row carries the whole value (prose lines, e.g. the title, may).
         assert!(!md

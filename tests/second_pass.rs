@@ -27,11 +27,14 @@ fn render(rel: &str) -> (String, tempfile::TempDir) {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    (format!(
-        "{}\n{}",
-        std::fs::read_to_string(out.join("report.md")).unwrap(),
-        std::fs::read_to_string(out.join("report-details.md")).unwrap_or_default()
-    ), d)
+    (
+        format!(
+            "{}\n{}",
+            std::fs::read_to_string(out.join("report.md")).unwrap(),
+            std::fs::read_to_string(out.join("report-details.md")).unwrap_or_default()
+        ),
+        d,
+    )
 }
 
 fn verdict(md: &str) -> &str {

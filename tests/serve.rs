@@ -622,20 +622,49 @@ async fn sampling_parameters_are_honoured_or_refused_by_name() {
     let (st, v) = post(
         &s,
         "/v1/chat/completions",
-        with(json!({"min_tokens": 6, "frequency_penalty": 0, "repetition_penalty": 1.0,
-                    "logit_bias": {}, "user": "u-1", "stop_token_ids": []})),
+        with(
+            json!({"min_tokens": 6, "frequency_penalty": 0, "repetition_penalty": 1.0,
+                    "logit_bias": {}, "user": "u-1", "stop_token_ids": []}),
+        ),
     )
     .await;
     assert_eq!(st, 200, "{v}");
-    assert_eq!(v["usage"]["completion_tokens"], 6, "min_tokens = max_tokens runs to 6: {v}");
+    assert_eq!(
+        v["usage"]["completion_tokens"], 6,
+        "min_tokens = max_tokens runs to 6: {v}"
+    );
     assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
     let cases = [
-        ("/v1/chat/completions", with(json!({"min_tokens": 7})), Some("min_tokens")),
-        ("/v1/chat/completions", with(json!({"min_tokens": -1})), Some("min_tokens")),
-        ("/v1/chat/completions", with(json!({"frequency_penalty": 0.5})), Some("frequency_penalty")),
-        ("/v1/chat/completions", with(json!({"repetition_penalty": 1.2})), Some("repetition_penalty")),
-        ("/v1/chat/completions", with(json!({"min_p": 0.1})), Some("min_p")),
-        ("/v1/chat/completions", with(json!({"use_beam_search": true})), Some("use_beam_search")),
+        (
+            "/v1/chat/completions",
+            with(json!({"min_tokens": 7})),
+            Some("min_tokens"),
+        ),
+        (
+            "/v1/chat/completions",
+            with(json!({"min_tokens": -1})),
+            Some("min_tokens"),
+        ),
+        (
+            "/v1/chat/completions",
+            with(json!({"frequency_penalty": 0.5})),
+            Some("frequency_penalty"),
+        ),
+        (
+            "/v1/chat/completions",
+            with(json!({"repetition_penalty": 1.2})),
+            Some("repetition_penalty"),
+        ),
+        (
+            "/v1/chat/completions",
+            with(json!({"min_p": 0.1})),
+            Some("min_p"),
+        ),
+        (
+            "/v1/chat/completions",
+            with(json!({"use_beam_search": true})),
+            Some("use_beam_search"),
+        ),
         ("/v1/chat/completions", with(json!({"max_tokenz": 3})), None),
         (
             "/v1/completions",

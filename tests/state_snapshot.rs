@@ -126,7 +126,11 @@ fn the_state_matters_and_bad_restores_are_refused() {
     b.restore_state(0, &snap).unwrap();
     assert_eq!(decode(&mut b, first, prompt.len(), 4, 0), want);
     // Out of range, and a snapshot that is not the CPU backend's.
-    assert!(b.restore_state(5, &snap).unwrap_err().to_string().contains("slot 5"));
+    assert!(b
+        .restore_state(5, &snap)
+        .unwrap_err()
+        .to_string()
+        .contains("slot 5"));
     assert!(b.snapshot_state(9).is_err());
     let foreign = rigbench::runtime::backend::StateSnapshot {
         position: 1,

@@ -231,10 +231,10 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         _ => crate::runtime::device::probe_gpus(),
     };
     let runtime_device = crate::runtime::device::resolve_device(args.runtime_device, &gpus)
-    .map_err(|e| match e {
-        RigError::BadFlag { message, .. } => RigError::flag("--runtime-device", message),
-        other => other,
-    })?;
+        .map_err(|e| match e {
+            RigError::BadFlag { message, .. } => RigError::flag("--runtime-device", message),
+            other => other,
+        })?;
     let model = args
         .model
         .clone()
@@ -250,8 +250,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         .into());
     }
     let budget_s = match &args.budget {
-        Some(b) => crate::report::budget::parse_budget(b)
-            .map_err(|m| RigError::flag("--budget", m))?,
+        Some(b) => {
+            crate::report::budget::parse_budget(b).map_err(|m| RigError::flag("--budget", m))?
+        }
         None if args.repeats.is_some() || args.save_baseline => None,
         None => Some(crate::report::budget::DEFAULT_BUDGET_S),
     };
@@ -357,8 +358,8 @@ fn plan_budget(
     if !gpu {
         return None;
     }
-    let impls = opts.formats.len()
-        + usize::from(opts.formats.contains(&crate::formats::GemmFormat::Fp8));
+    let impls =
+        opts.formats.len() + usize::from(opts.formats.contains(&crate::formats::GemmFormat::Fp8));
     let req = crate::report::budget::Request {
         budget_s: Some(budget_s),
         shapes: opts.suite.shapes.iter().map(|s| (s.n, s.k)).collect(),
@@ -381,7 +382,11 @@ fn plan_budget(
     eprintln!(
         "rigbench: budget {:.0} s: M = {}, peers {}, {}; estimated {:.0} s{}",
         budget_s,
-        plan.m.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(","),
+        plan.m
+            .iter()
+            .map(|m| m.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
         if plan.peers { "on" } else { "off" },
         plural(plan.repeats, "repeat", "repeats"),
         plan.estimate_s,

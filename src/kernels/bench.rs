@@ -250,7 +250,7 @@ pub fn run_on_device(
         indicatif::ProgressStyle::with_template(
             "{elapsed_precise} [{bar:30}] {pos}/{len} ETA {eta} {msg}",
         )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     for (si, shape) in opts.suite.shapes.iter().enumerate() {
         if crate::signals::interrupted().is_some() {

@@ -42,7 +42,7 @@ pub fn parse_budget(s: &str) -> Result<Option<f64>, String> {
     if matches!(t.as_str(), "none" | "full" | "off") {
         return Ok(None);
     }
-    let (num, scale) = match t.char_indices().last() {
+    let (num, scale) = match t.char_indices().next_back() {
         Some((i, 's')) => (&t[..i], 1.0),
         Some((i, 'm')) => (&t[..i], 60.0),
         Some((i, 'h')) => (&t[..i], 3600.0),
@@ -114,7 +114,9 @@ impl Costs {
     /// One rigbench case at weights `n`×`k` and `m` tokens, seconds.
     pub fn case_s(&self, m: usize, n: usize, k: usize) -> f64 {
         let nk = n as f64 * k as f64;
-        self.case_fixed_s + self.case_per_gelem_s * nk / 1e9 + self.case_per_tmnk_s * m as f64 * nk / 1e12
+        self.case_fixed_s
+            + self.case_per_gelem_s * nk / 1e9
+            + self.case_per_tmnk_s * m as f64 * nk / 1e12
     }
 }
 
@@ -192,9 +194,16 @@ pub fn rank_m(ms: &[usize]) -> Vec<usize> {
 }
 
 /// The estimate of a job with `ms`, `peers` and `repeats`, by part.
-fn estimate(req: &Request, costs: &Costs, ms: &[usize], peers: bool, repeats: usize) -> Vec<(String, f64)> {
+fn estimate(
+    req: &Request,
+    costs: &Costs,
+    ms: &[usize],
+    peers: bool,
+    repeats: usize,
+) -> Vec<(String, f64)> {
     let group = |m: usize| -> f64 { req.shapes.iter().map(|&(n, k)| costs.case_s(m, n, k)).sum() };
-    let kernels: f64 = ms.iter().map(|&m| group(m)).sum::<f64>() * req.impls as f64 * repeats as f64;
+    let kernels: f64 =
+        ms.iter().map(|&m| group(m)).sum::<f64>() * req.impls as f64 * repeats as f64;
     let peers_s = if peers && !ms.is_empty() {
         costs.peer_start_s + ms.iter().map(|&m| group(m)).sum::<f64>() * costs.peer_impls
     } else {
@@ -241,7 +250,11 @@ pub fn plan(req: &Request, costs: &Costs) -> Plan {
         return build(all, peers_ok, fixed_repeats.unwrap_or(1));
     };
     let cap = budget * PLAN_SHARE;
-    let ks: Vec<usize> = if req.m_fixed { vec![all] } else { (1..=all).rev().collect() };
+    let ks: Vec<usize> = if req.m_fixed {
+        vec![all]
+    } else {
+        (1..=all).rev().collect()
+    };
     // Candidates in the order of preference (module docs), the first that fits wins.
     let mut order: Vec<(usize, bool, usize)> = Vec::new();
     let repeats_choices: Vec<usize> = match fixed_repeats {
@@ -275,7 +288,10 @@ pub fn plan(req: &Request, costs: &Costs) -> Plan {
     for &k in ks.iter().filter(|&&k| k < core) {
         push(k, req.peers_fixed.unwrap_or(false), r_min, &mut order);
     }
-    let fits = order.iter().map(|&(k, p, r)| build(k, p, r)).find(|p| p.estimate_s <= cap);
+    let fits = order
+        .iter()
+        .map(|&(k, p, r)| build(k, p, r))
+        .find(|p| p.estimate_s <= cap);
     let mut chosen = match fits {
         Some(p) => p,
         None => {
@@ -293,7 +309,11 @@ pub fn plan(req: &Request, costs: &Costs) -> Plan {
 fn left_out(req: &Request, plan: &Plan, ranked: &[usize]) -> Vec<String> {
     let mut out = Vec::new();
     let dropped: Vec<String> = {
-        let mut d: Vec<usize> = ranked.iter().copied().filter(|m| !plan.m.contains(m)).collect();
+        let mut d: Vec<usize> = ranked
+            .iter()
+            .copied()
+            .filter(|m| !plan.m.contains(m))
+            .collect();
         d.sort_unstable();
         d.iter().map(|m| m.to_string()).collect()
     };
@@ -316,7 +336,9 @@ fn left_out(req: &Request, plan: &Plan, ranked: &[usize]) -> Vec<String> {
 mod tests {
     use super::*;
 
-    const GRID: [usize; 14] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192];
+    const GRID: [usize; 14] = [
+        1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192,
+    ];
 
     /// The suite qwen3.6-27b's shapes (suites/kernels/qwen3.6-27b.toml).
     fn shapes() -> Vec<(usize, usize)> {
@@ -393,7 +415,10 @@ mod tests {
         for budget in [200.0, 250.0, 300.0, 400.0, 600.0, 3600.0] {
             let p = plan(&req(Some(budget)), &c);
             assert!(!p.over_budget, "{budget}");
-            assert!(p.estimate_s <= budget * PLAN_SHARE + 1e-9, "{budget}: {p:?}");
+            assert!(
+                p.estimate_s <= budget * PLAN_SHARE + 1e-9,
+                "{budget}: {p:?}"
+            );
             assert!(p.m.contains(&1), "M = 1 always kept: {p:?}");
             // Kept M values are a prefix of the ranking.
             let ranked = rank_m(&GRID);
@@ -408,13 +433,23 @@ mod tests {
         assert_eq!(p.m, vec![1, 8, 64, 512, 8192], "{p:?}");
         assert!((250.0..270.0).contains(&p.estimate_s), "{}", p.estimate_s);
         assert!(p.peers, "{p:?}");
-        assert!(p.left_out[0].starts_with("kernel suite at M = "), "{:?}", p.left_out);
+        assert!(
+            p.left_out[0].starts_with("kernel suite at M = "),
+            "{:?}",
+            p.left_out
+        );
         // A budget the fixed costs alone exceed: the smallest plan, said to be over.
         let p = plan(&req(Some(60.0)), &c);
-        assert!(p.over_budget && p.m == vec![1] && !p.peers && p.repeats == 1, "{p:?}");
+        assert!(
+            p.over_budget && p.m == vec![1] && !p.peers && p.repeats == 1,
+            "{p:?}"
+        );
         // A big budget runs everything, with the CI recipe's repeats.
         let p = plan(&req(Some(3600.0)), &c);
-        assert_eq!((p.m.len(), p.peers, p.repeats), (GRID.len(), true, AUTO_REPEATS_MAX));
+        assert_eq!(
+            (p.m.len(), p.peers, p.repeats),
+            (GRID.len(), true, AUTO_REPEATS_MAX)
+        );
         assert!(p.left_out.is_empty());
     }
 
@@ -427,8 +462,14 @@ mod tests {
         r.repeats_fixed = Some(2);
         let p = plan(&r, &c);
         assert_eq!((p.m.len(), p.peers, p.repeats), (GRID.len(), false, 2));
-        assert!(p.over_budget, "the full grid twice does not fit five minutes: {p:?}");
-        assert!(p.left_out.is_empty(), "nothing the user asked for is called left out");
+        assert!(
+            p.over_budget,
+            "the full grid twice does not fit five minutes: {p:?}"
+        );
+        assert!(
+            p.left_out.is_empty(),
+            "nothing the user asked for is called left out"
+        );
         // Peers asked for: they stay, and the M grid shrinks around them.
         let mut r = req(Some(DEFAULT_BUDGET_S));
         r.peers_fixed = Some(true);

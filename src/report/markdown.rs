@@ -275,10 +275,7 @@ pub fn budget_markdown(b: &super::schema::BudgetRecord, wall_s: Option<f64>) -> 
         for l in &p.left_out {
             o.push_str(&format!("- {l}\n"));
         }
-        o.push_str(&format!(
-            "\nThe full suite: `{}`.\n\n",
-            b.full_command
-        ));
+        o.push_str(&format!("\nThe full suite: `{}`.\n\n", b.full_command));
     }
     o.push_str("Where the estimates come from:\n\n");
     for s in &p.sources {
@@ -343,9 +340,15 @@ mod tests {
             assert!(s.contains(want), "lacks {want:?}:\n{s}");
         }
         for gone in ["| a | b |", "| 1 | 2 |", "after"] {
-            assert!(!s.contains(gone), "{gone:?} stays in the details only:\n{s}");
+            assert!(
+                !s.contains(gone),
+                "{gone:?} stays in the details only:\n{s}"
+            );
         }
-        for line in s.lines().filter(|l| l.starts_with('|') || l.starts_with('#')) {
+        for line in s
+            .lines()
+            .filter(|l| l.starts_with('|') || l.starts_with('#'))
+        {
             assert!(full.contains(line), "{line:?} is not in the full report");
         }
     }
@@ -374,10 +377,19 @@ mod tests {
         r.wall_s = Some(97.25);
         let md = render(&r, &[], &[], &crate::output::redact::Redactor::disabled());
         assert!(md.contains("wall time 97.2 s"), "{md}");
-        assert!(md.contains("### Time budget") && md.contains("Budget 10 s"), "{md}");
+        assert!(
+            md.contains("### Time budget") && md.contains("Budget 10 s"),
+            "{md}"
+        );
         assert!(md.contains("measured wall time 97.2 s"), "{md}");
-        assert!(md.contains("Left out by the budget:\n\n- kernel suite at M = "), "{md}");
+        assert!(
+            md.contains("Left out by the budget:\n\n- kernel suite at M = "),
+            "{md}"
+        );
         assert!(md.contains("`rigbench report --budget none`"), "{md}");
-        assert!(md.contains("20261201T021503Z/report.log"), "sources said: {md}");
+        assert!(
+            md.contains("20261201T021503Z/report.log"),
+            "sources said: {md}"
+        );
     }
 }

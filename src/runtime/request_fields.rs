@@ -184,10 +184,10 @@ pub const FIELDS: &[Field] = &[
 pub fn lookup(name: &str, ep: Endpoint) -> Option<&'static Field> {
     FIELDS.iter().find(|x| {
         x.name == name
-            && match (x.on, ep) {
-                ('B', _) | ('C', Endpoint::Chat) | ('P', Endpoint::Completions) => true,
-                _ => false,
-            }
+            && matches!(
+                (x.on, ep),
+                ('B', _) | ('C', Endpoint::Chat) | ('P', Endpoint::Completions)
+            )
     })
 }
 
@@ -303,11 +303,17 @@ mod tests {
     fn unknown_and_wrong_endpoint_fields_are_refused() {
         let b = obj(json!({"prompt": "x", "max_tokenz": 5}));
         let e = check(&b, Endpoint::Completions).unwrap_err();
-        assert!(e.param.is_none() && e.message.contains("'max_tokenz'"), "{e:?}");
+        assert!(
+            e.param.is_none() && e.message.contains("'max_tokenz'"),
+            "{e:?}"
+        );
         // messages is a chat field; suffix a completions one.
         assert!(check(&obj(json!({"messages": []})), Endpoint::Completions).is_err());
         assert!(check(&obj(json!({"suffix": "x"})), Endpoint::Chat).is_err());
-        assert_eq!(check(&obj(json!({"suffix": null})), Endpoint::Completions), Ok(()));
+        assert_eq!(
+            check(&obj(json!({"suffix": null})), Endpoint::Completions),
+            Ok(())
+        );
         // add_special_tokens: the endpoint's own default passes, the other value does not.
         let t = obj(json!({"add_special_tokens": true}));
         assert_eq!(check(&t, Endpoint::Completions), Ok(()));

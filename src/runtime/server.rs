@@ -825,7 +825,8 @@ async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Response 
 async fn chat_inner(app: AppState, body: Bytes) -> Result<Response, ApiError> {
     let arrival = Instant::now();
     let (req, kwargs, prompt) = off_request_threads(&app, move |app| {
-        let req: ChatRequest = parse_request(&body, crate::runtime::request_fields::Endpoint::Chat)?;
+        let req: ChatRequest =
+            parse_request(&body, crate::runtime::request_fields::Endpoint::Chat)?;
         app.check_model(&req.common.model)?;
         let kwargs = req.chat_template_kwargs.clone().unwrap_or_default();
         let (prompt, _) = render_chat(

@@ -342,9 +342,9 @@ pub fn render(
     for r in &profiled {
         let c = crate::output::table::thousands(r.context as u64);
         header.push(format!("ms @{c}"));
-        header.push(format!("MB per step @{c}"));
         header.push(format!("share of bound @{c}"));
         header.push(format!("at its floor @{c}"));
+        header.push(format!("MB per step @{c}"));
     }
     let mut t: Vec<Vec<String>> = Vec::new();
     for n in names.iter().chain(std::iter::once(&"sum".to_string())) {
@@ -365,7 +365,6 @@ pub fn render(
                     .map_or((None, None), |o| (Some(o.seconds), o.bytes))
             };
             row.push(secs.map_or("—".into(), |s| format!("{:.3}", s * 1e3)));
-            row.push(bytes.map_or("—".into(), |b| format!("{:.1}", b as f64 / 1e6)));
             row.push(match (secs, copy_bytes_per_s) {
                 (Some(s), Some(bw)) => format!("{:.1}%", 100.0 * s / r.bound_seconds(bw)),
                 _ => "—".into(),
@@ -374,6 +373,7 @@ pub fn render(
                 (Some(s), Some(b), Some(bw)) if b > 0 => format!("{:.2}×", s / (b as f64 / bw)),
                 _ => "—".into(),
             });
+            row.push(bytes.map_or("—".into(), |b| format!("{:.1}", b as f64 / 1e6)));
         }
         t.push(row);
     }

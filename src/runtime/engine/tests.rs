@@ -584,9 +584,15 @@ fn min_tokens_holds_back_eos_and_stop_strings() {
     let mut r = req(p.clone(), 12);
     r.stop = vec![stop.clone()];
     let plain = run(&mut l.engine, vec![r.clone()]);
-    assert_eq!((plain[0].0.as_str(), &plain[0].2), ("", &FinishReason::Stop));
+    assert_eq!(
+        (plain[0].0.as_str(), &plain[0].2),
+        ("", &FinishReason::Stop)
+    );
     r.params.min_tokens = 4;
     let held = run(&mut l.engine, vec![r]);
     assert!(held[0].1 >= 4, "{held:?}");
-    assert!(held[0].0.starts_with(&stop) && text.starts_with(&held[0].0), "{held:?} vs {text:?}");
+    assert!(
+        held[0].0.starts_with(&stop) && text.starts_with(&held[0].0),
+        "{held:?} vs {text:?}"
+    );
 }
