@@ -32,8 +32,12 @@ fn every_real_fixture_matches_its_recorded_sha256() {
         let (hash, name) = line
             .split_once("  ")
             .unwrap_or_else(|| panic!("SHA256SUMS line {}: not `HASH  PATH`", i + 1));
-        let bytes = std::fs::read(root.join(name))
-            .unwrap_or_else(|e| panic!("tests/fixtures/real/{name} (SHA256SUMS line {}): {e}", i + 1));
+        let bytes = std::fs::read(root.join(name)).unwrap_or_else(|e| {
+            panic!(
+                "tests/fixtures/real/{name} (SHA256SUMS line {}): {e}",
+                i + 1
+            )
+        });
         assert_eq!(
             rigbench::gpu::kernel_cache::sha256_hex(&bytes),
             hash,

@@ -25,7 +25,10 @@ pub fn render(
         },
     ));
     o.push_str(&super::headline::markdown(r));
-    o.push_str(&format!("Command: `{}`\n\n", r.command_line));
+    o.push_str(&format!(
+        "Command: {}\n\n",
+        crate::output::table::code(&r.command_line)
+    ));
     let described = [
         (
             "results.json",
