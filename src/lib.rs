@@ -10,6 +10,30 @@
 
 #![warn(missing_docs)]
 
+/// `eprintln!` that never panics: every diagnostic line of rigbench goes through this one
+/// (declared before the modules, so it shadows the standard macro in all of them). The
+/// standard `eprintln!` panics when standard error cannot be written (a dropped ssh session
+/// leaves it a hung-up terminal, `2>&-` or a closed pipe): the panic used to end `e2e`, `serve`,
+/// `compare` and `report --render` with status 101, and to kill the signal thread on the
+/// SIGHUP that follows, so later signals were ignored and nothing was saved
+/// (docs/reliability.md). A line that cannot be written is dropped; the work and the exit
+/// status go on as they would have.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that never panics (see `eprintln!` above).
+#[allow(unused_macros)]
+macro_rules! eprint {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod board;
 pub mod checkpoint;
 pub mod cli;

@@ -2,6 +2,15 @@
 
 use std::process::ExitCode;
 
+/// `eprintln!` that never panics when standard error is closed or hung up (as the library's,
+/// src/lib.rs): the error line is dropped, the exit status stays.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 fn main() -> ExitCode {
     // A standard output whose reader goes away (`| head`) must not end the command early or
     // change its exit status (src/output/stdout_pipe.rs).

@@ -13,7 +13,11 @@
 //!   and the report is written with what was measured, marked interrupted;
 //! - a second signal stops at once: every registered engine process group gets SIGKILL and the
 //!   process exits with 128 + the signal number (130 for SIGINT, 143 for SIGTERM, 129 for
-//!   SIGHUP), the shell convention.
+//!   SIGHUP), the shell convention;
+//! - except a repeat of the first signal within [`REPEAT_WINDOW`] of it, which is the same
+//!   request delivered twice, not a second one: `timeout(1)` sends its SIGTERM to rigbench and
+//!   then to its whole process group, and CI runners kill the process and then its group. Taken
+//!   as a second signal it used to exit at once, losing the partial report.
 //!
 //! Engines started by rigbench register their process group ([`register_group`]) for that
 //! second case; the launcher stops and unregisters them on every other path.
@@ -24,6 +28,13 @@ use std::sync::{Mutex, OnceLock};
 
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static FIRST: Mutex<Option<&'static str>> = Mutex::new(None);
+static FIRST_AT: OnceLock<std::time::Instant> = OnceLock::new();
+static ABSORBED: AtomicUsize = AtomicUsize::new(0);
+
+/// A repeat of the first signal this soon after it counts as the same signal (see the module
+/// docs): `timeout(1)`'s two deliveries are microseconds apart; a person pressing Ctrl-C twice
+/// on purpose is slower, and a third press always stops at once.
+pub const REPEAT_WINDOW: std::time::Duration = std::time::Duration::from_millis(500);
 static GROUPS: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
 static NOTIFY: OnceLock<tokio::sync::watch::Sender<bool>> = OnceLock::new();
 static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
@@ -92,8 +103,23 @@ fn listen(ready: std::sync::mpsc::Sender<Result<(), String>>) {
 }
 
 fn on_signal(name: &'static str, number: i32) {
+    if COUNT.load(Ordering::SeqCst) == 1
+        && interrupted() == Some(name)
+        && FIRST_AT
+            .get()
+            .is_some_and(|t| t.elapsed() < REPEAT_WINDOW)
+        // One repeat is absorbed, never more: the next one is a real second signal.
+        && ABSORBED.swap(1, Ordering::SeqCst) == 0
+    {
+        eprintln!(
+            "rigbench: {name} again within {} ms: taken as the same request (timeout(1) and process-group kills deliver it twice); send it again to exit at once",
+            REPEAT_WINDOW.as_millis()
+        );
+        return;
+    }
     let n = COUNT.fetch_add(1, Ordering::SeqCst) + 1;
     if n == 1 {
+        let _ = FIRST_AT.set(std::time::Instant::now());
         if let Ok(mut f) = FIRST.lock() {
             *f = Some(name);
         }

@@ -1,22 +1,110 @@
 //! `rigbench board` on the committed reports: the table committed as `reports/BOARD.md` (and
 //! `reports/board.csv`) is what today's binary makes of `reports/`, rows of different conditions
 //! are never ranked together, no CPU self-test figure sits on a GPU's row, and the SQLite file
-//! holds the same rows.
+//! holds the same rows. The board is made of the committed files of `reports/` only (`git
+//! ls-files`, copied into a temporary folder): a report the main job wrote into the checkout's
+//! `reports/<rig>/<time>/` (ignored by git, local output) must not change what this test reads.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The files under `sub` that git tracks in the repository at `repo` (the index: committed or
+/// added with `git add -f`), relative to `repo`. Fails the test, saying why, outside a git
+/// checkout: which reports are committed is git's to say.
+fn tracked_files(repo: &Path, sub: &str) -> Vec<PathBuf> {
+    let o = Command::new("git")
+        .args(["ls-files", "-z", "--", sub])
+        .current_dir(repo)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "git ls-files in {}: {e} (this test needs git)",
+                repo.display()
+            )
+        });
+    assert!(
+        o.status.success(),
+        "git ls-files in {} failed: {} (this test reads the committed reports of a git checkout)",
+        repo.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| PathBuf::from(String::from_utf8_lossy(p).into_owned()))
+        .collect()
+}
+
+/// A temporary folder holding a copy of the tracked files of `repo`'s `reports/` (same relative
+/// paths, so the board names them as `rigbench board reports` run in `repo` would).
+fn committed_reports(repo: &Path) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let files = tracked_files(repo, "reports");
+    assert!(
+        !files.is_empty(),
+        "no tracked file under {}/reports",
+        repo.display()
+    );
+    for rel in files {
+        let to = d.path().join(&rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(repo.join(&rel), &to)
+            .unwrap_or_else(|e| panic!("copy {}: {e}", repo.join(&rel).display()));
+    }
+    d
+}
+
+#[test]
+fn a_report_folder_git_does_not_track_is_not_read() {
+    let repo = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .args(args)
+            .current_dir(repo.path())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    git(&["init", "-q"]);
+    for f in [
+        "reports/BOARD.md",
+        "reports/rig/20260101T000000Z/results.json",
+    ] {
+        let p = repo.path().join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "{}").unwrap();
+    }
+    git(&["add", "-f", "reports"]);
+    // What the main job writes afterwards: a new report folder, never added.
+    let local = repo
+        .path()
+        .join("reports/rig/20260102T000000Z/results.json");
+    std::fs::create_dir_all(local.parent().unwrap()).unwrap();
+    std::fs::write(&local, "{}").unwrap();
+    let copy = committed_reports(repo.path());
+    assert!(copy
+        .path()
+        .join("reports/rig/20260101T000000Z/results.json")
+        .is_file());
+    assert!(!copy.path().join("reports/rig/20260102T000000Z").exists());
+}
+
 #[test]
 fn the_committed_board_is_what_rigbench_board_makes_of_the_committed_reports() {
     let d = tempfile::tempdir().unwrap();
+    let committed = committed_reports(root());
     let o = Command::new(env!("CARGO_BIN_EXE_rigbench"))
         .args(["board", "reports", "--out"])
         .arg(d.path())
-        .current_dir(root())
+        .current_dir(committed.path())
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -30,7 +118,7 @@ fn the_committed_board_is_what_rigbench_board_makes_of_the_committed_reports() {
     let committed = std::fs::read_to_string(root().join("reports/BOARD.md")).unwrap();
     assert!(
         committed == md,
-        "reports/BOARD.md is not what `rigbench board reports --out reports` makes today; regenerate it (and reports/board.csv) with that command"
+        "reports/BOARD.md is not what `rigbench board reports --out reports` makes today of the committed reports; regenerate it (and reports/board.csv) with that command on a checkout without local report folders"
     );
     let csv = std::fs::read_to_string(d.path().join("board.csv")).unwrap();
     assert_eq!(

@@ -72,7 +72,10 @@ fn readme_says_what_rust_it_requires_and_how_to_call_the_binary() {
         text.contains(&format!("Requires Rust {rv} or newer")),
         "README must say it requires Rust {rv}"
     );
-    assert!(text.contains("target/release/rigbench") && text.contains("cargo install --path ."));
+    assert!(
+        text.contains("target/release/rigbench")
+            && text.contains("cargo install --locked --path .")
+    );
 }
 
 /// The README's two set-up commands build the dependencies once (both in the release profile),
@@ -94,6 +97,10 @@ fn the_readme_set_up_commands_share_one_profile_and_ci_runs_the_test_command() {
     assert!(
         cmds.iter().all(|c| c.contains("--release")),
         "both in the release profile, or the dependencies are built twice: {cmds:?}"
+    );
+    assert!(
+        cmds.iter().all(|c| c.contains("--locked")),
+        "both with --locked, so that they build the versions of Cargo.lock: {cmds:?}"
     );
     let test = cmds
         .iter()

@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -46,6 +46,8 @@ struct Hostile {
     endless_models: bool,
     /// Every route but /health wants `Authorization: Bearer KEY`.
     key: Option<String>,
+    /// `/version` and `/v1/models` never answer.
+    stall_side: bool,
 }
 
 fn chunk(text: &str) -> String {
@@ -126,6 +128,9 @@ async fn start_mock(h: Hostile) -> String {
                 if h.endless_models {
                     return Response::builder().body(endless()).unwrap();
                 }
+                if h.stall_side {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
                 Json(json!({"data": [{"id": "mock", "owned_by": "tests"}]})).into_response()
             }
         }
@@ -156,8 +161,21 @@ async fn start_mock(h: Hostile) -> String {
             }
         }
     };
+    let version = {
+        let h = h.clone();
+        move || {
+            let h = h.clone();
+            async move {
+                if h.stall_side {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                Json(json!({"version": "0.0-mock"})).into_response()
+            }
+        }
+    };
     let app = Router::new()
         .route("/health", get(|| async { "ok" }))
+        .route("/version", get(version))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics))
         .route("/tokenize", post(tokenize))
@@ -350,6 +368,26 @@ async fn a_stalled_metrics_endpoint_is_reported_as_stalled() {
         .iter()
         .any(|x| x.contains("stalled")));
     assert_ne!(r.runs[0].conditions.spec.evidence, "no /metrics");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_version_and_models_cost_seconds_and_say_why() {
+    // Each used to cost 30 s, with nothing said; now 5 s each at most, with the reason kept.
+    let url = start_mock(Hostile {
+        stall_side: true,
+        ..Default::default()
+    })
+    .await;
+    let t = Instant::now();
+    let r = session(&opts(url, 1, 4)).await;
+    let notes = r.engine.facts.side_notes.join("; ");
+    assert!(
+        notes.contains("GET /version stalled: no whole answer within 5 s")
+            && notes.contains("GET /v1/models stalled"),
+        "{notes}"
+    );
+    assert!(r.runs[0].validity.valid, "the run itself is unaffected");
+    assert!(t.elapsed() < Duration::from_secs(40), "{:?}", t.elapsed());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -569,6 +607,45 @@ fn an_engine_that_calls_setsid_is_still_stopped() {
     assert!(
         wait_until(Duration::from_secs(20), || !alive(srv)),
         "the setsid server {srv} outlived the stop"
+    );
+}
+
+#[test]
+fn an_engine_that_forks_away_with_setsid_f_is_still_stopped() {
+    // `setsid -f` forks, the child detaches and its parent exits at once: the detached process
+    // is init's child before any scan sees it as the engine's descendant, so it used to
+    // survive rigbench. It keeps the engine's environment tag, by which it is found.
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pidfile = d.path().join("daemon.pid");
+    let cmd = format!(
+        "setsid -f sh -c 'echo $$ > {}; exec sleep 600'; exec {BIN} serve --model synthetic:tiny --port {port}",
+        pidfile.display()
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let daemon = rt.block_on(async {
+        let stop = StopSignal::new();
+        let choice = EngineChoice::Command {
+            command: cmd,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        let mut h = EngineHandle::start(&choice, Duration::from_secs(300), &stop)
+            .await
+            .expect("healthy");
+        assert!(wait_until(Duration::from_secs(20), || read_pid(&pidfile).is_some()));
+        let daemon = read_pid(&pidfile).expect("daemon pid");
+        assert!(alive(daemon));
+        h.stop().await;
+        let log = h.log_text();
+        assert!(
+            log.contains("left the engine's process group (setsid)"),
+            "said loudly; the engine log:\n{log}"
+        );
+        daemon
+    });
+    assert!(
+        wait_until(Duration::from_secs(20), || !alive(daemon)),
+        "the setsid -f process {daemon} outlived the stop"
     );
 }
 

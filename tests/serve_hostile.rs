@@ -173,6 +173,50 @@ async fn slow_and_idle_clients_are_disconnected() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_sent_a_byte_at_a_time_is_cut_at_the_body_read_timeout() {
+    // One byte every 0.5 s never pauses for the 2 s idle timeout: only the whole-body limit
+    // (3 s) ends it. Before it, such clients held their connections for as long as they liked.
+    let s = start(config(|c| {
+        c.limits = ServeLimits {
+            idle_timeout: Duration::from_secs(2),
+            body_read_timeout: Duration::from_secs(3),
+            ..ServeLimits::default()
+        }
+    }))
+    .await
+    .unwrap();
+    let addr = s.addr();
+    let r = tokio::task::spawn_blocking(move || {
+        let mut slow = TcpStream::connect(addr).unwrap();
+        slow.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n")
+            .unwrap();
+        let t = std::time::Instant::now();
+        slow.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while t.elapsed() < Duration::from_secs(30) {
+            if slow.write_all(b" ").is_err() {
+                break;
+            }
+            match slow.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(_) => break,
+            }
+        }
+        let text = String::from_utf8_lossy(&got).into_owned();
+        assert!(text.starts_with("HTTP/1.1 400"), "after {:?}: {text}", t.elapsed());
+        assert!(text.contains("--body-read-timeout"), "{text}");
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+        assert_eq!(http(addr, "GET", "/health", None, "").0, 200);
+    })
+    .await;
+    s.shutdown().await;
+    r.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_many_messages_get_a_400_naming_the_limit() {
     let s = start(config(|c| c.limits.max_chat_messages = 10))
         .await

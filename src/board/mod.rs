@@ -232,8 +232,8 @@ fn kernel_rows(r: &Results, report: usize, tags: &mut Tags, notes: &mut Vec<Stri
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "its decode step".into());
     let text = format!(
-        "kernel suite `{}`, {}{}; {}; rigbench {}",
-        suite.name,
+        "kernel suite {}, {}{}; {}; rigbench {}",
+        crate::output::table::code(&suite.name),
         step,
         if c.step.complete {
             ""
@@ -385,8 +385,9 @@ fn e2e_figures(e: &crate::e2e::E2eResults, gpu_rig: bool) -> Result<E2eFigures, 
         .map(|d| format!(", KV {}", d.value))
         .unwrap_or_default();
     let text = format!(
-        "{engine} on {device}{kv_dtype}; model `{}`{provenance}; e2e suite `{suite}`: {input}, {} output tokens{}; {} prefix cache; temperature {}",
-        model.clone().unwrap_or_else(|| "unknown".into()),
+        "{engine} on {device}{kv_dtype}; model {}{provenance}; e2e suite {}: {input}, {} output tokens{}; {} prefix cache; temperature {}",
+        crate::output::table::code(&model.clone().unwrap_or_else(|| "unknown".into())),
+        crate::output::table::code(&suite),
         l.output_requested,
         if l.output_fixed { " (ignore_eos)" } else { "" },
         format!("{:?}", c.cache.temperature).to_lowercase(),

@@ -774,6 +774,26 @@ impl Gguf {
         self.get("general.architecture").and_then(Value::as_str)
     }
 
+    /// The number of transformer blocks the file holds tensors for: 1 + the highest `N` of a
+    /// tensor named `blk.N.*` (0 when there is none). A `{arch}.block_count` above it is a
+    /// corrupt or hostile header: sizing anything by it (a 1 KB file declaring 2^32 − 1 blocks
+    /// made `inspect` and `serve` try to allocate terabytes) is refused by its readers.
+    pub fn blocks_with_tensors(&self) -> u64 {
+        self.header
+            .tensors
+            .iter()
+            .filter_map(|t| {
+                t.name
+                    .strip_prefix("blk.")?
+                    .split('.')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max()
+            .map_or(0, |m| m.saturating_add(1))
+    }
+
     /// A tensor's table entry.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.index.get(name).map(|i| &self.header.tensors[*i])

@@ -346,6 +346,13 @@ fn kv_capacity(g: &Gguf, arch: Option<&str>, opts: &GgufKvOptions) -> GgufKvCapa
             .push(format!("no {a}.block_count: the KV cache is not predicted"));
         return k;
     };
+    let blocks = g.blocks_with_tensors();
+    if layers > blocks {
+        k.notes.push(format!(
+            "{a}.block_count = {layers}, but the file holds tensors for {blocks} block(s) (blk.N.*): the header is inconsistent, the KV cache is not predicted"
+        ));
+        return k;
+    }
     k.layers = Some(layers);
     for (key, why) in [
         (
@@ -599,6 +606,33 @@ pub fn render_markdown(r: &GgufInspection) -> String {
 mod tests {
     use super::super::gguf::tests::Writer;
     use super::*;
+
+    #[test]
+    fn a_block_count_beyond_the_files_tensors_is_a_note_not_an_allocation() {
+        // 1 KB of header declaring 2^32 - 1 blocks: per-layer head counts used to be a
+        // vec![_; block_count] (34 GB), then the prediction summed over it.
+        let mut w = Writer::new();
+        w.str("general.architecture", "llama")
+            .u32("llama.block_count", u32::MAX)
+            .u32("llama.context_length", 1024)
+            .u32("llama.embedding_length", 64)
+            .u32("llama.attention.head_count", 4);
+        w.tensor("blk.0.attn_norm.weight", &[64], GgmlType::F32, vec![0; 256]);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("huge.gguf");
+        std::fs::write(&p, w.bytes()).unwrap();
+        let g = Gguf::open(&p).unwrap();
+        assert_eq!(g.blocks_with_tensors(), 1);
+        let r = inspect_gguf(&g, &GgufKvOptions::default());
+        assert!(r.kv.bytes_per_token.is_none());
+        assert!(
+            r.kv.notes
+                .iter()
+                .any(|n| n.contains("4294967295") && n.contains("1 block")),
+            "{:?}",
+            r.kv.notes
+        );
+    }
 
     #[test]
     fn types_modules_and_kv_of_a_small_file() {

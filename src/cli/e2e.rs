@@ -75,7 +75,8 @@ pub struct E2eFlags {
     /// The workload and the load (override the suite's).
     #[command(flatten)]
     pub load: LoadArgs,
-    /// Built-in engine: the model to serve (`synthetic:tiny`, a preset, or a checkpoint folder).
+    /// Built-in engine: the model to serve (`synthetic:tiny`, a preset, a checkpoint folder, or
+    /// a GGUF file; `rigbench serve --help` lists what each may hold).
     #[arg(long, default_value = "synthetic:tiny")]
     pub model: String,
     /// Built-in engine: quantize the weights at load (passed to `rigbench serve`).
@@ -380,6 +381,21 @@ pub fn e2e_options(
         .is_some_and(|m| matches!(m.to_ascii_lowercase().as_str(), "none" | "off"));
     let engine = choose_engine(args, &builtin, kind, spec_none)?;
     check_engine_args(args, &builtin, kind, &engine)?;
+    // The built-in engine (`rigbench serve`, started with this environment) asks every request
+    // for VLLM_API_KEY when it is set, as vLLM does: send it that key, unless one was given. It
+    // used to answer 401 to everything and the run waited 120 s, blaming GET /health.
+    if kind == EngineKind::Builtin && args.api_key.is_none() {
+        if let Some(k) = std::env::var("VLLM_API_KEY")
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+        {
+            crate::output::redact::register_secret(&k);
+            crate::e2e::client::set_api_key(Some(k));
+            eprintln!(
+                "rigbench e2e: VLLM_API_KEY is set, so the built-in engine asks for it; rigbench's requests send it"
+            );
+        }
+    }
     let mut o = E2eOptions::with_suite(suite);
     crate::cli::serving::apply(&mut o, &load.serving)?;
     o.engine = engine;
@@ -626,6 +642,36 @@ pub fn check_engine_log(p: &std::path::Path) -> Result<(), RigError> {
     }
 }
 
+/// An input file (`flag`'s value `input`) that sits in the report folder `out` under the name of
+/// a file the report writes there (`engine.log`, `results.json`, ...) would be replaced, or
+/// removed as stale, by the run that reads it; refused even with `--force`.
+///
+/// # Errors
+/// [`RigError::BadFlag`] naming `flag`, the file and the fix.
+pub fn check_input_outside_out(
+    flag: &str,
+    input: &std::path::Path,
+    out: &std::path::Path,
+) -> Result<(), RigError> {
+    let (Ok(input_abs), Ok(out_abs)) = (input.canonicalize(), out.canonicalize()) else {
+        return Ok(());
+    };
+    let named_like_output = input_abs
+        .file_name()
+        .is_some_and(|n| crate::report::folder::is_report_file(&n.to_string_lossy()));
+    if named_like_output && input_abs.parent() == Some(out_abs.as_path()) {
+        return Err(RigError::flag(
+            flag,
+            format!(
+                "{} is inside --out {} under a name the report writes there, so the run would replace or remove its own input; copy it elsewhere, or choose another --out",
+                input.display(),
+                out.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Run `rigbench e2e`.
 pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     let opts = args.options()?;
@@ -637,6 +683,9 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     let rig = crate::rig::probe();
     let label = rig.label();
     let existed = args.out.as_deref().is_some_and(|p| p.exists());
+    if let (Some(log), Some(out)) = (&args.engine.engine_log, &args.out) {
+        check_input_outside_out("--engine-log", log, out)?;
+    }
     let dir = ReportDir::create(args.out.as_deref(), &label, !args.no_redact, args.force)?;
     let command_line = crate::cli::command_line();
     let results = Arc::new(std::sync::Mutex::new(Results::new(
@@ -734,8 +783,11 @@ pub fn run(args: E2eArgs) -> anyhow::Result<ExitStatus> {
     }
     let section = crate::e2e::render_markdown(&e2e);
     let md = format!(
-        "# rigbench e2e report\n\nRig: `{}` · rigbench {} · {}\n\nCommand: `{}`\n\n{section}",
-        results.rig_label, results.rigbench_version, results.created_utc, results.command_line
+        "# rigbench e2e report\n\nRig: {} · rigbench {} · {}\n\nCommand: {}\n\n{section}",
+        crate::output::table::code(&results.rig_label),
+        results.rigbench_version,
+        results.created_utc,
+        crate::output::table::code(&results.command_line)
     );
     dir.write_text("report.md", &md)?;
     dir.commit()?;
@@ -802,6 +854,26 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn an_engine_log_named_engine_log_inside_out_is_refused_even_with_force() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("engine.log");
+        std::fs::write(&log, "INFO started").unwrap();
+        let e = check_input_outside_out("--engine-log", &log, d.path()).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("--engine-log") && msg.contains("own input"),
+            "{msg}"
+        );
+        // Elsewhere, or under a name the report does not write, it is fine.
+        let other = d.path().join("vllm.log");
+        std::fs::write(&other, "x").unwrap();
+        assert!(check_input_outside_out("--engine-log", &other, d.path()).is_ok());
+        let sub = d.path().join("out");
+        std::fs::create_dir(&sub).unwrap();
+        assert!(check_input_outside_out("--engine-log", &log, &sub).is_ok());
+    }
     use clap::Parser;
 
     #[derive(Debug, clap::Parser)]

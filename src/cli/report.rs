@@ -238,7 +238,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
     let model = args
         .model
         .clone()
-        .unwrap_or_else(|| "synthetic:qwen3-8b".to_string());
+        .unwrap_or_else(|| crate::runtime_eval::quality::DEFAULT_RUNTIME_MODEL.to_string());
     if !model.starts_with("synthetic:")
         && !std::path::Path::new(&model).is_dir()
         && !crate::checkpoint::gguf::is_gguf_path(std::path::Path::new(&model))
@@ -287,8 +287,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         (e2e.as_mut(), &args.model, runtime_device)
     {
         if let crate::e2e::launcher::EngineChoice::Builtin { args, .. } = &mut o.engine {
-            args.extend(["--model".to_string(), m.clone()]);
+            set_flag(args, "--model", m);
         }
+    }
+    // An engine given with --url is reached now, before minutes of other parts: a dead or
+    // refusing one used to fail the run only after them (79 s on a CPU-only report).
+    if let Some(crate::e2e::launcher::EngineChoice::Url { url }) = e2e.as_ref().map(|o| &o.engine) {
+        check_url_now(url)?;
     }
     // SIGINT/SIGTERM stop the run after the case in flight and write what was measured.
     crate::signals::install()?;
@@ -698,4 +703,91 @@ fn print_summary(dir: &ReportDir, results: &crate::report::Results) {
         crate::report::headline::text(results)
     );
     print!("{}", dir.redactor().redact(&text));
+}
+
+/// Reach the engine at `url` (`GET /health`, else `/v1/models`, 10 s each at most) before the
+/// report measures anything.
+///
+/// # Errors
+/// Nothing answers, or the engine refuses rigbench (a key it wants): the message says which and
+/// names `--url`.
+fn check_url_now(url: &str) -> anyhow::Result<()> {
+    let client = crate::e2e::client::EngineClient::new(url)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let base = client.base().to_string();
+    rt.block_on(crate::e2e::engines::reach(
+        &base,
+        std::time::Duration::from_secs(10),
+    ))
+    .map(|_| ())
+    .map_err(|(_, why)| {
+        anyhow::anyhow!("{why} (--url, checked before the report's other parts ran); start the engine first, or leave out --url to use the built-in engine")
+    })
+}
+
+/// Set `flag` to `value` in a command line for `rigbench serve`: the value after the flag (or
+/// of `flag=...`) replaced where the flag is already there, appended otherwise. The built-in
+/// engine's defaults already hold `--model synthetic:tiny`; appending a second `--model` made
+/// `serve` refuse the command line (it takes the flag once), so `report --model X
+/// --runtime-device cpu` failed for every X.
+fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
+    let eq = format!("{flag}=");
+    let mut set = false;
+    let mut i = 0;
+    while i < args.len() {
+        if args[i] == flag {
+            if set {
+                args.drain(i..(i + 2).min(args.len()));
+                continue;
+            }
+            match args.get_mut(i + 1) {
+                Some(v) => *v = value.to_string(),
+                None => args.push(value.to_string()),
+            }
+            set = true;
+            i += 2;
+        } else if args[i].starts_with(&eq) {
+            if set {
+                args.remove(i);
+                continue;
+            }
+            args[i] = format!("{eq}{value}");
+            set = true;
+            i += 1;
+        } else {
+            i += 1;
+        }
+    }
+    if !set {
+        args.extend([flag.to_string(), value.to_string()]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::set_flag;
+
+    #[test]
+    fn a_named_model_replaces_the_builtin_default_once() {
+        let defaults =
+            crate::e2e::E2eOptions::with_suite(crate::e2e::workload::Suite::load("tiny").unwrap());
+        let crate::e2e::launcher::EngineChoice::Builtin { mut args, .. } = defaults.engine else {
+            panic!("the e2e default engine is the built-in one");
+        };
+        set_flag(&mut args, "--model", "/m/smollm2.gguf");
+        let at: Vec<usize> = (0..args.len()).filter(|&i| args[i] == "--model").collect();
+        assert_eq!(at.len(), 1, "{args:?}");
+        assert_eq!(args[at[0] + 1], "/m/smollm2.gguf", "{args:?}");
+        // `--model=` form, a repeat, and a command line without the flag.
+        let mut a: Vec<String> = ["--model=x", "--port", "1", "--model", "y"]
+            .map(String::from)
+            .to_vec();
+        set_flag(&mut a, "--model", "z");
+        assert_eq!(a, ["--model=z", "--port", "1"]);
+        let mut a: Vec<String> = vec!["--port".into(), "1".into()];
+        set_flag(&mut a, "--model", "z");
+        assert_eq!(a, ["--port", "1", "--model", "z"]);
+    }
 }

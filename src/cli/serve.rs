@@ -27,7 +27,10 @@ pub use crate::runtime::engine::DEFAULT_MAX_NUM_SEQS;
 pub struct ServeArgs {
     /// `synthetic:tiny`, `synthetic:qwen3-8b`, `synthetic:qwen3-32b`, `synthetic:tiny-hybrid`,
     /// `synthetic:qwen3.6-27b` (seeded weights at the real dimensions; the last two are
-    /// Gated-DeltaNet hybrids), or a local checkpoint directory (config.json + *.safetensors).
+    /// Gated-DeltaNet hybrids), a local checkpoint directory (config.json + *.safetensors), or
+    /// a GGUF file (llama.cpp's format; `llama` and `qwen3` architectures; F32, F16, BF16, Q4_0,
+    /// Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K–Q6_K weights, dequantized to BF16 at load; tokenizer and
+    /// chat template from the file), e.g. the SmolLM2 that scripts/fetch-smollm2.sh fetches.
     #[arg(long, default_value = "synthetic:tiny")]
     pub model: String,
     /// Address to bind.
@@ -118,6 +121,10 @@ pub struct ServeArgs {
     /// answered 400 and disconnected.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub idle_timeout: f64,
+    /// Longest time, in seconds, to receive a whole request body (a client that sends a byte
+    /// now and then is answered 400 and disconnected).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub body_read_timeout: f64,
     /// Most messages one chat request may have; more is answered 400 naming this limit.
     #[arg(long, value_name = "N", default_value_t = crate::runtime::serve_guard::DEFAULT_MAX_CHAT_MESSAGES)]
     pub max_chat_messages: usize,
@@ -217,6 +224,7 @@ impl ServeArgs {
                     self.header_read_timeout,
                 )?,
                 idle_timeout: timeout_flag("--idle-timeout", self.idle_timeout)?,
+                body_read_timeout: timeout_flag("--body-read-timeout", self.body_read_timeout)?,
                 max_chat_messages: match self.max_chat_messages {
                     0 => return Err(RigError::flag("--max-chat-messages", "must be at least 1")),
                     n => n,

@@ -222,6 +222,7 @@ pub fn metrics_of(results: &Results) -> Vec<Metric> {
     if let Some(e) = results.e2e.as_ref().filter(|e| e.self_test.is_none()) {
         e.metrics(&mut out);
     }
+    super::fidelity::metrics(results, &mut out);
     if let Some(rt) = &results.runtime {
         for f in &rt.formats {
             if let Some(e) = &f.e2e {

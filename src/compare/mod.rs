@@ -36,6 +36,7 @@
 
 pub mod baseline;
 pub mod confirm;
+pub mod fidelity;
 pub mod gate;
 pub mod metric;
 pub mod quality;

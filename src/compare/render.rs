@@ -77,8 +77,9 @@ pub fn markdown(c: &Comparison) -> String {
         .or_else(|| c.baseline.as_ref().and_then(|b| b.suite.clone()))
         .unwrap_or_else(|| "unknown".into());
     out.push_str(&format!(
-        "## rigbench compare: suite `{suite}`, rig `{}`\n\n",
-        c.results.rig_label
+        "## rigbench compare: suite {}, rig {}\n\n",
+        crate::output::table::code(&suite),
+        crate::output::table::code(&c.results.rig_label)
     ));
     let b = c.baseline.as_ref();
     let pick = |f: &dyn Fn(&super::RunInfo) -> String| b.map(f).unwrap_or_else(|| "—".into());

@@ -553,7 +553,14 @@ pub fn finish_timing(
                 Basis::BetweenRun { .. } => {}
             }
         }
-        Err(e) => row.notes.push(e.to_string()),
+        Err(e) => {
+            // Too few samples is what "Not enough samples" says: one label for one cause (a
+            // run compared with itself at n = 4 per side showed "Ambiguous" rows).
+            if matches!(e, gate::IntervalError::TooFewSamples { .. }) {
+                row.verdict = Verdict::NotEnoughSamples;
+            }
+            row.notes.push(e.to_string());
+        }
     }
     row.notes.extend(context);
     row

@@ -30,6 +30,11 @@ pub const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
 /// healthy engine takes milliseconds; a stalled one must not cost 30 s per poll).
 pub const METRICS_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest wait for a whole answer of an engine's side endpoints, `GET /version` and
+/// `GET /v1/models` (they answer from memory in milliseconds; a stalled one used to cost 30 s
+/// each, with no reason given).
+pub const SIDE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Read at most `limit` bytes of `resp`'s body and decode it lossily (an engine's invalid UTF-8
 /// becomes U+FFFD). `truncate`: keep the first `limit` bytes of a longer body (error answers,
 /// shown cut anyway); otherwise a longer body is an error naming `what`, its size and the limit.
@@ -73,7 +78,7 @@ pub async fn read_body_limited(
 }
 
 /// The message added to an HTTP 401 or 403 from an engine: how to send its key.
-pub const API_KEY_FIX: &str = "the engine wants an API key: pass --api-key KEY or set OPENAI_API_KEY (vLLM's --api-key, SGLang's --api-key, llama-server's --api-key)";
+pub const API_KEY_FIX: &str = "the engine wants an API key: pass --api-key KEY or set OPENAI_API_KEY (vLLM's --api-key or VLLM_API_KEY, SGLang's --api-key, llama-server's --api-key)";
 
 /// Default headers of every request to the engine: `Authorization: Bearer KEY` (marked
 /// sensitive, so it never appears in a debug print) when a key is given.
@@ -366,21 +371,39 @@ impl EngineClient {
         )
     }
 
+    /// `GET path` as JSON, the whole answer within [`SIDE_TIMEOUT`].
+    ///
+    /// # Errors
+    /// 401/403 (with [`API_KEY_FIX`]), a transport failure, a body over [`MAX_BODY_BYTES`], or
+    /// no whole answer in time (the message says `stalled`); a non-2xx answer is `Ok(None)`.
     async fn get_json(&self, path: &str) -> anyhow::Result<Option<Value>> {
-        let r = self
-            .send_retrying(|c| c.get(self.url(path)).timeout(Duration::from_secs(30)))
-            .await
-            .with_context(|| format!("GET {path}"))?;
-        if matches!(r.status().as_u16(), 401 | 403) {
-            bail!("GET {path} answered {}: {API_KEY_FIX}", r.status());
+        let work = async {
+            let r = self
+                .send_retrying(|c| c.get(self.url(path)).timeout(SIDE_TIMEOUT))
+                .await
+                .with_context(|| format!("GET {path}"))?;
+            if matches!(r.status().as_u16(), 401 | 403) {
+                bail!("GET {path} answered {}: {API_KEY_FIX}", r.status());
+            }
+            if !r.status().is_success() {
+                return Ok(None);
+            }
+            let text = read_body_limited(r, MAX_BODY_BYTES, false, &format!("GET {path}"))
+                .await
+                .map_err(anyhow::Error::msg)?;
+            Ok(serde_json::from_str(&text).ok())
+        };
+        match tokio::time::timeout(SIDE_TIMEOUT + Duration::from_secs(1), work).await {
+            Ok(Err(e)) if format!("{e:#}").contains("timed out") => Err(anyhow::anyhow!(
+                "GET {path} stalled: no whole answer within {} s",
+                SIDE_TIMEOUT.as_secs()
+            )),
+            Ok(r) => r,
+            Err(_) => Err(anyhow::anyhow!(
+                "GET {path} stalled: no whole answer within {} s",
+                SIDE_TIMEOUT.as_secs()
+            )),
         }
-        if !r.status().is_success() {
-            return Ok(None);
-        }
-        let text = read_body_limited(r, MAX_BODY_BYTES, false, &format!("GET {path}"))
-            .await
-            .map_err(anyhow::Error::msg)?;
-        Ok(serde_json::from_str(&text).ok())
     }
 
     /// `GET /version` as JSON; `None` when absent or not JSON.

@@ -78,6 +78,10 @@ pub struct EngineFacts {
     /// absent when it answered or the engine has no such endpoint (404).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_note: Option<String>,
+    /// Why `GET /version` or `GET /v1/models` gave nothing when tried (stalled, too large,
+    /// failed); empty when they answered or the engine has no such endpoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub side_notes: Vec<String>,
     /// Prompt tokens the engine adds around the prompt text (chat template, BOS), measured once
     /// per session: the engine's `usage.prompt_tokens` for a probe prompt minus the tokenizer's
     /// count of that prompt.

@@ -207,6 +207,36 @@ fn track_now(tracked: &Tracked, pid: u32) {
     }
 }
 
+/// Note every live process that carries the engine's tag in its environment (`tag`, the
+/// `RIGBENCH_ENGINE_TAG=…` entry): also the ones no descendant scan can see any more, whose
+/// parent exited right after they detached (`setsid -f`). Called when the engine is stopped or
+/// killed, whether or not its own group is still alive.
+fn track_tagged(tracked: &Tracked, tag: &str) {
+    let Some(all) = super::ownership::all_processes() else {
+        return;
+    };
+    let found = super::ownership::with_env(&all, tag);
+    if let Ok(mut m) = tracked.lock() {
+        for x in found {
+            m.insert(x.pid, x);
+        }
+    }
+}
+
+/// A tag no other engine of this machine carries: rigbench's pid, a counter and the time.
+fn new_engine_tag() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{}={}-{}-{nanos}",
+        super::ownership::ENGINE_TAG_ENV,
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
 fn signal_strays(tracked: &Tracked, pgid: u32, sig: i32) -> usize {
     let s = strays(tracked, pgid);
     for p in &s {
@@ -230,6 +260,8 @@ pub struct EngineHandle {
     pub choice: EngineChoice,
     log: Arc<Mutex<LogBuffer>>,
     tracked: Tracked,
+    /// `RIGBENCH_ENGINE_TAG=…`, in the environment of the engine rigbench started.
+    tag: Option<String>,
     pid: Option<u32>,
     kill_tx: Option<oneshot::Sender<()>>,
     exit_rx: Option<watch::Receiver<Option<String>>>,
@@ -364,6 +396,10 @@ impl EngineHandle {
             }
         };
         confine(&mut cmd);
+        let tag = new_engine_tag();
+        if let Some((k, v)) = tag.split_once('=') {
+            cmd.env(k, v);
+        }
         let mut child = cmd
             .spawn()
             .with_context(|| format!("cannot start the engine ({})", describe(choice)))?;
@@ -384,6 +420,7 @@ impl EngineHandle {
             choice: choice.clone(),
             log,
             tracked,
+            tag: Some(tag),
             pid,
             kill_tx: Some(kill_tx),
             exit_rx: Some(exit_rx),
@@ -417,6 +454,7 @@ impl EngineHandle {
             choice: choice.clone(),
             log,
             tracked: Arc::new(Mutex::new(BTreeMap::new())),
+            tag: None,
             pid: None,
             kill_tx: None,
             exit_rx: None,
@@ -457,8 +495,17 @@ impl EngineHandle {
             if self.exit_status().is_some() {
                 return Err(self.startup_failure("exited during startup").await);
             }
-            if super::engines::healthy(&client, Duration::from_secs(2)).await {
+            if client.health(Duration::from_secs(2)).await {
                 break;
+            }
+            match super::engines::reach(client.base(), Duration::from_secs(2)).await {
+                Ok(_) => break,
+                // It answers, but refuses rigbench (401/403 on /health and /v1/models): no
+                // wait will change that, and it is not "no answer from /health".
+                Err((false, why)) if why.contains(super::client::API_KEY_FIX) => {
+                    return Err(self.startup_failure(&why).await);
+                }
+                Err(_) => {}
             }
             if matches!(stop.cause(), Some(StopCause::Interrupted)) {
                 return Err(self
@@ -586,6 +633,10 @@ impl EngineHandle {
             let t = self.tracked.clone();
             let _ = tokio::task::spawn_blocking(move || track_now(&t, pid)).await;
         }
+        if let Some(tag) = self.tag.clone() {
+            let t = self.tracked.clone();
+            let _ = tokio::task::spawn_blocking(move || track_tagged(&t, &tag)).await;
+        }
         if let Some(tx) = self.kill_tx.take() {
             let _ = tx.send(());
             if let Some(mut rx) = self.exit_rx.clone() {
@@ -619,6 +670,9 @@ impl EngineHandle {
         if let Some(pid) = self.pid {
             if crate::signals::group_alive(pid) {
                 track_now(&self.tracked, pid);
+            }
+            if let Some(tag) = &self.tag {
+                track_tagged(&self.tracked, tag);
             }
             signal_group(pid, libc::SIGKILL);
             signal_strays(&self.tracked, pid, libc::SIGKILL);
@@ -811,6 +865,9 @@ impl Drop for EngineHandle {
             if crate::signals::group_alive(pid) {
                 track_now(&self.tracked, pid);
                 signal_group(pid, libc::SIGKILL);
+            }
+            if let Some(tag) = &self.tag {
+                track_tagged(&self.tracked, tag);
             }
             signal_strays(&self.tracked, pid, libc::SIGKILL);
             crate::signals::unregister_group(pid);

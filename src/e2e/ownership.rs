@@ -87,6 +87,26 @@ pub fn descendants(root: u32, all: &[ProcStat]) -> Vec<ProcStat> {
     out
 }
 
+/// The live processes among `all` whose environment holds `entry` (`NAME=value`, read from
+/// `/proc/PID/environ`; another user's processes cannot be read and are left out). An engine
+/// rigbench starts carries a tag of its own in its environment ([`ENGINE_TAG_ENV`]), which
+/// every process it starts inherits: so one that detached and whose parent exited before any
+/// scan saw it as a descendant (`setsid -f`, a daemon's double fork) is still found.
+pub fn with_env(all: &[ProcStat], entry: &str) -> Vec<ProcStat> {
+    let needle = entry.as_bytes();
+    all.iter()
+        .filter(|p| !p.zombie)
+        .filter(|p| {
+            std::fs::read(format!("/proc/{}/environ", p.pid))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle))
+        })
+        .copied()
+        .collect()
+}
+
+/// The environment variable that tags an engine's processes (see [`with_env`]).
+pub const ENGINE_TAG_ENV: &str = "RIGBENCH_ENGINE_TAG";
+
 /// Whether the process `pid` started at `start` is still alive (not a zombie, pid not reused).
 pub fn same_process_alive(pid: u32, start: u64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -160,8 +160,8 @@ pub fn suite_as_run(s: &super::workload::Suite) -> String {
         .to_lowercase(),
     };
     let mut text = format!(
-        "`{}` as run: {}, {}, {} API; {}; {} requests per point{}, {} warm-up; {:?} cache; temperature {}",
-        s.name,
+        "{} as run: {}, {}, {} API; {}; {} requests per point{}, {} warm-up; {:?} cache; temperature {}",
+        crate::output::table::code(&s.name),
         input,
         output,
         match w.api {
@@ -192,6 +192,27 @@ pub fn suite_as_run(s: &super::workload::Suite) -> String {
 /// The latency row of `vllm bench serve`'s TTFT (the first chunk with a `choices` entry).
 const FIRST_CHUNK_ROW: &str = "first chunk (vllm bench TTFT)";
 
+/// When the engine served random weights (rigbench's built-in runtime on a `synthetic:` preset,
+/// as the CPU report's e2e part does), a sentence saying so, for beside every throughput and
+/// latency figure of the run: they exercise the harness and the runtime's arithmetic, not a
+/// trained model's speed, and the output text is noise. `None` for a checkpoint or another
+/// engine.
+pub fn random_weights_note(res: &E2eResults) -> Option<String> {
+    let f = &res.engine.facts;
+    let from_runtime = f
+        .runtime
+        .as_ref()
+        .and_then(|r| r.model_provenance.as_ref())
+        .map(|p| p.value.clone());
+    let model = from_runtime
+        .or_else(|| f.model.as_ref().map(|m| m.value.clone()))
+        .filter(|m| m.starts_with("synthetic:"))?;
+    Some(format!(
+        "**Random weights** ({}): these figures exercise the harness on a model of seeded random weights; they are not the speed, and say nothing of the quality, of a trained model.",
+        crate::output::table::code(&model)
+    ))
+}
+
 /// Render the e2e section.
 pub fn render_markdown(res: &E2eResults) -> String {
     let mut o = String::new();
@@ -208,6 +229,9 @@ pub fn render_markdown(res: &E2eResults) -> String {
     render_validity(&mut o, runs);
     render_latency(&mut o, runs);
     render_throughput(&mut o, runs);
+    if let Some(note) = random_weights_note(res) {
+        let _ = writeln!(o, "{note}\n");
+    }
     render_metrics_sampling(&mut o, runs);
     render_spec_acceptance(&mut o, runs);
     o.push_str(&super::render_serving::render(res));

@@ -237,7 +237,10 @@ fn render_intro(o: &mut String, k: &KernelResults) {
         // No suite ran (--no-kernels, or no GPU): no suite name to show.
         o.push_str("## Kernels\n\n");
     } else {
-        o.push_str(&format!("## Kernels: suite `{}`\n\n", k.suite.name));
+        o.push_str(&format!(
+            "## Kernels: suite {}\n\n",
+            crate::output::table::code(&k.suite.name)
+        ));
     }
     if !k.suite.description.is_empty() {
         o.push_str(&format!("{}\n\n", k.suite.description));

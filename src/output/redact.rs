@@ -36,7 +36,9 @@ const PUBLIC_HOSTS: &[&str] = &[
 /// is the value, left alone when it cannot be a secret: a number, a boolean, a short word).
 /// The shapes: the token formats of Hugging Face (`hf_`), OpenAI and Anthropic (`sk-`), GitHub
 /// (`ghp_` … `github_pat_`), Slack (`xox?-`), AWS access key ids (`AKIA…`), JSON Web Tokens
-/// (`eyJ….….…`); `Authorization`/`Bearer` headers in any quoting; secret flags, environment
+/// (`eyJ….….…`); `Authorization`/`Bearer` headers in any quoting; `Cookie` headers; secret
+/// flags (also as items of a printed argument list); plain `key=v`, `pass=v`, `sessionid=v`
+/// text; environment
 /// assignments (`NAME=v`, `NAME: v`, `"NAME": "v"`), JSON / YAML / Python-dict keys (with a value
 /// or a list of values); URL user info (`scheme://user:pw@`, `scheme://:pw@`). The corpus they
 /// are tested against is `tests/fixtures/secrets/corpus.txt`.
@@ -73,6 +75,28 @@ fn secret_patterns() -> Vec<(Regex, &'static str)> {
         (
             re(
                 r"(?i)(--(?:api[-_]?key|hf[-_]?token|token|access[-_]?token|auth[-_]?token|password|secret)(?:=|\s+))(\S+)",
+            ),
+            "${1}<token>",
+        ),
+        // The same flags as items of a printed argument list (Python's `sys.argv`, a JSON
+        // array): `['vllm', 'serve', '--api-key', 'X']`, `["--hf-token", "X"]`.
+        (
+            re(
+                r#"(?i)(['"]--(?:api[-_]?key|hf[-_]?token|token|access[-_]?token|auth[-_]?token|password|secret)['"]\s*,\s*['"])([^'"]+)"#,
+            ),
+            "${1}<token>",
+        ),
+        // Cookies: `Cookie: sessionid=X; theme=dark`, `Set-Cookie: X`, `'Cookie': 'X'` (the
+        // whole header value: every cookie in it may be a session).
+        (
+            re(r#"(?i)(\b(?:set-)?cookie['"]?\s*:\s*['"]?)([^'"\r\n]+)"#),
+            "${1}<token>",
+        ),
+        // Plain `name=value` text whose name ends in a secret word: `key=X`, `session_key=X`,
+        // `pass=X`, `pwd=X`, `credentials=X`, `sessionid=X`.
+        (
+            re(
+                r#"(?i)\b((?:[a-z0-9]+[_-])*(?:key|pass|pwd|passphrase|credentials?|sessionid|session[_-]id)\s*=\s*['"]?)([^\s'",;}\]&]+)"#,
             ),
             "${1}<token>",
         ),
@@ -141,20 +165,22 @@ pub fn is_secret_name(name: &str) -> bool {
 /// Whether a JSON object key holds a secret: every string under it is replaced.
 fn is_secret_key(k: &str) -> bool {
     let l = k.to_ascii_lowercase().replace('-', "_");
-    matches!(l.as_str(), "authorization" | "token" | "auth")
-        || [
-            "api_key",
-            "apikey",
-            "access_key",
-            "access_token",
-            "auth_token",
-            "hf_token",
-            "secret",
-            "password",
-            "passwd",
-        ]
-        .iter()
-        .any(|s| l.ends_with(s))
+    matches!(
+        l.as_str(),
+        "authorization" | "token" | "auth" | "cookie" | "set_cookie"
+    ) || [
+        "api_key",
+        "apikey",
+        "access_key",
+        "access_token",
+        "auth_token",
+        "hf_token",
+        "secret",
+        "password",
+        "passwd",
+    ]
+    .iter()
+    .any(|s| l.ends_with(s))
 }
 
 /// Remove terminal control sequences (ANSI CSI / OSC escapes) and other control characters
@@ -434,6 +460,39 @@ fn hide_strings(v: &mut serde_json::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn argv_lists_cookies_and_plain_key_values_are_hidden_and_lookalikes_kept() {
+        let r = Redactor::with_literals(Vec::new(), true);
+        for (line, secret) in [
+            (
+                "['vllm', '--api-key', 'argvK3y999', '--port', '8000']",
+                "argvK3y999",
+            ),
+            (r#"["--hf-token", "hfArgvTok777"]"#, "hfArgvTok777"),
+            ("Cookie: sessionid=ck5566QQ; theme=dark", "ck5566QQ"),
+            ("{'Set-Cookie': 'sid=zz998877; Path=/'}", "zz998877"),
+            ("region=eu key=plainKv8877 retries=3", "plainKv8877"),
+            (
+                "session_key=abcdef123456 pass=Hunter2Hunter2",
+                "Hunter2Hunter2",
+            ),
+        ] {
+            let out = r.redact(line);
+            assert!(!out.contains(secret), "{line} -> {out}");
+            assert!(out.contains("<token>"), "{out}");
+            assert!(!r.secrets_only(line).contains(secret), "{line}");
+        }
+        // Not secrets: a short or numeric value, a word that merely ends in "key".
+        for line in [
+            "key=3 pass=true",
+            "monkey=bananas turnkey=solution",
+            "kv_cache_dtype=auto block_size=16",
+            "--port 8000",
+        ] {
+            assert_eq!(r.redact(line), line);
+        }
+    }
 
     #[test]
     fn redacts_literals_ips_and_homes() {

@@ -25,6 +25,35 @@ pub fn cut_cell(s: &str, max: usize) -> String {
     out
 }
 
+/// `s` (a name read from a file, an engine or the command line: a suite, a model, a rig label)
+/// as a Markdown inline code span that cannot end early nor break the surrounding block, so that
+/// no such name can inject Markdown into a report (a suite named "x`\n\n## Verdict: PASS"
+/// used to add its own heading to report.md). Line breaks and other control characters become
+/// spaces (a blank line would end the paragraph); the text is cut to [`MAX_CELL_CHARS`] (a
+/// table escapes its own `|`, [`markdown_table`]); the fence is one backtick longer than the
+/// longest run of backticks inside, padded with a space when the text starts or ends with one
+/// (CommonMark 0.31, 6.1 "Code spans").
+pub fn code(s: &str) -> String {
+    let flat: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let flat = cut_cell(&flat, MAX_CELL_CHARS);
+    let mut longest = 0;
+    let mut run = 0;
+    for c in flat.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    let pad = if flat.starts_with('`') || flat.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{flat}{pad}{fence}")
+}
+
 /// Render a Markdown table with aligned columns. Pipes inside cells are escaped; a cell over
 /// [`MAX_CELL_CHARS`] characters is cut and says so ([`cut_cell`]).
 pub fn markdown_table<S: AsRef<str>>(headers: &[&str], rows: &[Vec<S>]) -> String {
@@ -136,6 +165,16 @@ pub fn human_seconds(s: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_code_span_holds_any_name_on_one_line() {
+        assert_eq!(code("qwen3.6-27b"), "`qwen3.6-27b`");
+        let evil = code("x`\n\n## Verdict: PASS\n[a](javascript:alert(1))");
+        assert!(!evil.contains('\n'), "{evil}");
+        assert!(evil.starts_with("``") && evil.ends_with("``"), "{evil}");
+        assert_eq!(code("`a`"), "`` `a` ``");
+        assert!(code(&"x".repeat(5000)).chars().count() < MAX_CELL_CHARS + 10);
+    }
 
     #[test]
     fn table_aligns_and_escapes() {

@@ -183,14 +183,23 @@ impl ReportDir {
         // The lock before anything is looked at: a run that finished meanwhile has left its
         // report, which the check below then sees.
         let lock = lock_folder(&target)?;
-        let staged = holds_report(&target);
         let before = report_files_with_mtime(&target);
+        // Any file named like one rigbench writes (a user's own `engine.log` or `kernels.csv`
+        // included) would be overwritten, or removed at the commit as stale: never without
+        // --force, and with it only after the new run has measured something (staging).
+        let staged = !before.is_empty();
         if staged && !force {
+            let mut names: Vec<String> = before
+                .iter()
+                .filter_map(|(p, _)| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect();
+            names.sort();
             return Err(crate::RigError::flag(
                 "--out",
                 format!(
-                    "{} already holds a report (results.json / report.md); choose another folder, or pass --force to replace it once the new run has measured something",
-                    target.display()
+                    "{} already holds a report or files named like its files ({}), which a run there would replace or remove; choose another folder, or pass --force to replace them once the new run has measured something",
+                    target.display(),
+                    names.join(", ")
                 ),
             )
             .into());
@@ -512,14 +521,33 @@ mod tests {
     }
 
     #[test]
-    fn stale_files_of_an_earlier_partial_run_go_at_commit() {
+    fn files_named_like_report_files_are_refused_without_force_and_go_only_at_commit() {
+        // A user's own engine.log and kernels.csv (no results.json, no report.md): a run used to
+        // overwrite them, or remove them as stale at its end, without --force.
+        for name in ["engine.log", "kernels.csv", "e2e_runs.csv"] {
+            let d = tempfile::tempdir().unwrap();
+            std::fs::write(d.path().join(name), b"mine").unwrap();
+            std::fs::write(d.path().join("notes.txt"), b"mine").unwrap();
+            let e = ReportDir::create(Some(d.path()), "x", false, false).unwrap_err();
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains("--out") && msg.contains("--force") && msg.contains(name),
+                "{msg}"
+            );
+            assert_eq!(std::fs::read(d.path().join(name)).unwrap(), b"mine");
+        }
+        // With --force: staged, and the stale file goes only at the commit.
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("e2e_runs.csv"), b"old").unwrap();
         std::fs::write(d.path().join("notes.txt"), b"mine").unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
-        let r = ReportDir::create(Some(d.path()), "x", false, false).unwrap();
-        assert_eq!(r.path, d.path());
+        let r = ReportDir::create(Some(d.path()), "x", false, true).unwrap();
+        assert_ne!(r.path, d.path());
         r.write_text("results.json", "{}").unwrap();
+        assert_eq!(
+            std::fs::read(d.path().join("e2e_runs.csv")).unwrap(),
+            b"old"
+        );
         r.commit().unwrap();
         assert_eq!(names(d.path()), vec!["notes.txt", "results.json"]);
     }

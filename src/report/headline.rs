@@ -920,6 +920,9 @@ fn e2e_line(r: &Results) -> Option<String> {
     if e.interrupted {
         s.push_str("; interrupted");
     }
+    if crate::e2e::render::random_weights_note(e).is_some() {
+        s.push_str("; **random weights**: a harness figure, not a trained model's");
+    }
     s.push('.');
     Some(s)
 }

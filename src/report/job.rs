@@ -410,7 +410,7 @@ pub fn run_with_dir(job: Job) -> anyhow::Result<(Results, Option<ReportDir>)> {
     }
 
     if job.quality && resumed.is_none() && !skip_if_interrupted(&mut results, "quality") {
-        run_quality(&mut results);
+        run_quality(&mut results, &job.runtime_model);
         save(&dir, &results)?;
     }
 
@@ -789,24 +789,26 @@ fn bench_kernels(
     Ok(())
 }
 
-/// The fidelity study on SmolLM2's trained weights (CPU) into `results.quality`, or the reason
-/// it did not run (no model in the cache, a failure, an interruption).
-fn run_quality(results: &mut Results) {
-    match crate::runtime::gguf_model::smollm2_if_cached() {
-        Some(path) => {
+/// The fidelity study on trained weights (CPU) into `results.quality`: `--model` when it is a
+/// GGUF file, else the fetched SmolLM2 ([`crate::runtime_eval::quality::fidelity_model`]); or
+/// the reason it did not run (no model, a failure, an interruption).
+fn run_quality(results: &mut Results, runtime_model: &str) {
+    match crate::runtime_eval::quality::fidelity_model(runtime_model) {
+        Ok((path, why)) => {
             eprintln!(
                 "rigbench: fidelity on trained weights ({}, CPU backend)",
                 path.display()
             );
             let outcome = crate::runtime::gguf_model::GgufModel::load(&path, None).and_then(|m| {
+                let mut name =
+                    crate::runtime_eval::quality::describe_gguf(&m.path, &m.content_hash, &m.notes);
+                if let Some(w) = &why {
+                    name.push_str(&format!(" ({w})"));
+                }
                 crate::runtime_eval::quality::study(
                     &m.weights,
                     &m.tokenizer,
-                    &format!(
-                        "SmolLM2-135M-Instruct {} ({})",
-                        m.path.display(),
-                        m.content_hash
-                    ),
+                    &name,
                     crate::runtime_eval::quality::QualitySpec::report(),
                     &mut |what| eprintln!("rigbench: fidelity: {what}"),
                 )
@@ -828,14 +830,9 @@ fn run_quality(results: &mut Results) {
                 }),
             }
         }
-        None => results.skipped.push(Skip {
+        Err(reason) => results.skipped.push(Skip {
             what: "quality".into(),
-            reason: format!(
-                "no trained model: the SmolLM2 GGUF is not at {}; run scripts/fetch-smollm2.sh to fetch it (fidelity figures below, if any, come from random weights)",
-                crate::runtime::gguf_model::smollm2_path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "(no cache folder: HOME unset)".into())
-            ),
+            reason,
         }),
     }
 }

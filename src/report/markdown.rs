@@ -37,7 +37,10 @@ pub fn render(
         },
     ));
     o.push_str(&super::headline::markdown(r));
-    o.push_str(&format!("Command: `{}`\n\n", r.command_line));
+    o.push_str(&format!(
+        "Command: {}\n\n",
+        crate::output::table::code(&r.command_line)
+    ));
     if let Some(b) = &r.budget {
         o.push_str(&budget_markdown(b, r.wall_s));
     }

@@ -154,14 +154,31 @@ impl Results {
         }
     }
 
-    /// Read a results file, checking the schema version.
+    /// Read a results file, checking its size, the schema version and the figures.
     ///
     /// # Errors
-    /// [`crate::RigError::BadFile`] when the file is missing, not JSON, or of another schema
-    /// version; the message says which.
+    /// [`crate::RigError::BadFile`] when the file is missing, larger than
+    /// [`MAX_RESULTS_BYTES`], not JSON, of another schema version, or holds a figure no
+    /// measurement gives ([`check_figures`]); the message says which.
     pub fn load(path: &std::path::Path) -> Result<Self, crate::RigError> {
-        let bytes = std::fs::read(path)
+        use std::io::Read as _;
+        let f = std::fs::File::open(path)
             .map_err(|e| crate::RigError::file(path, format!("cannot read results file: {e}")))?;
+        // Read at most one byte past the limit: the size is checked on what is read, not on
+        // what the file's metadata claims (a pipe or /proc file has none).
+        let mut bytes = Vec::new();
+        f.take(MAX_RESULTS_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| crate::RigError::file(path, format!("cannot read results file: {e}")))?;
+        if bytes.len() as u64 > MAX_RESULTS_BYTES {
+            return Err(crate::RigError::file(
+                path,
+                format!(
+                    "larger than {} MiB: not a results.json rigbench writes (the largest committed one is 7.4 MB); refused rather than read into memory",
+                    MAX_RESULTS_BYTES >> 20
+                ),
+            ));
+        }
         let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
             crate::RigError::file(
                 path,
@@ -184,10 +201,91 @@ impl Results {
                 ))
             }
         }
+        check_figures(&v).map_err(|m| crate::RigError::file(path, m))?;
         serde_json::from_value(v).map_err(|e| {
             crate::RigError::file(path, format!("does not match the results schema: {e}"))
         })
     }
+}
+
+/// The largest results file [`Results::load`] reads: 128 MiB, 17 times the largest committed
+/// one (7.4 MB, a full H200 report with its e2e runs); a 500 MB file used to be read whole and
+/// parsed into memory, which aborted `board`.
+pub const MAX_RESULTS_BYTES: u64 = 128 << 20;
+
+/// The largest magnitude of any number in a results file: 10^18. Nothing rigbench records comes
+/// near it (byte counts of the largest GPUs are ~10^12, FLOP/s ~10^15); numbers near f64's
+/// maximum (1e307, 1.8e308) made `report --render` loop forever on a percentile and were ranked
+/// by `board` and gated by `compare` as if measured.
+pub const MAX_FIGURE: f64 = 1e18;
+
+/// Whether a field named `key` holds a figure that cannot be negative: durations and rates
+/// (`*_s`: seconds, tokens or bytes per second; open-loop lateness excepted; the latency
+/// summaries `ttft`, `ttfc`, `itl`, `tpot`, `e2e` of an e2e run), sizes (`*_bytes`), TFLOP/s and bus bandwidths.
+fn non_negative_figure(key: &str) -> bool {
+    // Open-loop lateness (sent − scheduled) is a difference of two times, not a duration.
+    (key.ends_with("_s") && !key.contains("lateness"))
+        || key.ends_with("_bytes")
+        || matches!(key, "ttft" | "ttfc" | "itl" | "tpot" | "e2e")
+        || key == "tflops"
+        || key == "busbw"
+        || key == "algbw"
+}
+
+/// Check every number of a results document: finite magnitude at most [`MAX_FIGURE`], and not
+/// negative where the field is a duration, rate or size ([`non_negative_figure`]).
+///
+/// # Errors
+/// The JSON path of the first bad number and why (`e2e.runs[0].ttft_s.p99 = -1`).
+pub fn check_figures(v: &serde_json::Value) -> Result<(), String> {
+    fn walk(v: &serde_json::Value, path: &mut String, key: &str) -> Result<(), String> {
+        match v {
+            serde_json::Value::Number(n) => {
+                let x = n.as_f64().unwrap_or(f64::INFINITY);
+                if !x.is_finite() || x.abs() > MAX_FIGURE {
+                    return Err(format!(
+                        "{path} = {n}: larger than any figure rigbench records (|x| <= 1e18); the file is corrupt or was edited"
+                    ));
+                }
+                if x < 0.0 && non_negative_figure(key) {
+                    return Err(format!(
+                        "{path} = {n}: a duration, rate or size cannot be negative; the file is corrupt or was edited"
+                    ));
+                }
+            }
+            serde_json::Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    let len = path.len();
+                    path.push_str(&format!("[{i}]"));
+                    walk(x, path, key)?;
+                    path.truncate(len);
+                }
+            }
+            serde_json::Value::Object(o) => {
+                for (k, x) in o {
+                    let len = path.len();
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(k);
+                    // A summary's fields (`p50`, `mean`, ...) take the figure's name above them.
+                    let sub = if matches!(
+                        k.as_str(),
+                        "p50" | "p90" | "p95" | "p99" | "mean" | "median" | "min" | "max"
+                    ) {
+                        key
+                    } else {
+                        k.as_str()
+                    };
+                    walk(x, path, sub)?;
+                    path.truncate(len);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+    walk(v, &mut String::new(), "")
 }
 
 #[cfg(test)]
@@ -218,6 +316,64 @@ mod tests {
             .to_string()
             .contains("not valid JSON"));
         assert!(Results::load(&d.path().join("missing.json")).is_err());
+    }
+
+    #[test]
+    fn impossible_figures_and_huge_files_are_refused_naming_the_field() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("results.json");
+        let r = Results::new(RigFacts::default(), "x".into(), "rigbench report".into());
+        let mut v = serde_json::to_value(&r).unwrap();
+        v["e2e"] = serde_json::json!({"runs": [{"ttft_s": {"p99": 1e307}}]});
+        std::fs::write(&p, v.to_string()).unwrap();
+        let e = Results::load(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("e2e.runs[0].ttft_s.p99") && e.contains("results.json"),
+            "{e}"
+        );
+        v["e2e"] = serde_json::json!({"runs": [{"output_tok_per_s": -3.0}]});
+        std::fs::write(&p, v.to_string()).unwrap();
+        let e = Results::load(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("output_tok_per_s") && e.contains("negative"),
+            "{e}"
+        );
+        // A negative figure where one is legitimate (a relative difference, a NUMA node -1).
+        let ok = serde_json::json!({"relative_difference": -0.2, "numa_node": -1, "p50": -1.0});
+        assert_eq!(check_figures(&ok), Ok(()));
+        // 500 MB of JSON is refused by its size, after reading at most the limit.
+        let big = d.path().join("big.json");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(MAX_RESULTS_BYTES + 10).unwrap();
+        let e = Results::load(&big).unwrap_err().to_string();
+        assert!(
+            e.contains("larger than 128 MiB") && e.contains("big.json"),
+            "{e}"
+        );
+    }
+
+    /// Every committed results file passes the figure check (no false alarm on real data).
+    #[test]
+    fn committed_results_pass_the_figure_check() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut n = 0;
+        let mut stack = vec![root.join("reports"), root.join("baselines")];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "json") {
+                    let v: serde_json::Value =
+                        serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+                    if v.get("schema_version").is_some() {
+                        check_figures(&v).unwrap_or_else(|m| panic!("{}: {m}", p.display()));
+                        n += 1;
+                    }
+                }
+            }
+        }
+        assert!(n >= 5, "only {n} results files found");
     }
 
     /// Results written by older versions (the committed baselines, with their engine logs) read

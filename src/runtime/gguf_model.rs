@@ -95,6 +95,11 @@ pub fn model_config(g: &Gguf) -> anyhow::Result<(ModelConfig, Vec<String>)> {
     };
     let hidden = need("embedding_length")?;
     let layers = need("block_count")?;
+    let blocks = g.blocks_with_tensors();
+    anyhow::ensure!(
+        layers as u64 <= blocks,
+        "{a}.block_count = {layers}, but the file holds tensors for {blocks} block(s) (blk.N.*): the header is inconsistent"
+    );
     let heads = need("attention.head_count")?;
     let kv_heads = match get("attention.head_count_kv") {
         Some(Value::Array(_)) => anyhow::bail!(
@@ -460,6 +465,27 @@ pub fn smollm2_for_tests() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_count_beyond_the_files_tensors_is_refused_before_any_allocation() {
+        use crate::checkpoint::gguf::tests::Writer;
+        use crate::formats::ggml::GgmlType;
+        let mut w = Writer::new();
+        w.str("general.architecture", "llama")
+            .u32("llama.block_count", u32::MAX)
+            .u32("llama.embedding_length", 64)
+            .u32("llama.attention.head_count", 4);
+        w.tensor("blk.0.attn_norm.weight", &[64], GgmlType::F32, vec![0; 256]);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("huge.gguf");
+        std::fs::write(&p, w.bytes()).unwrap();
+        let e = GgufModel::load(&p, None).err().expect("refused");
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("llama.block_count = 4294967295") && msg.contains("huge.gguf"),
+            "{msg}"
+        );
+    }
 
     #[test]
     fn unpermute_inverts_llama_cpp_permute() {

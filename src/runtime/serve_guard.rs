@@ -16,6 +16,10 @@
 //! - **Idle (body) timeout** ([`ServeLimits::idle_timeout`]): the longest pause between two
 //!   parts of a request body; a client that sends half a body and stops is answered `400` and
 //!   its connection closed.
+//! - **Body-read timeout** ([`ServeLimits::body_read_timeout`]): the whole body must arrive
+//!   within it, counted from when the handler starts reading it. Without it a client that sends
+//!   one byte every 10 s never paused long enough for the idle timeout: 960 of them held every
+//!   connection slot and the server answered 503 for 90 s (docs/reliability.md).
 //! - **API key** ([`ApiKey`]): the header of vLLM's `--api-key`, on every route (also
 //!   `/health` and `/metrics`, which vLLM leaves open: it checks only `/v1/...`):
 //!   `Authorization: Bearer KEY`; otherwise `401` with a JSON error.
@@ -48,6 +52,9 @@ pub struct ServeLimits {
     pub header_read_timeout: Duration,
     /// Longest pause inside a request body. Default 30 s.
     pub idle_timeout: Duration,
+    /// Longest time to receive a whole request body. Default 60 s (64 MiB, the largest body
+    /// accepted, at 1.1 MB/s).
+    pub body_read_timeout: Duration,
     /// Most messages in one chat request (`/v1/chat/completions`, `/tokenize`); a request with
     /// more gets `400` naming the limit. Default [`DEFAULT_MAX_CHAT_MESSAGES`].
     pub max_chat_messages: usize,
@@ -64,6 +71,7 @@ impl Default for ServeLimits {
             max_connections: None,
             header_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(60),
             max_chat_messages: DEFAULT_MAX_CHAT_MESSAGES,
         }
     }
@@ -141,8 +149,13 @@ fn json_error(status: StatusCode, kind: &str, message: &str) -> Response {
 pub const UNAUTHORIZED: &str = "Unauthorized: this server needs an API key; send it as the header `Authorization: Bearer KEY` (the key given to rigbench serve with --api-key or VLLM_API_KEY)";
 
 /// Wrap `router` so that every route needs `key` (when `Some`) and every request body is read
-/// with `idle_timeout` as the longest pause.
-pub fn protect(router: Router, key: Option<ApiKey>, idle_timeout: Duration) -> Router {
+/// with `idle_timeout` as the longest pause and `body_timeout` as the longest time in all.
+pub fn protect(
+    router: Router,
+    key: Option<ApiKey>,
+    idle_timeout: Duration,
+    body_timeout: Duration,
+) -> Router {
     let key = key.map(Arc::new);
     router.layer(axum::middleware::from_fn(
         move |req: Request, next: Next| {
@@ -161,29 +174,50 @@ pub fn protect(router: Router, key: Option<ApiKey>, idle_timeout: Duration) -> R
                         );
                     }
                 }
-                next.run(with_body_timeout(req, idle_timeout)).await
+                next.run(with_body_timeout(req, idle_timeout, body_timeout))
+                    .await
             }
         },
     ))
 }
 
-/// `req` with a body that fails when no part of it arrives within `idle` (the handler's body
-/// extractor then answers `400`, and hyper closes the connection).
-fn with_body_timeout(req: Request, idle: Duration) -> Request {
+/// `req` with a body that fails when no part of it arrives within `idle`, or when the whole of
+/// it has not arrived `total` after the first read (the handler's body extractor then answers
+/// `400`, and hyper closes the connection).
+fn with_body_timeout(req: Request, idle: Duration, total: Duration) -> Request {
     use futures::StreamExt;
     let (parts, body) = req.into_parts();
-    let timed =
-        tokio_stream::StreamExt::timeout(body.into_data_stream(), idle).map(move |r| match r {
-            Ok(Ok(b)) => Ok(b),
-            Ok(Err(e)) => Err(std::io::Error::other(e.to_string())),
-            Err(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "no part of the request body arrived for {} s (rigbench serve --idle-timeout)",
-                    idle.as_secs_f64()
-                ),
-            )),
-        });
+    let stream = body.into_data_stream();
+    let timed = futures::stream::unfold(
+        (Some(stream), None::<tokio::time::Instant>),
+        move |(st, deadline)| async move {
+            let mut st = st?;
+            let now = tokio::time::Instant::now();
+            let deadline = deadline.unwrap_or(now + total);
+            let until = (now + idle).min(deadline);
+            let item = match tokio::time::timeout_at(until, st.next()).await {
+                Ok(Some(Ok(b))) => Ok(b),
+                Ok(Some(Err(e))) => Err(std::io::Error::other(e.to_string())),
+                Ok(None) => return None,
+                Err(_) if until >= deadline => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "the request body did not arrive whole within {} s (rigbench serve --body-read-timeout)",
+                        total.as_secs_f64()
+                    ),
+                )),
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no part of the request body arrived for {} s (rigbench serve --idle-timeout)",
+                        idle.as_secs_f64()
+                    ),
+                )),
+            };
+            let next = if item.is_ok() { Some(st) } else { None };
+            Some((item, (next, Some(deadline))))
+        },
+    );
     Request::from_parts(parts, axum::body::Body::from_stream(timed))
 }
 

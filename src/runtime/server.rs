@@ -166,6 +166,7 @@ pub async fn start_on(
         router(app),
         config.api_key.clone(),
         config.limits.idle_timeout,
+        config.limits.body_read_timeout,
     );
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let limits = config.limits.clone();

@@ -359,3 +359,85 @@ pub fn render_markdown(r: &QualityReport) -> String {
     o.push_str("\nMethod and the independent PyTorch emulation these figures are checked against: docs/fidelity.md.\n");
     o
 }
+
+/// The GGUF file the fidelity study of `report` runs on, for `report --model MODEL`: MODEL
+/// itself when it is a GGUF file (anywhere: the study used to ignore `--model` and skip a GGUF
+/// outside the cache folder), else the SmolLM2 that `scripts/fetch-smollm2.sh` fetched, with a
+/// note saying why MODEL was not used. Returns (path, note).
+///
+/// # Errors
+/// No usable model: MODEL is not a GGUF file and SmolLM2 is not in the cache (the reason says
+/// how to fetch it).
+pub fn fidelity_model(model: &str) -> Result<(std::path::PathBuf, Option<String>), String> {
+    let p = std::path::Path::new(model);
+    if !model.starts_with("synthetic:") && crate::checkpoint::gguf::is_gguf_path(p) && p.is_file() {
+        return Ok((p.to_path_buf(), None));
+    }
+    let note = (model != DEFAULT_RUNTIME_MODEL).then(|| {
+        format!("--model {model} is not a GGUF file (the study reads GGUF checkpoints), so it ran on SmolLM2")
+    });
+    match crate::runtime::gguf_model::smollm2_if_cached() {
+        Some(s) => Ok((s, note)),
+        None => Err(format!(
+            "no trained model: --model is not a GGUF file and the SmolLM2 GGUF is not at {}; run scripts/fetch-smollm2.sh to fetch it, or pass --model FILE.gguf (fidelity figures below, if any, come from random weights)",
+            crate::runtime::gguf_model::smollm2_path()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "(no cache folder: HOME unset)".into())
+        )),
+    }
+}
+
+/// `report`'s runtime model when `--model` is not given (see `cli/report.rs`).
+pub const DEFAULT_RUNTIME_MODEL: &str = "synthetic:qwen3-8b";
+
+/// How the study names a loaded GGUF model: its file, content hash, and what its "BF16"
+/// reference is. A GGUF holds quantized weights (SmolLM2's file is Q4_1): the reference the
+/// study calls BF16 is those weights dequantized to BF16, not the model's original BF16
+/// release, and every other format is quantized from it.
+pub fn describe_gguf(path: &std::path::Path, content_hash: &str, notes: &[String]) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string());
+    let types = notes
+        .iter()
+        .find_map(|n| {
+            n.strip_prefix("GGUF weights (")
+                .and_then(|r| r.split_once(')'))
+                .map(|(t, _)| t.to_string())
+        })
+        .unwrap_or_else(|| "its GGUF types".into());
+    format!(
+        "{name} {} ({content_hash}); \"BF16\" below is this file's {types} weights dequantized to BF16, not the original BF16 model",
+        path.display()
+    )
+}
+
+#[cfg(test)]
+mod model_choice_tests {
+    use super::*;
+
+    #[test]
+    fn a_gguf_model_anywhere_is_the_one_studied_and_the_bf16_label_says_what_it_is() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("mine.Q8_0.gguf");
+        std::fs::write(&p, b"GGUF\x03\0\0\0").unwrap();
+        let (got, note) = fidelity_model(p.to_str().unwrap()).unwrap();
+        assert_eq!((got, note), (p.clone(), None));
+        // Not a GGUF: SmolLM2 when fetched, with the reason; else the reason it cannot run.
+        match fidelity_model("synthetic:tiny") {
+            Ok((_, note)) => assert!(note.unwrap().contains("not a GGUF file")),
+            Err(why) => assert!(why.contains("--model FILE.gguf"), "{why}"),
+        }
+        let name = describe_gguf(
+            &p,
+            "fnv1a64:0",
+            &["GGUF weights (F32, Q4_1) dequantized to BF16 at load".into()],
+        );
+        assert!(
+            name.contains("mine.Q8_0.gguf")
+                && name.contains("F32, Q4_1 weights dequantized to BF16"),
+            "{name}"
+        );
+    }
+}

@@ -11,7 +11,17 @@ pub(super) async fn engine_facts(
     probe: &EngineProbe,
 ) -> anyhow::Result<EngineFacts> {
     let mut f = EngineFacts::default();
-    let version: Option<Value> = client.version().await.unwrap_or(None);
+    let version: Option<Value> = match client.version().await {
+        Ok(v) => v,
+        Err(e) => {
+            let why = format!("{e:#}");
+            eprintln!(
+                "rigbench e2e: {why}; the engine's name and version come from its other answers"
+            );
+            f.side_notes.push(why);
+            None
+        }
+    };
     if let Some(v) = &version {
         if let Some(n) = v
             .get("engine")
@@ -32,7 +42,12 @@ pub(super) async fn engine_facts(
     let models = match client.models().await {
         Ok(m) => m,
         Err(e) if format!("{e:#}").contains(crate::e2e::client::API_KEY_FIX) => return Err(e),
-        Err(_) => Vec::new(),
+        Err(e) => {
+            let why = format!("{e:#}");
+            eprintln!("rigbench e2e: {why}; the served model is not read from it");
+            f.side_notes.push(why);
+            Vec::new()
+        }
     };
     let metrics = match client.metrics().await {
         Ok(m) => m,
