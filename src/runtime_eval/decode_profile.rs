@@ -327,8 +327,9 @@ pub fn render(
     }
     let _ = writeln!(
         o,
-        "\nOne eager step per op (GPU time between CUDA events, mean of {PROFILED_STEPS} steps; no graph, so the sum is above the graph-replayed step). Share of the bound = op time ÷ the step's bound time (weights + KV at that context{} ÷ copy rate); op at its floor = op time ÷ (its own bytes ÷ copy rate); MB per step: the bytes of the op's floor (weights; K and V at that context; the Gated-DeltaNet state read and written).\n",
-        if with_state { " + Gated-DeltaNet state read and written" } else { "" }
+        "\nOne eager step per op (GPU time between CUDA events, mean of {PROFILED_STEPS} steps; no graph, so the sum is above the graph-replayed step). Share of the bound = op time ÷ the step's bound time (weights + KV at that context{} ÷ copy rate); op at its floor = op time ÷ (its own bytes ÷ copy rate); MB per step: the bytes of the op's floor (weights; K and V at that context{}).\n",
+        if with_state { " + Gated-DeltaNet state read and written" } else { "" },
+        if with_state { "; the Gated-DeltaNet state read and written" } else { "" }
     );
     let mut names: Vec<String> = Vec::new();
     for r in &profiled {
