@@ -24,17 +24,7 @@
 // fp8_rowwise_scale_out: out[t, n] = bf16_rn(acc[t, n] · (s_tok[t] · s_chan[n])), the epilogue
 // of an FP32-output FP8 GEMM when cuBLASLt offers no outer-vector scaling.
 
-#include <cuda_bf16.h>
-#include <cuda_fp8.h>
-#ifdef __CUDACC_RTC__
-// NVRTC ships no C library headers.
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-#else
-#include <stdint.h>
-#endif
+#include "common.cuh"
 
 __device__ __forceinline__ float fq_bf2f(uint32_t h) { return __uint_as_float(h << 16); }
 

@@ -13,35 +13,7 @@
 // Every float operation whose rounding the CPU reference fixes uses the explicit _rn intrinsics
 // so that the compiler cannot contract it into an FMA.
 
-#include <cuda_bf16.h>
-#include <cuda_fp8.h>
-#ifdef __CUDACC_RTC__
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-#else
-#include <stdint.h>
-#endif
-
-#define FULL 0xffffffffu
-#ifndef INFINITY
-#define INFINITY __int_as_float(0x7f800000)
-#endif
-
-__device__ __forceinline__ float bf2f(uint16_t b) { return __uint_as_float(((uint32_t)b) << 16); }
-__device__ __forceinline__ uint16_t f2bf(float x) {
-  __nv_bfloat16 h = __float2bfloat16_rn(x);
-  return *reinterpret_cast<uint16_t*>(&h);
-}
-__device__ __forceinline__ uint8_t f2e4m3(float x) {
-  return (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-}
-__device__ __forceinline__ float e4m32f(uint8_t b) {
-  __half_raw hr = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
-  __half h = *reinterpret_cast<__half*>(&hr);
-  return __half2float(h);
-}
+#include "common.cuh"
 
 // Block-wide sum (f32) for blockDim.x a multiple of 32, <= 1024. Every thread gets the result.
 __device__ __forceinline__ float block_sum(float v, float* red) {
@@ -302,6 +274,8 @@ extern "C" __global__ void rt_add_rows(float* __restrict__ x, const uint16_t* __
     x[i] = __fadd_rn(x[i], bf2f(delta[i]));
 }
 
+#include "qk_norm_rope_kv.cuh"
+
 // Per token t and head: Qwen3 q/k RMSNorm over head_dim (when the weight is given), RoPE, then
 // q -> q_out (BF16) and k, v -> the KV cache slot. grid = (T, nh + 2 nkv), block = 32..256.
 // qkv: [T, (nh + 2 nkv) hd] BF16 (q heads, then k heads, then v heads).
@@ -312,58 +286,13 @@ extern "C" __global__ void rt_qk_norm_rope_kv(const uint16_t* __restrict__ qkv, 
                                               uint16_t* __restrict__ q_out, void* __restrict__ k_cache,
                                               void* __restrict__ v_cache, int block_size, int kv_fp8, float k_inv,
                                               float v_inv) {
-  __shared__ float red[32];
-  __shared__ float buf[512];
   const int t = blockIdx.x;
   const int h = blockIdx.y;
   if (t >= T) return;
   const int width = (nh + 2 * nkv) * hd;
   const uint16_t* src = qkv + (uint64_t)t * width + (uint64_t)h * hd;
-  const bool is_q = h < nh;
-  const bool is_k = !is_q && h < nh + nkv;
-  for (int i = threadIdx.x; i < hd; i += blockDim.x) buf[i] = bf2f(src[i]);
-  __syncthreads();
-  if (is_q || is_k) {
-    const float* nw = is_q ? qn : kn;
-    if (nw) {
-      float ss = 0.f;
-      for (int i = threadIdx.x; i < hd; i += blockDim.x) ss = __fmaf_rn(buf[i], buf[i], ss);
-      const float ms = __fdiv_rn(block_sum(ss, red), (float)hd);
-      const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ms, eps)));
-      __syncthreads();
-      for (int i = threadIdx.x; i < hd; i += blockDim.x) buf[i] = __fmul_rn(__fmul_rn(buf[i], inv), nw[i]);
-      __syncthreads();
-    }
-    const int half = hd / 2;
-    const float p = (float)pos[t];
-    // Each thread rotates its own pairs (i, i + half): no other thread touches them.
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-      const float ang = __fmul_rn(p, inv_freq[i]);
-      float s, c;
-      sincosf(ang, &s, &c);
-      const float a = buf[i], b = buf[i + half];
-      buf[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-      buf[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-    }
-    __syncthreads();
-  }
-  if (is_q) {
-    uint16_t* o = q_out + ((uint64_t)t * nh + h) * hd;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) o[i] = f2bf(buf[i]);
-    return;
-  }
-  const int kvh = is_k ? h - nh : h - nh - nkv;
-  const int s = slot[t];
-  const int blk = s / block_size, off = s % block_size;
-  const uint64_t base = (((uint64_t)blk * nkv + kvh) * block_size + off) * hd;
-  if (kv_fp8) {
-    uint8_t* c = reinterpret_cast<uint8_t*>(is_k ? k_cache : v_cache) + base;
-    const float inv = is_k ? k_inv : v_inv;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) c[i] = f2e4m3(__fmul_rn(buf[i], inv));
-  } else {
-    uint16_t* c = reinterpret_cast<uint16_t*>(is_k ? k_cache : v_cache) + base;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) c[i] = f2bf(buf[i]);
-  }
+  qk_norm_rope_kv_head(src, t, h, nh, nkv, hd, hd, qn, kn, inv_freq, eps, pos, slot, q_out, k_cache, v_cache,
+                       block_size, kv_fp8, k_inv, v_inv);
 }
 
 // out[t, i] = bf16(silu(g) * u), g = gu[t, i], u = gu[t, I + i]; silu(x) = x / (1 + exp(-x)).

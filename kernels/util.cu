@@ -2,16 +2,7 @@
 // src/kernels/data.rs), FP8 activation quantization (dynamic per-tensor, amax / 448), and
 // output checks (non-finite count, bitwise difference count).
 
-#include <cuda_bf16.h>
-#include <cuda_fp8.h>
-#ifdef __CUDACC_RTC__
-// NVRTC ships no C library headers.
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-#else
-#include <stdint.h>
-#endif
+#include "common.cuh"
 
 // "lowbias32" integer hash (Chris Wellons, 2018): a bijection on 32-bit words.
 __device__ __forceinline__ uint32_t hash32(uint32_t x) {

@@ -14,15 +14,7 @@
 // CTAs (threadfence reduction; counters reset themselves).
 // Large M: w4a16_dequant_bf16 writes W' = value*scale*2^-7 as BF16 for a cuBLASLt GEMM.
 
-#include <cuda_bf16.h>
-#ifdef __CUDACC_RTC__
-// NVRTC ships no C library headers.
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-#else
-#include <stdint.h>
-#endif
+#include "common.cuh"
 
 #define REG_MASK 0x81C081C0u
 #define R3_MASK_A 0x00400040u

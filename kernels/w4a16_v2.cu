@@ -24,14 +24,7 @@
 // skip the cross-CTA reduction (partials written, output not); 2 = stream and dequantize but
 // skip the MMAs.
 
-#include <cuda_bf16.h>
-#ifdef __CUDACC_RTC__
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-#else
-#include <stdint.h>
-#endif
+#include "common.cuh"
 
 #ifndef MODE
 #define MODE 0

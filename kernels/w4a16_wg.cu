@@ -34,15 +34,7 @@
 // tests check a whole launch against the exact reference GEMM (f64, 1e-9 relative) and the
 // split-K reduction for independence from the CTAs' arrival order.
 
-#include <cuda_bf16.h>
-#ifdef __CUDACC_RTC__
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-#else
-#include <stdint.h>
-#endif
+#include "common.cuh"
 
 #define REG_MASK 0x81C081C0u
 #define R3_MASK_A 0x00400040u

@@ -86,11 +86,17 @@ pub enum RigError {
 }
 
 impl From<crate::gpu::GpuError> for RigError {
-    /// The GPU foundation's error as rigbench's, variant for variant (same messages).
+    /// The GPU foundation's error as rigbench's: [`RigError::NoGpu`] for a missing stack, and
+    /// [`RigError::Cuda`] for a failed call of any library (driver, NVRTC, cuBLASLt, NCCL) or a
+    /// refused request, with the same message (the typed cause stays in `GpuError` for the
+    /// code that handles it; a command only reports it).
     fn from(e: crate::gpu::GpuError) -> Self {
         match e {
             crate::gpu::GpuError::NoGpu(why) => RigError::NoGpu(why),
-            crate::gpu::GpuError::Cuda { context, message } => RigError::Cuda { context, message },
+            other => RigError::Cuda {
+                context: other.context().unwrap_or_default().to_string(),
+                message: other.message().to_string(),
+            },
         }
     }
 }

@@ -467,6 +467,297 @@ fn the_runtime_never_names_the_kernel_bench() {
     );
 }
 
+/// The module a file is: `src/kernels/impls/w4a16.rs` → `kernels::impls::w4a16`,
+/// `src/kernels/impls/mod.rs` → `kernels::impls`.
+fn module_of(rel: &Path) -> String {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// Byte spans of the inline modules of `code` (`mod NAME {` to its closing brace).
+fn inline_mod_spans(code: &str) -> Vec<(usize, usize)> {
+    let b = code.as_bytes();
+    let mut spans = Vec::new();
+    let mut from = 0;
+    while let Some(k) = code[from..].find("mod ") {
+        let at = from + k;
+        from = at + 4;
+        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_') {
+            continue;
+        }
+        let rest = &code[at + 4..];
+        let name = ident_at(rest);
+        let after = rest[name.len()..].trim_start();
+        if name.is_empty() || !after.starts_with('{') {
+            continue;
+        }
+        let open = at + 4 + name.len() + (rest[name.len()..].len() - after.len());
+        let mut depth = 0usize;
+        for (j, c) in code[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        spans.push((open, open + j));
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    spans
+}
+
+/// The module paths `code` (the text of module `me`, comments stripped) names: every
+/// `crate::a::b…`, `super::…` and `self::…` path (each item of a `{…}` group too), resolved to
+/// absolute paths (without `crate::`); `super::` inside an inline module (`mod tests {…}`) is
+/// the file's own module.
+fn module_refs(code: &str, me: &str) -> Vec<Vec<String>> {
+    let spans = inline_mod_spans(code);
+    let mut out = Vec::new();
+    let b = code.as_bytes();
+    // A child module named by its bare name (`use suite::Shape;`, `impls::make(…)` in the file
+    // that declares `mod suite;`, `mod impls;`).
+    for decl in code.split(';') {
+        let d = decl.trim();
+        let d = d.strip_prefix("pub ").unwrap_or(d);
+        let d = d.strip_prefix("pub(crate) ").unwrap_or(d);
+        let Some(name) = d.strip_prefix("mod ") else {
+            continue;
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let pat = format!("{name}::");
+        let mut from = 0;
+        while let Some(k) = code[from..].find(&pat) {
+            let at = from + k;
+            from = at + pat.len();
+            if at > 0
+                && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_' || b[at - 1] == b':')
+            {
+                continue;
+            }
+            let mut path: Vec<String> = me.split("::").map(String::from).collect();
+            path.push(name.to_string());
+            let next = ident_at(&code[from..]);
+            if !next.is_empty() {
+                path.push(next.to_string());
+            }
+            out.push(path);
+        }
+    }
+    for root in ["crate::", "super::", "self::"] {
+        let mut from = 0;
+        while let Some(k) = code[from..].find(root) {
+            let at = from + k;
+            from = at + root.len();
+            if at > 0
+                && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_' || b[at - 1] == b':')
+            {
+                continue; // `x::super::` or `mycrate::` is handled from its start, or not ours
+            }
+            let depth = spans.iter().filter(|(s, e)| *s < at && at < *e).count();
+            let mut base: Vec<String> = me.split("::").map(String::from).collect();
+            let mut rest = &code[from..];
+            match root {
+                "crate::" => base.clear(),
+                "super::" => {
+                    let mut ups: usize = 1;
+                    while let Some(r) = rest.strip_prefix("super::") {
+                        ups += 1;
+                        rest = r;
+                    }
+                    // Inside `depth` inline modules, the first `depth` supers stay in the file.
+                    let ups = ups.saturating_sub(depth);
+                    for _ in 0..ups {
+                        base.pop();
+                    }
+                }
+                _ => {}
+            }
+            for path in expand_path(&base, rest) {
+                if !path.is_empty() {
+                    out.push(path);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The paths of one `a::b::{c, d::{e, f}}` path text after `prefix`: each group item expanded
+/// (`*` and `self` end a path).
+fn expand_path(prefix: &[String], text: &str) -> Vec<Vec<String>> {
+    let mut path = prefix.to_vec();
+    let mut s = text.trim_start();
+    loop {
+        if let Some(group) = s.strip_prefix('{') {
+            let mut out = Vec::new();
+            let (mut d, mut start) = (0usize, 0usize);
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => d += 1,
+                    '}' if d == 0 => {
+                        out.extend(expand_path(&path, &group[start..j]));
+                        break;
+                    }
+                    '}' => d -= 1,
+                    ',' if d == 0 => {
+                        out.extend(expand_path(&path, &group[start..j]));
+                        start = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+            return out;
+        }
+        let name = ident_at(s);
+        if name.is_empty() || name == "self" {
+            break;
+        }
+        path.push(name.to_string());
+        match s[name.len()..].strip_prefix("::") {
+            Some(r) if !r.starts_with('*') => s = r,
+            _ => break,
+        }
+    }
+    vec![path]
+}
+
+/// Inside each top-level folder of `src/`, the file-level import graph: an edge from file A to
+/// file B when A names an item of B's module (or B's module itself), the longest module prefix
+/// that is a file; a file's own `mod` declarations are not edges. Returns, per folder, its
+/// strongly connected components of more than one file.
+fn folder_cycles(src: &Path) -> BTreeMap<String, Vec<Vec<String>>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let modules: BTreeMap<String, String> = files
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(src).unwrap();
+            (module_of(rel), format!("{}", rel.display()))
+        })
+        .collect();
+    let mut edges: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for f in &files {
+        let rel = f.strip_prefix(src).unwrap();
+        let me = module_of(rel);
+        let folder = me.split("::").next().unwrap_or_default().to_string();
+        if rel.components().nth(1).is_none() {
+            continue; // a single-file module has no inside
+        }
+        let code = strip_comments(&std::fs::read_to_string(f).unwrap());
+        for path in module_refs(&code, &me) {
+            if path.first() != Some(&folder) {
+                continue;
+            }
+            // The longest prefix that is a module file.
+            let target = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].join("::"))
+                .find(|m| modules.contains_key(m));
+            let Some(target) = target else { continue };
+            if target == me {
+                continue;
+            }
+            edges
+                .entry((modules[&me].clone(), modules[&target].clone()))
+                .or_default()
+                .push(String::new());
+        }
+    }
+    let mut out: BTreeMap<String, Vec<Vec<String>>> = BTreeMap::new();
+    for comp in cycles(&edges) {
+        let folder = comp[0].split('/').next().unwrap_or_default().to_string();
+        out.entry(folder).or_default().push(comp);
+    }
+    out
+}
+
+/// Files of one folder on an import cycle, at most, per folder (measured; lower a number when a
+/// cycle is cut, never raise one). docs/architecture.md, "Cycles inside a folder".
+const FOLDER_CYCLE_CEILING: &[(&str, usize)] = &[
+    ("board", 0),
+    ("checkpoint", 7),
+    ("cli", 4),
+    ("compare", 5),
+    ("diagnose", 10),
+    ("e2e", 20),
+    ("formats", 0),
+    ("gemm", 3),
+    ("kernels", 21),
+    ("multigpu", 0),
+    ("output", 0),
+    ("report", 2),
+    ("rig", 4),
+    ("runtime", 31),
+    ("runtime_eval", 0),
+    ("stats", 0),
+];
+
+#[test]
+fn cycles_inside_a_folder_are_reported_and_capped() {
+    let found = folder_cycles(&src());
+    let mut report = String::new();
+    let mut over = Vec::new();
+    for (folder, comps) in &found {
+        let files: usize = comps.iter().map(Vec::len).sum();
+        report.push_str(&format!("{folder}: {files} files on cycles\n"));
+        for c in comps {
+            report.push_str(&format!("  {}\n", c.join(", ")));
+        }
+        let ceiling = FOLDER_CYCLE_CEILING
+            .iter()
+            .find(|(f, _)| f == folder)
+            .map_or(0, |(_, n)| *n);
+        if files > ceiling {
+            over.push(format!("{folder}: {files} > {ceiling}"));
+        }
+    }
+    eprintln!("import cycles inside folders of src/:\n{report}");
+    assert!(
+        over.is_empty(),
+        "more files on import cycles inside a folder than its ceiling ({}); cut the cycle \
+         (move the shared piece into a file both use) rather than raising the ceiling:\n{report}",
+        over.join("; ")
+    );
+}
+
+#[test]
+fn the_module_scan_resolves_super_self_and_children() {
+    let code = strip_comments(
+        "use super::schema::X;\nuse crate::kernels::{bench::run, impls};\nmod suite;\n\
+         fn f() { suite::load(); self::g(); }\nmod tests { use super::*; use super::super::data; }",
+    );
+    let refs = module_refs(&code, "kernels::impls::w4a16");
+    let has = |p: &str| refs.iter().any(|r| r.join("::") == p);
+    assert!(has("kernels::impls::schema::X"), "{refs:?}");
+    assert!(
+        has("kernels::bench::run") && has("kernels::impls"),
+        "{refs:?}"
+    );
+    assert!(has("kernels::impls::w4a16::suite::load"), "{refs:?}");
+    assert!(has("kernels::impls::w4a16::g"), "{refs:?}");
+    // Inside `mod tests`, `super::` is the file itself and `super::super::` its parent.
+    assert!(has("kernels::impls::w4a16"), "{refs:?}");
+    assert!(has("kernels::impls::data"), "{refs:?}");
+}
+
 #[test]
 fn the_scan_sees_groups_and_skips_comments() {
     let code = strip_comments(

@@ -18,7 +18,6 @@
 //! what it measured; the decode-step composite ([`super::composite`]) is filled at the end.
 
 use crate::gpu::dim;
-use std::time::Instant;
 
 use anyhow::Context;
 
@@ -33,7 +32,7 @@ use crate::gemm::check::rel_l2;
 use crate::gpu::cublaslt::Lt;
 use crate::gpu::{Gpu, L2Flusher};
 use crate::rig::telemetry::TelemetryReader;
-use crate::stats::{StopReason, StoppingRule, Summary};
+use crate::stats::{StoppingRule, Summary};
 
 /// Kernels of kernels/util.cu.
 pub use crate::gpu::util_kernels::KERNELS as UTIL_KERNELS;
@@ -112,23 +111,6 @@ impl BenchOptions {
     }
 }
 
-/// Graph timing: the weight copies of one case together exceed this many L2 sizes.
-pub const GRAPH_L2_FACTOR: u64 = 4;
-/// Graph timing: at least this many GEMM launches per graph.
-pub const GRAPH_MIN_LAUNCHES: usize = 8;
-/// Graph timing: at most this many weight copies (a tiny shape that would need more is not
-/// graph-timed, and the reason is recorded).
-pub const GRAPH_MAX_COPIES: usize = 4096;
-
-/// Weight copies and launches for a graph timing of a GEMM streaming `bytes` of weights:
-/// the fewest copies (at least 2) whose total exceeds `min_total` bytes, and the smallest
-/// multiple of that count that is at least `min_launches`. Returns `(copies, launches)`.
-pub fn graph_plan(bytes: u64, min_total: u64, min_launches: usize) -> (usize, usize) {
-    let copies = ((min_total / bytes.max(1)) as usize + 1).max(2);
-    let launches = copies * min_launches.div_ceil(copies).max(1);
-    (copies, launches)
-}
-
 /// Seeds of the case at shape index `si` and M index `mi` of a suite: the activations'
 /// ([`super::data::bf16_uniform`] with scale 1) and the sampled check coordinates'
 /// ([`super::reference::sample_axes`], 32 rows × 64 columns). The peers' NVFP4 references use the
@@ -138,47 +120,12 @@ pub fn case_seeds(si: usize, mi: usize) -> (u32, u32) {
     (s, 0xC0FFEE ^ s)
 }
 
-/// Collect samples from `take` until `rule` says stop, with `elapsed()` giving the seconds since
-/// sampling began. The time cap never stops it below `rule.min_samples`.
-///
-/// # Errors
-/// The first error of `take`.
-pub fn sample_loop(
-    rule: &StoppingRule,
-    elapsed: &dyn Fn() -> f64,
-    take: &mut dyn FnMut() -> anyhow::Result<f64>,
-) -> anyhow::Result<(Vec<f64>, StopReason)> {
-    let mut samples = Vec::new();
-    loop {
-        samples.push(take()?);
-        if let Some(r) = rule.check(&samples, elapsed()) {
-            return Ok((samples, r));
-        }
-    }
-}
-
-/// A [`Timing`] from samples and the reason sampling stopped.
-///
-/// # Errors
-/// No samples, or a NaN among them.
-pub fn timing_of(
-    samples: Vec<f64>,
-    reason: StopReason,
-    cold_l2: bool,
-    graph: Option<GraphSetup>,
-) -> anyhow::Result<Timing> {
-    let s = Summary::of(&samples).context("no timing samples")?;
-    Ok(Timing {
-        median_s: s.median,
-        p10_s: s.p10,
-        p90_s: s.p90,
-        rel_std: s.rel_std(),
-        stop_reason: Some(reason),
-        cold_l2,
-        samples_s: samples,
-        graph,
-    })
-}
+use super::device::{
+    graph_copies, graph_output_check, time_graph_launches, time_launches, GpuTiming,
+};
+pub use super::device::{
+    graph_plan, sample_loop, timing_of, GRAPH_L2_FACTOR, GRAPH_MAX_COPIES, GRAPH_MIN_LAUNCHES,
+};
 
 /// A started bench: the GPU objects that stay for the whole run.
 struct Rig {
@@ -611,21 +558,8 @@ fn time_it(
     rule: &StoppingRule,
     f: &dyn Fn() -> anyhow::Result<()>,
 ) -> anyhow::Result<Timing> {
-    for _ in 0..opts.warmup {
-        f()?;
-    }
-    rig.gpu.sync()?;
-    let timer = rig.gpu.timer()?;
-    let started = Instant::now();
-    let (samples, reason) = sample_loop(rule, &|| started.elapsed().as_secs_f64(), &mut || {
-        if opts.cold_l2 {
-            rig.flusher.flush(&rig.gpu, &rig.util)?;
-        }
-        timer.start(&rig.gpu)?;
-        f()?;
-        Ok(timer.stop(&rig.gpu)?)
-    })?;
-    timing_of(samples, reason, opts.cold_l2, None)
+    let dev = GpuTiming::new(&rig.gpu, Some((&rig.flusher, &rig.util)))?;
+    time_launches(&dev, opts.warmup, opts.cold_l2, rule, f)
 }
 
 /// Time a captured graph of `setup.launches` GEMMs on `gpu` (the capture stream): warm-up
@@ -636,23 +570,14 @@ fn time_graph(
     graph: &crate::gpu::Graph,
     setup: GraphSetup,
 ) -> anyhow::Result<Timing> {
-    for _ in 0..opts.warmup.max(1) {
-        graph.launch()?;
-    }
-    gpu.sync()?;
-    let timer = gpu.timer()?;
-    let started = Instant::now();
-    let per = setup.launches.max(1) as f64;
-    let (samples, reason) = sample_loop(
+    let dev = GpuTiming::new(gpu, None)?;
+    time_graph_launches(
+        &dev,
+        opts.warmup,
         &opts.stopping,
-        &|| started.elapsed().as_secs_f64(),
-        &mut || {
-            timer.start(gpu)?;
-            graph.launch()?;
-            Ok(timer.stop(gpu)? / per)
-        },
-    )?;
-    timing_of(samples, reason, false, Some(setup))
+        &|| Ok(graph.launch()?),
+        setup,
+    )
 }
 
 /// The graph timing of `im` at the selected configuration (see the module docs); `Err` holds
@@ -672,23 +597,8 @@ fn graph_timing(
     let Some(cap) = rig.capture.as_ref() else {
         return Err("no stream for CUDA graph capture (see the notes)".into());
     };
-    let min_total = GRAPH_L2_FACTOR * rig.gpu.l2_bytes;
-    let (copies, launches) = graph_plan(weight_bytes, min_total, GRAPH_MIN_LAUNCHES);
-    if copies > GRAPH_MAX_COPIES {
-        return Err(format!(
-            "its {weight_bytes} weight bytes would need {copies} copies to exceed {GRAPH_L2_FACTOR} × L2 (more than {GRAPH_MAX_COPIES})"
-        ));
-    }
-    let total = copies as u64 * weight_bytes;
-    if let Ok((free, _)) = rig.gpu.mem_info() {
-        if total.saturating_add(256 << 20) > free as u64 {
-            return Err(format!(
-                "{copies} weight copies ({}) do not fit in the {} of free device memory",
-                crate::output::table::human_bytes(total),
-                crate::output::table::human_bytes(free as u64)
-            ));
-        }
-    }
+    let free = rig.gpu.mem_info().ok().map(|(free, _)| free);
+    let (copies, launches, total) = graph_copies(weight_bytes, rig.gpu.l2_bytes, free)?;
     im.prepare_weight_copies(env, copies)
         .map_err(|e| format!("{e:#}"))?;
     let out = graph_timing_with_copies(
@@ -749,15 +659,9 @@ fn graph_timing_with_copies(
     let timing = time_graph(cap, opts, &graph, setup).map_err(|e| err("timing", e))?;
     cap.sync().map_err(|e| err("sync", e.into()))?;
     // The graph's output must still match the reference.
-    let (tol_name, tol) = im.tolerance();
     let nonfinite = count_nonfinite(env, inp).map_err(|e| err("check", e))?;
     let got = gather(env, inp, rows, cols).map_err(|e| err("check", e))?;
-    let e = rel_l2(&got, want);
-    if nonfinite > 0 || e.is_nan() || e > tol {
-        return Err(format!(
-            "the graph's output failed the correctness check (rel_l2 = {e:.3e}, tolerance {tol_name} = {tol:.0e}, {nonfinite} non-finite): graph timing discarded"
-        ));
-    }
+    graph_output_check(nonfinite, rel_l2(&got, want), im.tolerance())?;
     let mut extra = Vec::new();
     for part in im.extra_parts() {
         let g = crate::gpu::graph::capture(cap, &mut || {

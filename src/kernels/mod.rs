@@ -19,6 +19,7 @@ pub mod clocks;
 pub mod composite;
 pub mod composite_chart;
 pub mod data;
+pub mod device;
 pub mod fit;
 pub mod goals;
 pub mod impls;

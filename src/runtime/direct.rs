@@ -1,8 +1,8 @@
 //! Driving a [`Backend`] directly, without the scheduler or the engine thread: a fixed set of
 //! sequences, each with its own contiguous run of KV blocks, prefilled in chunks and decoded
-//! greedily in one batch. The correctness checks ([`super::check`]) and the runtime benchmarks
-//! ([`super::bench`]) use it so that they run unchanged on any backend (CPU or CUDA): they take
-//! `&mut dyn Backend`.
+//! greedily in one batch. The correctness checks (`crate::runtime_eval::check`), the runtime
+//! benchmarks (`crate::runtime_eval::bench`) and the fidelity study (`crate::runtime_eval::quality`)
+//! use it so that they run unchanged on any backend (CPU or CUDA): they take `&mut dyn Backend`.
 //!
 //! Greedy decoding takes the arg-max of each logit row, ties to the lowest token id (as
 //! `torch.argmax`, which transformers' greedy search uses).

@@ -1,6 +1,9 @@
 //! The built-in minimal runtime: model, weights, backends, paged KV cache, prefix cache,
 //! scheduler, sampler, speculative decoding and the OpenAI-compatible server.
-//! The runtime core never imports cudarc.
+//! No CUDA call is made here: the CUDA backend ([`backend::cuda`]) runs its kernels through the
+//! gpu crate ([`crate::gpu`]) and its linear layers through the GEMM layer ([`crate::gemm`], the
+//! operations the kernel bench times); the runtime never names the kernel bench
+//! (`crate::kernels`, checked by `tests/architecture.rs`).
 //!
 //! Map:
 //! - [`config`]: model shape (`config.json` or a preset) and [`ServeConfig`];
@@ -12,7 +15,9 @@
 //! - [`hybrid`], [`gdn`]: Qwen3.5 / 3.6 hybrids: the layer mix and its config reader; the
 //!   Gated-DeltaNet math (causal convolution, chunked and recurrent gated delta rule, gated
 //!   RMSNorm) and the per-sequence state;
-//! - [`backend`]: the device interface ([`backend::Backend`]) and the CPU backend;
+//! - [`backend`]: the device interface ([`backend::Backend`]), the CPU backend (the reference)
+//!   and the CUDA backend ([`backend::cuda`], by concern: load, tune, gemm, forward, attention,
+//!   plan, profile and the self-checks);
 //! - [`kv_cache`], [`prefix_cache`]: paged KV blocks, capacity, hashing of full blocks;
 //! - [`device`]: `--device` resolution; [`memory`]: the memory planner (weights fit, KV budget);
 //! - [`scheduler`], [`sampler`], [`spec`]: continuous batching with chunked prefill and
@@ -20,7 +25,8 @@
 //! - [`direct`]: a backend driven without the scheduler (what the checks and benchmarks of
 //!   `crate::runtime_eval` drive);
 //! - [`engine`]: the engine thread; [`vllm_metrics`]: Prometheus text with vLLM's names;
-//! - [`server`]: the HTTP server, [`server::start`] and [`server::ServerHandle`].
+//! - [`server`]: the HTTP server, [`server::start`] and [`server::ServerHandle`];
+//!   [`serve_guard`]: its connection limit, timeouts, API key and accept loop.
 //!
 //! This is the engine only: its benchmarks, checks and report section are in
 //! `crate::runtime_eval` (docs/architecture.md).

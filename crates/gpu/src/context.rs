@@ -1,6 +1,9 @@
-//! A CUDA context on device 0 with one stream, raw device buffers, NVRTC modules, event timing
-//! and the L2 flush. Opening it probes the libraries first, so it returns an error (never
-//! panics) on a machine without CUDA.
+//! [`Gpu`]: a CUDA context on one device ([`Gpu::open`] for device 0, [`Gpu::open_device`] for
+//! another; [`Gpu::open_device_stream`] with a stream of its own, for graph capture) with one
+//! stream, device buffers, NVRTC modules (built through the compiled-kernel cache,
+//! [`crate::kernel_cache`], with rigbench's CUDA headers on the include path,
+//! [`crate::prelude`]), typed launches, event timing, CUDA graphs and the L2 flush. Opening it
+//! probes the libraries first, so it returns an error (never panics) on a machine without CUDA.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -15,13 +18,12 @@ use cudarc::driver::{
 use super::kernel_cache::{get_or_compile, CacheKey, CacheUse, KernelCache};
 use super::probe::{check_driver_version, cuda_include_dir, libraries};
 use super::ComputeCapability;
+use crate::error::Cause;
 use crate::GpuError;
 
-fn cuda_err(context: &str, e: impl std::fmt::Debug) -> GpuError {
-    GpuError::Cuda {
-        context: context.to_string(),
-        message: format!("{e:?}"),
-    }
+/// A failed call as the [`GpuError`] variant of its library ([`Cause`]), with `context`.
+fn cuda_err(context: &str, e: impl Cause) -> GpuError {
+    e.at(context)
 }
 
 /// An open GPU: context, one stream, and the device facts kernels need.
@@ -599,7 +601,11 @@ pub fn nvrtc_compile_with(
             extra.to_vec(),
         ]
         .concat(),
-        include_paths: vec![include.display().to_string()],
+        // rigbench's own headers (`#include "common.cuh"`) first, then the CUDA toolkit's.
+        include_paths: vec![
+            crate::prelude::include_dir()?.display().to_string(),
+            include.display().to_string(),
+        ],
         name: Some(format!("{name}.cu")),
         ..Default::default()
     };

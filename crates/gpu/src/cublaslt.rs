@@ -19,11 +19,10 @@ use crate::GpuError;
 
 const WORKSPACE_BYTES: usize = 32 << 20;
 
-fn lt_err(context: &str, e: impl std::fmt::Debug) -> GpuError {
-    GpuError::Cuda {
-        context: format!("cuBLASLt {context}"),
-        message: format!("{e:?}"),
-    }
+/// A failed cuBLASLt call ([`GpuError::CublasLt`]; a string for a refusal of this crate's,
+/// [`GpuError::Usage`]), with `cuBLASLt {context}`.
+fn lt_err(context: &str, e: impl crate::error::Cause) -> GpuError {
+    e.at(&format!("cuBLASLt {context}"))
 }
 
 /// A cuBLASLt handle and its workspace.

@@ -42,6 +42,9 @@ pub struct CacheKey {
     pub include: String,
     /// NVRTC's version (`major.minor`).
     pub nvrtc_version: String,
+    /// SHA-256 of rigbench's own CUDA headers (`kernels/common.cuh` and the others every
+    /// source may include, [`crate::prelude::sha256`]).
+    pub headers_sha256: String,
 }
 
 impl CacheKey {
@@ -62,6 +65,7 @@ impl CacheKey {
             options: options.to_vec(),
             include: include.display().to_string(),
             nvrtc_version: nvrtc_version.to_string(),
+            headers_sha256: crate::prelude::sha256(),
         }
     }
 
@@ -83,6 +87,7 @@ impl CacheKey {
         }
         part(&self.include);
         part(&self.nvrtc_version);
+        part(&self.headers_sha256);
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 
@@ -294,6 +299,11 @@ mod tests {
         let mut inc = base.clone();
         inc.include = "/other".into();
         assert_ne!(inc.digest(), d);
+        // An edit of rigbench's CUDA headers (kernels/common.cuh) recompiles every kernel.
+        assert_eq!(base.headers_sha256, crate::prelude::sha256());
+        let mut hdr = base.clone();
+        hdr.headers_sha256 = sha256_hex(b"another common.cuh");
+        assert_ne!(hdr.digest(), d);
         // Parts are delimited: moving bytes between two options is a different key.
         assert_ne!(
             key("s", "sm_90", &["-DAB", "-DC"], "13.0").digest(),

@@ -187,7 +187,7 @@ pub trait IntoArg<A> {
 }
 
 fn does_not_fit(kernel: &str, param: &str, value: &dyn Debug, ty: &str) -> GpuError {
-    GpuError::Cuda {
+    GpuError::Usage {
         context: format!("launching {kernel}"),
         message: format!("argument {param} = {value:?} does not fit the kernel's {ty} parameter"),
     }
@@ -268,7 +268,7 @@ pub fn check_family(pattern: &str, name: &str) -> Result<(), GpuError> {
     if name_matches(pattern, name) {
         Ok(())
     } else {
-        Err(GpuError::Cuda {
+        Err(GpuError::Usage {
             context: format!("launching {name}"),
             message: format!("kernel {name} is not of the launcher's family {pattern}"),
         })
@@ -280,7 +280,7 @@ pub fn check_family(pattern: &str, name: &str) -> Result<(), GpuError> {
 /// # Errors
 /// `v` does not fit in `u32` (the error names `what` and the value).
 pub fn dim<X: TryInto<u32> + Copy + Debug>(what: &str, v: X) -> Result<u32, GpuError> {
-    v.try_into().map_err(|_| GpuError::Cuda {
+    v.try_into().map_err(|_| GpuError::Usage {
         context: "kernel launch shape".into(),
         message: format!("{what} = {v:?} does not fit a CUDA grid or block dimension (u32)"),
     })

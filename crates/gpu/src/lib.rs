@@ -25,6 +25,7 @@ pub mod kernel_cache;
 pub mod launch;
 pub mod multi;
 pub mod nccl;
+pub mod prelude;
 pub mod util_kernels;
 
 pub use compute_capability::ComputeCapability;

@@ -22,12 +22,18 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 use super::probe::{check_driver_version, libraries};
 use crate::GpuError;
 
-/// A CUDA failure as [`GpuError::Cuda`]: `context` and the error's `Debug` text.
+/// A failure found by a caller outside a CUDA call (no samples, a wrong size), as
+/// [`GpuError::Usage`]: `context` and the `Debug` text of `e`.
 pub fn cuda_err(context: &str, e: impl std::fmt::Debug) -> GpuError {
-    GpuError::Cuda {
+    GpuError::Usage {
         context: context.to_string(),
         message: format!("{e:?}"),
     }
+}
+
+/// A failed call as the [`GpuError`] variant of its library, with `context`.
+fn fail(context: &str, e: impl crate::error::Cause) -> GpuError {
+    e.at(context)
 }
 
 /// Whether CUDA allows peer access between devices `a` and `b` in both directions
@@ -91,12 +97,12 @@ impl Dev {
     /// Open device `index`.
     pub fn open(index: usize) -> Result<Self, GpuError> {
         let ctx = CudaContext::new(index)
-            .map_err(|e| cuda_err(&format!("creating the context of device {index}"), e))?;
+            .map_err(|e| fail(&format!("creating the context of device {index}"), e))?;
         // SAFETY: rigbench orders its own work on this one stream per device.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx
             .new_stream()
-            .map_err(|e| cuda_err(&format!("creating a stream on device {index}"), e))?;
+            .map_err(|e| fail(&format!("creating a stream on device {index}"), e))?;
         Ok(Self { index, ctx, stream })
     }
 
@@ -104,7 +110,7 @@ impl Dev {
     pub fn bind(&self) -> Result<(), GpuError> {
         self.ctx
             .bind_to_thread()
-            .map_err(|e| cuda_err(&format!("binding device {}", self.index), e))
+            .map_err(|e| fail(&format!("binding device {}", self.index), e))
     }
 
     /// The raw stream handle.
@@ -117,28 +123,26 @@ impl Dev {
     pub fn ctx_sync(&self) -> Result<(), GpuError> {
         self.ctx
             .synchronize()
-            .map_err(|e| cuda_err(&format!("synchronizing device {}", self.index), e))
+            .map_err(|e| fail(&format!("synchronizing device {}", self.index), e))
     }
 
     /// Wait for this device's stream.
     pub fn sync(&self) -> Result<(), GpuError> {
         self.stream
             .synchronize()
-            .map_err(|e| cuda_err(&format!("synchronizing device {}", self.index), e))
+            .map_err(|e| fail(&format!("synchronizing device {}", self.index), e))
     }
 
     /// Free and total memory of this device, bytes (`cuMemGetInfo`).
     pub fn mem_info(&self) -> Result<(usize, usize), GpuError> {
         self.bind()?;
-        self.ctx
-            .mem_get_info()
-            .map_err(|e| cuda_err("cuMemGetInfo", e))
+        self.ctx.mem_get_info().map_err(|e| fail("cuMemGetInfo", e))
     }
 
     fn event(&self) -> Result<CudaEvent, GpuError> {
         self.ctx
             .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|e| cuda_err("creating a timing event", e))
+            .map_err(|e| fail("creating a timing event", e))
     }
 }
 
@@ -155,7 +159,7 @@ impl RawBuf {
         dev.bind()?;
         // SAFETY: the context is current; the pointer is freed in Drop with the same context.
         let ptr = unsafe { cudarc::driver::result::malloc_sync(bytes.max(1)) }.map_err(|e| {
-            cuda_err(
+            fail(
                 &format!("allocating {bytes} bytes on device {}", dev.index),
                 e,
             )
@@ -166,7 +170,7 @@ impl RawBuf {
         };
         // SAFETY: writes exactly the allocation.
         unsafe { cudarc::driver::result::memset_d8_sync(ptr, byte, bytes.max(1)) }
-            .map_err(|e| cuda_err("memset", e))?;
+            .map_err(|e| fail("memset", e))?;
         // cuMemsetD8 on device memory may return before it is done, on the legacy stream, which
         // rigbench's non-blocking streams do not wait for.
         dev.ctx_sync()?;
@@ -189,7 +193,7 @@ pub fn enable_peer(from: &Dev, to: &Dev) -> Result<bool, GpuError> {
     // SAFETY: valid device handles; writes one int.
     unsafe { sys::cuDeviceCanAccessPeer(&mut can, from.ctx.cu_device(), to.ctx.cu_device()) }
         .result()
-        .map_err(|e| cuda_err("cuDeviceCanAccessPeer", e))?;
+        .map_err(|e| fail("cuDeviceCanAccessPeer", e))?;
     if can == 0 {
         return Ok(false);
     }
@@ -200,7 +204,7 @@ pub fn enable_peer(from: &Dev, to: &Dev) -> Result<bool, GpuError> {
         sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
             Ok(true)
         }
-        e => Err(cuda_err(
+        e => Err(fail(
             &format!(
                 "cuCtxEnablePeerAccess from device {} to {}",
                 from.index, to.index
@@ -230,7 +234,7 @@ fn peer_copy(
         )
     }
     .map_err(|e| {
-        cuda_err(
+        fail(
             &format!("copy from device {} to {}", src.0.index, dst.0.index),
             e,
         )
@@ -257,7 +261,7 @@ pub fn time_copy(
     dst.bind()?;
     // SAFETY: writes exactly the first `bytes` bytes of the destination buffer.
     unsafe { cudarc::driver::result::memset_d8_sync(dbuf.ptr, 0, bytes) }
-        .map_err(|e| cuda_err("memset", e))?;
+        .map_err(|e| fail("memset", e))?;
     dst.ctx_sync()?;
     peer_copy(src, (dst, dbuf), (src, sbuf), bytes)?;
     src.sync()?;
@@ -267,9 +271,9 @@ pub fn time_copy(
         dst.bind()?;
         // SAFETY: reads `probe` bytes inside the buffer.
         unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut got, dbuf.ptr + at as u64) }
-            .map_err(|e| cuda_err("reading back a copy", e))?;
+            .map_err(|e| fail("reading back a copy", e))?;
         if let Some(i) = got.iter().position(|b| *b != 0x5A) {
-            return Err(cuda_err(
+            return Err(fail(
                 &format!("check of the copy GPU{} → GPU{}", src.index, dst.index),
                 format!(
                     "byte {} is {:#04x}, expected 0x5a: not timed",
@@ -288,13 +292,13 @@ pub fn time_copy(
     for _ in 0..samples.max(1) {
         start
             .record(&src.stream)
-            .map_err(|e| cuda_err("event record", e))?;
+            .map_err(|e| fail("event record", e))?;
         peer_copy(src, (dst, dbuf), (src, sbuf), bytes)?;
         end.record(&src.stream)
-            .map_err(|e| cuda_err("event record", e))?;
+            .map_err(|e| fail("event record", e))?;
         let ms = start
             .elapsed_ms(&end)
-            .map_err(|e| cuda_err("event elapsed time", e))?;
+            .map_err(|e| fail("event elapsed time", e))?;
         times.push(ms as f64 * 1e-3);
     }
     Ok(times)
@@ -323,27 +327,26 @@ pub fn time_bidir(
         a.bind()?;
         start
             .record(&a.stream)
-            .map_err(|e| cuda_err("event record", e))?;
+            .map_err(|e| fail("event record", e))?;
         b.bind()?;
         // SAFETY: valid stream and event; a stream may wait on another context's event.
         unsafe { sys::cuStreamWaitEvent(b.cu_stream(), start.cu_event(), 0) }
             .result()
-            .map_err(|e| cuda_err("cuStreamWaitEvent", e))?;
+            .map_err(|e| fail("cuStreamWaitEvent", e))?;
         peer_copy(a, (b, &bbuf.1), (a, &abuf.0), bytes)?;
         peer_copy(b, (a, &abuf.1), (b, &bbuf.0), bytes)?;
         b_done
             .record(&b.stream)
-            .map_err(|e| cuda_err("event record", e))?;
+            .map_err(|e| fail("event record", e))?;
         a.bind()?;
         // SAFETY: as above.
         unsafe { sys::cuStreamWaitEvent(a.cu_stream(), b_done.cu_event(), 0) }
             .result()
-            .map_err(|e| cuda_err("cuStreamWaitEvent", e))?;
-        end.record(&a.stream)
-            .map_err(|e| cuda_err("event record", e))?;
+            .map_err(|e| fail("cuStreamWaitEvent", e))?;
+        end.record(&a.stream).map_err(|e| fail("event record", e))?;
         let ms = start
             .elapsed_ms(&end)
-            .map_err(|e| cuda_err("event elapsed time", e))?;
+            .map_err(|e| fail("event elapsed time", e))?;
         if s >= warmup {
             times.push(ms as f64 * 1e-3);
         }

@@ -202,8 +202,9 @@ fn check(a: &Api, what: &str, r: c_int) -> Result<(), GpuError> {
             std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
         }
     };
-    Err(GpuError::Cuda {
+    Err(GpuError::Nccl {
         context: format!("NCCL {what}"),
+        code: r as i64,
         message: format!("error {r}: {msg}"),
     })
 }
@@ -350,12 +351,8 @@ impl AllReduceGroup {
             let v = vec![half::bf16::from_f32((r + 1) as f32).to_bits(); count];
             d.bind()?;
             // SAFETY: the buffer holds ≥ 2 · count bytes.
-            unsafe { cudarc::driver::result::memcpy_htod_sync(bufs[r].0.ptr, &v) }.map_err(
-                |e| GpuError::Cuda {
-                    context: "upload".into(),
-                    message: format!("{e:?}"),
-                },
-            )?;
+            unsafe { cudarc::driver::result::memcpy_htod_sync(bufs[r].0.ptr, &v) }
+                .map_err(|e| crate::error::Cause::at(e, "upload"))?;
             // The DMA of a pageable upload may still run after the call returns.
             d.ctx_sync()?;
         }
@@ -368,12 +365,8 @@ impl AllReduceGroup {
             let mut out = vec![0u16; count];
             d.bind()?;
             // SAFETY: reads 2 · count bytes of a live buffer.
-            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut out, bufs[r].1.ptr) }.map_err(
-                |e| GpuError::Cuda {
-                    context: "download".into(),
-                    message: format!("{e:?}"),
-                },
-            )?;
+            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut out, bufs[r].1.ptr) }
+                .map_err(|e| crate::error::Cause::at(e, "download"))?;
             wrong += out
                 .iter()
                 .filter(|b| half::bf16::from_bits(**b).to_f32() != want)
