@@ -982,6 +982,7 @@ fn determinism(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::StopReason;
 
     #[test]
     fn graph_plans_exceed_four_l2_sizes() {
