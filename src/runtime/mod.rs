@@ -3,15 +3,18 @@
 //! The runtime core never imports cudarc.
 //!
 //! Map:
-//! - [`config`]: model shape (`config.json` or a preset) and [`ServeConfig`];
+//! - [`config`]: [`ServeConfig`], weight formats and `--quantize` recipes; the model shape
+//!   (`config.json` or a preset) is `crate::model`'s, re-exported here;
 //! - [`weights`]: BF16 / FP8 / NVFP4 linear weights, safetensors loading, seeded synthesis;
 //! - [`tokenizer`], [`template`]: `tokenizer.json` or byte-level; Jinja chat templates;
 //! - [`gguf_model`], [`gguf_tokenizer`]: GGUF checkpoints (weights dequantized to BF16,
 //!   tokenizer and chat template from the metadata);
 //! - [`model`]: the decoder's math (RMSNorm, RoPE, SwiGLU, attention);
-//! - [`hybrid`], [`gdn`]: Qwen3.5 / 3.6 hybrids: the layer mix and its config reader; the
-//!   Gated-DeltaNet math (causal convolution, chunked and recurrent gated delta rule, gated
-//!   RMSNorm) and the per-sequence state;
+//! - [`hybrid`], [`gdn`]: Qwen3.5 / 3.6 hybrids: the layer mix (re-exported from
+//!   `crate::model`); the Gated-DeltaNet math (causal convolution, chunked and recurrent gated
+//!   delta rule, gated RMSNorm) and the per-sequence state;
+//! - [`moe`]: mixtures of experts: routing (softmax, top-k, renormalisation) and the sparse
+//!   block on the CPU, the routing distributions and the touched-bytes floor of a decode step;
 //! - [`backend`]: the device interface ([`backend::Backend`]) and the CPU backend;
 //! - [`kv_cache`], [`prefix_cache`]: paged KV blocks, capacity, hashing of full blocks;
 //! - [`device`]: `--device` resolution; [`memory`]: the memory planner (weights fit, KV budget);
