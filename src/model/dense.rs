@@ -13,7 +13,7 @@ use super::rope::parse_rope;
 /// As [`ModelConfig::parse_hf_config`].
 pub(super) fn parse(root: &Map<String, Value>) -> anyhow::Result<HfConfig> {
     let mut warnings = Vec::new();
-    refuse_wrapper_config(&root)?;
+    refuse_wrapper_config(root)?;
     let (arch, moe) = parse_arch(root)?;
     let family = match arch {
         Arch::Qwen3 if moe => "Qwen3MoeConfig",
@@ -126,8 +126,8 @@ pub(super) fn parse(root: &Map<String, Value>) -> anyhow::Result<HfConfig> {
     if head_dim % 2 != 0 {
         anyhow::bail!("head_dim {head_dim} is odd; RoPE needs an even head_dim");
     }
-    let (rope_theta, rope_scaling) = parse_rope(&root, family, &mut warnings, &float, false)?;
-    let rms_norm_eps = match float(&root, "rms_norm_eps", "")? {
+    let (rope_theta, rope_scaling) = parse_rope(root, family, &mut warnings, &float, false)?;
+    let rms_norm_eps = match float(root, "rms_norm_eps", "")? {
         Some(e) if e > 0.0 && e.is_finite() => e as f32,
         Some(e) => anyhow::bail!("rms_norm_eps = {e}; expected a small positive number"),
         None => {

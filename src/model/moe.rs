@@ -306,9 +306,9 @@ pub fn qwen3_30b_a3b() -> ModelConfig {
 }
 
 /// The `synthetic:tiny-moe` shape: [`super::hybrid::tiny_hybrid`] (4 layers, 3 Gated-DeltaNet
-/// + 1 gated attention, H = 64, the byte tokenizer's vocabulary of 320) with every MLP sparse:
-/// 8 experts, top-2, of width 32, and a shared expert of width 48: milliseconds per token on one
-/// CPU core, for tests and smoke runs.
+/// and 1 gated attention, H = 64, the byte tokenizer's vocabulary of 320) with every MLP
+/// sparse: 8 experts, top-2, of width 32, and a shared expert of width 48: milliseconds per
+/// token on one CPU core, for tests and smoke runs.
 pub fn tiny_moe() -> ModelConfig {
     let mut c = super::hybrid::tiny_hybrid();
     c.intermediate_size = 0;

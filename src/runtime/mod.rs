@@ -6,18 +6,21 @@
 //! (`crate::kernels`, checked by `tests/architecture.rs`).
 //!
 //! Map:
-//! - [`config`]: model shape (`config.json` or a preset) and [`ServeConfig`];
+//! - [`config`]: [`ServeConfig`], weight formats and `--quantize` recipes; the model shape
+//!   (`config.json` or a preset) is `crate::model`'s, re-exported here;
 //! - [`weights`]: BF16 / FP8 / NVFP4 linear weights, safetensors loading, seeded synthesis;
 //! - [`tokenizer`], [`template`]: `tokenizer.json` or byte-level; Jinja chat templates;
 //! - [`gguf_model`], [`gguf_tokenizer`]: GGUF checkpoints (weights dequantized to BF16,
 //!   tokenizer and chat template from the metadata);
 //! - [`model`]: the decoder's math (RMSNorm, RoPE, SwiGLU, attention);
-//! - [`hybrid`], [`gdn`]: Qwen3.5 / 3.6 hybrids: the layer mix and its config reader; the
-//!   Gated-DeltaNet math (causal convolution, chunked and recurrent gated delta rule, gated
-//!   RMSNorm) and the per-sequence state;
+//! - [`hybrid`], [`gdn`]: Qwen3.5 / 3.6 hybrids: the layer mix (re-exported from
+//!   `crate::model`); the Gated-DeltaNet math (causal convolution, chunked and recurrent gated
+//!   delta rule, gated RMSNorm) and the per-sequence state;
+//! - [`moe`]: mixtures of experts: routing (softmax, top-k, renormalisation) and the sparse
+//!   block on the CPU, the routing distributions and the touched-bytes floor of a decode step;
 //! - [`backend`]: the device interface ([`backend::Backend`]), the CPU backend (the reference)
-//!   and the CUDA backend ([`backend::cuda`], by concern: load, tune, gemm, forward, attention,
-//!   plan, profile and the self-checks);
+//!   and the CUDA backend ([`backend::cuda`], by concern: load, tune, gemm, gemv, forward,
+//!   attention, plan, profile and the self-checks);
 //! - [`kv_cache`], [`prefix_cache`]: paged KV blocks, capacity, hashing of full blocks;
 //! - [`device`]: `--device` resolution; [`memory`]: the memory planner (weights fit, KV budget);
 //! - [`scheduler`], [`sampler`], [`spec`]: continuous batching with chunked prefill and

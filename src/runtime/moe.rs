@@ -71,11 +71,14 @@ pub fn route(logits: &[f32], top: usize, renormalize: bool) -> Route {
     Route { experts, weights }
 }
 
+/// `mm(x, m, w)`: `[m, K] · [N, K]ᵀ → [m, N]`.
+pub type MatMul<'a> = &'a dyn Fn(&[f32], usize, &Linear) -> Vec<f32>;
+
 /// What one sparse block needs from the backend: a matmul `x · Wᵀ` over `m` rows and the
 /// rounding it applies at its rounding points (identity on the f32 reference path).
 pub struct Ops<'a> {
     /// `mm(x, m, w)`: `[m, K] · [N, K]ᵀ → [m, N]`.
-    pub mm: &'a dyn Fn(&[f32], usize, &Linear) -> Vec<f32>,
+    pub mm: MatMul<'a>,
     /// Rounding of an intermediate (BF16 at the CUDA backend's points, or none).
     pub round: &'a dyn Fn(&mut [f32]),
 }

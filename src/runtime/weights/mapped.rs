@@ -1055,17 +1055,40 @@ mod tests {
 
     #[test]
     fn refusals_carry_the_finding_id_inspect_gives() {
-        // A hybrid MoE: runtime-unsupported, the same id inspect reports (as info).
+        // The hybrid MoE of NVIDIA's mixed recipe (NVFP4 experts and shared expert, FP8
+        // attention and Gated-DeltaNet projections) loads and runs on the CPU backend.
         let dir = fixture("qwen36-mixed-clean");
+        let m = open(&dir).unwrap();
+        assert!(m.config().is_moe());
+        let w = m.to_weights().unwrap();
+        let e = &w.layers[0].moe.as_ref().unwrap().experts[0];
+        assert_eq!(e.gate.format(), WeightFormat::Nvfp4);
+        let mut cpu = CpuBackend::new(w, 1);
+        let mut s = DirectSession::new(&mut cpu, 1, 16, 16, KvCacheDtype::Bf16, 16).unwrap();
+        let rows = s.teacher_forced(0, &[1, 2, 3], &[4]).unwrap();
+        assert!(rows.iter().flatten().all(|x| x.is_finite()));
+        let r = crate::checkpoint::inspect(&dir, &with_runtime_reader()).unwrap();
+        assert!(r.findings_of("runtime-unsupported").is_empty());
+        // The same with an activation the runtime does not implement: runtime-unsupported,
+        // the same id inspect reports (as info).
+        let bad = tempfile::tempdir().unwrap();
+        for f in ["hf_quant_config.json", "model.safetensors"] {
+            std::fs::copy(dir.join(f), bad.path().join(f)).unwrap();
+        }
+        let mut cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        cfg["text_config"]["hidden_act"] = serde_json::json!("gelu");
+        std::fs::write(bad.path().join("config.json"), cfg.to_string()).unwrap();
         let e = format!(
             "{:#}",
-            MappedCheckpoint::open(&dir, &ModelConfig::tiny()).unwrap_err()
+            MappedCheckpoint::open(bad.path(), &ModelConfig::tiny()).unwrap_err()
         );
         assert!(
-            e.contains("[runtime-unsupported]") && e.contains("qwen3_5"),
+            e.contains("[runtime-unsupported]") && e.contains("gelu"),
             "{e}"
         );
-        let r = crate::checkpoint::inspect(&dir, &with_runtime_reader()).unwrap();
+        let r = crate::checkpoint::inspect(bad.path(), &with_runtime_reader()).unwrap();
         assert_eq!(r.findings_of("runtime-unsupported").len(), 1);
         // Quantized tensors without quantization metadata: inspect's metadata-tensor-mismatch.
         let mut w = synthesize(&ModelConfig::tiny(), 2);
