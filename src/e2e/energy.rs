@@ -198,6 +198,15 @@ impl Energy {
     }
 }
 
+/// What [`PowerSampler::finish`] returns: the samples, the window's length in seconds, the first
+/// reading error (if any), and the source for the next window.
+pub type Finished = (
+    Vec<Sample>,
+    f64,
+    Option<String>,
+    Option<Box<dyn PowerSource>>,
+);
+
 /// Samples a [`PowerSource`] on its own thread until [`PowerSampler::finish`].
 pub struct PowerSampler {
     stop: Arc<AtomicBool>,
@@ -256,14 +265,7 @@ impl PowerSampler {
 
     /// Stop (one last sample is taken at once), returning the samples, the window's length in
     /// seconds, the first reading error (if any), and the source for the next window.
-    pub fn finish(
-        mut self,
-    ) -> (
-        Vec<Sample>,
-        f64,
-        Option<String>,
-        Option<Box<dyn PowerSource>>,
-    ) {
+    pub fn finish(mut self) -> Finished {
         let window = self.t0.elapsed().as_secs_f64();
         self.stop.store(true, Ordering::SeqCst);
         let source = self.thread.take().and_then(|t| t.join().ok());

@@ -15,6 +15,9 @@
 //! - Conversations keep their history: every earlier message and the answers the engine gave,
 //!   sent as chat messages (as one transcript for the completions API).
 
+/// One replayed request's block labels (`hash_ids`) and its prompt length in tokens.
+pub type HashedPrompt = (Vec<u64>, u32);
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -123,7 +126,9 @@ pub async fn plan(
                     for h in ids {
                         let len = left.min(block_tokens);
                         left -= len;
-                        if !blocks.contains_key(&(*h, len)) {
+                        if let std::collections::hash_map::Entry::Vacant(slot) =
+                            blocks.entry((*h, len))
+                        {
                             let words = crate::e2e::prompts::filler_words(
                                 (*h as usize).wrapping_mul(37) % 9973,
                                 len as usize + 16,
@@ -136,7 +141,7 @@ pub async fn plan(
                                 &mut hint,
                             )
                             .await?;
-                            blocks.insert((*h, len), b);
+                            slot.insert(b);
                         }
                         let (text, c) = &blocks[&(*h, len)];
                         req.prompt.push_str(text);

@@ -555,7 +555,10 @@ pub(super) struct PointRun {
     /// The engine's high-water marks were reset before the run (rigbench serve).
     pub(super) peaks_reset: bool,
     /// A replayed trace's requests as sent, and their hash ids and prompt lengths.
-    pub(super) replayed: Option<(Vec<PreparedRequest>, Vec<(Vec<u64>, u32)>)>,
+    pub(super) replayed: Option<(
+        Vec<PreparedRequest>,
+        Vec<crate::e2e::trace_replay::HashedPrompt>,
+    )>,
     /// Power samples across the load: samples, window (s), first reading error, source.
     pub(super) power: Option<PowerWindow>,
 }

@@ -82,7 +82,7 @@ impl Session<'_> {
         requests: &[RequestRecord],
         measured: Option<&Throughput>,
         power: Option<PowerWindow>,
-        replay: Option<(&ReplayPlan, &[(Vec<u64>, u32)])>,
+        replay: Option<(&ReplayPlan, &[crate::e2e::trace_replay::HashedPrompt])>,
         metrics_cache_hits: Option<u64>,
         duration_s: f64,
     ) -> Served {

@@ -63,8 +63,6 @@ pub struct W4a16 {
     copies: Vec<(DevBuf, DevBuf)>,
 }
 
-/// Fused-kernel configurations for `m` tokens of a weight with `strips` 16-row strips and `kt_n`
-
 impl W4a16 {
     fn run_with(&self, env: &Env, inp: &MInputs, wq: &DevBuf, sc: &DevBuf) -> anyhow::Result<()> {
         let (_, _, strips, kt_n, out_scale) = self.meta()?;

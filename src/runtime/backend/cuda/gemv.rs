@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use anyhow::Context;
 
 use super::{CudaBackend, DLinear, LayerLinear, LinRef};
-use crate::gpu::{DevBuf, Timer};
 use crate::gemm::gemv::{self, Fp8Scales, GemvFormat, Variant};
 use crate::gemm::ops::GemmClass;
 use crate::gemm::tuner::{self, bucket_for, M_BUCKETS, TUNE_SAMPLES};
+use crate::gpu::{DevBuf, Timer};
 use crate::runtime::config::WeightFormat;
 
 /// Largest relative L2 difference allowed between a GEMV and cuBLASLt on the same operands:

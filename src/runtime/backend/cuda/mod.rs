@@ -408,10 +408,8 @@ pub struct CudaBackend {
     gemv: Option<Module>,
     /// The GEMV configuration chosen over cuBLASLt per (kernel family, N, K, M bucket); absent:
     /// cuBLASLt ([`CudaBackend::tune_gemv`]).
-    gemv_choice: HashMap<
-        (crate::gemm::gemv::GemvFormat, usize, usize, usize),
-        crate::gemm::gemv::Variant,
-    >,
+    gemv_choice:
+        HashMap<(crate::gemm::gemv::GemvFormat, usize, usize, usize), crate::gemm::gemv::Variant>,
     opts: CudaOptions,
     max_tokens: usize,
     max_rows: usize,
