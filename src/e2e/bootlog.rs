@@ -160,7 +160,10 @@ mod tests {
         assert_eq!(run, "THIS RUN\n");
         assert!(how.contains("written during this session"), "{how}");
         let now = f.text_now();
-        assert!(now.contains("kv_unified") && now.contains("THIS RUN") && !now.contains("EARLIER"), "{now}");
+        assert!(
+            now.contains("kv_unified") && now.contains("THIS RUN") && !now.contains("EARLIER"),
+            "{now}"
+        );
         // Truncated: read whole, said so.
         std::fs::write(&p, "NEW\n").unwrap();
         let (run, how) = f.since_start();

@@ -490,13 +490,16 @@ mod tests {
         );
         // The prompt cache not kept out: named as the likely cause.
         assert!(
-            c.summary().contains("likely cause: the engine's prompt cache (not kept out)"),
+            c.summary()
+                .contains("likely cause: the engine's prompt cache (not kept out)"),
             "{}",
             c.summary()
         );
         c.prompt_cache = "every request sent with {\"cache_prompt\":false}".into();
         c.prompt_cache_excluded = true;
-        assert!(c.summary().contains("not reproducible as configured (prompt cache: every request sent with"));
+        assert!(c
+            .summary()
+            .contains("not reproducible as configured (prompt cache: every request sent with"));
     }
 
     #[test]
@@ -530,7 +533,17 @@ mod tests {
         let c = warm_per_request(warm.clone(), &[r(1053), r(1053)], 785);
         assert_eq!(c.verified, Some(true));
         // Cold runs, and requests without the field, are left as they are.
-        let c = warm_per_request(warm, &[r(1053), RequestRecord { ok: true, ..Default::default() }], 785);
+        let c = warm_per_request(
+            warm,
+            &[
+                r(1053),
+                RequestRecord {
+                    ok: true,
+                    ..Default::default()
+                },
+            ],
+            785,
+        );
         assert_eq!(c.verified, Some(true));
     }
 }

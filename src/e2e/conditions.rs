@@ -994,7 +994,11 @@ mod tests {
         // 100 hit tokens, all of which the shared prefix explains: what a cold run gets too.
         let c = cache_condition(Some(&b), Some(&warm), e(CacheTemp::Warm, 100));
         assert_eq!(c.verified, Some(false), "{}", c.note);
-        assert!(c.note.starts_with("NOT verified warm: 100 hit tokens"), "{}", c.note);
+        assert!(
+            c.note.starts_with("NOT verified warm: 100 hit tokens"),
+            "{}",
+            c.note
+        );
         let c = cache_condition(Some(&b), Some(&warm), e(CacheTemp::Warm, 99));
         assert_eq!(c.verified, Some(true), "{}", c.note);
         // Counters absent: no verdict, never "0 hits".

@@ -373,7 +373,12 @@ pub fn with_after(mut before: EngineProbe, after: Option<&EngineProbe>) -> Engin
     let Some(a) = after else {
         return before;
     };
-    let tag = |s: &Sourced<String>| Sourced::new(s.value.clone(), format!("{} (read after the run)", s.source));
+    let tag = |s: &Sourced<String>| {
+        Sourced::new(
+            s.value.clone(),
+            format!("{} (read after the run)", s.source),
+        )
+    };
     if a.spec_on.as_ref().is_some_and(|s| s.value) {
         if !before.spec_on.as_ref().is_some_and(|s| s.value) {
             before.spec_on = a
@@ -559,7 +564,11 @@ mod tests {
         assert_eq!(pr.kv_capacity_unknown, None);
         // One slot: its n_ctx whatever the layout.
         let mut one = EngineProbe::default();
-        apply_llamacpp(&mut one, None, Some(&serde_json::json!([{"id": 0, "n_ctx": 4096}])));
+        apply_llamacpp(
+            &mut one,
+            None,
+            Some(&serde_json::json!([{"id": 0, "n_ctx": 4096}])),
+        );
         assert_eq!(one.kv_capacity.unwrap().value, 4096);
         assert!(pr
             .kv_capacity

@@ -322,7 +322,11 @@ pub fn abnormal_end(log: &str) -> Option<String> {
         .position(|l| ABNORMAL_END.iter().any(|m| l.contains(m)))
         .map(|i| {
             let l = lines[from + i].trim();
-            format!("line {}: {}", from + i + 1, l.chars().take(200).collect::<String>())
+            format!(
+                "line {}: {}",
+                from + i + 1,
+                l.chars().take(200).collect::<String>()
+            )
         })
 }
 
@@ -931,8 +935,13 @@ mod tests {
             Some("line 2: Received second interrupt, terminating immediately.")
         );
         let abort = "ok\n/src/ggml.c:1234: GGML_ASSERT(n > 0) failed\nAborted (core dumped)\n";
-        assert!(abnormal_end(abort).unwrap().starts_with("line 2: /src/ggml.c:1234: GGML_ASSERT"));
-        assert_eq!(abnormal_end("srv  operator(): cleaning up before exit...\n"), None);
+        assert!(abnormal_end(abort)
+            .unwrap()
+            .starts_with("line 2: /src/ggml.c:1234: GGML_ASSERT"));
+        assert_eq!(
+            abnormal_end("srv  operator(): cleaning up before exit...\n"),
+            None
+        );
     }
 
     #[test]

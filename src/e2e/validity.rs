@@ -511,20 +511,41 @@ mod tests {
                     finish_reason: Some("length".into()),
                     ..Default::default()
                 };
-                let t = if i < 4 { looping.as_str() } else { "a proper answer" };
+                let t = if i < 4 {
+                    looping.as_str()
+                } else {
+                    "a proper answer"
+                };
                 r.flags = output_flags(&r, t, true, true);
                 r
             })
             .collect();
-        assert!(recs[0].flags.iter().any(|f| f.starts_with("degenerate")), "{:?}", recs[0].flags);
+        assert!(
+            recs[0].flags.iter().any(|f| f.starts_with("degenerate")),
+            "{:?}",
+            recs[0].flags
+        );
         let v = assess(&recs, &c, &ExecStop::Completed);
         assert!(v.valid, "{v:#?}");
-        let note = v.notes.iter().find(|n| n.starts_with("4 of 5 outputs repeat themselves")).unwrap();
-        assert!(note.contains("property of the model's output") && note.contains("TPOT"), "{note}");
+        let note = v
+            .notes
+            .iter()
+            .find(|n| n.starts_with("4 of 5 outputs repeat themselves"))
+            .unwrap();
+        assert!(
+            note.contains("property of the model's output") && note.contains("TPOT"),
+            "{note}"
+        );
         assert!(!note.contains("acceptance"), "{note}");
         c.spec.state = SpecState::On;
         let v = assess(&recs, &c, &ExecStop::Completed);
-        assert!(v.notes.iter().any(|n| n.contains("speculative acceptance rate")), "{:?}", v.notes);
+        assert!(
+            v.notes
+                .iter()
+                .any(|n| n.contains("speculative acceptance rate")),
+            "{:?}",
+            v.notes
+        );
     }
 
     fn conditions() -> Conditions {

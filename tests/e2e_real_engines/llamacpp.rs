@@ -69,7 +69,12 @@ async fn llamacpp_kv_capacity_from_slots_wins_over_the_cells_per_sequence_log_li
     let r = session(&o).await;
     let cap = r.runs[0].conditions.kv.capacity_tokens.clone().unwrap();
     assert_eq!(cap.value, 8192, "{cap:?}");
-    assert!(cap.source.starts_with("/props n_ctx and total_slots summed"), "{}", cap.source);
+    assert!(
+        cap.source
+            .starts_with("/props n_ctx and total_slots summed"),
+        "{}",
+        cap.source
+    );
 }
 
 /// Issue 44, fault 1: `--url`, no log, a llama-server whose 4 slots share one cache of 8,192
@@ -97,7 +102,12 @@ async fn llamacpp_kv_capacity_with_url_and_no_log_is_unknown_not_four_times_too_
         "{why}"
     );
     let missing = &r.runs[0].validity.missing_conditions;
-    assert!(missing.iter().any(|m| m.starts_with("KV capacity (unknown: /slots n_ctx gives 4 slots")), "{missing:?}");
+    assert!(
+        missing
+            .iter()
+            .any(|m| m.starts_with("KV capacity (unknown: /slots n_ctx gives 4 slots")),
+        "{missing:?}"
+    );
     // An unknown condition does not withhold the run's figures.
     assert!(r.runs[0].validity.valid, "{:#?}", r.runs[0].validity);
     let md = rigbench::e2e::render_markdown(&r);
@@ -107,7 +117,10 @@ async fn llamacpp_kv_capacity_with_url_and_no_log_is_unknown_not_four_times_too_
     o.stated.kv_capacity = Some(8192);
     let r = session(&o).await;
     let cap = r.runs[0].conditions.kv.capacity_tokens.clone().unwrap();
-    assert_eq!((cap.value, cap.source.as_str()), (8192, "stated by the user (--kv-capacity)"));
+    assert_eq!(
+        (cap.value, cap.source.as_str()),
+        (8192, "stated by the user (--kv-capacity)")
+    );
 }
 
 /// Issue 44, fault 2: `--cache warm` against a llama-server whose slots keep only their last
@@ -125,11 +138,17 @@ async fn llamacpp_warm_run_that_reuses_only_the_shared_prefix_is_not_verified_wa
     let before = m.c.lock().unwrap().cached;
     let r = session(&options(&url, suite(workload, warm))).await;
     let c = &r.runs[0].conditions.cache;
-    assert!(m.c.lock().unwrap().cached > before, "the shared prefix was reused");
+    assert!(
+        m.c.lock().unwrap().cached > before,
+        "the shared prefix was reused"
+    );
     assert_eq!(c.verified, Some(false), "{}", c.note);
     assert!(c.note.starts_with("NOT verified warm"), "{}", c.note);
     let md = rigbench::e2e::render_markdown(&r);
-    assert!(!md.contains("verified warm") || md.contains("NOT verified warm"), "{md}");
+    assert!(
+        !md.contains("verified warm") || md.contains("NOT verified warm"),
+        "{md}"
+    );
     // The same workload with a cache that keeps every prompt: verified warm.
     let (url, _m) = start(Cfg::llamacpp()).await;
     let r = session(&options(&url, suite(workload, warm))).await;
@@ -304,10 +323,16 @@ async fn llamacpp_engine_log_with_url_is_read_from_the_run_start_to_its_end() {
     let r = session(&o).await;
     let b = r.boot_log.as_ref().unwrap();
     let tasks: Vec<Option<u64>> = b.request_timings.iter().map(|t| t.task).collect();
-    assert!(!tasks.contains(&Some(7)), "earlier traffic read as this run's: {tasks:?}");
+    assert!(
+        !tasks.contains(&Some(7)),
+        "earlier traffic read as this run's: {tasks:?}"
+    );
     let served = m.generations.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(tasks.len() as u64, served, "{tasks:?}");
-    assert!(tasks.iter().all(|t| t.is_some_and(|t| t >= 1000)), "{tasks:?}");
+    assert!(
+        tasks.iter().all(|t| t.is_some_and(|t| t >= 1000)),
+        "{tasks:?}"
+    );
     // The boot is still read: kv_unified = 'false' settles the capacity.
     let cap = r.runs[0].conditions.kv.capacity_tokens.clone().unwrap();
     assert_eq!(cap.value, 8192, "{cap:?}");
@@ -319,7 +344,10 @@ async fn llamacpp_engine_log_with_url_is_read_from_the_run_start_to_its_end() {
     // report does not ask for it.
     let md = rigbench::e2e::render_markdown(&r);
     assert!(md.contains("speculative method"), "{md}");
-    assert!(!md.contains("give --engine-log") && !md.contains("give the engine's log"), "{md}");
+    assert!(
+        !md.contains("give --engine-log") && !md.contains("give the engine's log"),
+        "{md}"
+    );
 }
 
 /// Issue 44, fault 6: the engine rigbench started got two SIGTERMs in quick succession (the
@@ -364,7 +392,10 @@ async fn engine_started_by_rigbench_gets_one_sigterm_and_its_exit_is_reported() 
     let got = std::fs::read_to_string(&terms).unwrap_or_default();
     assert_eq!(got.lines().count(), 1, "SIGTERMs received: {got:?}");
     let exit = r.engine.exit.clone().unwrap();
-    assert!(exit.contains("stopped by rigbench: one SIGTERM, its process group gone after"), "{exit}");
+    assert!(
+        exit.contains("stopped by rigbench: one SIGTERM, its process group gone after"),
+        "{exit}"
+    );
     assert!(!exit.contains("SIGKILL"), "{exit}");
     let md = rigbench::e2e::render_markdown(&r);
     assert!(md.contains("Engine exit: "), "{md}");
@@ -403,7 +434,8 @@ async fn llamacpp_slots_are_read_again_after_the_run_and_the_log_version_line_is
     let v = r.runs[0].conditions.engine_version.clone().unwrap();
     assert_eq!(v.value, "b1-0c1e57098");
     assert!(
-        v.source.contains("the engine log line 2 agrees (b1 (0c1e57098))"),
+        v.source
+            .contains("the engine log line 2 agrees (b1 (0c1e57098))"),
         "{}",
         v.source
     );

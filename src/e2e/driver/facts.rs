@@ -291,12 +291,10 @@ fn version_with_log(
         Some(v) if same_build(&v.value, lv) => {
             v.source = format!("{}; the {line} agrees ({lv})", v.source)
         }
-        Some(v) => {
-            v.source = format!(
-                "{}; the {line} says {lv}: the log is of another build than the engine that answers",
-                v.source
-            )
-        }
+        Some(v) => v.source = format!(
+            "{}; the {line} says {lv}: the log is of another build than the engine that answers",
+            v.source
+        ),
     }
     version
 }

@@ -444,17 +444,17 @@ impl Session<'_> {
             ),
             cache: crate::e2e::checks::warm_per_request(
                 crate::e2e::conditions::cache_condition_with_usage(
-                cache_condition(
-                    ev.before,
-                    ev.after,
-                    CacheExpectation {
-                        temperature: suite.load.cache,
-                        reset: ev.reset,
-                        hits_allowed: ev.hits_allowed,
-                    },
+                    cache_condition(
+                        ev.before,
+                        ev.after,
+                        CacheExpectation {
+                            temperature: suite.load.cache,
+                            reset: ev.reset,
+                            hits_allowed: ev.hits_allowed,
+                        },
+                    ),
+                    requests,
                 ),
-                requests,
-            ),
                 requests,
                 suite
                     .workload

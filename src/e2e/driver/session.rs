@@ -95,15 +95,7 @@ pub async fn run_session(
             on_update(&results);
         }
     }
-    run_sweep(
-        &session,
-        &engine,
-        &log_file,
-        &stop,
-        &mut results,
-        on_update,
-    )
-    .await;
+    run_sweep(&session, &engine, &log_file, &stop, &mut results, on_update).await;
     record_stop(&stop, &engine, &mut results).await;
     engine.stop().await;
     results.engine.exit = engine.exit_status();
@@ -111,7 +103,9 @@ pub async fn run_session(
     results.engine_log = Some(engine.log_text()).filter(|t| !t.trim().is_empty());
     if let Some(f) = &log_file {
         let (run, how) = f.since_start();
-        results.notes.push(format!("engine log (--engine-log) read: {how}"));
+        results
+            .notes
+            .push(format!("engine log (--engine-log) read: {how}"));
         results.engine_log_file = Some(how);
         if results.engine_log.is_none() {
             results.engine_log = Some(run).filter(|t| !t.trim().is_empty());
