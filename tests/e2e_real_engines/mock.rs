@@ -1,5 +1,5 @@
 //! The mock engines of these tests (llama.cpp's `llama-server` and vLLM as they answer on the
-//! wire, from `../shared/fixtures/engines/`), the fixtures they read, and the session helpers
+//! wire, from `tests/fixtures/real/engines/`), the fixtures they read, and the session helpers
 //! every test module uses. The imports every module needs are re-exported here.
 
 pub use std::collections::HashMap;
@@ -26,10 +26,10 @@ pub use rigbench::e2e::{run_session, E2eOptions, E2eResults};
 // Fixtures.
 
 pub fn fixtures() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real");
     assert!(
         p.join("engines").is_dir(),
-        "{} is missing: the shared fixtures must be beside the checkout",
+        "{} is missing: the fixtures are part of the checkout",
         p.display()
     );
     p
