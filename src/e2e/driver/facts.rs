@@ -288,13 +288,14 @@ fn version_with_log(
         .unwrap_or_else(|| "engine log".into());
     match &mut version {
         None => version = Some(Sourced::new(lv.clone(), line)),
-        Some(v) if same_build(&v.value, lv) => {
-            v.source = format!("{}; the {line} agrees ({lv})", v.source)
+        Some(v) => {
+            let check = if same_build(&v.value, lv) {
+                format!("the {line} agrees ({lv})")
+            } else {
+                format!("the {line} says {lv}: the log is of another build than the engine that answers")
+            };
+            v.source = format!("{}; {check}", v.source);
         }
-        Some(v) => v.source = format!(
-            "{}; the {line} says {lv}: the log is of another build than the engine that answers",
-            v.source
-        ),
     }
     version
 }
