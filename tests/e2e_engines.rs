@@ -209,7 +209,15 @@ async fn llamacpp_props_slots_and_timings() {
     let c = &r.runs[0].conditions;
     assert_eq!(c.engine.as_ref().unwrap().value, "llama.cpp");
     assert_eq!(c.engine_version.as_ref().unwrap().value, "b5462-a1b2c3d4");
-    assert_eq!(c.kv.capacity_tokens.as_ref().unwrap().value, 8192);
+    // Two slots of 4,096 and no log saying whether they share one cache (kv_unified): unknown,
+    // with both candidates (issue 44), never summed on an assumption.
+    assert_eq!(c.kv.capacity_tokens, None);
+    let why = c.kv.capacity_note.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("4,096 tokens if the slots share one cache")
+            && why.contains("8,192 if each has its own"),
+        "{why}"
+    );
     assert_eq!(c.spec.state, SpecState::On);
     // 3 requests × (10 accepted of 40 drafted).
     assert_eq!(

@@ -77,6 +77,18 @@ impl EngineKind {
         }
     }
 
+    /// Per-request fields that keep a request out of the engine's prompt cache, where the
+    /// engine offers such a switch: llama.cpp's `cache_prompt: false` (llama-server's request
+    /// parameter, default `true`: `tools/server/server-task.cpp`,
+    /// `params_from_json_cmpl`). vLLM and SGLang have none per request (their caches are
+    /// emptied with [`EngineKind::reset_path`] instead).
+    pub fn uncached_request_fields(self) -> Option<serde_json::Value> {
+        match self {
+            EngineKind::LlamaCpp => Some(serde_json::json!({"cache_prompt": false})),
+            _ => None,
+        }
+    }
+
     /// The other body to try when this one counts nothing (an engine of unknown kind).
     pub fn fallback_tokenize_form(self) -> Option<TokenizeForm> {
         match self {

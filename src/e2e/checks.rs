@@ -17,12 +17,13 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::adapters::EngineKind;
 use super::client::EngineClient;
-use super::conditions::TokenCheck;
+use super::conditions::{CacheCondition, TokenCheck};
 use super::executor::{execute, ExecConfig, LoadPoint, StopSignal};
 use super::metrics::{RequestRecord, TokenSource};
 use super::validity::TOKEN_COUNT_TOLERANCE;
-use super::workload::{prepare, Suite, TokenCounter};
+use super::workload::{prepare, CacheTemp, Suite, TokenCounter};
 
 /// Mark the opening wave of a closed-loop point: the requests with index below the concurrency
 /// (the executor hands out indices in order, so these are the ones released together). Returns
@@ -161,6 +162,44 @@ pub fn kernel_env(command: Option<&str>) -> BTreeMap<String, String> {
     out
 }
 
+/// A warm run where every completed request reported its cached tokens
+/// (`usage.prompt_tokens_details.cached_tokens`): each request must have reused more than a cold
+/// run could (the `shared_prefix` tokens of the workload and its own chat-template tokens,
+/// prompt tokens − tokens counted in the message), else the run is not verified warm and the note
+/// says how many requests were served warm. Other runs are returned unchanged.
+pub fn warm_per_request(
+    mut c: CacheCondition,
+    records: &[RequestRecord],
+    shared_prefix: u64,
+) -> CacheCondition {
+    if c.temperature != CacheTemp::Warm || c.verified != Some(true) {
+        return c;
+    }
+    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
+    let per: Option<Vec<(u64, u64)>> = ok
+        .iter()
+        .map(|r| {
+            let template = match (r.prompt_tokens, r.input_tokens_counted) {
+                (Some(p), Some(n)) => p.saturating_sub(n),
+                _ => 0,
+            };
+            Some((r.cached_tokens?, shared_prefix + template))
+        })
+        .collect();
+    let Some(per) = per.filter(|p| !p.is_empty()) else {
+        return c;
+    };
+    let warm = per.iter().filter(|(cached, cold)| cached > cold).count();
+    if warm < per.len() {
+        c.verified = Some(false);
+        c.note = format!(
+            "NOT verified warm: {warm} of {} requests reused more of their prompt than a cold run also reuses (shared prefix, chat-template tokens; usage.prompt_tokens_details.cached_tokens of each request); the others were not served from the cache",
+            per.len()
+        );
+    }
+    c
+}
+
 /// The outcome of `e2e --check-determinism`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeterminismCheck {
@@ -181,6 +220,14 @@ pub struct DeterminismCheck {
     pub differing: Vec<DeterminismDiff>,
     /// Requests that failed in either pass (not compared).
     pub failed: usize,
+    /// How the engine's prompt (prefix) cache was kept out of the comparison: the second pass
+    /// served from the cache may differ from the first for that reason alone.
+    #[serde(default)]
+    pub prompt_cache: String,
+    /// Whether neither pass could reuse a prompt from the cache (sent uncached, or the cache
+    /// emptied before each pass).
+    #[serde(default)]
+    pub prompt_cache_excluded: bool,
 }
 
 impl DeterminismCheck {
@@ -210,8 +257,23 @@ impl DeterminismCheck {
             )
         } else {
             let first = &self.differing[0];
+            let cause = if self.prompt_cache_excluded {
+                format!(
+                    "; speed and quality figures of this engine are not reproducible as configured (prompt cache: {})",
+                    self.prompt_cache
+                )
+            } else {
+                format!(
+                    "; likely cause: the engine's prompt cache ({}), which serves the second pass differently from the first, not the engine's kernels",
+                    if self.prompt_cache.is_empty() {
+                        "not kept out"
+                    } else {
+                        &self.prompt_cache
+                    }
+                )
+            };
             format!(
-                "NONDETERMINISTIC: {} of {} prompts sent twice at temperature {} gave different outputs (first: prompt {}, texts differ from character {}); speed and quality figures of this engine are not reproducible as configured",
+                "NONDETERMINISTIC: {} of {} prompts sent twice at temperature {} gave different outputs (first: prompt {}, texts differ from character {}){cause}",
                 self.differing.len(),
                 self.identical + self.differing.len(),
                 self.temperature,
@@ -247,7 +309,11 @@ pub fn output_hash(text: &str) -> String {
 }
 
 /// Send the same `prompts` seeded prompts of `suite` twice, at temperature 0, with
-/// `concurrency` in flight, and compare the outputs' hashes.
+/// `concurrency` in flight, and compare the outputs' hashes. The engine's prompt cache is kept
+/// out where `kind` allows: requests sent uncached ([`EngineKind::uncached_request_fields`],
+/// llama.cpp's `cache_prompt: false`), else the prefix cache emptied before each pass
+/// ([`EngineKind::reset_path`]); where neither works the result says so and names the cache as
+/// the likely cause of a difference.
 ///
 /// # Errors
 /// The prompts cannot be prepared (tokenizer failure, lengths).
@@ -262,7 +328,17 @@ pub async fn determinism_check(
     concurrency: u32,
     exec: &ExecConfig,
     stop: &StopSignal,
+    kind: EngineKind,
 ) -> anyhow::Result<DeterminismCheck> {
+    let uncached = kind.uncached_request_fields();
+    let client = match &uncached {
+        Some(f) => client.with_body_fields(f),
+        None => client.clone(),
+    };
+    let mut cache = match &uncached {
+        Some(f) => (format!("every request sent with {f}"), true),
+        None => (String::new(), true),
+    };
     let mut s = suite.clone();
     s.sampling.temperature = 0.0;
     let seed = s.sampling.seed.or(Some(0));
@@ -279,8 +355,20 @@ pub async fn determinism_check(
     };
     let mut outs: Vec<BTreeMap<usize, Option<String>>> = Vec::new();
     for _ in 0..2 {
+        if uncached.is_none() {
+            let path = kind.reset_path();
+            let emptied = client.reset_prefix_cache_at(path).await.ok().flatten() == Some(true);
+            if emptied && cache.1 {
+                cache.0 = format!("emptied with POST {path} before each pass");
+            } else if !emptied {
+                cache = (
+                    format!("not kept out: POST {path} did not empty it and the engine has no per-request switch"),
+                    false,
+                );
+            }
+        }
         let o = execute(
-            client,
+            &client,
             &point,
             reqs.clone(),
             exec,
@@ -307,6 +395,8 @@ pub async fn determinism_check(
         max_tokens,
         temperature: 0.0,
         seed,
+        prompt_cache: cache.0,
+        prompt_cache_excluded: cache.1,
         ..Default::default()
     };
     for i in 0..prompts {
@@ -398,5 +488,62 @@ mod tests {
             "{}",
             c.summary()
         );
+        // The prompt cache not kept out: named as the likely cause.
+        assert!(
+            c.summary()
+                .contains("likely cause: the engine's prompt cache (not kept out)"),
+            "{}",
+            c.summary()
+        );
+        c.prompt_cache = "every request sent with {\"cache_prompt\":false}".into();
+        c.prompt_cache_excluded = true;
+        assert!(c
+            .summary()
+            .contains("not reproducible as configured (prompt cache: every request sent with"));
+    }
+
+    #[test]
+    fn warm_needs_every_request_to_reuse_more_than_the_shared_prefix() {
+        // The run: 1,054 prompt tokens, 794 of them cached per request: the shared
+        // prefix a cold run reuses too.
+        let r = |cached: u64| RequestRecord {
+            ok: true,
+            prompt_tokens: Some(1054),
+            input_tokens_counted: Some(1045),
+            cached_tokens: Some(cached),
+            ..Default::default()
+        };
+        let warm = CacheCondition {
+            temperature: CacheTemp::Warm,
+            reset: None,
+            salted: true,
+            queries: None,
+            hits: None,
+            hit_rate: None,
+            hits_allowed: 0,
+            verified: Some(true),
+            counters: None,
+            note: "warm".into(),
+        };
+        let c = warm_per_request(warm.clone(), &[r(794), r(794)], 785);
+        assert_eq!(c.verified, Some(false));
+        assert!(c.note.contains("0 of 2 requests"), "{}", c.note);
+        let c = warm_per_request(warm.clone(), &[r(1053), r(794)], 785);
+        assert!(c.note.contains("1 of 2 requests"), "{}", c.note);
+        let c = warm_per_request(warm.clone(), &[r(1053), r(1053)], 785);
+        assert_eq!(c.verified, Some(true));
+        // Cold runs, and requests without the field, are left as they are.
+        let c = warm_per_request(
+            warm,
+            &[
+                r(1053),
+                RequestRecord {
+                    ok: true,
+                    ..Default::default()
+                },
+            ],
+            785,
+        );
+        assert_eq!(c.verified, Some(true));
     }
 }

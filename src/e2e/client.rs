@@ -217,6 +217,8 @@ pub struct EngineClient {
     /// No pooled connections: every request opens its own (the retry of a request whose kept-
     /// alive connection failed).
     fresh: reqwest::Client,
+    /// Fields added to every generation body ([`EngineClient::with_body_fields`]).
+    body_extra: serde_json::Map<String, Value>,
 }
 
 /// `POST /tokenize` answer.
@@ -336,7 +338,19 @@ impl EngineClient {
             base: b,
             http,
             fresh,
+            body_extra: serde_json::Map::new(),
         })
+    }
+
+    /// This client (same connections), adding the fields of the JSON object `fields` to every
+    /// generation request's body: an engine's own per-request switches, such as llama.cpp's
+    /// `cache_prompt: false` for the determinism check. Not an object: nothing is added.
+    pub fn with_body_fields(&self, fields: &Value) -> Self {
+        let mut c = self.clone();
+        if let Some(o) = fields.as_object() {
+            c.body_extra.extend(o.clone());
+        }
+        c
     }
 
     /// Send a request built by `make` on a pooled connection; when that fails before any
@@ -657,10 +671,13 @@ impl EngineClient {
     pub async fn stream_body(
         &self,
         req: &GenRequest,
-        body: Value,
+        mut body: Value,
         timeout: Duration,
         stop: impl std::future::Future<Output = ()>,
     ) -> (Instant, StreamOutcome) {
+        if let Some(b) = body.as_object_mut() {
+            b.extend(self.body_extra.clone());
+        }
         let sent = Instant::now();
         let mut out = StreamOutcome {
             max_tokens: Some(u64::from(req.max_tokens)),

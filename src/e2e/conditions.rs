@@ -756,11 +756,29 @@ fn cache_verdict(q: Option<u64>, h: Option<u64>, exp: CacheExpectation) -> Cache
                 )
             }
         }
+        // Warm means the replayed prompts were served from the cache: more hits than a cold run
+        // gets from the workload's shared tokens (the shared prefix of every request, primed
+        // before the first, and the chat template's tokens), not merely some hits.
         (CacheTemp::Warm, Some(h)) => {
-            if h > 0 {
+            if h > exp.hits_allowed {
                 (
                     Some(true),
-                    "warm: replayed prompts hit the prefix cache".into(),
+                    if exp.hits_allowed == 0 {
+                        format!("warm: replayed prompts hit the prefix cache ({h} hit tokens)")
+                    } else {
+                        format!(
+                            "warm: {h} hit tokens, beyond the ≤ {} a cold run also reuses (shared prefix, chat-template tokens)",
+                            exp.hits_allowed
+                        )
+                    },
+                )
+            } else if h > 0 {
+                (
+                    Some(false),
+                    format!(
+                        "NOT verified warm: {h} hit tokens, no more than a cold run also reuses (shared prefix, chat-template tokens: ≤ {}): the replayed prompts were not served from the cache (evicted before they were replayed?)",
+                        exp.hits_allowed
+                    ),
                 )
             } else {
                 (
@@ -977,6 +995,16 @@ mod tests {
         assert_eq!((c.verified, c.hit_rate), (Some(true), Some(0.5)));
         let c = cache_condition(Some(&b), Some(&cold), e(CacheTemp::Warm, 0));
         assert_eq!(c.verified, Some(false));
+        // 100 hit tokens, all of which the shared prefix explains: what a cold run gets too.
+        let c = cache_condition(Some(&b), Some(&warm), e(CacheTemp::Warm, 100));
+        assert_eq!(c.verified, Some(false), "{}", c.note);
+        assert!(
+            c.note.starts_with("NOT verified warm: 100 hit tokens"),
+            "{}",
+            c.note
+        );
+        let c = cache_condition(Some(&b), Some(&warm), e(CacheTemp::Warm, 99));
+        assert_eq!(c.verified, Some(true), "{}", c.note);
         // Counters absent: no verdict, never "0 hits".
         let c = cache_condition(None, Some(&cold), e(CacheTemp::Cold, 0));
         assert_eq!((c.verified, c.hits), (None, None));

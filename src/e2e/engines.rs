@@ -63,6 +63,13 @@ pub struct EngineProbe {
     /// llama.cpp's slots: `n_ctx` of each, as `/slots` (or `/props`) gave them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slot_ctx: Vec<u64>,
+    /// Where [`Self::slot_ctx`] was read (`/slots n_ctx`, `/props n_ctx and total_slots`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub slot_ctx_from: String,
+    /// Why the KV capacity is unknown although the engine exposes its slots (llama.cpp with
+    /// several slots and no log saying whether they share one cache), with both candidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_capacity_unknown: Option<String>,
     /// The longest prompt + output one request may have, tokens (llama.cpp: a slot's `n_ctx`;
     /// SGLang: `context_length`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -223,15 +230,8 @@ pub fn apply_llamacpp(p: &mut EngineProbe, props: Option<&Value>, slots: Option<
         .and_then(Value::as_u64);
     p.max_model_len = ctx.iter().copied().max().or(props_ctx);
     if !ctx.is_empty() {
-        p.slot_ctx = ctx.clone();
-        p.kv_capacity = Some(Sourced::new(
-            ctx.iter().sum(),
-            format!(
-                "/slots n_ctx summed over {} slot(s) ({}), one cache per slot {KV_LAYOUT_ASSUMED}",
-                ctx.len(),
-                describe_sum(&ctx)
-            ),
-        ));
+        p.slot_ctx = ctx;
+        p.slot_ctx_from = "/slots n_ctx".into();
     } else if let (Some(n), Some(slots)) = (
         props_ctx,
         props
@@ -239,13 +239,9 @@ pub fn apply_llamacpp(p: &mut EngineProbe, props: Option<&Value>, slots: Option<
             .and_then(Value::as_u64),
     ) {
         p.slot_ctx = vec![n; slots as usize];
-        p.kv_capacity = Some(Sourced::new(
-            n.saturating_mul(slots),
-            format!(
-                "/props n_ctx × total_slots ({n} × {slots}), one cache per slot {KV_LAYOUT_ASSUMED}"
-            ),
-        ));
+        p.slot_ctx_from = "/props n_ctx and total_slots".into();
     }
+    llamacpp_capacity_until_the_log_says(p);
     let spec: Vec<bool> = slot_list
         .iter()
         .filter_map(|s| s.get("speculative").and_then(Value::as_bool))
@@ -305,32 +301,102 @@ fn describe_sum(ctx: &[u64]) -> String {
     }
 }
 
-/// What a llama.cpp capacity from `/slots` assumes until the log says which layout it is.
-const KV_LAYOUT_ASSUMED: &str =
-    "(assumed: whether the slots share one cache, kv_unified, is stated only in the engine log)";
+/// A llama.cpp KV capacity from its slots' `n_ctx` before the log says how the slots hold
+/// the cache. One slot: its `n_ctx` either way. Several: the capacity is unknown, never assumed,
+/// because both layouts are the engine's default in some command (llama.cpp's
+/// `tools/server/server.cpp`, `llama_server()`: without `-np` the server takes 4 slots sharing
+/// one cache, `kv_unified = true`, and each slot reports the whole cache; with `-np N` it keeps
+/// `common_params::kv_unified = false` (`common/common.h`), each slot holding `n_ctx / N`):
+/// the sum of the slots' `n_ctx` is N times too high for the first, one slot's `n_ctx` N times
+/// too low for the second. [`EngineProbe::kv_capacity_unknown`] says so with both figures.
+fn llamacpp_capacity_until_the_log_says(p: &mut EngineProbe) {
+    let ctx = &p.slot_ctx;
+    match ctx.len() {
+        0 => {}
+        1 => {
+            p.kv_capacity = Some(Sourced::new(
+                ctx[0],
+                format!("{} of the one slot", p.slot_ctx_from),
+            ))
+        }
+        n => {
+            let one = ctx.iter().copied().max().unwrap_or(0);
+            let sum: u64 = ctx.iter().sum();
+            p.kv_capacity = None;
+            p.kv_capacity_unknown = Some(format!(
+                "unknown: {} gives {n} slots ({}); that is {} tokens if the slots share one cache (kv_unified, llama-server's default without -np) or {} if each has its own (its default with -np N); only the engine log says which (give --engine-log, or state it with --kv-capacity)",
+                p.slot_ctx_from,
+                describe_sum(ctx),
+                crate::output::table::thousands(one),
+                crate::output::table::thousands(sum),
+            ));
+        }
+    }
+}
 
 /// Apply llama.cpp's `kv_unified` (read from its log, see
-/// [`super::adapters::llamacpp_kv_unified`]; `line` 1-based) to a capacity read from `/slots`:
-/// with a unified cache every slot reports the whole shared cache as its `n_ctx`, so the capacity
-/// is one slot's `n_ctx`, not their sum.
+/// [`super::adapters::llamacpp_kv_unified`]; `line` 1-based) to the slots' `n_ctx`: with a
+/// unified cache every slot reports the whole shared cache as its `n_ctx`, so the capacity is
+/// one slot's `n_ctx`; else each slot has its own cache and the capacity is their sum.
 pub fn apply_kv_unified(p: &mut EngineProbe, unified: bool, line: usize) {
-    let (Some(cap), Some(max)) = (&mut p.kv_capacity, p.slot_ctx.iter().copied().max()) else {
+    let Some(max) = p.slot_ctx.iter().copied().max() else {
         return;
     };
-    if unified {
-        *cap = Sourced::new(
+    let from = &p.slot_ctx_from;
+    p.kv_capacity = Some(if unified {
+        Sourced::new(
             max,
             format!(
-                "/slots n_ctx of one slot: the {} slots share one cache (kv_unified = true, engine log line {line})",
+                "{from} of one slot: the {} slots share one cache (kv_unified = true, engine log line {line})",
                 p.slot_ctx.len()
             ),
-        );
+        )
     } else {
-        cap.source = cap.source.replace(
-            KV_LAYOUT_ASSUMED,
-            &format!("(kv_unified = false, engine log line {line})"),
-        );
+        Sourced::new(
+            p.slot_ctx.iter().sum(),
+            format!(
+                "{from} summed over {} slot(s) ({}), one cache per slot (kv_unified = false, engine log line {line})",
+                p.slot_ctx.len(),
+                describe_sum(&p.slot_ctx)
+            ),
+        )
+    });
+    p.kv_capacity_unknown = None;
+}
+
+/// The engine probe completed by a second reading after a run. llama.cpp's `/slots` shows a
+/// slot's speculative parameters (`speculative.types`, `speculative.n_max`) as of the last
+/// request it served, so a reading before the first request can miss the method and k: what the
+/// reading after the run says speculation is (on, its method, its k) fills what the first one
+/// lacked, marked "after the run". Nothing else is taken from it.
+pub fn with_after(mut before: EngineProbe, after: Option<&EngineProbe>) -> EngineProbe {
+    let Some(a) = after else {
+        return before;
+    };
+    let tag = |s: &Sourced<String>| {
+        Sourced::new(
+            s.value.clone(),
+            format!("{} (read after the run)", s.source),
+        )
+    };
+    if a.spec_on.as_ref().is_some_and(|s| s.value) {
+        if !before.spec_on.as_ref().is_some_and(|s| s.value) {
+            before.spec_on = a
+                .spec_on
+                .as_ref()
+                .map(|s| Sourced::new(true, format!("{} (read after the run)", s.source)));
+        }
+        if before.spec_method.is_none() {
+            before.spec_method = a.spec_method.as_ref().map(tag);
+        }
+        if before.spec_k.is_none() {
+            before.spec_k = a
+                .spec_k
+                .as_ref()
+                .map(|k| Sourced::new(k.value, format!("{} (read after the run)", k.source)));
+        }
     }
+    before
 }
 
 /// Fill a speculative-decoding condition that `/metrics` left unknown: from the requests'
@@ -459,7 +525,14 @@ mod tests {
             ])),
         );
         assert_eq!(p.version.unwrap().value, "b5462-a1b2c3d4");
-        assert_eq!(p.kv_capacity.unwrap().value, 8192);
+        // Two slots of 4,096 and no log: 4,096 (one shared cache) or 8,192 (one each).
+        assert_eq!(p.kv_capacity, None);
+        let why = p.kv_capacity_unknown.as_deref().unwrap();
+        assert!(
+            why.contains("4,096 tokens if the slots share one cache")
+                && why.contains("8,192 if each has its own"),
+            "{why}"
+        );
         assert_eq!(p.spec_k.unwrap().value, 16);
     }
 
@@ -472,7 +545,9 @@ mod tests {
         let slots: Value = serde_json::from_str(&text).unwrap();
         let mut pr = EngineProbe::default();
         apply_llamacpp(&mut pr, None, Some(&slots));
-        assert_eq!(pr.kv_capacity.as_ref().unwrap().value, 8192);
+        // No log: unknown (2,048 shared or 8,192 in four caches), never assumed.
+        assert_eq!(pr.kv_capacity, None);
+        assert!(pr.kv_capacity_unknown.is_some());
         assert_eq!(pr.max_model_len, Some(2048));
         assert!(!pr.spec_on.as_ref().unwrap().value);
         let mut unified = pr.clone();
@@ -480,6 +555,15 @@ mod tests {
         assert_eq!(unified.kv_capacity.as_ref().unwrap().value, 2048);
         apply_kv_unified(&mut pr, false, 6);
         assert_eq!(pr.kv_capacity.as_ref().unwrap().value, 8192);
+        assert_eq!(pr.kv_capacity_unknown, None);
+        // One slot: its n_ctx whatever the layout.
+        let mut one = EngineProbe::default();
+        apply_llamacpp(
+            &mut one,
+            None,
+            Some(&serde_json::json!([{"id": 0, "n_ctx": 4096}])),
+        );
+        assert_eq!(one.kv_capacity.unwrap().value, 4096);
         assert!(pr
             .kv_capacity
             .unwrap()

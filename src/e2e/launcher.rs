@@ -265,6 +265,8 @@ pub struct EngineHandle {
     pid: Option<u32>,
     kill_tx: Option<oneshot::Sender<()>>,
     exit_rx: Option<watch::Receiver<Option<String>>>,
+    /// How [`EngineHandle::stop`] stopped it (appended to the exit description).
+    stop_note: Option<String>,
 }
 
 impl std::fmt::Debug for EngineHandle {
@@ -282,17 +284,25 @@ fn signal_group(pid: u32, sig: i32) {
     crate::signals::kill_group(pid, sig);
 }
 
-/// Stop every process of group `pgid`: SIGTERM, then SIGKILL to what is left after `grace`;
-/// returns once none is alive (or after another 5 s). The leader may be gone already: a shell
-/// that died leaves its server behind in the same group.
-async fn stop_group(pgid: u32, grace: Duration) {
+/// Stop every process of group `pgid`: SIGTERM (unless `termed`: the group already got its one
+/// SIGTERM), then SIGKILL to what is left after `grace`; returns once none is alive (or after
+/// another 5 s), and whether SIGKILL was needed. The leader may be gone already: a shell that
+/// died leaves its server behind in the same group, shutting down gracefully. Never a second
+/// SIGTERM: llama-server takes it as "terminate immediately" (`tools/server/server.cpp`,
+/// `signal_handler`: "Received second interrupt, terminating immediately", exit 1), skipping its
+/// graceful shutdown.
+async fn stop_group(pgid: u32, grace: Duration, termed: bool) -> bool {
+    let mut killed = false;
     if crate::signals::group_alive(pgid) {
-        signal_group(pgid, libc::SIGTERM);
+        if !termed {
+            signal_group(pgid, libc::SIGTERM);
+        }
         let deadline = Instant::now() + grace;
         while crate::signals::group_alive(pgid) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         if crate::signals::group_alive(pgid) {
+            killed = true;
             signal_group(pgid, libc::SIGKILL);
             let deadline = Instant::now() + Duration::from_secs(5);
             while crate::signals::group_alive(pgid) && Instant::now() < deadline {
@@ -301,6 +311,55 @@ async fn stop_group(pgid: u32, grace: Duration) {
         }
     }
     crate::signals::unregister_group(pgid);
+    killed
+}
+
+/// One startup error of the engine's log as a sentence: where it is, what it says (its cause,
+/// exception or headline, [`super::bootlog::ErrorGroup::summary`]), and how often; never the
+/// record's internal fields.
+pub fn startup_error_sentence(e: &super::bootlog::ErrorGroup) -> String {
+    let lines = if e.last_line > e.line {
+        format!("lines {}–{}", e.line, e.last_line)
+    } else {
+        format!("line {}", e.line)
+    };
+    let times = if e.occurrences > 1 {
+        format!(" ({} times)", e.occurrences)
+    } else {
+        String::new()
+    };
+    format!("log {lines}: {}{times}", e.summary())
+}
+
+/// Lines of an engine log that say it ended abnormally (an abort, a failed assertion, a crash
+/// or a backtrace, llama-server's immediate termination on a second signal).
+const ABNORMAL_END: [&str; 8] = [
+    "Aborted",
+    "terminate called",
+    "GGML_ASSERT",
+    "Segmentation fault",
+    "core dumped",
+    "backtrace",
+    "Received second interrupt",
+    "panicked at",
+];
+
+/// The first line of `log` that says the engine ended abnormally, 1-based, among its last 200
+/// lines: `line N: text`.
+pub fn abnormal_end(log: &str) -> Option<String> {
+    let lines: Vec<&str> = log.lines().collect();
+    let from = lines.len().saturating_sub(200);
+    lines[from..]
+        .iter()
+        .position(|l| ABNORMAL_END.iter().any(|m| l.contains(m)))
+        .map(|i| {
+            let l = lines[from + i].trim();
+            format!(
+                "line {}: {}",
+                from + i + 1,
+                l.chars().take(200).collect::<String>()
+            )
+        })
 }
 
 /// An engine that did not become healthy: the message (with the tail of its log and the
@@ -347,8 +406,17 @@ impl EngineHandle {
     }
 
     /// How the engine exited, if it has.
+    /// With how rigbench stopped it (one SIGTERM, or SIGKILL after the grace period) and the
+    /// first line of its log that shows an abnormal end (an abort, a backtrace), if any.
     pub fn exit_status(&self) -> Option<String> {
-        self.exit_rx.as_ref().and_then(|r| r.borrow().clone())
+        let mut d = self.exit_rx.as_ref().and_then(|r| r.borrow().clone())?;
+        if let Some(n) = &self.stop_note {
+            d.push_str(n);
+        }
+        if let Some(a) = abnormal_end(&self.log_text()) {
+            d.push_str(&format!("; its log shows an abnormal end ({a})"));
+        }
+        Some(d)
     }
 
     /// Wait up to `within` for the engine process to exit; its exit description if it did
@@ -423,6 +491,7 @@ impl EngineHandle {
             tag: Some(tag),
             pid,
             kill_tx: Some(kill_tx),
+            stop_note: None,
             exit_rx: Some(exit_rx),
         };
         handle
@@ -457,6 +526,7 @@ impl EngineHandle {
             tag: None,
             pid: None,
             kill_tx: None,
+            stop_note: None,
             exit_rx: None,
         })
     }
@@ -609,10 +679,7 @@ impl EngineHandle {
         if !log.errors.is_empty() {
             msg.push_str("\n  startup errors found in its log:");
             for e in &log.errors {
-                msg.push_str(&format!(
-                    "\n    {}",
-                    serde_json::to_string(e).unwrap_or_default()
-                ));
+                msg.push_str(&format!("\n    {}", startup_error_sentence(e)));
             }
         }
         if !tail.is_empty() {
@@ -624,10 +691,14 @@ impl EngineHandle {
         })
     }
 
-    /// Stop the engine (SIGTERM to its process group, SIGKILL after 10 s) and wait until no
-    /// process of the group is left, also when its leader (the `sh -c` of `--engine-cmd`) has
-    /// already exited and left its server running.
+    /// Stop the engine (one SIGTERM to its process group, SIGKILL to what is left 10 s later)
+    /// and wait until no process of the group is left, also when its leader (the `sh -c` of
+    /// `--engine-cmd`) has already exited and left its server shutting down; how it was stopped
+    /// goes into [`EngineHandle::exit_status`].
     pub async fn stop(&mut self) {
+        let start = Instant::now();
+        // The watcher sends the one SIGTERM (and SIGKILL if the leader outlives the grace).
+        let termed = self.kill_tx.is_some();
         // Only while the engine's group lives: a reaped leader's pid may be another process's.
         if let Some(pid) = self.pid.filter(|p| crate::signals::group_alive(*p)) {
             let t = self.tracked.clone();
@@ -645,7 +716,19 @@ impl EngineHandle {
             }
         }
         if let Some(pid) = self.pid {
-            stop_group(pid, Duration::from_secs(10)).await;
+            let grace = Duration::from_secs(10).saturating_sub(start.elapsed());
+            let killed = stop_group(pid, grace, termed).await;
+            self.stop_note = Some(if killed {
+                format!(
+                    "; stopped by rigbench: one SIGTERM, then SIGKILL to its process group after {:.1} s without exit",
+                    start.elapsed().as_secs_f64()
+                )
+            } else {
+                format!(
+                    "; stopped by rigbench: one SIGTERM, its process group gone after {:.1} s",
+                    start.elapsed().as_secs_f64()
+                )
+            });
             // Processes that left the group (`setsid`): stopped the same way, and said so.
             let n = signal_strays(&self.tracked, pid, libc::SIGTERM);
             if n > 0 {
@@ -887,6 +970,36 @@ pub fn describe(choice: &EngineChoice) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_startup_error_is_a_sentence_not_a_struct() {
+        // vLLM's argparse error (fixture 06 of vllm-0.32.0-cpu): one line.
+        let log = super::super::bootlog::BootLog::parse(
+            "usage: vllm serve [model_tag] [options]\nvllm: error: unrecognized arguments: --no-such-flag\n",
+        );
+        let e = log.errors.first().expect("an error group");
+        let s = startup_error_sentence(e);
+        assert!(s.starts_with("log line"), "{s}");
+        assert!(s.contains("--no-such-flag"), "{s}");
+        assert!(!s.contains('{') && !s.contains("\"line\""), "{s}");
+    }
+
+    #[test]
+    fn an_abnormal_end_is_found_in_the_log_tail() {
+        let log = "srv  operator(): operator(): cleaning up before exit...\nReceived second interrupt, terminating immediately.\n";
+        assert_eq!(
+            abnormal_end(log).as_deref(),
+            Some("line 2: Received second interrupt, terminating immediately.")
+        );
+        let abort = "ok\n/src/ggml.c:1234: GGML_ASSERT(n > 0) failed\nAborted (core dumped)\n";
+        assert!(abnormal_end(abort)
+            .unwrap()
+            .starts_with("line 2: /src/ggml.c:1234: GGML_ASSERT"));
+        assert_eq!(
+            abnormal_end("srv  operator(): cleaning up before exit...\n"),
+            None
+        );
+    }
 
     #[test]
     fn log_buffer_keeps_head_and_tail() {

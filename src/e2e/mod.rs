@@ -91,9 +91,14 @@ pub struct E2eResults {
     /// made before the sweep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality: Option<quality::QualityProbes>,
-    /// The captured engine log (written as `engine.log`, not into results.json).
+    /// The captured engine log (written as `engine.log`, not into results.json); with `--url`
+    /// and `--engine-log`, the part of that file written during the session.
     #[serde(skip)]
     pub engine_log: Option<String>,
+    /// How the `--engine-log` file was read (its path, the byte range written during the
+    /// session, where its boot ended); `None` when none was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_log_file: Option<String>,
     /// Set when these runs are a harness self-test rather than rig figures (the built-in
     /// runtime on the CPU backend of a GPU rig): the label and why. Such runs are kept out of
     /// rig baselines and comparisons.

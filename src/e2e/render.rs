@@ -226,7 +226,7 @@ pub fn render_markdown(res: &E2eResults) -> String {
 
     render_conditions(&mut o, res, runs);
     render_run_conditions(&mut o, runs);
-    render_validity(&mut o, runs);
+    render_validity(&mut o, runs, res.engine_log_file.is_some());
     render_latency(&mut o, runs);
     render_throughput(&mut o, runs);
     if let Some(note) = random_weights_note(res) {
@@ -267,6 +267,9 @@ fn render_preamble(o: &mut String, res: &E2eResults) {
             .map(|u| format!(" at {u}"))
             .unwrap_or_default()
     );
+    if let Some(x) = &eng.exit {
+        let _ = writeln!(o, "Engine exit: {x}.");
+    }
     if let Some(s) = &res.suite {
         let _ = writeln!(o, "Suite: {}.", suite_as_run(s));
     }
@@ -464,6 +467,7 @@ fn cache_condition_rows(
                 Some(n) => format!("{}; {n}", c.source),
                 None => c.source.clone(),
             })
+            .or_else(|| kv.capacity_note.clone())
             .unwrap_or_else(|| "—".into()),
     ]);
 }
@@ -692,7 +696,7 @@ fn render_run_conditions(o: &mut String, runs: &[RunResult]) {
 }
 
 /// The validity list, where a run is invalid or has notes or unknown conditions.
-fn render_validity(o: &mut String, runs: &[RunResult]) {
+fn render_validity(o: &mut String, runs: &[RunResult], log_given: bool) {
     let invalid: Vec<&RunResult> = runs.iter().filter(|r| !r.validity.valid).collect();
     if !invalid.is_empty()
         || runs
@@ -709,7 +713,7 @@ fn render_validity(o: &mut String, runs: &[RunResult]) {
                     o,
                     "- {}: condition unknown (not exposed by the engine): {m}{}",
                     r.label,
-                    how_to_state(m)
+                    super::validity::hint_with_log(how_to_state(m), log_given)
                 );
             }
             for n in &r.validity.notes {

@@ -11,9 +11,11 @@
 //! - a prompt length disagrees with the engine's `usage.prompt_tokens` beyond max(2%, 2
 //!   tokens) after the engine's known overhead (chat template, BOS): the prompts were not the
 //!   lengths the report states ([`super::conditions::PromptCheck`]);
-//! - more than 10% of completed requests are degenerate: the last ≤ 512 characters repeat a
-//!   pattern of period p at least 4 times with ≤ 2% mismatches, or fewer than 25% of the word
-//!   trigrams are distinct (over ≥ 40 words);
+//! - (not a reason: a note) completed requests whose output repeats itself (the last ≤ 512
+//!   characters repeat a pattern of period p at least 4 times with ≤ 2% mismatches, or fewer
+//!   than 25% of the word trigrams are distinct over ≥ 40 words): a property of the model's
+//!   output, reported with what it affects (quality, speculative acceptance); the speed figures
+//!   stand;
 //! - with a fixed output length (`ignore_eos`), any request is truncated: it produced fewer
 //!   tokens than requested (exactly counted by `usage`; within 2% when re-counted by a
 //!   tokenizer), or ended for another reason than the length (`finish_reason` not `length`).
@@ -47,7 +49,8 @@ pub struct Validity {
     pub notes: Vec<String>,
 }
 
-/// Share of completed requests that may be degenerate before the run is invalid.
+/// Share of completed requests that may produce tokens but no visible text before the run is
+/// invalid (repetitive output is a note whatever its share: see `repetition_note`).
 pub const DEGENERATE_TOLERANCE: f64 = 0.10;
 
 /// Why `text` looks degenerate, or `None`.
@@ -156,6 +159,54 @@ pub fn output_flags(
     f
 }
 
+/// The note on outputs that repeat themselves (flag `degenerate: …`). Repetition is a property
+/// of the model's own output (a small model looping under greedy decoding, reproducible outside
+/// rigbench), not a measurement fault: the run's speed figures stand, since TTFT, ITL, TPOT and
+/// throughput count the tokens the engine generated (empty and truncated outputs are judged on
+/// their own). What it does affect is said: the output's quality, and where speculation is on,
+/// the acceptance figures (repetitive text is easy to draft).
+fn repetition_note(degen: usize, ok: usize, example: &str, c: &Conditions) -> String {
+    let spec = if c.spec.state == SpecState::On {
+        "; the speculative acceptance rate and acceptance length (repetitive text is easy to draft, so they overstate what other text gets)"
+    } else {
+        ""
+    };
+    format!(
+        "{degen} of {ok} outputs repeat themselves ({example}): a property of the model's output at temperature {}, reported, not a reason to withhold the run's figures; TTFT, ITL, TPOT and throughput stand (they count the tokens the engine generated); it affects the output's quality{spec}",
+        c.temperature
+    )
+}
+
+/// A missing condition's wording when `--engine-log` was given: its advice to give the log
+/// becomes the statement that the log given does not state it.
+pub fn with_log_given(missing: &str) -> String {
+    missing
+        .replace(
+            "state it with --spec-method, or give --engine-log",
+            "state it with --spec-method; the engine log given with --engine-log does not state it",
+        )
+        .replace(
+            "give --engine-log, or state it with --kv-capacity",
+            "the engine log given with --engine-log does not say it; state it with --kv-capacity",
+        )
+}
+
+/// A [`super::render::how_to_state`] hint when `--engine-log` was given: never advise giving it again; say
+/// that the log given does not state the condition.
+pub fn hint_with_log(hint: &str, log_given: bool) -> String {
+    if !log_given {
+        return hint.to_string();
+    }
+    hint.replace(
+        ", or give the engine's log with --engine-log",
+        " (the engine log given with --engine-log does not state it)",
+    )
+    .replace(
+        " or the engine's log (--engine-log)",
+        " or the engine's log (the one given with --engine-log does not state it)",
+    )
+}
+
 /// Flag prefix of a request whose every requested token arrived under `ignore_eos` but whose
 /// `finish_reason` is not `length` (a note, not a truncation).
 pub const UNEXPECTED_FINISH_FLAG: &str = "unexpected finish_reason";
@@ -245,12 +296,7 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             .find(|f| f.starts_with("degenerate"))
             .cloned()
             .unwrap_or_default();
-        let msg = format!("{degen} of {} outputs degenerate ({example})", ok.len());
-        if degen as f64 > DEGENERATE_TOLERANCE * ok.len() as f64 {
-            v.reasons.push(msg);
-        } else {
-            v.notes.push(msg);
-        }
+        v.notes.push(repetition_note(degen, ok.len(), &example, c));
     }
     let truncated = count("truncated");
     if truncated > 0 {
@@ -328,9 +374,12 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
         _ => {}
     }
     if c.kv.capacity_tokens.is_none() {
-        v.missing_conditions.push(
-            "KV capacity (no cache_config_info on /metrics and none in the engine log)".into(),
-        );
+        v.missing_conditions.push(match &c.kv.capacity_note {
+            Some(why) => format!("KV capacity ({why})"),
+            None => {
+                "KV capacity (no cache_config_info on /metrics and none in the engine log)".into()
+            }
+        });
     }
     if !ok.is_empty() && c.token_sources.contains(&TokenSource::Chunks) {
         v.missing_conditions.push(
@@ -441,6 +490,62 @@ mod tests {
             .any(|n| n.contains("1 of 32 completed requests produced tokens but no visible text")));
         let v = with(4);
         assert!(!v.valid);
+    }
+
+    /// Issue 44, fault 3: a small model that genuinely loops under greedy decoding (every
+    /// requested token arrived) keeps its speed figures; the repetition is reported as a
+    /// property of its output, with what it affects.
+    #[test]
+    fn repetitive_output_of_the_model_keeps_the_figures_and_says_what_it_affects() {
+        let mut c = conditions();
+        let looping = "The cat sat on the mat. ".repeat(30);
+        let recs: Vec<RequestRecord> = (0..5)
+            .map(|i| {
+                let mut r = RequestRecord {
+                    index: i,
+                    ok: true,
+                    content_chars: looping.len(),
+                    output_tokens: Some(128),
+                    output_tokens_requested: 128,
+                    token_source: Some(TokenSource::Usage),
+                    finish_reason: Some("length".into()),
+                    ..Default::default()
+                };
+                let t = if i < 4 {
+                    looping.as_str()
+                } else {
+                    "a proper answer"
+                };
+                r.flags = output_flags(&r, t, true, true);
+                r
+            })
+            .collect();
+        assert!(
+            recs[0].flags.iter().any(|f| f.starts_with("degenerate")),
+            "{:?}",
+            recs[0].flags
+        );
+        let v = assess(&recs, &c, &ExecStop::Completed);
+        assert!(v.valid, "{v:#?}");
+        let note = v
+            .notes
+            .iter()
+            .find(|n| n.starts_with("4 of 5 outputs repeat themselves"))
+            .unwrap();
+        assert!(
+            note.contains("property of the model's output") && note.contains("TPOT"),
+            "{note}"
+        );
+        assert!(!note.contains("acceptance"), "{note}");
+        c.spec.state = SpecState::On;
+        let v = assess(&recs, &c, &ExecStop::Completed);
+        assert!(
+            v.notes
+                .iter()
+                .any(|n| n.contains("speculative acceptance rate")),
+            "{:?}",
+            v.notes
+        );
     }
 
     fn conditions() -> Conditions {

@@ -113,6 +113,20 @@ pub struct Cfg {
     pub generation_resets: bool,
     /// Delay between synthetic token chunks.
     pub token_delay: Duration,
+    /// The prefix cache keeps only the last this many prompts (llama.cpp: one per slot, the
+    /// slots' caches overwritten by later prompts); `None`: every prompt is kept.
+    pub cache_slots: Option<usize>,
+    /// A prompt served mostly from the prefix cache gets another greedy output (" u0 u1 …"
+    /// instead of " t0 t1 …"): an engine whose cached and uncached prompts are computed
+    /// differently. llama.cpp's `cache_prompt: false` (and vLLM's `/reset_prefix_cache`) keep a
+    /// prompt out of the cache.
+    pub cached_output_differs: bool,
+    /// A log file the mock appends llama.cpp's `print_timing` lines to, one block per
+    /// generation request (task ids from 1000 up): an engine log that grows during the run.
+    pub log_to: Option<PathBuf>,
+    /// `/slots` answer once a generation request was served (llama.cpp shows a slot's
+    /// speculative parameters as of the last request it served).
+    pub slots_after: Option<Value>,
 }
 
 impl Cfg {
@@ -136,6 +150,10 @@ impl Cfg {
             timings_drafts: None,
             generation_resets: false,
             token_delay: Duration::from_millis(1),
+            cache_slots: None,
+            cached_output_differs: false,
+            log_to: None,
+            slots_after: None,
         }
     }
 
@@ -196,13 +214,16 @@ impl Mock {
     }
 
     /// Count a prompt into the cache counters; its prompt tokens as reported.
-    pub fn admit(&self, prompt: &str, probe: bool) -> u64 {
+    /// Reusing the cache only when `use_cache` (llama.cpp's `cache_prompt`); also the tokens
+    /// reused and the prompt's own length.
+    pub fn admit_cached(&self, prompt: &str, probe: bool, use_cache: bool) -> (u64, u64, u64) {
         let ids = self.ids(prompt);
         let n = ids.len() as u64;
         let mut c = self.c.lock().unwrap();
         let lcp = c
             .history
             .iter()
+            .filter(|_| use_cache)
             .map(|h| h.iter().zip(&ids).take_while(|(a, b)| a == b).count() as u64)
             .max()
             .unwrap_or(0)
@@ -218,8 +239,13 @@ impl Mock {
             }
         }
         c.history.push(ids);
+        if let Some(k) = self.cfg.cache_slots {
+            let drop = c.history.len().saturating_sub(k);
+            c.history.drain(..drop);
+        }
         let delta = if probe { 0 } else { self.cfg.prompt_delta };
-        ((n as f64 * self.cfg.prompt_scale).round() as i64 + delta).max(1) as u64
+        let reported = ((n as f64 * self.cfg.prompt_scale).round() as i64 + delta).max(1) as u64;
+        (reported, lcp, n)
     }
 
     pub fn metrics(&self) -> String {
@@ -415,7 +441,11 @@ pub async fn handle(
             respond(sock, 200, m.cfg.props.as_ref().unwrap()).await
         }
         ("GET", "/slots") if m.cfg.slots.is_some() => {
-            respond(sock, 200, m.cfg.slots.as_ref().unwrap()).await
+            let served = m.generations.load(Ordering::SeqCst) > 0;
+            match (&m.cfg.slots_after, served) {
+                (Some(after), true) => respond(sock, 200, after).await,
+                _ => respond(sock, 200, m.cfg.slots.as_ref().unwrap()).await,
+            }
         }
         ("GET", "/metrics") => respond_text(sock, &m.metrics()).await,
         ("POST", "/reset_prefix_cache") if !llama => {
@@ -456,10 +486,20 @@ pub async fn handle(
                 let _ = sock.shutdown().await;
                 return Err(std::io::Error::other("reset"));
             }
-            m.generations.fetch_add(1, Ordering::SeqCst);
+            let task = 1000 + m.generations.fetch_add(1, Ordering::SeqCst);
+            if let Some(p) = &m.cfg.log_to {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new().append(true).open(p)?;
+                writeln!(
+                    f,
+                    "0.20.000.000 I slot print_timing: id  0 | task {task} | prompt eval time =      10.00 ms /    20 tokens (    0.50 ms per token,  2000.00 tokens per second)\n0.20.000.001 I slot print_timing: id  0 | task {task} |        eval time =      10.00 ms /     8 tokens (    1.25 ms per token,   800.00 tokens per second)\n0.20.000.002 I slot print_timing: id  0 | task {task} |       total time =      20.00 ms /    28 tokens"
+                )?;
+            }
             let prompt = m.prompt_of(body);
             let probe = prompt.contains("[probe]");
-            let prompt_tokens = m.admit(&prompt, probe);
+            let use_cache = !(llama && body["cache_prompt"] == json!(false));
+            let (prompt_tokens, lcp, n) = m.admit_cached(&prompt, probe, use_cache);
+            let from_cache = m.cfg.cached_output_differs && lcp * 2 > n;
             if body["stream"] != json!(true) {
                 return respond(
                     sock,
@@ -476,7 +516,7 @@ pub async fn handle(
             let chat = req.path.contains("chat");
             match &m.cfg.replay {
                 Some(r) => replay(sock, r, prompt_tokens).await?,
-                None => synthetic(m, sock, body, chat, prompt_tokens).await?,
+                None => synthetic(m, sock, body, chat, prompt_tokens, from_cache).await?,
             }
             sock.write_all(b"0\r\n\r\n").await
         }
@@ -529,7 +569,9 @@ pub async fn synthetic(
     body: &Value,
     chat: bool,
     prompt_tokens: u64,
+    from_cache: bool,
 ) -> std::io::Result<()> {
+    let letter = if from_cache { 'u' } else { 't' };
     let n = body["max_tokens"].as_u64().unwrap_or(8);
     let continuous = m.cfg.flavor == Flavor::Vllm
         && body
@@ -561,7 +603,7 @@ pub async fn synthetic(
         write_events(
             sock,
             &[chunk(
-                json!({"content": format!(" t{i}")}),
+                json!({"content": format!(" {letter}{i}")}),
                 finish,
                 continuous.then_some(i + 1),
             )],

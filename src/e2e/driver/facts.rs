@@ -94,11 +94,7 @@ pub(super) async fn engine_facts(
             .map(|e| Sourced::new(e, "engine log (line forms)"))
     });
     f.version = f.version.or_else(|| probe.version.clone());
-    if f.version.is_none() {
-        if let Some(v) = &boot.engine_version {
-            f.version = Some(Sourced::new(v.clone(), "engine log"));
-        }
-    }
+    f.version = version_with_log(f.version.take(), boot);
     if f.version.is_none() {
         if let Some(v) = &opts.stated.engine_version {
             f.version = Some(Sourced::new(v.clone(), stated("--engine-version")));
@@ -282,4 +278,39 @@ pub(super) fn progress_bar(enabled: bool, n: usize, label: &str) -> ProgressBar 
     }
     pb.set_prefix(label.to_string());
     pb
+}
+
+/// Whether two spellings of an engine's version name the same build: llama.cpp's `/props`
+/// `b1-0c1e57098` and its log's `b1 (0c1e57098)` (the same digits and letters, in order).
+fn same_build(a: &str, b: &str) -> bool {
+    let key = |s: &str| -> String { s.chars().filter(char::is_ascii_alphanumeric).collect() };
+    key(a) == key(b)
+}
+
+/// The engine's version line in its log (llama.cpp `common_params_print_info: build N (hash)`,
+/// vLLM's banner): the version where the endpoints gave none, else checked against theirs and
+/// cited (agreeing, or naming another build).
+fn version_with_log(
+    mut version: Option<Sourced<String>>,
+    boot: &BootLog,
+) -> Option<Sourced<String>> {
+    let Some(lv) = &boot.engine_version else {
+        return version;
+    };
+    let line = boot
+        .engine_version_line
+        .map(|n| format!("engine log line {n}"))
+        .unwrap_or_else(|| "engine log".into());
+    match &mut version {
+        None => version = Some(Sourced::new(lv.clone(), line)),
+        Some(v) => {
+            let check = if same_build(&v.value, lv) {
+                format!("the {line} agrees ({lv})")
+            } else {
+                format!("the {line} says {lv}: the log is of another build than the engine that answers")
+            };
+            v.source = format!("{}; {check}", v.source);
+        }
+    }
+    version
 }

@@ -149,6 +149,13 @@ impl Session<'_> {
             None => (prepared, Vec::new()),
         };
         let judge_repetition = !model.starts_with("synthetic:");
+        // llama.cpp's /slots again: a slot shows a request's speculative parameters once it
+        // served one (the reading before the first request can miss the method and k).
+        let probe_after = if self.probe.slot_ctx.is_empty() {
+            None
+        } else {
+            Some(crate::e2e::engines::probe(&self.client).await)
+        };
         let raw_texts: std::collections::BTreeMap<usize, String> = records
             .iter()
             .map(|r| {
@@ -191,6 +198,7 @@ impl Session<'_> {
             reset,
             hits_allowed,
             judge_repetition,
+            probe: crate::e2e::engines::with_after(self.probe.clone(), probe_after.as_ref()),
         };
         let conditions = self.conditions(&requests, &texts, &evidence, kv, token_check);
         let validity = self.validity(
@@ -416,6 +424,10 @@ impl Session<'_> {
                 .kv_capacity
                 .map(|t| Sourced::new(t, stated("--kv-capacity")));
         }
+        if kv.capacity_tokens.is_none() {
+            // Why the engine's own slots do not settle it (llama.cpp: shared or per-slot cache).
+            kv.capacity_note = self.probe.kv_capacity_unknown.clone();
+        }
         kv.peak_usage = polls.peak_kv_usage;
         let mark = after
             .filter(|_| peaks_reset)
@@ -478,21 +490,29 @@ impl Session<'_> {
             spec: fill_spec(
                 spec_condition(ev.before, ev.after, &self.facts),
                 requests,
-                &self.probe,
+                &ev.probe,
                 Some(ev.boot),
                 self.opts.stated.spec,
             ),
-            cache: crate::e2e::conditions::cache_condition_with_usage(
-                cache_condition(
-                    ev.before,
-                    ev.after,
-                    CacheExpectation {
-                        temperature: suite.load.cache,
-                        reset: ev.reset,
-                        hits_allowed: ev.hits_allowed,
-                    },
+            cache: crate::e2e::checks::warm_per_request(
+                crate::e2e::conditions::cache_condition_with_usage(
+                    cache_condition(
+                        ev.before,
+                        ev.after,
+                        CacheExpectation {
+                            temperature: suite.load.cache,
+                            reset: ev.reset,
+                            hits_allowed: ev.hits_allowed,
+                        },
+                    ),
+                    requests,
                 ),
                 requests,
+                suite
+                    .workload
+                    .shared_prefix_tokens
+                    .filter(|_| suite.workload.kind == WorkloadKind::SharedPrefix)
+                    .map_or(0, u64::from),
             ),
             kv,
             lengths: length_condition(
@@ -529,6 +549,11 @@ impl Session<'_> {
         judge_repetition: bool,
     ) -> Validity {
         let mut validity = assess(requests, conditions, stop);
+        if self.opts.engine_log.is_some() {
+            for m in validity.missing_conditions.iter_mut() {
+                *m = crate::e2e::validity::with_log_given(m);
+            }
+        }
         validity.notes.extend(wave_note);
         if healthy_after_failures > 0 {
             validity.notes.push(format!(
@@ -582,10 +607,14 @@ pub(super) struct PointEvidence<'a> {
     pub(super) hits_allowed: u64,
     /// Whether output text is judged (not for synthetic weights).
     pub(super) judge_repetition: bool,
+    /// The engine's endpoints, completed by a reading after the run
+    /// ([`crate::e2e::engines::with_after`]).
+    pub(super) probe: EngineProbe,
 }
 
-/// Hits the workload itself explains: the shared prefix within the run, and for chat the
-/// template tokens around the user message (prompt tokens reported − tokens counted in the
+/// Hits the workload itself explains: the shared prefix within the run (every request's, in a
+/// warm run, whose priming precedes the first; all but the first's in a cold run), and for chat
+/// the template tokens around the user message (prompt tokens reported − tokens counted in the
 /// message), which may precede the salt.
 pub(super) fn hits_allowed(suite: &Suite, requests: &[RequestRecord], replay: bool) -> u64 {
     if replay {
@@ -595,10 +624,12 @@ pub(super) fn hits_allowed(suite: &Suite, requests: &[RequestRecord], replay: bo
             .map(|r| r.prompt_tokens.or(r.input_tokens_counted).unwrap_or(0))
             .sum();
     }
+    let sharing = match suite.load.cache {
+        CacheTemp::Warm => requests.len(),
+        CacheTemp::Cold => requests.len().saturating_sub(1),
+    };
     let shared = match (suite.workload.kind, suite.workload.shared_prefix_tokens) {
-        (WorkloadKind::SharedPrefix, Some(p)) => {
-            u64::from(p) * (requests.len().saturating_sub(1) as u64)
-        }
+        (WorkloadKind::SharedPrefix, Some(p)) => u64::from(p) * sharing as u64,
         _ => 0,
     };
     let template: u64 = if suite.workload.api == Api::Chat {

@@ -29,7 +29,7 @@ pub(super) async fn run_search(
     session: &Session<'_>,
     spec: &SearchSpec,
     engine: &EngineHandle,
-    extra_log: &Option<String>,
+    log_file: &Option<crate::e2e::bootlog::EngineLogFile>,
     stop: &StopSignal,
     results: &mut E2eResults,
     on_update: &mut (dyn FnMut(&E2eResults) + Send),
@@ -64,7 +64,8 @@ pub(super) async fn run_search(
             point.label(),
             opts.suite.load.requests
         );
-        let boot = boot_of(engine, extra_log);
+        // The log as it is now, as each sweep point reads it.
+        let boot = boot_of(engine, &log_file.as_ref().map(|f| f.text_now()));
         match session.run_point(&point, &boot).await {
             Ok(r) => {
                 eprintln!("{}", one_line(&r));

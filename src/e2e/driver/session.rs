@@ -43,16 +43,13 @@ pub async fn run_session(
             s.trigger(StopCause::Interrupted);
         });
     }
-    let extra_log = match &opts.engine_log {
-        Some(p) => Some(
-            std::fs::read(p)
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .map_err(|e| {
-                    crate::RigError::file(p, format!("cannot read engine log (--engine-log): {e}"))
-                })?,
-        ),
-        None => None,
-    };
+    // --engine-log: its boot now; what the engine writes during the session, at each read.
+    let log_file = opts
+        .engine_log
+        .as_deref()
+        .map(crate::e2e::bootlog::EngineLogFile::open)
+        .transpose()?;
+    let extra_log = log_file.as_ref().map(|f| f.boot().to_string());
     results.engine.env = match &opts.engine {
         EngineChoice::Builtin { .. } => crate::e2e::checks::kernel_env(None),
         EngineChoice::Command { command, .. } => crate::e2e::checks::kernel_env(Some(command)),
@@ -106,20 +103,22 @@ pub async fn run_session(
             on_update(&results);
         }
     }
-    run_sweep(
-        &session,
-        &engine,
-        &extra_log,
-        &stop,
-        &mut results,
-        on_update,
-    )
-    .await;
+    run_sweep(&session, &engine, &log_file, &stop, &mut results, on_update).await;
     record_stop(&stop, &engine, &mut results).await;
     engine.stop().await;
     results.engine.exit = engine.exit_status();
-    let boot = boot_of(&engine, &extra_log);
+    let boot = boot_of(&engine, &log_file.as_ref().map(|f| f.text_now()));
     results.engine_log = Some(engine.log_text()).filter(|t| !t.trim().is_empty());
+    if let Some(f) = &log_file {
+        let (run, how) = f.since_start();
+        results
+            .notes
+            .push(format!("engine log (--engine-log) read: {how}"));
+        results.engine_log_file = Some(how);
+        if results.engine_log.is_none() {
+            results.engine_log = Some(run).filter(|t| !t.trim().is_empty());
+        }
+    }
     results.boot_log = (!boot.is_empty()).then_some(boot);
     on_update(&results);
     Ok(results)
@@ -255,6 +254,7 @@ pub(super) async fn check_determinism(
         conc.min(n as u32),
         &session.exec_cfg,
         stop,
+        session.facts.kind,
     )
     .await
     {
@@ -275,7 +275,7 @@ pub(super) async fn check_determinism(
 pub(super) async fn run_sweep(
     session: &Session<'_>,
     engine: &EngineHandle,
-    extra_log: &Option<String>,
+    log_file: &Option<crate::e2e::bootlog::EngineLogFile>,
     stop: &StopSignal,
     results: &mut E2eResults,
     on_update: &mut (dyn FnMut(&E2eResults) + Send),
@@ -283,7 +283,7 @@ pub(super) async fn run_sweep(
     let opts = session.opts;
     if let Some(spec) = &opts.goodput_search {
         return super::search::run_search(
-            session, spec, engine, extra_log, stop, results, on_update,
+            session, spec, engine, log_file, stop, results, on_update,
         )
         .await;
     }
@@ -297,7 +297,8 @@ pub(super) async fn run_sweep(
             }
             break;
         }
-        let boot = boot_of(engine, extra_log);
+        // The log as it is now: its boot and what the engine wrote during the session.
+        let boot = boot_of(engine, &log_file.as_ref().map(|f| f.text_now()));
         // Plain lines on stderr, with or without a terminal (the bar needs one).
         eprintln!(
             "rigbench e2e: sweep point {}/{}: {} ({} requests)",
