@@ -28,15 +28,7 @@
 // Requirements (the launcher checks them): 1 <= m <= 8; K a multiple of 32 (BF16) or 64 (E4M3);
 // w, x 16-byte aligned. Grid: ceil(n / 16) CTAs of 32 * W threads.
 
-#include <cuda_bf16.h>
-#ifdef __CUDACC_RTC__
-// NVRTC ships no C library headers.
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-#else
-#include <stdint.h>
-#endif
+#include "common.cuh"
 
 __device__ __forceinline__ uint4 gv_ld_stream(const uint4* p) {
   uint4 v;

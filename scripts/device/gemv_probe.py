@@ -28,8 +28,10 @@ L2_BYTES = 60 << 20
 
 def build():
     inc = os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/include"
+    own = os.path.join(os.path.dirname(__file__), "..", "..", "kernels")  # common.cuh
     names = [f"gemv_{t}_w{w}_u{u}" for t in ("bf16", "fp8") for (w, u) in VARIANTS]
-    mod = cp.RawModule(code=SRC, options=("-std=c++17", "--gpu-architecture=sm_90", f"-I{inc}"), name_expressions=None)
+    mod = cp.RawModule(code=SRC, options=("-std=c++17", "--gpu-architecture=sm_90", f"-I{inc}", f"-I{own}"),
+                       name_expressions=None)
     return {n: mod.get_function(n) for n in names}
 
 
