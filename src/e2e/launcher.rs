@@ -1032,7 +1032,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("exited during startup"), "{e}");
-        assert!(e.contains("out_of_memory"), "{e}");
+        // The startup error as a sentence with its log line, not the finding's record.
+        assert!(
+            e.contains("log line 1: CUDA out of memory: tried to allocate 2.00 GiB"),
+            "{e}"
+        );
         assert!(!stop.is_stopped() || matches!(stop.cause(), Some(StopCause::EngineFailed(_))));
     }
 
