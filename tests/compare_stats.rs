@@ -216,7 +216,7 @@ fn too_little_data_is_ambiguous_never_same() {
         &timing(vec![2.0; 4]),
         &Settings::default(),
     );
-    assert_eq!(row.verdict, Verdict::Ambiguous);
+    assert_eq!(row.verdict, Verdict::NotEnoughSamples);
     assert!(row.notes.join(" ").contains("too few samples"), "{row:?}");
 }
 

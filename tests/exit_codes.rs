@@ -394,7 +394,7 @@ fn report_exit_codes() {
                 // of an engine it did not start is said after the engine's own reset route
                 // answered, naming that route: a dead engine had nothing emptied.)
                 assert!(
-                    err(&o).contains("(--url); start the engine first"),
+                    err(&o).contains("(--url, checked before the report's other parts ran); start the engine first"),
                     "{}",
                     err(&o)
                 );

@@ -424,9 +424,13 @@ impl Session<'_> {
                 .kv_capacity
                 .map(|t| Sourced::new(t, stated("--kv-capacity")));
         }
-        if kv.capacity_tokens.is_none() {
-            // Why the engine's own slots do not settle it (llama.cpp: shared or per-slot cache).
-            kv.capacity_note = self.probe.kv_capacity_unknown.clone();
+        if let (None, Some(why)) = (&kv.capacity_tokens, &self.probe.kv_capacity_unknown) {
+            // Why the engine's own slots do not settle it (llama.cpp: shared or per-slot cache),
+            // after what the scrape said (a rejected /metrics label is kept).
+            kv.capacity_note = Some(match kv.capacity_note.take() {
+                Some(n) => format!("{n}; {why}"),
+                None => why.clone(),
+            });
         }
         kv.peak_usage = polls.peak_kv_usage;
         let mark = after
