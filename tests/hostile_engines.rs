@@ -386,7 +386,12 @@ async fn stalled_version_and_models_cost_seconds_and_say_why() {
             && notes.contains("GET /v1/models stalled"),
         "{notes}"
     );
-    assert!(r.runs[0].validity.valid, "the run itself is unaffected");
+    // The run itself is unaffected: its requests are served (the mock's token counts are not
+    // what this test checks; its prompt-length check has its own tests).
+    assert!(
+        !r.runs[0].requests.is_empty() && r.runs[0].requests.iter().all(|q| q.ok),
+        "the run itself is unaffected"
+    );
     assert!(t.elapsed() < Duration::from_secs(40), "{:?}", t.elapsed());
 }
 
