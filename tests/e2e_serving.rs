@@ -283,8 +283,13 @@ async fn the_search_finds_the_concurrency_the_script_implies() {
     let s = res.goodput_search.as_ref().expect("search");
     let loads: Vec<f64> = s.probes.iter().map(|p| p.load).collect();
     assert_eq!(loads, vec![1.0, 2.0, 4.0, 8.0, 6.0, 5.0], "{s:?}");
-    assert_eq!(s.answer, Some(4.0), "{s:?}");
-    assert_eq!(s.lowest_fail, Some(5.0));
+    // The mock is slow above 4 requests in flight: c <= 4 always meets the SLO and c >= 6 never
+    // does; at c = 5 a request meets it when it ran before the fifth arrived, so that probe may
+    // fail or sit at the target within its interval (seen both ways under load). Either way the
+    // answer is the load just below the lowest failing one.
+    let a = s.answer.expect("an answer");
+    assert!(a == 4.0 || a == 5.0, "{s:?}");
+    assert_eq!(s.lowest_fail, Some(a + 1.0), "{s:?}");
     assert_eq!(res.runs.len(), s.probes.len(), "every probe's run is kept");
 }
 
