@@ -75,6 +75,11 @@ pub struct E2eFlags {
     /// The workload and the load (override the suite's).
     #[command(flatten)]
     pub load: LoadArgs,
+    /// Trace replay, SLO goodput and energy. Its own group, not inside `LoadArgs`: clap gives a
+    /// struct with a flattened field no group of its own, and `report --render` refuses the
+    /// `LoadArgs` group's flags by that group.
+    #[command(flatten)]
+    pub serving: crate::cli::serving::ServingArgs,
     /// Built-in engine: the model to serve (`synthetic:tiny`, a preset, a checkpoint folder, or
     /// a GGUF file; `rigbench serve --help` lists what each may hold).
     #[arg(long, default_value = "synthetic:tiny")]
@@ -256,9 +261,6 @@ pub struct LoadArgs {
     /// Sampling seed.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Trace replay, SLO goodput and energy.
-    #[command(flatten)]
-    pub serving: crate::cli::serving::ServingArgs,
 }
 
 /// The built-in engine's own settings, which `e2e` takes from its flags and `report` fixes.
@@ -318,7 +320,7 @@ impl E2eFlags {
         let mut o = e2e_options(
             "--suite",
             &self.suite,
-            &load,
+            (&load, &self.serving),
             &self.engine,
             BuiltinEngine {
                 model: &self.model,
@@ -346,7 +348,7 @@ impl E2eFlags {
 pub fn e2e_options(
     suite_flag: &str,
     suite: &str,
-    load: &LoadArgs,
+    (load, serving): (&LoadArgs, &crate::cli::serving::ServingArgs),
     args: &EngineArgs,
     builtin: BuiltinEngine<'_>,
     request_timeout_s: f64,
@@ -397,7 +399,7 @@ pub fn e2e_options(
         }
     }
     let mut o = E2eOptions::with_suite(suite);
-    crate::cli::serving::apply(&mut o, &load.serving)?;
+    crate::cli::serving::apply(&mut o, serving)?;
     o.engine = engine;
     o.engine_log = args.engine_log.clone();
     o.served_model = args.served_model.clone();

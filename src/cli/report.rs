@@ -55,6 +55,9 @@ pub struct ReportArgs {
     /// The workload and load of the end-to-end runs: `e2e`'s flags, overriding the e2e suite's.
     #[command(flatten)]
     pub load: LoadArgs,
+    /// Trace replay, SLO goodput and energy of the end-to-end runs: `e2e`'s flags.
+    #[command(flatten)]
+    pub serving: crate::cli::serving::ServingArgs,
     /// The end-to-end suite: a built-in name (tiny, fixed-1k-256, narrative, code, shared-prefix,
     /// open-loop) or a TOML file; `e2e --suite` (here --suite is the kernel suite).
     #[arg(long = "e2e-suite", value_name = "SUITE", default_value = "tiny")]
@@ -212,7 +215,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitStatus> {
         let mut o = crate::cli::e2e::e2e_options(
             "--e2e-suite",
             &args.e2e_suite,
-            &args.load,
+            (&args.load, &args.serving),
             &args.engine,
             BuiltinEngine {
                 model: "synthetic:tiny",
