@@ -64,7 +64,7 @@ pub use error::{ExitStatus, RigError};
 /// Test-only: the path of the real-world fixture `rel` (e.g. `"logs"`,
 /// `"models/tiny-qwen3-transformers5"`) inside the checkout's `tests/fixtures/real/`, a byte copy
 /// of the project's shared fixture channel with its provenance
-/// (`tests/fixtures/real/PROVENANCE-shared-README.md`, `SHA256SUMS`). Panics, naming the path,
+/// (`tests/fixtures/real/PROVENANCE.md`, `SHA256SUMS`). Panics, naming the path,
 /// when it is absent: the fixtures are part of the repository, so a missing one is a broken
 /// checkout, never a reason to skip.
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The real-world inputs the tests read live in the repository (`tests/fixtures/real/`), copied
-//! byte for byte from the shared fixture channel. `SHA256SUMS` records each file's SHA-256; this
+//! from the project's fixture channel (byte for byte but for `PROVENANCE.md`, see its README). `SHA256SUMS` records each file's SHA-256; this
 //! test fails when a file is edited, removed or added without updating that list, so a fixture
 //! cannot drift silently from the provenance its README gives.
 

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 /// The path of the real-world fixture `rel` (e.g. `"logs"`, `"engines/vllm-0.32.0-cpu"`) inside
 /// the checkout's `tests/fixtures/real/` (a byte copy of the project's shared fixture channel,
-/// with `PROVENANCE-shared-README.md` and `SHA256SUMS`). Fails the test, naming the path, when it
+/// with `PROVENANCE.md` and `SHA256SUMS`). Fails the test, naming the path, when it
 /// is absent: the fixtures are committed, so a missing one is a broken checkout.
 pub fn real_fixture(rel: &str) -> std::path::PathBuf {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
