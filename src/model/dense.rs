@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::config::{Arch, HfConfig, ModelConfig, SUPPORTED_ARCHITECTURES, SUPPORTED_MODEL_TYPES};
+use super::fields::Fields;
 use super::rope::parse_rope;
 
 /// The dense reader (`qwen3`, `llama`) behind [`ModelConfig::parse_hf_config`], on the
@@ -21,44 +22,11 @@ pub(super) fn parse(root: &Map<String, Value>) -> anyhow::Result<HfConfig> {
         Arch::Llama => "LlamaConfig",
         Arch::Qwen35 => "Qwen3_5TextConfig",
     };
-    let uint = |key: &str| -> anyhow::Result<Option<usize>> {
-        match root.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) => match n.as_u64() {
-                Some(v) => Ok(Some(v as usize)),
-                None => {
-                    anyhow::bail!("field {key}: expected a non-negative integer, found {n}")
-                }
-            },
-            Some(other) => {
-                anyhow::bail!("field {key}: expected a non-negative integer, found {other}")
-            }
-        }
-    };
-    let float = |obj: &serde_json::Map<String, Value>,
-                 key: &str,
-                 at: &str|
-     -> anyhow::Result<Option<f64>> {
-        match obj.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) => Ok(n.as_f64()),
-            Some(other) => anyhow::bail!("field {at}{key}: expected a number, found {other}"),
-        }
-    };
-    let boolean = |key: &str| -> anyhow::Result<Option<bool>> {
-        match root.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(other) => anyhow::bail!("field {key}: expected true or false, found {other}"),
-        }
-    };
-    let need = |key: &str| -> anyhow::Result<usize> {
-        match uint(key)? {
-            Some(0) => anyhow::bail!("field '{key}' is 0"),
-            Some(x) => Ok(x),
-            None => anyhow::bail!("missing field '{key}'"),
-        }
-    };
+    let f = Fields::new(root, "");
+    let uint = |key: &str| f.uint(key);
+    let float = super::fields::float;
+    let boolean = |key: &str| f.boolean(key);
+    let need = |key: &str| f.need(key);
     if boolean("attention_bias")? == Some(true) || boolean("mlp_bias")? == Some(true) {
         anyhow::bail!("attention_bias/mlp_bias = true is not supported by the built-in runtime");
     }

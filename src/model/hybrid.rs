@@ -21,6 +21,7 @@
 use serde_json::{Map, Value};
 
 use super::config::{Arch, HfConfig, ModelConfig, RopeScaling};
+use super::fields::Fields;
 
 /// What a decoder layer's token mixer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -407,41 +408,11 @@ fn parse_text(
     moe: bool,
     warnings: &mut Vec<String>,
 ) -> anyhow::Result<(ModelConfig, Option<String>)> {
-    let uint = |key: &str| -> anyhow::Result<Option<usize>> {
-        match o.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) => match n.as_u64() {
-                Some(v) => Ok(Some(v as usize)),
-                None => {
-                    anyhow::bail!("field {at}{key}: expected a non-negative integer, found {n}")
-                }
-            },
-            Some(other) => {
-                anyhow::bail!("field {at}{key}: expected a non-negative integer, found {other}")
-            }
-        }
-    };
-    let float = |obj: &Map<String, Value>, key: &str, p: &str| -> anyhow::Result<Option<f64>> {
-        match obj.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) => Ok(n.as_f64()),
-            Some(other) => anyhow::bail!("field {p}{key}: expected a number, found {other}"),
-        }
-    };
-    let boolean = |key: &str| -> anyhow::Result<Option<bool>> {
-        match o.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(other) => anyhow::bail!("field {at}{key}: expected true or false, found {other}"),
-        }
-    };
-    let need = |key: &str| -> anyhow::Result<usize> {
-        match uint(key)? {
-            Some(0) => anyhow::bail!("field '{at}{key}' is 0"),
-            Some(x) => Ok(x),
-            None => anyhow::bail!("missing field '{at}{key}'"),
-        }
-    };
+    let f = Fields::new(o, at);
+    let uint = |key: &str| f.uint(key);
+    let float = super::fields::float;
+    let boolean = |key: &str| f.boolean(key);
+    let need = |key: &str| f.need(key);
     let or_default = |key: &str, d: usize, warnings: &mut Vec<String>| -> anyhow::Result<usize> {
         match uint(key)? {
             Some(0) => anyhow::bail!("field '{at}{key}' is 0"),

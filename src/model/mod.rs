@@ -17,6 +17,7 @@
 pub mod config;
 pub mod dense;
 pub mod facts;
+mod fields;
 pub mod hybrid;
 pub mod moe;
 pub mod roles;

@@ -19,6 +19,7 @@
 use serde_json::{Map, Value};
 
 use super::config::{Arch, ModelConfig, RopeScaling};
+use super::fields::Fields;
 use super::hybrid::{interval_pattern, HybridConfig};
 
 /// The sparse MLP part of a decoder's shape.
@@ -119,20 +120,8 @@ pub(super) fn parse_moe(
     warnings: &mut Vec<String>,
 ) -> anyhow::Result<MoeConfig> {
     let class = family.class();
-    let uint = |key: &str| -> anyhow::Result<Option<usize>> {
-        match o.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) => match n.as_u64() {
-                Some(v) => Ok(Some(v as usize)),
-                None => {
-                    anyhow::bail!("field {at}{key}: expected a non-negative integer, found {n}")
-                }
-            },
-            Some(other) => {
-                anyhow::bail!("field {at}{key}: expected a non-negative integer, found {other}")
-            }
-        }
-    };
+    let f = Fields::new(o, at);
+    let uint = |key: &str| f.uint(key);
     let count =
         |key: &str, alt: Option<&str>, d: usize, w: &mut Vec<String>| -> anyhow::Result<usize> {
             let v = match uint(key)? {
