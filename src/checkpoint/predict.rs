@@ -474,7 +474,7 @@ fn unquantized(moe: bool) -> Rule {
             "cuBLAS GEMM (torch linear)",
             true,
             None,
-            src("unquantized linear: UnquantizedLinearMethod.apply, F.linear (rigbench's reading)"),
+            src("vllm 0.23–0.34: vllm/model_executor/layers/linear.py UnquantizedLinearMethod.apply (F.linear, cuBLAS; rigbench's reading, not read)"),
         )
     }
 }
@@ -550,7 +550,7 @@ fn sglang_linear(cc: u32, class: LayerClass, f: &ModuleFormat) -> Rule {
             "not predicted",
             false,
             None,
-            "sglang 0.5: how SGLang runs weight-only (W4A16) NVFP4 was not read; no rule".into(),
+            "sglang 0.5: python/sglang/srt/layers/quantization/modelopt_quant.py: how SGLang runs weight-only (W4A16) NVFP4 was not read; no rule".into(),
         ),
         ModuleFormat::Fp8 { activations, .. } if activations != "weight-only" && cc >= 89 => {
             let k = if moe {
@@ -565,7 +565,7 @@ fn sglang_linear(cc: u32, class: LayerClass, f: &ModuleFormat) -> Rule {
         }
         ModuleFormat::Bf16 | ModuleFormat::F16 => {
             let mut r = unquantized(moe);
-            r.source = src("sglang 0.5: unquantized linear / Triton fused MoE (not read)");
+            r.source = src("sglang 0.5: python/sglang/srt/layers/linear.py UnquantizedLinearMethod.apply / Triton fused MoE (not read)");
             r
         }
         other => no_rule(other),
@@ -621,7 +621,7 @@ fn kv_cache(spec: &EngineSpec, cc: u32, fp8_kv: bool, attn_kernel: &str) -> Rule
     let source = match spec.engine {
         Engine::Vllm => src(SRC_VLLM_KV),
         Engine::Sglang => src(
-            "sglang 0.5: --kv-cache-dtype fp8_e4m3 / the checkpoint's KV declaration (not read)",
+            "sglang 0.5: python/sglang/srt/server_args.py ServerArgs.kv_cache_dtype (fp8_e4m3) / the checkpoint's KV declaration (not read)",
         ),
     };
     if fp8_kv {
