@@ -222,7 +222,8 @@ fn diagnose_states_where_the_log_differs_from_the_prediction() {
             cc,
             "--json",
         ]);
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect(&err(&o));
+        let v: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", err(&o)));
         v["findings"]
             .as_array()
             .unwrap()
