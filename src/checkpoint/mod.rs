@@ -21,6 +21,7 @@ pub mod headers;
 pub mod hub;
 mod lint;
 pub mod modules;
+pub mod predict;
 pub mod quant;
 mod render;
 pub mod runtime;
@@ -74,6 +75,9 @@ pub struct InspectOptions {
     /// one sequence's state, as vLLM's allocator, which takes states from the shared pool as
     /// requests arrive.
     pub max_num_seqs: Option<u64>,
+    /// The engine and version to predict "What will run" for (`--engine vllm==0.34`); `None`
+    /// predicts nothing. The prediction needs `cc` too.
+    pub engine: Option<predict::EngineSpec>,
 }
 
 /// Default reserve for activations, CUDA graphs and context: 1.5 GiB (an assumption; vLLM
@@ -93,6 +97,7 @@ impl Default for InspectOptions {
             kv_cache_dtype: None,
             reserve_bytes: DEFAULT_RESERVE_BYTES,
             max_num_seqs: None,
+            engine: None,
         }
     }
 }
@@ -263,6 +268,13 @@ pub struct InspectReport {
     pub card: CardSection,
     /// Predicted footprint and KV capacity (a prediction, with its assumptions).
     pub capacity: CapacityPrediction,
+    /// "What will run" with `--engine`: per layer class, the kernel the engine selects, whether
+    /// it is native, its warning and the rule's source ([`predict`]); absent without `--engine`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_prediction: Option<Vec<predict::ClassPrediction>>,
+    /// What `engine_prediction` is for: engine, version and card (`vLLM 0.34.0 on sm_121 (--cc)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_prediction_for: Option<String>,
 }
 
 impl InspectReport {
@@ -274,6 +286,63 @@ impl InspectReport {
     /// Findings of one rule.
     pub fn findings_of(&self, rule: &str) -> Vec<&Finding> {
         self.findings.iter().filter(|f| f.rule == rule).collect()
+    }
+
+    /// What the engine prediction needs from this report: the linear modules grouped by class
+    /// (MoE experts, everything else dense) and format, the attention and Gated-DeltaNet layers,
+    /// and the KV-cache dtype (`kv_override` first, then the checkpoint's declaration).
+    pub fn prediction_input(&self, kv_override: Option<KvCacheDtype>) -> predict::PredictInput {
+        use predict::{LayerClass, LinearGroup};
+        let mut linear: Vec<LinearGroup> = Vec::new();
+        let mut gdn_formats: Vec<String> = Vec::new();
+        for row in &self.modules {
+            let class = match row.kind {
+                LayerKind::MoeExperts => LayerClass::MoeExperts,
+                LayerKind::Mlp
+                | LayerKind::SharedExpert
+                | LayerKind::FullAttention
+                | LayerKind::LinearAttention => LayerClass::DenseLinear,
+                _ => continue,
+            };
+            if row.kind == LayerKind::LinearAttention {
+                let w = predict::quant_words(&row.format);
+                if !gdn_formats.contains(&w) {
+                    gdn_formats.push(w);
+                }
+            }
+            let label = row.kind.label();
+            match linear
+                .iter_mut()
+                .find(|g| g.class == class && g.format == row.format)
+            {
+                Some(g) => {
+                    if !g.modules.split(", ").any(|m| m == label) {
+                        g.modules = format!("{}, {label}", g.modules);
+                    }
+                }
+                None => linear.push(LinearGroup {
+                    class,
+                    format: row.format.clone(),
+                    modules: label.to_string(),
+                }),
+            }
+        }
+        let kv_cache = match kv_override {
+            Some(KvCacheDtype::Fp8) => Some("FP8".to_string()),
+            Some(_) => None,
+            None => self
+                .quantization
+                .sources
+                .iter()
+                .find_map(|s| s.kv_cache.clone()),
+        };
+        predict::PredictInput {
+            linear,
+            attention: self.model.full_attention_layers != Some(0),
+            gdn_layers: self.model.linear_attention_layers,
+            gdn_projections: (!gdn_formats.is_empty()).then(|| gdn_formats.join(" + ")),
+            kv_cache,
+        }
     }
 
     /// Rewrite the strings copied from the checkpoint and the command line (the folder or hub
@@ -493,6 +562,20 @@ fn inspect_body(
         report.findings.insert(0, f);
     }
     report.model = facts;
+    if let (Some(engine), Some(cc)) = (&opts.engine, opts.cc) {
+        let p = predict::predict(
+            engine,
+            cc.as_int(),
+            &report.prediction_input(opts.kv_cache_dtype),
+        );
+        report.engine_prediction_for = Some(format!(
+            "{} on {} ({})",
+            p.engine,
+            p.cc,
+            opts.card.as_deref().unwrap_or("card")
+        ));
+        report.engine_prediction = Some(p.rows);
+    }
     Ok(report)
 }
 

@@ -22,8 +22,45 @@ pub fn render_markdown(r: &InspectReport) -> String {
     render_modules(&mut o, r);
     render_findings(&mut o, r);
     render_card(&mut o, r);
+    render_prediction(&mut o, r);
     render_capacity(&mut o, r);
     o
+}
+
+/// "What will run" (`--engine`): per layer class, the kernel the engine selects.
+fn render_prediction(o: &mut String, r: &InspectReport) {
+    let Some(rows) = &r.engine_prediction else {
+        return;
+    };
+    o.push_str(&format!(
+        "### What will run: {}\n\n",
+        r.engine_prediction_for.as_deref().unwrap_or("engine")
+    ));
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|p| {
+            vec![
+                format!("{} ({})", p.layer_class.label(), p.modules),
+                p.quantization.clone(),
+                p.kernel.clone(),
+                if p.native { "yes" } else { "no" }.to_string(),
+                p.warning.clone().unwrap_or_else(|| "-".into()),
+                p.rule_source.clone(),
+            ]
+        })
+        .collect();
+    o.push_str(&markdown_table(
+        &[
+            "layer class",
+            "quantization",
+            "kernel",
+            "native",
+            "warning",
+            "rule source",
+        ],
+        &rows,
+    ));
+    o.push_str("\nA prediction from rigbench's rule table (docs/diagnose.md, \"Prediction rules\"): the engine's own log lines ('Using … for NVFP4 GEMM', '… NvFp4 MoE backend', '… attention backend') say what ran; `rigbench diagnose --log` compares them with this table.\n\n");
 }
 
 /// The model facts from config.json.

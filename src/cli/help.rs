@@ -125,7 +125,7 @@ pub fn exits(cmd: Cmd) -> Vec<Exit> {
             exit(Ok, "no error-level finding"),
             exit(Error, "the folder or its metadata cannot be read (or the hub cannot be reached for hf://)"),
             exit(LintErrors, "error-level findings"),
-            exit(Usage, "bad command line: an unknown flag, or a value rigbench rejects (e.g. a --cc that names no known card)"),
+            exit(Usage, "bad command line: an unknown flag, or a value rigbench rejects (e.g. a --cc that names no known card, an --engine outside vllm==0.23 … 0.34 and sglang==0.5, or --engine without a card)"),
         ],
         Cmd::Serve => vec![
             exit(Ok, "stopped by Ctrl-C or SIGTERM (also while the model is loading)"),

@@ -53,6 +53,11 @@ pub struct InspectArgs {
     /// GGUF files: llama.cpp's `-np`, the parallel slots sharing the context.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub parallel: u64,
+    /// Predict "What will run" for this engine and version: per layer class the kernel the
+    /// engine selects, whether it is native, its warning and the rule's source. ENGINE==VERSION:
+    /// vllm==0.23 … vllm==0.34, or sglang==0.5. Needs a card: --cc, or the probed GPU.
+    #[arg(long, value_name = "ENGINE==VERSION")]
+    pub engine: Option<String>,
     /// Do not redact host name, user paths and IP addresses.
     #[arg(long)]
     pub no_redact: bool,
@@ -136,6 +141,21 @@ pub fn options(args: &InspectArgs) -> Result<InspectOptions, RigError> {
     if let Some(b) = mem {
         o.gpu_memory_bytes = Some(b);
         o.gpu_memory_source = Some("--gpu-mem-gib".into());
+    }
+    if let Some(e) = &args.engine {
+        o.engine = Some(
+            e.parse::<checkpoint::predict::EngineSpec>()
+                .map_err(|e| RigError::flag("--engine", e))?,
+        );
+        if o.cc.is_none() {
+            return Err(RigError::flag(
+                "--cc",
+                format!(
+                    "--engine predicts for a card and none is known ({}): give --cc sm_XX, e.g. --cc sm_90, sm_100, sm_120 or 12.1",
+                    o.no_card_reason.as_deref().unwrap_or("no GPU probed")
+                ),
+            ));
+        }
     }
     Ok(o)
 }
@@ -234,6 +254,13 @@ pub fn gguf_options(
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     let opts = options(&args)?;
     if checkpoint::gguf::is_gguf_path(&args.dir) {
+        if args.engine.is_some() {
+            return Err(RigError::flag(
+                "--engine",
+                "the prediction covers safetensors checkpoints (config.json + quantization metadata), not GGUF files",
+            )
+            .into());
+        }
         let g = checkpoint::gguf_inspect::inspect_path(&args.dir, &gguf_options(&args, &opts)?)?;
         let redactor = Redactor::for_this_host(!args.no_redact);
         if args.json {

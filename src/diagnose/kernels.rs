@@ -7,58 +7,15 @@
 //! card (`docs/diagnose.md`): before 0.33, Marlin on every card; from 0.33, Humming on sm_90,
 //! FlashInfer CuTe-DSL on sm_100 and sm_103, Marlin elsewhere. W4A4 layers run natively on
 //! cards with FP4 tensor cores (sm_100 and up) when the build has kernels for the card, and as
-//! W4A16 below sm_100.
+//! W4A16 below sm_100. The rules themselves (which kernel each engine version selects per
+//! layer class and card) are `crate::checkpoint::predict`'s, shared with `inspect --engine`;
+//! [`prediction_findings`] states where a log's kernels differ from them.
 
 use super::log::{EngineLog, KernelChoice, KernelPath};
 use super::{f, Card, CheckpointFacts, Finding, LogInput, Severity};
-
-/// `0.33.0rc1` → (0, 33, 0); `v0.11.1.dev41+g6c3c` → (0, 11, 1).
-pub(crate) fn version_triple(v: &str) -> Option<(u32, u32, u32)> {
-    let v = v.trim().trim_start_matches('v');
-    let mut it = v.split(|c: char| !c.is_ascii_digit());
-    let a = it.next()?.parse().ok()?;
-    let b = it.next()?.parse().ok()?;
-    let c = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-    Some((a, b, c))
-}
-
-/// The kernel a vLLM build runs weight-only NVFP4 layers on for card `cc`: `(kernel, why)`;
-/// the kernel is `None` when it depends on a version the log does not state.
-pub(crate) fn vllm_w4a16_kernel(version: Option<&str>, cc: u32) -> (Option<&'static str>, String) {
-    let newer = match cc {
-        90 => Some("Humming"),
-        100 | 103 => Some("FlashInfer CuTe-DSL"),
-        _ => None,
-    };
-    let Some(newer) = newer else {
-        return (
-            Some("Marlin"),
-            format!("vLLM runs weight-only NVFP4 on Marlin on sm_{cc} in every version"),
-        );
-    };
-    match version.and_then(version_triple) {
-        Some(v) if v >= (0, 33, 0) => (
-            Some(newer),
-            format!(
-                "vLLM {}.{}.{} runs weight-only NVFP4 on {newer} on sm_{cc} (0.33 and later)",
-                v.0, v.1, v.2
-            ),
-        ),
-        Some(v) => (
-            Some("Marlin"),
-            format!(
-                "vLLM {}.{}.{} runs weight-only NVFP4 on Marlin on every card (before 0.33)",
-                v.0, v.1, v.2
-            ),
-        ),
-        None => (
-            None,
-            format!(
-                "vLLM before 0.33 runs weight-only NVFP4 on Marlin on every card; 0.33 and later run it on {newer} on sm_{cc}, and the log does not state the version"
-            ),
-        ),
-    }
-}
+// The rules live in one module that `inspect --engine` uses too.
+pub(crate) use crate::checkpoint::predict::vllm_w4a16_kernel;
+use crate::checkpoint::predict::{self, EngineSpec, LayerClass};
 
 fn choice_text(c: &KernelChoice) -> String {
     format!("{} → {} (line {})", c.what, c.kernel, c.line)
@@ -549,4 +506,87 @@ fn explain_marlin_12x(
         format!("Marlin FP4 fallback on sm_{}", cc.as_int()),
         format!("{}.{choices}", parts.join("; ")),
     )
+}
+
+/// The prediction of `crate::checkpoint::predict` joined with the kernels the log names: for
+/// each NVFP4 kernel line (dense linear or MoE experts), whether its family is the one the
+/// engine's version selects on this card for the checkpoint's layers of that class. Needs the
+/// checkpoint, the card, and an engine version the rules cover; says nothing otherwise.
+pub(crate) fn prediction_findings(
+    l: &LogInput,
+    ck: Option<&CheckpointFacts>,
+    card: Option<&Card>,
+    out: &mut Vec<Finding>,
+) {
+    let log = &l.log;
+    let (Some(input), Some(card)) = (ck.and_then(|c| c.predict_input.as_ref()), card) else {
+        return;
+    };
+    let Some(spec) = EngineSpec::from_log(log.engine.as_deref(), log.engine_version.as_deref())
+    else {
+        return;
+    };
+    let cc = card.cc.as_int();
+    let p = predict::predict(&spec, cc, input);
+    for c in log
+        .kernel_choices
+        .iter()
+        .filter(|c| c.what.contains("NVFP4") || c.what.contains("NvFp4"))
+    {
+        let class = if c.what.contains("MoE") {
+            LayerClass::MoeExperts
+        } else {
+            LayerClass::DenseLinear
+        };
+        let rows: Vec<_> = p
+            .rows
+            .iter()
+            .filter(|r| r.layer_class == class && r.quantization.starts_with("NVFP4"))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let seen = predict::kernel_family(&c.kernel);
+        if rows
+            .iter()
+            .any(|r| predict::kernel_family(&r.kernel) == seen)
+        {
+            continue;
+        }
+        let log_native = c.path() == KernelPath::NativeFp4;
+        let sev = if rows.iter().any(|r| r.native != log_native) {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
+        let predicted = rows
+            .iter()
+            .map(|r| format!("{} for {} {}", r.kernel, r.quantization, class.label()))
+            .collect::<Vec<_>>()
+            .join(" and ");
+        let sources = rows
+            .iter()
+            .map(|r| r.rule_source.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        out.push(f(
+            "kernel-differs-from-prediction",
+            sev,
+            format!(
+                "predicted {predicted} on sm_{cc} ({}) with {spec}; the log shows {}",
+                card.source, c.kernel
+            ),
+            format!(
+                "{} ({} family, {}). The rule: {sources}. A difference means a flag or environment variable chose the kernel (VLLM_NVFP4_GEMM_BACKEND, --linear-backend, --moe-backend, VLLM_DISABLED_KERNELS), an optional dependency is missing (Humming, FlashInfer), the build lacks kernels for this card, or the rule does not hold for this build: check the log's candidate list and rerun with VLLM_LOGGING_LEVEL=DEBUG for each rejection",
+                choice_text(c),
+                seen,
+                if log_native {
+                    "native FP4"
+                } else {
+                    "weight-only"
+                }
+            ),
+            format!("{}:{}", l.name, c.line),
+        ));
+    }
 }

@@ -32,6 +32,9 @@
 //!   `fp4-weight-only` (info when expected for this checkpoint, card and engine version, warning
 //!   when not); `kv-fp8-scale-1` (info/warning): FP8 KV at scale 1.0, whose fault;
 //! - `kernel-fallback` (info): a warning that the engine fell back to another kernel;
+//! - `kernel-differs-from-prediction` (warning when native and weight-only differ, else info):
+//!   an NVFP4 kernel the log names that is not the family `crate::checkpoint::predict` gives
+//!   for the checkpoint's layers of that class, on this card, with this engine version;
 //! - `engine-counters`, `prefix-cache`, `metrics-no-data`, `metrics-invalid-lines`,
 //!   `nothing-recognised`, `request-timings` (info); `metrics-unknown` (info): what a scrape
 //!   cannot tell (KV capacity, prefix cache, speculation) and what would;
@@ -139,6 +142,10 @@ pub struct CheckpointFacts {
     pub kv_scale_layers: Option<usize>,
     /// Error-level lint findings of `inspect`, by rule.
     pub lint_errors: Vec<String>,
+    /// What the kernel prediction (`crate::checkpoint::predict`) needs: linear modules by class
+    /// and format, attention and Gated-DeltaNet layers, KV dtype.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predict_input: Option<checkpoint::predict::PredictInput>,
 }
 
 /// The card the diagnosis is for.
@@ -319,6 +326,7 @@ pub fn checkpoint_facts(
         let v = layers(".v_scale");
         f.kv_scale_layers = Some(k.intersection(&v).count());
     }
+    f.predict_input = Some(r.prediction_input(None));
     f.lint_errors = r
         .findings
         .iter()
@@ -1105,6 +1113,7 @@ fn join_findings(
     };
     kernels::marlin_findings(l, ck, card, &engine, out);
     kernels::passed_over_findings(l, card, out);
+    kernels::prediction_findings(l, ck, card, out);
     if let Some(w) = log.kv_scale_warnings.first() {
         let src = format!("{}:{}", l.name, w.line);
         let (sev, detail) = match ck {
