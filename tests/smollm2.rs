@@ -268,9 +268,46 @@ fn fidelity_on_trained_weights_meets_the_floors_and_the_emulation() {
     .unwrap();
     eprintln!("{}", rigbench::runtime_eval::quality::render_markdown(&q));
     let by = |f: &str| q.formats.iter().find(|x| x.format == f).unwrap();
-    assert!(by("fp8").top1_agreement >= 0.90, "{:?}", by("fp8"));
-    assert!(by("nvfp4").top1_agreement >= 0.70, "{:?}", by("nvfp4"));
-    assert!(by("nvfp4-w4a4").emulated);
+    // On 255 positions FP8's changes are inside the noise (its top-1 interval was 89.1–95.7%,
+    // its perplexity ratio 0.988–1.029), so a point floor such as "top-1 ≥ 90%" decides
+    // nothing. What the text can resolve is held instead, each on the 95% intervals:
+    let (fp8, w4, w4a4) = (by("fp8"), by("nvfp4"), by("nvfp4-w4a4"));
+    let ci = |f: &rigbench::runtime_eval::quality::FormatQuality| {
+        (f.top1_ci.unwrap(), f.perplexity_ratio_ci.unwrap())
+    };
+    let ((fp8_t, fp8_p), (w4_t, w4_p), (_, w4a4_p)) = (ci(fp8), ci(w4), ci(w4a4));
+    for f in [fp8, w4, w4a4] {
+        let (t, p) = ci(f);
+        let ratio = f.perplexity.ppl / q.bf16_perplexity.ppl;
+        assert!(t.0 <= f.top1_agreement && f.top1_agreement <= t.1, "{f:?}");
+        assert!(p.0 <= ratio && ratio <= p.1, "{f:?}: ratio {ratio}");
+    }
+    // - FP8 ahead of W4A16 beyond noise, in top-1 and in perplexity (disjoint intervals);
+    assert!(fp8_t.0 > w4_t.1, "top-1: FP8 {fp8_t:?} vs W4A16 {w4_t:?}");
+    assert!(
+        fp8_p.1 < w4_p.0,
+        "perplexity: FP8 {fp8_p:?} vs W4A16 {w4_p:?}"
+    );
+    // - the 4-bit formats lose perplexity beyond noise;
+    assert_eq!(w4.perplexity_change_beyond_noise(), Some(true), "{w4_p:?}");
+    assert_eq!(
+        w4a4.perplexity_change_beyond_noise(),
+        Some(true),
+        "{w4a4_p:?}"
+    );
+    // - the plausibility floors (FP8 90%, W4A16 70% top-1) within reach of the interval;
+    assert!(fp8_t.1 >= 0.90, "{fp8_t:?}");
+    assert!(w4_t.1 >= 0.70, "{w4_t:?}");
+    // - and the report says which changes it cannot tell from BF16.
+    let md0 = rigbench::runtime_eval::quality::render_markdown(&q);
+    for f in [fp8, w4, w4a4] {
+        let within = f.perplexity_change_beyond_noise() == Some(false);
+        let said = md0
+            .lines()
+            .any(|l| l.contains("within the noise") && l.contains(&format!("`{}`", f.format)));
+        assert_eq!(within, said, "{}: {md0}", f.format);
+    }
+    assert!(w4a4.emulated);
     // W4A4 below W4A16 in KL, or the report says it is not.
     let md = rigbench::runtime_eval::quality::render_markdown(&q);
     match q.w4a4_worse_than_w4a16_in_kl {

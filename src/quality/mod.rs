@@ -252,10 +252,13 @@ fn task_counts(a: &SideRun, b: &SideRun) -> TaskCounts {
     c
 }
 
-/// Bootstrap block (positions) and resamples of the intervals.
-const BLOCK: usize = 32;
-const REPS: usize = 2000;
-const BOOT_SEED: u64 = 0x9a11_7e57;
+/// Bootstrap block of the intervals, in positions: neighbouring positions of a text are
+/// correlated, so 32 consecutive ones are resampled together ([`verdict::block_bootstrap_mean`]).
+pub const BLOCK: usize = 32;
+/// Bootstrap resamples of the intervals.
+pub const REPS: usize = 2000;
+/// Seed of the bootstrap (fixed: the same data gives the same interval).
+pub const BOOT_SEED: u64 = 0x9a11_7e57;
 
 /// Compare each candidate with the reference (`floor`: the reference's second run).
 ///

@@ -123,6 +123,39 @@ pub struct FormatQuality {
     pub greedy_agreement: f64,
     /// Free-running greedy: mean tokens before the first difference.
     pub mean_matched_prefix: f64,
+    /// 95% interval of the teacher-forced top-1 agreement: a moving-block bootstrap (blocks of
+    /// [`crate::quality::BLOCK`] positions, [`crate::quality::REPS`] resamples, fixed seed) of
+    /// the positions' 0/1 agreement. `None` in results written before it was measured.
+    #[serde(default)]
+    pub top1_ci: Option<(f64, f64)>,
+    /// 95% interval of the perplexity ratio format / BF16: `exp` of the same bootstrap's
+    /// interval of the mean per-token NLL difference (format − BF16, paired on the same
+    /// positions; the ratio itself is `exp` of that mean). An interval that contains 1 means the
+    /// change is within the noise of this text's length: the figure alone says nothing about
+    /// which format is better. `None` in results written before it was measured.
+    #[serde(default)]
+    pub perplexity_ratio_ci: Option<(f64, f64)>,
+}
+
+impl FormatQuality {
+    /// Whether the perplexity change clears the noise: its interval excludes 1. `None` when no
+    /// interval was measured.
+    pub fn perplexity_change_beyond_noise(&self) -> Option<bool> {
+        self.perplexity_ratio_ci
+            .map(|(lo, hi)| !(lo <= 1.0 && 1.0 <= hi))
+    }
+}
+
+/// The 95% moving-block bootstrap interval of the mean of `x` with the quality verdict's
+/// settings ([`crate::quality::BLOCK`], [`crate::quality::REPS`], [`crate::quality::BOOT_SEED`]).
+fn interval(x: &[f64]) -> Option<(f64, f64)> {
+    crate::quality::verdict::block_bootstrap_mean(
+        x,
+        crate::quality::BLOCK,
+        crate::quality::REPS,
+        crate::quality::BOOT_SEED,
+        0.95,
+    )
 }
 
 /// The fidelity study on trained weights (see the module docs).
@@ -229,13 +262,13 @@ pub fn study(
     progress("BF16 reference");
     let mut bf16 = CpuBackend::new(weights.clone(), spec.threads);
     let mut ref_rows: Vec<Vec<f32>> = Vec::with_capacity(ids.len());
-    let mut nll = 0f64;
+    let mut ref_nll: Vec<f64> = Vec::with_capacity(ids.len());
     teacher_force(&mut bf16, &ids, &mut |i, r| {
-        nll -= log_softmax(r)[ids[i + 1] as usize];
+        ref_nll.push(-log_softmax(r)[ids[i + 1] as usize]);
         ref_rows.push(r.to_vec());
         stop_if_interrupted()
     })?;
-    let bf16_ppl = Perplexity::from_sum(nll, ids.len() - 1);
+    let bf16_ppl = Perplexity::from_sum(ref_nll.iter().sum(), ids.len() - 1);
     let ref_greedy = greedy(&mut bf16, &prompts, spec.greedy_tokens)?;
     drop(bf16);
     let mut formats = Vec::new();
@@ -249,18 +282,21 @@ pub fn study(
         let mut q = weights.clone();
         q.quantize(fmt)?;
         let mut b = CpuBackend::new(q, spec.threads).with_emulated_w4a4(w4a4);
-        let (mut top1, mut kl_sum, mut kl_max, mut nll) = (0usize, 0f64, 0f64, 0f64);
+        let (mut kl_sum, mut kl_max, mut nll) = (0f64, 0f64, 0f64);
+        // Per position: 1 when the arg-max equals BF16's, and the NLL difference to BF16.
+        let (mut agree, mut nll_diff) = (Vec::new(), Vec::new());
         teacher_force(&mut b, &ids, &mut |i, r| {
             let rr = &ref_rows[i];
-            if argmax(r)? == argmax(rr)? {
-                top1 += 1;
-            }
+            agree.push(f64::from(u8::from(argmax(r)? == argmax(rr)?)));
             let kl = crate::runtime_eval::check::kl_divergence(rr, r);
             kl_sum += kl;
             kl_max = kl_max.max(kl);
-            nll -= log_softmax(r)[ids[i + 1] as usize];
+            let l = -log_softmax(r)[ids[i + 1] as usize];
+            nll += l;
+            nll_diff.push(l - ref_nll[i]);
             stop_if_interrupted()
         })?;
+        let top1 = agree.iter().sum::<f64>();
         stop_if_interrupted()?;
         let n = ids.len() - 1;
         let g = greedy(&mut b, &prompts, spec.greedy_tokens)?;
@@ -279,12 +315,14 @@ pub fn study(
             format: id.into(),
             label: label.into(),
             emulated: w4a4,
-            top1_agreement: top1 as f64 / n as f64,
+            top1_agreement: top1 / n as f64,
             mean_kl: kl_sum / n as f64,
             max_kl: kl_max,
             perplexity: Perplexity::from_sum(nll, n),
             greedy_agreement: same as f64 / total,
             mean_matched_prefix: prefix as f64 / prompts.len().max(1) as f64,
+            top1_ci: interval(&agree),
+            perplexity_ratio_ci: interval(&nll_diff).map(|(lo, hi)| (lo.exp(), hi.exp())),
         });
     }
     let kl = |f: &str| formats.iter().find(|x| x.format == f).map(|x| x.mean_kl);
@@ -305,6 +343,15 @@ pub fn study(
     })
 }
 
+/// `1.012 (0.995–1.030)`, or the ratio alone for results written before the interval.
+fn ratio_cell(f: &FormatQuality, bf16_ppl: f64) -> String {
+    let ratio = f.perplexity.ppl / bf16_ppl;
+    match f.perplexity_ratio_ci {
+        Some((lo, hi)) => format!("{ratio:.3} ({lo:.3}–{hi:.3})"),
+        None => format!("{ratio:.3}"),
+    }
+}
+
 fn pct(x: f64) -> String {
     format!("{:.1}%", 100.0 * x)
 }
@@ -322,10 +369,19 @@ pub fn render_markdown(r: &QualityReport) -> String {
         .map(|f| {
             vec![
                 format!("{} vs bf16", f.format),
-                pct(f.top1_agreement),
+                match f.top1_ci {
+                    Some((lo, hi)) => format!(
+                        "{} ({:.1}–{:.1})",
+                        pct(f.top1_agreement),
+                        100.0 * lo,
+                        100.0 * hi
+                    ),
+                    None => pct(f.top1_agreement),
+                },
                 format!("{:.4}", f.mean_kl),
                 format!("{:.3}", f.max_kl),
                 format!("{:.3}", f.perplexity.ppl),
+                ratio_cell(f, r.bf16_perplexity.ppl),
                 pct(f.greedy_agreement),
                 format!("{:.1}", f.mean_matched_prefix),
             ]
@@ -338,6 +394,7 @@ pub fn render_markdown(r: &QualityReport) -> String {
             "mean KL (nats)",
             "max KL",
             "perplexity",
+            "perplexity ratio to BF16 (95% interval)",
             "greedy agreement",
             "mean tokens before divergence",
         ],
@@ -346,6 +403,28 @@ pub fn render_markdown(r: &QualityReport) -> String {
     o.push('\n');
     for f in &r.formats {
         o.push_str(&format!("- `{}`: {}\n", f.format, f.label));
+    }
+    let within: Vec<String> = r
+        .formats
+        .iter()
+        .filter(|f| f.perplexity_change_beyond_noise() == Some(false))
+        .map(|f| format!("`{}`", f.format))
+        .collect();
+    if r.formats.iter().any(|f| f.top1_ci.is_some()) {
+        o.push_str(&format!(
+            "\nIntervals: 95%, moving-block bootstrap over the {} positions (blocks of {}, paired with BF16 on the same positions).",
+            r.text_tokens.saturating_sub(1),
+            crate::quality::BLOCK
+        ));
+        if within.is_empty() {
+            o.push('\n');
+        } else {
+            o.push_str(&format!(
+                " The perplexity change of {} is within the noise of a {}-token text (its interval contains 1): this text cannot tell it from BF16; a longer corpus (`rigbench quality`) can.\n",
+                within.join(", "),
+                r.text_tokens
+            ));
+        }
     }
     match r.w4a4_worse_than_w4a16_in_kl {
         Some(true) => {
@@ -439,5 +518,93 @@ mod model_choice_tests {
                 && name.contains("F32, Q4_1 weights dequantized to BF16"),
             "{name}"
         );
+    }
+}
+
+#[cfg(test)]
+mod interval_tests {
+    use super::*;
+
+    fn format(id: &str, ppl: f64, ci: Option<(f64, f64)>) -> FormatQuality {
+        FormatQuality {
+            format: id.into(),
+            label: id.into(),
+            emulated: false,
+            top1_agreement: 0.92,
+            mean_kl: 0.02,
+            max_kl: 0.2,
+            perplexity: Perplexity::from_sum(255.0 * ppl.ln(), 255),
+            greedy_agreement: 0.5,
+            mean_matched_prefix: 9.0,
+            top1_ci: ci.map(|_| (0.88, 0.95)),
+            perplexity_ratio_ci: ci,
+        }
+    }
+
+    fn report(formats: Vec<FormatQuality>) -> QualityReport {
+        QualityReport {
+            model: "m".into(),
+            backend: "cpu".into(),
+            text: "t".into(),
+            text_tokens: 256,
+            prompts: 8,
+            greedy_tokens: 16,
+            bf16_perplexity: Perplexity::from_sum(255.0 * 18.0f64.ln(), 255),
+            formats,
+            w4a4_worse_than_w4a16_in_kl: None,
+        }
+    }
+
+    #[test]
+    fn a_perplexity_change_whose_interval_holds_1_is_reported_as_within_noise() {
+        let fp8 = format("fp8", 18.1, Some((0.99, 1.02)));
+        let w4 = format("nvfp4", 23.0, Some((1.2, 1.4)));
+        assert_eq!(fp8.perplexity_change_beyond_noise(), Some(false));
+        assert_eq!(w4.perplexity_change_beyond_noise(), Some(true));
+        let md = render_markdown(&report(vec![fp8, w4]));
+        assert!(
+            md.contains("The perplexity change of `fp8` is within the noise of a 256-token text"),
+            "{md}"
+        );
+        assert!(!md.contains("`nvfp4` is within"), "{md}");
+        assert!(md.contains(" 1.006 (0.990–1.020) "), "{md}");
+        assert!(md.contains("92.0% (88.0–95.0)"), "{md}");
+        // Results written before the intervals: no interval, no noise sentence, the ratio alone.
+        let old = format("fp8", 18.1, None);
+        assert_eq!(old.perplexity_change_beyond_noise(), None);
+        let md = render_markdown(&report(vec![old]));
+        assert!(
+            !md.contains("Intervals:") && md.contains(" 1.006 ") && !md.contains("1.006 ("),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn results_without_the_intervals_still_read() {
+        let f = format("fp8", 18.1, Some((0.99, 1.02)));
+        let mut v = serde_json::to_value(&f).unwrap();
+        let o = v.as_object_mut().unwrap();
+        o.remove("top1_ci");
+        o.remove("perplexity_ratio_ci");
+        let back: FormatQuality = serde_json::from_value(v).unwrap();
+        assert_eq!((back.top1_ci, back.perplexity_ratio_ci), (None, None));
+    }
+
+    #[test]
+    fn the_interval_of_a_paired_difference_brackets_its_mean() {
+        // Per-token NLL differences of a format against BF16: independent noise uniform on
+        // ±0.3 (standard deviation 0.17, so a standard error of about 0.011 over 255
+        // positions), centred, plus a shift: +0.005 nats is not resolved; +0.3 is.
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let raw: Vec<f64> = (0..255).map(|_| rng.random_range(-0.3..0.3)).collect();
+        let centre = raw.iter().sum::<f64>() / raw.len() as f64;
+        let noise: Vec<f64> = raw.iter().map(|x| x - centre).collect();
+        let small: Vec<f64> = noise.iter().map(|x| x + 0.005).collect();
+        let large: Vec<f64> = noise.iter().map(|x| x + 0.3).collect();
+        let (lo, hi) = interval(&small).unwrap();
+        assert!(lo < 0.0 && hi > 0.0, "{lo} {hi}");
+        let (lo, hi) = interval(&large).unwrap();
+        assert!(lo > 0.0 && lo < 0.3 && hi > 0.3, "{lo} {hi}");
     }
 }
