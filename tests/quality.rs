@@ -312,7 +312,7 @@ async fn smollm2_through_serve_agrees_with_the_fidelity_study() {
         cfg.model = path.display().to_string();
         cfg.kv_cache_memory = Some(128 << 20);
         cfg.quantize = q;
-        let s = rigbench::runtime::start(cfg).await.unwrap();
+        let s = rigbench::runtime::server::start(cfg).await.unwrap();
         let side = Side {
             label: label.into(),
             how: "rigbench serve (in-process)".into(),

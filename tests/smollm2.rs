@@ -354,7 +354,7 @@ async fn quality_probe_through_serve_equals_the_in_process_perplexity() {
     let mut cfg = rigbench::runtime::ServeConfig::tiny();
     cfg.model = path.display().to_string();
     cfg.kv_cache_memory = Some(128 << 20);
-    let s = rigbench::runtime::start(cfg).await.unwrap();
+    let s = rigbench::runtime::server::start(cfg).await.unwrap();
     // The first ~120 tokens of the fixed text (the probe's whole text takes minutes on a CPU).
     let text: String = rigbench::runtime_eval::quality::FIXED_TEXT
         .chars()

@@ -60,4 +60,3 @@ pub mod vllm_metrics;
 pub mod weights;
 
 pub use config::{KvCacheDtype, ModelConfig, ServeConfig, SpecConfig, WeightFormat};
-pub use server::{start, ServerHandle};

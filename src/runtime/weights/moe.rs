@@ -1,7 +1,8 @@
 //! The weights of a sparse MLP block (see `crate::model::moe`): router, routed experts and the
 //! optional shared expert with its sigmoid gate, each a [`Linear`] in its stored format.
 
-use super::{synth_linear, Linear, LinearRole};
+use super::synth::synth_linear;
+use super::{Linear, LinearRole};
 use crate::model::moe::MoeConfig;
 
 /// One SwiGLU MLP: `gate_proj` and `up_proj` `[I, H]`, `down_proj` `[H, I]`.
