@@ -703,7 +703,7 @@ const FOLDER_CYCLE_CEILING: &[(&str, usize)] = &[
     ("e2e", 25),
     ("formats", 0),
     ("gemm", 3),
-    ("kernels", 21),
+    ("kernels", 15),
     ("model", 6),
     ("multigpu", 0),
     ("output", 0),

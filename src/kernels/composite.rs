@@ -481,7 +481,7 @@ fn mode_tables(c: &Composite, mode: StepTiming) -> String {
             .iter()
             .filter_map(|&m| Some((m, get(a, m)?.median_s, get(b, m)?.median_s)))
             .collect();
-        if let Some(t) = super::render::crossover(a, b, &pts) {
+        if let Some(t) = super::render::crossover::crossover(a, b, &pts) {
             lines.push(format!("- {t}"));
         }
     }
