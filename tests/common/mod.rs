@@ -1,5 +1,9 @@
 //! Helpers shared by the integration tests that run the `rigbench` binary (`mod common;` in
 //! each test file; not every file uses every helper).
+//!
+//! `checkpoints.rs` beside this file is not one of its modules: it is the generator of the test
+//! checkpoints, included by path (`#[path = "common/checkpoints.rs"] mod checkpoints;`) by the
+//! `inspect` tests that need it.
 #![allow(dead_code)]
 
 use std::process::{Command, Output};
