@@ -852,7 +852,6 @@ fn only_the_gpu_crate_depends_on_cuda_and_it_on_nothing_of_ours() {
 const LONG_FILE_CEILING: &[(&str, usize)] = &[
     ("src/e2e/render.rs", 1442),
     ("tests/hostile_modes.rs", 1246),
-    ("tests/inspect.rs", 1229),
 ];
 
 #[test]
