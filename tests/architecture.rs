@@ -700,7 +700,7 @@ const FOLDER_CYCLE_CEILING: &[(&str, usize)] = &[
     ("cli", 4),
     ("compare", 6),
     ("diagnose", 11),
-    ("e2e", 25),
+    ("e2e", 18),
     ("formats", 0),
     ("gemm", 3),
     ("kernels", 15),
