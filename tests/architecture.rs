@@ -128,6 +128,75 @@ fn strip_comments(text: &str) -> String {
     out
 }
 
+/// `code` with the contents of its string literals (`"…"`, `b"…"`, raw `r#"…"#`) and char
+/// literals (`'{'`, `'\''`) replaced by spaces, byte for byte (offsets and newlines kept;
+/// lifetimes such as `'a` left alone). Comments must already be stripped.
+fn blank_literals(code: &str) -> String {
+    let b = code.as_bytes();
+    let mut out = b.to_vec();
+    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+        for x in &mut out[from..to] {
+            if *x != b'\n' {
+                *x = b' ';
+            }
+        }
+    };
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'r' if (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'))
+                && matches!(b.get(i + 1), Some(b'#') | Some(b'"')) =>
+            {
+                let hashes = b[i + 1..].iter().take_while(|&&c| c == b'#').count();
+                let open = i + 1 + hashes;
+                if b.get(open) != Some(&b'"') {
+                    i += 1;
+                    continue;
+                }
+                let close: Vec<u8> = std::iter::once(b'"')
+                    .chain(std::iter::repeat_n(b'#', hashes))
+                    .collect();
+                let end = b[open + 1..]
+                    .windows(close.len())
+                    .position(|w| w == close.as_slice())
+                    .map_or(b.len(), |k| open + 1 + k);
+                blank(&mut out, open + 1, end);
+                i = end + close.len();
+            }
+            b'"' => {
+                let mut j = i + 1;
+                while j < b.len() && b[j] != b'"' {
+                    j += if b[j] == b'\\' { 2 } else { 1 };
+                }
+                let end = j.min(b.len());
+                blank(&mut out, i + 1, end);
+                i = end + 1;
+            }
+            b'\'' => {
+                // A char literal: `'\…'` or one character then `'`; else a lifetime.
+                let end = if b.get(i + 1) == Some(&b'\\') {
+                    b[i + 3..]
+                        .iter()
+                        .position(|&c| c == b'\'')
+                        .map(|k| i + 3 + k)
+                } else {
+                    let len = b.get(i + 1).map_or(1, |&c| utf8_len(c));
+                    (b.get(i + 1 + len) == Some(&b'\'')).then_some(i + 1 + len)
+                };
+                match end {
+                    Some(end) => {
+                        blank(&mut out, i + 1, end);
+                        i = end + 1;
+                    }
+                    None => i += 1,
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| code.to_string())
+}
+
 fn utf8_len(first: u8) -> usize {
     match first {
         0x00..=0x7f => 1,
@@ -526,6 +595,9 @@ fn inline_mod_spans(code: &str) -> Vec<(usize, usize)> {
 /// absolute paths (without `crate::`); `super::` inside an inline module (`mod tests {…}`) is
 /// the file's own module.
 fn module_refs(code: &str, me: &str) -> Vec<Vec<String>> {
+    // Braces and paths inside string and char literals (`"garbage{"`, `'{'`, a `crate::` in a
+    // message) are not code: blanked, so a test module's end is found and no path is invented.
+    let code = &blank_literals(code);
     let spans = inline_mod_spans(code);
     let mut out = Vec::new();
     let b = code.as_bytes();
@@ -696,7 +768,7 @@ fn folder_cycles(src: &Path) -> BTreeMap<String, Vec<Vec<String>>> {
 /// model 6); those are the numbers to cut next, not a licence to raise any.
 const FOLDER_CYCLE_CEILING: &[(&str, usize)] = &[
     ("board", 2),
-    ("checkpoint", 7),
+    ("checkpoint", 5),
     ("cli", 4),
     ("compare", 6),
     ("diagnose", 11),
@@ -707,7 +779,7 @@ const FOLDER_CYCLE_CEILING: &[(&str, usize)] = &[
     ("model", 6),
     ("multigpu", 0),
     ("output", 0),
-    ("report", 2),
+    ("report", 0),
     ("rig", 4),
     ("runtime", 28),
     ("runtime_eval", 0),
@@ -877,5 +949,28 @@ fn no_source_file_grows_past_1200_lines() {
         over.is_empty(),
         "split these by concern (pure moves, public paths kept by re-exports):\n{}",
         over.join("\n")
+    );
+}
+
+#[test]
+fn literals_do_not_end_a_test_module_or_name_a_module() {
+    let code = "fn f<'a>(x: &'a str) -> char { '{' }\n\
+                mod tests {\n    use super::*;\n    const S: &str = \"garbage{ crate::x\";\n    \
+                const R: &str = r#\"}\"#;\n    const Q: char = '\\'';\n}\n";
+    let blanked = blank_literals(code);
+    assert_eq!(blanked.len(), code.len());
+    assert!(blanked.contains("fn f<'a>(x: &'a str)"), "{blanked}");
+    assert!(
+        !blanked.contains("garbage") && !blanked.contains("crate::x"),
+        "{blanked}"
+    );
+    // The test module's span closes at its own last brace, so its `super::*` stays in the file.
+    let spans = inline_mod_spans(&blanked);
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    assert_eq!(spans[0].1, code.rfind('}').unwrap(), "{blanked}");
+    let refs = module_refs(code, "e2e::stream");
+    assert!(
+        refs.iter().all(|p| p.join("::").starts_with("e2e::stream")),
+        "{refs:?}"
     );
 }

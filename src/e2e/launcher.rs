@@ -969,10 +969,7 @@ pub fn describe(choice: &EngineChoice) -> String {
 
 #[cfg(test)]
 mod tests {
-    // Spelled from the crate rather than `super::*` (the same module): the architecture test's
-    // scan counts the braces inside this module's string and char literals, loses its end and
-    // would take `super` for the e2e module, an import cycle that is not there.
-    use crate::e2e::launcher::*;
+    use super::*;
 
     #[test]
     fn a_startup_error_is_a_sentence_not_a_struct() {

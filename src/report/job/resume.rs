@@ -382,11 +382,8 @@ pub(super) fn resume_peers(
 
 #[cfg(test)]
 mod tests {
-    // Spelled from the crate rather than `super::*` (the same module): the architecture test's
-    // scan miscounts the braces of the `"garbage{"` string below and would take `super` for
-    // report::job, an import cycle that is not there.
+    use super::*;
     use crate::kernels::schema::{KernelResults, SkippedCase, TimingModes, TimingPolicy};
-    use crate::report::job::resume::*;
 
     fn gpu(name: &str) -> crate::rig::RigFacts {
         crate::rig::RigFacts {
