@@ -49,6 +49,18 @@ pub enum Engine {
     Sglang,
 }
 
+impl Engine {
+    /// The engine named `vllm` or `sglang` (any case, surrounding spaces ignored); `None` for
+    /// any other name.
+    pub fn named(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "vllm" => Some(Engine::Vllm),
+            "sglang" => Some(Engine::Sglang),
+            _ => None,
+        }
+    }
+}
+
 /// An engine and its version, as `--engine vllm==0.34` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EngineSpec {
@@ -70,15 +82,12 @@ impl FromStr for EngineSpec {
             .trim()
             .split_once("==")
             .ok_or_else(|| bad("has no '=='".into()))?;
-        let engine = match name.trim().to_ascii_lowercase().as_str() {
-            "vllm" => Engine::Vllm,
-            "sglang" => Engine::Sglang,
-            other => {
-                return Err(bad(format!(
-                    "names an engine rigbench has no rules for ('{other}')"
-                )))
-            }
-        };
+        let engine = Engine::named(name).ok_or_else(|| {
+            bad(format!(
+                "names an engine rigbench has no rules for ('{}')",
+                name.trim()
+            ))
+        })?;
         let version =
             version_triple(ver).ok_or_else(|| bad("has no version MAJOR.MINOR".into()))?;
         let spec = EngineSpec { engine, version };
@@ -96,11 +105,7 @@ impl EngineSpec {
     /// From an engine log's engine name and version (`vllm`, `0.34.0rc1`); `None` when either
     /// is missing or the version is outside the covered range.
     pub fn from_log(engine: Option<&str>, version: Option<&str>) -> Option<Self> {
-        let engine = match engine? {
-            "vllm" => Engine::Vllm,
-            "sglang" => Engine::Sglang,
-            _ => return None,
-        };
+        let engine = Engine::named(engine?)?;
         let spec = EngineSpec {
             engine,
             version: version_triple(version?)?,
