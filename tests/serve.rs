@@ -528,10 +528,11 @@ async fn logprobs_echo_and_prompt_logprobs_as_vllm_answers_them() {
     body["top_logprobs"] = json!(21);
     let (st, v) = post(&s, "/v1/chat/completions", body.clone()).await;
     assert_eq!(st, 400, "{v}");
-    assert!(v["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("top_logprobs"));
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("top_logprobs") && msg.contains("--max-logprobs"),
+        "names the field and the flag that raises the cap: {msg}"
+    );
     // Without logprobs: null, as before.
     let (_, v) = post(&s, "/v1/chat/completions", chat("hi", 2)).await;
     assert!(v["choices"][0]["logprobs"].is_null());
@@ -602,6 +603,53 @@ async fn logprobs_echo_and_prompt_logprobs_as_vllm_answers_them() {
         .sum();
     assert_eq!(n, 3);
     s.shutdown().await;
+}
+
+/// `--max-logprobs` raises the cap of every log-probability field (vLLM's flag; 20 by default);
+/// a request above it is refused by name; `usize::MAX` (vLLM's -1) caps at the vocabulary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_logprobs_raises_the_cap_of_every_logprob_field() {
+    let prompt: Vec<u32> = vec![72, 101, 108, 108, 111];
+    let vocab = rigbench::runtime::ModelConfig::tiny().vocab_size;
+    for (cap, ask, ok) in [
+        (300, 300, true),
+        (300, 301, false),
+        (usize::MAX, vocab + 5, true),
+    ] {
+        let mut cfg = ServeConfig::tiny();
+        cfg.limits.max_logprobs = cap;
+        let s = start(cfg).await.unwrap();
+        let (st, v) = post(
+            &s,
+            "/v1/completions",
+            json!({"model": "synthetic:tiny", "prompt": prompt, "max_tokens": 1,
+                   "temperature": 0, "prompt_logprobs": ask}),
+        )
+        .await;
+        if ok {
+            assert_eq!(st, 200, "{v}");
+            let pl = v["choices"][0]["prompt_logprobs"].as_array().unwrap();
+            // The alternatives (at most the vocabulary), the prompt token among them or beside.
+            let n = pl[1].as_object().unwrap().len();
+            assert!(n >= ask.min(vocab) && n <= ask.min(vocab) + 1, "{n}");
+        } else {
+            assert_eq!(st, 400, "{v}");
+            let msg = v["error"]["message"].as_str().unwrap();
+            assert!(
+                msg.contains("prompt_logprobs") && msg.contains("300"),
+                "{msg}"
+            );
+        }
+        let (st, _) = post(
+            &s,
+            "/v1/chat/completions",
+            json!({"model": "synthetic:tiny", "messages": [{"role": "user", "content": "hi"}],
+                   "max_tokens": 1, "logprobs": true, "top_logprobs": ask.min(vocab)}),
+        )
+        .await;
+        assert_eq!(st, if ok { 200 } else { 400 });
+        s.shutdown().await;
+    }
 }
 
 /// Every field of vLLM's OpenAI requests is honoured or refused with a 400 naming it

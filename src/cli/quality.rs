@@ -67,7 +67,10 @@ pub struct QualityArgs {
     /// Cap on the corpus positions and on the task items per variant (a quick run).
     #[arg(long)]
     pub limit: Option<usize>,
-    /// Alternatives per position (1 to 20).
+    /// Alternatives per position (1 to 1,000). Engines cap it: vLLM's and `rigbench serve`'s
+    /// `--max-logprobs` (default 20) must be at least this; the built-in sides get it. More
+    /// alternatives leave less probability mass in the tail bucket, so the KL is closer to the
+    /// exact one (docs/quality.md).
     #[arg(long, default_value_t = 20)]
     pub top_k: usize,
     /// Task pack variants' thinking: off, on, or both.
@@ -118,11 +121,19 @@ struct Planned {
     engine: EngineChoice,
 }
 
-fn builtin(model: &str, q: Option<QuantRecipe>, extra: &[String]) -> EngineChoice {
+/// The built-in runtime as a side: `serve --model M [--quantize Q]`, `--max-logprobs` raised to
+/// `top_k` when above serve's default (unless `extra` sets it), then `extra`.
+fn builtin(model: &str, q: Option<QuantRecipe>, extra: &[String], top_k: usize) -> EngineChoice {
     let mut args = vec!["--model".to_string(), model.to_string()];
     if let Some(q) = q {
         args.push("--quantize".into());
         args.push(q.id().to_string());
+    }
+    if top_k > crate::runtime::serve_guard::DEFAULT_MAX_LOGPROBS
+        && !extra.iter().any(|x| x.starts_with("--max-logprobs"))
+    {
+        args.push("--max-logprobs".into());
+        args.push(top_k.to_string());
     }
     args.extend(extra.iter().cloned());
     EngineChoice::Builtin {
@@ -161,7 +172,7 @@ fn plan(a: &QualityArgs) -> Result<(Planned, Vec<Planned>), RigError> {
         Planned {
             label: "reference".into(),
             how: format!("rigbench serve --model {m} (as stored)"),
-            engine: builtin(&m, None, &a.serve_arg),
+            engine: builtin(&m, None, &a.serve_arg, a.top_k),
         }
     };
     let mut cands = Vec::new();
@@ -211,7 +222,7 @@ fn plan(a: &QualityArgs) -> Result<(Planned, Vec<Planned>), RigError> {
         cands.push(Planned {
             label: String::new(),
             how: format!("rigbench serve --model {m} {qs}"),
-            engine: builtin(&m, q, &a.serve_arg),
+            engine: builtin(&m, q, &a.serve_arg, a.top_k),
         });
     }
     if cands.is_empty() {
@@ -231,11 +242,18 @@ fn plan(a: &QualityArgs) -> Result<(Planned, Vec<Planned>), RigError> {
     Ok((reference, cands))
 }
 
+/// The largest `--top-k`: a bound on the answers' size (about 30 bytes per alternative per
+/// position), far above what brings a small model's tail mass under 1%.
+const MAX_TOP_K: usize = 1000;
+
 fn spec(a: &QualityArgs) -> Result<RunSpec, RigError> {
-    if !(1..=20).contains(&a.top_k) {
+    if !(1..=MAX_TOP_K).contains(&a.top_k) {
         return Err(RigError::flag(
             "--top-k",
-            format!("{} is outside 1..=20", a.top_k),
+            format!(
+                "{} is outside 1..={MAX_TOP_K} (each alternative is about 30 bytes of JSON per corpus position and side)",
+                a.top_k
+            ),
         ));
     }
     if a.limit == Some(0) {
@@ -512,6 +530,42 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert_eq!(c[0].label, "candidate-1-fp8");
         assert_eq!(c[1].label, "candidate-2-nvfp4");
+        let args = |p: &Planned| match &p.engine {
+            EngineChoice::Builtin { args, .. } => args.join(" "),
+            _ => String::new(),
+        };
+        assert!(
+            !args(&r).contains("--max-logprobs"),
+            "20 is serve's default"
+        );
+        // A larger --top-k raises the built-in engines' cap, unless --serve-arg sets it.
+        let a = parse(&[
+            "--reference-model",
+            "m.gguf",
+            "--quantize",
+            "fp8",
+            "--top-k",
+            "500",
+        ]);
+        let (r, c) = plan(&a).unwrap();
+        assert!(args(&r).contains("--max-logprobs 500"), "{}", args(&r));
+        assert!(args(&c[0]).contains("--max-logprobs 500"));
+        let a = parse(&[
+            "--reference-model",
+            "m.gguf",
+            "--quantize",
+            "fp8",
+            "--top-k",
+            "500",
+            "--serve-arg=--max-logprobs=-1",
+        ]);
+        let (r, _) = plan(&a).unwrap();
+        assert_eq!(
+            args(&r).matches("--max-logprobs").count(),
+            1,
+            "{}",
+            args(&r)
+        );
         let a = parse(&[
             "--reference",
             "http://a",
@@ -538,7 +592,10 @@ mod tests {
         .unwrap()
         .to_string();
         assert!(e.contains("exactly one"), "{e}");
-        let e = spec(&parse(&["--top-k", "50"])).unwrap_err().to_string();
+        let e = spec(&parse(&["--top-k", "1001"])).unwrap_err().to_string();
         assert!(e.contains("--top-k"), "{e}");
+        let e = spec(&parse(&["--top-k", "0"])).unwrap_err().to_string();
+        assert!(e.contains("--top-k"), "{e}");
+        assert_eq!(spec(&parse(&["--top-k", "200"])).unwrap().top_k, 200);
     }
 }

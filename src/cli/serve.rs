@@ -128,6 +128,12 @@ pub struct ServeArgs {
     /// Most messages one chat request may have; more is answered 400 naming this limit.
     #[arg(long, value_name = "N", default_value_t = crate::runtime::serve_guard::DEFAULT_MAX_CHAT_MESSAGES)]
     pub max_chat_messages: usize,
+    /// Most log-probability alternatives per token a request may ask for (`logprobs`,
+    /// `top_logprobs`, vLLM's `prompt_logprobs`); more is answered 400 naming the field. As
+    /// vLLM's `--max-logprobs`: default 20, -1 for the whole vocabulary. `rigbench quality
+    /// --top-k K` needs at least K.
+    #[arg(long, value_name = "N", default_value_t = crate::runtime::serve_guard::DEFAULT_MAX_LOGPROBS as i64, allow_negative_numbers = true)]
+    pub max_logprobs: i64,
 }
 
 /// A timeout flag's seconds as a [`std::time::Duration`], in (0, 86,400].
@@ -228,6 +234,18 @@ impl ServeArgs {
                 max_chat_messages: match self.max_chat_messages {
                     0 => return Err(RigError::flag("--max-chat-messages", "must be at least 1")),
                     n => n,
+                },
+                max_logprobs: match self.max_logprobs {
+                    -1 => usize::MAX,
+                    n if n >= 0 => n as usize,
+                    n => {
+                        return Err(RigError::flag(
+                            "--max-logprobs",
+                            format!(
+                                "{n} is neither a count (0 or more) nor -1 (the whole vocabulary)"
+                            ),
+                        ))
+                    }
                 },
             },
             api_key: self
@@ -494,6 +512,8 @@ mod tests {
             "7",
             "--max-chat-messages",
             "9",
+            "--max-logprobs",
+            "200",
         ])
         .unwrap();
         assert!(c.api_key.is_some());
@@ -505,6 +525,22 @@ mod tests {
         assert_eq!(c.limits.header_read_timeout.as_millis(), 2500);
         assert_eq!(c.limits.idle_timeout.as_secs(), 7);
         assert_eq!(c.limits.max_chat_messages, 9);
+        assert_eq!(c.limits.max_logprobs, 200);
+        assert_eq!(
+            parse(&[]).unwrap().limits.max_logprobs,
+            20,
+            "vLLM's default"
+        );
+        assert_eq!(
+            parse(&["--max-logprobs", "-1"])
+                .unwrap()
+                .limits
+                .max_logprobs,
+            usize::MAX,
+            "vLLM's -1: the whole vocabulary"
+        );
+        let e = parse(&["--max-logprobs", "-2"]).unwrap_err().to_string();
+        assert!(e.contains("--max-logprobs"), "{e}");
         // An empty key is no key, as in vLLM.
         assert!(parse(&["--api-key", ""]).unwrap().api_key.is_none());
     }

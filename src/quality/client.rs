@@ -52,7 +52,8 @@ impl Variant {
 pub struct RunSpec {
     /// Cap on corpus positions (all documents together) and on task items per variant.
     pub limit: Option<usize>,
-    /// Alternatives per position (1 to 20, vLLM's default `max_logprobs`).
+    /// Alternatives per position (at least 1; engines cap it: vLLM's and `rigbench serve`'s
+    /// `--max-logprobs`, default 20).
     pub top_k: usize,
     /// Task pack variants.
     pub variants: Vec<Variant>,
@@ -241,12 +242,18 @@ impl Client {
         let v = match first {
             Ok(v) if has_prompt_logprobs(&v) => v,
             // OpenAI-style engines: echo the prompt with its log-probabilities.
-            _ => {
+            first => {
                 let body = json!({"model": model, "prompt": ids, "max_tokens": 1,
                     "temperature": 0, "echo": true, "logprobs": k});
-                self.post("/v1/completions", &body).await.context(
-                    "the engine gave no prompt log-probabilities (neither vLLM's prompt_logprobs nor completions echo + logprobs)",
-                )?
+                let cap = match &first {
+                    Err(e) if k > 20 && format!("{e:#}").contains("logprobs") => format!(
+                        "; the engine refused {k} alternatives (`{e:#}`): start it with --max-logprobs {k} or more (vLLM, rigbench serve; both default to 20), or give a smaller --top-k"
+                    ),
+                    _ => String::new(),
+                };
+                self.post("/v1/completions", &body).await.with_context(|| {
+                    format!("the engine gave no prompt log-probabilities (neither vLLM's prompt_logprobs nor completions echo + logprobs){cap}")
+                })?
             }
         };
         logprobs::from_response(&v, ids, k).map_err(anyhow::Error::msg)

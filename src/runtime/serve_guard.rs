@@ -42,7 +42,7 @@ pub const RESERVED_FDS: u64 = 64;
 pub const MAX_DEFAULT_CONNECTIONS: usize = 16_384;
 
 /// The limits of `rigbench serve` (flags `--max-connections`, `--header-read-timeout`,
-/// `--idle-timeout`, `--max-chat-messages`).
+/// `--idle-timeout`, `--max-chat-messages`, `--max-logprobs`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServeLimits {
     /// Connections open at once; `None` = [`default_max_connections`].
@@ -58,7 +58,16 @@ pub struct ServeLimits {
     /// Most messages in one chat request (`/v1/chat/completions`, `/tokenize`); a request with
     /// more gets `400` naming the limit. Default [`DEFAULT_MAX_CHAT_MESSAGES`].
     pub max_chat_messages: usize,
+    /// Most log-probability alternatives per token a request may ask for (`logprobs`,
+    /// `top_logprobs`, `prompt_logprobs`); more gets `400` naming the field. vLLM's
+    /// `--max-logprobs`, default [`DEFAULT_MAX_LOGPROBS`]; `usize::MAX` = the whole vocabulary
+    /// (vLLM's `-1`). Each alternative costs about 30 bytes of JSON per position.
+    pub max_logprobs: usize,
 }
+
+/// The default of [`ServeLimits::max_logprobs`]: vLLM's default `max_logprobs` (20), so that a
+/// client written for vLLM meets the same limit here.
+pub const DEFAULT_MAX_LOGPROBS: usize = 20;
 
 /// The default of [`ServeLimits::max_chat_messages`]: far above any real conversation (a
 /// 128k-token context holds a few thousand turns), low enough that one request's template
@@ -73,6 +82,7 @@ impl Default for ServeLimits {
             idle_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(60),
             max_chat_messages: DEFAULT_MAX_CHAT_MESSAGES,
+            max_logprobs: DEFAULT_MAX_LOGPROBS,
         }
     }
 }

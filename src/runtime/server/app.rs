@@ -14,6 +14,9 @@ pub(super) struct App {
     pub(super) cpu_work: tokio::sync::Semaphore,
     /// The most messages one chat request may have ([`ServeLimits::max_chat_messages`]).
     pub(super) max_chat_messages: usize,
+    /// The most log-probability alternatives a request may ask for
+    /// ([`ServeLimits::max_logprobs`], the whole vocabulary at most).
+    pub(super) max_logprobs: usize,
 }
 
 pub(super) type AppState = Arc<App>;

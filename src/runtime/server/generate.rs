@@ -125,8 +125,14 @@ pub(super) async fn chat_inner(app: AppState, body: Bytes) -> Result<Response, A
         Ok((req, kwargs, prompt))
     })
     .await?;
-    let mut gen = validate(&req.common, prompt.len(), app.max_model_len(), None)?;
-    let top = logprob_count(&req.top_logprobs, "top_logprobs")?;
+    let mut gen = validate(
+        &req.common,
+        prompt.len(),
+        app.max_model_len(),
+        None,
+        app.max_logprobs,
+    )?;
+    let top = logprob_count(&req.top_logprobs, "top_logprobs", app.max_logprobs)?;
     match (req.logprobs, top) {
         (Some(true), t) => {
             gen.params.logprobs = Some(t.unwrap_or(0));
@@ -201,8 +207,14 @@ pub(super) async fn completions_inner(app: AppState, body: Bytes) -> Result<Resp
         return Err(ApiError::bad("the prompt is empty after tokenization").param("prompt"));
     }
     // OpenAI's and vLLM's default for completions.
-    let mut gen = validate(&req.common, prompt.len(), app.max_model_len(), Some(16))?;
-    if let Some(k) = logprob_count(&req.logprobs, "logprobs")? {
+    let mut gen = validate(
+        &req.common,
+        prompt.len(),
+        app.max_model_len(),
+        Some(16),
+        app.max_logprobs,
+    )?;
+    if let Some(k) = logprob_count(&req.logprobs, "logprobs", app.max_logprobs)? {
         gen.params.logprobs = Some(k);
         gen.extras.logprobs = true;
     }

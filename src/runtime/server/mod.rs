@@ -35,7 +35,6 @@ mod stream;
 
 pub use super::config::ServeConfig;
 use super::engine::{self, EngineHandle, EngineInfo};
-pub use request::MAX_LOGPROBS;
 
 use app::{App, AppState};
 use endpoints::{
@@ -171,6 +170,7 @@ pub async fn start_on(
             std::thread::available_parallelism().map_or(1, |n| n.get()),
         ),
         max_chat_messages: config.limits.max_chat_messages,
+        max_logprobs: config.limits.max_logprobs,
     });
     let router = super::serve_guard::protect(
         router(app),

@@ -66,22 +66,20 @@ pub(super) struct Common {
     pub(super) min_tokens: Option<Value>,
 }
 
-/// Most alternatives per token a request may ask for (vLLM's default `max_logprobs`).
-pub const MAX_LOGPROBS: i64 = 20;
-
-/// An optional count of log-probability alternatives (`null` counts as absent), 0 to
-/// [`MAX_LOGPROBS`].
+/// An optional count of log-probability alternatives (`null` counts as absent), 0 to `max`
+/// (the server's `--max-logprobs`, [`crate::runtime::serve_guard::ServeLimits::max_logprobs`]).
 pub(super) fn logprob_count(
     v: &Option<Value>,
     name: &'static str,
+    max: usize,
 ) -> Result<Option<usize>, ApiError> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(x) => {
             let n = int_field(x, name)?;
-            if !(0..=MAX_LOGPROBS).contains(&n) {
+            if n < 0 || n as u64 > max as u64 {
                 return Err(ApiError::bad(format!(
-                    "{name} must be between 0 and {MAX_LOGPROBS}, got {n}"
+                    "{name} must be between 0 and {max} (this server's --max-logprobs), got {n}"
                 ))
                 .param(name));
             }
@@ -107,7 +105,7 @@ pub(super) struct ChatRequest {
     pub(super) common: Common,
     /// Chat: return the generated tokens' log-probabilities.
     pub(super) logprobs: Option<bool>,
-    /// Chat: alternatives per token (0-20; needs `logprobs`).
+    /// Chat: alternatives per token (0 to the server's `--max-logprobs`; needs `logprobs`).
     pub(super) top_logprobs: Option<Value>,
     pub(super) messages: Option<Value>,
     pub(super) chat_template_kwargs: Option<serde_json::Map<String, Value>>,
@@ -120,7 +118,8 @@ pub(super) struct CompletionRequest {
     pub(super) common: Common,
     pub(super) prompt: Option<Value>,
     pub(super) echo: Option<bool>,
-    /// Completions: alternatives per token (0-20); present = return log-probabilities.
+    /// Completions: alternatives per token (0 to the server's `--max-logprobs`); present =
+    /// return log-probabilities.
     pub(super) logprobs: Option<Value>,
 }
 
@@ -177,6 +176,7 @@ pub(super) fn validate(
     prompt_len: usize,
     max_model_len: usize,
     default_max: Option<usize>,
+    max_logprobs: usize,
 ) -> Result<Gen, ApiError> {
     if let Some(n) = c.n {
         if n != 1 {
@@ -262,7 +262,7 @@ pub(super) fn validate(
         }
         None => default_max.unwrap_or(room).min(room),
     };
-    let prompt_logprobs = logprob_count(&c.prompt_logprobs, "prompt_logprobs")?;
+    let prompt_logprobs = logprob_count(&c.prompt_logprobs, "prompt_logprobs", max_logprobs)?;
     let min_tokens = min_tokens(c, max_tokens)?;
     Ok(Gen {
         params: SamplingParams {
