@@ -60,7 +60,8 @@ const MARLIN_WARNING: &str = "Your GPU does not have native support for FP4 comp
 fn weight_only_moe_follows_the_version_and_card() {
     let cases = [
         ("vllm==0.34", "sm_90", "Humming", false),
-        ("vllm==0.34", "sm_100", "FlashInfer CuTe-DSL", false),
+        // MoE experts: no FlashInfer backend takes BF16 activations (fused_moe/oracle/nvfp4.py).
+        ("vllm==0.34", "sm_100", "Marlin", true),
         ("vllm==0.34", "sm_120", "Marlin", true),
         ("vllm==0.34", "sm_121", "Marlin", true),
         ("vllm==0.30", "sm_90", "Marlin", true),
@@ -102,16 +103,17 @@ fn weight_only_moe_follows_the_version_and_card() {
 }
 
 /// The compressed-tensors W4A4 fixture: native on FP4 tensor cores from sm_100, weight-only
-/// below, and the sm_12x W4A16-kernel-first rule up to vLLM 0.29.
+/// below (FlashInfer CuTe-DSL W4A4 on sm_10x from vLLM 0.24, FlashInfer CUTLASS on sm_12x).
 #[test]
 fn w4a4_dense_is_native_from_sm_100() {
     let cases = [
         ("vllm==0.34", "sm_90", "Humming", false),
         ("vllm==0.30", "sm_90", "Marlin", false),
-        ("vllm==0.34", "sm_100", "FlashInfer CUTLASS", true),
+        ("vllm==0.34", "sm_100", "FlashInfer CuTe-DSL (W4A4)", true),
+        ("vllm==0.23", "sm_100", "FlashInfer CUTLASS", true),
         ("vllm==0.34", "sm_120", "FlashInfer CUTLASS", true),
         ("vllm==0.34", "sm_121", "FlashInfer CUTLASS", true),
-        ("vllm==0.29", "sm_120", "FlashInfer CuTe-DSL (W4A16)", false),
+        ("vllm==0.29", "sm_120", "FlashInfer CUTLASS", true),
     ];
     for (engine, cc, want, want_native) in cases {
         let rs = rows("llama-ct-nvfp4", engine, cc);
@@ -192,7 +194,7 @@ fn bad_engine_and_cc_values_exit_64_naming_the_flag() {
 
 /// A vLLM 0.34 log that names Marlin for the NVFP4 GEMM, joined with the W4A4 checkpoint: on
 /// sm_90 the prediction is Humming (both weight-only: info), on sm_100 native FlashInfer
-/// CUTLASS (a warning); a log that names the predicted kernel gets no such finding.
+/// CuTe-DSL (a warning); a log that names the predicted kernel gets no such finding.
 #[test]
 fn diagnose_states_where_the_log_differs_from_the_prediction() {
     let tmp = tempfile::tempdir().unwrap();
@@ -209,7 +211,7 @@ fn diagnose_states_where_the_log_differs_from_the_prediction() {
         p
     };
     let marlin = log("marlin.log", "MarlinNvFp4LinearKernel");
-    let native = log("native.log", "FlashInferCutlassNvFp4LinearKernel");
+    let native = log("native.log", "FlashInferCuteDslNvFp4LinearKernel");
     let ck = fixture("llama-ct-nvfp4");
     let run = |l: &Path, cc: &str| -> Vec<serde_json::Value> {
         let o = rigbench(&[
@@ -245,7 +247,10 @@ fn diagnose_states_where_the_log_differs_from_the_prediction() {
     let f = run(&marlin, "sm_100");
     assert_eq!(f.len(), 1, "{f:#?}");
     assert_eq!(f[0]["severity"], "warning");
-    assert!(f[0]["detail"].as_str().unwrap().contains("nvfp4_utils.py"));
+    assert!(f[0]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("kernels/linear/__init__.py"));
     assert!(
         run(&native, "sm_100").is_empty(),
         "the predicted kernel is no difference"

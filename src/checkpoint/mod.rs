@@ -22,6 +22,8 @@ pub mod hub;
 mod lint;
 pub mod modules;
 pub mod predict;
+#[cfg(test)]
+mod predict_sources;
 pub mod quant;
 mod render;
 pub mod runtime;

@@ -9,10 +9,12 @@
 //! so a rule changes in one place. It knows only [`ModuleFormat`]; the inspection maps its
 //! modules to a [`PredictInput`].
 //!
-//! Sources: each rule's `rule_source` names the engine file and function it was read from. The
-//! engines' sources read were stored revisions whose release could not be identified (the
-//! snapshots hold no tags), so every rule says "not verified against this version's source";
-//! the version ranges are the ones rigbench documents (docs/diagnose.md, "Prediction rules").
+//! Sources: each rule's `rule_source` names the engine file and function it was read from and
+//! the releases read: the Python sources of the PyPI wheels of vLLM 0.23.0 to 0.34.0 (every
+//! minor's x.y.0, 0.25.1 and 0.27.1; 0.34.0 is the newest on PyPI) and SGLang 0.5.1 to 0.5.23,
+//! read 2026-12-07. A rule that was not read in those releases ends with [`NOT_VERIFIED`].
+//! `predict_sources.rs` holds the table read from the sources, row by row, and tests these
+//! rules against it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -25,18 +27,21 @@ use super::format::ModuleFormat;
 /// own source.
 pub const NOT_VERIFIED: &str = "(not verified against this version's source)";
 
-/// The warning vLLM prints when NVFP4 layers go to Marlin
-/// (`vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py`,
-/// `prepare_fp4_layer_for_marlin` and `prepare_nvfp4_moe_layer_for_marlin`).
+/// The warning vLLM 0.23.0–0.34.0 print when NVFP4 layers go to Marlin, word for word
+/// (`vllm/model_executor/kernels/linear/nvfp4/marlin.py`
+/// `MarlinNvFp4LinearKernel.process_weights_after_loading` for dense layers,
+/// `vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py`
+/// `prepare_nvfp4_moe_layer_for_marlin` for MoE experts).
 pub const MARLIN_FP4_WARNING: &str = "Your GPU does not have native support for FP4 computation but FP4 quantization is being used. Weight-only FP4 compression will be used leveraging the Marlin kernel. This may degrade performance for compute-heavy workloads.";
 
-/// The warning vLLM prints when FP8 layers go to Marlin on cards below sm_89
-/// (`vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py`,
-/// `prepare_fp8_layer_for_marlin`).
+/// The warning vLLM 0.23.0–0.34.0 print when FP8 layers go to Marlin, word for word
+/// (`vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py`
+/// `prepare_fp8_layer_for_marlin`, `prepare_fp8_moe_layer_for_marlin`).
 pub const MARLIN_FP8_WARNING: &str = "Your GPU does not have native support for FP8 computation but FP8 quantization is being used. Weight-only FP8 compression will be used leveraging the Marlin kernel. This may degrade performance for compute-heavy workloads.";
 
-/// The error SGLang raises for NVFP4 below sm_100 (`python/sglang/srt/layers/quantization/
-/// modelopt_quant.py`, `ModelOptNvFp4FusedMoEMethod.__init__`).
+/// The error SGLang 0.5.1–0.5.12 raise for NVFP4 MoE layers below sm_100, word for word
+/// (`python/sglang/srt/layers/quantization/modelopt_quant.py`,
+/// `ModelOptNvFp4FusedMoEMethod.__init__`; 0.5.13 and later fall back to Marlin there).
 pub const SGLANG_NVFP4_ERROR: &str = "ValueError: Current platform does not support NVFP4 quantization. Please use Blackwell and above.";
 
 /// An inference engine the prediction covers.
@@ -144,44 +149,65 @@ pub fn version_triple(v: &str) -> Option<(u32, u32, u32)> {
     Some((a, b, c))
 }
 
-/// The kernel a vLLM build runs weight-only NVFP4 layers on for card `cc`: `(kernel, why)`;
-/// the kernel is `None` when it depends on a version the caller does not know. Before 0.33,
-/// Marlin on every card; from 0.33, Humming on sm_90, FlashInfer CuTe-DSL on sm_100 and sm_103,
-/// Marlin elsewhere (sm_120 and sm_121 included). docs/diagnose.md, "Which kernel runs
-/// weight-only (W4A16) NVFP4 layers".
+/// The kernel a vLLM build runs weight-only NVFP4 *dense linear* layers on for card `cc`:
+/// `(kernel, why)`; the kernel is `None` when it depends on a version the caller does not know.
+/// Read in vLLM 0.23.0–0.34.0 (`vllm/model_executor/kernels/linear/__init__.py`
+/// `init_nvfp4_linear_kernel`, the `use_a16` branch): Marlin on every card before 0.30;
+/// FlashInfer CuTe-DSL W4A16 on sm_100 and sm_103 from 0.30; Humming on sm_90 from 0.32
+/// (`prefers_humming`); Marlin elsewhere (sm_120 and sm_121 included). MoE experts differ:
+/// see [`vllm_w4a16_moe_kernel`].
 pub fn vllm_w4a16_kernel(version: Option<&str>, cc: u32) -> (Option<&'static str>, String) {
-    let newer = match cc {
-        90 => Some("Humming"),
-        100 | 103 => Some("FlashInfer CuTe-DSL"),
-        _ => None,
-    };
-    let Some(newer) = newer else {
+    let Some((newer, from)) = w4a16_dense_newer(cc) else {
         return (
             Some("Marlin"),
             format!("vLLM runs weight-only NVFP4 on Marlin on sm_{cc} in every version"),
         );
     };
+    let (fa, fb) = (from.0, from.1);
     match version.and_then(version_triple) {
-        Some(v) if v >= (0, 33, 0) => (
+        Some(v) if v >= from => (
             Some(newer),
             format!(
-                "vLLM {}.{}.{} runs weight-only NVFP4 on {newer} on sm_{cc} (0.33 and later)",
+                "vLLM {}.{}.{} runs weight-only NVFP4 on {newer} on sm_{cc} ({fa}.{fb} and later)",
                 v.0, v.1, v.2
             ),
         ),
         Some(v) => (
             Some("Marlin"),
             format!(
-                "vLLM {}.{}.{} runs weight-only NVFP4 on Marlin on every card (before 0.33)",
+                "vLLM {}.{}.{} runs weight-only NVFP4 on Marlin on sm_{cc} (before {fa}.{fb})",
                 v.0, v.1, v.2
             ),
         ),
         None => (
             None,
             format!(
-                "vLLM before 0.33 runs weight-only NVFP4 on Marlin on every card; 0.33 and later run it on {newer} on sm_{cc}, and the log does not state the version"
+                "vLLM before {fa}.{fb} runs weight-only NVFP4 on Marlin on sm_{cc}; {fa}.{fb} and later run it on {newer}, and the log does not state the version"
             ),
         ),
+    }
+}
+
+/// The weight-only NVFP4 dense kernel that replaces Marlin on `cc`, with the first version
+/// that selects it: FlashInfer CuTe-DSL W4A16 on sm_100/sm_103 from 0.30, Humming on sm_90
+/// from 0.32.
+fn w4a16_dense_newer(cc: u32) -> Option<(&'static str, (u32, u32, u32))> {
+    match cc {
+        90 => Some(("Humming", (0, 32, 0))),
+        100 | 103 => Some(("FlashInfer CuTe-DSL", (0, 30, 0))),
+        _ => None,
+    }
+}
+
+/// The kernel a vLLM build runs weight-only NVFP4 *MoE experts* on (and W4A4 experts on
+/// cards below sm_100): Humming on sm_90 from 0.32, Marlin otherwise, sm_100 and sm_103
+/// included (`vllm/model_executor/layers/fused_moe/oracle/nvfp4.py`
+/// `select_nvfp4_moe_backend`: no FlashInfer backend accepts BF16 activations).
+pub fn vllm_w4a16_moe_kernel(version: (u32, u32, u32), cc: u32) -> &'static str {
+    if cc == 90 && version >= (0, 32, 0) {
+        "Humming"
+    } else {
+        "Marlin"
     }
 }
 
@@ -322,7 +348,7 @@ pub fn predict(spec: &EngineSpec, cc: u32, input: &PredictInput) -> EnginePredic
     for g in &input.linear {
         let r = match spec.engine {
             Engine::Vllm => vllm_linear(spec, cc, g.class, &g.format),
-            Engine::Sglang => sglang_linear(cc, g.class, &g.format),
+            Engine::Sglang => sglang_linear(spec, cc, g.class, &g.format),
         };
         rows.push(row(g.class, quant_words(&g.format), g.modules.clone(), r));
     }
@@ -346,7 +372,7 @@ pub fn predict(spec: &EngineSpec, cc: u32, input: &PredictInput) -> EnginePredic
         ));
     }
     if input.gdn_layers > 0 {
-        let r = gdn(spec);
+        let r = gdn(spec, cc);
         rows.push(row(
             LayerClass::Gdn,
             format!(
@@ -400,35 +426,55 @@ pub fn quant_words(f: &ModuleFormat) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The rules. Each names its source; see the module docs for what "verified" means here.
+// The rules. Each names the file and function it was read from and the releases read (PyPI
+// wheels of vLLM 0.23.0–0.34.0 and SGLang 0.5.1–0.5.23, read 2026-12-07; docs/diagnose.md,
+// "Prediction rules"). A rule still marked NOT_VERIFIED was not read in those releases.
 
-/// vLLM's NVFP4 linear rule (W4A4 on sm_100 and up).
-const SRC_VLLM_NVFP4_LINEAR: &str = "vllm 0.23–0.34: vllm/model_executor/layers/quantization/utils/nvfp4_utils.py select_nvfp4_linear_backend (auto: FlashInfer CUTLASS when the card is sm_100 or newer and FlashInfer is installed, else vLLM CUTLASS when its FP4 kernels were built for the card, else Marlin; read in a stored revision of the NvFp4LinearBackend form, release not identified; later revisions name kernel classes such as FlashInferCutlassNvFp4LinearKernel)";
-/// vLLM's NVFP4 MoE rule.
-const SRC_VLLM_NVFP4_MOE: &str = "vllm 0.23–0.34: vllm/model_executor/layers/fused_moe/oracle/nvfp4.py select_nvfp4_moe_backend (the first of AVAILABLE_BACKENDS FLASHINFER_TRTLLM, FLASHINFER_CUTEDSL, FLASHINFER_CUTEDSL_BATCHED, FLASHINFER_CUTLASS, VLLM_CUTLASS, MARLIN, HUMMING, EMULATION whose is_supported_config passes; read at revision 01362014; each kernel's per-card is_supported_config not read)";
-/// The weight-only NVFP4 boundary of docs/diagnose.md.
-const SRC_VLLM_W4A16: &str = "vllm 0.23–0.32: Marlin on every card; vllm 0.33–0.34: Humming on sm_90, FlashInfer CuTe-DSL on sm_100/sm_103, Marlin elsewhere (rigbench's documented boundary, docs/diagnose.md 'Which kernel runs weight-only (W4A16) NVFP4 layers'; the Marlin warning: vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py prepare_fp4_layer_for_marlin, prepare_nvfp4_moe_layer_for_marlin)";
-/// vLLM ≤ 0.29 on sm_12x: the W4A16 CuTe-DSL kernel before the W4A4 ones.
-const SRC_VLLM_12X_W4A16_FIRST: &str = "vllm 0.23–0.29 on sm_120/sm_121: NVFP4 linear kernel order, FlashInferCuteDslNvFp4W4A16LinearKernel before the W4A4 kernels (rigbench's documented rule, docs/diagnose.md 'fp4-weight-only')";
-/// vLLM's FP8 linear / MoE rule.
-const SRC_VLLM_FP8: &str = "vllm 0.23–0.34: vllm/model_executor/layers/quantization/fp8.py Fp8LinearMethod.__init__ and Fp8MoEMethod.__init__ (use_marlin = not has_device_capability(89)); warning: vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py prepare_fp8_layer_for_marlin (read in several stored revisions, releases not identified)";
+/// vLLM's NVFP4 W4A4 dense rule on FP4 cards.
+const SRC_VLLM_NVFP4_LINEAR: &str = "vllm/model_executor/kernels/linear/__init__.py init_nvfp4_linear_kernel over _POSSIBLE_NVFP4_KERNELS (first whose is_supported passes): 0.23.0 FlashInferCutlassNvFp4LinearKernel, CutlassNvFp4LinearKernel, MarlinNvFp4LinearKernel, …; 0.24.0–0.34.0 FlashInferCuteDslNvFp4LinearKernel first (kernels/linear/nvfp4/flashinfer.py is_supported: is_device_capability_family(100) and FlashInfer), then FlashInferCutlassNvFp4LinearKernel (cutlass_fp4_supported() and has_device_capability(100) and FlashInfer); the W4A16 kernels come after the W4A4 ones in every release";
+/// vLLM's NVFP4 W4A4 MoE rule on FP4 cards.
+const SRC_VLLM_NVFP4_MOE: &str = "vllm/model_executor/layers/fused_moe/oracle/nvfp4.py select_nvfp4_moe_backend: the first of FLASHINFER_TRTLLM, FLASHINFER_CUTEDSL, FLASHINFER_CUTEDSL_BATCHED, FLASHINFER_CUTLASS, VLLM_CUTLASS, MARLIN, (HUMMING from 0.25.0), EMULATION whose is_supported_config passes; TrtLlmNvFp4ExpertsBase._supports_current_device is_device_capability_family(100); FlashInferExperts (experts/flashinfer_cutlass_moe.py) takes (kNvfp4Static, kNvfp4Dynamic) on has_device_capability(100), so sm_12x gets FlashInfer CUTLASS";
+/// vLLM's weight-only NVFP4 dense rule (W4A16, or W4A4 below sm_100).
+const SRC_VLLM_W4A16: &str = "vllm/model_executor/kernels/linear/__init__.py init_nvfp4_linear_kernel: W4A16 (use_a16) 0.23.0–0.29.0 force_kernel = MarlinNvFp4LinearKernel; 0.30.0–0.31.0 FlashInferCuteDslNvFp4W4A16LinearKernel when compute_capability in (100, 103), else Marlin; 0.32.0–0.34.0 the same, and on sm_90 (prefers_humming, utils/humming/priority.py _HUMMING_PREFERRED_CAPABILITIES = {90}) Humming before Marlin; W4A4 below sm_100: the auto list reaches MarlinNvFp4LinearKernel (is_fp4_marlin_supported: sm_75+), and from 0.32.0 prioritize_humming puts HummingNvFp4LinearKernel ahead of it on sm_90; the warning: kernels/linear/nvfp4/marlin.py MarlinNvFp4LinearKernel.process_weights_after_loading";
+/// vLLM's weight-only NVFP4 MoE rule.
+const SRC_VLLM_W4A16_MOE: &str = "vllm/model_executor/layers/fused_moe/oracle/nvfp4.py select_nvfp4_moe_backend: no FlashInfer or CUTLASS expert class accepts BF16 activations (kNvfp4Static, None) nor runs NVFP4 below sm_100, so MARLIN (experts/marlin_moe.py MarlinExpertsBase: sm_75+, any NVFP4 weight) is first in 0.23.0–0.31.0; from 0.32.0 AVAILABLE_BACKENDS = prioritize_humming(AVAILABLE_BACKENDS) puts HUMMING before MARLIN on sm_90 only; the warning: quantization/utils/marlin_utils_fp4.py prepare_nvfp4_moe_layer_for_marlin";
+/// vLLM's FP8 W8A8 rule.
+const SRC_VLLM_FP8: &str = "vllm/model_executor/kernels/linear/__init__.py init_fp8_linear_kernel → choose_scaled_mm_linear_kernel over _POSSIBLE_FP8_KERNELS (_POSSIBLE_FP8_BLOCK_KERNELS for block scales): 0.23.0–0.28.0 MarlinFP8ScaledMMLinearKernel first, is_supported refusing compute_capability >= 89; 0.29.0–0.34.0 FlashInfer (sm_100+, per-tensor scales), CUTLASS, …, Marlin; CutlassFP8ScaledMMLinearKernel.is_supported checks cutlass_fp8_supported() only from 0.31.0; MoE: fused_moe/oracle/fp8.py _get_priority_backends (TRITON before MARLIN; TritonExperts takes FP8 only when supports_fp8(), sm_89+); the warning: quantization/utils/marlin_utils_fp8.py prepare_fp8_layer_for_marlin, prepare_fp8_moe_layer_for_marlin";
+/// vLLM's FP8 weight-only (W8A16) rule.
+const SRC_VLLM_W8A16: &str = "vllm/model_executor/kernels/linear/__init__.py init_wfp8_a16_linear_kernel over _POSSIBLE_WFP8A16_KERNELS: 0.23.0–0.24.0 [MarlinFP8ScaledMMLinearKernel]; 0.25.0–0.34.0 [HummingFP8ScaledMMLinearKernel, MarlinFP8ScaledMMLinearKernel] (Humming: sm_75+); MoE: fused_moe/oracle/fp8.py, MARLIN before HUMMING except on sm_90 from 0.32.0 (prioritize_humming)";
 /// vLLM's attention backend priorities.
-const SRC_VLLM_ATTN: &str = "vllm 0.23–0.34: vllm/platforms/cuda.py _get_backend_priorities (non-MLA: FLASHINFER first on compute capability 10.x, FLASH_ATTN first elsewhere, then TRITON_ATTN, FLEX_ATTENTION) and CudaPlatformBase.get_attn_backend_cls (the first whose validate_configuration passes; read at revision 002db495; FP8 KV on FlashAttention only with FA3 on sm_90 is rigbench's reading, validate_configuration not read)";
+const SRC_VLLM_ATTN: &str = "vllm 0.23.0–0.34.0: vllm/platforms/cuda.py _get_backend_priorities (non-MLA: FLASHINFER first when device_capability.major == 10, else FLASH_ATTN first, then TRITON_ATTN, FLEX_ATTENTION); FlashAttention's version: vllm/v1/attention/backends/fa_utils.py get_flash_attn_version (FA3 on major 9, FA2 below 10); FP8 KV: vllm/v1/attention/backends/flash_attn.py FlashAttentionBackend.supports_kv_cache_dtype (fp8 only with FA3 on is_device_capability_family(90); 0.31.0+ via fa_utils.flash_attn_supports_kv_cache_dtype, which adds FA4 on 10.x), so FP8 KV off sm_90 and 10.x falls to FLASHINFER";
 /// vLLM's Gated-DeltaNet kernels.
-const SRC_VLLM_GDN: &str = "vllm 0.23–0.34: vllm/model_executor/models/qwen3_next.py Qwen3NextGatedDeltaNet with vllm/model_executor/layers/fla/ops chunk_gated_delta_rule (prefill) and fused_recurrent_gated_delta_rule (decode) (imports read in stored revisions, releases not identified; newer revisions also carry a FlashInfer GDN decode kernel, not predicted)";
+const SRC_VLLM_GDN: &str = "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend (QwenGatedDeltaNetAttention, used by models/qwen3_next.py and qwen3_5.py): auto → FlashInfer GDN prefill on is_device_capability(90) in 0.23.0–0.34.0; on sm_10x (0.23.0+) and sm_12x (0.30.0+) only with linear_key_head_dim == 128 and a CUDA 13 runtime; else the FLA Triton chunk_gated_delta_rule";
 /// vLLM's FP8 KV cache.
-const SRC_VLLM_KV: &str = "vllm 0.23–0.34: the checkpoint's kv_cache_quant_algo / kv_cache_scheme or --kv-cache-dtype fp8 stores the cache as FP8 E4M3 ('Using fp8 data type to store kv cache'), read by the attention backend of vllm/platforms/cuda.py get_attn_backend_cls (rigbench's reading)";
+const SRC_VLLM_KV: &str = "vllm 0.23.0–0.34.0: vllm/v1/attention/backends/flash_attn.py FlashAttentionBackend.supports_kv_cache_dtype decides whether FlashAttention reads an fp8 / fp8_e4m3 cache; otherwise the next backend of vllm/platforms/cuda.py _get_backend_priorities reads it";
 /// SGLang's NVFP4 rule.
-const SRC_SGLANG_NVFP4: &str = "sglang 0.5: python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptNvFp4FusedMoEMethod.__init__ (is_sm100_supported, else the ValueError) and compressed_tensors_w4a4_nvfp4_moe.py CompressedTensorsW4A4Nvfp4MoE.__init__ (is_blackwell_supported); ModelOptFp4LinearMethod alike; FlashInfer / sgl-kernel CUTLASS FP4 on sm_100 and up (read in stored revisions, releases not identified; later revisions add a Marlin fallback on sm_80–sm_90 behind --fp4-gemm-backend / --moe-runner-backend marlin)";
+const SRC_SGLANG_NVFP4: &str = "python/sglang/srt/layers/quantization/modelopt_quant.py: ModelOptNvFp4FusedMoEMethod.__init__ 0.5.1–0.5.12 raises 'Current platform does not support NVFP4 quantization. Please use Blackwell and above.' when not is_sm100_supported(); 0.5.13–0.5.23 use_marlin_fallback = (8, 0) <= capability < (10, 0) with the auto MoE runner; ModelOptFp4LinearMethod.process_weights_after_loading 0.5.13–0.5.23 raises 'ModelOpt NVFP4 native dense GEMM backends require SM100+. Use --fp4-gemm-backend marlin on SM80-SM90.' unless --fp4-gemm-backend marlin";
 /// SGLang's FP8 rule.
-const SRC_SGLANG_FP8: &str = "sglang 0.5: python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptFp8LinearMethod.__init__ (cutlass_fp8_supported; Marlin when can_auto_enable_marlin_fp8, i.e. below sm_89) (read in a stored revision, release not identified)";
+const SRC_SGLANG_FP8: &str = "sglang 0.5: python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptFp8LinearMethod.__init__ (cutlass_fp8_supported; Marlin when can_auto_enable_marlin_fp8, i.e. below sm_89; read in a stored revision, release not identified)";
 /// SGLang's attention default.
 const SRC_SGLANG_ATTN: &str = "sglang 0.5: python/sglang/srt/server_args.py ServerArgs attention-backend default (FlashAttention-3 'fa3' on sm_90, 'trtllm_mha' / FlashInfer on sm_100, FlashInfer elsewhere; not read)";
 /// SGLang's GDN kernels.
 const SRC_SGLANG_GDN: &str = "sglang 0.5: python/sglang/srt/layers/attention/hybrid_linear_attn_backend.py with the FLA Triton kernels of python/sglang/srt/layers/attention/fla (not read)";
 
+/// The error SGLang 0.5.13 and later raise for NVFP4 dense layers below sm_100 without
+/// `--fp4-gemm-backend marlin` (`python/sglang/srt/layers/quantization/modelopt_quant.py`,
+/// `ModelOptFp4LinearMethod.process_weights_after_loading`).
+pub const SGLANG_NVFP4_DENSE_ERROR: &str = "ValueError: ModelOpt NVFP4 native dense GEMM backends require SM100+. Use --fp4-gemm-backend marlin on SM80-SM90.";
+
+/// A rule not read in the releases covered: its text with the [`NOT_VERIFIED`] suffix.
 fn src(s: &str) -> String {
     format!("{s} {NOT_VERIFIED}")
+}
+
+/// A rule read in the releases covered: its text with the version range it holds for.
+fn read(range: &str, s: &str) -> String {
+    format!("vllm {range}: {s}")
+}
+
+/// `0.32.0` for a version triple.
+fn vstr(v: (u32, u32, u32)) -> String {
+    format!("{}.{}.{}", v.0, v.1, v.2)
 }
 
 /// vLLM: the kernel of a linear group (dense or MoE) of format `f` on card `cc`.
@@ -438,31 +484,67 @@ fn vllm_linear(spec: &EngineSpec, cc: u32, class: LayerClass, f: &ModuleFormat) 
         ModuleFormat::Nvfp4 {
             activations_4bit, ..
         } => vllm_nvfp4(spec, cc, moe, *activations_4bit),
-        ModuleFormat::Fp8 { activations, .. } if activations != "weight-only" => {
-            if cc >= 89 {
-                let k = if moe {
-                    "FP8 fused MoE (backend by fused_moe/oracle/fp8.py)"
-                } else {
-                    "CUTLASS FP8 scaled_mm"
-                };
-                rule(k, true, None, src(SRC_VLLM_FP8))
-            } else {
-                rule(
-                    "Marlin (FP8 weight-only)",
-                    false,
-                    Some(MARLIN_FP8_WARNING),
-                    src(SRC_VLLM_FP8),
-                )
-            }
-        }
-        ModuleFormat::Fp8 { .. } => rule(
+        ModuleFormat::Fp8 {
+            activations,
+            scaling,
+        } if activations != "weight-only" => vllm_fp8(spec.version, cc, moe, scaling),
+        ModuleFormat::Fp8 { .. } => vllm_w8a16(spec.version, cc, moe),
+        ModuleFormat::Bf16 | ModuleFormat::F16 => unquantized(moe),
+        other => no_rule(other),
+    }
+}
+
+/// vLLM FP8 W8A8: native from sm_89; below, Marlin (or, in 0.29–0.30 for per-tensor and
+/// per-channel scales, the CUTLASS kernel, whose `is_supported` had no capability check).
+fn vllm_fp8(v: (u32, u32, u32), cc: u32, moe: bool, scaling: &str) -> Rule {
+    let block = scaling.starts_with("block") || scaling.starts_with("group");
+    let s = read(&format!("{} (read 0.23.0–0.34.0)", vstr(v)), SRC_VLLM_FP8);
+    if cc >= 89 {
+        let k = if moe {
+            "FP8 fused MoE (first of FlashInfer TRT-LLM, FlashInfer CUTLASS, DeepGEMM, vLLM CUTLASS, Triton whose checks pass)"
+        } else if block {
+            "block-scaled FP8 GEMM (first of FlashInfer DeepGEMM, DeepGEMM, CUTLASS block whose checks pass)"
+        } else if cc >= 100 && scaling == "per-tensor" {
+            "FlashInfer FP8 scaled_mm"
+        } else {
+            "CUTLASS FP8 scaled_mm"
+        };
+        return rule(k, true, None, s);
+    }
+    if !moe && !block && ((0, 29, 0)..(0, 31, 0)).contains(&v) {
+        return rule(
+            "vLLM CUTLASS FP8 scaled_mm (selected although the card has no FP8 units: CutlassFP8ScaledMMLinearKernel.is_supported checks no capability before 0.31)",
+            false,
+            None,
+            s,
+        );
+    }
+    rule(
+        "Marlin (FP8 weight-only)",
+        false,
+        Some(MARLIN_FP8_WARNING),
+        s,
+    )
+}
+
+/// vLLM FP8 weight-only (W8A16): Humming for dense layers from 0.25, Marlin before; MoE
+/// experts on Marlin except on sm_90 from 0.32 (Humming).
+fn vllm_w8a16(v: (u32, u32, u32), cc: u32, moe: bool) -> Rule {
+    let s = read(&format!("{} (read 0.23.0–0.34.0)", vstr(v)), SRC_VLLM_W8A16);
+    let humming = if moe {
+        cc == 90 && v >= (0, 32, 0)
+    } else {
+        v >= (0, 25, 0)
+    };
+    if humming {
+        rule("Humming (FP8 weight-only, W8A16)", false, None, s)
+    } else {
+        rule(
             "Marlin (FP8 weight-only, W8A16)",
             false,
             Some(MARLIN_FP8_WARNING),
-            src(SRC_VLLM_FP8),
-        ),
-        ModuleFormat::Bf16 | ModuleFormat::F16 => unquantized(moe),
-        other => no_rule(other),
+            s,
+        )
     }
 }
 
@@ -493,18 +575,13 @@ fn no_rule(f: &ModuleFormat) -> Rule {
     )
 }
 
-/// vLLM NVFP4: native W4A4 on sm_100 and up, else the weight-only rule.
+/// vLLM NVFP4: native W4A4 on sm_100 and up, else the weight-only rules.
 fn vllm_nvfp4(spec: &EngineSpec, cc: u32, moe: bool, w4a4: bool) -> Rule {
+    let v = spec.version;
+    let range = format!("{} (read 0.23.0–0.34.0)", vstr(v));
     if w4a4 && cc >= 100 {
-        if !moe && matches!(cc, 120 | 121) && spec.version < (0, 30, 0) {
-            return rule(
-                "FlashInfer CuTe-DSL (W4A16)",
-                false,
-                None,
-                src(SRC_VLLM_12X_W4A16_FIRST),
-            );
-        }
         let k = match (moe, cc) {
+            (false, 100 | 103) if v >= (0, 24, 0) => "FlashInfer CuTe-DSL (W4A4)",
             (false, _) => "FlashInfer CUTLASS",
             (true, 100 | 103) => "FlashInfer TRT-LLM",
             (true, _) => "FlashInfer CUTLASS",
@@ -514,43 +591,31 @@ fn vllm_nvfp4(spec: &EngineSpec, cc: u32, moe: bool, w4a4: bool) -> Rule {
         } else {
             SRC_VLLM_NVFP4_LINEAR
         };
-        return rule(k, true, None, src(s));
+        return rule(k, true, None, read(&range, s));
     }
-    let v = format!("{}.{}.{}", spec.version.0, spec.version.1, spec.version.2);
-    let (k, _) = vllm_w4a16_kernel(Some(&v), cc);
-    let k = k.unwrap_or("Marlin");
+    let (k, s) = if moe {
+        (vllm_w4a16_moe_kernel(v, cc), SRC_VLLM_W4A16_MOE)
+    } else if w4a4 {
+        // W4A4 below sm_100: the auto list, where only Marlin (and Humming from 0.32 on
+        // sm_90) accept the card.
+        (vllm_w4a16_moe_kernel(v, cc), SRC_VLLM_W4A16)
+    } else {
+        let k = vllm_w4a16_kernel(Some(&vstr(v)), cc).0.unwrap_or("Marlin");
+        (k, SRC_VLLM_W4A16)
+    };
     let warning = (k == "Marlin").then_some(MARLIN_FP4_WARNING);
-    let mut s = SRC_VLLM_W4A16.to_string();
-    if moe && cc == 90 && spec.version >= (0, 33, 0) {
-        s.push_str("; for MoE experts the oracle revision read (fused_moe/oracle/nvfp4.py select_nvfp4_moe_backend, 01362014) lists MARLIN before HUMMING, so the MoE half of this boundary is open");
-    }
-    rule(k, false, warning, src(&s))
+    rule(k, false, warning, read(&range, s))
 }
 
 /// SGLang: the kernel of a linear group.
-fn sglang_linear(cc: u32, class: LayerClass, f: &ModuleFormat) -> Rule {
+fn sglang_linear(spec: &EngineSpec, cc: u32, class: LayerClass, f: &ModuleFormat) -> Rule {
     let moe = class == LayerClass::MoeExperts;
+    let v = spec.version;
     match f {
         ModuleFormat::Nvfp4 {
             activations_4bit: true,
             ..
-        } => {
-            if cc >= 100 {
-                let k = if moe {
-                    "FlashInfer CUTLASS / TRT-LLM fused MoE (--moe-runner-backend)"
-                } else {
-                    "FlashInfer / sgl-kernel CUTLASS FP4 GEMM"
-                };
-                rule(k, true, None, src(SRC_SGLANG_NVFP4))
-            } else {
-                rule(
-                    "none: the load fails",
-                    false,
-                    Some(SGLANG_NVFP4_ERROR),
-                    src(SRC_SGLANG_NVFP4),
-                )
-            }
-        }
+        } => sglang_nvfp4(v, cc, moe),
         ModuleFormat::Nvfp4 { .. } => rule(
             "not predicted",
             false,
@@ -577,6 +642,38 @@ fn sglang_linear(cc: u32, class: LayerClass, f: &ModuleFormat) -> Rule {
     }
 }
 
+/// SGLang NVFP4 W4A4: native on sm_100 and up; below, the load fails, except MoE experts on
+/// sm_80–sm_90 from 0.5.13 (Marlin).
+fn sglang_nvfp4(v: (u32, u32, u32), cc: u32, moe: bool) -> Rule {
+    let s = format!("sglang {} (read 0.5.1–0.5.23): {SRC_SGLANG_NVFP4}", vstr(v));
+    if cc >= 100 {
+        let k = if moe {
+            "FlashInfer CUTLASS / TRT-LLM fused MoE (--moe-runner-backend)"
+        } else {
+            "FlashInfer / sgl-kernel CUTLASS FP4 GEMM"
+        };
+        // The native kernel's choice among these was not read.
+        return rule(k, true, None, src(&s));
+    }
+    let newer = v >= (0, 5, 13);
+    match (moe, newer) {
+        (true, true) if cc >= 80 => rule("Marlin", false, None, s),
+        (false, true) => rule(
+            "none: the load fails",
+            false,
+            Some(SGLANG_NVFP4_DENSE_ERROR),
+            s,
+        ),
+        (true, _) => rule("none: the load fails", false, Some(SGLANG_NVFP4_ERROR), s),
+        (false, false) => rule(
+            "none: the load fails (the MoE layers' check; dense-only checkpoints not read)",
+            false,
+            Some(SGLANG_NVFP4_ERROR),
+            src(&s),
+        ),
+    }
+}
+
 /// The attention backend.
 fn attention(spec: &EngineSpec, cc: u32, fp8_kv: bool) -> Rule {
     match spec.engine {
@@ -590,7 +687,7 @@ fn attention(spec: &EngineSpec, cc: u32, fp8_kv: bool) -> Rule {
             } else {
                 "FlashAttention 2"
             };
-            rule(k, true, None, src(SRC_VLLM_ATTN))
+            rule(k, true, None, SRC_VLLM_ATTN.into())
         }
         Engine::Sglang => {
             let k = match cc {
@@ -603,15 +700,22 @@ fn attention(spec: &EngineSpec, cc: u32, fp8_kv: bool) -> Rule {
     }
 }
 
-/// The Gated-DeltaNet recurrence.
-fn gdn(spec: &EngineSpec) -> Rule {
+/// The Gated-DeltaNet recurrence (prefill kernel; decode not predicted per version).
+fn gdn(spec: &EngineSpec, cc: u32) -> Rule {
     match spec.engine {
-        Engine::Vllm => rule(
-            "FLA Triton (chunk_gated_delta_rule prefill, fused_recurrent decode)",
-            true,
-            None,
-            src(SRC_VLLM_GDN),
-        ),
+        Engine::Vllm => {
+            let v = spec.version;
+            let conditional = cc / 10 == 10 || (cc / 10 == 12 && v >= (0, 30, 0));
+            let k = if cc == 90 {
+                "FlashInfer GDN prefill (auto on sm_90)"
+            } else if conditional {
+                "FlashInfer GDN prefill when linear_key_head_dim is 128 and the CUDA runtime is 13+, else FLA Triton chunk_gated_delta_rule"
+            } else {
+                "FLA Triton chunk_gated_delta_rule (prefill)"
+            };
+            let s = read(&format!("{} (read 0.23.0–0.34.0)", vstr(v)), SRC_VLLM_GDN);
+            rule(k, true, None, s)
+        }
         Engine::Sglang => rule(
             "FLA Triton (hybrid linear attention backend)",
             true,
@@ -624,7 +728,7 @@ fn gdn(spec: &EngineSpec) -> Rule {
 /// The KV cache: its dtype and who reads it.
 fn kv_cache(spec: &EngineSpec, cc: u32, fp8_kv: bool, attn_kernel: &str) -> Rule {
     let source = match spec.engine {
-        Engine::Vllm => src(SRC_VLLM_KV),
+        Engine::Vllm => SRC_VLLM_KV.into(),
         Engine::Sglang => src(
             "sglang 0.5: python/sglang/srt/server_args.py ServerArgs.kv_cache_dtype (fp8_e4m3) / the checkpoint's KV declaration (not read)",
         ),
@@ -680,15 +784,23 @@ mod tests {
     }
 
     #[test]
-    fn the_humming_boundary_holds_for_weight_only_dense() {
+    fn the_weight_only_boundaries_hold_for_dense_and_moe() {
         let v = |s: &str| s.parse::<EngineSpec>().unwrap();
-        let k = |spec: &EngineSpec, cc| {
-            vllm_linear(spec, cc, LayerClass::DenseLinear, &nvfp4(false)).kernel
-        };
-        assert_eq!(k(&v("vllm==0.32"), 90), "Marlin");
-        assert_eq!(k(&v("vllm==0.33"), 90), "Humming");
-        assert_eq!(k(&v("vllm==0.34"), 100), "FlashInfer CuTe-DSL");
-        assert_eq!(k(&v("vllm==0.34"), 121), "Marlin");
+        let k = |spec: &EngineSpec, cc, class| vllm_linear(spec, cc, class, &nvfp4(false)).kernel;
+        let dense = LayerClass::DenseLinear;
+        let moe = LayerClass::MoeExperts;
+        assert_eq!(k(&v("vllm==0.31"), 90, dense), "Marlin");
+        assert_eq!(k(&v("vllm==0.32"), 90, dense), "Humming");
+        assert_eq!(k(&v("vllm==0.29"), 100, dense), "Marlin");
+        assert_eq!(k(&v("vllm==0.30"), 100, dense), "FlashInfer CuTe-DSL");
+        assert_eq!(k(&v("vllm==0.34"), 121, dense), "Marlin");
+        // MoE experts: no FlashInfer backend takes BF16 activations.
+        assert_eq!(k(&v("vllm==0.34"), 100, moe), "Marlin");
+        assert_eq!(k(&v("vllm==0.32"), 90, moe), "Humming");
+        assert_eq!(k(&v("vllm==0.31"), 90, moe), "Marlin");
+        let (kernel, why) = vllm_w4a16_kernel(None, 90);
+        assert_eq!(kernel, None);
+        assert!(why.contains("0.32"), "{why}");
     }
 
     #[test]

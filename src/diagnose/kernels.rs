@@ -4,8 +4,8 @@
 //! for this checkpoint on this card with this engine version.
 //!
 //! Which kernel vLLM runs weight-only (W4A16) NVFP4 layers on depends on its version and the
-//! card (`docs/diagnose.md`): before 0.33, Marlin on every card; from 0.33, Humming on sm_90,
-//! FlashInfer CuTe-DSL on sm_100 and sm_103, Marlin elsewhere. W4A4 layers run natively on
+//! card (`docs/diagnose.md`): dense layers on Marlin before 0.30; FlashInfer CuTe-DSL on sm_100
+//! and sm_103 from 0.30, Humming on sm_90 from 0.32, Marlin elsewhere. W4A4 layers run natively on
 //! cards with FP4 tensor cores (sm_100 and up) when the build has kernels for the card, and as
 //! W4A16 below sm_100. The rules themselves (which kernel each engine version selects per
 //! layer class and card) are `crate::checkpoint::predict`'s, shared with `inspect --engine`;
@@ -224,7 +224,7 @@ pub(crate) fn marlin_findings(
             Some(cc) if cc >= 100 && !hit.is_empty() => (
                 Severity::Warning,
                 format!(
-                    "sm_{cc} has FP4 tensor cores and the checkpoint's {} are W4A4: a native kernel would keep their 4-bit activations; this build chose a weight-only one (vLLM picked its W4A16 kernel over the W4A4 ones on sm_12x until its kernel order was fixed, see docs/diagnose.md); disable it (VLLM_DISABLED_KERNELS) or update",
+                    "sm_{cc} has FP4 tensor cores and the checkpoint's {} are W4A4: a native kernel would keep their 4-bit activations; this build chose a weight-only one (vLLM 0.23 to 0.34 list their W4A4 NVFP4 kernels before the weight-only ones, so a flag, VLLM_DISABLED_KERNELS or a missing FlashInfer chose this one, see docs/diagnose.md); disable it (VLLM_DISABLED_KERNELS) or update",
                     hit.join(", ")
                 ),
             ),
@@ -296,8 +296,8 @@ fn explain_marlin(
     };
     let cc = card.cc;
     let ccs = format!("sm_{} ({})", cc.as_int(), card.source);
-    // vLLM 0.33 and later run weight-only NVFP4 on Humming (sm_90) or FlashInfer CuTe-DSL
-    // (sm_100, sm_103): there a Marlin fallback is not the expected path.
+    // vLLM runs weight-only NVFP4 dense layers on FlashInfer CuTe-DSL (sm_100, sm_103) from 0.30
+    // and on Humming (sm_90) from 0.32: there a Marlin fallback is not the expected path.
     let vllm_like = log.engine.as_deref().is_none_or(|e| e == "vllm");
     let keyed = vllm_like.then(|| vllm_w4a16_kernel(log.engine_version.as_deref(), cc.as_int()));
     if let Some((Some(k), why)) = &keyed {
@@ -317,9 +317,7 @@ fn explain_marlin(
         }
     }
     let version_note = match &keyed {
-        Some((None, why)) => format!(
-            " Which path is expected depends on the version: {why}; before 0.33 this fallback is expected, from 0.33 it is not."
-        ),
+        Some((None, why)) => format!(" Which path is expected depends on the version: {why}."),
         _ => String::new(),
     };
     if cc.as_int() < 100 {

@@ -661,7 +661,7 @@ fn marlin_verdict(version: Option<&str>, cc: &str) -> Finding {
 
 #[test]
 fn marlin_fallback_keyed_on_vllm_version_and_card() {
-    // vLLM 0.33 and later: Humming on sm_90, FlashInfer CuTe-DSL on sm_100/103.
+    // Humming on sm_90 from vLLM 0.32, FlashInfer CuTe-DSL on sm_100/103 from 0.30.
     let f = marlin_verdict(Some("0.33.0"), "sm_90");
     assert_eq!(f.severity, Severity::Warning, "{}", f.detail);
     assert!(
@@ -674,8 +674,10 @@ fn marlin_fallback_keyed_on_vllm_version_and_card() {
     assert!(f.detail.contains("FlashInfer CuTe-DSL"), "{}", f.detail);
     let f = marlin_verdict(Some("0.33.0rc2"), "sm_103");
     assert_eq!(f.severity, Severity::Warning);
-    // Before 0.33, Marlin on every card: expected on sm_90.
-    let f = marlin_verdict(Some("0.32.0"), "sm_90");
+    let f = marlin_verdict(Some("0.30.0"), "sm_100");
+    assert_eq!(f.severity, Severity::Warning, "{}", f.detail);
+    // Before 0.32, Marlin on sm_90: expected there.
+    let f = marlin_verdict(Some("0.31.0"), "sm_90");
     assert_eq!(f.severity, Severity::Info, "{}", f.detail);
     assert!(f.title.contains("expected on sm_90"));
     // Marlin elsewhere in every version.
@@ -684,7 +686,7 @@ fn marlin_fallback_keyed_on_vllm_version_and_card() {
     // The version unknown: both rules are stated, nothing is concluded.
     let f = marlin_verdict(None, "sm_90");
     assert_eq!(f.severity, Severity::Info);
-    assert!(f.detail.contains("0.33"), "{}", f.detail);
+    assert!(f.detail.contains("0.32"), "{}", f.detail);
     assert!(
         f.detail.contains("does not state the version"),
         "{}",

@@ -21,12 +21,12 @@ use super::*;
 
 /// Numbers that belong to rigbench's rules, not to the input: thresholds (2% between two KV
 /// lines, 5% and 10% acceptance, 1.5× a cap, 1.00 mean acceptance length), vLLM version
-/// boundaries (0.29, 0.33) and PR / issue numbers the findings cite, card generations (sm_90,
+/// boundaries (0.29, 0.30, 0.32, 0.33) and PR / issue numbers the findings cite, card generations (sm_90,
 /// sm_100 …, compute capability 8.0), PTX/CUDA versions, and the 16 of NVFP4's block.
 const RULE_NUMBERS: &[f64] = &[
-    0.0, 1.0, 1.005, 1.02, 1.5, 2.0, 4.0, 5.0, 8.0, 10.0, 16.0, 20.0, 64.0, 100.0, 0.29, 0.33,
-    0.10, 0.05, 29303.0, 56445.0, 31085.0, 50925.0, 90.0, 100.0, 103.0, 110.0, 120.0, 121.0, 12.0,
-    12.1, 13.0, 8.6, 8.7, 8.8, 9.0, 4096.0, 10.0, 1024.0,
+    0.0, 1.0, 1.005, 1.02, 1.5, 2.0, 4.0, 5.0, 8.0, 10.0, 16.0, 20.0, 64.0, 100.0, 0.29, 0.30,
+    0.32, 0.33, 0.10, 0.05, 29303.0, 56445.0, 31085.0, 50925.0, 90.0, 100.0, 103.0, 110.0, 120.0,
+    121.0, 12.0, 12.1, 13.0, 8.6, 8.7, 8.8, 9.0, 4096.0, 10.0, 1024.0,
 ];
 
 fn fixture_files() -> Vec<PathBuf> {
