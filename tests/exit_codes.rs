@@ -318,6 +318,19 @@ fn e2e_exit_codes() {
             64 => {
                 let o = run(&["e2e", "--suite", "/nonexistent/suite.toml"]);
                 expect(Cmd::E2e, 64, &o, e.when);
+                // A flag the suite's workload would record and ignore is refused by name.
+                let o = run(&["e2e", "--shared-prefix-tokens", "384"]);
+                expect(
+                    Cmd::E2e,
+                    64,
+                    &o,
+                    "--shared-prefix-tokens on a fixed workload",
+                );
+                assert!(
+                    err(&o).contains("--shared-prefix-tokens") && err(&o).contains("shared-prefix"),
+                    "{}",
+                    err(&o)
+                );
             }
             130 | 143 => {
                 let sig = if e.code == 130 {

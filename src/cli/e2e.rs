@@ -448,6 +448,21 @@ fn apply_load_overrides(suite: &mut Suite, load: &LoadArgs) -> Result<(), RigErr
         w.input_tokens = Some(n);
     }
     if let Some(n) = load.shared_prefix_tokens {
+        // Only a shared-prefix workload reads it: anywhere else it would be recorded in
+        // results.json and change nothing.
+        if w.kind != crate::e2e::workload::WorkloadKind::SharedPrefix {
+            return Err(RigError::flag(
+                "--shared-prefix-tokens",
+                format!(
+                    "suite `{}` has a `{}` workload, which has no shared prefix: use --suite shared-prefix (or a suite with workload.kind = \"shared_prefix\"), or leave the flag out",
+                    suite.name,
+                    match w.kind {
+                        crate::e2e::workload::WorkloadKind::Fixed => "fixed",
+                        _ => "prompts",
+                    }
+                ),
+            ));
+        }
         w.shared_prefix_tokens = Some(n);
     }
     if let Some(n) = load.output_tokens {

@@ -61,6 +61,9 @@ pub struct EngineLogFile {
     boot_found: bool,
     /// The file's length in bytes when the session started.
     start: u64,
+    /// Lines between the boot and the session (earlier traffic, left out): [`Self::text_now`]
+    /// keeps their place as empty lines, so that a line number in its text is the file's.
+    gap_lines: usize,
 }
 
 impl EngineLogFile {
@@ -77,11 +80,13 @@ impl EngineLogFile {
             Some(b) => (b.to_string(), true),
             None => (text.to_string(), false),
         };
+        let gap_lines = text[boot.len()..].matches('\n').count();
         Ok(Self {
             path: path.to_path_buf(),
             boot,
             boot_found,
             start: bytes.len() as u64,
+            gap_lines,
         })
     }
 
@@ -94,6 +99,13 @@ impl EngineLogFile {
     /// than at the start (rotated, truncated) is read from its beginning, and said so; a file
     /// that cannot be read any more gives nothing, and says so.
     pub fn since_start(&self) -> (String, String) {
+        let (run, how, _) = self.read_since_start();
+        (run, how)
+    }
+
+    /// [`Self::since_start`], and whether the part read continues the file as it was at the
+    /// start (not rotated, not unreadable).
+    fn read_since_start(&self) -> (String, String, bool) {
         let name = self.path.display();
         match std::fs::read(&self.path) {
             Ok(b) if b.len() as u64 >= self.start => (
@@ -104,6 +116,7 @@ impl EngineLogFile {
                     b.len(),
                     self.boot_note()
                 ),
+                true,
             ),
             Ok(b) => (
                 String::from_utf8_lossy(&b).into_owned(),
@@ -113,10 +126,12 @@ impl EngineLogFile {
                     self.start,
                     self.boot_note()
                 ),
+                false,
             ),
             Err(e) => (
                 String::new(),
                 format!("{name}: cannot be read again ({e}): only its boot was read"),
+                false,
             ),
         }
     }
@@ -129,12 +144,17 @@ impl EngineLogFile {
         }
     }
 
-    /// The boot and what was written since the session started, as one text to parse.
+    /// The boot and what was written since the session started, as one text to parse, with
+    /// the earlier traffic between them blanked to empty lines: a finding's line number in it is
+    /// the file's own (unless the file was rotated, which [`Self::since_start`] says).
     pub fn text_now(&self) -> String {
-        let (run, _) = self.since_start();
+        let (run, _, continues) = self.read_since_start();
         let mut t = self.boot.clone();
         if !t.is_empty() && !t.ends_with('\n') {
             t.push('\n');
+        }
+        if continues {
+            t.push_str(&"\n".repeat(self.gap_lines));
         }
         t.push_str(&run);
         t
@@ -150,7 +170,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("server.log");
         let boot = "0.00.526.077 I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 2048, kv_unified = 'false'\n0.00.565.968 I srv  llama_server: listening on http://127.0.0.1:8080\n";
-        std::fs::write(&p, format!("{boot}EARLIER TRAFFIC\n")).unwrap();
+        std::fs::write(&p, format!("{boot}EARLIER TRAFFIC\nMORE OF IT\n")).unwrap();
         let f = EngineLogFile::open(&p).unwrap();
         assert_eq!(f.boot(), boot);
         use std::io::Write;
@@ -164,6 +184,11 @@ mod tests {
             now.contains("kv_unified") && now.contains("THIS RUN") && !now.contains("EARLIER"),
             "{now}"
         );
+        // Line numbers are the file's: THIS RUN is the file's 5th line, and the 5th of the text.
+        let file = std::fs::read_to_string(&p).unwrap();
+        let at = |t: &str| t.lines().position(|l| l == "THIS RUN");
+        assert_eq!(at(&now), at(&file));
+        assert_eq!(at(&file), Some(4));
         // Truncated: read whole, said so.
         std::fs::write(&p, "NEW\n").unwrap();
         let (run, how) = f.since_start();

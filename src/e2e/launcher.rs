@@ -442,6 +442,8 @@ impl EngineHandle {
         stop: &StopSignal,
     ) -> anyhow::Result<Self> {
         let log = Arc::new(Mutex::new(LogBuffer::default()));
+        // Whose exit status the watcher sees: the engine's, or the `sh -c` that runs it.
+        let mut via_shell = false;
         let (mut cmd, url_known) = match choice {
             EngineChoice::Url { url } => return Self::reach(choice, url, log).await,
             EngineChoice::Builtin { program, args } => {
@@ -459,7 +461,13 @@ impl EngineHandle {
             EngineChoice::Command { command, url } => {
                 refuse_busy_port(url).await?;
                 let mut c = tokio::process::Command::new("sh");
-                c.arg("-c").arg(command);
+                match exec_form(command) {
+                    Some(exec) => c.arg("-c").arg(exec),
+                    None => {
+                        via_shell = true;
+                        c.arg("-c").arg(command)
+                    }
+                };
                 (c, Some(url.clone()))
             }
         };
@@ -482,7 +490,7 @@ impl EngineHandle {
             track_descendants(p, tracked.clone());
         }
         let url_rx = capture_output(&mut child, &log);
-        let (kill_tx, exit_rx) = watch_child(child, pid, stop, &log);
+        let (kill_tx, exit_rx) = watch_child(child, pid, via_shell, stop, &log);
         let mut handle = Self {
             url: url_known.clone().unwrap_or_default(),
             choice: choice.clone(),
@@ -894,9 +902,12 @@ fn capture_output(
 
 /// Watcher: owns the child; reports its exit (an unexpected one stops the session with
 /// [`StopCause::EngineFailed`] and the log tail); kills the group on request.
+/// `via_shell`: the child is the `sh -c` running a compound command, so its status is the
+/// shell's, and the description says so.
 fn watch_child(
     mut child: tokio::process::Child,
     pid: Option<u32>,
+    via_shell: bool,
     stop: &StopSignal,
     log: &Arc<Mutex<LogBuffer>>,
 ) -> (oneshot::Sender<()>, watch::Receiver<Option<String>>) {
@@ -921,10 +932,13 @@ fn watch_child(
                 }
             }
         };
-        let desc = match status {
+        let mut desc = match status {
             Ok(s) => format!("exited with {s}"),
             Err(e) => format!("could not be waited for: {e}"),
         };
+        if via_shell {
+            desc.push_str(" (the status of the `sh -c` that ran the compound command, not the engine's own: a simple command is run with `exec` and gives the engine's)");
+        }
         if !expected {
             // Give the log readers a moment to drain the last lines.
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -958,6 +972,59 @@ impl Drop for EngineHandle {
     }
 }
 
+/// `exec COMMAND` when `command` is one simple command (words, quotes and `VAR=value`
+/// prefixes; no `;`, `&`, `|`, redirection, subshell, substitution or newline), so that `sh -c`
+/// becomes the engine instead of staying its parent: a shell that does not exec its last
+/// command (dash, Debian's and Ubuntu's `sh`) otherwise dies of the SIGTERM meant for the
+/// engine, and the engine's own exit status (llama-server: 0 after a graceful stop) is lost.
+/// `None` for anything else, which runs as given.
+pub fn exec_form(command: &str) -> Option<String> {
+    let c = command.trim();
+    if c.contains(|ch: char| ";&|<>()`$\n\\{}".contains(ch)) {
+        return None;
+    }
+    // `VAR=value cmd`: the assignments go before `exec`, which keeps them for the command.
+    let words: Vec<&str> = c.split_whitespace().collect();
+    let n = words
+        .iter()
+        .take_while(|w| w.split_once('=').is_some_and(|(k, _)| is_name(k)))
+        .count();
+    let first = *words.get(n)?; // assignments only: nothing to exec
+    if [
+        "if", "for", "while", "until", "case", "!", "exec", "time", "[", "#",
+    ]
+    .contains(&first)
+        || first.starts_with('#')
+        || words[..n].iter().any(|w| w.contains(['\'', '"']))
+    {
+        // A keyword, a command already exec'd, or a quoted value that may hold spaces.
+        return None;
+    }
+    // Byte offset of the first word after the assignments.
+    let mut off = 0;
+    let mut rest = c;
+    for _ in 0..n {
+        let t = rest.trim_start();
+        let w = t.split_whitespace().next().unwrap_or("");
+        off += rest.len() - t.len() + w.len();
+        rest = &t[w.len()..];
+    }
+    let (assign, cmd) = c.split_at(off);
+    let assign = assign.trim();
+    Some(if assign.is_empty() {
+        format!("exec {}", cmd.trim_start())
+    } else {
+        format!("{assign} exec {}", cmd.trim_start())
+    })
+}
+
+fn is_name(k: &str) -> bool {
+    let mut ch = k.chars();
+    ch.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && ch.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// One line describing the engine (for messages).
 pub fn describe(choice: &EngineChoice) -> String {
     match choice {
@@ -970,6 +1037,31 @@ pub fn describe(choice: &EngineChoice) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_simple_engine_command_is_execed_and_a_compound_one_is_not() {
+        assert_eq!(
+            exec_form("llama-server -m 'a b.gguf' -c 8192 --port 8080").as_deref(),
+            Some("exec llama-server -m 'a b.gguf' -c 8192 --port 8080")
+        );
+        assert_eq!(
+            exec_form("CUDA_VISIBLE_DEVICES=0 HF_HOME=/x vllm serve m").as_deref(),
+            Some("CUDA_VISIBLE_DEVICES=0 HF_HOME=/x exec vllm serve m")
+        );
+        for compound in [
+            "cd /x && vllm serve m",
+            "vllm serve m 2>&1 | tee log",
+            "vllm serve $MODEL",
+            "exec vllm serve m",
+            "A=1 exec vllm serve m",
+            "A=1",
+            "A='x y' vllm serve m",
+            "vllm serve m; echo done",
+            "",
+        ] {
+            assert_eq!(exec_form(compound), None, "{compound}");
+        }
+    }
 
     #[test]
     fn a_startup_error_is_a_sentence_not_a_struct() {

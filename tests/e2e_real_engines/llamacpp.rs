@@ -397,8 +397,47 @@ async fn engine_started_by_rigbench_gets_one_sigterm_and_its_exit_is_reported() 
         "{exit}"
     );
     assert!(!exit.contains("SIGKILL"), "{exit}");
+    // A compound command: the status seen is the shell's, and the report says so.
+    assert!(exit.contains("the status of the `sh -c`"), "{exit}");
     let md = rigbench::e2e::render_markdown(&r);
     assert!(md.contains("Engine exit: "), "{md}");
+}
+
+/// Against a real llama-server (docs/engines/llama.cpp.md): `sh -c 'llama-server …'` under dash
+/// stays the engine's parent and dies of the SIGTERM, so "Engine exit" gave the shell's
+/// `signal: 15` while llama-server itself exited 0. A simple command is now run with `exec`: the
+/// status is the engine's own. Here the engine is a script that stops gracefully (exit 0) on
+/// SIGTERM, started as one simple command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simple_engine_command_reports_the_engines_own_exit_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let exe = std::env::current_exe().unwrap();
+    let script = dir.path().join("engine.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "RIGBENCH_TEST_MOCK_PORT={port} '{}' llamacpp::mock_llamacpp_engine_process --exact --ignored --nocapture &\nm=$!\ntrap 'kill $m; wait $m; exit 0' TERM\nwhile :; do sleep 0.1; done\n",
+            exe.display()
+        ),
+    )
+    .unwrap();
+    let mut o = options(&url, suite(&fixed(32, 4), CLOSED));
+    o.engine = EngineChoice::Command {
+        command: format!("sh '{}'", script.display()),
+        url: url.clone(),
+    };
+    o.startup_timeout = Duration::from_secs(30);
+    let r = session(&o).await;
+    assert!(!r.runs.is_empty(), "{:?}", r.failure);
+    let exit = r.engine.exit.clone().unwrap();
+    assert!(exit.contains("exited with exit status: 0"), "{exit}");
+    assert!(!exit.contains("sh -c"), "{exit}");
 }
 
 /// Issue 44, fault 7: `/slots` was read only before the first request, when a slot shows no
