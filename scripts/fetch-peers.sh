@@ -3,7 +3,7 @@
 # into .peers/ (git-ignored), from PyPI, so that they can be carried to a GPU machine and run there
 # without network:
 #   gemlite 0.6.0.post2    Triton INT4 W4A16 GEMM (pure Python; needs triton >= 3.6 there)
-#   humming-kernels 0.1.20 Humming: the W4A16 NVFP4 kernels vLLM >= 0.33 runs for weight-only
+#   humming-kernels 0.1.20 Humming: the W4A16 NVFP4 kernels vLLM >= 0.32 runs for weight-only
 #                          NVFP4 on sm_90 (its 0.6 MB wheel; it JIT-compiles its CUDA sources with
 #                          the machine's nvcc, so it needs torch and nvcc there, not here)
 #   vllm 0.33.0 (source)   only the Marlin kernel templates (csrc/quantization/marlin/*.h,

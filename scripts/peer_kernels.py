@@ -567,7 +567,7 @@ def main():
     elif humming is not None:
         out["peers"].append({
             "provider": "humming", "implementations": ["humming.nvfp4"], "available": bool(nv_shapes),
-            "detail": f"humming-kernels {getattr(humming, '__version__', '?')} (vLLM >= 0.33's W4A16 NVFP4 path on "
+            "detail": f"humming-kernels {getattr(humming, '__version__', '?')} (vLLM >= 0.32's W4A16 NVFP4 path on "
                       "sm_90): HummingLayer with ModelOpt NVFP4 tensors (weight u8 [N, K/2], weight_scale E4M3 "
                       "[N, K/16], weight_scale_2 FP32), transform(), layer(x); its CUDA sources JIT-compiled on "
                       "first use of each shape (not timed); kernel configuration by its own heuristic "

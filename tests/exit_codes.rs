@@ -327,7 +327,8 @@ fn e2e_exit_codes() {
                     "--shared-prefix-tokens on a fixed workload",
                 );
                 assert!(
-                    err(&o).contains("--shared-prefix-tokens") && err(&o).contains("shared-prefix"),
+                    err(&o).contains("--shared-prefix-tokens")
+                        && err(&o).contains("--suite shared-prefix"),
                     "{}",
                     err(&o)
                 );

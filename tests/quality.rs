@@ -321,7 +321,7 @@ fn a_candidate_that_cannot_be_reached_exits_1_and_names_it() {
     );
 }
 
-/// The KL estimate from the top 20 against the full-vocabulary KL of the in-process study:
+/// The KL estimate from the top 1,000 against the full-vocabulary KL of the in-process study:
 /// within 10% (relative) and top-1 within 2 points, on the same token ids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smollm2_through_serve_agrees_with_the_fidelity_study() {

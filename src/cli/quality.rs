@@ -242,7 +242,7 @@ fn plan(a: &QualityArgs) -> Result<(Planned, Vec<Planned>), RigError> {
     Ok((reference, cands))
 }
 
-/// The largest `--top-k`: a bound on the answers' size (about 30 bytes per alternative per
+/// The largest `--top-k`: a bound on the answers' size (about 60 bytes per alternative per
 /// position), far above what brings a small model's tail mass under 1%.
 const MAX_TOP_K: usize = 1000;
 
@@ -251,7 +251,7 @@ fn spec(a: &QualityArgs) -> Result<RunSpec, RigError> {
         return Err(RigError::flag(
             "--top-k",
             format!(
-                "{} is outside 1..={MAX_TOP_K} (each alternative is about 30 bytes of JSON per corpus position and side)",
+                "{} is outside 1..={MAX_TOP_K} (each alternative is about 60 bytes of JSON per corpus position and side)",
                 a.top_k
             ),
         ));

@@ -230,7 +230,7 @@ pub(crate) fn marlin_findings(
             ),
             Some(cc) => (
                 Severity::Info,
-                match vllm_w4a16_kernel(log.engine_version.as_deref(), cc) {
+                match w4a16_rule(log.engine_version.as_deref(), cc, moe) {
                     (Some(k), why) => format!("{why}; the log names {} (expected kernel: {k})", c.kernel),
                     (None, why) => why,
                 },
@@ -250,6 +250,41 @@ pub(crate) fn marlin_findings(
             ),
             format!("{}:{}", l.name, c.line),
         ));
+    }
+}
+
+/// Where vLLM runs weight-only NVFP4 on something other than Marlin (docs/diagnose.md,
+/// "Prediction rules").
+const W4A16_WHERE: &str = "except dense layers on sm_100/sm_103 from 0.30, FlashInfer CuTe-DSL, and every layer on sm_90 from 0.32, Humming";
+
+/// The weight-only NVFP4 kernel vLLM selects for dense layers ([`vllm_w4a16_kernel`]) or, with
+/// `moe`, for MoE experts ([`crate::checkpoint::predict::vllm_w4a16_moe_kernel`]: Humming on
+/// sm_90 from 0.32, Marlin elsewhere, sm_100 and sm_103 included): `(kernel, why)`, the kernel
+/// `None` when it depends on a version the log does not state.
+fn w4a16_rule(version: Option<&str>, cc: u32, moe: bool) -> (Option<&'static str>, String) {
+    use crate::checkpoint::predict::{version_triple, vllm_w4a16_moe_kernel};
+    if !moe {
+        return vllm_w4a16_kernel(version, cc);
+    }
+    match version.and_then(version_triple) {
+        Some(v) => {
+            let k = vllm_w4a16_moe_kernel(v, cc);
+            (
+                Some(k),
+                format!(
+                    "vLLM {}.{}.{} runs weight-only NVFP4 MoE experts on {k} on sm_{cc} (fused_moe/oracle/nvfp4.py select_nvfp4_moe_backend)",
+                    v.0, v.1, v.2
+                ),
+            )
+        }
+        None if cc == 90 => (
+            None,
+            "vLLM before 0.32 runs weight-only NVFP4 MoE experts on Marlin on sm_90; 0.32 and later run them on Humming, and the log does not state the version".into(),
+        ),
+        None => (
+            Some("Marlin"),
+            format!("vLLM runs weight-only NVFP4 MoE experts on Marlin on sm_{cc} in every version (no FlashInfer MoE backend takes BF16 activations)"),
+        ),
     }
 }
 
@@ -298,8 +333,15 @@ fn explain_marlin(
     let ccs = format!("sm_{} ({})", cc.as_int(), card.source);
     // vLLM runs weight-only NVFP4 dense layers on FlashInfer CuTe-DSL (sm_100, sm_103) from 0.30
     // and on Humming (sm_90) from 0.32: there a Marlin fallback is not the expected path.
+    // MoE experts follow their own rule (Marlin on sm_100/sm_103 too): when every Marlin line
+    // of the log (or, without such lines, every W4A16 layer of the checkpoint) is MoE.
+    let moe_only = if marlin_choices.is_empty() {
+        !w4a16.is_empty() && w4a16.iter().all(|k| k.contains("MoE"))
+    } else {
+        marlin_choices.iter().all(|c| c.contains("MoE"))
+    };
     let vllm_like = log.engine.as_deref().is_none_or(|e| e == "vllm");
-    let keyed = vllm_like.then(|| vllm_w4a16_kernel(log.engine_version.as_deref(), cc.as_int()));
+    let keyed = vllm_like.then(|| w4a16_rule(log.engine_version.as_deref(), cc.as_int(), moe_only));
     if let Some((Some(k), why)) = &keyed {
         if *k != "Marlin" {
             return (
@@ -336,7 +378,7 @@ fn explain_marlin(
         return (
             Severity::Info,
             format!("Marlin FP4 fallback on sm_{}: expected or not depends on the checkpoint", cc.as_int()),
-            format!("{ccs} has FP4 tensor cores: weights-only (W4A16) NVFP4 layers still run on Marlin on every card, but W4A4 layers should run natively.{choices} Give --checkpoint DIR (config.json + hf_quant_config.json are enough) to tell which layers are which"),
+            format!("{ccs} has FP4 tensor cores: weights-only (W4A16) NVFP4 layers may run on Marlin ({W4A16_WHERE}), but W4A4 layers should run natively.{version_note}{choices} Give --checkpoint DIR (config.json + hf_quant_config.json are enough) to tell which layers are which"),
         );
     };
     let consumer = matches!(cc.as_int(), 120 | 121);
@@ -344,7 +386,7 @@ fn explain_marlin(
         String::new()
     } else {
         format!(
-            "these layers are weights-only NVFP4 ({}), which run on Marlin on every card",
+            "these layers are weights-only NVFP4 ({}), which vLLM runs on Marlin on this card and version ({W4A16_WHERE})",
             list(&w4a16)
         )
     };
@@ -397,7 +439,7 @@ fn explain_marlin_without_card(
             Some(_) if !w4a16.is_empty() => (
                 Severity::Info,
                 "Marlin FP4 fallback: expected for the W4A16 layers".into(),
-                format!("the checkpoint's {} are weights-only NVFP4 (W4A16), which run on Marlin on every card.{} Whether its W4A4 layers ({}) run natively depends on the card: {settle}", list(w4a16), choices, if w4a4.is_empty() { "none".into() } else { list(w4a4) }),
+                format!("the checkpoint's {} are weights-only NVFP4 (W4A16), which run on Marlin in vLLM ({W4A16_WHERE}).{} Whether its W4A4 layers ({}) run natively depends on the card: {settle}", list(w4a16), choices, if w4a4.is_empty() { "none".into() } else { list(w4a4) }),
             ),
             Some(_) => (
                 Severity::Info,
@@ -407,7 +449,7 @@ fn explain_marlin_without_card(
             None => (
                 Severity::Info,
                 "Marlin FP4 fallback: expected or not depends on the checkpoint and the card".into(),
-                format!("W4A16 NVFP4 layers run on Marlin on every card; W4A4 layers run natively only on cards with FP4 tensor cores (sm_100 and up) when the engine has kernels for them.{choices} Give --checkpoint DIR (config.json + hf_quant_config.json are enough) and --cc sm_XX to settle it"),
+                format!("W4A16 NVFP4 layers run on Marlin in vLLM ({W4A16_WHERE}); W4A4 layers run natively only on cards with FP4 tensor cores (sm_100 and up) when the engine has kernels for them.{choices} Give --checkpoint DIR (config.json + hf_quant_config.json are enough) and --cc sm_XX to settle it"),
             ),
     }
 }

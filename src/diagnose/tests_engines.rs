@@ -694,6 +694,50 @@ fn marlin_fallback_keyed_on_vllm_version_and_card() {
     );
 }
 
+/// MoE experts follow their own rule (`fused_moe/oracle/nvfp4.py`): no FlashInfer MoE backend
+/// takes BF16 activations, so weight-only NVFP4 experts run on Marlin on sm_100 in every
+/// version (the dense rule's CuTe-DSL would call that a fault), and on Humming on sm_90 from
+/// 0.32.
+#[test]
+fn marlin_for_moe_experts_is_keyed_on_the_moe_rule() {
+    let moe = |version: &str, cc: &str| {
+        let text = format!(
+            "INFO 03-17 17:00:00 [api_server.py:1] vLLM API server version {version}\n(EngineCore pid=274) WARNING 06-12 08:49:29 [marlin_utils_fp4.py:1] {}\n(EngineCore pid=274) INFO 06-12 08:49:30 [nvfp4.py:222] Using 'MARLIN' NvFp4 MoE backend\n",
+            crate::checkpoint::predict::MARLIN_FP4_WARNING
+        );
+        let mut d = Diagnosis {
+            logs: vec![LogInput {
+                name: "engine.log".into(),
+                log: EngineLog::parse(&text),
+            }],
+            card: Some(Card {
+                cc: cc.parse().unwrap(),
+                source: "--cc".into(),
+            }),
+            ..Default::default()
+        };
+        d.findings = build_findings(&d);
+        d.findings_of("marlin-fp4-fallback")[0].clone()
+    };
+    let f = moe("0.34.0", "sm_100");
+    assert!(
+        !f.title.contains("not expected"),
+        "{}: {}",
+        f.title,
+        f.detail
+    );
+    assert_ne!(f.severity, Severity::Warning, "{}", f.detail);
+    let f = moe("0.34.0", "sm_90");
+    assert_eq!(f.severity, Severity::Warning, "{}", f.detail);
+    assert!(
+        f.detail.contains("Humming") && f.detail.contains("MoE"),
+        "{}",
+        f.detail
+    );
+    let f = moe("0.31.0", "sm_90");
+    assert_ne!(f.severity, Severity::Warning, "{}", f.detail);
+}
+
 // ---- events grouped by process and boot ----------------------------------------------------------
 
 #[test]

@@ -150,11 +150,12 @@ impl EngineLogFile {
     pub fn text_now(&self) -> String {
         let (run, _, continues) = self.read_since_start();
         let mut t = self.boot.clone();
-        if !t.is_empty() && !t.ends_with('\n') {
-            t.push('\n');
-        }
         if continues {
+            // Boot, blanked gap and run are the file line for line (a boot that ends mid-line
+            // goes on in the run, as in the file).
             t.push_str(&"\n".repeat(self.gap_lines));
+        } else if !t.is_empty() && !t.ends_with('\n') {
+            t.push('\n');
         }
         t.push_str(&run);
         t

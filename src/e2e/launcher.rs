@@ -937,7 +937,7 @@ fn watch_child(
             Err(e) => format!("could not be waited for: {e}"),
         };
         if via_shell {
-            desc.push_str(" (the status of the `sh -c` that ran the compound command, not the engine's own: a simple command is run with `exec` and gives the engine's)");
+            desc.push_str(" (the status of the `sh -c` that ran the command, which may not be the engine's own: only one simple command is run with `exec`, giving the engine's)");
         }
         if !expected {
             // Give the log readers a moment to drain the last lines.
@@ -977,44 +977,52 @@ impl Drop for EngineHandle {
 /// becomes the engine instead of staying its parent: a shell that does not exec its last
 /// command (dash, Debian's and Ubuntu's `sh`) otherwise dies of the SIGTERM meant for the
 /// engine, and the engine's own exit status (llama-server: 0 after a graceful stop) is lost.
-/// `None` for anything else, which runs as given.
+/// A command that already starts with `exec` is returned as it is. `None` for anything else
+/// (a compound command, a builtin, a comment), which runs as given.
 pub fn exec_form(command: &str) -> Option<String> {
-    let c = command.trim();
-    if c.contains(|ch: char| ";&|<>()`$\n\\{}".contains(ch)) {
+    let blank = |ch: char| ch == ' ' || ch == '\t';
+    let c = command.trim_matches(blank);
+    // Another whitespace (a newline, a non-breaking space) is not a word separator to sh.
+    if c.contains(|ch: char| ";&|<>()`$\\{}".contains(ch) || (ch.is_whitespace() && !blank(ch))) {
         return None;
     }
+    let words: Vec<&str> = c.split(blank).filter(|w| !w.is_empty()).collect();
     // `VAR=value cmd`: the assignments go before `exec`, which keeps them for the command.
-    let words: Vec<&str> = c.split_whitespace().collect();
     let n = words
         .iter()
         .take_while(|w| w.split_once('=').is_some_and(|(k, _)| is_name(k)))
         .count();
     let first = *words.get(n)?; // assignments only: nothing to exec
-    if [
-        "if", "for", "while", "until", "case", "!", "exec", "time", "[", "#",
-    ]
-    .contains(&first)
+    if first == "exec" {
+        return Some(c.to_string()); // already the engine
+    }
+    const NOT_A_PROGRAM: &[&str] = &[
+        "if", "for", "while", "until", "case", "!", "time", "[", ".", "source", "eval", "command",
+        "cd", "ulimit", "set", "export", "trap", "wait", "umask", "builtin",
+    ];
+    if NOT_A_PROGRAM.contains(&first)
         || first.starts_with('#')
         || words[..n].iter().any(|w| w.contains(['\'', '"']))
     {
-        // A keyword, a command already exec'd, or a quoted value that may hold spaces.
+        // A keyword or builtin, a comment, or a quoted value that may hold spaces.
         return None;
     }
     // Byte offset of the first word after the assignments.
     let mut off = 0;
     let mut rest = c;
     for _ in 0..n {
-        let t = rest.trim_start();
-        let w = t.split_whitespace().next().unwrap_or("");
+        let t = rest.trim_start_matches(blank);
+        let w = t.split(blank).next().unwrap_or("");
         off += rest.len() - t.len() + w.len();
         rest = &t[w.len()..];
     }
     let (assign, cmd) = c.split_at(off);
-    let assign = assign.trim();
+    let assign = assign.trim_matches(blank);
+    let cmd = cmd.trim_start_matches(blank);
     Some(if assign.is_empty() {
-        format!("exec {}", cmd.trim_start())
+        format!("exec {cmd}")
     } else {
-        format!("{assign} exec {}", cmd.trim_start())
+        format!("{assign} exec {cmd}")
     })
 }
 
@@ -1048,12 +1056,20 @@ mod tests {
             exec_form("CUDA_VISIBLE_DEVICES=0 HF_HOME=/x vllm serve m").as_deref(),
             Some("CUDA_VISIBLE_DEVICES=0 HF_HOME=/x exec vllm serve m")
         );
+        for already in ["exec vllm serve m", "A=1 exec vllm serve m"] {
+            assert_eq!(exec_form(already).as_deref(), Some(already));
+        }
+        assert_eq!(
+            exec_form("\tA=1\tvllm serve m ").as_deref(),
+            Some("A=1 exec vllm serve m")
+        );
         for compound in [
             "cd /x && vllm serve m",
             "vllm serve m 2>&1 | tee log",
             "vllm serve $MODEL",
-            "exec vllm serve m",
-            "A=1 exec vllm serve m",
+            "eval vllm serve m",
+            ". ./env.sh",
+            "vllm\u{a0}serve m",
             "A=1",
             "A='x y' vllm serve m",
             "vllm serve m; echo done",

@@ -246,9 +246,15 @@ impl Client {
                 let body = json!({"model": model, "prompt": ids, "max_tokens": 1,
                     "temperature": 0, "echo": true, "logprobs": k});
                 let cap = match &first {
-                    Err(e) if k > 20 && format!("{e:#}").contains("logprobs") => format!(
-                        "; the engine refused {k} alternatives (`{e:#}`): start it with --max-logprobs {k} or more (vLLM, rigbench serve; both default to 20), or give a smaller --top-k"
-                    ),
+                    Err(e)
+                        if k > crate::runtime::serve_guard::DEFAULT_MAX_LOGPROBS
+                            && format!("{e:#}").contains("logprobs") =>
+                    {
+                        format!(
+                            "; the first request (prompt_logprobs: {k}) was answered `{e:#}`: if the engine caps the alternatives, start it with --max-logprobs {k} or more (vLLM, rigbench serve; both default to {}), or give a smaller --top-k",
+                            crate::runtime::serve_guard::DEFAULT_MAX_LOGPROBS
+                        )
+                    }
                     _ => String::new(),
                 };
                 self.post("/v1/completions", &body).await.with_context(|| {

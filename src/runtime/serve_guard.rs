@@ -61,7 +61,8 @@ pub struct ServeLimits {
     /// Most log-probability alternatives per token a request may ask for (`logprobs`,
     /// `top_logprobs`, `prompt_logprobs`); more gets `400` naming the field. vLLM's
     /// `--max-logprobs`, default [`DEFAULT_MAX_LOGPROBS`]; `usize::MAX` = the whole vocabulary
-    /// (vLLM's `-1`). Each alternative costs about 30 bytes of JSON per position.
+    /// (vLLM's `-1`), capped at the vocabulary by the server. Each alternative costs about 60
+    /// bytes of JSON per position (`"id": {logprob, rank, decoded_token}`).
     pub max_logprobs: usize,
 }
 

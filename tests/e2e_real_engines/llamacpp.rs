@@ -398,7 +398,10 @@ async fn engine_started_by_rigbench_gets_one_sigterm_and_its_exit_is_reported() 
     );
     assert!(!exit.contains("SIGKILL"), "{exit}");
     // A compound command: the status seen is the shell's, and the report says so.
-    assert!(exit.contains("the status of the `sh -c`"), "{exit}");
+    assert!(
+        exit.contains("the status of the `sh -c` that ran the command"),
+        "{exit}"
+    );
     let md = rigbench::e2e::render_markdown(&r);
     assert!(md.contains("Engine exit: "), "{md}");
 }

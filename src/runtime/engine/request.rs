@@ -78,10 +78,10 @@ impl TokenLogprob {
         let lp = crate::runtime::direct::log_softmax(row);
         let chosen = lp.get(token as usize).copied().unwrap_or(f64::NEG_INFINITY);
         let rank = 1 + lp.iter().filter(|v| **v > chosen).count();
+        let k = k.min(lp.len());
         let mut top: Vec<(u32, f32)> = Vec::with_capacity(k);
         if k > 0 {
             let mut idx: Vec<usize> = (0..lp.len()).collect();
-            let k = k.min(idx.len());
             idx.select_nth_unstable_by(k.saturating_sub(1), |a, b| {
                 lp[*b].total_cmp(&lp[*a]).then(a.cmp(b))
             });

@@ -170,7 +170,11 @@ pub async fn start_on(
             std::thread::available_parallelism().map_or(1, |n| n.get()),
         ),
         max_chat_messages: config.limits.max_chat_messages,
-        max_logprobs: config.limits.max_logprobs,
+        // vLLM's -1 (usize::MAX here) means the whole vocabulary; no request asks for more.
+        max_logprobs: config
+            .limits
+            .max_logprobs
+            .min(engine.info.model_config.vocab_size),
     });
     let router = super::serve_guard::protect(
         router(app),
