@@ -664,7 +664,9 @@ fn sglang_nvfp4(v: (u32, u32, u32), cc: u32, moe: bool) -> Rule {
             Some(SGLANG_NVFP4_DENSE_ERROR),
             s,
         ),
-        (true, _) => rule("none: the load fails", false, Some(SGLANG_NVFP4_ERROR), s),
+        (true, false) => rule("none: the load fails", false, Some(SGLANG_NVFP4_ERROR), s),
+        // Below sm_80 in 0.5.13 and later: no Marlin fallback; its error's wording not read.
+        (true, true) => rule("none: the load fails", false, None, src(&s)),
         (false, false) => rule(
             "none: the load fails (the MoE layers' check; dense-only checkpoints not read)",
             false,
