@@ -242,8 +242,8 @@ fn plan(a: &QualityArgs) -> Result<(Planned, Vec<Planned>), RigError> {
     Ok((reference, cands))
 }
 
-/// The largest `--top-k`: a bound on the answers' size (about 60 bytes per alternative per
-/// position), far above what brings a small model's tail mass under 1%.
+/// The largest `--top-k`: a bound on the answers' size (some 60 bytes per alternative per
+/// position); at 1,000 SmolLM2's tail mass measured 2.2% (docs/quality.md, "Figures").
 const MAX_TOP_K: usize = 1000;
 
 fn spec(a: &QualityArgs) -> Result<RunSpec, RigError> {
@@ -251,7 +251,7 @@ fn spec(a: &QualityArgs) -> Result<RunSpec, RigError> {
         return Err(RigError::flag(
             "--top-k",
             format!(
-                "{} is outside 1..={MAX_TOP_K} (each alternative is about 60 bytes of JSON per corpus position and side)",
+                "{} is outside 1..={MAX_TOP_K} (each alternative is one JSON entry, some 60 bytes, per corpus position and side)",
                 a.top_k
             ),
         ));

@@ -147,49 +147,37 @@ struct Support {
 
 fn supported(cited: &str, named: &str) -> Support {
     let mut base: Vec<f64> = numbers(cited).into_iter().map(|(v, _)| v).collect();
-    let mut shapes: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    // Per shape, in one pass: how many lines, and per number position the sum and the largest
+    // (a cumulative counter's last value).
+    #[derive(Default)]
+    struct Agg {
+        lines: usize,
+        sums: Vec<f64>,
+        max: Vec<f64>,
+    }
+    let mut shapes: std::collections::BTreeMap<String, Agg> = Default::default();
     for line in cited.lines() {
-        let nums: Vec<f64> = numbers(&positional(line))
-            .into_iter()
-            .map(|(v, _)| v)
-            .collect();
-        let shape = shape_of(line);
-        let sums = shapes.entry(shape).or_default();
-        if sums.len() < nums.len() {
-            sums.resize(nums.len(), 0.0);
-        }
-        for (i, v) in nums.iter().enumerate() {
-            sums[i] += v;
+        let a = shapes.entry(shape_of(line)).or_default();
+        a.lines += 1;
+        for (i, (v, _)) in numbers(&positional(line)).into_iter().enumerate() {
+            if a.sums.len() <= i {
+                a.sums.push(v);
+                a.max.push(v);
+            } else {
+                a.sums[i] += v;
+                a.max[i] = a.max[i].max(v);
+            }
         }
     }
     let few: Vec<f64> = numbers(named).into_iter().map(|(v, _)| v).collect();
     // What pairs are formed from: every number when there are few, else the named lines'
-    // numbers, the per-shape sums and maxima (a cumulative counter's last value) and the rules'.
-    let multi: Vec<(usize, &String)> = shapes
-        .keys()
-        .map(|shape| {
-            (
-                cited.lines().filter(|l| shape_of(l) == *shape).count(),
-                shape,
-            )
-        })
-        .filter(|(n, _)| *n > 1) // one line: its own numbers are in the base already
+    // numbers, the per-shape sums and maxima of shapes with more than one line (one line's own
+    // numbers are in the base already) and the rules'.
+    let mut derived: Vec<f64> = shapes
+        .values()
+        .filter(|a| a.lines > 1)
+        .flat_map(|a| a.sums.iter().chain(&a.max).copied())
         .collect();
-    let mut derived: Vec<f64> = Vec::new();
-    for (_, shape) in &multi {
-        derived.extend(shapes[*shape].iter().copied());
-        let mut max: Vec<f64> = Vec::new();
-        for line in cited.lines().filter(|l| shape_of(l) == **shape) {
-            for (i, (v, _)) in numbers(&positional(line)).into_iter().enumerate() {
-                if max.len() <= i {
-                    max.push(v);
-                } else if v > max[i] {
-                    max[i] = v;
-                }
-            }
-        }
-        derived.extend(max);
-    }
     derived.extend(RULE_NUMBERS.iter().copied());
     derived.extend(few.iter().copied());
     derived.push(cited.lines().count() as f64);

@@ -61,8 +61,8 @@ pub struct ServeLimits {
     /// Most log-probability alternatives per token a request may ask for (`logprobs`,
     /// `top_logprobs`, `prompt_logprobs`); more gets `400` naming the field. vLLM's
     /// `--max-logprobs`, default [`DEFAULT_MAX_LOGPROBS`]; `usize::MAX` = the whole vocabulary
-    /// (vLLM's `-1`), capped at the vocabulary by the server. Each alternative costs about 60
-    /// bytes of JSON per position (`"id": {logprob, rank, decoded_token}`).
+    /// (vLLM's `-1`), capped at the vocabulary by the server. Each alternative is one JSON entry
+    /// per position (`"id": {logprob, rank, decoded_token}`, some 60 bytes by its form; not measured).
     pub max_logprobs: usize,
 }
 

@@ -242,12 +242,7 @@ async fn llamacpp_ngram_speculation_is_reported_as_ngram_not_a_draft_model() {
     // Started with --engine-cmd: the command says ngram-simple. The engine is this mock run as
     // the command's own process (an in-process mock cannot stand behind --engine-cmd: its
     // listener is older than the command, and rigbench refuses such a server).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
+    let (port, url) = free_port();
     let exe = std::env::current_exe().unwrap();
     let mut o = options(&url, suite(&fixed(32, 8), CLOSED));
     o.engine = EngineChoice::Command {
@@ -368,12 +363,7 @@ async fn engine_started_by_rigbench_gets_one_sigterm_and_its_exit_is_reported() 
         ),
     )
     .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
+    let (port, url) = free_port();
     let exe = std::env::current_exe().unwrap();
     let mut o = options(&url, suite(&fixed(32, 4), CLOSED));
     // `; true`: the shell stays the group's leader (no exec of the last command) and dies at
@@ -414,12 +404,7 @@ async fn engine_started_by_rigbench_gets_one_sigterm_and_its_exit_is_reported() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_simple_engine_command_reports_the_engines_own_exit_status() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
+    let (port, url) = free_port();
     let exe = std::env::current_exe().unwrap();
     let script = dir.path().join("engine.sh");
     std::fs::write(

@@ -659,6 +659,17 @@ pub fn options(url: &str, suite: Suite) -> E2eOptions {
     o
 }
 
+/// A loopback port free at the time of the call (for an engine command to listen on), and its
+/// base URL.
+pub fn free_port() -> (u16, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    (port, format!("http://127.0.0.1:{port}"))
+}
+
 pub async fn session(o: &E2eOptions) -> E2eResults {
     run_session(o, StopSignal::new(), &mut |_| {})
         .await
