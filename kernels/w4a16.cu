@@ -103,11 +103,15 @@ __device__ __forceinline__ void load_act16(const __nv_bfloat16* __restrict__ row
 // contiguous share of the CTA's k-tile pairs; their sums are added in shared memory in warp
 // order (deterministic) and warp 0 finishes as the other variants do. No cross-CTA reduction is
 // needed when grid.y is 1: the small-M fixed cost of the threadfence / counter / second read.
-template <int NT, int WARPS, int WN, bool KS = false>
+//
+// GATHER (the grouped expert GEMM w4a16_moe_*, grid.y 1): token m reads activation row
+// rows[m] / x_div and writes output row rows[m].
+template <int NT, int WARPS, int WN, bool KS = false, bool GATHER = false>
 __device__ __forceinline__ void w4a16_body(
     const uint4* __restrict__ wq, const uint32_t* __restrict__ sc, const __nv_bfloat16* __restrict__ act,
     __nv_bfloat16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ counters,
-    int M, int N, int K, int strips, int kt_n, int splits, int pairs_per_split, float out_scale) {
+    int M, int N, int K, int strips, int kt_n, int splits, int pairs_per_split, float out_scale,
+    const int* __restrict__ rows = nullptr, int x_div = 1) {
   constexpr int CTA_STRIPS = KS ? WN : WARPS * WN;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -141,7 +145,7 @@ __device__ __forceinline__ void w4a16_body(
   for (int nt = 0; nt < NT; ++nt) {
     int m = nt * 8 + g;
     aval[nt] = m < M;
-    arow[nt] = act + (size_t)(aval[nt] ? m : 0) * K;
+    arow[nt] = act + (size_t)(aval[nt] ? (GATHER ? rows[m] / x_div : m) : 0) * K;
   }
   bool sok[WN];
 #pragma unroll
@@ -263,7 +267,8 @@ __device__ __forceinline__ void w4a16_body(
         for (int i = 0; i < 4; ++i) {
           const int n = (strip0 + r) * 16 + g + (i >= 2 ? 8 : 0);
           const int m = nt * 8 + 2 * t + (i & 1);
-          if (writer && sok[r] && n < N && m < M) out[(size_t)m * N + n] = __float2bfloat16_rn(acc[r][nt][i] * out_scale);
+          if (writer && sok[r] && n < N && m < M)
+            out[(size_t)(GATHER ? rows[m] : m) * N + n] = __float2bfloat16_rn(acc[r][nt][i] * out_scale);
         }
     return;
   }
@@ -354,6 +359,33 @@ W4A16_KERNEL(8, 4, 4)
 W4A16_KERNEL(8, 8, 1)
 W4A16_KERNEL(8, 8, 2)
 W4A16_KERNEL(8, 8, 4)
+
+// Grouped expert GEMM (mixtures of experts, src/gemm/moe.rs; the routed pairs grouped by expert as
+// kernels/gemv.cu's moe_gemv_* take them): CTA (b, 0, j) runs strips b*WN .. of expert active[j]
+// on its pairs, 8 at a time, its WARPS warps splitting K (the _ks body, no cross-CTA reduction).
+// Expert e: codes at wqp[e], scales at scp[e], epilogue factor out_scales[e].
+#define W4A16_MOE_KERNEL(WARPS, WN)                                                                          \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32) w4a16_moe_w##WARPS##_n##WN(                       \
+      const uint64_t* __restrict__ wqp, const uint64_t* __restrict__ scp, const float* __restrict__ out_scales, \
+      const __nv_bfloat16* __restrict__ act, int x_div, const int* __restrict__ sorted,                     \
+      const int* __restrict__ active, const int* __restrict__ offsets, const int* __restrict__ n_active,     \
+      __nv_bfloat16* __restrict__ out, int n, int k, int strips, int kt_n) {                                 \
+    const int j = blockIdx.z;                                                                                \
+    if (j >= *n_active) return;                                                                              \
+    const int e = active[j];                                                                                 \
+    const uint4* wq = reinterpret_cast<const uint4*>(wqp[e]);                                                \
+    const uint32_t* sc = reinterpret_cast<const uint32_t*>(scp[e]);                                          \
+    const float os = out_scales[e];                                                                          \
+    const int r1 = offsets[j + 1];                                                                           \
+    for (int r = offsets[j]; r < r1; r += 8) {                                                               \
+      __syncthreads();                                                                                       \
+      w4a16_body<1, WARPS, WN, true, true>(wq, sc, act, out, nullptr, nullptr, min(8, r1 - r), n, k, strips, \
+                                           kt_n, 1, kt_n >> 1, os, sorted + r, x_div);                      \
+    }                                                                                                        \
+  }
+
+W4A16_MOE_KERNEL(4, 1)
+W4A16_MOE_KERNEL(8, 1)
 
 // Large M: W'[N, K] = value * scale * 2^-7 (BF16, exact). One warp per (strip, k tile): it
 // dequantizes the 16 x 64 tile into shared memory, then writes each row as 128 contiguous bytes.

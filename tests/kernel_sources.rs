@@ -69,6 +69,7 @@ fn every_kernel_source_compiles_with_nvrtc() {
             "w4a16_v2" => rigbench::gemm::w4a16::v2_kernel_names(),
             "fp8_quant" => rigbench::gemm::fp8_quant::kernel_names(),
             "gemv" => rigbench::gemm::gemv::kernel_names(),
+            "moe" => rigbench::gemm::moe::kernel_names(),
             "w4a16_wg" => rigbench::gemm::w4a16_wg::kernel_names(),
             "runtime" => rigbench::runtime::backend::cuda::RUNTIME_KERNELS
                 .iter()

@@ -30,8 +30,10 @@ pub struct DevcheckArgs {
     /// loaded on the GPU from its safetensors and must reproduce every token.
     #[arg(long = "hf-reference")]
     pub hf_reference: Vec<std::path::PathBuf>,
-    /// Run only these parts: kernels, attention, parity, hybrid, reference, anatomy, wg-probe,
-    /// speed, contexts (default: all). `attention` checks the flash-decoding and CUDA-core
+    /// Run only these parts: kernels, attention, parity, hybrid, reference, moe, moe-gemm,
+    /// anatomy, wg-probe, speed, contexts (default: all). `moe` runs greedy parity with the CPU
+    /// backend on `synthetic:tiny-moe` (BF16, FP8, NVFP4); `moe-gemm` times the grouped expert
+    /// GEMMs of the `qwen3.6-35b-a3b` suite's `[moe]` table against their byte floor. `attention` checks the flash-decoding and CUDA-core
     /// decode-attention kernels against the CPU reference, times them against the KV-streaming
     /// bound, and runs greedy parity with the CPU backend at head_dim 64 and 128; `contexts`
     /// measures batch-1 decode of `--preset` at 128, 4k and 32k contexts with each kernel, with
@@ -67,6 +69,12 @@ pub fn run(a: DevcheckArgs) -> anyhow::Result<ExitStatus> {
     }
     if part("reference") {
         failed |= reference_checks(&a, &mut out)?;
+    }
+    if part("moe") {
+        failed |= moe_parity(&a, &mut out)?;
+    }
+    if part("moe-gemm") {
+        failed |= moe_gemm(&a, &mut out)?;
     }
     if part("wg-probe") {
         failed |= !wg_probe(&mut out, a.device)?;
@@ -663,6 +671,106 @@ fn print_checks(
 /// (`synthetic:tiny-hybrid`, and a variant with head_dim 256 that takes the wide attention
 /// kernel) in every format, and state consistency across prefill forms. Returns whether any
 /// failed.
+/// Greedy parity of the CUDA backend with the CPU backend on the tiny mixture of experts (a
+/// Gated-DeltaNet hybrid with 8 experts top-2 and a shared expert), per format: the routing,
+/// grouped GEMMs and combine against `runtime::moe`. Returns whether any failed.
+fn moe_parity(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
+    use anyhow::Context;
+    let mut failed = false;
+    let c = ModelConfig::preset("tiny-moe").context("the tiny-moe preset")?;
+    let w = crate::runtime::weights::synthesize(&c, 0);
+    for fmt in [WeightFormat::Bf16, WeightFormat::Fp8, WeightFormat::Nvfp4] {
+        match crate::runtime_eval::cuda_check::greedy_parity(
+            a.device,
+            &w,
+            fmt,
+            KvCacheDtype::Bf16,
+            a.prompts,
+            a.steps,
+        ) {
+            Ok(p) => {
+                failed |= !p.pass();
+                writeln!(
+                    out,
+                    "{} parity tiny-moe {}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e} (tolerance {:?})",
+                    if p.pass() { "PASS" } else { "FAIL" },
+                    fmt.id(),
+                    p.top1_equal,
+                    p.tokens,
+                    p.near_ties,
+                    p.greedy_identical,
+                    p.max_rel_l2,
+                    p.mean_rel_l2,
+                    p.tol
+                )?;
+            }
+            Err(e) => {
+                failed = true;
+                writeln!(out, "FAIL parity tiny-moe {}: {e:#}", fmt.id())?;
+            }
+        }
+    }
+    Ok(failed)
+}
+
+/// The grouped expert GEMMs of the `qwen3.6-35b-a3b` suite's `[moe]` table on the GPU, cold and
+/// in graphs, against their byte floor ([`crate::kernels::moe_grouped`]); a case whose output
+/// misses the CPU reference fails. Returns whether any failed.
+fn moe_gemm(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
+    use anyhow::Context;
+    let suite = crate::kernels::suite::load("suites/kernels/qwen3.6-35b-a3b.toml")?;
+    let spec = suite
+        .moe
+        .context("the qwen3.6-35b-a3b suite has no [moe] table")?;
+    let gpu = crate::gpu::Gpu::open_device_stream(a.device, true)?;
+    let copy = crate::kernels::bench::copy_bandwidth(&gpu)?;
+    let rule = crate::stats::StoppingRule {
+        max_time_s: 0.3,
+        ..Default::default()
+    };
+    let formats = [
+        crate::formats::GemmFormat::Bf16,
+        crate::formats::GemmFormat::Fp8,
+        crate::formats::GemmFormat::W4a16,
+    ];
+    let r = crate::kernels::moe_grouped::run(
+        &gpu,
+        &spec,
+        &formats,
+        &rule,
+        copy.bytes_per_s,
+        gpu.l2_bytes,
+    )?;
+    let mut failed = r.cases.is_empty();
+    for c in &r.cases {
+        let tol = crate::kernels::moe_grouped::tolerance(&c.format);
+        let ok = c.rel_l2.is_some_and(|e| e <= tol);
+        failed |= !ok;
+        let (oc, og) = c.over_floor(r.copy_bytes_per_s);
+        writeln!(
+            out,
+            "{} moe-gemm {} {} B={} {}: {} of {} experts, cold {:.1} µs ({:.2}× floor), graph {:.1} µs ({:.2}× floor), rel L2 {:.1e} (tolerance {tol:.0e})",
+            if ok { "PASS" } else { "FAIL" },
+            c.linear,
+            c.format,
+            c.batch,
+            c.distribution,
+            c.touched,
+            c.experts,
+            c.cold.as_ref().map_or(f64::NAN, |t| t.median_s * 1e6),
+            oc.unwrap_or(f64::NAN),
+            c.graph.as_ref().map_or(f64::NAN, |t| t.median_s * 1e6),
+            og.unwrap_or(f64::NAN),
+            c.rel_l2.unwrap_or(f64::NAN)
+        )?;
+    }
+    for n in &r.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    writeln!(out, "{}", crate::kernels::moe_grouped::markdown(&r))?;
+    Ok(failed)
+}
+
 fn hybrid_checks(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
     use crate::runtime::backend::cuda::{hybrid_check, CudaBackend, CudaLoadSpec, WeightSource};
     let mut failed = false;

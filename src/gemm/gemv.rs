@@ -122,6 +122,7 @@ pub fn kernel_names() -> Vec<String> {
     GemvFormat::ALL
         .iter()
         .flat_map(|f| VARIANTS.iter().map(move |v| v.kernel(*f)))
+        .chain(super::moe::gemv_kernel_names())
         .collect()
 }
 

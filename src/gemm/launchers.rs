@@ -31,6 +31,9 @@ pub mod w4a16 {
         /// The W4A16 GEMM `w4a16_nt{NT}_w{WARPS}_n{WN}[_ks]` (M×K BF16 activations, N×K
         /// packed E2M1 weights with E4M3 block scales, M×N BF16 out).
         pub fn gemm = family "w4a16_nt*_w*_n*"(wq: DevPtr<U32x4>, sc: DevPtr<u32>, act: DevPtr<Bf16>, out: DevPtr<Bf16>, ws: DevPtr<f32>, counters: DevPtr<u32>, m: i32, n: i32, k: i32, strips: i32, kt_n: i32, splits: i32, pairs_per_split: i32, out_scale: f32);
+        /// The grouped expert W4A16 GEMM `w4a16_moe_w{WARPS}_n1` (`src/gemm/moe.rs`): per-expert
+        /// code / scale addresses and epilogue factors, the routed pairs grouped by expert.
+        pub fn moe = family "w4a16_moe_w*_n*"(wqp: DevPtr<u64>, scp: DevPtr<u64>, out_scales: DevPtr<f32>, act: DevPtr<Bf16>, x_div: i32, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, out: DevPtr<Bf16>, n: i32, k: i32, strips: i32, kt_n: i32);
         /// Dequantize the packed N×K weights to BF16.
         pub fn w4a16_dequant_bf16 = "w4a16_dequant_bf16"(wq: DevPtr<U32x4>, sc: DevPtr<u32>, wout: DevPtr<Bf16>, n: i32, k: i32, strips: i32, kt_n: i32);
     }
@@ -76,6 +79,27 @@ pub mod gemv {
         /// `y[M, N] = bf16(xs · ws · qx[M, K] · qw[N, K]ᵀ)` over E4M3 codes, `ws_stride` /
         /// `xs_stride` 1 for per-channel / per-token scales, 0 for one per tensor.
         pub fn fp8 = family "gemv_fp8_w*_u*"(w: DevPtr<U32x4>, x: DevPtr<U32x4>, ws: DevPtr<f32>, ws_stride: i32, xs: DevPtr<f32>, xs_stride: i32, y: DevPtr<u16>, m: i32, n: i32, k: i32);
+        /// The grouped expert GEMV over BF16 weights `moe_gemv_bf16_w{WARPS}_u{UNROLL}`
+        /// (`src/gemm/moe.rs`): `wptr` the per-expert weight addresses, the routed pairs grouped
+        /// by expert in `sorted` / `active` / `offsets` / `n_active`.
+        pub fn moe_bf16 = family "moe_gemv_bf16_w*_u*"(wptr: DevPtr<u64>, x: DevPtr<U32x4>, x_div: i32, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, y: DevPtr<u16>, n: i32, k: i32);
+        /// The grouped expert GEMV over FP8 E4M3 weights `moe_gemv_fp8_w{WARPS}_u{UNROLL}`
+        /// (per-expert row scales at `sptr`, per-row activation scales `xs`).
+        pub fn moe_fp8 = family "moe_gemv_fp8_w*_u*"(wptr: DevPtr<u64>, sptr: DevPtr<u64>, x: DevPtr<U32x4>, xs: DevPtr<f32>, x_div: i32, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, y: DevPtr<u16>, n: i32, k: i32);
+    }
+}
+
+/// `kernels/moe.cu`: routing and combine of the sparse MLP blocks (`src/gemm/moe.rs`).
+pub mod moe {
+    use crate::gpu::launch::DevPtr;
+    crate::kernel_launchers! {
+        source "moe";
+        /// Softmax and top-k of `t` BF16 logit rows of `e` experts into `ids` / `wts` `[t, k]`.
+        pub fn moe_route = "moe_route"(logits: DevPtr<u16>, t: i32, e: i32, k: i32, renorm: i32, ids: DevPtr<i32>, wts: DevPtr<f32>);
+        /// The `pairs` routed pairs grouped by expert (`n_active_log`: 0 or a slot for the count).
+        pub fn moe_sort = "moe_sort"(ids: DevPtr<i32>, pairs: i32, e: i32, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, n_active_log: DevPtr<i32>);
+        /// Weighted sum of each token's expert outputs plus the gated shared expert.
+        pub fn moe_combine = "moe_combine"(y: DevPtr<u16>, ids: DevPtr<i32>, wts: DevPtr<f32>, k: i32, h: i32, shared: DevPtr<u16>, sgate: DevPtr<u16>, out: DevPtr<u16>);
     }
 }
 
@@ -87,6 +111,7 @@ pub fn signatures() -> Vec<crate::gpu::launch::KernelSig> {
         w4a16_v2::SIGNATURES,
         w4a16_wg::SIGNATURES,
         gemv::SIGNATURES,
+        moe::SIGNATURES,
     ]
     .concat()
 }

@@ -29,6 +29,7 @@ pub mod check;
 pub mod fp8_quant;
 pub mod gemv;
 pub mod launchers;
+pub mod moe;
 pub mod ops;
 pub mod tuner;
 pub mod w4a16;

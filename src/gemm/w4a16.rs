@@ -115,6 +115,7 @@ pub fn kernel_names() -> Vec<String> {
         }
     }
     v.push("w4a16_dequant_bf16".into());
+    v.extend(super::moe::w4_kernel_names());
     v
 }
 

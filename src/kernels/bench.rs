@@ -338,8 +338,38 @@ pub fn run_on_device(
         }
     }
     bar.finish_and_clear();
+    if let Some(spec) = &opts.suite.moe {
+        if crate::signals::interrupted().is_none() {
+            run_grouped(&rig, opts, spec, &mut res);
+            on_update(&res);
+        }
+    }
     super::composite::refresh(&mut res);
     Ok(res)
+}
+
+/// The suite's `[moe]` cases on the capture stream ([`super::moe_grouped::run`]); what fails is
+/// a note.
+fn run_grouped(
+    rig: &Rig,
+    opts: &BenchOptions,
+    spec: &super::moe_grouped::MoeSpec,
+    res: &mut KernelResults,
+) {
+    let Some(gpu) = rig.capture.as_ref() else {
+        res.notes.push(
+            "the [moe] grouped GEMM cases did not run: they are timed in CUDA graphs, and graph timing is off or has no capture stream"
+                .into(),
+        );
+        return;
+    };
+    let copy = res.copy_bandwidth.as_ref().map_or(0.0, |c| c.bytes_per_s);
+    match super::moe_grouped::run(gpu, spec, &opts.formats, &opts.stopping, copy, gpu.l2_bytes) {
+        Ok(r) => res.moe_grouped = Some(r),
+        Err(e) => res
+            .notes
+            .push(format!("the [moe] grouped GEMM cases failed: {e:#}")),
+    }
 }
 
 /// Open device `device` and build what the bench runs on it: the utility kernels, cuBLASLt, the

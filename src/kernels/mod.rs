@@ -23,6 +23,7 @@ pub mod device;
 pub mod fit;
 pub mod goals;
 pub mod impls;
+pub mod moe_grouped;
 pub mod peak;
 pub mod peer_nvfp4;
 pub mod peers;

@@ -34,6 +34,9 @@ pub struct KernelResults {
     /// M), when the suite gives each shape's count per step; see [`super::composite`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub composite: Option<super::composite::Composite>,
+    /// The suite's mixture-of-experts grouped GEMM cases (suites with `[moe]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_grouped: Option<super::moe_grouped::GroupedResults>,
     /// How the suite was repeated (`--repeats R` with R ≥ 2): each case's samples are the
     /// repeats' samples in repeat order, and this says how many came from each repeat. Absent
     /// for one run.

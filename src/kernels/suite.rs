@@ -98,6 +98,10 @@ pub struct Suite {
     /// The model, when the suite names it (`[model]`).
     #[serde(default)]
     pub model: Option<ModelInfo>,
+    /// A mixture of experts' grouped expert GEMMs (`[moe]`,
+    /// [`crate::kernels::moe_grouped`]).
+    #[serde(default)]
+    pub moe: Option<crate::kernels::moe_grouped::MoeSpec>,
     /// Where it was read from (set by the loader).
     #[serde(skip)]
     pub file: PathBuf,
@@ -186,6 +190,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Suite, RigError> {
     }
     if s.shapes.is_empty() {
         return Err(RigError::file(path, "no [[shapes]] entries"));
+    }
+    if let Some(m) = &s.moe {
+        m.check().map_err(|e| RigError::file(path, e))?;
     }
     if let Some(m) = &s.model {
         if m.hidden_size == 0 || m.layers == 0 || m.allreduces_per_layer == 0 {

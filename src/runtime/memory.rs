@@ -479,6 +479,18 @@ pub fn decode_step_bytes(
     kv: KvCacheDtype,
     ctx: usize,
 ) -> DecodeBytes {
+    if let Some(m) = &c.moe {
+        // A batch-1 step of a mixture of experts reads the top-k experts of each sparse layer.
+        let sparse = (0..c.num_layers).filter(|&i| m.is_sparse(i)).count();
+        return super::moe::decode_step_floor(
+            c,
+            QuantRecipe::Uniform(format),
+            kv,
+            ctx,
+            1,
+            &vec![m.top_k; sparse],
+        );
+    }
     let head = 2 * (c.vocab_size * c.hidden_size) as u64;
     let weights = decoder_linear_bytes(c, QuantRecipe::Uniform(format))
         + head

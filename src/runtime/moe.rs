@@ -16,10 +16,6 @@ use crate::runtime::config::ModelConfig;
 use crate::runtime::model::silu;
 use crate::runtime::weights::{Linear, MoeWeights};
 
-/// Why the CUDA backend refuses mixture-of-experts models (docs/runtime.md): it has no grouped
-/// expert GEMM and no GPU routing yet; the CPU backend runs them.
-pub const CUDA_REFUSAL: &str = "mixture-of-experts models (Qwen3-MoE, Qwen3.5 / 3.6-MoE) run on the CPU backend only for now: the CUDA backend has no grouped expert GEMM and no GPU routing yet (docs/runtime.md); use --device cpu, or an external engine (--url / --engine-cmd) for GPU figures";
-
 /// One token's routing: the chosen experts in `torch.topk`'s order (descending probability)
 /// and the weight each output is scaled by.
 #[derive(Debug, Clone, PartialEq)]
@@ -226,93 +222,7 @@ mod tests {
     }
 }
 
-/// How the `B × k` routing choices of a decode step spread over the E experts: the cases of the
-/// MoE kernel suite and of the decode-step floor.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RoutingDistribution {
-    /// Token `b`'s j-th choice is expert `(b·k + j) mod E`: as even as B × k allows.
-    Balanced,
-    /// Each token draws k distinct experts with probability ∝ `1 / rankˢ` (rank 1 the most
-    /// popular), a fixed seed making the draw reproducible: the skew trained routers show.
-    Zipf {
-        /// The exponent s (> 0; 1.0 is the classic Zipf law).
-        s: f64,
-    },
-    /// Every token routes among the same `few` experts (`few ≥ k`): the worst case for load
-    /// balance and the best for the bytes touched.
-    AllToFew {
-        /// How many experts take every token.
-        few: usize,
-    },
-}
-
-/// Tokens routed to each of `experts` experts when `batch` tokens each choose `top_k` distinct
-/// experts under `dist` (`seed` drives the Zipf draw). The counts sum to `batch · top_k`
-/// (`top_k` capped at `experts`).
-pub fn routed_counts(
-    dist: RoutingDistribution,
-    batch: usize,
-    top_k: usize,
-    experts: usize,
-    seed: u64,
-) -> Vec<usize> {
-    let k = top_k.min(experts);
-    let mut counts = vec![0usize; experts];
-    if experts == 0 {
-        return counts;
-    }
-    match dist {
-        RoutingDistribution::Balanced => {
-            for b in 0..batch {
-                for j in 0..k {
-                    counts[(b * k + j) % experts] += 1;
-                }
-            }
-        }
-        RoutingDistribution::AllToFew { few } => {
-            let few = few.clamp(k.max(1), experts);
-            for b in 0..batch {
-                for j in 0..k {
-                    counts[(b * k + j) % few] += 1;
-                }
-            }
-        }
-        RoutingDistribution::Zipf { s } => {
-            let weights: Vec<f64> = (1..=experts).map(|r| 1.0 / (r as f64).powf(s)).collect();
-            let mut rng = crate::runtime::weights::SplitMix64::new(seed);
-            for _ in 0..batch {
-                let mut chosen: Vec<usize> = Vec::with_capacity(k);
-                while chosen.len() < k {
-                    let free: f64 = (0..experts)
-                        .filter(|e| !chosen.contains(e))
-                        .map(|e| weights[e])
-                        .sum();
-                    let mut u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * free;
-                    let mut pick = experts - 1;
-                    for e in (0..experts).filter(|e| !chosen.contains(e)) {
-                        if u < weights[e] {
-                            pick = e;
-                            break;
-                        }
-                        u -= weights[e];
-                    }
-                    if chosen.contains(&pick) {
-                        // Rounding at the end of the walk: take the last free expert.
-                        pick = (0..experts)
-                            .rev()
-                            .find(|e| !chosen.contains(e))
-                            .unwrap_or(0);
-                    }
-                    chosen.push(pick);
-                }
-                for e in chosen {
-                    counts[e] += 1;
-                }
-            }
-        }
-    }
-    counts
-}
+pub use crate::gemm::moe::{routed_counts, RoutingDistribution};
 
 /// The bytes one MoE decode step must move at the least (each byte once, caches ignored): the
 /// non-expert decoder linears (attention or Gated-DeltaNet, router, shared expert and its gate,

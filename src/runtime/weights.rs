@@ -32,7 +32,7 @@ mod synth;
 #[cfg(test)]
 pub(crate) mod tests;
 pub use mapped::{LinearRole, LinearView, MappedCheckpoint, NormRole};
-pub use moe::{ExpertWeights, MoeWeights, SharedExpertWeights};
+pub use moe::{synth_moe_tensor_id, ExpertWeights, MoeWeights, SharedExpertWeights};
 pub use synth::{
     synth_stream_base, synth_tensor_id, synthesize, synthesize_with_progress, SplitMix64,
     SYNTH_GDN_A_LOG, SYNTH_GDN_DT_BIAS, SYNTH_LOGIT_STD, SYNTH_NORM_JITTER,

@@ -157,6 +157,28 @@ pub struct PrefillVsPeak {
     pub fraction: f64,
 }
 
+/// What one batch-N decode step of a mixture of experts routed, and the bytes it must move at
+/// the least ([`crate::runtime::moe::decode_step_floor`] over the experts it touched).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MoeBatchedStep {
+    /// Distinct routed experts per sparse layer (the union over the batch), layer order.
+    pub touched_per_layer: Vec<usize>,
+    /// Routed experts per sparse layer.
+    pub experts: usize,
+    /// Experts per token.
+    pub top_k: usize,
+    /// The step's byte floor at the batch's context.
+    pub step_bytes: DecodeBytes,
+}
+
+impl MoeBatchedStep {
+    /// Mean distinct experts per sparse layer.
+    pub fn mean_touched(&self) -> f64 {
+        self.touched_per_layer.iter().sum::<usize>() as f64
+            / self.touched_per_layer.len().max(1) as f64
+    }
+}
+
 /// The runtime benchmarks of one backend and format.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RuntimeBench {
@@ -176,6 +198,10 @@ pub struct RuntimeBench {
     pub batch1: DecodeFigure,
     /// Batch-N decode.
     pub batched: DecodeFigure,
+    /// Mixtures of experts: what the last timed batch-N step routed and its byte floor (GPU
+    /// backends; absent for dense models and in older results).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_batched: Option<MoeBatchedStep>,
     /// `batched.tok_per_s / batch1.tok_per_s`.
     pub batch_speedup: f64,
     /// Prefill.
@@ -383,6 +409,24 @@ pub fn run(
         steps += 1;
     }
     let (tokens, secs) = (generated() - g0, t0.elapsed().as_secs_f64());
+    // The last timed step decoded the whole batch: what it routed (after the timing, since
+    // reading it synchronizes).
+    let moe_batched = match (&c.moe, engine.backend().moe_touched_experts()) {
+        (Some(m), Some(touched)) if steps > 0 && !touched.is_empty() => Some(MoeBatchedStep {
+            step_bytes: crate::runtime::moe::decode_step_floor(
+                &c,
+                crate::runtime::config::QuantRecipe::Uniform(fmt),
+                kv_dtype,
+                spec.batch_context,
+                spec.batch,
+                &touched,
+            ),
+            touched_per_layer: touched,
+            experts: m.num_experts,
+            top_k: m.top_k,
+        }),
+        _ => None,
+    };
     while engine.has_work() {
         engine.step()?;
     }
@@ -432,6 +476,7 @@ pub fn run(
         batch_speedup: batched.tok_per_s / batch1.tok_per_s.max(1e-12),
         batch1,
         batched,
+        moe_batched,
         prefill,
         decode_step_bytes: decode_step_bytes(&c, fmt, kv_dtype, mean_ctx),
         kv_capacity: None,

@@ -255,20 +255,20 @@ fn the_nvfp4_35b_config_reads_as_the_preset() {
 }
 
 #[test]
-fn a_synthetic_moe_decodes_on_the_cpu_and_cuda_refuses_it() {
+fn a_synthetic_moe_loads_on_the_cpu_and_the_cuda_path_no_longer_refuses_it() {
     let mut sc = crate::runtime::ServeConfig::tiny();
     sc.model = "synthetic:tiny-moe".into();
     let loaded = crate::runtime::engine::load(&sc).unwrap();
     assert!(loaded.info.model_config.is_moe());
     sc.device = crate::runtime::backend::Device::Cuda(0);
-    let e = match crate::runtime::engine::load(&sc) {
-        Ok(_) => panic!("the CUDA backend loaded a MoE model"),
-        Err(e) => format!("{e:#}"),
-    };
-    assert!(
-        e.contains("mixture-of-experts") && e.contains("--device"),
-        "{e}"
-    );
+    // Without a GPU the load fails for that reason, never for the model being a MoE.
+    if let Err(e) = crate::runtime::engine::load(&sc) {
+        let e = format!("{e:#}");
+        assert!(
+            !e.contains("mixture-of-experts") && !e.contains("CPU backend only"),
+            "{e}"
+        );
+    }
 }
 
 /// The runtime's weights of a MoE model against `inspect`'s prediction: the bound.

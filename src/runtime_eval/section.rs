@@ -716,6 +716,31 @@ fn render_benches(o: &mut String, s: &RuntimeSection, benches: &[&RuntimeBench])
                 |p| format!(" Peak = best BF16 TFLOP/s of this run's kernel rows ({}).", p.peak_source)
             )
         );
+    for b in benches {
+        if let Some(m) = &b.moe_batched {
+            let bound = b.decode_bound.as_ref().map_or(String::new(), |d| {
+                let tok = d.copy_bytes_per_s / m.step_bytes.total().max(1) as f64
+                    * b.batched.batch as f64;
+                format!(
+                    "; its bound {:.0} tok/s, measured {} of it",
+                    tok,
+                    pct(b.batched.tok_per_s / tok)
+                )
+            });
+            let _ = writeln!(
+                o,
+                "\n{} batch {}: the last timed step routed to {:.1} of {} experts per sparse layer on average (top-{}; {}–{} by layer), so it must move {} (weights of the touched experts, attention, GDN state, KV at the batch's context){bound}.",
+                b.weight_format,
+                b.batched.batch,
+                m.mean_touched(),
+                m.experts,
+                m.top_k,
+                m.touched_per_layer.iter().min().unwrap_or(&0),
+                m.touched_per_layer.iter().max().unwrap_or(&0),
+                crate::output::table::human_bytes(m.step_bytes.total())
+            );
+        }
+    }
     render_load_facts(o, benches);
     for f in &s.formats {
         let bw = f

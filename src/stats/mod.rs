@@ -5,6 +5,8 @@
 //! relative standard deviation (σ/mean) of the samples is under a target, after a minimum number of
 //! samples, or when a sample or time cap is reached.
 
+pub mod rng;
+
 use serde::{Deserialize, Serialize};
 
 /// The `p`-th percentile (0 ≤ p ≤ 100) of `samples` by linear interpolation (type 7).

@@ -96,6 +96,9 @@ pub fn markdown_for(
     }
     o.push_str(&crate::kernels::fit::markdown(k));
     o.push_str(&crate::kernels::timing_modes::markdown(k));
+    if let Some(g) = &k.moe_grouped {
+        o.push_str(&crate::kernels::moe_grouped::markdown(g));
+    }
     let target = k.timing_policy.as_ref().map(|p| p.stopping.target_rel_std);
     for (shape, cases) in by_shape(k) {
         render_shape(&mut o, &shape, &cases, plots, target);

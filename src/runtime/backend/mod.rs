@@ -207,6 +207,12 @@ pub trait Backend: Send {
     fn load_notes(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Mixtures of experts: the routed experts each sparse layer's last forward pass touched
+    /// (the union over its tokens), in layer order; `None` where the backend does not record
+    /// them (the CPU backend, dense models). Synchronizes a GPU backend.
+    fn moe_touched_experts(&self) -> Option<Vec<usize>> {
+        None
+    }
     /// The model's shape.
     fn config(&self) -> &ModelConfig;
     /// Format of the decoder's linear layers.

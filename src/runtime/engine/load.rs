@@ -352,9 +352,6 @@ pub(super) fn build_backend(
             Box::new(CpuBackend::new(weights, threads))
         }
         Device::Cuda(ordinal) => {
-            if mc.is_moe() {
-                return Err(RigError::flag("--device", crate::runtime::moe::CUDA_REFUSAL).into());
-            }
             drop(mapped);
             let weights = match source {
                 ModelSource::Synthetic(_) => WeightSource::Synthetic {

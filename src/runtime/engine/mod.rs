@@ -151,6 +151,11 @@ impl Engine {
         })
     }
 
+    /// The backend (read-only: what it recorded of the last step).
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
     /// Stop the engine and hand its backend back (the runtime benchmarks reuse it).
     pub fn into_backend(self) -> Box<dyn Backend> {
         self.backend

@@ -135,8 +135,20 @@ impl MappedCheckpoint {
         i: usize,
         layer: LayerWeights,
     ) -> anyhow::Result<LayerWeights> {
+        Ok(match self.moe_weights(i)? {
+            Some(m) => layer.with_moe(m),
+            None => layer,
+        })
+    }
+
+    /// Layer `i`'s sparse block (router, experts in either layout, shared expert), each linear
+    /// owned in its stored format; `None` for a dense layer.
+    ///
+    /// # Errors
+    /// A tensor missing, of the wrong shape or dtype (named).
+    pub fn moe_weights(&self, i: usize) -> anyhow::Result<Option<MoeWeights>> {
         let Some(Some(layout)) = self.experts.get(i) else {
-            return Ok(layer);
+            return Ok(None);
         };
         let m = self
             .config
@@ -191,7 +203,7 @@ impl MappedCheckpoint {
         } else {
             None
         };
-        Ok(layer.with_moe(MoeWeights {
+        Ok(Some(MoeWeights {
             router: self.linear_owned(i, LinearRole::Router)?,
             experts,
             shared,

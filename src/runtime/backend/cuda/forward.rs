@@ -209,6 +209,9 @@ impl CudaBackend {
     /// The residual add + post-attention RMSNorm and the MLP of layer `li` (its output in
     /// `hout`).
     pub(super) fn mlp(&mut self, li: usize, t: usize, post_norm: u64) -> anyhow::Result<()> {
+        if self.weights.layers[li].moe.is_some() {
+            return self.moe_mlp(li, t, post_norm);
+        }
         let gu_ref = LinRef {
             layer: li,
             which: LayerLinear::GateUp,
@@ -284,6 +287,39 @@ impl CudaBackend {
             self.gemm(down_ref, t, self.bufs.act.ptr(), self.bufs.hout.ptr())?;
         }
         self.op_end("GEMM down")?;
+        Ok(())
+    }
+
+    /// Layer `li`'s `gate_up` → SwiGLU → `down` on the normed hidden states `h` (BF16, `t`
+    /// rows), its output at `out`: a sparse layer's shared expert (its width from `gate_up`'s
+    /// rows). The GEMMs quantize their own input where they are FP8.
+    pub(super) fn dense_mlp(&mut self, li: usize, t: usize, out: u64) -> anyhow::Result<()> {
+        let gu_ref = LinRef::new(li, LayerLinear::GateUp);
+        let i = self.lin(gu_ref).nk().0 / 2;
+        self.op_begin()?;
+        self.gemm(gu_ref, t, self.bufs.h.ptr(), self.bufs.gu.ptr())?;
+        self.op_end("GEMM shared expert gate_up")?;
+        self.op_begin()?;
+        launchers::rt::rt_silu_mul(
+            &self.rt,
+            &self.gpu,
+            grid1(t * i, 256),
+            (256, 1, 1),
+            0,
+            &self.bufs.gu,
+            t,
+            i,
+            &self.bufs.act,
+        )?;
+        self.op_end("shared expert SwiGLU")?;
+        self.op_begin()?;
+        self.gemm(
+            LinRef::new(li, LayerLinear::Down),
+            t,
+            self.bufs.act.ptr(),
+            out,
+        )?;
+        self.op_end("GEMM shared expert down")?;
         Ok(())
     }
 

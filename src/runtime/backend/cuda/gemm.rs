@@ -64,15 +64,26 @@ impl CudaBackend {
 
     /// Every decoder linear: per layer qkv, o, gate_up, down and, in Gated-DeltaNet layers,
     /// the fused in_proj_a / in_proj_b ([`LayerLinear::GdnAb`]).
+    ///
+    /// Sparse layers: their router and shared-expert gate, and their `gate_up` / `down` only
+    /// when they hold a shared expert (the routed experts run the grouped GEMM, not these).
     pub(super) fn all_linears(&self) -> Vec<LinRef> {
         let mut v = Vec::new();
         for (layer, l) in self.weights.layers.iter().enumerate() {
-            v.extend(LayerLinear::ALL.map(|which| LinRef { layer, which }));
+            v.extend(
+                LayerLinear::ALL
+                    .map(|which| LinRef { layer, which })
+                    .into_iter()
+                    .filter(|r| self.lin(*r).nk().0 > 0),
+            );
             if l.gdn.is_some() {
-                v.push(LinRef {
-                    layer,
-                    which: LayerLinear::GdnAb,
-                });
+                v.push(LinRef::new(layer, LayerLinear::GdnAb));
+            }
+            if let Some(m) = &l.moe {
+                v.push(LinRef::new(layer, LayerLinear::Router));
+                if m.shared_gate.is_some() {
+                    v.push(LinRef::new(layer, LayerLinear::SharedGate));
+                }
             }
         }
         v
@@ -288,13 +299,19 @@ impl CudaBackend {
 
     pub(super) fn lin(&self, r: LinRef) -> &DLinear {
         let l = &self.weights.layers[r.layer];
+        let m = l.moe.as_ref();
         match (r.which, &l.gdn) {
             (LayerLinear::Qkv, _) => &l.qkv,
             (LayerLinear::O, _) => &l.o,
             (LayerLinear::GateUp, _) => &l.gate_up,
             (LayerLinear::GdnAb, Some(g)) => &g.ab,
-            // `GdnAb` is asked only of Gated-DeltaNet layers (all_linears, gdn::queue_mixer).
-            (LayerLinear::Down | LayerLinear::GdnAb, _) => &l.down,
+            (LayerLinear::Router, _) if m.is_some() => m.map_or(&l.down, |m| &m.router),
+            (LayerLinear::SharedGate, _) => {
+                m.and_then(|m| m.shared_gate.as_ref()).unwrap_or(&l.down)
+            }
+            // `GdnAb` is asked only of Gated-DeltaNet layers (all_linears, gdn::queue_mixer),
+            // `Router` / `SharedGate` only of sparse layers (all_linears, moe_mlp).
+            (LayerLinear::Down | LayerLinear::GdnAb | LayerLinear::Router, _) => &l.down,
         }
     }
 

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use anyhow::Context;
 
 use super::gdn;
+use super::moe;
 use super::{
     grid1, plan, predicted_weight_bytes, Bufs, CudaBackend, CudaLoadSpec, CudaOptions, CudaStats,
     DLayer, DLinear, DWeights, WeightSource, PART_CAP, PREFILL_HEAD_DIMS, RUNTIME_KERNELS,
@@ -70,8 +71,11 @@ impl CudaBackend {
         };
         let quantize = resolve_quantize(spec.quantize, &config)?;
         let format = quantize.unwrap_or(stored);
-        let need = match (config.is_hybrid(), spec.quantize) {
-            (true, Some(r)) => gdn::predicted_weight_bytes(&config, r),
+        let need = match (config.is_hybrid() || config.is_moe(), spec.quantize) {
+            (true, r) => {
+                let r = r.unwrap_or(QuantRecipe::Uniform(format));
+                gdn::predicted_weight_bytes(&config, r) + moe::predicted_expert_bytes(&config, r)
+            }
             _ => predicted_weight_bytes(&config, format),
         };
         if need > free_before as u64 {
@@ -110,7 +114,18 @@ impl CudaBackend {
         let mods = build_gemm_modules(&gpu, spec.device, &weights)?;
         let mut kernel_sources = mods.sources.clone();
         let mut load_notes = mods.notes;
-        let gemv = build_gemv(&gpu, &weights, opts.tune_gemv, &mut load_notes);
+        // The routed experts in BF16 or FP8 run the grouped GEMVs of kernels/gemv.cu.
+        let moe_gemv = weights.layers.iter().any(|l| {
+            l.moe
+                .as_ref()
+                .is_some_and(|m| m.format != WeightFormat::Nvfp4)
+        });
+        let gemv = build_gemv(&gpu, &weights, opts.tune_gemv || moe_gemv, &mut load_notes);
+        anyhow::ensure!(
+            gemv.is_some() || !moe_gemv,
+            "the routed experts need kernels/gemv.cu's grouped GEMV, which was not built: {}",
+            load_notes.last().cloned().unwrap_or_default()
+        );
         if let Some(m) = &gemv {
             kernel_sources.insert("kernels/gemv.cu".into(), m.source_sha256.clone());
         }
@@ -137,6 +152,14 @@ impl CudaBackend {
         };
         if let Some(h) = &hy {
             kernel_sources.insert("kernels/gdn.cu".into(), h.source_sha256().to_string());
+        }
+        let moe_rt = if config.is_moe() {
+            Some(moe::MoeRt::new(&gpu, &config, t_max)?)
+        } else {
+            None
+        };
+        if let Some(m) = &moe_rt {
+            kernel_sources.insert("kernels/moe.cu".into(), m.source_sha256().to_string());
         }
         let mut me = CudaBackend {
             device: spec.device,
@@ -178,6 +201,7 @@ impl CudaBackend {
             notes: load_notes,
             prof: None,
             hy,
+            moe: moe_rt,
             smp_uploaded: None,
         };
         me.add_load_notes(mapped.as_ref(), spec.quantize);
@@ -281,8 +305,9 @@ impl CudaBackend {
         let (free_after, _) = self.gpu.mem_info()?;
         self.memory.free_after_load = free_after as u64;
         self.memory.weights = self.weights.bytes() as u64;
-        self.memory.activations =
-            (self.bufs.bytes() + self.hy.as_ref().map_or(0, |h| h.buffer_bytes())) as u64;
+        self.memory.activations = (self.bufs.bytes()
+            + self.hy.as_ref().map_or(0, |h| h.buffer_bytes())
+            + self.moe.as_ref().map_or(0, |m| m.bytes())) as u64;
         self.memory.workspace = self
             .memory
             .free_before_load
@@ -299,8 +324,10 @@ impl CudaBackend {
 /// # Errors
 /// The shape, in words.
 fn check_attention_shape(config: &ModelConfig) -> anyhow::Result<()> {
-    if config.is_moe() {
-        anyhow::bail!(crate::runtime::moe::CUDA_REFUSAL);
+    if let Some(m) = &config.moe {
+        if let Some(why) = crate::gemm::moe::unsupported(m.num_experts, m.top_k) {
+            anyhow::bail!("{why}");
+        }
     }
     if let Some(why) = gdn::unsupported_shape(config) {
         anyhow::bail!(why);
@@ -331,12 +358,14 @@ fn resolve_quantize(
     Ok(match recipe {
         None => None,
         Some(QuantRecipe::Uniform(f)) => Some(f),
-        Some(r) if config.is_hybrid() => Some(r.format_for(weights::LinearRole::Gate)),
+        Some(r) if config.is_hybrid() || config.is_moe() => {
+            Some(r.format_for(weights::LinearRole::Gate))
+        }
         Some(r) => {
             return Err(RigError::flag(
                 "--quantize",
                 format!(
-                    "{} is implemented by the CUDA backend for the Qwen3.5 / 3.6 hybrids only",
+                    "{} is implemented by the CUDA backend for the Qwen3.5 / 3.6 hybrids and the mixtures of experts only",
                     r.id()
                 ),
             )
@@ -575,6 +604,7 @@ impl Loader<'_> {
                 layers.push(self.hybrid_host_layer(l)?);
                 continue;
             }
+            let (gate_up, down, moe) = self.host_mlp(l)?;
             layers.push(DLayer {
                 input_norm: self.f32s(&l.input_norm)?,
                 post_norm: self.f32s(&l.post_norm)?,
@@ -582,11 +612,12 @@ impl Loader<'_> {
                 k_norm: l.k_norm.as_ref().map(|v| self.f32s(v)).transpose()?,
                 qkv: self.fuse_host(&[&l.q, &l.k, &l.v])?,
                 o: self.fuse_host(&[&l.o])?,
-                gate_up: self.fuse_host(&[&l.gate, &l.up])?,
-                down: self.fuse_host(&[&l.down])?,
+                gate_up,
+                down,
                 k_scale: l.k_scale.unwrap_or(1.0),
                 v_scale: l.v_scale.unwrap_or(1.0),
                 gdn: None,
+                moe,
             });
         }
         Ok(DWeights {
@@ -924,6 +955,14 @@ impl Loader<'_> {
                 continue;
             }
             let (ks, vs) = m.kv_scales(i);
+            let (gate_up, down, moe) = match m.moe_weights(i)? {
+                Some(mw) => self.moe_from_host(&mw, self.recipe)?,
+                None => (
+                    self.fuse_views(&[m.linear(i, R::Gate)?, m.linear(i, R::Up)?], q)?,
+                    self.fuse_views(&[m.linear(i, R::Down)?], q)?,
+                    None,
+                ),
+            };
             layers.push(DLayer {
                 input_norm: self.f32s(&m.norm(N::Input(i))?)?,
                 post_norm: self.f32s(&m.norm(N::Post(i))?)?,
@@ -940,11 +979,12 @@ impl Loader<'_> {
                     q,
                 )?,
                 o: self.fuse_views(&[m.linear(i, R::O)?], q)?,
-                gate_up: self.fuse_views(&[m.linear(i, R::Gate)?, m.linear(i, R::Up)?], q)?,
-                down: self.fuse_views(&[m.linear(i, R::Down)?], q)?,
+                gate_up,
+                down,
                 k_scale: ks.unwrap_or(1.0),
                 v_scale: vs.unwrap_or(1.0),
                 gdn: None,
+                moe,
             });
         }
         let embed = bf(m.embed()?)?;
@@ -985,6 +1025,32 @@ impl Loader<'_> {
                 continue;
             }
             let l = Some(i);
+            let recipe = self.recipe.unwrap_or(QuantRecipe::Uniform(fmt));
+            let fmt = recipe.format_for(weights::LinearRole::Q);
+            let (gate_up, down, moe) = if c.is_sparse_layer(i) {
+                self.synth_moe(c, seed, i, recipe)?
+            } else {
+                (
+                    self.synth_linear(
+                        seed,
+                        &[
+                            (id(l, 8), c.intermediate_size),
+                            (id(l, 9), c.intermediate_size),
+                        ],
+                        h,
+                        inv(h),
+                        fmt,
+                    )?,
+                    self.synth_linear(
+                        seed,
+                        &[(id(l, 10), h)],
+                        c.intermediate_size,
+                        inv(c.intermediate_size),
+                        fmt,
+                    )?,
+                    None,
+                )
+            };
             layers.push(DLayer {
                 input_norm: self.synth_norm(seed, id(l, 0), h)?,
                 qkv: self.synth_linear(
@@ -1008,26 +1074,12 @@ impl Loader<'_> {
                     .then(|| self.synth_norm(seed, id(l, 6), c.head_dim))
                     .transpose()?,
                 post_norm: self.synth_norm(seed, id(l, 7), h)?,
-                gate_up: self.synth_linear(
-                    seed,
-                    &[
-                        (id(l, 8), c.intermediate_size),
-                        (id(l, 9), c.intermediate_size),
-                    ],
-                    h,
-                    inv(h),
-                    fmt,
-                )?,
-                down: self.synth_linear(
-                    seed,
-                    &[(id(l, 10), h)],
-                    c.intermediate_size,
-                    inv(c.intermediate_size),
-                    fmt,
-                )?,
+                gate_up,
+                down,
                 k_scale: 1.0,
                 v_scale: 1.0,
                 gdn: None,
+                moe,
             });
         }
         let bf = |j: u64| -> anyhow::Result<DevBuf> {

@@ -36,6 +36,7 @@ mod gemv;
 pub mod hybrid_check;
 pub mod launchers;
 mod load;
+mod moe;
 pub mod plan;
 mod profile;
 pub mod self_check;
@@ -258,6 +259,9 @@ struct DLayer {
     /// A Gated-DeltaNet layer's other tensors (its `qkv` is `[in_proj_qkv; in_proj_z]`, its `o`
     /// is `out_proj`; see [`gdn`]).
     gdn: Option<gdn::GdnDevLayer>,
+    /// A sparse layer's router, routed experts and shared-expert gate (its `gate_up` / `down`
+    /// are then the shared expert, or empty `0 × 0` without one; see [`moe`]).
+    moe: Option<moe::MoeDevLayer>,
 }
 
 struct DWeights {
@@ -274,7 +278,18 @@ impl DWeights {
         let mut v: Vec<WeightFormat> = Vec::new();
         for l in &self.layers {
             let gdn = l.gdn.as_ref().map(|g| &g.ab);
-            for lin in [&l.qkv, &l.o, &l.gate_up, &l.down].into_iter().chain(gdn) {
+            let sparse = l.moe.iter().flat_map(|m| {
+                m.experts_first()
+                    .into_iter()
+                    .chain(std::iter::once(&m.router))
+                    .chain(m.shared_gate.as_ref())
+            });
+            for lin in [&l.qkv, &l.o, &l.gate_up, &l.down]
+                .into_iter()
+                .filter(|x| x.nk().0 > 0)
+                .chain(gdn)
+                .chain(sparse)
+            {
                 if !v.contains(&lin.format()) {
                     v.push(lin.format());
                 }
@@ -295,6 +310,7 @@ impl DWeights {
                 b += w.bytes();
             }
             b += l.gdn.as_ref().map_or(0, |g| g.bytes());
+            b += l.moe.as_ref().map_or(0, |m| m.bytes());
         }
         b
     }
@@ -422,6 +438,8 @@ pub struct CudaBackend {
     pub notes: Vec<String>,
     /// The Gated-DeltaNet kernels, buffers and state of a hybrid ([`gdn`]).
     hy: Option<gdn::HybridRt>,
+    /// The routing kernels and buffers of a mixture of experts ([`moe`]).
+    moe: Option<moe::MoeRt>,
     /// The per-row sampling settings last copied to the device (temperature, top-p, top-k,
     /// seed): a decode step whose rows keep their settings copies only the draw counters.
     smp_uploaded: Option<SamplingUpload>,
@@ -485,9 +503,10 @@ pub fn predicted_weight_bytes(config: &ModelConfig, format: WeightFormat) -> u64
 }
 
 impl CudaBackend {
-    /// Weight bytes one decode step reads: every decoder layer, the final norm and the lm_head
-    /// (the embedding table is read only at the step's token rows, so it is left out unless it
-    /// is the lm_head).
+    /// Weight bytes one batch-1 decode step reads: every decoder layer, the final norm and the
+    /// lm_head (the embedding table is read only at the step's token rows, so it is left out
+    /// unless it is the lm_head); of a sparse layer's routed experts only the top-k a token
+    /// routes to.
     pub fn decode_weight_bytes(&self) -> u64 {
         let w = &self.weights;
         let embed = if w.lm_head.is_some() {
@@ -495,7 +514,14 @@ impl CudaBackend {
         } else {
             0
         };
-        w.bytes() as u64 - embed
+        let top_k = self.config.moe.as_ref().map_or(0, |m| m.top_k);
+        let untouched: u64 = w
+            .layers
+            .iter()
+            .filter_map(|l| l.moe.as_ref())
+            .map(|m| (m.num_experts().saturating_sub(top_k) * m.expert_bytes()) as u64)
+            .sum();
+        w.bytes() as u64 - embed - untouched
     }
 
     /// The GPU.
@@ -563,6 +589,10 @@ enum LayerLinear {
     Down,
     /// Gated-DeltaNet layers only: `in_proj_a` and `in_proj_b` fused, `[a; b]` rows.
     GdnAb,
+    /// Sparse layers only: the router `mlp.gate`, `[E, H]`.
+    Router,
+    /// Sparse layers with a shared expert only: `mlp.shared_expert_gate`, `[1, H]`.
+    SharedGate,
 }
 
 impl LayerLinear {
@@ -574,7 +604,8 @@ impl LayerLinear {
         LayerLinear::Down,
     ];
 
-    /// Position in [`LayerLinear::ALL`] (0..4; `GdnAb` 4); the tuner offsets its input seeds by it.
+    /// Position in [`LayerLinear::ALL`] (0..4; `GdnAb` 4, `Router` 5, `SharedGate` 6); the
+    /// tuner offsets its input seeds by it.
     fn index(self) -> u64 {
         self as u64
     }
@@ -585,6 +616,12 @@ impl LayerLinear {
 struct LinRef {
     layer: usize,
     which: LayerLinear,
+}
+
+impl LinRef {
+    fn new(layer: usize, which: LayerLinear) -> Self {
+        LinRef { layer, which }
+    }
 }
 
 /// [`crate::gemm::check::rel_l2`] of BF16 bit patterns (output under test first).
@@ -611,6 +648,10 @@ impl Backend for CudaBackend {
     }
     fn kernel_sources(&self) -> std::collections::BTreeMap<String, String> {
         self.kernel_sources.clone()
+    }
+    fn moe_touched_experts(&self) -> Option<Vec<usize>> {
+        self.moe.as_ref()?;
+        self.moe_touched_experts_now().ok()
     }
     fn load_notes(&self) -> Vec<String> {
         self.notes.clone()

@@ -58,6 +58,7 @@ impl Loader<'_> {
                 None,
             ),
         };
+        let (gate_up, down, moe) = self.host_mlp(l)?;
         Ok(DLayer {
             input_norm: self.f32s(&l.input_norm)?,
             post_norm: self.f32s(&l.post_norm)?,
@@ -65,11 +66,12 @@ impl Loader<'_> {
             k_norm: l.k_norm.as_ref().map(|v| self.f32s(v)).transpose()?,
             qkv,
             o,
-            gate_up: self.fuse_host(&[&l.gate, &l.up])?,
-            down: self.fuse_host(&[&l.down])?,
+            gate_up,
+            down,
             k_scale: l.k_scale.unwrap_or(1.0),
             v_scale: l.v_scale.unwrap_or(1.0),
             gdn,
+            moe,
         })
     }
 
@@ -81,13 +83,17 @@ impl Loader<'_> {
         recipe: Option<QuantRecipe>,
     ) -> anyhow::Result<DLayer> {
         let c = m.config();
-        let mlp = (
-            self.fuse_views(
-                &[m.linear(i, R::Gate)?, m.linear(i, R::Up)?],
-                fmt_of(recipe, R::Gate),
-            )?,
-            self.fuse_views(&[m.linear(i, R::Down)?], fmt_of(recipe, R::Down))?,
-        );
+        let mlp = match m.moe_weights(i)? {
+            Some(mw) => self.moe_from_host(&mw, recipe)?,
+            None => (
+                self.fuse_views(
+                    &[m.linear(i, R::Gate)?, m.linear(i, R::Up)?],
+                    fmt_of(recipe, R::Gate),
+                )?,
+                self.fuse_views(&[m.linear(i, R::Down)?], fmt_of(recipe, R::Down))?,
+                None,
+            ),
+        };
         if c.layer_type(i) == LayerType::Gdn {
             let (conv_w, a_log, dt_bias) = m.gdn_params(i)?;
             let ab = self.fuse_views(
@@ -106,6 +112,7 @@ impl Loader<'_> {
                 o: self.fuse_views(&[m.linear(i, R::GdnOut)?], fmt_of(recipe, R::GdnOut))?,
                 gate_up: mlp.0,
                 down: mlp.1,
+                moe: mlp.2,
                 k_scale: 1.0,
                 v_scale: 1.0,
                 gdn: Some(self.gdn_small(
@@ -130,6 +137,7 @@ impl Loader<'_> {
             o: self.fuse_views(&[m.linear(i, R::O)?], fmt_of(recipe, R::O))?,
             gate_up: mlp.0,
             down: mlp.1,
+            moe: mlp.2,
             k_scale: ks.unwrap_or(1.0),
             v_scale: vs.unwrap_or(1.0),
             gdn: None,
@@ -177,20 +185,27 @@ impl Loader<'_> {
         let inv = |fan_in: usize| 1.0 / (fan_in as f32).sqrt();
         let id = |j: u64| weights::synth_tensor_id(Some(i), j);
         let f = |r: R| recipe.format_for(r);
-        let gate_up = self.synth_linear(
-            seed,
-            &[(id(8), c.intermediate_size), (id(9), c.intermediate_size)],
-            h,
-            inv(h),
-            f(R::Gate),
-        )?;
-        let down = self.synth_linear(
-            seed,
-            &[(id(10), h)],
-            c.intermediate_size,
-            inv(c.intermediate_size),
-            f(R::Down),
-        )?;
+        let (gate_up, down, moe) = if c.is_sparse_layer(i) {
+            self.synth_moe(c, seed, i, recipe)?
+        } else {
+            (
+                self.synth_linear(
+                    seed,
+                    &[(id(8), c.intermediate_size), (id(9), c.intermediate_size)],
+                    h,
+                    inv(h),
+                    f(R::Gate),
+                )?,
+                self.synth_linear(
+                    seed,
+                    &[(id(10), h)],
+                    c.intermediate_size,
+                    inv(c.intermediate_size),
+                    f(R::Down),
+                )?,
+                None,
+            )
+        };
         let hy = c.hybrid.as_ref().context("not a hybrid")?;
         if c.layer_type(i) == LayerType::Gdn {
             let (cd, vd, nv) = (hy.conv_dim(), hy.value_dim(), hy.num_value_heads);
@@ -235,6 +250,7 @@ impl Loader<'_> {
                 k_scale: 1.0,
                 v_scale: 1.0,
                 gdn: Some(gdn),
+                moe,
             });
         }
         Ok(DLayer {
@@ -259,6 +275,7 @@ impl Loader<'_> {
             k_scale: 1.0,
             v_scale: 1.0,
             gdn: None,
+            moe,
         })
     }
 }

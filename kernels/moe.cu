@@ -1,0 +1,164 @@
+// Mixture-of-experts routing and combine for the runtime's sparse MLP blocks (src/gemm/moe.rs;
+// docs/runtime.md, "Mixtures of experts"). A layer of t tokens, E experts, top-k:
+//
+//   moe_route:   router logits (BF16 [t, E], the router GEMM's output, as transformers' BF16
+//                F.linear) -> p = softmax(logits) in FP32, the k largest of p in torch.topk's
+//                order (descending; equal values: lower expert first; NaN above every number),
+//                renormalised to sum to 1 when `renorm`. Writes ids [t, k] and weights [t, k].
+//                One warp per token; E <= 32 * MOE_MAX_PER_LANE.
+//   moe_sort:    the t * k routed (token, choice) pairs p = token * k + choice grouped by expert,
+//                ascending expert and, within an expert, ascending p: sorted[P], the active
+//                (routed-to) experts in ascending order active[j], offsets[j] .. offsets[j + 1]
+//                their ranges in sorted, and *n_active (also written to n_active_log, when given:
+//                the experts a step touched, per layer). One CTA; thread e owns expert e.
+//   moe_combine: out[t, h] = bf16( sum over the token's k choices, in ascending expert order, of
+//                weight * y[p, h]  +  sigmoid(sgate[t]) * shared[t, h] ) where y is the routed
+//                experts' down output (BF16 [t * k, H]), shared the shared expert's (BF16 [t, H],
+//                optional) and sgate its gate logit (BF16 [t], optional). FP32 sums, one rounding.
+//
+// The grouped expert GEMMs between them are kernels/gemv.cu's moe_gemv_* (BF16, FP8 E4M3) and
+// kernels/w4a16.cu's w4a16_moe_* (W4A16 NVFP4). No host synchronization anywhere: a decode step
+// with its routing is captured into one CUDA graph; the grouped GEMMs launch one CTA column per
+// possible active expert (min(E, t * k)) and the columns past *n_active exit.
+
+#include "common.cuh"
+
+#define MOE_MAX_PER_LANE 32
+
+// a ranks above b (torch.topk order): NaN first, then larger, then lower index.
+__device__ __forceinline__ bool moe_better(float a, int ia, float b, int ib) {
+  const bool na = a != a, nb = b != b;
+  if (na != nb) return na;
+  if (!na && a != b) return a > b;
+  return ia < ib;
+}
+
+extern "C" __global__ void moe_route(const uint16_t* __restrict__ logits, int t, int e, int k, int renorm,
+                                     int* __restrict__ ids, float* __restrict__ wts) {
+  const int lane = threadIdx.x & 31;
+  const int tok = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (tok >= t) return;
+  const uint16_t* row = logits + (size_t)tok * e;
+  float v[MOE_MAX_PER_LANE];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < MOE_MAX_PER_LANE; ++i) {
+    const int x = lane + 32 * i;
+    v[i] = x < e ? bf2f(row[x]) : -INFINITY;
+    mx = fmaxf(mx, v[i]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, o));
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < MOE_MAX_PER_LANE; ++i) {
+    const int x = lane + 32 * i;
+    v[i] = x < e ? expf(v[i] - mx) : 0.f;
+    sum += v[i];
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL, sum, o);
+#pragma unroll
+  for (int i = 0; i < MOE_MAX_PER_LANE; ++i) v[i] = v[i] / sum;
+  // k rounds of a warp arg-max over the entries not yet chosen (bit i of `taken`: lane + 32 i).
+  uint32_t taken = 0u;
+  float wsum = 0.f, mine = 0.f;
+  int my_id = 0;
+  for (int c = 0; c < k; ++c) {
+    float bv = 0.f;
+    int bi = 0x7fffffff;
+#pragma unroll
+    for (int i = 0; i < MOE_MAX_PER_LANE; ++i) {
+      const int x = lane + 32 * i;
+      if (x < e && !((taken >> i) & 1u) && (bi == 0x7fffffff || moe_better(v[i], x, bv, bi))) {
+        bv = v[i];
+        bi = x;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(FULL, bv, o);
+      const int oi = __shfl_xor_sync(FULL, bi, o);
+      if (oi != 0x7fffffff && (bi == 0x7fffffff || moe_better(ov, oi, bv, bi))) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+    if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+    wsum += bv;  // in choice order, as the CPU reference sums them
+    if (lane == c) {
+      mine = bv;
+      my_id = bi;
+    }
+  }
+  if (lane < k) {
+    ids[(size_t)tok * k + lane] = my_id;
+    wts[(size_t)tok * k + lane] = (renorm && wsum > 0.f) ? mine / wsum : mine;
+  }
+}
+
+extern "C" __global__ void moe_sort(const int* __restrict__ ids, int pairs, int e, int* __restrict__ sorted,
+                                    int* __restrict__ active, int* __restrict__ offsets, int* __restrict__ n_active,
+                                    int* __restrict__ n_active_log) {
+  extern __shared__ int sm[];  // count[e], start[e]
+  int* count = sm;
+  int* start = sm + e;
+  for (int x = threadIdx.x; x < e; x += blockDim.x) {
+    int c = 0;
+    for (int p = 0; p < pairs; ++p) c += (__ldg(&ids[p]) == x);
+    count[x] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int pos = 0, j = 0;
+    for (int x = 0; x < e; ++x) {
+      start[x] = pos;
+      if (count[x] > 0) {
+        active[j] = x;
+        offsets[j] = pos;
+        ++j;
+      }
+      pos += count[x];
+    }
+    offsets[j] = pos;
+    *n_active = j;
+    if (n_active_log) *n_active_log = j;
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < e; x += blockDim.x) {
+    if (count[x] == 0) continue;
+    int pos = start[x];
+    for (int p = 0; p < pairs; ++p)
+      if (__ldg(&ids[p]) == x) sorted[pos++] = p;
+  }
+}
+
+extern "C" __global__ void moe_combine(const uint16_t* __restrict__ y, const int* __restrict__ ids,
+                                       const float* __restrict__ wts, int k, int h,
+                                       const uint16_t* __restrict__ shared, const uint16_t* __restrict__ sgate,
+                                       uint16_t* __restrict__ out) {
+  const int tok = blockIdx.x;
+  const int col = blockIdx.y * blockDim.x + threadIdx.x;
+  if (col >= h) return;
+  // The token's choices in ascending expert order (k is small: an insertion sort per thread).
+  int order[16];
+  const int kk = min(k, 16);
+  for (int c = 0; c < kk; ++c) {
+    int x = c;
+    while (x > 0 && ids[(size_t)tok * k + order[x - 1]] > ids[(size_t)tok * k + c]) {
+      order[x] = order[x - 1];
+      --x;
+    }
+    order[x] = c;
+  }
+  float acc = 0.f;
+  for (int c = 0; c < kk; ++c) {
+    const size_t p = (size_t)tok * k + order[c];
+    acc += wts[p] * bf2f(y[p * h + col]);
+  }
+  if (shared) {
+    const float g = bf2f(sgate[tok]);
+    acc += (1.f / (1.f + expf(-g))) * bf2f(shared[(size_t)tok * h + col]);
+  }
+  out[(size_t)tok * h + col] = f2bf(acc);
+}

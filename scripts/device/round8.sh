@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Round 8 (mixtures of experts on the GPU) on one H100 or H200: each part writes its log or
+# tarball under $OUT and a few lines to $OUT/summary.txt (read it first).
+#   PARTS (space-separated, default "moeref moe35"):
+#     moe:    `devcheck --only moe,moe-gemm`: greedy parity with the CPU backend on
+#             synthetic:tiny-moe (BF16, FP8, NVFP4), and the grouped expert GEMMs of the
+#             qwen3.6-35b-a3b suite's [moe] table (cold and in graphs, against their byte floor);
+#     moeref: `devcheck --only reference` on the tiny MoE checkpoints saved by transformers 5.24
+#             (Qwen3.5-MoE and Qwen3-MoE, tests/fixtures/real/models/) and, as a regression, the
+#             dense and hybrid ones: the CUDA backend must reproduce transformers' greedy tokens;
+#     moe35:  `report --no-kernels --peers off --model synthetic:qwen3.6-35b-a3b` (BF16, FP8,
+#             W4A16: batch 1 and batch N with the experts each step touched, decode by context);
+#     moe30:  the same for synthetic:qwen3-30b-a3b (Qwen3 attention with a sparse MLP).
+# Needs target/rb.gz (a stripped, gzipped release binary, carried) and $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+: "${OUT:?set OUT to the output folder}"
+export NCCL_NVLS_ENABLE=0
+export RIGBENCH_CACHE_DIR=${RIGBENCH_CACHE_DIR:-$(mktemp -d)}
+BIN=/tmp/rigbench
+S="$OUT/summary.txt"
+gunzip -c target/rb.gz > "$BIN" && chmod +x "$BIN" || { echo "no binary" > "$S"; exit 1; }
+START=$(date +%s)
+el() { echo "$(( $(date +%s) - START )) s"; }
+left() { echo $(( ${BUDGET:-585} - ($(date +%s) - START) )); }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.limit,temperature.gpu --format=csv > "$S" 2>&1
+F=tests/fixtures/real/models
+for p in ${PARTS:-moeref moe35}; do
+  l=$(left); [ "$l" -lt 45 ] && { echo "no time left for $p" >> "$S"; continue; }
+  case "$p" in
+    moeref)
+      timeout -k 5 "$l" "$BIN" devcheck --only reference --preset none \
+        --hf-reference $F/tiny-qwen35-moe-transformers5 --hf-reference $F/tiny-qwen3-moe-transformers5 \
+        --hf-reference $F/tiny-qwen35-hybrid-transformers5 --hf-reference $F/tiny-qwen3-transformers5 \
+        > "$OUT/moeref.log" 2>&1
+      echo "== moeref: exit $? at $(el)" >> "$S"
+      grep -E "^(PASS|FAIL|SKIP)|rror" "$OUT/moeref.log" | cut -c1-260 >> "$S" ;;
+    moe)
+      timeout -k 5 "$l" "$BIN" devcheck --only moe,moe-gemm --preset none > "$OUT/moe.log" 2>&1
+      echo "== moe devcheck: exit $? at $(el)" >> "$S"
+      grep -E "^(PASS|FAIL|SKIP)|rror" "$OUT/moe.log" | cut -c1-230 | head -40 >> "$S" ;;
+    moe35|moe30)
+      m=qwen3.6-35b-a3b; [ "$p" = moe30 ] && m=qwen3-30b-a3b
+      R=/tmp/$p; rm -rf "$R"; mkdir -p "$R"
+      timeout -k 10 "$l" "$BIN" report --no-kernels --peers off --model "synthetic:$m" ${EXTRA:-} --out "$R/report" > "$R/report.log" 2>&1
+      echo "== runtime report $m: exit $? at $(el)" >> "$S"
+      grep -E "^- Built-in runtime|^Conditions: backend|batch [0-9]+: the last timed step" "$R/report/report.md" "$R/report/report-details.md" 2>/dev/null | cut -c1-700 >> "$S"
+      tail -5 "$R/report.log" | cut -c1-400 >> "$S"
+      tar -czf "$OUT/$p.tgz" -C /tmp "$p" ;;
+    *) echo "unknown part $p" >> "$S" ;;
+  esac
+done
+echo "== done at $(el)" >> "$S"
