@@ -680,6 +680,31 @@ fn moe_parity(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
     let c = ModelConfig::preset("tiny-moe").context("the tiny-moe preset")?;
     let w = crate::runtime::weights::synthesize(&c, 0);
     for fmt in [WeightFormat::Bf16, WeightFormat::Fp8, WeightFormat::Nvfp4] {
+        match crate::runtime_eval::cuda_check::routing_parity(a.device, &w, fmt, 512) {
+            Ok(p) => {
+                failed |= !p.pass();
+                writeln!(
+                    out,
+                    "{} routing tiny-moe {} (512-token prefill, CPU vs GPU): {} of {} routes the same experts, {} differ at a near-tie (< {}), {} beyond{}",
+                    if p.pass() { "PASS" } else { "FAIL" },
+                    fmt.id(),
+                    p.equal,
+                    p.routes,
+                    p.near_ties,
+                    crate::runtime_eval::cuda_check::ROUTING_NEAR_TIE,
+                    p.mismatch_count,
+                    if p.mismatches.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": first {:?}", p.mismatches)
+                    }
+                )?;
+            }
+            Err(e) => {
+                failed = true;
+                writeln!(out, "FAIL routing tiny-moe {}: {e:#}", fmt.id())?;
+            }
+        }
         match crate::runtime_eval::cuda_check::greedy_parity(
             a.device,
             &w,

@@ -25,6 +25,9 @@ pub struct Route {
     /// Their weights (renormalised to sum to 1 when the config says so, else the raw softmax
     /// probabilities).
     pub weights: Vec<f32>,
+    /// The k-th chosen probability minus the best one left out (infinity when every expert is
+    /// chosen): under a small margin another backend's rounding may choose differently.
+    pub margin: f32,
 }
 
 /// Softmax of `logits` (max subtracted, accumulated in f64, rounded to f32): the router's
@@ -56,7 +59,13 @@ pub fn top_k(v: &[f32], k: usize) -> Vec<usize> {
 /// Route one token from its router logits (`E` of them).
 pub fn route(logits: &[f32], top: usize, renormalize: bool) -> Route {
     let p = softmax(logits);
-    let experts = top_k(&p, top);
+    let mut experts = top_k(&p, top + 1);
+    let margin = if experts.len() > top {
+        let out = experts.pop().map_or(0.0, |e| p[e]);
+        experts.last().map_or(f32::INFINITY, |&e| p[e] - out)
+    } else {
+        f32::INFINITY
+    };
     let mut weights: Vec<f32> = experts.iter().map(|&e| p[e]).collect();
     if renormalize {
         let sum: f32 = weights.iter().sum();
@@ -64,7 +73,11 @@ pub fn route(logits: &[f32], top: usize, renormalize: bool) -> Route {
             weights.iter_mut().for_each(|w| *w /= sum);
         }
     }
-    Route { experts, weights }
+    Route {
+        experts,
+        weights,
+        margin,
+    }
 }
 
 /// `mm(x, m, w)`: `[m, K] · [N, K]ᵀ → [m, N]`.

@@ -628,3 +628,165 @@ mod tests {
         assert!(forced_run(&mut a, &ps, 8, 16, Some(&short)).is_err());
     }
 }
+
+/// The router scores within which two backends may choose different experts for a token
+/// (the bound: the k-th and the (k+1)-th softmax probabilities within 1e-3).
+pub const ROUTING_NEAR_TIE: f32 = 1e-3;
+
+/// Routing parity of the CUDA backend with the CPU backend (BF16 rounding at the CUDA
+/// backend's points) on one prefill of `tokens` seeded tokens: per sparse layer and token, the
+/// same set of experts, except where the CPU's k-th and (k+1)-th probabilities are within
+/// [`ROUTING_NEAR_TIE`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutingParity {
+    /// Sparse layers compared.
+    pub layers: usize,
+    /// (layer, token) routes compared.
+    pub routes: usize,
+    /// Routes with the same experts.
+    pub equal: usize,
+    /// Routes that differ at a near-tie.
+    pub near_ties: usize,
+    /// Routes that differ with a margin above the near-tie bound (layer, token, CPU experts,
+    /// GPU experts, CPU margin), the first few.
+    pub mismatches: Vec<(usize, usize, Vec<usize>, Vec<usize>, f32)>,
+    /// How many differ beyond a near-tie.
+    pub mismatch_count: usize,
+}
+
+impl RoutingParity {
+    /// No route differs beyond a near-tie.
+    pub fn pass(&self) -> bool {
+        self.mismatch_count == 0 && self.routes > 0
+    }
+}
+
+/// [`RoutingParity`] of `weights` (a mixture of experts) in `format`.
+///
+/// # Errors
+/// Not a mixture of experts, or a backend failure.
+pub fn routing_parity(
+    device: usize,
+    weights: &ModelWeights,
+    format: WeightFormat,
+    tokens: usize,
+) -> anyhow::Result<RoutingParity> {
+    anyhow::ensure!(weights.config.is_moe(), "not a mixture of experts");
+    let mut w = weights.clone();
+    w.quantize(format)?;
+    let c = w.config.clone();
+    let bs = 16;
+    let kv = KvCacheSpec {
+        num_blocks: tokens.div_ceil(bs) + 2,
+        block_size: bs,
+        dtype: KvCacheDtype::Bf16,
+    };
+    let mut r = weights::SplitMix64::new(0x0007_E5);
+    let ids: Vec<u32> = (0..tokens)
+        .map(|_| (r.next_u64() % c.vocab_size as u64) as u32)
+        .collect();
+    let batch = ForwardBatch {
+        token_ids: ids,
+        seqs: vec![SeqSegment {
+            start: 0,
+            len: tokens,
+            first_pos: 0,
+            block_table: (0..tokens.div_ceil(bs) as u32 + 1).collect(),
+            num_logits: 1,
+            state_slot: 0,
+        }],
+    };
+    let mut cpu = CpuBackend::new(w.clone(), 4)
+        .with_gpu_rounding(true)
+        .with_route_log();
+    cpu.init_kv_cache(kv)?;
+    cpu.init_state_slots(1)?;
+    cpu.forward(&batch)?;
+    let want = cpu.take_routes();
+    let mut gpu = CudaBackend::load(CudaLoadSpec {
+        device,
+        weights: WeightSource::Host(Box::new(w)),
+        quantize: None,
+        max_num_batched_tokens: tokens.max(256),
+        max_num_seqs: 1,
+        max_model_len: tokens + 64,
+        kv_dtype: KvCacheDtype::Bf16,
+        block_size: bs,
+    })?;
+    gpu.init_kv_cache(kv)?;
+    gpu.init_state_slots(1)?;
+    gpu.set_moe_route_capture(true)?;
+    gpu.forward(&batch)?;
+    let got = gpu.moe_routes(tokens)?;
+    Ok(compare_routes(&want, &got))
+}
+
+/// Compare the CPU's routes (per sparse layer, per token) with the GPU's expert ids (per sparse
+/// layer, `tokens · k`), as sets of experts per token.
+pub fn compare_routes(
+    want: &[Vec<crate::runtime::moe::Route>],
+    got: &[Vec<i32>],
+) -> RoutingParity {
+    let mut p = RoutingParity {
+        layers: want.len().min(got.len()),
+        routes: 0,
+        equal: 0,
+        near_ties: 0,
+        mismatches: Vec::new(),
+        mismatch_count: usize::from(want.len() != got.len()),
+    };
+    for (l, (w, g)) in want.iter().zip(got).enumerate() {
+        let k = w.first().map_or(1, |r| r.experts.len()).max(1);
+        if g.len() != w.len() * k {
+            p.mismatch_count += 1;
+            continue;
+        }
+        for (t, route) in w.iter().enumerate() {
+            p.routes += 1;
+            let mut a = route.experts.clone();
+            let mut b: Vec<usize> = g[t * k..(t + 1) * k].iter().map(|x| *x as usize).collect();
+            a.sort_unstable();
+            b.sort_unstable();
+            if a == b {
+                p.equal += 1;
+            } else if route.margin < ROUTING_NEAR_TIE {
+                p.near_ties += 1;
+            } else {
+                p.mismatch_count += 1;
+                if p.mismatches.len() < 5 {
+                    p.mismatches.push((l, t, a, b, route.margin));
+                }
+            }
+        }
+    }
+    p
+}
+
+#[cfg(test)]
+mod routing_tests {
+    use super::*;
+    use crate::runtime::moe::Route;
+
+    fn route(experts: Vec<usize>, margin: f32) -> Route {
+        Route {
+            weights: vec![0.5; experts.len()],
+            experts,
+            margin,
+        }
+    }
+
+    #[test]
+    fn routes_compare_as_sets_and_forgive_only_near_ties() {
+        let want = vec![vec![route(vec![3, 1], 0.2), route(vec![0, 2], 5e-4), route(vec![4, 5], 0.1)]];
+        // Token 0: same set in another order; token 1: a near-tie; token 2: a real mismatch.
+        let got = vec![vec![1, 3, 0, 7, 4, 6]];
+        let p = compare_routes(&want, &got);
+        assert_eq!((p.routes, p.equal, p.near_ties, p.mismatch_count), (3, 1, 1, 1));
+        assert_eq!(p.mismatches[0].0..p.mismatches[0].1, 0..2);
+        assert!(!p.pass());
+        let p = compare_routes(&want[..0], &got[..0]);
+        assert!(!p.pass(), "nothing compared is not a pass");
+        // A layer count that differs is a mismatch.
+        assert!(!compare_routes(&want, &[]).pass());
+    }
+}

@@ -34,6 +34,7 @@ pub(super) fn forward_impl(
     batch: &ForwardBatch,
     threads: usize,
     (gpu_rounding, emulate_w4a4): (bool, bool),
+    routes: Option<&std::sync::Mutex<Vec<Vec<crate::runtime::moe::Route>>>>,
 ) -> anyhow::Result<Logits> {
     let c = &w.config;
     let (h, t) = (c.hidden_size, batch.token_ids.len());
@@ -79,6 +80,7 @@ pub(super) fn forward_impl(
         threads,
         gpu_rounding,
         emulate_w4a4,
+        routes,
     };
     let mut hbuf = vec![0f32; t * h];
     let (mut kctx, mut vctx) = (Vec::new(), Vec::new());
@@ -124,6 +126,8 @@ struct Pass<'a> {
     gpu_rounding: bool,
     /// NVFP4 matmuls quantize their activations to NVFP4 (emulated W4A4).
     emulate_w4a4: bool,
+    /// Where the sparse layers' routes go, one entry per sparse layer (routing parity checks).
+    routes: Option<&'a std::sync::Mutex<Vec<Vec<crate::runtime::moe::Route>>>>,
 }
 
 impl Pass<'_> {
@@ -396,7 +400,12 @@ fn mlp_layer(p: &Pass, layer: &LayerWeights, hbuf: &mut [f32], x: &mut [f32]) {
             mm: &|x: &[f32], m: usize, l: &Linear| p.mm(x, m, l),
             round: &|v: &mut [f32]| p.r(v),
         };
-        let (y, _) = crate::runtime::moe::moe_block(&ops, cfg, moe, hbuf, t, h);
+        let (y, routes) = crate::runtime::moe::moe_block(&ops, cfg, moe, hbuf, t, h);
+        if let Some(log) = p.routes {
+            if let Ok(mut v) = log.lock() {
+                v.push(routes);
+            }
+        }
         for (a, b) in x.iter_mut().zip(&y) {
             *a += b;
         }

@@ -39,6 +39,9 @@ pub struct CpuBackend {
     /// Recurrent-state slots of a hybrid (empty for dense decoders).
     states: Vec<SlotState>,
     emulate_w4a4: bool,
+    /// The sparse layers' routes of the forward passes since [`Self::with_route_log`] (one
+    /// entry per sparse layer and pass).
+    route_log: Option<std::sync::Mutex<Vec<Vec<crate::runtime::moe::Route>>>>,
 }
 
 /// One sequence slot's Gated-DeltaNet state over all its layers.
@@ -85,7 +88,23 @@ impl CpuBackend {
             gpu_rounding: false,
             states: Vec::new(),
             emulate_w4a4: false,
+            route_log: None,
         }
+    }
+
+    /// Record the routes of every sparse layer of the following forward passes (mixtures of
+    /// experts; the routing parity check reads them with [`Self::take_routes`]).
+    pub fn with_route_log(mut self) -> Self {
+        self.route_log = Some(std::sync::Mutex::new(Vec::new()));
+        self
+    }
+
+    /// The routes recorded since the last call: per sparse layer and pass, each token's route.
+    pub fn take_routes(&self) -> Vec<Vec<crate::runtime::moe::Route>> {
+        self.route_log
+            .as_ref()
+            .and_then(|m| m.lock().ok().map(|mut v| std::mem::take(&mut *v)))
+            .unwrap_or_default()
     }
 
     /// Emulated W4A4: the activations entering every NVFP4 linear layer are quantized to NVFP4
@@ -257,6 +276,7 @@ impl Backend for CpuBackend {
             batch,
             self.threads,
             (self.gpu_rounding, self.emulate_w4a4),
+            self.route_log.as_ref(),
         )
     }
 }

@@ -163,6 +163,11 @@ pub(super) struct MoeRt {
     arrivals: DevBuf,
     shared: DevBuf,
     sgate: DevBuf,
+    /// Tokens the buffers hold.
+    t_max: usize,
+    /// Every sparse layer's expert ids of the last forward pass (`[layer][t_max · k]`), when
+    /// captured ([`CudaBackend::set_moe_route_capture`]).
+    capture: Option<DevBuf>,
 }
 
 impl MoeRt {
@@ -207,6 +212,8 @@ impl MoeRt {
             arrivals: zeros(p)?,
             shared: gpu.alloc(t * h * 2)?,
             sgate: gpu.alloc(t * 2)?,
+            t_max: t,
+            capture: None,
             cfg: m,
         })
     }
@@ -452,6 +459,10 @@ impl CudaBackend {
             &r,
             log + 4 * sparse_index as u64,
         )?;
+        if let Some(cap) = &mr.capture {
+            let at = sparse_index * mr.t_max * k * 4;
+            self.gpu.copy_d2d_range(cap, at, &mr.ids, 0, t * k * 4)?;
+        }
         self.op_end("MoE routing (softmax, top-k, group by expert)")?;
         let cols = gm::max_active(e, k, t);
         let p = t * k;
@@ -565,6 +576,42 @@ impl CudaBackend {
         )?;
         self.op_end("MoE combine")?;
         Ok(())
+    }
+
+    /// Keep (or stop keeping) every sparse layer's expert ids of each forward pass, for
+    /// [`CudaBackend::moe_routes`] (the routing parity check). Captured graphs are dropped.
+    ///
+    /// # Errors
+    /// Not a mixture of experts, or the buffer cannot be allocated.
+    pub fn set_moe_route_capture(&mut self, on: bool) -> anyhow::Result<()> {
+        self.graphs.clear();
+        let mr = self.moe.as_mut().context("not a mixture of experts")?;
+        mr.capture = if on {
+            let sparse = mr.cfg.sparse_layers.iter().filter(|s| **s).count();
+            Some(self.gpu.alloc(sparse * mr.t_max * mr.cfg.top_k * 4)?)
+        } else {
+            None
+        };
+        Ok(())
+    }
+
+    /// The expert ids each sparse layer chose in the last forward pass of `t` tokens (captured
+    /// by [`CudaBackend::set_moe_route_capture`]): per layer, `t · k` ids in token order, each
+    /// token's in `torch.topk`'s order.
+    ///
+    /// # Errors
+    /// No capture on, `t` above the buffers' tokens, or a device failure.
+    pub fn moe_routes(&self, t: usize) -> anyhow::Result<Vec<Vec<i32>>> {
+        let mr = self.moe.as_ref().context("not a mixture of experts")?;
+        let cap = mr.capture.as_ref().context("route capture is off")?;
+        anyhow::ensure!(t <= mr.t_max, "{t} tokens; the buffers hold {}", mr.t_max);
+        let k = mr.cfg.top_k;
+        let sparse = mr.cfg.sparse_layers.iter().filter(|s| **s).count();
+        let all: Vec<i32> = self.gpu.download(cap, 0, sparse * mr.t_max * k)?;
+        Ok(all
+            .chunks(mr.t_max * k)
+            .map(|c| c[..t * k].to_vec())
+            .collect())
     }
 
     /// The `kernels/w4a16.cu` module holding the grouped W4A16 GEMM (built when a linear is
