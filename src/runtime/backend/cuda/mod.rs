@@ -735,6 +735,41 @@ mod tests {
     }
 
     #[test]
+    fn the_moe_prediction_counts_every_expert_and_meets_the_cpu_formula() {
+        use crate::runtime::memory::recipe_weight_bytes;
+        let c = ModelConfig::preset("qwen3.6-35b-a3b").unwrap();
+        for recipe in [
+            QuantRecipe::Uniform(WeightFormat::Bf16),
+            QuantRecipe::Uniform(WeightFormat::Fp8),
+            QuantRecipe::Nvfp4Mixed,
+        ] {
+            let experts = moe::predicted_expert_bytes(&c, recipe);
+            let cuda = gdn::predicted_weight_bytes(&c, recipe) + experts;
+            // 40 layers × 256 experts × 3 × 2048 × 512 values.
+            let values = 40 * 256 * 3 * 2048 * 512u64;
+            match recipe {
+                QuantRecipe::Uniform(WeightFormat::Bf16) => assert_eq!(experts, 2 * values),
+                // Codes, a scale byte per 16 values and a 4-byte global scale per linear.
+                QuantRecipe::Nvfp4Mixed => {
+                    assert_eq!(experts, values / 2 + values / 16 + 40 * 256 * 3 * 4)
+                }
+                _ => {}
+            }
+            // The CPU formula counts the mixed recipe's lm_head in NVFP4; the CUDA backend
+            // keeps it BF16 (its load note says so): that difference alone.
+            let head = (248_320 * 2048) as u64;
+            let cpu = recipe_weight_bytes(&c, recipe)
+                + if recipe == QuantRecipe::Nvfp4Mixed {
+                    2 * head - (head / 2 + head / 16)
+                } else {
+                    0
+                };
+            let rel = cuda as f64 / cpu as f64 - 1.0;
+            assert!(rel.abs() < 0.01, "{recipe:?}: CUDA {cuda} vs CPU {cpu} ({rel:+.4})");
+        }
+    }
+
+    #[test]
     fn predicted_weight_bytes_follow_the_formats() {
         let c = ModelConfig::preset("qwen3-8b").unwrap();
         let bf = predicted_weight_bytes(&c, WeightFormat::Bf16);
