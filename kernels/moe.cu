@@ -33,12 +33,10 @@ __device__ __forceinline__ bool moe_better(float a, int ia, float b, int ib) {
   return ia < ib;
 }
 
-extern "C" __global__ void moe_route(const uint16_t* __restrict__ logits, int t, int e, int k, int renorm,
-                                     int* __restrict__ ids, float* __restrict__ wts) {
-  const int lane = threadIdx.x & 31;
-  const int tok = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (tok >= t) return;
-  const uint16_t* row = logits + (size_t)tok * e;
+// One token's routing by one warp (lane = threadIdx.x & 31): softmax of `row` (E BF16 logits),
+// top-k in torch.topk's order, renormalised when `renorm`; lanes < k write ids / wts.
+__device__ __forceinline__ void moe_route_token(const uint16_t* __restrict__ row, int e, int k, int renorm,
+                                                int lane, int* __restrict__ ids, float* __restrict__ wts) {
   float v[MOE_MAX_PER_LANE];
   float mx = -INFINITY;
 #pragma unroll
@@ -92,9 +90,17 @@ extern "C" __global__ void moe_route(const uint16_t* __restrict__ logits, int t,
     }
   }
   if (lane < k) {
-    ids[(size_t)tok * k + lane] = my_id;
-    wts[(size_t)tok * k + lane] = (renorm && wsum > 0.f) ? mine / wsum : mine;
+    ids[lane] = my_id;
+    wts[lane] = (renorm && wsum > 0.f) ? mine / wsum : mine;
   }
+}
+
+extern "C" __global__ void moe_route(const uint16_t* __restrict__ logits, int t, int e, int k, int renorm,
+                                     int* __restrict__ ids, float* __restrict__ wts) {
+  const int tok = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (tok >= t) return;
+  moe_route_token(logits + (size_t)tok * e, e, k, renorm, threadIdx.x & 31, ids + (size_t)tok * k,
+                  wts + (size_t)tok * k);
 }
 
 extern "C" __global__ void moe_sort(const int* __restrict__ ids, int pairs, int e, int* __restrict__ sorted,
@@ -161,4 +167,112 @@ extern "C" __global__ void moe_combine(const uint16_t* __restrict__ y, const int
     acc += (1.f / (1.f + expf(-g))) * bf2f(shared[(size_t)tok * h + col]);
   }
   out[(size_t)tok * h + col] = f2bf(acc);
+}
+
+// Grouped expert GEMV for any K (the shapes kernels/gemv.cu's 16-byte vectors cannot take: K not a
+// multiple of 32 BF16 / 64 E4M3 values, as in tiny test models): one warp per (weight row, pair),
+// lane-strided over K, FP32 sums, BF16 out; the same routing arguments and row mapping as
+// moe_gemv_*. fp8 = 1: E4M3 weights with per-row scales (sptr) and E4M3 activations with per-row
+// scales (xs); fp8 = 0: BF16. Grid (ceil(n / 8), max active experts), 256 threads.
+extern "C" __global__ void moe_gemv_any(const uint64_t* __restrict__ wptr, const uint64_t* __restrict__ sptr, int fp8,
+                                        const void* __restrict__ x, const float* __restrict__ xs, int x_div,
+                                        const int* __restrict__ sorted, const int* __restrict__ active,
+                                        const int* __restrict__ offsets, const int* __restrict__ n_active,
+                                        uint16_t* __restrict__ y, int n, int k) {
+  const int j = blockIdx.y;
+  if (j >= *n_active) return;
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= n) return;
+  const int e = active[j];
+  const float ws = fp8 ? reinterpret_cast<const float*>(sptr[e])[row] : 1.f;
+  for (int r = offsets[j]; r < offsets[j + 1]; ++r) {
+    const int p = sorted[r];
+    const int xr = p / x_div;
+    float acc = 0.f;
+    if (fp8) {
+      const uint8_t* w = reinterpret_cast<const uint8_t*>(wptr[e]) + (size_t)row * k;
+      const uint8_t* xv = reinterpret_cast<const uint8_t*>(x) + (size_t)xr * k;
+      for (int i = lane; i < k; i += 32) acc += e4m32f(w[i]) * e4m32f(xv[i]);
+    } else {
+      const uint16_t* w = reinterpret_cast<const uint16_t*>(wptr[e]) + (size_t)row * k;
+      const uint16_t* xv = reinterpret_cast<const uint16_t*>(x) + (size_t)xr * k;
+      for (int i = lane; i < k; i += 32) acc += bf2f(w[i]) * bf2f(xv[i]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(FULL, acc, o);
+    if (lane == 0) {
+      if (fp8) acc *= ws * xs[xr];
+      y[(size_t)p * n + row] = f2bf(acc);
+    }
+  }
+}
+
+// moe_route and moe_sort in one CTA, for decode-sized batches (the host takes it up to
+// gemm::moe::FUSED_MAX_TOKENS tokens): the warps route the tokens, then thread x counts expert
+// x's pairs, a block-wide scan gives each expert its start and each active expert its slot, and
+// thread x writes its pairs in ascending order. Same outputs as the two kernels. blockDim: E
+// rounded up to 32, at least 256, at most 1024; 64 ints of dynamic shared memory.
+extern "C" __global__ void moe_route_sort(const uint16_t* __restrict__ logits, int t, int e, int k, int renorm,
+                                          int* __restrict__ ids, float* __restrict__ wts, int* __restrict__ sorted,
+                                          int* __restrict__ active, int* __restrict__ offsets,
+                                          int* __restrict__ n_active, int* __restrict__ n_active_log) {
+  extern __shared__ int sm[];
+  const int nt = blockDim.x, x = threadIdx.x, lane = x & 31, warp = x >> 5, warps = nt >> 5;
+  for (int tok = warp; tok < t; tok += warps)
+    moe_route_token(logits + (size_t)tok * e, e, k, renorm, lane, ids + (size_t)tok * k, wts + (size_t)tok * k);
+  __syncthreads();
+  const int pairs = t * k;
+  int c = 0;
+  if (x < e)
+    for (int p = 0; p < pairs; ++p) c += (ids[p] == x);
+  // Inclusive block scans of the count and of the active flag, packed in one int each pass:
+  // warp shuffles, then the warp totals in shared memory.
+  int* wtot = sm;           // [warps] counts
+  int* wact = sm + 32;      // [warps] active flags
+  int sc = c, sa = (c > 0);
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int uc = __shfl_up_sync(FULL, sc, o), ua = __shfl_up_sync(FULL, sa, o);
+    if (lane >= o) {
+      sc += uc;
+      sa += ua;
+    }
+  }
+  if (lane == 31) {
+    wtot[warp] = sc;
+    wact[warp] = sa;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    int tc = lane < warps ? wtot[lane] : 0, ta = lane < warps ? wact[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int uc = __shfl_up_sync(FULL, tc, o), ua = __shfl_up_sync(FULL, ta, o);
+      if (lane >= o) {
+        tc += uc;
+        ta += ua;
+      }
+    }
+    if (lane < warps) {
+      wtot[lane] = tc;
+      wact[lane] = ta;
+    }
+  }
+  __syncthreads();
+  const int before_c = (warp > 0 ? wtot[warp - 1] : 0) + sc - c;
+  const int before_a = (warp > 0 ? wact[warp - 1] : 0) + sa - (c > 0);
+  if (c > 0) {
+    active[before_a] = x;
+    offsets[before_a] = before_c;
+    int pos = before_c;
+    for (int p = 0; p < pairs; ++p)
+      if (ids[p] == x) sorted[pos++] = p;
+  }
+  if (x == nt - 1) {
+    const int na = wact[warps - 1];
+    offsets[na] = pairs;
+    *n_active = na;
+    if (n_active_log) *n_active_log = na;
+  }
 }

@@ -105,13 +105,13 @@ __device__ __forceinline__ void load_act16(const __nv_bfloat16* __restrict__ row
 // needed when grid.y is 1: the small-M fixed cost of the threadfence / counter / second read.
 //
 // GATHER (the grouped expert GEMM w4a16_moe_*, grid.y 1): token m reads activation row
-// rows[m] / x_div and writes output row rows[m].
+// grows[m] / x_div and writes output row grows[m].
 template <int NT, int WARPS, int WN, bool KS = false, bool GATHER = false>
 __device__ __forceinline__ void w4a16_body(
     const uint4* __restrict__ wq, const uint32_t* __restrict__ sc, const __nv_bfloat16* __restrict__ act,
     __nv_bfloat16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ counters,
     int M, int N, int K, int strips, int kt_n, int splits, int pairs_per_split, float out_scale,
-    const int* __restrict__ rows = nullptr, int x_div = 1) {
+    const int* __restrict__ grows = nullptr, int x_div = 1) {
   constexpr int CTA_STRIPS = KS ? WN : WARPS * WN;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -145,7 +145,7 @@ __device__ __forceinline__ void w4a16_body(
   for (int nt = 0; nt < NT; ++nt) {
     int m = nt * 8 + g;
     aval[nt] = m < M;
-    arow[nt] = act + (size_t)(aval[nt] ? (GATHER ? rows[m] / x_div : m) : 0) * K;
+    arow[nt] = act + (size_t)(aval[nt] ? (GATHER ? grows[m] / x_div : m) : 0) * K;
   }
   bool sok[WN];
 #pragma unroll
@@ -268,7 +268,7 @@ __device__ __forceinline__ void w4a16_body(
           const int n = (strip0 + r) * 16 + g + (i >= 2 ? 8 : 0);
           const int m = nt * 8 + 2 * t + (i & 1);
           if (writer && sok[r] && n < N && m < M)
-            out[(size_t)(GATHER ? rows[m] : m) * N + n] = __float2bfloat16_rn(acc[r][nt][i] * out_scale);
+            out[(size_t)(GATHER ? grows[m] : m) * N + n] = __float2bfloat16_rn(acc[r][nt][i] * out_scale);
         }
     return;
   }

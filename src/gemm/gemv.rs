@@ -122,9 +122,24 @@ pub fn kernel_names() -> Vec<String> {
     GemvFormat::ALL
         .iter()
         .flat_map(|f| VARIANTS.iter().map(move |v| v.kernel(*f)))
-        .chain(super::moe::gemv_kernel_names())
+        .chain(grouped_kernel_names())
         .collect()
 }
+
+/// The grouped expert GEMVs of the same source (`moe_gemv_{bf16,fp8}_w{W}_u{U}`, stamped by
+/// `MOE_GEMV_VARIANT`), which [`crate::gemm::moe`] launches.
+pub fn grouped_kernel_names() -> Vec<String> {
+    let mut v = Vec::new();
+    for tag in ["bf16", "fp8"] {
+        for (w, u) in GROUPED_VARIANTS {
+            v.push(format!("moe_gemv_{tag}_w{w}_u{u}"));
+        }
+    }
+    v
+}
+
+/// The `(warps, unroll)` pairs `MOE_GEMV_VARIANT` stamps out.
+pub const GROUPED_VARIANTS: [(u32, u32); 2] = [(4, 4), (8, 2)];
 
 /// Why the GEMV cannot run `m × n × k` in `format`, or `None` when it can: 1 ≤ M ≤ [`MAX_M`],
 /// N ≥ 1, K a positive multiple of [`GemvFormat::k_step`] (so every row is 16-byte aligned), and
@@ -499,7 +514,10 @@ mod tests {
     #[test]
     fn every_variant_has_a_distinct_kernel_name() {
         let names = kernel_names();
-        assert_eq!(names.len(), 3 * VARIANTS.len());
+        assert_eq!(names.len(), 3 * VARIANTS.len() + 2 * GROUPED_VARIANTS.len());
+        for (w, u) in GROUPED_VARIANTS {
+            assert!(SRC.contains(&format!("MOE_GEMV_VARIANT({w}, {u})")));
+        }
         let set: std::collections::HashSet<_> = names.iter().collect();
         assert_eq!(set.len(), names.len());
         assert!(names.contains(&"gemv_fp8_w8_u4".to_string()));

@@ -39,38 +39,32 @@ pub const MAX_EXPERTS: usize = 1024;
 /// Most experts per token `moe_combine` orders (its insertion sort holds 16).
 pub const MAX_TOP_K: usize = 16;
 
+/// Most tokens [`launch_routing`] routes and groups in one CTA (`moe_route_sort`); above it, the
+/// two kernels (`moe_route` over many CTAs, then `moe_sort`).
+pub const FUSED_MAX_TOKENS: usize = 64;
+
 /// Pairs one pass of a grouped GEMM takes (the mma's N = 8).
 pub const PAIRS_PER_PASS: usize = 8;
 
 /// The grouped BF16 / FP8 GEMV configuration: warps per CTA (they split K) and steps loaded
-/// ahead (`moe_gemv_{bf16,fp8}_w{W}_u{U}`).
-pub const GEMV_CONFIG: (u32, u32) = (4, 4);
+/// ahead (`moe_gemv_{bf16,fp8}_w{W}_u{U}`, one of [`super::gemv::GROUPED_VARIANTS`]).
+pub const GEMV_CONFIG: (u32, u32) = super::gemv::GROUPED_VARIANTS[0];
 
-/// Warps per CTA of the grouped W4A16 GEMM (`w4a16_moe_w{W}_n1`), one 16-row strip per CTA.
-pub const W4_WARPS: u32 = 4;
+/// Warps per CTA of the grouped W4A16 GEMM (`w4a16_moe_w{W}_n1`, one of
+/// [`super::w4a16::GROUPED_WARPS`]), one 16-row strip per CTA.
+pub const W4_WARPS: u32 = super::w4a16::GROUPED_WARPS[0];
 
 /// The kernels of `kernels/moe.cu`.
 pub fn kernel_names() -> Vec<String> {
-    ["moe_route", "moe_sort", "moe_combine"]
-        .map(String::from)
-        .to_vec()
-}
-
-/// The grouped GEMV kernels `kernels/gemv.cu` stamps out (built with the module of
-/// [`crate::gemm::gemv`]).
-pub fn gemv_kernel_names() -> Vec<String> {
-    let mut v = Vec::new();
-    for tag in ["bf16", "fp8"] {
-        for (w, u) in [(4, 4), (8, 2)] {
-            v.push(format!("moe_gemv_{tag}_w{w}_u{u}"));
-        }
-    }
-    v
-}
-
-/// The grouped W4A16 kernels `kernels/w4a16.cu` stamps out (built with its module).
-pub fn w4_kernel_names() -> Vec<String> {
-    [4, 8].map(|w| format!("w4a16_moe_w{w}_n1")).to_vec()
+    [
+        "moe_route",
+        "moe_sort",
+        "moe_route_sort",
+        "moe_combine",
+        "moe_gemv_any",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// Why the GPU routing cannot run `experts` experts with top-`top_k`, or `None`.
@@ -320,6 +314,53 @@ pub fn launch_sort(
     Ok(())
 }
 
+/// Route `t` tokens and group their pairs by expert: `moe_route_sort` in one CTA up to
+/// [`FUSED_MAX_TOKENS`] tokens (one launch instead of two at decode), else [`launch_route`]
+/// then [`launch_sort`]; `log` as for [`launch_sort`].
+///
+/// # Errors
+/// [`unsupported`] routing, or a launch failure.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_routing(
+    gpu: &Gpu,
+    module: &Module,
+    logits: u64,
+    t: usize,
+    experts: usize,
+    top_k: usize,
+    renormalize: bool,
+    r: &Routing,
+    log: u64,
+) -> anyhow::Result<()> {
+    if t > FUSED_MAX_TOKENS {
+        launch_route(gpu, module, logits, t, experts, top_k, renormalize, r)?;
+        return launch_sort(gpu, module, t * top_k, experts, r, log);
+    }
+    if let Some(why) = unsupported(experts, top_k) {
+        anyhow::bail!("{why}");
+    }
+    super::launchers::moe::moe_route_sort(
+        module,
+        gpu,
+        (1, 1, 1),
+        (experts.div_ceil(32).clamp(8, 32) as u32 * 32, 1, 1),
+        64 * 4,
+        DevPtr::<u16>::at(logits),
+        t as i32,
+        experts as i32,
+        top_k as i32,
+        i32::from(renormalize),
+        DevPtr::<i32>::at(r.ids),
+        DevPtr::<f32>::at(r.weights),
+        DevPtr::<i32>::at(r.sorted),
+        DevPtr::<i32>::at(r.active),
+        DevPtr::<i32>::at(r.offsets),
+        DevPtr::<i32>::at(r.n_active),
+        DevPtr::<i32>::at(log),
+    )?;
+    Ok(())
+}
+
 /// One grouped linear of a layer's experts (all experts in one format and shape `[n, k]`): the
 /// device tables of per-expert addresses.
 #[derive(Debug, Clone, Copy)]
@@ -366,17 +407,17 @@ pub struct GroupedInput {
 
 /// The grouped GEMM `y[p, n] = x[p / x_div, :] · W_e[n, :]ᵀ` over every routed pair `p` of
 /// every active expert `e` (BF16 out, `y` row stride `n`), on `gpu`'s stream without
-/// synchronizing. `gemv` must hold [`gemv_kernel_names`] (BF16, FP8 tables), `w4` the
-/// [`w4_kernel_names`] (W4 tables). `tokens` fixes the grid ([`max_active`]).
+/// synchronizing. `gemv` must hold [`super::gemv::grouped_kernel_names`] (BF16, FP8 tables
+/// whose K is a multiple of 32 / 64 values), `moe` the kernels of [`SRC`] (BF16 and FP8 at any
+/// other K: `moe_gemv_any`, one warp per row), `w4` the [`super::w4a16::grouped_kernel_names`]
+/// (W4 tables, K a multiple of 16). `cols` fixes the grid ([`max_active`] of the batch).
 ///
 /// # Errors
-/// A missing module, K not a multiple of the format's step (32 BF16, 64 FP8), misalignment,
-/// or a launch failure.
+/// A missing module, misaligned activations, or a launch failure.
 #[allow(clippy::too_many_arguments)]
 pub fn launch_grouped(
     gpu: &Gpu,
-    gemv: Option<&Module>,
-    w4: Option<&Module>,
+    (gemv, moe, w4): (Option<&Module>, Option<&Module>, Option<&Module>),
     tables: &ExpertTables,
     input: &GroupedInput,
     r: &Routing,
@@ -389,6 +430,7 @@ pub fn launch_grouped(
         "the grouped GEMM reads 16-byte vectors: activations at {:#x}",
         input.x
     );
+    anyhow::ensure!(n > 0 && k > 0, "N = {n}, K = {k}: an empty expert");
     let x_div = input.x_div.max(1) as i32;
     let cols = dim("active expert columns", cols)?;
     let (ni, ki) = (n as i32, k as i32);
@@ -396,11 +438,38 @@ pub fn launch_grouped(
         ExpertTables::Bf16 { w } | ExpertTables::Fp8 { w, .. } => {
             let fp8 = matches!(tables, ExpertTables::Fp8 { .. });
             let step = if fp8 { 64 } else { 32 };
-            anyhow::ensure!(
-                k % step == 0 && k > 0,
-                "K = {k}: the grouped {} GEMV needs a positive multiple of {step}",
-                if fp8 { "FP8" } else { "BF16" }
-            );
+            if k % step != 0 {
+                let m = moe.ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "kernels/moe.cu is not built: the grouped GEMV for K = {k} needs it"
+                    )
+                })?;
+                let s = match *tables {
+                    ExpertTables::Fp8 { s, .. } => s,
+                    _ => 0,
+                };
+                super::launchers::moe::moe_gemv_any(
+                    m,
+                    gpu,
+                    (dim("N / 8", n.div_ceil(8))?, cols, 1),
+                    (256, 1, 1),
+                    0,
+                    DevPtr::<u64>::at(w),
+                    DevPtr::<u64>::at(s),
+                    i32::from(fp8),
+                    DevPtr::<crate::gpu::launch::Void>::at(input.x),
+                    DevPtr::<f32>::at(input.scales),
+                    x_div,
+                    DevPtr::<i32>::at(r.sorted),
+                    DevPtr::<i32>::at(r.active),
+                    DevPtr::<i32>::at(r.offsets),
+                    DevPtr::<i32>::at(r.n_active),
+                    DevPtr::<u16>::at(y),
+                    ni,
+                    ki,
+                )?;
+                return Ok(());
+            }
             let m = gemv.ok_or_else(|| {
                 anyhow::anyhow!("kernels/gemv.cu is not built: the grouped expert GEMV needs it")
             })?;
@@ -564,20 +633,6 @@ mod tests {
     fn kernel_names_are_in_the_sources() {
         for k in kernel_names() {
             assert!(SRC.contains(&format!(" {k}(")), "{k}");
-        }
-        let gemv = super::super::gemv::SRC;
-        for k in gemv_kernel_names() {
-            let (pre, wu) = k.rsplit_once("_w").unwrap();
-            let (w, u) = wu.split_once("_u").unwrap();
-            assert!(gemv.contains(&format!("MOE_GEMV_VARIANT({w}, {u})")), "{k}");
-            assert!(gemv.contains(pre.trim_end_matches("_bf16").trim_end_matches("_fp8")));
-        }
-        for k in w4_kernel_names() {
-            let w = k.trim_start_matches("w4a16_moe_w").trim_end_matches("_n1");
-            assert!(
-                super::super::w4a16::SRC.contains(&format!("W4A16_MOE_KERNEL({w}, 1)")),
-                "{k}"
-            );
         }
     }
 }

@@ -115,9 +115,18 @@ pub fn kernel_names() -> Vec<String> {
         }
     }
     v.push("w4a16_dequant_bf16".into());
-    v.extend(super::moe::w4_kernel_names());
+    v.extend(grouped_kernel_names());
     v
 }
+
+/// The grouped expert W4A16 GEMMs of the same source (`w4a16_moe_w{W}_n1`, stamped by
+/// `W4A16_MOE_KERNEL(W, 1)`), which [`crate::gemm::moe`] launches.
+pub fn grouped_kernel_names() -> Vec<String> {
+    GROUPED_WARPS.map(|w| format!("w4a16_moe_w{w}_n1")).to_vec()
+}
+
+/// The warp counts `W4A16_MOE_KERNEL` stamps out.
+pub const GROUPED_WARPS: [u32; 2] = [4, 8];
 
 fn fused_name(nt: usize, warps: usize, wn: usize, ks: bool) -> String {
     format!("w4a16_nt{nt}_w{warps}_n{wn}{}", if ks { "_ks" } else { "" })
@@ -750,6 +759,12 @@ mod tests {
                     .filter(|s| !s.is_empty())
                     .collect();
                 let inst = format!("{mac}({}, {}, {})", parts[0], parts[1], parts[2]);
+                assert!(src.contains(&inst), "{inst} missing from w4a16.cu");
+            } else if let Some(w) = name
+                .strip_prefix("w4a16_moe_w")
+                .and_then(|r| r.strip_suffix("_n1"))
+            {
+                let inst = format!("W4A16_MOE_KERNEL({w}, 1)");
                 assert!(src.contains(&inst), "{inst} missing from w4a16.cu");
             } else {
                 assert!(src.contains(&name), "{name} missing");

@@ -21,159 +21,15 @@
 //! expert is caught. The check compares sampled routed pairs with a CPU reference
 //! ([`reference_row`]).
 
-use serde::{Deserialize, Serialize};
-
 use super::device::{time_graph_launches, time_launches, GpuTiming, GRAPH_L2_FACTOR};
 use super::schema::{GraphSetup, Timing};
+pub use super::schema::{GroupedCase, GroupedResults, MoeStepRow};
+pub use super::suite::{parse_distribution, GroupedLinear, MoeSpec};
 use crate::formats::{e4m3, nvfp4::Nvfp4Weight, w4a16_pack, GemmFormat};
 use crate::gemm::moe::{self as gm, ExpertTables, GroupedInput, Routing, RoutingDistribution};
 use crate::gpu::{DevBuf, FlushMethod, Gpu, L2Flusher, Module};
 use crate::stats::rng::SplitMix64;
 use crate::stats::StoppingRule;
-
-/// A suite's `[moe]` table: the experts, the batches and routings to time, the linears.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MoeSpec {
-    /// Routed experts per sparse layer (E).
-    pub experts: usize,
-    /// Experts per token (k).
-    pub top_k: usize,
-    /// Decode batches B (tokens of the step).
-    pub batches: Vec<usize>,
-    /// Routings: `balanced`, `zipf:S` (S > 0), `few:N` (N ≥ k).
-    pub distributions: Vec<String>,
-    /// Steps per layer that run each linear (for the decode-step composite), and its shape.
-    pub linears: Vec<GroupedLinear>,
-}
-
-/// One grouped linear of the experts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupedLinear {
-    /// Name (`expert_gate_up`, `expert_down`).
-    pub name: String,
-    /// Rows N of one expert's weight.
-    pub n: usize,
-    /// Columns K.
-    pub k: usize,
-    /// `true`: the input is the token's hidden state (gate_up: row = pair / k); `false`: the
-    /// pair's own row (down).
-    pub per_token: bool,
-}
-
-impl MoeSpec {
-    /// Check the table (`path` names the suite file in errors).
-    ///
-    /// # Errors
-    /// The first problem, in words naming the key.
-    pub fn check(&self) -> Result<(), String> {
-        if let Some(why) = gm::unsupported(self.experts, self.top_k) {
-            return Err(format!("[moe] experts / top_k: {why}"));
-        }
-        if self.batches.is_empty() || self.batches.contains(&0) {
-            return Err("[moe] batches: give one or more positive batch sizes".into());
-        }
-        if self.linears.is_empty() {
-            return Err("[moe] has no [[moe.linears]]".into());
-        }
-        for d in &self.distributions {
-            parse_distribution(d, self.top_k)?;
-        }
-        for l in &self.linears {
-            if l.n == 0 || l.k == 0 || l.k % 128 != 0 {
-                return Err(format!(
-                    "[[moe.linears]] '{}': N = {}, K = {}; N must be positive and K a positive multiple of 128 (the grouped kernels' K steps)",
-                    l.name, l.n, l.k
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Parse a routing name: `balanced`, `zipf:S` or `few:N` (`N ≥ top_k`).
-///
-/// # Errors
-/// An unknown name or a bad parameter, in words.
-pub fn parse_distribution(s: &str, top_k: usize) -> Result<RoutingDistribution, String> {
-    let bad = || format!("routing '{s}': expected balanced, zipf:S (S > 0) or few:N (N ≥ top_k)");
-    match s.split_once(':') {
-        None if s == "balanced" => Ok(RoutingDistribution::Balanced),
-        Some(("zipf", v)) => match v.parse::<f64>() {
-            Ok(x) if x > 0.0 && x.is_finite() => Ok(RoutingDistribution::Zipf { s: x }),
-            _ => Err(bad()),
-        },
-        Some(("few", v)) => match v.parse::<usize>() {
-            Ok(n) if n >= top_k => Ok(RoutingDistribution::AllToFew { few: n }),
-            _ => Err(bad()),
-        },
-        _ => Err(bad()),
-    }
-}
-
-/// One timed grouped case.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GroupedCase {
-    /// The linear's name.
-    pub linear: String,
-    /// Weight format id (`bf16`, `fp8`, `w4a16`).
-    pub format: String,
-    /// One expert's N.
-    pub n: usize,
-    /// K.
-    pub k: usize,
-    /// E.
-    pub experts: usize,
-    /// k.
-    pub top_k: usize,
-    /// Tokens B.
-    pub batch: usize,
-    /// The routing's name.
-    pub distribution: String,
-    /// Routed pairs B·k.
-    pub pairs: usize,
-    /// Distinct experts the cold launch touched.
-    pub touched: usize,
-    /// The cold launch's byte floor ([`floor_bytes`]).
-    pub floor_bytes: u64,
-    /// Cold timing (L2 flushed before each sample).
-    pub cold: Option<Timing>,
-    /// Per-launch graph timing, each launch its own routing.
-    pub graph: Option<Timing>,
-    /// The graph's mean byte floor per launch.
-    pub graph_floor_bytes: f64,
-    /// Relative L2 error of the sampled pairs against the CPU reference.
-    pub rel_l2: Option<f64>,
-    /// Why a part did not run, when one did not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-impl GroupedCase {
-    /// Measured time over the floor's time at `copy_bytes_per_s` (≥ 1: how far from the floor),
-    /// cold and in the graph.
-    pub fn over_floor(&self, copy_bytes_per_s: f64) -> (Option<f64>, Option<f64>) {
-        let floor = |b: f64| b / copy_bytes_per_s.max(1.0);
-        (
-            self.cold
-                .as_ref()
-                .map(|t| t.median_s / floor(self.floor_bytes as f64)),
-            self.graph
-                .as_ref()
-                .map(|t| t.median_s / floor(self.graph_floor_bytes)),
-        )
-    }
-}
-
-/// The grouped cases of one run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GroupedResults {
-    /// The cases.
-    pub cases: Vec<GroupedCase>,
-    /// The copy bandwidth the floors are divided by (bytes/s; the run's own measurement).
-    pub copy_bytes_per_s: f64,
-    /// What did not run and why, and how the cases were set up.
-    pub notes: Vec<String>,
-}
 
 /// Device bytes of one expert's `[n, k]` weight in `format` (BF16 2 bytes, FP8 1 byte plus an
 /// FP32 scale per row, W4A16 the kernel layout: N to 16, K to 128, half a byte per value and a
@@ -398,11 +254,13 @@ fn variant_ids(
         .collect()
 }
 
-/// The modules a grouped case runs on: `kernels/gemv.cu` (BF16, FP8) and the default flavour of
-/// `kernels/w4a16.cu` (W4A16), and `kernels/util.cu` for the L2 flush.
+/// The modules a grouped case runs on: `kernels/gemv.cu` (BF16, FP8), `kernels/moe.cu` (any
+/// K), the default flavour of `kernels/w4a16.cu` (W4A16), and `kernels/util.cu` for the L2
+/// flush.
 pub struct GroupedModules {
     gemv: Option<Module>,
     w4: Option<Module>,
+    moe: Module,
     util: Module,
 }
 
@@ -410,7 +268,7 @@ impl GroupedModules {
     /// Build them on `gpu`; a module that fails is left out with its reason in `notes`.
     ///
     /// # Errors
-    /// `kernels/util.cu` fails to build.
+    /// `kernels/util.cu` or `kernels/moe.cu` fails to build.
     pub fn build(gpu: &Gpu, notes: &mut Vec<String>) -> anyhow::Result<Self> {
         let util = gpu.compile(
             "util",
@@ -434,7 +292,15 @@ impl GroupedModules {
             .compile_with("w4a16", crate::gemm::w4a16::SRC, &refs, &defines)
             .map_err(|e| notes.push(format!("kernels/w4a16.cu did not build: {e}")))
             .ok();
-        Ok(Self { gemv, w4, util })
+        let names = gm::kernel_names();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let moe = gpu.compile("moe", gm::SRC, &refs)?;
+        Ok(Self {
+            gemv,
+            w4,
+            moe,
+            util,
+        })
     }
 }
 
@@ -454,6 +320,7 @@ pub fn run(
 ) -> anyhow::Result<GroupedResults> {
     let mut res = GroupedResults {
         copy_bytes_per_s,
+        spec: Some(spec.clone()),
         ..Default::default()
     };
     spec.check().map_err(anyhow::Error::msg)?;
@@ -583,8 +450,7 @@ fn run_case(
     let launch = |rt: &Routing| {
         gm::launch_grouped(
             gpu,
-            mods.gemv.as_ref(),
-            mods.w4.as_ref(),
+            (mods.gemv.as_ref(), Some(&mods.moe), mods.w4.as_ref()),
             &experts.tables,
             &input,
             rt,
@@ -683,6 +549,104 @@ fn check(
     Ok((num / den.max(f64::MIN_POSITIVE)).sqrt())
 }
 
+/// The MoE decode-step composite of `k` ([`MoeStepRow`]): rows where every dense shape of the
+/// step has a graph-timed case at M = B in the format, and every grouped linear a graph timing.
+pub fn step_rows(k: &super::schema::KernelResults, spec: &MoeSpec) -> Vec<MoeStepRow> {
+    let Some(g) = &k.moe_grouped else {
+        return Vec::new();
+    };
+    let Some(step) = &k.suite.decode_step else {
+        return Vec::new();
+    };
+    let mut rows = Vec::new();
+    for fmt in ["bf16", "fp8", "w4a16"] {
+        for &b in &spec.batches {
+            let mut dense = 0.0;
+            let mut complete = true;
+            for s in &step.shapes {
+                if spec.linears.iter().any(|l| l.name == s.shape) {
+                    continue;
+                }
+                let t = k
+                    .cases
+                    .iter()
+                    .find(|c| c.implementation == fmt && c.shape == s.shape && c.m == b)
+                    .and_then(|c| c.graph_total_s());
+                match t {
+                    Some(t) => dense += t * s.count as f64,
+                    None => complete = false,
+                }
+            }
+            if !complete {
+                continue;
+            }
+            for d in &spec.distributions {
+                let cases: Vec<&GroupedCase> = g
+                    .cases
+                    .iter()
+                    .filter(|c| c.format == fmt && c.batch == b && &c.distribution == d)
+                    .collect();
+                if cases.len() != spec.linears.len() || cases.iter().any(|c| c.graph.is_none()) {
+                    continue;
+                }
+                let n = spec.sparse_layers as f64;
+                rows.push(MoeStepRow {
+                    format: fmt.into(),
+                    batch: b,
+                    distribution: d.clone(),
+                    dense_s: dense,
+                    experts_s: n * cases
+                        .iter()
+                        .map(|c| c.graph.as_ref().map_or(0.0, |t| t.median_s))
+                        .sum::<f64>(),
+                    experts_floor_bytes: n * cases.iter().map(|c| c.graph_floor_bytes).sum::<f64>(),
+                });
+            }
+        }
+    }
+    rows
+}
+
+/// The composite rows as Markdown (empty without rows).
+pub fn step_markdown(rows: &[MoeStepRow], copy_bytes_per_s: f64) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from(
+        "\n#### Decode step with the grouped experts\n\nThe linear layers of one decode step at batch B: the dense shapes of the suite's step at M = B plus every sparse layer's grouped expert GEMMs at B tokens routed as named, all in graph timing. tok/s = B ÷ step time (linear layers only: attention, norms, routing and sampling would lower it).\n\n",
+    );
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.format.clone(),
+                r.batch.to_string(),
+                r.distribution.clone(),
+                format!("{:.3}", r.dense_s * 1e3),
+                format!("{:.3}", r.experts_s * 1e3),
+                format!(
+                    "{:.2}×",
+                    r.experts_s / (r.experts_floor_bytes / copy_bytes_per_s.max(1.0)).max(1e-12)
+                ),
+                format!("{:.0}", r.tok_per_s()),
+            ]
+        })
+        .collect();
+    o.push_str(&crate::output::table::markdown_table(
+        &[
+            "format",
+            "batch",
+            "routing",
+            "dense ms",
+            "experts ms",
+            "experts / floor",
+            "tok/s bound (linears)",
+        ],
+        &table,
+    ));
+    o
+}
+
 /// The cases as a Markdown table, with how to read it.
 pub fn markdown(r: &GroupedResults) -> String {
     let mut o = String::new();
@@ -758,6 +722,7 @@ mod tests {
                 k: 2048,
                 per_token: true,
             }],
+            sparse_layers: 40,
         }
     }
 

@@ -36,7 +36,7 @@ pub struct KernelResults {
     pub composite: Option<super::composite::Composite>,
     /// The suite's mixture-of-experts grouped GEMM cases (suites with `[moe]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub moe_grouped: Option<super::moe_grouped::GroupedResults>,
+    pub moe_grouped: Option<GroupedResults>,
     /// How the suite was repeated (`--repeats R` with R ≥ 2): each case's samples are the
     /// repeats' samples in repeat order, and this says how many came from each repeat. Absent
     /// for one run.
@@ -492,5 +492,101 @@ impl SuiteRepeats {
                     && r.part.as_deref() == part
             })
             .map(|r| r.sizes.clone())
+    }
+}
+
+/// One timed grouped expert GEMM case of a suite's `[moe]` table
+/// ([`crate::kernels::moe_grouped`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupedCase {
+    /// The linear's name.
+    pub linear: String,
+    /// Weight format id (`bf16`, `fp8`, `w4a16`).
+    pub format: String,
+    /// One expert's N.
+    pub n: usize,
+    /// K.
+    pub k: usize,
+    /// E.
+    pub experts: usize,
+    /// k.
+    pub top_k: usize,
+    /// Tokens B.
+    pub batch: usize,
+    /// The routing's name.
+    pub distribution: String,
+    /// Routed pairs B·k.
+    pub pairs: usize,
+    /// Distinct experts the cold launch touched.
+    pub touched: usize,
+    /// The cold launch's byte floor ([`floor_bytes`]).
+    pub floor_bytes: u64,
+    /// Cold timing (L2 flushed before each sample).
+    pub cold: Option<Timing>,
+    /// Per-launch graph timing, each launch its own routing.
+    pub graph: Option<Timing>,
+    /// The graph's mean byte floor per launch.
+    pub graph_floor_bytes: f64,
+    /// Relative L2 error of the sampled pairs against the CPU reference.
+    pub rel_l2: Option<f64>,
+    /// Why a part did not run, when one did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl GroupedCase {
+    /// Measured time over the floor's time at `copy_bytes_per_s` (≥ 1: how far from the floor),
+    /// cold and in the graph.
+    pub fn over_floor(&self, copy_bytes_per_s: f64) -> (Option<f64>, Option<f64>) {
+        let floor = |b: f64| b / copy_bytes_per_s.max(1.0);
+        (
+            self.cold
+                .as_ref()
+                .map(|t| t.median_s / floor(self.floor_bytes as f64)),
+            self.graph
+                .as_ref()
+                .map(|t| t.median_s / floor(self.graph_floor_bytes)),
+        )
+    }
+}
+
+/// The grouped cases of one run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupedResults {
+    /// The cases.
+    pub cases: Vec<GroupedCase>,
+    /// The copy bandwidth the floors are divided by (bytes/s; the run's own measurement).
+    pub copy_bytes_per_s: f64,
+    /// What did not run and why, and how the cases were set up.
+    pub notes: Vec<String>,
+    /// The `[moe]` table the cases ran from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<super::suite::MoeSpec>,
+}
+
+/// One row of the MoE decode-step composite: at batch B and one routing, the dense linears of
+/// the suite's step (every `[[shapes]]` row with its `per_step`, less the single-expert rows
+/// named like the grouped linears) timed at M = B plus `sparse_layers` × every grouped linear,
+/// in graph timing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MoeStepRow {
+    /// Format id.
+    pub format: String,
+    /// Batch B.
+    pub batch: usize,
+    /// Routing.
+    pub distribution: String,
+    /// Seconds of the dense linears of one step.
+    pub dense_s: f64,
+    /// Seconds of the grouped expert GEMMs of one step.
+    pub experts_s: f64,
+    /// Byte floor of the expert GEMMs of one step (the touched experts, per layer as timed).
+    pub experts_floor_bytes: f64,
+}
+
+impl MoeStepRow {
+    /// The linear layers' decode tok/s bound: B ÷ (dense + experts).
+    pub fn tok_per_s(&self) -> f64 {
+        self.batch as f64 / (self.dense_s + self.experts_s).max(1e-12)
     }
 }

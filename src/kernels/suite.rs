@@ -18,7 +18,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::RigError;
 
@@ -101,7 +101,7 @@ pub struct Suite {
     /// A mixture of experts' grouped expert GEMMs (`[moe]`,
     /// [`crate::kernels::moe_grouped`]).
     #[serde(default)]
-    pub moe: Option<crate::kernels::moe_grouped::MoeSpec>,
+    pub moe: Option<MoeSpec>,
     /// Where it was read from (set by the loader).
     #[serde(skip)]
     pub file: PathBuf,
@@ -294,6 +294,97 @@ impl Suite {
                 })
                 .collect(),
         })
+    }
+}
+
+/// A suite's `[moe]` table: the experts, the batches and routings to time, the linears
+/// (timed by [`crate::kernels::moe_grouped`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoeSpec {
+    /// Routed experts per sparse layer (E).
+    pub experts: usize,
+    /// Experts per token (k).
+    pub top_k: usize,
+    /// Decode batches B (tokens of the step).
+    pub batches: Vec<usize>,
+    /// Routings: `balanced`, `zipf:S` (S > 0), `few:N` (N ≥ k).
+    pub distributions: Vec<String>,
+    /// The grouped linears of one sparse layer.
+    pub linears: Vec<GroupedLinear>,
+    /// Sparse layers per decode step (each runs every linear of `linears` once): the MoE
+    /// decode-step composite's count.
+    pub sparse_layers: usize,
+}
+
+/// One grouped linear of the experts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupedLinear {
+    /// Name (`expert_gate_up`, `expert_down`).
+    pub name: String,
+    /// Rows N of one expert's weight.
+    pub n: usize,
+    /// Columns K.
+    pub k: usize,
+    /// `true`: the input is the token's hidden state (gate_up: row = pair / k); `false`: the
+    /// pair's own row (down).
+    pub per_token: bool,
+}
+
+impl MoeSpec {
+    /// Check the table (`path` names the suite file in errors).
+    ///
+    /// # Errors
+    /// The first problem, in words naming the key.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(why) = crate::gemm::moe::unsupported(self.experts, self.top_k) {
+            return Err(format!("[moe] experts / top_k: {why}"));
+        }
+        if self.batches.is_empty() || self.batches.contains(&0) {
+            return Err("[moe] batches: give one or more positive batch sizes".into());
+        }
+        if self.linears.is_empty() {
+            return Err("[moe] has no [[moe.linears]]".into());
+        }
+        if self.sparse_layers == 0 {
+            return Err("[moe] sparse_layers: give the sparse layers of one decode step".into());
+        }
+        for d in &self.distributions {
+            parse_distribution(d, self.top_k)?;
+        }
+        for l in &self.linears {
+            if l.n == 0 || l.k == 0 || l.k % 128 != 0 {
+                return Err(format!(
+                    "[[moe.linears]] '{}': N = {}, K = {}; N must be positive and K a positive multiple of 128 (the grouped kernels' K steps)",
+                    l.name, l.n, l.k
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parse a routing name: `balanced`, `zipf:S` or `few:N` (`N ≥ top_k`).
+///
+/// # Errors
+/// An unknown name or a bad parameter, in words.
+pub fn parse_distribution(
+    s: &str,
+    top_k: usize,
+) -> Result<crate::gemm::moe::RoutingDistribution, String> {
+    let bad = || format!("routing '{s}': expected balanced, zipf:S (S > 0) or few:N (N ≥ top_k)");
+    match s.split_once(':') {
+        None if s == "balanced" => Ok(crate::gemm::moe::RoutingDistribution::Balanced),
+        Some(("zipf", v)) => match v.parse::<f64>() {
+            Ok(x) if x > 0.0 && x.is_finite() => {
+                Ok(crate::gemm::moe::RoutingDistribution::Zipf { s: x })
+            }
+            _ => Err(bad()),
+        },
+        Some(("few", v)) => match v.parse::<usize>() {
+            Ok(n) if n >= top_k => Ok(crate::gemm::moe::RoutingDistribution::AllToFew { few: n }),
+            _ => Err(bad()),
+        },
+        _ => Err(bad()),
     }
 }
 

@@ -482,7 +482,7 @@ pub fn decode_step_bytes(
     if let Some(m) = &c.moe {
         // A batch-1 step of a mixture of experts reads the top-k experts of each sparse layer.
         let sparse = (0..c.num_layers).filter(|&i| m.is_sparse(i)).count();
-        return super::moe::decode_step_floor(
+        return decode_step_floor(
             c,
             QuantRecipe::Uniform(format),
             kv,
@@ -501,6 +501,57 @@ pub fn decode_step_bytes(
         weights,
         kv: kv_bytes,
         state: 2 * c.gdn_state_bytes(super::hybrid::CONV_STATE_ELEM_BYTES),
+    }
+}
+
+/// The bytes one MoE decode step must move at the least (each byte once, caches ignored): the
+/// non-expert decoder linears (attention or Gated-DeltaNet, router, shared expert and its gate,
+/// dense MLPs) in `recipe`'s formats, the routed experts the step touches (`touched[l]` distinct
+/// experts in the l-th sparse layer: the union over the batch, e.g. the non-zero entries of
+/// [`crate::gemm::moe::routed_counts`]), the lm_head and one embedding row per token, the norms, the KV cache of
+/// `batch` sequences at context `ctx` (K and V, attention layers, `kv` elements) and each
+/// sequence's Gated-DeltaNet state read and written once. The floor the expert GEMMs and the
+/// decode step are held to (docs/runtime.md).
+///
+/// Missing `touched` entries count as every expert.
+pub fn decode_step_floor(
+    c: &ModelConfig,
+    recipe: QuantRecipe,
+    kv: KvCacheDtype,
+    ctx: usize,
+    batch: usize,
+    touched: &[usize],
+) -> DecodeBytes {
+    use crate::runtime::weights::LinearRole;
+    let bytes = |r: &LinearRole| {
+        let (n, k) = r.shape(c);
+        linear_bytes(recipe.format_for(*r), n, k)
+    };
+    let mut weights: u64 = (0..c.num_layers)
+        .flat_map(|i| LinearRole::of_layer(c, i).iter())
+        .map(bytes)
+        .sum();
+    let expert: u64 = LinearRole::EXPERT.iter().map(bytes).sum();
+    let mut sparse = 0;
+    for i in 0..c.num_layers {
+        if let Some(m) = c.moe.as_ref().filter(|m| m.is_sparse(i)) {
+            let t = touched.get(sparse).copied().unwrap_or(m.num_experts);
+            weights += t.min(m.num_experts) as u64 * expert;
+            sparse += 1;
+        }
+    }
+    let (v, h) = (c.vocab_size, c.hidden_size);
+    let head = if c.tie_word_embeddings {
+        2 * (v * h) as u64
+    } else {
+        linear_bytes(recipe.lm_head_format(), v, h)
+    };
+    weights += head + 2 * (batch * h) as u64;
+    let kv_bytes = 2 * (batch * c.num_attention_layers() * c.kv_dim() * ctx * kv.bytes()) as u64;
+    DecodeBytes {
+        weights,
+        kv: kv_bytes,
+        state: 2 * batch as u64 * c.gdn_state_bytes(crate::runtime::hybrid::CONV_STATE_ELEM_BYTES),
     }
 }
 

@@ -12,7 +12,6 @@
 //! logits, which trained weights practically never give.
 
 use crate::model::moe::MoeConfig;
-use crate::runtime::config::ModelConfig;
 use crate::runtime::model::silu;
 use crate::runtime::weights::{Linear, MoeWeights};
 
@@ -204,7 +203,7 @@ mod tests {
 
     #[test]
     fn the_decode_floor_counts_only_the_touched_experts() {
-        use crate::runtime::config::{KvCacheDtype, QuantRecipe, WeightFormat};
+        use crate::runtime::config::{KvCacheDtype, ModelConfig, QuantRecipe, WeightFormat};
         let c = ModelConfig::preset("qwen3.6-35b-a3b").unwrap();
         let r = QuantRecipe::Uniform(WeightFormat::Bf16);
         let one = decode_step_floor(&c, r, KvCacheDtype::Bf16, 0, 1, &[8; 40]);
@@ -237,54 +236,4 @@ mod tests {
 
 pub use crate::gemm::moe::{routed_counts, RoutingDistribution};
 
-/// The bytes one MoE decode step must move at the least (each byte once, caches ignored): the
-/// non-expert decoder linears (attention or Gated-DeltaNet, router, shared expert and its gate,
-/// dense MLPs) in `recipe`'s formats, the routed experts the step touches (`touched[l]` distinct
-/// experts in the l-th sparse layer: the union over the batch, e.g. the non-zero entries of
-/// [`routed_counts`]), the lm_head and one embedding row per token, the norms, the KV cache of
-/// `batch` sequences at context `ctx` (K and V, attention layers, `kv` elements) and each
-/// sequence's Gated-DeltaNet state read and written once. The floor the expert GEMMs and the
-/// decode step are held to (docs/runtime.md).
-///
-/// Missing `touched` entries count as every expert.
-pub fn decode_step_floor(
-    c: &ModelConfig,
-    recipe: crate::runtime::config::QuantRecipe,
-    kv: crate::runtime::config::KvCacheDtype,
-    ctx: usize,
-    batch: usize,
-    touched: &[usize],
-) -> crate::runtime::memory::DecodeBytes {
-    use crate::runtime::memory::linear_bytes;
-    use crate::runtime::weights::LinearRole;
-    let bytes = |r: &LinearRole| {
-        let (n, k) = r.shape(c);
-        linear_bytes(recipe.format_for(*r), n, k)
-    };
-    let mut weights: u64 = (0..c.num_layers)
-        .flat_map(|i| LinearRole::of_layer(c, i).iter())
-        .map(bytes)
-        .sum();
-    let expert: u64 = LinearRole::EXPERT.iter().map(bytes).sum();
-    let mut sparse = 0;
-    for i in 0..c.num_layers {
-        if let Some(m) = c.moe.as_ref().filter(|m| m.is_sparse(i)) {
-            let t = touched.get(sparse).copied().unwrap_or(m.num_experts);
-            weights += t.min(m.num_experts) as u64 * expert;
-            sparse += 1;
-        }
-    }
-    let (v, h) = (c.vocab_size, c.hidden_size);
-    let head = if c.tie_word_embeddings {
-        2 * (v * h) as u64
-    } else {
-        linear_bytes(recipe.lm_head_format(), v, h)
-    };
-    weights += head + 2 * (batch * h) as u64;
-    let kv_bytes = 2 * (batch * c.num_attention_layers() * c.kv_dim() * ctx * kv.bytes()) as u64;
-    crate::runtime::memory::DecodeBytes {
-        weights,
-        kv: kv_bytes,
-        state: 2 * batch as u64 * c.gdn_state_bytes(crate::runtime::hybrid::CONV_STATE_ELEM_BYTES),
-    }
-}
+pub use super::memory::decode_step_floor;

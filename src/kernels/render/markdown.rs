@@ -98,6 +98,13 @@ pub fn markdown_for(
     o.push_str(&crate::kernels::timing_modes::markdown(k));
     if let Some(g) = &k.moe_grouped {
         o.push_str(&crate::kernels::moe_grouped::markdown(g));
+        if let Some(spec) = &g.spec {
+            let rows = crate::kernels::moe_grouped::step_rows(k, spec);
+            o.push_str(&crate::kernels::moe_grouped::step_markdown(
+                &rows,
+                g.copy_bytes_per_s,
+            ));
+        }
     }
     let target = k.timing_policy.as_ref().map(|p| p.stopping.target_rel_std);
     for (shape, cases) in by_shape(k) {

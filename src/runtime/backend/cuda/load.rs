@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use anyhow::Context;
 
 use super::gdn;
-use super::moe;
+use super::moe_layer;
 use super::{
     grid1, plan, predicted_weight_bytes, Bufs, CudaBackend, CudaLoadSpec, CudaOptions, CudaStats,
     DLayer, DLinear, DWeights, WeightSource, PART_CAP, PREFILL_HEAD_DIMS, RUNTIME_KERNELS,
@@ -73,8 +73,7 @@ impl CudaBackend {
         let format = quantize.unwrap_or(stored);
         let need = match (config.is_hybrid() || config.is_moe(), spec.quantize) {
             (true, r) => {
-                let r = r.unwrap_or(QuantRecipe::Uniform(format));
-                gdn::predicted_weight_bytes(&config, r) + moe::predicted_expert_bytes(&config, r)
+                gdn::predicted_weight_bytes(&config, r.unwrap_or(QuantRecipe::Uniform(format)))
             }
             _ => predicted_weight_bytes(&config, format),
         };
@@ -154,7 +153,7 @@ impl CudaBackend {
             kernel_sources.insert("kernels/gdn.cu".into(), h.source_sha256().to_string());
         }
         let moe_rt = if config.is_moe() {
-            Some(moe::MoeRt::new(&gpu, &config, t_max)?)
+            Some(moe_layer::MoeRt::new(&gpu, &config, t_max)?)
         } else {
             None
         };

@@ -35,8 +35,10 @@ mod gemm;
 mod gemv;
 pub mod hybrid_check;
 pub mod launchers;
+mod linear;
 mod load;
 mod moe;
+mod moe_layer;
 pub mod plan;
 mod profile;
 pub mod self_check;
@@ -47,12 +49,13 @@ use std::path::PathBuf;
 
 use super::{Backend, DeviceMemory, ForwardBatch, KvCacheSpec, Logits};
 use crate::gemm::ops::{Fp8Scaling, PlanCache};
-use crate::gemm::w4a16::{Config as W4Config, W4a16Device};
+use crate::gemm::w4a16::Config as W4Config;
 use crate::gemm::W4Module;
 use crate::gpu::cublaslt::Lt;
 use crate::gpu::{DevBuf, Gpu, Graph, Module};
 use crate::runtime::config::{KvCacheDtype, ModelConfig, QuantRecipe, WeightFormat};
 use crate::runtime::weights::ModelWeights;
+use linear::DLinear;
 use profile::Profiler;
 
 /// Source of the runtime kernels (compiled by NVRTC for the detected card).
@@ -206,45 +209,6 @@ impl Default for CudaOptions {
     }
 }
 
-/// A linear layer on the device.
-enum DLinear {
-    /// BF16 `[n, k]`.
-    Bf16 { w: DevBuf, n: usize, k: usize },
-    /// E4M3 `[n, k]` with one f32 scale per row and an optional static activation scale.
-    Fp8 {
-        w: DevBuf,
-        scales: DevBuf,
-        static_scale: Option<f32>,
-        n: usize,
-        k: usize,
-    },
-    /// NVFP4 in the W4A16 kernel layout.
-    W4 { dev: W4a16Device },
-}
-
-impl DLinear {
-    fn nk(&self) -> (usize, usize) {
-        match self {
-            DLinear::Bf16 { n, k, .. } | DLinear::Fp8 { n, k, .. } => (*n, *k),
-            DLinear::W4 { dev } => (dev.n, dev.k),
-        }
-    }
-    fn bytes(&self) -> usize {
-        match self {
-            DLinear::Bf16 { w, .. } => w.bytes(),
-            DLinear::Fp8 { w, scales, .. } => w.bytes() + scales.bytes(),
-            DLinear::W4 { dev } => dev.bytes(),
-        }
-    }
-    fn format(&self) -> WeightFormat {
-        match self {
-            DLinear::Bf16 { .. } => WeightFormat::Bf16,
-            DLinear::Fp8 { .. } => WeightFormat::Fp8,
-            DLinear::W4 { .. } => WeightFormat::Nvfp4,
-        }
-    }
-}
-
 struct DLayer {
     input_norm: DevBuf,
     post_norm: DevBuf,
@@ -261,7 +225,7 @@ struct DLayer {
     gdn: Option<gdn::GdnDevLayer>,
     /// A sparse layer's router, routed experts and shared-expert gate (its `gate_up` / `down`
     /// are then the shared expert, or empty `0 × 0` without one; see [`moe`]).
-    moe: Option<moe::MoeDevLayer>,
+    moe: Option<moe_layer::MoeDevLayer>,
 }
 
 struct DWeights {
@@ -439,7 +403,7 @@ pub struct CudaBackend {
     /// The Gated-DeltaNet kernels, buffers and state of a hybrid ([`gdn`]).
     hy: Option<gdn::HybridRt>,
     /// The routing kernels and buffers of a mixture of experts ([`moe`]).
-    moe: Option<moe::MoeRt>,
+    moe: Option<moe_layer::MoeRt>,
     /// The per-row sampling settings last copied to the device (temperature, top-p, top-k,
     /// seed): a decode step whose rows keep their settings copies only the draw counters.
     smp_uploaded: Option<SamplingUpload>,
@@ -743,8 +707,8 @@ mod tests {
             QuantRecipe::Uniform(WeightFormat::Fp8),
             QuantRecipe::Nvfp4Mixed,
         ] {
-            let experts = moe::predicted_expert_bytes(&c, recipe);
-            let cuda = gdn::predicted_weight_bytes(&c, recipe) + experts;
+            let experts = gdn::predicted_expert_bytes(&c, recipe);
+            let cuda = gdn::predicted_weight_bytes(&c, recipe);
             // 40 layers × 256 experts × 3 × 2048 × 512 values.
             let values = 40 * 256 * 3 * 2048 * 512u64;
             match recipe {
@@ -765,7 +729,10 @@ mod tests {
                     0
                 };
             let rel = cuda as f64 / cpu as f64 - 1.0;
-            assert!(rel.abs() < 0.01, "{recipe:?}: CUDA {cuda} vs CPU {cpu} ({rel:+.4})");
+            assert!(
+                rel.abs() < 0.01,
+                "{recipe:?}: CUDA {cuda} vs CPU {cpu} ({rel:+.4})"
+            );
         }
     }
 

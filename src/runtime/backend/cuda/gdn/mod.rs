@@ -129,9 +129,9 @@ pub fn max_k(c: &ModelConfig) -> usize {
     }
 }
 
-/// Bytes the CUDA backend's weights take for a hybrid `c` quantized by `recipe` (linears in
-/// their formats, NVFP4 in the kernel layout with padding; BF16 embedding and lm_head; small
-/// parameters in f32).
+/// Bytes the CUDA backend's weights take for a hybrid or a mixture of experts `c` quantized by
+/// `recipe` (linears in their formats, NVFP4 in the kernel layout with padding, every routed
+/// expert; BF16 embedding and lm_head; small parameters in f32).
 pub fn predicted_weight_bytes(c: &ModelConfig, recipe: QuantRecipe) -> u64 {
     let lin = |f: WeightFormat, n: u64, k: u64| -> u64 {
         match f {
@@ -161,7 +161,23 @@ pub fn predicted_weight_bytes(c: &ModelConfig, recipe: QuantRecipe) -> u64 {
         };
     }
     let heads = if c.tie_word_embeddings { 1 } else { 2 };
-    total + heads * 2 * c.vocab_size as u64 * h + 4 * h
+    total + heads * 2 * c.vocab_size as u64 * h + 4 * h + predicted_expert_bytes(c, recipe)
+}
+
+/// Bytes the CUDA backend's routed experts take for `c` under `recipe` (every sparse layer's E
+/// experts in the recipe's expert formats, NVFP4 in the kernel layout), the part of
+/// [`predicted_weight_bytes`] that [`crate::model::roles::LinearRole::of_layer`] leaves out.
+pub fn predicted_expert_bytes(c: &ModelConfig, recipe: QuantRecipe) -> u64 {
+    let Some(m) = &c.moe else { return 0 };
+    let per: u64 = R::EXPERT
+        .iter()
+        .map(|r| {
+            let (n, k) = r.shape(c);
+            crate::runtime::memory::linear_bytes(recipe.format_for(*r), n, k)
+        })
+        .sum();
+    let sparse = (0..c.num_layers).filter(|&i| m.is_sparse(i)).count() as u64;
+    sparse * m.num_experts as u64 * per
 }
 
 /// A Gated-DeltaNet layer's device tensors other than the `DLayer` linears.
