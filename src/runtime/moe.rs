@@ -11,6 +11,8 @@
 //! every number, as `torch.topk` does. Exact ties of FP32 probabilities need equal router
 //! logits, which trained weights practically never give.
 
+pub use super::memory::decode_step_floor;
+pub use crate::gemm::moe::{routed_counts, RoutingDistribution};
 use crate::model::moe::MoeConfig;
 use crate::runtime::model::silu;
 use crate::runtime::weights::{Linear, MoeWeights};
@@ -233,7 +235,3 @@ mod tests {
         assert!(raw.weights[0] + raw.weights[1] < 0.99);
     }
 }
-
-pub use crate::gemm::moe::{routed_counts, RoutingDistribution};
-
-pub use super::memory::decode_step_floor;

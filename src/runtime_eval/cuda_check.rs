@@ -653,9 +653,8 @@ pub struct RoutingParity {
     /// Routes that differ downstream of an earlier flip (a later layer, the same or a later
     /// token).
     pub downstream: usize,
-    /// Routes that differ with a margin above the near-tie bound (layer, token, CPU experts,
-    /// GPU experts, CPU margin), the first few.
-    pub mismatches: Vec<(usize, usize, Vec<usize>, Vec<usize>, f32)>,
+    /// Routes that differ with a margin above the near-tie bound, the first few.
+    pub mismatches: Vec<RouteMismatch>,
     /// How many differ beyond a near-tie.
     pub mismatch_count: usize,
 }
@@ -666,6 +665,10 @@ impl RoutingParity {
         self.mismatch_count == 0 && self.routes > 0
     }
 }
+
+/// One route that differs beyond a near-tie: (sparse layer, token, the CPU's experts sorted,
+/// the GPU's sorted, the CPU's margin between the k-th and the next probability).
+pub type RouteMismatch = (usize, usize, Vec<usize>, Vec<usize>, f32);
 
 /// [`RoutingParity`] of `weights` (a mixture of experts) in `format`.
 ///
@@ -687,7 +690,7 @@ pub fn routing_parity(
         block_size: bs,
         dtype: KvCacheDtype::Bf16,
     };
-    let mut r = weights::SplitMix64::new(0x0007_E5);
+    let mut r = weights::SplitMix64::new(0x07E5);
     let ids: Vec<u32> = (0..tokens)
         .map(|_| (r.next_u64() % c.vocab_size as u64) as u32)
         .collect();

@@ -33,8 +33,7 @@ pub(super) fn forward_impl(
     states: &mut [SlotState],
     batch: &ForwardBatch,
     threads: usize,
-    (gpu_rounding, emulate_w4a4): (bool, bool),
-    routes: Option<&std::sync::Mutex<Vec<Vec<crate::runtime::moe::Route>>>>,
+    (gpu_rounding, emulate_w4a4, routes): (bool, bool, Option<&RouteLog>),
 ) -> anyhow::Result<Logits> {
     let c = &w.config;
     let (h, t) = (c.hidden_size, batch.token_ids.len());
@@ -127,8 +126,12 @@ struct Pass<'a> {
     /// NVFP4 matmuls quantize their activations to NVFP4 (emulated W4A4).
     emulate_w4a4: bool,
     /// Where the sparse layers' routes go, one entry per sparse layer (routing parity checks).
-    routes: Option<&'a std::sync::Mutex<Vec<Vec<crate::runtime::moe::Route>>>>,
+    routes: Option<&'a RouteLog>,
 }
+
+/// The sparse layers' routes of the forward passes since it was made: one entry per sparse
+/// layer and pass, each token's route ([`super::CpuBackend::with_route_log`]).
+pub(super) type RouteLog = std::sync::Mutex<Vec<Vec<crate::runtime::moe::Route>>>;
 
 impl Pass<'_> {
     /// BF16 rounding at the CUDA backend's rounding points (identity unless `gpu_rounding`).

@@ -41,7 +41,7 @@ pub struct CpuBackend {
     emulate_w4a4: bool,
     /// The sparse layers' routes of the forward passes since [`Self::with_route_log`] (one
     /// entry per sparse layer and pass).
-    route_log: Option<std::sync::Mutex<Vec<Vec<crate::runtime::moe::Route>>>>,
+    route_log: Option<forward::RouteLog>,
 }
 
 /// One sequence slot's Gated-DeltaNet state over all its layers.
@@ -275,8 +275,11 @@ impl Backend for CpuBackend {
             &mut self.states,
             batch,
             self.threads,
-            (self.gpu_rounding, self.emulate_w4a4),
-            self.route_log.as_ref(),
+            (
+                self.gpu_rounding,
+                self.emulate_w4a4,
+                self.route_log.as_ref(),
+            ),
         )
     }
 }
