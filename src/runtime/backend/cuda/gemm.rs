@@ -305,13 +305,13 @@ impl CudaBackend {
             (LayerLinear::O, _) => &l.o,
             (LayerLinear::GateUp, _) => &l.gate_up,
             (LayerLinear::GdnAb, Some(g)) => &g.ab,
-            (LayerLinear::Router, _) if m.is_some() => m.map_or(&l.down, |m| &m.router),
+            // `GdnAb` is asked only of Gated-DeltaNet layers (all_linears, gdn::queue_mixer),
+            // `Router` / `SharedGate` only of sparse layers (all_linears, moe_mlp).
+            (LayerLinear::Router, _) => m.map_or(&l.down, |m| &m.router),
             (LayerLinear::SharedGate, _) => {
                 m.and_then(|m| m.shared_gate.as_ref()).unwrap_or(&l.down)
             }
-            // `GdnAb` is asked only of Gated-DeltaNet layers (all_linears, gdn::queue_mixer),
-            // `Router` / `SharedGate` only of sparse layers (all_linears, moe_mlp).
-            (LayerLinear::Down | LayerLinear::GdnAb | LayerLinear::Router, _) => &l.down,
+            (LayerLinear::Down | LayerLinear::GdnAb, _) => &l.down,
         }
     }
 

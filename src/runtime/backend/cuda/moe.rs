@@ -148,7 +148,7 @@ impl CudaBackend {
         self.norm(self.bufs.hout.ptr(), 0, t, post_norm, h_ptr)?;
         self.op_end("residual add + RMSNorm")?;
         let hsz = self.config.hidden_size;
-        let (cfg, r, bufs) = {
+        let (r, bufs, (e, k, i, renorm), sparse_index) = {
             let mr = self
                 .moe
                 .as_ref()
@@ -167,11 +167,16 @@ impl CudaBackend {
                 ),
                 (mr.shared.ptr(), mr.sgate.ptr(), mr.log.ptr()),
             );
-            (mr.cfg.clone(), mr.routing(), b)
+            let c = &mr.cfg;
+            let shape = (
+                c.num_experts,
+                c.top_k,
+                c.expert_intermediate_size,
+                c.norm_topk_prob,
+            );
+            (mr.routing(), b, shape, mr.sparse_index[li])
         };
         let (logits, gu, act, y, (xq, xs), (aq, a_s, amax, arr), (shared, sgate, log)) = bufs;
-        let (e, k, i) = (cfg.num_experts, cfg.top_k, cfg.expert_intermediate_size);
-        let sparse_index = cfg.sparse_layers[..li].iter().filter(|s| **s).count();
         let (gu_t, dn_t, has_shared) = {
             let l = self.weights.layers[li]
                 .moe
@@ -191,7 +196,7 @@ impl CudaBackend {
             t,
             e,
             k,
-            cfg.norm_topk_prob,
+            renorm,
             &r,
             log + 4 * sparse_index as u64,
         )?;

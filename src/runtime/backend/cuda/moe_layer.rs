@@ -158,6 +158,8 @@ pub(super) struct MoeRt {
     pub(super) sgate: DevBuf,
     /// Tokens the buffers hold.
     pub(super) t_max: usize,
+    /// Per decoder layer, its index among the sparse layers (the slot of its log and capture).
+    pub(super) sparse_index: Vec<usize>,
     /// Every sparse layer's expert ids of the last forward pass (`[layer][t_max · k]`), when
     /// captured (`CudaBackend::set_moe_route_capture`).
     pub(super) capture: Option<DevBuf>,
@@ -206,6 +208,15 @@ impl MoeRt {
             shared: gpu.alloc(t * h * 2)?,
             sgate: gpu.alloc(t * 2)?,
             t_max: t,
+            sparse_index: m
+                .sparse_layers
+                .iter()
+                .scan(0, |n, s| {
+                    let i = *n;
+                    *n += usize::from(*s);
+                    Some(i)
+                })
+                .collect(),
             capture: None,
             cfg: m,
         })
