@@ -70,61 +70,82 @@ __device__ __forceinline__ void gv_step(float c[4], const uint4& wa, const uint4
 
 // GATHER (the grouped expert GEMVs below): token slot s of the launch reads x row rows[s] / x_div
 // (and its scale xs there) and writes y row rows[s]; otherwise slot s is row s of x and y.
-template <bool FP8, bool F32OUT, int WARPS, int U, bool GATHER = false>
+// NT: token tiles of 8 (m <= 8 * NT); each weight vector loaded feeds the NT tiles' mma's, so
+// NT tiles of tokens cost one pass over the weights.
+template <bool FP8, bool F32OUT, int WARPS, int U, bool GATHER = false, int NT = 1>
 __device__ __forceinline__ void gv_body(const uint4* __restrict__ w, const uint4* __restrict__ x,
                                         const float* __restrict__ ws, int ws_stride, const float* __restrict__ xs,
                                         int xs_stride, void* __restrict__ y, int m, int n, int k,
                                         const int* __restrict__ rows = nullptr, int x_div = 1) {
-  __shared__ float red[WARPS][32][4];
+  __shared__ float red[WARPS][32][4 * NT];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, q = lane & 3;
   const int row0 = blockIdx.x * 16 + g, row1 = row0 + 8;
   // 16-byte vectors per row; 4 per step (one per lane of the quad).
   const int vecs = FP8 ? (k >> 4) : (k >> 3);
   const int steps = vecs >> 2;
-  const bool ok0 = row0 < n, ok1 = row1 < n, okx = g < m;
+  const bool ok0 = row0 < n, ok1 = row1 < n;
   const uint4* w0 = w + (size_t)(ok0 ? row0 : 0) * vecs + q;
   const uint4* w1 = w + (size_t)(ok1 ? row1 : 0) * vecs + q;
-  const int xrow = okx ? (GATHER ? rows[g] / x_div : g) : 0;
-  const uint4* xr = x + (size_t)xrow * vecs + q;
+  bool okx[NT];
+  const uint4* xr[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int tok = nt * 8 + g;
+    okx[nt] = tok < m;
+    const int xrow = okx[nt] ? (GATHER ? rows[tok] / x_div : tok) : 0;
+    xr[nt] = x + (size_t)xrow * vecs + q;
+  }
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  float c[4] = {0.f, 0.f, 0.f, 0.f};
+  float c[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[nt][i] = 0.f;
   for (int s0 = warp; s0 < steps; s0 += WARPS * U) {
-    uint4 wa[U], wb[U], xv[U];
+    uint4 wa[U], wb[U], xv[U][NT];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int s = s0 + u * WARPS;
       const bool in = s < steps;
       wa[u] = (in && ok0) ? gv_ld_stream(w0 + (size_t)s * 4) : zero;
       wb[u] = (in && ok1) ? gv_ld_stream(w1 + (size_t)s * 4) : zero;
-      xv[u] = (in && okx) ? __ldg(xr + (size_t)s * 4) : zero;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) xv[u][nt] = (in && okx[nt]) ? __ldg(xr[nt] + (size_t)s * 4) : zero;
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) gv_step<FP8>(c, wa[u], wb[u], xv[u]);
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) gv_step<FP8>(c[nt], wa[u], wb[u], xv[u][nt]);
   }
 #pragma unroll
-  for (int i = 0; i < 4; ++i) red[warp][lane][i] = c[i];
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[warp][lane][4 * nt + i] = c[nt][i];
   __syncthreads();
   // Warp 0 finishes (no early return: the grouped kernels call this body in a loop).
   if (warp == 0) {
 #pragma unroll
-    for (int v = 1; v < WARPS; ++v) {
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) c[i] += red[v][lane][i];
-    }
-    // c[0], c[1]: row g, tokens 2q, 2q + 1; c[2], c[3]: row g + 8, the same tokens.
+      for (int v = 1; v < WARPS; ++v) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int tok = 2 * q + (i & 1);
-      const int row = (i < 2) ? row0 : row1;
-      if (tok >= m || row >= n) continue;
-      const int yrow = GATHER ? rows[tok] : tok;
-      float v = c[i];
-      if (FP8) v = v * (xs[(GATHER ? yrow / x_div : tok) * xs_stride] * ws[row * ws_stride]);
-      if (F32OUT)
-        ((float*)y)[(size_t)yrow * n + row] = v;
-      else
-        ((uint16_t*)y)[(size_t)yrow * n + row] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        for (int i = 0; i < 4; ++i) c[nt][i] += red[v][lane][4 * nt + i];
+      }
+      // c[nt][0], c[nt][1]: row g, tokens 8nt + 2q, 8nt + 2q + 1; c[nt][2], c[nt][3]: row g + 8.
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tok = nt * 8 + 2 * q + (i & 1);
+        const int row = (i < 2) ? row0 : row1;
+        if (tok >= m || row >= n) continue;
+        const int yrow = GATHER ? rows[tok] : tok;
+        float v = c[nt][i];
+        if (FP8) v = v * (xs[(GATHER ? yrow / x_div : tok) * xs_stride] * ws[row * ws_stride]);
+        if (F32OUT)
+          ((float*)y)[(size_t)yrow * n + row] = v;
+        else
+          ((uint16_t*)y)[(size_t)yrow * n + row] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+      }
     }
   }
 }
@@ -153,10 +174,28 @@ GEMV_VARIANT(8, 4)
 // layer's tokens were routed to. The routing kernels (kernels/moe.cu) list the routed (token,
 // choice) pairs grouped by expert: `sorted[offsets[j] .. offsets[j + 1])` are the pairs of the j-th
 // active expert `active[j]`, `*n_active` of them. Grid: (ceil(n / 16), max active experts); CTA
-// (b, j) runs rows 16b .. 16b + 15 of expert active[j] on its pairs, 8 at a time (the weights are
-// re-read from L2 for each further 8). Expert e's weights start at wptr[e] (N x K, as gemv_*), its
-// FP8 row scales at sptr[e]. x row of a pair p: p / x_div (x_div = top-k: the token's row of the
-// normed hidden states, for gate_up; 1: the pair's own row, for down); y row: p.
+// (b, j) runs rows 16b .. 16b + 15 of expert active[j] on its pairs: all of them in one pass of
+// one token tile when they are at most 8, else 8 * MOE_NT at a time (MOE_NT tiles per pass, each
+// weight vector feeding them all: an expert with up to 32 pairs streams its weights once). Expert
+// e's weights start at wptr[e] (N x K, as gemv_*), its FP8 row scales at sptr[e]. x row of a pair
+// p: p / x_div (x_div = top-k: the token's row of the normed hidden states, for gate_up; 1: the
+// pair's own row, for down); y row: p.
+#define MOE_NT 4
+template <bool FP8, int W, int U>
+__device__ __forceinline__ void moe_gemv_expert(const uint4* __restrict__ w, const float* __restrict__ ws,
+                                                const uint4* __restrict__ x, const float* __restrict__ xs, int x_div,
+                                                const int* __restrict__ sorted, int r0, int r1,
+                                                uint16_t* __restrict__ y, int n, int k) {
+  if (r1 - r0 <= 8) {
+    gv_body<FP8, false, W, U, true, 1>(w, x, ws, 1, xs, 1, y, r1 - r0, n, k, sorted + r0, x_div);
+    return;
+  }
+  for (int r = r0; r < r1; r += 8 * MOE_NT) {
+    __syncthreads();
+    gv_body<FP8, false, W, U, true, MOE_NT>(w, x, ws, 1, xs, 1, y, min(8 * MOE_NT, r1 - r), n, k, sorted + r, x_div);
+  }
+}
+
 #define MOE_GEMV_VARIANT(W, U)                                                                                     \
   extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv_bf16_w##W##_u##U(                                \
       const uint64_t* __restrict__ wptr, const uint4* __restrict__ x, int x_div, const int* __restrict__ sorted,  \
@@ -164,12 +203,8 @@ GEMV_VARIANT(8, 4)
       uint16_t* __restrict__ y, int n, int k) {                                                                   \
     const int j = blockIdx.y;                                                                                     \
     if (j >= *n_active) return;                                                                                   \
-    const uint4* w = reinterpret_cast<const uint4*>(wptr[active[j]]);                                             \
-    const int r1 = offsets[j + 1];                                                                                \
-    for (int r = offsets[j]; r < r1; r += 8) {                                                                    \
-      __syncthreads();                                                                                            \
-      gv_body<false, false, W, U, true>(w, x, nullptr, 0, nullptr, 0, y, min(8, r1 - r), n, k, sorted + r, x_div); \
-    }                                                                                                             \
+    moe_gemv_expert<false, W, U>(reinterpret_cast<const uint4*>(wptr[active[j]]), nullptr, x, nullptr, x_div,     \
+                                 sorted, offsets[j], offsets[j + 1], y, n, k);                                    \
   }                                                                                                               \
   extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv_fp8_w##W##_u##U(                                 \
       const uint64_t* __restrict__ wptr, const uint64_t* __restrict__ sptr, const uint4* __restrict__ x,          \
@@ -178,13 +213,8 @@ GEMV_VARIANT(8, 4)
     const int j = blockIdx.y;                                                                                     \
     if (j >= *n_active) return;                                                                                   \
     const int e = active[j];                                                                                      \
-    const uint4* w = reinterpret_cast<const uint4*>(wptr[e]);                                                     \
-    const float* ws = reinterpret_cast<const float*>(sptr[e]);                                                    \
-    const int r1 = offsets[j + 1];                                                                                \
-    for (int r = offsets[j]; r < r1; r += 8) {                                                                    \
-      __syncthreads();                                                                                            \
-      gv_body<true, false, W, U, true>(w, x, ws, 1, xs, 1, y, min(8, r1 - r), n, k, sorted + r, x_div);           \
-    }                                                                                                             \
+    moe_gemv_expert<true, W, U>(reinterpret_cast<const uint4*>(wptr[e]), reinterpret_cast<const float*>(sptr[e]), \
+                                x, xs, x_div, sorted, offsets[j], offsets[j + 1], y, n, k);                       \
   }
 
 MOE_GEMV_VARIANT(4, 4)

@@ -361,11 +361,36 @@ W4A16_KERNEL(8, 8, 2)
 W4A16_KERNEL(8, 8, 4)
 
 // Grouped expert GEMM (mixtures of experts, src/gemm/moe.rs; the routed pairs grouped by expert as
-// kernels/gemv.cu's moe_gemv_* take them): CTA (b, 0, j) runs strips b*WN .. of expert active[j]
-// on its pairs, 8 at a time, its WARPS warps splitting K (the _ks body, no cross-CTA reduction).
-// Expert e: codes at wqp[e], scales at scp[e], epilogue factor out_scales[e].
-#define W4A16_MOE_KERNEL(WARPS, WN)                                                                          \
-  extern "C" __global__ void __launch_bounds__(WARPS * 32) w4a16_moe_w##WARPS##_n##WN(                       \
+// kernels/gemv.cu's moe_gemv_* take them). Expert e: codes at wqp[e], scales at scp[e], epilogue
+// factor out_scales[e]. An expert's pairs run in one pass of one token tile when they are at most
+// 8, else 8 * MOE_W4_NT at a time (each dequantized weight fragment feeds MOE_W4_NT tiles, so an
+// expert with up to 32 pairs streams its weights once).
+//   w4a16_moe_w{W}_n{WN}:    CTA (b, 0, j) runs strips b*WN .. of expert active[j], its W warps
+//                            splitting K (the _ks body, no cross-CTA reduction): for large K;
+//   w4a16_moe_ns_w{W}_n{WN}: CTA (b, 0, j) runs strips (b*W + warp)*WN .. , one warp per WN
+//                            strips over all of K: for small K (a K split would leave each warp
+//                            one k-tile pair and the CTA's fixed cost over a few KiB of weights).
+#define MOE_W4_NT 4
+template <int WARPS, int WN, bool KS>
+__device__ __forceinline__ void w4a16_moe_expert(const uint4* __restrict__ wq, const uint32_t* __restrict__ sc,
+                                                 float os, const __nv_bfloat16* __restrict__ act, int x_div,
+                                                 const int* __restrict__ sorted, int r0, int r1,
+                                                 __nv_bfloat16* __restrict__ out, int n, int k, int strips,
+                                                 int kt_n) {
+  if (r1 - r0 <= 8) {
+    w4a16_body<1, WARPS, WN, KS, true>(wq, sc, act, out, nullptr, nullptr, r1 - r0, n, k, strips, kt_n, 1, kt_n >> 1,
+                                       os, sorted + r0, x_div);
+    return;
+  }
+  for (int r = r0; r < r1; r += 8 * MOE_W4_NT) {
+    __syncthreads();
+    w4a16_body<MOE_W4_NT, WARPS, WN, KS, true>(wq, sc, act, out, nullptr, nullptr, min(8 * MOE_W4_NT, r1 - r), n, k,
+                                               strips, kt_n, 1, kt_n >> 1, os, sorted + r, x_div);
+  }
+}
+
+#define W4A16_MOE_KERNEL(NAME, WARPS, WN, KS)                                                                \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32) NAME(                                             \
       const uint64_t* __restrict__ wqp, const uint64_t* __restrict__ scp, const float* __restrict__ out_scales, \
       const __nv_bfloat16* __restrict__ act, int x_div, const int* __restrict__ sorted,                     \
       const int* __restrict__ active, const int* __restrict__ offsets, const int* __restrict__ n_active,     \
@@ -373,19 +398,15 @@ W4A16_KERNEL(8, 8, 4)
     const int j = blockIdx.z;                                                                                \
     if (j >= *n_active) return;                                                                              \
     const int e = active[j];                                                                                 \
-    const uint4* wq = reinterpret_cast<const uint4*>(wqp[e]);                                                \
-    const uint32_t* sc = reinterpret_cast<const uint32_t*>(scp[e]);                                          \
-    const float os = out_scales[e];                                                                          \
-    const int r1 = offsets[j + 1];                                                                           \
-    for (int r = offsets[j]; r < r1; r += 8) {                                                               \
-      __syncthreads();                                                                                       \
-      w4a16_body<1, WARPS, WN, true, true>(wq, sc, act, out, nullptr, nullptr, min(8, r1 - r), n, k, strips, \
-                                           kt_n, 1, kt_n >> 1, os, sorted + r, x_div);                      \
-    }                                                                                                        \
+    w4a16_moe_expert<WARPS, WN, KS>(reinterpret_cast<const uint4*>(wqp[e]),                                  \
+                                    reinterpret_cast<const uint32_t*>(scp[e]), out_scales[e], act, x_div,    \
+                                    sorted, offsets[j], offsets[j + 1], out, n, k, strips, kt_n);            \
   }
 
-W4A16_MOE_KERNEL(4, 1)
-W4A16_MOE_KERNEL(8, 1)
+W4A16_MOE_KERNEL(w4a16_moe_w4_n1, 4, 1, true)
+W4A16_MOE_KERNEL(w4a16_moe_w8_n1, 8, 1, true)
+W4A16_MOE_KERNEL(w4a16_moe_ns_w4_n1, 4, 1, false)
+W4A16_MOE_KERNEL(w4a16_moe_ns_w4_n2, 4, 2, false)
 
 // Large M: W'[N, K] = value * scale * 2^-7 (BF16, exact). One warp per (strip, k tile): it
 // dequantizes the 16 x 64 tile into shared memory, then writes each row as 128 contiguous bytes.

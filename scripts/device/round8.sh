@@ -8,6 +8,8 @@
 #     moeref: `devcheck --only reference` on the tiny MoE checkpoints saved by transformers 5.24
 #             (Qwen3.5-MoE and Qwen3-MoE, tests/fixtures/real/models/) and, as a regression, the
 #             dense and hybrid ones: the CUDA backend must reproduce transformers' greedy tokens;
+#     hybrid: `devcheck --only hybrid`: the hybrids' parity with flash-decoding attention (on by
+#             default since this round) and with the CUDA-core kernel, to read each against;
 #     peer:   scripts/device/moe_peer.py: PyTorch's loop of matmuls and torch._grouped_mm on the
 #             same [moe] cases (BF16, graph timing as rigbench's);
 #     moe35:  `report --no-kernels --peers off --model synthetic:qwen3.6-35b-a3b` (BF16, FP8,
@@ -44,6 +46,10 @@ for p in ${PARTS:-moeref moe35}; do
       timeout -k 5 "$l" "$BIN" devcheck --only moe,moe-gemm --preset none > "$OUT/moe.log" 2>&1
       echo "== moe devcheck: exit $? at $(el)" >> "$S"
       grep -E "^(PASS|FAIL|SKIP)|rror" "$OUT/moe.log" | cut -c1-230 | head -40 >> "$S" ;;
+    hybrid)
+      timeout -k 5 "$l" "$BIN" devcheck --only hybrid --preset none > "$OUT/hybrid.log" 2>&1
+      echo "== hybrid devcheck (flash decode attention by default, CUDA-core rows to read it against): exit $? at $(el)" >> "$S"
+      grep -E "^(PASS|FAIL|SKIP)|rror" "$OUT/hybrid.log" | cut -c1-260 | head -40 >> "$S" ;;
     peer)
       PYTHONUNBUFFERED=1 timeout -k 5 "$l" python3 scripts/device/moe_peer.py > "$OUT/peer.txt" 2>&1
       echo "== moe peer: exit $? at $(el)" >> "$S"

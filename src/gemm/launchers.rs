@@ -31,9 +31,10 @@ pub mod w4a16 {
         /// The W4A16 GEMM `w4a16_nt{NT}_w{WARPS}_n{WN}[_ks]` (M×K BF16 activations, N×K
         /// packed E2M1 weights with E4M3 block scales, M×N BF16 out).
         pub fn gemm = family "w4a16_nt*_w*_n*"(wq: DevPtr<U32x4>, sc: DevPtr<u32>, act: DevPtr<Bf16>, out: DevPtr<Bf16>, ws: DevPtr<f32>, counters: DevPtr<u32>, m: i32, n: i32, k: i32, strips: i32, kt_n: i32, splits: i32, pairs_per_split: i32, out_scale: f32);
-        /// The grouped expert W4A16 GEMM `w4a16_moe_w{WARPS}_n1` (`src/gemm/moe.rs`): per-expert
-        /// code / scale addresses and epilogue factors, the routed pairs grouped by expert.
-        pub fn moe = family "w4a16_moe_w*_n*"(wqp: DevPtr<u64>, scp: DevPtr<u64>, out_scales: DevPtr<f32>, act: DevPtr<Bf16>, x_div: i32, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, out: DevPtr<Bf16>, n: i32, k: i32, strips: i32, kt_n: i32);
+        /// The grouped expert W4A16 GEMM `w4a16_moe[_ns]_w{WARPS}_n{WN}` (`src/gemm/moe.rs`,
+        /// [`crate::gemm::w4a16::GroupedW4`]): per-expert code / scale addresses and epilogue
+        /// factors, the routed pairs grouped by expert.
+        pub fn moe = family "w4a16_moe_*_n*"(wqp: DevPtr<u64>, scp: DevPtr<u64>, out_scales: DevPtr<f32>, act: DevPtr<Bf16>, x_div: i32, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, out: DevPtr<Bf16>, n: i32, k: i32, strips: i32, kt_n: i32);
         /// Dequantize the packed N×K weights to BF16.
         pub fn w4a16_dequant_bf16 = "w4a16_dequant_bf16"(wq: DevPtr<U32x4>, sc: DevPtr<u32>, wout: DevPtr<Bf16>, n: i32, k: i32, strips: i32, kt_n: i32);
     }

@@ -14,8 +14,9 @@
 //!    `p` of every active expert `e`, with `row(p) = p / x_div` (`x_div = k`: gate_up on the
 //!    token's normed hidden state; `1`: down on the pair's own activation). BF16 and FP8 E4M3
 //!    weights run `kernels/gemv.cu`'s `moe_gemv_*`, NVFP4 (W4A16) `kernels/w4a16.cu`'s
-//!    `w4a16_moe_*`: the small-M kernels of the dense path with a gather, 8 pairs of one expert
-//!    per pass, so each touched expert's weights stream from HBM once per 8 pairs;
+//!    `w4a16_moe_*`: the small-M kernels of the dense path with a gather, an expert's pairs in
+//!    one pass of 8 when they are at most 8, else [`PAIRS_PER_WIDE_PASS`] per pass, so each
+//!    touched expert's weights stream from HBM once per 32 pairs;
 //! 5. [`launch_combine`] (`moe_combine`): each token's k outputs scaled by their weights, summed
 //!    in ascending expert order (as transformers' expert loop accumulates), plus the shared
 //!    expert scaled by `sigmoid(gate)`, rounded once to BF16.
@@ -43,16 +44,17 @@ pub const MAX_TOP_K: usize = 16;
 /// two kernels (`moe_route` over many CTAs, then `moe_sort`).
 pub const FUSED_MAX_TOKENS: usize = 64;
 
-/// Pairs one pass of a grouped GEMM takes (the mma's N = 8).
+/// Pairs one pass of a grouped GEMM takes for an expert with at most this many (the mma's
+/// N = 8).
 pub const PAIRS_PER_PASS: usize = 8;
+
+/// Pairs one pass takes for an expert with more than [`PAIRS_PER_PASS`] (4 token tiles of 8
+/// per loaded weight fragment: `MOE_NT` in kernels/gemv.cu, `MOE_W4_NT` in kernels/w4a16.cu).
+pub const PAIRS_PER_WIDE_PASS: usize = 32;
 
 /// The grouped BF16 / FP8 GEMV configuration: warps per CTA (they split K) and steps loaded
 /// ahead (`moe_gemv_{bf16,fp8}_w{W}_u{U}`, one of [`super::gemv::GROUPED_VARIANTS`]).
 pub const GEMV_CONFIG: (u32, u32) = super::gemv::GROUPED_VARIANTS[0];
-
-/// Warps per CTA of the grouped W4A16 GEMM (`w4a16_moe_w{W}_n1`, one of
-/// [`super::w4a16::GROUPED_WARPS`]), one 16-row strip per CTA.
-pub const W4_WARPS: u32 = super::w4a16::GROUPED_WARPS[0];
 
 /// The kernels of `kernels/moe.cu`.
 pub fn kernel_names() -> Vec<String> {
@@ -534,12 +536,20 @@ pub fn launch_grouped(
             let m = w4.ok_or_else(|| {
                 anyhow::anyhow!("kernels/w4a16.cu is not built: the grouped W4A16 GEMM needs it")
             })?;
+            let kernel = super::w4a16::grouped_for(kt_n);
             super::launchers::w4a16::moe(
                 m,
                 gpu,
-                &format!("w4a16_moe_w{W4_WARPS}_n1"),
-                (dim("strips", strips)?, 1, cols),
-                (32 * W4_WARPS, 1, 1),
+                &kernel.name(),
+                (
+                    dim(
+                        "strips per CTA",
+                        strips.div_ceil(kernel.strips_per_cta() as usize),
+                    )?,
+                    1,
+                    cols,
+                ),
+                (32 * kernel.warps, 1, 1),
                 0,
                 DevPtr::<u64>::at(wq),
                 DevPtr::<u64>::at(sc),
@@ -627,6 +637,31 @@ mod tests {
         assert_eq!(max_active(256, 8, 1), 8);
         assert_eq!(max_active(256, 8, 32), 256);
         assert_eq!(max_active(8, 2, 0), 1);
+    }
+
+    #[test]
+    fn wide_passes_match_the_kernels_tiles() {
+        let tiles = PAIRS_PER_WIDE_PASS / PAIRS_PER_PASS;
+        assert!(super::super::gemv::SRC.contains(&format!("#define MOE_NT {tiles}\n")));
+        assert!(super::super::w4a16::SRC.contains(&format!("#define MOE_W4_NT {tiles}\n")));
+    }
+
+    #[test]
+    fn grouped_w4_kernel_follows_k() {
+        use super::super::w4a16::{grouped_for, grouped_kernel_names, GROUPED_VARIANTS};
+        // The 35B's down projection (K = 512: 8 k-tiles) runs a warp per strip, its gate_up
+        // (K = 2,048: 32 k-tiles) splits K over 4 warps.
+        let down = grouped_for(8);
+        assert!(!down.k_split);
+        assert_eq!(down.name(), "w4a16_moe_ns_w4_n1");
+        assert_eq!(down.strips_per_cta(), 4);
+        let gate_up = grouped_for(32);
+        assert!(gate_up.k_split);
+        assert_eq!(gate_up.strips_per_cta(), 1);
+        assert_eq!(grouped_kernel_names().len(), GROUPED_VARIANTS.len());
+        for k in grouped_kernel_names() {
+            assert!(super::super::w4a16::SRC.contains(&format!("({k}, ")), "{k}");
+        }
     }
 
     #[test]

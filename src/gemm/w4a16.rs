@@ -119,14 +119,81 @@ pub fn kernel_names() -> Vec<String> {
     v
 }
 
-/// The grouped expert W4A16 GEMMs of the same source (`w4a16_moe_w{W}_n1`, stamped by
-/// `W4A16_MOE_KERNEL(W, 1)`), which [`crate::gemm::moe`] launches.
+/// The grouped expert W4A16 GEMMs of the same source (`w4a16_moe[_ns]_w{W}_n{WN}`, stamped by
+/// `W4A16_MOE_KERNEL`), which [`crate::gemm::moe`] launches.
 pub fn grouped_kernel_names() -> Vec<String> {
-    GROUPED_WARPS.map(|w| format!("w4a16_moe_w{w}_n1")).to_vec()
+    GROUPED_VARIANTS.iter().map(GroupedW4::name).collect()
 }
 
-/// The warp counts `W4A16_MOE_KERNEL` stamps out.
-pub const GROUPED_WARPS: [u32; 2] = [4, 8];
+/// One grouped expert W4A16 kernel of `kernels/w4a16.cu` (`w4a16_moe_expert`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupedW4 {
+    /// Warps per CTA.
+    pub warps: u32,
+    /// 16-row strips per CTA (K split: its warps share them) or per warp (no split).
+    pub wn: u32,
+    /// The CTA's warps split K (`w4a16_moe_w*`); otherwise each warp runs its own strips over
+    /// all of K (`w4a16_moe_ns_w*`).
+    pub k_split: bool,
+}
+
+impl GroupedW4 {
+    /// The kernel's name.
+    pub fn name(&self) -> String {
+        format!(
+            "w4a16_moe{}_w{}_n{}",
+            if self.k_split { "" } else { "_ns" },
+            self.warps,
+            self.wn
+        )
+    }
+
+    /// 16-row strips one CTA covers (the grid's x is `ceil(strips / this)`).
+    pub fn strips_per_cta(&self) -> u32 {
+        if self.k_split {
+            self.wn
+        } else {
+            self.warps * self.wn
+        }
+    }
+}
+
+/// The grouped kernels `W4A16_MOE_KERNEL` stamps out.
+pub const GROUPED_VARIANTS: [GroupedW4; 4] = [
+    GroupedW4 {
+        warps: 4,
+        wn: 1,
+        k_split: true,
+    },
+    GroupedW4 {
+        warps: 8,
+        wn: 1,
+        k_split: true,
+    },
+    GroupedW4 {
+        warps: 4,
+        wn: 1,
+        k_split: false,
+    },
+    GroupedW4 {
+        warps: 4,
+        wn: 2,
+        k_split: false,
+    },
+];
+
+/// The grouped kernel for experts of `kt_n` 64-wide k-tiles: the K split (4 warps) while each
+/// warp keeps at least two k-tile pairs (`kt_n ≥ 16`, K ≥ 1,024: the gate_up of every MoE we
+/// run), else one warp per strip over all of K (the down projection at K = 512–768, where a
+/// split left each warp one pair and a CTA's fixed cost over 4 KiB of codes: 3–4× the byte
+/// floor on the H100, `reports/nvidia-h100-80gb-hbm3-sm90/20261207T193800Z-round8-moe/`).
+pub fn grouped_for(kt_n: usize) -> GroupedW4 {
+    if kt_n >= 16 {
+        GROUPED_VARIANTS[0]
+    } else {
+        GROUPED_VARIANTS[2]
+    }
+}
 
 fn fused_name(nt: usize, warps: usize, wn: usize, ks: bool) -> String {
     format!("w4a16_nt{nt}_w{warps}_n{wn}{}", if ks { "_ks" } else { "" })
@@ -760,11 +827,15 @@ mod tests {
                     .collect();
                 let inst = format!("{mac}({}, {}, {})", parts[0], parts[1], parts[2]);
                 assert!(src.contains(&inst), "{inst} missing from w4a16.cu");
-            } else if let Some(w) = name
-                .strip_prefix("w4a16_moe_w")
-                .and_then(|r| r.strip_suffix("_n1"))
-            {
-                let inst = format!("W4A16_MOE_KERNEL({w}, 1)");
+            } else if name.starts_with("w4a16_moe") {
+                let g = GROUPED_VARIANTS
+                    .iter()
+                    .find(|g| g.name() == name)
+                    .expect("a grouped kernel name is one of GROUPED_VARIANTS");
+                let inst = format!(
+                    "W4A16_MOE_KERNEL({name}, {}, {}, {})",
+                    g.warps, g.wn, g.k_split
+                );
                 assert!(src.contains(&inst), "{inst} missing from w4a16.cu");
             } else {
                 assert!(src.contains(&name), "{name} missing");

@@ -289,7 +289,7 @@ impl CudaBackend {
             ));
         }
         if self.config.is_hybrid() && !self.opts.flash_decode_hybrid {
-            // Not yet checked on a hybrid by whole-model parity (CudaOptions::flash_decode_hybrid).
+            // CudaOptions::flash_decode_hybrid off: the hybrids keep their CUDA-core kernels.
             self.opts.flash_decode = false;
         }
         self.prepare_flash_decode();
