@@ -6,6 +6,12 @@
 //                order (descending; equal values: lower expert first; NaN above every number),
 //                renormalised to sum to 1 when `renorm`. Writes ids [t, k] and weights [t, k].
 //                One warp per token; E <= 32 * MOE_MAX_PER_LANE.
+//                shared = 1 (the shared expert routed as expert E, src/gemm/moe.rs RouteSpec):
+//                the logits rows are [t, E + 1], column E the shared expert's gate logit (the
+//                router GEMM carries its row); each token gets a (k+1)-th pair, expert E with
+//                weight sigmoid(logit E) = 1 / (1 + exp(-g)), so ids and weights are [t, k + 1]
+//                and the sort and combine below take it as any expert (last in ascending order,
+//                where the shared expert's term came before).
 //   moe_sort:    the t * k routed (token, choice) pairs p = token * k + choice grouped by expert,
 //                ascending expert and, within an expert, ascending p: sorted[P], the active
 //                (routed-to) experts in ascending order active[j], offsets[j] .. offsets[j + 1]
@@ -36,7 +42,8 @@ __device__ __forceinline__ bool moe_better(float a, int ia, float b, int ib) {
 // One token's routing by one warp (lane = threadIdx.x & 31): softmax of `row` (E BF16 logits),
 // top-k in torch.topk's order, renormalised when `renorm`; lanes < k write ids / wts.
 __device__ __forceinline__ void moe_route_token(const uint16_t* __restrict__ row, int e, int k, int renorm,
-                                                int lane, int* __restrict__ ids, float* __restrict__ wts) {
+                                                int shared, int lane, int* __restrict__ ids,
+                                                float* __restrict__ wts) {
   float v[MOE_MAX_PER_LANE];
   float mx = -INFINITY;
 #pragma unroll
@@ -93,14 +100,19 @@ __device__ __forceinline__ void moe_route_token(const uint16_t* __restrict__ row
     ids[lane] = my_id;
     wts[lane] = (renorm && wsum > 0.f) ? mine / wsum : mine;
   }
+  if (shared && lane == k) {
+    ids[k] = e;
+    wts[k] = 1.f / (1.f + expf(-bf2f(row[e])));
+  }
 }
 
 extern "C" __global__ void moe_route(const uint16_t* __restrict__ logits, int t, int e, int k, int renorm,
-                                     int* __restrict__ ids, float* __restrict__ wts) {
+                                     int shared, int* __restrict__ ids, float* __restrict__ wts) {
   const int tok = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (tok >= t) return;
-  moe_route_token(logits + (size_t)tok * e, e, k, renorm, threadIdx.x & 31, ids + (size_t)tok * k,
-                  wts + (size_t)tok * k);
+  const int kk = k + shared;
+  moe_route_token(logits + (size_t)tok * (e + shared), e, k, renorm, shared, threadIdx.x & 31,
+                  ids + (size_t)tok * kk, wts + (size_t)tok * kk);
 }
 
 extern "C" __global__ void moe_sort(const int* __restrict__ ids, int pairs, int e, int* __restrict__ sorted,
@@ -211,20 +223,24 @@ extern "C" __global__ void moe_gemv_any(const uint64_t* __restrict__ wptr, const
 // moe_route and moe_sort in one CTA, for decode-sized batches (the host takes it up to
 // gemm::moe::FUSED_MAX_TOKENS tokens): the warps route the tokens, then thread x counts expert
 // x's pairs, a block-wide scan gives each expert its start and each active expert its slot, and
-// thread x writes its pairs in ascending order. Same outputs as the two kernels. blockDim: E
-// rounded up to 32, at least 256, at most 1024; 64 ints of dynamic shared memory.
+// thread x writes its pairs in ascending order. Same outputs as the two kernels (shared as for
+// moe_route: E + 1 experts to group). blockDim: E + shared rounded up to 32, at least 256, at
+// most 1024; 64 ints of dynamic shared memory.
 extern "C" __global__ void moe_route_sort(const uint16_t* __restrict__ logits, int t, int e, int k, int renorm,
-                                          int* __restrict__ ids, float* __restrict__ wts, int* __restrict__ sorted,
-                                          int* __restrict__ active, int* __restrict__ offsets,
-                                          int* __restrict__ n_active, int* __restrict__ n_active_log) {
+                                          int shared, int* __restrict__ ids, float* __restrict__ wts,
+                                          int* __restrict__ sorted, int* __restrict__ active,
+                                          int* __restrict__ offsets, int* __restrict__ n_active,
+                                          int* __restrict__ n_active_log) {
   extern __shared__ int sm[];
   const int nt = blockDim.x, x = threadIdx.x, lane = x & 31, warp = x >> 5, warps = nt >> 5;
+  const int kk = k + shared;
   for (int tok = warp; tok < t; tok += warps)
-    moe_route_token(logits + (size_t)tok * e, e, k, renorm, lane, ids + (size_t)tok * k, wts + (size_t)tok * k);
+    moe_route_token(logits + (size_t)tok * (e + shared), e, k, renorm, shared, lane, ids + (size_t)tok * kk,
+                    wts + (size_t)tok * kk);
   __syncthreads();
-  const int pairs = t * k;
+  const int pairs = t * kk;
   int c = 0;
-  if (x < e)
+  if (x < e + shared)
     for (int p = 0; p < pairs; ++p) c += (ids[p] == x);
   // Inclusive block scans of the count and of the active flag, packed in one int each pass:
   // warp shuffles, then the warp totals in shared memory.

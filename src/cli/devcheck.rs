@@ -678,14 +678,39 @@ fn moe_parity(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
     use anyhow::Context;
     let mut failed = false;
     let c = ModelConfig::preset("tiny-moe").context("the tiny-moe preset")?;
-    let w = crate::runtime::weights::synthesize(&c, 0);
+    // tiny-moe's shared expert (48 wide) differs from its routed experts (32): it runs as a
+    // separate dense MLP. The same model with a 32-wide shared expert runs it as expert E of
+    // the grouped GEMMs (CudaOptions::fuse_shared_expert, the 35B's case).
+    let mut fusable = c.clone();
+    if let Some(m) = fusable.moe.as_mut() {
+        m.shared_expert_intermediate_size = m.expert_intermediate_size;
+    }
+    for (name, c) in [
+        ("tiny-moe", &c),
+        ("tiny-moe (shared expert fused)", &fusable),
+    ] {
+        failed |= moe_parity_of(a, name, c, out)?;
+    }
+    Ok(failed)
+}
+
+/// [`moe_parity`] for one model: routing and greedy parity per format. Returns whether any
+/// check failed.
+fn moe_parity_of(
+    a: &DevcheckArgs,
+    name: &str,
+    c: &ModelConfig,
+    out: &mut impl Write,
+) -> anyhow::Result<bool> {
+    let mut failed = false;
+    let w = crate::runtime::weights::synthesize(c, 0);
     for fmt in [WeightFormat::Bf16, WeightFormat::Fp8, WeightFormat::Nvfp4] {
         match crate::runtime_eval::cuda_check::routing_parity(a.device, &w, fmt, 512) {
             Ok(p) => {
                 failed |= !p.pass();
                 writeln!(
                     out,
-                    "{} routing tiny-moe {} (512-token prefill, CPU vs GPU): {} of {} routes the same experts, {} differ at a near-tie (< {}), {} downstream of an earlier flip, {} beyond{}",
+                    "{} routing {name} {} (512-token prefill, CPU vs GPU): {} of {} routes the same experts, {} differ at a near-tie (< {}), {} downstream of an earlier flip, {} beyond{}",
                     if p.pass() { "PASS" } else { "FAIL" },
                     fmt.id(),
                     p.equal,
@@ -703,7 +728,7 @@ fn moe_parity(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
             }
             Err(e) => {
                 failed = true;
-                writeln!(out, "FAIL routing tiny-moe {}: {e:#}", fmt.id())?;
+                writeln!(out, "FAIL routing {name} {}: {e:#}", fmt.id())?;
             }
         }
         match crate::runtime_eval::cuda_check::greedy_parity(
@@ -722,7 +747,7 @@ fn moe_parity(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
                 failed |= !p.pass();
                 writeln!(
                     out,
-                    "{} parity tiny-moe {}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e} (tolerance {:?})",
+                    "{} parity {name} {}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e} (tolerance {:?})",
                     if p.pass() { "PASS" } else { "FAIL" },
                     fmt.id(),
                     p.top1_equal,
@@ -736,7 +761,7 @@ fn moe_parity(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
             }
             Err(e) => {
                 failed = true;
-                writeln!(out, "FAIL parity tiny-moe {}: {e:#}", fmt.id())?;
+                writeln!(out, "FAIL parity {name} {}: {e:#}", fmt.id())?;
             }
         }
     }

@@ -96,11 +96,11 @@ pub mod moe {
     crate::kernel_launchers! {
         source "moe";
         /// Softmax and top-k of `t` BF16 logit rows of `e` experts into `ids` / `wts` `[t, k]`.
-        pub fn moe_route = "moe_route"(logits: DevPtr<u16>, t: i32, e: i32, k: i32, renorm: i32, ids: DevPtr<i32>, wts: DevPtr<f32>);
+        pub fn moe_route = "moe_route"(logits: DevPtr<u16>, t: i32, e: i32, k: i32, renorm: i32, shared: i32, ids: DevPtr<i32>, wts: DevPtr<f32>);
         /// The `pairs` routed pairs grouped by expert (`n_active_log`: 0 or a slot for the count).
         pub fn moe_sort = "moe_sort"(ids: DevPtr<i32>, pairs: i32, e: i32, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, n_active_log: DevPtr<i32>);
         /// `moe_route` and `moe_sort` in one CTA (decode-sized batches).
-        pub fn moe_route_sort = "moe_route_sort"(logits: DevPtr<u16>, t: i32, e: i32, k: i32, renorm: i32, ids: DevPtr<i32>, wts: DevPtr<f32>, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, n_active_log: DevPtr<i32>);
+        pub fn moe_route_sort = "moe_route_sort"(logits: DevPtr<u16>, t: i32, e: i32, k: i32, renorm: i32, shared: i32, ids: DevPtr<i32>, wts: DevPtr<f32>, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, n_active_log: DevPtr<i32>);
         /// The grouped expert GEMV for any K (BF16, or FP8 with `fp8` = 1), one warp per row.
         pub fn moe_gemv_any = "moe_gemv_any"(wptr: DevPtr<u64>, sptr: DevPtr<u64>, fp8: i32, x: DevPtr<Void>, xs: DevPtr<f32>, x_div: i32, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, y: DevPtr<u16>, n: i32, k: i32);
         /// Weighted sum of each token's expert outputs plus the gated shared expert.

@@ -5,7 +5,11 @@
 //! `p = token·k + choice`):
 //! 1. the router GEMM (a BF16 linear, outside this module) writes logits `[t, E]` in BF16;
 //! 2. [`launch_route`] (`kernels/moe.cu` `moe_route`): softmax in FP32, top-k in `torch.topk`'s
-//!    order, renormalised when asked: `ids [P]`, `weights [P]`;
+//!    order, renormalised when asked: `ids [P]`, `weights [P]`. With [`RouteSpec::shared`] the
+//!    shared expert is routed too, as expert `E` of every token with weight `sigmoid(gate)`
+//!    (the router GEMM carries the gate's row: logits `[t, E + 1]`; `P = t·(k + 1)`), so the
+//!    grouped GEMMs and the combine below run it with the routed experts, three launches fewer
+//!    per layer (the same fusion as SGLang's shared-experts fusion);
 //! 3. [`launch_sort`] (`moe_sort`): the pairs grouped by expert ([`group_by_expert`] is its CPU
 //!    reference): `sorted [P]`, the active experts `active [j]` with their ranges `offsets`,
 //!    and their count on the device (nothing returns to the host: a decode step with its
@@ -67,6 +71,55 @@ pub fn kernel_names() -> Vec<String> {
     ]
     .map(String::from)
     .to_vec()
+}
+
+/// One sparse layer's routing: `experts` routed experts, `top_k` per token, renormalised or not,
+/// and whether the shared expert routes as expert `experts` of every token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteSpec {
+    /// Routed experts `E`.
+    pub experts: usize,
+    /// Routed experts per token `k`.
+    pub top_k: usize,
+    /// Renormalise the k weights to sum to 1 (`norm_topk_prob`).
+    pub renormalize: bool,
+    /// The shared expert is expert `E` of the grouped GEMMs: the router's logit rows are
+    /// `E + 1` wide (column `E` its gate logit), each token has `k + 1` pairs, the last with
+    /// weight `sigmoid(gate)`.
+    pub shared: bool,
+}
+
+impl RouteSpec {
+    /// Pairs per token: `k`, or `k + 1` with the shared expert.
+    pub fn pairs_per_token(&self) -> usize {
+        self.top_k + usize::from(self.shared)
+    }
+
+    /// Experts of the grouped GEMMs' tables and of the sort: `E`, or `E + 1`.
+    pub fn table_experts(&self) -> usize {
+        self.experts + usize::from(self.shared)
+    }
+
+    /// CTA columns of a grouped GEMM over `tokens` tokens ([`max_active`] of the tables).
+    pub fn max_active(&self, tokens: usize) -> usize {
+        max_active(self.table_experts(), self.pairs_per_token(), tokens)
+    }
+
+    /// Why the GPU routing cannot run this, or `None` ([`unsupported`], and with the shared
+    /// expert one more expert and one more pair per token).
+    pub fn unsupported(&self) -> Option<String> {
+        if let Some(why) = unsupported(self.experts, self.top_k) {
+            return Some(why);
+        }
+        if self.shared && (self.table_experts() > MAX_EXPERTS || self.pairs_per_token() > MAX_TOP_K)
+        {
+            return Some(format!(
+                "top-{} of {} experts plus the shared expert: the GPU router takes at most {MAX_EXPERTS} experts and {MAX_TOP_K} pairs per token with it",
+                self.top_k, self.experts
+            ));
+        }
+        None
+    }
 }
 
 /// Why the GPU routing cannot run `experts` experts with top-`top_k`, or `None`.
@@ -252,19 +305,16 @@ pub struct Routing {
 /// `moe_route`: `logits` BF16 `[t, E]` → `r.ids`, `r.weights` `[t, k]`.
 ///
 /// # Errors
-/// [`unsupported`] routing, or a launch failure.
-#[allow(clippy::too_many_arguments)]
+/// [`RouteSpec::unsupported`] routing, or a launch failure.
 pub fn launch_route(
     gpu: &Gpu,
     module: &Module,
     logits: u64,
     t: usize,
-    experts: usize,
-    top_k: usize,
-    renormalize: bool,
+    spec: &RouteSpec,
     r: &Routing,
 ) -> anyhow::Result<()> {
-    if let Some(why) = unsupported(experts, top_k) {
+    if let Some(why) = spec.unsupported() {
         anyhow::bail!("{why}");
     }
     const WARPS: usize = 4;
@@ -276,9 +326,10 @@ pub fn launch_route(
         0,
         DevPtr::<u16>::at(logits),
         t as i32,
-        experts as i32,
-        top_k as i32,
-        i32::from(renormalize),
+        spec.experts as i32,
+        spec.top_k as i32,
+        i32::from(spec.renormalize),
+        i32::from(spec.shared),
         DevPtr::<i32>::at(r.ids),
         DevPtr::<f32>::at(r.weights),
     )?;
@@ -321,37 +372,46 @@ pub fn launch_sort(
 /// then [`launch_sort`]; `log` as for [`launch_sort`].
 ///
 /// # Errors
-/// [`unsupported`] routing, or a launch failure.
-#[allow(clippy::too_many_arguments)]
+/// [`RouteSpec::unsupported`] routing, or a launch failure.
 pub fn launch_routing(
     gpu: &Gpu,
     module: &Module,
     logits: u64,
     t: usize,
-    experts: usize,
-    top_k: usize,
-    renormalize: bool,
+    spec: &RouteSpec,
     r: &Routing,
     log: u64,
 ) -> anyhow::Result<()> {
     if t > FUSED_MAX_TOKENS {
-        launch_route(gpu, module, logits, t, experts, top_k, renormalize, r)?;
-        return launch_sort(gpu, module, t * top_k, experts, r, log);
+        launch_route(gpu, module, logits, t, spec, r)?;
+        return launch_sort(
+            gpu,
+            module,
+            t * spec.pairs_per_token(),
+            spec.table_experts(),
+            r,
+            log,
+        );
     }
-    if let Some(why) = unsupported(experts, top_k) {
+    if let Some(why) = spec.unsupported() {
         anyhow::bail!("{why}");
     }
     super::launchers::moe::moe_route_sort(
         module,
         gpu,
         (1, 1, 1),
-        (experts.div_ceil(32).clamp(8, 32) as u32 * 32, 1, 1),
+        (
+            spec.table_experts().div_ceil(32).clamp(8, 32) as u32 * 32,
+            1,
+            1,
+        ),
         64 * 4,
         DevPtr::<u16>::at(logits),
         t as i32,
-        experts as i32,
-        top_k as i32,
-        i32::from(renormalize),
+        spec.experts as i32,
+        spec.top_k as i32,
+        i32::from(spec.renormalize),
+        i32::from(spec.shared),
         DevPtr::<i32>::at(r.ids),
         DevPtr::<f32>::at(r.weights),
         DevPtr::<i32>::at(r.sorted),
@@ -637,6 +697,49 @@ mod tests {
         assert_eq!(max_active(256, 8, 1), 8);
         assert_eq!(max_active(256, 8, 32), 256);
         assert_eq!(max_active(8, 2, 0), 1);
+    }
+
+    #[test]
+    fn the_shared_expert_routes_as_one_more_expert() {
+        let plain = RouteSpec {
+            experts: 256,
+            top_k: 8,
+            renormalize: true,
+            shared: false,
+        };
+        let fused = RouteSpec {
+            shared: true,
+            ..plain
+        };
+        assert_eq!((plain.pairs_per_token(), plain.table_experts()), (8, 256));
+        assert_eq!((fused.pairs_per_token(), fused.table_experts()), (9, 257));
+        assert_eq!(plain.max_active(1), 8);
+        assert_eq!(fused.max_active(1), 9);
+        assert_eq!(fused.max_active(64), 257);
+        assert!(fused.unsupported().is_none());
+        // One more expert or pair than the kernels hold is refused with the shared expert only.
+        let wide = RouteSpec {
+            experts: MAX_EXPERTS,
+            ..fused
+        };
+        assert!(wide.unsupported().unwrap().contains("shared expert"));
+        assert!(RouteSpec {
+            shared: false,
+            ..wide
+        }
+        .unsupported()
+        .is_none());
+        let deep = RouteSpec {
+            top_k: MAX_TOP_K,
+            ..fused
+        };
+        assert!(deep.unsupported().is_some());
+        assert!(RouteSpec {
+            shared: false,
+            ..deep
+        }
+        .unsupported()
+        .is_none());
     }
 
     #[test]

@@ -204,6 +204,9 @@ impl CudaBackend {
             smp_uploaded: None,
         };
         me.add_load_notes(mapped.as_ref(), spec.quantize);
+        if me.opts.fuse_shared_expert {
+            me.fuse_shared_experts()?;
+        }
         me.finish_load()?;
         Ok(me)
     }

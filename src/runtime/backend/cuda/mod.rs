@@ -186,6 +186,12 @@ pub struct CudaOptions {
     /// (`kernels/fp8_quant.cu`, [`crate::gemm::fp8_quant::launch_quant_rows`]) before each
     /// FP8 GEMM.
     pub fuse_fp8_quant: bool,
+    /// Mixtures of experts with a shared expert: run it as one more expert of the grouped
+    /// expert GEMMs (the router GEMM carries its gate's row; the routing gives every token a
+    /// last pair with weight `sigmoid(gate)`), where it has the routed experts' format and
+    /// shape; off: a separate dense SwiGLU MLP and gate GEMM per layer (four launches more).
+    /// The combine sums the same terms in the same order either way.
+    pub fuse_shared_expert: bool,
     /// Draft tokens per step the logits buffer must hold beyond one per sequence.
     pub max_drafts: usize,
     /// Measure, at load, which FP8 scaling path is faster at each decode M bucket
@@ -205,6 +211,7 @@ impl Default for CudaOptions {
             flash_decode: true,
             flash_decode_hybrid: true,
             fuse_fp8_quant: true,
+            fuse_shared_expert: true,
             max_drafts: 0,
             tune_fp8: true,
             tune_gemv: true,

@@ -6,8 +6,12 @@
 //! One block, `t` tokens, top-k (every step inside the decode step's CUDA graph, no host sync):
 //! RMSNorm → router GEMM (BF16 logits `[t, E]`) → routing (`moe_route`, `moe_sort`) → grouped
 //! gate_up → SwiGLU (fused with the FP8 quantization when the experts are FP8) → grouped down →
-//! the shared expert as a dense SwiGLU MLP with its sigmoid gate → combine into `hout`. The
-//! routing, grouped GEMMs and combine are the GEMM layer's ([`crate::gemm::moe`]).
+//! the shared expert as a dense SwiGLU MLP with its sigmoid gate → combine into `hout`. Where
+//! the shared expert has the routed experts' format and shape (the 35B-A3B's: 512 wide), it is
+//! expert `E` of the grouped GEMMs instead (`CudaOptions::fuse_shared_expert`): the router GEMM
+//! carries its gate's row, the routing gives each token a last pair with weight
+//! `sigmoid(gate)`, and its four launches go. The routing, grouped GEMMs and combine are the GEMM
+//! layer's ([`crate::gemm::moe`]).
 
 use anyhow::Context;
 
@@ -148,7 +152,11 @@ impl CudaBackend {
         self.norm(self.bufs.hout.ptr(), 0, t, post_norm, h_ptr)?;
         self.op_end("residual add + RMSNorm")?;
         let hsz = self.config.hidden_size;
-        let (r, bufs, (e, k, i, renorm), sparse_index) = {
+        let fused = self.weights.layers[li]
+            .moe
+            .as_ref()
+            .is_some_and(|m| m.shared_fused);
+        let (r, bufs, (spec, i), sparse_index, cap_stride) = {
             let mr = self
                 .moe
                 .as_ref()
@@ -167,15 +175,16 @@ impl CudaBackend {
                 ),
                 (mr.shared.ptr(), mr.sgate.ptr(), mr.log.ptr()),
             );
-            let c = &mr.cfg;
-            let shape = (
-                c.num_experts,
-                c.top_k,
-                c.expert_intermediate_size,
-                c.norm_topk_prob,
-            );
-            (mr.routing(), b, shape, mr.sparse_index[li])
+            let shape = (mr.spec(fused), mr.cfg.expert_intermediate_size);
+            (
+                mr.routing(),
+                b,
+                shape,
+                mr.sparse_index[li],
+                mr.capture_stride(),
+            )
         };
+        let k = spec.pairs_per_token();
         let (logits, gu, act, y, (xq, xs), (aq, a_s, amax, arr), (shared, sgate, log)) = bufs;
         let (gu_t, dn_t, has_shared) = {
             let l = self.weights.layers[li]
@@ -194,18 +203,16 @@ impl CudaBackend {
             &mr.module,
             logits,
             t,
-            e,
-            k,
-            renorm,
+            &spec,
             &r,
             log + 4 * sparse_index as u64,
         )?;
         if let Some(cap) = &mr.capture {
-            let at = sparse_index * mr.t_max * k * 4;
+            let at = sparse_index * mr.t_max * cap_stride * 4;
             self.gpu.copy_d2d_range(cap, at, &mr.ids, 0, t * k * 4)?;
         }
         self.op_end("MoE routing (softmax, top-k, group by expert)")?;
-        let cols = gm::max_active(e, k, t);
+        let cols = spec.max_active(t);
         let p = t * k;
         let fp8 = matches!(gu_t, ExpertTables::Fp8 { .. });
         self.op_begin()?;
@@ -301,7 +308,7 @@ impl CudaBackend {
             cols,
         )?;
         self.op_end("grouped GEMM expert down")?;
-        let shared_in = if has_shared {
+        let shared_in = if has_shared && !fused {
             self.op_begin()?;
             self.gemm(LinRef::new(li, LayerLinear::SharedGate), t, h_ptr, sgate)?;
             self.op_end("GEMM shared_expert_gate")?;
@@ -335,7 +342,10 @@ impl CudaBackend {
         let mr = self.moe.as_mut().context("not a mixture of experts")?;
         mr.capture = if on {
             let sparse = mr.cfg.sparse_layers.iter().filter(|s| **s).count();
-            Some(self.gpu.alloc(sparse * mr.t_max * mr.cfg.top_k * 4)?)
+            Some(
+                self.gpu
+                    .alloc(sparse * mr.t_max * mr.capture_stride() * 4)?,
+            )
         } else {
             None
         };
@@ -353,12 +363,31 @@ impl CudaBackend {
         let cap = mr.capture.as_ref().context("route capture is off")?;
         anyhow::ensure!(t <= mr.t_max, "{t} tokens; the buffers hold {}", mr.t_max);
         let k = mr.cfg.top_k;
-        let sparse = mr.cfg.sparse_layers.iter().filter(|s| **s).count();
-        let all: Vec<i32> = self.gpu.download(cap, 0, sparse * mr.t_max * k)?;
+        let stride = mr.capture_stride();
+        let fused = self.sparse_layers_fused();
+        let all: Vec<i32> = self.gpu.download(cap, 0, fused.len() * mr.t_max * stride)?;
+        // A fused layer's tokens carry a (k+1)-th pair, the shared expert: not a routing choice.
         Ok(all
-            .chunks(mr.t_max * k)
-            .map(|c| c[..t * k].to_vec())
+            .chunks(mr.t_max * stride)
+            .zip(&fused)
+            .map(|(c, f)| {
+                let kk = k + usize::from(*f);
+                c[..t * kk]
+                    .chunks(kk)
+                    .flat_map(|tok| tok[..k].iter().copied())
+                    .collect()
+            })
             .collect())
+    }
+
+    /// Per sparse layer, in order: whether its shared expert runs as expert `E` of the grouped
+    /// GEMMs ([`MoeDevLayer::fuse_shared_expert`]).
+    fn sparse_layers_fused(&self) -> Vec<bool> {
+        self.weights
+            .layers
+            .iter()
+            .filter_map(|l| l.moe.as_ref().map(|m| m.shared_fused))
+            .collect()
     }
 
     /// The `kernels/w4a16.cu` module holding the grouped W4A16 GEMM (built when a linear is
@@ -367,7 +396,8 @@ impl CudaBackend {
         self.w4m.iter().find(|m| !m.is_wg()).map(|m| &m.module)
     }
 
-    /// Experts touched per sparse layer by the last forward pass (synchronizes the stream).
+    /// Routed experts touched per sparse layer by the last forward pass (synchronizes the
+    /// stream); a fused shared expert (always touched) is not counted.
     ///
     /// # Errors
     /// A device failure.
@@ -375,8 +405,50 @@ impl CudaBackend {
         let Some(mr) = &self.moe else {
             return Ok(Vec::new());
         };
-        let n = mr.cfg.sparse_layers.iter().filter(|s| **s).count();
-        let v: Vec<i32> = self.gpu.download(&mr.log, 0, n)?;
-        Ok(v.into_iter().map(|x| x.max(0) as usize).collect())
+        let fused = self.sparse_layers_fused();
+        let v: Vec<i32> = self.gpu.download(&mr.log, 0, fused.len())?;
+        Ok(v.into_iter()
+            .zip(fused)
+            .map(|(x, f)| (x.max(0) as usize).saturating_sub(usize::from(f)))
+            .collect())
+    }
+
+    /// Fuse every sparse layer's shared expert into its grouped GEMMs
+    /// ([`MoeDevLayer::fuse_shared_expert`]); a layer that cannot keeps the separate path, and
+    /// the first reason is noted.
+    ///
+    /// # Errors
+    /// A device failure.
+    pub(super) fn fuse_shared_experts(&mut self) -> anyhow::Result<()> {
+        let Some(cfg) = self.config.moe.clone() else {
+            return Ok(());
+        };
+        if !cfg.has_shared_expert() {
+            return Ok(());
+        }
+        let spec = super::moe_layer::route_spec(&cfg, false);
+        let mut refused: Option<String> = None;
+        let mut fused = 0;
+        for l in &mut self.weights.layers {
+            let (gate_up, down) = (&l.gate_up, &l.down);
+            let Some(m) = l.moe.as_mut() else { continue };
+            match m.fuse_shared_expert(&self.gpu, spec, gate_up, down)? {
+                Ok(()) => fused += 1,
+                Err(why) => {
+                    refused.get_or_insert(why);
+                }
+            }
+        }
+        let sparse = cfg.sparse_layers.iter().filter(|s| **s).count();
+        self.notes.push(match refused {
+            Some(why) => format!(
+                "the shared expert runs as a separate dense MLP in {} of {sparse} sparse layers (as one more expert of the grouped expert GEMMs in {fused}): {why}",
+                sparse - fused
+            ),
+            None => format!(
+                "the shared expert runs as one more expert of the grouped expert GEMMs in all {sparse} sparse layers (its gate is the router GEMM's last row)"
+            ),
+        });
+        Ok(())
     }
 }
