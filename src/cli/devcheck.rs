@@ -172,30 +172,11 @@ fn dense_parity(
                 )?;
             }
         }
-        match cuda_check::greedy_parity(a.device, w, fmt, kv, a.prompts, a.steps) {
-            Ok(p) => {
-                failed |= !p.pass();
-                writeln!(
-                    out,
-                    "{} parity tiny {} KV {}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e}, max |Δ| {:.3} (tolerance {:?})",
-                    if p.pass() { "PASS" } else { "FAIL" },
-                    fmt.id(),
-                    kv.vllm_name(),
-                    p.top1_equal,
-                    p.tokens,
-                    p.near_ties,
-                    p.greedy_identical,
-                    p.max_rel_l2,
-                    p.mean_rel_l2,
-                    p.max_abs,
-                    p.tol
-                )?;
-            }
-            Err(e) => {
-                failed = true;
-                writeln!(out, "FAIL parity tiny {}: {e:#}", fmt.id())?;
-            }
-        }
+        failed |= write_parity(
+            out,
+            &format!("tiny {} KV {}", fmt.id(), kv.vllm_name()),
+            cuda_check::greedy_parity(a.device, w, fmt, kv, a.prompts, a.steps),
+        )?;
         out.flush()?;
     }
     Ok(failed)
@@ -393,7 +374,7 @@ fn write_parity(
         Ok(p) => {
             writeln!(
                 out,
-                "{} parity {label}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e} (tolerance {:?})",
+                "{} parity {label}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e}, max |Δ| {:.3} (tolerance {:?})",
                 if p.pass() { "PASS" } else { "FAIL" },
                 p.top1_equal,
                 p.tokens,
@@ -401,6 +382,7 @@ fn write_parity(
                 p.greedy_identical,
                 p.max_rel_l2,
                 p.mean_rel_l2,
+                p.max_abs,
                 p.tol
             )?;
             Ok(!p.pass())
@@ -731,39 +713,22 @@ fn moe_parity_of(
                 writeln!(out, "FAIL routing {name} {}: {e:#}", fmt.id())?;
             }
         }
-        match crate::runtime_eval::cuda_check::greedy_parity(
+        // A routing flip at a near-tie (the routing check above bounds them) moves that step's
+        // logits discontinuously: the largest per-step difference measures the flips, not the
+        // kernels. The mean and the token criterion stay.
+        let parity = crate::runtime_eval::cuda_check::greedy_parity(
             a.device,
             &w,
             fmt,
             KvCacheDtype::Bf16,
             a.prompts,
             a.steps,
-        ) {
-            Ok(mut p) => {
-                // A routing flip at a near-tie (the routing check above bounds them) moves that
-                // step's logits discontinuously: the largest per-step difference measures the
-                // flips, not the kernels. The mean and the token criterion stay.
-                p.tol.max_rel_l2 = f64::INFINITY;
-                failed |= !p.pass();
-                writeln!(
-                    out,
-                    "{} parity {name} {}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e} (tolerance {:?})",
-                    if p.pass() { "PASS" } else { "FAIL" },
-                    fmt.id(),
-                    p.top1_equal,
-                    p.tokens,
-                    p.near_ties,
-                    p.greedy_identical,
-                    p.max_rel_l2,
-                    p.mean_rel_l2,
-                    p.tol
-                )?;
-            }
-            Err(e) => {
-                failed = true;
-                writeln!(out, "FAIL parity {name} {}: {e:#}", fmt.id())?;
-            }
-        }
+        )
+        .map(|mut p| {
+            p.tol.max_rel_l2 = f64::INFINITY;
+            p
+        });
+        failed |= write_parity(out, &format!("{name} {}", fmt.id()), parity)?;
     }
     Ok(failed)
 }
@@ -904,32 +869,13 @@ fn hybrid_checks(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool>
                 Err(e) => writeln!(out, "INFO (CPU only) {name} sensitivity: {e:#}")?,
             }
         }
-        match crate::runtime_eval::cuda_check::greedy_parity(
-            a.device, weights, fmt, kv, a.prompts, a.steps,
-        ) {
-            Ok(p) => {
-                failed |= !p.pass();
-                writeln!(
-                    out,
-                    "{} parity {name} {} KV {}: top-1 {}/{} (+{} near-ties), greedy sequences identical: {}; logits rel L2 max {:.2e} mean {:.2e}, max |Δ| {:.3} (tolerance {:?})",
-                    if p.pass() { "PASS" } else { "FAIL" },
-                    fmt.id(),
-                    kv.vllm_name(),
-                    p.top1_equal,
-                    p.tokens,
-                    p.near_ties,
-                    p.greedy_identical,
-                    p.max_rel_l2,
-                    p.mean_rel_l2,
-                    p.max_abs,
-                    p.tol
-                )?;
-            }
-            Err(e) => {
-                failed = true;
-                writeln!(out, "FAIL parity {name} {}: {e:#}", fmt.id())?;
-            }
-        }
+        failed |= write_parity(
+            out,
+            &format!("{name} {} KV {}", fmt.id(), kv.vllm_name()),
+            crate::runtime_eval::cuda_check::greedy_parity(
+                a.device, weights, fmt, kv, a.prompts, a.steps,
+            ),
+        )?;
         out.flush()?;
     }
     // The hybrids' CUDA-core decode attention (CudaOptions::flash_decode_hybrid off), against
