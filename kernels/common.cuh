@@ -44,3 +44,14 @@ __device__ __forceinline__ float e4m32f(uint8_t b) {
   __half h = *reinterpret_cast<__half*>(&hr);
   return __half2float(h);
 }
+
+// The active expert a grouped expert GEMM's CTA column `col` runs (kernels/gemv.cu moe_gemv_*,
+// kernels/w4a16.cu w4a16_moe_*, kernels/moe.cu moe_gemv_any), or -1 past the `n_active` ones:
+// column 0 takes the last active expert and column c > 0 the (c-1)-th, so the highest expert id
+// is dispatched first. With the shared expert fused (src/gemm/moe.rs RouteSpec) that is the
+// shared expert, which has every token's pair: at a long prefill its columns run many passes,
+// and started first they overlap the routed experts' instead of trailing after them.
+__device__ __forceinline__ int moe_column_expert_slot(int col, int n_active) {
+  if (col >= n_active) return -1;
+  return col == 0 ? n_active - 1 : col - 1;
+}

@@ -174,7 +174,8 @@ GEMV_VARIANT(8, 4)
 // layer's tokens were routed to. The routing kernels (kernels/moe.cu) list the routed (token,
 // choice) pairs grouped by expert: `sorted[offsets[j] .. offsets[j + 1])` are the pairs of the j-th
 // active expert `active[j]`, `*n_active` of them. Grid: (ceil(n / 16), max active experts); CTA
-// (b, j) runs rows 16b .. 16b + 15 of expert active[j] on its pairs: all of them in one pass of
+// (b, c) runs rows 16b .. 16b + 15 of expert active[j], j = moe_column_expert_slot(c) (the last
+// active expert first, common.cuh), on its pairs: all of them in one pass of
 // one token tile when they are at most 8, else 8 * MOE_NT at a time (MOE_NT tiles per pass, each
 // weight vector feeding them all: an expert with up to 32 pairs streams its weights once). Expert
 // e's weights start at wptr[e] (N x K, as gemv_*), its FP8 row scales at sptr[e]. x row of a pair
@@ -201,8 +202,8 @@ __device__ __forceinline__ void moe_gemv_expert(const uint4* __restrict__ w, con
       const uint64_t* __restrict__ wptr, const uint4* __restrict__ x, int x_div, const int* __restrict__ sorted,  \
       const int* __restrict__ active, const int* __restrict__ offsets, const int* __restrict__ n_active,          \
       uint16_t* __restrict__ y, int n, int k) {                                                                   \
-    const int j = blockIdx.y;                                                                                     \
-    if (j >= *n_active) return;                                                                                   \
+    const int j = moe_column_expert_slot(blockIdx.y, *n_active);                                                  \
+    if (j < 0) return;                                                                                            \
     moe_gemv_expert<false, W, U>(reinterpret_cast<const uint4*>(wptr[active[j]]), nullptr, x, nullptr, x_div,     \
                                  sorted, offsets[j], offsets[j + 1], y, n, k);                                    \
   }                                                                                                               \
@@ -210,8 +211,8 @@ __device__ __forceinline__ void moe_gemv_expert(const uint4* __restrict__ w, con
       const uint64_t* __restrict__ wptr, const uint64_t* __restrict__ sptr, const uint4* __restrict__ x,          \
       const float* __restrict__ xs, int x_div, const int* __restrict__ sorted, const int* __restrict__ active,    \
       const int* __restrict__ offsets, const int* __restrict__ n_active, uint16_t* __restrict__ y, int n, int k) { \
-    const int j = blockIdx.y;                                                                                     \
-    if (j >= *n_active) return;                                                                                   \
+    const int j = moe_column_expert_slot(blockIdx.y, *n_active);                                                  \
+    if (j < 0) return;                                                                                            \
     const int e = active[j];                                                                                      \
     moe_gemv_expert<true, W, U>(reinterpret_cast<const uint4*>(wptr[e]), reinterpret_cast<const float*>(sptr[e]), \
                                 x, xs, x_div, sorted, offsets[j], offsets[j + 1], y, n, k);                       \

@@ -191,8 +191,8 @@ extern "C" __global__ void moe_gemv_any(const uint64_t* __restrict__ wptr, const
                                         const int* __restrict__ sorted, const int* __restrict__ active,
                                         const int* __restrict__ offsets, const int* __restrict__ n_active,
                                         uint16_t* __restrict__ y, int n, int k) {
-  const int j = blockIdx.y;
-  if (j >= *n_active) return;
+  const int j = moe_column_expert_slot(blockIdx.y, *n_active);
+  if (j < 0) return;
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= n) return;

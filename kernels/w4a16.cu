@@ -365,6 +365,7 @@ W4A16_KERNEL(8, 8, 4)
 // factor out_scales[e]. An expert's pairs run in one pass of one token tile when they are at most
 // 8, else 8 * MOE_W4_NT at a time (each dequantized weight fragment feeds MOE_W4_NT tiles, so an
 // expert with up to 32 pairs streams its weights once).
+//   (CTA column c runs active[j], j = moe_column_expert_slot(c): the last active expert first.)
 //   w4a16_moe_w{W}_n{WN}:    CTA (b, 0, j) runs strips b*WN .. of expert active[j], its W warps
 //                            splitting K (the _ks body, no cross-CTA reduction): for large K;
 //   w4a16_moe_ns_w{W}_n{WN}: CTA (b, 0, j) runs strips (b*W + warp)*WN .. , one warp per WN
@@ -395,8 +396,8 @@ __device__ __forceinline__ void w4a16_moe_expert(const uint4* __restrict__ wq, c
       const __nv_bfloat16* __restrict__ act, int x_div, const int* __restrict__ sorted,                     \
       const int* __restrict__ active, const int* __restrict__ offsets, const int* __restrict__ n_active,     \
       __nv_bfloat16* __restrict__ out, int n, int k, int strips, int kt_n) {                                 \
-    const int j = blockIdx.z;                                                                                \
-    if (j >= *n_active) return;                                                                              \
+    const int j = moe_column_expert_slot(blockIdx.z, *n_active);                                             \
+    if (j < 0) return;                                                                                       \
     const int e = active[j];                                                                                 \
     w4a16_moe_expert<WARPS, WN, KS>(reinterpret_cast<const uint4*>(wqp[e]),                                  \
                                     reinterpret_cast<const uint32_t*>(scp[e]), out_scales[e], act, x_div,    \

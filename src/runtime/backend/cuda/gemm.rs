@@ -66,15 +66,20 @@ impl CudaBackend {
     /// the fused in_proj_a / in_proj_b ([`LayerLinear::GdnAb`]).
     ///
     /// Sparse layers: their router and shared-expert gate, and their `gate_up` / `down` only
-    /// when they hold a shared expert (the routed experts run the grouped GEMM, not these).
+    /// when they hold a shared expert that runs as a dense MLP (the routed experts, and a
+    /// shared expert fused into them, run the grouped GEMMs, not these: nothing to tune).
     pub(super) fn all_linears(&self) -> Vec<LinRef> {
         let mut v = Vec::new();
         for (layer, l) in self.weights.layers.iter().enumerate() {
+            let fused = l.moe.as_ref().is_some_and(|m| m.shared_fused);
             v.extend(
                 LayerLinear::ALL
                     .map(|which| LinRef { layer, which })
                     .into_iter()
-                    .filter(|r| self.lin(*r).nk().0 > 0),
+                    .filter(|r| self.lin(*r).nk().0 > 0)
+                    .filter(|r| {
+                        !(fused && matches!(r.which, LayerLinear::GateUp | LayerLinear::Down))
+                    }),
             );
             if l.gdn.is_some() {
                 v.push(LinRef::new(layer, LayerLinear::GdnAb));

@@ -190,7 +190,10 @@ pub struct CudaOptions {
     /// expert GEMMs (the router GEMM carries its gate's row; the routing gives every token a
     /// last pair with weight `sigmoid(gate)`), where it has the routed experts' format and
     /// shape; off: a separate dense SwiGLU MLP and gate GEMM per layer (four launches more).
-    /// The combine sums the same terms in the same order either way.
+    /// The combine adds the same terms in the same order either way, but the terms are not
+    /// bit-identical: the gate logit comes out of the `[E + 1, H]` router GEMM, the shared
+    /// expert's output out of the grouped kernels instead of the tuned dense GEMMs (FP8: its
+    /// SwiGLU quantized per pair), so the two paths agree within the GEMMs' rounding.
     pub fuse_shared_expert: bool,
     /// Draft tokens per step the logits buffer must hold beyond one per sequence.
     pub max_drafts: usize,
