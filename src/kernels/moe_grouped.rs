@@ -613,7 +613,7 @@ pub fn step_markdown(rows: &[MoeStepRow], copy_bytes_per_s: f64) -> String {
         return String::new();
     }
     let mut o = String::from(
-        "\n#### Decode step with the grouped experts\n\nThe linear layers of one decode step at batch B: the dense shapes of the suite's step at M = B plus every sparse layer's grouped expert GEMMs at B tokens routed as named, all in graph timing. tok/s = B ÷ step time (linear layers only: attention, norms, routing and sampling would lower it).\n\n",
+        "\n#### Decode step with the grouped experts\n\nThe linear layers of one decode step at batch B: the dense shapes of the suite's step at M = B plus every sparse layer's grouped expert GEMMs at B tokens routed as named, all in graph timing. tok/s = B ÷ step time (linear layers only: attention, norms, routing and sampling would lower it). The shared expert counts here as its dense shapes (the suite's step), as an engine without shared-expert fusion runs it; the runtime fuses it into the grouped GEMMs where it has the routed experts' format and shape (docs/runtime.md, \"Mixtures of experts\").\n\n",
     );
     let table: Vec<Vec<String>> = rows
         .iter()

@@ -84,40 +84,14 @@ impl Ckpt {
                 self.f32s(&format!("{module}.input_scale"), &[], &[1.0 / 448.0]);
             }
             Store::W4a16 => {
-                let q = nvfp4::quantize(&w, n, k).unwrap();
-                self.raw(
-                    &format!("{module}.weight"),
-                    Dtype::U8,
-                    &[n, k / 2],
-                    q.packed,
-                );
-                self.raw(
-                    &format!("{module}.weight_scale"),
-                    Dtype::F8_E4M3,
-                    &[n, k / 16],
-                    q.block_scales,
-                );
-                self.f32s(&format!("{module}.weight_scale_2"), &[], &[q.global_scale]);
+                let g = self.nvfp4_codes(module, "weight", &w, n, k);
+                self.f32s(&format!("{module}.weight_scale_2"), &[], &[g]);
             }
             Store::CtW4a4 => {
-                let q = nvfp4::quantize(&w, n, k).unwrap();
-                self.raw(
-                    &format!("{module}.weight_packed"),
-                    Dtype::U8,
-                    &[n, k / 2],
-                    q.packed,
-                );
-                self.raw(
-                    &format!("{module}.weight_scale"),
-                    Dtype::F8_E4M3,
-                    &[n, k / 16],
-                    q.block_scales,
-                );
-                self.f32s(
-                    &format!("{module}.weight_global_scale"),
-                    &[1],
-                    &[1.0 / q.global_scale],
-                );
+                // compressed-tensors names the codes `weight_packed` and stores the reciprocal
+                // global scales.
+                let g = self.nvfp4_codes(module, "weight_packed", &w, n, k);
+                self.f32s(&format!("{module}.weight_global_scale"), &[1], &[1.0 / g]);
                 self.f32s(
                     &format!("{module}.input_global_scale"),
                     &[1],
@@ -125,6 +99,25 @@ impl Ckpt {
                 );
             }
         }
+    }
+
+    /// `w` `[n, k]` quantized to NVFP4: its E2M1 codes as `{module}.{codes}` (`[n, k / 2]`
+    /// bytes) and E4M3 block scales as `{module}.weight_scale`; returns the global scale.
+    fn nvfp4_codes(&mut self, module: &str, codes: &str, w: &[f32], n: usize, k: usize) -> f32 {
+        let q = nvfp4::quantize(w, n, k).unwrap();
+        self.raw(
+            &format!("{module}.{codes}"),
+            Dtype::U8,
+            &[n, k / 2],
+            q.packed,
+        );
+        self.raw(
+            &format!("{module}.weight_scale"),
+            Dtype::F8_E4M3,
+            &[n, k / 16],
+            q.block_scales,
+        );
+        q.global_scale
     }
 
     /// Write `model.safetensors`, or `shards` files plus `model.safetensors.index.json`.
