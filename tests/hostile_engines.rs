@@ -579,6 +579,37 @@ fn invalid_utf8_on_both_pipes_keeps_the_engine_alive_and_every_line() {
     drop(d);
 }
 
+/// Start `cmd` as an engine at `port`, read the pid of the process that left the engine's
+/// process group from `pidfile`, stop the engine and check its log says so loudly; the process
+/// must then be gone within 20 s (`what` names it in a failure).
+fn escaped_process_is_stopped(cmd: String, port: u16, pidfile: &std::path::Path, what: &str) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pid = rt.block_on(async {
+        let stop = StopSignal::new();
+        let choice = EngineChoice::Command {
+            command: cmd,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        let mut h = EngineHandle::start(&choice, Duration::from_secs(300), &stop)
+            .await
+            .expect("healthy");
+        assert!(wait_until(Duration::from_secs(20), || read_pid(pidfile).is_some()));
+        let pid = read_pid(pidfile).expect("the escaped process's pid");
+        assert!(alive(pid));
+        h.stop().await;
+        let log = h.log_text();
+        assert!(
+            log.contains("left the engine's process group (setsid)"),
+            "said loudly; the engine log:\n{log}"
+        );
+        pid
+    });
+    assert!(
+        wait_until(Duration::from_secs(20), || !alive(pid)),
+        "the {what} {pid} outlived the stop"
+    );
+}
+
 #[test]
 fn an_engine_that_calls_setsid_is_still_stopped() {
     let d = tempfile::tempdir().unwrap();
@@ -589,30 +620,7 @@ fn an_engine_that_calls_setsid_is_still_stopped() {
         "setsid {BIN} serve --model synthetic:tiny --port {port} & echo $! > {}; wait",
         pidfile.display()
     );
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let srv = rt.block_on(async {
-        let stop = StopSignal::new();
-        let choice = EngineChoice::Command {
-            command: cmd,
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        let mut h = EngineHandle::start(&choice, Duration::from_secs(300), &stop)
-            .await
-            .expect("healthy");
-        let srv = read_pid(&pidfile).expect("server pid");
-        assert!(alive(srv));
-        h.stop().await;
-        let log = h.log_text();
-        assert!(
-            log.contains("left the engine's process group (setsid)"),
-            "said loudly; the engine log:\n{log}"
-        );
-        srv
-    });
-    assert!(
-        wait_until(Duration::from_secs(20), || !alive(srv)),
-        "the setsid server {srv} outlived the stop"
-    );
+    escaped_process_is_stopped(cmd, port, &pidfile, "setsid server");
 }
 
 #[test]
@@ -627,31 +635,7 @@ fn an_engine_that_forks_away_with_setsid_f_is_still_stopped() {
         "setsid -f sh -c 'echo $$ > {}; exec sleep 600'; exec {BIN} serve --model synthetic:tiny --port {port}",
         pidfile.display()
     );
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let daemon = rt.block_on(async {
-        let stop = StopSignal::new();
-        let choice = EngineChoice::Command {
-            command: cmd,
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        let mut h = EngineHandle::start(&choice, Duration::from_secs(300), &stop)
-            .await
-            .expect("healthy");
-        assert!(wait_until(Duration::from_secs(20), || read_pid(&pidfile).is_some()));
-        let daemon = read_pid(&pidfile).expect("daemon pid");
-        assert!(alive(daemon));
-        h.stop().await;
-        let log = h.log_text();
-        assert!(
-            log.contains("left the engine's process group (setsid)"),
-            "said loudly; the engine log:\n{log}"
-        );
-        daemon
-    });
-    assert!(
-        wait_until(Duration::from_secs(20), || !alive(daemon)),
-        "the setsid -f process {daemon} outlived the stop"
-    );
+    escaped_process_is_stopped(cmd, port, &pidfile, "setsid -f process");
 }
 
 #[test]
