@@ -3,6 +3,8 @@
 //! truncated fixed-length runs, nondeterminism, usage counts that disagree with the text,
 //! single-chunk answers, sampled KV peaks, a KV capacity label that states a wrong derivation,
 //! and prompt lengths that do not say what they count.
+mod common;
+use common::session;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -20,11 +22,9 @@ use serde_json::{json, Value};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
-use rigbench::e2e::executor::StopSignal;
-use rigbench::e2e::launcher::EngineChoice;
 use rigbench::e2e::metrics::TokenSource;
 use rigbench::e2e::workload::Suite;
-use rigbench::e2e::{run_session, E2eOptions, E2eResults};
+use rigbench::e2e::E2eOptions;
 
 #[derive(Clone)]
 struct Cfg {
@@ -208,21 +208,12 @@ fn suite(load: &str, workload: &str) -> Suite {
 }
 
 fn options(url: &str, suite: Suite) -> E2eOptions {
-    let mut o = E2eOptions::with_suite(suite);
-    o.engine = EngineChoice::Url {
-        url: url.to_string(),
-    };
-    o.progress = false;
-    o.handle_ctrl_c = false;
-    o.metrics_interval = Duration::from_millis(20);
-    o.request_timeout = Duration::from_secs(60);
-    o
-}
-
-async fn session(o: &E2eOptions) -> E2eResults {
-    run_session(o, StopSignal::new(), &mut |_| {})
-        .await
-        .expect("session")
+    common::url_session_options(
+        url,
+        suite,
+        Duration::from_millis(20),
+        Duration::from_secs(60),
+    )
 }
 
 const FIXED: &str = "kind = 'fixed'\ninput_tokens = 16\noutput_tokens = 12\nignore_eos = true";

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 mod common;
+use common::session;
 use std::convert::Infallible;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,7 +23,6 @@ use tokio_stream::StreamExt;
 
 use rigbench::e2e::conditions::SpecState;
 use rigbench::e2e::executor::{ExecStop, StopCause, StopSignal};
-use rigbench::e2e::launcher::EngineChoice;
 use rigbench::e2e::metrics::{ChunkSplit, TokenSource};
 use rigbench::e2e::workload::Suite;
 use rigbench::e2e::{run_session, E2eOptions, E2eResults};
@@ -306,21 +306,12 @@ fn suite(extra_load: &str, workload: &str) -> Suite {
 const FIXED: &str = "kind = 'fixed'\ninput_tokens = 48\noutput_tokens = 12\nignore_eos = true";
 
 fn options(url: &str, suite: Suite) -> E2eOptions {
-    let mut o = E2eOptions::with_suite(suite);
-    o.engine = EngineChoice::Url {
-        url: url.to_string(),
-    };
-    o.progress = false;
-    o.handle_ctrl_c = false;
-    o.metrics_interval = Duration::from_millis(10);
-    o.request_timeout = Duration::from_secs(30);
-    o
-}
-
-async fn session(o: &E2eOptions) -> E2eResults {
-    run_session(o, StopSignal::new(), &mut |_| {})
-        .await
-        .expect("session")
+    common::url_session_options(
+        url,
+        suite,
+        Duration::from_millis(10),
+        Duration::from_secs(30),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,8 @@
 //! - a mock with a scripted latency distribution (every 5th request slow; or slow whenever more
 //!   than 4 requests are in flight) gives the goodput and the search answer the script implies;
 //! - a mock power source gives the energy of the window.
+mod common;
+use common::session;
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -23,13 +25,11 @@ use tokio_stream::StreamExt;
 
 use rigbench::e2e::client::Api;
 use rigbench::e2e::energy::{MockPower, PowerChoice};
-use rigbench::e2e::executor::StopSignal;
 use rigbench::e2e::goodput::{SearchAxis, SearchSpec, Slo};
-use rigbench::e2e::launcher::EngineChoice;
 use rigbench::e2e::trace::{Trace, TraceWindow};
 use rigbench::e2e::trace_replay::TraceSpec;
 use rigbench::e2e::workload::Suite;
-use rigbench::e2e::{run_session, E2eOptions, E2eResults};
+use rigbench::e2e::E2eOptions;
 
 /// The mock's prefix-cache block, tokens (as vLLM's default block size).
 const BLOCK: usize = 16;
@@ -189,21 +189,12 @@ fn suite(load: &str) -> Suite {
 }
 
 fn options(url: &str, suite: Suite) -> E2eOptions {
-    let mut o = E2eOptions::with_suite(suite);
-    o.engine = EngineChoice::Url {
-        url: url.to_string(),
-    };
-    o.progress = false;
-    o.handle_ctrl_c = false;
-    o.metrics_interval = Duration::from_millis(20);
-    o.request_timeout = Duration::from_secs(30);
-    o
-}
-
-async fn session(o: &E2eOptions) -> E2eResults {
-    run_session(o, StopSignal::new(), &mut |_| {})
-        .await
-        .expect("session")
+    common::url_session_options(
+        url,
+        suite,
+        Duration::from_millis(20),
+        Duration::from_secs(30),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -185,3 +185,30 @@ fn signalled_with(
     };
     (status.code(), reader.join().expect("reader"))
 }
+
+/// Options of an e2e session against the engine at `url` running `suite`, as the mock-engine
+/// tests run them: no progress bar, no Ctrl-C handler, `/metrics` scraped every `metrics`, a
+/// request abandoned after `timeout`.
+pub fn url_session_options(
+    url: &str,
+    suite: rigbench::e2e::workload::Suite,
+    metrics: std::time::Duration,
+    timeout: std::time::Duration,
+) -> rigbench::e2e::E2eOptions {
+    let mut o = rigbench::e2e::E2eOptions::with_suite(suite);
+    o.engine = rigbench::e2e::launcher::EngineChoice::Url {
+        url: url.to_string(),
+    };
+    o.progress = false;
+    o.handle_ctrl_c = false;
+    o.metrics_interval = metrics;
+    o.request_timeout = timeout;
+    o
+}
+
+/// One session of `o` to its end (a session error fails the test).
+pub async fn session(o: &rigbench::e2e::E2eOptions) -> rigbench::e2e::E2eResults {
+    rigbench::e2e::run_session(o, rigbench::e2e::executor::StopSignal::new(), &mut |_| {})
+        .await
+        .expect("session")
+}
