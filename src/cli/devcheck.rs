@@ -157,20 +157,7 @@ fn dense_parity(
     for &(fmt, kv) in parity_cases {
         if fmt == WeightFormat::Fp8 {
             // The dense model's own FP8 sensitivity on the CPU alone (compare the hybrid's).
-            if let Ok(p) =
-                cuda_check::cpu_rounding_parity(w, fmt, a.prompts, a.steps, cuda_check::PARITY_FP8)
-            {
-                writeln!(
-                    out,
-                    "INFO (CPU only) tiny {} with vs without BF16 rounding: top-1 {}/{} (+{} near-ties); logits rel L2 max {:.2e} mean {:.2e}",
-                    fmt.id(),
-                    p.top1_equal,
-                    p.tokens,
-                    p.near_ties,
-                    p.max_rel_l2,
-                    p.mean_rel_l2
-                )?;
-            }
+            write_fp8_sensitivity(out, a, "tiny", w)?;
         }
         failed |= write_parity(
             out,
@@ -391,6 +378,32 @@ fn write_parity(
             writeln!(out, "FAIL parity {label}: {e:#}")?;
             Ok(true)
         }
+    }
+}
+
+/// The model's own FP8 sensitivity, on the CPU alone: how far its FP8 logits move when the
+/// BF16 roundings are left out (`cuda_check::cpu_rounding_parity`), one INFO line to read the
+/// GPU's FP8 parity against (a tiny model whose FP8 logits move this much on the CPU fails the
+/// GPU parity for the same reason).
+fn write_fp8_sensitivity(
+    out: &mut impl Write,
+    a: &DevcheckArgs,
+    name: &str,
+    w: &crate::runtime::weights::ModelWeights,
+) -> std::io::Result<()> {
+    match crate::runtime_eval::cuda_check::cpu_rounding_parity(
+        w,
+        WeightFormat::Fp8,
+        a.prompts,
+        a.steps,
+        crate::runtime_eval::cuda_check::PARITY_FP8,
+    ) {
+        Ok(p) => writeln!(
+            out,
+            "INFO (CPU only) {name} fp8 with vs without BF16 rounding: top-1 {}/{} (+{} near-ties); logits rel L2 max {:.2e} mean {:.2e}",
+            p.top1_equal, p.tokens, p.near_ties, p.max_rel_l2, p.mean_rel_l2
+        ),
+        Err(e) => writeln!(out, "INFO (CPU only) {name} fp8 sensitivity: {e:#}"),
     }
 }
 
@@ -686,6 +699,7 @@ fn moe_parity_of(
 ) -> anyhow::Result<bool> {
     let mut failed = false;
     let w = crate::runtime::weights::synthesize(c, 0);
+    write_fp8_sensitivity(out, a, name, &w)?;
     for fmt in [WeightFormat::Bf16, WeightFormat::Fp8, WeightFormat::Nvfp4] {
         match crate::runtime_eval::cuda_check::routing_parity(a.device, &w, fmt, 512) {
             Ok(p) => {
@@ -847,27 +861,7 @@ fn hybrid_checks(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool>
     }
     for (name, weights, fmt, kv) in cases {
         if fmt == WeightFormat::Fp8 {
-            // The model's own sensitivity, on the CPU alone: how far its FP8 logits move when the
-            // BF16 roundings are left out (read the GPU parity against it).
-            match crate::runtime_eval::cuda_check::cpu_rounding_parity(
-                weights,
-                fmt,
-                a.prompts,
-                a.steps,
-                crate::runtime_eval::cuda_check::PARITY_FP8,
-            ) {
-                Ok(p) => writeln!(
-                    out,
-                    "INFO (CPU only) {name} {} with vs without BF16 rounding: top-1 {}/{} (+{} near-ties); logits rel L2 max {:.2e} mean {:.2e}",
-                    fmt.id(),
-                    p.top1_equal,
-                    p.tokens,
-                    p.near_ties,
-                    p.max_rel_l2,
-                    p.mean_rel_l2
-                )?,
-                Err(e) => writeln!(out, "INFO (CPU only) {name} sensitivity: {e:#}")?,
-            }
+            write_fp8_sensitivity(out, a, name, weights)?;
         }
         failed |= write_parity(
             out,
