@@ -302,6 +302,19 @@ pub struct Routing {
     pub n_active: u64,
 }
 
+impl Routing {
+    /// The grouping every grouped GEMM kernel takes, in its parameter order: `sorted`,
+    /// `active`, `offsets`, `n_active` (typed device pointers).
+    pub fn grouped_args(&self) -> (DevPtr<i32>, DevPtr<i32>, DevPtr<i32>, DevPtr<i32>) {
+        (
+            DevPtr::at(self.sorted),
+            DevPtr::at(self.active),
+            DevPtr::at(self.offsets),
+            DevPtr::at(self.n_active),
+        )
+    }
+}
+
 /// `moe_route`: `logits` BF16 `[t, E]` → `r.ids`, `r.weights` `[t, k]`.
 ///
 /// # Errors
@@ -496,6 +509,7 @@ pub fn launch_grouped(
     let x_div = input.x_div.max(1) as i32;
     let cols = dim("active expert columns", cols)?;
     let (ni, ki) = (n as i32, k as i32);
+    let (sorted, active, offsets, n_active) = r.grouped_args();
     match *tables {
         ExpertTables::Bf16 { w } | ExpertTables::Fp8 { w, .. } => {
             let fp8 = matches!(tables, ExpertTables::Fp8 { .. });
@@ -522,10 +536,10 @@ pub fn launch_grouped(
                     DevPtr::<crate::gpu::launch::Void>::at(input.x),
                     DevPtr::<f32>::at(input.scales),
                     x_div,
-                    DevPtr::<i32>::at(r.sorted),
-                    DevPtr::<i32>::at(r.active),
-                    DevPtr::<i32>::at(r.offsets),
-                    DevPtr::<i32>::at(r.n_active),
+                    sorted,
+                    active,
+                    offsets,
+                    n_active,
                     DevPtr::<u16>::at(y),
                     ni,
                     ki,
@@ -538,12 +552,6 @@ pub fn launch_grouped(
             let (wn, un) = GEMV_CONFIG;
             let grid = (dim("N / 16", n.div_ceil(16))?, cols, 1);
             let block = (32 * wn, 1, 1);
-            let common = (
-                DevPtr::<i32>::at(r.sorted),
-                DevPtr::<i32>::at(r.active),
-                DevPtr::<i32>::at(r.offsets),
-                DevPtr::<i32>::at(r.n_active),
-            );
             if let ExpertTables::Fp8 { s, .. } = *tables {
                 super::launchers::gemv::moe_fp8(
                     m,
@@ -557,10 +565,10 @@ pub fn launch_grouped(
                     DevPtr::<U32x4>::at(input.x),
                     DevPtr::<f32>::at(input.scales),
                     x_div,
-                    common.0,
-                    common.1,
-                    common.2,
-                    common.3,
+                    sorted,
+                    active,
+                    offsets,
+                    n_active,
                     DevPtr::<u16>::at(y),
                     ni,
                     ki,
@@ -576,10 +584,10 @@ pub fn launch_grouped(
                     DevPtr::<u64>::at(w),
                     DevPtr::<U32x4>::at(input.x),
                     x_div,
-                    common.0,
-                    common.1,
-                    common.2,
-                    common.3,
+                    sorted,
+                    active,
+                    offsets,
+                    n_active,
                     DevPtr::<u16>::at(y),
                     ni,
                     ki,
@@ -616,10 +624,10 @@ pub fn launch_grouped(
                 DevPtr::<f32>::at(out_scales),
                 DevPtr::<Bf16>::at(input.x),
                 x_div,
-                DevPtr::<i32>::at(r.sorted),
-                DevPtr::<i32>::at(r.active),
-                DevPtr::<i32>::at(r.offsets),
-                DevPtr::<i32>::at(r.n_active),
+                sorted,
+                active,
+                offsets,
+                n_active,
                 DevPtr::<Bf16>::at(y),
                 ni,
                 ki,
