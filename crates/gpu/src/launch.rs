@@ -499,9 +499,74 @@ fn balanced(s: &str, open: usize) -> Option<(&str, usize)> {
     None
 }
 
+/// Most nested macro expansions [`parse_cuda_kernels`] follows.
+pub const MAX_MACRO_DEPTH: usize = 8;
+
+/// Whether `body` invokes the function-like macro `name` (the identifier followed by `(`).
+fn invokes(body: &str, name: &str) -> bool {
+    let mut at = 0;
+    while let Some(i) = body[at..].find(name) {
+        let start = at + i;
+        let end = start + name.len();
+        at = end;
+        let before_ok = body[..start]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !is_ident(c));
+        let after = &body[end..];
+        if before_ok && !after.starts_with(is_ident) && after.trim_start().starts_with('(') {
+            return true;
+        }
+    }
+    false
+}
+
+/// `text` with every invocation of one of `macros` replaced by its expansion, expanded again
+/// (up to [`MAX_MACRO_DEPTH`] levels; deeper invocations are left as written).
+fn expand_invocations(
+    text: &str,
+    macros: &[(String, Vec<String>, String)],
+    depth: usize,
+) -> String {
+    if depth >= MAX_MACRO_DEPTH {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(|c: char| is_ident(c)) {
+        out.push_str(&rest[..i]);
+        let word_len = rest[i..]
+            .find(|c: char| !is_ident(c))
+            .unwrap_or(rest.len() - i);
+        let word = &rest[i..i + word_len];
+        let after = &rest[i + word_len..];
+        let call = macros.iter().find(|m| m.0 == word).and_then(|m| {
+            let args = after.trim_start().strip_prefix('(')?;
+            let (a, end) = balanced(args, 0)?;
+            let consumed = after.len() - args.len() + end;
+            Some((expand_macro(&m.2, &m.1, &split_commas(a)), consumed))
+        });
+        match call {
+            Some((body, consumed)) => {
+                out.push_str(&expand_invocations(&body, macros, depth + 1));
+                out.push('\n');
+                rest = &after[consumed..];
+            }
+            None => {
+                out.push_str(word);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Every `extern "C" __global__` kernel of a CUDA source with its parameters, the kernels a
 /// function-like `#define` stamps out expanded at each of its invocations (so
-/// `FQ_VARIANT(256, 4)` yields `fp8_quant_rows_bf16_t256_v4`). Host text parsing, no compiler.
+/// `FQ_VARIANT(256, 4)` yields `fp8_quant_rows_bf16_t256_v4`), through macros that invoke
+/// such macros too (`MOE_GEMV_VARIANT(4, 4)` → `MOE_GEMV_KERNELS(4, 4, _t8, true)` → …, up to
+/// [`MAX_MACRO_DEPTH`] levels). Host text parsing, no compiler.
 ///
 /// # Errors
 /// A parameter declaration that cannot be read (the message names the kernel and the text).
@@ -509,7 +574,7 @@ pub fn parse_cuda_kernels(src: &str) -> Result<Vec<SourceKernel>, String> {
     let text = strip_c_comments(src)
         .replace("\\\r\n", " ")
         .replace("\\\n", " ");
-    // Function-like macros that define kernels, and the rest of the text.
+    // Function-like macros, and the rest of the text.
     let mut macros: Vec<(String, Vec<String>, String)> = Vec::new();
     let mut plain = String::new();
     for line in text.lines() {
@@ -517,11 +582,9 @@ pub fn parse_cuda_kernels(src: &str) -> Result<Vec<SourceKernel>, String> {
         if let Some(rest) = t.strip_prefix("#define") {
             let rest = rest.trim_start();
             let name: String = rest.chars().take_while(|&c| is_ident(c)).collect();
-            if rest[name.len()..].starts_with('(') && rest.contains("__global__") {
+            if rest[name.len()..].starts_with('(') {
                 if let Some((ps, end)) = balanced(rest, name.len() + 1) {
-                    let params = split_commas(ps);
-                    macros.push((name, params, rest[end..].to_string()));
-                    continue;
+                    macros.push((name, split_commas(ps), rest[end..].to_string()));
                 }
             }
             continue;
@@ -532,20 +595,29 @@ pub fn parse_cuda_kernels(src: &str) -> Result<Vec<SourceKernel>, String> {
         plain.push_str(line);
         plain.push('\n');
     }
-    let mut expanded = plain.clone();
-    for line in plain.lines() {
-        let t = line.trim();
-        for (name, params, body) in &macros {
-            if let Some(rest) = t.strip_prefix(name.as_str()) {
-                if let Some(args) = rest.trim_start().strip_prefix('(') {
-                    if let Some((a, _)) = balanced(args, 0) {
-                        expanded.push_str(&expand_macro(body, params, &split_commas(a)));
-                        expanded.push('\n');
-                    }
-                }
+    // Only the macros that stamp out kernels: a body with `__global__`, or (to a fixed point)
+    // one invoking such a macro.
+    let mut stamps: Vec<bool> = macros.iter().map(|m| m.2.contains("__global__")).collect();
+    loop {
+        let mut changed = false;
+        for i in 0..macros.len() {
+            if !stamps[i]
+                && (0..macros.len()).any(|j| stamps[j] && invokes(&macros[i].2, &macros[j].0))
+            {
+                stamps[i] = true;
+                changed = true;
             }
         }
+        if !changed {
+            break;
+        }
     }
+    let macros: Vec<_> = macros
+        .into_iter()
+        .zip(stamps)
+        .filter_map(|(m, s)| s.then_some(m))
+        .collect();
+    let expanded = expand_invocations(&plain, &macros, 0);
     let mut out = Vec::new();
     let key = "__global__";
     let mut at = 0;
@@ -733,8 +805,9 @@ __global__ void not_extern(int a) {}
     fn cuda_source_kernels_are_parsed_with_macro_instances() {
         let ks = parse_cuda_kernels(SRC).unwrap();
         let names: Vec<&str> = ks.iter().map(|k| k.name.as_str()).collect();
-        assert_eq!(names, ["plain", "rows_t128_v2", "rows_t256_v4"]);
-        let p = &ks[0].params;
+        // In source order: the macro's instances where they are invoked, then `plain`.
+        assert_eq!(names, ["rows_t128_v2", "rows_t256_v4", "plain"]);
+        let p = &ks[2].params;
         assert_eq!(p.len(), 4);
         assert_eq!(
             (p[0].name.as_str(), p[0].c_type.as_str(), p[0].pointer),
@@ -745,7 +818,42 @@ __global__ void not_extern(int a) {}
             ("unsigned long long", false)
         );
         assert_eq!(p[2].c_type, "unsigned");
-        assert_eq!(ks[1].params[1].name, "M");
+        assert_eq!(ks[0].params[1].name, "M");
+    }
+
+    #[test]
+    fn kernels_stamped_through_nested_macros_are_found() {
+        // As kernels/gemv.cu stamps its grouped GEMVs: a variant macro invoking a pair macro
+        // invoking the kernel macro, with an empty argument pasted onto a name.
+        let src = r#"
+#define ONE_KERNEL(NAME, FP8) \
+  extern "C" __global__ void __launch_bounds__(128) NAME(const float* __restrict__ x, int n) { \
+    body<FP8>(x, n); }
+#define PAIR(W, SUFFIX) \
+  ONE_KERNEL(g_bf16_w##W##SUFFIX, false) \
+  ONE_KERNEL(g_fp8_w##W##SUFFIX, true)
+#define VARIANT(W) \
+  PAIR(W, ) \
+  PAIR(W, _t8)
+VARIANT(4)
+#define NOT_A_KERNEL(a) ((a) + 1)
+extern "C" __global__ void after(int v) { int z = NOT_A_KERNEL(v); }
+"#;
+        let ks = parse_cuda_kernels(src).unwrap();
+        let names: Vec<&str> = ks.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "g_bf16_w4",
+                "g_fp8_w4",
+                "g_bf16_w4_t8",
+                "g_fp8_w4_t8",
+                "after"
+            ]
+        );
+        assert!(ks[..4]
+            .iter()
+            .all(|k| k.params.len() == 2 && k.params[0].pointer));
     }
 
     const ROWS: KernelSig = KernelSig {
@@ -775,9 +883,9 @@ __global__ void not_extern(int a) {}
     fn a_launcher_with_two_int_parameters_swapped_is_caught() {
         let ks = parse_cuda_kernels(SRC).unwrap();
         assert!(
-            compare_with_source(&ROWS, &ks[1]).is_empty(),
+            compare_with_source(&ROWS, &ks[0]).is_empty(),
             "{:?}",
-            compare_with_source(&ROWS, &ks[1])
+            compare_with_source(&ROWS, &ks[0])
         );
         let swapped = KernelSig {
             params: &[
@@ -800,7 +908,7 @@ __global__ void not_extern(int a) {}
             ],
             ..ROWS
         };
-        assert_eq!(compare_with_source(&swapped, &ks[1]).len(), 2);
+        assert_eq!(compare_with_source(&swapped, &ks[0]).len(), 2);
         let wrong_type = KernelSig {
             params: &[
                 Param {
@@ -822,12 +930,12 @@ __global__ void not_extern(int a) {}
             ],
             ..ROWS
         };
-        assert_eq!(compare_with_source(&wrong_type, &ks[1]).len(), 2);
+        assert_eq!(compare_with_source(&wrong_type, &ks[0]).len(), 2);
         let short = KernelSig {
             params: &ROWS.params[..3],
             ..ROWS
         };
-        assert!(!compare_with_source(&short, &ks[1]).is_empty());
+        assert!(!compare_with_source(&short, &ks[0]).is_empty());
     }
 
     #[test]
