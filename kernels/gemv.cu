@@ -181,42 +181,51 @@ GEMV_VARIANT(8, 4)
 // e's weights start at wptr[e] (N x K, as gemv_*), its FP8 row scales at sptr[e]. x row of a pair
 // p: p / x_div (x_div = top-k: the token's row of the normed hidden states, for gate_up; 1: the
 // pair's own row, for down); y row: p.
+// ONE (the _t8 kernels): the host guarantees at most 8 pairs per expert (a batch of at most 8
+// tokens), so only the one-tile pass is compiled and the kernel keeps the registers of that
+// pass alone, not those of the MOE_NT-tile one.
 #define MOE_NT 4
-template <bool FP8, int W, int U>
+template <bool FP8, int W, int U, bool ONE>
 __device__ __forceinline__ void moe_gemv_expert(const uint4* __restrict__ w, const float* __restrict__ ws,
                                                 const uint4* __restrict__ x, const float* __restrict__ xs, int x_div,
                                                 const int* __restrict__ sorted, int r0, int r1,
                                                 uint16_t* __restrict__ y, int n, int k) {
-  if (r1 - r0 <= 8) {
+  if (ONE || r1 - r0 <= 8) {
     gv_body<FP8, false, W, U, true, 1>(w, x, ws, 1, xs, 1, y, r1 - r0, n, k, sorted + r0, x_div);
     return;
   }
-  for (int r = r0; r < r1; r += 8 * MOE_NT) {
-    __syncthreads();
-    gv_body<FP8, false, W, U, true, MOE_NT>(w, x, ws, 1, xs, 1, y, min(8 * MOE_NT, r1 - r), n, k, sorted + r, x_div);
+  if constexpr (!ONE) {
+    for (int r = r0; r < r1; r += 8 * MOE_NT) {
+      __syncthreads();
+      gv_body<FP8, false, W, U, true, MOE_NT>(w, x, ws, 1, xs, 1, y, min(8 * MOE_NT, r1 - r), n, k, sorted + r, x_div);
+    }
   }
 }
 
-#define MOE_GEMV_VARIANT(W, U)                                                                                     \
-  extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv_bf16_w##W##_u##U(                                \
-      const uint64_t* __restrict__ wptr, const uint4* __restrict__ x, int x_div, const int* __restrict__ sorted,  \
-      const int* __restrict__ active, const int* __restrict__ offsets, const int* __restrict__ n_active,          \
-      uint16_t* __restrict__ y, int n, int k) {                                                                   \
-    const int j = moe_column_expert_slot(blockIdx.y, *n_active);                                                  \
-    if (j < 0) return;                                                                                            \
-    moe_gemv_expert<false, W, U>(reinterpret_cast<const uint4*>(wptr[active[j]]), nullptr, x, nullptr, x_div,     \
-                                 sorted, offsets[j], offsets[j + 1], y, n, k);                                    \
-  }                                                                                                               \
-  extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv_fp8_w##W##_u##U(                                 \
-      const uint64_t* __restrict__ wptr, const uint64_t* __restrict__ sptr, const uint4* __restrict__ x,          \
-      const float* __restrict__ xs, int x_div, const int* __restrict__ sorted, const int* __restrict__ active,    \
-      const int* __restrict__ offsets, const int* __restrict__ n_active, uint16_t* __restrict__ y, int n, int k) { \
-    const int j = moe_column_expert_slot(blockIdx.y, *n_active);                                                  \
-    if (j < 0) return;                                                                                            \
-    const int e = active[j];                                                                                      \
-    moe_gemv_expert<true, W, U>(reinterpret_cast<const uint4*>(wptr[e]), reinterpret_cast<const float*>(sptr[e]), \
-                                x, xs, x_div, sorted, offsets[j], offsets[j + 1], y, n, k);                       \
+// One grouped kernel (FP8: E4M3 weights with per-expert row scales at sptr[e] and per-row
+// activation scales xs; else BF16, sptr and xs unused): both formats take the same arguments.
+#define MOE_GEMV_KERNEL(NAME, FP8, W, U, ONE)                                                                  \
+  extern "C" __global__ void __launch_bounds__(W * 32) NAME(                                                   \
+      const uint64_t* __restrict__ wptr, const uint64_t* __restrict__ sptr, const uint4* __restrict__ x,       \
+      const float* __restrict__ xs, int x_div, const int* __restrict__ sorted, const int* __restrict__ active, \
+      const int* __restrict__ offsets, const int* __restrict__ n_active, uint16_t* __restrict__ y, int n,      \
+      int k) {                                                                                                 \
+    const int j = moe_column_expert_slot(blockIdx.y, *n_active);                                               \
+    if (j < 0) return;                                                                                         \
+    const int e = active[j];                                                                                   \
+    moe_gemv_expert<FP8, W, U, ONE>(reinterpret_cast<const uint4*>(wptr[e]),                                   \
+                                    FP8 ? reinterpret_cast<const float*>(sptr[e]) : nullptr, x, FP8 ? xs : nullptr, \
+                                    x_div, sorted, offsets[j], offsets[j + 1], y, n, k);                       \
   }
+
+#define MOE_GEMV_KERNELS(W, U, SUFFIX, ONE)                        \
+  MOE_GEMV_KERNEL(moe_gemv_bf16_w##W##_u##U##SUFFIX, false, W, U, ONE) \
+  MOE_GEMV_KERNEL(moe_gemv_fp8_w##W##_u##U##SUFFIX, true, W, U, ONE)
+
+// Each (W, U): the general kernels and the _t8 ones (at most 8 pairs per expert).
+#define MOE_GEMV_VARIANT(W, U) \
+  MOE_GEMV_KERNELS(W, U, , false) \
+  MOE_GEMV_KERNELS(W, U, _t8, true)
 
 MOE_GEMV_VARIANT(4, 4)
 MOE_GEMV_VARIANT(8, 2)

@@ -40,14 +40,19 @@ __device__ __forceinline__ bool moe_better(float a, int ia, float b, int ib) {
 }
 
 // One token's routing by one warp (lane = threadIdx.x & 31): softmax of `row` (E BF16 logits),
-// top-k in torch.topk's order, renormalised when `renorm`; lanes < k write ids / wts.
-__device__ __forceinline__ void moe_route_token(const uint16_t* __restrict__ row, int e, int k, int renorm,
-                                                int shared, int lane, int* __restrict__ ids,
-                                                float* __restrict__ wts) {
-  float v[MOE_MAX_PER_LANE];
+// top-k in torch.topk's order, renormalised when `renorm`; lanes < k write ids / wts. PL: the
+// probabilities each lane holds (entries lane + 32 i, i < PL; E <= 32 PL), so the loops run over
+// what E needs, not over MOE_MAX_PER_LANE. The top-k keeps each lane's best entry not yet taken:
+// a round is one warp arg-max of those (5 shuffle steps), after which only the winning lane
+// rescans its PL entries.
+template <int PL>
+__device__ __forceinline__ void moe_route_token_pl(const uint16_t* __restrict__ row, int e, int k, int renorm,
+                                                   int shared, int lane, int* __restrict__ ids,
+                                                   float* __restrict__ wts) {
+  float v[PL];
   float mx = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < MOE_MAX_PER_LANE; ++i) {
+  for (int i = 0; i < PL; ++i) {
     const int x = lane + 32 * i;
     v[i] = x < e ? bf2f(row[x]) : -INFINITY;
     mx = fmaxf(mx, v[i]);
@@ -56,7 +61,7 @@ __device__ __forceinline__ void moe_route_token(const uint16_t* __restrict__ row
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, o));
   float sum = 0.f;
 #pragma unroll
-  for (int i = 0; i < MOE_MAX_PER_LANE; ++i) {
+  for (int i = 0; i < PL; ++i) {
     const int x = lane + 32 * i;
     v[i] = x < e ? expf(v[i] - mx) : 0.f;
     sum += v[i];
@@ -64,22 +69,24 @@ __device__ __forceinline__ void moe_route_token(const uint16_t* __restrict__ row
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL, sum, o);
 #pragma unroll
-  for (int i = 0; i < MOE_MAX_PER_LANE; ++i) v[i] = v[i] / sum;
-  // k rounds of a warp arg-max over the entries not yet chosen (bit i of `taken`: lane + 32 i).
+  for (int i = 0; i < PL; ++i) v[i] = v[i] / sum;
+  // This lane's best entry not yet taken (bit i of `taken`: entry lane + 32 i); 0x7fffffff: none.
   uint32_t taken = 0u;
+  float lv = 0.f;
+  int li = 0x7fffffff;
+#pragma unroll
+  for (int i = 0; i < PL; ++i) {
+    const int x = lane + 32 * i;
+    if (x < e && (li == 0x7fffffff || moe_better(v[i], x, lv, li))) {
+      lv = v[i];
+      li = x;
+    }
+  }
   float wsum = 0.f, mine = 0.f;
   int my_id = 0;
   for (int c = 0; c < k; ++c) {
-    float bv = 0.f;
-    int bi = 0x7fffffff;
-#pragma unroll
-    for (int i = 0; i < MOE_MAX_PER_LANE; ++i) {
-      const int x = lane + 32 * i;
-      if (x < e && !((taken >> i) & 1u) && (bi == 0x7fffffff || moe_better(v[i], x, bv, bi))) {
-        bv = v[i];
-        bi = x;
-      }
-    }
+    float bv = lv;
+    int bi = li;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
       const float ov = __shfl_xor_sync(FULL, bv, o);
@@ -89,7 +96,19 @@ __device__ __forceinline__ void moe_route_token(const uint16_t* __restrict__ row
         bi = oi;
       }
     }
-    if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+    if ((bi & 31) == lane) {  // the winner: take its entry, find its next best
+      taken |= 1u << (bi >> 5);
+      lv = 0.f;
+      li = 0x7fffffff;
+#pragma unroll
+      for (int i = 0; i < PL; ++i) {
+        const int x = lane + 32 * i;
+        if (x < e && !((taken >> i) & 1u) && (li == 0x7fffffff || moe_better(v[i], x, lv, li))) {
+          lv = v[i];
+          li = x;
+        }
+      }
+    }
     wsum += bv;  // in choice order, as the CPU reference sums them
     if (lane == c) {
       mine = bv;
@@ -104,6 +123,22 @@ __device__ __forceinline__ void moe_route_token(const uint16_t* __restrict__ row
     ids[k] = e;
     wts[k] = 1.f / (1.f + expf(-bf2f(row[e])));
   }
+}
+
+// moe_route_token_pl with the least PL (a power of two, at least 2) that holds E.
+__device__ __forceinline__ void moe_route_token(const uint16_t* __restrict__ row, int e, int k, int renorm,
+                                                int shared, int lane, int* __restrict__ ids,
+                                                float* __restrict__ wts) {
+  if (e <= 64)
+    moe_route_token_pl<2>(row, e, k, renorm, shared, lane, ids, wts);
+  else if (e <= 128)
+    moe_route_token_pl<4>(row, e, k, renorm, shared, lane, ids, wts);
+  else if (e <= 256)
+    moe_route_token_pl<8>(row, e, k, renorm, shared, lane, ids, wts);
+  else if (e <= 512)
+    moe_route_token_pl<16>(row, e, k, renorm, shared, lane, ids, wts);
+  else
+    moe_route_token_pl<MOE_MAX_PER_LANE>(row, e, k, renorm, shared, lane, ids, wts);
 }
 
 extern "C" __global__ void moe_route(const uint16_t* __restrict__ logits, int t, int e, int k, int renorm,
@@ -158,21 +193,38 @@ extern "C" __global__ void moe_combine(const uint16_t* __restrict__ y, const int
   const int tok = blockIdx.x;
   const int col = blockIdx.y * blockDim.x + threadIdx.x;
   if (col >= h) return;
-  // The token's choices in ascending expert order (k is small: an insertion sort per thread).
-  int order[16];
+  // The token's choices in ascending expert order: ids and weights read once into registers,
+  // each choice's rank (the token's experts are distinct), then the r-th smallest selected per r;
+  // every index below is a compile-time one, so nothing spills to local memory.
+  int id[16];
+  float w[16];
   const int kk = min(k, 16);
-  for (int c = 0; c < kk; ++c) {
-    int x = c;
-    while (x > 0 && ids[(size_t)tok * k + order[x - 1]] > ids[(size_t)tok * k + c]) {
-      order[x] = order[x - 1];
-      --x;
-    }
-    order[x] = c;
+#pragma unroll
+  for (int c = 0; c < 16; ++c) {
+    id[c] = c < kk ? ids[(size_t)tok * k + c] : 0x7fffffff;
+    w[c] = c < kk ? wts[(size_t)tok * k + c] : 0.f;
+  }
+  int rank[16];
+#pragma unroll
+  for (int c = 0; c < 16; ++c) {
+    int r = 0;
+#pragma unroll
+    for (int d = 0; d < 16; ++d) r += (id[d] < id[c]) || (id[d] == id[c] && d < c);
+    rank[c] = r;
   }
   float acc = 0.f;
-  for (int c = 0; c < kk; ++c) {
-    const size_t p = (size_t)tok * k + order[c];
-    acc += wts[p] * bf2f(y[p * h + col]);
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    if (r >= kk) break;
+    int sel = 0;
+    float ws = 0.f;
+#pragma unroll
+    for (int c = 0; c < 16; ++c)
+      if (rank[c] == r) {
+        sel = c;
+        ws = w[c];
+      }
+    acc += ws * bf2f(y[((size_t)tok * k + sel) * h + col]);
   }
   if (shared) {
     const float g = bf2f(sgate[tok]);
@@ -225,7 +277,8 @@ extern "C" __global__ void moe_gemv_any(const uint64_t* __restrict__ wptr, const
 // x's pairs, a block-wide scan gives each expert its start and each active expert its slot, and
 // thread x writes its pairs in ascending order. Same outputs as the two kernels (shared as for
 // moe_route: E + 1 experts to group). blockDim: E + shared rounded up to 32, at least 256, at
-// most 1024; 64 ints of dynamic shared memory.
+// most 1024; 64 + t * (k + shared) ints of dynamic shared memory (the scans' warp totals, then
+// the routed ids).
 extern "C" __global__ void moe_route_sort(const uint16_t* __restrict__ logits, int t, int e, int k, int renorm,
                                           int shared, int* __restrict__ ids, float* __restrict__ wts,
                                           int* __restrict__ sorted, int* __restrict__ active,
@@ -238,10 +291,14 @@ extern "C" __global__ void moe_route_sort(const uint16_t* __restrict__ logits, i
     moe_route_token(logits + (size_t)tok * (e + shared), e, k, renorm, shared, lane, ids + (size_t)tok * kk,
                     wts + (size_t)tok * kk);
   __syncthreads();
+  // The routed ids, copied once into shared memory (coalesced), where every thread scans them.
   const int pairs = t * kk;
+  int* sid = sm + 64;
+  for (int p = x; p < pairs; p += nt) sid[p] = ids[p];
+  __syncthreads();
   int c = 0;
   if (x < e + shared)
-    for (int p = 0; p < pairs; ++p) c += (ids[p] == x);
+    for (int p = 0; p < pairs; ++p) c += (sid[p] == x);
   // Inclusive block scans of the count and of the active flag, packed in one int each pass:
   // warp shuffles, then the warp totals in shared memory.
   int* wtot = sm;           // [warps] counts
@@ -283,7 +340,7 @@ extern "C" __global__ void moe_route_sort(const uint16_t* __restrict__ logits, i
     offsets[before_a] = before_c;
     int pos = before_c;
     for (int p = 0; p < pairs; ++p)
-      if (ids[p] == x) sorted[pos++] = p;
+      if (sid[p] == x) sorted[pos++] = p;
   }
   if (x == nt - 1) {
     const int na = wact[warps - 1];

@@ -371,26 +371,30 @@ W4A16_KERNEL(8, 8, 4)
 //   w4a16_moe_ns_w{W}_n{WN}: CTA (b, 0, j) runs strips (b*W + warp)*WN .. , one warp per WN
 //                            strips over all of K: for small K (a K split would leave each warp
 //                            one k-tile pair and the CTA's fixed cost over a few KiB of weights).
+//   ONE (the _t8 kernels): the host guarantees at most 8 pairs per expert (a batch of at most 8
+//   tokens): only the one-tile pass is compiled, with that pass's registers alone.
 #define MOE_W4_NT 4
-template <int WARPS, int WN, bool KS>
+template <int WARPS, int WN, bool KS, bool ONE>
 __device__ __forceinline__ void w4a16_moe_expert(const uint4* __restrict__ wq, const uint32_t* __restrict__ sc,
                                                  float os, const __nv_bfloat16* __restrict__ act, int x_div,
                                                  const int* __restrict__ sorted, int r0, int r1,
                                                  __nv_bfloat16* __restrict__ out, int n, int k, int strips,
                                                  int kt_n) {
-  if (r1 - r0 <= 8) {
+  if (ONE || r1 - r0 <= 8) {
     w4a16_body<1, WARPS, WN, KS, true>(wq, sc, act, out, nullptr, nullptr, r1 - r0, n, k, strips, kt_n, 1, kt_n >> 1,
                                        os, sorted + r0, x_div);
     return;
   }
-  for (int r = r0; r < r1; r += 8 * MOE_W4_NT) {
-    __syncthreads();
-    w4a16_body<MOE_W4_NT, WARPS, WN, KS, true>(wq, sc, act, out, nullptr, nullptr, min(8 * MOE_W4_NT, r1 - r), n, k,
-                                               strips, kt_n, 1, kt_n >> 1, os, sorted + r, x_div);
+  if constexpr (!ONE) {
+    for (int r = r0; r < r1; r += 8 * MOE_W4_NT) {
+      __syncthreads();
+      w4a16_body<MOE_W4_NT, WARPS, WN, KS, true>(wq, sc, act, out, nullptr, nullptr, min(8 * MOE_W4_NT, r1 - r), n, k,
+                                                 strips, kt_n, 1, kt_n >> 1, os, sorted + r, x_div);
+    }
   }
 }
 
-#define W4A16_MOE_KERNEL(NAME, WARPS, WN, KS)                                                                \
+#define W4A16_MOE_KERNEL(NAME, WARPS, WN, KS, ONE)                                                              \
   extern "C" __global__ void __launch_bounds__(WARPS * 32) NAME(                                             \
       const uint64_t* __restrict__ wqp, const uint64_t* __restrict__ scp, const float* __restrict__ out_scales, \
       const __nv_bfloat16* __restrict__ act, int x_div, const int* __restrict__ sorted,                     \
@@ -399,15 +403,19 @@ __device__ __forceinline__ void w4a16_moe_expert(const uint4* __restrict__ wq, c
     const int j = moe_column_expert_slot(blockIdx.z, *n_active);                                             \
     if (j < 0) return;                                                                                       \
     const int e = active[j];                                                                                 \
-    w4a16_moe_expert<WARPS, WN, KS>(reinterpret_cast<const uint4*>(wqp[e]),                                  \
+    w4a16_moe_expert<WARPS, WN, KS, ONE>(reinterpret_cast<const uint4*>(wqp[e]),                                  \
                                     reinterpret_cast<const uint32_t*>(scp[e]), out_scales[e], act, x_div,    \
                                     sorted, offsets[j], offsets[j + 1], out, n, k, strips, kt_n);            \
   }
 
-W4A16_MOE_KERNEL(w4a16_moe_w4_n1, 4, 1, true)
-W4A16_MOE_KERNEL(w4a16_moe_w8_n1, 8, 1, true)
-W4A16_MOE_KERNEL(w4a16_moe_ns_w4_n1, 4, 1, false)
-W4A16_MOE_KERNEL(w4a16_moe_ns_w4_n2, 4, 2, false)
+W4A16_MOE_KERNEL(w4a16_moe_w4_n1, 4, 1, true, false)
+W4A16_MOE_KERNEL(w4a16_moe_w8_n1, 8, 1, true, false)
+W4A16_MOE_KERNEL(w4a16_moe_ns_w4_n1, 4, 1, false, false)
+W4A16_MOE_KERNEL(w4a16_moe_ns_w4_n2, 4, 2, false, false)
+W4A16_MOE_KERNEL(w4a16_moe_w4_n1_t8, 4, 1, true, true)
+W4A16_MOE_KERNEL(w4a16_moe_w8_n1_t8, 8, 1, true, true)
+W4A16_MOE_KERNEL(w4a16_moe_ns_w4_n1_t8, 4, 1, false, true)
+W4A16_MOE_KERNEL(w4a16_moe_ns_w4_n2_t8, 4, 2, false, true)
 
 // Large M: W'[N, K] = value * scale * 2^-7 (BF16, exact). One warp per (strip, k tile): it
 // dequantizes the 16 x 64 tile into shared memory, then writes each row as 128 contiguous bytes.

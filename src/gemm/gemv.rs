@@ -126,16 +126,30 @@ pub fn kernel_names() -> Vec<String> {
         .collect()
 }
 
-/// The grouped expert GEMVs of the same source (`moe_gemv_{bf16,fp8}_w{W}_u{U}`, stamped by
-/// `MOE_GEMV_VARIANT`), which [`crate::gemm::moe`] launches.
+/// The grouped expert GEMVs of the same source (`moe_gemv_{bf16,fp8}_w{W}_u{U}[_t8]`, stamped by
+/// `MOE_GEMV_VARIANT`), which [`crate::gemm::moe`] launches: [`grouped_kernel_name`] of each.
 pub fn grouped_kernel_names() -> Vec<String> {
     let mut v = Vec::new();
-    for tag in ["bf16", "fp8"] {
+    for fp8 in [false, true] {
         for (w, u) in GROUPED_VARIANTS {
-            v.push(format!("moe_gemv_{tag}_w{w}_u{u}"));
+            for one_tile in [false, true] {
+                v.push(grouped_kernel_name(fp8, (w, u), one_tile));
+            }
         }
     }
     v
+}
+
+/// The grouped expert GEMV over BF16 or FP8 (`fp8`) weights with `(warps, unroll)`, in its
+/// general form or its `_t8` form (`one_tile`: at most [`super::moe::PAIRS_PER_PASS`] pairs per
+/// expert, which a batch of at most that many tokens guarantees; only the one-tile pass is
+/// compiled, so the kernel keeps that pass's registers alone).
+pub fn grouped_kernel_name(fp8: bool, (w, u): (u32, u32), one_tile: bool) -> String {
+    format!(
+        "moe_gemv_{}_w{w}_u{u}{}",
+        if fp8 { "fp8" } else { "bf16" },
+        if one_tile { "_t8" } else { "" }
+    )
 }
 
 /// The `(warps, unroll)` pairs `MOE_GEMV_VARIANT` stamps out.
@@ -514,7 +528,7 @@ mod tests {
     #[test]
     fn every_variant_has_a_distinct_kernel_name() {
         let names = kernel_names();
-        assert_eq!(names.len(), 3 * VARIANTS.len() + 2 * GROUPED_VARIANTS.len());
+        assert_eq!(names.len(), 3 * VARIANTS.len() + 4 * GROUPED_VARIANTS.len());
         for (w, u) in GROUPED_VARIANTS {
             assert!(SRC.contains(&format!("MOE_GEMV_VARIANT({w}, {u})")));
         }

@@ -80,13 +80,11 @@ pub mod gemv {
         /// `y[M, N] = bf16(xs · ws · qx[M, K] · qw[N, K]ᵀ)` over E4M3 codes, `ws_stride` /
         /// `xs_stride` 1 for per-channel / per-token scales, 0 for one per tensor.
         pub fn fp8 = family "gemv_fp8_w*_u*"(w: DevPtr<U32x4>, x: DevPtr<U32x4>, ws: DevPtr<f32>, ws_stride: i32, xs: DevPtr<f32>, xs_stride: i32, y: DevPtr<u16>, m: i32, n: i32, k: i32);
-        /// The grouped expert GEMV over BF16 weights `moe_gemv_bf16_w{WARPS}_u{UNROLL}`
+        /// The grouped expert GEMV `moe_gemv_{bf16,fp8}_w{WARPS}_u{UNROLL}[_t8]`
         /// (`src/gemm/moe.rs`): `wptr` the per-expert weight addresses, the routed pairs grouped
-        /// by expert in `sorted` / `active` / `offsets` / `n_active`.
-        pub fn moe_bf16 = family "moe_gemv_bf16_w*_u*"(wptr: DevPtr<u64>, x: DevPtr<U32x4>, x_div: i32, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, y: DevPtr<u16>, n: i32, k: i32);
-        /// The grouped expert GEMV over FP8 E4M3 weights `moe_gemv_fp8_w{WARPS}_u{UNROLL}`
-        /// (per-expert row scales at `sptr`, per-row activation scales `xs`).
-        pub fn moe_fp8 = family "moe_gemv_fp8_w*_u*"(wptr: DevPtr<u64>, sptr: DevPtr<u64>, x: DevPtr<U32x4>, xs: DevPtr<f32>, x_div: i32, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, y: DevPtr<u16>, n: i32, k: i32);
+        /// by expert in `sorted` / `active` / `offsets` / `n_active`; FP8 E4M3 weights take
+        /// per-expert row scales at `sptr` and per-row activation scales `xs` (BF16: unused).
+        pub fn moe = family "moe_gemv_*_w*_u*"(wptr: DevPtr<u64>, sptr: DevPtr<u64>, x: DevPtr<U32x4>, xs: DevPtr<f32>, x_div: i32, sorted: DevPtr<i32>, active: DevPtr<i32>, offsets: DevPtr<i32>, n_active: DevPtr<i32>, y: DevPtr<u16>, n: i32, k: i32);
     }
 }
 

@@ -418,7 +418,7 @@ pub fn launch_routing(
             1,
             1,
         ),
-        64 * 4,
+        ((64 + t * spec.pairs_per_token()) * 4) as u32,
         DevPtr::<u16>::at(logits),
         t as i32,
         spec.experts as i32,
@@ -478,6 +478,9 @@ pub struct GroupedInput {
     pub scales: u64,
     /// Pair → row divisor.
     pub x_div: usize,
+    /// Tokens of the batch. An expert gets at most one pair per token, so at most
+    /// [`PAIRS_PER_PASS`] tokens let the launch take the one-tile (`_t8`) kernels.
+    pub tokens: usize,
 }
 
 /// The grouped GEMM `y[p, n] = x[p / x_div, :] · W_e[n, :]ᵀ` over every routed pair `p` of
@@ -510,9 +513,15 @@ pub fn launch_grouped(
     let cols = dim("active expert columns", cols)?;
     let (ni, ki) = (n as i32, k as i32);
     let (sorted, active, offsets, n_active) = r.grouped_args();
+    let one_tile = input.tokens <= PAIRS_PER_PASS;
     match *tables {
         ExpertTables::Bf16 { w } | ExpertTables::Fp8 { w, .. } => {
             let fp8 = matches!(tables, ExpertTables::Fp8 { .. });
+            // The FP8 row-scale table (BF16: none, the kernels ignore it).
+            let s = match *tables {
+                ExpertTables::Fp8 { s, .. } => s,
+                _ => 0,
+            };
             let step = if fp8 { 64 } else { 32 };
             if k % step != 0 {
                 let m = moe.ok_or_else(|| {
@@ -520,10 +529,6 @@ pub fn launch_grouped(
                         "kernels/moe.cu is not built: the grouped GEMV for K = {k} needs it"
                     )
                 })?;
-                let s = match *tables {
-                    ExpertTables::Fp8 { s, .. } => s,
-                    _ => 0,
-                };
                 super::launchers::moe::moe_gemv_any(
                     m,
                     gpu,
@@ -550,49 +555,26 @@ pub fn launch_grouped(
                 anyhow::anyhow!("kernels/gemv.cu is not built: the grouped expert GEMV needs it")
             })?;
             let (wn, un) = GEMV_CONFIG;
-            let grid = (dim("N / 16", n.div_ceil(16))?, cols, 1);
-            let block = (32 * wn, 1, 1);
-            if let ExpertTables::Fp8 { s, .. } = *tables {
-                super::launchers::gemv::moe_fp8(
-                    m,
-                    gpu,
-                    &format!("moe_gemv_fp8_w{wn}_u{un}"),
-                    grid,
-                    block,
-                    0,
-                    DevPtr::<u64>::at(w),
-                    DevPtr::<u64>::at(s),
-                    DevPtr::<U32x4>::at(input.x),
-                    DevPtr::<f32>::at(input.scales),
-                    x_div,
-                    sorted,
-                    active,
-                    offsets,
-                    n_active,
-                    DevPtr::<u16>::at(y),
-                    ni,
-                    ki,
-                )?;
-            } else {
-                super::launchers::gemv::moe_bf16(
-                    m,
-                    gpu,
-                    &format!("moe_gemv_bf16_w{wn}_u{un}"),
-                    grid,
-                    block,
-                    0,
-                    DevPtr::<u64>::at(w),
-                    DevPtr::<U32x4>::at(input.x),
-                    x_div,
-                    sorted,
-                    active,
-                    offsets,
-                    n_active,
-                    DevPtr::<u16>::at(y),
-                    ni,
-                    ki,
-                )?;
-            }
+            super::launchers::gemv::moe(
+                m,
+                gpu,
+                &super::gemv::grouped_kernel_name(fp8, (wn, un), one_tile),
+                (dim("N / 16", n.div_ceil(16))?, cols, 1),
+                (32 * wn, 1, 1),
+                0,
+                DevPtr::<u64>::at(w),
+                DevPtr::<u64>::at(s),
+                DevPtr::<U32x4>::at(input.x),
+                DevPtr::<f32>::at(input.scales),
+                x_div,
+                sorted,
+                active,
+                offsets,
+                n_active,
+                DevPtr::<u16>::at(y),
+                ni,
+                ki,
+            )?;
         }
         ExpertTables::W4 {
             wq,
@@ -608,7 +590,7 @@ pub fn launch_grouped(
             super::launchers::w4a16::moe(
                 m,
                 gpu,
-                &kernel.name(),
+                &kernel.kernel(one_tile),
                 (
                     dim(
                         "strips per CTA",
@@ -769,7 +751,10 @@ mod tests {
         let gate_up = grouped_for(32);
         assert!(gate_up.k_split);
         assert_eq!(gate_up.strips_per_cta(), 1);
-        assert_eq!(grouped_kernel_names().len(), GROUPED_VARIANTS.len());
+        // Each variant in its general form and its one-tile `_t8` form.
+        assert_eq!(grouped_kernel_names().len(), 2 * GROUPED_VARIANTS.len());
+        assert_eq!(down.kernel(true), "w4a16_moe_ns_w4_n1_t8");
+        assert_eq!(gate_up.kernel(false), "w4a16_moe_w4_n1");
         for k in grouped_kernel_names() {
             assert!(super::super::w4a16::SRC.contains(&format!("({k}, ")), "{k}");
         }

@@ -119,10 +119,14 @@ pub fn kernel_names() -> Vec<String> {
     v
 }
 
-/// The grouped expert W4A16 GEMMs of the same source (`w4a16_moe[_ns]_w{W}_n{WN}`, stamped by
-/// `W4A16_MOE_KERNEL`), which [`crate::gemm::moe`] launches.
+/// The grouped expert W4A16 GEMMs of the same source (`w4a16_moe[_ns]_w{W}_n{WN}[_t8]`, stamped
+/// by `W4A16_MOE_KERNEL`), which [`crate::gemm::moe`] launches: each of [`GROUPED_VARIANTS`] in
+/// its general form and its one-tile form.
 pub fn grouped_kernel_names() -> Vec<String> {
-    GROUPED_VARIANTS.iter().map(GroupedW4::name).collect()
+    GROUPED_VARIANTS
+        .iter()
+        .flat_map(|g| [g.kernel(false), g.kernel(true)])
+        .collect()
 }
 
 /// One grouped expert W4A16 kernel of `kernels/w4a16.cu` (`w4a16_moe_expert`).
@@ -146,6 +150,14 @@ impl GroupedW4 {
             self.warps,
             self.wn
         )
+    }
+
+    /// The kernel's name in its general form (`one_tile` false: any number of pairs per
+    /// expert) or its `_t8` form (`one_tile` true: at most [`super::moe::PAIRS_PER_PASS`] pairs
+    /// per expert, which a batch of at most that many tokens guarantees; only the one-tile pass
+    /// is compiled, so the kernel keeps that pass's registers alone).
+    pub fn kernel(&self, one_tile: bool) -> String {
+        format!("{}{}", self.name(), if one_tile { "_t8" } else { "" })
     }
 
     /// 16-row strips one CTA covers (the grid's x is `ceil(strips / this)`).
@@ -828,12 +840,16 @@ mod tests {
                 let inst = format!("{mac}({}, {}, {})", parts[0], parts[1], parts[2]);
                 assert!(src.contains(&inst), "{inst} missing from w4a16.cu");
             } else if name.starts_with("w4a16_moe") {
+                let (base, one) = match name.strip_suffix("_t8") {
+                    Some(b) => (b, true),
+                    None => (name.as_str(), false),
+                };
                 let g = GROUPED_VARIANTS
                     .iter()
-                    .find(|g| g.name() == name)
+                    .find(|g| g.name() == base)
                     .expect("a grouped kernel name is one of GROUPED_VARIANTS");
                 let inst = format!(
-                    "W4A16_MOE_KERNEL({name}, {}, {}, {})",
+                    "W4A16_MOE_KERNEL({name}, {}, {}, {}, {one})",
                     g.warps, g.wn, g.k_split
                 );
                 assert!(src.contains(&inst), "{inst} missing from w4a16.cu");

@@ -226,12 +226,14 @@ impl CudaBackend {
                 x: xq,
                 scales: xs,
                 x_div: k,
+                tokens: t,
             }
         } else {
             GroupedInput {
                 x: h_ptr,
                 scales: 0,
                 x_div: k,
+                tokens: t,
             }
         };
         gm::launch_grouped(
@@ -272,23 +274,15 @@ impl CudaBackend {
                 x: aq,
                 scales: a_s,
                 x_div: 1,
+                tokens: t,
             }
         } else {
-            launchers::rt::rt_silu_mul(
-                &self.rt,
-                &self.gpu,
-                super::grid1(p * i, 256),
-                (256, 1, 1),
-                0,
-                DevPtr::at(gu),
-                p,
-                i,
-                DevPtr::at(act),
-            )?;
+            self.silu_mul(gu, act, p, i)?;
             GroupedInput {
                 x: act,
                 scales: 0,
                 x_div: 1,
+                tokens: t,
             }
         };
         self.op_end("expert SwiGLU")?;
