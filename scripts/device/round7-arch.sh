@@ -26,15 +26,7 @@
 # summary.txt (read it first) and one log or tarball per part.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-: "${OUT:?set OUT to the output folder}"
-export NCCL_NVLS_ENABLE=0
-export RIGBENCH_CACHE_DIR=${RIGBENCH_CACHE_DIR:-$(mktemp -d)}
-BIN=/tmp/rigbench
-gunzip -c target/rb.gz > "$BIN" && chmod +x "$BIN" || { echo "no binary" > "$OUT/summary.txt"; exit 1; }
-S="$OUT/summary.txt"
-START=$(date +%s)
-el() { echo "$(( $(date +%s) - START )) s"; }
-left() { echo $(( ${BUDGET:-585} - ($(date +%s) - START) )); }
+. scripts/device/lib.sh
 for p in ${PARTS:-devcheck attention wgprobe smoke rt8b}; do
   l=$(left); [ "$l" -lt 40 ] && { echo "no time left for $p" >> "$S"; continue; }
   case "$p" in

@@ -13,16 +13,8 @@
 # summary.txt (read it first), default.tgz, hybrid.tgz (full.tgz when run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-: "${OUT:?set OUT to the output folder}"
-export NCCL_NVLS_ENABLE=0
+. scripts/device/lib.sh
 # An empty kernel cache: the default run compiles every kernel, as on a new GPU.
-export RIGBENCH_CACHE_DIR=$(mktemp -d)
-BIN=/tmp/rigbench
-gunzip -c target/rb.gz > "$BIN" && chmod +x "$BIN" || { echo "no binary" > "$OUT/summary.txt"; exit 1; }
-S="$OUT/summary.txt"
-START=$(date +%s)
-el() { echo "$(( $(date +%s) - START )) s"; }
-left() { echo $(( ${BUDGET:-585} - ($(date +%s) - START) )); }
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 for p in ${PARTS:-default hybrid}; do
   l=$(left); [ "$l" -lt 60 ] && { echo "no time left for $p" >> "$S"; continue; }

@@ -21,15 +21,7 @@
 # Needs target/rb.gz (a stripped, gzipped release binary, carried) and $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-: "${OUT:?set OUT to the output folder}"
-export NCCL_NVLS_ENABLE=0
-export RIGBENCH_CACHE_DIR=${RIGBENCH_CACHE_DIR:-$(mktemp -d)}
-BIN=/tmp/rigbench
-S="$OUT/summary.txt"
-gunzip -c target/rb.gz > "$BIN" && chmod +x "$BIN" || { echo "no binary" > "$S"; exit 1; }
-START=$(date +%s)
-el() { echo "$(( $(date +%s) - START )) s"; }
-left() { echo $(( ${BUDGET:-585} - ($(date +%s) - START) )); }
+. scripts/device/lib.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.limit,temperature.gpu --format=csv > "$S" 2>&1
 F=tests/fixtures/real/models
 for p in ${PARTS:-moeref moe35}; do

@@ -266,17 +266,7 @@ impl CudaBackend {
                 self.op_end("SwiGLU + FP8 quant")?;
             }
             None => {
-                launchers::rt::rt_silu_mul(
-                    &self.rt,
-                    &self.gpu,
-                    grid1(t * i, 256),
-                    (256, 1, 1),
-                    0,
-                    &self.bufs.gu,
-                    t,
-                    i,
-                    &self.bufs.act,
-                )?;
+                self.silu_mul(self.bufs.gu.ptr(), self.bufs.act.ptr(), t, i)?;
                 self.op_end("SwiGLU")?;
             }
         }
@@ -300,17 +290,7 @@ impl CudaBackend {
         self.gemm(gu_ref, t, self.bufs.h.ptr(), self.bufs.gu.ptr())?;
         self.op_end("GEMM shared expert gate_up")?;
         self.op_begin()?;
-        launchers::rt::rt_silu_mul(
-            &self.rt,
-            &self.gpu,
-            grid1(t * i, 256),
-            (256, 1, 1),
-            0,
-            &self.bufs.gu,
-            t,
-            i,
-            &self.bufs.act,
-        )?;
+        self.silu_mul(self.bufs.gu.ptr(), self.bufs.act.ptr(), t, i)?;
         self.op_end("shared expert SwiGLU")?;
         self.op_begin()?;
         self.gemm(
@@ -320,6 +300,26 @@ impl CudaBackend {
             out,
         )?;
         self.op_end("GEMM shared expert down")?;
+        Ok(())
+    }
+
+    /// SwiGLU `act[r, j] = silu(gu[r, j]) · gu[r, i + j]` over `rows` rows of a gate_up output
+    /// (`gu`: BF16 `[rows, 2·i]`) into `act` (BF16 `[rows, i]`), `rt_silu_mul`, on the stream.
+    ///
+    /// # Errors
+    /// A launch failure.
+    pub(super) fn silu_mul(&self, gu: u64, act: u64, rows: usize, i: usize) -> anyhow::Result<()> {
+        launchers::rt::rt_silu_mul(
+            &self.rt,
+            &self.gpu,
+            grid1(rows * i, 256),
+            (256, 1, 1),
+            0,
+            DevPtr::at(gu),
+            rows,
+            i,
+            DevPtr::at(act),
+        )?;
         Ok(())
     }
 

@@ -412,17 +412,7 @@ pub fn swiglu_quant_matches_unfused(b: &CudaBackend) -> anyhow::Result<Vec<Check
             b.gpu.alloc(t * i)?,
             b.gpu.alloc(t * 4)?,
         );
-        launchers::rt::rt_silu_mul(
-            &b.rt,
-            &b.gpu,
-            super::grid1(t * i, 256),
-            (256, 1, 1),
-            0,
-            &gu,
-            t,
-            i,
-            &ref_act,
-        )?;
+        b.silu_mul(gu.ptr(), ref_act.ptr(), t, i)?;
         crate::gemm::fp8_quant::launch_quant_rows(
             &b.gpu,
             fq,
