@@ -320,24 +320,7 @@ fn dense_speed(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
                     s.b32_tok_s / s.b1_tok_s,
                     s.prefill_tok_s
                 )?;
-                writeln!(
-                    out,
-                    "  batch-1 decode at a 128-token context: {:.1} tok/s ({:.0}% of the bound)",
-                    s.b1_short_tok_s,
-                    100.0 * s.b1_short_tok_s / bound
-                )?;
-                let total: f64 = s.profile.iter().map(|p| p.2).sum();
-                writeln!(
-                    out,
-                    "  profile of one eager batch-1 step at a 4,096-token context (sum {:.2} ms):",
-                    total * 1e3
-                )?;
-                for (name, calls, secs) in &s.profile {
-                    writeln!(out, "    {name}: {calls} calls, {:.3} ms", secs * 1e3)?;
-                }
-                for n in s.notes {
-                    writeln!(out, "  note: {n}")?;
-                }
+                write_speed_details(out, &s, Some(bound))?;
             }
             Err(e) => {
                 failed = true;
@@ -347,6 +330,42 @@ fn dense_speed(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> {
         out.flush()?;
     }
     Ok(failed)
+}
+
+/// The lines under a `speed` line: batch-1 decode at a 128-token context (with its share of
+/// `bound`, tok/s, when given: the dense models' weight-streaming bound, which at 128 tokens
+/// is the step's), the eager per-op profile with its sum, and the run's notes.
+fn write_speed_details(
+    out: &mut impl Write,
+    s: &cuda_check::Speed,
+    bound: Option<f64>,
+) -> std::io::Result<()> {
+    match bound {
+        Some(b) => writeln!(
+            out,
+            "  batch-1 decode at a 128-token context: {:.1} tok/s ({:.0}% of the bound)",
+            s.b1_short_tok_s,
+            100.0 * s.b1_short_tok_s / b
+        )?,
+        None => writeln!(
+            out,
+            "  batch-1 decode at a 128-token context: {:.1} tok/s",
+            s.b1_short_tok_s
+        )?,
+    }
+    let total: f64 = s.profile.iter().map(|p| p.2).sum();
+    writeln!(
+        out,
+        "  profile of one eager batch-1 step at a 4,096-token context (sum {:.2} ms):",
+        total * 1e3
+    )?;
+    for (name, calls, secs) in &s.profile {
+        writeln!(out, "    {name}: {calls} calls, {:.3} ms", secs * 1e3)?;
+    }
+    for n in &s.notes {
+        writeln!(out, "  note: {n}")?;
+    }
+    Ok(())
 }
 
 /// One line for a whole-model greedy parity run labelled `label`: PASS or FAIL with top-1
@@ -960,23 +979,7 @@ fn hybrid_speed(a: &DevcheckArgs, out: &mut impl Write) -> anyhow::Result<bool> 
                     s.b32_tok_s / s.b1_tok_s,
                     s.prefill_tok_s
                 )?;
-                writeln!(
-                    out,
-                    "  batch-1 decode at a 128-token context: {:.1} tok/s",
-                    s.b1_short_tok_s
-                )?;
-                let total: f64 = s.profile.iter().map(|p| p.2).sum();
-                writeln!(
-                    out,
-                    "  profile of one eager batch-1 step at a 4,096-token context (sum {:.2} ms):",
-                    total * 1e3
-                )?;
-                for (name, calls, secs) in &s.profile {
-                    writeln!(out, "    {name}: {calls} calls, {:.3} ms", secs * 1e3)?;
-                }
-                for n in s.notes {
-                    writeln!(out, "  note: {n}")?;
-                }
+                write_speed_details(out, &s, None)?;
             }
             Err(e) => {
                 failed = true;
