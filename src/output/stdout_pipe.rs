@@ -26,8 +26,11 @@ pub struct StdoutGuard {
 }
 
 fn is_pipe_or_socket(fd: i32) -> bool {
-    // SAFETY: fstat(2) fills a plain struct; `st` is zeroed and valid for writes.
+    // SAFETY: `libc::stat` is a plain C struct of integers, for which all-zero bytes are a
+    // valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat(2) only writes the struct behind the pointer, which is valid for writes;
+    // a bad descriptor is an error return, not undefined behaviour.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return false;
     }

@@ -98,11 +98,11 @@ impl ServeLimits {
 /// The process's soft descriptor limit (`RLIMIT_NOFILE`) less [`RESERVED_FDS`], at least 16
 /// and at most [`MAX_DEFAULT_CONNECTIONS`].
 pub fn default_max_connections() -> usize {
-    // SAFETY: getrlimit(2) fills a plain struct.
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    // SAFETY: getrlimit(2) only writes the plain struct behind the pointer, valid for writes.
     let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 {
         r.rlim_cur
     } else {
