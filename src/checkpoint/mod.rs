@@ -344,6 +344,7 @@ impl InspectReport {
             gdn_layers: self.model.linear_attention_layers,
             gdn_projections: (!gdn_formats.is_empty()).then(|| gdn_formats.join(" + ")),
             kv_cache,
+            kv_from_flag: kv_override.is_some(),
         }
     }
 
