@@ -39,10 +39,23 @@ pub const MARLIN_FP4_WARNING: &str = "Your GPU does not have native support for 
 /// `prepare_fp8_layer_for_marlin`, `prepare_fp8_moe_layer_for_marlin`).
 pub const MARLIN_FP8_WARNING: &str = "Your GPU does not have native support for FP8 computation but FP8 quantization is being used. Weight-only FP8 compression will be used leveraging the Marlin kernel. This may degrade performance for compute-heavy workloads.";
 
-/// The error SGLang 0.5.1–0.5.12 raise for NVFP4 MoE layers below sm_100, word for word
-/// (`python/sglang/srt/layers/quantization/modelopt_quant.py`,
-/// `ModelOptNvFp4FusedMoEMethod.__init__`; 0.5.13 and later fall back to Marlin there).
-pub const SGLANG_NVFP4_ERROR: &str = "ValueError: Current platform does not support NVFP4 quantization. Please use Blackwell and above.";
+/// The error SGLang's model loader raises when the card is below the quantization config's
+/// minimum capability, word for word (`python/sglang/srt/model_loader/loader.py`
+/// `_get_quantization_config`, 0.5.1–0.5.23): for ModelOpt NVFP4 (`ModelOptFp4Config`) the
+/// minimum is 100 in 0.5.1–0.5.12 and 80 from 0.5.13. The method is the one SGLang resolved
+/// (`modelopt_fp4` for an NVFP4 export; a MIXED_PRECISION export says `modelopt_mixed`).
+pub fn sglang_min_capability_error(method: &str, min: u32, cc: u32) -> String {
+    format!("ValueError: The quantization method {method} is not supported for the current GPU. Minimum capability: {min}. Current capability: {cc}.")
+}
+
+/// The error SGLang 0.5.7–0.5.23 raise for a compressed-tensors NVFP4 (W4A4) layer below
+/// sm_100, as Python prints the tuple it is given
+/// (`python/sglang/srt/layers/quantization/compressed_tensors/compressed_tensors.py`
+/// `CompressedTensorsConfig._check_scheme_supported`, `CompressedTensorsW4A4Fp4.get_min_capability`
+/// 100).
+pub fn sglang_ct_scheme_error(cc: u32) -> String {
+    format!("RuntimeError: ('Quantization scheme is not supported for ', 'the current GPU. Min capability: 100. ', 'Current capability: {cc}.')")
+}
 
 /// An inference engine the prediction covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,6 +283,10 @@ pub struct PredictInput {
     /// declaration (engines differ in whether they follow the declaration).
     #[serde(default)]
     pub kv_from_flag: bool,
+    /// The checkpoint's quantization method (`modelopt`, `compressed-tensors`, …), when known:
+    /// SGLang routes NVFP4 by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quant_method: Option<String>,
 }
 
 /// One row of "What will run".
@@ -444,7 +461,9 @@ pub fn predict(spec: &EngineSpec, cc: u32, input: &PredictInput) -> EnginePredic
     for g in &input.linear {
         let r = match spec.engine {
             Engine::Vllm => vllm_linear(spec, cc, g.class, &g.format),
-            Engine::Sglang => sglang_linear(spec, cc, g.class, &g.format),
+            Engine::Sglang => {
+                sglang_linear(spec, cc, g.class, &g.format, input.quant_method.as_deref())
+            }
         };
         rows.push(row(g.class, quant_words(&g.format), g.modules.clone(), r));
     }
@@ -549,8 +568,10 @@ const SRC_VLLM_ATTN: &str = "vllm 0.23.0–0.34.0: vllm/platforms/cuda.py _get_b
 const SRC_VLLM_GDN: &str = "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend (QwenGatedDeltaNetAttention, used by models/qwen3_next.py and qwen3_5.py): auto → FlashInfer GDN prefill on is_device_capability(90) in 0.23.0–0.34.0; on sm_10x (0.23.0+) and sm_12x (0.30.0+) only with linear_key_head_dim == 128 and a CUDA 13 runtime; else the FLA Triton chunk_gated_delta_rule";
 /// vLLM's FP8 KV cache.
 const SRC_VLLM_KV: &str = "vllm 0.23.0–0.34.0: vllm/v1/attention/backends/flash_attn.py FlashAttentionBackend.supports_kv_cache_dtype decides whether FlashAttention reads an fp8 / fp8_e4m3 cache; otherwise the next backend of vllm/platforms/cuda.py _get_backend_priorities reads it";
-/// SGLang's NVFP4 rule.
-const SRC_SGLANG_NVFP4: &str = "python/sglang/srt/layers/quantization/modelopt_quant.py: ModelOptNvFp4FusedMoEMethod.__init__ 0.5.1–0.5.12 raises 'Current platform does not support NVFP4 quantization. Please use Blackwell and above.' when not is_sm100_supported(); 0.5.13–0.5.23 use_marlin_fallback = (8, 0) <= capability < (10, 0) with the auto MoE runner; ModelOptFp4LinearMethod.process_weights_after_loading 0.5.13–0.5.23 raises 'ModelOpt NVFP4 native dense GEMM backends require SM100+. Use --fp4-gemm-backend marlin on SM80-SM90.' unless --fp4-gemm-backend marlin";
+/// SGLang's ModelOpt NVFP4 rule.
+const SRC_SGLANG_NVFP4: &str = "read in sglang 0.5.1–0.5.18 and 0.5.23: python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptFp4Config.get_min_capability is 100 in 0.5.1–0.5.12 and 80 from 0.5.13, enforced by python/sglang/srt/model_loader/loader.py _get_quantization_config before any layer is built (so ModelOptNvFp4FusedMoEMethod.__init__'s 'Current platform does not support NVFP4' is never reached); dense GEMM: 0.5.1–0.5.8 FlashInfer mm_fp4 when FlashInfer imports, else sgl-kernel cutlass_scaled_fp4_mm (modelopt_quant.py module imports); 0.5.9 --fp4-gemm-backend flashinfer_cutlass (ServerArgs default); 0.5.10–0.5.23 'auto' resolved by layers/quantization/fp4_utils.py initialize_fp4_gemm_config: 0.5.10–0.5.11 flashinfer_cudnn on sm_12x else flashinfer_cutlass, 0.5.12 also flashinfer_cutedsl on sm_10x, 0.5.13–0.5.23 flashinfer_cutedsl on sm_10x, marlin on sm_80–sm_9x, flashinfer_cutlass otherwise (sm_12x); ModelOptFp4LinearMethod.process_weights_after_loading raises 'native dense GEMM backends require SM100+' only for a native --fp4-gemm-backend below sm_100; MoE experts below sm_100: ModelOptNvFp4FusedMoEMethod.__init__ use_marlin_fallback = (8, 0) <= capability < (10, 0) (0.5.13+), no warning printed";
+/// SGLang's compressed-tensors NVFP4 rule.
+const SRC_SGLANG_CT_NVFP4: &str = "read in sglang 0.5.1–0.5.10, 0.5.13, 0.5.18 and 0.5.23: python/sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4.py ships from 0.5.7 (CompressedTensorsW4A4Fp4.get_min_capability 100 in every release read), checked by compressed_tensors.py CompressedTensorsConfig._check_scheme_supported";
 /// SGLang's FP8 rule.
 const SRC_SGLANG_FP8: &str = "python/sglang/srt/layers/quantization/fp8_utils.py cutlass_fp8_supported (sm_89 with CUDA 12.4+, sm_90 and up with CUDA 12.0+) and can_auto_enable_marlin_fp8 (80 <= sm < 89), read 0.5.1–0.5.23; below sm_89: Fp8LinearMethod.__init__ (quantization/fp8.py, `fp8` checkpoints) takes Marlin in 0.5.1–0.5.23, ModelOptFp8LinearMethod.__init__ (quantization/modelopt_quant.py, ModelOpt FP8) only from 0.5.17 (use_marlin absent in 0.5.1–0.5.16)";
 /// SGLang's FP8 rule on FP8 cards: which native GEMM (CUTLASS, DeepGEMM, Triton, FlashInfer)
@@ -563,9 +584,10 @@ const SRC_SGLANG_GDN: &str = "read in sglang 0.5.1–0.5.10, 0.5.13, 0.5.18 and 
 /// SGLang's KV-cache dtype.
 const SRC_SGLANG_KV: &str = "read in sglang 0.5.1–0.5.10, 0.5.13–0.5.18 and 0.5.23: --kv-cache-dtype auto is the model dtype in 0.5.1–0.5.2 (python/sglang/srt/model_executor/model_runner.py ModelRunner.init_memory_pool), whatever the checkpoint declares; from 0.5.3 a checkpoint whose quant config has kv_cache_quant_algo FP8 gets float8_e4m3fn (ModelRunner.configure_kv_cache_dtype in 0.5.3–0.5.15, python/sglang/srt/mem_cache/kv_cache_dtype.py configure_kv_cache_dtype in 0.5.16–0.5.23); 0.5.3–0.5.10 log `Using KV cache dtype: …`";
 
-/// The error SGLang 0.5.13 and later raise for NVFP4 dense layers below sm_100 without
-/// `--fp4-gemm-backend marlin` (`python/sglang/srt/layers/quantization/modelopt_quant.py`,
-/// `ModelOptFp4LinearMethod.process_weights_after_loading`).
+/// The error SGLang 0.5.13 and later raise for NVFP4 dense layers below sm_100 when
+/// `--fp4-gemm-backend` names a native backend (`python/sglang/srt/layers/quantization/modelopt_quant.py`,
+/// `ModelOptFp4LinearMethod.process_weights_after_loading`); the default `auto` takes Marlin
+/// there instead (`fp4_utils.py` `initialize_fp4_gemm_config`), so no prediction states it.
 pub const SGLANG_NVFP4_DENSE_ERROR: &str = "ValueError: ModelOpt NVFP4 native dense GEMM backends require SM100+. Use --fp4-gemm-backend marlin on SM80-SM90.";
 
 /// A rule not read in the releases covered: its text with the [`NOT_VERIFIED`] suffix.
@@ -714,14 +736,20 @@ fn vllm_nvfp4(spec: &EngineSpec, cc: u32, moe: bool, w4a4: bool) -> Rule {
 }
 
 /// SGLang: the kernel of a linear group.
-fn sglang_linear(spec: &EngineSpec, cc: u32, class: LayerClass, f: &ModuleFormat) -> Rule {
+fn sglang_linear(
+    spec: &EngineSpec,
+    cc: u32,
+    class: LayerClass,
+    f: &ModuleFormat,
+    method: Option<&str>,
+) -> Rule {
     let moe = class == LayerClass::MoeExperts;
     let v = spec.version;
     match f {
         ModuleFormat::Nvfp4 {
             activations_4bit: true,
             ..
-        } => sglang_nvfp4(v, cc, moe),
+        } => sglang_nvfp4(v, cc, moe, method),
         ModuleFormat::Nvfp4 { .. } => rule(
             "not predicted",
             false,
@@ -771,38 +799,69 @@ fn sglang_read(v: (u32, u32, u32), s: &str) -> String {
     format!("sglang {}: {s}", vstr(v))
 }
 
-/// SGLang NVFP4 W4A4: native on sm_100 and up; below, the load fails, except MoE experts on
-/// sm_80–sm_90 from 0.5.13 (Marlin).
-fn sglang_nvfp4(v: (u32, u32, u32), cc: u32, moe: bool) -> Rule {
-    let s = format!("sglang {} (read 0.5.1–0.5.23): {SRC_SGLANG_NVFP4}", vstr(v));
-    if cc >= 100 {
-        let k = if moe {
-            "FlashInfer CUTLASS / TRT-LLM fused MoE (--moe-runner-backend)"
-        } else {
-            "FlashInfer / sgl-kernel CUTLASS FP4 GEMM"
-        };
-        // The native kernel's choice among these was not read.
-        return rule(k, true, None, src(&s));
+/// SGLang NVFP4 W4A4, by the checkpoint's method. ModelOpt: the loader refuses cards below the
+/// config's minimum capability (100 before 0.5.13, then 80); from 0.5.13 sm_80–sm_9x run
+/// weight-only Marlin (dense through `--fp4-gemm-backend auto`, MoE through the Marlin
+/// fallback); on FP4 cards the dense GEMM backend follows the release. compressed-tensors: no
+/// NVFP4 scheme before 0.5.7, then sm_100 and up only.
+fn sglang_nvfp4(v: (u32, u32, u32), cc: u32, moe: bool, method: Option<&str>) -> Rule {
+    if method.is_some_and(|m| m.contains("compressed")) {
+        let s = sglang_read(v, SRC_SGLANG_CT_NVFP4);
+        if v < (0, 5, 7) {
+            return rule(
+                "none: no compressed-tensors NVFP4 scheme before SGLang 0.5.7",
+                false,
+                None,
+                s,
+            );
+        }
+        if cc < 100 {
+            return rule(
+                "none: the load fails (CompressedTensorsW4A4Fp4 needs sm_100)",
+                false,
+                Some(&sglang_ct_scheme_error(cc)),
+                s,
+            );
+        }
+        // Which native kernel the compressed-tensors scheme calls was not read.
+        return rule("FlashInfer / CUTLASS FP4 (native)", true, None, src(&s));
     }
-    let newer = v >= (0, 5, 13);
-    match (moe, newer) {
-        (true, true) if cc >= 80 => rule("Marlin", false, None, s),
-        (false, true) => rule(
-            "none: the load fails",
+    let s = sglang_read(v, SRC_SGLANG_NVFP4);
+    let min = if v >= (0, 5, 13) { 80 } else { 100 };
+    if cc < min {
+        return rule(
+            "none: the load fails (ModelOptFp4Config.get_min_capability)",
             false,
-            Some(SGLANG_NVFP4_DENSE_ERROR),
+            Some(&sglang_min_capability_error("modelopt_fp4", min, cc)),
             s,
-        ),
-        (true, false) => rule("none: the load fails", false, Some(SGLANG_NVFP4_ERROR), s),
-        // Below sm_80 in 0.5.13 and later: no Marlin fallback; its error's wording not read.
-        (true, true) => rule("none: the load fails", false, None, src(&s)),
-        (false, false) => rule(
-            "none: the load fails (the MoE layers' check; dense-only checkpoints not read)",
-            false,
-            Some(SGLANG_NVFP4_ERROR),
-            src(&s),
-        ),
+        );
     }
+    if moe {
+        if cc >= 100 {
+            // Which fused-MoE runner `auto` picks for NVFP4 was not read.
+            return rule(
+                "FlashInfer CUTLASS / TRT-LLM fused MoE (--moe-runner-backend)",
+                true,
+                None,
+                src(&s),
+            );
+        }
+        return rule("Marlin", false, None, s);
+    }
+    let k = if cc < 100 {
+        "Marlin (--fp4-gemm-backend auto; weight-only)"
+    } else if v < (0, 5, 9) {
+        "FlashInfer mm_fp4 (sgl-kernel CUTLASS when FlashInfer is missing)"
+    } else if v < (0, 5, 10) {
+        "FlashInfer CUTLASS (--fp4-gemm-backend flashinfer_cutlass)"
+    } else if cc / 10 == 12 && v < (0, 5, 13) {
+        "FlashInfer cuDNN (--fp4-gemm-backend auto)"
+    } else if cc / 10 == 10 && v >= (0, 5, 12) {
+        "FlashInfer CuTe-DSL (--fp4-gemm-backend auto)"
+    } else {
+        "FlashInfer CUTLASS (--fp4-gemm-backend auto)"
+    };
+    rule(k, cc >= 100, None, s)
 }
 
 /// The attention backend.

@@ -17,7 +17,7 @@
 use super::format::ModuleFormat;
 use super::predict::{
     predict, EngineSpec, LayerClass, LinearGroup, PredictInput, MARLIN_FP4_WARNING,
-    MARLIN_FP8_WARNING, NOT_VERIFIED, SGLANG_NVFP4_DENSE_ERROR, SGLANG_NVFP4_ERROR,
+    MARLIN_FP8_WARNING, NOT_VERIFIED,
 };
 
 /// What a row feeds the prediction.
@@ -73,7 +73,10 @@ const GDN: &str =
     "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend";
 const SG_MOE: &str =
     "python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptNvFp4FusedMoEMethod.__init__";
-const SG_LIN: &str = "python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptFp4LinearMethod.process_weights_after_loading";
+const SG_LIN: &str = "python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptFp4LinearMethod.apply (fp4_gemm: flashinfer mm_fp4, else sgl_kernel cutlass_scaled_fp4_mm)";
+const SG_LOADER: &str = "python/sglang/srt/model_loader/loader.py _get_quantization_config (capability < quant_config.get_min_capability()); modelopt_quant.py ModelOptFp4Config.get_min_capability";
+const SG_FP4_AUTO: &str = "python/sglang/srt/layers/quantization/fp4_utils.py initialize_fp4_gemm_config (the 'auto' branch)";
+const SG_ARGS_FP4: &str = "python/sglang/srt/server_args.py ServerArgs.fp4_gemm_runner_backend (default 'flashinfer_cutlass' in 0.5.9); fp4_utils.py initialize_fp4_gemm_config";
 const SG_ATTN_OLD: &str = "python/sglang/srt/model_executor/model_runner.py ModelRunner.model_specific_adjustment (0.5.1–0.5.4); python/sglang/srt/utils.py is_fa3_default_architecture";
 const SG_ATTN_MID: &str = "python/sglang/srt/server_args.py ServerArgs._handle_attention_backend_compatibility (0.5.5–0.5.9); utils/common.py is_sm100_supported (capability major 10)";
 const SG_ATTN_NEW: &str = "python/sglang/srt/server_args.py ServerArgs._get_default_attn_backend (0.5.10–0.5.18); arg_groups/model_override_base.py get_default_attn_backend (0.5.23)";
@@ -555,36 +558,23 @@ const ROWS: &[Row] = &[
         GDN,
     ),
     row("vllm==0.34.0", 89, G, Input::Gdn, "FLA Triton", None, GDN),
-    // SGLang NVFP4 below sm_100.
-    row(
-        "sglang==0.5.1",
-        90,
-        M,
-        Input::W4a4,
-        "none: the load fails",
-        Some(SGLANG_NVFP4_ERROR),
-        SG_MOE,
-    ),
-    row(
-        "sglang==0.5.12",
-        89,
-        M,
-        Input::W4a4,
-        "none: the load fails",
-        Some(SGLANG_NVFP4_ERROR),
-        SG_MOE,
-    ),
-    row("sglang==0.5.13", 90, M, Input::W4a4, "Marlin", None, SG_MOE),
-    row("sglang==0.5.23", 80, M, Input::W4a4, "Marlin", None, SG_MOE),
-    row(
-        "sglang==0.5.23",
-        90,
-        D,
-        Input::W4a4,
-        "none: the load fails",
-        Some(SGLANG_NVFP4_DENSE_ERROR),
-        SG_LIN,
-    ),
+    // SGLang ModelOpt NVFP4 (W4A4): the loader's minimum capability, Marlin from 0.5.13 on
+    // sm_80–sm_9x, the dense GEMM backend on FP4 cards.
+    row("sglang==0.5.1", 90, M, Input::W4a4, "none: the load fails", Some("ValueError: The quantization method modelopt_fp4 is not supported for the current GPU. Minimum capability: 100. Current capability: 90."), SG_LOADER),
+    row("sglang==0.5.12", 89, D, Input::W4a4, "none: the load fails", Some("ValueError: The quantization method modelopt_fp4 is not supported for the current GPU. Minimum capability: 100. Current capability: 89."), SG_LOADER),
+    row("sglang==0.5.13", 75, M, Input::W4a4, "none: the load fails", Some("ValueError: The quantization method modelopt_fp4 is not supported for the current GPU. Minimum capability: 80. Current capability: 75."), SG_LOADER),
+    row("sglang==0.5.13", 90, M, Input::W4a4, "=Marlin", None, SG_MOE),
+    row("sglang==0.5.23", 80, M, Input::W4a4, "=Marlin", None, SG_MOE),
+    row("sglang==0.5.13", 90, D, Input::W4a4, "Marlin (--fp4-gemm-backend auto", None, SG_FP4_AUTO),
+    row("sglang==0.5.23", 86, D, Input::W4a4, "Marlin (--fp4-gemm-backend auto", None, SG_FP4_AUTO),
+    row("sglang==0.5.5", 100, D, Input::W4a4, "FlashInfer mm_fp4", None, SG_LIN),
+    row("sglang==0.5.9", 100, D, Input::W4a4, "FlashInfer CUTLASS (--fp4-gemm-backend flashinfer_cutlass)", None, SG_ARGS_FP4),
+    row("sglang==0.5.10", 120, D, Input::W4a4, "FlashInfer cuDNN", None, SG_FP4_AUTO),
+    row("sglang==0.5.11", 100, D, Input::W4a4, "FlashInfer CUTLASS (--fp4-gemm-backend auto)", None, SG_FP4_AUTO),
+    row("sglang==0.5.12", 100, D, Input::W4a4, "FlashInfer CuTe-DSL", None, SG_FP4_AUTO),
+    row("sglang==0.5.12", 121, D, Input::W4a4, "FlashInfer cuDNN", None, SG_FP4_AUTO),
+    row("sglang==0.5.23", 103, D, Input::W4a4, "FlashInfer CuTe-DSL", None, SG_FP4_AUTO),
+    row("sglang==0.5.23", 120, D, Input::W4a4, "FlashInfer CUTLASS (--fp4-gemm-backend auto)", None, SG_FP4_AUTO),
     // SGLang's default attention backend (MHA, 16-bit KV).
     row(
         "sglang==0.5.1",
@@ -850,6 +840,8 @@ fn input_of(r: &Row) -> PredictInput {
         gdn_projections: None,
         kv_cache: matches!(r.input, Input::Attention(true) | Input::Kv(true)).then(|| "FP8".into()),
         kv_from_flag: false,
+        // The SGLang NVFP4 rows read ModelOpt's path.
+        quant_method: Some("modelopt".into()),
     }
 }
 
