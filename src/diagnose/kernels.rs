@@ -708,17 +708,33 @@ fn join_other_classes(
     }
     let p = predict::predict(spec, cc, &input);
     let row = |c: LayerClass| p.rows.iter().find(|r| r.layer_class == c);
-    let choice = |what: &str| log.kernel_choices.iter().find(|c| c.what == what);
+    let choices = |what: &str| -> Vec<&KernelChoice> {
+        log.kernel_choices
+            .iter()
+            .filter(|c| c.what == what)
+            .collect()
+    };
     let mut differs = |class: LayerClass,
                        r: &predict::ClassPrediction,
                        c: &KernelChoice,
                        seen: &str,
                        why: &str| {
+        let before = c
+            .candidates
+            .iter()
+            .take_while(|x| !x.eq_ignore_ascii_case(&c.kernel))
+            .count();
         let listed = if c.candidates.is_empty() {
             String::new()
-        } else {
+        } else if before > 0 {
             format!(
                 " The engine listed its candidates in order: {}; those before {} were refused for this model, card or build, or a flag chose it.",
+                c.candidates.join(", "),
+                c.kernel
+            )
+        } else {
+            format!(
+                " The engine listed its candidates in order: {}; {} is first, so the predicted backend was not a candidate: it refused this model's configuration (dtype, head size, KV dtype) or a flag narrowed the list.",
                 c.candidates.join(", "),
                 c.kernel
             )
@@ -743,51 +759,57 @@ fn join_other_classes(
     };
     if let Some(r) = row(LayerClass::Attention) {
         let allowed = predict::predicted_families(&r.kernel, predict::attention_family, true);
-        match choice("attention") {
-            Some(c) => {
-                let seen = predict::attention_family(&c.kernel);
-                cited.push(c.line);
-                if !allowed.contains(&seen) {
-                    differs(LayerClass::Attention, r, c, seen, ATTENTION_WHY);
+        let attn = choices("attention");
+        if attn.is_empty() {
+            unstated.push("the attention backend");
+        }
+        // Every line, one verdict each: two boots may name two backends.
+        let mut flash = false;
+        for c in attn {
+            let seen = predict::attention_family(&c.kernel);
+            cited.push(c.line);
+            if allowed.contains(&seen) {
+                agreed.push(format!(
+                    "attention: {} at line {} ({seen}, as predicted)",
+                    c.kernel, c.line
+                ));
+                flash |= seen == "FlashAttention";
+            } else {
+                differs(LayerClass::Attention, r, c, seen, ATTENTION_WHY);
+            }
+        }
+        // The FlashAttention version, when the prediction names one and FlashAttention ran.
+        let predicted_fa = ["FlashAttention 2", "FlashAttention 3"]
+            .into_iter()
+            .find(|v| r.kernel.starts_with(v));
+        if let (Some(want), true) = (predicted_fa, flash) {
+            for v in choices("FlashAttention version") {
+                cited.push(v.line);
+                if v.kernel == want {
+                    agreed.push(format!("{} at line {}", v.kernel, v.line));
                 } else {
-                    agreed.push(format!(
-                        "attention: {} at line {} ({seen}, as predicted)",
-                        c.kernel, c.line
-                    ));
-                    // The FlashAttention version, when the prediction names one.
-                    let predicted_fa = ["FlashAttention 2", "FlashAttention 3"]
-                        .into_iter()
-                        .find(|v| r.kernel.starts_with(v));
-                    if let (Some(want), Some(v)) = (predicted_fa, choice("FlashAttention version"))
-                    {
-                        cited.push(v.line);
-                        if seen == "FlashAttention" && v.kernel != want {
-                            differs(LayerClass::Attention, r, v, &v.kernel, ATTENTION_WHY);
-                        } else if seen == "FlashAttention" {
-                            agreed.push(format!("{} at line {}", v.kernel, v.line));
-                        }
-                    }
+                    differs(LayerClass::Attention, r, v, &v.kernel, ATTENTION_WHY);
                 }
             }
-            None => unstated.push("the attention backend"),
         }
     }
     if let Some(r) = row(LayerClass::Gdn) {
         let allowed = predict::predicted_families(&r.kernel, predict::gdn_family, false);
-        match choice("GDN prefill") {
-            Some(c) => {
-                let seen = predict::gdn_family(&c.kernel);
-                cited.push(c.line);
-                if allowed.contains(&seen) {
-                    agreed.push(format!(
-                        "Gated-DeltaNet prefill: {} at line {} ({seen}, as predicted)",
-                        c.kernel, c.line
-                    ));
-                } else {
-                    differs(LayerClass::Gdn, r, c, seen, GDN_WHY);
-                }
+        let gdn = choices("GDN prefill");
+        if gdn.is_empty() {
+            unstated.push("the Gated-DeltaNet prefill kernel");
+        }
+        for c in gdn {
+            let seen = predict::gdn_family(&c.kernel);
+            cited.push(c.line);
+            if allowed.contains(&seen) {
+                agreed.push(format!(
+                    "Gated-DeltaNet prefill: {} at line {} ({seen}, as predicted)",
+                    c.kernel, c.line
+                ));
+            } else {
+                differs(LayerClass::Gdn, r, c, seen, GDN_WHY);
             }
-            None => unstated.push("the Gated-DeltaNet prefill kernel"),
         }
     }
     if let Some(r) = row(LayerClass::KvCache) {

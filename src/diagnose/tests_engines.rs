@@ -1202,3 +1202,63 @@ fn real_sglang_log_joins_its_attention_backend_with_the_prediction() {
     let (_, d) = joined("19_sglang-0.5.9", "sm_90", Some("vllm==0.34"), None);
     assert!(d.findings_of("prediction-joined").is_empty());
 }
+
+/// Every attention line gets its own verdict (issue 41, "one finding per line of a kind"): two
+/// boots of vLLM 0.34 on sm_90 (lines in the forms of the real logs quoted in
+/// `docs/diagnose.md`): the first names FLASH_ATTN, the family predicted, but FlashAttention 2
+/// where sm_90 gets 3; the second names FLASHINFER with FLASH_ATTN absent from its candidates.
+/// Each difference is its own finding with its line; the agreement is listed with its line.
+#[test]
+fn every_attention_line_is_joined_not_only_the_first() {
+    let text = "\
+(EngineCore pid=10) INFO 11-02 10:00:00 [core.py:129] Initializing a V1 LLM engine (v0.34.0) with config: model='m', speculative_config=None, kv_cache_dtype=auto, device_config=cuda
+(EngineCore pid=10) INFO 11-02 10:00:05 [cuda.py:482] Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].
+(EngineCore pid=10) INFO 11-02 10:00:05 [flash_attn.py:776] Using FlashAttention version 2
+(EngineCore pid=20) INFO 11-02 10:05:00 [core.py:129] Initializing a V1 LLM engine (v0.34.0) with config: model='m', speculative_config=None, kv_cache_dtype=auto, device_config=cuda
+(EngineCore pid=20) INFO 11-02 10:05:05 [cuda.py:482] Using FLASHINFER attention backend out of potential backends: ['FLASHINFER', 'TRITON_ATTN'].
+";
+    let mut d = Diagnosis {
+        logs: vec![LogInput {
+            name: "two-boots.log".into(),
+            log: EngineLog::parse(text),
+        }],
+        card: Some(Card {
+            cc: "sm_90".parse().unwrap(),
+            source: "--cc".into(),
+        }),
+        ..Default::default()
+    };
+    d.findings = build_findings(&d);
+    let differ = d.findings_of("kernel-differs-from-prediction");
+    let at = |src: &str| {
+        *differ
+            .iter()
+            .find(|f| f.source == src)
+            .unwrap_or_else(|| panic!("no finding at {src}: {differ:#?}"))
+    };
+    assert_eq!(differ.len(), 2, "{differ:#?}");
+    let fa2 = at("two-boots.log:3");
+    assert!(
+        fa2.title
+            .contains("predicted FlashAttention 3 for attention on sm_90")
+            && fa2.title.ends_with("the log shows FlashAttention 2"),
+        "{}",
+        fa2.title
+    );
+    let fi = at("two-boots.log:5");
+    assert!(
+        fi.detail
+            .contains("FLASHINFER, TRITON_ATTN; FLASHINFER is first"),
+        "{}",
+        fi.detail
+    );
+    let joined = d.findings_of("prediction-joined");
+    assert_eq!(joined.len(), 1);
+    assert!(
+        joined[0]
+            .detail
+            .contains("attention: FLASH_ATTN at line 2 (FlashAttention, as predicted)"),
+        "{}",
+        joined[0].detail
+    );
+}
