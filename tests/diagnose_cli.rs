@@ -279,3 +279,49 @@ fn redaction_never_rewrites_rigbench_words() {
     assert!(s.contains("<cwd>/models/x/config.json"), "{s}");
     assert!(s.contains("engine error"), "{s}");
 }
+
+/// `--engine` for a log without a version line (SGLang prints none): the real SGLang 0.5.9 log
+/// on sm_90 is joined with the prediction (its `fa3` agrees); a value outside the rules is a
+/// command-line error naming the flag, never a panic.
+#[test]
+fn engine_flag_joins_a_versionless_log_with_the_prediction() {
+    let sg = log("19_sglang-0.5.9");
+    let o = rigbench(&[
+        "diagnose",
+        "--log",
+        &sg,
+        "--cc",
+        "sm_90",
+        "--engine",
+        "sglang==0.5.9",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", out(&o), err(&o));
+    let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+    let joined: Vec<&serde_json::Value> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == "prediction-joined")
+        .collect();
+    assert_eq!(joined.len(), 1, "{}", out(&o));
+    assert!(
+        joined[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("attention: fa3 at line 5 (FlashAttention, as predicted)"),
+        "{}",
+        joined[0]
+    );
+    // Without --engine the version is unknown: nothing is predicted.
+    let o = rigbench(&["diagnose", "--log", &sg, "--cc", "sm_90", "--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(out(&o).contains("\"findings\""), "{}", out(&o));
+    assert!(!out(&o).contains("prediction-joined"), "{}", out(&o));
+    for bad in ["sglang==0.4", "tgi==1.0", "vllm"] {
+        let o = rigbench(&["diagnose", "--log", &sg, "--engine", bad]);
+        assert_eq!(o.status.code(), Some(64), "{bad}: {}", err(&o));
+        assert!(err(&o).contains("--engine"), "{bad}: {}", err(&o));
+        assert!(!err(&o).contains("panicked"));
+    }
+}

@@ -44,6 +44,8 @@ struct Cfg {
     template_tokens: u64,
     /// `vllm:cache_config_info` labels.
     cache_info: &'static str,
+    /// Send no `usage` object (llama.cpp without per-chunk usage): tokens are re-counted.
+    no_usage: bool,
 }
 
 impl Default for Cfg {
@@ -57,6 +59,7 @@ impl Default for Cfg {
             nondeterministic: false,
             template_tokens: 0,
             cache_info: "block_size=\"16\",num_gpu_blocks=\"512\"",
+            no_usage: false,
         }
     }
 }
@@ -147,7 +150,9 @@ async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Respon
         fin["choices"][0]["finish_reason"] = json!("length");
         let _ = tx.send(format!("data: {fin}\n\n")).await;
         let usage = json!({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n * cfg.usage_percent / 100}});
-        let _ = tx.send(format!("data: {usage}\n\n")).await;
+        if !cfg.no_usage {
+            let _ = tx.send(format!("data: {usage}\n\n")).await;
+        }
         let _ = tx.send("data: [DONE]\n\n".to_string()).await;
         *m2.running.lock().unwrap() -= 1;
     });
@@ -479,4 +484,41 @@ async fn labels_state_only_derivations_that_hold() {
         "{md}"
     );
     assert!(md.contains("(sampled, "), "{md}");
+}
+
+/// Issue 41: "bursty delivery" was claimed from a token count that included the tokenizer's BOS
+/// (one token more than the chunks carried, so every request looked as if a chunk held two
+/// tokens). Without `usage` the received text is re-counted by the engine's `/tokenize` without
+/// special tokens (the mock adds a BOS when they are asked for): 12 tokens in 12 one-token
+/// chunks, so no chunk is said to carry several tokens. (Whether the gaps between chunks look
+/// like bursts depends on the mock's timing, not on the count, and is not asserted here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recount_without_usage_adds_no_bos_to_the_chunks() {
+    let url = start(Cfg {
+        no_usage: true,
+        ..Default::default()
+    })
+    .await;
+    let r = session(&options(
+        &url,
+        suite("concurrency = [2]\nwarmup = 0\nrequests = 4", FIXED),
+    ))
+    .await;
+    let run = &r.runs[0];
+    assert_eq!(
+        run.conditions.token_sources,
+        vec![TokenSource::EngineTokenizer]
+    );
+    assert_eq!(run.requests.len(), 4);
+    for q in &run.requests {
+        assert_eq!(q.output_tokens, Some(12), "{:?}", q.flags);
+        assert_eq!(q.token_chunks, 12);
+        let d = q.delivery.as_ref().expect("a streamed answer");
+        assert_eq!((d.multi_token_chunks, d.extra_tokens), (0, 0), "{d:?}");
+        assert!(
+            !q.flags.iter().any(|f| f.contains("carried several tokens")),
+            "{:?}",
+            q.flags
+        );
+    }
 }

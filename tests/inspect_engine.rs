@@ -122,13 +122,26 @@ fn w4a4_dense_is_native_from_sm_100() {
     }
 }
 
+/// The fixture is a compressed-tensors NVFP4 export: SGLang has no such scheme before 0.5.7, and
+/// from 0.5.7 its scheme needs sm_100 (`CompressedTensorsW4A4Fp4.get_min_capability`), with
+/// the error Python prints for the tuple `_check_scheme_supported` raises.
 #[test]
 fn sglang_refuses_nvfp4_below_sm_100() {
-    let rs = rows("llama-ct-nvfp4", "sglang==0.5", "sm_90");
+    let rs = rows("llama-ct-nvfp4", "sglang==0.5.4", "sm_100");
+    let (k, native, w) = kernel(row(&rs, "dense_linear", "NVFP4 W4A4"));
+    assert!(
+        k.contains("no compressed-tensors NVFP4 scheme before SGLang 0.5.7") && !native,
+        "{k}"
+    );
+    assert!(w.is_none(), "{w:?}");
+    let rs = rows("llama-ct-nvfp4", "sglang==0.5.10", "sm_90");
     let (k, native, w) = kernel(row(&rs, "dense_linear", "NVFP4 W4A4"));
     assert!(k.contains("load fails") && !native, "{k}");
-    assert!(w.unwrap().contains("does not support NVFP4"), "{w:?}");
-    let rs = rows("llama-ct-nvfp4", "sglang==0.5.4", "sm_100");
+    assert_eq!(
+        w,
+        Some("RuntimeError: ('Quantization scheme is not supported for ', 'the current GPU. Min capability: 100. ', 'Current capability: 90.')")
+    );
+    let rs = rows("llama-ct-nvfp4", "sglang==0.5.23", "sm_100");
     let (_, native, w) = kernel(row(&rs, "dense_linear", "NVFP4 W4A4"));
     assert!(native && w.is_none());
 }

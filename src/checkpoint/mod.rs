@@ -344,6 +344,27 @@ impl InspectReport {
             gdn_layers: self.model.linear_attention_layers,
             gdn_projections: (!gdn_formats.is_empty()).then(|| gdn_formats.join(" + ")),
             kv_cache,
+            kv_from_flag: kv_override.is_some(),
+            quant_method: self.quantization_method(),
+        }
+    }
+
+    /// The checkpoint's quantization method for the engine rules: `compressed-tensors` or
+    /// `modelopt` when a metadata file says so (a ModelOpt producer counts), else the first
+    /// file's method; `None` without quantization metadata.
+    pub fn quantization_method(&self) -> Option<String> {
+        let srcs = &self.quantization.sources;
+        let has = |w: &str| {
+            srcs.iter().any(|s| {
+                s.quant_method.contains(w) || s.producer.as_deref().is_some_and(|p| p.contains(w))
+            })
+        };
+        if has("compressed") {
+            Some("compressed-tensors".into())
+        } else if has("modelopt") {
+            Some("modelopt".into())
+        } else {
+            srcs.first().map(|s| s.quant_method.clone())
         }
     }
 

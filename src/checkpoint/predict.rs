@@ -39,10 +39,23 @@ pub const MARLIN_FP4_WARNING: &str = "Your GPU does not have native support for 
 /// `prepare_fp8_layer_for_marlin`, `prepare_fp8_moe_layer_for_marlin`).
 pub const MARLIN_FP8_WARNING: &str = "Your GPU does not have native support for FP8 computation but FP8 quantization is being used. Weight-only FP8 compression will be used leveraging the Marlin kernel. This may degrade performance for compute-heavy workloads.";
 
-/// The error SGLang 0.5.1–0.5.12 raise for NVFP4 MoE layers below sm_100, word for word
-/// (`python/sglang/srt/layers/quantization/modelopt_quant.py`,
-/// `ModelOptNvFp4FusedMoEMethod.__init__`; 0.5.13 and later fall back to Marlin there).
-pub const SGLANG_NVFP4_ERROR: &str = "ValueError: Current platform does not support NVFP4 quantization. Please use Blackwell and above.";
+/// The error SGLang's model loader raises when the card is below the quantization config's
+/// minimum capability, word for word (`python/sglang/srt/model_loader/loader.py`
+/// `_get_quantization_config`, 0.5.1–0.5.23): for ModelOpt NVFP4 (`ModelOptFp4Config`) the
+/// minimum is 100 in 0.5.1–0.5.12 and 80 from 0.5.13. The method is the one SGLang resolved
+/// (`modelopt_fp4` for an NVFP4 export; a MIXED_PRECISION export says `modelopt_mixed`).
+pub fn sglang_min_capability_error(method: &str, min: u32, cc: u32) -> String {
+    format!("ValueError: The quantization method {method} is not supported for the current GPU. Minimum capability: {min}. Current capability: {cc}.")
+}
+
+/// The error SGLang 0.5.7–0.5.23 raise for a compressed-tensors NVFP4 (W4A4) layer below
+/// sm_100, as Python prints the tuple it is given
+/// (`python/sglang/srt/layers/quantization/compressed_tensors/compressed_tensors.py`
+/// `CompressedTensorsConfig._check_scheme_supported`, `CompressedTensorsW4A4Fp4.get_min_capability`
+/// 100).
+pub fn sglang_ct_scheme_error(cc: u32) -> String {
+    format!("RuntimeError: ('Quantization scheme is not supported for ', 'the current GPU. Min capability: 100. ', 'Current capability: {cc}.')")
+}
 
 /// An inference engine the prediction covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -266,6 +279,14 @@ pub struct PredictInput {
     /// The KV-cache dtype: `FP8` when the checkpoint declares it (or `--kv-cache-dtype fp8`),
     /// else `None` (the model dtype).
     pub kv_cache: Option<String>,
+    /// True when `kv_cache` comes from `--kv-cache-dtype`, false when from the checkpoint's
+    /// declaration (engines differ in whether they follow the declaration).
+    #[serde(default)]
+    pub kv_from_flag: bool,
+    /// The checkpoint's quantization method (`modelopt`, `compressed-tensors`, …), when known:
+    /// SGLang routes NVFP4 by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quant_method: Option<String>,
 }
 
 /// One row of "What will run".
@@ -325,6 +346,98 @@ pub fn kernel_family(name: &str) -> &'static str {
     }
 }
 
+/// The attention-backend family of a backend name as engines log it or as a prediction words
+/// it (`FLASH_ATTN`, `fa3`, `FlashAttention 3`, `FLASHINFER`, `trtllm_mha`, `TRITON_ATTN`):
+/// `FlashAttention`, `FlashInfer`, `TRT-LLM`, `Triton`, `FlexAttention`, `torch`, else `other`.
+pub fn attention_family(name: &str) -> &'static str {
+    let k = name.to_ascii_lowercase().replace(['-', '_', ' ', '.'], "");
+    if k.contains("trtllm") {
+        "TRT-LLM"
+    } else if k.contains("flashinfer") {
+        "FlashInfer"
+    } else if k.starts_with("fa3")
+        || k.starts_with("fa4")
+        || k.contains("flashattn")
+        || k.contains("flashattention")
+    {
+        "FlashAttention"
+    } else if k.contains("triton") {
+        "Triton"
+    } else if k.contains("flex") {
+        "FlexAttention"
+    } else if k.contains("torch") || k.contains("sdpa") {
+        "torch"
+    } else {
+        "other"
+    }
+}
+
+/// The Gated-DeltaNet prefill family of a kernel name (`Triton/FLA`, `FlashInfer`, a
+/// prediction's words): `FLA Triton`, `FlashInfer`, else `other`.
+pub fn gdn_family(name: &str) -> &'static str {
+    let k = name.to_ascii_lowercase();
+    if k.contains("flashinfer") {
+        "FlashInfer"
+    } else if k.contains("fla") || k.contains("triton") {
+        "FLA Triton"
+    } else {
+        "other"
+    }
+}
+
+/// The families a predicted kernel text allows, first the one it names first: the text
+/// before its first `(`, `,` or ` when `, then each alternative it names after `else`, and
+/// with `in_parens` those in `(X when …)` too. `family` maps a name to its family.
+pub fn predicted_families(
+    kernel: &str,
+    family: fn(&str) -> &'static str,
+    in_parens: bool,
+) -> Vec<&'static str> {
+    let head = kernel
+        .split(['(', ','])
+        .next()
+        .unwrap_or(kernel)
+        .split(" when ")
+        .next()
+        .unwrap_or(kernel);
+    let mut out = vec![family(head)];
+    let alternatives = kernel.split(" else ").skip(1).chain(
+        kernel
+            .split('(')
+            .skip(1)
+            .filter(|t| in_parens && t.contains(" when ")),
+    );
+    for alt in alternatives {
+        let alt = alt.split(" when ").next().unwrap_or(alt);
+        let f = family(alt.rsplit(';').next().unwrap_or(alt));
+        if f != "other" && !out.contains(&f) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// The KV-cache dtype class of an engine's dtype word (`fp8`, `fp8_e4m3`, `float8_e4m3fn`,
+/// `bfloat16`, `auto`): `FP8`, `16-bit`, `FP4`, `auto` (the engine resolves it and the word
+/// does not say to what), else `None`.
+pub fn kv_dtype_class(word: &str) -> Option<&'static str> {
+    let k = word.to_ascii_lowercase();
+    if k == "auto" {
+        Some("auto")
+    } else if k.contains("fp8") || k.contains("float8") {
+        Some("FP8")
+    } else if k.contains("fp4") || k.contains("float4") {
+        Some("FP4")
+    } else if ["bf16", "bfloat16", "fp16", "float16", "half"]
+        .iter()
+        .any(|w| k == *w || k.ends_with(w))
+    {
+        Some("16-bit")
+    } else {
+        None
+    }
+}
+
 /// A rule's answer before it becomes a row.
 struct Rule {
     kernel: String,
@@ -348,7 +461,9 @@ pub fn predict(spec: &EngineSpec, cc: u32, input: &PredictInput) -> EnginePredic
     for g in &input.linear {
         let r = match spec.engine {
             Engine::Vllm => vllm_linear(spec, cc, g.class, &g.format),
-            Engine::Sglang => sglang_linear(spec, cc, g.class, &g.format),
+            Engine::Sglang => {
+                sglang_linear(spec, cc, g.class, &g.format, input.quant_method.as_deref())
+            }
         };
         rows.push(row(g.class, quant_words(&g.format), g.modules.clone(), r));
     }
@@ -356,12 +471,17 @@ pub fn predict(spec: &EngineSpec, cc: u32, input: &PredictInput) -> EnginePredic
         .kv_cache
         .as_deref()
         .is_some_and(|k| k.to_ascii_uppercase().contains("FP8"));
-    let kv_words = if fp8_kv {
+    // SGLang before 0.5.3 keeps the model dtype for a checkpoint's FP8 KV declaration.
+    let ignored =
+        fp8_kv && !input.kv_from_flag && spec.engine == Engine::Sglang && spec.version < (0, 5, 3);
+    let kv_words = if ignored {
+        "FP8 declared by the checkpoint, not followed by this release"
+    } else if fp8_kv {
         "FP8 (E4M3)"
     } else {
         "model dtype (BF16/FP16)"
     };
-    let attn = attention(spec, cc, fp8_kv);
+    let attn = attention(spec, cc, fp8_kv && !ignored);
     let attn_kernel = attn.kernel.clone();
     if input.attention {
         rows.push(row(
@@ -383,7 +503,7 @@ pub fn predict(spec: &EngineSpec, cc: u32, input: &PredictInput) -> EnginePredic
             r,
         ));
     }
-    let kv = kv_cache(spec, cc, fp8_kv, &attn_kernel);
+    let kv = kv_cache(spec, cc, fp8_kv, input.kv_from_flag, &attn_kernel);
     rows.push(row(
         LayerClass::KvCache,
         kv_words.into(),
@@ -448,18 +568,26 @@ const SRC_VLLM_ATTN: &str = "vllm 0.23.0–0.34.0: vllm/platforms/cuda.py _get_b
 const SRC_VLLM_GDN: &str = "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend (QwenGatedDeltaNetAttention, used by models/qwen3_next.py and qwen3_5.py): auto → FlashInfer GDN prefill on is_device_capability(90) in 0.23.0–0.34.0; on sm_10x (0.23.0+) and sm_12x (0.30.0+) only with linear_key_head_dim == 128 and a CUDA 13 runtime; else the FLA Triton chunk_gated_delta_rule";
 /// vLLM's FP8 KV cache.
 const SRC_VLLM_KV: &str = "vllm 0.23.0–0.34.0: vllm/v1/attention/backends/flash_attn.py FlashAttentionBackend.supports_kv_cache_dtype decides whether FlashAttention reads an fp8 / fp8_e4m3 cache; otherwise the next backend of vllm/platforms/cuda.py _get_backend_priorities reads it";
-/// SGLang's NVFP4 rule.
-const SRC_SGLANG_NVFP4: &str = "python/sglang/srt/layers/quantization/modelopt_quant.py: ModelOptNvFp4FusedMoEMethod.__init__ 0.5.1–0.5.12 raises 'Current platform does not support NVFP4 quantization. Please use Blackwell and above.' when not is_sm100_supported(); 0.5.13–0.5.23 use_marlin_fallback = (8, 0) <= capability < (10, 0) with the auto MoE runner; ModelOptFp4LinearMethod.process_weights_after_loading 0.5.13–0.5.23 raises 'ModelOpt NVFP4 native dense GEMM backends require SM100+. Use --fp4-gemm-backend marlin on SM80-SM90.' unless --fp4-gemm-backend marlin";
+/// SGLang's ModelOpt NVFP4 rule.
+const SRC_SGLANG_NVFP4: &str = "read in sglang 0.5.1–0.5.18 and 0.5.23: python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptFp4Config.get_min_capability is 100 in 0.5.1–0.5.12 and 80 from 0.5.13, enforced by python/sglang/srt/model_loader/loader.py _get_quantization_config before any layer is built (so ModelOptNvFp4FusedMoEMethod.__init__'s 'Current platform does not support NVFP4' is never reached); dense GEMM: 0.5.1–0.5.8 FlashInfer mm_fp4 when FlashInfer imports, else sgl-kernel cutlass_scaled_fp4_mm (modelopt_quant.py module imports); 0.5.9 --fp4-gemm-backend flashinfer_cutlass (ServerArgs default); 0.5.10–0.5.23 'auto' resolved by layers/quantization/fp4_utils.py initialize_fp4_gemm_config: 0.5.10–0.5.11 flashinfer_cudnn on sm_12x else flashinfer_cutlass, 0.5.12 also flashinfer_cutedsl on sm_10x, 0.5.13–0.5.23 flashinfer_cutedsl on sm_10x, marlin on sm_80–sm_9x, flashinfer_cutlass otherwise (sm_12x); ModelOptFp4LinearMethod.process_weights_after_loading raises 'native dense GEMM backends require SM100+' only for a native --fp4-gemm-backend below sm_100; MoE experts below sm_100: ModelOptNvFp4FusedMoEMethod.__init__ use_marlin_fallback = (8, 0) <= capability < (10, 0) (0.5.13+), no warning printed";
+/// SGLang's compressed-tensors NVFP4 rule.
+const SRC_SGLANG_CT_NVFP4: &str = "read in sglang 0.5.1–0.5.10, 0.5.13, 0.5.18 and 0.5.23: python/sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4.py ships from 0.5.7 (CompressedTensorsW4A4Fp4.get_min_capability 100 in every release read), checked by compressed_tensors.py CompressedTensorsConfig._check_scheme_supported";
 /// SGLang's FP8 rule.
-const SRC_SGLANG_FP8: &str = "sglang 0.5: python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptFp8LinearMethod.__init__ (cutlass_fp8_supported; Marlin when can_auto_enable_marlin_fp8, i.e. below sm_89; read in a stored revision, release not identified)";
-/// SGLang's attention default.
-const SRC_SGLANG_ATTN: &str = "sglang 0.5: python/sglang/srt/server_args.py ServerArgs attention-backend default (FlashAttention-3 'fa3' on sm_90, 'trtllm_mha' / FlashInfer on sm_100, FlashInfer elsewhere; not read)";
-/// SGLang's GDN kernels.
-const SRC_SGLANG_GDN: &str = "sglang 0.5: python/sglang/srt/layers/attention/hybrid_linear_attn_backend.py with the FLA Triton kernels of python/sglang/srt/layers/attention/fla (not read)";
+const SRC_SGLANG_FP8: &str = "python/sglang/srt/layers/quantization/fp8_utils.py cutlass_fp8_supported (sm_89 with CUDA 12.4+, sm_90 and up with CUDA 12.0+) and can_auto_enable_marlin_fp8 (80 <= sm < 89), read 0.5.1–0.5.23; below sm_89: Fp8LinearMethod.__init__ (quantization/fp8.py, `fp8` checkpoints) takes Marlin in 0.5.1–0.5.23, ModelOptFp8LinearMethod.__init__ (quantization/modelopt_quant.py, ModelOpt FP8) only from 0.5.17 (use_marlin absent in 0.5.1–0.5.16)";
+/// SGLang's FP8 rule on FP8 cards: which native GEMM (CUTLASS, DeepGEMM, Triton, FlashInfer)
+/// serves each scaling was not read.
+const SRC_SGLANG_FP8_NATIVE: &str = "sglang 0.5: python/sglang/srt/layers/quantization/fp8_utils.py apply_fp8_linear / the --fp8-gemm-backend runner (which native FP8 GEMM serves each scaling)";
+/// SGLang's attention default (MHA models, no speculative decoding with topk > 1).
+const SRC_SGLANG_ATTN: &str = "the default attention backend, read in sglang 0.5.1–0.5.10, 0.5.13, 0.5.18 and 0.5.23: 0.5.1–0.5.4 python/sglang/srt/model_executor/model_runner.py ModelRunner.model_specific_adjustment, 0.5.5–0.5.9 python/sglang/srt/server_args.py ServerArgs._handle_attention_backend_compatibility, 0.5.10–0.5.18 ServerArgs._get_default_attn_backend, 0.5.23 python/sglang/srt/arg_groups/model_override_base.py get_default_attn_backend: MHA on sm_9x (is_hopper_with_cuda_12_3) 'fa3', before 0.5.8 only when architectures[0] is in is_fa3_default_architecture (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Gemma2/3, Glm4MoeForCausalLM, …), else 'flashinfer'; on sm_10x (is_sm100_supported: capability major 10, CUDA 12.8+) 'trtllm_mha' from 0.5.7 ('fa4' from 0.5.17 when the model's K and V head widths differ), 'flashinfer' before; elsewhere 'flashinfer' when FlashInfer is installed (and, from 0.5.13, the model has no attention sinks), else 'triton'; MLA models: 'fa3' on sm_9x, 'flashinfer' on sm_10x, 'triton' elsewhere; the log says `Attention backend not (explicitly) specified. Use X backend by default.`";
+/// SGLang's Gated-DeltaNet kernels.
+const SRC_SGLANG_GDN: &str = "read in sglang 0.5.1–0.5.10, 0.5.13, 0.5.18 and 0.5.23: python/sglang/srt/models/qwen3_next.py first ships in 0.5.2 (0.5.1 has no Gated-DeltaNet model); python/sglang/srt/layers/attention/hybrid_linear_attn_backend.py runs the FLA Triton chunk_gated_delta_rule (layers/attention/fla) in 0.5.2–0.5.23; ServerArgs.linear_attn_backend defaults to 'triton' (0.5.10+); ServerArgs._handle_linear_attn_backend (0.5.13+) sets --linear-attn-decode-backend flashinfer on sm_10x when mamba_ssm_dtype is bfloat16";
+/// SGLang's KV-cache dtype.
+const SRC_SGLANG_KV: &str = "read in sglang 0.5.1–0.5.10, 0.5.13–0.5.18 and 0.5.23: --kv-cache-dtype auto is the model dtype in 0.5.1–0.5.2 (python/sglang/srt/model_executor/model_runner.py ModelRunner.init_memory_pool), whatever the checkpoint declares; from 0.5.3 a checkpoint whose quant config has kv_cache_quant_algo FP8 gets float8_e4m3fn (ModelRunner.configure_kv_cache_dtype in 0.5.3–0.5.15, python/sglang/srt/mem_cache/kv_cache_dtype.py configure_kv_cache_dtype in 0.5.16–0.5.23); 0.5.3–0.5.10 log `Using KV cache dtype: …`";
 
-/// The error SGLang 0.5.13 and later raise for NVFP4 dense layers below sm_100 without
-/// `--fp4-gemm-backend marlin` (`python/sglang/srt/layers/quantization/modelopt_quant.py`,
-/// `ModelOptFp4LinearMethod.process_weights_after_loading`).
+/// The error SGLang 0.5.13 and later raise for NVFP4 dense layers below sm_100 when
+/// `--fp4-gemm-backend` names a native backend (`python/sglang/srt/layers/quantization/modelopt_quant.py`,
+/// `ModelOptFp4LinearMethod.process_weights_after_loading`); the default `auto` takes Marlin
+/// there instead (`fp4_utils.py` `initialize_fp4_gemm_config`), so no prediction states it.
 pub const SGLANG_NVFP4_DENSE_ERROR: &str = "ValueError: ModelOpt NVFP4 native dense GEMM backends require SM100+. Use --fp4-gemm-backend marlin on SM80-SM90.";
 
 /// A rule not read in the releases covered: its text with the [`NOT_VERIFIED`] suffix.
@@ -608,14 +736,20 @@ fn vllm_nvfp4(spec: &EngineSpec, cc: u32, moe: bool, w4a4: bool) -> Rule {
 }
 
 /// SGLang: the kernel of a linear group.
-fn sglang_linear(spec: &EngineSpec, cc: u32, class: LayerClass, f: &ModuleFormat) -> Rule {
+fn sglang_linear(
+    spec: &EngineSpec,
+    cc: u32,
+    class: LayerClass,
+    f: &ModuleFormat,
+    method: Option<&str>,
+) -> Rule {
     let moe = class == LayerClass::MoeExperts;
     let v = spec.version;
     match f {
         ModuleFormat::Nvfp4 {
             activations_4bit: true,
             ..
-        } => sglang_nvfp4(v, cc, moe),
+        } => sglang_nvfp4(v, cc, moe, method),
         ModuleFormat::Nvfp4 { .. } => rule(
             "not predicted",
             false,
@@ -628,11 +762,9 @@ fn sglang_linear(spec: &EngineSpec, cc: u32, class: LayerClass, f: &ModuleFormat
             } else {
                 "FP8 GEMM (CUTLASS / DeepGEMM / Triton)"
             };
-            rule(k, true, None, src(SRC_SGLANG_FP8))
+            rule(k, true, None, src(SRC_SGLANG_FP8_NATIVE))
         }
-        ModuleFormat::Fp8 { .. } => {
-            rule("Marlin (FP8 weight-only)", false, None, src(SRC_SGLANG_FP8))
-        }
+        ModuleFormat::Fp8 { .. } => sglang_fp8_weight_only(v, cc),
         ModuleFormat::Bf16 | ModuleFormat::F16 => {
             let mut r = unquantized(moe);
             r.source = src("sglang 0.5: python/sglang/srt/layers/linear.py UnquantizedLinearMethod.apply / Triton fused MoE (not read)");
@@ -642,38 +774,94 @@ fn sglang_linear(spec: &EngineSpec, cc: u32, class: LayerClass, f: &ModuleFormat
     }
 }
 
-/// SGLang NVFP4 W4A4: native on sm_100 and up; below, the load fails, except MoE experts on
-/// sm_80–sm_90 from 0.5.13 (Marlin).
-fn sglang_nvfp4(v: (u32, u32, u32), cc: u32, moe: bool) -> Rule {
-    let s = format!("sglang {} (read 0.5.1–0.5.23): {SRC_SGLANG_NVFP4}", vstr(v));
-    if cc >= 100 {
-        let k = if moe {
-            "FlashInfer CUTLASS / TRT-LLM fused MoE (--moe-runner-backend)"
-        } else {
-            "FlashInfer / sgl-kernel CUTLASS FP4 GEMM"
-        };
-        // The native kernel's choice among these was not read.
-        return rule(k, true, None, src(&s));
-    }
-    let newer = v >= (0, 5, 13);
-    match (moe, newer) {
-        (true, true) if cc >= 80 => rule("Marlin", false, None, s),
-        (false, true) => rule(
-            "none: the load fails",
+/// SGLang FP8 below sm_89 (or weight-only FP8): Marlin on sm_80–sm_88 for `fp8` checkpoints in
+/// every 0.5 release, for ModelOpt FP8 checkpoints only from 0.5.17; below sm_80 no FP8 path.
+fn sglang_fp8_weight_only(v: (u32, u32, u32), cc: u32) -> Rule {
+    let s = sglang_read(v, SRC_SGLANG_FP8);
+    if cc < 80 {
+        return rule(
+            "none: no FP8 kernel below sm_80 (can_auto_enable_marlin_fp8 needs 80 <= sm < 89)",
             false,
-            Some(SGLANG_NVFP4_DENSE_ERROR),
+            None,
             s,
-        ),
-        (true, false) => rule("none: the load fails", false, Some(SGLANG_NVFP4_ERROR), s),
-        // Below sm_80 in 0.5.13 and later: no Marlin fallback; its error's wording not read.
-        (true, true) => rule("none: the load fails", false, None, src(&s)),
-        (false, false) => rule(
-            "none: the load fails (the MoE layers' check; dense-only checkpoints not read)",
-            false,
-            Some(SGLANG_NVFP4_ERROR),
-            src(&s),
-        ),
+        );
     }
+    let k = if v >= (0, 5, 17) {
+        "Marlin (FP8 weight-only)"
+    } else {
+        "Marlin (FP8 weight-only) for `fp8` checkpoints; ModelOpt FP8 checkpoints get no weight-only fallback before 0.5.17"
+    };
+    rule(k, false, None, s)
+}
+
+/// A rule read in the SGLang releases covered: its text with the version predicted for.
+fn sglang_read(v: (u32, u32, u32), s: &str) -> String {
+    format!("sglang {}: {s}", vstr(v))
+}
+
+/// SGLang NVFP4 W4A4, by the checkpoint's method. ModelOpt: the loader refuses cards below the
+/// config's minimum capability (100 before 0.5.13, then 80); from 0.5.13 sm_80–sm_9x run
+/// weight-only Marlin (dense through `--fp4-gemm-backend auto`, MoE through the Marlin
+/// fallback); on FP4 cards the dense GEMM backend follows the release. compressed-tensors: no
+/// NVFP4 scheme before 0.5.7, then sm_100 and up only.
+fn sglang_nvfp4(v: (u32, u32, u32), cc: u32, moe: bool, method: Option<&str>) -> Rule {
+    if method.is_some_and(|m| m.contains("compressed")) {
+        let s = sglang_read(v, SRC_SGLANG_CT_NVFP4);
+        if v < (0, 5, 7) {
+            return rule(
+                "none: no compressed-tensors NVFP4 scheme before SGLang 0.5.7",
+                false,
+                None,
+                s,
+            );
+        }
+        if cc < 100 {
+            return rule(
+                "none: the load fails (CompressedTensorsW4A4Fp4 needs sm_100)",
+                false,
+                Some(&sglang_ct_scheme_error(cc)),
+                s,
+            );
+        }
+        // Which native kernel the compressed-tensors scheme calls was not read.
+        return rule("FlashInfer / CUTLASS FP4 (native)", true, None, src(&s));
+    }
+    let s = sglang_read(v, SRC_SGLANG_NVFP4);
+    let min = if v >= (0, 5, 13) { 80 } else { 100 };
+    if cc < min {
+        return rule(
+            "none: the load fails (ModelOptFp4Config.get_min_capability)",
+            false,
+            Some(&sglang_min_capability_error("modelopt_fp4", min, cc)),
+            s,
+        );
+    }
+    if moe {
+        if cc >= 100 {
+            // Which fused-MoE runner `auto` picks for NVFP4 was not read.
+            return rule(
+                "FlashInfer CUTLASS / TRT-LLM fused MoE (--moe-runner-backend)",
+                true,
+                None,
+                src(&s),
+            );
+        }
+        return rule("Marlin", false, None, s);
+    }
+    let k = if cc < 100 {
+        "Marlin (--fp4-gemm-backend auto; weight-only)"
+    } else if v < (0, 5, 9) {
+        "FlashInfer mm_fp4 (sgl-kernel CUTLASS when FlashInfer is missing)"
+    } else if v < (0, 5, 10) {
+        "FlashInfer CUTLASS (--fp4-gemm-backend flashinfer_cutlass)"
+    } else if cc / 10 == 12 && v < (0, 5, 13) {
+        "FlashInfer cuDNN (--fp4-gemm-backend auto)"
+    } else if cc / 10 == 10 && v >= (0, 5, 12) {
+        "FlashInfer CuTe-DSL (--fp4-gemm-backend auto)"
+    } else {
+        "FlashInfer CUTLASS (--fp4-gemm-backend auto)"
+    };
+    rule(k, cc >= 100, None, s)
 }
 
 /// The attention backend.
@@ -691,15 +879,21 @@ fn attention(spec: &EngineSpec, cc: u32, fp8_kv: bool) -> Rule {
             };
             rule(k, true, None, SRC_VLLM_ATTN.into())
         }
-        Engine::Sglang => {
-            let k = match cc {
-                90 => "FlashAttention 3 (fa3)",
-                100 | 103 => "TRT-LLM MHA / FlashInfer",
-                _ => "FlashInfer",
-            };
-            rule(k, true, None, src(SRC_SGLANG_ATTN))
-        }
+        Engine::Sglang => sglang_attention(spec.version, cc),
     }
+}
+
+/// SGLang's default attention backend for MHA models (no `--attention-backend`, no speculative
+/// decoding with topk > 1).
+fn sglang_attention(v: (u32, u32, u32), cc: u32) -> Rule {
+    let k = match cc / 10 {
+        9 if v >= (0, 5, 8) => "FlashAttention 3 (fa3)",
+        9 => "FlashAttention 3 (fa3) for the architectures of is_fa3_default_architecture (Llama, Qwen2, Qwen3, Qwen3-MoE, Gemma 2/3, GLM-4 MoE), else FlashInfer",
+        10 if v >= (0, 5, 17) => "TRT-LLM MHA (trtllm_mha; fa4 when K and V head widths differ)",
+        10 if v >= (0, 5, 7) => "TRT-LLM MHA (trtllm_mha)",
+        _ => "FlashInfer (Triton when FlashInfer is missing or the model has attention sinks)",
+    };
+    rule(k, true, None, sglang_read(v, SRC_SGLANG_ATTN))
 }
 
 /// The Gated-DeltaNet recurrence (prefill kernel; decode not predicted per version).
@@ -718,23 +912,45 @@ fn gdn(spec: &EngineSpec, cc: u32) -> Rule {
             let s = read(&format!("{} (read 0.23.0–0.34.0)", vstr(v)), SRC_VLLM_GDN);
             rule(k, true, None, s)
         }
-        Engine::Sglang => rule(
-            "FLA Triton (hybrid linear attention backend)",
-            true,
-            None,
-            src(SRC_SGLANG_GDN),
-        ),
+        Engine::Sglang => {
+            let v = spec.version;
+            let s = sglang_read(v, SRC_SGLANG_GDN);
+            if v < (0, 5, 2) {
+                rule(
+                    "none: SGLang 0.5.1 has no Gated-DeltaNet model (qwen3_next.py ships from 0.5.2)",
+                    false,
+                    None,
+                    s,
+                )
+            } else if cc / 10 == 10 && v >= (0, 5, 13) {
+                rule("FLA Triton chunk_gated_delta_rule (prefill); FlashInfer GDN decode when mamba_ssm_dtype is bfloat16", true, None, s)
+            } else {
+                rule(
+                    "FLA Triton chunk_gated_delta_rule (hybrid linear attention backend)",
+                    true,
+                    None,
+                    s,
+                )
+            }
+        }
     }
 }
 
-/// The KV cache: its dtype and who reads it.
-fn kv_cache(spec: &EngineSpec, cc: u32, fp8_kv: bool, attn_kernel: &str) -> Rule {
+/// The KV cache: its dtype and who reads it. `from_flag`: the FP8 dtype came from
+/// `--kv-cache-dtype`, not from the checkpoint's declaration.
+fn kv_cache(spec: &EngineSpec, cc: u32, fp8_kv: bool, from_flag: bool, attn_kernel: &str) -> Rule {
     let source = match spec.engine {
         Engine::Vllm => SRC_VLLM_KV.into(),
-        Engine::Sglang => src(
-            "sglang 0.5: python/sglang/srt/server_args.py ServerArgs.kv_cache_dtype (fp8_e4m3) / the checkpoint's KV declaration (not read)",
-        ),
+        Engine::Sglang => sglang_read(spec.version, SRC_SGLANG_KV),
     };
+    if fp8_kv && !from_flag && spec.engine == Engine::Sglang && spec.version < (0, 5, 3) {
+        return rule(
+            &format!("16-bit cache (model dtype: this release ignores the checkpoint's FP8 KV declaration without --kv-cache-dtype fp8_e4m3), read by {attn_kernel}"),
+            true,
+            None,
+            source,
+        );
+    }
     if fp8_kv {
         // FP8 E4M3 tensor-core arithmetic exists from sm_89; below that the cache is upcast.
         rule(

@@ -5,14 +5,19 @@
 //! --no-deps --only-binary :all:`; the sdists could not be saved, pip builds their metadata
 //! first): vLLM 0.23.0, 0.24.0, 0.25.0, 0.25.1, 0.26.0, 0.27.0, 0.27.1, 0.28.0, 0.29.0,
 //! 0.30.0, 0.31.0, 0.32.0, 0.33.0, 0.34.0 (the newest on PyPI) and SGLang 0.5.1, 0.5.5, 0.5.10,
-//! 0.5.12, 0.5.13, 0.5.15, 0.5.18, 0.5.20, 0.5.22, 0.5.23. Each row names the file and the
-//! function whose code gives its answer, with the releases that code was read in; a change to
-//! the rules that contradicts a row fails [`rules_agree_with_the_sources_read`].
+//! 0.5.12, 0.5.13, 0.5.15, 0.5.18, 0.5.20, 0.5.22, 0.5.23. SGLang's attention, KV-cache,
+//! Gated-DeltaNet and FP8 weight-only rules were read 2026-12-08 in the wheels of 0.5.1 to
+//! 0.5.10 (every x.y.z without post releases), 0.5.13, 0.5.18 and 0.5.23, and for the FP8 and
+//! KV rows also 0.5.14 to 0.5.17 (`python/sglang/srt/server_args.py`,
+//! `model_executor/model_runner.py`, `mem_cache/`, `layers/quantization/` only). Each row names
+//! the file and the function whose code gives its answer, with the releases that code was read
+//! in; a change to the rules that contradicts a row fails [`rules_agree_with_the_sources_read`].
+//! A row whose kernel starts with `=` must match the prediction exactly, not only its start.
 
 use super::format::ModuleFormat;
 use super::predict::{
     predict, EngineSpec, LayerClass, LinearGroup, PredictInput, MARLIN_FP4_WARNING,
-    MARLIN_FP8_WARNING, NOT_VERIFIED, SGLANG_NVFP4_DENSE_ERROR, SGLANG_NVFP4_ERROR,
+    MARLIN_FP8_WARNING, NOT_VERIFIED,
 };
 
 /// What a row feeds the prediction.
@@ -30,6 +35,8 @@ enum Input {
     Attention(bool),
     /// Gated-DeltaNet layers.
     Gdn,
+    /// The KV cache, with FP8 declared by the checkpoint (true) or not.
+    Kv(bool),
 }
 
 /// One selection read in an engine's source.
@@ -53,6 +60,7 @@ const D: LayerClass = LayerClass::DenseLinear;
 const M: LayerClass = LayerClass::MoeExperts;
 const A: LayerClass = LayerClass::Attention;
 const G: LayerClass = LayerClass::Gdn;
+const K: LayerClass = LayerClass::KvCache;
 
 const NVFP4_LIN: &str = "vllm/model_executor/kernels/linear/__init__.py init_nvfp4_linear_kernel, _POSSIBLE_NVFP4_KERNELS; kernels/linear/nvfp4/flashinfer.py FlashInferCuteDslNvFp4LinearKernel.is_supported / FlashInferCutlassNvFp4LinearKernel.is_supported";
 const NVFP4_A16: &str = "vllm/model_executor/kernels/linear/__init__.py init_nvfp4_linear_kernel (use_a16 branch: force_kernel); quantization/utils/humming/priority.py prefers_humming (0.32.0+)";
@@ -65,7 +73,17 @@ const GDN: &str =
     "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend";
 const SG_MOE: &str =
     "python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptNvFp4FusedMoEMethod.__init__";
-const SG_LIN: &str = "python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptFp4LinearMethod.process_weights_after_loading";
+const SG_LIN: &str = "python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptFp4LinearMethod.apply (fp4_gemm: flashinfer mm_fp4, else sgl_kernel cutlass_scaled_fp4_mm)";
+const SG_LOADER: &str = "python/sglang/srt/model_loader/loader.py _get_quantization_config (capability < quant_config.get_min_capability()); modelopt_quant.py ModelOptFp4Config.get_min_capability";
+const SG_FP4_AUTO: &str = "python/sglang/srt/layers/quantization/fp4_utils.py initialize_fp4_gemm_config (the 'auto' branch)";
+const SG_ARGS_FP4: &str = "python/sglang/srt/server_args.py ServerArgs.fp4_gemm_runner_backend (default 'flashinfer_cutlass' in 0.5.9); fp4_utils.py initialize_fp4_gemm_config";
+const SG_ATTN_OLD: &str = "python/sglang/srt/model_executor/model_runner.py ModelRunner.model_specific_adjustment (0.5.1–0.5.4); python/sglang/srt/utils.py is_fa3_default_architecture";
+const SG_ATTN_MID: &str = "python/sglang/srt/server_args.py ServerArgs._handle_attention_backend_compatibility (0.5.5–0.5.9); utils/common.py is_sm100_supported (capability major 10)";
+const SG_ATTN_NEW: &str = "python/sglang/srt/server_args.py ServerArgs._get_default_attn_backend (0.5.10–0.5.18); arg_groups/model_override_base.py get_default_attn_backend (0.5.23)";
+const SG_KV_OLD: &str = "python/sglang/srt/model_executor/model_runner.py ModelRunner.init_memory_pool (0.5.1–0.5.2: auto is self.dtype)";
+const SG_KV_NEW: &str = "python/sglang/srt/model_executor/model_runner.py ModelRunner.configure_kv_cache_dtype (0.5.3–0.5.15); mem_cache/kv_cache_dtype.py configure_kv_cache_dtype (0.5.16–0.5.23)";
+const SG_GDN: &str = "python/sglang/srt/layers/attention/hybrid_linear_attn_backend.py HybridLinearAttnBackend (FLA chunk_gated_delta_rule); server_args.py ServerArgs._handle_linear_attn_backend (0.5.13+); models/qwen3_next.py absent in 0.5.1";
+const SG_FP8: &str = "python/sglang/srt/layers/quantization/modelopt_quant.py ModelOptFp8LinearMethod.__init__ (use_marlin from 0.5.17); fp8_utils.py can_auto_enable_marlin_fp8 (80 <= sm < 89)";
 
 /// The selections read, version by version and card by card.
 const ROWS: &[Row] = &[
@@ -540,35 +558,233 @@ const ROWS: &[Row] = &[
         GDN,
     ),
     row("vllm==0.34.0", 89, G, Input::Gdn, "FLA Triton", None, GDN),
-    // SGLang NVFP4 below sm_100.
+    // SGLang ModelOpt NVFP4 (W4A4): the loader's minimum capability, Marlin from 0.5.13 on
+    // sm_80–sm_9x, the dense GEMM backend on FP4 cards.
+    row("sglang==0.5.1", 90, M, Input::W4a4, "none: the load fails", Some("ValueError: The quantization method modelopt_fp4 is not supported for the current GPU. Minimum capability: 100. Current capability: 90."), SG_LOADER),
+    row("sglang==0.5.12", 89, D, Input::W4a4, "none: the load fails", Some("ValueError: The quantization method modelopt_fp4 is not supported for the current GPU. Minimum capability: 100. Current capability: 89."), SG_LOADER),
+    row("sglang==0.5.13", 75, M, Input::W4a4, "none: the load fails", Some("ValueError: The quantization method modelopt_fp4 is not supported for the current GPU. Minimum capability: 80. Current capability: 75."), SG_LOADER),
+    row("sglang==0.5.13", 90, M, Input::W4a4, "=Marlin", None, SG_MOE),
+    row("sglang==0.5.23", 80, M, Input::W4a4, "=Marlin", None, SG_MOE),
+    row("sglang==0.5.13", 90, D, Input::W4a4, "Marlin (--fp4-gemm-backend auto", None, SG_FP4_AUTO),
+    row("sglang==0.5.23", 86, D, Input::W4a4, "Marlin (--fp4-gemm-backend auto", None, SG_FP4_AUTO),
+    row("sglang==0.5.5", 100, D, Input::W4a4, "FlashInfer mm_fp4", None, SG_LIN),
+    row("sglang==0.5.9", 100, D, Input::W4a4, "FlashInfer CUTLASS (--fp4-gemm-backend flashinfer_cutlass)", None, SG_ARGS_FP4),
+    row("sglang==0.5.10", 120, D, Input::W4a4, "FlashInfer cuDNN", None, SG_FP4_AUTO),
+    row("sglang==0.5.11", 100, D, Input::W4a4, "FlashInfer CUTLASS (--fp4-gemm-backend auto)", None, SG_FP4_AUTO),
+    row("sglang==0.5.12", 100, D, Input::W4a4, "FlashInfer CuTe-DSL", None, SG_FP4_AUTO),
+    row("sglang==0.5.12", 121, D, Input::W4a4, "FlashInfer cuDNN", None, SG_FP4_AUTO),
+    row("sglang==0.5.23", 103, D, Input::W4a4, "FlashInfer CuTe-DSL", None, SG_FP4_AUTO),
+    row("sglang==0.5.23", 120, D, Input::W4a4, "FlashInfer CUTLASS (--fp4-gemm-backend auto)", None, SG_FP4_AUTO),
+    // SGLang's default attention backend (MHA, 16-bit KV).
     row(
         "sglang==0.5.1",
         90,
-        M,
-        Input::W4a4,
-        "none: the load fails",
-        Some(SGLANG_NVFP4_ERROR),
-        SG_MOE,
+        A,
+        Input::Attention(false),
+        "FlashAttention 3 (fa3) for the architectures",
+        None,
+        SG_ATTN_OLD,
     ),
     row(
-        "sglang==0.5.12",
-        89,
-        M,
-        Input::W4a4,
-        "none: the load fails",
-        Some(SGLANG_NVFP4_ERROR),
-        SG_MOE,
+        "sglang==0.5.7",
+        90,
+        A,
+        Input::Attention(false),
+        "FlashAttention 3 (fa3) for the architectures",
+        None,
+        SG_ATTN_MID,
     ),
-    row("sglang==0.5.13", 90, M, Input::W4a4, "Marlin", None, SG_MOE),
-    row("sglang==0.5.23", 80, M, Input::W4a4, "Marlin", None, SG_MOE),
+    row(
+        "sglang==0.5.8",
+        90,
+        A,
+        Input::Attention(false),
+        "=FlashAttention 3 (fa3)",
+        None,
+        SG_ATTN_MID,
+    ),
     row(
         "sglang==0.5.23",
         90,
+        A,
+        Input::Attention(false),
+        "=FlashAttention 3 (fa3)",
+        None,
+        SG_ATTN_NEW,
+    ),
+    row(
+        "sglang==0.5.6",
+        100,
+        A,
+        Input::Attention(false),
+        "FlashInfer",
+        None,
+        SG_ATTN_MID,
+    ),
+    row(
+        "sglang==0.5.7",
+        100,
+        A,
+        Input::Attention(false),
+        "=TRT-LLM MHA (trtllm_mha)",
+        None,
+        SG_ATTN_MID,
+    ),
+    row(
+        "sglang==0.5.23",
+        103,
+        A,
+        Input::Attention(false),
+        "TRT-LLM MHA (trtllm_mha; fa4",
+        None,
+        SG_ATTN_NEW,
+    ),
+    row(
+        "sglang==0.5.23",
+        120,
+        A,
+        Input::Attention(false),
+        "FlashInfer",
+        None,
+        SG_ATTN_NEW,
+    ),
+    row(
+        "sglang==0.5.1",
+        89,
+        A,
+        Input::Attention(false),
+        "FlashInfer",
+        None,
+        SG_ATTN_OLD,
+    ),
+    row(
+        "sglang==0.5.10",
+        80,
+        A,
+        Input::Attention(false),
+        "FlashInfer",
+        None,
+        SG_ATTN_NEW,
+    ),
+    // SGLang's KV cache with the checkpoint's FP8 declaration and --kv-cache-dtype auto.
+    row(
+        "sglang==0.5.1",
+        90,
+        K,
+        Input::Kv(true),
+        "16-bit cache",
+        None,
+        SG_KV_OLD,
+    ),
+    row(
+        "sglang==0.5.2",
+        100,
+        K,
+        Input::Kv(true),
+        "16-bit cache",
+        None,
+        SG_KV_OLD,
+    ),
+    row(
+        "sglang==0.5.3",
+        90,
+        K,
+        Input::Kv(true),
+        "FP8 E4M3 cache",
+        None,
+        SG_KV_NEW,
+    ),
+    row(
+        "sglang==0.5.23",
+        100,
+        K,
+        Input::Kv(true),
+        "FP8 E4M3 cache",
+        None,
+        SG_KV_NEW,
+    ),
+    row(
+        "sglang==0.5.10",
+        90,
+        K,
+        Input::Kv(false),
+        "16-bit cache",
+        None,
+        SG_KV_NEW,
+    ),
+    // SGLang's Gated-DeltaNet layers.
+    row(
+        "sglang==0.5.1",
+        90,
+        G,
+        Input::Gdn,
+        "none: SGLang 0.5.1",
+        None,
+        SG_GDN,
+    ),
+    row(
+        "sglang==0.5.2",
+        90,
+        G,
+        Input::Gdn,
+        "=FLA Triton chunk_gated_delta_rule (hybrid linear attention backend)",
+        None,
+        SG_GDN,
+    ),
+    row(
+        "sglang==0.5.12",
+        100,
+        G,
+        Input::Gdn,
+        "=FLA Triton chunk_gated_delta_rule (hybrid linear attention backend)",
+        None,
+        SG_GDN,
+    ),
+    row(
+        "sglang==0.5.13",
+        100,
+        G,
+        Input::Gdn,
+        "FLA Triton chunk_gated_delta_rule (prefill); FlashInfer GDN decode",
+        None,
+        SG_GDN,
+    ),
+    row(
+        "sglang==0.5.23",
+        120,
+        G,
+        Input::Gdn,
+        "=FLA Triton chunk_gated_delta_rule (hybrid linear attention backend)",
+        None,
+        SG_GDN,
+    ),
+    // SGLang FP8 below sm_89.
+    row(
+        "sglang==0.5.16",
+        80,
         D,
-        Input::W4a4,
-        "none: the load fails",
-        Some(SGLANG_NVFP4_DENSE_ERROR),
-        SG_LIN,
+        Input::Fp8("per-tensor"),
+        "Marlin (FP8 weight-only) for `fp8` checkpoints; ModelOpt",
+        None,
+        SG_FP8,
+    ),
+    row(
+        "sglang==0.5.17",
+        86,
+        D,
+        Input::Fp8("per-channel"),
+        "=Marlin (FP8 weight-only)",
+        None,
+        SG_FP8,
+    ),
+    row(
+        "sglang==0.5.1",
+        75,
+        D,
+        Input::Fp8("per-tensor"),
+        "none: no FP8 kernel below sm_80",
+        None,
+        SG_FP8,
     ),
 ];
 
@@ -608,7 +824,7 @@ fn input_of(r: &Row) -> PredictInput {
             scaling: "per-channel".into(),
             activations: "weight-only".into(),
         }),
-        Input::Attention(_) | Input::Gdn => None,
+        Input::Attention(_) | Input::Gdn | Input::Kv(_) => None,
     };
     PredictInput {
         linear: format
@@ -619,10 +835,13 @@ fn input_of(r: &Row) -> PredictInput {
             })
             .into_iter()
             .collect(),
-        attention: matches!(r.input, Input::Attention(_)),
+        attention: matches!(r.input, Input::Attention(_) | Input::Kv(_)),
         gdn_layers: u64::from(matches!(r.input, Input::Gdn)),
         gdn_projections: None,
-        kv_cache: matches!(r.input, Input::Attention(true)).then(|| "FP8".into()),
+        kv_cache: matches!(r.input, Input::Attention(true) | Input::Kv(true)).then(|| "FP8".into()),
+        kv_from_flag: false,
+        // The SGLang NVFP4 rows read ModelOpt's path.
+        quant_method: Some("modelopt".into()),
     }
 }
 
@@ -640,11 +859,14 @@ fn rules_agree_with_the_sources_read() {
             "{} sm_{} {:?} (read in {})",
             r.engine, r.cc, r.class, r.source
         );
+        let agrees = match r.kernel.strip_prefix('=') {
+            Some(exact) => got.kernel == exact,
+            None => got.kernel.starts_with(r.kernel),
+        };
         assert!(
-            got.kernel.starts_with(r.kernel),
+            agrees,
             "{at}: predicted {:?}, the source selects {:?}",
-            got.kernel,
-            r.kernel
+            got.kernel, r.kernel
         );
         assert_eq!(got.warning.as_deref(), r.warning, "{at}: warning");
         assert!(

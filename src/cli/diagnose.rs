@@ -43,6 +43,11 @@ pub struct DiagnoseArgs {
     /// The card's compute capability (sm_90, sm_100, 12.0, ...).
     #[arg(long, value_name = "CC", conflicts_with = "rig")]
     pub cc: Option<String>,
+    /// The engine and version (vllm==0.34, sglang==0.5.9) for logs that do not state their
+    /// version (SGLang's do not), so the log is joined with the prediction of "what will run";
+    /// a version the log states comes first.
+    #[arg(long, value_name = "ENGINE==VERSION")]
+    pub engine: Option<String>,
     /// Take the card from a rigbench results.json (or a report folder holding one).
     #[arg(long, value_name = "FILE")]
     pub rig: Option<PathBuf>,
@@ -161,8 +166,15 @@ pub fn diagnose(args: &DiagnoseArgs) -> anyhow::Result<Diagnosis> {
         (None, Some(r)) => Some(card_from_results(r)?),
         (None, None) => None,
     };
+    let engine = args
+        .engine
+        .as_deref()
+        .map(str::parse::<crate::checkpoint::predict::EngineSpec>)
+        .transpose()
+        .map_err(|e| RigError::flag("--engine", e))?;
     let mut d = Diagnosis {
         card,
+        engine,
         timing: args.rig.as_deref().and_then(report_timing),
         ..Default::default()
     };

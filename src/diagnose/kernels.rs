@@ -308,10 +308,10 @@ fn explain_marlin(
     let native_choices: Vec<String> = log
         .kernel_choices
         .iter()
-        .filter(|c| !c.is_marlin())
+        .filter(|c| !c.is_marlin() && c.path() != KernelPath::NotGemm)
         .map(|c| format!("{} → {} (line {})", c.what, c.kernel, c.line))
         .collect();
-    let choices = if log.kernel_choices.is_empty() {
+    let choices = if marlin_choices.is_empty() && native_choices.is_empty() {
         String::new()
     } else {
         format!(
@@ -550,23 +550,49 @@ fn explain_marlin_12x(
 
 /// The prediction of `crate::checkpoint::predict` joined with the kernels the log names: for
 /// each NVFP4 kernel line (dense linear or MoE experts), whether its family is the one the
-/// engine's version selects on this card for the checkpoint's layers of that class. Needs the
-/// checkpoint, the card, and an engine version the rules cover; says nothing otherwise.
+/// engine's version selects on this card for the checkpoint's layers of that class; then the
+/// attention backend, Gated-DeltaNet prefill kernel and KV-cache dtype ([`join_other_classes`]).
+/// Needs the card and an engine version the rules cover (the log's, else `--engine`); the
+/// NVFP4 join needs the checkpoint too. Says nothing without them.
 pub(crate) fn prediction_findings(
     l: &LogInput,
     ck: Option<&CheckpointFacts>,
     card: Option<&Card>,
+    engine_flag: Option<&EngineSpec>,
     out: &mut Vec<Finding>,
 ) {
     let log = &l.log;
-    let (Some(input), Some(card)) = (ck.and_then(|c| c.predict_input.as_ref()), card) else {
+    let Some(card) = card else {
         return;
     };
-    let Some(spec) = EngineSpec::from_log(log.engine.as_deref(), log.engine_version.as_deref())
-    else {
+    // The log's own version first; `--engine` only for a log that does not state one, and
+    // only when it names the log's engine (or the log names none).
+    let spec =
+        EngineSpec::from_log(log.engine.as_deref(), log.engine_version.as_deref()).or_else(|| {
+            let flag = *engine_flag?;
+            let same = log.engine_version.is_none()
+                && log
+                    .engine
+                    .as_deref()
+                    .is_none_or(|e| predict::Engine::named(e) == Some(flag.engine));
+            same.then_some(flag)
+        });
+    let Some(spec) = spec else {
         return;
     };
     let cc = card.cc.as_int();
+    let assumed = predict::PredictInput {
+        attention: true,
+        ..Default::default()
+    };
+    let (input, ck_input) = match ck.and_then(|c| c.predict_input.as_ref()) {
+        Some(i) => (i, true),
+        None => (&assumed, false),
+    };
+    join_other_classes(l, input, ck_input, &spec, card, out);
+    if !ck_input {
+        return;
+    }
     let p = predict::predict(&spec, cc, input);
     for c in log
         .kernel_choices
@@ -629,4 +655,253 @@ pub(crate) fn prediction_findings(
             format!("{}:{}", l.name, c.line),
         ));
     }
+}
+
+/// Where a prediction and a log differ for one layer class, why it may (the rules' conditions
+/// that the prediction does not know).
+const ATTENTION_WHY: &str = "the engine's own choice differs from the default when a flag or variable sets it (--attention-backend, VLLM_ATTENTION_BACKEND), when the model has a feature the rule does not model (MLA, attention sinks, a head size or sliding window the first backend refuses, speculative decoding with topk > 1), or when a package is missing (FlashInfer, FlashAttention for this card)";
+const GDN_WHY: &str = "the Gated-DeltaNet prefill kernel follows a flag (vLLM --gdn-prefill-backend, SGLang --linear-attn-prefill-backend) and, for FlashInfer, conditions the prediction cannot see from a config (the CUDA runtime, FlashInfer's build)";
+
+/// The attention backend, the FlashAttention version, the Gated-DeltaNet prefill kernel and the
+/// KV-cache dtype the log names, joined with the prediction for the same engine, card and
+/// checkpoint: one finding per class that differs (with why it may), and one that lists what
+/// agrees, what the log's own KV flag changed, and which classes the log does not state.
+fn join_other_classes(
+    l: &LogInput,
+    input: &predict::PredictInput,
+    from_checkpoint: bool,
+    spec: &EngineSpec,
+    card: &Card,
+    out: &mut Vec<Finding>,
+) {
+    let log = &l.log;
+    let cc = card.cc.as_int();
+    let mut input = input.clone();
+    let mut agreed: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    if !from_checkpoint {
+        notes.push("without --checkpoint the prediction assumes a model with softmax attention (no MLA), no Gated-DeltaNet layers and no KV declaration".into());
+    }
+    let mut unstated: Vec<&str> = Vec::new();
+    let mut cited: Vec<usize> = Vec::new();
+    // A KV dtype the log's arguments set replaces the checkpoint's declaration; a resolved one
+    // (SGLang's `Using KV cache dtype`) is compared with the prediction instead.
+    let kv_word = log.kv_cache_dtype.as_deref();
+    let kv_line = log.kv_cache_dtype_line;
+    let kv_class = kv_word.and_then(predict::kv_dtype_class);
+    let declared_fp8 = input
+        .kv_cache
+        .as_deref()
+        .is_some_and(|k| k.to_ascii_uppercase().contains("FP8"));
+    if let (Some(word), Some(class @ ("FP8" | "16-bit")), false) =
+        (kv_word, kv_class, log.kv_cache_dtype_resolved)
+    {
+        if declared_fp8 != (class == "FP8") && from_checkpoint {
+            notes.push(format!(
+                "the log's kv_cache_dtype '{word}'{} replaces the checkpoint's KV declaration ({}), so the prediction below is made for a {class} cache",
+                at_line(kv_line),
+                if declared_fp8 { "FP8" } else { "none: the model dtype" }
+            ));
+        }
+        input.kv_cache = (class == "FP8").then(|| "FP8".to_string());
+        input.kv_from_flag = true;
+    }
+    let p = predict::predict(spec, cc, &input);
+    let row = |c: LayerClass| p.rows.iter().find(|r| r.layer_class == c);
+    let choices = |what: &str| -> Vec<&KernelChoice> {
+        log.kernel_choices
+            .iter()
+            .filter(|c| c.what == what)
+            .collect()
+    };
+    let mut differs = |class: LayerClass,
+                       r: &predict::ClassPrediction,
+                       c: &KernelChoice,
+                       seen: &str,
+                       why: &str| {
+        let before = c
+            .candidates
+            .iter()
+            .take_while(|x| !x.eq_ignore_ascii_case(&c.kernel))
+            .count();
+        let listed = if c.candidates.is_empty() {
+            String::new()
+        } else if before > 0 {
+            format!(
+                " The engine listed its candidates in order: {}; those before {} were refused for this model, card or build, or a flag chose it.",
+                c.candidates.join(", "),
+                c.kernel
+            )
+        } else {
+            format!(
+                " The engine listed its candidates in order: {}; {} is first, so the predicted backend was not a candidate: it refused this model's configuration (dtype, head size, KV dtype) or a flag narrowed the list.",
+                c.candidates.join(", "),
+                c.kernel
+            )
+        };
+        out.push(f(
+            "kernel-differs-from-prediction",
+            Severity::Info,
+            format!(
+                "predicted {} for {} on sm_{cc} ({}) with {spec}; the log shows {}",
+                r.kernel,
+                class.label(),
+                card.source,
+                c.kernel
+            ),
+            format!(
+                "{} ({seen} family). The rule: {}.{listed} A difference is explained when {why}",
+                choice_text(c),
+                r.rule_source
+            ),
+            format!("{}:{}", l.name, c.line),
+        ));
+    };
+    if let Some(r) = row(LayerClass::Attention) {
+        let allowed = predict::predicted_families(&r.kernel, predict::attention_family, true);
+        let attn = choices("attention");
+        if attn.is_empty() {
+            unstated.push("the attention backend");
+        }
+        // Every line, one verdict each: two boots may name two backends.
+        let mut flash = false;
+        for c in attn {
+            let seen = predict::attention_family(&c.kernel);
+            cited.push(c.line);
+            if allowed.contains(&seen) {
+                agreed.push(format!(
+                    "attention: {} at line {} ({seen}, as predicted)",
+                    c.kernel, c.line
+                ));
+                flash |= seen == "FlashAttention";
+            } else {
+                differs(LayerClass::Attention, r, c, seen, ATTENTION_WHY);
+            }
+        }
+        // The FlashAttention version, when the prediction names one and FlashAttention ran.
+        let predicted_fa = ["FlashAttention 2", "FlashAttention 3"]
+            .into_iter()
+            .find(|v| r.kernel.starts_with(v));
+        if let (Some(want), true) = (predicted_fa, flash) {
+            for v in choices("FlashAttention version") {
+                cited.push(v.line);
+                if v.kernel == want {
+                    agreed.push(format!("{} at line {}", v.kernel, v.line));
+                } else {
+                    differs(LayerClass::Attention, r, v, &v.kernel, ATTENTION_WHY);
+                }
+            }
+        }
+    }
+    if let Some(r) = row(LayerClass::Gdn) {
+        let allowed = predict::predicted_families(&r.kernel, predict::gdn_family, false);
+        let gdn = choices("GDN prefill");
+        if gdn.is_empty() {
+            unstated.push("the Gated-DeltaNet prefill kernel");
+        }
+        for c in gdn {
+            let seen = predict::gdn_family(&c.kernel);
+            cited.push(c.line);
+            if allowed.contains(&seen) {
+                agreed.push(format!(
+                    "Gated-DeltaNet prefill: {} at line {} ({seen}, as predicted)",
+                    c.kernel, c.line
+                ));
+            } else {
+                differs(LayerClass::Gdn, r, c, seen, GDN_WHY);
+            }
+        }
+    }
+    if let Some(r) = row(LayerClass::KvCache) {
+        let predicted = if r.kernel.starts_with("FP8") {
+            "FP8"
+        } else {
+            "16-bit"
+        };
+        match (kv_word, kv_class) {
+            (Some(word), Some(class @ ("FP8" | "16-bit"))) => {
+                if let Some(n) = kv_line {
+                    cited.push(n);
+                }
+                if class == predicted {
+                    agreed.push(format!(
+                        "KV cache: '{word}'{} ({class}, as predicted)",
+                        at_line(kv_line)
+                    ));
+                } else {
+                    out.push(f(
+                        "kernel-differs-from-prediction",
+                        Severity::Warning,
+                        format!(
+                            "predicted a {predicted} KV cache on sm_{cc} ({}) with {spec}; the log shows '{word}'",
+                            card.source
+                        ),
+                        format!(
+                            "the engine states its KV-cache dtype '{word}'{}; the prediction: {} (the rule: {}). Capacity and accuracy figures then hold for a {class} cache: check the checkpoint's KV declaration (kv_cache_quant_algo) and --kv-cache-dtype",
+                            at_line(kv_line),
+                            r.kernel,
+                            r.rule_source
+                        ),
+                        match kv_line {
+                            Some(n) => format!("{}:{n}", l.name),
+                            None => l.name.clone(),
+                        },
+                    ));
+                }
+            }
+            (Some(word), _) => {
+                if let Some(n) = kv_line {
+                    cited.push(n);
+                }
+                notes.push(format!(
+                    "the log's kv_cache_dtype '{word}'{} leaves the dtype to the engine, and the log does not state what it resolved to (predicted: {predicted})",
+                    at_line(kv_line)
+                ));
+            }
+            (None, _) => unstated.push("the KV-cache dtype"),
+        }
+    }
+    if agreed.is_empty() && notes.is_empty() && unstated.is_empty() {
+        return;
+    }
+    cited.sort_unstable();
+    cited.dedup();
+    let mut parts = Vec::new();
+    if !agreed.is_empty() {
+        parts.push(format!("agrees with the prediction: {}", agreed.join("; ")));
+    }
+    parts.extend(notes);
+    if !unstated.is_empty() {
+        parts.push(format!(
+            "unknown, the log does not state {} (vLLM prints `Using X attention backend` and the GDN prefill kernel at INFO; SGLang `Attention backend not specified. Use X backend by default.` and `server_args=…`)",
+            unstated.join(", ")
+        ));
+    }
+    out.push(f(
+        "prediction-joined",
+        Severity::Info,
+        format!(
+            "what will run for {spec} on sm_{cc} ({}), joined with the log",
+            card.source
+        ),
+        format!("{}.", parts.join("; ")),
+        if cited.is_empty() {
+            l.name.clone()
+        } else {
+            format!(
+                "{} lines {}",
+                l.name,
+                cited
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+    ));
+}
+
+/// ` at line N`, or nothing without a line.
+fn at_line(n: Option<usize>) -> String {
+    n.map(|n| format!(" at line {n}")).unwrap_or_default()
 }

@@ -170,6 +170,10 @@ pub struct Diagnosis {
     pub checkpoint: Option<CheckpointFacts>,
     /// The card, when known.
     pub card: Option<Card>,
+    /// The engine and version from `--engine`, for logs that do not state their version (a
+    /// version the log states comes first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<checkpoint::predict::EngineSpec>,
     /// `nvidia-smi -q` snapshots.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvidia_smi: Vec<nvidia_smi::SmiReport>,
@@ -441,7 +445,13 @@ pub fn build_findings(d: &Diagnosis) -> Vec<Finding> {
         .or_else(|| d.logs.iter().find_map(card_from_log));
     for l in &d.logs {
         log_findings(l, card.as_ref(), &mut out);
-        join_findings(l, d.checkpoint.as_ref(), card.as_ref(), &mut out);
+        join_findings(
+            l,
+            d.checkpoint.as_ref(),
+            card.as_ref(),
+            d.engine.as_ref(),
+            &mut out,
+        );
     }
     for m in &d.metrics {
         metrics_findings(m, &mut out);
@@ -1103,6 +1113,7 @@ fn join_findings(
     l: &LogInput,
     ck: Option<&CheckpointFacts>,
     card: Option<&Card>,
+    engine_flag: Option<&checkpoint::predict::EngineSpec>,
     out: &mut Vec<Finding>,
 ) {
     let log = &l.log;
@@ -1113,7 +1124,7 @@ fn join_findings(
     };
     kernels::marlin_findings(l, ck, card, &engine, out);
     kernels::passed_over_findings(l, card, out);
-    kernels::prediction_findings(l, ck, card, out);
+    kernels::prediction_findings(l, ck, card, engine_flag, out);
     if let Some(w) = log.kv_scale_warnings.first() {
         let src = format!("{}:{}", l.name, w.line);
         let (sev, detail) = match ck {

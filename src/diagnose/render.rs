@@ -157,6 +157,7 @@ pub fn render_markdown(d: &Diagnosis) -> String {
                         }
                         KernelPath::Emulated => "emulated".into(),
                         KernelPath::Unknown => "not known to rigbench".into(),
+                        KernelPath::NotGemm => "not a quantized GEMM (attention / GDN)".into(),
                     },
                     c.line.to_string(),
                 ]

@@ -286,7 +286,6 @@ fn check_file(
     let bytes = std::fs::read(path).unwrap();
     let text = String::from_utf8_lossy(&bytes).into_owned();
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
-    let lines: Vec<&str> = text.lines().collect();
     let mut d = Diagnosis::default();
     match path.extension().and_then(|x| x.to_str()) {
         Some("log") => d.logs.push(LogInput {
@@ -297,6 +296,23 @@ fn check_file(
         _ => d.metrics.push(parse_metrics(&name, &bytes)),
     }
     d.findings = build_findings(&d);
+    check_diagnosis(&name, &text, &d, "", failures, gaps);
+    d.findings.len()
+}
+
+/// Check every finding of `d`, made from the input `name` (whose text is `text`): each number
+/// it states is in, or one step from, the lines it cites, or `extra` (what the command line
+/// gave: the card, the engine version, and the rules the finding quotes).
+fn check_diagnosis(
+    name: &str,
+    text: &str,
+    d: &Diagnosis,
+    extra: &str,
+    failures: &mut Vec<String>,
+    gaps: &mut BTreeSet<(String, String)>,
+) {
+    let name = name.to_string();
+    let lines: Vec<&str> = text.lines().collect();
     for f in &d.findings {
         let words = format!("{} {}", f.title, f.detail);
         if !f.source.contains(&name) && f.source != "-" {
@@ -318,11 +334,11 @@ fn check_file(
                 .join("\n")
         };
         let cited_text = if cited.is_empty() {
-            text.clone() // a scrape or stream cites the whole file
+            text.to_string() // a scrape or stream cites the whole file
         } else {
             text_of(&cited)
         };
-        let values = supported(&cited_text, &text_of(&named));
+        let values = supported(&format!("{cited_text}\n{extra}"), &text_of(&named));
         for (v, dec) in numbers(&without_citations(&words, &name)) {
             if !is_supported(v, dec, &values) {
                 if KNOWN_GAPS
@@ -341,7 +357,6 @@ fn check_file(
             }
         }
     }
-    d.findings.len()
 }
 
 #[test]
@@ -387,5 +402,222 @@ fn one_step_of_arithmetic_is_found_by_inverting_it() {
     assert!(
         !is_supported(3.7, 1, &s),
         "0 / x is 0 for every x, never 3.7"
+    );
+}
+
+/// The checkpoint folders of `tests/fixtures` (a folder holding `config.json`, inspected in
+/// place) and the real config pairs (`ORG--NAME__config.json` with its `__hf_quant_config.json`,
+/// copied into a temporary folder): (name, folder, the temporary folder that keeps it alive).
+fn config_fixtures() -> Vec<(String, PathBuf, Option<tempfile::TempDir>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_dir() {
+                if p.join("config.json").is_file() {
+                    out.push((name.clone(), p.clone(), None));
+                }
+                stack.push(p);
+            } else if let Some(stem) = name.strip_suffix("__config.json") {
+                let t = tempfile::tempdir().unwrap();
+                for f in ["config.json", "hf_quant_config.json"] {
+                    let src = d.join(format!("{stem}__{f}"));
+                    if src.exists() {
+                        std::fs::copy(&src, t.path().join(f)).unwrap();
+                    }
+                }
+                out.push((stem.to_string(), t.path().to_path_buf(), Some(t)));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(
+        out.len() >= 15,
+        "expected the checkpoint folders and config pairs under {}, found {}",
+        root.display(),
+        out.len()
+    );
+    out
+}
+
+/// What an `inspect` finding cites: the metadata files it read (config.json,
+/// hf_quant_config.json, the weight index), the modules it names and their count, and the model
+/// facts rigbench reads from config.json (layer counts by kind, heads, experts), which other
+/// tests check against the configs.
+fn inspect_cited(dir: &Path, r: &checkpoint::InspectReport, f: &checkpoint::Finding) -> String {
+    let mut cited = String::new();
+    for file in [
+        "config.json",
+        "hf_quant_config.json",
+        "model.safetensors.index.json",
+    ] {
+        if let Ok(t) = std::fs::read_to_string(dir.join(file)) {
+            cited.push_str(&t);
+            cited.push('\n');
+        }
+    }
+    cited.push_str(&f.modules.join("\n"));
+    cited.push_str(&format!("\n{}\n", f.module_count));
+    cited.push_str(&serde_json::to_string(&r.model).unwrap().replace(',', ", "));
+    cited
+}
+
+/// The rule for every sentence over `inspect`: every number each lint finding of every
+/// committed checkpoint folder and config pair states (in its why and its detail) is in, or one
+/// step of arithmetic from, what it cites ([`inspect_cited`]), with a card given (`--cc sm_120`,
+/// so the card's findings speak too) and without.
+#[test]
+fn every_number_of_every_inspect_finding_comes_from_the_config_it_cites() {
+    let mut failures = Vec::new();
+    let mut findings = 0;
+    for (name, dir, _keep) in config_fixtures() {
+        for cc in [None, Some("sm_120")] {
+            let opts = checkpoint::InspectOptions {
+                cc: cc.map(|c| c.parse().unwrap()),
+                card: cc.map(|_| "--cc".to_string()),
+                ..Default::default()
+            };
+            let r = match checkpoint::inspect(&dir, &opts) {
+                Ok(r) => r,
+                Err(e) => {
+                    failures.push(format!("{name}: inspect refused it: {e:#}"));
+                    continue;
+                }
+            };
+            for f in &r.findings {
+                findings += 1;
+                let cited = inspect_cited(&dir, &r, f);
+                let values = supported(&cited, "");
+                let words = format!("{} {}", f.why, f.detail);
+                let words = words.replace(&dir.display().to_string(), " ");
+                for (v, dec) in numbers(&without_citations(&words, &name)) {
+                    if !is_supported(v, dec, &values) {
+                        failures.push(format!(
+                            "{name} (cc {cc:?}): [{}] states {v} (at {dec} decimals), which its config and modules do not hold or give: {words}",
+                            f.rule
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        findings >= 20,
+        "only {findings} inspect findings over the configs"
+    );
+    // The rule is not vacuous: a number no config holds is refused.
+    let (name, dir, _keep) = config_fixtures()
+        .into_iter()
+        .find(|(n, ..)| n.starts_with("nvidia--Qwen3.6"))
+        .expect("the Qwen3.6 config pair");
+    let r = checkpoint::inspect(&dir, &Default::default()).unwrap();
+    let f = r.findings.first().expect("a finding");
+    let values = supported(&inspect_cited(&dir, &r, f), "");
+    let planted = format!("{} 9173.25 layers", f.detail);
+    let bad: Vec<f64> = numbers(&without_citations(&planted, &name))
+        .into_iter()
+        .filter(|(v, d)| !is_supported(*v, *d, &values))
+        .map(|(v, _)| v)
+        .collect();
+    assert_eq!(bad, vec![9173.25], "{planted}");
+    assert!(
+        failures.is_empty(),
+        "{} statements without support:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The prediction joined with the real logs (`prediction-joined`, `kernel-differs-from-prediction`)
+/// goes through the same rule: each number is in the lines it cites, or in what the command
+/// line gave (the card, `--engine`) and the rules the finding quotes (each predicted row's
+/// kernel and rule source).
+#[test]
+fn every_number_of_the_prediction_join_comes_from_what_it_cites() {
+    let cases = [
+        (
+            "03_vllm-v0.24",
+            "sm_120",
+            "vllm==0.24",
+            Some("nvidia--Qwen3.6-35B-A3B-NVFP4"),
+        ),
+        ("19_sglang-0.5.9", "sm_90", "sglang==0.5.9", None),
+        ("19_sglang-0.5.9", "sm_100", "sglang==0.5.9", None),
+    ];
+    let mut failures = Vec::new();
+    let mut gaps = BTreeSet::new();
+    let mut checked = 0;
+    for (prefix, cc, engine, config) in cases {
+        let path = fixture_files()
+            .into_iter()
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+            })
+            .unwrap_or_else(|| panic!("fixture logs/{prefix}*"));
+        let bytes = std::fs::read(&path).unwrap();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let card = Card {
+            cc: cc.parse().unwrap(),
+            source: "--cc".into(),
+        };
+        let keep = config.map(|stem| {
+            let src = crate::real_fixture("configs");
+            let t = tempfile::tempdir().unwrap();
+            for f in ["config.json", "hf_quant_config.json"] {
+                let p = src.join(format!("{stem}__{f}"));
+                if p.exists() {
+                    std::fs::copy(&p, t.path().join(f)).unwrap();
+                }
+            }
+            t
+        });
+        let spec: checkpoint::predict::EngineSpec = engine.parse().unwrap();
+        let mut d = Diagnosis {
+            logs: vec![LogInput {
+                name: name.clone(),
+                log: EngineLog::parse_bytes(&bytes),
+            }],
+            checkpoint: keep
+                .as_ref()
+                .map(|t| checkpoint_facts(t.path(), Some(card.cc)).unwrap()),
+            card: Some(card.clone()),
+            engine: Some(spec),
+            ..Default::default()
+        };
+        d.findings = build_findings(&d);
+        d.findings
+            .retain(|f| f.id == "prediction-joined" || f.id == "kernel-differs-from-prediction");
+        assert!(!d.findings.is_empty(), "{name} on {cc}: no join finding");
+        checked += d.findings.len();
+        // What the command line gave, and the rules the findings quote.
+        let input = d
+            .checkpoint
+            .as_ref()
+            .and_then(|c| c.predict_input.clone())
+            .unwrap_or(checkpoint::predict::PredictInput {
+                attention: true,
+                ..Default::default()
+            });
+        let p = checkpoint::predict::predict(&spec, card.cc.as_int(), &input);
+        let mut extra = format!("{cc} {engine} {spec}\n");
+        for r in &p.rows {
+            extra.push_str(&format!("{}\n{}\n", r.kernel, r.rule_source));
+        }
+        check_diagnosis(&name, &text, &d, &extra, &mut failures, &mut gaps);
+    }
+    assert!(checked >= 3, "only {checked} join findings");
+    assert!(
+        failures.is_empty(),
+        "{} statements without support:\n{}",
+        failures.len(),
+        failures.join("\n")
     );
 }

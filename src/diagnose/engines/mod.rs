@@ -70,13 +70,22 @@ pub(crate) fn aux_boot<'a>(log: &'a mut EngineLog, l: &Line) -> &'a mut Boot {
 /// GEMM`, `Using NvFp4LinearBackend.MARLIN for NVFP4 GEMM`, `Using flashinfer-cutlass for
 /// NVFP4 GEMM`, `Using 'VLLM_CUTLASS' NvFp4 MoE backend out of potential backends: [...]`,
 /// `Using FlashInfer CuteDSL NVFP4 MoE backend`, vLLM's MXFP4 `Using Marlin backend`;
-/// TensorRT-LLM `Using cuBLASLt backend for NVFP4 GEMM`, `Using CUTLASS backend for FP4 GEMM`.
+/// TensorRT-LLM `Using cuBLASLt backend for NVFP4 GEMM`, `Using CUTLASS backend for FP4 GEMM`;
+/// vLLM's attention backend (`Using FLASHINFER attention backend out of potential backends:
+/// ['FLASHINFER', 'TRITON_ATTN']`, `Using AttentionBackendEnum.FLASH_ATTN backend.`, `Using
+/// FlashInfer backend on V1 engine.`), `Using FlashAttention version 2` and the Gated-DeltaNet
+/// prefill kernel (`Using Triton/FLA GDN prefill kernel`).
 pub struct Kernels;
 
 struct KernelPats {
     gemm: Regex,
     moe: Regex,
     candidates: Regex,
+    attn: Regex,
+    attn_enum: Regex,
+    attn_v1: Regex,
+    fa_version: Regex,
+    gdn: Regex,
 }
 
 fn kernel_pats() -> &'static KernelPats {
@@ -90,7 +99,15 @@ fn kernel_pats() -> &'static KernelPats {
             r"Using '?(?P<k>[\w.\-]+(?: [A-Za-z][\w.\-]*)?)'? (?P<w>NvFp4|Nvfp4|NVFP4|Mxfp4|MXFP4) MoE backend",
         )
         .expect("static regex"),
-        candidates: Regex::new(r"out of potential backends: \[(?P<l>[^\]]*)\]")
+        candidates: Regex::new(r"out of potential backends: [\[(](?P<l>[^\])]*)[\])]")
+            .expect("static regex"),
+        attn: Regex::new(r"Using (?P<k>\w+) attention backend out of potential backends")
+            .expect("static regex"),
+        attn_enum: Regex::new(r"Using AttentionBackendEnum\.(?P<k>\w+) backend\b")
+            .expect("static regex"),
+        attn_v1: Regex::new(r"Using (?P<k>[\w ]+?) backend on V1 engine").expect("static regex"),
+        fa_version: Regex::new(r"Using FlashAttention version (?P<n>\d)").expect("static regex"),
+        gdn: Regex::new(r"Using (?P<k>Triton/FLA|FlashInfer|[\w/]+) GDN prefill kernel")
             .expect("static regex"),
     })
 }
@@ -131,6 +148,38 @@ impl EngineReader for Kernels {
                 l.no,
                 candidates,
             );
+        }
+        let listed = |msg: &str| -> Vec<String> {
+            p.candidates
+                .captures(msg)
+                .map(|x| {
+                    x["l"]
+                        .split(',')
+                        .map(|s| s.trim().trim_matches(['\'', '"']).to_string())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        // vLLM's attention backend for the model's layers (not the vision encoder's `Using
+        // backend AttentionBackendEnum.X for vit attention`).
+        if let Some(c) = p
+            .attn
+            .captures(msg)
+            .or_else(|| p.attn_enum.captures(msg))
+            .or_else(|| p.attn_v1.captures(msg))
+        {
+            log.push_choice_among("attention".into(), &c["k"], l.no, listed(msg));
+        }
+        if let Some(c) = p.fa_version.captures(msg) {
+            log.push_choice(
+                "FlashAttention version".into(),
+                &format!("FlashAttention {}", &c["n"]),
+                l.no,
+            );
+        }
+        if let Some(c) = p.gdn.captures(msg) {
+            log.push_choice("GDN prefill".into(), &c["k"], l.no);
         }
         if msg.contains("Using Marlin backend")
             && l.site.as_deref().is_some_and(|s| s.starts_with("mxfp4"))

@@ -16,6 +16,10 @@
 //!   `--max-total-tokens` is applied silently);
 //! - speculative decoding: `Decode batch. #running-req: 1, #token: 120, token usage: 0.00,
 //!   accept len: 2.40, accept rate: 0.47, …` (read by [`crate::diagnose::spec`]);
+//! - attention: `Attention backend not explicitly specified. Use fa3 backend by default.`
+//!   (0.5.1–0.5.6, `not specified` from 0.5.7) and `attention_backend='fa3'` in `server_args`
+//!   (resolved there from 0.5.5); KV dtype: `kv_cache_dtype='auto'` in `server_args` and the
+//!   resolved `Using KV cache dtype: torch.float8_e4m3fn` (0.5.3–0.5.10);
 //! - ready: `The server is fired up and ready to roll!`.
 
 use std::sync::OnceLock;
@@ -52,6 +56,9 @@ struct Pats {
     profiling: Regex,
     pool_end: Regex,
     larger: Regex,
+    kv_resolved: Regex,
+    attn_default: Regex,
+    arg_attn: Regex,
 }
 
 fn pats() -> &'static Pats {
@@ -81,6 +88,11 @@ fn pats() -> &'static Pats {
             larger: r(
                 r"max_total_tokens=(?P<a>\d+) is larger than the profiled value (?P<p>-?\d+)",
             ),
+            kv_resolved: r(r"Using KV cache dtype: (?:torch\.)?(?P<q>\w+)"),
+            attn_default: r(
+                r"Attention backend not (?:explicitly )?specified\. Use (?P<k>\w+) backend by default",
+            ),
+            arg_attn: r(r"\battention_backend='(?P<k>\w+)'"),
         }
     })
 }
@@ -114,7 +126,12 @@ impl EngineReader for Sglang {
                 log.quantization = Some(c["q"].to_string());
             }
             if let Some(c) = p.arg_kvdtype.captures(msg) {
-                log.kv_cache_dtype = Some(c["q"].to_string());
+                log.set_kv_dtype(&c["q"], no, true);
+            }
+            // 0.5.5 and later print the resolved backend here; 0.5.1–0.5.4 resolve it later
+            // (`attention_backend=None` then, matched by nothing).
+            if let Some(c) = p.arg_attn.captures(msg) {
+                log.push_choice("attention".into(), &c["k"], no);
             }
             if let Some(c) = p.spec_alg.captures(msg) {
                 match c.name("m") {
@@ -136,6 +153,16 @@ impl EngineReader for Sglang {
                     }
                 }
             }
+            log.recognised();
+        }
+        if let Some(c) = p.attn_default.captures(msg) {
+            log.note_form("sglang");
+            log.push_choice("attention".into(), &c["k"], no);
+        }
+        if let Some(c) = p.kv_resolved.captures(msg) {
+            // The dtype `--kv-cache-dtype auto` resolved to (0.5.3–0.5.10).
+            log.set_kv_dtype(&c["q"], no, true);
+            log.kv_cache_dtype_resolved = true;
             log.recognised();
         }
         if msg.contains("Load weight begin") {

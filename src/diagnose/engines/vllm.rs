@@ -321,7 +321,7 @@ fn read_engine_config(log: &mut EngineLog, p: &Pats, msg: &str, no: usize) {
             .captures(msg)
             .or_else(|| p.kvdtype_cfg.captures(msg))
         {
-            log.kv_cache_dtype = Some(c["q"].to_string());
+            log.set_kv_dtype(&c["q"], no, true);
         }
         if let Some(pos) = msg.find("speculative_config") {
             let tail = &msg[pos..];
@@ -345,7 +345,7 @@ fn read_engine_config(log: &mut EngineLog, p: &Pats, msg: &str, no: usize) {
         }
     }
     if let Some(c) = p.kvdtype_using.captures(msg) {
-        log.kv_cache_dtype.get_or_insert(c["q"].to_string());
+        log.set_kv_dtype(&c["q"], no, false);
     }
     if msg.contains("Loading drafter model")
         || msg.contains("Loading draft model")

@@ -118,13 +118,17 @@ pub enum KernelPath {
     Emulated,
     /// Not known to rigbench.
     Unknown,
+    /// Not a quantized GEMM: the attention backend, the FlashAttention version or the
+    /// Gated-DeltaNet kernel the engine names.
+    NotGemm,
 }
 
 /// A kernel or backend the engine says it chose (`Using MarlinNvFp4LinearKernel for NVFP4 GEMM`,
 /// `Using 'MARLIN' NvFp4 MoE backend`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelChoice {
-    /// What it serves: `NVFP4 GEMM` (dense linear layers), `NVFP4 MoE`, `MXFP4 MoE`.
+    /// What it serves: `NVFP4 GEMM` (dense linear layers), `NVFP4 MoE`, `MXFP4 MoE`, and for
+    /// the other layer classes `attention`, `FlashAttention version`, `GDN prefill`.
     pub what: String,
     /// The kernel or backend named.
     pub kernel: String,
@@ -167,6 +171,9 @@ impl KernelChoice {
     /// What the kernel does, from its name (the engines' class and backend names, see
     /// `docs/diagnose.md`).
     pub fn path(&self) -> KernelPath {
+        if !self.what.contains("FP4") {
+            return KernelPath::NotGemm;
+        }
         let k = self
             .kernel
             .to_ascii_lowercase()
@@ -291,6 +298,13 @@ pub struct EngineLog {
     pub quantization: Option<String>,
     /// KV cache dtype (`fp8`, `auto`, ...).
     pub kv_cache_dtype: Option<String>,
+    /// The line that stated [`EngineLog::kv_cache_dtype`] (the first line that gave its value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_dtype_line: Option<usize>,
+    /// True when [`EngineLog::kv_cache_dtype`] is what the engine resolved (SGLang's `Using KV
+    /// cache dtype: …`), false when the user's arguments stated it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kv_cache_dtype_resolved: bool,
     /// Speculative method from the engine config (kept for e2e's conditions).
     pub spec_method: Option<String>,
     /// Speculative k from the engine config.

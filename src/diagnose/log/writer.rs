@@ -167,6 +167,18 @@ impl EngineLog {
         Some(b)
     }
 
+    /// Record the KV-cache dtype stated at line `no`: a new value replaces the old one (and its
+    /// line) when `replace` is set or none was stated; the same value keeps its first line.
+    pub(crate) fn set_kv_dtype(&mut self, dtype: &str, no: usize, replace: bool) {
+        let same = self.kv_cache_dtype.as_deref() == Some(dtype);
+        if same || (!replace && self.kv_cache_dtype.is_some()) {
+            return;
+        }
+        self.kv_cache_dtype = Some(dtype.to_string());
+        self.kv_cache_dtype_line = Some(no);
+        self.kv_cache_dtype_resolved = false;
+    }
+
     /// Record a kernel choice once.
     pub(crate) fn push_choice(&mut self, what: String, kernel: &str, no: usize) {
         self.push_choice_among(what, kernel, no, Vec::new());
