@@ -84,6 +84,21 @@ pub struct WorkloadSpec {
     pub shared_prefix_tokens: Option<u32>,
 }
 
+impl WorkloadSpec {
+    /// The most tokens one request of this workload holds (prompt + output), where the
+    /// workload fixes its prompt length (`fixed`, `shared_prefix`: `input_tokens` counts the
+    /// shared prefix); `None` for the prompt sets, whose lengths depend on the served model's
+    /// tokenizer, or without an input length.
+    pub fn max_request_tokens(&self) -> Option<u32> {
+        match self.kind {
+            WorkloadKind::Fixed | WorkloadKind::SharedPrefix => self
+                .input_tokens
+                .map(|i| i.saturating_add(self.output_tokens)),
+            WorkloadKind::Prompts => None,
+        }
+    }
+}
+
 /// Closed or open loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]

@@ -349,6 +349,18 @@ struct FormatContext<'a> {
     peak: &'a Option<(f64, String)>,
 }
 
+/// The `--max-model-len` the report gives `rigbench serve` for its end-to-end suite: what one
+/// of the suite's requests holds ([`crate::e2e::workload::WorkloadSpec::max_request_tokens`])
+/// plus 512 tokens for a chat template, rounded up to 1,024; `None` (the model's own maximum)
+/// where the suite's prompt lengths are not fixed. Sized to the suite, not to the model's
+/// maximum, so that a model whose weights leave little memory (a BF16 35B-A3B on an 80 GB card:
+/// about 5 GiB left, short of one 262,144-token sequence) still serves it; the engine's command
+/// line in the report shows the value.
+fn e2e_context_len(w: &crate::e2e::workload::WorkloadSpec) -> Option<u32> {
+    w.max_request_tokens()
+        .map(|n| n.saturating_add(512).div_ceil(1024).saturating_mul(1024))
+}
+
 /// One format's runs: end to end against `rigbench serve` on the GPU, then in process (decode
 /// by context, fidelity against BF16 on identical weights, the benchmarks with their roofline
 /// and KV-capacity check). Failures go into the run's error or `s.skipped`.
@@ -373,6 +385,9 @@ fn run_format(ctx: &FormatContext<'_>, fmt: WeightFormat, s: &mut RuntimeSection
     ];
     if fmt != WeightFormat::Bf16 {
         args.extend(["--quantize".into(), fmt.id().into()]);
+    }
+    if let Some(n) = e2e_context_len(&o.e2e.suite.workload) {
+        args.extend(["--max-model-len".into(), n.to_string()]);
     }
     let mut eo = o.e2e.clone();
     eo.engine = crate::e2e::launcher::EngineChoice::Builtin {
@@ -790,6 +805,9 @@ fn render_runtime_goals(o: &mut String, s: &RuntimeSection, benches: &[&RuntimeB
             met(rf >= 1.4),
         ]);
     }
+    if benches.iter().any(|b| b.moe_batched.is_some()) {
+        t.extend(moe_goals(s, by("bf16"), by("nvfp4")));
+    }
     if let Some(b) = by("bf16") {
         t.push(vec![
             format!("BF16 batch-{} ≥ 20× batch-1", b.spec.batch),
@@ -884,6 +902,79 @@ fn render_fidelity(o: &mut String, s: &RuntimeSection) {
 pub const SHORT_CONTEXT_TARGETS: [(&str, f64); 3] =
     [("bf16", 0.80), ("fp8", 0.70), ("nvfp4", 0.60)];
 
+/// One goal row `[name, measured, met]`: format `fmt`'s batch-1 decode at a 128-token context
+/// as a share of its step's bound (bytes the step must move ÷ the run's copy bandwidth) against
+/// `target`, or why it was not measured.
+fn short_context_goal(s: &RuntimeSection, fmt: &str, target: f64, name: String) -> Vec<String> {
+    let f = s.formats.iter().find(|f| f.format == fmt);
+    let bw = f
+        .and_then(|f| f.bench.as_ref())
+        .and_then(|b| b.decode_bound.as_ref())
+        .map(|d| d.copy_bytes_per_s);
+    let row = f.and_then(|f| f.decode_contexts.iter().find(|r| r.context == 128));
+    match (f, row, bw) {
+        (None, _, _) => vec![
+            name,
+            format!("not measured: no {fmt} run in this section"),
+            "—".into(),
+        ],
+        (_, None, _) => vec![
+            name,
+            "not measured: no 128-token decode row (see the skipped list)".into(),
+            "—".into(),
+        ],
+        (_, _, None) => vec![
+            name,
+            "not measured: no copy bandwidth in this run".into(),
+            "—".into(),
+        ],
+        (_, Some(r), Some(bw)) => {
+            let x = r.fraction_of_bound(bw);
+            vec![name, pct(x), met(x >= target)]
+        }
+    }
+}
+
+/// The goals of a mixture of experts (docs/runtime.md, "Mixtures of experts"): its batch-1
+/// decode moves only the experts it routes to (the bound counts those), and a decode step that
+/// is barely weight-bound is where NVFP4's smaller weights must still pay: BF16 at a 128-token
+/// context ≥ [`MOE_BF16_TARGET`] of the bound, W4A16 batch-1 ≥ [`MOE_W4A16_OVER_BF16`]× BF16.
+fn moe_goals(
+    s: &RuntimeSection,
+    bf16: Option<&RuntimeBench>,
+    w4: Option<&RuntimeBench>,
+) -> Vec<Vec<String>> {
+    let mut t = vec![short_context_goal(
+        s,
+        "bf16",
+        MOE_BF16_TARGET,
+        format!(
+            "MoE: bf16 batch-1 decode at a 128-token context ≥ {:.0}% of the bound (the routed experts' bytes)",
+            100.0 * MOE_BF16_TARGET
+        ),
+    )];
+    let name = format!("MoE: W4A16 batch-1 ≥ {MOE_W4A16_OVER_BF16}× BF16");
+    t.push(match (w4, bf16) {
+        (Some(w), Some(b)) => {
+            let r = w.batch1.tok_per_s / b.batch1.tok_per_s;
+            vec![name, format!("{r:.2}×"), met(r >= MOE_W4A16_OVER_BF16)]
+        }
+        _ => vec![
+            name,
+            "not measured: this run has no nvfp4 and bf16 pair".into(),
+            "—".into(),
+        ],
+    });
+    t
+}
+
+/// The MoE's BF16 batch-1 target: share of the bound counting the routed experts' bytes (the
+/// published anchor: about 31% for Qwen3-30B-A3B at concurrency 1 on vLLM).
+pub const MOE_BF16_TARGET: f64 = 0.5;
+
+/// The MoE's W4A16 batch-1 target, as a multiple of BF16's tok/s.
+pub const MOE_W4A16_OVER_BF16: f64 = 1.5;
+
 /// The memory-bound goals of the runtime section, from the run's own rows: batch-1 decode at a
 /// 128-token context per format against [`SHORT_CONTEXT_TARGETS`], and decode attention at 4k
 /// and 32k contexts against `ATTENTION_BOUND_TARGET` × (KV bytes ÷ copy rate). A goal without
@@ -896,33 +987,7 @@ fn memory_bound_goals(s: &RuntimeSection) -> Vec<Vec<String>> {
             "{fmt} batch-1 decode at a 128-token context ≥ {:.0}% of the bound",
             100.0 * target
         );
-        let f = s.formats.iter().find(|f| f.format == fmt);
-        let bw = f
-            .and_then(|f| f.bench.as_ref())
-            .and_then(|b| b.decode_bound.as_ref())
-            .map(|d| d.copy_bytes_per_s);
-        let row = f.and_then(|f| f.decode_contexts.iter().find(|r| r.context == 128));
-        t.push(match (f, row, bw) {
-            (None, _, _) => vec![
-                name,
-                format!("not measured: no {fmt} run in this section"),
-                "—".into(),
-            ],
-            (_, None, _) => vec![
-                name,
-                "not measured: no 128-token decode row (see the skipped list)".into(),
-                "—".into(),
-            ],
-            (_, _, None) => vec![
-                name,
-                "not measured: no copy bandwidth in this run".into(),
-                "—".into(),
-            ],
-            (_, Some(r), Some(bw)) => {
-                let x = r.fraction_of_bound(bw);
-                vec![name, pct(x), met(x >= target)]
-            }
-        });
+        t.push(short_context_goal(s, fmt, target, name));
     }
     for ctx in [4096usize, 32_768] {
         let name = format!(
@@ -1002,6 +1067,20 @@ pub fn e2e_dir(format: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_e2e_engine_context_is_sized_to_the_suite() {
+        // The report's default suite: 64-token prompts, 32 output tokens.
+        let tiny = crate::e2e::workload::Suite::load("tiny").unwrap();
+        assert_eq!(tiny.workload.max_request_tokens(), Some(96));
+        assert_eq!(e2e_context_len(&tiny.workload), Some(1024));
+        let mut w = tiny.workload.clone();
+        w.input_tokens = Some(4096);
+        w.output_tokens = 512;
+        assert_eq!(e2e_context_len(&w), Some(5120));
+        w.kind = crate::e2e::workload::WorkloadKind::Prompts;
+        assert_eq!(e2e_context_len(&w), None);
+    }
 
     #[test]
     fn renders_targets_and_fidelity_from_figures() {
@@ -1106,6 +1185,53 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("#### Batch-1 decode by context, bf16"), "{md}");
+        assert!(!md.contains("MoE:"), "a dense model has no MoE goals: {md}");
+        // A mixture of experts (a batch-N step that routed) gets its own goals beside these.
+        let mut moe = s.clone();
+        for f in &mut moe.formats {
+            if let Some(b) = f.bench.as_mut() {
+                b.moe_batched = Some(super::super::bench::MoeBatchedStep {
+                    touched_per_layer: vec![8, 6],
+                    experts: 256,
+                    top_k: 8,
+                    step_bytes: crate::runtime::memory::DecodeBytes {
+                        weights: 1_000_000,
+                        kv: 0,
+                        state: 0,
+                    },
+                });
+            }
+        }
+        let md = render_markdown(&moe)
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        // The same 85% row, against the MoE's 50%.
+        assert!(
+            md.contains("| MoE: bf16 batch-1 decode at a 128-token context ≥ 50% of the bound (the routed experts' bytes) | 85.0% | met |"),
+            "{md}"
+        );
+        let (w, b) = (
+            moe.formats
+                .iter()
+                .find(|f| f.format == "nvfp4")
+                .and_then(|f| f.bench.as_ref())
+                .expect("nvfp4"),
+            moe.formats
+                .iter()
+                .find(|f| f.format == "bf16")
+                .and_then(|f| f.bench.as_ref())
+                .expect("bf16"),
+        );
+        let r = w.batch1.tok_per_s / b.batch1.tok_per_s;
+        assert!(
+            md.contains(&format!(
+                "| MoE: W4A16 batch-1 ≥ 1.5× BF16 | {r:.2}× | {} |",
+                if r >= 1.5 { "met" } else { "NOT met" }
+            )),
+            "{md}"
+        );
         assert!(
             md.contains("of bound") && md.contains("backend cpu"),
             "{md}"
