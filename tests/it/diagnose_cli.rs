@@ -3,7 +3,7 @@
 //! binary or garbage files. Reads the real-world fixtures of `tests/fixtures/real/`.
 
 use std::path::{Path, PathBuf};
-mod common;
+use crate::common;
 use common::*;
 use std::process::Output;
 

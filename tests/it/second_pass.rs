@@ -3,7 +3,7 @@
 //! that are there.
 
 use std::path::{Path, PathBuf};
-mod common;
+use crate::common;
 use common::*;
 
 fn evidence(rel: &str) -> PathBuf {

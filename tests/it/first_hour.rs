@@ -3,7 +3,7 @@
 //! exit codes, a report that opens with a verdict).
 
 use std::path::{Path, PathBuf};
-mod common;
+use crate::common;
 use common::*;
 use std::process::Output;
 

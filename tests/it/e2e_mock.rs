@@ -3,7 +3,7 @@
 //! temperature, open-loop lateness, interruption, a dying engine and malformed SSE.
 
 use std::collections::HashSet;
-mod common;
+use crate::common;
 use common::session;
 use std::convert::Infallible;
 use std::path::Path;

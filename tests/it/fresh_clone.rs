@@ -3,7 +3,7 @@
 //! binary with the flags, signals and inputs of the report.
 
 use std::path::Path;
-mod common;
+use crate::common;
 use common::*;
 
 fn s(p: &Path) -> &str {
