@@ -2,9 +2,9 @@
 //! framing, usage, reasoning deltas, multi-token chunks, speculative counters, cache
 //! temperature, open-loop lateness, interruption, a dying engine and malformed SSE.
 
-use std::collections::HashSet;
 use crate::common;
 use common::session;
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

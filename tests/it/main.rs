@@ -13,10 +13,10 @@
 
 // Helpers of the tests that run the binary (`use crate::common;`), and the generator of the
 // test checkpoints (`use crate::checkpoints;`).
-#[path = "../common/mod.rs"]
-mod common;
 #[path = "../common/checkpoints.rs"]
 mod checkpoints;
+#[path = "../common/mod.rs"]
+mod common;
 
 mod architecture;
 mod board;
