@@ -75,7 +75,7 @@ pub(crate) fn real_fixture(rel: &str) -> std::path::PathBuf {
     assert!(
         p.exists(),
         "fixture {} is missing: it is committed in the repository (tests/fixtures/real/, \
-         checked by tests/fixtures_provenance.rs); restore it with `git checkout -- tests/fixtures/real`",
+         checked by tests/it/fixtures_provenance.rs); restore it with `git checkout -- tests/fixtures/real`",
         p.display()
     );
     p

@@ -3,6 +3,10 @@
 //! ever crashed, hung or blew up memory (`fuzz/regressions/TARGET/`), and the real-world inputs of
 //! `tests/fixtures/real/`; and checks that a safetensors file declaring a 2 GB header is refused
 //! with bounded memory. The long fuzz campaign itself is `scripts/fuzz` (not run by `cargo test`).
+//!
+//! A test binary of its own, not a module of `tests/it/`: the 2 GB header test reads the peak RSS
+//! of the whole process, which the other integration tests (a 135M-parameter model among them)
+//! would raise if they ran in it.
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,6 @@
 //! The peer script's crash handling and resume (src/kernels/peers.rs), with a stand-in
-//! `python3` first on PATH (this file is its own test process, so changing PATH is safe):
+//! `python3` first on PATH (this file is its own test binary, not a module of `tests/it/`, so
+//! changing PATH and sending SIGTERM to the test process are safe):
 //! - a case that kills the script is recorded as skipped with the exit status and the script's
 //!   last error line, and the script is started again with `resume` for the other cases;
 //! - the cases finished before the crash are kept (nothing measured is lost);

@@ -1,6 +1,6 @@
 //! The text after each `--help`: the exit codes that command can give, rendered from one table
 //! ([`exits`]), and examples. The README's table of exit codes is [`exits`]`(Cmd::Top)`;
-//! `tests/exit_codes.rs` runs one case for every code of every command and checks the code the
+//! `tests/it/exit_codes.rs` runs one case for every code of every command and checks the code the
 //! process exits with, and that each `--help` shows exactly the codes of its table.
 //!
 //! Example lines stay under 80 columns (long ones continue with `\`), so clap's wrapping at the
@@ -218,7 +218,7 @@ pub fn exit_codes_text(cmd: Cmd) -> String {
     o
 }
 
-/// The README's table of exit codes (Markdown), from [`exits`]`(Cmd::Top)`: `tests/docs.rs`
+/// The README's table of exit codes (Markdown), from [`exits`]`(Cmd::Top)`: `tests/it/docs.rs`
 /// checks that the README holds it.
 pub fn exit_codes_markdown() -> String {
     let mut o = String::from("| code | meaning |\n|---|---|\n");

@@ -370,7 +370,7 @@ mod tests {
         assert!(o.done);
         assert!(o.apply(t(8), "{}").is_err(), "data after [DONE]");
 
-        // Malformed in ways that were once read as success (tests/hostile_modes/): a count
+        // Malformed in ways that were once read as success (tests/it/hostile_modes/): a count
         // that is not a whole number, text that is not a string, tokens no chunk carried.
         for (bad, needle) in [
             (

@@ -1,7 +1,7 @@
 //! Typed launchers of the kernel bench's CUDA sources (`kernels/fp8_quant.cu`,
 //! `kernels/w4a16.cu`, `kernels/w4a16_v2.cu`, `kernels/w4a16_wg.cu`), declared with
 //! [`kernel_launchers!`](crate::kernel_launchers): one function per kernel (or per family of
-//! kernels a macro stamps out), checked against the sources by `tests/kernel_abi.rs`. Shapes
+//! kernels a macro stamps out), checked against the sources by `tests/it/kernel_abi.rs`. Shapes
 //! follow docs/architecture.md ("Terms"): activations M×K, weights N×K, output M×N.
 
 /// `kernels/fp8_quant.cu`: FP8 E4M3 row-wise quantization of BF16 activations (alone or fused
@@ -106,7 +106,7 @@ pub mod moe {
     }
 }
 
-/// Every launcher declaration of the bench's sources (for `tests/kernel_abi.rs`).
+/// Every launcher declaration of the bench's sources (for `tests/it/kernel_abi.rs`).
 pub fn signatures() -> Vec<crate::gpu::launch::KernelSig> {
     [
         fp8_quant::SIGNATURES,

@@ -3,7 +3,7 @@
 //! No CUDA call is made here: the CUDA backend ([`backend::cuda`]) runs its kernels through the
 //! gpu crate ([`crate::gpu`]) and its linear layers through the GEMM layer ([`crate::gemm`], the
 //! operations the kernel bench times); the runtime never names the kernel bench
-//! (`crate::kernels`, checked by `tests/architecture.rs`).
+//! (`crate::kernels`, checked by `tests/it/architecture.rs`).
 //!
 //! Map:
 //! - [`config`]: [`ServeConfig`], weight formats and `--quantize` recipes; the model shape

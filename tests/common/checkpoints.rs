@@ -1,7 +1,7 @@
 //! The generator of the test checkpoints under `tests/fixtures/checkpoints/`: tiny but real
 //! checkpoints (config.json, hf_quant_config.json, safetensors files quantized with rigbench's own
-//! `formats`), shared by `tests/inspect.rs` (which rewrites and checks the committed ones) and
-//! `tests/inspect_binary.rs` (`#[path = "common/checkpoints.rs"] mod checkpoints;` in each).
+//! `formats`), shared by `tests/it/inspect.rs` (which rewrites and checks the committed ones) and
+//! `tests/it/inspect_binary.rs` (`mod checkpoints` of `tests/it/main.rs`, by path).
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

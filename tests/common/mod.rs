@@ -1,9 +1,9 @@
-//! Helpers shared by the integration tests that run the `rigbench` binary (`mod common;` in
-//! each test file; not every file uses every helper).
+//! Helpers shared by the integration tests that run the `rigbench` binary (`mod common` of
+//! `tests/it/main.rs`, by path, and of the test binaries beside it; `use crate::common;` in each
+//! module that uses it; not every module uses every helper).
 //!
 //! `checkpoints.rs` beside this file is not one of its modules: it is the generator of the test
-//! checkpoints, included by path (`#[path = "common/checkpoints.rs"] mod checkpoints;`) by the
-//! `inspect` tests that need it.
+//! checkpoints, `mod checkpoints` of `tests/it/main.rs` (by path), used by the `inspect` tests.
 #![allow(dead_code)]
 
 use std::process::{Command, Output};
@@ -19,7 +19,7 @@ pub fn real_fixture(rel: &str) -> std::path::PathBuf {
     assert!(
         p.exists(),
         "fixture {} is missing: it is committed in the repository (tests/fixtures/real/, \
-         checked by tests/fixtures_provenance.rs); restore it with `git checkout -- tests/fixtures/real`",
+         checked by tests/it/fixtures_provenance.rs); restore it with `git checkout -- tests/fixtures/real`",
         p.display()
     );
     p

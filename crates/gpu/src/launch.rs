@@ -6,7 +6,7 @@
 //! and the value: no silent `as` truncation).
 //!
 //! The declared parameter lists are checked against the kernel sources by
-//! `tests/kernel_abi.rs`: the names and C types of each kernel's parameters in `kernels/*.cu`
+//! `tests/it/kernel_abi.rs`: the names and C types of each kernel's parameters in `kernels/*.cu`
 //! (always), and the `.param` list of the PTX NVRTC makes (when libnvrtc is present), so that a
 //! launcher whose two `int` parameters are swapped fails the test. See docs/architecture.md,
 //! "GPU layer".
@@ -287,7 +287,7 @@ pub fn dim<X: TryInto<u32> + Copy + Debug>(what: &str, v: X) -> Result<u32, GpuE
 }
 
 /// Declare the typed launchers of one `kernels/*.cu` file and its `SIGNATURES` list (read by
-/// `tests/kernel_abi.rs`).
+/// `tests/it/kernel_abi.rs`).
 ///
 /// ```ignore
 /// kernel_launchers! {
@@ -306,7 +306,7 @@ pub fn dim<X: TryInto<u32> + Copy + Debug>(what: &str, v: X) -> Result<u32, GpuE
 macro_rules! kernel_launchers {
     (source $src:literal; $( $(#[$doc:meta])* $vis:vis fn $fname:ident = $($fam:ident)? $kname:literal ( $( $p:ident : $t:ty ),* $(,)? ); )* ) => {
         /// The launchers' declarations, in the order of this file (checked against the kernel
-        /// sources by `tests/kernel_abi.rs`).
+        /// sources by `tests/it/kernel_abi.rs`).
         pub const SIGNATURES: &[$crate::launch::KernelSig] = &[ $(
             $crate::launch::KernelSig {
                 source: $src,
@@ -339,7 +339,7 @@ macro_rules! kernel_launchers {
             ) ),* ];
             // SAFETY: the argument list has the kernel's parameter types in its order, as
             // declared above and checked against kernels/*.cu (and the PTX) by
-            // tests/kernel_abi.rs; pointers come from live device buffers the caller owns.
+            // tests/it/kernel_abi.rs; pointers come from live device buffers the caller owns.
             unsafe { module.launch_raw(gpu, $kname, grid, block, shared_bytes, &args) }
         }
     };
@@ -366,7 +366,7 @@ macro_rules! kernel_launchers {
                 $crate::launch::IntoArg::<$t>::into_arg($p, kernel, stringify!($p))?
             ) ),* ];
             // SAFETY: as for the single-kernel launchers: every kernel of the family has the
-            // declared parameter list (tests/kernel_abi.rs checks each one).
+            // declared parameter list (tests/it/kernel_abi.rs checks each one).
             unsafe { module.launch_raw(gpu, kernel, grid, block, shared_bytes, &args) }
         }
     };

@@ -1,6 +1,6 @@
 //! Typed launchers of the runtime's CUDA sources (`kernels/runtime.cu`, `kernels/gdn.cu`),
 //! declared with [`kernel_launchers!`](crate::kernel_launchers) and checked against the
-//! sources by `tests/kernel_abi.rs`. `t` is the number of tokens in the batch, `h` the hidden
+//! sources by `tests/it/kernel_abi.rs`. `t` is the number of tokens in the batch, `h` the hidden
 //! size, `nh`/`nkv` the query/KV heads, `hd` the head dimension; BF16 tensors are passed as
 //! `u16` bit patterns, as the kernels declare them.
 
@@ -90,7 +90,7 @@ pub mod gdn {
     }
 }
 
-/// Every launcher declaration of the runtime's sources (for `tests/kernel_abi.rs`).
+/// Every launcher declaration of the runtime's sources (for `tests/it/kernel_abi.rs`).
 pub fn signatures() -> Vec<crate::gpu::launch::KernelSig> {
     [rt::SIGNATURES, gdn::SIGNATURES].concat()
 }

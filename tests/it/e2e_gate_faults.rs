@@ -3,7 +3,7 @@
 //! truncated fixed-length runs, nondeterminism, usage counts that disagree with the text,
 //! single-chunk answers, sampled KV peaks, a KV capacity label that states a wrong derivation,
 //! and prompt lengths that do not say what they count.
-mod common;
+use crate::common;
 use common::session;
 
 use std::collections::HashMap;
@@ -386,7 +386,7 @@ async fn usage_is_cross_checked_against_the_re_counted_text() {
 
     // Usage that counts half the tokens sent: flagged on every request, with both numbers. (A
     // count above max_tokens, such as a double count here, is refused as impossible before any
-    // cross-check: tests/hostile_engines.rs.)
+    // cross-check: tests/it/hostile_engines.rs.)
     let url = start(Cfg {
         usage_percent: 50,
         ..Default::default()

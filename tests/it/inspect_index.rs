@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use rigbench::checkpoint::{inspect, InspectOptions, Severity};
 
-mod common;
+use crate::common;
 
 fn fixture(rel: &str) -> PathBuf {
     common::real_fixture(rel)

@@ -2,9 +2,9 @@
 //! H200 reports, re-rendered from their results.json, answer at a glance and link only files
 //! that are there.
 
-use std::path::{Path, PathBuf};
-mod common;
+use crate::common;
 use common::*;
+use std::path::{Path, PathBuf};
 
 fn evidence(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)

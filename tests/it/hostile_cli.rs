@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-mod common;
+use crate::common;
 use common::signalled;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rigbench");

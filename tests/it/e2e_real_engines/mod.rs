@@ -20,11 +20,8 @@
 //!   the longest common prefix with an earlier prompt, vLLM's `prefix_cache_hits_total` by whole
 //!   16-token blocks.
 //!
-//! One test binary, split by concern: `mock` (the engines, fixtures and session helpers),
-//! `prompts`, `connections`, `tokens`, `llamacpp`, `run_facts`.
-
-#[path = "../common/mod.rs"]
-mod common;
+//! One module of the `it` test binary, split by concern: `mock` (the engines, fixtures and
+//! session helpers), `prompts`, `connections`, `tokens`, `llamacpp`, `run_facts`.
 
 mod connections;
 mod llamacpp;

@@ -2,7 +2,7 @@
 //! docs/architecture.md, "GPU layer"): each `extern "C" __global__` kernel of `kernels/*.cu`
 //! has exactly one launcher, with its parameters' names and C types in order. Needs no GPU and
 //! no CUDA toolkit; the PTX half of the check (the `.param` list NVRTC emits) runs in
-//! `tests/kernel_sources.rs`, which already compiles every source when libnvrtc is present.
+//! `tests/it/kernel_sources.rs`, which already compiles every source when libnvrtc is present.
 
 use rigbench::gpu::launch::{compare_with_source, name_matches, parse_cuda_kernels, KernelSig};
 

@@ -4,7 +4,7 @@
 //! - a mock with a scripted latency distribution (every 5th request slow; or slow whenever more
 //!   than 4 requests are in flight) gives the goodput and the search answer the script implies;
 //! - a mock power source gives the energy of the window.
-mod common;
+use crate::common;
 use common::session;
 
 use std::convert::Infallible;

@@ -8,7 +8,7 @@
 //!   (`rigbench::runtime_eval::quality::study`) on the same token ids, and BF16 against itself
 //!   is exactly 0.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -2,9 +2,9 @@
 //! pass; docs/reliability.md, the fourth round), each run as the user met it: the `rigbench`
 //! binary with the flags, signals and inputs of the report.
 
-use std::path::Path;
-mod common;
+use crate::common;
 use common::*;
+use std::path::Path;
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("UTF-8 temp path")

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use rigbench::cli::help::{exits, Cmd};
 
-mod common;
+use crate::common;
 use common::{real_fixture, signalled};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rigbench");

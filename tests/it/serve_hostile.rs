@@ -12,7 +12,7 @@ use rigbench::runtime::serve_guard::{ApiKey, ServeLimits};
 use rigbench::runtime::server::{start, ServeConfig, ServerHandle};
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::raise_own_fd_limit;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rigbench");

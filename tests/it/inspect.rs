@@ -1,10 +1,10 @@
 //! `rigbench inspect` on small generated checkpoints (real safetensors files with tiny tensors)
 //! under `tests/fixtures/checkpoints/`, through the library: lint rules, module formats, card
-//! verdicts. The binary's exit codes, flags and bad input are in `tests/inspect_binary.rs`.
+//! verdicts. The binary's exit codes, flags and bad input are in `tests/it/inspect_binary.rs`.
 //!
 //! The committed checkpoints are written by [`regenerate_checkpoint_fixtures`] with the
 //! generator in `tests/common/checkpoints.rs`; after changing the generator, rewrite them with
-//! `cargo test --test inspect -- --ignored regenerate_checkpoint_fixtures`.
+//! `cargo test --test it -- --ignored regenerate_checkpoint_fixtures`.
 //! [`committed_fixtures_match_the_generator`] fails when they are stale.
 //!
 //! | folder | what it is | expected |
@@ -15,8 +15,7 @@
 //! | `llama-ct-nvfp4` | compressed-tensors `nvfp4-pack-quantized` W4A4, two shards + index | exit 0; fallback on sm_90, native on sm_120 |
 //! | `llama-bf16` | plain BF16, tied embeddings | exit 0, no finding |
 
-#[path = "common/checkpoints.rs"]
-mod checkpoints;
+use crate::checkpoints;
 
 use rigbench::checkpoint::{inspect, InspectOptions, ModuleFormat, Severity};
 use safetensors::Dtype;
@@ -57,7 +56,7 @@ fn committed_fixtures_match_the_generator() {
             let b = std::fs::read(have.join(&f)).unwrap_or_default();
             assert!(
                 a == b,
-                "{name}/{f} differs from the generator; run `cargo test --test inspect -- --ignored regenerate_checkpoint_fixtures`"
+                "{name}/{f} differs from the generator; run `cargo test --test it -- --ignored regenerate_checkpoint_fixtures`"
             );
         }
     }

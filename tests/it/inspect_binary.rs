@@ -1,4 +1,4 @@
-//! `rigbench inspect`, the binary, on the committed test checkpoints (`tests/inspect.rs`,
+//! `rigbench inspect`, the binary, on the committed test checkpoints (`tests/it/inspect.rs`,
 //! `tests/fixtures/checkpoints/`): exit codes, JSON output and flags, no GPU or `--cc`, and bad
 //! input naming the file.
 
@@ -7,8 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-#[path = "common/checkpoints.rs"]
-mod checkpoints;
+use crate::checkpoints;
 
 use checkpoints::{fixture_root, llama_config};
 
@@ -44,7 +43,7 @@ fn binary_exit_codes_on_fixtures() {
             "--cc",
             "sm_90",
             // Room for the KV cache: 1 GiB less the default 1.5 GiB reserve would not fit, an
-            // error of its own (capacity-does-not-fit, tests/first_hour.rs).
+            // error of its own (capacity-does-not-fit, tests/it/first_hour.rs).
             "--gpu-mem-gib",
             "8",
             "--no-redact",

@@ -5,8 +5,9 @@
 //! invalid UTF-8, unknown roles, `max_tokens` 0 or beyond the context, negative or NaN sampling
 //! parameters) each get a 400 with an OpenAI-style error while other streams are unaffected.
 //!
-//! `server_ttft_figures` (ignored; `cargo test --release --test serve_load -- --ignored
-//! --nocapture`) prints the TTFT figures of docs/reliability.md at 1, 64 and 1,000 streams;
+//! `server_ttft_figures` (ignored; `cargo test --release --test it -- --ignored
+//! --nocapture serve_load::`) prints the TTFT figures of docs/reliability.md at 1, 64 and
+//! 1,000 streams;
 //! `soak_two_thousand_streams_beside_a_thousand_idle_connections` (ignored, same command) the
 //! soak figures: waves of 2,000 streams beside 1,000 idle connections, and the server's memory.
 
@@ -17,7 +18,7 @@ use rigbench::e2e::sse::SseDecoder;
 use rigbench::runtime::server::{start, ServeConfig, ServerHandle, MAX_BODY_BYTES};
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::raise_own_fd_limit;
 
 fn client() -> reqwest::Client {

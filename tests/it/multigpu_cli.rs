@@ -2,7 +2,7 @@
 //! with fewer than two GPUs (this one has none) the parts are skipped with the reason; a saved
 //! multi-GPU result renders the GPUs, the topology and the multi-GPU section.
 
-mod common;
+use crate::common;
 use common::*;
 
 use rigbench::multigpu::schema::{

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-mod common;
+use crate::common;
 use common::rigbench;
 
 fn fixture(name: &str) -> PathBuf {

@@ -2,9 +2,9 @@
 //! framing, usage, reasoning deltas, multi-token chunks, speculative counters, cache
 //! temperature, open-loop lateness, interruption, a dying engine and malformed SSE.
 
-use std::collections::HashSet;
-mod common;
+use crate::common;
 use common::session;
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,8 +43,9 @@ struct Cfg {
     no_usage: bool,
     /// A chat template of this many tokens before the user message (shared by all requests).
     template_tokens: u64,
-    /// Requests from this ordinal on (1-based, in arrival order, the session's probe
-    /// included) stream nothing until the client goes away: in flight for as long as it waits.
+    /// Streamed requests from this ordinal on (1-based, in arrival order; the session's
+    /// prompt-overhead probe is not streamed) send nothing until the client goes away: in
+    /// flight for as long as it waits.
     hold_from: Option<u64>,
 }
 
@@ -64,9 +65,10 @@ struct Counters {
 struct Mock {
     cfg: Cfg,
     c: Mutex<Counters>,
-    completed: AtomicU64,
-    /// Generation requests received.
+    /// Streamed generation requests received (the session's prompt-overhead probe, sent with
+    /// `stream: false`, is not one).
     started: AtomicU64,
+    completed: AtomicU64,
     dead: AtomicBool,
 }
 
@@ -128,6 +130,9 @@ async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Respon
             .body(Body::empty())
             .unwrap();
     }
+    // The streamed request's ordinal (1-based); `None` for the non-streamed probe.
+    let ordinal = (body.get("stream") == Some(&json!(true)))
+        .then(|| m.started.fetch_add(1, Ordering::SeqCst) + 1);
     let chat = body.get("messages").is_some();
     let prompt = if chat {
         body.pointer("/messages/0/content")
@@ -159,12 +164,11 @@ async fn generate(State(m): State<Arc<Mock>>, Json(body): Json<Value>) -> Respon
         }
         c.running += 1;
     }
-    let ordinal = m.started.fetch_add(1, Ordering::SeqCst) + 1;
     let (tx, rx) = tokio::sync::mpsc::channel::<String>(64);
     let m2 = m.clone();
     tokio::spawn(async move {
         let cfg = m2.cfg.clone();
-        if cfg.hold_from.is_some_and(|h| ordinal >= h) {
+        if cfg.hold_from.zip(ordinal).is_some_and(|(h, o)| o >= h) {
             tx.closed().await;
             m2.c.lock().unwrap().running -= 1;
             return;
@@ -258,8 +262,8 @@ async fn start(cfg: Cfg) -> (String, Arc<Mock>) {
     let mock = Arc::new(Mock {
         cfg,
         c: Mutex::new(Counters::default()),
-        completed: AtomicU64::new(0),
         started: AtomicU64::new(0),
+        completed: AtomicU64::new(0),
         dead: AtomicBool::new(false),
     });
     let app = Router::new()
@@ -583,10 +587,14 @@ async fn malformed_sse_fails_the_request_and_the_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupt_keeps_what_was_measured() {
-    // The probe (request 1) and the first three measured requests answer; every later one is
-    // held, so when the interrupt lands (once request 5 has arrived) at least one answer has been
-    // read in full (at concurrency 2 the client sends request 5 only after finishing one of 2–4)
-    // and at least one request (5) is in flight: neither depends on the machine's speed.
+    // Interrupt once a few requests have ended at the client, and while one is certain to be
+    // in flight, whatever the machine's load: the mock holds every streamed request from the
+    // fifth on (it sends nothing until the client goes away), and the interrupt comes once the
+    // fifth has arrived. At concurrency 2 each of the client's two workers sends its next
+    // request only when its previous one has ended, so by then at least 3 have ended (kept),
+    // the fourth may be in flight or done, and the fifth is in flight (cancelled). (The mock's
+    // own count of finished streams would not do: it counts a stream finished when its last
+    // event is queued, and under load the client had read none of 3 such streams.)
     let (url, m) = start(Cfg {
         delay_ms: 20,
         hold_from: Some(5),
@@ -613,7 +621,7 @@ async fn interrupt_keeps_what_was_measured() {
     assert_eq!(run.stop, ExecStop::Interrupted);
     let ok = run.requests.iter().filter(|q| q.ok).count();
     let cancelled = run.requests.iter().filter(|q| q.cancelled).count();
-    assert!((1..=3).contains(&ok), "completed requests are kept ({ok})");
+    assert!((3..=4).contains(&ok), "completed requests are kept ({ok})");
     assert!((1..=2).contains(&cancelled), "{cancelled}");
     assert!(!run.validity.valid);
     assert!(

@@ -17,7 +17,7 @@ pub(super) struct Request {
     pub(super) body: Value,
 }
 
-/// The mock's token count of a text: its bytes (as tests/e2e_faults.rs counts).
+/// The mock's token count of a text: its bytes (as tests/it/e2e_faults.rs counts).
 pub(super) fn count(text: &str) -> usize {
     text.len()
 }

@@ -247,7 +247,7 @@ async fn llamacpp_ngram_speculation_is_reported_as_ngram_not_a_draft_model() {
     let mut o = options(&url, suite(&fixed(32, 8), CLOSED));
     o.engine = EngineChoice::Command {
         command: format!(
-            "RIGBENCH_TEST_MOCK_PORT={port} exec '{}' llamacpp::mock_llamacpp_engine_process --exact --ignored --nocapture # llama-server -m tiny-qwen3-f32.gguf -c 8192 -np 4 --metrics --spec-type ngram-simple --port {port}",
+            "RIGBENCH_TEST_MOCK_PORT={port} exec '{}' e2e_real_engines::llamacpp::mock_llamacpp_engine_process --exact --ignored --nocapture # llama-server -m tiny-qwen3-f32.gguf -c 8192 -np 4 --metrics --spec-type ngram-simple --port {port}",
             exe.display()
         ),
         url: url.clone(),
@@ -370,7 +370,7 @@ async fn engine_started_by_rigbench_gets_one_sigterm_and_its_exit_is_reported() 
     // once on SIGTERM, leaving the graceful process behind, as `sh -c` leaves llama-server.
     o.engine = EngineChoice::Command {
         command: format!(
-            "RIGBENCH_TEST_MOCK_PORT={port} '{}' llamacpp::mock_llamacpp_engine_process --exact --ignored --nocapture & sh '{}'; true",
+            "RIGBENCH_TEST_MOCK_PORT={port} '{}' e2e_real_engines::llamacpp::mock_llamacpp_engine_process --exact --ignored --nocapture & sh '{}'; true",
             exe.display(),
             script.display()
         ),
@@ -410,7 +410,7 @@ async fn a_simple_engine_command_reports_the_engines_own_exit_status() {
     std::fs::write(
         &script,
         format!(
-            "RIGBENCH_TEST_MOCK_PORT={port} '{}' llamacpp::mock_llamacpp_engine_process --exact --ignored --nocapture &\nm=$!\ntrap 'kill $m; wait $m; exit 0' TERM\nwhile :; do sleep 0.1; done\n",
+            "RIGBENCH_TEST_MOCK_PORT={port} '{}' e2e_real_engines::llamacpp::mock_llamacpp_engine_process --exact --ignored --nocapture &\nm=$!\ntrap 'kill $m; wait $m; exit 0' TERM\nwhile :; do sleep 0.1; done\n",
             exe.display()
         ),
     )

@@ -28,7 +28,7 @@ use rigbench::e2e::launcher::EngineChoice;
 use rigbench::e2e::workload::Suite;
 use rigbench::e2e::{run_session, E2eOptions};
 
-mod common;
+use crate::common;
 use common::{alive, free_port, read_pid, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rigbench");

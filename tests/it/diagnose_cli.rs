@@ -2,9 +2,9 @@
 //! unreadable input, 64 a bad command line), Markdown and JSON output, `--out`, `--rig`, and
 //! binary or garbage files. Reads the real-world fixtures of `tests/fixtures/real/`.
 
-use std::path::{Path, PathBuf};
-mod common;
+use crate::common;
 use common::*;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 fn log(prefix: &str) -> String {

@@ -24,7 +24,7 @@ use rigbench::e2e::workload::Suite;
 use rigbench::e2e::{run_session, E2eOptions};
 use rigbench::output::redact::Redactor;
 
-mod common;
+use crate::common;
 use common::{alive, free_port, read_pid, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rigbench");

@@ -14,7 +14,7 @@ use rigbench::e2e::metrics::TokenSource;
 use rigbench::e2e::workload::{CacheTemp, Suite};
 use rigbench::e2e::{run_session, E2eOptions, E2eResults};
 
-mod common;
+use crate::common;
 use common::free_port;
 
 fn exe() -> PathBuf {

@@ -5,7 +5,7 @@
 //! fidelity figures are checked against the independent PyTorch emulation of docs/fidelity.md
 //! (`scripts/ref/fidelity_emulation.py`, `tests/fixtures/smollm2/emulation.json`).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::OnceLock;

@@ -97,7 +97,7 @@ fn every_kernel_source_compiles_with_nvrtc() {
             assert!(text.contains("fence.proxy.async.shared::cta"));
         }
         // The launchers' parameter lists against the PTX `.param` lists (docs/architecture.md,
-        // "GPU layer"; the source-level half is tests/kernel_abi.rs).
+        // "GPU layer"; the source-level half is tests/it/kernel_abi.rs).
         let entries = rigbench::gpu::launch::parse_ptx_entries(&text);
         assert!(
             !entries.is_empty(),

@@ -2,9 +2,9 @@
 //! the CLI's promises (one spelling per concept, exit codes by the README's table, help with
 //! exit codes, a report that opens with a verdict).
 
-use std::path::{Path, PathBuf};
-mod common;
+use crate::common;
 use common::*;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 fn stdout(o: &Output) -> String {

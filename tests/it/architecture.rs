@@ -432,7 +432,7 @@ fn every_top_level_folder_has_a_tier() {
         .collect();
     assert!(
         missing.is_empty(),
-        "src/ folders without a tier: {missing:?}; add each to TIERS in tests/architecture.rs and \
+        "src/ folders without a tier: {missing:?}; add each to TIERS in tests/it/architecture.rs and \
          to docs/architecture.md"
     );
 }
@@ -919,8 +919,8 @@ fn only_the_gpu_crate_depends_on_cuda_and_it_on_nothing_of_ours() {
 }
 
 /// Source files (src/ and tests/) allowed over 1,200 lines, each with the most lines it may have
-/// (none since 2026-12-07, when the last, tests/hostile_modes.rs, was split by concern into
-/// tests/hostile_modes/; never add an entry or raise a number). docs/architecture.md, "Where a
+/// (none since 2026-12-07, when the last, tests/it/hostile_modes.rs, was split by concern into
+/// tests/it/hostile_modes/; never add an entry or raise a number). docs/architecture.md, "Where a
 /// new line belongs".
 const LONG_FILE_CEILING: &[(&str, usize)] = &[];
 

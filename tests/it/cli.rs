@@ -2,7 +2,7 @@
 //! naming the flag or file and the documented exit code; without a GPU everything still runs and
 //! says what it skipped.
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::Output;
 
