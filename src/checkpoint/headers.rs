@@ -188,108 +188,152 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
     let mut out = Headers::default();
     // (name shown in reports, path opened): a file name that is not UTF-8 is shown lossily but
     // opened by its OS path, so it is read, not reported missing.
-    let mut files: Vec<(String, PathBuf)> = Vec::new();
-    let mut weight_map: BTreeMap<String, String> = BTreeMap::new();
-    if index_path.exists() {
+    let (files, weight_map): (Vec<(String, PathBuf)>, BTreeMap<String, String>) = if index_path
+        .exists()
+    {
         out.from_index = true;
-        let idx = read_json_object(&index_path)?;
-        let wm =
-            match idx.get("weight_map") {
-                Some(Value::Object(m)) => m,
-                Some(other) => {
-                    return Err(RigError::file(
-                        &index_path,
-                        format!(
-                            "field weight_map: expected an object, found {}",
-                            json_kind(other)
-                        ),
-                    ))
-                }
-                None => return Err(RigError::file(
-                    &index_path,
-                    "no 'weight_map' object (expected {\"weight_map\": {tensor name: shard file}})",
-                )),
-            };
-        out.index_total_size = idx
-            .get("metadata")
-            .and_then(|m| m.get("total_size"))
-            .and_then(|v| {
-                v.as_u64()
-                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-            });
-        let mut set = BTreeSet::new();
-        for (t, f) in wm {
-            let f = f.as_str().ok_or_else(|| {
-                RigError::file(
-                    &index_path,
-                    format!(
-                        "field weight_map['{t}']: expected a file name, found {}",
-                        json_kind(f)
-                    ),
-                )
-            })?;
-            if !safe_relative(f) {
-                return Err(RigError::file(
-                    &index_path,
-                    format!("weight_map['{t}'] names '{f}', which is not a file inside the checkpoint folder"),
-                ));
-            }
-            set.insert(f.to_string());
-            weight_map.insert(t.clone(), f.to_string());
-        }
+        let (weight_map, set, total_size) = parse_index(&index_path)?;
+        out.index_total_size = total_size;
         let missing: Vec<&String> = set.iter().filter(|f| !dir.join(f).is_file()).collect();
         if !set.is_empty() && missing.len() == set.len() {
-            // Configs + index, no shard: tensor names without dtypes or shapes.
-            out.names_only = true;
-            out.shards = set
-                .iter()
-                .map(|f| ShardInfo {
-                    file: f.clone(),
-                    file_bytes: 0,
-                    header_bytes: 0,
-                    data_bytes: 0,
-                    tensors: weight_map.values().filter(|v| *v == f).count(),
-                })
-                .collect();
-            out.tensors = weight_map
-                .iter()
-                .map(|(t, f)| TensorMeta {
-                    name: t.clone(),
-                    dtype: UNKNOWN_DTYPE.into(),
-                    shape: Vec::new(),
-                    bytes: 0,
-                    file: f.clone(),
-                })
-                .collect();
+            fill_names_only(&mut out, &set, &weight_map);
             return Ok(Some(out));
         }
         if let Some(f) = missing.first() {
             return Err(RigError::file(
-                &index_path,
-                format!(
-                    "names shard '{f}', which is missing from {} while {} other shard(s) are present (incomplete download?); with no shard at all, rigbench reads the index alone",
-                    dir.display(),
-                    set.len() - missing.len()
-                ),
-            ));
+                    &index_path,
+                    format!(
+                        "names shard '{f}', which is missing from {} while {} other shard(s) are present (incomplete download?); with no shard at all, rigbench reads the index alone",
+                        dir.display(),
+                        set.len() - missing.len()
+                    ),
+                ));
         }
-        files = set.into_iter().map(|f| (f.clone(), dir.join(f))).collect();
+        let files = set.into_iter().map(|f| (f.clone(), dir.join(f))).collect();
+        (files, weight_map)
     } else {
-        let rd = std::fs::read_dir(dir)
-            .map_err(|e| RigError::file(dir, format!("cannot list folder: {e}")))?;
-        for entry in rd.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".safetensors") && entry.path().is_file() {
-                files.push((name, entry.path()));
-            }
-        }
-        files.sort();
-    }
+        (list_safetensors(dir)?, BTreeMap::new())
+    };
     if files.is_empty() {
         return Ok(None);
     }
+    let present = read_shards(&files, &mut out)?;
+    if out.from_index {
+        check_index_against_shards(&weight_map, &present, &mut out);
+    }
+    out.tensors.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Some(out))
+}
+
+/// The index's tensor -> shard map, its set of shard files, and its `metadata.total_size`.
+type IndexContents = (BTreeMap<String, String>, BTreeSet<String>, Option<u64>);
+
+/// Parse `model.safetensors.index.json`: its `weight_map` (every shard name checked to be a
+/// file inside the checkpoint folder), the set of shards it names, and `metadata.total_size`.
+fn parse_index(index_path: &Path) -> Result<IndexContents, RigError> {
+    let idx = read_json_object(index_path)?;
+    let wm = match idx.get("weight_map") {
+        Some(Value::Object(m)) => m,
+        Some(other) => {
+            return Err(RigError::file(
+                index_path,
+                format!(
+                    "field weight_map: expected an object, found {}",
+                    json_kind(other)
+                ),
+            ))
+        }
+        None => {
+            return Err(RigError::file(
+                index_path,
+                "no 'weight_map' object (expected {\"weight_map\": {tensor name: shard file}})",
+            ))
+        }
+    };
+    let total_size = idx
+        .get("metadata")
+        .and_then(|m| m.get("total_size"))
+        .and_then(|v| {
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        });
+    let mut set = BTreeSet::new();
+    let mut weight_map = BTreeMap::new();
+    for (t, f) in wm {
+        let f = f.as_str().ok_or_else(|| {
+            RigError::file(
+                index_path,
+                format!(
+                    "field weight_map['{t}']: expected a file name, found {}",
+                    json_kind(f)
+                ),
+            )
+        })?;
+        if !safe_relative(f) {
+            return Err(RigError::file(
+                index_path,
+                format!("weight_map['{t}'] names '{f}', which is not a file inside the checkpoint folder"),
+            ));
+        }
+        set.insert(f.to_string());
+        weight_map.insert(t.clone(), f.to_string());
+    }
+    Ok((weight_map, set, total_size))
+}
+
+/// Configs + index, no shard: record the tensor names without dtypes or shapes, and each
+/// shard's tensor count from the index.
+fn fill_names_only(
+    out: &mut Headers,
+    set: &BTreeSet<String>,
+    weight_map: &BTreeMap<String, String>,
+) {
+    out.names_only = true;
+    out.shards = set
+        .iter()
+        .map(|f| ShardInfo {
+            file: f.clone(),
+            file_bytes: 0,
+            header_bytes: 0,
+            data_bytes: 0,
+            tensors: weight_map.values().filter(|v| *v == f).count(),
+        })
+        .collect();
+    out.tensors = weight_map
+        .iter()
+        .map(|(t, f)| TensorMeta {
+            name: t.clone(),
+            dtype: UNKNOWN_DTYPE.into(),
+            shape: Vec::new(),
+            bytes: 0,
+            file: f.clone(),
+        })
+        .collect();
+}
+
+/// Every `*.safetensors` file in `dir` (no index), sorted by name.
+fn list_safetensors(dir: &Path) -> Result<Vec<(String, PathBuf)>, RigError> {
+    let mut files = Vec::new();
+    let rd = std::fs::read_dir(dir)
+        .map_err(|e| RigError::file(dir, format!("cannot list folder: {e}")))?;
+    for entry in rd.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".safetensors") && entry.path().is_file() {
+            files.push((name, entry.path()));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Read the header of every file into `out` (tensors and shard facts), noting files whose size
+/// disagrees with header + data and tensors found in two files. Returns tensor -> file.
+fn read_shards(
+    files: &[(String, PathBuf)],
+    out: &mut Headers,
+) -> Result<BTreeMap<String, String>, RigError> {
     let mut present: BTreeMap<String, String> = BTreeMap::new();
-    for (f, path) in &files {
+    for (f, path) in files {
         let (tensors, info) = read_header(path, f)?;
         let expected = 8 + info.header_bytes + info.data_bytes;
         if expected != info.file_bytes {
@@ -312,37 +356,43 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<Headers>, RigError> {
         out.tensors.extend(tensors);
         out.shards.push(info);
     }
-    if out.from_index {
-        let mut missing = 0usize;
-        let mut example = None;
-        for (t, f) in &weight_map {
-            if present.get(t) != Some(f) {
-                missing += 1;
-                example.get_or_insert_with(|| format!("{t} (index says {f})"));
-            }
-        }
-        if missing > 0 {
-            out.index_mismatches.push(format!(
-                "{} named by model.safetensors.index.json {} not in the shard it names, e.g. {}",
-                crate::output::table::plural(missing as u64, "tensor", "tensors"),
-                if missing == 1 { "is" } else { "are" },
-                example.unwrap_or_default()
-            ));
-        }
-        let extra = present
-            .keys()
-            .filter(|t| !weight_map.contains_key(*t))
-            .count();
-        if extra > 0 {
-            out.index_mismatches.push(format!(
-                "{} in the shards {} missing from model.safetensors.index.json's weight_map",
-                crate::output::table::plural(extra as u64, "tensor", "tensors"),
-                if extra == 1 { "is" } else { "are" }
-            ));
+    Ok(present)
+}
+
+/// Compare the index's `weight_map` with the tensors the shards hold: tensors the index places
+/// in a shard that lacks them, and tensors in the shards the index does not name.
+fn check_index_against_shards(
+    weight_map: &BTreeMap<String, String>,
+    present: &BTreeMap<String, String>,
+    out: &mut Headers,
+) {
+    let mut missing = 0usize;
+    let mut example = None;
+    for (t, f) in weight_map {
+        if present.get(t) != Some(f) {
+            missing += 1;
+            example.get_or_insert_with(|| format!("{t} (index says {f})"));
         }
     }
-    out.tensors.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Some(out))
+    if missing > 0 {
+        out.index_mismatches.push(format!(
+            "{} named by model.safetensors.index.json {} not in the shard it names, e.g. {}",
+            crate::output::table::plural(missing as u64, "tensor", "tensors"),
+            if missing == 1 { "is" } else { "are" },
+            example.unwrap_or_default()
+        ));
+    }
+    let extra = present
+        .keys()
+        .filter(|t| !weight_map.contains_key(*t))
+        .count();
+    if extra > 0 {
+        out.index_mismatches.push(format!(
+            "{} in the shards {} missing from model.safetensors.index.json's weight_map",
+            crate::output::table::plural(extra as u64, "tensor", "tensors"),
+            if extra == 1 { "is" } else { "are" }
+        ));
+    }
 }
 
 #[cfg(test)]

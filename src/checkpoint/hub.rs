@@ -218,6 +218,31 @@ pub async fn fetch_metadata(
         repo: format!("{}/{}", r.org, r.name),
     };
     let mut out = Fetched::default();
+    fetch_config_files(&hub, r, dir, &mut out).await?;
+    let has_index = out
+        .files
+        .iter()
+        .any(|f| f == "model.safetensors.index.json");
+    let shards: Vec<String> = if has_index {
+        shards_of_index(&hub, dir)?
+    } else {
+        vec!["model.safetensors".to_string()]
+    };
+    for shard in shards {
+        check_shard_name(&hub, &shard)?;
+        fetch_shard_header(&hub, &shard, has_index, dir, &mut out).await?;
+    }
+    Ok(out)
+}
+
+/// Fetch `config.json` (required), `hf_quant_config.json` and `model.safetensors.index.json`
+/// (both optional) into `dir`, recording each file written and its bytes in `out`.
+async fn fetch_config_files(
+    hub: &Hub<'_>,
+    r: &HubRef,
+    dir: &Path,
+    out: &mut Fetched,
+) -> anyhow::Result<()> {
     const META_CAP: u64 = 64 << 20;
     for (file, required) in [
         ("config.json", true),
@@ -241,122 +266,131 @@ pub async fn fetch_metadata(
             }
         }
     }
-    let shards: Vec<String> = if out
-        .files
-        .iter()
-        .any(|f| f == "model.safetensors.index.json")
-    {
-        let idx: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(dir.join("model.safetensors.index.json"))
-                .context("reading the fetched index")?,
+    Ok(())
+}
+
+/// The distinct shard files named by the fetched `model.safetensors.index.json`'s `weight_map`,
+/// sorted.
+fn shards_of_index(hub: &Hub<'_>, dir: &Path) -> anyhow::Result<Vec<String>> {
+    let idx: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join("model.safetensors.index.json"))
+            .context("reading the fetched index")?,
+    )
+    .map_err(|e| {
+        RigError::file(
+            hub.url("model.safetensors.index.json"),
+            format!("not JSON: {e}"),
         )
-        .map_err(|e| {
-            RigError::file(
-                hub.url("model.safetensors.index.json"),
-                format!("not JSON: {e}"),
-            )
-        })?;
-        let mut s: Vec<String> = idx
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .map(|m| {
-                m.values()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        s.sort();
-        s.dedup();
-        s
-    } else {
-        vec!["model.safetensors".to_string()]
-    };
-    for shard in shards {
-        // Only the characters of a plain relative path: a `%2e%2e` (or any `%`-escape) would
-        // become `..` in the URL, so it is refused like `..` itself.
-        let plain = shard
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c));
-        if !plain
-            || shard
-                .split('/')
-                .any(|p| p.is_empty() || p == "." || p == "..")
-            || shard.len() > 255
-        {
-            bail!(RigError::file(
-                hub.url("model.safetensors.index.json"),
-                format!("names shard '{shard}', which is not a file of the repository (a shard name holds letters, digits, '.', '_', '-' and '/' only, no '..' or '%'-escapes)")
-            ));
-        }
-        let (len_bytes, total) = match hub.get(&shard, Some((0, 7)), 8).await? {
-            Got::Missing => {
-                if out
-                    .files
-                    .iter()
-                    .any(|f| f == "model.safetensors.index.json")
-                {
-                    bail!(RigError::file(
-                        hub.url(&shard),
-                        "named by model.safetensors.index.json but not on the hub"
-                    ));
-                }
-                continue; // no single-file checkpoint either: metadata only
-            }
-            Got::Data(b, t) => (b, t),
-        };
-        if len_bytes.len() < 8 {
-            bail!(RigError::file(
-                hub.url(&shard),
-                format!(
-                    "{} bytes: shorter than a safetensors header length",
-                    len_bytes.len()
-                )
-            ));
-        }
-        let n = u64::from_le_bytes(len_bytes[..8].try_into().expect("8 bytes"));
-        if !(2..=MAX_HEADER_BYTES).contains(&n) {
-            bail!(RigError::file(
-                hub.url(&shard),
-                format!("safetensors header length {n} is not plausible: not a safetensors file")
-            ));
-        }
-        let header = match hub.get(&shard, Some((8, 8 + n - 1)), n).await? {
-            Got::Data(b, _) if b.len() as u64 == n => b,
-            Got::Data(b, _) => bail!(RigError::file(
-                hub.url(&shard),
-                format!("header truncated: {} of {n} bytes", b.len())
-            )),
-            Got::Missing => bail!(RigError::file(hub.url(&shard), "vanished between requests")),
-        };
-        out.bytes_read += 8 + n;
-        let size = total.unwrap_or(8 + n).max(8 + n);
-        if size > MAX_SHARD_BYTES {
-            bail!(RigError::file(
-                hub.url(&shard),
-                format!(
-                    "the hub states a size of {size} bytes, over rigbench's limit of {MAX_SHARD_BYTES} bytes (1 TiB) for one safetensors shard: not a plausible checkpoint file"
-                )
-            ));
-        }
-        let path = dir.join(&shard);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).ok();
-        }
-        let mut f =
-            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-        f.write_all(&len_bytes[..8])?;
-        f.write_all(&header)?;
-        // A sparse file of the real size: the data region is never read.
-        f.set_len(size).with_context(|| {
-            format!(
-                "cannot give {} its size of {size} bytes (a sparse file holding the header only): the file system refused it",
-                path.display()
-            )
-        })?;
-        f.seek(SeekFrom::Start(0))?;
-        out.shards.push((shard, size, n));
+    })?;
+    let mut s: Vec<String> = idx
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .map(|m| {
+            m.values()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    s.sort();
+    s.dedup();
+    Ok(s)
+}
+
+/// Refuse a shard name that is not a plain relative path inside the repository.
+fn check_shard_name(hub: &Hub<'_>, shard: &str) -> anyhow::Result<()> {
+    // Only the characters of a plain relative path: a `%2e%2e` (or any `%`-escape) would
+    // become `..` in the URL, so it is refused like `..` itself.
+    let plain = shard
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c));
+    if !plain
+        || shard
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..")
+        || shard.len() > 255
+    {
+        bail!(RigError::file(
+            hub.url("model.safetensors.index.json"),
+            format!("names shard '{shard}', which is not a file of the repository (a shard name holds letters, digits, '.', '_', '-' and '/' only, no '..' or '%'-escapes)")
+        ));
     }
-    Ok(out)
+    Ok(())
+}
+
+/// Fetch one shard's 8-byte header length and its JSON header, and write them into `dir` as a
+/// sparse file of the shard's real size. A missing `model.safetensors` with no index is no
+/// error (a checkpoint of metadata only); a shard the index names must exist.
+async fn fetch_shard_header(
+    hub: &Hub<'_>,
+    shard: &str,
+    has_index: bool,
+    dir: &Path,
+    out: &mut Fetched,
+) -> anyhow::Result<()> {
+    let (len_bytes, total) = match hub.get(shard, Some((0, 7)), 8).await? {
+        Got::Missing => {
+            if has_index {
+                bail!(RigError::file(
+                    hub.url(shard),
+                    "named by model.safetensors.index.json but not on the hub"
+                ));
+            }
+            return Ok(()); // no single-file checkpoint either: metadata only
+        }
+        Got::Data(b, t) => (b, t),
+    };
+    if len_bytes.len() < 8 {
+        bail!(RigError::file(
+            hub.url(shard),
+            format!(
+                "{} bytes: shorter than a safetensors header length",
+                len_bytes.len()
+            )
+        ));
+    }
+    let n = u64::from_le_bytes(len_bytes[..8].try_into().expect("8 bytes"));
+    if !(2..=MAX_HEADER_BYTES).contains(&n) {
+        bail!(RigError::file(
+            hub.url(shard),
+            format!("safetensors header length {n} is not plausible: not a safetensors file")
+        ));
+    }
+    let header = match hub.get(shard, Some((8, 8 + n - 1)), n).await? {
+        Got::Data(b, _) if b.len() as u64 == n => b,
+        Got::Data(b, _) => bail!(RigError::file(
+            hub.url(shard),
+            format!("header truncated: {} of {n} bytes", b.len())
+        )),
+        Got::Missing => bail!(RigError::file(hub.url(shard), "vanished between requests")),
+    };
+    out.bytes_read += 8 + n;
+    let size = total.unwrap_or(8 + n).max(8 + n);
+    if size > MAX_SHARD_BYTES {
+        bail!(RigError::file(
+            hub.url(shard),
+            format!(
+                "the hub states a size of {size} bytes, over rigbench's limit of {MAX_SHARD_BYTES} bytes (1 TiB) for one safetensors shard: not a plausible checkpoint file"
+            )
+        ));
+    }
+    let path = dir.join(shard);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).ok();
+    }
+    let mut f =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(&len_bytes[..8])?;
+    f.write_all(&header)?;
+    // A sparse file of the real size: the data region is never read.
+    f.set_len(size).with_context(|| {
+        format!(
+            "cannot give {} its size of {size} bytes (a sparse file holding the header only): the file system refused it",
+            path.display()
+        )
+    })?;
+    f.seek(SeekFrom::Start(0))?;
+    out.shards.push((shard.to_string(), size, n));
+    Ok(())
 }
 
 /// [`fetch_metadata`] on a runtime of its own (for the synchronous CLI).

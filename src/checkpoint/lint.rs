@@ -247,7 +247,6 @@ fn rule_gdn_ab_quantized(inp: &LintInput, out: &mut Vec<Finding>) {
 /// Lint rule: the MTP draft head stored in 4 bits, in FP8, BF16 only by omission, targeted but stored plain, or left out of the metadata (`mtp-*`).
 fn rule_mtp(inp: &LintInput, out: &mut Vec<Finding>) {
     let recs = inp.recs;
-    let quantized_checkpoint = inp.followed.is_some();
     // MTP
     let mtp: Vec<&Rec> = recs
         .iter()
@@ -264,6 +263,38 @@ fn rule_mtp(inp: &LintInput, out: &mut Vec<Finding>) {
         .copied()
         .filter(|r| inp.headers.is_none() && r.effective.is_4bit() && catch_all(r))
         .collect();
+    mtp_stored_format(inp, &mtp, &inferred4, out);
+    // An MTP module a 4-bit rule targets but stored without scales.
+    let targeted_plain = mtp_targeted_plain(inp.recs);
+    if !targeted_plain.is_empty() {
+        out.push(finding(
+            "mtp-targeted-unquantized",
+            Severity::Error,
+            "the metadata targets these MTP modules with a 4-bit format, but the weights are stored unquantized (no scale tensors): an engine builds a 4-bit layer for them and cannot load the plain weight, so MTP speculative decoding fails to load; add them to the ignore list",
+            format!(
+                "declared {}; the weight map has {}",
+                formats_of_declared(&targeted_plain),
+                targeted_plain
+                    .iter()
+                    .filter_map(|r| r.ev.as_ref().map(|e| e.evidence.clone()))
+                    .next()
+                    .unwrap_or_default()
+            ),
+            Some(&targeted_plain),
+        ));
+    }
+    let declared_mtp = inp.facts.mtp_layers.unwrap_or(0);
+    if mtp.is_empty() && declared_mtp > 0 {
+        mtp_declared_but_absent(inp, declared_mtp, out);
+    }
+    mtp_fc_not_excluded(inp, &mtp, &inferred4, declared_mtp, out);
+}
+
+/// The MTP draft head's stored format: 4-bit (error), FP8 (info), or BF16 only because no
+/// exclude/ignore entry of a quantized checkpoint names it (warning). `inferred4` are modules
+/// only a catch-all rule makes 4-bit without tensors to prove it ([`mtp_fc_not_excluded`]).
+fn mtp_stored_format(inp: &LintInput, mtp: &[&Rec], inferred4: &[&Rec], out: &mut Vec<Finding>) {
+    let quantized_checkpoint = inp.followed.is_some();
     let mtp4: Vec<&Rec> = mtp
         .iter()
         .copied()
@@ -302,104 +333,96 @@ fn rule_mtp(inp: &LintInput, out: &mut Vec<Finding>) {
                     .map(|r| format!("{}'s exclude/ignore list", r.file))
                     .unwrap_or_default()
             ),
-            Some(&mtp),
+            Some(mtp),
         ));
     }
-    // An MTP module a 4-bit rule targets but stored without scales.
-    let targeted_plain = mtp_targeted_plain(inp.recs);
-    if !targeted_plain.is_empty() {
+}
+
+/// config.json declares MTP layers but no module is an MTP module: with headers, the weights
+/// are absent (error); with metadata only, no exclude/ignore entry names the MTP layers
+/// (warning, naming the 4-bit rules that may hit them).
+fn mtp_declared_but_absent(inp: &LintInput, declared_mtp: u64, out: &mut Vec<Finding>) {
+    if let Some(h) = inp.headers {
         out.push(finding(
-            "mtp-targeted-unquantized",
+            "mtp-weights-absent",
             Severity::Error,
-            "the metadata targets these MTP modules with a 4-bit format, but the weights are stored unquantized (no scale tensors): an engine builds a 4-bit layer for them and cannot load the plain weight, so MTP speculative decoding fails to load; add them to the ignore list",
+            "config.json declares MTP layers but the checkpoint holds no MTP tensor: MTP speculative decoding cannot load (an engine started with it fails, or the drafter is missing); use another checkpoint for MTP, or run without speculative decoding",
             format!(
-                "declared {}; the weight map has {}",
-                formats_of_declared(&targeted_plain),
-                targeted_plain
-                    .iter()
-                    .filter_map(|r| r.ev.as_ref().map(|e| e.evidence.clone()))
-                    .next()
-                    .unwrap_or_default()
+                "{} = {declared_mtp}; no tensor name in {} looks like an MTP module (mtp.*)",
+                inp.facts.mtp_field.as_deref().unwrap_or("mtp layers"),
+                if h.names_only {
+                    "model.safetensors.index.json's weight map"
+                } else {
+                    "the safetensors headers"
+                }
             ),
-            Some(&targeted_plain),
+            None,
         ));
-    }
-    let declared_mtp = inp.facts.mtp_layers.unwrap_or(0);
-    if mtp.is_empty() && declared_mtp > 0 {
-        if let Some(h) = inp.headers {
+    } else if let Some(r) = inp.followed {
+        if !r.excludes_mtp_for(inp.facts) {
+            let four_bit_rules: Vec<String> = r
+                .groups
+                .iter()
+                .filter(|g| g.format.is_4bit())
+                .map(|g| {
+                    format!(
+                        "{} ({}: {})",
+                        g.name,
+                        g.format,
+                        g.targets
+                            .iter()
+                            .map(Pattern::raw)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
+                .chain(
+                    r.global
+                        .iter()
+                        .filter(|g| g.is_4bit())
+                        .map(|g| format!("quant_algo {g}")),
+                )
+                .collect();
             out.push(finding(
-                "mtp-weights-absent",
-                Severity::Error,
-                "config.json declares MTP layers but the checkpoint holds no MTP tensor: MTP speculative decoding cannot load (an engine started with it fails, or the drafter is missing); use another checkpoint for MTP, or run without speculative decoding",
+                "mtp-not-excluded",
+                Severity::Warning,
+                "nothing in the exclude/ignore list names the MTP draft head, so it is quantized like the layers its module names resemble; a 4-bit draft head collapses draft acceptance",
                 format!(
-                    "{} = {declared_mtp}; no tensor name in {} looks like an MTP module (mtp.*)",
+                    "config.json {} = {declared_mtp}; {}'s exclude/ignore list has no entry for the MTP layers ({}); without safetensors headers rigbench cannot tell which rules hit the MTP modules{}",
                     inp.facts.mtp_field.as_deref().unwrap_or("mtp layers"),
-                    if h.names_only {
-                        "model.safetensors.index.json's weight map"
+                    r.file,
+                    match (inp.facts.mtp_field.as_deref(), inp.facts.num_hidden_layers) {
+                        (Some("num_nextn_predict_layers"), Some(n)) => format!(
+                            "they are model.layers.{n}{}: exclude them with 'model.layers.{n}*'",
+                            if declared_mtp > 1 {
+                                format!(" to {}", n + declared_mtp - 1)
+                            } else {
+                                String::new()
+                            }
+                        ),
+                        _ => "they are mtp.*: exclude them with 'mtp*'".to_string(),
+                    },
+                    if four_bit_rules.is_empty() {
+                        String::new()
                     } else {
-                        "the safetensors headers"
+                        format!("; 4-bit rules that may: {}", four_bit_rules.join("; "))
                     }
                 ),
                 None,
             ));
-        } else if let Some(r) = inp.followed {
-            if !r.excludes_mtp_for(inp.facts) {
-                let four_bit_rules: Vec<String> = r
-                    .groups
-                    .iter()
-                    .filter(|g| g.format.is_4bit())
-                    .map(|g| {
-                        format!(
-                            "{} ({}: {})",
-                            g.name,
-                            g.format,
-                            g.targets
-                                .iter()
-                                .map(Pattern::raw)
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    })
-                    .chain(
-                        r.global
-                            .iter()
-                            .filter(|g| g.is_4bit())
-                            .map(|g| format!("quant_algo {g}")),
-                    )
-                    .collect();
-                out.push(finding(
-                    "mtp-not-excluded",
-                    Severity::Warning,
-                    "nothing in the exclude/ignore list names the MTP draft head, so it is quantized like the layers its module names resemble; a 4-bit draft head collapses draft acceptance",
-                    format!(
-                        "config.json {} = {declared_mtp}; {}'s exclude/ignore list has no entry for the MTP layers ({}); without safetensors headers rigbench cannot tell which rules hit the MTP modules{}",
-                        inp.facts.mtp_field.as_deref().unwrap_or("mtp layers"),
-                        r.file,
-                        match (inp.facts.mtp_field.as_deref(), inp.facts.num_hidden_layers) {
-                            (Some("num_nextn_predict_layers"), Some(n)) => format!(
-                                "they are model.layers.{n}{}: exclude them with 'model.layers.{n}*'",
-                                if declared_mtp > 1 {
-                                    format!(" to {}", n + declared_mtp - 1)
-                                } else {
-                                    String::new()
-                                }
-                            ),
-                            _ => "they are mtp.*: exclude them with 'mtp*'".to_string(),
-                        },
-                        if four_bit_rules.is_empty() {
-                            String::new()
-                        } else {
-                            format!("; 4-bit rules that may: {}", four_bit_rules.join("; "))
-                        }
-                    ),
-                    None,
-                ));
-            }
         }
     }
+}
 
-    // Metadata only: MTP modules (Qwen3.5/3.6 `mtp.fc`) that no ignore entry covers while a
-    // catch-all 4-bit rule targets them.
+/// Metadata only: MTP modules (Qwen3.5/3.6 `mtp.fc`) that no ignore entry covers while a
+/// catch-all 4-bit rule targets them.
+fn mtp_fc_not_excluded(
+    inp: &LintInput,
+    mtp: &[&Rec],
+    inferred4: &[&Rec],
+    declared_mtp: u64,
+    out: &mut Vec<Finding>,
+) {
     if !inferred4.is_empty() {
         let r = inp.followed;
         out.push(finding(
@@ -409,11 +432,11 @@ fn rule_mtp(inp: &LintInput, out: &mut Vec<Finding>) {
             format!(
                 "{}: declared {}; ignore list: {}",
                 collapse(inferred4.iter().copied()).0.join(", "),
-                formats_of_declared(&inferred4),
+                formats_of_declared(inferred4),
                 r.map(|r| r.exclude.iter().map(Pattern::raw).collect::<Vec<_>>().join(", "))
                     .unwrap_or_default()
             ),
-            Some(&inferred4),
+            Some(inferred4),
         ));
     } else if mtp.is_empty()
         && inp.headers.is_none()
@@ -833,150 +856,173 @@ fn sample(v: &[String]) -> String {
     s.join(", ")
 }
 
+/// Lint rule: the two quantization metadata files disagree with each other, or one ModelOpt
+/// file's config_groups disagree with its quantized_layers (`config-disagreement`).
 fn config_disagreements(inp: &LintInput, out: &mut Vec<Finding>) {
-    let why_files = "config.json and hf_quant_config.json describe the quantization differently, so engines that read different files run different formats";
     if let (Some(c), Some(h)) = (inp.followed, inp.other) {
-        if c.producer != h.producer {
-            out.push(finding(
-                "config-disagreement",
-                Severity::Info,
-                "the two metadata files were written by different producer versions, so they may describe different exports",
-                format!(
-                    "producer: {} says {}, {} says {}",
-                    h.file,
-                    h.producer.as_deref().unwrap_or("nothing"),
-                    c.file,
-                    c.producer.as_deref().unwrap_or("nothing")
-                ),
-                None,
-            ));
-        }
-        let algo = |r: &Rules| r.algo.clone().map(|a| a.to_ascii_uppercase());
-        if algo(c) != algo(h) {
-            out.push(finding(
-                "config-disagreement",
-                Severity::Warning,
-                why_files,
-                format!(
-                    "quant_algo: {} says {}, {} says {}; {ENGINES}",
-                    h.file,
-                    h.algo.as_deref().unwrap_or("nothing"),
-                    c.file,
-                    c.algo.as_deref().unwrap_or("nothing")
-                ),
-                None,
-            ));
-        }
-        if c.kv != h.kv {
-            out.push(finding(
-                "config-disagreement",
-                Severity::Warning,
-                why_files,
-                format!(
-                    "KV cache: {} declares {}, {} declares {}; vLLM follows config.json and runs the KV cache in {} unless --kv-cache-dtype is given; TensorRT-LLM follows hf_quant_config.json ({})",
-                    h.file,
-                    h.kv.as_deref().unwrap_or("none"),
-                    c.file,
-                    c.kv.as_deref().unwrap_or("none (no kv_cache_scheme)"),
-                    c.kv.as_deref().map(|k| k.to_string()).unwrap_or_else(|| "the model dtype".into()),
-                    h.kv.as_deref().unwrap_or("model dtype"),
-                ),
-                None,
-            ));
-        }
-        let ex = |r: &Rules| {
-            r.exclude
-                .iter()
-                .map(|p| p.raw().to_string())
-                .collect::<Vec<_>>()
-        };
-        let (only_c, only_h) = set_diff(&ex(c), &ex(h));
-        if !only_c.is_empty() || !only_h.is_empty() {
-            out.push(finding(
-                "config-disagreement",
-                Severity::Warning,
-                why_files,
-                format!(
-                    "exclude lists differ: only in {} ignore: [{}]; only in {} exclude_modules: [{}]; {ENGINES}",
-                    c.file,
-                    sample(&only_c),
-                    h.file,
-                    sample(&only_h)
-                ),
-                None,
-            ));
-        }
-        let keys_c: Vec<String> = c.layers.keys().cloned().collect();
-        let keys_h: Vec<String> = h.layers.keys().cloned().collect();
-        let (only_c, only_h) = set_diff(&keys_c, &keys_h);
-        let mut differ: Vec<String> = c
-            .layers
-            .iter()
-            .filter_map(|(k, (fc, ac, _))| {
-                h.layers
-                    .get(k)
-                    .filter(|(fh, _, _)| fh != fc)
-                    .map(|(_, ah, _)| format!("{k}: {ac} vs {ah}"))
-            })
-            .collect();
-        differ.sort();
-        if !only_c.is_empty() || !only_h.is_empty() || !differ.is_empty() {
-            out.push(finding(
-                "config-disagreement",
-                Severity::Warning,
-                why_files,
-                format!(
-                    "quantized_layers differ: {} only in {} [{}], {} only in {} [{}], {} with different algorithms [{}]; {ENGINES}",
-                    only_c.len(),
-                    c.file,
-                    sample(&only_c),
-                    only_h.len(),
-                    h.file,
-                    sample(&only_h),
-                    differ.len(),
-                    sample(&differ)
-                ),
-                None,
-            ));
-        }
+        file_fields_disagree(c, h, out);
+        file_lists_disagree(c, h, out);
+        modules_disagree(inp, c, h, out);
     }
-    // Module by module, what the two files make of it.
-    if let (Some(c), Some(h)) = (inp.followed, inp.other) {
-        let differ: Vec<&Rec> = inp
-            .recs
+    modelopt_groups_disagree(inp, out);
+}
+
+/// Why two metadata files that disagree matter.
+const WHY_FILES: &str = "config.json and hf_quant_config.json describe the quantization differently, so engines that read different files run different formats";
+
+/// The followed file `c` and the other file `h` disagree on a single field: producer version,
+/// quant_algo, or KV-cache format.
+fn file_fields_disagree(c: &Rules, h: &Rules, out: &mut Vec<Finding>) {
+    if c.producer != h.producer {
+        out.push(finding(
+            "config-disagreement",
+            Severity::Info,
+            "the two metadata files were written by different producer versions, so they may describe different exports",
+            format!(
+                "producer: {} says {}, {} says {}",
+                h.file,
+                h.producer.as_deref().unwrap_or("nothing"),
+                c.file,
+                c.producer.as_deref().unwrap_or("nothing")
+            ),
+            None,
+        ));
+    }
+    let algo = |r: &Rules| r.algo.clone().map(|a| a.to_ascii_uppercase());
+    if algo(c) != algo(h) {
+        out.push(finding(
+            "config-disagreement",
+            Severity::Warning,
+            WHY_FILES,
+            format!(
+                "quant_algo: {} says {}, {} says {}; {ENGINES}",
+                h.file,
+                h.algo.as_deref().unwrap_or("nothing"),
+                c.file,
+                c.algo.as_deref().unwrap_or("nothing")
+            ),
+            None,
+        ));
+    }
+    if c.kv != h.kv {
+        out.push(finding(
+            "config-disagreement",
+            Severity::Warning,
+            WHY_FILES,
+            format!(
+                "KV cache: {} declares {}, {} declares {}; vLLM follows config.json and runs the KV cache in {} unless --kv-cache-dtype is given; TensorRT-LLM follows hf_quant_config.json ({})",
+                h.file,
+                h.kv.as_deref().unwrap_or("none"),
+                c.file,
+                c.kv.as_deref().unwrap_or("none (no kv_cache_scheme)"),
+                c.kv.as_deref().map(|k| k.to_string()).unwrap_or_else(|| "the model dtype".into()),
+                h.kv.as_deref().unwrap_or("model dtype"),
+            ),
+            None,
+        ));
+    }
+}
+
+/// The followed file `c` and the other file `h` disagree on a list: the exclude/ignore lists,
+/// or the quantized_layers (layers in one only, or with different algorithms).
+fn file_lists_disagree(c: &Rules, h: &Rules, out: &mut Vec<Finding>) {
+    let ex = |r: &Rules| {
+        r.exclude
             .iter()
-            .filter(|r| {
-                r.other
-                    .as_ref()
-                    .is_some_and(|o| o.format != r.declared.format)
-            })
-            .collect();
-        if !differ.is_empty() {
-            let pairs: BTreeSet<String> = differ
-                .iter()
-                .filter_map(|r| {
-                    r.other.as_ref().map(|o| {
-                        format!(
-                            "{} by {} vs {} by {}",
-                            r.declared.format, c.file, o.format, h.file
-                        )
-                    })
+            .map(|p| p.raw().to_string())
+            .collect::<Vec<_>>()
+    };
+    let (only_c, only_h) = set_diff(&ex(c), &ex(h));
+    if !only_c.is_empty() || !only_h.is_empty() {
+        out.push(finding(
+            "config-disagreement",
+            Severity::Warning,
+            WHY_FILES,
+            format!(
+                "exclude lists differ: only in {} ignore: [{}]; only in {} exclude_modules: [{}]; {ENGINES}",
+                c.file,
+                sample(&only_c),
+                h.file,
+                sample(&only_h)
+            ),
+            None,
+        ));
+    }
+    let keys_c: Vec<String> = c.layers.keys().cloned().collect();
+    let keys_h: Vec<String> = h.layers.keys().cloned().collect();
+    let (only_c, only_h) = set_diff(&keys_c, &keys_h);
+    let mut differ: Vec<String> = c
+        .layers
+        .iter()
+        .filter_map(|(k, (fc, ac, _))| {
+            h.layers
+                .get(k)
+                .filter(|(fh, _, _)| fh != fc)
+                .map(|(_, ah, _)| format!("{k}: {ac} vs {ah}"))
+        })
+        .collect();
+    differ.sort();
+    if !only_c.is_empty() || !only_h.is_empty() || !differ.is_empty() {
+        out.push(finding(
+            "config-disagreement",
+            Severity::Warning,
+            WHY_FILES,
+            format!(
+                "quantized_layers differ: {} only in {} [{}], {} only in {} [{}], {} with different algorithms [{}]; {ENGINES}",
+                only_c.len(),
+                c.file,
+                sample(&only_c),
+                only_h.len(),
+                h.file,
+                sample(&only_h),
+                differ.len(),
+                sample(&differ)
+            ),
+            None,
+        ));
+    }
+}
+
+/// Module by module, what the two files make of it: modules the followed file `c` and the
+/// other file `h` resolve to different formats.
+fn modules_disagree(inp: &LintInput, c: &Rules, h: &Rules, out: &mut Vec<Finding>) {
+    let differ: Vec<&Rec> = inp
+        .recs
+        .iter()
+        .filter(|r| {
+            r.other
+                .as_ref()
+                .is_some_and(|o| o.format != r.declared.format)
+        })
+        .collect();
+    if !differ.is_empty() {
+        let pairs: BTreeSet<String> = differ
+            .iter()
+            .filter_map(|r| {
+                r.other.as_ref().map(|o| {
+                    format!(
+                        "{} by {} vs {} by {}",
+                        r.declared.format, c.file, o.format, h.file
+                    )
                 })
-                .collect();
-            out.push(finding(
-                "config-disagreement",
-                Severity::Warning,
-                why_files,
-                format!(
-                    "modules resolve differently: {}; {ENGINES}",
-                    pairs.into_iter().collect::<Vec<_>>().join("; ")
-                ),
-                Some(&differ),
-            ));
-        }
+            })
+            .collect();
+        out.push(finding(
+            "config-disagreement",
+            Severity::Warning,
+            WHY_FILES,
+            format!(
+                "modules resolve differently: {}; {ENGINES}",
+                pairs.into_iter().collect::<Vec<_>>().join("; ")
+            ),
+            Some(&differ),
+        ));
     }
-    // Inside one ModelOpt file: config_groups (informational for vLLM's ModelOpt loader) vs
-    // quantized_layers / quant_algo (what it uses).
+}
+
+/// Inside one ModelOpt file: config_groups (informational for vLLM's ModelOpt loader) vs
+/// quantized_layers / quant_algo (what it uses).
+fn modelopt_groups_disagree(inp: &LintInput, out: &mut Vec<Finding>) {
     for r in inp.followed.into_iter().chain(inp.other) {
         if r.method != Method::ModelOpt {
             continue;

@@ -548,39 +548,8 @@ pub fn compare(
 ) -> Comparison {
     let binfo = RunInfo::of(baseline, baseline_path);
     let cinfo = RunInfo::of(current, current_path);
-    if let (Some(bs), Some(cs)) = (&binfo.suite, &cinfo.suite) {
-        if bs != cs {
-            return Comparison::unusable(
-                cinfo.clone(),
-                Some(binfo.clone()),
-                settings,
-                format!(
-                    "the baseline {} is for suite '{bs}', the results are for suite '{cs}'; pick the baseline of suite '{cs}'",
-                    binfo.path
-                ),
-            );
-        }
-    }
-    // The end-to-end suites: another workload is another contract, not a set of missing
-    // metrics (its sweep points and sizes differ).
-    let e2e_suite = |r: &Results| {
-        r.e2e
-            .as_ref()
-            .and_then(|e| e.suite.as_ref())
-            .map(|s| s.name.clone())
-    };
-    if let (Some(bs), Some(cs)) = (e2e_suite(baseline), e2e_suite(current)) {
-        if bs != cs {
-            return Comparison::unusable(
-                cinfo,
-                Some(binfo.clone()),
-                settings,
-                format!(
-                    "the baseline {} has end-to-end runs of suite '{bs}', the results of suite '{cs}': another workload, not comparable; compare against a baseline made with the e2e suite '{cs}'",
-                    binfo.path
-                ),
-            );
-        }
+    if let Some(why) = suite_mismatch(baseline, current, &binfo, &cinfo) {
+        return Comparison::unusable(cinfo, Some(binfo), settings, why);
     }
     let rig = check_rig(&baseline.rig, &current.rig);
     if !rig.compatible() && !allow_rig_mismatch {
@@ -620,14 +589,7 @@ pub fn compare(
         ));
     }
     let bm = metrics_of(baseline);
-    let bad_sizes = bm
-        .iter()
-        .chain(&cm)
-        .filter(|m| {
-            matches!(&m.value, MetricValue::Samples { samples, repeats, .. }
-                if !repeats.is_empty() && !gate::sizes_add_up(samples.len(), repeats))
-        })
-        .count();
+    let bad_sizes = bad_repeat_sizes(&bm, &cm);
     let (mut rows, not_compared, priors) = compare_metrics_with(&bm, &cm, settings, None);
     explain_missing(&mut rows, current);
     if bad_sizes > 0 {
@@ -635,50 +597,8 @@ pub fn compare(
             "{bad_sizes} timings have repeat sizes that do not add up to their samples (kernels.repeats of the baseline or results file): each was judged as one repeat; remake the file (see the rows' notes)"
         ));
     }
-    let single: Vec<&str> = rows
-        .iter()
-        .filter(|r| {
-            r.id.starts_with("kernels/")
-                && r.interval.is_some_and(|ci| {
-                    matches!(
-                        ci.basis,
-                        gate::Basis::WithinRun | gate::Basis::BetweenRun { own_df: 0, .. }
-                    )
-                })
-        })
-        .map(|r| r.id.as_str())
-        .collect();
-    if !single.is_empty() {
-        if single.iter().all(|id| id.starts_with("kernels/composite/")) {
-            // Made with repeats, the per-case rows have their own spread; the decode-step sums
-            // are derived from pooled samples and never do.
-            warnings.push(format!(
-                "the {} decode-step composite timings (kernels/composite/…) are sums over cases with no repeats of their own: their intervals rest on within-run noise and the spread of their family; the per-case rows carry the between-run spread",
-                single.len()
-            ));
-        } else {
-            warnings.push(format!(
-                "{} kernel timings (e.g. {}) have no between-run information of their own (one repeat on each side and no spread stored in the baseline): their intervals rest on within-run noise and the spread of their family, and will flag cases that drift more than their family between runs; make the baseline and the results with `report --repeats` (docs/gate.md: 6 for the baseline, 3 per run)",
-                single.len(),
-                single[0]
-            ));
-        }
-    }
-    for mt in settings
-        .metric_thresholds
-        .iter()
-        .filter(|_| !settings.deterministic_only)
-    {
-        if !rows
-            .iter()
-            .any(|r| r.threshold.is_some() && mt.matches(&r.id))
-        {
-            warnings.push(format!(
-                "--threshold-metric '{}' matched no timing metric",
-                mt.glob
-            ));
-        }
-    }
+    warnings.extend(single_repeat_warning(&rows));
+    warnings.extend(unmatched_threshold_warnings(settings, &rows));
     rows.extend(quality::rows(baseline, current));
     let mut c = Comparison {
         baseline: Some(binfo),
@@ -701,4 +621,107 @@ pub fn compare(
     };
     c.exit_code = c.status().code();
     c
+}
+
+/// Why `baseline` and `current` cannot be compared at all: another recorded suite, or
+/// end-to-end runs of another e2e suite. `None` when they are of the same suites.
+fn suite_mismatch(
+    baseline: &Results,
+    current: &Results,
+    binfo: &RunInfo,
+    cinfo: &RunInfo,
+) -> Option<String> {
+    if let (Some(bs), Some(cs)) = (&binfo.suite, &cinfo.suite) {
+        if bs != cs {
+            return Some(format!(
+                    "the baseline {} is for suite '{bs}', the results are for suite '{cs}'; pick the baseline of suite '{cs}'",
+                    binfo.path
+            ));
+        }
+    }
+    // The end-to-end suites: another workload is another contract, not a set of missing
+    // metrics (its sweep points and sizes differ).
+    let e2e_suite = |r: &Results| {
+        r.e2e
+            .as_ref()
+            .and_then(|e| e.suite.as_ref())
+            .map(|s| s.name.clone())
+    };
+    if let (Some(bs), Some(cs)) = (e2e_suite(baseline), e2e_suite(current)) {
+        if bs != cs {
+            return Some(format!(
+                    "the baseline {} has end-to-end runs of suite '{bs}', the results of suite '{cs}': another workload, not comparable; compare against a baseline made with the e2e suite '{cs}'",
+                    binfo.path
+            ));
+        }
+    }
+    None
+}
+
+/// How many timings of either side have repeat sizes that do not add up to their samples.
+fn bad_repeat_sizes(bm: &[Metric], cm: &[Metric]) -> usize {
+    bm.iter()
+        .chain(cm)
+        .filter(|m| {
+            matches!(&m.value, MetricValue::Samples { samples, repeats, .. }
+                if !repeats.is_empty() && !gate::sizes_add_up(samples.len(), repeats))
+        })
+        .count()
+}
+
+/// The warning for kernel timings with no between-run information of their own (one repeat
+/// on each side, no stored spread), if any.
+fn single_repeat_warning(rows: &[Row]) -> Option<String> {
+    let single: Vec<&str> = rows
+        .iter()
+        .filter(|r| {
+            r.id.starts_with("kernels/")
+                && r.interval.is_some_and(|ci| {
+                    matches!(
+                        ci.basis,
+                        gate::Basis::WithinRun | gate::Basis::BetweenRun { own_df: 0, .. }
+                    )
+                })
+        })
+        .map(|r| r.id.as_str())
+        .collect();
+    if single.is_empty() {
+        return None;
+    }
+    if single.iter().all(|id| id.starts_with("kernels/composite/")) {
+        // Made with repeats, the per-case rows have their own spread; the decode-step sums
+        // are derived from pooled samples and never do.
+        Some(format!(
+            "the {} decode-step composite timings (kernels/composite/…) are sums over cases with no repeats of their own: their intervals rest on within-run noise and the spread of their family; the per-case rows carry the between-run spread",
+            single.len()
+        ))
+    } else {
+        Some(format!(
+            "{} kernel timings (e.g. {}) have no between-run information of their own (one repeat on each side and no spread stored in the baseline): their intervals rest on within-run noise and the spread of their family, and will flag cases that drift more than their family between runs; make the baseline and the results with `report --repeats` (docs/gate.md: 6 for the baseline, 3 per run)",
+            single.len(),
+            single[0]
+        ))
+    }
+}
+
+/// A warning for each `--threshold-metric` that matched no timing metric (none when only
+/// deterministic metrics are judged).
+fn unmatched_threshold_warnings(settings: &Settings, rows: &[Row]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for mt in settings
+        .metric_thresholds
+        .iter()
+        .filter(|_| !settings.deterministic_only)
+    {
+        if !rows
+            .iter()
+            .any(|r| r.threshold.is_some() && mt.matches(&r.id))
+        {
+            warnings.push(format!(
+                "--threshold-metric '{}' matched no timing metric",
+                mt.glob
+            ));
+        }
+    }
+    warnings
 }

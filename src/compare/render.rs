@@ -81,6 +81,17 @@ pub fn markdown(c: &Comparison) -> String {
         crate::output::table::code(&suite),
         crate::output::table::code(&c.results.rig_label)
     ));
+    push_files(c, &mut out);
+    push_verdict_counts(c, &mut out);
+    push_not_compared(c, &mut out);
+    push_rig_and_warnings(c, &mut out);
+    push_rows(c, &mut out);
+    push_method(c, &mut out);
+    out
+}
+
+/// The two files compared: path, rig label, creation time and rigbench version of each.
+fn push_files(c: &Comparison, out: &mut String) {
     let b = c.baseline.as_ref();
     let pick = |f: &dyn Fn(&super::RunInfo) -> String| b.map(f).unwrap_or_else(|| "—".into());
     let files = markdown_table(
@@ -110,7 +121,11 @@ pub fn markdown(c: &Comparison) -> String {
     );
     out.push_str(&files);
     out.push('\n');
+}
 
+/// The headline: why there is no comparison, or the verdict counts, exit code and what
+/// `--confirm` re-measured.
+fn push_verdict_counts(c: &Comparison, out: &mut String) {
     if let Some(p) = &c.problem {
         out.push_str(&format!(
             "**No comparison: {p}** (exit {})\n\n",
@@ -153,7 +168,10 @@ pub fn markdown(c: &Comparison) -> String {
             });
         }
     }
+}
 
+/// The timing metrics left out by `--deterministic-only`, the first few named.
+fn push_not_compared(c: &Comparison, out: &mut String) {
     if !c.not_compared.is_empty() {
         const SHOWN: usize = 4;
         let mut ids: Vec<String> = c
@@ -171,7 +189,10 @@ pub fn markdown(c: &Comparison) -> String {
             ids.join(", ")
         ));
     }
+}
 
+/// The rig check (mismatches, other differences) and the comparison's warnings.
+fn push_rig_and_warnings(c: &Comparison, out: &mut String) {
     if let Some(rig) = &c.rig {
         if rig.compatible() {
             out.push_str("Rig: same GPU, compute capability and driver major version.\n");
@@ -199,7 +220,10 @@ pub fn markdown(c: &Comparison) -> String {
     if !c.warnings.is_empty() {
         out.push('\n');
     }
+}
 
+/// The table of rows (failures first) and the notes of the rows that have them.
+fn push_rows(c: &Comparison, out: &mut String) {
     if !c.rows.is_empty() {
         let mut rows: Vec<&Row> = c.rows.iter().collect();
         rows.sort_by_key(|r| r.verdict); // stable: failures first, metric order within
@@ -227,7 +251,10 @@ pub fn markdown(c: &Comparison) -> String {
         }
         out.push('\n');
     }
+}
 
+/// How the verdicts were reached: the method, thresholds and confidence.
+fn push_method(c: &Comparison, out: &mut String) {
     let s = &c.settings;
     if s.deterministic_only {
         out.push_str(
@@ -235,7 +262,7 @@ pub fn markdown(c: &Comparison) -> String {
              labels exactly or by rank; timing metrics are not compared. Missing metrics fail \
              the comparison (exit 2).\n",
         );
-        return out;
+        return;
     }
     let mut overrides = String::new();
     for m in &s.metric_thresholds {
@@ -260,5 +287,4 @@ pub fn markdown(c: &Comparison) -> String {
         100.0 * s.threshold_kernels,
         100.0 * s.threshold_e2e,
     ));
-    out
 }

@@ -616,7 +616,13 @@ fn padding_finding(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
 fn engine_warnings(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
     padding_finding(b, tag, name, out);
     override_findings(b, tag, name, out);
-    // llama.cpp: KV buffers in host memory beside a GPU backend.
+    kv_off_gpu_finding(b, tag, name, out);
+    pool_capped_finding(b, tag, name, out);
+    reduced_findings(b, tag, name, out);
+}
+
+/// llama.cpp: KV buffers in host memory beside a GPU backend (`kv-off-gpu`).
+fn kv_off_gpu_finding(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
     if !b.kv_buffers.is_empty() {
         let host: f64 = b
             .kv_buffers
@@ -677,7 +683,10 @@ fn engine_warnings(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
             ));
         }
     }
-    // SGLang: the pool capped by --max-total-tokens.
+}
+
+/// SGLang: the pool capped by --max-total-tokens (`kv-pool-capped`).
+fn pool_capped_finding(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
     if let (Some(s), Some(t)) = (&b.sglang, b.kv_cache_tokens) {
         if let Some((asked, profiled, line)) = s.larger_than_profiled {
             out.push(f(
@@ -749,7 +758,11 @@ fn engine_warnings(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
             }
         }
     }
-    // TensorRT-LLM: lengths lowered to fit the KV cache; a replaced allocation.
+}
+
+/// TensorRT-LLM: lengths lowered to fit the KV cache (`max-len-reduced`); a replaced
+/// allocation (`kv-allocation-replaced`).
+fn reduced_findings(b: &Boot, tag: &str, name: &str, out: &mut Vec<Finding>) {
     for r in &b.reduced {
         out.push(f(
             "max-len-reduced",

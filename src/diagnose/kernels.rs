@@ -677,13 +677,10 @@ fn join_other_classes(
     let log = &l.log;
     let cc = card.cc.as_int();
     let mut input = input.clone();
-    let mut agreed: Vec<String> = Vec::new();
-    let mut notes: Vec<String> = Vec::new();
+    let mut j = Joined::default();
     if !from_checkpoint {
-        notes.push("without --checkpoint the prediction assumes a model with softmax attention (no MLA), no Gated-DeltaNet layers and no KV declaration".into());
+        j.notes.push("without --checkpoint the prediction assumes a model with softmax attention (no MLA), no Gated-DeltaNet layers and no KV declaration".into());
     }
-    let mut unstated: Vec<&str> = Vec::new();
-    let mut cited: Vec<usize> = Vec::new();
     // A KV dtype the log's arguments set replaces the checkpoint's declaration; a resolved one
     // (SGLang's `Using KV cache dtype`) is compared with the prediction instead.
     let kv_word = log.kv_cache_dtype.as_deref();
@@ -697,7 +694,7 @@ fn join_other_classes(
         (kv_word, kv_class, log.kv_cache_dtype_resolved)
     {
         if declared_fp8 != (class == "FP8") && from_checkpoint {
-            notes.push(format!(
+            j.notes.push(format!(
                 "the log's kv_cache_dtype '{word}'{} replaces the checkpoint's KV declaration ({}), so the prediction below is made for a {class} cache",
                 at_line(kv_line),
                 if declared_fp8 { "FP8" } else { "none: the model dtype" }
@@ -708,159 +705,22 @@ fn join_other_classes(
     }
     let p = predict::predict(spec, cc, &input);
     let row = |c: LayerClass| p.rows.iter().find(|r| r.layer_class == c);
-    let choices = |what: &str| -> Vec<&KernelChoice> {
-        log.kernel_choices
-            .iter()
-            .filter(|c| c.what == what)
-            .collect()
-    };
-    let mut differs = |class: LayerClass,
-                       r: &predict::ClassPrediction,
-                       c: &KernelChoice,
-                       seen: &str,
-                       why: &str| {
-        let before = c
-            .candidates
-            .iter()
-            .take_while(|x| !x.eq_ignore_ascii_case(&c.kernel))
-            .count();
-        let listed = if c.candidates.is_empty() {
-            String::new()
-        } else if before > 0 {
-            format!(
-                " The engine listed its candidates in order: {}; those before {} were refused for this model, card or build, or a flag chose it.",
-                c.candidates.join(", "),
-                c.kernel
-            )
-        } else {
-            format!(
-                " The engine listed its candidates in order: {}; {} is first, so the predicted backend was not a candidate: it refused this model's configuration (dtype, head size, KV dtype) or a flag narrowed the list.",
-                c.candidates.join(", "),
-                c.kernel
-            )
-        };
-        out.push(f(
-            "kernel-differs-from-prediction",
-            Severity::Info,
-            format!(
-                "predicted {} for {} on sm_{cc} ({}) with {spec}; the log shows {}",
-                r.kernel,
-                class.label(),
-                card.source,
-                c.kernel
-            ),
-            format!(
-                "{} ({seen} family). The rule: {}.{listed} A difference is explained when {why}",
-                choice_text(c),
-                r.rule_source
-            ),
-            format!("{}:{}", l.name, c.line),
-        ));
-    };
+    let ctx = JoinCtx { l, spec, card, cc };
     if let Some(r) = row(LayerClass::Attention) {
-        let allowed = predict::predicted_families(&r.kernel, predict::attention_family, true);
-        let attn = choices("attention");
-        if attn.is_empty() {
-            unstated.push("the attention backend");
-        }
-        // Every line, one verdict each: two boots may name two backends.
-        let mut flash = false;
-        for c in attn {
-            let seen = predict::attention_family(&c.kernel);
-            cited.push(c.line);
-            if allowed.contains(&seen) {
-                agreed.push(format!(
-                    "attention: {} at line {} ({seen}, as predicted)",
-                    c.kernel, c.line
-                ));
-                flash |= seen == "FlashAttention";
-            } else {
-                differs(LayerClass::Attention, r, c, seen, ATTENTION_WHY);
-            }
-        }
-        // The FlashAttention version, when the prediction names one and FlashAttention ran.
-        let predicted_fa = ["FlashAttention 2", "FlashAttention 3"]
-            .into_iter()
-            .find(|v| r.kernel.starts_with(v));
-        if let (Some(want), true) = (predicted_fa, flash) {
-            for v in choices("FlashAttention version") {
-                cited.push(v.line);
-                if v.kernel == want {
-                    agreed.push(format!("{} at line {}", v.kernel, v.line));
-                } else {
-                    differs(LayerClass::Attention, r, v, &v.kernel, ATTENTION_WHY);
-                }
-            }
-        }
+        join_attention(&ctx, r, &mut j, out);
     }
     if let Some(r) = row(LayerClass::Gdn) {
-        let allowed = predict::predicted_families(&r.kernel, predict::gdn_family, false);
-        let gdn = choices("GDN prefill");
-        if gdn.is_empty() {
-            unstated.push("the Gated-DeltaNet prefill kernel");
-        }
-        for c in gdn {
-            let seen = predict::gdn_family(&c.kernel);
-            cited.push(c.line);
-            if allowed.contains(&seen) {
-                agreed.push(format!(
-                    "Gated-DeltaNet prefill: {} at line {} ({seen}, as predicted)",
-                    c.kernel, c.line
-                ));
-            } else {
-                differs(LayerClass::Gdn, r, c, seen, GDN_WHY);
-            }
-        }
+        join_gdn(&ctx, r, &mut j, out);
     }
     if let Some(r) = row(LayerClass::KvCache) {
-        let predicted = if r.kernel.starts_with("FP8") {
-            "FP8"
-        } else {
-            "16-bit"
-        };
-        match (kv_word, kv_class) {
-            (Some(word), Some(class @ ("FP8" | "16-bit"))) => {
-                if let Some(n) = kv_line {
-                    cited.push(n);
-                }
-                if class == predicted {
-                    agreed.push(format!(
-                        "KV cache: '{word}'{} ({class}, as predicted)",
-                        at_line(kv_line)
-                    ));
-                } else {
-                    out.push(f(
-                        "kernel-differs-from-prediction",
-                        Severity::Warning,
-                        format!(
-                            "predicted a {predicted} KV cache on sm_{cc} ({}) with {spec}; the log shows '{word}'",
-                            card.source
-                        ),
-                        format!(
-                            "the engine states its KV-cache dtype '{word}'{}; the prediction: {} (the rule: {}). Capacity and accuracy figures then hold for a {class} cache: check the checkpoint's KV declaration (kv_cache_quant_algo) and --kv-cache-dtype",
-                            at_line(kv_line),
-                            r.kernel,
-                            r.rule_source
-                        ),
-                        match kv_line {
-                            Some(n) => format!("{}:{n}", l.name),
-                            None => l.name.clone(),
-                        },
-                    ));
-                }
-            }
-            (Some(word), _) => {
-                if let Some(n) = kv_line {
-                    cited.push(n);
-                }
-                notes.push(format!(
-                    "the log's kv_cache_dtype '{word}'{} leaves the dtype to the engine, and the log does not state what it resolved to (predicted: {predicted})",
-                    at_line(kv_line)
-                ));
-            }
-            (None, _) => unstated.push("the KV-cache dtype"),
-        }
+        join_kv(&ctx, r, (kv_word, kv_class, kv_line), &mut j, out);
     }
+    let Joined {
+        agreed,
+        notes,
+        unstated,
+        mut cited,
+    } = j;
     if agreed.is_empty() && notes.is_empty() && unstated.is_empty() {
         return;
     }
@@ -899,6 +759,211 @@ fn join_other_classes(
             )
         },
     ));
+}
+
+/// What the join found besides differences, for its summary finding: classes that agree,
+/// notes, classes the log does not state, and the log lines cited.
+#[derive(Default)]
+struct Joined {
+    agreed: Vec<String>,
+    notes: Vec<String>,
+    unstated: Vec<&'static str>,
+    cited: Vec<usize>,
+}
+
+/// The log, engine and card a prediction is joined with.
+struct JoinCtx<'a> {
+    l: &'a LogInput,
+    spec: &'a EngineSpec,
+    card: &'a Card,
+    /// The card's compute capability, as `sm_NN` writes it.
+    cc: u32,
+}
+
+impl JoinCtx<'_> {
+    /// The kernel choices of kind `what` the log names, in log order.
+    fn choices(&self, what: &str) -> Vec<&KernelChoice> {
+        self.l
+            .log
+            .kernel_choices
+            .iter()
+            .filter(|c| c.what == what)
+            .collect()
+    }
+
+    /// The finding for a log line `c` of class `class` whose kernel (of family `seen`) is not
+    /// the predicted row `r`'s, with the engine's candidate list and `why` a difference may be
+    /// explained.
+    fn differs(
+        &self,
+        class: LayerClass,
+        r: &predict::ClassPrediction,
+        c: &KernelChoice,
+        seen: &str,
+        why: &str,
+    ) -> Finding {
+        let (l, spec, card, cc) = (self.l, self.spec, self.card, self.cc);
+        let before = c
+            .candidates
+            .iter()
+            .take_while(|x| !x.eq_ignore_ascii_case(&c.kernel))
+            .count();
+        let listed = if c.candidates.is_empty() {
+            String::new()
+        } else if before > 0 {
+            format!(
+                " The engine listed its candidates in order: {}; those before {} were refused for this model, card or build, or a flag chose it.",
+                c.candidates.join(", "),
+                c.kernel
+            )
+        } else {
+            format!(
+                " The engine listed its candidates in order: {}; {} is first, so the predicted backend was not a candidate: it refused this model's configuration (dtype, head size, KV dtype) or a flag narrowed the list.",
+                c.candidates.join(", "),
+                c.kernel
+            )
+        };
+        f(
+            "kernel-differs-from-prediction",
+            Severity::Info,
+            format!(
+                "predicted {} for {} on sm_{cc} ({}) with {spec}; the log shows {}",
+                r.kernel,
+                class.label(),
+                card.source,
+                c.kernel
+            ),
+            format!(
+                "{} ({seen} family). The rule: {}.{listed} A difference is explained when {why}",
+                choice_text(c),
+                r.rule_source
+            ),
+            format!("{}:{}", l.name, c.line),
+        )
+    }
+}
+
+/// Attention: each backend line the log names, and the FlashAttention version when the
+/// prediction names one and FlashAttention ran, against the predicted row `r`.
+fn join_attention(
+    ctx: &JoinCtx,
+    r: &predict::ClassPrediction,
+    j: &mut Joined,
+    out: &mut Vec<Finding>,
+) {
+    let allowed = predict::predicted_families(&r.kernel, predict::attention_family, true);
+    let attn = ctx.choices("attention");
+    if attn.is_empty() {
+        j.unstated.push("the attention backend");
+    }
+    // Every line, one verdict each: two boots may name two backends.
+    let mut flash = false;
+    for c in attn {
+        let seen = predict::attention_family(&c.kernel);
+        j.cited.push(c.line);
+        if allowed.contains(&seen) {
+            j.agreed.push(format!(
+                "attention: {} at line {} ({seen}, as predicted)",
+                c.kernel, c.line
+            ));
+            flash |= seen == "FlashAttention";
+        } else {
+            out.push(ctx.differs(LayerClass::Attention, r, c, seen, ATTENTION_WHY));
+        }
+    }
+    // The FlashAttention version, when the prediction names one and FlashAttention ran.
+    let predicted_fa = ["FlashAttention 2", "FlashAttention 3"]
+        .into_iter()
+        .find(|v| r.kernel.starts_with(v));
+    if let (Some(want), true) = (predicted_fa, flash) {
+        for v in ctx.choices("FlashAttention version") {
+            j.cited.push(v.line);
+            if v.kernel == want {
+                j.agreed.push(format!("{} at line {}", v.kernel, v.line));
+            } else {
+                out.push(ctx.differs(LayerClass::Attention, r, v, &v.kernel, ATTENTION_WHY));
+            }
+        }
+    }
+}
+
+/// Gated-DeltaNet: each prefill-kernel line the log names against the predicted row `r`.
+fn join_gdn(ctx: &JoinCtx, r: &predict::ClassPrediction, j: &mut Joined, out: &mut Vec<Finding>) {
+    let allowed = predict::predicted_families(&r.kernel, predict::gdn_family, false);
+    let gdn = ctx.choices("GDN prefill");
+    if gdn.is_empty() {
+        j.unstated.push("the Gated-DeltaNet prefill kernel");
+    }
+    for c in gdn {
+        let seen = predict::gdn_family(&c.kernel);
+        j.cited.push(c.line);
+        if allowed.contains(&seen) {
+            j.agreed.push(format!(
+                "Gated-DeltaNet prefill: {} at line {} ({seen}, as predicted)",
+                c.kernel, c.line
+            ));
+        } else {
+            out.push(ctx.differs(LayerClass::Gdn, r, c, seen, GDN_WHY));
+        }
+    }
+}
+
+/// The KV-cache dtype the log states (word, class, line) against the predicted row `r`.
+fn join_kv(
+    ctx: &JoinCtx,
+    r: &predict::ClassPrediction,
+    (kv_word, kv_class, kv_line): (Option<&str>, Option<&str>, Option<usize>),
+    j: &mut Joined,
+    out: &mut Vec<Finding>,
+) {
+    let (l, spec, card, cc) = (ctx.l, ctx.spec, ctx.card, ctx.cc);
+    let predicted = if r.kernel.starts_with("FP8") {
+        "FP8"
+    } else {
+        "16-bit"
+    };
+    match (kv_word, kv_class) {
+        (Some(word), Some(class @ ("FP8" | "16-bit"))) => {
+            if let Some(n) = kv_line {
+                j.cited.push(n);
+            }
+            if class == predicted {
+                j.agreed.push(format!(
+                    "KV cache: '{word}'{} ({class}, as predicted)",
+                    at_line(kv_line)
+                ));
+            } else {
+                out.push(f(
+                    "kernel-differs-from-prediction",
+                    Severity::Warning,
+                    format!(
+                        "predicted a {predicted} KV cache on sm_{cc} ({}) with {spec}; the log shows '{word}'",
+                        card.source
+                    ),
+                    format!(
+                        "the engine states its KV-cache dtype '{word}'{}; the prediction: {} (the rule: {}). Capacity and accuracy figures then hold for a {class} cache: check the checkpoint's KV declaration (kv_cache_quant_algo) and --kv-cache-dtype",
+                        at_line(kv_line),
+                        r.kernel,
+                        r.rule_source
+                    ),
+                    match kv_line {
+                        Some(n) => format!("{}:{n}", l.name),
+                        None => l.name.clone(),
+                    },
+                ));
+            }
+        }
+        (Some(word), _) => {
+            if let Some(n) = kv_line {
+                j.cited.push(n);
+            }
+            j.notes.push(format!(
+                "the log's kv_cache_dtype '{word}'{} leaves the dtype to the engine, and the log does not state what it resolved to (predicted: {predicted})",
+                at_line(kv_line)
+            ));
+        }
+        (None, _) => j.unstated.push("the KV-cache dtype"),
+    }
 }
 
 /// ` at line N`, or nothing without a line.

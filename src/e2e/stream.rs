@@ -147,19 +147,7 @@ impl StreamOutcome {
     pub fn apply(&mut self, at: Duration, data: &str) -> Result<(), String> {
         let data = data.trim();
         if data == "[DONE]" {
-            self.done = true;
-            // Tokens counted by `usage` that no chunk carried: chunks without `choices`, or with
-            // an empty list, are not a stream of tokens.
-            if let Some(n) = self
-                .usage
-                .and_then(|u| u.completion_tokens)
-                .filter(|n| *n > 0 && self.choice_chunks == 0)
-            {
-                return Err(format!(
-                    "malformed stream: usage.completion_tokens = {n}, but no chunk carried a choice (`choices` missing or empty in every chunk)"
-                ));
-            }
-            return Ok(());
+            return self.finish_stream();
         }
         if self.done {
             return Err("data after [DONE]".into());
@@ -182,38 +170,7 @@ impl StreamOutcome {
         if let Some(spec) = crate::diagnose::spec::RequestSpec::from_chunk(&v) {
             self.spec = Some(spec);
         }
-        let usage = match v.get("usage").filter(|u| u.is_object()) {
-            Some(u) => Some(Usage {
-                prompt_tokens: usage_count(u, "/prompt_tokens")?,
-                completion_tokens: usage_count(u, "/completion_tokens")?,
-                reasoning_tokens: usage_count(u, "/completion_tokens_details/reasoning_tokens")?,
-                cached_tokens: usage_count(u, "/prompt_tokens_details/cached_tokens")?,
-            }),
-            None => None,
-        };
-        if let (Some(u), Some(max)) = (usage, self.max_tokens) {
-            for (name, v) in [
-                ("usage.completion_tokens", u.completion_tokens),
-                (
-                    "usage.completion_tokens_details.reasoning_tokens",
-                    u.reasoning_tokens,
-                ),
-            ] {
-                if let Some(n) = v.filter(|n| *n > max) {
-                    return Err(format!(
-                        "impossible token count: the engine reported {name} = {n} for max_tokens {max} (not counted)"
-                    ));
-                }
-            }
-        }
-        if let Some(n) = usage
-            .and_then(|u| u.prompt_tokens)
-            .filter(|n| *n > MAX_PLAUSIBLE_TOKENS)
-        {
-            return Err(format!(
-                "impossible token count: the engine reported usage.prompt_tokens = {n} (over {MAX_PLAUSIBLE_TOKENS}; not counted)"
-            ));
-        }
+        let usage = self.chunk_usage(&v)?;
         if usage.is_some() {
             self.usage = usage;
         }
@@ -222,48 +179,7 @@ impl StreamOutcome {
             Some(Value::Null) | None => &[],
             Some(_) => return Err("malformed chunk: `choices` is not an array".into()),
         };
-        let mut content_chars = 0;
-        let mut reasoning_chars = 0;
-        let mut token_ids: Option<u64> = None;
-        for (i, c) in choices.iter().enumerate() {
-            for p in [
-                "/delta/content",
-                "/text",
-                "/delta/reasoning_content",
-                "/delta/reasoning",
-            ] {
-                if let Some(x) = c.pointer(p).filter(|x| !x.is_null() && !x.is_string()) {
-                    return Err(format!(
-                        "malformed chunk: `choices[{i}]{}` is {}, not a string",
-                        p.replace('/', "."),
-                        json_kind(x)
-                    ));
-                }
-            }
-            let text = |p: &str| c.pointer(p).and_then(Value::as_str).unwrap_or("");
-            let content = if c.get("delta").is_some() {
-                text("/delta/content")
-            } else {
-                text("/text")
-            };
-            let reasoning = match text("/delta/reasoning_content") {
-                "" => text("/delta/reasoning"),
-                r => r,
-            };
-            content_chars += content.chars().count();
-            reasoning_chars += reasoning.chars().count();
-            self.content.push_str(content);
-            self.reasoning.push_str(reasoning);
-            if let Some(f) = c.get("finish_reason").and_then(Value::as_str) {
-                self.finish_reason = Some(f.to_string());
-            }
-            // vLLM `return_token_ids` (`token_ids` on the choice), llama.cpp `tokens`.
-            for key in ["token_ids", "tokens"] {
-                if let Some(ids) = c.get(key).and_then(Value::as_array) {
-                    *token_ids.get_or_insert(0) += ids.len() as u64;
-                }
-            }
-        }
+        let (content_chars, reasoning_chars, token_ids) = self.take_choices(choices)?;
         if let (Some(n), Some(max)) = (token_ids, self.max_tokens) {
             let seen: u64 = self.events.iter().filter_map(|e| e.tokens).sum();
             if seen.saturating_add(n) > max {
@@ -320,6 +236,110 @@ impl StreamOutcome {
             tokens,
         });
         Ok(())
+    }
+
+    /// `[DONE]`: the stream ends. An error when `usage` counted tokens that no chunk carried.
+    fn finish_stream(&mut self) -> Result<(), String> {
+        self.done = true;
+        // Tokens counted by `usage` that no chunk carried: chunks without `choices`, or with
+        // an empty list, are not a stream of tokens.
+        if let Some(n) = self
+            .usage
+            .and_then(|u| u.completion_tokens)
+            .filter(|n| *n > 0 && self.choice_chunks == 0)
+        {
+            return Err(format!(
+                "malformed stream: usage.completion_tokens = {n}, but no chunk carried a choice (`choices` missing or empty in every chunk)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The chunk's `usage`, when it has one; an error for a count that is not a whole number,
+    /// above `max_tokens`, or an implausible prompt length.
+    fn chunk_usage(&self, v: &Value) -> Result<Option<Usage>, String> {
+        let usage = match v.get("usage").filter(|u| u.is_object()) {
+            Some(u) => Some(Usage {
+                prompt_tokens: usage_count(u, "/prompt_tokens")?,
+                completion_tokens: usage_count(u, "/completion_tokens")?,
+                reasoning_tokens: usage_count(u, "/completion_tokens_details/reasoning_tokens")?,
+                cached_tokens: usage_count(u, "/prompt_tokens_details/cached_tokens")?,
+            }),
+            None => None,
+        };
+        if let (Some(u), Some(max)) = (usage, self.max_tokens) {
+            for (name, v) in [
+                ("usage.completion_tokens", u.completion_tokens),
+                (
+                    "usage.completion_tokens_details.reasoning_tokens",
+                    u.reasoning_tokens,
+                ),
+            ] {
+                if let Some(n) = v.filter(|n| *n > max) {
+                    return Err(format!(
+                        "impossible token count: the engine reported {name} = {n} for max_tokens {max} (not counted)"
+                    ));
+                }
+            }
+        }
+        if let Some(n) = usage
+            .and_then(|u| u.prompt_tokens)
+            .filter(|n| *n > MAX_PLAUSIBLE_TOKENS)
+        {
+            return Err(format!(
+                "impossible token count: the engine reported usage.prompt_tokens = {n} (over {MAX_PLAUSIBLE_TOKENS}; not counted)"
+            ));
+        }
+        Ok(usage)
+    }
+
+    /// Take the chunk's choices: append their content and reasoning text, note the finish
+    /// reason, count the token ids they list. Returns (content chars, reasoning chars, token
+    /// ids); an error for a text field that is not a string.
+    fn take_choices(&mut self, choices: &[Value]) -> Result<(usize, usize, Option<u64>), String> {
+        let mut content_chars = 0;
+        let mut reasoning_chars = 0;
+        let mut token_ids: Option<u64> = None;
+        for (i, c) in choices.iter().enumerate() {
+            for p in [
+                "/delta/content",
+                "/text",
+                "/delta/reasoning_content",
+                "/delta/reasoning",
+            ] {
+                if let Some(x) = c.pointer(p).filter(|x| !x.is_null() && !x.is_string()) {
+                    return Err(format!(
+                        "malformed chunk: `choices[{i}]{}` is {}, not a string",
+                        p.replace('/', "."),
+                        json_kind(x)
+                    ));
+                }
+            }
+            let text = |p: &str| c.pointer(p).and_then(Value::as_str).unwrap_or("");
+            let content = if c.get("delta").is_some() {
+                text("/delta/content")
+            } else {
+                text("/text")
+            };
+            let reasoning = match text("/delta/reasoning_content") {
+                "" => text("/delta/reasoning"),
+                r => r,
+            };
+            content_chars += content.chars().count();
+            reasoning_chars += reasoning.chars().count();
+            self.content.push_str(content);
+            self.reasoning.push_str(reasoning);
+            if let Some(f) = c.get("finish_reason").and_then(Value::as_str) {
+                self.finish_reason = Some(f.to_string());
+            }
+            // vLLM `return_token_ids` (`token_ids` on the choice), llama.cpp `tokens`.
+            for key in ["token_ids", "tokens"] {
+                if let Some(ids) = c.get(key).and_then(Value::as_array) {
+                    *token_ids.get_or_insert(0) += ids.len() as u64;
+                }
+            }
+        }
+        Ok((content_chars, reasoning_chars, token_ids))
     }
 }
 

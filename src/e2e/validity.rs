@@ -214,6 +214,25 @@ pub const UNEXPECTED_FINISH_FLAG: &str = "unexpected finish_reason";
 /// Judge a run.
 pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Validity {
     let mut v = Validity::default();
+    stop_verdict(records, stop, &mut v);
+    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
+    request_verdicts(records, &ok, c, &mut v);
+    flag_verdicts(&ok, c, &mut v);
+    condition_verdicts(c, !ok.is_empty(), &mut v);
+    v.valid = v.reasons.is_empty();
+    v
+}
+
+/// How many of the completed requests `ok` carry a flag starting with `p`.
+fn count_flagged(ok: &[&RequestRecord], p: &str) -> usize {
+    ok.iter()
+        .filter(|r| r.flags.iter().any(|f| f.starts_with(p)))
+        .count()
+}
+
+/// What ended the run: an interrupt or an engine failure invalidates it; the duration limit
+/// is a note.
+fn stop_verdict(records: &[RequestRecord], stop: &ExecStop, v: &mut Validity) {
     match stop {
         ExecStop::Interrupted => v.reasons.push(format!(
             "interrupted (Ctrl-C): {} requests in flight were cancelled",
@@ -225,7 +244,16 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
         ),
         ExecStop::Completed => {}
     }
-    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
+}
+
+/// The requests' outcomes: none completed, failures, empty or textless outputs, prompt
+/// lengths the engine disagrees with, retries.
+fn request_verdicts(
+    records: &[RequestRecord],
+    ok: &[&RequestRecord],
+    c: &Conditions,
+    v: &mut Validity,
+) {
     let failed: Vec<&RequestRecord> = records.iter().filter(|r| !r.ok && !r.cancelled).collect();
     if ok.is_empty() {
         v.reasons.push("no request completed".into());
@@ -238,11 +266,7 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             first.error.as_deref().unwrap_or("unknown error")
         ));
     }
-    let count = |p: &str| {
-        ok.iter()
-            .filter(|r| r.flags.iter().any(|f| f.starts_with(p)))
-            .count()
-    };
+    let count = |p: &str| count_flagged(ok, p);
     let empty = count("empty");
     if empty > 0 {
         v.reasons.push(format!(
@@ -281,6 +305,12 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             records.len()
         ));
     }
+}
+
+/// The flags of completed requests: bursty delivery, degenerate repetition, truncation, an
+/// unexpected finish reason, token counts that disagree with the tokenizer.
+fn flag_verdicts(ok: &[&RequestRecord], c: &Conditions, v: &mut Validity) {
+    let count = |p: &str| count_flagged(ok, p);
     let bursty = count(BURSTY_FLAG);
     if bursty > 0 {
         v.notes.push(format!(
@@ -339,6 +369,11 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             100.0 * TOKEN_COUNT_TOLERANCE
         ));
     }
+}
+
+/// The run's conditions: thinking, cache temperature, the engine, model, speculative decoding
+/// and KV capacity (missing ones listed), and the prompt and output lengths.
+fn condition_verdicts(c: &Conditions, any_ok: bool, v: &mut Validity) {
     if let Some(flag) = &c.thinking.flag {
         if flag.starts_with("reasoning output with thinking off") || flag.starts_with("<think>") {
             v.reasons.push(flag.clone());
@@ -381,7 +416,7 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             }
         });
     }
-    if !ok.is_empty() && c.token_sources.contains(&TokenSource::Chunks) {
+    if any_ok && c.token_sources.contains(&TokenSource::Chunks) {
         v.missing_conditions.push(
             "output token counts (no usage from the engine and no tokenizer: chunk counts are approximate)".into(),
         );
@@ -404,8 +439,6 @@ pub fn assess(records: &[RequestRecord], c: &Conditions, stop: &ExecStop) -> Val
             }
         }
     }
-    v.valid = v.reasons.is_empty();
-    v
 }
 
 #[cfg(test)]

@@ -203,23 +203,7 @@ pub fn run_on_device(
         if crate::signals::interrupted().is_some() {
             break;
         }
-        let mut ready = vec![false; impls.len()];
-        for (ii, im) in impls.iter_mut().enumerate() {
-            if let Some(reason) = im.unsupported(rig.gpu.cc, shape) {
-                skip(&mut res, im.id(), &shape.name, None, reason);
-                continue;
-            }
-            match im.prepare_shape(&env, shape) {
-                Ok(()) => ready[ii] = true,
-                Err(e) => skip(
-                    &mut res,
-                    im.id(),
-                    &shape.name,
-                    None,
-                    format!("could not prepare weights: {e:#}"),
-                ),
-            }
-        }
+        let ready = prepare_shape(&env, rig.gpu.cc, shape, &mut impls, &mut res);
         for (mi, &m) in opts.suite.m.iter().enumerate() {
             // SIGINT/SIGTERM (src/signals.rs): stop after the case in flight; what ran is kept.
             if crate::signals::interrupted().is_some() {
@@ -254,67 +238,18 @@ pub fn run_on_device(
                 if !ready[ii] {
                     continue;
                 }
-                let wb = im.weight_stream_bytes(shape);
-                match run_case(
-                    &rig,
-                    &env,
-                    opts,
-                    im.as_mut(),
-                    (&inp, &shape.name),
-                    &rows,
-                    &cols,
-                    wb,
-                    &mut res.notes,
-                ) {
-                    Ok(Outcome::Case(mut c)) => {
-                        c.shape = shape.name.clone();
-                        c.derived.weight_bytes = wb;
-                        res.cases.push(*c);
-                    }
-                    Ok(Outcome::Failed(reason)) => {
-                        skip(&mut res, im.id(), &shape.name, Some(m), reason)
-                    }
-                    Err(e) => skip(
-                        &mut res,
-                        im.id(),
-                        &shape.name,
-                        Some(m),
-                        format!("error: {e:#}"),
-                    ),
-                }
-                if opts.determinism_m.contains(&m) && ready[ii] {
-                    match determinism(&env, im.as_ref(), &inp, opts.determinism_runs) {
-                        Ok((bit_exact, differing)) => res.determinism.push(DeterminismResult {
-                            provider: "rigbench".into(),
-                            implementation: im.id().into(),
-                            path: im.path(),
-                            shape: shape.name.clone(),
-                            m,
-                            runs: opts.determinism_runs,
-                            bit_exact,
-                            differing_elements: differing,
-                        }),
-                        Err(e) => res.notes.push(format!(
-                            "determinism check of {} {} M={m} failed to run: {e:#}",
-                            im.id(),
-                            shape.name
-                        )),
-                    }
-                }
+                let case = CaseAt {
+                    shape,
+                    m,
+                    inp: &inp,
+                    rows: &rows,
+                    cols: &cols,
+                };
+                time_case(&rig, &env, opts, im.as_mut(), &case, &mut res);
                 on_update(&res);
             }
             // Derived figures; a note when a case of the group saw throttling.
-            let copy = res.copy_bandwidth.as_ref().map(|c| c.bytes_per_s);
-            let bf16_median = res.cases[case_start..]
-                .iter()
-                .find(|c| c.implementation == "bf16")
-                .map(|c| c.timing.median_s);
-            for c in &mut res.cases[case_start..] {
-                fill_derived(c, copy, bf16_median);
-            }
-            if let Some(note) = throttle_note(&res.cases[case_start..], &shape.name, m) {
-                res.notes.push(note);
-            }
+            finish_group(&mut res, case_start, &shape.name, m);
             if log_lines {
                 // No progress bar off a terminal (CI, a device call): one line per (shape, M).
                 eprintln!(
@@ -346,6 +281,119 @@ pub fn run_on_device(
     }
     super::composite::refresh(&mut res);
     Ok(res)
+}
+
+/// Prepare every implementation's weights for `shape`; an implementation that does not
+/// support it, or whose weights cannot be prepared, is a skip. Returns which are ready.
+fn prepare_shape(
+    env: &Env,
+    cc: crate::gpu::ComputeCapability,
+    shape: &super::suite::Shape,
+    impls: &mut [Box<dyn GemmImpl>],
+    res: &mut KernelResults,
+) -> Vec<bool> {
+    let mut ready = vec![false; impls.len()];
+    for (ii, im) in impls.iter_mut().enumerate() {
+        if let Some(reason) = im.unsupported(cc, shape) {
+            skip(res, im.id(), &shape.name, None, reason);
+            continue;
+        }
+        match im.prepare_shape(env, shape) {
+            Ok(()) => ready[ii] = true,
+            Err(e) => skip(
+                res,
+                im.id(),
+                &shape.name,
+                None,
+                format!("could not prepare weights: {e:#}"),
+            ),
+        }
+    }
+    ready
+}
+
+/// One case of the sweep: a shape at one M, its inputs, and the output rows and columns its
+/// check samples.
+struct CaseAt<'a> {
+    shape: &'a super::suite::Shape,
+    m: usize,
+    inp: &'a MInputs,
+    rows: &'a [usize],
+    cols: &'a [usize],
+}
+
+/// Time one implementation on one case, then its determinism check when the case's M is one
+/// of those asked for. A case that fails is a skip.
+fn time_case(
+    rig: &Rig,
+    env: &Env,
+    opts: &BenchOptions,
+    im: &mut dyn GemmImpl,
+    case: &CaseAt,
+    res: &mut KernelResults,
+) {
+    let CaseAt {
+        shape,
+        m,
+        inp,
+        rows,
+        cols,
+    } = *case;
+    let wb = im.weight_stream_bytes(shape);
+    match run_case(
+        rig,
+        env,
+        opts,
+        im,
+        (inp, &shape.name),
+        rows,
+        cols,
+        wb,
+        &mut res.notes,
+    ) {
+        Ok(Outcome::Case(mut c)) => {
+            c.shape = shape.name.clone();
+            c.derived.weight_bytes = wb;
+            res.cases.push(*c);
+        }
+        Ok(Outcome::Failed(reason)) => skip(res, im.id(), &shape.name, Some(m), reason),
+        Err(e) => skip(res, im.id(), &shape.name, Some(m), format!("error: {e:#}")),
+    }
+    if opts.determinism_m.contains(&m) {
+        match determinism(env, im, inp, opts.determinism_runs) {
+            Ok((bit_exact, differing)) => res.determinism.push(DeterminismResult {
+                provider: "rigbench".into(),
+                implementation: im.id().into(),
+                path: im.path(),
+                shape: shape.name.clone(),
+                m,
+                runs: opts.determinism_runs,
+                bit_exact,
+                differing_elements: differing,
+            }),
+            Err(e) => res.notes.push(format!(
+                "determinism check of {} {} M={m} failed to run: {e:#}",
+                im.id(),
+                shape.name
+            )),
+        }
+    }
+}
+
+/// A group of cases (one shape at one M) done: its derived figures, and a note when a case of
+/// the group saw throttling.
+fn finish_group(res: &mut KernelResults, case_start: usize, shape: &str, m: usize) {
+    let copy = res.copy_bandwidth.as_ref().map(|c| c.bytes_per_s);
+    let bf16_median = res.cases[case_start..]
+        .iter()
+        .find(|c| c.implementation == "bf16")
+        .map(|c| c.timing.median_s);
+    for c in &mut res.cases[case_start..] {
+        fill_derived(c, copy, bf16_median);
+    }
+    if let Some(note) = throttle_note(&res.cases[case_start..], shape, m) {
+        res.notes.push(note);
+    }
 }
 
 /// The suite's `[moe]` cases on the capture stream ([`super::moe_grouped::run`]); what fails is
@@ -794,38 +842,7 @@ fn run_case(
             },
             |_, trial| {
                 let im = cell.borrow();
-                let imr: &dyn GemmImpl = &**im;
-                let (status, us, why) = match trial {
-                    crate::gemm::tuner::Trial::Timed { seconds, .. } => {
-                        ("ok", Some(seconds * 1e6), None)
-                    }
-                    crate::gemm::tuner::Trial::Rejected { rel_l2 } => {
-                        ("rejected", None, Some(format!("rel_l2 {rel_l2:.3e}")))
-                    }
-                    crate::gemm::tuner::Trial::Failed { stage, why } => (
-                        "error",
-                        None,
-                        Some(if *stage == "check" {
-                            format!("launch failed: {why}")
-                        } else {
-                            format!("timing failed: {why}")
-                        }),
-                    ),
-                };
-                match why {
-                    None => tune_log(imr, inp, shape, status, us, &imr.path()),
-                    Some(why) => {
-                        tune_log(
-                            imr,
-                            inp,
-                            shape,
-                            status,
-                            us,
-                            &format!("{why}; {}", imr.path()),
-                        );
-                        rejected.push(format!("{} ({why})", imr.path()));
-                    }
-                }
+                log_trial(&**im, inp, shape, trial, &mut rejected);
             },
         );
         chosen = tuned.chosen.unwrap_or(0);
@@ -842,26 +859,8 @@ fn run_case(
         }
     }
     im.select(chosen);
-    // The gating check: poison, run, scan, compare.
-    rig.gpu.memset(&inp.out, 0xFF)?;
-    im.run(env, inp)?;
-    rig.gpu.sync()?;
-    let nonfinite = count_nonfinite(env, inp)?;
-    let got = gather(env, inp, rows, cols)?;
-    let err = rel_l2(&got, &want);
-    let passed = nonfinite == 0 && err <= tol;
-    let check = CheckResult {
-        reference: format!(
-            "CPU f64 on {}×{} sampled outputs of the exact operands; whole output scanned for NaN/unwritten ({nonfinite} found)",
-            rows.len(),
-            cols.len()
-        ),
-        metric: "rel_l2".into(),
-        value: err,
-        tolerance_name: tol_name.into(),
-        tolerance: tol,
-        passed,
-    };
+    let (check, nonfinite) = gating_check(rig, env, im, inp, (rows, cols), &want, (tol_name, tol))?;
+    let (passed, err) = (check.passed, check.value);
     if !passed {
         return Ok(Outcome::Failed(format!(
             "failed its correctness check, not timed: rel_l2 = {err:.3e} (tolerance {tol_name} = {tol:.0e}), {nonfinite} non-finite outputs; path: {}",
@@ -871,17 +870,7 @@ fn run_case(
     let t0 = unix_now();
     let mut cold = None;
     if opts.timing.cold() {
-        let imr: &dyn GemmImpl = im;
-        let timing = time_it(rig, opts, &opts.stopping, &|| imr.run(env, inp))?;
-        let mut extra = Vec::new();
-        for part in imr.extra_parts() {
-            let t = time_it(rig, opts, &opts.stopping, &|| imr.run_extra(env, inp, part))?;
-            extra.push(NamedTiming {
-                name: part.into(),
-                timing: t,
-            });
-        }
-        cold = Some((timing, extra));
+        cold = Some(cold_timing(rig, env, opts, im, inp)?);
     }
     let mut graph = None;
     let mut graph_skip = None;
@@ -925,6 +914,93 @@ fn run_case(
         graph_skip,
         clocks,
     })))
+}
+
+/// One configuration tried while tuning, in the tuning log; a configuration that failed its
+/// check or launch is added to `rejected`.
+fn log_trial(
+    im: &dyn GemmImpl,
+    inp: &MInputs,
+    shape: &str,
+    trial: &crate::gemm::tuner::Trial,
+    rejected: &mut Vec<String>,
+) {
+    let (status, us, why) = match trial {
+        crate::gemm::tuner::Trial::Timed { seconds, .. } => ("ok", Some(seconds * 1e6), None),
+        crate::gemm::tuner::Trial::Rejected { rel_l2 } => {
+            ("rejected", None, Some(format!("rel_l2 {rel_l2:.3e}")))
+        }
+        crate::gemm::tuner::Trial::Failed { stage, why } => (
+            "error",
+            None,
+            Some(if *stage == "check" {
+                format!("launch failed: {why}")
+            } else {
+                format!("timing failed: {why}")
+            }),
+        ),
+    };
+    match why {
+        None => tune_log(im, inp, shape, status, us, &im.path()),
+        Some(why) => {
+            tune_log(im, inp, shape, status, us, &format!("{why}; {}", im.path()));
+            rejected.push(format!("{} ({why})", im.path()));
+        }
+    }
+}
+
+/// The gating check of the chosen configuration: poison the output, run, scan the whole output
+/// for non-finite values, compare the sampled outputs with the reference `want`. Returns the
+/// check and the count of non-finite outputs.
+fn gating_check(
+    rig: &Rig,
+    env: &Env,
+    im: &mut dyn GemmImpl,
+    inp: &MInputs,
+    (rows, cols): (&[usize], &[usize]),
+    want: &[f64],
+    (tol_name, tol): (&str, f64),
+) -> anyhow::Result<(CheckResult, u32)> {
+    rig.gpu.memset(&inp.out, 0xFF)?;
+    im.run(env, inp)?;
+    rig.gpu.sync()?;
+    let nonfinite = count_nonfinite(env, inp)?;
+    let got = gather(env, inp, rows, cols)?;
+    let err = rel_l2(&got, want);
+    let passed = nonfinite == 0 && err <= tol;
+    let check = CheckResult {
+        reference: format!(
+            "CPU f64 on {}×{} sampled outputs of the exact operands; whole output scanned for NaN/unwritten ({nonfinite} found)",
+            rows.len(),
+            cols.len()
+        ),
+        metric: "rel_l2".into(),
+        value: err,
+        tolerance_name: tol_name.into(),
+        tolerance: tol,
+        passed,
+    };
+    Ok((check, nonfinite))
+}
+
+/// Cold timing (`--timing cold`): the case and each of its extra parts timed with a cold L2.
+fn cold_timing(
+    rig: &Rig,
+    env: &Env,
+    opts: &BenchOptions,
+    im: &dyn GemmImpl,
+    inp: &MInputs,
+) -> anyhow::Result<(Timing, Vec<NamedTiming>)> {
+    let timing = time_it(rig, opts, &opts.stopping, &|| im.run(env, inp))?;
+    let mut extra = Vec::new();
+    for part in im.extra_parts() {
+        let t = time_it(rig, opts, &opts.stopping, &|| im.run_extra(env, inp, part))?;
+        extra.push(NamedTiming {
+            name: part.into(),
+            timing: t,
+        });
+    }
+    Ok((timing, extra))
 }
 
 /// Fill the derived figures of a case from its median time.

@@ -217,81 +217,9 @@ pub fn merge(runs: &[KernelResults], orders: &[Vec<String>]) -> KernelResults {
         let group = &by_key[k];
         let (_, c0) = group[0];
         let mut c = c0.clone();
-        c.timing = pooled(&group.iter().map(|(_, c)| &c.timing).collect::<Vec<_>>());
-        reps.cases.push(CaseRepeats {
-            provider: c.provider.clone(),
-            implementation: c.implementation.clone(),
-            shape: c.shape.clone(),
-            m: c.m,
-            part: None,
-            sizes: group
-                .iter()
-                .map(|(_, c)| c.timing.samples_s.len())
-                .collect(),
-        });
-        for e in c.extra.iter_mut() {
-            let parts: Vec<&Timing> = group
-                .iter()
-                .filter_map(|(_, g)| g.extra.iter().find(|x| x.name == e.name))
-                .map(|x| &x.timing)
-                .collect();
-            e.timing = pooled(&parts);
-            reps.cases.push(CaseRepeats {
-                provider: c.provider.clone(),
-                implementation: c.implementation.clone(),
-                shape: c.shape.clone(),
-                m: c.m,
-                part: Some(e.name.clone()),
-                sizes: parts.iter().map(|t| t.samples_s.len()).collect(),
-            });
-        }
-        if c.graph.is_some() {
-            let graphs: Vec<&super::schema::GraphTimings> =
-                group.iter().filter_map(|(_, g)| g.graph.as_ref()).collect();
-            let part = |name: &str, ts: &[&Timing]| CaseRepeats {
-                provider: c.provider.clone(),
-                implementation: c.implementation.clone(),
-                shape: c.shape.clone(),
-                m: c.m,
-                part: Some(name.to_string()),
-                sizes: ts.iter().map(|t| t.samples_s.len()).collect(),
-            };
-            let ts: Vec<&Timing> = graphs.iter().map(|g| &g.timing).collect();
-            reps.cases.push(part("graph", &ts));
-            if let Some(g) = c.graph.as_mut() {
-                g.timing = pooled(&ts);
-                for e in g.extra.iter_mut() {
-                    let parts: Vec<&Timing> = graphs
-                        .iter()
-                        .filter_map(|x| x.extra.iter().find(|y| y.name == e.name))
-                        .map(|y| &y.timing)
-                        .collect();
-                    e.timing = pooled(&parts);
-                    reps.cases.push(part(&format!("graph/{}", e.name), &parts));
-                }
-            }
-        }
-        let clocks: Vec<&super::schema::ClockStats> = group
-            .iter()
-            .filter_map(|(_, g)| g.clocks.as_ref())
-            .collect();
-        if !clocks.is_empty() {
-            let mut medians: Vec<u32> = clocks.iter().filter_map(|k| k.median_mhz).collect();
-            medians.sort_unstable();
-            let mut seen: Vec<String> = clocks
-                .iter()
-                .flat_map(|k| k.throttle_seen.iter().cloned())
-                .collect();
-            seen.sort();
-            seen.dedup();
-            c.clocks = Some(super::schema::ClockStats {
-                readings: clocks.iter().map(|k| k.readings).sum(),
-                min_mhz: clocks.iter().filter_map(|k| k.min_mhz).min(),
-                median_mhz: medians.get(medians.len() / 2).copied(),
-                max_mhz: clocks.iter().filter_map(|k| k.max_mhz).max(),
-                throttle_seen: seen,
-                source: format!("{} (over {} repeats)", clocks[0].source, clocks.len()),
-            });
+        pool_timings(&mut c, group, &mut reps);
+        if let Some(clocks) = merged_clocks(group) {
+            c.clocks = Some(clocks);
         }
         c.check = group
             .iter()
@@ -305,34 +233,7 @@ pub fn merge(runs: &[KernelResults], orders: &[Vec<String>]) -> KernelResults {
         throttle.sort();
         throttle.dedup();
         c.throttle = throttle;
-        for (r, g) in group.iter().skip(1) {
-            if g.path != c.path {
-                out.notes.push(format!(
-                    "{} {} {} M={}: repeat {} ran another path ({}) than repeat 1 ({})",
-                    c.provider,
-                    c.implementation,
-                    c.shape,
-                    c.m,
-                    r + 1,
-                    g.path,
-                    c.path
-                ));
-            }
-        }
-        let missing: Vec<String> = (0..runs.len())
-            .filter(|r| !group.iter().any(|(x, _)| x == r))
-            .map(|r| (r + 1).to_string())
-            .collect();
-        if !missing.is_empty() {
-            out.notes.push(format!(
-                "{} {} {} M={}: not timed in repeat {} (see skipped)",
-                c.provider,
-                c.implementation,
-                c.shape,
-                c.m,
-                missing.join(", ")
-            ));
-        }
+        repeat_notes(&c, group, runs.len(), &mut out.notes);
         out.cases.push(c);
     }
     // Derived figures from the pooled medians.
@@ -348,6 +249,139 @@ pub fn merge(runs: &[KernelResults], orders: &[Vec<String>]) -> KernelResults {
         let b = bf16.get(&(c.shape.clone(), c.m)).copied();
         super::bench::fill_derived(c, copy, b);
     }
+    keep_skips_and_notes(runs, &mut out);
+    out.repeats = Some(reps);
+    // The decode-step composite from the pooled cases.
+    super::composite::refresh(&mut out);
+    out
+}
+
+/// The repeats of one case, in repeat order: (repeat index, its case).
+type Group<'a> = [(usize, &'a KernelCase)];
+
+/// Pool the samples of `c`'s timing, extra parts and graph timings over the repeats of
+/// `group`, recording each one's sizes per repeat in `reps`.
+fn pool_timings(c: &mut KernelCase, group: &Group, reps: &mut SuiteRepeats) {
+    c.timing = pooled(&group.iter().map(|(_, c)| &c.timing).collect::<Vec<_>>());
+    reps.cases.push(CaseRepeats {
+        provider: c.provider.clone(),
+        implementation: c.implementation.clone(),
+        shape: c.shape.clone(),
+        m: c.m,
+        part: None,
+        sizes: group
+            .iter()
+            .map(|(_, c)| c.timing.samples_s.len())
+            .collect(),
+    });
+    for e in c.extra.iter_mut() {
+        let parts: Vec<&Timing> = group
+            .iter()
+            .filter_map(|(_, g)| g.extra.iter().find(|x| x.name == e.name))
+            .map(|x| &x.timing)
+            .collect();
+        e.timing = pooled(&parts);
+        reps.cases.push(CaseRepeats {
+            provider: c.provider.clone(),
+            implementation: c.implementation.clone(),
+            shape: c.shape.clone(),
+            m: c.m,
+            part: Some(e.name.clone()),
+            sizes: parts.iter().map(|t| t.samples_s.len()).collect(),
+        });
+    }
+    if c.graph.is_some() {
+        let graphs: Vec<&super::schema::GraphTimings> =
+            group.iter().filter_map(|(_, g)| g.graph.as_ref()).collect();
+        let part = |name: &str, ts: &[&Timing]| CaseRepeats {
+            provider: c.provider.clone(),
+            implementation: c.implementation.clone(),
+            shape: c.shape.clone(),
+            m: c.m,
+            part: Some(name.to_string()),
+            sizes: ts.iter().map(|t| t.samples_s.len()).collect(),
+        };
+        let ts: Vec<&Timing> = graphs.iter().map(|g| &g.timing).collect();
+        reps.cases.push(part("graph", &ts));
+        if let Some(g) = c.graph.as_mut() {
+            g.timing = pooled(&ts);
+            for e in g.extra.iter_mut() {
+                let parts: Vec<&Timing> = graphs
+                    .iter()
+                    .filter_map(|x| x.extra.iter().find(|y| y.name == e.name))
+                    .map(|y| &y.timing)
+                    .collect();
+                e.timing = pooled(&parts);
+                reps.cases.push(part(&format!("graph/{}", e.name), &parts));
+            }
+        }
+    }
+}
+
+/// The clock readings of every repeat merged: readings summed, lowest minimum, median of the
+/// medians, highest maximum, every throttle reason seen. `None` when no repeat has them.
+fn merged_clocks(group: &Group) -> Option<super::schema::ClockStats> {
+    let clocks: Vec<&super::schema::ClockStats> = group
+        .iter()
+        .filter_map(|(_, g)| g.clocks.as_ref())
+        .collect();
+    if clocks.is_empty() {
+        return None;
+    }
+    let mut medians: Vec<u32> = clocks.iter().filter_map(|k| k.median_mhz).collect();
+    medians.sort_unstable();
+    let mut seen: Vec<String> = clocks
+        .iter()
+        .flat_map(|k| k.throttle_seen.iter().cloned())
+        .collect();
+    seen.sort();
+    seen.dedup();
+    Some(super::schema::ClockStats {
+        readings: clocks.iter().map(|k| k.readings).sum(),
+        min_mhz: clocks.iter().filter_map(|k| k.min_mhz).min(),
+        median_mhz: medians.get(medians.len() / 2).copied(),
+        max_mhz: clocks.iter().filter_map(|k| k.max_mhz).max(),
+        throttle_seen: seen,
+        source: format!("{} (over {} repeats)", clocks[0].source, clocks.len()),
+    })
+}
+
+/// Notes on a merged case: a repeat that ran another path than the first, and the repeats
+/// that did not time it.
+fn repeat_notes(c: &KernelCase, group: &Group, runs: usize, notes: &mut Vec<String>) {
+    for (r, g) in group.iter().skip(1) {
+        if g.path != c.path {
+            notes.push(format!(
+                "{} {} {} M={}: repeat {} ran another path ({}) than repeat 1 ({})",
+                c.provider,
+                c.implementation,
+                c.shape,
+                c.m,
+                r + 1,
+                g.path,
+                c.path
+            ));
+        }
+    }
+    let missing: Vec<String> = (0..runs)
+        .filter(|r| !group.iter().any(|(x, _)| x == r))
+        .map(|r| (r + 1).to_string())
+        .collect();
+    if !missing.is_empty() {
+        notes.push(format!(
+            "{} {} {} M={}: not timed in repeat {} (see skipped)",
+            c.provider,
+            c.implementation,
+            c.shape,
+            c.m,
+            missing.join(", ")
+        ));
+    }
+}
+
+/// Skips, notes and determinism records of every repeat, those of later repeats marked with
+/// the repeat.
+fn keep_skips_and_notes(runs: &[KernelResults], out: &mut KernelResults) {
     for (r, run) in runs.iter().enumerate() {
         for s in &run.skipped {
             let mut s = s.clone();
@@ -370,10 +404,6 @@ pub fn merge(runs: &[KernelResults], orders: &[Vec<String>]) -> KernelResults {
         }
         out.determinism.extend(run.determinism.iter().cloned());
     }
-    out.repeats = Some(reps);
-    // The decode-step composite from the pooled cases.
-    super::composite::refresh(&mut out);
-    out
 }
 
 #[cfg(test)]

@@ -545,87 +545,9 @@ mod tests {
         }
         let mg = MultiGpuResults {
             devices: vec![0, 1],
-            spread: Some(SpreadReport {
-                devices: vec![
-                    DeviceSummary {
-                        device: 0,
-                        name: "NVIDIA H200".into(),
-                        cases: 1,
-                        geomean_vs_fastest: Some(1.0),
-                        median_sm_clock_mhz: Some(1980),
-                        throttle: vec![],
-                    },
-                    DeviceSummary {
-                        device: 1,
-                        name: "NVIDIA H200".into(),
-                        cases: 1,
-                        geomean_vs_fastest: Some(1.08),
-                        median_sm_clock_mhz: Some(1980),
-                        throttle: vec![],
-                    },
-                ],
-                rows: vec![SpreadRow {
-                    implementation: "bf16".into(),
-                    shape: "o_proj".into(),
-                    m: 1,
-                    medians: vec![(0, 20e-6), (1, 21.6e-6)],
-                    spread_pct: 8.0,
-                }],
-                findings: vec![Finding {
-                    id: "multigpu/slower-at-same-clocks".into(),
-                    severity: "warning".into(),
-                    device: 1,
-                    message: "GPU1 is slower".into(),
-                }],
-            }),
-            p2p: Some(P2pResults {
-                bytes: 256 << 20,
-                method: "m".into(),
-                copies: vec![
-                    P2pCopy {
-                        src: 0,
-                        dst: 1,
-                        peer_access: true,
-                        timing: t(1e-3),
-                        bytes_per_s: 400e9,
-                    },
-                    P2pCopy {
-                        src: 1,
-                        dst: 0,
-                        peer_access: true,
-                        timing: t(1e-3),
-                        bytes_per_s: 300e9,
-                    },
-                ],
-                bidirectional: vec![P2pBidir {
-                    a: 0,
-                    b: 1,
-                    timing: t(1e-3),
-                    bytes_per_s: 700e9,
-                }],
-                notes: vec![],
-            }),
-            allreduce: Some(AllReduceResults {
-                nccl_version: "2.28.9".into(),
-                library: "libnccl.so.2".into(),
-                env: vec!["NCCL_NVLS_ENABLE=0".into()],
-                op: "BF16 sum".into(),
-                method: "nccl-tests".into(),
-                worlds: vec![AllReduceWorld {
-                    devices: vec![0, 1],
-                    check: "c".into(),
-                    check_passed: true,
-                    points: vec![AllReducePoint {
-                        bytes: 10_240,
-                        m: Some(1),
-                        iters: 100,
-                        timing: t(10e-6),
-                        algbw: 1.024e9,
-                        busbw: 1.024e9,
-                    }],
-                    error: None,
-                }],
-            }),
+            spread: Some(spread_fixture()),
+            p2p: Some(p2p_fixture()),
+            allreduce: Some(allreduce_fixture()),
             allreduce_per_step: vec![AllReducePerStep {
                 tp: 2,
                 m: 1,
@@ -634,63 +556,166 @@ mod tests {
                 per_step: 128,
                 step_s: 1.28e-3,
             }],
-            tp: Some(TpPrediction {
-                composite_source: "synthetic".into(),
-                hidden_size: 5120,
-                layers: 64,
-                allreduces_per_layer: 2,
-                rows: crate::multigpu::tp::predict(
-                    &[crate::multigpu::tp::CompositePoint {
-                        label: "bf16".into(),
-                        m: 1,
-                        seconds: 13.9e-3,
-                    }],
-                    &[AllReducePerStep {
-                        tp: 2,
-                        m: 1,
-                        bytes: 10_240,
-                        allreduce_s: 10e-6,
-                        per_step: 128,
-                        step_s: 1.28e-3,
-                    }],
-                ),
-                leaves_out: vec!["attention".into()],
-            }),
-            peers: Some(MultiPeers {
-                status: vec![crate::kernels::schema::PeerStatus {
-                    provider: "torch".into(),
-                    implementations: vec!["tensor.to".into()],
-                    available: true,
-                    detail: "torch 2.11".into(),
-                }],
-                p2p: vec![
-                    PeerCopy {
-                        src: 0,
-                        dst: 1,
-                        bytes: 256 << 20,
-                        timing: t(1e-3),
-                        bytes_per_s: 390e9,
-                    },
-                    PeerCopy {
-                        src: 1,
-                        dst: 0,
-                        bytes: 256 << 20,
-                        timing: t(1e-3),
-                        bytes_per_s: 400e9,
-                    },
-                ],
-                allreduce: vec![PeerAllReduce {
-                    devices: vec![0, 1],
-                    bytes: 10_240,
-                    timing: t(10.5e-6),
-                    algbw: 0.97e9,
-                    busbw: 0.97e9,
-                }],
-                notes: vec![],
-            }),
+            tp: Some(tp_fixture()),
+            peers: Some(peers_fixture()),
             ..Default::default()
         };
         (mg, rig)
+    }
+
+    /// Synthetic spread of two GPUs: the second 8% slower at the same clocks.
+    fn spread_fixture() -> SpreadReport {
+        SpreadReport {
+            devices: vec![
+                DeviceSummary {
+                    device: 0,
+                    name: "NVIDIA H200".into(),
+                    cases: 1,
+                    geomean_vs_fastest: Some(1.0),
+                    median_sm_clock_mhz: Some(1980),
+                    throttle: vec![],
+                },
+                DeviceSummary {
+                    device: 1,
+                    name: "NVIDIA H200".into(),
+                    cases: 1,
+                    geomean_vs_fastest: Some(1.08),
+                    median_sm_clock_mhz: Some(1980),
+                    throttle: vec![],
+                },
+            ],
+            rows: vec![SpreadRow {
+                implementation: "bf16".into(),
+                shape: "o_proj".into(),
+                m: 1,
+                medians: vec![(0, 20e-6), (1, 21.6e-6)],
+                spread_pct: 8.0,
+            }],
+            findings: vec![Finding {
+                id: "multigpu/slower-at-same-clocks".into(),
+                severity: "warning".into(),
+                device: 1,
+                message: "GPU1 is slower".into(),
+            }],
+        }
+    }
+
+    /// Synthetic peer-to-peer copies between the two GPUs, each way and both at once.
+    fn p2p_fixture() -> P2pResults {
+        P2pResults {
+            bytes: 256 << 20,
+            method: "m".into(),
+            copies: vec![
+                P2pCopy {
+                    src: 0,
+                    dst: 1,
+                    peer_access: true,
+                    timing: t(1e-3),
+                    bytes_per_s: 400e9,
+                },
+                P2pCopy {
+                    src: 1,
+                    dst: 0,
+                    peer_access: true,
+                    timing: t(1e-3),
+                    bytes_per_s: 300e9,
+                },
+            ],
+            bidirectional: vec![P2pBidir {
+                a: 0,
+                b: 1,
+                timing: t(1e-3),
+                bytes_per_s: 700e9,
+            }],
+            notes: vec![],
+        }
+    }
+
+    /// A synthetic NCCL all-reduce of one size over both GPUs.
+    fn allreduce_fixture() -> AllReduceResults {
+        AllReduceResults {
+            nccl_version: "2.28.9".into(),
+            library: "libnccl.so.2".into(),
+            env: vec!["NCCL_NVLS_ENABLE=0".into()],
+            op: "BF16 sum".into(),
+            method: "nccl-tests".into(),
+            worlds: vec![AllReduceWorld {
+                devices: vec![0, 1],
+                check: "c".into(),
+                check_passed: true,
+                points: vec![AllReducePoint {
+                    bytes: 10_240,
+                    m: Some(1),
+                    iters: 100,
+                    timing: t(10e-6),
+                    algbw: 1.024e9,
+                    busbw: 1.024e9,
+                }],
+                error: None,
+            }],
+        }
+    }
+
+    /// A synthetic tensor-parallel prediction from one composite point.
+    fn tp_fixture() -> TpPrediction {
+        TpPrediction {
+            composite_source: "synthetic".into(),
+            hidden_size: 5120,
+            layers: 64,
+            allreduces_per_layer: 2,
+            rows: crate::multigpu::tp::predict(
+                &[crate::multigpu::tp::CompositePoint {
+                    label: "bf16".into(),
+                    m: 1,
+                    seconds: 13.9e-3,
+                }],
+                &[AllReducePerStep {
+                    tp: 2,
+                    m: 1,
+                    bytes: 10_240,
+                    allreduce_s: 10e-6,
+                    per_step: 128,
+                    step_s: 1.28e-3,
+                }],
+            ),
+            leaves_out: vec!["attention".into()],
+        }
+    }
+
+    /// Synthetic peer (torch) copies and all-reduce of the two GPUs.
+    fn peers_fixture() -> MultiPeers {
+        MultiPeers {
+            status: vec![crate::kernels::schema::PeerStatus {
+                provider: "torch".into(),
+                implementations: vec!["tensor.to".into()],
+                available: true,
+                detail: "torch 2.11".into(),
+            }],
+            p2p: vec![
+                PeerCopy {
+                    src: 0,
+                    dst: 1,
+                    bytes: 256 << 20,
+                    timing: t(1e-3),
+                    bytes_per_s: 390e9,
+                },
+                PeerCopy {
+                    src: 1,
+                    dst: 0,
+                    bytes: 256 << 20,
+                    timing: t(1e-3),
+                    bytes_per_s: 400e9,
+                },
+            ],
+            allreduce: vec![PeerAllReduce {
+                devices: vec![0, 1],
+                bytes: 10_240,
+                timing: t(10.5e-6),
+                algbw: 0.97e9,
+                busbw: 0.97e9,
+            }],
+            notes: vec![],
+        }
     }
 
     #[test]

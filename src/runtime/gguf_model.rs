@@ -73,123 +73,34 @@ pub fn model_config(g: &Gguf) -> anyhow::Result<(ModelConfig, Vec<String>)> {
     };
     let a = arch_name;
     let mut warnings = Vec::new();
-    let get = |k: &str| g.get(&format!("{a}.{k}"));
-    let uint = |k: &str| -> anyhow::Result<Option<usize>> {
-        match get(k) {
-            None => Ok(None),
-            Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "{a}.{k} is {} {}, expected a non-negative integer",
-                    v.type_name(),
-                    v.display(40)
-                )
-            }),
-        }
-    };
-    let need = |k: &str| -> anyhow::Result<usize> {
-        match uint(k)? {
-            Some(0) => anyhow::bail!("{a}.{k} is 0"),
-            Some(x) => Ok(x),
-            None => anyhow::bail!("missing {a}.{k}"),
-        }
-    };
-    let hidden = need("embedding_length")?;
-    let layers = need("block_count")?;
+    let keys = ArchKeys { g, a };
+    let hidden = keys.need("embedding_length")?;
+    let layers = keys.need("block_count")?;
     let blocks = g.blocks_with_tensors();
     anyhow::ensure!(
         layers as u64 <= blocks,
         "{a}.block_count = {layers}, but the file holds tensors for {blocks} block(s) (blk.N.*): the header is inconsistent"
     );
-    let heads = need("attention.head_count")?;
-    let kv_heads = match get("attention.head_count_kv") {
-        Some(Value::Array(_)) => anyhow::bail!(
-            "{a}.attention.head_count_kv varies per layer: not run by the built-in runtime"
-        ),
-        _ => uint("attention.head_count_kv")?.unwrap_or(heads),
-    };
-    anyhow::ensure!(
-        kv_heads > 0 && heads % kv_heads == 0,
-        "{a}.attention.head_count ({heads}) is not a multiple of head_count_kv ({kv_heads})"
-    );
-    let head_dim = match uint("attention.key_length")? {
-        Some(d) => d,
-        None => {
-            anyhow::ensure!(hidden % heads == 0, "{a}.embedding_length is not a multiple of head_count and there is no attention.key_length");
-            hidden / heads
-        }
-    };
-    if let Some(v) = uint("attention.value_length")? {
-        anyhow::ensure!(v == head_dim, "{a}.attention.value_length {v} differs from key_length {head_dim}: not run by the built-in runtime");
-    }
-    if let Some(r) = uint("rope.dimension_count")? {
-        anyhow::ensure!(
-            r == head_dim,
-            "{a}.rope.dimension_count = {r} rotates part of a {head_dim}-wide head: partial rotary embeddings are not run by the built-in runtime"
-        );
-    }
-    anyhow::ensure!(
-        head_dim % 2 == 0,
-        "head size {head_dim} is odd; RoPE needs an even one"
-    );
-    let float = |k: &str| get(k).and_then(Value::as_f64);
-    let rope_theta = match float("rope.freq_base") {
-        Some(t) if t > 0.0 => t as f32,
-        Some(t) => anyhow::bail!("{a}.rope.freq_base = {t}; expected a positive number"),
-        None => {
-            warnings.push(format!(
-                "{a}.rope.freq_base absent: using 10000 (llama.cpp's default)"
-            ));
-            10_000.0
-        }
-    };
-    let rms_norm_eps = match float("attention.layer_norm_rms_epsilon") {
-        Some(e) if e > 0.0 => e as f32,
-        _ => {
-            warnings.push(format!(
-                "{a}.attention.layer_norm_rms_epsilon absent: using 1e-5 (llama.cpp's default)"
-            ));
-            1e-5
-        }
-    };
-    let rope_scaling = match get("rope.scaling.type").and_then(Value::as_str) {
-        None | Some("none") => RopeScaling::None,
-        Some("linear") => RopeScaling::Linear {
-            factor: float("rope.scaling.factor")
-                .filter(|f| *f > 0.0)
-                .ok_or_else(|| anyhow::anyhow!("{a}.rope.scaling.type is linear but rope.scaling.factor is missing"))? as f32,
-        },
-        Some(other) => anyhow::bail!(
-            "{a}.rope.scaling.type = {other} is not implemented by the built-in runtime (it runs none and linear)"
-        ),
-    };
+    let heads = keys.need("attention.head_count")?;
+    let (kv_heads, head_dim) = attention_shape(&keys, hidden, heads)?;
+    let (rope_theta, rms_norm_eps, rope_scaling) = rope_and_norm(&keys, &mut warnings)?;
     if g.tensor("rope_freqs.weight").is_some() {
         anyhow::bail!("tensor rope_freqs.weight (per-frequency RoPE factors, Llama 3.1 style) is not implemented by the built-in runtime for GGUF files");
     }
     let emb = g
         .tensor("token_embd.weight")
         .ok_or_else(|| anyhow::anyhow!("no tensor token_embd.weight"))?;
-    let vocab = match (uint("vocab_size")?, emb.ne.get(1)) {
+    let vocab = match (keys.uint("vocab_size")?, emb.ne.get(1)) {
         (Some(v), _) => v,
         (None, Some(n)) => *n as usize,
         (None, None) => anyhow::bail!("token_embd.weight is one-dimensional"),
     };
-    let intermediate = need("feed_forward_length")?;
-    let max_pos = uint("context_length")?.unwrap_or_else(|| {
+    let intermediate = keys.need("feed_forward_length")?;
+    let max_pos = keys.uint("context_length")?.unwrap_or_else(|| {
         warnings.push(format!("{a}.context_length absent: using 2048"));
         2048
     });
-    let mut eos: Vec<u32> = Vec::new();
-    for k in [
-        "tokenizer.ggml.eos_token_id",
-        "tokenizer.ggml.eot_token_id",
-        "tokenizer.ggml.eom_token_id",
-    ] {
-        if let Some(id) = g.get(k).and_then(Value::as_u64) {
-            if !eos.contains(&(id as u32)) {
-                eos.push(id as u32);
-            }
-        }
-    }
+    let eos = eos_ids(g);
     Ok((
         ModelConfig {
             arch,
@@ -213,6 +124,144 @@ pub fn model_config(g: &Gguf) -> anyhow::Result<(ModelConfig, Vec<String>)> {
         },
         warnings,
     ))
+}
+
+/// The `<arch>.<key>` metadata of a GGUF file, read with errors that name the key.
+struct ArchKeys<'a> {
+    g: &'a Gguf,
+    /// The architecture, the keys' prefix.
+    a: &'a str,
+}
+
+impl ArchKeys<'_> {
+    /// `<arch>.<k>`, when present.
+    fn get(&self, k: &str) -> Option<&Value> {
+        self.g.get(&format!("{}.{k}", self.a))
+    }
+
+    /// `<arch>.<k>` as a count; an error when it is anything but a non-negative integer.
+    fn uint(&self, k: &str) -> anyhow::Result<Option<usize>> {
+        let a = self.a;
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{a}.{k} is {} {}, expected a non-negative integer",
+                    v.type_name(),
+                    v.display(40)
+                )
+            }),
+        }
+    }
+
+    /// `<arch>.<k>`, a count that must be present and not 0.
+    fn need(&self, k: &str) -> anyhow::Result<usize> {
+        let a = self.a;
+        match self.uint(k)? {
+            Some(0) => anyhow::bail!("{a}.{k} is 0"),
+            Some(x) => Ok(x),
+            None => anyhow::bail!("missing {a}.{k}"),
+        }
+    }
+
+    /// `<arch>.<k>` as a number, when present and numeric.
+    fn float(&self, k: &str) -> Option<f64> {
+        self.get(k).and_then(Value::as_f64)
+    }
+}
+
+/// The attention shape: KV heads (a divisor of `heads`) and the head size (whole-head rotary,
+/// keys and values of one size). Returns (KV heads, head size).
+fn attention_shape(keys: &ArchKeys, hidden: usize, heads: usize) -> anyhow::Result<(usize, usize)> {
+    let a = keys.a;
+    let kv_heads = match keys.get("attention.head_count_kv") {
+        Some(Value::Array(_)) => anyhow::bail!(
+            "{a}.attention.head_count_kv varies per layer: not run by the built-in runtime"
+        ),
+        _ => keys.uint("attention.head_count_kv")?.unwrap_or(heads),
+    };
+    anyhow::ensure!(
+        kv_heads > 0 && heads % kv_heads == 0,
+        "{a}.attention.head_count ({heads}) is not a multiple of head_count_kv ({kv_heads})"
+    );
+    let head_dim = match keys.uint("attention.key_length")? {
+        Some(d) => d,
+        None => {
+            anyhow::ensure!(hidden % heads == 0, "{a}.embedding_length is not a multiple of head_count and there is no attention.key_length");
+            hidden / heads
+        }
+    };
+    if let Some(v) = keys.uint("attention.value_length")? {
+        anyhow::ensure!(v == head_dim, "{a}.attention.value_length {v} differs from key_length {head_dim}: not run by the built-in runtime");
+    }
+    if let Some(r) = keys.uint("rope.dimension_count")? {
+        anyhow::ensure!(
+            r == head_dim,
+            "{a}.rope.dimension_count = {r} rotates part of a {head_dim}-wide head: partial rotary embeddings are not run by the built-in runtime"
+        );
+    }
+    anyhow::ensure!(
+        head_dim % 2 == 0,
+        "head size {head_dim} is odd; RoPE needs an even one"
+    );
+    Ok((kv_heads, head_dim))
+}
+
+/// RoPE base, RMSNorm epsilon and RoPE scaling; an absent base or epsilon takes llama.cpp's
+/// default, with a warning. Returns (RoPE theta, RMSNorm epsilon, RoPE scaling).
+fn rope_and_norm(
+    keys: &ArchKeys,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<(f32, f32, RopeScaling)> {
+    let a = keys.a;
+    let rope_theta = match keys.float("rope.freq_base") {
+        Some(t) if t > 0.0 => t as f32,
+        Some(t) => anyhow::bail!("{a}.rope.freq_base = {t}; expected a positive number"),
+        None => {
+            warnings.push(format!(
+                "{a}.rope.freq_base absent: using 10000 (llama.cpp's default)"
+            ));
+            10_000.0
+        }
+    };
+    let rms_norm_eps = match keys.float("attention.layer_norm_rms_epsilon") {
+        Some(e) if e > 0.0 => e as f32,
+        _ => {
+            warnings.push(format!(
+                "{a}.attention.layer_norm_rms_epsilon absent: using 1e-5 (llama.cpp's default)"
+            ));
+            1e-5
+        }
+    };
+    let rope_scaling = match keys.get("rope.scaling.type").and_then(Value::as_str) {
+        None | Some("none") => RopeScaling::None,
+        Some("linear") => RopeScaling::Linear {
+            factor: keys.float("rope.scaling.factor")
+                .filter(|f| *f > 0.0)
+                .ok_or_else(|| anyhow::anyhow!("{a}.rope.scaling.type is linear but rope.scaling.factor is missing"))? as f32,
+        },
+        Some(other) => anyhow::bail!(
+            "{a}.rope.scaling.type = {other} is not implemented by the built-in runtime (it runs none and linear)"
+        ),
+    };
+    Ok((rope_theta, rms_norm_eps, rope_scaling))
+}
+
+/// The end-of-sequence token ids: eos, eot and eom, each once.
+fn eos_ids(g: &Gguf) -> Vec<u32> {
+    let mut eos: Vec<u32> = Vec::new();
+    for k in [
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.eot_token_id",
+        "tokenizer.ggml.eom_token_id",
+    ] {
+        if let Some(id) = g.get(k).and_then(Value::as_u64) {
+            if !eos.contains(&(id as u32)) {
+                eos.push(id as u32);
+            }
+        }
+    }
+    eos
 }
 
 /// Undo llama.cpp's RoPE row permutation of a `[heads·d, K]` weight (see the module docs): row

@@ -150,81 +150,10 @@ pub fn build(g: &Gguf) -> anyhow::Result<(tokenizers::Tokenizer, GgufVocab)> {
     }
     let tj = match model.as_str() {
         "gpt2" => {
-            let merges = strs(g, "tokenizer.ggml.merges")?
-                .ok_or_else(|| anyhow::anyhow!("tokenizer.ggml.model is gpt2 but there is no tokenizer.ggml.merges"))?;
-            let pairs: Vec<Value> = merges
-                .iter()
-                .map(|m| match m.split_once(' ') {
-                    Some((a, b)) => Ok(json!([a, b])),
-                    None => Err(anyhow::anyhow!("merge '{m}' has no space between its two parts")),
-                })
-                .collect::<anyhow::Result<_>>()?;
-            let pre_name = pre.clone().unwrap_or_else(|| "default".into());
-            let splits = pre_split_regexes(&pre_name).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "tokenizer.ggml.pre = '{pre_name}' is not known to rigbench (it knows default, gpt-2, smollm, starcoder, refact, command-r, llama3, llama-bpe, dbrx, smaug-bpe, qwen2, deepseek-r1-qwen, ...); without it the text would be split into words wrongly"
-                )
-            })?;
-            let mut pretok: Vec<Value> = splits
-                .iter()
-                .map(|r| json!({"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": false}))
-                .collect();
-            pretok.push(json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}));
-            json!({
-                "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
-                "normalizer": null,
-                "pre_tokenizer": {"type": "Sequence", "pretokenizers": pretok},
-                "post_processor": post,
-                "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-                "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-                          "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-                          "ignore_merges": false, "vocab": vocab, "merges": pairs}
-            })
+            gpt2_json(g, pre.as_deref(), added, post, vocab)?
         }
         "llama" => {
-            let scores: Vec<f32> = match g.get("tokenizer.ggml.scores") {
-                Some(v) => v
-                    .as_array()
-                    .and_then(Array::as_f32s)
-                    .ok_or_else(|| anyhow::anyhow!("tokenizer.ggml.scores is {}, expected array[float32]", v.type_name()))?,
-                None => anyhow::bail!("tokenizer.ggml.model is llama but there is no tokenizer.ggml.scores"),
-            };
-            anyhow::ensure!(
-                scores.len() == tokens.len(),
-                "tokenizer.ggml.scores has {} entries for {} tokens",
-                scores.len(),
-                tokens.len()
-            );
-            let pairs = spm_merges(tokens, &scores);
-            let space_prefix = g
-                .get("tokenizer.ggml.add_space_prefix")
-                .and_then(|v| v.as_bool())
-                .unwrap_or(true);
-            let mut norms = Vec::new();
-            if space_prefix {
-                norms.push(json!({"type": "Prepend", "prepend": "\u{2581}"}));
-            }
-            norms.push(json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}));
-            let mut decs = vec![
-                json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
-                json!({"type": "ByteFallback"}),
-                json!({"type": "Fuse"}),
-            ];
-            if space_prefix {
-                decs.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
-            }
-            json!({
-                "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
-                "normalizer": {"type": "Sequence", "normalizers": norms},
-                "pre_tokenizer": null,
-                "post_processor": post,
-                "decoder": {"type": "Sequence", "decoders": decs},
-                "model": {"type": "BPE", "dropout": null,
-                          "unk_token": unk.map(|u| tokens[u as usize].clone()),
-                          "continuing_subword_prefix": null, "end_of_word_suffix": null,
-                          "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
-                          "vocab": vocab, "merges": pairs}
-            })
+            llama_json(g, tokens, unk, added, post, vocab)?
         }
         other => anyhow::bail!(
             "tokenizer.ggml.model = '{other}' is not supported (rigbench builds gpt2 byte-level BPE and llama SentencePiece tokenizers)"
@@ -245,6 +174,109 @@ pub fn build(g: &Gguf) -> anyhow::Result<(tokenizers::Tokenizer, GgufVocab)> {
             add_bos,
         },
     ))
+}
+
+/// The `tokenizers` JSON of a gpt2 byte-level BPE vocabulary: `tokenizer.ggml.merges`, and the
+/// pre-tokenizer regexes of `tokenizer.ggml.pre`.
+fn gpt2_json(
+    g: &Gguf,
+    pre: Option<&str>,
+    added: Vec<Value>,
+    post: Value,
+    vocab: serde_json::Map<String, Value>,
+) -> anyhow::Result<Value> {
+    let merges = strs(g, "tokenizer.ggml.merges")?.ok_or_else(|| {
+        anyhow::anyhow!("tokenizer.ggml.model is gpt2 but there is no tokenizer.ggml.merges")
+    })?;
+    let pairs: Vec<Value> = merges
+        .iter()
+        .map(|m| match m.split_once(' ') {
+            Some((a, b)) => Ok(json!([a, b])),
+            None => Err(anyhow::anyhow!(
+                "merge '{m}' has no space between its two parts"
+            )),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let pre_name = pre.map_or_else(|| "default".to_string(), str::to_string);
+    let splits = pre_split_regexes(&pre_name).ok_or_else(|| {
+        anyhow::anyhow!(
+            "tokenizer.ggml.pre = '{pre_name}' is not known to rigbench (it knows default, gpt-2, smollm, starcoder, refact, command-r, llama3, llama-bpe, dbrx, smaug-bpe, qwen2, deepseek-r1-qwen, ...); without it the text would be split into words wrongly"
+        )
+    })?;
+    let mut pretok: Vec<Value> = splits
+        .iter()
+        .map(|r| json!({"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": false}))
+        .collect();
+    pretok.push(json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}));
+    Ok(json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": pretok},
+        "post_processor": post,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                  "ignore_merges": false, "vocab": vocab, "merges": pairs}
+    }))
+}
+
+/// The `tokenizers` JSON of a llama SentencePiece vocabulary: merges recovered from
+/// `tokenizer.ggml.scores`, the space-prefix normalizer and byte-fallback decoder.
+fn llama_json(
+    g: &Gguf,
+    tokens: &[String],
+    unk: Option<u32>,
+    added: Vec<Value>,
+    post: Value,
+    vocab: serde_json::Map<String, Value>,
+) -> anyhow::Result<Value> {
+    let scores: Vec<f32> = match g.get("tokenizer.ggml.scores") {
+        Some(v) => v.as_array().and_then(Array::as_f32s).ok_or_else(|| {
+            anyhow::anyhow!(
+                "tokenizer.ggml.scores is {}, expected array[float32]",
+                v.type_name()
+            )
+        })?,
+        None => {
+            anyhow::bail!("tokenizer.ggml.model is llama but there is no tokenizer.ggml.scores")
+        }
+    };
+    anyhow::ensure!(
+        scores.len() == tokens.len(),
+        "tokenizer.ggml.scores has {} entries for {} tokens",
+        scores.len(),
+        tokens.len()
+    );
+    let pairs = spm_merges(tokens, &scores);
+    let space_prefix = g
+        .get("tokenizer.ggml.add_space_prefix")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(true);
+    let mut norms = Vec::new();
+    if space_prefix {
+        norms.push(json!({"type": "Prepend", "prepend": "\u{2581}"}));
+    }
+    norms.push(json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}));
+    let mut decs = vec![
+        json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
+        json!({"type": "ByteFallback"}),
+        json!({"type": "Fuse"}),
+    ];
+    if space_prefix {
+        decs.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
+    }
+    Ok(json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": norms},
+        "pre_tokenizer": null,
+        "post_processor": post,
+        "decoder": {"type": "Sequence", "decoders": decs},
+        "model": {"type": "BPE", "dropout": null,
+                  "unk_token": unk.map(|u| tokens[u as usize].clone()),
+                  "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                  "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+                  "vocab": vocab, "merges": pairs}
+    }))
 }
 
 /// SentencePiece merges recovered from the vocabulary and scores (transformers'

@@ -302,53 +302,8 @@ pub fn run(
         backend.weight_format(),
     );
     let (kernel_sources, backend_notes) = (backend.kernel_sources(), backend.load_notes());
-    let bs = spec.block_size;
-    // Scheduler steps the batched run's prompts take to prefill (each step carries up to
-    // `step_tokens`): its sequences decode that many extra tokens (see the batched run below).
-    let step_tokens = spec
-        .prefill_tokens
-        .max(spec.batch_context)
-        .max(spec.batch1_prompt);
-    let prefill_steps = (spec.batch * spec.batch_context).div_ceil(step_tokens.max(1)) + 1;
-    let per_seq = (spec.batch_context + spec.batch_tokens + prefill_steps)
-        .max(spec.batch1_prompt + spec.batch1_tokens)
-        .max(spec.prefill_tokens + 1);
-    let blocks = spec.batch * per_seq.div_ceil(bs) + 1;
-    let kv = KvCacheSpec {
-        num_blocks: blocks,
-        block_size: bs,
-        dtype: kv_dtype,
-    };
-    let metrics = Arc::new(Metrics::new(
-        "bench",
-        CacheInfo {
-            block_size: bs,
-            num_blocks: blocks,
-            device_kind: backend_name.clone(),
-            gpu_memory_utilization: None,
-            cache_dtype: kv_dtype.vllm_name().into(),
-            enable_prefix_caching: false,
-        },
-        per_seq,
-        None,
-    ));
-    let tok = Arc::new(Tokenizer::bytes(c.vocab_size, &[])?);
-    let mut engine = Engine::new(
-        backend,
-        tok,
-        EngineConfig {
-            scheduler: SchedulerConfig {
-                max_num_seqs: spec.batch,
-                max_num_batched_tokens: step_tokens,
-            },
-            kv,
-            max_model_len: per_seq,
-            enable_prefix_caching: false,
-            spec: None,
-            seed: 0,
-        },
-        metrics.clone(),
-    )?;
+    let (mut engine, metrics, prefill_steps) =
+        bench_engine(backend, &spec, kv_dtype, &backend_name, c.vocab_size)?;
     let generated = || metrics.snapshot().generation_tokens;
     let mut next_id = 1u64;
     let mut add = |e: &mut Engine, r: GenerateRequest| {
@@ -411,22 +366,7 @@ pub fn run(
     let (tokens, secs) = (generated() - g0, t0.elapsed().as_secs_f64());
     // The last timed step decoded the whole batch: what it routed (after the timing, since
     // reading it synchronizes).
-    let moe_batched = match (&c.moe, engine.backend().moe_touched_experts()) {
-        (Some(m), Some(touched)) if steps > 0 && !touched.is_empty() => Some(MoeBatchedStep {
-            step_bytes: crate::runtime::moe::decode_step_floor(
-                &c,
-                crate::runtime::config::QuantRecipe::Uniform(fmt),
-                kv_dtype,
-                spec.batch_context,
-                spec.batch,
-                &touched,
-            ),
-            touched_per_layer: touched,
-            experts: m.num_experts,
-            top_k: m.top_k,
-        }),
-        _ => None,
-    };
+    let moe_batched = moe_batched_step(&c, &engine, fmt, kv_dtype, &spec, steps);
     while engine.has_work() {
         engine.step()?;
     }
@@ -486,6 +426,94 @@ pub fn run(
         backend_notes,
     };
     Ok((bench, engine.into_backend()))
+}
+
+/// The engine the workloads run on: a KV cache sized for the largest of them (the batched
+/// run's sequences decode extra tokens while the last prompts prefill), a byte tokenizer, no
+/// prefix caching. Returns the engine, its metrics and the batched run's prefill steps.
+fn bench_engine(
+    backend: Box<dyn Backend>,
+    spec: &RuntimeBenchSpec,
+    kv_dtype: KvCacheDtype,
+    backend_name: &str,
+    vocab_size: usize,
+) -> anyhow::Result<(Engine, Arc<Metrics>, usize)> {
+    let bs = spec.block_size;
+    // Scheduler steps the batched run's prompts take to prefill (each step carries up to
+    // `step_tokens`): its sequences decode that many extra tokens (see the batched run below).
+    let step_tokens = spec
+        .prefill_tokens
+        .max(spec.batch_context)
+        .max(spec.batch1_prompt);
+    let prefill_steps = (spec.batch * spec.batch_context).div_ceil(step_tokens.max(1)) + 1;
+    let per_seq = (spec.batch_context + spec.batch_tokens + prefill_steps)
+        .max(spec.batch1_prompt + spec.batch1_tokens)
+        .max(spec.prefill_tokens + 1);
+    let blocks = spec.batch * per_seq.div_ceil(bs) + 1;
+    let kv = KvCacheSpec {
+        num_blocks: blocks,
+        block_size: bs,
+        dtype: kv_dtype,
+    };
+    let metrics = Arc::new(Metrics::new(
+        "bench",
+        CacheInfo {
+            block_size: bs,
+            num_blocks: blocks,
+            device_kind: backend_name.to_string(),
+            gpu_memory_utilization: None,
+            cache_dtype: kv_dtype.vllm_name().into(),
+            enable_prefix_caching: false,
+        },
+        per_seq,
+        None,
+    ));
+    let tok = Arc::new(Tokenizer::bytes(vocab_size, &[])?);
+    let engine = Engine::new(
+        backend,
+        tok,
+        EngineConfig {
+            scheduler: SchedulerConfig {
+                max_num_seqs: spec.batch,
+                max_num_batched_tokens: step_tokens,
+            },
+            kv,
+            max_model_len: per_seq,
+            enable_prefix_caching: false,
+            spec: None,
+            seed: 0,
+        },
+        metrics.clone(),
+    )?;
+    Ok((engine, metrics, prefill_steps))
+}
+
+/// What the last timed step of the batched run routed, for an MoE model (read after the
+/// timing, since reading it synchronizes); `None` for a dense model or when nothing was timed.
+fn moe_batched_step(
+    c: &ModelConfig,
+    engine: &Engine,
+    fmt: crate::runtime::config::WeightFormat,
+    kv_dtype: KvCacheDtype,
+    spec: &RuntimeBenchSpec,
+    steps: usize,
+) -> Option<MoeBatchedStep> {
+    match (&c.moe, engine.backend().moe_touched_experts()) {
+        (Some(m), Some(touched)) if steps > 0 && !touched.is_empty() => Some(MoeBatchedStep {
+            step_bytes: crate::runtime::moe::decode_step_floor(
+                c,
+                crate::runtime::config::QuantRecipe::Uniform(fmt),
+                kv_dtype,
+                spec.batch_context,
+                spec.batch,
+                &touched,
+            ),
+            touched_per_layer: touched,
+            experts: m.num_experts,
+            top_k: m.top_k,
+        }),
+        _ => None,
+    }
 }
 
 impl RuntimeBench {

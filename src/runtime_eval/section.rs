@@ -1084,52 +1084,9 @@ mod tests {
 
     #[test]
     fn renders_targets_and_fidelity_from_figures() {
-        let w = crate::runtime::weights::synthesize(&ModelConfig::tiny(), 0);
-        let spec = RuntimeBenchSpec {
-            batch1_prompt: 4,
-            batch1_tokens: 3,
-            batch: 2,
-            batch_context: 8,
-            batch_tokens: 3,
-            prefill_tokens: 16,
-            block_size: 16,
-        };
-        let mut benches = Vec::new();
-        for fmt in REPORT_FORMATS {
-            let mut q = w.clone();
-            q.quantize(fmt).unwrap();
-            let (mut b, _) = super::super::bench::run(
-                Box::new(CpuBackend::new(q, 1)),
-                spec,
-                KvCacheDtype::Bf16,
-                "synthetic:tiny seed 0",
-            )
-            .unwrap();
-            b.attach_roofline(Some(1e9), Some((1.0, "bf16 row".into())));
-            benches.push(b);
-        }
-        let s = RuntimeSection {
-            model: "synthetic:tiny".into(),
-            device: "cuda:0".into(),
-            formats: benches
-                .into_iter()
-                .map(|b| FormatRun {
-                    format: b.weight_format.clone(),
-                    e2e: None,
-                    bench: Some(b),
-                    error: None,
-                    decode_contexts: Vec::new(),
-                    decode_attention: None,
-                })
-                .collect(),
-            ..Default::default()
-        };
+        let s = tiny_section();
         // Table columns are padded to their widths: compare with runs of spaces collapsed.
-        let md = render_markdown(&s)
-            .split(' ')
-            .filter(|w| !w.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ");
+        let md = collapsed(&s);
         assert!(md.contains("W4A16 batch-1 ≥ 2.5× BF16"), "{md}");
         // No decode-by-context rows in this run: those goals say so, with the reason.
         assert!(
@@ -1144,34 +1101,8 @@ mod tests {
         );
         // With rows: the goals are evaluated from them at the run's copy bandwidth (1 GB/s).
         let mut s = s;
-        s.formats[0].decode_contexts = vec![
-            super::super::decode_profile::ContextDecode {
-                context: 128,
-                tok_per_s: 0.1,
-                weight_bytes: 8_000_000_000,
-                kv_bytes: 500_000_000,
-                state_bytes: 0,
-                ops: Vec::new(),
-            },
-            super::super::decode_profile::ContextDecode {
-                context: 4096,
-                tok_per_s: 0.1,
-                weight_bytes: 8_000_000_000,
-                kv_bytes: 1_000_000_000,
-                state_bytes: 0,
-                ops: vec![super::super::decode_profile::OpTime {
-                    op: "attention".into(),
-                    calls: 2,
-                    seconds: 2.0,
-                    bytes: Some(1_000_000_000),
-                }],
-            },
-        ];
-        let md = render_markdown(&s)
-            .split(' ')
-            .filter(|w| !w.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ");
+        s.formats[0].decode_contexts = context_rows();
+        let md = collapsed(&s);
         // 0.1 tok/s × 8.5 s = 85%: met against 80%.
         assert!(
             md.contains(
@@ -1187,26 +1118,8 @@ mod tests {
         assert!(md.contains("#### Batch-1 decode by context, bf16"), "{md}");
         assert!(!md.contains("MoE:"), "a dense model has no MoE goals: {md}");
         // A mixture of experts (a batch-N step that routed) gets its own goals beside these.
-        let mut moe = s.clone();
-        for f in &mut moe.formats {
-            if let Some(b) = f.bench.as_mut() {
-                b.moe_batched = Some(super::super::bench::MoeBatchedStep {
-                    touched_per_layer: vec![8, 6],
-                    experts: 256,
-                    top_k: 8,
-                    step_bytes: crate::runtime::memory::DecodeBytes {
-                        weights: 1_000_000,
-                        kv: 0,
-                        state: 0,
-                    },
-                });
-            }
-        }
-        let md = render_markdown(&moe)
-            .split(' ')
-            .filter(|w| !w.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ");
+        let moe = with_moe(&s);
+        let md = collapsed(&moe);
         // The same 85% row, against the MoE's 50%.
         assert!(
             md.contains("| MoE: bf16 batch-1 decode at a 128-token context ≥ 50% of the bound (the routed experts' bytes) | 85.0% | met |"),
@@ -1272,5 +1185,106 @@ mod tests {
             .expect("bench")
             .kernel_sources
             .is_empty());
+    }
+
+    /// A runtime section of the CPU backend's runs of every report format on the tiny
+    /// synthetic model, with a 1 GB/s copy roofline and a BF16 peak of 1 TFLOP/s.
+    fn tiny_section() -> RuntimeSection {
+        let w = crate::runtime::weights::synthesize(&ModelConfig::tiny(), 0);
+        let spec = RuntimeBenchSpec {
+            batch1_prompt: 4,
+            batch1_tokens: 3,
+            batch: 2,
+            batch_context: 8,
+            batch_tokens: 3,
+            prefill_tokens: 16,
+            block_size: 16,
+        };
+        let mut benches = Vec::new();
+        for fmt in REPORT_FORMATS {
+            let mut q = w.clone();
+            q.quantize(fmt).unwrap();
+            let (mut b, _) = super::super::bench::run(
+                Box::new(CpuBackend::new(q, 1)),
+                spec,
+                KvCacheDtype::Bf16,
+                "synthetic:tiny seed 0",
+            )
+            .unwrap();
+            b.attach_roofline(Some(1e9), Some((1.0, "bf16 row".into())));
+            benches.push(b);
+        }
+        RuntimeSection {
+            model: "synthetic:tiny".into(),
+            device: "cuda:0".into(),
+            formats: benches
+                .into_iter()
+                .map(|b| FormatRun {
+                    format: b.weight_format.clone(),
+                    e2e: None,
+                    bench: Some(b),
+                    error: None,
+                    decode_contexts: Vec::new(),
+                    decode_attention: None,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The section's markdown with runs of spaces collapsed (table columns are padded).
+    fn collapsed(s: &RuntimeSection) -> String {
+        render_markdown(s)
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Decode-by-context rows at 128 and 4,096 tokens, the second with an attention time.
+    fn context_rows() -> Vec<super::super::decode_profile::ContextDecode> {
+        vec![
+            super::super::decode_profile::ContextDecode {
+                context: 128,
+                tok_per_s: 0.1,
+                weight_bytes: 8_000_000_000,
+                kv_bytes: 500_000_000,
+                state_bytes: 0,
+                ops: Vec::new(),
+            },
+            super::super::decode_profile::ContextDecode {
+                context: 4096,
+                tok_per_s: 0.1,
+                weight_bytes: 8_000_000_000,
+                kv_bytes: 1_000_000_000,
+                state_bytes: 0,
+                ops: vec![super::super::decode_profile::OpTime {
+                    op: "attention".into(),
+                    calls: 2,
+                    seconds: 2.0,
+                    bytes: Some(1_000_000_000),
+                }],
+            },
+        ]
+    }
+
+    /// `s` as a mixture of experts: every bench's batch-N step routed.
+    fn with_moe(s: &RuntimeSection) -> RuntimeSection {
+        let mut moe = s.clone();
+        for f in &mut moe.formats {
+            if let Some(b) = f.bench.as_mut() {
+                b.moe_batched = Some(super::super::bench::MoeBatchedStep {
+                    touched_per_layer: vec![8, 6],
+                    experts: 256,
+                    top_k: 8,
+                    step_bytes: crate::runtime::memory::DecodeBytes {
+                        weights: 1_000_000,
+                        kv: 0,
+                        state: 0,
+                    },
+                });
+            }
+        }
+        moe
     }
 }

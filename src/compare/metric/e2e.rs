@@ -103,172 +103,17 @@ impl MetricSource for E2eResults {
         let prefix = e2e_prefix(self);
         if let Some(d) = &self.determinism {
             if d.identical + d.differing.len() > 0 {
-                out.push(Metric {
-                    id: format!("{prefix}/determinism"),
-                    group: Group::E2e,
-                    unit: Unit::Label,
-                    direction: Direction::HigherIsBetter,
-                    value: MetricValue::Label {
-                        value: if d.deterministic() {
-                            "deterministic"
-                        } else {
-                            "nondeterministic"
-                        }
-                        .into(),
-                        scale: vec!["deterministic".into(), "nondeterministic".into()],
-                    },
-                    conditions: BTreeMap::from([
-                        ("prompts".to_string(), d.prompts.to_string()),
-                        ("max_tokens".to_string(), d.max_tokens.to_string()),
-                    ]),
-                    context: BTreeMap::new(),
-                });
+                out.push(determinism_metric(&prefix, d));
             }
         }
         for run in &self.runs {
             let p = format!("{prefix}/{}", point_id(&run.load));
-            let g = Group::E2e;
-            let mut v = Metric {
-                id: format!("{p}/validity"),
-                group: g,
-                unit: Unit::Label,
-                direction: Direction::HigherIsBetter,
-                value: MetricValue::Label {
-                    value: if run.validity.valid {
-                        "valid"
-                    } else {
-                        "invalid"
-                    }
-                    .into(),
-                    scale: vec!["valid".into(), "invalid".into()],
-                },
-                conditions: BTreeMap::new(),
-                context: BTreeMap::new(),
-            };
-            if !run.validity.valid {
-                v.context.insert(
-                    "reasons".into(),
-                    run.validity
-                        .reasons
-                        .iter()
-                        .chain(run.validity.missing_conditions.iter())
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                );
-            }
-            out.push(v);
-            let reqs = &run.requests;
-            let completed = reqs.iter().filter(|r| r.ok).count();
-            let failed = reqs.iter().filter(|r| !r.ok && !r.cancelled).count();
-            out.push(exact_value(
-                format!("{p}/requests/completed"),
-                g,
-                Unit::Count,
-                Direction::HigherIsBetter,
-                completed as f64,
-            ));
-            out.push(exact_value(
-                format!("{p}/requests/failed"),
-                g,
-                Unit::Count,
-                Direction::LowerIsBetter,
-                failed as f64,
-            ));
-            out.push(exact_value(
-                format!("{p}/output_tokens/requested"),
-                g,
-                Unit::Tokens,
-                Direction::MustMatch,
-                reqs.iter()
-                    .map(|r| u64::from(r.output_tokens_requested))
-                    .sum::<u64>() as f64,
-            ));
-            if run.conditions.lengths.output_fixed {
-                let produced: u64 = reqs
-                    .iter()
-                    .filter(|r| r.ok)
-                    .filter_map(|r| r.output_tokens)
-                    .sum();
-                let mut m = exact_value(
-                    format!("{p}/output_tokens/produced"),
-                    g,
-                    Unit::Tokens,
-                    Direction::MustMatch,
-                    produced as f64,
-                );
-                let mut sources: Vec<&str> = run
-                    .conditions
-                    .token_sources
-                    .iter()
-                    .map(|s| s.label())
-                    .collect();
-                sources.dedup();
-                m.context.insert("token_source".into(), sources.join(", "));
-                out.push(m);
-            }
-            let kv = &run.conditions.kv;
-            if let Some(cap) = &kv.capacity_tokens {
-                let mut m = exact_value(
-                    format!("{p}/kv/capacity_tokens"),
-                    g,
-                    Unit::Tokens,
-                    Direction::HigherIsBetter,
-                    cap.value as f64,
-                );
-                m.context.insert("source".into(), cap.source.clone());
-                out.push(m);
-            }
-            if let Some(n) = kv.preemptions {
-                out.push(exact_value(
-                    format!("{p}/kv/preemptions"),
-                    g,
-                    Unit::Count,
-                    Direction::LowerIsBetter,
-                    n as f64,
-                ));
-            }
+            out.push(validity_metric(run, &p));
+            count_metrics(run, &p, out);
             if !run.validity.valid {
                 continue;
             }
-            let conditions = e2e_conditions(run);
-            let mut context = BTreeMap::new();
-            if let Some(e) = &run.conditions.engine {
-                context.insert("engine".to_string(), e.value.clone());
-            }
-            if let Some(v) = &run.conditions.engine_version {
-                context.insert("engine_version".to_string(), v.value.clone());
-            }
-            // The opening wave of a closed loop is left out, as in the report's statistics.
-            let ok: Vec<&crate::e2e::metrics::RequestRecord> =
-                reqs.iter().filter(|r| r.ok && !r.opening_wave).collect();
-            type Pick = fn(&crate::e2e::metrics::RequestRecord) -> Option<f64>;
-            let timings: [(&str, Pick); 4] = [
-                ("ttft_s", |r| r.ttft_s),
-                ("tpot_s", |r| r.tpot_s),
-                ("itl_mean_s", |r| r.itl_mean_s),
-                ("e2e_latency_s", |r| r.e2e_s),
-            ];
-            for (name, pick) in timings {
-                let samples: Vec<f64> = ok.iter().filter_map(|r| pick(r)).collect();
-                if samples.is_empty() {
-                    continue;
-                }
-                out.push(Metric {
-                    id: format!("{p}/{name}"),
-                    group: g,
-                    unit: Unit::Seconds,
-                    direction: Direction::LowerIsBetter,
-                    value: MetricValue::Samples {
-                        samples,
-                        repeats: Vec::new(),
-                        between_run: None,
-                        slots: Vec::new(),
-                    },
-                    conditions: conditions.clone(),
-                    context: context.clone(),
-                });
-            }
+            timing_metrics(run, &p, out);
         }
     }
 
@@ -306,6 +151,185 @@ impl MetricSource for E2eResults {
         }
         self.interrupted
             .then(|| "the e2e session was interrupted".to_string())
+    }
+}
+
+/// `<prefix>/determinism`: whether repeated greedy requests gave identical outputs.
+fn determinism_metric(prefix: &str, d: &crate::e2e::checks::DeterminismCheck) -> Metric {
+    Metric {
+        id: format!("{prefix}/determinism"),
+        group: Group::E2e,
+        unit: Unit::Label,
+        direction: Direction::HigherIsBetter,
+        value: MetricValue::Label {
+            value: if d.deterministic() {
+                "deterministic"
+            } else {
+                "nondeterministic"
+            }
+            .into(),
+            scale: vec!["deterministic".into(), "nondeterministic".into()],
+        },
+        conditions: BTreeMap::from([
+            ("prompts".to_string(), d.prompts.to_string()),
+            ("max_tokens".to_string(), d.max_tokens.to_string()),
+        ]),
+        context: BTreeMap::new(),
+    }
+}
+
+/// `<p>/validity`: the run's valid/invalid label, with the reasons of an invalid run.
+fn validity_metric(run: &RunResult, p: &str) -> Metric {
+    let g = Group::E2e;
+    let mut v = Metric {
+        id: format!("{p}/validity"),
+        group: g,
+        unit: Unit::Label,
+        direction: Direction::HigherIsBetter,
+        value: MetricValue::Label {
+            value: if run.validity.valid {
+                "valid"
+            } else {
+                "invalid"
+            }
+            .into(),
+            scale: vec!["valid".into(), "invalid".into()],
+        },
+        conditions: BTreeMap::new(),
+        context: BTreeMap::new(),
+    };
+    if !run.validity.valid {
+        v.context.insert(
+            "reasons".into(),
+            run.validity
+                .reasons
+                .iter()
+                .chain(run.validity.missing_conditions.iter())
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; "),
+        );
+    }
+    v
+}
+
+/// `<p>/requests/*`, `<p>/output_tokens/*` and `<p>/kv/*`: the run's exact counts.
+fn count_metrics(run: &RunResult, p: &str, out: &mut Vec<Metric>) {
+    let g = Group::E2e;
+    let reqs = &run.requests;
+    let completed = reqs.iter().filter(|r| r.ok).count();
+    let failed = reqs.iter().filter(|r| !r.ok && !r.cancelled).count();
+    out.push(exact_value(
+        format!("{p}/requests/completed"),
+        g,
+        Unit::Count,
+        Direction::HigherIsBetter,
+        completed as f64,
+    ));
+    out.push(exact_value(
+        format!("{p}/requests/failed"),
+        g,
+        Unit::Count,
+        Direction::LowerIsBetter,
+        failed as f64,
+    ));
+    out.push(exact_value(
+        format!("{p}/output_tokens/requested"),
+        g,
+        Unit::Tokens,
+        Direction::MustMatch,
+        reqs.iter()
+            .map(|r| u64::from(r.output_tokens_requested))
+            .sum::<u64>() as f64,
+    ));
+    if run.conditions.lengths.output_fixed {
+        let produced: u64 = reqs
+            .iter()
+            .filter(|r| r.ok)
+            .filter_map(|r| r.output_tokens)
+            .sum();
+        let mut m = exact_value(
+            format!("{p}/output_tokens/produced"),
+            g,
+            Unit::Tokens,
+            Direction::MustMatch,
+            produced as f64,
+        );
+        let mut sources: Vec<&str> = run
+            .conditions
+            .token_sources
+            .iter()
+            .map(|s| s.label())
+            .collect();
+        sources.dedup();
+        m.context.insert("token_source".into(), sources.join(", "));
+        out.push(m);
+    }
+    let kv = &run.conditions.kv;
+    if let Some(cap) = &kv.capacity_tokens {
+        let mut m = exact_value(
+            format!("{p}/kv/capacity_tokens"),
+            g,
+            Unit::Tokens,
+            Direction::HigherIsBetter,
+            cap.value as f64,
+        );
+        m.context.insert("source".into(), cap.source.clone());
+        out.push(m);
+    }
+    if let Some(n) = kv.preemptions {
+        out.push(exact_value(
+            format!("{p}/kv/preemptions"),
+            g,
+            Unit::Count,
+            Direction::LowerIsBetter,
+            n as f64,
+        ));
+    }
+}
+
+/// `<p>/ttft_s`, `tpot_s`, `itl_mean_s`, `e2e_latency_s`: the timing samples of a valid run's
+/// completed requests outside a closed loop's opening wave.
+fn timing_metrics(run: &RunResult, p: &str, out: &mut Vec<Metric>) {
+    let g = Group::E2e;
+    let reqs = &run.requests;
+    let conditions = e2e_conditions(run);
+    let mut context = BTreeMap::new();
+    if let Some(e) = &run.conditions.engine {
+        context.insert("engine".to_string(), e.value.clone());
+    }
+    if let Some(v) = &run.conditions.engine_version {
+        context.insert("engine_version".to_string(), v.value.clone());
+    }
+    // The opening wave of a closed loop is left out, as in the report's statistics.
+    let ok: Vec<&crate::e2e::metrics::RequestRecord> =
+        reqs.iter().filter(|r| r.ok && !r.opening_wave).collect();
+    type Pick = fn(&crate::e2e::metrics::RequestRecord) -> Option<f64>;
+    let timings: [(&str, Pick); 4] = [
+        ("ttft_s", |r| r.ttft_s),
+        ("tpot_s", |r| r.tpot_s),
+        ("itl_mean_s", |r| r.itl_mean_s),
+        ("e2e_latency_s", |r| r.e2e_s),
+    ];
+    for (name, pick) in timings {
+        let samples: Vec<f64> = ok.iter().filter_map(|r| pick(r)).collect();
+        if samples.is_empty() {
+            continue;
+        }
+        out.push(Metric {
+            id: format!("{p}/{name}"),
+            group: g,
+            unit: Unit::Seconds,
+            direction: Direction::LowerIsBetter,
+            value: MetricValue::Samples {
+                samples,
+                repeats: Vec::new(),
+                between_run: None,
+                slots: Vec::new(),
+            },
+            conditions: conditions.clone(),
+            context: context.clone(),
+        });
     }
 }
 

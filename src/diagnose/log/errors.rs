@@ -29,7 +29,6 @@ fn exception_like(text: &str) -> bool {
 impl EngineLog {
     /// Group error lines (see the module docs).
     pub(super) fn errors_from(&mut self, l: &Line) {
-        let text = l.text();
         let is_err = l.level.is_some_and(Level::is_error);
         let headered = matches!(
             l.form,
@@ -46,43 +45,70 @@ impl EngineLog {
             self.open.remove(&process);
         }
         if is_err {
-            if let Some(&gi) = self.open.get(&process) {
-                if self.errors[gi].key.as_ref() == Some(&key) {
-                    self.extend_group(gi, l);
-                    return;
-                }
-            }
-            self.open.remove(&process);
-            if self.errors.len() >= MAX_ERRORS {
-                return;
-            }
-            let piece = l.is_traceback_piece();
-            let gi = self.errors.len();
-            let mut g = self.group_at(l);
-            g.key = Some(key);
-            g.level = l.level;
-            if piece {
-                g.traceback_lines = 1;
-            } else if is_exception_line(text) {
-                g.exception = Some(text.to_string());
-                g.headline = Some(text.to_string());
-                g.chain.push(ChainLink {
-                    exception: text.to_string(),
-                    line: l.no,
-                    relation: None,
-                });
-            } else if !text.is_empty() {
-                g.headline = Some(text.to_string());
-            }
-            g.text.push((l.no, text.to_string()));
-            g.sites.extend(l.site.clone());
-            self.errors.push(g);
-            self.open.insert(process, gi);
-            self.chain_tail = None;
-            self.recognised();
+            self.error_line(l, process, key);
             return;
         }
-        // A chained traceback continues after its exception line: blank lines, then the glue.
+        if self.chained_glue(l) {
+            return;
+        }
+        if matches!(l.form, Form::Plain | Form::Sglang) && self.plain_traceback_line(l) {
+            return;
+        }
+        // A line outside any error block that names a cause (plain `ValueError: ...`, the
+        // engine's `Value error, ...`, argparse's `prog: error: ...`, a toolchain warning), or a
+        // plain exception line.
+        self.standalone_error(l);
+    }
+
+    /// An ERROR line of `process` at call site `key`: it extends the process's open group of
+    /// the same key, or opens a new group (a traceback piece, an exception, or a headline).
+    fn error_line(
+        &mut self,
+        l: &Line,
+        process: Option<String>,
+        key: (Option<String>, Option<String>),
+    ) {
+        let text = l.text();
+        if let Some(&gi) = self.open.get(&process) {
+            if self.errors[gi].key.as_ref() == Some(&key) {
+                self.extend_group(gi, l);
+                return;
+            }
+        }
+        self.open.remove(&process);
+        if self.errors.len() >= MAX_ERRORS {
+            return;
+        }
+        let piece = l.is_traceback_piece();
+        let gi = self.errors.len();
+        let mut g = self.group_at(l);
+        g.key = Some(key);
+        g.level = l.level;
+        if piece {
+            g.traceback_lines = 1;
+        } else if is_exception_line(text) {
+            g.exception = Some(text.to_string());
+            g.headline = Some(text.to_string());
+            g.chain.push(ChainLink {
+                exception: text.to_string(),
+                line: l.no,
+                relation: None,
+            });
+        } else if !text.is_empty() {
+            g.headline = Some(text.to_string());
+        }
+        g.text.push((l.no, text.to_string()));
+        g.sites.extend(l.site.clone());
+        self.errors.push(g);
+        self.open.insert(process, gi);
+        self.chain_tail = None;
+        self.recognised();
+    }
+
+    /// A chained traceback continues after its exception line: blank lines, then the glue.
+    /// True when `l` is that glue and joined the group.
+    fn chained_glue(&mut self, l: &Line) -> bool {
+        let text = l.text();
         if let Some((gi, _)) = self.chain_tail {
             let glue = text.starts_with("The above exception was the direct cause")
                 || text.starts_with("During handling of the above exception");
@@ -90,55 +116,62 @@ impl EngineLog {
                 self.plain_tb = Some(gi);
                 self.chain_tail = None;
                 self.extend_group(gi, l);
-                return;
+                return true;
             }
             if !text.is_empty() {
                 self.chain_tail = None;
             }
         }
-        // Plain (headerless) tracebacks and exception lines.
-        if matches!(l.form, Form::Plain | Form::Sglang) {
-            if let Some(gi) = self.plain_tb {
-                let same_proc = self.errors[gi].proc == l.proc;
-                if same_proc && (l.is_traceback_piece() || text.is_empty()) {
-                    self.extend_group(gi, l);
-                    return;
-                }
-                if same_proc
-                    && (is_exception_line(text)
-                        || (exception_like(text) && self.errors[gi].traceback_lines > 1))
-                {
-                    self.extend_group_exception(gi, l);
-                    self.plain_tb = None;
-                    self.chain_tail = Some((gi, l.no));
-                    return;
-                }
-                self.plain_tb = None;
+        false
+    }
+
+    /// Plain (headerless) tracebacks and exception lines, and argparse's usage block. True when
+    /// `l` was taken.
+    fn plain_traceback_line(&mut self, l: &Line) -> bool {
+        let text = l.text();
+        if let Some(gi) = self.plain_tb {
+            let same_proc = self.errors[gi].proc == l.proc;
+            if same_proc && (l.is_traceback_piece() || text.is_empty()) {
+                self.extend_group(gi, l);
+                return true;
             }
-            if text.contains("Traceback (most recent call last)") && self.errors.len() < MAX_ERRORS
+            if same_proc
+                && (is_exception_line(text)
+                    || (exception_like(text) && self.errors[gi].traceback_lines > 1))
             {
-                let gi = self.errors.len();
-                let mut g = self.group_at(l);
-                g.traceback_lines = 1;
-                g.headline = text
-                    .find("Traceback (most recent call last)")
-                    .map(|i| text[..i].trim().trim_end_matches(':').trim().to_string())
-                    .filter(|h| !h.is_empty());
-                g.text.push((l.no, text.to_string()));
-                self.errors.push(g);
-                self.plain_tb = Some(gi);
-                self.recognised();
-                return;
+                self.extend_group_exception(gi, l);
+                self.plain_tb = None;
+                self.chain_tail = Some((gi, l.no));
+                return true;
             }
-            // argparse prints its usage block before `prog: error: …`.
-            if text.starts_with("usage: ") {
-                self.usage_line = Some(l.no);
-                return;
-            }
+            self.plain_tb = None;
         }
-        // A line outside any error block that names a cause (plain `ValueError: ...`, the
-        // engine's `Value error, ...`, argparse's `prog: error: ...`, a toolchain warning), or a
-        // plain exception line.
+        if text.contains("Traceback (most recent call last)") && self.errors.len() < MAX_ERRORS {
+            let gi = self.errors.len();
+            let mut g = self.group_at(l);
+            g.traceback_lines = 1;
+            g.headline = text
+                .find("Traceback (most recent call last)")
+                .map(|i| text[..i].trim().trim_end_matches(':').trim().to_string())
+                .filter(|h| !h.is_empty());
+            g.text.push((l.no, text.to_string()));
+            self.errors.push(g);
+            self.plain_tb = Some(gi);
+            self.recognised();
+            return true;
+        }
+        // argparse prints its usage block before `prog: error: …`.
+        if text.starts_with("usage: ") {
+            self.usage_line = Some(l.no);
+            return true;
+        }
+        false
+    }
+
+    /// A line outside any error block that names a cause, or a plain exception line: a group
+    /// of its own.
+    fn standalone_error(&mut self, l: &Line) {
+        let text = l.text();
         let candidate = l.level.is_none()
             || (l.level == Some(Level::Warning)
                 && text.contains("not compatible with the current PyTorch"));

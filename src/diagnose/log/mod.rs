@@ -245,7 +245,20 @@ impl EngineLog {
         self.open.clear();
         self.plain_tb = None;
         self.chain_tail = None;
-        // Causes from each group's whole text: every distinct one, in order.
+        self.find_group_causes();
+        self.merge_duplicate_groups();
+        self.explain_generic_groups();
+        self.attach_groups_to_boots();
+        engines::finish_boots(self);
+        self.judge_boots();
+        self.guess_engine();
+        self.spec_method = self.spec_config.method.clone();
+        self.spec_k = self.spec_config.k;
+    }
+
+    /// Causes from each group's whole text: every distinct one, in order; whether a group is a
+    /// generic wrapper; an interrupt (Ctrl-C) marks the request to stop, not a fault.
+    fn find_group_causes(&mut self) {
         for g in &mut self.errors {
             let context = g
                 .sites
@@ -284,8 +297,11 @@ impl EngineLog {
                 }
             }
         }
-        // Deduplicate: the same message (several ranks, a worker pool, repeats) is one group;
-        // the same message from two pids of a once-per-boot process is two.
+    }
+
+    /// Deduplicate: the same message (several ranks, a worker pool, repeats) is one group;
+    /// the same message from two pids of a once-per-boot process is two.
+    fn merge_duplicate_groups(&mut self) {
         let mut merged: Vec<ErrorGroup> = Vec::new();
         for g in std::mem::take(&mut self.errors) {
             let same = merged.iter_mut().find(|m| {
@@ -312,7 +328,10 @@ impl EngineLog {
             }
         }
         self.errors = merged;
-        // Generic wrappers point at the cause found elsewhere (same boot first).
+    }
+
+    /// Generic wrappers point at the cause found elsewhere (same boot first).
+    fn explain_generic_groups(&mut self) {
         let causes: Vec<(usize, Option<usize>, usize)> = self
             .errors
             .iter()
@@ -330,14 +349,20 @@ impl EngineLog {
                 .or_else(|| same_boot.min_by_key(|(_, _, l)| *l))
                 .map(|(i, _, _)| *i);
         }
+    }
+
+    /// Each group listed by the boot it belongs to, extending the boot's last line.
+    fn attach_groups_to_boots(&mut self) {
         for (i, g) in self.errors.iter().enumerate() {
             if let Some(b) = g.boot.and_then(|b| self.boots.get_mut(b - 1)) {
                 b.errors.push(i);
                 b.last_line = b.last_line.max(g.last_line);
             }
         }
-        engines::finish_boots(self);
-        // Boot statuses, implied block sizes and the KV check.
+    }
+
+    /// Boot statuses, implied block sizes and the KV check.
+    fn judge_boots(&mut self) {
         for b in self.boots.iter_mut() {
             let startup_error = b.errors.iter().any(|&i| {
                 let g = &self.errors[i];
@@ -395,7 +420,10 @@ impl EngineLog {
                 }
             }
         }
-        // The engine: the most frequent line form wins.
+    }
+
+    /// The engine, when no line named it: the most frequent line form wins.
+    fn guess_engine(&mut self) {
         if self.engine.is_none() {
             self.engine = ["llama.cpp", "sglang", "tensorrt-llm", "rigbench", "vllm"]
                 .iter()
@@ -408,8 +436,6 @@ impl EngineLog {
                     .then(|| "vllm".to_string())
                 });
         }
-        self.spec_method = self.spec_config.method.clone();
-        self.spec_k = self.spec_config.k;
     }
 }
 

@@ -71,19 +71,6 @@ pub(super) async fn engine_facts(
             _ => None,
         };
     }
-    // `rigbench serve` states its speculative configuration in /version.
-    let version_spec = version
-        .as_ref()
-        .and_then(|v| v.get("speculative"))
-        .filter(|s| s.is_object());
-    let version_method = version_spec
-        .and_then(|s| s.get("method"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let version_k = version_spec
-        .and_then(|s| s.get("num_speculative_tokens"))
-        .and_then(Value::as_u64)
-        .map(|k| k as u32);
     // Engines without /version: their own endpoints, the log, or the user's statement.
     if f.name.as_ref().is_none_or(|n| n.source != "/version") {
         f.name = probe.name.clone().or(f.name);
@@ -106,6 +93,38 @@ pub(super) async fn engine_facts(
             .first()
             .map(|m| Sourced::new(m.0.clone(), "/v1/models")),
     };
+    speculative_facts(&mut f, version.as_ref(), opts, boot, probe);
+    f.kind = f
+        .name
+        .as_ref()
+        .map(|n| EngineKind::from_name(&n.value))
+        .unwrap_or_default();
+    probe_tokenizer(client, &mut f).await;
+    f.max_model_len = f.max_model_len.or(probe.max_model_len);
+    Ok(f)
+}
+
+/// The speculative method and k: the engine's own word (`/version`, its log) first, then what
+/// rigbench passed to its own engine, then a statement.
+fn speculative_facts(
+    f: &mut EngineFacts,
+    version: Option<&Value>,
+    opts: &E2eOptions,
+    boot: &BootLog,
+    probe: &EngineProbe,
+) {
+    // `rigbench serve` states its speculative configuration in /version.
+    let version_spec = version
+        .and_then(|v| v.get("speculative"))
+        .filter(|s| s.is_object());
+    let version_method = version_spec
+        .and_then(|s| s.get("method"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let version_k = version_spec
+        .and_then(|s| s.get("num_speculative_tokens"))
+        .and_then(Value::as_u64)
+        .map(|k| k as u32);
     // Speculative method: what rigbench passed to its own engine, the engine's log, or stated.
     let builtin = matches!(opts.engine, EngineChoice::Builtin { .. });
     // Speculative config: the engine's own word (/version, its log) first, then what rigbench
@@ -154,13 +173,11 @@ pub(super) async fn engine_facts(
             )
         })
     };
-    f.kind = f
-        .name
-        .as_ref()
-        .map(|n| EngineKind::from_name(&n.value))
-        .unwrap_or_default();
-    // The engine's tokenizer, in the body its kind takes (then the other one, for an engine of
-    // unknown kind). Counting nothing for a non-empty text is a failure, never a length of 0.
+}
+
+/// The engine's tokenizer, in the body its kind takes (then the other one, for an engine of
+/// unknown kind). Counting nothing for a non-empty text is a failure, never a length of 0.
+async fn probe_tokenizer(client: &EngineClient, f: &mut EngineFacts) {
     const PROBE_TEXT: &str = "rigbench counts the tokens of this sentence.";
     let model = f
         .model
@@ -188,8 +205,6 @@ pub(super) async fn engine_facts(
     if !f.tokenize {
         f.tokenize_note = Some(failures.join("; "));
     }
-    f.max_model_len = f.max_model_len.or(probe.max_model_len);
-    Ok(f)
 }
 
 /// One scrape during a run; a failure (a stalled or oversized `/metrics`) is kept in `polls`

@@ -48,6 +48,18 @@ pub fn reset_message(
     }
 }
 
+/// A sweep point made ready to measure ([`Session::set_up_point`]).
+struct PointSetup {
+    /// Warm-up requests sent.
+    warm_n: usize,
+    /// The trace replay's plan, when the point replays a trace.
+    trace_plan: Option<crate::e2e::trace_replay::ReplayPlan>,
+    /// The unique prompts (empty for a trace replay).
+    prepared: Arc<Vec<PreparedRequest>>,
+    /// What `POST /reset_prefix_cache` did ([`reset_message`]).
+    reset: Option<bool>,
+}
+
 impl Session<'_> {
     /// Say what the first reset did (engines rigbench did not build: `--engine-cmd`, `--url`).
     pub(super) fn tell_reset(&self, reset: Option<bool>) {
@@ -90,45 +102,12 @@ impl Session<'_> {
     ) -> anyhow::Result<RunResult> {
         let suite = &self.opts.suite;
         let model = self.model();
-        let nonce: String = {
-            let mut rng = rand::rng();
-            (0..8)
-                .map(|_| format!("{:x}", rng.random_range(0..16u8)))
-                .collect()
-        };
-        let conc = point.concurrency().unwrap_or(1).max(1);
-        // Warm-up: its own prompts, never measured.
-        let warm_n = suite.load.warmup as usize;
-        if warm_n > 0 {
-            self.warm_up(&model, &nonce, warm_n, conc).await?;
-        }
-        let trace_plan = match &self.opts.trace {
-            Some(spec) => Some(self.plan_trace(spec, &model, &nonce).await?),
-            None => None,
-        };
-        let prepared = Arc::new(if trace_plan.is_some() {
-            Vec::new()
-        } else {
-            prepare(
-                suite,
-                &self.counter,
-                &model,
-                &nonce,
-                suite.load.requests as usize,
-                self.facts.max_model_len,
-            )
-            .await?
-        });
-        // Cache temperature.
-        let reset = self
-            .client
-            .reset_prefix_cache_at(self.facts.kind.reset_path())
-            .await
-            .unwrap_or(None);
-        self.tell_reset(reset);
-        if suite.load.cache == CacheTemp::Warm && trace_plan.is_none() {
-            self.prime_cache(&prepared, conc).await;
-        }
+        let PointSetup {
+            warm_n,
+            trace_plan,
+            prepared,
+            reset,
+        } = self.set_up_point(point, &model).await?;
         let PointRun {
             outcome:
                 ExecOutcome {
@@ -243,6 +222,57 @@ impl Session<'_> {
             polls,
             requests,
             output_samples,
+        })
+    }
+
+    /// Before a point is measured: its warm-up, its trace plan or unique prompts, and the
+    /// cache temperature (the prefix cache emptied, then primed for a warm run).
+    async fn set_up_point(&self, point: &LoadPoint, model: &str) -> anyhow::Result<PointSetup> {
+        let suite = &self.opts.suite;
+        let nonce: String = {
+            let mut rng = rand::rng();
+            (0..8)
+                .map(|_| format!("{:x}", rng.random_range(0..16u8)))
+                .collect()
+        };
+        let conc = point.concurrency().unwrap_or(1).max(1);
+        // Warm-up: its own prompts, never measured.
+        let warm_n = suite.load.warmup as usize;
+        if warm_n > 0 {
+            self.warm_up(model, &nonce, warm_n, conc).await?;
+        }
+        let trace_plan = match &self.opts.trace {
+            Some(spec) => Some(self.plan_trace(spec, model, &nonce).await?),
+            None => None,
+        };
+        let prepared = Arc::new(if trace_plan.is_some() {
+            Vec::new()
+        } else {
+            prepare(
+                suite,
+                &self.counter,
+                model,
+                &nonce,
+                suite.load.requests as usize,
+                self.facts.max_model_len,
+            )
+            .await?
+        });
+        // Cache temperature.
+        let reset = self
+            .client
+            .reset_prefix_cache_at(self.facts.kind.reset_path())
+            .await
+            .unwrap_or(None);
+        self.tell_reset(reset);
+        if suite.load.cache == CacheTemp::Warm && trace_plan.is_none() {
+            self.prime_cache(&prepared, conc).await;
+        }
+        Ok(PointSetup {
+            warm_n,
+            trace_plan,
+            prepared,
+            reset,
         })
     }
 

@@ -20,6 +20,16 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 /// # Errors
 /// Writing failed.
 pub fn write_csv(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> {
+    let runs_csv = runs_csv(res)?;
+    let req_csv = requests_csv(res)?;
+    atomic_write(&dir.join("e2e_runs.csv"), &runs_csv)?;
+    atomic_write(&dir.join("e2e_requests.csv"), &req_csv)?;
+    Ok(vec!["e2e_runs.csv".into(), "e2e_requests.csv".into()])
+}
+
+/// `e2e_runs.csv`: one row per run (load, counts, throughput of a valid run, latency
+/// percentiles, conditions, why it is invalid).
+fn runs_csv(res: &E2eResults) -> anyhow::Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
         "run",
@@ -124,7 +134,11 @@ pub fn write_csv(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> {
                 .join("; "),
         ])?;
     }
-    let runs_csv = w.into_inner().context("csv buffer")?;
+    w.into_inner().context("csv buffer")
+}
+
+/// `e2e_requests.csv`: one row per request of every run.
+fn requests_csv(res: &E2eResults) -> anyhow::Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
         "run",
@@ -190,8 +204,5 @@ pub fn write_csv(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> {
             ])?;
         }
     }
-    let req_csv = w.into_inner().context("csv buffer")?;
-    atomic_write(&dir.join("e2e_runs.csv"), &runs_csv)?;
-    atomic_write(&dir.join("e2e_requests.csv"), &req_csv)?;
-    Ok(vec!["e2e_runs.csv".into(), "e2e_requests.csv".into()])
+    w.into_inner().context("csv buffer")
 }

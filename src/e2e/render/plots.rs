@@ -69,6 +69,15 @@ const COLORS: [RGBColor; 6] = [
 /// Drawing or writing failed (the error names the file).
 pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut written = Vec::new();
+    written.extend(write_latency_plot(res, dir)?);
+    written.extend(write_acceptance_plot(res, dir)?);
+    written.extend(crate::e2e::render_serving::write_pareto(res, dir)?);
+    Ok(written)
+}
+
+/// The latency plot ([`LATENCY_PLOT`]): TTFT, and TPOT and ITL, p50 and p99 against load, on
+/// two panels; `None` when no valid run has latencies.
+fn write_latency_plot(res: &E2eResults, dir: &Path) -> anyhow::Result<Option<String>> {
     let (pts, xname) = latency_points(res);
     if !pts.is_empty() {
         type Getter = fn(&RunResult) -> Option<&Percentiles>;
@@ -160,8 +169,14 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
         let p = dir.join(LATENCY_PLOT);
         atomic_write(&p, svg.as_bytes())
             .with_context(|| format!("cannot write {}", p.display()))?;
-        written.push(LATENCY_PLOT.to_string());
+        return Ok(Some(LATENCY_PLOT.to_string()));
     }
+    Ok(None)
+}
+
+/// The speculative acceptance plot ([`ACCEPTANCE_PLOT`]): accepted / drafts by draft
+/// position, one line per valid run that has them; `None` when none has.
+fn write_acceptance_plot(res: &E2eResults, dir: &Path) -> anyhow::Result<Option<String>> {
     let spec: Vec<&RunResult> = res
         .runs
         .iter()
@@ -218,8 +233,7 @@ pub fn write_plots(res: &E2eResults, dir: &Path) -> anyhow::Result<Vec<String>> 
         let p = dir.join(ACCEPTANCE_PLOT);
         atomic_write(&p, svg.as_bytes())
             .with_context(|| format!("cannot write {}", p.display()))?;
-        written.push(ACCEPTANCE_PLOT.to_string());
+        return Ok(Some(ACCEPTANCE_PLOT.to_string()));
     }
-    written.extend(crate::e2e::render_serving::write_pareto(res, dir)?);
-    Ok(written)
+    Ok(None)
 }

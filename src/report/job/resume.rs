@@ -136,6 +136,63 @@ pub fn resumable(
         )));
     }
     // The same measurement settings as the interrupted run.
+    let differ = settings_differ(k, opts);
+    if !differ.is_empty() {
+        return Err(bad(format!(
+            "{} was measured with other settings: {}. Pass the flags of the interrupted run (its command line is in report.md)",
+            file.display(),
+            differ.join("; ")
+        )));
+    }
+    let same_gpu = match (&prev.rig.gpu, &rig.gpu) {
+        (Some(a), Some(b)) => a.name == b.name,
+        _ => false,
+    };
+    if !same_gpu {
+        let was = prev
+            .rig
+            .gpu
+            .as_ref()
+            .map(|g| g.name.as_str())
+            .unwrap_or("no GPU");
+        return Err(bad(format!(
+            "{} was measured on {was}, this machine has {}: resume it on a machine with {was}",
+            file.display(),
+            rig.gpu
+                .as_ref()
+                .map(|g| g.name.as_str())
+                .unwrap_or("no GPU"),
+        )));
+    }
+    let missing = missing_cases(k, opts);
+    if !missing.is_empty() {
+        return Err(bad(format!(
+            "{}'s kernel bench stopped before its end ({} cases missing, e.g. {}): --resume continues after it (the peers and later parts); start a new report",
+            file.display(),
+            missing.len(),
+            missing[0]
+        )));
+    }
+    let progress = dir.join(crate::report::folder::PEERS_PROGRESS);
+    if progress.exists() {
+        let ok = std::fs::read_to_string(&progress)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|v| v.get("cases").is_some_and(|c| c.is_array()));
+        if !ok {
+            return Err(bad(format!(
+                "{} is not the peer script's output (unreadable or malformed): delete it to run every peer case again, or start a new report",
+                progress.display()
+            )));
+        }
+    }
+    Ok(prev)
+}
+
+/// The measurement settings of the interrupted run's kernel bench `k` that these flags `opts`
+/// do not repeat: suite, timing modes, stopping rule, warm-up, L2 flushing, and cases outside
+/// the grid asked for.
+fn settings_differ(k: &crate::kernels::schema::KernelResults, opts: &BenchOptions) -> Vec<String> {
     let policy = k.timing_policy.as_ref();
     let mut differ = Vec::new();
     if k.suite.name != opts.suite.name {
@@ -181,33 +238,12 @@ pub fn resumable(
             c.implementation, c.shape, c.m
         ));
     }
-    if !differ.is_empty() {
-        return Err(bad(format!(
-            "{} was measured with other settings: {}. Pass the flags of the interrupted run (its command line is in report.md)",
-            file.display(),
-            differ.join("; ")
-        )));
-    }
-    let same_gpu = match (&prev.rig.gpu, &rig.gpu) {
-        (Some(a), Some(b)) => a.name == b.name,
-        _ => false,
-    };
-    if !same_gpu {
-        let was = prev
-            .rig
-            .gpu
-            .as_ref()
-            .map(|g| g.name.as_str())
-            .unwrap_or("no GPU");
-        return Err(bad(format!(
-            "{} was measured on {was}, this machine has {}: resume it on a machine with {was}",
-            file.display(),
-            rig.gpu
-                .as_ref()
-                .map(|g| g.name.as_str())
-                .unwrap_or("no GPU"),
-        )));
-    }
+    differ
+}
+
+/// The cases of the grid `opts` asks for that the interrupted kernel bench `k` neither timed
+/// nor skipped.
+fn missing_cases(k: &crate::kernels::schema::KernelResults, opts: &BenchOptions) -> Vec<String> {
     let mut missing = Vec::new();
     for shape in &opts.suite.shapes {
         for &m in &opts.suite.m {
@@ -230,28 +266,7 @@ pub fn resumable(
             }
         }
     }
-    if !missing.is_empty() {
-        return Err(bad(format!(
-            "{}'s kernel bench stopped before its end ({} cases missing, e.g. {}): --resume continues after it (the peers and later parts); start a new report",
-            file.display(),
-            missing.len(),
-            missing[0]
-        )));
-    }
-    let progress = dir.join(crate::report::folder::PEERS_PROGRESS);
-    if progress.exists() {
-        let ok = std::fs::read_to_string(&progress)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .is_some_and(|v| v.get("cases").is_some_and(|c| c.is_array()));
-        if !ok {
-            return Err(bad(format!(
-                "{} is not the peer script's output (unreadable or malformed): delete it to run every peer case again, or start a new report",
-                progress.display()
-            )));
-        }
-    }
-    Ok(prev)
+    missing
 }
 
 /// The results `report --resume` starts from: the interrupted run's, its command line saying

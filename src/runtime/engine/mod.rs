@@ -23,8 +23,8 @@ use anyhow::Context;
 
 use super::backend::cpu::CpuBackend;
 use super::backend::cuda::{CudaBackend, CudaLoadSpec, WeightSource};
-use super::backend::RowSampling;
 use super::backend::{Backend, Device, KvCacheSpec};
+use super::backend::{ForwardBatch, RowSampling};
 use super::config::{
     ModelConfig, ModelProvenance, ModelSource, QuantRecipe, ServeConfig, SpecConfig, WeightFormat,
 };
@@ -292,7 +292,6 @@ impl Engine {
             return Ok(false);
         }
         let batch = self.scheduler.batch(&plan);
-        let now;
         // Log-probabilities need the logit rows on the host.
         // So does the min_tokens mask (the device sampler takes no mask).
         let wants_rows = |p: &Scheduled| {
@@ -300,140 +299,164 @@ impl Engine {
                 r.logprobs.is_some() || r.prompt_logprobs.is_some() || r.num_output < r.min_tokens
             })
         };
-        if self.backend.samples_on_device()
+        let forwarded = if self.backend.samples_on_device()
             && plan.iter().all(|p| p.drafts.is_empty() && !wants_rows(p))
         {
-            // Sample on the device: only token ids cross to the host.
-            let mut rows = Vec::new();
-            for p in plan.iter().filter(|p| p.samples) {
-                rows.push(match self.reqs.get(&p.id) {
-                    Some(r) => {
-                        let sp = r.sampler.params();
-                        RowSampling {
-                            temperature: sp.temperature,
-                            top_p: sp.top_p,
-                            top_k: sp.top_k.min(i32::MAX as usize) as i32,
-                            seed: r.sampler.seed(),
-                            draw: r.num_output as u64,
-                        }
-                    }
-                    None => RowSampling {
-                        temperature: 0.0,
-                        top_p: 1.0,
-                        top_k: 0,
-                        seed: 0,
-                        draw: 0,
-                    },
-                });
-            }
-            let tokens = match self.backend.forward_sampled(&batch, &rows) {
-                Ok(t) => t,
-                Err(e) => {
-                    let msg = format!("forward pass failed: {e:#}");
-                    for p in &plan {
-                        self.fail(p.id, &msg);
-                    }
-                    self.publish_gauges();
-                    return Ok(true);
-                }
-            };
-            now = Instant::now();
-            let mut row = 0;
-            for p in &plan {
-                if !p.samples {
-                    self.scheduler.commit(p.id, p.num_tokens, &[]);
-                    continue;
-                }
-                let t = tokens.get(row).copied();
-                row += 1;
-                let (Some(mut t), Some(r)) = (t, self.reqs.get(&p.id)) else {
-                    continue;
-                };
-                // The device sampler cannot mask: a special or invisible token sampled for an
-                // ignore_eos request is replaced by a visible one before it is committed.
-                if r.ignore_eos && self.suppress_ignore_eos.binary_search(&t).is_ok() {
-                    t = self.ignore_eos_fallback;
-                }
-                self.scheduler.commit(p.id, p.num_tokens, &[t]);
-                let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
-                let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
-                self.process(p.id, &[t], total_len, cached, now, Vec::new());
-            }
+            self.step_sampled_on_device(&plan, &batch)
         } else {
-            let logits = match self.backend.forward(&batch) {
-                Ok(l) => l,
-                Err(e) => {
-                    let msg = format!("forward pass failed: {e:#}");
-                    for p in &plan {
-                        self.fail(p.id, &msg);
+            self.step_sampled_on_host(&plan, &batch)
+        };
+        if !forwarded {
+            return Ok(true);
+        }
+        self.propose_drafts();
+        self.publish_gauges();
+        Ok(true)
+    }
+
+    /// A step whose tokens are sampled on the device: only token ids cross to the host. False
+    /// when the forward pass failed (every request of the plan then failed).
+    fn step_sampled_on_device(&mut self, plan: &[Scheduled], batch: &ForwardBatch) -> bool {
+        // Sample on the device: only token ids cross to the host.
+        let mut rows = Vec::new();
+        for p in plan.iter().filter(|p| p.samples) {
+            rows.push(match self.reqs.get(&p.id) {
+                Some(r) => {
+                    let sp = r.sampler.params();
+                    RowSampling {
+                        temperature: sp.temperature,
+                        top_p: sp.top_p,
+                        top_k: sp.top_k.min(i32::MAX as usize) as i32,
+                        seed: r.sampler.seed(),
+                        draw: r.num_output as u64,
                     }
-                    self.publish_gauges();
-                    return Ok(true);
                 }
+                None => RowSampling {
+                    temperature: 0.0,
+                    top_p: 1.0,
+                    top_k: 0,
+                    seed: 0,
+                    draw: 0,
+                },
+            });
+        }
+        let tokens = match self.backend.forward_sampled(batch, &rows) {
+            Ok(t) => t,
+            Err(e) => {
+                let msg = format!("forward pass failed: {e:#}");
+                for p in plan {
+                    self.fail(p.id, &msg);
+                }
+                self.publish_gauges();
+                return false;
+            }
+        };
+        let now = Instant::now();
+        let mut row = 0;
+        for p in plan {
+            if !p.samples {
+                self.scheduler.commit(p.id, p.num_tokens, &[]);
+                continue;
+            }
+            let t = tokens.get(row).copied();
+            row += 1;
+            let (Some(mut t), Some(r)) = (t, self.reqs.get(&p.id)) else {
+                continue;
             };
-            now = Instant::now();
-            let mut row = 0;
-            for p in &plan {
-                let rows = self.scheduler.logit_rows(p);
-                // Rows before the sampling row(s) predict prompt tokens (prompt log-probs).
-                let prompt_rows = if p.samples {
-                    rows.saturating_sub(1 + p.drafts.len())
-                } else {
-                    rows
-                };
-                if prompt_rows > 0 {
-                    let tokens = self
-                        .scheduler
-                        .get(p.id)
-                        .map(|s| s.tokens.clone())
-                        .unwrap_or_default();
-                    if let Some((k, lps)) = self
-                        .reqs
-                        .get_mut(&p.id)
-                        .and_then(|r| r.prompt_logprobs.as_mut())
-                    {
-                        for j in 0..prompt_rows {
-                            let next = p.first_pos + j + 1;
-                            if let (Some(slot), Some(&t)) = (lps.get_mut(next), tokens.get(next)) {
-                                *slot = Some(TokenLogprob::of(logits.row(row + j), t, *k));
-                            }
+            // The device sampler cannot mask: a special or invisible token sampled for an
+            // ignore_eos request is replaced by a visible one before it is committed.
+            if r.ignore_eos && self.suppress_ignore_eos.binary_search(&t).is_ok() {
+                t = self.ignore_eos_fallback;
+            }
+            self.scheduler.commit(p.id, p.num_tokens, &[t]);
+            let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
+            let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
+            self.process(p.id, &[t], total_len, cached, now, Vec::new());
+        }
+        true
+    }
+
+    /// A step whose logit rows come to the host: prompt log-probabilities, the min_tokens EOS
+    /// mask, speculative verification and sampling. False when the forward pass failed (every
+    /// request of the plan then failed).
+    fn step_sampled_on_host(&mut self, plan: &[Scheduled], batch: &ForwardBatch) -> bool {
+        let logits = match self.backend.forward(batch) {
+            Ok(l) => l,
+            Err(e) => {
+                let msg = format!("forward pass failed: {e:#}");
+                for p in plan {
+                    self.fail(p.id, &msg);
+                }
+                self.publish_gauges();
+                return false;
+            }
+        };
+        let now = Instant::now();
+        let mut row = 0;
+        for p in plan {
+            let rows = self.scheduler.logit_rows(p);
+            // Rows before the sampling row(s) predict prompt tokens (prompt log-probs).
+            let prompt_rows = if p.samples {
+                rows.saturating_sub(1 + p.drafts.len())
+            } else {
+                rows
+            };
+            if prompt_rows > 0 {
+                let tokens = self
+                    .scheduler
+                    .get(p.id)
+                    .map(|s| s.tokens.clone())
+                    .unwrap_or_default();
+                if let Some((k, lps)) = self
+                    .reqs
+                    .get_mut(&p.id)
+                    .and_then(|r| r.prompt_logprobs.as_mut())
+                {
+                    for j in 0..prompt_rows {
+                        let next = p.first_pos + j + 1;
+                        if let (Some(slot), Some(&t)) = (lps.get_mut(next), tokens.get(next)) {
+                            *slot = Some(TokenLogprob::of(logits.row(row + j), t, *k));
                         }
                     }
                 }
-                if !p.samples {
-                    self.scheduler.commit(p.id, p.num_tokens, &[]);
-                    row += rows;
-                    continue;
-                }
-                let sample_row = row + prompt_rows;
-                row += rows;
-                let Some(r) = self.reqs.get_mut(&p.id) else {
-                    continue;
-                };
-                // min_tokens: EOS masked while fewer are out (drafts never cross that count).
-                r.sampler.mask_eos(r.num_output);
-                let v = spec::verify(&logits, sample_row, &p.drafts, &mut r.sampler);
-                let lps: Vec<TokenLogprob> = match r.logprobs {
-                    Some(k) => v
-                        .tokens
-                        .iter()
-                        .enumerate()
-                        .map(|(i, t)| TokenLogprob::of(logits.row(sample_row + i), *t, k))
-                        .collect(),
-                    None => Vec::new(),
-                };
-                if self.drafter.is_some() {
-                    self.spec_stats.record(p.drafts.len(), v.accepted);
-                }
-                self.scheduler
-                    .commit(p.id, p.num_tokens + v.accepted, &v.tokens);
-                let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
-                let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
-                self.process(p.id, &v.tokens, total_len, cached, now, lps);
             }
+            if !p.samples {
+                self.scheduler.commit(p.id, p.num_tokens, &[]);
+                row += rows;
+                continue;
+            }
+            let sample_row = row + prompt_rows;
+            row += rows;
+            let Some(r) = self.reqs.get_mut(&p.id) else {
+                continue;
+            };
+            // min_tokens: EOS masked while fewer are out (drafts never cross that count).
+            r.sampler.mask_eos(r.num_output);
+            let v = spec::verify(&logits, sample_row, &p.drafts, &mut r.sampler);
+            let lps: Vec<TokenLogprob> = match r.logprobs {
+                Some(k) => v
+                    .tokens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| TokenLogprob::of(logits.row(sample_row + i), *t, k))
+                    .collect(),
+                None => Vec::new(),
+            };
+            if self.drafter.is_some() {
+                self.spec_stats.record(p.drafts.len(), v.accepted);
+            }
+            self.scheduler
+                .commit(p.id, p.num_tokens + v.accepted, &v.tokens);
+            let total_len = self.scheduler.get(p.id).map_or(0, |s| s.tokens.len());
+            let cached = self.scheduler.get(p.id).map_or(0, |s| s.num_cached_tokens);
+            self.process(p.id, &v.tokens, total_len, cached, now, lps);
         }
-        let _ = now;
-        // Drafts for the next step.
+        true
+    }
+
+    /// Drafts for the next step: each decoding sequence's proposal, within what max_tokens,
+    /// max_model_len and min_tokens leave room for.
+    fn propose_drafts(&mut self) {
         if let Some(d) = self.drafter {
             let max_len = self.config.max_model_len;
             for s in self.scheduler.running_mut() {
@@ -455,8 +478,6 @@ impl Engine {
                 s.drafts = d.propose(&s.tokens, limit);
             }
         }
-        self.publish_gauges();
-        Ok(true)
     }
 
     /// Turn a sequence's new tokens into text and outputs; finish it when due.
