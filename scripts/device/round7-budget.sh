@@ -14,7 +14,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/device/lib.sh
-# An empty kernel cache: the default run compiles every kernel, as on a new GPU.
+# An empty kernel cache: the default run compiles every kernel, as on a new GPU (lib.sh keeps an
+# inherited RIGBENCH_CACHE_DIR; this script must not).
+export RIGBENCH_CACHE_DIR=$(mktemp -d)
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 for p in ${PARTS:-default hybrid}; do
   l=$(left); [ "$l" -lt 60 ] && { echo "no time left for $p" >> "$S"; continue; }

@@ -1176,4 +1176,6 @@ mod tests_contradictions;
 #[cfg(test)]
 mod tests_engines;
 #[cfg(test)]
+mod tests_prediction;
+#[cfg(test)]
 mod tests_sentences;

@@ -41,7 +41,7 @@ pub const SRC: &str = include_str!("../../kernels/moe.cu");
 /// registers.
 pub const MAX_EXPERTS: usize = 1024;
 
-/// Most experts per token `moe_combine` orders (its insertion sort holds 16).
+/// Most experts per token `moe_combine` orders (it ranks up to 16 choices in registers).
 pub const MAX_TOP_K: usize = 16;
 
 /// Most tokens [`launch_routing`] routes and groups in one CTA (`moe_route_sort`); above it, the

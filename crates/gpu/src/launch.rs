@@ -582,7 +582,7 @@ pub fn parse_cuda_kernels(src: &str) -> Result<Vec<SourceKernel>, String> {
         if let Some(rest) = t.strip_prefix("#define") {
             let rest = rest.trim_start();
             let name: String = rest.chars().take_while(|&c| is_ident(c)).collect();
-            if rest[name.len()..].starts_with('(') {
+            if !name.is_empty() && rest[name.len()..].starts_with('(') {
                 if let Some((ps, end)) = balanced(rest, name.len() + 1) {
                     macros.push((name, split_commas(ps), rest[end..].to_string()));
                 }
